@@ -1,0 +1,1 @@
+"""faultlab: fail-slow fault injection and labeling for synchronous distributed training."""

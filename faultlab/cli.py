@@ -1,0 +1,224 @@
+"""The ``faultlab`` command line (typer).
+
+Errors from faultlab print as one line ``faultlab: error: FIELD: what (fix)`` on
+stderr and exit non-zero: 2 for bad input, 3 for a refusal (foreign or conflicting
+state), 1 for runtime failures. Nothing is half-applied: an inject that fails is
+reverted before the error is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from faultlab.errors import BadInput, FaultlabError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
+console = Console(stderr=True)
+out = Console()
+
+
+def _fail(err: Exception) -> None:
+    code = getattr(err, "exit_code", 1)
+    print(f"faultlab: error: {err}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+class _Terminate(BaseException):
+    pass
+
+
+def _on_term(signum, frame):
+    raise _Terminate()
+
+
+@app.command()
+def inject(
+    type: str = typer.Option(..., "--type", help="nic-slow | cpu-contention | process-pause"),
+    node: str = typer.Option("local", "--node", help="local, or netns:NAME"),
+    target: Optional[str] = typer.Option(None, "--target", help="nic-slow: interface (default: the node's only one); cpu-contention: PIDs 1,2; process-pause: PID"),
+    duration: str = typer.Option("30s", "--duration", help="how long the fault lasts, with a unit: 30s, 500ms, 2m"),
+    rate: Optional[str] = typer.Option(None, "--rate", help="nic-slow cap in tc units: 50mbit (bits/s), 6mbps (bytes/s)"),
+    cpu_fraction: Optional[str] = typer.Option(None, "--cpu-fraction", help="cpu-contention: fraction of one CPU left, in (0, 1]"),
+    pause: Optional[str] = typer.Option(None, "--pause", help="process-pause: stop time per period, e.g. 200ms"),
+    period: Optional[str] = typer.Option(None, "--period", help="process-pause: period, e.g. 1s"),
+    grace: str = typer.Option("10s", "--grace", help="the on-node watchdog reverts at duration + grace if faultlab is gone"),
+    detach: bool = typer.Option(False, "--detach", help="return once the fault is verified; the lease's watchdog reverts it at the deadline"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the exact commands (inject, verify, revert) and apply nothing"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+):
+    """Inject one fail-slow fault on a node; stays in the foreground and reverts at the
+    end, on Ctrl-C or SIGTERM (and the on-node lease reverts it if faultlab is killed)."""
+    from faultlab import injectors
+    from faultlab.nodes import resolve_node
+    from faultlab.units import parse_duration
+
+    try:
+        duration_s = parse_duration(duration, "--duration")
+        grace_s = parse_duration(grace, "--grace")
+        n = resolve_node(node)
+        inj = injectors.build(type, n, target=target, duration_s=duration_s, rate=rate, cpu_fraction=cpu_fraction, pause=pause, period=period)
+        facts = inj.probe()
+        plan = inj.plan(facts)
+    except FaultlabError as e:
+        _fail(e)
+    if dry_run:
+        p = plan.render(n)
+        p["duration_s"] = duration_s
+        if as_json:
+            out.print_json(json.dumps(p))
+        else:
+            out.print(f"# {p['type']} on {n.describe()} target {p['target']} for {duration_s:g}s (fault {p['fault_id']})")
+            out.print("# inject", markup=False)
+            for line in p["inject"]:
+                out.print(line, markup=False, soft_wrap=True)
+            out.print("# verify", markup=False)
+            for line in p["verify"]:
+                out.print("#   " + line, markup=False)
+            out.print("# revert", markup=False)
+            for line in p["revert"]:
+                out.print(line, markup=False, soft_wrap=True)
+        return
+    old = {s: signal.signal(s, _on_term) for s in (signal.SIGTERM, signal.SIGHUP)}
+    active = None
+    try:
+        try:
+            active = injectors.apply(inj, duration_s, grace_s=0.0 if detach else grace_s, facts=facts)
+        except FaultlabError as e:
+            _fail(e)
+        info = {"fault_id": active.fault_id, "type": inj.type, "node": n.describe(), "target": plan.target, "params": inj.params, "verify": active.evidence.get("verify"), "deadline_ts": active.lease.record["deadline_ts"]}
+        if detach:
+            info["status"] = "active"
+            out.print_json(json.dumps(info, default=str)) if as_json else out.print(f"injected {active.fault_id} ({inj.type} on {n.describe()}, {plan.target}); the lease reverts it in {duration_s:g}s; `faultlab revert {active.fault_id}` ends it sooner")
+            active = None  # the lease owns it now
+            return
+        if not as_json:
+            console.print(f"injected {active.fault_id} ({inj.type} on {n.describe()} {plan.target}) for {duration_s:g}s; verified={active.evidence.get('verify', {}).get('ok')}; Ctrl-C reverts")
+        end = active.start_ts + duration_s
+        while time.time() < end and active.lease.exists():
+            time.sleep(min(0.2, max(0.0, end - time.time())))
+    except (KeyboardInterrupt, _Terminate):
+        if not as_json:
+            console.print("interrupted: reverting")
+    finally:
+        if active is not None:
+            status = active.revert()
+            info["status"] = status
+            info["end_ts"] = active.end_ts
+            info["evidence"] = active.evidence
+            if as_json:
+                out.print_json(json.dumps(info, default=str))
+            else:
+                out.print(f"{active.fault_id}: {status}")
+            for s, h in old.items():
+                signal.signal(s, h)
+            if status == "revert-failed":
+                raise typer.Exit(1)
+        else:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json")):
+    """List the faults in force on this host (their lease records)."""
+    from faultlab.injectors.lease import load_leases
+    from faultlab.nodes import LocalNode
+
+    rows = []
+    for le in load_leases(LocalNode("local")):
+        r = le.record
+        rows.append({
+            "fault_id": r["fault_id"], "type": r.get("fault_type"), "node": r.get("node"), "target": r.get("target"),
+            "remaining_s": round(r.get("deadline_ts", 0) - time.time(), 1),
+            "controller_alive": le.controller_alive(), "watchdog_alive": le.watchdog_alive(),
+        })
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    if not rows:
+        out.print("no faults in force")
+    for r in rows:
+        out.print(f"{r['fault_id']}  {r['type']}  {r['node']}  {r['target']}  ends in {r['remaining_s']}s  controller={'alive' if r['controller_alive'] else 'gone'} watchdog={'alive' if r['watchdog_alive'] else 'gone'}", markup=False)
+
+
+@app.command()
+def revert(
+    fault_id: Optional[str] = typer.Argument(None, help="the fault to revert (see faultlab status)"),
+    all_: bool = typer.Option(False, "--all", help="revert every fault in force on this host"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Revert a fault now (or all). Reverting a fault that is already gone is a no-op
+    success."""
+    from faultlab.injectors.lease import recover as recover_leases
+    from faultlab.nodes import LocalNode
+
+    if not fault_id and not all_:
+        _fail(BadInput("give a FAULT_ID or --all", field="FAULT_ID", fix="see faultlab status"))
+    if fault_id and all_:
+        _fail(BadInput("give a FAULT_ID or --all, not both", field="FAULT_ID"))
+    done = recover_leases(LocalNode("local"), None if all_ else fault_id)
+    if as_json:
+        out.print_json(json.dumps(done))
+    elif not done:
+        out.print(f"nothing to revert{' for ' + fault_id if fault_id else ''} (already reverted or expired)")
+    for d in done:
+        if not as_json:
+            out.print(f"{d['fault_id']}: reverted")
+
+
+@app.command()
+def recover(as_json: bool = typer.Option(False, "--json")):
+    """Revert every fault left on this host and remove testbeds whose controller is gone."""
+    from faultlab.injectors.lease import recover as recover_leases
+    from faultlab.nodes import LocalNode
+    from faultlab.testbed import recover_testbeds
+
+    done = recover_leases(LocalNode("local"))
+    tbs = recover_testbeds(only_dead=True)
+    if as_json:
+        out.print_json(json.dumps({"faults": done, "testbeds": tbs}))
+        return
+    out.print(f"reverted {len(done)} fault(s): {', '.join(d['fault_id'] for d in done) or '-'}; removed {len(tbs)} testbed(s): {', '.join(tbs) or '-'}")
+
+
+@app.command()
+def demo(
+    out_dir: Path = typer.Option(None, "--out", help="run directory (default ./faultlab-runs/demo-TIMESTAMP)"),
+    nodes: int = typer.Option(4, "--nodes", help="number of nodes (one rank each)"),
+    duration: str = typer.Option("60s", "--duration", help="training time"),
+):
+    """The whole loop on this machine: a netns testbed, real DDP-style training, a
+    nic-slow and a cpu-contention fault, labels, a scored baseline detector."""
+    from faultlab.demo import run_demo
+    from faultlab.units import parse_duration
+
+    try:
+        code = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), console=out)
+    except FaultlabError as e:
+        _fail(e)
+    raise typer.Exit(code)
+
+
+@app.command()
+def label(run_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="a run directory")):
+    """Label a run directory: writes labels.parquet and whatif.json there."""
+    from faultlab.labeler import label_run
+
+    labels = label_run(run_dir)
+    out.print(f"{len(labels)} label(s) -> {run_dir / 'labels.parquet'}")
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,197 @@
+"""Node backends: the hosts that run ranks and receive faults.
+
+Every backend offers the same small interface, so an injector written once works on
+all of them:
+
+- ``node.argv(argv, scope)``: the argv that runs ``argv`` on the node, as executed
+  from the node's *lease host* (the machine whose ``sh`` runs the node's watchdog).
+  ``scope="net"`` runs inside the node's network namespace (tc, ip); ``scope="host"``
+  runs where the node's processes and cgroups are visible.
+- ``node.run(argv, scope=..., timeout=...)``: run and wait; returns CompletedProcess.
+- ``node.spawn(argv, ...)``: start a process (a rank, a sink) and return its Popen.
+- ``node.write_file`` / ``node.read_file``: files on the node.
+
+Commands are argv lists, never shell strings built by concatenation.
+
+Backends here: ``local`` (this host) and ``netns`` (a network namespace on this host,
+its processes visible to the host; see faultlab.testbed for how they are made).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from faultlab.errors import BadInput, NodeError
+
+
+@dataclass
+class Node:
+    """A host that runs ranks and receives faults.
+
+    Attributes: ``name`` (as it appears in tables), ``address`` (IPv4 peers reach it at,
+    or None), ``iface`` (its main network interface, or None when unknown).
+    """
+
+    name: str
+    address: str | None = None
+    iface: str | None = None
+    kind: str = field(default="local", init=False)
+
+    # -- the interface injectors use -------------------------------------------------
+    def argv(self, argv: list[str], scope: str = "host") -> list[str]:
+        """``argv`` wrapped to run on this node from its lease host. Pure."""
+        return list(argv)
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        scope: str = "host",
+        timeout: float = 30.0,
+        input: bytes | None = None,
+        check: bool = False,
+    ) -> subprocess.CompletedProcess:
+        """Run ``argv`` on the node and wait at most ``timeout`` seconds.
+
+        Returns the CompletedProcess (stdout/stderr as text). Raises NodeError when
+        the program is missing, the command times out, or ``check`` and rc != 0.
+        """
+        full = self.argv(argv, scope)
+        try:
+            cp = subprocess.run(
+                full,
+                input=input,
+                capture_output=True,
+                timeout=timeout,
+            )
+        except FileNotFoundError:
+            raise NodeError(f"{full[0]!r} not found on node {self.name}", field="node", fix=f"install {full[0]} there") from None
+        except subprocess.TimeoutExpired:
+            raise NodeError(f"{' '.join(full[:4])} ... timed out after {timeout:g}s on node {self.name}", field="node") from None
+        out = subprocess.CompletedProcess(full, cp.returncode, cp.stdout.decode(errors="replace"), cp.stderr.decode(errors="replace"))
+        if check and out.returncode != 0:
+            msg = (out.stderr.strip() or out.stdout.strip()).splitlines()
+            raise NodeError(f"{argv[0]} failed on node {self.name}: {msg[-1] if msg else 'rc=' + str(out.returncode)}")
+        return out
+
+    def spawn(self, argv: list[str], *, scope: str = "net", env: dict | None = None, stdout=None, stderr=None, new_session: bool = False) -> subprocess.Popen:
+        """Start ``argv`` on the node without waiting; returns its Popen (local handle)."""
+        return subprocess.Popen(
+            self.argv(argv, scope),
+            env=env,
+            stdout=stdout if stdout is not None else subprocess.DEVNULL,
+            stderr=stderr if stderr is not None else subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            start_new_session=new_session,
+        )
+
+    def write_file(self, path: str | Path, data: str | bytes, mode: int = 0o600) -> None:
+        """Write ``data`` to ``path`` on the node atomically (temp file + rename)."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, p)
+
+    def read_file(self, path: str | Path) -> str:
+        """Read a text file on the node. Raises FileNotFoundError."""
+        return Path(path).read_text()
+
+    def exists(self, path: str | Path) -> bool:
+        """Whether ``path`` exists on the node."""
+        return Path(path).exists()
+
+    def lease_dir(self) -> Path:
+        """Folder for lease records on the lease host (root: /run/faultlab/leases)."""
+        return lease_dir()
+
+    def has_program(self, name: str) -> bool:
+        """Whether ``name`` is on PATH on the node."""
+        return shutil.which(name) is not None
+
+    def describe(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+
+@dataclass
+class LocalNode(Node):
+    """This host. ``scope`` makes no difference."""
+
+    def __post_init__(self):
+        self.kind = "local"
+
+
+@dataclass
+class NetnsNode(Node):
+    """A network namespace on this host (created by faultlab.testbed or by the user).
+
+    ``scope="net"`` commands run through ``ip netns exec NETNS``; ``scope="host"``
+    commands run on this host, where the node's processes and cgroups are visible
+    (``ip netns exec`` remounts /sys, hiding /sys/fs/cgroup, so cgroup work must not
+    go through it).
+    """
+
+    netns: str = ""
+
+    def __post_init__(self):
+        self.kind = "netns"
+        if not self.netns:
+            self.netns = self.name
+
+    def argv(self, argv: list[str], scope: str = "host") -> list[str]:
+        if scope == "net":
+            return ["ip", "netns", "exec", self.netns, *argv]
+        return list(argv)
+
+    def describe(self) -> str:
+        return f"netns:{self.netns}"
+
+
+def lease_dir() -> Path:
+    """Where lease records live on this host: $FAULTLAB_LEASE_DIR, else /run/faultlab/leases
+    as root, else $XDG_RUNTIME_DIR/faultlab/leases (or /tmp/faultlab-UID/leases)."""
+    env = os.environ.get("FAULTLAB_LEASE_DIR")
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/run/faultlab/leases")
+    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/faultlab-{os.getuid()}"
+    return Path(base) / "faultlab" / "leases"
+
+
+def netns_list() -> list[str]:
+    """Names of the network namespaces on this host (``ip netns list``)."""
+    try:
+        cp = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)
+    except FileNotFoundError:
+        return []
+    return [line.split()[0] for line in cp.stdout.splitlines() if line.strip()]
+
+
+def resolve_node(spec: str) -> Node:
+    """Turn a CLI node spec into a Node.
+
+    Specs: ``local``; ``netns:NAME`` (or a bare NAME that is an existing network
+    namespace). Raises BadInput naming the ``--node`` field for anything else.
+    """
+    spec = (spec or "").strip()
+    if not spec:
+        raise BadInput("empty", field="--node", fix="give local or netns:NAME")
+    if spec == "local":
+        return LocalNode(name="local")
+    kind, _, rest = spec.partition(":")
+    if not rest:
+        kind, rest = "netns", spec
+        if spec not in netns_list():
+            raise BadInput(f"no node {spec!r}", field="--node", fix="give local or netns:NAME of an existing namespace (ip netns list)")
+    if kind == "netns":
+        if rest not in netns_list():
+            raise BadInput(f"network namespace {rest!r} does not exist", field="--node", fix="see `ip netns list`")
+        return NetnsNode(name=rest, netns=rest)
+    raise BadInput(f"unknown node kind {kind!r} in {spec!r}", field="--node", fix="give local or netns:NAME")

@@ -1,0 +1,105 @@
+"""A small TCP throughput probe between two nodes (loopback or test hosts only).
+
+``python -m faultlab.probe sink --bind ADDR`` listens on an ephemeral port, prints
+``{"port": P}``, receives one connection to its end and prints
+``{"bytes": N, "elapsed_s": T, "bit_per_s": R}`` measured at the receiver from the
+first to the last byte. ``python -m faultlab.probe send --addr A --port P --bytes N``
+sends N bytes. ``measure_throughput`` drives both through the Node interface.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import time
+
+from faultlab.errors import NodeError
+
+
+def _sink(bind: str, timeout_s: float) -> None:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind((bind, 0))
+    srv.listen(1)
+    srv.settimeout(timeout_s)
+    print(json.dumps({"port": srv.getsockname()[1]}), flush=True)
+    conn, _ = srv.accept()
+    conn.settimeout(timeout_s)
+    n, t0, t1 = 0, None, None
+    buf = bytearray(1 << 16)
+    while True:
+        k = conn.recv_into(buf)
+        if not k:
+            break
+        now = time.perf_counter()
+        if t0 is None:
+            t0 = now
+        t1 = now
+        n += k
+    conn.close()
+    srv.close()
+    elapsed = (t1 - t0) if t0 is not None and t1 > t0 else float("nan")
+    print(json.dumps({"bytes": n, "elapsed_s": elapsed, "bit_per_s": n * 8 / elapsed if elapsed == elapsed and elapsed > 0 else None}), flush=True)
+
+
+def _send(addr: str, port: int, nbytes: int, timeout_s: float) -> None:
+    s = socket.create_connection((addr, port), timeout=timeout_s)
+    chunk = b"\0" * (1 << 16)
+    left = nbytes
+    while left > 0:
+        s.sendall(chunk[: min(left, len(chunk))])
+        left -= min(left, len(chunk))
+    s.shutdown(socket.SHUT_WR)
+    s.recv(1)
+    s.close()
+
+
+def measure_throughput(sender, receiver, receiver_addr: str, nbytes: int, timeout_s: float = 30.0) -> dict:
+    """Send ``nbytes`` bytes over TCP from node ``sender`` to node ``receiver`` (which
+    listens on ``receiver_addr``). Returns ``{"bytes", "elapsed_s", "bit_per_s"}``
+    measured at the receiver (first byte to last byte).
+
+    Raises NodeError when the sink does not start or the transfer fails.
+    """
+    import subprocess
+
+    py = sys.executable
+    sink = receiver.spawn([py, "-m", "faultlab.probe", "sink", "--bind", receiver_addr, "--timeout", str(timeout_s)], scope="net", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = sink.stdout.readline()
+        try:
+            port = json.loads(line)["port"]
+        except (ValueError, KeyError):
+            raise NodeError(f"throughput sink did not start on {receiver.name}: {sink.stderr.read().decode()[-300:]}") from None
+        cp = sender.run([py, "-m", "faultlab.probe", "send", "--addr", receiver_addr, "--port", str(port), "--bytes", str(nbytes), "--timeout", str(timeout_s)], scope="net", timeout=timeout_s + 5)
+        if cp.returncode != 0:
+            raise NodeError(f"throughput probe from {sender.name} to {receiver_addr} failed: {cp.stderr.strip()[-300:]}")
+        out, _ = sink.communicate(timeout=timeout_s)
+        return json.loads(out.decode().strip().splitlines()[-1])
+    finally:
+        if sink.poll() is None:
+            sink.kill()
+            sink.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="faultlab.probe")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("sink")
+    a.add_argument("--bind", default="127.0.0.1")
+    a.add_argument("--timeout", type=float, default=30.0)
+    b = sub.add_parser("send")
+    b.add_argument("--addr", required=True)
+    b.add_argument("--port", type=int, required=True)
+    b.add_argument("--bytes", type=int, required=True)
+    b.add_argument("--timeout", type=float, default=30.0)
+    args = ap.parse_args(argv)
+    if args.cmd == "sink":
+        _sink(args.bind, args.timeout)
+    else:
+        _send(args.addr, args.port, args.bytes, args.timeout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""The run directory: everything one run leaves behind, readable by a person.
+
+Layout::
+
+    RUN_DIR/
+      meta.json          versions, host, seed, run_id, complete (bool), times
+      scenario.yaml      the scenario as resolved
+      events.jsonl       append-only journal: one JSON object a line, with "ts" (unix s)
+      telemetry/         raw per-rank step records (JSONL), flushed as the job runs
+      steps.parquet      per-rank per-step times (faultlab.schema.STEPS)
+      host.parquet       host metrics, long format (faultlab.schema.HOST)
+      injections.parquet what was injected (faultlab.schema.INJECTIONS)
+      labels.parquet     what the labeler found (faultlab.schema.LABELS)
+
+A run killed half-way keeps ``meta.json`` with ``complete: false`` and its journal and
+raw telemetry; ``read_steps`` falls back to the raw JSONL when no Parquet was written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import yaml
+
+from faultlab import schema
+
+
+class RunDir:
+    """A run directory at ``path`` (created if missing)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    # -- creation --------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: str | Path, *, run_id: str, scenario: dict, seed: int | None = None) -> "RunDir":
+        """Make the folder, write scenario.yaml and an incomplete meta.json."""
+        rd = cls(path)
+        rd.path.mkdir(parents=True, exist_ok=True)
+        (rd.path / "telemetry").mkdir(exist_ok=True)
+        (rd.path / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+        rd.write_meta(
+            {
+                "run_id": run_id,
+                "schema_version": schema.SCHEMA_VERSION,
+                "complete": False,
+                "started_ts": time.time(),
+                "seed": seed,
+                "host": socket.gethostname(),
+                "platform": platform.platform(),
+                "python": sys.version.split()[0],
+                "faultlab": _version(),
+            }
+        )
+        return rd
+
+    # -- meta ------------------------------------------------------------------------
+    @property
+    def meta(self) -> dict:
+        p = self.path / "meta.json"
+        return json.loads(p.read_text()) if p.exists() else {}
+
+    def write_meta(self, meta: dict) -> None:
+        tmp = self.path / "meta.json.tmp"
+        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
+        os.replace(tmp, self.path / "meta.json")
+
+    def update_meta(self, **fields) -> None:
+        m = self.meta
+        m.update(fields)
+        self.write_meta(m)
+
+    @property
+    def run_id(self) -> str:
+        return self.meta.get("run_id", self.path.name)
+
+    def finish(self, **fields) -> None:
+        """Mark the run complete (meta.json ``complete: true``)."""
+        self.update_meta(complete=True, finished_ts=time.time(), **fields)
+
+    # -- journal ---------------------------------------------------------------------
+    def event(self, kind: str, **fields) -> dict:
+        """Append one event to events.jsonl (flushed and fsynced) and return it."""
+        ev = {"ts": time.time(), "event": kind, **fields}
+        with open(self.path / "events.jsonl", "a") as f:
+            f.write(json.dumps(ev, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return ev
+
+    def events(self) -> list[dict]:
+        p = self.path / "events.jsonl"
+        if not p.exists():
+            return []
+        out = []
+        for line in p.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a torn last line of a killed run
+        return out
+
+    # -- tables ----------------------------------------------------------------------
+    def table_path(self, name: str) -> Path:
+        return self.path / f"{name}.parquet"
+
+    def write_table(self, name: str, df: pd.DataFrame) -> Path:
+        """Write ``df`` as ``NAME.parquet`` with the schema of table ``name``."""
+        p = self.table_path(name)
+        tmp = p.with_suffix(".parquet.tmp")
+        pq.write_table(schema.to_table(name, df), tmp)
+        os.replace(tmp, p)
+        return p
+
+    def read_table(self, name: str) -> pd.DataFrame:
+        """Read table ``name``; an empty frame with the right columns when absent."""
+        p = self.table_path(name)
+        if p.exists():
+            return pq.read_table(p).to_pandas()
+        if name == "steps":
+            return self.read_raw_steps()
+        return schema.empty(name)
+
+    def telemetry_dir(self) -> Path:
+        return self.path / "telemetry"
+
+    def read_raw_steps(self) -> pd.DataFrame:
+        """Merge the raw per-rank JSONL step records (telemetry/steps-*.jsonl)."""
+        rows = []
+        for p in sorted(self.telemetry_dir().glob("steps-*.jsonl")):
+            for line in p.read_text().splitlines():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break
+        if not rows:
+            return schema.empty("steps")
+        df = pd.DataFrame(rows)
+        if "run_id" not in df.columns:
+            df["run_id"] = self.run_id
+        df = df.sort_values(["step", "rank"]).reset_index(drop=True)
+        return schema.to_table("steps", df).to_pandas()
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("faultlab")
+    except Exception:
+        return "unknown"

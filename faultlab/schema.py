@@ -1,0 +1,117 @@
+"""Table schemas shared by every stage (one schema version for all tables).
+
+Units are in the column names: ``*_s`` are seconds, ``*_ts`` are unix timestamps in
+seconds (float), ``slowdown`` is a ratio (1.0 = not slowed).
+
+Tables (see docs/architecture.md):
+
+- ``steps``: one row per rank per training step (what the workload felt).
+- ``host``: long-format host metrics, one row per (node, ts, metric); metric names
+  carry their unit (``cpu_util_pct``, ``net_tx_bytes_per_s``, ...).
+- ``injections``: ground truth cause, one row per injected fault.
+- ``labels``: effect, one row per labeled slow interval.
+- ``alarms``: detector output.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = "1"
+
+STEPS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("node", pa.string()),
+        ("peer_group", pa.string()),
+        ("step", pa.int64()),
+        ("t_start", pa.float64()),  # unix s, step start on the rank
+        ("compute_s", pa.float64()),  # forward + backward + optimizer, local work only
+        ("comm_s", pa.float64()),  # time inside the gradient all-reduce, incl. waiting
+        ("step_s", pa.float64()),  # whole step
+    ]
+)
+
+HOST = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("node", pa.string()),
+        ("ts", pa.float64()),
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+    ]
+)
+
+INJECTIONS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("fault_id", pa.string()),
+        ("fault_type", pa.string()),
+        ("node", pa.string()),
+        ("target", pa.string()),  # interface, rank, PIDs: what on the node was hit
+        ("start_ts", pa.float64()),  # actual start: the moment inject returned
+        ("end_ts", pa.float64()),  # actual end: the moment revert returned
+        ("params", pa.string()),  # JSON, explicit units in keys
+        ("severity", pa.float64()),  # type-specific, documented per injector
+        ("status", pa.string()),  # reverted | expired | revert-failed
+        ("verified", pa.bool_()),  # the measured check said the condition was in force
+        ("evidence", pa.string()),  # JSON: the measurements behind `verified`
+    ]
+)
+
+LABELS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("component", pa.string()),  # "rank:3", "node:n2", "job"
+        ("component_kind", pa.string()),  # rank | node | job
+        ("start_ts", pa.float64()),
+        ("end_ts", pa.float64()),
+        ("start_step", pa.int64()),
+        ("end_step", pa.int64()),
+        ("slowdown", pa.float64()),  # ratio of slowed to baseline time
+        ("views", pa.string()),  # "temporal", "peer", "temporal+peer"
+        ("confidence", pa.float64()),  # 0..1
+        ("fault_id", pa.string()),  # nullable
+        ("source", pa.string()),  # injected | observed | injected-unmanifested
+        ("cause", pa.string()),  # fault type, or inferred cause, or "unknown"
+        ("evidence", pa.string()),  # JSON: baseline, peer median, etc.
+    ]
+)
+
+ALARMS = pa.schema(
+    [
+        ("component", pa.string()),
+        ("start_ts", pa.float64()),
+        ("end_ts", pa.float64()),
+        ("score", pa.float64()),
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {
+    "steps": STEPS,
+    "host": HOST,
+    "injections": INJECTIONS,
+    "labels": LABELS,
+    "alarms": ALARMS,
+}
+
+
+def empty(name: str):
+    """An empty pandas DataFrame with the columns and dtypes of table ``name``.
+
+    Raises KeyError for an unknown table name.
+    """
+    return TABLES[name].empty_table().to_pandas()
+
+
+def to_table(name: str, df) -> pa.Table:
+    """Convert a pandas DataFrame to the Arrow table of ``name``, casting columns.
+
+    Raises ValueError naming the missing column when ``df`` lacks one.
+    """
+    schema = TABLES[name]
+    missing = [f.name for f in schema if f.name not in df.columns]
+    if missing:
+        raise ValueError(f"{name} table: missing column(s) {', '.join(missing)}")
+    return pa.Table.from_pandas(df[[f.name for f in schema]], schema=schema, preserve_index=False)

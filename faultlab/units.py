@@ -1,0 +1,81 @@
+"""Parsing of quantities with explicit units. Every parser raises BadInput naming the field."""
+
+from __future__ import annotations
+
+import re
+
+from faultlab.errors import BadInput
+
+_DURATION = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_RATE = {
+    "bit": 1,
+    "kbit": 1e3,
+    "mbit": 1e6,
+    "gbit": 1e9,
+    "bps": 8,  # tc's spelling: bytes per second
+    "kbps": 8e3,
+    "mbps": 8e6,
+    "gbps": 8e9,
+}
+_NUM = r"(\d+(?:\.\d*)?|\.\d+)"
+
+
+def parse_duration(text: str | float | int, field: str = "duration") -> float:
+    """Parse ``"30s"``, ``"500ms"``, ``"2m"``, ``"1h"`` into seconds (float > 0).
+
+    A bare number is refused: the unit must be explicit. Raises BadInput.
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        raise BadInput(f"{text!r} has no unit", field=field, fix="write e.g. 30s, 500ms or 2m")
+    s = str(text).strip().lower()
+    m = re.fullmatch(_NUM + r"\s*([a-z]+)", s)
+    if not m:
+        if s.startswith("-"):
+            raise BadInput(f"{text!r} is negative", field=field, fix="give a positive duration such as 30s")
+        raise BadInput(f"{text!r} is not a duration", field=field, fix="write e.g. 30s, 500ms or 2m")
+    value, unit = float(m.group(1)), m.group(2)
+    if unit not in _DURATION:
+        raise BadInput(f"unknown unit {unit!r} in {text!r}", field=field, fix="use ms, s, m or h")
+    seconds = value * _DURATION[unit]
+    if seconds <= 0:
+        raise BadInput(f"{text!r} is not positive", field=field, fix="give a positive duration such as 30s")
+    return seconds
+
+
+def parse_rate(text: str, field: str = "rate") -> float:
+    """Parse a network rate in tc's units into bit/s: ``"50mbit"`` -> 5e7.
+
+    ``bit/kbit/mbit/gbit`` are bits per second; ``bps/kbps/mbps/gbps`` are *bytes* per
+    second, as tc reads them. A space inside (``"100 mbps"``), a bare number or an unknown
+    unit is refused, because each is a common typo. Raises BadInput.
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        raise BadInput(f"{text!r} has no unit", field=field, fix="write e.g. 50mbit (bits/s) or 6mbps (bytes/s)")
+    s = str(text).strip()
+    if re.fullmatch(_NUM + r"\s+[A-Za-z/]+", s):
+        raise BadInput(f"{text!r} has a space before its unit", field=field, fix="write e.g. 100mbit")
+    m = re.fullmatch(_NUM + r"([A-Za-z/]+)", s)
+    if not m:
+        if s.startswith("-"):
+            raise BadInput(f"{text!r} is negative", field=field, fix="give a positive rate such as 50mbit")
+        raise BadInput(f"{text!r} is not a rate", field=field, fix="write e.g. 50mbit (bits/s) or 6mbps (bytes/s)")
+    value, unit = float(m.group(1)), m.group(2).lower()
+    if unit in ("mbit/s", "mb/s", "mbits", "mbit/sec"):
+        raise BadInput(f"unknown unit {m.group(2)!r}", field=field, fix="tc units: write 50mbit for megabits/s")
+    if unit not in _RATE:
+        raise BadInput(f"unknown unit {m.group(2)!r}", field=field, fix="use bit, kbit, mbit, gbit (bits/s) or bps, kbps, mbps (bytes/s)")
+    bits = value * _RATE[unit]
+    if bits < 8000:
+        raise BadInput(f"{text!r} is below 8kbit, which tc cannot shape", field=field, fix="give at least 8kbit")
+    return bits
+
+
+def parse_fraction(value, field: str = "cpu_fraction") -> float:
+    """Parse a fraction in (0, 1]. Raises BadInput for anything else."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise BadInput(f"{value!r} is not a number", field=field, fix="give a fraction such as 0.3") from None
+    if not (0 < f <= 1):
+        raise BadInput(f"{value!r} is outside (0, 1]", field=field, fix="give a fraction such as 0.3 (30% of one CPU left)")
+    return f

@@ -1,0 +1,231 @@
+"""The fault lifecycle: probe -> plan -> inject -> verify -> revert.
+
+- ``probe()`` reads the node (read-only) and refuses (``Refused``) when the node holds
+  state faultlab did not create or would clobber (a foreign root qdisc, a fault of the
+  same kind on the same target), or (``BadInput``) when the target does not exist.
+- ``plan(facts)`` is pure: the exact commands to inject and to revert. ``--dry-run``
+  prints it. Revert commands are idempotent and touch only faultlab-owned objects
+  (reserved tc handles, ``faultlab-<fault_id>`` cgroups, ``flifb<id>`` devices, PIDs
+  recorded in the plan), so the on-node watchdog can run them blindly.
+- ``verify()`` measures that the condition is really in force.
+- ``reverted()`` checks that nothing faultlab made is left.
+
+``apply()`` and ``ActiveFault.revert()`` drive the lifecycle with a lease (see
+``faultlab.injectors.lease``): the lease is written and its watchdog started *before*
+the first inject command runs, so a fault ends even if the controller is SIGKILLed
+between two commands.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from faultlab.errors import FaultlabError, NodeError
+from faultlab.nodes import Node
+
+
+@dataclass(frozen=True)
+class Cmd:
+    """One command of a plan: an argv run on the node in ``scope`` ("net" or "host")."""
+
+    argv: tuple[str, ...]
+    scope: str = "host"
+    why: str = ""
+
+    def render(self, node: Node) -> str:
+        """The shell line that runs this command from the node's lease host."""
+        return shlex.join(node.argv(list(self.argv), self.scope))
+
+
+def write_cmd(path: str, value: str, why: str = "") -> Cmd:
+    """A command writing ``value`` to ``path`` (sysfs/cgroupfs files); no string is
+    concatenated into shell code: value and path are positional arguments."""
+    return Cmd(("sh", "-c", 'printf "%s\\n" "$1" > "$2"', "sh", value, path), "host", why)
+
+
+@dataclass
+class Plan:
+    """What a fault will do: ``inject`` and ``revert`` command lists, in order."""
+
+    fault_id: str
+    fault_type: str
+    node: str
+    target: str
+    inject: list[Cmd]
+    revert: list[Cmd]
+    verify: list[str] = field(default_factory=list)  # what verify() measures, for people
+
+    def render(self, node: Node) -> dict:
+        return {
+            "fault_id": self.fault_id,
+            "type": self.fault_type,
+            "node": self.node,
+            "target": self.target,
+            "inject": [c.render(node) for c in self.inject],
+            "verify": list(self.verify),
+            "revert": [c.render(node) for c in self.revert],
+        }
+
+
+def new_fault_id(fault_type: str) -> str:
+    """A short unique id, e.g. ``nic-3f9a1c``; safe in file, cgroup and link names."""
+    return f"{fault_type.split('-')[0]}-{secrets.token_hex(3)}"
+
+
+class Injector(ABC):
+    """One fail-slow fault on one node. Subclasses set ``type`` and implement
+    ``probe``, ``plan``, ``verify`` and ``reverted``; they keep their parameters as
+    attributes with explicit units."""
+
+    type: ClassVar[str]
+
+    def __init__(self, node: Node, fault_id: str | None = None):
+        self.node = node
+        self.fault_id = fault_id or new_fault_id(self.type)
+
+    @property
+    @abstractmethod
+    def target(self) -> str:
+        """What on the node is hit (an interface, ``pid:123,456``)."""
+
+    @property
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """Parameters with units in the keys (``rate_bit_per_s``, ``cpu_fraction``)."""
+
+    @property
+    @abstractmethod
+    def severity(self) -> float:
+        """A scalar severity where larger is worse (type-specific, documented)."""
+
+    @abstractmethod
+    def probe(self) -> dict:
+        """Read-only facts the plan needs. Raises BadInput / Refused / NodeError."""
+
+    @abstractmethod
+    def plan(self, facts: dict) -> Plan:
+        """Pure: the commands to inject and revert, given ``probe()`` facts."""
+
+    @abstractmethod
+    def verify(self, facts: dict) -> dict:
+        """Measure that the fault is in force; returns evidence with ``ok`` (bool)."""
+
+    @abstractmethod
+    def reverted(self, facts: dict) -> list[str]:
+        """What faultlab made that is still on the node (empty list: clean)."""
+
+    def final_evidence(self, facts: dict) -> dict:
+        """Measurements taken just before revert (counters over the whole fault)."""
+        return {}
+
+
+@dataclass
+class ActiveFault:
+    """A fault in force: its injector, facts, plan, lease and times (unix s)."""
+
+    injector: Injector
+    facts: dict
+    plan: Plan
+    lease: Any
+    start_ts: float
+    evidence: dict = field(default_factory=dict)
+    end_ts: float | None = None
+    status: str | None = None
+
+    @property
+    def fault_id(self) -> str:
+        return self.plan.fault_id
+
+    def revert(self) -> str:
+        """Revert now (idempotent). Returns the status: ``reverted``, ``expired`` (the
+        watchdog had already reverted it) or ``revert-failed`` (something faultlab made
+        is still there; the lease is kept so ``faultlab recover`` can retry)."""
+        if self.status is not None:
+            return self.status
+        inj = self.injector
+        expired = not self.lease.exists()
+        try:
+            self.evidence["at_revert"] = inj.final_evidence(self.facts)
+        except Exception as e:  # evidence must never block a revert
+            self.evidence["at_revert"] = {"error": str(e)}
+        errors = run_revert(inj.node, self.plan.revert)
+        left = inj.reverted(self.facts)
+        self.end_ts = time.time()
+        if left:
+            self.status = "revert-failed"
+            self.evidence["left_behind"] = left
+            self.evidence["revert_errors"] = errors
+        else:
+            self.status = "expired" if expired else "reverted"
+            self.lease.release()
+        return self.status
+
+    def injection_row(self, run_id: str) -> dict:
+        """A row of the injections table (faultlab.schema.INJECTIONS)."""
+        inj = self.injector
+        return {
+            "run_id": run_id,
+            "fault_id": self.fault_id,
+            "fault_type": inj.type,
+            "node": inj.node.name,
+            "target": self.plan.target,
+            "start_ts": self.start_ts,
+            "end_ts": self.end_ts if self.end_ts is not None else float("nan"),
+            "params": json.dumps(inj.params, sort_keys=True),
+            "severity": float(inj.severity),
+            "status": self.status or "active",
+            "verified": bool(self.evidence.get("verify", {}).get("ok", False)),
+            "evidence": json.dumps(self.evidence, sort_keys=True, default=str),
+        }
+
+
+def run_revert(node: Node, cmds: list[Cmd]) -> list[str]:
+    """Run every revert command, ignoring failures (each is idempotent and may find its
+    object already gone); returns their error lines for the record."""
+    errors = []
+    for c in cmds:
+        try:
+            cp = node.run(list(c.argv), scope=c.scope, timeout=30)
+            if cp.returncode != 0:
+                errors.append(f"{c.render(node)}: {cp.stderr.strip()[:200]}")
+        except NodeError as e:
+            errors.append(str(e))
+    return errors
+
+
+def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verify: bool = True, facts: dict | None = None) -> ActiveFault:
+    """Inject ``injector`` for ``duration_s`` seconds under a lease whose watchdog
+    reverts at ``duration_s + grace_s`` if nobody else does.
+
+    Returns the ActiveFault (call ``.revert()``). On any error during inject or verify
+    the fault is reverted before the error propagates: nothing is left half-applied.
+    Raises BadInput / Refused (nothing applied) or FaultlabError / NodeError.
+    """
+    from faultlab.injectors.lease import Lease
+
+    if facts is None:
+        facts = injector.probe()
+    plan = injector.plan(facts)
+    lease = Lease.create(injector, plan, deadline_ts=time.time() + duration_s + grace_s)
+    active = ActiveFault(injector, facts, plan, lease, start_ts=time.time())
+    try:
+        for c in plan.inject:
+            cp = injector.node.run(list(c.argv), scope=c.scope, timeout=30)
+            if cp.returncode != 0:
+                raise FaultlabError(
+                    f"inject step failed on node {injector.node.name}: {c.render(injector.node)}: {cp.stderr.strip()[:300]}",
+                    field="inject",
+                )
+        active.start_ts = time.time()
+        if verify:
+            active.evidence["verify"] = injector.verify(facts)
+    except BaseException:
+        active.revert()
+        raise
+    return active

@@ -1,0 +1,123 @@
+"""``cpu-contention``: CPU quota on target processes through a faultlab cgroup.
+
+Mode ``quota`` (the one built here): the target PIDs move into a new cgroup
+``faultlab-<fault_id>`` whose CFS bandwidth limit leaves them ``cpu_fraction`` of one
+CPU: cgroup v1 ``cpu.cfs_quota_us = cpu_fraction * cpu.cfs_period_us``; cgroup v2
+``cpu.max = "QUOTA PERIOD"``. The period is short (10 ms by default) because with the
+default 100 ms a 30% quota throttles in bursts: steps alternate fast and stalled and a
+median hides the slowdown (Linux CFS bandwidth control, Documentation/scheduler/
+sched-bwc.rst).
+
+Revert moves each recorded PID back to the cgroup it was found in, sweeps any other
+process left in the faultlab cgroup (children forked during the fault) back to the
+first target's cgroup, and removes the faultlab cgroup. Nothing else is written.
+
+Severity: ``1 / cpu_fraction`` (the expected slowdown of a CPU-bound target).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from faultlab.errors import BadInput, Refused
+from faultlab.nodes import Node
+from faultlab.injectors import cgroups
+from faultlab.injectors.base import Cmd, Injector, Plan, write_cmd
+
+SWEEP_SH = 'for p in $(cat "$1" 2>/dev/null); do printf "%s\\n" "$p" > "$2" 2>/dev/null; done; exit 0'
+
+
+class CpuContention(Injector):
+    """Leave ``pids`` only ``cpu_fraction`` (0 < f <= 1) of one CPU, over a CFS period
+    of ``period_s`` seconds. Raises BadInput for a missing PID or a bad fraction,
+    Refused when a target is already under a faultlab cgroup or no cpu controller is
+    usable."""
+
+    type = "cpu-contention"
+
+    def __init__(self, node: Node, pids: list[int], cpu_fraction: float, *, period_s: float = 0.01, fault_id: str | None = None, label: str | None = None):
+        super().__init__(node, fault_id)
+        if not pids:
+            raise BadInput("no target process", field="--target", fix="give PIDs, e.g. --target 1234,5678")
+        if not (0 < cpu_fraction <= 1):
+            raise BadInput(f"{cpu_fraction} is outside (0, 1]", field="--cpu-fraction", fix="give e.g. 0.3")
+        self.pids = [int(p) for p in pids]
+        self.cpu_fraction = float(cpu_fraction)
+        period_us = int(period_s * 1e6)
+        # the kernel's minimum quota is 1000 us: lengthen the period for tiny fractions
+        self.period_us = max(period_us, math.ceil(1000 / self.cpu_fraction))
+        self.quota_us = max(1000, int(self.cpu_fraction * self.period_us))
+        self.label = label
+
+    @property
+    def target(self) -> str:
+        return self.label or "pid:" + ",".join(map(str, self.pids))
+
+    @property
+    def params(self) -> dict:
+        return {"mode": "quota", "cpu_fraction": self.cpu_fraction, "cfs_period_us": self.period_us, "cfs_quota_us": self.quota_us, "pids": self.pids}
+
+    @property
+    def severity(self) -> float:
+        return 1.0 / self.cpu_fraction
+
+    def probe(self) -> dict:
+        h = cgroups.find_hierarchy(self.node, "cpu")
+        if h is None:
+            raise Refused(f"no usable cpu cgroup controller on node {self.node.name}", field="--type", fix="mount the v1 cpu controller or enable +cpu in the v2 root's cgroup.subtree_control; see faultlab doctor")
+        orig = {}
+        for pid in self.pids:
+            cg = cgroups.cgroup_of(self.node, pid, h)
+            if cg is None:
+                raise BadInput(f"no process {pid} on node {self.node.name}", field="--target", fix="give the PID of a running process")
+            if "faultlab-" in cg:
+                raise Refused(f"process {pid} is already under a faultlab cpu fault ({cg})", field="--target", fix="revert that fault first: faultlab status")
+            orig[pid] = cg
+        return {"hierarchy": {"version": h.version, "mount": h.mount, "controller": h.controller}, "orig": orig, "cgroup": h.path(f"faultlab-{self.fault_id}")}
+
+    @staticmethod
+    def _h(facts: dict) -> cgroups.Hierarchy:
+        return cgroups.Hierarchy(**facts["hierarchy"])
+
+    def plan(self, facts: dict) -> Plan:
+        h, d = self._h(facts), facts["cgroup"]
+        inject = [Cmd(("mkdir", d), "host", "faultlab cgroup")]
+        if h.version == 1:
+            inject += [
+                write_cmd(f"{d}/cpu.cfs_period_us", str(self.period_us)),
+                write_cmd(f"{d}/cpu.cfs_quota_us", str(self.quota_us)),
+            ]
+        else:
+            inject.append(write_cmd(f"{d}/cpu.max", f"{self.quota_us} {self.period_us}"))
+        inject += [write_cmd(f"{d}/cgroup.procs", str(pid), f"move {pid}") for pid in self.pids]
+        revert = [write_cmd(h.path(cg) + "/cgroup.procs", str(pid), f"{pid} back") for pid, cg in facts["orig"].items()]
+        first = next(iter(facts["orig"].values()))
+        revert.append(Cmd(("sh", "-c", SWEEP_SH, "sh", f"{d}/cgroup.procs", h.path(first) + "/cgroup.procs"), "host", "sweep the rest back"))
+        revert.append(Cmd(("rmdir", d), "host"))
+        return Plan(
+            self.fault_id, self.type, self.node.name, self.target, inject, revert,
+            [f"targets in {d}; cpu.stat nr_throttled rises"],
+        )
+
+    def _stat(self, facts: dict) -> dict:
+        return cgroups.read_stat(self.node, f"{facts['cgroup']}/cpu.stat")
+
+    def verify(self, facts: dict, wait_s: float = 2.0) -> dict:
+        d = facts["cgroup"]
+        inside = set(cgroups.procs(self.node, d))
+        moved = [p for p in self.pids if p in inside]
+        stat = self._stat(facts)
+        deadline = time.time() + wait_s
+        while stat.get("nr_throttled", 0) == 0 and time.time() < deadline:
+            time.sleep(0.05)
+            stat = self._stat(facts)
+        ev = {"pids_in_cgroup": moved, "cpu_stat": stat, "ok": len(moved) == len(self.pids) and stat.get("nr_throttled", 0) > 0}
+        return ev
+
+    def final_evidence(self, facts: dict) -> dict:
+        return {"cpu_stat": self._stat(facts)}
+
+    def reverted(self, facts: dict) -> list[str]:
+        d = facts["cgroup"]
+        return [f"cgroup {d}"] if self.node.exists(d) else []

@@ -1,0 +1,188 @@
+"""Leases: a fault ends even when its controller is killed with SIGKILL.
+
+Before the first inject command runs, three files are written on the node's lease
+host (``/run/faultlab/leases`` as root)::
+
+    <fault_id>.json        the record: type, node, target, params, deadline (unix s),
+                           controller PID, watchdog PID, the revert commands
+    <fault_id>.revert.sh   the revert commands, one ``shlex.join``-ed line each
+
+and a detached watchdog is started in its own session. It needs only ``sh`` and
+coreutils (``sleep``, ``date``, ``rm``): it sleeps until the deadline and, if the
+record still exists, runs the revert script and removes the files. A controller that
+reverts in time kills the watchdog's process group and removes the files itself.
+``faultlab recover`` runs the revert script of every record left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from faultlab.nodes import Node
+
+# Positional args: $1 record, $2 revert script, $3 deadline (unix s, integer).
+WATCHDOG_SH = r"""
+trap '' HUP INT
+while :; do
+  now=$(date +%s)
+  [ "$now" -ge "$3" ] && break
+  sleep $(( $3 - now ))
+done
+[ -e "$1" ] || exit 0
+sh "$2"
+rm -f "$1" "$2"
+"""
+
+
+@dataclass
+class Lease:
+    """A lease record on the lease host. ``path`` is the JSON record."""
+
+    path: Path
+    record: dict
+
+    @property
+    def fault_id(self) -> str:
+        return self.record["fault_id"]
+
+    @property
+    def script_path(self) -> Path:
+        return self.path.with_name(f"{self.fault_id}.revert.sh")
+
+    @classmethod
+    def create(cls, injector, plan, deadline_ts: float) -> "Lease":
+        """Write the record and revert script, then start the watchdog.
+
+        Raises OSError when the lease folder cannot be written (nothing is applied
+        then, since ``apply`` creates the lease first)."""
+        node: Node = injector.node
+        d = node.lease_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(d, 0o700)
+        path = d / f"{plan.fault_id}.json"
+        script = path.with_name(f"{plan.fault_id}.revert.sh")
+        lines = ["# faultlab revert script for " + plan.fault_id + " (each line idempotent)"]
+        lines += [c.render(node) + " >/dev/null 2>&1" for c in plan.revert]
+        node.write_file(script, "\n".join(lines) + "\n", mode=0o700)
+        record = {
+            "fault_id": plan.fault_id,
+            "fault_type": plan.fault_type,
+            "node": node.describe(),
+            "node_name": node.name,
+            "target": plan.target,
+            "params": injector.params,
+            "created_ts": time.time(),
+            "deadline_ts": deadline_ts,
+            "controller_pid": os.getpid(),
+            "revert": [c.render(node) for c in plan.revert],
+            "watchdog_pid": None,
+        }
+        lease = cls(path, record)
+        lease._write()
+        proc = node.spawn(
+            ["sh", "-c", WATCHDOG_SH, "faultlab-watchdog", str(path), str(script), str(int(deadline_ts + 0.999))],
+            scope="host",
+            new_session=True,
+        )
+        lease.record["watchdog_pid"] = proc.pid
+        lease._write()
+        return lease
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.record, f, indent=1)
+        os.replace(tmp, self.path)
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def release(self) -> None:
+        """Stop the watchdog (by the PID recorded, its whole process group) and remove
+        the lease files. Safe to call twice."""
+        pid = self.record.get("watchdog_pid")
+        if pid:
+            _kill_group(pid)
+        self.path.unlink(missing_ok=True)
+        self.script_path.unlink(missing_ok=True)
+
+    def run_revert_script(self, timeout_s: float = 60.0) -> int:
+        """Run the revert script now (what the watchdog would do). Returns its rc."""
+        if not self.script_path.exists():
+            return 0
+        return subprocess.run(["sh", str(self.script_path)], timeout=timeout_s).returncode
+
+    def watchdog_alive(self) -> bool:
+        pid = self.record.get("watchdog_pid")
+        return bool(pid) and _is_our_watchdog(pid, self.path)
+
+    def controller_alive(self) -> bool:
+        pid = self.record.get("controller_pid")
+        if not pid:
+            return False
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+
+
+def load_leases(node: Node) -> list[Lease]:
+    """Every lease record on ``node``'s lease host, oldest first."""
+    d = node.lease_dir()
+    out = []
+    if not d.exists():
+        return out
+    for p in sorted(d.glob("*.json")):
+        try:
+            out.append(Lease(p, json.loads(p.read_text())))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return sorted(out, key=lambda le: le.record.get("created_ts", 0))
+
+
+def recover(node: Node, fault_id: str | None = None) -> list[dict]:
+    """Revert every lease left on ``node`` (or only ``fault_id``): run its revert
+    script, stop its watchdog, remove its files. Returns one dict a lease."""
+    done = []
+    for lease in load_leases(node):
+        if fault_id and lease.fault_id != fault_id:
+            continue
+        rc = lease.run_revert_script()
+        lease.release()
+        done.append({"fault_id": lease.fault_id, "fault_type": lease.record.get("fault_type"), "node": lease.record.get("node"), "revert_rc": rc})
+    return done
+
+
+def _is_our_watchdog(pid: int, record_path: Path) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(record_path).encode() in cmdline
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        pgid = os.getpgid(pid)
+    except ProcessLookupError:
+        return
+    if pgid != pid:  # not a session leader we started: kill only that PID
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        return
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,112 @@
+"""``process-pause``: a SIGSTOP/SIGCONT duty cycle on a target process.
+
+Intermittent stalls of one rank, as JIT-compile stalls or page-cache thrashing show
+them. A detached ``sh`` loop on the node (``kill``, ``sleep``, ``date``: sh and
+coreutils only) stops the target for ``pause_s`` seconds out of every ``period_s``,
+until its own deadline; it always ends with SIGCONT (on its deadline, on SIGTERM or
+SIGINT). The revert stops the loop by the PID it wrote in its pidfile and sends
+SIGCONT to the target, so even a loop killed with SIGKILL leaves no stopped process.
+
+Severity: the paused fraction ``pause_s / period_s``. No root needed for one's own
+processes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from faultlab.errors import BadInput, Refused
+from faultlab.nodes import Node
+from faultlab.injectors.base import Cmd, Injector, Plan
+
+# $1 pidfile, $2 target pid, $3 pause s, $4 run s, $5 deadline (unix s)
+LOOP_SH = r"""
+echo $$ > "$1"
+trap 'kill -CONT "$2" 2>/dev/null; rm -f "$1"; exit 0' TERM INT HUP
+while [ "$(date +%s)" -lt "$5" ]; do
+  kill -STOP "$2" 2>/dev/null || break
+  sleep "$3"
+  kill -CONT "$2" 2>/dev/null
+  sleep "$4"
+done
+kill -CONT "$2" 2>/dev/null
+rm -f "$1"
+"""
+START_SH = 'nohup sh -c "$1" faultlab-pause "$2" "$3" "$4" "$5" "$6" </dev/null >/dev/null 2>&1 &'
+STOP_SH = '[ -f "$1" ] && kill "$(cat "$1")" 2>/dev/null; rm -f "$1"; exit 0'
+
+
+class ProcessPause(Injector):
+    """Stop ``pid`` for ``pause_s`` out of every ``period_s`` seconds until the fault's
+    deadline (``duration_s`` from inject). Raises BadInput for a missing PID or
+    pause_s >= period_s; Refused when a faultlab pause already targets the PID."""
+
+    type = "process-pause"
+
+    def __init__(self, node: Node, pid: int, pause_s: float, period_s: float, duration_s: float, *, fault_id: str | None = None, label: str | None = None):
+        super().__init__(node, fault_id)
+        if not (0 < pause_s < period_s):
+            raise BadInput(f"pause {pause_s}s in a {period_s}s period", field="--pause", fix="give a pause shorter than --period, e.g. --pause 200ms --period 1s")
+        self.pid, self.pause_s, self.period_s, self.duration_s = int(pid), float(pause_s), float(period_s), float(duration_s)
+        self.label = label
+
+    @property
+    def target(self) -> str:
+        return self.label or f"pid:{self.pid}"
+
+    @property
+    def params(self) -> dict:
+        return {"pid": self.pid, "pause_s": self.pause_s, "period_s": self.period_s}
+
+    @property
+    def severity(self) -> float:
+        return self.pause_s / self.period_s
+
+    def _pidfile(self) -> str:
+        return str(self.node.lease_dir() / f"{self.fault_id}.pause.pid")
+
+    def probe(self) -> dict:
+        if not self.node.exists(f"/proc/{self.pid}"):
+            raise BadInput(f"no process {self.pid} on node {self.node.name}", field="--target", fix="give the PID of a running process")
+        for f in self.node.lease_dir().glob("*.pause.pid") if self.node.lease_dir().exists() else []:
+            # a loop of another fault stopping the same process
+            lease = f.with_name(f.name.replace(".pause.pid", ".json"))
+            if lease.exists() and f'"pid": {self.pid}' in lease.read_text():
+                raise Refused(f"process {self.pid} already has a faultlab pause ({lease.stem})", field="--target", fix="revert it first")
+        return {"pidfile": self._pidfile(), "deadline_ts": int(time.time() + self.duration_s)}
+
+    def plan(self, facts: dict) -> Plan:
+        pidfile = facts["pidfile"]
+        run_s = self.period_s - self.pause_s
+        inject = [Cmd(("sh", "-c", START_SH, "sh", LOOP_SH, pidfile, str(self.pid), f"{self.pause_s:g}", f"{run_s:g}", str(facts["deadline_ts"])), "host", "duty-cycle loop")]
+        revert = [
+            Cmd(("sh", "-c", STOP_SH, "sh", pidfile), "host", "stop the loop"),
+            Cmd(("kill", "-CONT", str(self.pid)), "host", "never leave it stopped"),
+        ]
+        return Plan(self.fault_id, self.type, self.node.name, self.target, inject, revert, ["target is seen in state T (stopped) within a period"])
+
+    def _state(self) -> str | None:
+        try:
+            stat = self.node.read_file(f"/proc/{self.pid}/stat")
+        except OSError:
+            return None
+        return stat.rpartition(")")[2].split()[0]
+
+    def verify(self, facts: dict) -> dict:
+        deadline = time.time() + 2 * self.period_s + 1
+        seen = []
+        while time.time() < deadline:
+            st = self._state()
+            seen.append(st)
+            if st == "T":
+                break
+            time.sleep(min(0.01, self.pause_s / 4))
+        return {"stopped_seen": "T" in seen, "samples": len(seen), "ok": "T" in seen}
+
+    def reverted(self, facts: dict) -> list[str]:
+        left = []
+        if self.node.exists(facts["pidfile"]):
+            left.append(f"pause loop pidfile {facts['pidfile']}")
+        if self._state() == "T":
+            left.append(f"process {self.pid} stopped")
+        return left
