@@ -22,18 +22,23 @@ from faultlab.injectors.base import Cmd, Injector, Plan
 # $1 pidfile, $2 target pid, $3 pause s, $4 run s, $5 deadline (unix s)
 LOOP_SH = r"""
 echo $$ > "$1"
-trap 'kill -CONT "$2" 2>/dev/null; rm -f "$1"; exit 0' TERM INT HUP
+sp=""
+trap '[ -n "$sp" ] && kill "$sp" 2>/dev/null; kill -CONT "$2" 2>/dev/null; rm -f "$1"; exit 0' TERM INT HUP
 while [ "$(date +%s)" -lt "$5" ]; do
   kill -STOP "$2" 2>/dev/null || break
-  sleep "$3"
+  sleep "$3" & sp=$!; wait "$sp"
   kill -CONT "$2" 2>/dev/null
-  sleep "$4"
+  sleep "$4" & sp=$!; wait "$sp"
 done
 kill -CONT "$2" 2>/dev/null
 rm -f "$1"
 """
 START_SH = 'nohup sh -c "$1" faultlab-pause "$2" "$3" "$4" "$5" "$6" </dev/null >/dev/null 2>&1 &'
-STOP_SH = '[ -f "$1" ] && kill "$(cat "$1")" 2>/dev/null; rm -f "$1"; exit 0'
+# stop the loop by the PID in its pidfile and wait (<= 2 s) until it is gone
+STOP_SH = (
+    '[ -f "$1" ] || exit 0; p=$(cat "$1"); kill "$p" 2>/dev/null; i=0; '
+    'while kill -0 "$p" 2>/dev/null && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; rm -f "$1"; exit 0'
+)
 
 
 class ProcessPause(Injector):

@@ -1,0 +1,111 @@
+"""Shared fixtures. Every test leaves the machine as it found it: the session checks
+that no faultlab namespace, link, qdisc, cgroup, lease or process is left behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="needs root (namespaces, qdiscs, cgroups)")
+
+
+def residue() -> dict[str, set]:
+    """What faultlab-made objects exist on this machine right now."""
+    out: dict[str, set] = {}
+    cp = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    out["netns"] = {l.split()[0] for l in cp.stdout.splitlines() if l.startswith("fl")}
+    out["links"] = {p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith("fl")}
+    cp = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True)
+    out["qdiscs"] = {l for l in cp.stdout.splitlines() if "faf0:" in l or "ingress" in l}
+    out["cgroups"] = {str(p) for p in Path("/sys/fs/cgroup").glob("*/faultlab-*")} | {str(p) for p in Path("/sys/fs/cgroup").glob("faultlab-*")}
+    lease_dir = Path(os.environ["FAULTLAB_LEASE_DIR"])
+    out["leases"] = {p.name for p in lease_dir.glob("*")} if lease_dir.exists() else set()
+    me = os.getpid()
+    procs = set()
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == me:
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(k in cmd for k in ("faultlab-watchdog", "faultlab-pause", "faultlab.benchmarks", "faultlab.probe")):
+            try:  # only processes of this test session (other sessions may run beside it)
+                mine = f"FAULTLAB_LEASE_DIR={lease_dir}".encode() in (p / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if mine:
+                procs.add(f"{p.name} {cmd[:80]}")
+    out["processes"] = procs
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_state(tmp_path_factory):
+    """Leases and testbed state of this session live in a temporary folder, so tests
+    never see or touch the faults of a real user on the same machine."""
+    d = tmp_path_factory.mktemp("faultlab-state")
+    os.environ["FAULTLAB_LEASE_DIR"] = str(d / "leases")
+    os.environ["FAULTLAB_STATE_DIR"] = str(d)
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_residue_after_session(_isolated_state):
+    before = residue()
+    yield
+    after = residue()
+    left = {k: after[k] - before[k] for k in after if after[k] - before[k]}
+    assert not left, f"the test session left faultlab state behind: {left}"
+
+
+@pytest.fixture
+def no_residue():
+    """Assert that the test itself left nothing behind (compared with its start)."""
+    before = residue()
+    yield
+    after = residue()
+    left = {k: after[k] - before[k] for k in after if after[k] - before[k]}
+    assert not left, f"left behind: {left}"
+
+
+@pytest.fixture
+def testbed2():
+    """Two netns nodes on a faultlab bridge, torn down afterwards."""
+    if not ROOT:
+        pytest.skip("needs root")
+    from faultlab.testbed import NetnsTestbed
+
+    tb = NetnsTestbed(2).up()
+    try:
+        yield tb
+    finally:
+        assert tb.down() == []
+
+
+@pytest.fixture
+def busy_loop():
+    """A CPU-bound child process (pure-Python busy loop); killed by its PID after."""
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield p
+    finally:
+        p.kill()
+        p.wait()
+
+
+def cpu_rate(pid: int, seconds: float = 1.5) -> float:
+    """CPU-seconds per second the process used over ``seconds`` (user+system)."""
+    import time
+
+    import psutil
+
+    p = psutil.Process(pid)
+    c0 = sum(p.cpu_times()[:2])
+    time.sleep(seconds)
+    return (sum(p.cpu_times()[:2]) - c0) / seconds

@@ -1,0 +1,202 @@
+"""Injectors on real parts: qdiscs between namespaces, cgroup quotas on real processes,
+SIGSTOP duty cycles, leases that revert after the controller is SIGKILLed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import cpu_rate, needs_root
+from faultlab.errors import BadInput, Refused
+from faultlab.injectors import CpuContention, NicSlow, ProcessPause, apply
+from faultlab.injectors.lease import load_leases
+from faultlab.nodes import LocalNode
+from faultlab.probe import measure_throughput
+
+
+def _qdiscs(node) -> str:
+    return node.run(["tc", "qdisc", "show"], scope="net").stdout
+
+
+@needs_root
+def test_tbf_cap_measured_between_namespaces(testbed2, no_residue):
+    n0, n1 = testbed2.nodes
+    before = _qdiscs(n0)
+    free = measure_throughput(n1, n0, n0.address, 8 << 20)["bit_per_s"]
+    assert free > 200e6, "uncapped veth should carry far more than the cap"
+    active = apply(NicSlow(n0, 40e6), 30)
+    try:
+        down = measure_throughput(n1, n0, n0.address, 3 << 20)["bit_per_s"]  # n0's ingress
+        up = measure_throughput(n0, n1, n1.address, 3 << 20)["bit_per_s"]  # n0's egress
+        assert 0.7 * 40e6 < down < 1.1 * 40e6
+        assert 0.7 * 40e6 < up < 1.1 * 40e6
+        assert active.evidence["verify"]["ok"]
+        assert load_leases(n0), "a lease record exists while the fault is in force"
+    finally:
+        assert active.revert() == "reverted"
+    assert _qdiscs(n0) == before
+    assert "flifb" not in n0.run(["ip", "link"], scope="net").stdout
+    assert measure_throughput(n1, n0, n0.address, 8 << 20)["bit_per_s"] > 200e6
+    assert not load_leases(n0)
+
+
+@needs_root
+def test_nic_slow_verify_measures_throughput_with_probe_peer(testbed2, no_residue):
+    n0, _ = testbed2.nodes
+    inj = NicSlow(n0, 30e6, probe_peer=LocalNode("host"), probe_peer_addr=testbed2.bridge_address)
+    active = apply(inj, 30)
+    try:
+        v = active.evidence["verify"]
+        assert v["ok"] and v["throughput_under_cap"]
+        assert v["ingress_measured_bit_per_s"] <= 30e6 * 1.15
+        assert v["egress_measured_bit_per_s"] <= 30e6 * 1.15
+    finally:
+        active.revert()
+    row = active.injection_row("r1")
+    assert row["verified"] and row["status"] == "reverted" and row["end_ts"] > row["start_ts"]
+    assert json.loads(row["evidence"])["at_revert"]["egress"]["bytes"] > 0
+
+
+@needs_root
+def test_nic_slow_refuses_foreign_qdisc_and_keeps_it(testbed2, no_residue):
+    n0, _ = testbed2.nodes
+    n0.run(["tc", "qdisc", "add", "dev", "fleth0", "root", "handle", "1:", "tbf", "rate", "1gbit", "burst", "64kb", "latency", "10ms"], scope="net", check=True)
+    try:
+        with pytest.raises(Refused, match="did not create"):
+            apply(NicSlow(n0, 10e6), 10)
+        assert "tbf 1: dev fleth0 root" in _qdiscs(n0), "the foreign qdisc is untouched"
+        assert not load_leases(n0)
+    finally:
+        n0.run(["tc", "qdisc", "del", "dev", "fleth0", "root"], scope="net")
+
+
+@needs_root
+def test_nic_slow_twice_on_same_interface_is_refused(testbed2, no_residue):
+    n0, _ = testbed2.nodes
+    a = apply(NicSlow(n0, 10e6), 30)
+    try:
+        with pytest.raises(Refused, match="already has a faultlab rate cap"):
+            apply(NicSlow(n0, 20e6), 30)
+    finally:
+        a.revert()
+
+
+@needs_root
+def test_nic_slow_missing_interface(testbed2):
+    with pytest.raises(BadInput, match="--target: interface 'eth7' does not exist"):
+        NicSlow(testbed2.nodes[0], 10e6, iface="eth7").probe()
+
+
+@needs_root
+def test_quota_slows_busy_loop_and_revert_restores(busy_loop, no_residue):
+    pid = busy_loop.pid
+    before_cg = open(f"/proc/{pid}/cgroup").read()
+    base = cpu_rate(pid)
+    assert base > 0.6
+    active = apply(CpuContention(LocalNode("local"), [pid], 0.3), 30)
+    try:
+        during = cpu_rate(pid)
+        assert active.evidence["verify"]["ok"]
+        assert active.evidence["verify"]["cpu_stat"]["nr_throttled"] > 0
+        assert 0.2 < during < 0.4, during  # 0.3 of one CPU
+    finally:
+        assert active.revert() == "reverted"
+    assert open(f"/proc/{pid}/cgroup").read() == before_cg
+    assert cpu_rate(pid) > 0.6
+    stat = active.evidence["at_revert"]["cpu_stat"]
+    assert stat["nr_throttled"] > 0
+
+
+@needs_root
+def test_quota_revert_after_target_restarted(no_residue):
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    active = apply(CpuContention(LocalNode("local"), [p.pid], 0.5), 30)
+    p.kill()
+    p.wait()
+    assert active.revert() == "reverted"  # the target is gone: nothing to move, cgroup removed
+
+
+def test_process_pause_duty_cycle(busy_loop, no_residue):
+    pid = busy_loop.pid
+    active = apply(ProcessPause(LocalNode("local"), pid, 0.2, 0.4, 30), 30)
+    try:
+        assert active.evidence["verify"]["ok"]
+        during = cpu_rate(pid, 2.0)
+        assert during < 0.8
+    finally:
+        assert active.revert() == "reverted"
+    time.sleep(0.3)
+    assert open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0] != "T"
+
+
+def test_revert_twice_is_noop(busy_loop, no_residue):
+    active = apply(ProcessPause(LocalNode("local"), busy_loop.pid, 0.1, 0.3, 30), 30)
+    assert active.revert() == "reverted"
+    assert active.revert() == "reverted"
+
+
+def test_lease_watchdog_reverts_after_controller_sigkill(busy_loop, no_residue):
+    """The controller applies a pause for 2 s with no grace and is SIGKILLed at once:
+    the detached watchdog must still end the fault (SIGCONT) and remove the lease."""
+    code = (
+        "import sys, time\n"
+        "from faultlab.injectors import ProcessPause, apply\n"
+        "from faultlab.nodes import LocalNode\n"
+        f"a = apply(ProcessPause(LocalNode('local'), {busy_loop.pid}, 0.5, 0.6, 2.0), 2.0, grace_s=0.0)\n"
+        "print(a.fault_id, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    ctl = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    fault_id = ctl.stdout.readline().strip()
+    assert fault_id.startswith("process-")
+    os.kill(ctl.pid, signal.SIGKILL)
+    ctl.wait()
+    leases = load_leases(LocalNode("local"))
+    assert [le.fault_id for le in leases] == [fault_id]
+    deadline = time.time() + 15
+    while time.time() < deadline and load_leases(LocalNode("local")):
+        time.sleep(0.2)
+    assert not load_leases(LocalNode("local")), "the watchdog removed the lease at the deadline"
+    time.sleep(0.7)
+    assert open(f"/proc/{busy_loop.pid}/stat").read().rpartition(")")[2].split()[0] != "T"
+    assert cpu_rate(busy_loop.pid, 1.0) > 0.6
+
+
+@needs_root
+def test_lease_watchdog_reverts_qdisc_after_sigkill(testbed2, no_residue):
+    n0, _ = testbed2.nodes
+    code = (
+        "import time\n"
+        "from faultlab.injectors import NicSlow, apply\n"
+        "from faultlab.nodes import NetnsNode\n"
+        f"n = NetnsNode(name='n0', netns={n0.netns!r}, iface='fleth0')\n"
+        "a = apply(NicSlow(n, 10e6), 1.0, grace_s=0.0)\n"
+        "print(a.fault_id, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    ctl = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert ctl.stdout.readline().startswith("nic-")
+    assert "faf0:" in _qdiscs(n0)
+    ctl.kill()
+    ctl.wait()
+    deadline = time.time() + 15
+    while time.time() < deadline and "faf0:" in _qdiscs(n0):
+        time.sleep(0.2)
+    assert "faf0:" not in _qdiscs(n0) and "ingress" not in _qdiscs(n0)
+    assert "flifb" not in n0.run(["ip", "link"], scope="net").stdout
+    while time.time() < deadline and load_leases(n0):
+        time.sleep(0.2)
+    assert not load_leases(n0)
+
+
+def test_failed_inject_leaves_nothing(no_residue):
+    """An inject step that fails half-way is reverted before the error propagates."""
+    with pytest.raises(BadInput, match="no process"):
+        apply(CpuContention(LocalNode("local"), [2**22 + 17], 0.5), 10)
+    assert not load_leases(LocalNode("local"))
