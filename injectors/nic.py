@@ -87,7 +87,7 @@ class NicSlow(Injector):
     def probe(self) -> dict:
         links = self._links()
         if not self.iface:
-            cands = [n for n in links if n != "lo"]
+            cands = [n for n in links if n != "lo" and not n.startswith("flifb")]
             if len(cands) != 1:
                 raise BadInput(
                     f"node {self.node.name} has interfaces {', '.join(cands) or 'none'}",

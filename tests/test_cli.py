@@ -1,0 +1,120 @@
+"""The CLI as a user drives it: bad input gets one line naming the field, exit 2, and
+nothing applied; dry-run prints the exact commands; inject/status/revert round trip."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import needs_root, residue
+
+FL = [sys.executable, "-m", "faultlab.cli"]
+
+
+def fl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*FL, *args], capture_output=True, text=True, timeout=timeout)
+
+
+BAD = [
+    # (argv, field named in the error)
+    (["inject", "--type", "nic-slo", "--rate", "50mbit"], "--type"),
+    (["inject", "--type", "gpu-clock-cap"], "--type"),
+    (["inject", "--type", "nic-slow", "--rate", "100 mbps", "--target", "lo"], "--rate"),
+    (["inject", "--type", "nic-slow", "--rate", "100", "--target", "lo"], "--rate"),
+    (["inject", "--type", "nic-slow", "--rate", "50mbit/s", "--target", "lo"], "--rate"),
+    (["inject", "--type", "nic-slow", "--rate", "-5mbit", "--target", "lo"], "--rate"),
+    (["inject", "--type", "nic-slow", "--rate", "fast", "--target", "lo"], "--rate"),
+    (["inject", "--type", "nic-slow", "--rate", "1bit", "--target", "lo"], "--rate"),
+    (["inject", "--type", "nic-slow", "--target", "lo"], "--rate"),
+    (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "nosuchif0"], "--target"),
+    (["inject", "--type", "nic-slow", "--rate", "50mbit", "--cpu-fraction", "0.3", "--target", "lo"], "--cpu-fraction"),
+    (["inject", "--type", "nic-slow", "--rate", "50mbit", "--node", "netns:fl-no-such-ns"], "--node"),
+    (["inject", "--type", "nic-slow", "--rate", "50mbit", "--node", "ssh:"], "--node"),
+    (["inject", "--type", "nic-slow", "--rate", "50mbit", "--node", ""], "--node"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "1.5", "--target", "1"], "--cpu-fraction"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "0", "--target", "1"], "--cpu-fraction"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "-0.2", "--target", "1"], "--cpu-fraction"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "30%", "--target", "1"], "--cpu-fraction"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "0.3"], "--target"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "0.3", "--target", "abc"], "--target"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "0.3", "--target", "4194303"], "--target"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "0.3", "--target", "-5"], "--target"),
+    (["inject", "--type", "cpu-contention", "--rate", "50mbit", "--cpu-fraction", "0.3", "--target", "1"], "--rate"),
+    (["inject", "--type", "process-pause", "--pause", "200ms", "--target", "1"], "--period"),
+    (["inject", "--type", "process-pause", "--pause", "2s", "--period", "1s", "--target", "1"], "--pause"),
+    (["inject", "--type", "process-pause", "--pause", "200", "--period", "1s", "--target", "1"], "--pause"),
+    (["inject", "--type", "process-pause", "--pause", "200ms", "--period", "1s", "--target", "1,2"], "--target"),
+    (["inject", "--type", "process-pause", "--pause", "200ms", "--period", "1s", "--target", "4194303"], "--target"),
+    (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "lo", "--duration", "30"], "--duration"),
+    (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "lo", "--duration", "-30s"], "--duration"),
+    (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "lo", "--duration", "0s"], "--duration"),
+    (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "lo", "--duration", "30 parsecs"], "--duration"),
+    (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "lo", "--duration", "30x"], "--duration"),
+    (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "lo", "--grace", "soon"], "--grace"),
+    (["revert"], "FAULT_ID"),
+]
+
+
+@pytest.mark.parametrize("argv,field", BAD, ids=[" ".join(a[2:5]) + f" [{f}]" for a, f in BAD])
+def test_bad_input_one_line_names_field_exit_2_nothing_applied(argv, field):
+    before = residue()
+    cp = fl(*argv)
+    assert cp.returncode == 2, (cp.returncode, cp.stdout, cp.stderr)
+    lines = [l for l in cp.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, cp.stderr
+    assert lines[0].startswith("faultlab: error: ") and field in lines[0], lines[0]
+    assert residue() == before
+
+
+def test_dry_run_prints_exact_commands_and_applies_nothing():
+    before = residue()
+    cp = fl("inject", "--type", "nic-slow", "--node", "local", "--target", "lo", "--rate", "50mbit", "--dry-run", "--json")
+    assert cp.returncode == 0, cp.stderr
+    plan = json.loads(cp.stdout)
+    assert plan["inject"][0] == "tc qdisc add dev lo root handle faf0: tbf rate 50000000bit burst 31250 latency 100ms"
+    assert any("mirred egress redirect dev flifb" in c for c in plan["inject"])
+    assert plan["revert"][-1] == "tc qdisc del dev lo root handle faf0:"
+    assert residue() == before
+
+
+@needs_root
+def test_inject_status_revert_round_trip_on_netns(testbed2):
+    ns = testbed2.nodes[0].netns
+    cp = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "20mbit", "--duration", "60s", "--detach", "--json")
+    assert cp.returncode == 0, cp.stderr
+    info = json.loads(cp.stdout)
+    fid = info["fault_id"]
+    assert info["verify"]["ok"]
+    st = json.loads(fl("status", "--json").stdout)
+    assert [r["fault_id"] for r in st] == [fid] and st[0]["watchdog_alive"]
+    # a second cap on the same interface is refused, exit 3, and the first stays
+    cp2 = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "10mbit", "--duration", "10s")
+    assert cp2.returncode == 3 and "already has a faultlab rate cap" in cp2.stderr
+    rv = fl("revert", fid, "--json")
+    assert rv.returncode == 0 and json.loads(rv.stdout)[0]["fault_id"] == fid
+    q = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "fleth0"], capture_output=True, text=True).stdout
+    assert "faf0" not in q and "ingress" not in q
+    # reverting again is a no-op success
+    again = fl("revert", fid)
+    assert again.returncode == 0 and "nothing to revert" in again.stdout
+    assert json.loads(fl("status", "--json").stdout) == []
+
+
+def test_foreground_inject_reverts_on_sigterm(busy_loop):
+    p = subprocess.Popen([*FL, "inject", "--type", "process-pause", "--target", str(busy_loop.pid), "--pause", "100ms", "--period", "300ms", "--duration", "60s", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 20
+    while time.time() < deadline and not json.loads(fl("status", "--json").stdout):
+        time.sleep(0.2)
+    assert json.loads(fl("status", "--json").stdout), "fault in force"
+    p.terminate()
+    out, err = p.communicate(timeout=20)
+    assert json.loads(out)["status"] == "reverted", err
+    assert json.loads(fl("status", "--json").stdout) == []
+    time.sleep(0.4)
+    assert open(f"/proc/{busy_loop.pid}/stat").read().rpartition(")")[2].split()[0] != "T"
