@@ -1,0 +1,223 @@
+"""faultlab.labeler: where and when was a training job really slowed, and by what?
+
+Pipeline (per run), after SlowSight's two views and the OSDI'25 what-if analysis:
+
+1. :mod:`~faultlab.labeler.temporal`: each series against its own trailing robust
+   baseline (the job step time; each rank's compute_s);
+2. :mod:`~faultlab.labeler.peer`: each rank's compute_s against its peer group's
+   median at the same step;
+3. :mod:`~faultlab.labeler.whatif`: job time with the stragglers removed;
+4. :mod:`~faultlab.labeler.fusion`: flags -> intervals -> rank / job labels;
+5. :mod:`~faultlab.labeler.reconcile`: labels x injections -> source, fault_id, cause.
+
+Public API: :class:`LabelerConfig`, :func:`label`, :func:`label_run`,
+:func:`faultlab.labeler.whatif.whatif`, :func:`faultlab.labeler.reconcile.reconcile`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from faultlab.errors import BadInput
+
+
+@dataclass(frozen=True)
+class LabelerConfig:
+    """Defaults of the labeler. Units: ``*_steps`` count training steps; thresholds are
+    ratios (value / baseline); ``mad_k`` is a multiple of the robust sigma
+    (1.4826 x MAD).
+
+    Attributes:
+        temporal_window_steps: trailing window of the temporal baseline (steps). 50.
+        temporal_min_valid_steps: fewest unflagged steps in the window to refresh the
+            baseline; with fewer (deep in a long fault) it is held. Also the warm-up
+            length, which uses the median of the first window. 10.
+        temporal_block_steps: the temporal baseline is refreshed every this many steps
+            (a speed knob: flags are still per step). 5.
+        temporal_threshold: temporal flag when value / baseline exceeds it. 1.3.
+        peer_threshold: peer flag when compute_s / peer median exceeds it. 1.3.
+        peer_min_ranks: fewest ranks with data in the peer group for a peer flag. 2.
+        mad_k: a flag also needs value - baseline > mad_k x sigma (noise floor). 4.0.
+        gap_steps: flagged runs separated by at most this many unflagged steps merge. 2.
+        min_steps: shortest interval kept (first..last step inclusive). 3.
+        match_slack_steps: reconciliation time slack, in median job step times. 3.0.
+        job_wide_fault_types: fault types whose effect is job-wide (they match the
+            ``job`` label, not a rank). ("nic-slow",).
+    """
+
+    temporal_window_steps: int = 50
+    temporal_min_valid_steps: int = 10
+    temporal_block_steps: int = 5
+    temporal_threshold: float = 1.3
+    peer_threshold: float = 1.3
+    peer_min_ranks: int = 2
+    mad_k: float = 4.0
+    gap_steps: int = 2
+    min_steps: int = 3
+    match_slack_steps: float = 3.0
+    job_wide_fault_types: tuple[str, ...] = ("nic-slow",)
+
+    def __post_init__(self) -> None:
+        for name in ("temporal_window_steps", "temporal_min_valid_steps", "temporal_block_steps",
+                     "peer_min_ranks", "min_steps"):
+            if int(getattr(self, name)) < 1:
+                raise BadInput(f"must be >= 1, got {getattr(self, name)!r}", field=name)
+        for name in ("gap_steps", "mad_k", "match_slack_steps"):
+            if float(getattr(self, name)) < 0:
+                raise BadInput(f"must be >= 0, got {getattr(self, name)!r}", field=name)
+        for name in ("temporal_threshold", "peer_threshold"):
+            if not float(getattr(self, name)) > 1.0:
+                raise BadInput(f"must be > 1.0 (a ratio), got {getattr(self, name)!r}", field=name)
+        object.__setattr__(self, "job_wide_fault_types", tuple(self.job_wide_fault_types))
+
+    def to_dict(self) -> dict:
+        """The config as a JSON-able dict."""
+        d = asdict(self)
+        d["job_wide_fault_types"] = list(self.job_wide_fault_types)
+        return d
+
+
+# submodules import LabelerConfig lazily; import them after it is defined
+# (the submodules ``whatif`` and ``reconcile`` keep their module names here: call
+# ``faultlab.labeler.whatif.whatif(steps)`` and ``faultlab.labeler.reconcile.reconcile``)
+from faultlab.labeler import fusion, peer, reconcile, temporal, whatif  # noqa: E402
+from faultlab.labeler.fusion import Analysis, analyze, fuse  # noqa: E402
+from faultlab.labeler.temporal import StepGrid, check_steps  # noqa: E402
+
+
+def _config(config) -> LabelerConfig:
+    if config is None:
+        return LabelerConfig()
+    if isinstance(config, LabelerConfig):
+        return config
+    if isinstance(config, dict):
+        unknown = sorted(set(config) - set(LabelerConfig.__dataclass_fields__))
+        if unknown:
+            raise BadInput(f"unknown field(s) {', '.join(unknown)}", field="config",
+                           fix="see faultlab.labeler.LabelerConfig")
+        return LabelerConfig(**config)
+    raise BadInput(f"expected LabelerConfig or dict, got {type(config).__name__}", field="config")
+
+
+def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config: LabelerConfig | dict | None = None) -> pd.DataFrame:
+    """Label the slow intervals of one or more runs and reconcile them with injections.
+
+    Method: SlowSight-style temporal view + peer view, fused into intervals, with the
+    OSDI'25 what-if step time telling a job-wide slowdown from one a straggler
+    explains (see :mod:`faultlab.labeler.fusion`), then reconciled with the ground
+    truth (see :mod:`faultlab.labeler.reconcile`).
+
+    Args:
+        steps: the ``steps`` table (faultlab.schema.STEPS: run_id, rank, node,
+            peer_group, step, t_start [unix s], compute_s, comm_s, step_s [s]); one row
+            per rank per step. Several run_ids are labeled run by run.
+        injections: the ``injections`` table (faultlab.schema.INJECTIONS), may be None
+            or empty. Rows are matched to their run by ``run_id``; a row without a
+            run_id applies to every run given.
+        config: :class:`LabelerConfig` or a dict of its fields (defaults when None).
+
+    Returns:
+        labels frame with the faultlab.schema.LABELS columns (``run_id`` filled;
+        ``start_step``/``end_step`` nullable Int64), sorted by run_id, start_ts,
+        component. Deterministic: the same input gives the same frame.
+
+    Raises:
+        BadInput for a missing column or a bad config value.
+    """
+    cfg = _config(config)
+    check_steps(steps)
+    inj = injections
+    parts = []
+    run_ids = sorted({str(r) for r in pd.unique(steps["run_id"]) if not pd.isna(r)})
+    if not run_ids:
+        run_ids = [""]
+    single = len(run_ids) == 1
+    for rid in run_ids:
+        s = steps if single else steps[steps["run_id"].map(str) == rid]
+        an = analyze(StepGrid.from_steps(s), cfg) if len(s) else None
+        labels = fuse(an) if an is not None else fusion._empty_labels()
+        run_inj = inj
+        if inj is not None and len(inj) and rid and "run_id" in inj.columns:
+            # an injection of another run is not this run's cause; one without a run_id
+            # applies to every run given
+            irid = inj["run_id"]
+            run_inj = inj[irid.isna() | (irid.map(str) == rid) | (irid.map(str) == "")]
+        out = reconcile.reconcile(labels, run_inj, analysis=an, config=cfg)
+        if len(out) and rid:
+            out["run_id"] = rid
+        parts.append(out)
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return fusion._empty_labels()
+    res = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    return fusion._typed(res.reset_index(drop=True))
+
+
+def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None = None) -> pd.DataFrame:
+    """Label one run directory: read ``steps`` and ``injections`` through
+    :class:`faultlab.rundir.RunDir`, write ``labels.parquet`` and ``whatif.json``
+    (the :func:`~faultlab.labeler.whatif.whatif` dict plus the config used), append a
+    ``labeled`` event to ``events.jsonl``, and return the labels frame.
+
+    Raises:
+        BadInput when the steps table misses a column or a config value is bad;
+        OSError when the run directory cannot be written.
+    """
+    from faultlab.rundir import RunDir
+
+    cfg = _config(config)
+    rd = RunDir(run_dir)
+    steps = rd.read_table("steps")
+    injections = rd.read_table("injections")
+    if len(steps) and "run_id" in steps.columns:
+        steps = steps.copy()
+        steps["run_id"] = steps["run_id"].fillna(rd.run_id)
+    labels = label(steps, injections, config=cfg)
+    if len(labels):
+        labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", rd.run_id)
+    rd.write_table("labels", labels)
+    if len(steps) and steps["run_id"].nunique() <= 1:
+        wi = whatif.whatif_grid(StepGrid.from_steps(steps))
+    else:
+        wi = {"method": "osdi25-whatif-dp", "run_id": rd.run_id, "slowdown": float("nan"), "per_rank": {},
+              "actual_s": 0.0, "simulated_s": 0.0, "n_steps": 0}
+    wi["labeler_config"] = cfg.to_dict()
+    path = Path(rd.path) / "whatif.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_json_safe(wi), indent=2, sort_keys=True))
+    os.replace(tmp, path)
+    rd.event("labeled", n_labels=int(len(labels)), whatif_slowdown=_json_safe(wi["slowdown"]))
+    return labels
+
+
+def _json_safe(x):
+    import math
+
+    if isinstance(x, dict):
+        return {str(k): _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+__all__ = [
+    "Analysis",
+    "LabelerConfig",
+    "StepGrid",
+    "analyze",
+    "fuse",
+    "label",
+    "label_run",
+    "reconcile",
+    "whatif",
+    "fusion",
+    "peer",
+    "temporal",
+]

@@ -1,0 +1,226 @@
+"""Reconcile labels (effect: what was slow) with injections (cause: what was done).
+
+Matching rule. A label matches an injection when
+
+- **time**: the label's ``[start_ts, end_ts]`` overlaps the injection's
+  ``[start_ts - slack, end_ts + slack]`` (unix s; ``slack`` = ``match_slack_steps``
+  x the run's median job step time, for effects that lag the cause; a missing
+  ``end_ts``, e.g. a fault whose revert failed, counts as still in force), and
+- **component**: for a *localized* fault (cpu-contention, process-pause, gc-storm,
+  gpu caps, io-slow, mem-bw, ...) the label names the rank the injection targets
+  (``target`` like ``"rank:1"``); when ``target`` names no rank (PIDs, a device)
+  any rank on the injection's ``node`` matches, and ``job`` too when that node runs
+  every rank of the run. For a *job-wide* fault (``nic-slow``: an interface on a
+  node, which every rank waits on at the collective) the label is the ``job`` label.
+
+A label matching several injections takes the one it overlaps longest (ties: earliest
+start, then fault_id); the others are listed in its evidence (``also_matches``).
+Matched labels get ``source="injected"``, ``fault_id``, ``cause=fault_type``; the
+rest stay ``source="observed"``, ``cause="unknown"``. An injection no label matches
+gets a row with ``source="injected-unmanifested"``, its own times, ``views=""``,
+``confidence=0.0`` and ``slowdown`` = the measured ratio over its interval (1.0 when
+nothing was measured).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+
+from faultlab.labeler.fusion import Analysis, _typed, evidence_json
+
+def _run_id(row: dict, default: str) -> str:
+    rid = row.get("run_id")
+    if rid is None or (isinstance(rid, float) and np.isnan(rid)) or str(rid) == "":
+        return default
+    return str(rid)
+
+
+_RANK_RE = re.compile(r"^\s*rank[:=]\s*(\d+)\s*$", re.IGNORECASE)
+
+
+def target_rank(target) -> int | None:
+    """The rank an injection ``target`` names (``"rank:3"``, ``"rank=3"``), else None."""
+    if target is None or (isinstance(target, float) and np.isnan(target)):
+        return None
+    m = _RANK_RE.match(str(target))
+    return int(m.group(1)) if m else None
+
+
+def candidates(inj: dict, rank_nodes: dict[int, str], job_wide_types) -> tuple[set[str], str, str]:
+    """Components a label may name to match injection ``inj``.
+
+    Args:
+        inj: one injections row as a dict.
+        rank_nodes: rank -> node name, from the steps table.
+        job_wide_types: fault types whose effect is job-wide.
+
+    Returns:
+        ``(components, component, kind)``: the matching set, and the component name and
+        kind an unmanifested row of this injection gets.
+    """
+    ftype = str(inj.get("fault_type"))
+    node = str(inj.get("node"))
+    if ftype in job_wide_types:
+        return {"job"}, "job", "job"
+    r = target_rank(inj.get("target"))
+    if r is not None:
+        return {f"rank:{r}"}, f"rank:{r}", "rank"
+    on_node = {f"rank:{k}" for k, v in rank_nodes.items() if v == node}
+    comps = set(on_node)
+    if on_node and len(on_node) == len(rank_nodes):
+        comps.add("job")
+    return comps, f"node:{node}", "node"
+
+
+def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis: Analysis | None = None,
+              config=None) -> pd.DataFrame:
+    """Attach causes from the injections table to labels (see module docstring).
+
+    Args:
+        labels: labels of ONE run (faultlab.schema.LABELS columns), e.g. from
+            :func:`faultlab.labeler.fusion.fuse`.
+        injections: the injections table of the same run (may be None or empty);
+            needs ``fault_id``, ``fault_type``, ``node``, ``target``, ``start_ts``,
+            ``end_ts`` (unix s).
+        analysis: the run's :class:`~faultlab.labeler.fusion.Analysis`, for the rank
+            -> node map, the time slack and the measured ratio of unmanifested faults
+            (without it: no slack, node-targeted faults match nothing, ratio 1.0).
+        config: :class:`faultlab.labeler.LabelerConfig` (defaults when None).
+
+    Returns:
+        a new labels frame (LABELS columns), sorted by ``start_ts``, component, source.
+
+    Raises:
+        BadInput when ``injections`` lacks a needed column.
+    """
+    if config is None:
+        from faultlab.labeler import LabelerConfig
+
+        config = LabelerConfig()
+    out = _typed(labels.copy())
+    out["source"] = "observed"
+    out["cause"] = "unknown"
+    out["fault_id"] = None
+    if injections is None or len(injections) == 0:
+        return out.reset_index(drop=True)
+    need = ["fault_id", "fault_type", "node", "target", "start_ts", "end_ts"]
+    missing = [c for c in need if c not in injections.columns]
+    if missing:
+        from faultlab.errors import BadInput
+
+        raise BadInput(f"missing column(s) {', '.join(missing)}", field="injections")
+
+    run_id = str(out["run_id"].iloc[0]) if len(out) else ""
+    if analysis is not None:
+        g = analysis.grid
+        run_id = run_id or g.run_id
+        rank_nodes = {int(r): str(n) for r, n in zip(g.ranks, g.nodes)}
+        med_step = float(np.nanmedian(g.job_step)) if g.S and np.isfinite(g.job_step).any() else 0.0
+        slack = config.match_slack_steps * med_step
+    else:
+        rank_nodes = {}
+        slack = 0.0
+    job_wide = set(config.job_wide_fault_types)
+
+    inj = injections.sort_values(["start_ts", "fault_id"], kind="mergesort").reset_index(drop=True)
+    inj_rows = inj.to_dict("records")
+    lab_s = out["start_ts"].to_numpy(dtype=np.float64)
+    lab_e = out["end_ts"].to_numpy(dtype=np.float64)
+    lab_c = out["component"].astype(str).to_numpy()
+
+    # overlap[label, injection] in seconds; -1 where the pair does not match
+    n_l, n_i = len(out), len(inj_rows)
+    overlap = np.full((n_l, n_i), -1.0)
+    cand_info = []
+    for k, row in enumerate(inj_rows):
+        comps, comp, kind = candidates(row, rank_nodes, job_wide)
+        cand_info.append((comps, comp, kind))
+        s = float(row["start_ts"]) if pd.notna(row["start_ts"]) else -np.inf
+        e = float(row["end_ts"]) if pd.notna(row["end_ts"]) else np.inf
+        lo, hi = s - slack, e + slack
+        if n_l:
+            ok = np.isin(lab_c, list(comps)) & (lab_s <= hi) & (lab_e >= lo)
+            ov = np.minimum(lab_e, hi) - np.maximum(lab_s, lo)
+            overlap[:, k] = np.where(ok, np.maximum(ov, 0.0), -1.0)
+
+    matched_inj = np.zeros(n_i, dtype=bool)
+    sources, causes, fids, evs = [], [], [], []
+    for i in range(n_l):
+        hits = np.flatnonzero(overlap[i] >= 0)
+        ev = json.loads(out.at[i, "evidence"]) if isinstance(out.at[i, "evidence"], str) and out.at[i, "evidence"] else {}
+        if hits.size == 0:
+            sources.append("observed")
+            causes.append("unknown")
+            fids.append(None)
+            evs.append(out.at[i, "evidence"])
+            continue
+        matched_inj[hits] = True
+        # longest overlap; ties -> earliest start (the injections are sorted), then fault_id
+        best = hits[np.argmax(overlap[i, hits])]
+        r = inj_rows[best]
+        sources.append("injected")
+        causes.append(str(r["fault_type"]))
+        fids.append(str(r["fault_id"]))
+        others = [str(inj_rows[h]["fault_id"]) for h in hits if h != best]
+        if others:
+            ev["also_matches"] = others
+            evs.append(evidence_json(ev))
+        else:
+            evs.append(out.at[i, "evidence"])
+    out["source"] = sources
+    out["cause"] = causes
+    out["fault_id"] = fids
+    out["evidence"] = evs
+
+    extra = []
+    for k, row in enumerate(inj_rows):
+        if matched_inj[k]:
+            continue
+        comps, comp, kind = cand_info[k]
+        s = float(row["start_ts"]) if pd.notna(row["start_ts"]) else float("nan")
+        e = float(row["end_ts"]) if pd.notna(row["end_ts"]) else float("nan")
+        start_step = end_step = pd.NA
+        measured: dict = {"ratio": 1.0, "n_steps": 0}
+        if analysis is not None and np.isfinite(s):
+            g = analysis.grid
+            rows = g.steps_between(s, e if np.isfinite(e) else np.inf)
+            if rows.size:
+                start_step, end_step = int(g.steps[rows[0]]), int(g.steps[rows[-1]])
+            measured = analysis.measure(comp, rows)
+        ev = {
+            "reason": "no label of a matching component overlaps the injection",
+            "candidates": sorted(comps),
+            "measured_ratio": measured.get("ratio"),
+            "n_steps": measured.get("n_steps"),
+            "job_slowdown": measured.get("job_slowdown"),
+            "peer_ratio": measured.get("peer_ratio"),
+            "mean_ratio": measured.get("mean_ratio"),
+            "n_flagged": measured.get("n_flagged", 0),
+            "slack_s": slack,
+        }
+        extra.append(
+            {
+                "run_id": _run_id(row, run_id),
+                "component": comp,
+                "component_kind": kind,
+                "start_ts": s,
+                "end_ts": e,
+                "start_step": start_step,
+                "end_step": end_step,
+                "slowdown": float(measured.get("ratio", 1.0)),
+                "views": "",
+                "confidence": 0.0,
+                "fault_id": str(row["fault_id"]),
+                "source": "injected-unmanifested",
+                "cause": str(row["fault_type"]),
+                "evidence": evidence_json(ev),
+            }
+        )
+    if extra:
+        out = pd.concat([out, _typed(pd.DataFrame(extra))], ignore_index=True) if len(out) else _typed(pd.DataFrame(extra))
+    out = out.sort_values(["start_ts", "component", "source"], kind="mergesort").reset_index(drop=True)
+    return _typed(out)

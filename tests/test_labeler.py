@@ -1,0 +1,345 @@
+"""Labeler tests on synthetic telemetry from a small synchronous-training simulator."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from faultlab import schema
+from faultlab.errors import BadInput
+from faultlab.labeler import LabelerConfig, label, label_run
+from faultlab.labeler.fusion import intervals
+from faultlab.labeler.whatif import whatif
+from faultlab.rundir import RunDir
+
+T0 = 1_700_000_000.0
+
+
+def simulate(
+    n_ranks: int = 4,
+    n_steps: int = 300,
+    compute: float = 0.03,
+    comm: float = 0.01,
+    noise: float = 0.03,
+    straggler: tuple[int | list[int], int, int, float] | None = None,
+    jobwide: tuple[int, int, float] | None = None,
+    seed: int = 0,
+    run_id: str = "run-1",
+    groups: list[str] | None = None,
+    scale: list[float] | None = None,
+) -> pd.DataFrame:
+    """Synchronous data-parallel steps: every rank waits for the slowest compute.
+
+    ``straggler=(ranks, a, b, factor)`` multiplies those ranks' compute_s over steps
+    ``a <= step < b``; ``jobwide=(a, b, extra_s)`` adds ``extra_s`` to the all-reduce
+    of every rank over steps ``a <= step < b``. step_s = max compute + all-reduce time;
+    comm_s = step_s - own compute (the straggler waits least). ``groups`` gives each
+    rank's peer group (default one DP group), ``scale`` each rank's compute multiplier
+    (e.g. pipeline stages of unequal cost).
+    """
+    rng = np.random.default_rng(seed)
+    c = compute * (1 + noise * rng.standard_normal((n_steps, n_ranks)))
+    if scale is not None:
+        c *= np.asarray(scale)[None, :]
+    core = comm * (1 + noise * rng.standard_normal(n_steps))
+    if straggler:
+        ranks, a, b, f = straggler
+        c[a:b, ranks] *= f
+    if jobwide:
+        a, b, extra = jobwide
+        core[a:b] += extra
+    step = c.max(axis=1) + core
+    t = T0 + np.concatenate([[0.0], np.cumsum(step)[:-1]])
+    S, R = np.meshgrid(np.arange(n_steps), np.arange(n_ranks), indexing="ij")
+    s, r = S.ravel(), R.ravel()
+    return pd.DataFrame(
+        {
+            "run_id": run_id,
+            "rank": r.astype("int32"),
+            "node": [f"n{x // 2}" for x in r],
+            "peer_group": np.asarray(groups)[r] if groups else "dp0",
+            "step": s.astype("int64"),
+            "t_start": t[s],
+            "compute_s": c.ravel(),
+            "comm_s": (step[:, None] - c).ravel(),
+            "step_s": step[s],
+        }
+    )
+
+
+def step_time(steps: pd.DataFrame, step: int) -> float:
+    return float(steps.loc[steps["step"] == step, "t_start"].min())
+
+
+def step_end(steps: pd.DataFrame, step: int) -> float:
+    sel = steps[steps["step"] == step]
+    return float((sel["t_start"] + sel["step_s"]).max())
+
+
+def injection(fault_id, fault_type, node, target, start_ts, end_ts, run_id="run-1") -> dict:
+    return {
+        "run_id": run_id,
+        "fault_id": fault_id,
+        "fault_type": fault_type,
+        "node": node,
+        "target": target,
+        "start_ts": start_ts,
+        "end_ts": end_ts,
+        "params": "{}",
+        "severity": 1.0,
+        "status": "reverted",
+        "verified": True,
+        "evidence": "{}",
+    }
+
+
+@pytest.fixture(scope="module")
+def both():
+    """rank 1 computes 3x over steps 100-149; every all-reduce +40 ms over 200-239."""
+    return simulate(straggler=(1, 100, 150, 3.0), jobwide=(200, 240, 0.04))
+
+
+def test_finds_exactly_the_straggler_and_the_jobwide_slowdown(both):
+    lab = label(both)
+    assert list(lab.columns) == [f.name for f in schema.LABELS]
+    assert len(lab) == 2, lab
+    r, j = lab.iloc[0], lab.iloc[1]
+
+    assert (r.component, r.component_kind, r.views) == ("rank:1", "rank", "temporal+peer")
+    assert abs(r.start_step - 100) <= 2 and abs(r.end_step - 149) <= 2
+    assert 2.5 < r.slowdown < 3.5
+    assert r.start_ts == pytest.approx(step_time(both, int(r.start_step)))
+    assert r.end_ts == pytest.approx(step_end(both, int(r.end_step)))
+    ev = json.loads(r.evidence)
+    assert {"baseline_s", "peer_median_s", "peer_ratio", "n_steps", "job_slowdown"} <= set(ev)
+    assert ev["job_slowdown"] > 2.0  # the whole job waited for rank 1
+    assert ev["peer_median_s"] == pytest.approx(0.03, rel=0.05)
+
+    assert (j.component, j.component_kind, j.views) == ("job", "job", "temporal")
+    assert abs(j.start_step - 200) <= 2 and abs(j.end_step - 239) <= 2
+    # step 0.04 -> 0.08 s
+    assert 1.8 < j.slowdown < 2.2
+    assert json.loads(j.evidence)["job_slowdown"] == pytest.approx(j.slowdown)
+
+    for x in (r, j):
+        assert 0.5 < x.confidence <= 1.0
+        assert (x.run_id, x.source, x.cause) == ("run-1", "observed", "unknown")
+        assert x.fault_id is None
+
+
+def test_onset_within_two_steps_for_several_seeds():
+    for seed in range(5):
+        lab = label(simulate(straggler=(1, 100, 150, 3.0), jobwide=(200, 240, 0.04), seed=seed))
+        assert sorted(lab.component) == ["job", "rank:1"]
+        r = lab[lab.component == "rank:1"].iloc[0]
+        j = lab[lab.component == "job"].iloc[0]
+        assert abs(r.start_step - 100) <= 2 and abs(j.start_step - 200) <= 2
+
+
+def test_clean_runs_give_no_labels():
+    for seed in range(20):
+        assert len(label(simulate(seed=seed, noise=0.05))) == 0
+
+
+def test_reconcile_injected_unmanifested_and_observed(both):
+    inj = pd.DataFrame(
+        [
+            injection("f1", "cpu-contention", "n0", "rank:1", step_time(both, 100), step_time(both, 150)),
+            injection("f2", "process-pause", "n1", "rank:2", step_time(both, 260), step_time(both, 280)),
+        ]
+    )
+    lab = label(both, inj)
+    assert len(lab) == 3
+    by = {(c, s): row for c, s, row in zip(lab.component, lab.source, lab.itertuples())}
+    r = by[("rank:1", "injected")]
+    assert (r.fault_id, r.cause) == ("f1", "cpu-contention")
+    j = by[("job", "observed")]  # nothing injected for the job-wide slowdown
+    assert (j.fault_id, j.cause) == (None, "unknown")
+    u = by[("rank:2", "injected-unmanifested")]
+    assert (u.fault_id, u.cause, u.views, u.component_kind) == ("f2", "process-pause", "", "rank")
+    assert u.slowdown == pytest.approx(1.0, abs=0.1)
+    assert u.confidence == 0.0
+    assert abs(u.start_step - 260) <= 1 and abs(u.end_step - 280) <= 1
+    assert u.start_ts == step_time(both, 260)
+
+
+def test_reconcile_jobwide_fault_matches_job_label(both):
+    inj = pd.DataFrame(
+        [
+            injection("f1", "cpu-contention", "n0", "rank:1", step_time(both, 100), step_time(both, 150)),
+            injection("f2", "nic-slow", "n1", "veth-n1", step_time(both, 200), step_time(both, 240)),
+        ]
+    )
+    lab = label(both, inj)
+    assert len(lab) == 2
+    assert lab.set_index("component")["fault_id"].to_dict() == {"rank:1": "f1", "job": "f2"}
+    assert set(lab.source) == {"injected"}
+    assert lab.set_index("component")["cause"].to_dict() == {"rank:1": "cpu-contention", "job": "nic-slow"}
+
+
+def test_localized_fault_must_match_its_rank(both):
+    # a cpu-contention on rank 3 at the time of rank 1's straggle explains nothing
+    inj = pd.DataFrame([injection("f9", "cpu-contention", "n1", "rank:3", step_time(both, 100), step_time(both, 150))])
+    lab = label(both, inj)
+    assert lab[lab.component == "rank:1"].source.tolist() == ["observed"]
+    u = lab[lab.source == "injected-unmanifested"]
+    assert u.component.tolist() == ["rank:3"] and u.fault_id.tolist() == ["f9"]
+
+
+def test_node_target_matches_ranks_on_the_node(both):
+    # target names PIDs, not a rank: any rank on node n0 (ranks 0, 1) matches
+    inj = pd.DataFrame([injection("f3", "cpu-contention", "n0", "pids:123,456", step_time(both, 100), step_time(both, 150))])
+    lab = label(both, inj)
+    assert lab.set_index("component").loc["rank:1", "fault_id"] == "f3"
+
+
+def test_unmanifested_node_fault_measures_ratio(both):
+    inj = pd.DataFrame([injection("f4", "gpu-clock-cap", "n1", "gpu0", step_time(both, 20), step_time(both, 60))])
+    lab = label(both, inj)
+    u = lab[lab.source == "injected-unmanifested"].iloc[0]
+    assert (u.component, u.component_kind) == ("node:n1", "node")
+    assert u.slowdown == pytest.approx(1.0, abs=0.1)
+
+
+def test_deterministic_and_row_order_independent(both):
+    inj = pd.DataFrame([injection("f1", "cpu-contention", "n0", "rank:1", step_time(both, 100), step_time(both, 150))])
+    a = label(both, inj)
+    b = label(both, inj)
+    c = label(both.sample(frac=1.0, random_state=7), inj)
+    pd.testing.assert_frame_equal(a, b)
+    pd.testing.assert_frame_equal(a, c)
+
+
+def test_fault_present_from_the_start_is_caught_by_the_peer_view():
+    s = simulate(straggler=(2, 0, 300, 2.0))
+    lab = label(s)
+    assert lab.component.tolist() == ["rank:2"]
+    r = lab.iloc[0]
+    assert r.views == "peer"  # no history in which rank 2 was fast
+    assert r.start_step == 0 and r.end_step == 299
+    assert 1.8 < r.slowdown < 2.2  # against the peer median
+    assert json.loads(r.evidence)["baseline_kind"] == "peer"
+
+
+def test_most_peers_slowed_is_a_job_label():
+    # 3 of 4 ranks compute 2x: the peer median is slowed too, the peer view is blind
+    s = simulate(straggler=([0, 1, 2], 100, 150, 2.0))
+    lab = label(s)
+    assert lab.component.tolist() == ["job"]
+    ev = json.loads(lab.iloc[0].evidence)
+    assert ev["ranks_compute_up"] == ["rank:0", "rank:1", "rank:2"]
+    assert abs(lab.iloc[0].start_step - 100) <= 2
+
+
+def test_straggler_during_jobwide_slowdown_gives_both_labels():
+    s = simulate(straggler=(1, 100, 150, 3.0), jobwide=(80, 180, 0.05))
+    lab = label(s)
+    comps = sorted(lab.component)
+    assert comps == ["job", "rank:1"]
+    j = lab[lab.component == "job"].iloc[0]
+    assert abs(j.start_step - 80) <= 2 and abs(j.end_step - 179) <= 2
+
+
+def test_peer_groups_of_unequal_cost():
+    # two pipeline stages, stage b computes 2x: normal, not a straggler
+    kw = dict(groups=["a", "a", "b", "b", "b", "a"], scale=[1, 1, 2, 2, 2, 1], n_ranks=6)
+    assert len(label(simulate(**kw))) == 0
+    lab = label(simulate(straggler=(0, 100, 150, 3.0), **kw))
+    assert lab.component.tolist() == ["rank:0"] and lab.views.tolist() == ["temporal+peer"]
+    w = whatif(simulate(straggler=(0, 100, 150, 3.0), **kw))
+    assert max(w["per_rank"], key=w["per_rank"].get) == "rank:0"
+
+
+def test_bursty_straggler_is_one_interval():
+    # a CFS quota throttles in bursts: the straggler is slow every other step
+    s = simulate()
+    sel = (s["rank"] == 1) & (s["step"] >= 100) & (s["step"] < 150) & (s["step"] % 2 == 0)
+    s.loc[sel, "compute_s"] *= 4
+    s["step_s"] = s.groupby("step")["compute_s"].transform("max") + 0.01
+    s["comm_s"] = s["step_s"] - s["compute_s"]
+    lab = label(s)
+    assert lab.component.tolist() == ["rank:1"]
+    assert abs(lab.iloc[0].start_step - 100) <= 2 and abs(lab.iloc[0].end_step - 148) <= 2
+
+
+def test_short_blip_is_not_labeled():
+    s = simulate(straggler=(1, 100, 102, 3.0))  # 2 steps < min_steps
+    assert len(label(s)) == 0
+
+
+def test_intervals_gap_and_min_length():
+    f = np.zeros(20, dtype=bool)
+    f[[2, 3, 6, 10, 11, 12, 15]] = True
+    # 3 and 6 are 2 unflagged steps apart -> joined; 6 and 10: 3 apart -> split
+    assert intervals(f, gap=2, min_len=3) == [(2, 6), (10, 15)]
+    assert intervals(f, gap=0, min_len=3) == [(10, 12)]
+    assert intervals(np.zeros(5, dtype=bool), 2, 3) == []
+
+
+def test_whatif_hand_computed():
+    # 3 ranks, 2 steps; step 0: compute 1, 1, 3 (rank 2 straggles), step_s 3.5;
+    # step 1: all compute 1, step_s 1.5. actual = 5.0;
+    # stragglers removed: 3.5 - (3 - 1) = 1.5 and 1.5 -> S = 5 / 3.
+    rows = []
+    for step, comp, ss in ((0, [1.0, 1.0, 3.0], 3.5), (1, [1.0, 1.0, 1.0], 1.5)):
+        for r, c in enumerate(comp):
+            rows.append(dict(run_id="w", rank=r, node="n0", peer_group="dp", step=step, t_start=T0 + 10 * step,
+                             compute_s=c, comm_s=ss - c, step_s=ss))
+    w = whatif(pd.DataFrame(rows))
+    assert w["slowdown"] == pytest.approx(5 / 3)
+    assert w["per_rank"]["rank:2"] == pytest.approx(5 / 3)
+    assert w["per_rank"]["rank:0"] == pytest.approx(1.0)
+    assert w["actual_s"] == pytest.approx(5.0) and w["simulated_s"] == pytest.approx(3.0)
+
+
+def test_whatif_attributes_the_straggler(both):
+    w = whatif(both)
+    assert w["slowdown"] > 1.15
+    top = max(w["per_rank"], key=w["per_rank"].get)
+    assert top == "rank:1"
+    assert all(v < 1.01 for k, v in w["per_rank"].items() if k != "rank:1")
+
+
+def test_label_run_writes_labels_and_whatif(tmp_path, both):
+    rd = RunDir.create(tmp_path / "run", run_id="run-1", scenario={"name": "t"})
+    rd.write_table("steps", both)
+    inj = pd.DataFrame([injection("f1", "cpu-contention", "n0", "rank:1", step_time(both, 100), step_time(both, 150))])
+    rd.write_table("injections", inj)
+    lab = label_run(rd.path)
+    back = rd.read_table("labels")
+    assert len(back) == len(lab) == 2
+    assert back.set_index("component").loc["rank:1", "fault_id"] == "f1"
+    assert pd.isna(back.set_index("component").loc["job", "fault_id"])
+    wi = json.loads((rd.path / "whatif.json").read_text())
+    assert wi["slowdown"] > 1.1 and "rank:1" in wi["per_rank"]
+    assert wi["labeler_config"]["temporal_threshold"] == 1.3
+    assert any(e["event"] == "labeled" for e in rd.events())
+
+
+def test_several_runs_are_labeled_separately():
+    a = simulate(straggler=(1, 100, 150, 3.0), run_id="a")
+    b = simulate(straggler=(3, 50, 90, 3.0), run_id="b", seed=1)
+    inj = pd.DataFrame([injection("fb", "cpu-contention", "n1", "rank:3", step_time(b, 50), step_time(b, 90), run_id="b")])
+    lab = label(pd.concat([a, b]), inj)
+    assert lab[["run_id", "component"]].values.tolist() == [["a", "rank:1"], ["b", "rank:3"]]
+    assert lab.fault_id.tolist() == [None, "fb"]
+
+
+def test_empty_inputs_and_bad_input(both):
+    empty = schema.empty("steps")
+    assert len(label(empty)) == 0
+    inj = pd.DataFrame([injection("f1", "cpu-contention", "n0", "rank:1", T0, T0 + 5)])
+    out = label(empty, inj)
+    assert out.source.tolist() == ["injected-unmanifested"] and out.slowdown.tolist() == [1.0]
+    with pytest.raises(BadInput):
+        label(both.drop(columns=["compute_s"]))
+    with pytest.raises(BadInput):
+        LabelerConfig(peer_threshold=0.9)
+    with pytest.raises(BadInput, match="no_such"):
+        label(both, config={"no_such": 1})
+    # a stricter config: the 2x job-wide slowdown is still found, the threshold is kept in evidence
+    lab = label(both, config={"temporal_threshold": 1.5})
+    assert json.loads(lab[lab.component == "job"].iloc[0].evidence)["threshold"] == 1.5
