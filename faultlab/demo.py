@@ -101,7 +101,7 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
         ranks = launch_ranks(
             [(n, i) for i, n in enumerate(nodes)], telemetry_dir=rd.telemetry_dir(), run_id=run_id,
             master_addr=master_addr, master_port=master_port, duration_s=duration_s, log_dir=rd.path / "logs",
-            extra_args=["--hidden", "512", "--batch", "64", "--threads", "1"],
+            extra_args=["--hidden", "512", "--batch", "512", "--threads", "1"],
         )
         rd.event("ranks-started", pids={r.rank: r.pid for r in ranks})
         sampler = HostSampler({r.node.name: [r.pid] for r in ranks}, interval_s=1.0, run_id=run_id).start()
@@ -211,7 +211,7 @@ def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
     if steps.empty:
         raise FaultlabError("no step telemetry was recorded", field="workload", fix=f"see the rank logs in {rd.path / 'logs'}")
     labels = label_run(rd.path)
-    rows = score_table(steps, host, labels, ["peer-median"])
+    rows = score_table(steps, host, labels, ["peer-median"]).to_dict("records")
     (rd.path / "metrics.json").write_text(json.dumps(rows, indent=2, default=_num))
     det = load_detector("peer-median")
     alarms = det.detect(steps, host)

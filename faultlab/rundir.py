@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from faultlab import schema
+from faultlab.errors import BadInput
 
 
 class RunDir:
@@ -42,8 +43,12 @@ class RunDir:
     # -- creation --------------------------------------------------------------------
     @classmethod
     def create(cls, path: str | Path, *, run_id: str, scenario: dict, seed: int | None = None) -> "RunDir":
-        """Make the folder, write scenario.yaml and an incomplete meta.json."""
+        """Make the folder, write scenario.yaml and an incomplete meta.json.
+
+        Raises BadInput (field ``--out``) when ``path`` exists and is not empty."""
         rd = cls(path)
+        if rd.path.exists() and any(rd.path.iterdir()):
+            raise BadInput(f"{rd.path} exists and is not empty", field="--out", fix="give a new folder; a run never writes over another")
         rd.path.mkdir(parents=True, exist_ok=True)
         (rd.path / "telemetry").mkdir(exist_ok=True)
         (rd.path / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))

@@ -1,0 +1,256 @@
+"""Start the ranks of a benchmark job on nodes, wait for them, stop them.
+
+Each rank is ``python -m faultlab.benchmarks.ddp ...`` started with
+``node.spawn(..., scope="net")``; on a netns node that is ``ip netns exec NETNS
+python ...``, which execs the command in place (no fork), so ``popen.pid`` is the
+rank's own PID on every local backend. Only PIDs this module started are ever
+signalled.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from faultlab.nodes import Node
+
+
+@dataclass
+class RankProc:
+    """One started rank: its global ``rank``, the ``node`` it runs on, its ``popen``
+    (whose ``pid`` is the rank's PID) and ``log_path`` (its stdout+stderr)."""
+
+    rank: int
+    node: Node
+    popen: subprocess.Popen
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+
+class RankFailure(RuntimeError):
+    """A rank exited non-zero, or the job ran past its timeout.
+
+    Attributes: ``rank`` (the failing rank, or None on a timeout), ``returncode``
+    (or None), ``log_tail`` (the last lines of the rank's log).
+    """
+
+    def __init__(self, message: str, *, rank: int | None = None, returncode: int | None = None, log_tail: str = ""):
+        super().__init__(message)
+        self.rank = rank
+        self.returncode = returncode
+        self.log_tail = log_tail
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` now (bind to port 0, read it, release it).
+
+    Meant for the rendezvous port of local nodes; another process may take it before
+    rank 0 binds it (rare). Raises OSError when ``host`` is not a local address.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def rank_iface(node: Node, master_addr: str) -> str | None:
+    """The interface gloo should use on ``node`` (passed to the rank as ``--iface``).
+
+    ``node.iface`` when set; else the interface holding ``node.address``; else the
+    interface of the route from the node to ``master_addr`` (``lo`` for loopback).
+    Gloo must be told: inside a namespace the host name resolves to an address the
+    namespace lacks, and gloo then falls back to a loopback its peers cannot reach.
+    Returns None when nothing can be found (gloo picks by itself).
+    """
+    if node.iface:
+        return node.iface
+    try:
+        if node.address:
+            cp = node.run(["ip", "-o", "-4", "addr", "show", "to", node.address], scope="net", timeout=10)
+            for line in cp.stdout.splitlines():
+                parts = line.split()
+                if len(parts) > 1:
+                    return parts[1].split("@")[0]
+        cp = node.run(["ip", "-o", "route", "get", master_addr], scope="net", timeout=10)
+    except Exception:
+        return None
+    parts = cp.stdout.split()
+    if "dev" in parts and parts.index("dev") + 1 < len(parts):
+        return parts[parts.index("dev") + 1]
+    return None
+
+
+def launch_ranks(
+    placements: Sequence[tuple[Node, int]],
+    *,
+    telemetry_dir: str | Path,
+    run_id: str,
+    master_addr: str,
+    master_port: int,
+    duration_s: float | None,
+    extra_args: Iterable[str] = (),
+    log_dir: str | Path,
+    world_size: int | None = None,
+    peer_group: str = "dp",
+    env: dict | None = None,
+) -> list[RankProc]:
+    """Start one ``faultlab.benchmarks.ddp`` rank per ``(node, rank)`` placement.
+
+    ``duration_s``: training time in seconds (None: leave it to ``extra_args``, e.g.
+    ``["--steps", "40"]``; with neither, a rank trains 60 s). ``extra_args`` are
+    appended to every rank's argv (``--hidden``, ``--batch``, ``--threads``, ...).
+    ``world_size`` defaults to ``len(placements)``. Each rank's stdout and stderr go
+    to ``log_dir/rank{R}.log``; telemetry to ``telemetry_dir/steps-rank{R}.jsonl``.
+    ``master_addr``/``master_port``: where rank 0 listens (rank 0 must be placed on
+    the node that holds ``master_addr``). The gloo interface of each rank is found by
+    ``rank_iface``.
+
+    Returns the RankProcs in placement order without waiting. Raises ValueError for
+    duplicate or out-of-range ranks. If starting a rank fails, the ranks already
+    started are killed and the error is re-raised.
+    """
+    placements = list(placements)
+    ranks = [r for _, r in placements]
+    ws = world_size if world_size is not None else len(placements)
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"duplicate ranks in placements: {sorted(ranks)}")
+    bad = [r for r in ranks if not 0 <= r < ws]
+    if bad:
+        raise ValueError(f"ranks {bad} are outside 0..{ws - 1} (world size {ws})")
+    telemetry_dir = Path(telemetry_dir)
+    log_dir = Path(log_dir)
+    telemetry_dir.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    run_env = dict(os.environ if env is None else env)
+    run_env.setdefault("PYTHONUNBUFFERED", "1")
+
+    ifaces: dict[int, str | None] = {}
+    procs: list[RankProc] = []
+    try:
+        for node, rank in placements:
+            key = id(node)
+            if key not in ifaces:
+                ifaces[key] = rank_iface(node, master_addr)
+            argv = [
+                sys.executable, "-m", "faultlab.benchmarks.ddp",
+                "--rank", str(rank),
+                "--world-size", str(ws),
+                "--master-addr", master_addr,
+                "--master-port", str(master_port),
+                "--out", str(telemetry_dir),
+                "--run-id", run_id,
+                "--node", node.name,
+                "--peer-group", peer_group,
+            ]  # fmt: skip
+            if duration_s is not None:
+                argv += ["--duration-s", f"{duration_s:g}"]
+            if ifaces[key]:
+                argv += ["--iface", ifaces[key]]
+            argv += [str(x) for x in extra_args]
+            log_path = log_dir / f"rank{rank}.log"
+            with open(log_path, "ab") as log:
+                popen = node.spawn(argv, scope="net", env=run_env, stdout=log, stderr=subprocess.STDOUT)
+            procs.append(RankProc(rank=rank, node=node, popen=popen, log_path=log_path))
+    except BaseException:
+        stop_ranks(procs, grace_s=0)
+        raise
+    return procs
+
+
+def log_tail(path: str | Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a log file ('' when missing)."""
+    try:
+        data = Path(path).read_bytes()[-16384:]
+    except OSError:
+        return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+
+def stop_ranks(procs: Sequence[RankProc], grace_s: float = 5.0) -> dict[int, int | None]:
+    """Stop the ranks still running: SIGTERM (a rank then stops at the next step with
+    its peers), wait up to ``grace_s`` seconds, then SIGKILL. Signals only the PIDs in
+    ``procs``. Returns rank -> returncode."""
+    live = [p for p in procs if p.popen.poll() is None]
+    for p in live:
+        try:
+            if grace_s > 0:
+                p.popen.send_signal(signal.SIGTERM)
+            else:
+                p.popen.kill()
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    for p in live:
+        try:
+            p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.popen.kill()
+    for p in live:
+        try:
+            p.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    return {p.rank: p.popen.returncode for p in procs}
+
+
+def wait_ranks(procs: Sequence[RankProc], timeout_s: float, *, grace_s: float = 5.0) -> dict[int, int]:
+    """Wait until every rank exits, at most ``timeout_s`` seconds.
+
+    Returns rank -> returncode (all 0). When a rank exits non-zero, or the timeout
+    passes, the remaining ranks are stopped (``stop_ranks``: SIGTERM, then SIGKILL
+    after ``grace_s`` seconds; only the PIDs in ``procs``) and RankFailure (a
+    RuntimeError) is raised, naming the first failing rank and quoting its log tail.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        failed = None
+        running = 0
+        for p in procs:
+            rc = p.popen.poll()
+            if rc is None:
+                running += 1
+            elif rc != 0 and failed is None:
+                failed = p
+        if failed is not None:
+            stop_ranks(procs, grace_s=grace_s)
+            tail = log_tail(failed.log_path)
+            raise RankFailure(
+                f"rank {failed.rank} on node {failed.node.name} (pid {failed.pid}) exited with "
+                f"{_rc_text(failed.popen.returncode)}; last lines of {failed.log_path}:\n{tail}",
+                rank=failed.rank,
+                returncode=failed.popen.returncode,
+                log_tail=tail,
+            )
+        if running == 0:
+            return {p.rank: p.popen.returncode for p in procs}
+        if time.monotonic() >= deadline:
+            still = [p.rank for p in procs if p.popen.poll() is None]
+            stop_ranks(procs, grace_s=grace_s)
+            first = next(p for p in procs if p.rank == still[0])
+            tail = log_tail(first.log_path)
+            raise RankFailure(
+                f"ranks {still} still running after {timeout_s:g}s; stopped them. "
+                f"Last lines of {first.log_path}:\n{tail}",
+                log_tail=tail,
+            )
+        time.sleep(0.05)
+
+
+def _rc_text(rc: int | None) -> str:
+    if rc is None:
+        return "no status"
+    if rc < 0:
+        try:
+            return f"signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"signal {-rc}"
+    return f"status {rc}"

@@ -1,0 +1,228 @@
+"""Host metric sampling for the ``host`` table, in a thread of the controller.
+
+Every ``interval_s`` seconds, for each node, one row per metric (long format, the
+``host`` table of faultlab.schema; the unit is in the metric name):
+
+- ``cpu_util_pct``: host-wide CPU utilisation, 0..100 over all CPUs of this host
+  (``psutil.cpu_percent``). Nodes on one host share it.
+- ``proc_cpu_util_pct``: CPU used by the node's processes (its PIDs and their
+  children), in percent of ONE CPU, so it can exceed 100 (``Process.cpu_percent``).
+- ``proc_rss_bytes``: resident memory of those processes, bytes.
+- ``net_rx_bytes_per_s`` / ``net_tx_bytes_per_s``: bytes/s received/sent on the
+  non-loopback interfaces of the node's network namespace, read from
+  ``/proc/<pid>/net/dev`` of one of its live PIDs (that file shows the namespace of
+  that process: a netns node needs no extra process). For a ``local`` node this is
+  the whole host's traffic outside loopback; ranks that talk over 127.0.0.1 show ~0.
+
+Rates and CPU percentages are over the interval since the previous sample of the
+same node. PIDs that died are skipped; a node with no live PID gets only
+``cpu_util_pct``. No process is started.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pandas as pd
+import psutil
+
+METRICS = ("cpu_util_pct", "proc_cpu_util_pct", "proc_rss_bytes", "net_rx_bytes_per_s", "net_tx_bytes_per_s")
+
+_GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied, ProcessLookupError, FileNotFoundError, PermissionError)
+
+
+def read_net_dev(pid: int | str = "self", *, include_loopback: bool = False) -> tuple[int, int]:
+    """Total (rx_bytes, tx_bytes) over the interfaces of ``pid``'s network namespace,
+    from ``/proc/<pid>/net/dev``; loopback (``lo``) left out unless asked.
+
+    Raises FileNotFoundError / ProcessLookupError when the process is gone.
+    """
+    rx = tx = 0
+    with open(f"/proc/{pid}/net/dev") as f:
+        for line in f.read().splitlines()[2:]:
+            name, _, rest = line.partition(":")
+            name = name.strip()
+            if not rest or (name == "lo" and not include_loopback):
+                continue
+            cols = rest.split()
+            rx += int(cols[0])
+            tx += int(cols[8])
+    return rx, tx
+
+
+class HostSampler:
+    """Samples host metrics of nodes in a background thread.
+
+    ``targets``: node name -> PIDs of that node's processes (ranks). ``interval_s``:
+    seconds between samples (> 0). ``run_id``: when given, the frame ``stop()``
+    returns has a ``run_id`` column (the full ``host`` schema); else it has
+    ``node, ts, metric, value``. Use ``start()``, then ``stop()``; or as a context
+    manager (then read ``frame()``). Raises ValueError for ``interval_s <= 0``.
+    """
+
+    def __init__(self, targets: dict[str, list[int]], interval_s: float = 1.0, *, run_id: str | None = None):
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0 seconds, got {interval_s}")
+        self.interval_s = float(interval_s)
+        self.run_id = run_id
+        self._lock = threading.Lock()
+        self._targets: dict[str, list[int]] = {n: list(p) for n, p in targets.items()}
+        self._procs: dict[int, psutil.Process] = {}  # pid -> Process, kept so cpu_percent has a previous reading
+        self._net_prev: dict[str, tuple[float, int, int]] = {}  # node -> (monotonic s, rx, tx)
+        self._rows: list[tuple[str, float, str, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.errors: list[str] = []  # unexpected sampling errors (first few), for diagnosis
+
+    # -- control ---------------------------------------------------------------------
+    def start(self) -> "HostSampler":
+        """Take baseline readings and start the sampling thread. Returns self.
+
+        Raises RuntimeError when already started.
+        """
+        if self._thread is not None:
+            raise RuntimeError("HostSampler already started")
+        psutil.cpu_percent(interval=None)  # baseline: the next call measures from here
+        for node in list(self._targets):
+            self._sample_node(node, time.time(), None, emit=False)
+        self._thread = threading.Thread(target=self._loop, name="faultlab-hostsampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> pd.DataFrame:
+        """Stop the thread (waits for the current sample) and return all rows as a
+        DataFrame (see the class docstring for its columns). Idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(10.0, 3 * self.interval_s))
+        return self.frame()
+
+    def set_targets(self, node: str, pids: list[int]) -> None:
+        """Replace the PIDs sampled for ``node`` (adds the node when new)."""
+        with self._lock:
+            self._targets[node] = list(pids)
+
+    def frame(self) -> pd.DataFrame:
+        """The rows sampled so far, as a DataFrame (safe while running)."""
+        with self._lock:
+            rows = list(self._rows)
+        df = pd.DataFrame(rows, columns=["node", "ts", "metric", "value"])
+        df["ts"] = df["ts"].astype("float64")
+        df["value"] = df["value"].astype("float64")
+        if self.run_id is not None:
+            df.insert(0, "run_id", self.run_id)
+        return df
+
+    def __enter__(self) -> "HostSampler":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- sampling --------------------------------------------------------------------
+    def _loop(self) -> None:
+        t0 = time.monotonic()
+        k = 1
+        while not self._stop.wait(max(0.0, t0 + k * self.interval_s - time.monotonic())):
+            k = max(k + 1, int((time.monotonic() - t0) / self.interval_s) + 1)  # skip missed ticks
+            try:
+                self.sample_once()
+            except Exception as e:  # never let the thread die silently mid-run
+                if len(self.errors) < 20:
+                    self.errors.append(f"{type(e).__name__}: {e}")
+
+    def sample_once(self) -> None:
+        """Take one sample of every node now (the thread calls this each interval)."""
+        ts = time.time()
+        cpu = psutil.cpu_percent(interval=None)
+        with self._lock:
+            nodes = list(self._targets)
+        for node in nodes:
+            self._sample_node(node, ts, cpu, emit=True)
+        # Forget Process objects of PIDs that are gone, so a reused PID starts fresh.
+        for pid in [q for q, p in self._procs.items() if not _alive(p)]:
+            self._procs.pop(pid, None)
+
+    def _process(self, pid: int) -> psutil.Process | None:
+        p = self._procs.get(pid)
+        if p is None:
+            try:
+                p = psutil.Process(pid)
+                p.cpu_percent(None)  # baseline
+            except _GONE:
+                return None
+            self._procs[pid] = p
+        return p
+
+    def _sample_node(self, node: str, ts: float, host_cpu: float | None, *, emit: bool) -> None:
+        with self._lock:
+            pids = list(self._targets.get(node, ()))
+        rows: list[tuple[str, float, str, float]] = []
+        if host_cpu is not None:
+            rows.append((node, ts, "cpu_util_pct", float(host_cpu)))
+
+        # Processes: the node's PIDs and all their children, each counted once.
+        seen: dict[int, psutil.Process] = {}
+        live_pids = []
+        for pid in pids:
+            p = self._process(pid)
+            if p is None:
+                continue
+            try:
+                if not p.is_running() or p.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                kids = p.children(recursive=True)
+            except _GONE:
+                continue
+            live_pids.append(pid)
+            seen[pid] = p
+            for c in kids:
+                if c.pid not in seen:
+                    cp = self._process(c.pid)
+                    if cp is not None:
+                        seen[c.pid] = cp
+        cpu_sum = 0.0
+        rss_sum = 0
+        counted = 0
+        for pid, p in seen.items():
+            try:
+                with p.oneshot():
+                    c = p.cpu_percent(None)
+                    r = p.memory_info().rss
+            except _GONE:
+                self._procs.pop(pid, None)
+                continue
+            cpu_sum += c
+            rss_sum += r
+            counted += 1
+        if counted:
+            rows.append((node, ts, "proc_cpu_util_pct", cpu_sum))
+            rows.append((node, ts, "proc_rss_bytes", float(rss_sum)))
+
+        # Network of the node's namespace, through any live PID of it.
+        now = time.monotonic()
+        for pid in live_pids:
+            try:
+                rx, tx = read_net_dev(pid)
+            except (OSError, ValueError, IndexError):
+                continue
+            prev = self._net_prev.get(node)
+            self._net_prev[node] = (now, rx, tx)
+            if prev is not None and now > prev[0]:
+                dt = now - prev[0]
+                # Counters only go down when the interface set changed (a veth removed): clamp.
+                rows.append((node, ts, "net_rx_bytes_per_s", max(0, rx - prev[1]) / dt))
+                rows.append((node, ts, "net_tx_bytes_per_s", max(0, tx - prev[2]) / dt))
+            break
+
+        if emit and rows:
+            with self._lock:
+                self._rows.extend(rows)
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except _GONE:
+        return False
