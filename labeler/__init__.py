@@ -45,6 +45,9 @@ class LabelerConfig:
         mad_k: a flag also needs value - baseline > mad_k x sigma (noise floor). 4.0.
         gap_steps: flagged runs separated by at most this many unflagged steps merge. 2.
         min_steps: shortest interval kept (first..last step inclusive). 3.
+        gap_s: flagged runs separated by at most this many seconds also merge. 0.3.
+        min_duration_s: shortest interval kept, in seconds (a fail-slow condition
+            outlasts a scheduler hiccup). 1.0.
         match_slack_steps: reconciliation time slack, in median job step times. 3.0.
         job_wide_fault_types: fault types whose effect is job-wide (they match the
             ``job`` label, not a rank). ("nic-slow",).
@@ -59,6 +62,8 @@ class LabelerConfig:
     mad_k: float = 4.0
     gap_steps: int = 2
     min_steps: int = 3
+    gap_s: float = 0.3
+    min_duration_s: float = 1.0
     match_slack_steps: float = 3.0
     job_wide_fault_types: tuple[str, ...] = ("nic-slow",)
 
@@ -67,7 +72,7 @@ class LabelerConfig:
                      "peer_min_ranks", "min_steps"):
             if int(getattr(self, name)) < 1:
                 raise BadInput(f"must be >= 1, got {getattr(self, name)!r}", field=name)
-        for name in ("gap_steps", "mad_k", "match_slack_steps"):
+        for name in ("gap_steps", "mad_k", "match_slack_steps", "gap_s", "min_duration_s"):
             if float(getattr(self, name)) < 0:
                 raise BadInput(f"must be >= 0, got {getattr(self, name)!r}", field=name)
         for name in ("temporal_threshold", "peer_threshold"):

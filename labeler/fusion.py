@@ -11,15 +11,17 @@ and a peer view (a component against its peers) decides *what* was slow:
    ``job`` label is made for the slowdown it explains.
 2. **Job-wide slowdown** (``job`` label, views ``"temporal"``): the job step time is up
    against its history even after the stragglers are removed (the OSDI'25 what-if
-   step time, see :mod:`faultlab.labeler.whatif`, is still above threshold x baseline).
-   E.g. a slow network link slows every rank's comm_s. A job-wide slowdown *and* a
-   straggler at the same time give both labels.
+   step time, see :mod:`faultlab.labeler.whatif`, is still above threshold x baseline)
+   and no straggler explains it (steps covered by a rank label are left out: a
+   throttled rank also slows its share of the all-reduce, which the what-if step
+   does not remove). E.g. a slow network link slows every rank's comm_s.
 3. **Rank temporal only** (rank label, views ``"temporal"``): a rank's compute_s is up
    against its own history, but not against its peers (most of its group is slowed)
    and no job label covers it.
 
 Flags become intervals: runs of flagged steps joined across gaps of at most
-``gap_steps`` unflagged steps, kept when they span at least ``min_steps`` steps.
+``gap_steps`` unflagged steps or ``gap_s`` seconds, kept when they span at least
+``min_steps`` steps and ``min_duration_s`` seconds.
 """
 
 from __future__ import annotations
@@ -37,19 +39,32 @@ from faultlab.labeler.temporal import StepGrid, TemporalView, nanmedian, tempora
 from faultlab.labeler.whatif import simulate
 
 
-def intervals(flags: np.ndarray, gap: int, min_len: int) -> list[tuple[int, int]]:
+def intervals(flags: np.ndarray, gap: int, min_len: int, *, t0: np.ndarray | None = None, t1: np.ndarray | None = None,
+              gap_s: float = 0.0, min_s: float = 0.0) -> list[tuple[int, int]]:
     """Contiguous runs of True in a 1-D bool array, as inclusive ``(first, last)`` indices.
 
-    Runs separated by at most ``gap`` False entries are joined; a run is kept when
-    ``last - first + 1 >= min_len``. Vectorized; returns ``[]`` when nothing is flagged.
+    Runs separated by at most ``gap`` False entries, or (when step times ``t0``/``t1``,
+    unix s, are given) by at most ``gap_s`` seconds, are joined; a run is kept when
+    ``last - first + 1 >= min_len`` and it lasts at least ``min_s`` seconds
+    (``t1[last] - t0[first]``). Steps of a few milliseconds make a step count alone a
+    poor measure of a fail-slow condition, hence the seconds. Vectorized; returns
+    ``[]`` when nothing is flagged.
     """
     idx = np.flatnonzero(np.asarray(flags, dtype=bool))
     if idx.size == 0:
         return []
-    breaks = np.flatnonzero(np.diff(idx) > gap + 1)
+    joined = np.diff(idx) <= gap + 1
+    timed = t0 is not None and t1 is not None
+    if timed and gap_s > 0:
+        with np.errstate(invalid="ignore"):
+            joined |= (t0[idx[1:]] - t1[idx[:-1]]) <= gap_s
+    breaks = np.flatnonzero(~joined)
     starts = idx[np.concatenate([[0], breaks + 1])]
     ends = idx[np.concatenate([breaks, [idx.size - 1]])]
     keep = (ends - starts + 1) >= min_len
+    if timed and min_s > 0:
+        with np.errstate(invalid="ignore"):
+            keep &= (t1[ends] - t0[starts]) >= min_s
     return [(int(a), int(b)) for a, b in zip(starts[keep], ends[keep])]
 
 
@@ -137,13 +152,14 @@ def fuse(an: Analysis) -> pd.DataFrame:
     cfg = an.config
     g, tv, pv = an.grid, an.temporal, an.peer
     gap, min_len = cfg.gap_steps, cfg.min_steps
+    timed = {"t0": g.t0, "t1": g.t1, "gap_s": cfg.gap_s, "min_s": cfg.min_duration_s}
     rows: list[dict] = []
     covered = np.zeros(g.S, dtype=bool)  # steps explained by a localized straggler
 
     # 1. localized stragglers from the peer view
     rank_label_rows = np.zeros((g.S, g.R), dtype=bool)
     for j in range(g.R):
-        for i0, i1 in intervals(pv.flag[:, j], gap, min_len):
+        for i0, i1 in intervals(pv.flag[:, j], gap, min_len, **timed):
             sl = slice(i0, i1 + 1)
             rank_t = bool(tv.rank_flag[sl, j].any())
             job_t = bool(tv.job_flag[sl].any())
@@ -151,9 +167,13 @@ def fuse(an: Analysis) -> pd.DataFrame:
             peer_med = _nanmed(pv.median[sl, j])
             t_base = _nanmed(tv.rank_base[sl, j])
             comp_med = _nanmed(g.compute[sl, j])
-            if rank_t and np.isfinite(t_base) and t_base > 0:
-                baseline, kind = t_base, "temporal"
-            else:
+            # the rank's own level just before onset (a trailing baseline drifts up
+            # inside a long fault); the peer median when there is no history
+            w0 = max(0, i0 - cfg.temporal_window_steps)
+            pre = _nanmed(g.compute[w0:i0, j]) if i0 - w0 >= cfg.temporal_min_valid_steps else float("nan")
+            if np.isfinite(pre) and pre > 0 and not (np.isfinite(peer_med) and peer_med < pre):
+                baseline, kind = pre, "temporal-pre-onset"
+            else:  # no history, or the history was already slowed: the peers' level
                 baseline, kind = peer_med, "peer"
             slowdown = comp_med / baseline if baseline and np.isfinite(baseline) else peer_ratio
             views = "temporal+peer" if (rank_t or job_t) else "peer"
@@ -161,6 +181,7 @@ def fuse(an: Analysis) -> pd.DataFrame:
                 "baseline_s": baseline,
                 "baseline_kind": kind,
                 "temporal_baseline_s": t_base,
+                "pre_onset_baseline_s": pre,
                 "peer_median_s": peer_med,
                 "median_compute_s": comp_med,
                 "peer_ratio": peer_ratio,
@@ -181,7 +202,8 @@ def fuse(an: Analysis) -> pd.DataFrame:
 
     # 2. job-wide slowdowns: job step time up even with stragglers removed
     job_rows = np.zeros(g.S, dtype=bool)
-    for i0, i1 in intervals(an.job_wide_flag, gap, min_len):
+    # the rank explains the job's slowdown while it straggles: no job label for those steps
+    for i0, i1 in intervals(an.job_wide_flag & ~_dilate(covered, gap), gap, min_len, **timed):
         sl = slice(i0, i1 + 1)
         slowdown = an.job_slowdown(i0, i1)
         up = [g.component(j) for j in range(g.R) if tv.rank_flag[sl, j].any()]
@@ -207,7 +229,7 @@ def fuse(an: Analysis) -> pd.DataFrame:
     # 3. a rank slow against its own history only (most of its group slowed too)
     for j in range(g.R):
         free = tv.rank_flag[:, j] & ~_dilate(rank_label_rows[:, j] | job_rows, gap)
-        for i0, i1 in intervals(free, gap, min_len):
+        for i0, i1 in intervals(free, gap, min_len, **timed):
             sl = slice(i0, i1 + 1)
             t_ratio = _ratio(g.compute[sl, j], tv.rank_base[sl, j])
             ev = {

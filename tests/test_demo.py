@@ -1,0 +1,53 @@
+"""The main job end to end: `faultlab demo` on a real netns testbed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+
+from conftest import needs_root, residue
+
+
+@needs_root
+def test_demo_end_to_end_labels_both_faults_and_leaves_nothing(tmp_path):
+    before = residue()
+    out = tmp_path / "run"
+    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "demo", "--out", str(out), "--duration", "40s"],
+                        capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    assert residue() == before, "the demo tore everything down"
+
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["complete"] is True
+    inj = pd.read_parquet(out / "injections.parquet")
+    assert sorted(inj.fault_type) == ["cpu-contention", "nic-slow"]
+    assert (inj.status == "reverted").all() and inj.verified.all()
+    assert (inj.end_ts > inj.start_ts).all()
+    nic = inj[inj.fault_type == "nic-slow"].iloc[0]
+    ev = json.loads(nic.evidence)["verify"]
+    assert ev["ingress_measured_bit_per_s"] <= 50e6 * 1.15 and ev["egress_measured_bit_per_s"] <= 50e6 * 1.15
+    cpu = inj[inj.fault_type == "cpu-contention"].iloc[0]
+    assert json.loads(cpu.evidence)["at_revert"]["cpu_stat"]["nr_throttled"] > 0
+
+    labels = pd.read_parquet(out / "labels.parquet")
+
+    def overlaps(l, i):
+        return l.start_ts < i.end_ts and l.end_ts > i.start_ts
+
+    job = [l for l in labels.itertuples() if l.component == "job" and overlaps(l, nic)]
+    assert job and job[0].source == "injected" and job[0].fault_id == nic.fault_id and job[0].slowdown > 1.3
+    straggler = [l for l in labels.itertuples() if l.component == cpu.target and overlaps(l, cpu)]
+    assert straggler and all(l.source == "injected" and l.fault_id == cpu.fault_id for l in straggler)
+    assert max(l.slowdown for l in straggler) > 1.3
+    others = labels[labels.fault_id.isna()]
+    assert set(others.source) <= {"observed"} and (others.slowdown > 0).all()
+
+    steps = pd.read_parquet(out / "steps.parquet")
+    assert steps["rank"].nunique() == 4 and (steps.groupby("rank").size().nunique() == 1)
+    host = pd.read_parquet(out / "host.parquet")
+    assert {"cpu_util_pct", "net_rx_bytes_per_s", "net_tx_bytes_per_s"} <= set(host.metric)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert [m["detector"] for m in metrics][:1] == ["peer-median"] and {"random", "constant"} <= {m["detector"] for m in metrics}
