@@ -41,7 +41,7 @@ def _on_term(signum, frame):
 
 @app.command()
 def inject(
-    type: str = typer.Option(..., "--type", help="nic-slow | cpu-contention | process-pause"),
+    type: str = typer.Option(..., "--type", help="nic-slow | cpu-contention | process-pause | gpu-clock-cap | gpu-power-cap | gc-storm | io-slow | mem-bw"),
     node: str = typer.Option("local", "--node", help="local, or netns:NAME"),
     target: Optional[str] = typer.Option(None, "--target", help="nic-slow: interface (default: the node's only one); cpu-contention: PIDs 1,2; process-pause: PID"),
     duration: str = typer.Option("30s", "--duration", help="how long the fault lasts, with a unit: 30s, 500ms, 2m"),
@@ -49,6 +49,22 @@ def inject(
     cpu_fraction: Optional[str] = typer.Option(None, "--cpu-fraction", help="cpu-contention: fraction of one CPU left, in (0, 1]"),
     pause: Optional[str] = typer.Option(None, "--pause", help="process-pause: stop time per period, e.g. 200ms"),
     period: Optional[str] = typer.Option(None, "--period", help="process-pause: period, e.g. 1s"),
+    delay: Optional[str] = typer.Option(None, "--delay", help="nic-slow: added latency (netem), e.g. 20ms"),
+    jitter: Optional[str] = typer.Option(None, "--jitter", help="nic-slow: latency jitter (netem), e.g. 5ms"),
+    loss: Optional[str] = typer.Option(None, "--loss", help="nic-slow: packet loss (netem), e.g. 1%"),
+    peer: Optional[str] = typer.Option(None, "--peer", help="nic-slow: slow only traffic to/from this peer IPv4 address (a slow link)"),
+    mode: Optional[str] = typer.Option(None, "--mode", help="cpu-contention: quota (default) or stress"),
+    workers: Optional[str] = typer.Option(None, "--workers", help="cpu-contention --mode stress, mem-bw: number of busy workers"),
+    clock_mhz: Optional[str] = typer.Option(None, "--clock-mhz", help="gpu-clock-cap: max SM clock in MHz, e.g. 900"),
+    power_w: Optional[str] = typer.Option(None, "--power-w", help="gpu-power-cap: power limit in W, e.g. 200"),
+    gc_rate: Optional[str] = typer.Option(None, "--gc-rate", help="gc-storm: full collections per second, e.g. 5"),
+    garbage_mb: Optional[str] = typer.Option(None, "--garbage-mb", help="gc-storm: MB of cyclic garbage per collection, e.g. 50"),
+    path: Optional[str] = typer.Option(None, "--path", help="io-slow: a path on the block device to throttle"),
+    read_bps: Optional[str] = typer.Option(None, "--read-bps", help="io-slow: read cap in bytes/s (units: 10mb = 10 MB/s, 512kb)"),
+    write_bps: Optional[str] = typer.Option(None, "--write-bps", help="io-slow: write cap in bytes/s"),
+    read_iops: Optional[str] = typer.Option(None, "--read-iops", help="io-slow: read cap in IO/s"),
+    write_iops: Optional[str] = typer.Option(None, "--write-iops", help="io-slow: write cap in IO/s"),
+    force: bool = typer.Option(False, "--force", help="inject even over state faultlab did not create (it is recorded and restored after)"),
     grace: str = typer.Option("10s", "--grace", help="the on-node watchdog reverts at duration + grace if faultlab is gone"),
     detach: bool = typer.Option(False, "--detach", help="return once the fault is verified; the lease's watchdog reverts it at the deadline"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the exact commands (inject, verify, revert) and apply nothing"),
@@ -64,7 +80,13 @@ def inject(
         duration_s = parse_duration(duration, "--duration")
         grace_s = parse_duration(grace, "--grace")
         n = resolve_node(node)
-        inj = injectors.build(type, n, target=target, duration_s=duration_s, rate=rate, cpu_fraction=cpu_fraction, pause=pause, period=period)
+        opts = {
+            "--rate": rate, "--cpu-fraction": cpu_fraction, "--pause": pause, "--period": period, "--delay": delay,
+            "--jitter": jitter, "--loss": loss, "--peer": peer, "--mode": mode, "--workers": workers,
+            "--clock-mhz": clock_mhz, "--power-w": power_w, "--gc-rate": gc_rate, "--garbage-mb": garbage_mb,
+            "--path": path, "--read-bps": read_bps, "--write-bps": write_bps, "--read-iops": read_iops, "--write-iops": write_iops,
+        }
+        inj = injectors.build(type, n, target=target, duration_s=duration_s, opts=opts, force=force)
         facts = inj.probe()
         plan = inj.plan(facts)
     except FaultlabError as e:

@@ -37,35 +37,30 @@ def parse_pids(text: str | None, field: str = "--target") -> list[int]:
     return out
 
 
-def build(fault_type: str, node: Node, *, target: str | None, duration_s: float, rate: str | None = None,
-          cpu_fraction: str | float | None = None, pause: str | None = None, period: str | None = None,
-          fault_id: str | None = None) -> Injector:
-    """An injector of ``fault_type`` from CLI-style options. Raises BadInput for an
-    unknown type, a missing or malformed parameter, or a parameter of another type."""
-    given = {"--rate": rate, "--cpu-fraction": cpu_fraction, "--pause": pause, "--period": period}
-    wanted = {
-        "nic-slow": {"--rate"},
-        "cpu-contention": {"--cpu-fraction"},
-        "process-pause": {"--pause", "--period"},
-    }
+def build(fault_type: str, node: Node, *, target: str | None, duration_s: float, opts: dict | None = None,
+          fault_id: str | None = None, force: bool = False) -> Injector:
+    """An injector of ``fault_type`` from CLI-style options.
+
+    ``opts`` maps option names as typed (``"--rate"``) to their string values; options
+    left unset are absent or None. Raises BadInput for an unknown type, an option of
+    another type, or a missing or malformed parameter (each naming its field)."""
+    given = {k: v for k, v in (opts or {}).items() if v is not None and v is not False}
     if fault_type not in FAULT_TYPES:
         if fault_type in PLANNED_TYPES:
             raise BadInput(f"{fault_type!r} is not built yet", field="--type", fix=f"use one of {', '.join(FAULT_TYPES)}")
         raise BadInput(f"unknown fault type {fault_type!r}", field="--type", fix=f"use one of {', '.join(FAULT_TYPES)}")
-    extra = [k for k, v in given.items() if v is not None and k not in wanted[fault_type]]
+    cls = FAULT_TYPES[fault_type]
+    extra = sorted(k for k in given if k not in cls.options)
     if extra:
-        raise BadInput(f"does not apply to {fault_type}", field=extra[0], fix=f"{fault_type} takes {', '.join(sorted(wanted[fault_type]))}")
-    for k in wanted[fault_type]:
-        if given[k] is None:
-            raise BadInput(f"missing for {fault_type}", field=k, fix="see faultlab inject --help")
-    if fault_type == "nic-slow":
-        return NicSlow(node, parse_rate(rate, "--rate"), iface=target, fault_id=fault_id)
-    if fault_type == "cpu-contention":
-        return CpuContention(node, parse_pids(target), parse_fraction(cpu_fraction, "--cpu-fraction"), fault_id=fault_id)
-    pids = parse_pids(target)
-    if len(pids) != 1:
-        raise BadInput("process-pause takes one PID", field="--target", fix="give one PID")
-    return ProcessPause(node, pids[0], parse_duration(pause, "--pause"), parse_duration(period, "--period"), duration_s, fault_id=fault_id)
+        raise BadInput(f"does not apply to {fault_type}", field=extra[0], fix=f"{fault_type} takes {', '.join(sorted(cls.options)) or 'no options'}")
+    return cls.from_options(node, target=target, duration_s=duration_s, opts=given, fault_id=fault_id, force=force)
+
+
+def require(opts: dict, name: str, fault_type: str) -> str:
+    """The value of option ``name`` or BadInput naming it."""
+    if opts.get(name) is None:
+        raise BadInput(f"missing for {fault_type}", field=name, fix="see faultlab inject --help")
+    return opts[name]
 
 
 __all__ = ["ActiveFault", "Cmd", "Injector", "Plan", "apply", "build", "FAULT_TYPES", "NicSlow", "CpuContention", "ProcessPause"]

@@ -84,10 +84,18 @@ class Injector(ABC):
     attributes with explicit units."""
 
     type: ClassVar[str]
+    #: CLI options (as typed, e.g. ``"--rate"``) this fault type takes
+    options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, node: Node, fault_id: str | None = None):
         self.node = node
         self.fault_id = fault_id or new_fault_id(self.type)
+
+    @classmethod
+    def from_options(cls, node: Node, *, target: str | None, duration_s: float, opts: dict, fault_id: str | None = None, force: bool = False) -> "Injector":
+        """Build from CLI-style string options (see ``faultlab.injectors.build``).
+        Raises BadInput naming the field."""
+        raise NotImplementedError
 
     @property
     @abstractmethod

@@ -35,6 +35,15 @@ class CpuContention(Injector):
     usable."""
 
     type = "cpu-contention"
+    options = frozenset({"--cpu-fraction"})
+
+    @classmethod
+    def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
+        from faultlab.injectors import parse_pids, require
+        from faultlab.units import parse_fraction
+
+        frac = parse_fraction(require(opts, "--cpu-fraction", cls.type), "--cpu-fraction")
+        return cls(node, parse_pids(target), frac, fault_id=fault_id)
 
     def __init__(self, node: Node, pids: list[int], cpu_fraction: float, *, period_s: float = 0.01, fault_id: str | None = None, label: str | None = None):
         super().__init__(node, fault_id)

@@ -50,6 +50,14 @@ class NicSlow(Injector):
     """
 
     type = "nic-slow"
+    options = frozenset({"--rate"})
+
+    @classmethod
+    def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
+        from faultlab.injectors import require
+        from faultlab.units import parse_rate
+
+        return cls(node, parse_rate(require(opts, "--rate", cls.type), "--rate"), iface=target, fault_id=fault_id)
 
     def __init__(self, node: Node, rate_bit_per_s: float, iface: str | None = None, *, probe_peer: Node | None = None, probe_peer_addr: str | None = None, fault_id: str | None = None):
         super().__init__(node, fault_id)

@@ -47,6 +47,19 @@ class ProcessPause(Injector):
     pause_s >= period_s; Refused when a faultlab pause already targets the PID."""
 
     type = "process-pause"
+    options = frozenset({"--pause", "--period"})
+
+    @classmethod
+    def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
+        from faultlab.injectors import parse_pids, require
+        from faultlab.units import parse_duration
+
+        pause = parse_duration(require(opts, "--pause", cls.type), "--pause")
+        period = parse_duration(require(opts, "--period", cls.type), "--period")
+        pids = parse_pids(target)
+        if len(pids) != 1:
+            raise BadInput("process-pause takes one PID", field="--target", fix="give one PID")
+        return cls(node, pids[0], pause, period, duration_s, fault_id=fault_id)
 
     def __init__(self, node: Node, pid: int, pause_s: float, period_s: float, duration_s: float, *, fault_id: str | None = None, label: str | None = None):
         super().__init__(node, fault_id)
