@@ -1,32 +1,50 @@
-"""``nic-slow``: a rate cap on a node's network interface, both directions (tc).
+"""``nic-slow``: a slow NIC or a slow link, both directions (Linux tc).
 
-Mechanism (Linux tc, as in iproute2's tc-tbf(8) and tc-mirred(8)):
+Mechanism (iproute2's tc-tbf(8), tc-htb(8), tc-netem(8), tc-u32(8), tc-mirred(8)):
 
-- egress: ``tbf`` as the root qdisc of the interface, with the reserved handle
-  ``faf0:``;
-- ingress: an ``ingress`` qdisc on the interface whose u32 filter redirects every
-  packet (``mirred egress redirect``) into an ifb device ``flifb<hex>`` that faultlab
-  creates for this fault, whose root is the same ``tbf`` cap.
+- egress: the interface's root qdisc becomes faultlab's, with the reserved handle
+  ``faf0:``: ``tbf`` for a rate cap alone; ``netem`` (delay, jitter, loss, and its
+  own ``rate``) when any of those is asked for. For a *slow link* (``--peer ADDR``)
+  the root is ``htb`` with ``default 0`` (unclassified traffic is not shaped) and one
+  class ``faf0:1`` that a u32 filter on the destination address feeds; the netem
+  qdisc, if any, hangs below that class with handle ``faf1:``.
+- ingress: an ``ingress`` qdisc on the interface with a u32 filter (all traffic, or
+  only traffic *from* the peer) that redirects packets (``mirred egress redirect``)
+  into an ifb device ``flifb<hex>`` faultlab creates for this fault; that device's
+  root is the same tbf/netem.
+
+Delay and loss apply in each direction: a 20 ms ``--delay`` adds 40 ms to the RTT.
+``netem`` is a kernel module (sch_netem) that some kernels lack: before planning
+netem, the probe tries it on a throw-away ifb device of its own and refuses with a
+clear message when the kernel answers "Specified qdisc kind is unknown".
 
 Ownership: inject refuses (``Refused``) when the interface's root qdisc is not the
-kernel default (handle ``0:``) or it already has an ingress/clsact qdisc, so revert
-never deletes what another tool made; ``tc qdisc del ... root handle faf0:`` itself
-refuses to delete a root qdisc with another handle.
+kernel default (handle ``0:``) or it already has an ingress/clsact qdisc. With
+``force=True`` a foreign root qdisc of a kind faultlab can rebuild from ``tc -j``
+(tbf, pfifo, bfifo) is replaced and put back with the same handle and parameters on
+revert (the kernel rounds a tbf burst to its clock, so the check after revert allows
+1%); any other foreign root (htb, prio, fq_codel, ...) is refused even then, since
+its classes, filters or defaults cannot be restored faithfully. ``tc qdisc del ... root handle
+faf0:`` itself refuses to delete a root qdisc with another handle.
 
-Severity: the cap in bit/s is in ``params``; ``severity`` = 1e9 / rate (larger is
-slower: 1.0 for a 1 Gbit/s cap, 20 for 50 Mbit/s).
+Severity: ``1e9 / rate`` (1.0 for a 1 Gbit/s cap, 20 for 50 Mbit/s), plus the added
+round-trip delay in ms / 10, plus the loss in percent; larger is worse.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import secrets
 
-from faultlab.errors import BadInput, Refused
+from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.nodes import Node
 from faultlab.injectors.base import Cmd, Injector, Plan
 
 HANDLE = "faf0:"
+CHILD_HANDLE = "faf1:"
 TBF_LATENCY = "100ms"
+RESTORABLE = frozenset({"tbf", "pfifo", "bfifo"})
 
 
 def tc_rate(bit_per_s: float) -> str:
@@ -41,45 +59,111 @@ def tbf_burst_bytes(bit_per_s: float) -> int:
     return max(16 * 1024, int(bit_per_s / 8 * 0.005))
 
 
-class NicSlow(Injector):
-    """Rate cap of ``rate_bit_per_s`` (bit/s) on ``iface`` of ``node``, both directions.
+def parse_loss(text, field: str = "--loss") -> float:
+    """``"1%"`` or ``"0.5%"`` -> percent (float in (0, 100]). Raises BadInput."""
+    s = str(text).strip()
+    if not s.endswith("%"):
+        raise BadInput(f"{text!r} has no % sign", field=field, fix="write e.g. 1% or 0.5%")
+    try:
+        v = float(s[:-1])
+    except ValueError:
+        raise BadInput(f"{text!r} is not a percentage", field=field, fix="write e.g. 1%") from None
+    if not (0 < v <= 100):
+        raise BadInput(f"{text!r} is outside (0%, 100%]", field=field, fix="write e.g. 1%")
+    return v
 
-    ``probe_peer`` (a Node) and ``probe_peer_addr``: when given, ``verify`` measures TCP
-    throughput between the node and that peer in both directions under the cap.
-    Raises BadInput for a missing interface, Refused for foreign or existing qdiscs.
+
+class NicSlow(Injector):
+    """Slow ``iface`` of ``node`` in both directions.
+
+    Parameters (any combination, at least one): ``rate_bit_per_s`` (bit/s cap),
+    ``delay_s`` and ``jitter_s`` (seconds added each way, netem), ``loss_pct``
+    (percent, netem). ``peer``: an IPv4 address; only traffic to and from it is slowed
+    (a slow link). ``probe_peer`` (a Node) and ``probe_peer_addr``: when given,
+    ``verify`` measures TCP throughput between the node and that peer in both
+    directions. ``force``: replace a foreign classless root qdisc and restore it after.
+
+    Raises BadInput for a missing interface or bad parameters, Refused for foreign or
+    existing qdiscs or a kernel without netem.
     """
 
     type = "nic-slow"
-    options = frozenset({"--rate"})
+    options = frozenset({"--rate", "--delay", "--jitter", "--loss", "--peer"})
 
     @classmethod
     def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
-        from faultlab.injectors import require
-        from faultlab.units import parse_rate
+        from faultlab.units import parse_duration, parse_rate
 
-        return cls(node, parse_rate(require(opts, "--rate", cls.type), "--rate"), iface=target, fault_id=fault_id)
+        if not any(opts.get(k) for k in ("--rate", "--delay", "--loss")):
+            raise BadInput("missing for nic-slow", field="--rate", fix="give --rate (e.g. 50mbit), --delay or --loss")
+        return cls(
+            node,
+            parse_rate(opts["--rate"], "--rate") if opts.get("--rate") else None,
+            iface=target,
+            delay_s=parse_duration(opts["--delay"], "--delay") if opts.get("--delay") else None,
+            jitter_s=parse_duration(opts["--jitter"], "--jitter") if opts.get("--jitter") else None,
+            loss_pct=parse_loss(opts["--loss"]) if opts.get("--loss") else None,
+            peer=opts.get("--peer"),
+            fault_id=fault_id,
+            force=force,
+        )
 
-    def __init__(self, node: Node, rate_bit_per_s: float, iface: str | None = None, *, probe_peer: Node | None = None, probe_peer_addr: str | None = None, fault_id: str | None = None):
+    def __init__(self, node: Node, rate_bit_per_s: float | None, iface: str | None = None, *, delay_s: float | None = None,
+                 jitter_s: float | None = None, loss_pct: float | None = None, peer: str | None = None,
+                 probe_peer: Node | None = None, probe_peer_addr: str | None = None, fault_id: str | None = None, force: bool = False):
         super().__init__(node, fault_id)
-        if rate_bit_per_s < 8000:
-            raise BadInput(f"{rate_bit_per_s} bit/s is below 8kbit", field="rate", fix="give at least 8kbit")
-        self.rate_bit_per_s = float(rate_bit_per_s)
+        if rate_bit_per_s is not None and rate_bit_per_s < 8000:
+            raise BadInput(f"{rate_bit_per_s} bit/s is below 8kbit", field="--rate", fix="give at least 8kbit")
+        if rate_bit_per_s is None and delay_s is None and loss_pct is None:
+            raise BadInput("nothing to slow", field="--rate", fix="give --rate, --delay or --loss")
+        if jitter_s is not None and delay_s is None:
+            raise BadInput("jitter needs a delay", field="--jitter", fix="give --delay too, e.g. --delay 20ms --jitter 5ms")
+        if jitter_s is not None and delay_s is not None and jitter_s > delay_s:
+            raise BadInput(f"jitter {jitter_s * 1e3:g}ms exceeds the delay {delay_s * 1e3:g}ms", field="--jitter", fix="give a jitter at most the delay")
+        if peer is not None:
+            try:
+                ip = ipaddress.IPv4Address(str(peer).strip())
+            except ValueError:
+                raise BadInput(f"{peer!r} is not an IPv4 address", field="--peer", fix="give the peer's address, e.g. 10.0.0.2") from None
+            peer = str(ip)
+        self.rate_bit_per_s = float(rate_bit_per_s) if rate_bit_per_s is not None else None
+        self.delay_s, self.jitter_s, self.loss_pct = delay_s, jitter_s, loss_pct
+        self.peer = peer
         self.iface = iface or node.iface
         self.probe_peer = probe_peer
         self.probe_peer_addr = probe_peer_addr
+        self.force = force
         self.ifb = "flifb" + self.fault_id.split("-")[-1][:8]
 
     @property
+    def netem(self) -> bool:
+        return self.delay_s is not None or self.loss_pct is not None
+
+    @property
     def target(self) -> str:
-        return self.iface or "?"
+        t = self.iface or "?"
+        return f"{t}->{self.peer}" if self.peer else t
 
     @property
     def params(self) -> dict:
-        return {"rate_bit_per_s": self.rate_bit_per_s, "iface": self.iface, "direction": "both"}
+        p = {"iface": self.iface, "direction": "both"}
+        if self.rate_bit_per_s is not None:
+            p["rate_bit_per_s"] = self.rate_bit_per_s
+        if self.delay_s is not None:
+            p["delay_s"] = self.delay_s
+        if self.jitter_s is not None:
+            p["jitter_s"] = self.jitter_s
+        if self.loss_pct is not None:
+            p["loss_pct"] = self.loss_pct
+        if self.peer:
+            p["peer"] = self.peer
+        return p
 
     @property
     def severity(self) -> float:
-        return 1e9 / self.rate_bit_per_s
+        s = 1e9 / self.rate_bit_per_s if self.rate_bit_per_s else 0.0
+        s += (2 * (self.delay_s or 0.0) * 1e3) / 10
+        return s + (self.loss_pct or 0.0)
 
     # -- probe -----------------------------------------------------------------------
     def _links(self) -> list[str]:
@@ -92,10 +176,22 @@ class NicSlow(Injector):
             return []
         return json.loads(cp.stdout or "[]")
 
+    def _netem_supported(self) -> tuple[bool, str]:
+        """Try netem on a throw-away ifb device of our own in the node's namespace."""
+        dev = "flprb" + secrets.token_hex(4)
+        add = self.node.run(["ip", "link", "add", dev, "type", "ifb"], scope="net")
+        if add.returncode != 0:
+            return False, f"cannot create a probe ifb device: {add.stderr.strip()}"
+        try:
+            cp = self.node.run(["tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", "1ms"], scope="net")
+            return cp.returncode == 0, cp.stderr.strip()
+        finally:
+            self.node.run(["ip", "link", "del", dev], scope="net")
+
     def probe(self) -> dict:
         links = self._links()
         if not self.iface:
-            cands = [n for n in links if n != "lo" and not n.startswith("flifb")]
+            cands = [n for n in links if n != "lo" and not n.startswith(("flifb", "flprb"))]
             if len(cands) != 1:
                 raise BadInput(
                     f"node {self.node.name} has interfaces {', '.join(cands) or 'none'}",
@@ -108,14 +204,24 @@ class NicSlow(Injector):
                 field="--target", fix="name an existing interface",
             )
         qd = self._qdiscs(self.iface)
+        foreign_root = None
         for q in qd:
             if q.get("root") and q.get("handle") == HANDLE:
-                raise Refused(f"{self.iface} on {self.node.name} already has a faultlab rate cap", field="--target", fix="revert it first: faultlab status / faultlab revert")
+                raise Refused(f"{self.iface} on {self.node.name} already has a faultlab nic-slow", field="--target", fix="revert it first: faultlab status / faultlab revert")
             if q.get("root") and q.get("handle") != "0:":
-                raise Refused(
-                    f"{self.iface} on {self.node.name} has a root qdisc faultlab did not create ({q.get('kind')} {q.get('handle')})",
-                    field="--target", fix="remove it yourself or pick another interface; faultlab will not clobber it",
-                )
+                kind = q.get("kind")
+                if not self.force:
+                    raise Refused(
+                        f"{self.iface} on {self.node.name} has a root qdisc faultlab did not create ({kind} {q.get('handle')})",
+                        field="--target", fix="remove it yourself, pick another interface, or --force to replace it and restore it after",
+                    )
+                if kind not in RESTORABLE or len([x for x in qd if not x.get("root") and x.get("kind") not in ("ingress", "clsact")]):
+                    raise Refused(
+                        f"{self.iface} on {self.node.name} has a classful root qdisc ({kind} {q.get('handle')}) that faultlab could not restore exactly",
+                        field="--force", fix="remove it yourself or pick another interface",
+                    )
+                foreign_root = {"kind": kind, "handle": q.get("handle"), "options": q.get("options", {})}
+                restore_args(foreign_root)  # refuse now if it could not be rebuilt
             if q.get("kind") in ("ingress", "clsact"):
                 raise Refused(
                     f"{self.iface} on {self.node.name} has an {q.get('kind')} qdisc faultlab did not create",
@@ -123,39 +229,86 @@ class NicSlow(Injector):
                 )
         if self.ifb in links:
             raise Refused(f"device {self.ifb} already exists on {self.node.name}", field="fault_id", fix="pick another fault id")
-        return {"iface": self.iface, "ifb": self.ifb, "qdiscs_before": qd}
+        if self.netem:
+            ok, why = self._netem_supported()
+            if not ok:
+                raise Refused(
+                    f"the kernel of node {self.node.name} has no netem qdisc ({why or 'unknown kind'}); delay, jitter and loss need it",
+                    field="--delay" if self.delay_s is not None else "--loss",
+                    fix="use --rate alone (tbf works), or a kernel with sch_netem",
+                )
+        return {"iface": self.iface, "ifb": self.ifb, "qdiscs_before": qd, "foreign_root": foreign_root}
 
     # -- plan ------------------------------------------------------------------------
+    def _leaf(self) -> list[str]:
+        """The shaping qdisc's kind and arguments (tbf, or netem with its own rate)."""
+        if not self.netem:
+            r = self.rate_bit_per_s
+            return ["tbf", "rate", tc_rate(r), "burst", str(tbf_burst_bytes(r)), "latency", TBF_LATENCY]
+        args = ["netem"]
+        if self.delay_s is not None:
+            args += ["delay", f"{self.delay_s * 1e6:.0f}us"]
+            if self.jitter_s is not None:
+                args += [f"{self.jitter_s * 1e6:.0f}us", "distribution", "normal"]
+        if self.loss_pct is not None:
+            args += ["loss", f"{self.loss_pct:g}%"]
+        if self.rate_bit_per_s is not None:
+            args += ["rate", tc_rate(self.rate_bit_per_s)]
+        args += ["limit", "10000"]
+        return args
+
     def plan(self, facts: dict) -> Plan:
         dev, ifb = facts["iface"], facts["ifb"]
-        rate, burst = tc_rate(self.rate_bit_per_s), str(tbf_burst_bytes(self.rate_bit_per_s))
-        tbf = ["tbf", "rate", rate, "burst", burst, "latency", TBF_LATENCY]
-        inject = [
-            Cmd(("tc", "qdisc", "add", "dev", dev, "root", "handle", HANDLE, *tbf), "net", "egress cap"),
+        leaf = self._leaf()
+        inject: list[Cmd] = []
+        revert: list[Cmd] = []
+        if facts.get("foreign_root"):
+            inject.append(Cmd(("tc", "qdisc", "del", "dev", dev, "root"), "net", "remove the foreign root (restored on revert)"))
+        if self.peer is None:
+            inject.append(Cmd(("tc", "qdisc", "add", "dev", dev, "root", "handle", HANDLE, *leaf), "net", "egress"))
+            match = ("match", "u32", "0", "0")
+        else:
+            ceil = tc_rate(self.rate_bit_per_s) if self.rate_bit_per_s else "100gbit"
+            inject += [
+                Cmd(("tc", "qdisc", "add", "dev", dev, "root", "handle", HANDLE, "htb", "default", "0"), "net", "egress: only the peer's class is shaped"),
+                Cmd(("tc", "class", "add", "dev", dev, "parent", HANDLE, "classid", HANDLE + "1", "htb", "rate", ceil, "ceil", ceil), "net"),
+            ]
+            if self.netem:
+                inject.append(Cmd(("tc", "qdisc", "add", "dev", dev, "parent", HANDLE + "1", "handle", CHILD_HANDLE, *[a for a in self._netem_only()]), "net"))
+            inject.append(Cmd(("tc", "filter", "add", "dev", dev, "parent", HANDLE, "protocol", "ip", "prio", "49", "u32",
+                               "match", "ip", "dst", f"{self.peer}/32", "flowid", HANDLE + "1"), "net", "traffic to the peer"))
+            match = ("match", "ip", "src", f"{self.peer}/32")
+        inject += [
             Cmd(("ip", "link", "add", ifb, "type", "ifb"), "net", "ifb device for ingress"),
             Cmd(("ip", "link", "set", ifb, "up"), "net"),
-            Cmd(("tc", "qdisc", "add", "dev", ifb, "root", "handle", HANDLE, *tbf), "net", "ingress cap on the ifb"),
+            Cmd(("tc", "qdisc", "add", "dev", ifb, "root", "handle", HANDLE, *leaf), "net", "ingress shaping on the ifb"),
             Cmd(("tc", "qdisc", "add", "dev", dev, "handle", "ffff:", "ingress"), "net"),
-            Cmd(
-                ("tc", "filter", "add", "dev", dev, "parent", "ffff:", "protocol", "all", "prio", "49", "u32", "match", "u32", "0", "0",
-                 "action", "mirred", "egress", "redirect", "dev", ifb),
-                "net", "redirect ingress into the ifb",
-            ),
+            Cmd(("tc", "filter", "add", "dev", dev, "parent", "ffff:", "protocol", "ip" if self.peer else "all", "prio", "49", "u32", *match,
+                 "action", "mirred", "egress", "redirect", "dev", ifb), "net", "redirect ingress into the ifb"),
         ]
-        revert = [
+        revert += [
             Cmd(("tc", "qdisc", "del", "dev", dev, "handle", "ffff:", "ingress"), "net"),
             Cmd(("ip", "link", "del", ifb), "net"),
             Cmd(("tc", "qdisc", "del", "dev", dev, "root", "handle", HANDLE), "net"),
         ]
-        verify = [f"tc shows tbf {HANDLE} at {rate} on {dev} and {ifb}"]
+        if facts.get("foreign_root"):
+            revert.append(Cmd(("tc", "qdisc", "add", "dev", dev, *restore_args(facts["foreign_root"])), "net", "put the foreign root back"))
+        verify = [f"tc shows handle {HANDLE} ({leaf[0] if self.peer is None else 'htb'}) on {dev} and {leaf[0]} on {ifb}"]
         if self.probe_peer is not None:
             verify.append(f"TCP throughput {self.node.name}<->{self.probe_peer_addr} measured both ways <= cap")
-        return Plan(self.fault_id, self.type, self.node.name, dev, inject, revert, verify)
+        return Plan(self.fault_id, self.type, self.node.name, self.target, inject, revert, verify)
+
+    def _netem_only(self) -> list[str]:
+        saved, self.rate_bit_per_s = self.rate_bit_per_s, None
+        try:
+            return self._leaf()
+        finally:
+            self.rate_bit_per_s = saved
 
     # -- verify / evidence -----------------------------------------------------------
-    def _tbf(self, dev: str) -> dict | None:
+    def _ours(self, dev: str) -> dict | None:
         for q in self._qdiscs(dev):
-            if q.get("kind") == "tbf" and q.get("handle") == HANDLE:
+            if q.get("handle") == HANDLE:
                 return q
         return None
 
@@ -163,10 +316,12 @@ class NicSlow(Injector):
         from faultlab.probe import measure_throughput
 
         dev, ifb = facts["iface"], facts["ifb"]
-        eg, ing = self._tbf(dev), self._tbf(ifb)
-        ev: dict = {"tc_egress": bool(eg), "tc_ingress": bool(ing), "cap_bit_per_s": self.rate_bit_per_s}
+        eg, ing = self._ours(dev), self._ours(ifb)
+        ev: dict = {"tc_egress": bool(eg), "tc_ingress": bool(ing)}
+        if self.rate_bit_per_s:
+            ev["cap_bit_per_s"] = self.rate_bit_per_s
         ok = bool(eg and ing)
-        if self.probe_peer is not None and self.node.address and self.probe_peer_addr:
+        if self.probe_peer is not None and self.node.address and self.probe_peer_addr and self.rate_bit_per_s and not self.peer:
             nbytes = int(min(8 << 20, max(256 << 10, self.rate_bit_per_s / 8 * 0.5)))
             down = measure_throughput(self.probe_peer, self.node, self.node.address, nbytes)
             up = measure_throughput(self.node, self.probe_peer, self.probe_peer_addr, nbytes)
@@ -181,21 +336,58 @@ class NicSlow(Injector):
     def final_evidence(self, facts: dict) -> dict:
         out = {}
         for name, dev in (("egress", facts["iface"]), ("ingress", facts["ifb"])):
-            q = self._tbf(dev)
+            q = self._ours(dev)
             if q:
-                out[name] = {k: q.get(k) for k in ("bytes", "packets", "drops", "overlimits")}
+                out[name] = {k: q.get(k) for k in ("kind", "bytes", "packets", "drops", "overlimits")}
         return out
 
     def reverted(self, facts: dict) -> list[str]:
         left = []
         dev, ifb = facts["iface"], facts["ifb"]
-        for q in self._qdiscs(dev):
-            if q.get("handle") == HANDLE:
-                left.append(f"tbf {HANDLE} on {dev}")
+        qd = self._qdiscs(dev)
+        for q in qd:
+            if q.get("handle") in (HANDLE, CHILD_HANDLE):
+                left.append(f"{q.get('kind')} {q.get('handle')} on {dev}")
             if q.get("kind") == "ingress":
                 left.append(f"ingress qdisc on {dev}")
-        if ifb in self._links():
-            left.append(f"ifb device {ifb}")
+        fr = facts.get("foreign_root")
+        if fr:
+            now = next((q for q in qd if q.get("root")), {})
+            if not same_qdisc(now, fr):
+                left.append(f"foreign root qdisc not restored on {dev} (was {fr}, now {now.get('kind')} {now.get('handle')})")
+        try:
+            if ifb in self._links():
+                left.append(f"ifb device {ifb}")
+        except NodeError:
+            pass
         return left
 
 
+def restore_args(q: dict) -> list[str]:
+    """Arguments of ``tc qdisc add dev DEV ...`` that rebuild a root qdisc shown by
+    ``tc -j qdisc show`` as ``q`` (kinds in RESTORABLE; rate in bytes/s, burst in
+    bytes, lat in microseconds, as tc's JSON gives them). Raises Refused otherwise."""
+    kind, handle, o = q.get("kind"), q.get("handle"), q.get("options", {})
+    try:
+        if kind == "tbf":
+            return ["root", "handle", handle, "tbf", "rate", f"{int(o['rate']) * 8}bit", "burst", str(int(o["burst"])), "latency", f"{int(o['lat'])}us"]
+        if kind in ("pfifo", "bfifo"):
+            return ["root", "handle", handle, kind, "limit", str(int(o["limit"]))]
+    except (KeyError, TypeError, ValueError):
+        pass
+    raise Refused(f"cannot rebuild the foreign {kind} {handle} qdisc", field="--force", fix="remove it yourself or pick another interface")
+
+
+def same_qdisc(a: dict, b: dict, rel: float = 0.01) -> bool:
+    """Same kind, handle and numeric options within ``rel`` (the kernel rounds)."""
+    if a.get("kind") != b.get("kind") or a.get("handle") != b.get("handle"):
+        return False
+    oa, ob = a.get("options", {}), b.get("options", {})
+    for k, vb in ob.items():
+        va = oa.get(k)
+        if isinstance(vb, (int, float)) and isinstance(va, (int, float)):
+            if abs(va - vb) > rel * max(abs(vb), 1):
+                return False
+        elif va != vb:
+            return False
+    return True

@@ -94,7 +94,7 @@ def test_inject_status_revert_round_trip_on_netns(testbed2):
     assert [r["fault_id"] for r in st] == [fid] and st[0]["watchdog_alive"]
     # a second cap on the same interface is refused, exit 3, and the first stays
     cp2 = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "10mbit", "--duration", "10s")
-    assert cp2.returncode == 3 and "already has a faultlab rate cap" in cp2.stderr
+    assert cp2.returncode == 3 and "already has a faultlab nic-slow" in cp2.stderr
     rv = fl("revert", fid, "--json")
     assert rv.returncode == 0 and json.loads(rv.stdout)[0]["fault_id"] == fid
     q = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "fleth0"], capture_output=True, text=True).stdout
