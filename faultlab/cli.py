@@ -22,7 +22,7 @@ from faultlab.errors import BadInput, FaultlabError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
 console = Console(stderr=True)
-out = Console()
+out = Console(soft_wrap=True)
 
 
 def _fail(err: Exception) -> None:
@@ -209,6 +209,27 @@ def recover(as_json: bool = typer.Option(False, "--json")):
         out.print_json(json.dumps({"faults": done, "testbeds": tbs}))
         return
     out.print(f"reverted {len(done)} fault(s): {', '.join(d['fault_id'] for d in done) or '-'}; removed {len(tbs)} testbed(s): {', '.join(tbs) or '-'}")
+
+
+@app.command()
+def doctor(
+    node: str = typer.Option("local", "--node", help="local, or netns:NAME"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Which fault types this node supports, and why not."""
+    from faultlab.doctor import diagnose
+    from faultlab.nodes import resolve_node
+
+    try:
+        report = diagnose(resolve_node(node))
+    except FaultlabError as e:
+        _fail(e)
+    if as_json:
+        out.print_json(json.dumps(report, default=str))
+        return
+    out.print(f"node {report['node']}: python {report['facts']['python']}, cgroup cpu {report['facts']['cgroup_cpu']}, io {report['facts']['cgroup_io']}", markup=False)
+    for name, r in report["types"].items():
+        out.print(f"  {'yes' if r['ok'] else 'no ':3}  {name:30} {r['why']}", markup=False)
 
 
 @app.command()

@@ -118,3 +118,18 @@ def test_foreground_inject_reverts_on_sigterm(busy_loop):
     assert json.loads(fl("status", "--json").stdout) == []
     time.sleep(0.4)
     assert open(f"/proc/{busy_loop.pid}/stat").read().rpartition(")")[2].split()[0] != "T"
+
+
+def test_doctor_reports_every_type_and_leaves_nothing():
+    before = residue()
+    cp = fl("doctor", "--json")
+    assert cp.returncode == 0, cp.stderr
+    rep = json.loads(cp.stdout)
+    assert {"nic-slow", "cpu-contention", "process-pause", "gpu-clock-cap", "gpu-power-cap", "gc-storm", "io-slow", "mem-bw"} <= set(rep["types"])
+    assert all(r["why"] for r in rep["types"].values())
+    if os.geteuid() == 0:
+        assert rep["types"]["nic-slow"]["ok"]
+        netem = rep["types"]["nic-slow --delay/--loss"]
+        assert netem["ok"] or "netem" in netem["why"]
+    assert residue() == before
+    assert "flprb" not in subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
