@@ -5,11 +5,12 @@ host (``/run/faultlab/leases`` as root)::
 
     <fault_id>.json        the record: type, node, target, params, deadline (unix s),
                            controller PID, watchdog PID, the revert commands
-    <fault_id>.revert.sh   the revert commands, one ``shlex.join``-ed line each
+                           (one ``shlex.join``-ed line each)
 
-and a detached watchdog is started in its own session. It needs only ``sh`` and
-coreutils (``sleep``, ``date``, ``rm``): it sleeps until the deadline and, if the
-record still exists, runs the revert script and removes the files. A controller that
+and, just before it, a detached watchdog in its own session whose arguments carry
+the same revert lines. It needs only ``sh`` and coreutils (``sleep``, ``date``,
+``rm``): it sleeps until the deadline and, if the record still exists, runs each
+revert line and removes the record. A controller that
 reverts in time kills the watchdog's process group and removes the files itself.
 ``faultlab recover`` runs the revert script of every record left behind.
 """
@@ -26,17 +27,22 @@ from pathlib import Path
 
 from faultlab.nodes import Node
 
-# Positional args: $1 record, $2 revert script, $3 deadline (unix s, integer).
+# Positional args: $1 record path, $2 deadline (unix s, integer), $3... revert lines
+# (each a shlex.join-ed command line). The watchdog is started *before* the record is
+# written: if the controller dies in between, the watchdog finds no record at the
+# deadline and leaves (nothing was applied: inject commands run after the record).
 WATCHDOG_SH = r"""
 trap '' HUP INT
+rec="$1"; dl="$2"; shift 2
 while :; do
   now=$(date +%s)
-  [ "$now" -ge "$3" ] && break
-  sleep $(( $3 - now ))
+  [ "$now" -ge "$dl" ] && break
+  sleep $(( dl - now ))
 done
-[ -e "$1" ] || exit 0
-sh "$2"
-rm -f "$1" "$2"
+if [ -e "$rec" ]; then
+  for line in "$@"; do sh -c "$line" >/dev/null 2>&1; done
+fi
+rm -f "$rec" "${rec%.json}.tmp"
 """
 
 
@@ -51,25 +57,22 @@ class Lease:
     def fault_id(self) -> str:
         return self.record["fault_id"]
 
-    @property
-    def script_path(self) -> Path:
-        return self.path.with_name(f"{self.fault_id}.revert.sh")
-
     @classmethod
     def create(cls, injector, plan, deadline_ts: float) -> "Lease":
-        """Write the record and revert script, then start the watchdog.
-
-        Raises OSError when the lease folder cannot be written (nothing is applied
-        then, since ``apply`` creates the lease first)."""
+        """Start the watchdog, then write the record. Raises OSError when the lease
+        folder cannot be written (nothing is applied then: ``apply`` creates the lease
+        before the first inject command)."""
         node: Node = injector.node
         d = node.lease_dir()
         d.mkdir(parents=True, exist_ok=True)
         os.chmod(d, 0o700)
         path = d / f"{plan.fault_id}.json"
-        script = path.with_name(f"{plan.fault_id}.revert.sh")
-        lines = ["# faultlab revert script for " + plan.fault_id + " (each line idempotent)"]
-        lines += [c.render(node) + " >/dev/null 2>&1" for c in plan.revert]
-        node.write_file(script, "\n".join(lines) + "\n", mode=0o700)
+        lines = [c.render(node) for c in plan.revert]
+        proc = node.spawn(
+            ["sh", "-c", WATCHDOG_SH, "faultlab-watchdog", str(path), str(int(deadline_ts + 0.999)), *lines],
+            scope="host",
+            new_session=True,
+        )
         record = {
             "fault_id": plan.fault_id,
             "fault_type": plan.fault_type,
@@ -80,17 +83,10 @@ class Lease:
             "created_ts": time.time(),
             "deadline_ts": deadline_ts,
             "controller_pid": os.getpid(),
-            "revert": [c.render(node) for c in plan.revert],
-            "watchdog_pid": None,
+            "revert": lines,
+            "watchdog_pid": proc.pid,
         }
         lease = cls(path, record)
-        lease._write()
-        proc = node.spawn(
-            ["sh", "-c", WATCHDOG_SH, "faultlab-watchdog", str(path), str(script), str(int(deadline_ts + 0.999))],
-            scope="host",
-            new_session=True,
-        )
-        lease.record["watchdog_pid"] = proc.pid
         lease._write()
         return lease
 
@@ -105,19 +101,22 @@ class Lease:
         return self.path.exists()
 
     def release(self) -> None:
-        """Stop the watchdog (by the PID recorded, its whole process group) and remove
-        the lease files. Safe to call twice."""
+        """Stop the watchdog (by the PID recorded, its whole process group, after
+        checking it is still our watchdog) and remove the record. Safe to call twice."""
         pid = self.record.get("watchdog_pid")
-        if pid:
+        if pid and _is_our_watchdog(pid, self.path):
             _kill_group(pid)
         self.path.unlink(missing_ok=True)
-        self.script_path.unlink(missing_ok=True)
 
-    def run_revert_script(self, timeout_s: float = 60.0) -> int:
-        """Run the revert script now (what the watchdog would do). Returns its rc."""
-        if not self.script_path.exists():
-            return 0
-        return subprocess.run(["sh", str(self.script_path)], timeout=timeout_s).returncode
+    def run_revert(self, timeout_s: float = 60.0) -> int:
+        """Run the recorded revert lines now (what the watchdog would do at the
+        deadline). Returns the number of lines that failed (they are idempotent, so a
+        failure usually means the object was already gone)."""
+        failed = 0
+        for line in self.record.get("revert", []):
+            cp = subprocess.run(["sh", "-c", line], capture_output=True, timeout=timeout_s)
+            failed += cp.returncode != 0
+        return failed
 
     def watchdog_alive(self) -> bool:
         pid = self.record.get("watchdog_pid")
@@ -157,9 +156,9 @@ def recover(node: Node, fault_id: str | None = None) -> list[dict]:
     for lease in load_leases(node):
         if fault_id and lease.fault_id != fault_id:
             continue
-        rc = lease.run_revert_script()
+        failed = lease.run_revert()
         lease.release()
-        done.append({"fault_id": lease.fault_id, "fault_type": lease.record.get("fault_type"), "node": lease.record.get("node"), "revert_rc": rc})
+        done.append({"fault_id": lease.fault_id, "fault_type": lease.record.get("fault_type"), "node": lease.record.get("node"), "revert_lines_failed": failed})
     return done
 
 
