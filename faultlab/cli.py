@@ -78,7 +78,7 @@ def inject(
 
     try:
         duration_s = parse_duration(duration, "--duration")
-        grace_s = parse_duration(grace, "--grace")
+        grace_s = parse_duration(grace, "--grace", allow_zero=True)
         n = resolve_node(node)
         opts = {
             "--rate": rate, "--cpu-fraction": cpu_fraction, "--pause": pause, "--period": period, "--delay": delay,

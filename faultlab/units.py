@@ -20,8 +20,9 @@ _RATE = {
 _NUM = r"(\d+(?:\.\d*)?|\.\d+)"
 
 
-def parse_duration(text: str | float | int, field: str = "duration") -> float:
-    """Parse ``"30s"``, ``"500ms"``, ``"2m"``, ``"1h"`` into seconds (float > 0).
+def parse_duration(text: str | float | int, field: str = "duration", *, allow_zero: bool = False) -> float:
+    """Parse ``"30s"``, ``"500ms"``, ``"2m"``, ``"1h"`` into seconds (float > 0, or
+    >= 0 with ``allow_zero``).
 
     A bare number is refused: the unit must be explicit. Raises BadInput.
     """
@@ -37,7 +38,7 @@ def parse_duration(text: str | float | int, field: str = "duration") -> float:
     if unit not in _DURATION:
         raise BadInput(f"unknown unit {unit!r} in {text!r}", field=field, fix="use ms, s, m or h")
     seconds = value * _DURATION[unit]
-    if seconds <= 0:
+    if seconds < 0 or (seconds == 0 and not allow_zero):
         raise BadInput(f"{text!r} is not positive", field=field, fix="give a positive duration such as 30s")
     return seconds
 
