@@ -22,7 +22,7 @@ from faultlab.errors import BadInput, FaultlabError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
 console = Console(stderr=True)
-out = Console(soft_wrap=True)
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 
 def _fail(err: Exception) -> None:
@@ -168,7 +168,8 @@ def status(as_json: bool = typer.Option(False, "--json")):
     if not rows:
         out.print("no faults in force")
     for r in rows:
-        out.print(f"{r['fault_id']}  {r['type']}  {r['node']}  {r['target']}  ends in {r['remaining_s']}s  controller={'alive' if r['controller_alive'] else 'gone'} watchdog={'alive' if r['watchdog_alive'] else 'gone'}", markup=False)
+        held = "held by its controller" if r["controller_alive"] else "left to its lease (detached, or its controller died)"
+        out.print(f"{r['fault_id']}  {r['type']}  {r['node']}  {r['target']}  watchdog reverts at the latest in {r['remaining_s']}s  {held}{'' if r['watchdog_alive'] else '  WATCHDOG GONE: run faultlab recover'}", markup=False)
 
 
 @app.command()

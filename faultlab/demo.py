@@ -39,12 +39,16 @@ def _raise_stop(signum, frame):
 
 
 def _wait_first_steps(rd: RunDir, ranks, timeout_s: float) -> float:
-    """Wait until every rank has logged a step; returns that moment (unix s)."""
+    """Wait until every rank has logged a step; returns the earliest step start (unix s)."""
     deadline = time.time() + timeout_s
     files = [rd.telemetry_dir() / f"steps-rank{r.rank}.jsonl" for r in ranks]
     while time.time() < deadline:
         if all(f.exists() and f.stat().st_size > 0 for f in files):
-            return time.time()
+            firsts = []
+            for f in files:
+                with open(f) as fh:
+                    firsts.append(json.loads(fh.readline())["t_start"])
+            return min(firsts)  # the first training step: the demo's time origin
         for r in ranks:
             if r.popen.poll() is not None:
                 from faultlab.benchmarks.launch import log_tail
@@ -106,7 +110,7 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
         rd.event("ranks-started", pids={r.rank: r.pid for r in ranks})
         sampler = HostSampler({r.node.name: [r.pid] for r in ranks}, interval_s=1.0, run_id=run_id).start()
         t0 = _wait_first_steps(rd, ranks, timeout_s=120)
-        con.print(f"training: {n_nodes} ranks (gloo), {duration_s:g}s; faults at their scheduled times")
+        con.print(f"training: {n_nodes} ranks (gloo), {duration_s:g}s; times below count from the first training step")
         for f in plan:
             while time.time() < t0 + f["at_s"]:
                 time.sleep(0.1)
@@ -115,7 +119,7 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
             a = injectors.apply(inj, f["duration_s"], grace_s=15.0)
             active.append(a)
             rd.event("inject", fault_id=a.fault_id, type=inj.type, node=inj.node.name, target=a.plan.target, params=inj.params, verify=a.evidence.get("verify"))
-            con.print(f"  +{time.time() - t0:5.1f}s inject {inj.type} on {inj.node.name} ({a.plan.target}) verified={a.evidence['verify'].get('ok')} {_verify_text(a.evidence['verify'])}")
+            con.print(f"  +{a.start_ts - t0:5.1f}s inject {inj.type} on {inj.node.name} ({a.plan.target}) verified={a.evidence['verify'].get('ok')} {_verify_text(a.evidence['verify'])}")
             while time.time() < a.start_ts + f["duration_s"]:
                 time.sleep(0.1)
                 _check_ranks(ranks)
@@ -123,7 +127,7 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
             active.remove(a)
             injections.append(a.injection_row(run_id))
             rd.event("revert", fault_id=a.fault_id, status=status)
-            con.print(f"  +{time.time() - t0:5.1f}s revert {a.fault_id}: {status}")
+            con.print(f"  +{a.end_ts - t0:5.1f}s revert {a.fault_id}: {status}")
         wait_ranks(ranks, timeout_s=duration_s + 120)
         rd.event("ranks-done")
     except (_Stop, KeyboardInterrupt):
@@ -212,7 +216,7 @@ def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
         raise FaultlabError("no step telemetry was recorded", field="workload", fix=f"see the rank logs in {rd.path / 'logs'}")
     labels = label_run(rd.path)
     rows = score_table(steps, host, labels, ["peer-median"]).to_dict("records")
-    (rd.path / "metrics.json").write_text(json.dumps(rows, indent=2, default=_num))
+    (rd.path / "metrics.json").write_text(json.dumps(_nan_to_none(rows), indent=2, default=_num))
     det = load_detector("peer-median")
     alarms = det.detect(steps, host)
     rd.write_table("alarms", alarms)
@@ -228,25 +232,40 @@ def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
     for r in inj.itertuples():
         t.add_row(r.fault_id, r.fault_type, r.node, r.target, f"+{r.start_ts - t0:.1f}s", f"+{r.end_ts - t0:.1f}s", str(r.verified), r.status)
     con.print(t)
-    t = Table(title="labels (labels.parquet)")
-    for c in ("component", "start", "end", "slowdown", "views", "source", "cause", "fault"):
+    t = Table(title="labels (labels.parquet): where and when the job was really slowed")
+    for c in ("component", "start", "end", "slowdown", "job step slowdown", "views", "source", "cause", "fault"):
         t.add_column(c)
     for r in labels.itertuples():
-        t.add_row(r.component, f"+{r.start_ts - t0:.1f}s", f"+{r.end_ts - t0:.1f}s", f"{r.slowdown:.2f}x", r.views, r.source, r.cause, str(r.fault_id or "-"))
+        jsl = json.loads(r.evidence or "{}").get("job_slowdown")
+        t.add_row(r.component, f"+{r.start_ts - t0:.1f}s", f"+{r.end_ts - t0:.1f}s", f"{r.slowdown:.2f}x", f"{jsl:.2f}x" if isinstance(jsl, (int, float)) else "-",
+                  r.views, r.source, r.cause, str(r.fault_id or "-"))
     con.print(t)
+    con.print("slowdown: the component's time (compute for a rank, step time for the job) over its baseline; job step slowdown: what the whole job felt meanwhile.")
     whatif = rd.path / "whatif.json"
     if whatif.exists():
         w = json.loads(whatif.read_text())
         if "slowdown" in w:
-            con.print(f"what-if slowdown of the job (actual / without stragglers): S = {w['slowdown']:.3f}")
+            con.print(f"what-if slowdown S = {w['slowdown']:.3f}: actual job time / simulated time with every rank computing at its peers' median (stragglers removed; a job-wide slowdown such as a slow link is not a straggler and stays in both)")
     t = Table(title="detector scores vs labels (metrics.json)")
     for c in ("detector", "precision", "recall", "F1", "MCC", "event P", "event R", "Acc@1"):
         t.add_column(c)
     for r in rows:
         t.add_row(r["detector"], *(_fmt(r.get(k)) for k in ("precision", "recall", "f1", "mcc", "event_precision", "event_recall", "acc_at_1")))
     con.print(t)
-    con.print(f"files: {rd.path}/{{steps,host,injections,labels,alarms}}.parquet, meta.json, events.jsonl, metrics.json   ({time.time() - t_wall:.0f}s)")
+    comps = sorted(set(steps["rank"].map(lambda r: f"rank:{r}")) | {"job"})
+    con.print(f"scored over {len(comps)} components ({', '.join(comps)}); random and constant detectors show what chance and always-alarm get.")
+    con.print(f"files in {rd.path}: steps, host, injections, labels, alarms (.parquet); whatif.json, metrics.json, meta.json, scenario.yaml, events.jsonl, telemetry/, logs/   ({time.time() - t_wall:.0f}s)")
     return 0
+
+
+def _nan_to_none(o):
+    if isinstance(o, dict):
+        return {k: _nan_to_none(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [_nan_to_none(v) for v in o]
+    if isinstance(o, float) and o != o:
+        return None
+    return o
 
 
 def _fmt(v) -> str:

@@ -34,7 +34,9 @@ _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied, Proces
 
 def read_net_dev(pid: int | str = "self", *, include_loopback: bool = False) -> tuple[int, int]:
     """Total (rx_bytes, tx_bytes) over the interfaces of ``pid``'s network namespace,
-    from ``/proc/<pid>/net/dev``; loopback (``lo``) left out unless asked.
+    from ``/proc/<pid>/net/dev``; loopback (``lo``) left out unless asked, and ifb
+    devices always (``ifb*``, faultlab's ``flifb*``/``flprb*``): an ifb carries the
+    redirected ingress of a real interface, so counting it would count bytes twice.
 
     Raises FileNotFoundError / ProcessLookupError when the process is gone.
     """
@@ -43,7 +45,7 @@ def read_net_dev(pid: int | str = "self", *, include_loopback: bool = False) -> 
         for line in f.read().splitlines()[2:]:
             name, _, rest = line.partition(":")
             name = name.strip()
-            if not rest or (name == "lo" and not include_loopback):
+            if not rest or (name == "lo" and not include_loopback) or name.startswith(("ifb", "flifb", "flprb")):
                 continue
             cols = rest.split()
             rx += int(cols[0])

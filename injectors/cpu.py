@@ -35,13 +35,24 @@ class CpuContention(Injector):
     usable."""
 
     type = "cpu-contention"
-    options = frozenset({"--cpu-fraction"})
+    options = frozenset({"--cpu-fraction", "--mode", "--workers"})
 
     @classmethod
     def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
+        """``--mode quota`` (default): this class; ``--mode stress``: busy workers
+        beside the targets (faultlab.injectors.stress.CpuStress)."""
         from faultlab.injectors import parse_pids, require
         from faultlab.units import parse_fraction
 
+        mode = (opts.get("--mode") or "quota").strip().lower()
+        if mode == "stress":
+            from faultlab.injectors.stress import CpuStress
+
+            return CpuStress.from_options(node, target=target, duration_s=duration_s, opts=opts, fault_id=fault_id, force=force)
+        if mode != "quota":
+            raise BadInput(f"unknown mode {opts.get('--mode')!r}", field="--mode", fix="use quota (a CPU quota on the targets) or stress (busy workers beside them)")
+        if opts.get("--workers") is not None:
+            raise BadInput("applies to --mode stress only", field="--workers", fix="add --mode stress, or drop --workers")
         frac = parse_fraction(require(opts, "--cpu-fraction", cls.type), "--cpu-fraction")
         return cls(node, parse_pids(target), frac, fault_id=fault_id)
 

@@ -158,7 +158,7 @@ def recover(node: Node, fault_id: str | None = None) -> list[dict]:
             continue
         failed = lease.run_revert()
         lease.release()
-        done.append({"fault_id": lease.fault_id, "fault_type": lease.record.get("fault_type"), "node": lease.record.get("node"), "revert_lines_failed": failed})
+        done.append({"fault_id": lease.fault_id, "type": lease.record.get("fault_type"), "node": lease.record.get("node"), "revert_lines_failed": failed})
     return done
 
 

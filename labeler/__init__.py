@@ -45,6 +45,8 @@ class LabelerConfig:
         mad_k: a flag also needs value - baseline > mad_k x sigma (noise floor). 4.0.
         gap_steps: flagged runs separated by at most this many unflagged steps merge. 2.
         min_steps: shortest interval kept (first..last step inclusive). 3.
+        min_slowdown: a label's slowdown (ratio to its baseline over the whole
+            interval) must reach this, else it is no slowdown and is dropped. 1.2.
         gap_s: flagged runs separated by at most this many seconds also merge. 0.3.
         min_duration_s: shortest interval kept, in seconds (a fail-slow condition
             outlasts a scheduler hiccup). 1.0.
@@ -63,6 +65,7 @@ class LabelerConfig:
     gap_steps: int = 2
     min_steps: int = 3
     gap_s: float = 0.3
+    min_slowdown: float = 1.2
     min_duration_s: float = 1.0
     match_slack_steps: float = 3.0
     job_wide_fault_types: tuple[str, ...] = ("nic-slow",)

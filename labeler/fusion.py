@@ -226,11 +226,15 @@ def fuse(an: Analysis) -> pd.DataFrame:
         )
         job_rows[sl] = True
 
-    # 3. a rank slow against its own history only (most of its group slowed too)
+    # 3. a rank slow against its own history only (most of its group slowed too);
+    # only when the job felt it: a rank's compute rising back to normal after a
+    # period in which it was unusually fast is not a slowdown of anything
     for j in range(g.R):
         free = tv.rank_flag[:, j] & ~_dilate(rank_label_rows[:, j] | job_rows, gap)
         for i0, i1 in intervals(free, gap, min_len, **timed):
             sl = slice(i0, i1 + 1)
+            if not an.job_slowdown(i0, i1) >= cfg.temporal_threshold:
+                continue
             t_ratio = _ratio(g.compute[sl, j], tv.rank_base[sl, j])
             ev = {
                 "baseline_s": _nanmed(tv.rank_base[sl, j]),
@@ -249,6 +253,7 @@ def fuse(an: Analysis) -> pd.DataFrame:
                      _confidence(t_ratio, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev)
             )
 
+    rows = [r for r in rows if r["slowdown"] >= cfg.min_slowdown]
     if not rows:
         return _empty_labels()
     df = pd.DataFrame(rows)

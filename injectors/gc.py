@@ -1,0 +1,266 @@
+"""``gc-storm``: stop-the-world garbage-collection bursts inside one Python rank.
+
+Uncoordinated GC is one of the software stragglers that dominate in production: one
+rank's interpreter stops for a full collection while its peers wait at the next
+collective. This fault makes it happen on demand, through the in-workload agent
+(``faultlab.benchmarks.agent``; ``faultlab.benchmarks.ddp`` ranks start it by
+default, any workload starts it with ``agent.start()``).
+
+Protocol (files in the agent's control folder, see ``faultlab.benchmarks.agent``):
+
+- probe: the target PID exists, its agent's heartbeat ``PID.agent`` is there, names
+  the same process (PID and start time, so a reused PID is caught) and is fresh
+  (< ``HEARTBEAT_STALE_S``); no ``PID.gc-storm.json`` command is in force.
+- inject: write ``PID.gc-storm.json`` (``fault_id``, ``rate_per_s``, ``garbage_mb``,
+  ``deadline_ts``) atomically (``printf`` to a temp file + ``mv``).
+- verify: the agent's status file ``PID.gc-storm.status.json`` names this fault and
+  counts at least one burst, within ``2 + 2/rate + garbage_mb/100`` seconds.
+- revert: ``rm -f`` the command file, then wait (<= 25 s) until the agent removed its
+  status file (it does so within one poll, 0.05 s, or after the burst in progress);
+  if the process is gone, remove its status file. ``sh`` and coreutils only, so the
+  lease watchdog runs it blindly. Even with the controller and the watchdog both
+  killed, the agent ends the storm by itself at ``deadline_ts``.
+
+Control folder: ``faultlab.benchmarks.agent.default_dir()`` on the controller
+(``$FAULTLAB_AGENT_DIR``; else ``/run/faultlab/agents`` as root; else
+``$XDG_RUNTIME_DIR/faultlab/agents`` or ``/tmp/faultlab-UID/agents``), or the
+``agent_dir`` given to ``GcStorm``. The workload must use the same folder.
+
+Without an agent: Python >= 3.14 has ``sys.remote_exec(pid, script)``, which could
+start the agent inside a running interpreter; ``remote_exec_support()`` detects it,
+but starting the agent that way is not built, so a target without an agent is
+refused with the fix (start the agent in the workload).
+
+Severity: ``stalled_fraction``, the fraction of wall time the target's interpreter
+spent in garbage collection while the storm was in force (0..1), as the agent
+measured it (``gc.callbacks``): the latest reading (verify, then the one just before
+revert, or the agent's final summary). NaN before any measurement (``--dry-run``).
+No root needed for one's own processes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import re
+import sys
+import time
+
+from faultlab.benchmarks import agent as agent_mod
+from faultlab.errors import BadInput, Refused
+from faultlab.injectors.base import Cmd, Injector, Plan
+from faultlab.nodes import Node
+
+HEARTBEAT_STALE_S = 10.0
+REVERT_WAIT_MAX_S = 25.0  # below run_revert's 30 s command timeout
+
+# $1 command JSON, $2 command path
+WRITE_SH = 'umask 022; printf "%s\\n" "$1" > "$2.tmp" && mv -f "$2.tmp" "$2"'
+# $1 command path, $2 status path, $3 target pid, $4 polls of 0.05 s to wait
+STOP_SH = (
+    'rm -f "$1" "$1.tmp"; i=0; '
+    'while [ -e "$2" ] && [ -d "/proc/$3" ] && [ "$i" -lt "$4" ]; do sleep 0.05; i=$((i+1)); done; '
+    '[ -d "/proc/$3" ] || rm -f "$2"; exit 0'
+)
+
+
+def parse_number(value, field: str, hi: float, unit: str, example: str) -> float:
+    """A float in (0, hi] from a CLI string. Raises BadInput naming ``field``."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise BadInput("missing", field=field, fix=f"give {unit}, e.g. {field} {example}")
+    if isinstance(value, bool):
+        raise BadInput(f"{value!r} is not a number", field=field, fix=f"give {unit}, e.g. {field} {example}")
+    try:
+        f = float(str(value).strip())
+    except ValueError:
+        raise BadInput(f"{value!r} is not a number", field=field, fix=f"give {unit}, e.g. {field} {example}") from None
+    if not math.isfinite(f) or not (0 < f <= hi):
+        raise BadInput(f"{value!r} is outside (0, {hi:g}]", field=field, fix=f"give {unit} in (0, {hi:g}], e.g. {field} {example}")
+    return f
+
+
+def remote_exec_support(target_python: str | None = None) -> str | None:
+    """None when ``sys.remote_exec`` could start the agent in a target running
+    ``target_python`` (``"3.14"``; None: unknown); else why not, in words."""
+    if sys.version_info < (3, 14) or not hasattr(sys, "remote_exec"):
+        return f"sys.remote_exec needs Python >= 3.14 and faultlab runs Python {platform.python_version()}"
+    if target_python:
+        m = re.match(r"(\d+)\.(\d+)", target_python)
+        if m and (int(m.group(1)), int(m.group(2))) < (3, 14):
+            return f"sys.remote_exec needs Python >= 3.14 in the target, which runs Python {target_python}"
+    return "starting the agent through sys.remote_exec is not built yet"
+
+
+def target_python_version(node: Node, pid: int) -> str | None:
+    """``"3.11"`` when ``/proc/PID/exe`` names a pythonX.Y binary, else None."""
+    try:
+        cp = node.run(["readlink", "-f", f"/proc/{pid}/exe"], scope="host", timeout=10)
+    except Exception:
+        return None
+    m = re.search(r"python(\d+\.\d+)", cp.stdout.strip().rsplit("/", 1)[-1]) if cp.returncode == 0 else None
+    return m.group(1) if m else None
+
+
+class GcStorm(Injector):
+    """Stop-the-world GC bursts in the Python process ``pid`` (which must run the
+    agent): ``rate_per_s`` bursts a second (collections/s, (0, 100]), each allocating
+    ``garbage_mb`` MB ((0, 4096]) of cyclic garbage and collecting it, for
+    ``duration_s`` seconds from probe (the agent's own deadline).
+
+    Raises BadInput naming ``--gc-rate`` / ``--garbage-mb`` / ``--target`` for bad
+    values or a missing PID (at probe); Refused when the process runs no agent (or
+    a stale one) or already has a gc-storm."""
+
+    type = "gc-storm"
+    options = frozenset({"--gc-rate", "--garbage-mb"})
+
+    @classmethod
+    def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
+        """``--target PID``, ``--gc-rate`` (collections/s), ``--garbage-mb`` (MB per
+        collection), both plain numbers. ``force`` changes nothing: a gc-storm
+        touches no foreign state. Raises BadInput naming the field."""
+        from faultlab.injectors import parse_pids
+
+        rate = parse_number(opts.get("--gc-rate"), "--gc-rate", agent_mod.MAX_RATE_PER_S, "collections per second", "5")
+        mb = parse_number(opts.get("--garbage-mb"), "--garbage-mb", agent_mod.MAX_GARBAGE_MB, "MB of garbage per collection", "50")
+        pids = parse_pids(target)
+        if len(pids) != 1:
+            raise BadInput("gc-storm takes one PID", field="--target", fix="give the PID of one rank")
+        return cls(node, pids[0], rate, mb, duration_s, fault_id=fault_id)
+
+    def __init__(self, node: Node, pid: int, rate_per_s: float, garbage_mb: float, duration_s: float, *,
+                 fault_id: str | None = None, label: str | None = None, agent_dir: str | None = None):
+        super().__init__(node, fault_id)
+        self.rate_per_s = parse_number(rate_per_s, "--gc-rate", agent_mod.MAX_RATE_PER_S, "collections per second", "5")
+        self.garbage_mb = parse_number(garbage_mb, "--garbage-mb", agent_mod.MAX_GARBAGE_MB, "MB of garbage per collection", "50")
+        if not (isinstance(duration_s, (int, float)) and math.isfinite(duration_s) and duration_s > 0):
+            raise BadInput(f"{duration_s!r} is not a positive duration", field="--duration", fix="give e.g. --duration 30s")
+        self.pid, self.duration_s = int(pid), float(duration_s)
+        self.label = label
+        self.agent_dir = str(agent_dir) if agent_dir is not None else None
+        self._last_status: dict | None = None
+
+    @property
+    def target(self) -> str:
+        return self.label or f"pid:{self.pid}"
+
+    @property
+    def params(self) -> dict:
+        return {"pid": self.pid, "rate_per_s": self.rate_per_s, "garbage_mb": self.garbage_mb}
+
+    @property
+    def severity(self) -> float:
+        """Fraction of wall time (0..1) the target spent in GC during the storm, as
+        last measured; NaN before any measurement."""
+        st = self._last_status
+        if st and isinstance(st.get("stalled_fraction"), (int, float)):
+            return float(st["stalled_fraction"])
+        return float("nan")
+
+    def _dir(self) -> str:
+        return self.agent_dir or str(agent_mod.default_dir())
+
+    def _read_json(self, path: str) -> dict | None:
+        try:
+            obj = json.loads(self.node.read_file(path))
+        except (OSError, ValueError):
+            return None
+        return obj if isinstance(obj, dict) else None
+
+    def _starttime(self) -> int | None:
+        try:
+            return agent_mod.parse_starttime(self.node.read_file(f"/proc/{self.pid}/stat"))
+        except OSError:
+            return None
+
+    def probe(self) -> dict:
+        pid, d = self.pid, self._dir()
+        if not self.node.exists(f"/proc/{pid}"):
+            raise BadInput(f"no process {pid} on node {self.node.name}", field="--target", fix="give the PID of a running Python rank")
+        hb_path = str(agent_mod.heartbeat_path(d, pid))
+        fix = (f"start the agent in the workload (`from faultlab.benchmarks import agent; agent.start()`; "
+               f"faultlab.benchmarks.ddp ranks start it unless --agent-dir none) with the same control folder "
+               f"as faultlab ({d}, set by FAULTLAB_AGENT_DIR)")
+        hb = self._read_json(hb_path)
+        if hb is None:
+            why = remote_exec_support(target_python_version(self.node, pid))
+            raise Refused(f"process {pid} runs no faultlab agent (no heartbeat {hb_path}); {why}", field="--target", fix=fix)
+        start = self._starttime()
+        if hb.get("pid") != pid or (start is not None and hb.get("starttime") not in (None, start)):
+            raise Refused(f"the agent heartbeat {hb_path} was left by an earlier process with PID {pid}", field="--target", fix=fix)
+        age = time.time() - float(hb.get("heartbeat_ts") or 0)
+        if age > HEARTBEAT_STALE_S:
+            raise Refused(f"the agent of process {pid} is not responding (last heartbeat {age:.0f}s ago; stopped or wedged?)",
+                          field="--target", fix="check the process is running (not stopped) and retry")
+        cmd_path = str(agent_mod.command_path(d, pid))
+        st_path = str(agent_mod.status_path(d, pid))
+        if self.node.exists(cmd_path):
+            other = (self._read_json(cmd_path) or {}).get("fault_id", "?")
+            raise Refused(f"process {pid} already has a gc-storm ({other})", field="--target", fix=f"revert it first (faultlab revert {other})")
+        if self.node.exists(st_path):
+            raise Refused(f"a gc-storm in process {pid} is still ending ({st_path})", field="--target", fix="retry in a few seconds")
+        return {
+            "agent_dir": d, "heartbeat_path": hb_path, "cmd_path": cmd_path, "status_path": st_path,
+            "deadline_ts": time.time() + self.duration_s, "python": hb.get("python"), "starttime": start,
+        }
+
+    def command(self, facts: dict) -> dict:
+        """The command the agent reads (what inject writes)."""
+        return {"fault_id": self.fault_id, "rate_per_s": self.rate_per_s, "garbage_mb": self.garbage_mb,
+                "deadline_ts": round(float(facts["deadline_ts"]), 3)}
+
+    def _verify_timeout_s(self) -> float:
+        return 2.0 + 2.0 / self.rate_per_s + self.garbage_mb / 100.0
+
+    def plan(self, facts: dict) -> Plan:
+        body = json.dumps(self.command(facts), sort_keys=True)
+        polls = int(min(REVERT_WAIT_MAX_S, 5.0 + self.garbage_mb / 100.0) / 0.05)
+        inject = [Cmd(("sh", "-c", WRITE_SH, "sh", body, facts["cmd_path"]), "host", "hand the storm to the agent")]
+        revert = [Cmd(("sh", "-c", STOP_SH, "sh", facts["cmd_path"], facts["status_path"], str(self.pid), str(polls)), "host",
+                      "withdraw the command; wait for the agent to end the storm")]
+        return Plan(self.fault_id, self.type, self.node.name, self.target, inject, revert,
+                    [f"the agent's status {facts['status_path']} names {self.fault_id} and counts a burst within {self._verify_timeout_s():.1f}s"])
+
+    def verify(self, facts: dict) -> dict:
+        deadline = time.time() + self._verify_timeout_s()
+        t0 = time.time()
+        st = None
+        while time.time() < deadline:
+            st = self._read_json(facts["status_path"])
+            if st and st.get("fault_id") == self.fault_id:
+                if st.get("state") == "error":
+                    return {"ok": False, "error": st.get("error"), "status": st}
+                if st.get("bursts", 0) >= 1:
+                    self._last_status = st
+                    return {"ok": True, "ack_s": round(time.time() - t0, 3), "status": st}
+            time.sleep(0.02)
+        return {"ok": False, "error": f"no burst reported by the agent within {self._verify_timeout_s():.1f}s", "status": st}
+
+    def final_evidence(self, facts: dict) -> dict:
+        st = self._read_json(facts["status_path"])
+        if not (st and st.get("fault_id") == self.fault_id):
+            hb = self._read_json(facts["heartbeat_path"]) or {}
+            last = hb.get("last_storm")
+            st = last if isinstance(last, dict) and last.get("fault_id") == self.fault_id else None
+        if st is None:
+            return {"status": None}
+        self._last_status = st
+        return {"status": st}
+
+    def reverted(self, facts: dict) -> list[str]:
+        """What is left: the command file, or a status file of this storm while the
+        process lives. Once clean, the agent's final summary of the storm (in its
+        heartbeat) becomes the measurement behind ``severity``."""
+        left = []
+        if self.node.exists(facts["cmd_path"]):
+            left.append(f"gc-storm command file {facts['cmd_path']}")
+        if self.node.exists(facts["status_path"]):
+            st = self._read_json(facts["status_path"]) or {}
+            if st.get("fault_id") in (None, self.fault_id):
+                left.append(f"gc-storm still running in process {self.pid} ({facts['status_path']})")
+        if not left:
+            last = (self._read_json(facts["heartbeat_path"]) or {}).get("last_storm")
+            if isinstance(last, dict) and last.get("fault_id") == self.fault_id:
+                self._last_status = last
+        return left

@@ -1,0 +1,376 @@
+"""``io-slow``: a slow disk for some processes (block-I/O throttling through a cgroup).
+
+Mechanism (Linux blk-throttle): the target PIDs move into a new cgroup
+``faultlab-<fault_id>`` whose limits cap their I/O to the *whole disk* holding
+``--path``, addressed as ``MAJ:MIN``:
+
+- cgroup v1 ``blkio`` (Documentation/admin-guide/cgroup-v1/blkio-controller.rst,
+  "Throttling/Upper limit policy"): one line ``"MAJ:MIN VALUE"`` written to each of
+  ``blkio.throttle.read_bps_device`` / ``write_bps_device`` (bytes/s) and
+  ``read_iops_device`` / ``write_iops_device`` (IO/s), only the caps asked for;
+- cgroup v2 ``io`` (Documentation/admin-guide/cgroup-v2.rst, "io.max"): one line
+  ``"MAJ:MIN rbps=.. wbps=.. riops=.. wiops=.."`` written to ``io.max``.
+
+The device: ``st_dev`` of ``--path`` (``stat -L`` on the node) names the
+filesystem's block device (a block device node such as ``/dev/vda`` names itself); ``/sys/dev/block/MAJ:MIN`` must exist, and a partition is
+replaced by its parent disk (blk-throttle takes whole disks only). Filesystems with no
+block device (overlay, tmpfs, proc, NFS, btrfs subvolumes: ``st_dev`` major 0) are
+refused with BadInput.
+
+What is throttled: direct I/O and reads (a page-cache miss is read in the reader's
+context). With cgroup v1, *buffered writes are not throttled*: dirty pages are written
+back later by kernel flusher threads outside the target's cgroup; cgroup v2 charges
+writeback to the cgroup only when the memory controller is enabled with io.
+
+Revert: the limits are cleared first (``MAJ:MIN 0`` in v1; ``rbps=max ...`` in v2, so
+that I/O queued in the throttle is released even if a later step fails), each PID goes
+back to the cgroup it was found in, any other process left inside (children forked
+during the fault) is swept back to the first target's cgroup, and the faultlab cgroup
+is removed. Every step is idempotent and touches only the faultlab cgroup and the
+recorded PIDs.
+
+Ownership: a target already under a ``faultlab-`` cgroup in the io hierarchy is
+refused (``Refused``); so is a target whose current cgroup carries throttle limits of
+its own (moving it out would lift them during the fault) unless ``force=True`` (it is
+moved back, under its own limits, on revert).
+
+Severity: ``max(1e8 / tightest byte cap, 1e4 / tightest IOPS cap)``: 1.0 for a
+100 MB/s or a 10 000 IO/s cap, 20 for 5 MB/s; larger is worse.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from faultlab.errors import BadInput, NodeError, Refused
+from faultlab.nodes import Node
+from faultlab.injectors import cgroups
+from faultlab.injectors.base import Cmd, Injector, Plan, write_cmd
+from faultlab.injectors.cpu import SWEEP_SH
+
+# decimal units are SI (10mb = 10 000 000 bytes/s); binary ones are IEC
+_BYTE_UNITS = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_BIT_UNITS = {"bit", "bits", "kbit", "mbit", "gbit", "tbit", "kbits", "mbits", "gbits", "kbps", "mbps", "gbps", "bps"}
+_NUM = r"(\d+(?:\.\d*)?|\.\d+)"
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
+
+#: v1 throttle file and v2 io.max key of each cap (attribute name -> (file, key))
+CAPS = {
+    "read_bps": ("blkio.throttle.read_bps_device", "rbps"),
+    "write_bps": ("blkio.throttle.write_bps_device", "wbps"),
+    "read_iops": ("blkio.throttle.read_iops_device", "riops"),
+    "write_iops": ("blkio.throttle.write_iops_device", "wiops"),
+}
+
+
+def parse_bytes_rate(text, field: str = "--read-bps") -> int:
+    """Parse a disk rate into bytes/s (int >= 1): ``"10mb"`` -> 10_000_000.
+
+    Units: ``b``, ``kb``, ``mb``, ``gb``, ``tb`` (SI, powers of 1000) and ``kib``,
+    ``mib``, ``gib``, ``tib`` (powers of 1024), any case except that ``Kb``/``Mb``/
+    ``Gb`` (capital prefix, small b) read as bits and are refused. Raises BadInput
+    (naming ``field``) for: no unit (``"10"``), a space before the unit
+    (``"10 mb"``), bit units (``"10mbit"``, ``"10mbps"``: bits are for network rates),
+    a ``/s`` suffix, an unknown unit, a negative or zero value."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        raise BadInput(f"{text!r} has no unit", field=field, fix="write bytes/s with a unit, e.g. 10mb (10 MB/s), 512kb or 1gb")
+    s = str(text).strip()
+    if not s:
+        raise BadInput("empty", field=field, fix="write bytes/s with a unit, e.g. 10mb")
+    if s.startswith("-"):
+        raise BadInput(f"{text!r} is negative", field=field, fix="give a positive rate such as 10mb")
+    if re.fullmatch(_NUM, s):
+        raise BadInput(f"{text!r} has no unit", field=field, fix="write bytes/s with a unit, e.g. 10mb (10 MB/s), 512kb or 1gb")
+    if re.fullmatch(_NUM + r"\s+\S+", s):
+        raise BadInput(f"{text!r} has a space before its unit", field=field, fix="write e.g. 10mb")
+    m = re.fullmatch(_NUM + r"([A-Za-z/]+)", s)
+    if not m:
+        raise BadInput(f"{text!r} is not a rate", field=field, fix="write bytes/s with a unit, e.g. 10mb, 512kb or 1gb")
+    value, raw = float(m.group(1)), m.group(2)
+    unit = raw.lower()
+    if unit.endswith("/s") or unit.endswith("/sec"):
+        raise BadInput(f"{text!r} has a /s", field=field, fix=f"the option is already per second: write {m.group(1)}{unit.split('/')[0]}")
+    if unit in _BIT_UNITS or re.fullmatch(r"[KMGT]b", raw):
+        raise BadInput(
+            f"{text!r} is in bits; bits are for network rates (nic-slow --rate)",
+            field=field, fix="give a disk rate in bytes/s, e.g. 10mb for 10 MB/s (80 Mbit/s = 10mb)",
+        )
+    if unit not in _BYTE_UNITS:
+        raise BadInput(f"unknown unit {raw!r} in {text!r}", field=field, fix="use b, kb, mb, gb (x1000) or kib, mib, gib (x1024)")
+    n = int(round(value * _BYTE_UNITS[unit]))
+    if n < 1:
+        raise BadInput(f"{text!r} is not positive", field=field, fix="give a positive rate such as 10mb")
+    if n > U64_MAX:
+        raise BadInput(f"{text!r} is too large", field=field, fix="give a rate below 16 EB/s")
+    return n
+
+
+def parse_iops(text, field: str = "--read-iops") -> int:
+    """Parse an IOPS cap: a positive whole number of I/O operations per second
+    (``"200"``), at most 2**32-1 (the v1 throttle file's limit). Raises BadInput."""
+    s = str(text).strip()
+    if s.startswith("-"):
+        raise BadInput(f"{text!r} is negative", field=field, fix="give a positive whole number of IO/s, e.g. 200")
+    if not s.isdigit():
+        raise BadInput(f"{text!r} is not a whole number of IO/s", field=field, fix="give a positive integer, e.g. 200 (no unit)")
+    n = int(s)
+    if n < 1:
+        raise BadInput(f"{text!r} is not positive", field=field, fix="give a positive integer, e.g. 200")
+    if n > U32_MAX:
+        raise BadInput(f"{text!r} is too large", field=field, fix=f"give at most {U32_MAX}")
+    return n
+
+
+def block_device_of(node: Node, path: str, field: str = "--path") -> dict:
+    """The whole disk holding ``path`` on ``node`` (or, for a block device node, that
+    device's disk): ``{"dev": "MAJ:MIN", "name":
+    "vda", "fs_dev": "MAJ:MIN of the filesystem (a partition or the disk)"}``.
+
+    Raises BadInput (naming ``field``) when the path does not exist or its filesystem
+    has no block device (overlay, tmpfs, ...); NodeError when ``stat`` cannot run."""
+    cp = node.run(["stat", "-L", "-c", "%d %t %T %F", "--", path], timeout=10)
+    if cp.returncode != 0:
+        raise BadInput(f"no such path {path!r} on node {node.name}", field=field, fix="give an existing file or folder on the disk to slow, e.g. the job's data or checkpoint folder")
+    try:
+        d, rmaj, rmin, ftype = cp.stdout.strip().split(" ", 3)
+        if ftype == "block special file":  # the device node itself, e.g. /dev/nvme0n1
+            major, minor = int(rmaj, 16), int(rmin, 16)
+        else:
+            major, minor = os.major(int(d)), os.minor(int(d))
+    except ValueError:
+        raise NodeError(f"stat printed {cp.stdout.strip()!r} for {path!r} on node {node.name}", field=field) from None
+    fs = f"{major}:{minor}"
+    if major == 0 or not node.exists(f"/sys/dev/block/{fs}"):
+        fst = node.run(["stat", "-f", "-L", "-c", "%T", "--", path], timeout=10)
+        fstype = fst.stdout.strip() if fst.returncode == 0 and fst.stdout.strip() else "a filesystem"
+        raise BadInput(
+            f"{path!r} is on {fstype} (device {fs}) with no block device",
+            field=field,
+            fix="give a path on a disk-backed filesystem (ext4, xfs), e.g. a folder under /var/tmp; `findmnt -T PATH` shows a path's device",
+        )
+    disk = fs
+    if node.exists(f"/sys/dev/block/{fs}/partition"):
+        try:  # the partition's sysfs folder sits inside its disk's
+            disk = node.read_file(f"/sys/dev/block/{fs}/../dev").strip()
+        except OSError as e:
+            raise NodeError(f"cannot find the disk of partition {fs} on node {node.name}: {e}", field=field) from None
+    name = disk
+    try:
+        for line in node.read_file(f"/sys/dev/block/{disk}/uevent").splitlines():
+            if line.startswith("DEVNAME="):
+                name = line.split("=", 1)[1]
+    except OSError:
+        pass
+    return {"dev": disk, "name": name, "fs_dev": fs}
+
+
+def _rules_v1(text: str) -> dict[str, int]:
+    """``"254:0 5000000\\n..."`` -> {"254:0": 5000000}."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def _rules_v2(text: str) -> dict[str, dict[str, str]]:
+    """io.max lines -> {"254:0": {"rbps": "5000000", "wbps": "max", ...}}."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if parts:
+            out[parts[0]] = dict(kv.split("=", 1) for kv in parts[1:] if "=" in kv)
+    return out
+
+
+class IoSlow(Injector):
+    """Throttle the I/O of ``pids`` to the disk holding ``path``: ``read_bps`` /
+    ``write_bps`` in bytes/s, ``read_iops`` / ``write_iops`` in IO/s (None: no cap;
+    at least one is required). Raises BadInput for no PID, no cap or a non-positive
+    cap (and, at probe, for a missing process or a path with no block device);
+    Refused when no blkio/io controller is usable or a target is already under a
+    faultlab cgroup or under foreign throttle limits (without ``force``)."""
+
+    type = "io-slow"
+    options = frozenset({"--path", "--read-bps", "--write-bps", "--read-iops", "--write-iops"})
+
+    @classmethod
+    def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
+        from faultlab.injectors import parse_pids, require
+
+        path = require(opts, "--path", cls.type)
+        caps = {}
+        for opt, parse in (("--read-bps", parse_bytes_rate), ("--write-bps", parse_bytes_rate), ("--read-iops", parse_iops), ("--write-iops", parse_iops)):
+            if opts.get(opt) is not None:
+                caps[opt[2:].replace("-", "_")] = parse(opts[opt], opt)
+        if not caps:
+            raise BadInput("io-slow needs at least one cap", field="--write-bps", fix="give --read-bps/--write-bps (bytes/s, e.g. 10mb) or --read-iops/--write-iops (IO/s)")
+        return cls(node, parse_pids(target), path, **caps, fault_id=fault_id, force=force)
+
+    def __init__(self, node: Node, pids: list[int], path: str, *, read_bps: int | None = None, write_bps: int | None = None,
+                 read_iops: int | None = None, write_iops: int | None = None, fault_id: str | None = None,
+                 label: str | None = None, force: bool = False):
+        super().__init__(node, fault_id)
+        if not pids:
+            raise BadInput("no target process", field="--target", fix="give PIDs, e.g. --target 1234,5678")
+        if not path:
+            raise BadInput("missing", field="--path", fix="give a path on the disk to slow, e.g. --path /data")
+        self.pids = [int(p) for p in pids]
+        self.path = str(path)
+        self.read_bps, self.write_bps, self.read_iops, self.write_iops = read_bps, write_bps, read_iops, write_iops
+        if not self.caps:
+            raise BadInput("io-slow needs at least one cap", field="--write-bps", fix="give --read-bps/--write-bps (bytes/s, e.g. 10mb) or --read-iops/--write-iops (IO/s)")
+        for k, v in self.caps.items():
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise BadInput(f"{v!r} is not a positive integer", field="--" + k.replace("_", "-"), fix="give e.g. --write-bps 10mb or --write-iops 200")
+        self.label = label
+        self.force = force
+        self.device: str | None = None  # MAJ:MIN, known after probe
+
+    @property
+    def caps(self) -> dict[str, int]:
+        """The caps asked for: ``read_bps``/``write_bps`` (bytes/s), ``read_iops``/``write_iops`` (IO/s)."""
+        return {k: getattr(self, k) for k in CAPS if getattr(self, k) is not None}
+
+    @property
+    def target(self) -> str:
+        return self.label or "pid:" + ",".join(map(str, self.pids))
+
+    @property
+    def params(self) -> dict:
+        p = {"path": self.path, "pids": self.pids, "device": self.device}
+        units = {"read_bps": "read_bytes_per_s", "write_bps": "write_bytes_per_s", "read_iops": "read_iops", "write_iops": "write_iops"}
+        p.update({units[k]: v for k, v in self.caps.items()})
+        return p
+
+    @property
+    def severity(self) -> float:
+        bps = [v for k, v in self.caps.items() if k.endswith("_bps")]
+        iops = [v for k, v in self.caps.items() if k.endswith("_iops")]
+        return max([1e8 / min(bps)] * bool(bps) + [1e4 / min(iops)] * bool(iops))
+
+    # -- lifecycle -----------------------------------------------------------------
+    def probe(self) -> dict:
+        h = cgroups.find_hierarchy(self.node, "blkio")
+        if h is None:
+            raise Refused(
+                f"no usable blkio/io cgroup controller on node {self.node.name}", field="--type",
+                fix="mount the v1 blkio controller or enable +io in the v2 root's cgroup.subtree_control; see faultlab doctor",
+            )
+        if h.version == 1 and not self.node.exists(f"{h.mount}/blkio.throttle.read_bps_device"):
+            raise Refused(f"the kernel of node {self.node.name} has no blk-throttle (no blkio.throttle.* files)", field="--type", fix="use a kernel built with CONFIG_BLK_DEV_THROTTLING")
+        dev = block_device_of(self.node, self.path)
+        self.device = dev["dev"]
+        orig = {}
+        for pid in self.pids:
+            cg = cgroups.cgroup_of(self.node, pid, h)
+            if cg is None:
+                raise BadInput(f"no process {pid} on node {self.node.name}", field="--target", fix="give the PID of a running process")
+            if "faultlab-" in cg:
+                raise Refused(f"process {pid} is already under a faultlab cgroup ({cg}) in the {h.controller} hierarchy", field="--target", fix="revert that fault first: faultlab status")
+            if cg.strip("/") and not self.force:
+                foreign = self._limits_in(h, h.path(cg))
+                if foreign:
+                    raise Refused(
+                        f"process {pid} is in cgroup {cg} with throttle limits of its own ({foreign}); moving it would lift them",
+                        field="--target", fix="pass --force to move it anyway (it goes back under its limits on revert)",
+                    )
+            orig[pid] = cg
+        return {
+            "hierarchy": {"version": h.version, "mount": h.mount, "controller": h.controller},
+            "orig": orig,
+            "cgroup": h.path(f"faultlab-{self.fault_id}"),
+            "device": dev,
+        }
+
+    def _limits_in(self, h: cgroups.Hierarchy, d: str) -> str:
+        """Throttle limits set in cgroup folder ``d`` (empty string when none)."""
+        found = []
+        files = [f for f, _ in CAPS.values()] if h.version == 1 else ["io.max"]
+        for f in files:
+            try:
+                text = self.node.read_file(f"{d}/{f}").strip()
+            except OSError:
+                continue
+            if text:
+                found.append(f"{f}: {' / '.join(text.splitlines())}")
+        return "; ".join(found)
+
+    @staticmethod
+    def _h(facts: dict) -> cgroups.Hierarchy:
+        return cgroups.Hierarchy(**facts["hierarchy"])
+
+    def plan(self, facts: dict) -> Plan:
+        h, d, dev = self._h(facts), facts["cgroup"], facts["device"]["dev"]
+        inject = [Cmd(("mkdir", d), "host", "faultlab cgroup")]
+        if h.version == 1:
+            inject += [write_cmd(f"{d}/{CAPS[k][0]}", f"{dev} {v}", f"{k} cap") for k, v in self.caps.items()]
+            clear = [write_cmd(f"{d}/{CAPS[k][0]}", f"{dev} 0", f"clear {k}") for k in self.caps]
+        else:
+            line = " ".join([dev] + [f"{CAPS[k][1]}={v}" for k, v in self.caps.items()])
+            inject.append(write_cmd(f"{d}/io.max", line, "io.max caps"))
+            clear = [write_cmd(f"{d}/io.max", f"{dev} rbps=max wbps=max riops=max wiops=max", "clear io.max")]
+        inject += [write_cmd(f"{d}/cgroup.procs", str(pid), f"move {pid}") for pid in self.pids]
+        revert = clear + [write_cmd(h.path(cg) + "/cgroup.procs", str(pid), f"{pid} back") for pid, cg in facts["orig"].items()]
+        first = next(iter(facts["orig"].values()))
+        revert.append(Cmd(("sh", "-c", SWEEP_SH, "sh", f"{d}/cgroup.procs", h.path(first) + "/cgroup.procs"), "host", "sweep the rest back"))
+        revert.append(Cmd(("rmdir", d), "host"))
+        what = ", ".join(f"{k}={v}" for k, v in self.caps.items())
+        return Plan(
+            self.fault_id, self.type, self.node.name, self.target, inject, revert,
+            [f"targets in {d}; its throttle limits read back {dev} {what}"],
+        )
+
+    def _readback(self, facts: dict) -> dict[str, int | str | None]:
+        h, d, dev = self._h(facts), facts["cgroup"], facts["device"]["dev"]
+        out: dict[str, int | str | None] = {}
+        if h.version == 1:
+            for k in self.caps:
+                try:
+                    out[k] = _rules_v1(self.node.read_file(f"{d}/{CAPS[k][0]}")).get(dev)
+                except OSError:
+                    out[k] = None
+        else:
+            try:
+                rule = _rules_v2(self.node.read_file(f"{d}/io.max")).get(dev, {})
+            except OSError:
+                rule = {}
+            for k in self.caps:
+                v = rule.get(CAPS[k][1])
+                out[k] = int(v) if v is not None and v.isdigit() else v
+        return out
+
+    def verify(self, facts: dict) -> dict:
+        inside = set(cgroups.procs(self.node, facts["cgroup"]))
+        moved = [p for p in self.pids if p in inside]
+        got = self._readback(facts)
+        return {
+            "device": facts["device"],
+            "pids_in_cgroup": moved,
+            "limits": got,
+            "ok": len(moved) == len(self.pids) and got == self.caps,
+        }
+
+    def final_evidence(self, facts: dict) -> dict:
+        """Bytes and IOs served to the cgroup on the device during the fault (v1
+        ``blkio.throttle.io_service_bytes`` / ``io_serviced``; v2 ``io.stat``)."""
+        h, d, dev = self._h(facts), facts["cgroup"], facts["device"]["dev"]
+        out = {}
+        files = ["blkio.throttle.io_service_bytes", "blkio.throttle.io_serviced"] if h.version == 1 else ["io.stat"]
+        for f in files:
+            try:
+                text = self.node.read_file(f"{d}/{f}")
+            except OSError:
+                continue
+            out[f] = [line for line in text.splitlines() if line.startswith(dev + " ") or line.startswith(dev + "\t")]
+        return out
+
+    def reverted(self, facts: dict) -> list[str]:
+        d = facts["cgroup"]
+        return [f"cgroup {d}"] if self.node.exists(d) else []
