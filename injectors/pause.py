@@ -35,9 +35,11 @@ rm -f "$1"
 """
 START_SH = 'nohup sh -c "$1" faultlab-pause "$2" "$3" "$4" "$5" "$6" </dev/null >/dev/null 2>&1 &'
 # stop the loop by the PID in its pidfile and wait (<= 2 s) until it is gone
+# (a zombie counts as gone: an init that reaps slowly must not stall the revert)
 STOP_SH = (
     '[ -f "$1" ] || exit 0; p=$(cat "$1"); kill "$p" 2>/dev/null; i=0; '
-    'while kill -0 "$p" 2>/dev/null && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; rm -f "$1"; exit 0'
+    'while [ $i -lt 40 ]; do st=$(cut -d")" -f2 "/proc/$p/stat" 2>/dev/null | cut -d" " -f2); '
+    '[ -z "$st" ] || [ "$st" = Z ] && break; sleep 0.05; i=$((i+1)); done; rm -f "$1"; exit 0'
 )
 
 
