@@ -14,17 +14,6 @@ import sys
 from faultlab.nodes import Node
 
 
-def _cap_net_admin(node: Node) -> bool:
-    try:
-        status = node.read_file("/proc/self/status")
-    except OSError:
-        return False
-    for line in status.splitlines():
-        if line.startswith("CapEff:"):
-            return bool(int(line.split()[1], 16) & (1 << 12))
-    return False
-
-
 def _try_qdiscs(node: Node) -> dict[str, str | None]:
     """Try tbf, htb, netem and an ingress redirect on a throw-away ifb device.
     Returns kind -> None (works) or the error line."""
@@ -55,7 +44,7 @@ def diagnose(node: Node) -> dict:
     from faultlab.injectors import cgroups
 
     facts: dict = {"node": node.describe()}
-    root = _cap_net_admin(node)
+    root = node.has_net_admin()
     facts["cap_net_admin"] = root
     facts["tc"] = node.has_program("tc")
     facts["ip"] = node.has_program("ip")

@@ -107,6 +107,22 @@ class Node:
         """Whether ``path`` exists on the node."""
         return Path(path).exists()
 
+    def has_net_admin(self) -> bool:
+        """Whether commands on the node hold CAP_NET_ADMIN (bit 12 of CapEff), which
+        tc and ip need; without it they fail with EPERM."""
+        try:
+            status = self.read_file("/proc/self/status")
+        except OSError:
+            return False
+        for line in status.splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) & (1 << 12))
+        return False
+
+    def writable(self, path: str | Path) -> bool:
+        """Whether the node's commands may write in ``path`` (cgroup folders)."""
+        return os.access(path, os.W_OK)
+
     def lease_dir(self) -> Path:
         """Folder for lease records on the lease host (root: /run/faultlab/leases)."""
         return lease_dir()

@@ -86,6 +86,8 @@ class CpuContention(Injector):
         h = cgroups.find_hierarchy(self.node, "cpu")
         if h is None:
             raise Refused(f"no usable cpu cgroup controller on node {self.node.name}", field="--type", fix="mount the v1 cpu controller or enable +cpu in the v2 root's cgroup.subtree_control; see faultlab doctor")
+        if not self.node.writable(h.mount):
+            raise Refused(f"cannot write cgroups under {h.mount} on node {self.node.name} (EPERM)", field="--node", fix="run faultlab as root")
         orig = {}
         for pid in self.pids:
             cg = cgroups.cgroup_of(self.node, pid, h)

@@ -189,6 +189,11 @@ class NicSlow(Injector):
             self.node.run(["ip", "link", "del", dev], scope="net")
 
     def probe(self) -> dict:
+        if not self.node.has_net_admin():
+            raise Refused(
+                f"no CAP_NET_ADMIN on node {self.node.name}: tc and ip would fail with EPERM (Operation not permitted)",
+                field="--node", fix="run faultlab as root or with CAP_NET_ADMIN",
+            )
         links = self._links()
         if not self.iface:
             cands = [n for n in links if n != "lo" and not n.startswith(("flifb", "flprb"))]

@@ -133,3 +133,15 @@ def test_doctor_reports_every_type_and_leaves_nothing():
         assert netem["ok"] or "netem" in netem["why"]
     assert residue() == before
     assert "flprb" not in subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
+
+
+@needs_root
+def test_without_net_admin_a_clear_eperm_error_never_false_success(testbed2):
+    ns = testbed2.nodes[0].netns
+    cp = subprocess.run(["setpriv", "--bounding-set=-net_admin", "--inh-caps=-net_admin", *FL, "inject", "--type", "nic-slow",
+                         "--node", f"netns:{ns}", "--rate", "10mbit", "--duration", "5s"], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 3, (cp.stdout, cp.stderr)
+    assert "CAP_NET_ADMIN" in cp.stderr and "EPERM" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
+    q = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "fleth0"], capture_output=True, text=True).stdout
+    assert "faf0" not in q
+    assert json.loads(fl("status", "--json").stdout) == []
