@@ -227,7 +227,7 @@ def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verif
             cp = injector.node.run(list(c.argv), scope=c.scope, timeout=30)
             if cp.returncode != 0:
                 raise FaultlabError(
-                    f"inject step failed on node {injector.node.name}: {c.render(injector.node)}: {cp.stderr.strip()[:300]}",
+                    f"inject step failed on node {injector.node.name}: {c.render(injector.node)}: {(cp.stderr.strip() or cp.stdout.strip())[:300]}",
                     field="inject",
                 )
         active.start_ts = time.time()

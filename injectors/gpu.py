@@ -345,7 +345,9 @@ class GpuClockCap(_GpuFault):
 
     @classmethod
     def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
-        """``opts["--clock-mhz"]``: MHz as a string; ``target``: GPU index (default 0)."""
+        """``opts["--clock-mhz"]``: MHz as a string; ``target``: GPU index (default 0).
+        ``force`` is accepted and ignored: a lock made by another tool cannot be seen,
+        so there is nothing to force past. Raises BadInput naming the field."""
         from faultlab.injectors import require
 
         mhz = parse_mhz(require(opts, "--clock-mhz", cls.type), "--clock-mhz")
@@ -455,7 +457,9 @@ class GpuPowerCap(_GpuFault):
 
     @classmethod
     def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
-        """``opts["--power-w"]``: watts as a string; ``target``: GPU index (default 0)."""
+        """``opts["--power-w"]``: watts as a string; ``target``: GPU index (default 0).
+        ``force`` is ignored: a limit found is always restored exactly, never refused.
+        Raises BadInput naming the field."""
         from faultlab.injectors import require
 
         w = parse_watts(require(opts, "--power-w", cls.type), "--power-w")

@@ -34,15 +34,19 @@ from faultlab.nodes import Node
 WATCHDOG_SH = r"""
 trap '' HUP INT
 rec="$1"; dl="$2"; shift 2
+renew="${rec%.json}.deadline"
 while :; do
+  [ -f "$renew" ] && dl=$(cat "$renew" 2>/dev/null || echo "$dl")
   now=$(date +%s)
   [ "$now" -ge "$dl" ] && break
-  sleep $(( dl - now ))
+  left=$(( dl - now ))
+  [ "$left" -gt 5 ] && left=5
+  sleep "$left"
 done
 if [ -e "$rec" ]; then
   for line in "$@"; do sh -c "$line" >/dev/null 2>&1; done
 fi
-rm -f "$rec" "${rec%.json}.tmp"
+rm -f "$rec" "${rec%.json}.tmp" "$renew"
 """
 
 
@@ -59,27 +63,32 @@ class Lease:
 
     @classmethod
     def create(cls, injector, plan, deadline_ts: float) -> "Lease":
-        """Start the watchdog, then write the record. Raises OSError when the lease
+        """Lease for a fault's ``plan`` (see :meth:`create_for`)."""
+        return cls.create_for(injector.node, plan.fault_id, plan.fault_type, plan.target, injector.params, plan.revert, deadline_ts)
+
+    @classmethod
+    def create_for(cls, node: Node, lease_id: str, kind: str, target: str, params: dict, revert: list, deadline_ts: float) -> "Lease":
+        """Start the watchdog, then write the record. ``revert`` is a list of Cmd run
+        at ``deadline_ts`` (unix s) unless released. Raises OSError when the lease
         folder cannot be written (nothing is applied then: ``apply`` creates the lease
         before the first inject command)."""
-        node: Node = injector.node
         d = node.lease_dir()
         d.mkdir(parents=True, exist_ok=True)
         os.chmod(d, 0o700)
-        path = d / f"{plan.fault_id}.json"
-        lines = [c.render(node) for c in plan.revert]
+        path = d / f"{lease_id}.json"
+        lines = [c.render(node) for c in revert]
         proc = node.spawn(
             ["sh", "-c", WATCHDOG_SH, "faultlab-watchdog", str(path), str(int(deadline_ts + 0.999)), *lines],
             scope="host",
             new_session=True,
         )
         record = {
-            "fault_id": plan.fault_id,
-            "fault_type": plan.fault_type,
+            "fault_id": lease_id,
+            "fault_type": kind,
             "node": node.describe(),
             "node_name": node.name,
-            "target": plan.target,
-            "params": injector.params,
+            "target": target,
+            "params": params,
             "created_ts": time.time(),
             "deadline_ts": deadline_ts,
             "controller_pid": os.getpid(),
@@ -89,6 +98,15 @@ class Lease:
         lease = cls(path, record)
         lease._write()
         return lease
+
+    def renew(self, deadline_ts: float) -> None:
+        """Move the deadline (unix s); the watchdog reads it within 5 s."""
+        p = self.path.with_name(f"{self.fault_id}.deadline")
+        tmp = p.with_suffix(".deadline.tmp")
+        tmp.write_text(str(int(deadline_ts + 0.999)))
+        os.replace(tmp, p)
+        self.record["deadline_ts"] = deadline_ts
+        self._write()
 
     def _write(self) -> None:
         tmp = self.path.with_suffix(".tmp")
@@ -107,6 +125,7 @@ class Lease:
         if pid and _is_our_watchdog(pid, self.path):
             _kill_group(pid)
         self.path.unlink(missing_ok=True)
+        self.path.with_name(f"{self.fault_id}.deadline").unlink(missing_ok=True)
 
     def run_revert(self, timeout_s: float = 60.0) -> int:
         """Run the recorded revert lines now (what the watchdog would do at the

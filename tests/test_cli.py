@@ -23,7 +23,8 @@ def fl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 BAD = [
     # (argv, field named in the error)
     (["inject", "--type", "nic-slo", "--rate", "50mbit"], "--type"),
-    (["inject", "--type", "gpu-clock-cap"], "--type"),
+    (["inject", "--type", "gpu-clock-cap"], "--clock-mhz"),
+    (["inject", "--type", "gpu-cap"], "--type"),
     (["inject", "--type", "nic-slow", "--rate", "100 mbps", "--target", "lo"], "--rate"),
     (["inject", "--type", "nic-slow", "--rate", "100", "--target", "lo"], "--rate"),
     (["inject", "--type", "nic-slow", "--rate", "50mbit/s", "--target", "lo"], "--rate"),
