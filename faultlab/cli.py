@@ -251,6 +251,119 @@ def demo(
     raise typer.Exit(code)
 
 
+scenario_app = typer.Typer(no_args_is_help=True, help="Scenario files: validate them, print their JSON Schema.")
+app.add_typer(scenario_app, name="scenario")
+
+
+@scenario_app.command("validate")
+def scenario_validate(file: Path = typer.Argument(..., help="a scenario or campaign YAML file")):
+    """Validate a scenario or campaign file; errors name the file, line and field."""
+    from faultlab.scenario import Campaign, load
+
+    try:
+        sc = load(file)
+    except FaultlabError as e:
+        _fail(e)
+    if isinstance(sc, Campaign):
+        out.print(f"{file}: valid campaign {sc.name!r}: {sc.runs} runs, fault types {', '.join(sc.types)}")
+    else:
+        out.print(f"{file}: valid scenario {sc.name!r}: {sc.testbed.nodes} {sc.testbed.backend} nodes, {sc.workload.kind}, {len(sc.faults)} fault(s)")
+
+
+@scenario_app.command("schema")
+def scenario_schema(campaign: bool = typer.Option(False, "--campaign", help="the campaign file's schema")):
+    """Print the JSON Schema of scenario (or campaign) files."""
+    from faultlab.scenario import schema
+
+    out.print_json(json.dumps(schema("campaign" if campaign else "scenario")))
+
+
+def _run_one(sc, out_dir: Path, label_it: bool) -> dict:
+    from faultlab.runner import run as run_scenario
+
+    res = run_scenario(sc, out_dir, console=out)
+    info = {"run_dir": str(out_dir), "code": res.code, "injected": len(res.injections), "failed_faults": res.failed_faults}
+    if label_it and res.code == 0:
+        from faultlab.labeler import label_run
+
+        labels = label_run(out_dir)
+        info["labels"] = len(labels)
+        out.print(f"{out_dir}: {len(res.injections)} fault(s) injected, {len(labels)} label(s)")
+    return info
+
+
+@app.command("run")
+def run_cmd(
+    scenario: Path = typer.Argument(..., help="a scenario YAML file (see examples/)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="run directory (default ./faultlab-runs/NAME-TIMESTAMP); with --repeat, a folder of runs"),
+    repeat: int = typer.Option(1, "--repeat", min=1, help="run the scenario N times (seeds seed, seed+1, ...)"),
+    label_it: bool = typer.Option(True, "--label/--no-label", help="label each run when it ends"),
+):
+    """Run one scenario: testbed, workload, fault schedule; a run directory per run."""
+    from faultlab.scenario import Scenario, load
+
+    try:
+        sc = load(scenario, "scenario")
+        base = Path(out_dir or Path("faultlab-runs") / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        codes = []
+        for i in range(repeat):
+            s_i = sc if repeat == 1 else Scenario.model_validate({**sc.model_dump(mode="json"), "seed": sc.seed + i,
+                                                                  "workload": {**sc.model_dump(mode="json")["workload"], "duration": f"{sc.workload.duration}s" if sc.workload.duration else None},
+                                                                  "faults": _faults_with_units(sc)})
+            codes.append(_run_one(s_i, base if repeat == 1 else base / f"run-{i:03d}", label_it)["code"])
+    except FaultlabError as e:
+        _fail(e)
+    raise typer.Exit(max(codes))
+
+
+def _faults_with_units(sc) -> list[dict]:
+    out_ = []
+    for f in sc.model_dump(mode="json")["faults"]:
+        for k in ("at", "duration"):
+            if f.get(k) is not None:
+                f[k] = f"{f[k]}s"
+        if f.get("repeat"):
+            f["repeat"]["every"] = f"{f['repeat']['every']}s"
+        out_.append({k: v for k, v in f.items() if v is not None})
+    return out_
+
+
+@app.command()
+def campaign(
+    file: Path = typer.Argument(..., help="a campaign YAML file (see examples/)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="folder of runs (default ./faultlab-runs/NAME-TIMESTAMP)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the drawn schedules (JSON) and run nothing"),
+    label_it: bool = typer.Option(True, "--label/--no-label"),
+):
+    """Run a randomized campaign unattended: seeded, so the same seed gives the same schedules."""
+    from faultlab.scenario import load
+
+    try:
+        c = load(file, "campaign")
+        scs = c.scenarios()
+    except FaultlabError as e:
+        _fail(e)
+    schedules = [{"name": s.name, "seed": s.seed, "faults": _faults_with_units(s)} for s in scs]
+    if dry_run:
+        out.print_json(json.dumps(schedules))
+        return
+    base = Path(out_dir or Path("faultlab-runs") / f"{c.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    base.mkdir(parents=True, exist_ok=True)
+    manifest = {"campaign": c.name, "seed": c.seed, "runs": []}
+    for i, s in enumerate(scs):
+        out.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
+        try:
+            info = _run_one(s, base / s.name, label_it)
+        except FaultlabError as e:
+            info = {"run_dir": str(base / s.name), "code": 1, "error": str(e)}
+            out.print(f"[red]{s.name} failed:[/] {e}")
+        manifest["runs"].append({**info, "schedule": schedules[i]})
+        (base / "campaign.json").write_text(json.dumps(manifest, indent=1))
+    bad = [r for r in manifest["runs"] if r["code"]]
+    out.print(f"campaign {c.name}: {len(scs) - len(bad)}/{len(scs)} runs complete -> {base}")
+    raise typer.Exit(1 if bad else 0)
+
+
 @app.command()
 def label(run_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="a run directory")):
     """Label a run directory: writes labels.parquet and whatif.json there."""

@@ -3,7 +3,8 @@
 1. A testbed of ``n_nodes`` network-namespace nodes on a faultlab bridge (as root), or
    plain local processes (without root, said plainly).
 2. A real synchronous data-parallel job (``faultlab.benchmarks.ddp``, gloo), one rank
-   per node, with per-rank per-step telemetry and a host sampler.
+   per node, with per-rank per-step telemetry and a host sampler, run by
+   ``faultlab.runner`` from the embedded scenario ``demo_scenario``.
 3. Two faults at separate times: ``nic-slow`` on one node's link (both directions,
    verified by measured TCP throughput) and ``cpu-contention`` on one rank (verified
    by the cgroup's throttling counters). Without root: ``process-pause`` on one rank.
@@ -17,45 +18,35 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from faultlab.errors import FaultlabError
 from faultlab.rundir import RunDir
+from faultlab.scenario import Scenario
 
 
-class _Stop(BaseException):
-    pass
-
-
-def _raise_stop(signum, frame):
-    raise _Stop()
-
-
-def _wait_first_steps(rd: RunDir, ranks, timeout_s: float) -> float:
-    """Wait until every rank has logged a step; returns the earliest step start (unix s)."""
-    deadline = time.time() + timeout_s
-    files = [rd.telemetry_dir() / f"steps-rank{r.rank}.jsonl" for r in ranks]
-    while time.time() < deadline:
-        if all(f.exists() and f.stat().st_size > 0 for f in files):
-            firsts = []
-            for f in files:
-                with open(f) as fh:
-                    firsts.append(json.loads(fh.readline())["t_start"])
-            return min(firsts)  # the first training step: the demo's time origin
-        for r in ranks:
-            if r.popen.poll() is not None:
-                from faultlab.benchmarks.launch import log_tail
-
-                raise FaultlabError(f"rank {r.rank} exited with {r.popen.returncode} before training: {log_tail(r.log_path, 5)}", field="workload")
-        time.sleep(0.2)
-    raise FaultlabError(f"ranks did not start training within {timeout_s:g}s", field="workload", fix="see the rank logs in the run directory")
+def demo_scenario(n_nodes: int, duration_s: float, root: bool) -> Scenario:
+    """The embedded default: two faults at separate times, at fixed fractions of the
+    training time (as root: nic-slow on a node, then cpu-contention on rank 1;
+    without root: process-pause on rank 1)."""
+    d = duration_s
+    if root:
+        faults = [
+            {"type": "nic-slow", "node": f"n{n_nodes - 2}", "at": f"{0.2 * d:.1f}s", "duration": f"{0.22 * d:.1f}s", "params": {"rate": "50mbit"}},
+            {"type": "cpu-contention", "rank": 1, "at": f"{0.58 * d:.1f}s", "duration": f"{0.22 * d:.1f}s", "params": {"cpu_fraction": 0.25}},
+        ]
+    else:
+        faults = [{"type": "process-pause", "rank": 1, "at": f"{0.4 * d:.1f}s", "duration": f"{0.25 * d:.1f}s", "params": {"pause": "150ms", "period": "300ms"}}]
+    return Scenario.model_validate({
+        "name": "demo", "seed": 0,
+        "testbed": {"backend": "netns" if root else "local", "nodes": n_nodes},
+        "workload": {"kind": "ddp", "duration": f"{d:g}s", "hidden": 512, "batch": 512},
+        "faults": faults,
+    })
 
 
 def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 60.0, console: Console | None = None) -> int:
@@ -64,10 +55,7 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
     ``duration_s`` is the training time in seconds (the faults are placed at fixed
     fractions of it). Raises FaultlabError for a failed stage (after teardown).
     """
-    from faultlab import injectors
-    from faultlab.benchmarks.launch import free_port, launch_ranks, stop_ranks, wait_ranks
-    from faultlab.hostsampler import HostSampler
-    from faultlab.nodes import LocalNode
+    from faultlab.runner import run
 
     con = console or Console()
     if n_nodes < 2:
@@ -76,132 +64,18 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
         raise FaultlabError(f"{duration_s:g}s is too short for two faults and their baselines", field="--duration", fix="give at least 30s")
     root = os.geteuid() == 0
     t_wall = time.time()
-    run_id = time.strftime("demo-%Y%m%d-%H%M%S")
-    out_dir = Path(out_dir or Path("faultlab-runs") / run_id)
-    plan = _schedule(n_nodes, duration_s, root)
-    rd = RunDir.create(out_dir, run_id=run_id, scenario={"name": "demo", "nodes": n_nodes, "duration_s": duration_s, "faults": plan, "backend": "netns" if root else "local"}, seed=0)
-    rd.event("run-start", backend="netns" if root else "local")
-    if not root:
-        con.print("[yellow]not root:[/] ranks run as plain local processes; nic-slow and cpu-contention need root (tc, cgroups), so this demo injects only process-pause (SIGSTOP/SIGCONT) on one rank.")
-
-    testbed = None
-    ranks = []
-    sampler = None
-    active: list = []
-    injections: list[dict] = []
-    old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        if root:
-            from faultlab.testbed import NetnsTestbed
-
-            testbed = NetnsTestbed(n_nodes).up()
-            nodes = testbed.nodes
-            master_addr, master_port = nodes[0].address, 29500
-            rd.event("testbed-up", bridge=testbed.bridge, subnet=str(testbed.subnet), nodes=[n.describe() for n in nodes])
-            con.print(f"testbed: {n_nodes} netns nodes on bridge {testbed.bridge} ({testbed.subnet})")
-        else:
-            nodes = [LocalNode(name=f"n{i}", address="127.0.0.1") for i in range(n_nodes)]
-            master_addr, master_port = "127.0.0.1", free_port()
-        ranks = launch_ranks(
-            [(n, i) for i, n in enumerate(nodes)], telemetry_dir=rd.telemetry_dir(), run_id=run_id,
-            master_addr=master_addr, master_port=master_port, duration_s=duration_s, log_dir=rd.path / "logs",
-            extra_args=["--hidden", "512", "--batch", "512", "--threads", "1"],
-        )
-        rd.event("ranks-started", pids={r.rank: r.pid for r in ranks})
-        sampler = HostSampler({r.node.name: [r.pid] for r in ranks}, interval_s=1.0, run_id=run_id).start()
-        t0 = _wait_first_steps(rd, ranks, timeout_s=120)
-        con.print(f"training: {n_nodes} ranks (gloo), {duration_s:g}s; times below count from the first training step")
-        for f in plan:
-            while time.time() < t0 + f["at_s"]:
-                time.sleep(0.1)
-                _check_ranks(ranks)
-            inj = _build(f, nodes, ranks, testbed)
-            a = injectors.apply(inj, f["duration_s"], grace_s=15.0)
-            active.append(a)
-            rd.event("inject", fault_id=a.fault_id, type=inj.type, node=inj.node.name, target=a.plan.target, params=inj.params, verify=a.evidence.get("verify"))
-            con.print(f"  +{a.start_ts - t0:5.1f}s inject {inj.type} on {inj.node.name} ({a.plan.target}) verified={a.evidence['verify'].get('ok')} {_verify_text(a.evidence['verify'])}")
-            while time.time() < a.start_ts + f["duration_s"]:
-                time.sleep(0.1)
-                _check_ranks(ranks)
-            status = a.revert()
-            active.remove(a)
-            injections.append(a.injection_row(run_id))
-            rd.event("revert", fault_id=a.fault_id, status=status)
-            con.print(f"  +{a.end_ts - t0:5.1f}s revert {a.fault_id}: {status}")
-        wait_ranks(ranks, timeout_s=duration_s + 120)
-        rd.event("ranks-done")
-    except (_Stop, KeyboardInterrupt):
-        rd.event("interrupted")
-        con.print("[red]interrupted[/]: tearing down")
-        return 130
-    finally:
-        for a in active:
-            a.revert()
-            injections.append(a.injection_row(run_id))
-            rd.event("revert", fault_id=a.fault_id, status=a.status)
-        if ranks:
-            stop_ranks(ranks)
-        host = sampler.stop() if sampler else None
-        if testbed is not None:
-            errs = testbed.down()
-            rd.event("testbed-down", errors=errs)
-        for s, h in old.items():
-            signal.signal(s, h)
-        # Whatever happened, keep what was recorded readable.
-        steps = rd.read_raw_steps()
-        rd.write_table("steps", steps)
-        if host is not None:
-            rd.write_table("host", host)
-        rd.write_table("injections", pd.DataFrame(injections) if injections else _empty("injections"))
-
-    return _analyse(rd, con, t_wall)
-
-
-def _empty(name):
-    from faultlab import schema
-
-    return schema.empty(name)
-
-
-def _schedule(n_nodes: int, duration_s: float, root: bool) -> list[dict]:
-    """The demo's two faults, at separate times: fractions of the training time."""
-    d = duration_s
+    out_dir = Path(out_dir or Path("faultlab-runs") / time.strftime("demo-%Y%m%d-%H%M%S"))
+    sc = demo_scenario(n_nodes, duration_s, root)
     if root:
-        return [
-            {"type": "nic-slow", "node": n_nodes - 2, "rate": "50mbit", "at_s": round(0.2 * d, 1), "duration_s": round(0.22 * d, 1)},
-            {"type": "cpu-contention", "rank": 1, "cpu_fraction": 0.25, "at_s": round(0.58 * d, 1), "duration_s": round(0.22 * d, 1)},
-        ]
-    return [{"type": "process-pause", "rank": 1, "pause": "150ms", "period": "300ms", "at_s": round(0.4 * d, 1), "duration_s": round(0.25 * d, 1)}]
-
-
-def _build(f: dict, nodes, ranks, testbed):
-    from faultlab.injectors import CpuContention, NicSlow, ProcessPause
-    from faultlab.nodes import LocalNode
-    from faultlab.units import parse_duration, parse_rate
-
-    if f["type"] == "nic-slow":
-        node = nodes[f["node"]]
-        return NicSlow(node, parse_rate(f["rate"]), probe_peer=LocalNode("host"), probe_peer_addr=testbed.bridge_address)
-    r = ranks[f["rank"]]
-    if f["type"] == "cpu-contention":
-        return CpuContention(r.node, [r.pid], f["cpu_fraction"], label=f"rank:{r.rank}")
-    return ProcessPause(r.node, r.pid, parse_duration(f["pause"]), parse_duration(f["period"]), f["duration_s"], label=f"rank:{r.rank}")
-
-
-def _check_ranks(ranks) -> None:
-    for r in ranks:
-        if r.popen.poll() not in (None, 0):
-            from faultlab.benchmarks.launch import log_tail
-
-            raise FaultlabError(f"rank {r.rank} died with {r.popen.returncode}: {log_tail(r.log_path, 5)}", field="workload")
-
-
-def _verify_text(v: dict) -> str:
-    if "ingress_measured_bit_per_s" in v:
-        return f"(measured {v['ingress_measured_bit_per_s'] / 1e6:.1f} in / {v['egress_measured_bit_per_s'] / 1e6:.1f} out Mbit/s under a {v['cap_bit_per_s'] / 1e6:.0f} Mbit/s cap)"
-    if "cpu_stat" in v:
-        return f"(cgroup throttled {v['cpu_stat'].get('nr_throttled', 0)} of {v['cpu_stat'].get('nr_periods', 0)} periods)"
-    return ""
+        con.print(f"testbed: {n_nodes} network-namespace nodes on a faultlab bridge; {n_nodes} ranks (gloo) train for {duration_s:g}s; times count from the first training step")
+    else:
+        con.print("[yellow]not root:[/] ranks run as plain local processes; nic-slow and cpu-contention need root (tc, cgroups), so this demo injects only process-pause (SIGSTOP/SIGCONT) on one rank.")
+    res = run(sc, out_dir, console=con, progress=False)
+    if res.code:
+        return res.code
+    if res.failed_faults:
+        raise FaultlabError("; ".join(res.failed_faults), field="faults")
+    return _analyse(res.rundir, con, t_wall)
 
 
 def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:

@@ -137,6 +137,18 @@ class NetnsTestbed:
             self._made["iptables"] = rule
             self._save()
 
+    def teardown_cmds(self) -> list:
+        """The commands that remove this testbed (for a lease whose watchdog tears
+        it down if the controller dies); each is idempotent."""
+        from faultlab.injectors.base import Cmd
+
+        cmds = []
+        if self._made.get("iptables"):
+            cmds.append(Cmd(("iptables", "-D", *self._made["iptables"])))
+        cmds += [Cmd(("ip", "netns", "del", ns)) for ns in reversed(self._made["netns"])]
+        cmds += [Cmd(("ip", "link", "del", link)) for link in reversed(self._made["links"])]
+        return cmds
+
     def down(self) -> list[str]:
         """Remove everything this testbed made; returns the errors (empty when clean)."""
         errors = []

@@ -1,0 +1,294 @@
+"""The runner: one scenario -> one run directory.
+
+Jepsen's shape: set up the testbed (netns nodes, or local processes), start the ranks,
+run the fault schedule while they train (each fault a nemesis with inject and a revert
+in a ``finally``), record everything in the run directory, tear down.
+
+- Telemetry is flushed as the job runs (ranks append JSONL every step; the journal
+  ``events.jsonl`` records every inject and revert as it happens), so a run killed
+  half-way stays readable: ``meta.json`` keeps ``complete: false`` and
+  ``RunDir.read_table`` rebuilds steps and injections from the raw files.
+- Faults end by their leases even if the runner is SIGKILLed; the netns testbed has a
+  lease of its own (renewed while the runner lives) whose watchdog removes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+
+from faultlab.errors import BadInput, FaultlabError
+from faultlab.rundir import RunDir
+from faultlab.scenario import RANK_TYPES, FaultSpec, Scenario
+
+
+class _Stop(BaseException):
+    pass
+
+
+def _raise_stop(signum, frame):
+    raise _Stop()
+
+
+@dataclass
+class _Due:
+    """One occurrence of a scheduled fault."""
+
+    spec: FaultSpec
+    index: int
+    at_s: float | None
+    at_step: int | None
+    active: object = None
+    done: bool = False
+    error: str | None = None
+
+
+@dataclass
+class RunResult:
+    """What ``run`` leaves: the run directory, its injections rows, the exit code
+    (0 ok, 130 interrupted) and the faults that could not be injected."""
+
+    rundir: RunDir
+    injections: list[dict] = field(default_factory=list)
+    failed_faults: list[str] = field(default_factory=list)
+    code: int = 0
+
+
+class _StepWatch:
+    """Follows rank 0's telemetry file to know the current step, cheaply."""
+
+    def __init__(self, path: Path):
+        self.path, self.pos, self.step, self.first_ts = path, 0, -1, None
+
+    def poll(self) -> int:
+        if not self.path.exists():
+            return self.step
+        with open(self.path) as f:
+            f.seek(self.pos)
+            chunk = f.read()
+        if not chunk:
+            return self.step
+        lines = chunk.split("\n")
+        complete = lines[:-1]
+        self.pos += sum(len(x) + 1 for x in complete)
+        for line in complete:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            self.step = max(self.step, rec["step"])
+            if self.first_ts is None:
+                self.first_ts = rec["t_start"]
+        return self.step
+
+
+def workload_args(sc: Scenario) -> list[str]:
+    """The rank worker's arguments for the scenario's workload."""
+    w = sc.workload
+    args = ["--hidden", str(w.hidden), "--batch", str(w.batch), "--threads", str(w.threads), "--seed", str(sc.seed)]
+    if w.steps is not None:
+        args += ["--steps", str(w.steps)]
+    st = w.stragglers
+    if st.seq_len is not None:
+        args += ["--seq-len-tokens", str(st.seq_len.tokens), "--seq-len-sigma", str(st.seq_len.sigma)]
+        if st.seq_len.rebalance:
+            args.append("--rebalance")
+    if st.gc is not None:
+        args += ["--gc-mode", st.gc.mode, "--gc-every", str(st.gc.every_steps), "--gc-garbage-mb", str(st.gc.garbage_mb)]
+    if w.kind == "pipeline":
+        args += ["--stages", str(w.stages)]
+        if w.layers_per_stage:
+            args += ["--layers", ",".join(map(str, w.layers_per_stage))]
+    return args
+
+
+def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress: bool = True) -> RunResult:
+    """Run scenario ``sc`` into ``out_dir`` (must be new or empty).
+
+    Returns a RunResult. Raises BadInput (``--out`` exists, netns without root),
+    FaultlabError when the workload fails (after teardown; the run directory stays,
+    marked incomplete).
+    """
+    from faultlab import injectors
+    from faultlab.benchmarks.launch import free_port, launch_ranks, stop_ranks, wait_ranks
+    from faultlab.hostsampler import HostSampler
+    from faultlab.injectors.lease import Lease
+    from faultlab.nodes import LocalNode
+
+    con = console or Console()
+    root = os.geteuid() == 0
+    if sc.testbed.backend == "netns" and not root:
+        raise BadInput("backend netns needs root (namespaces, tc, cgroups)", field="testbed.backend", fix="run as root, or use backend: local")
+    run_id = f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    rd = RunDir.create(out_dir, run_id=run_id, scenario=sc.model_dump(mode="json"), seed=sc.seed)
+    res = RunResult(rd)
+    rd.event("run-start", backend=sc.testbed.backend, scenario=sc.name)
+    n = sc.testbed.nodes
+    w = sc.workload
+    expected_s = (w.duration or w.steps * 1.0) + 120
+    due = [
+        _Due(f, i, at, st)
+        for i, f in enumerate(sc.faults)
+        for at, st in f.occurrences()
+    ]
+    testbed = tb_lease = sampler = None
+    ranks: list = []
+    old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        if sc.testbed.backend == "netns":
+            from faultlab.testbed import NetnsTestbed
+
+            testbed = NetnsTestbed(n).up()
+            tb_lease = Lease.create_for(LocalNode("local"), f"testbed-{testbed.id}", "testbed", testbed.bridge, {"nodes": n},
+                                        testbed.teardown_cmds(), time.time() + expected_s + 60)
+            nodes = testbed.nodes
+            master_addr, master_port = nodes[0].address, 29500
+            rd.event("testbed-up", bridge=testbed.bridge, subnet=str(testbed.subnet), nodes=[x.describe() for x in nodes])
+        else:
+            nodes = [LocalNode(name=f"n{i}", address="127.0.0.1") for i in range(n)]
+            master_addr, master_port = "127.0.0.1", free_port()
+        module = "faultlab.benchmarks.pipeline" if w.kind == "pipeline" else "faultlab.benchmarks.ddp"
+        ranks = launch_ranks(
+            [(x, i) for i, x in enumerate(nodes)], telemetry_dir=rd.telemetry_dir(), run_id=run_id,
+            master_addr=master_addr, master_port=master_port, duration_s=w.duration, log_dir=rd.path / "logs",
+            extra_args=workload_args(sc), **({"module": module} if w.kind == "pipeline" else {}),
+        )
+        rd.event("ranks-started", pids={r.rank: r.pid for r in ranks})
+        sampler = HostSampler({r.node.name: [r.pid] for r in ranks}, interval_s=1.0, run_id=run_id).start()
+        watch = _StepWatch(rd.telemetry_dir() / "steps-rank0.jsonl")
+        t_wait = time.time()
+        while watch.first_ts is None:
+            watch.poll()
+            _check_ranks(ranks)
+            if time.time() - t_wait > 180:
+                raise FaultlabError("ranks did not start training within 180s", field="workload", fix=f"see {rd.path / 'logs'}")
+            time.sleep(0.1)
+        t0 = watch.first_ts
+        rd.event("training-start", t0=t0)
+        total = w.duration
+        last_renew = time.time()
+        prog = None
+        if progress:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            prog = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("step {task.fields[step]}"), TimeElapsedColumn(), console=con, transient=True)
+            task = prog.add_task(sc.name, total=total or w.steps, step=0)
+            prog.start()
+        try:
+            while any(r.popen.poll() is None for r in ranks):
+                now = time.time() - t0
+                step = watch.poll()
+                _check_ranks(ranks)
+                for d in due:
+                    if d.done or d.error:
+                        continue
+                    if d.active is None:
+                        start = (d.at_s is not None and now >= d.at_s) or (d.at_step is not None and step >= d.at_step)
+                        if start:
+                            _start(d, nodes, ranks, testbed, rd, res, con, t0, injectors)
+                    elif time.time() >= d.active.start_ts + d.spec.duration:
+                        _stop(d, rd, res, con, t0)
+                if tb_lease and time.time() - last_renew > 10:
+                    tb_lease.renew(time.time() + expected_s + 60)
+                    last_renew = time.time()
+                if prog:
+                    prog.update(task, completed=min(now, total) if total else step + 1, step=step)
+                time.sleep(0.1)
+        finally:
+            if prog:
+                prog.stop()
+        wait_ranks(ranks, timeout_s=60)
+        rd.event("ranks-done")
+    except (_Stop, KeyboardInterrupt):
+        rd.event("interrupted")
+        con.print("[red]interrupted[/]: reverting faults and tearing down")
+        res.code = 130
+    finally:
+        for d in due:
+            if d.active is not None and not d.done:
+                _stop(d, rd, res, con, None)
+        if ranks:
+            stop_ranks(ranks)
+        host = sampler.stop() if sampler else None
+        if testbed is not None:
+            errs = testbed.down()
+            rd.event("testbed-down", errors=errs)
+            if not errs and tb_lease:
+                tb_lease.release()
+        for s, h in old.items():
+            signal.signal(s, h)
+        rd.write_table("steps", rd.read_raw_steps())
+        if host is not None:
+            rd.write_table("host", host)
+        rd.write_table("injections", pd.DataFrame(res.injections) if res.injections else _empty("injections"))
+    if res.code == 0:
+        rd.finish(failed_faults=res.failed_faults)
+    return res
+
+
+def _empty(name):
+    from faultlab import schema
+
+    return schema.empty(name)
+
+
+def _check_ranks(ranks) -> None:
+    for r in ranks:
+        if r.popen.poll() not in (None, 0):
+            from faultlab.benchmarks.launch import log_tail
+
+            raise FaultlabError(f"rank {r.rank} died with {r.popen.returncode}: {log_tail(r.log_path, 5)}", field="workload")
+
+
+def build_injector(spec: FaultSpec, nodes, ranks, testbed, injectors):
+    """The injector of ``spec`` on the run's nodes and ranks: rank faults target the
+    rank's PID (label ``rank:N``), node faults the node (a rank given for a node
+    fault means the node that rank runs on)."""
+    from faultlab.nodes import LocalNode
+
+    opts = spec.options()
+    if spec.type in RANK_TYPES:
+        r = ranks[spec.rank]
+        inj = injectors.build(spec.type, r.node, target=str(r.pid), duration_s=spec.duration, opts=opts)
+        if hasattr(inj, "label"):
+            inj.label = f"rank:{r.rank}"
+        return inj
+    node = nodes[spec.rank] if spec.rank is not None else next(x for x in nodes if x.name == spec.node)
+    inj = injectors.build(spec.type, node, target=None, duration_s=spec.duration, opts=opts)
+    if spec.type == "nic-slow" and testbed is not None and inj.peer is None and inj.rate_bit_per_s:
+        inj.probe_peer, inj.probe_peer_addr = LocalNode("host"), testbed.bridge_address
+    return inj
+
+
+def _start(d: _Due, nodes, ranks, testbed, rd: RunDir, res: RunResult, con: Console, t0: float, injectors) -> None:
+    try:
+        inj = build_injector(d.spec, nodes, ranks, testbed, injectors)
+        d.active = injectors.apply(inj, d.spec.duration, grace_s=15.0)
+    except FaultlabError as e:
+        d.error = str(e)
+        res.failed_faults.append(f"faults[{d.index}] {d.spec.type}: {e}")
+        rd.event("inject-failed", index=d.index, type=d.spec.type, error=str(e))
+        con.print(f"  [yellow]faults[{d.index}] {d.spec.type} not injected:[/] {e}")
+        return
+    a = d.active
+    rd.event("inject", fault_id=a.fault_id, index=d.index, type=inj.type, node=inj.node.name, target=a.plan.target,
+             params=inj.params, severity=inj.severity, start_ts=a.start_ts, verify=a.evidence.get("verify"))
+    con.print(f"  +{a.start_ts - t0:5.1f}s inject {inj.type} on {inj.node.name} ({a.plan.target}) verified={a.evidence.get('verify', {}).get('ok')}")
+
+
+def _stop(d: _Due, rd: RunDir, res: RunResult, con: Console, t0: float | None) -> None:
+    a = d.active
+    status = a.revert()
+    d.done = True
+    row = a.injection_row(rd.run_id)
+    res.injections.append(row)
+    rd.event("revert", fault_id=a.fault_id, status=status, end_ts=a.end_ts, row=row)
+    if t0 is not None:
+        con.print(f"  +{a.end_ts - t0:5.1f}s revert {a.fault_id}: {status}")

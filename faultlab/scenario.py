@@ -1,0 +1,460 @@
+"""Scenario and campaign files (YAML), validated before anything runs.
+
+A **scenario** is one run: a testbed, a workload and a fault schedule::
+
+    name: quickstart
+    seed: 0
+    testbed: {backend: netns, nodes: 4}        # netns (root) or local
+    workload:
+      kind: ddp                                 # ddp | pipeline
+      duration: 60s                             # or steps: 2000
+      hidden: 512
+      batch: 512
+      stragglers:                               # software stragglers (see benchmarks)
+        seq_len: {sigma: 0.5, rebalance: false} # per-rank token counts, lognormal
+        gc: {mode: uncoordinated, every_steps: 50}
+    faults:
+      - type: nic-slow
+        node: n2                                # a testbed node, or
+        at: 15s                                 # or at_step: 400
+        duration: 10s
+        params: {rate: 50mbit}
+      - type: cpu-contention
+        rank: 1                                 # the PIDs of that rank
+        at: 35s
+        duration: 10s
+        repeat: {every: 20s, times: 2}
+        params: {cpu_fraction: 0.25}
+
+A **campaign** draws many scenarios from distributions, seeded (the same seed gives
+the same schedules), see :class:`Campaign`.
+
+Errors name the file, the line and the field: ``quickstart.yaml:14: faults[0].params.rate:
+'100 mbps' has a space before its unit (write e.g. 100mbit)``, raised as BadInput.
+Checked before anything starts: types, units, negative durations, unknown fault
+types, targets that do not exist in the testbed, faults past the end of the run, and
+overlapping faults of the same kind on one target.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from faultlab.errors import BadInput
+from faultlab.units import parse_duration
+
+# scenario parameter name -> CLI option of faultlab.injectors.build
+PARAM_OPTIONS = {
+    "rate": "--rate", "delay": "--delay", "jitter": "--jitter", "loss": "--loss", "peer": "--peer",
+    "cpu_fraction": "--cpu-fraction", "mode": "--mode", "workers": "--workers",
+    "pause": "--pause", "period": "--period",
+    "clock_mhz": "--clock-mhz", "power_w": "--power-w",
+    "gc_rate": "--gc-rate", "garbage_mb": "--garbage-mb",
+    "path": "--path", "read_bps": "--read-bps", "write_bps": "--write-bps", "read_iops": "--read-iops", "write_iops": "--write-iops",
+}
+# fault types whose target is a rank's processes (the others target a node)
+RANK_TYPES = {"cpu-contention", "process-pause", "gc-storm", "io-slow", "mem-bw"}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _dur(v, info) -> float:
+    if v is None:
+        return v
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        raise ValueError(f"{v!r} has no unit (write e.g. 30s, 500ms or 2m)")
+    try:
+        return parse_duration(v, info.field_name)
+    except BadInput as e:
+        raise ValueError(str(e).split(": ", 1)[-1]) from None
+
+
+class Testbed(_Strict):
+    """Where the ranks run: ``netns`` (one network-namespace node per rank; root) or
+    ``local`` (plain local processes on loopback)."""
+
+    backend: Literal["netns", "local"] = "netns"
+    nodes: int = Field(4, ge=2, le=64, description="number of nodes, one rank each")
+
+
+class SeqLen(_Strict):
+    """Sequence-length imbalance: per-rank token counts drawn each step from a
+    lognormal (median ``tokens``, shape ``sigma``); ``rebalance`` applies greedy
+    rebalancing (the mitigation) before the step."""
+
+    tokens: int = Field(512, ge=16, description="median tokens per rank per step")
+    sigma: float = Field(0.5, ge=0.0, le=3.0)
+    rebalance: bool = False
+
+
+class Gc(_Strict):
+    """Python GC: ``uncoordinated`` (each rank collects when its own allocation
+    threshold trips, at different steps) or ``planned`` (gc disabled, every rank
+    collects at the same step every ``every_steps``)."""
+
+    mode: Literal["uncoordinated", "planned"] = "uncoordinated"
+    every_steps: int = Field(50, ge=1)
+    garbage_mb: float = Field(20.0, gt=0, le=2048, description="cyclic garbage made per step (MB)")
+
+
+class Stragglers(_Strict):
+    seq_len: SeqLen | None = None
+    gc: Gc | None = None
+
+
+class Workload(_Strict):
+    """The training job. ``duration`` (with a unit) or ``steps``."""
+
+    kind: Literal["ddp", "pipeline"] = "ddp"
+    duration: float | None = Field(None, description="training time, e.g. 60s")
+    steps: int | None = Field(None, ge=1)
+    hidden: int = Field(512, ge=8, le=16384)
+    batch: int = Field(512, ge=1, le=65536)
+    threads: int = Field(1, ge=1, le=64)
+    stages: int | None = Field(None, ge=2, le=8, description="pipeline stages (kind: pipeline)")
+    layers_per_stage: list[int] | None = Field(None, description="pipeline: layers of each stage (uneven = stage imbalance)")
+    stragglers: Stragglers = Stragglers()
+
+    _d = field_validator("duration", mode="before")(_dur)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.duration is None and self.steps is None:
+            self.duration = 60.0
+        if self.kind == "pipeline":
+            if self.stages is None:
+                raise ValueError("kind pipeline needs stages (2 to 8)")
+            if self.layers_per_stage is not None and len(self.layers_per_stage) != self.stages:
+                raise ValueError(f"layers_per_stage has {len(self.layers_per_stage)} entries for {self.stages} stages")
+        return self
+
+
+class Repeat(_Strict):
+    every: float = Field(..., description="period between starts, e.g. 30s")
+    times: int = Field(..., ge=1, le=1000)
+
+    _d = field_validator("every", mode="before")(_dur)
+
+
+class FaultSpec(_Strict):
+    """One scheduled fault. ``node`` (a testbed node name, for node faults such as
+    nic-slow) or ``rank`` (for faults on a rank's processes); ``at`` (seconds from the
+    first training step) or ``at_step``; ``duration``; ``params`` as the CLI takes them
+    (``rate: 50mbit``)."""
+
+    type: str
+    node: str | None = None
+    rank: int | None = Field(None, ge=0)
+    at: float | None = None
+    at_step: int | None = Field(None, ge=0)
+    duration: float
+    repeat: Repeat | None = None
+    params: dict[str, Any] = {}
+
+    _d = field_validator("at", "duration", mode="before")(_dur)
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, v):
+        from faultlab.injectors import FAULT_TYPES
+
+        if v not in FAULT_TYPES:
+            raise ValueError(f"unknown fault type {v!r} (use one of {', '.join(FAULT_TYPES)})")
+        return v
+
+    @field_validator("params")
+    @classmethod
+    def _params(cls, v):
+        bad = [k for k in v if k not in PARAM_OPTIONS]
+        if bad:
+            raise ValueError(f"unknown parameter {bad[0]!r} (known: {', '.join(PARAM_OPTIONS)})")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self):
+        if (self.at is None) == (self.at_step is None):
+            raise ValueError("give exactly one of at (e.g. 15s) or at_step")
+        if self.type in RANK_TYPES:
+            if self.rank is None:
+                raise ValueError(f"{self.type} targets a rank's processes: give rank")
+        elif self.node is None and self.rank is None:
+            raise ValueError(f"{self.type} targets a node: give node (e.g. n2) or rank")
+        return self
+
+    def options(self) -> dict[str, str]:
+        """Parameters as CLI options for ``faultlab.injectors.build``."""
+        return {PARAM_OPTIONS[k]: str(v) for k, v in self.params.items()}
+
+    def occurrences(self) -> list[tuple[float | None, int | None]]:
+        """(at seconds or None, at_step or None) of every repetition."""
+        n = self.repeat.times if self.repeat else 1
+        if self.at is not None:
+            every = self.repeat.every if self.repeat else 0.0
+            return [(self.at + i * every, None) for i in range(n)]
+        return [(None, self.at_step)]
+
+
+class Scenario(_Strict):
+    """One run: testbed, workload, faults (see the module docstring)."""
+
+    name: str = "scenario"
+    seed: int = 0
+    testbed: Testbed = Testbed()
+    workload: Workload = Workload()
+    faults: list[FaultSpec] = []
+
+    @model_validator(mode="after")
+    def _check(self):
+        n = self.testbed.nodes
+        names = {f"n{i}" for i in range(n)}
+        for i, f in enumerate(self.faults):
+            if f.node is not None and f.node not in names:
+                raise _FieldError(("faults", i, "node"), f"node {f.node!r} does not exist (the testbed has {', '.join(sorted(names))})")
+            if f.rank is not None and f.rank >= n:
+                raise _FieldError(("faults", i, "rank"), f"rank {f.rank} does not exist (world size {n})")
+            if f.repeat and f.at_step is not None:
+                raise _FieldError(("faults", i, "repeat"), "repeat needs at (seconds), not at_step")
+            if f.repeat and f.repeat.every < f.duration:
+                raise _FieldError(("faults", i, "repeat", "every"), f"every {f.repeat.every:g}s is shorter than the duration {f.duration:g}s: the repetitions would overlap")
+            if self.workload.duration is not None:
+                for at, _ in f.occurrences():
+                    if at is not None and at + f.duration > self.workload.duration:
+                        raise _FieldError(("faults", i, "at"), f"the fault ends at {at + f.duration:g}s, after the run ({self.workload.duration:g}s)")
+            _check_params(f, i)
+        # overlapping faults of the same kind on one target
+        spans: dict[tuple, list[tuple[float, float, int]]] = {}
+        for i, f in enumerate(self.faults):
+            key = (f.type, f.rank if f.rank is not None else f.node)
+            for at, _ in f.occurrences():
+                if at is None:
+                    continue
+                for a0, a1, j in spans.get(key, []):
+                    if at < a1 and a0 < at + f.duration:
+                        raise _FieldError(("faults", i), f"overlaps faults[{j}]: two {f.type} faults on {key[1]} at once (the second would be refused)")
+                spans.setdefault(key, []).append((at, at + f.duration, i))
+        return self
+
+
+class _FieldError(ValueError):
+    def __init__(self, loc: tuple, msg: str):
+        super().__init__(msg)
+        self.loc = loc
+
+
+def _check_params(f: FaultSpec, i: int) -> None:
+    """Parse the parameters as the injector will (units, ranges), on a stand-in node:
+    nothing is probed or applied."""
+    from faultlab import injectors
+    from faultlab.nodes import LocalNode
+
+    placeholder = "1" if f.type in RANK_TYPES else None
+    try:
+        injectors.build(f.type, LocalNode("validate"), target=placeholder, duration_s=f.duration, opts=f.options())
+    except BadInput as e:
+        opt = e.field or ""
+        param = next((k for k, o in PARAM_OPTIONS.items() if o == opt), None)
+        raise _FieldError(("faults", i, "params", param) if param else ("faults", i, "params"), str(e).split(": ", 1)[-1]) from None
+
+
+# -- campaigns ------------------------------------------------------------------------
+
+
+class Range(_Strict):
+    """A uniform distribution ``[low, high]`` (numbers, or strings with units)."""
+
+    low: Any
+    high: Any
+
+
+class FaultDraw(_Strict):
+    """How one fault type is drawn: its weight and, per parameter, a list of choices
+    or a ``{low, high}`` range (units kept: ``{low: 10mbit, high: 200mbit}``)."""
+
+    weight: float = Field(1.0, gt=0)
+    params: dict[str, Any] = {}
+
+
+class Campaign(_Strict):
+    """Many runs with randomized faults, seeded: ``runs`` scenarios derived from
+    ``base`` with ``faults_per_run`` faults each, types drawn by weight from ``types``,
+    targets uniformly, start and duration uniformly from ``start`` and ``duration``
+    (seconds), never two faults of one kind on one target at once."""
+
+    name: str = "campaign"
+    seed: int = 0
+    runs: int = Field(..., ge=1, le=10000)
+    base: Scenario = Scenario()
+    faults_per_run: tuple[int, int] = (1, 2)
+    types: dict[str, FaultDraw]
+    start: tuple[float, float] = (10.0, 40.0)
+    duration: tuple[float, float] = (5.0, 15.0)
+
+    @field_validator("start", "duration", mode="before")
+    @classmethod
+    def _span(cls, v, info):
+        if not isinstance(v, (list, tuple)) or len(v) != 2:
+            raise ValueError("give [low, high], e.g. [10s, 40s]")
+        out = tuple(_dur(x, info) for x in v)
+        if out[0] > out[1]:
+            raise ValueError(f"low {out[0]:g}s is above high {out[1]:g}s")
+        return out
+
+    @field_validator("types")
+    @classmethod
+    def _types(cls, v):
+        from faultlab.injectors import FAULT_TYPES
+
+        for k, d in v.items():
+            if k not in FAULT_TYPES:
+                raise ValueError(f"unknown fault type {k!r} (use one of {', '.join(FAULT_TYPES)})")
+            bad = [p for p in d.params if p not in PARAM_OPTIONS]
+            if bad:
+                raise ValueError(f"{k}: unknown parameter {bad[0]!r}")
+        return v
+
+    def scenarios(self) -> list[Scenario]:
+        """The ``runs`` scenarios, deterministic in ``seed``."""
+        rng = random.Random(self.seed)
+        out = []
+        names = list(self.types)
+        weights = [self.types[n].weight for n in names]
+        n_nodes = self.base.testbed.nodes
+        for r in range(self.runs):
+            faults: list[dict] = []
+            spans: dict[tuple, list[tuple[float, float]]] = {}
+            want = rng.randint(*self.faults_per_run)
+            tries = 0
+            while len(faults) < want and tries < 50 * want:
+                tries += 1
+                t = rng.choices(names, weights)[0]
+                at = round(rng.uniform(*self.start), 2)
+                dur = round(rng.uniform(*self.duration), 2)
+                if self.base.workload.duration is not None and at + dur > self.base.workload.duration:
+                    continue
+                spec: dict = {"type": t, "at": f"{at}s", "duration": f"{dur}s"}
+                if t in RANK_TYPES:
+                    spec["rank"] = rng.randrange(n_nodes)
+                    key = (t, spec["rank"])
+                else:
+                    spec["node"] = f"n{rng.randrange(n_nodes)}"
+                    key = (t, spec["node"])
+                if any(at < b and a < at + dur for a, b in spans.get(key, [])):
+                    continue
+                spec["params"] = {p: _draw(rng, d) for p, d in self.types[t].params.items()}
+                spans.setdefault(key, []).append((at, at + dur))
+                faults.append(spec)
+            data = self.base.model_dump(mode="python")
+            data["name"] = f"{self.name}-{r:03d}"
+            data["seed"] = self.seed * 100003 + r
+            data["faults"] = sorted(faults, key=lambda f: float(f["at"][:-1]))
+            data["workload"]["duration"] = f"{data['workload']['duration']}s" if data["workload"]["duration"] is not None else None
+            out.append(Scenario.model_validate(_with_units(data)))
+        return out
+
+
+def _with_units(data: dict) -> dict:
+    """model_dump gives durations as float seconds: write them back with their unit."""
+    for f in data["faults"]:
+        if f.get("repeat") and isinstance(f["repeat"].get("every"), float):
+            f["repeat"]["every"] = f"{f['repeat']['every']}s"
+    return data
+
+
+def _draw(rng: random.Random, d):
+    if isinstance(d, list):
+        return rng.choice(d)
+    if isinstance(d, dict) and set(d) == {"low", "high"}:
+        lo, hi = d["low"], d["high"]
+        if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
+            v = rng.uniform(lo, hi)
+            return round(v, 3) if isinstance(lo, float) or isinstance(hi, float) else int(round(v))
+        import re
+
+        m0, m1 = re.fullmatch(r"([\d.]+)(\D+)", str(lo)), re.fullmatch(r"([\d.]+)(\D+)", str(hi))
+        if m0 and m1 and m0.group(2) == m1.group(2):
+            return f"{rng.uniform(float(m0.group(1)), float(m1.group(1))):.3g}{m0.group(2)}"
+        raise BadInput(f"cannot draw between {lo!r} and {hi!r}", field="types.params", fix="give numbers or the same unit on both ends")
+    return d
+
+
+# -- loading with file and line in errors ----------------------------------------------
+
+
+def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
+    """The 1-based line of the YAML node at ``loc`` (pydantic's error location)."""
+    node, line = root, (root.start_mark.line + 1 if root is not None else None)
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = None
+            for k, v in node.value:
+                if k.value == str(key):
+                    nxt = v
+                    line = k.start_mark.line + 1
+                    break
+            if nxt is None:
+                break
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def _fmt_loc(loc: tuple) -> str:
+    out = ""
+    for k in loc:
+        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    return out
+
+
+def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto") -> Scenario | Campaign:
+    """Read and validate a scenario or campaign file (``auto``: a file with ``runs``
+    is a campaign). Raises BadInput ``FILE:LINE: FIELD: what (fix)`` on the first
+    problem: YAML syntax, types, units, unknown fault types, missing targets,
+    overlapping same-kind faults."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise BadInput(f"cannot read {p}: {e.strerror}", field="SCENARIO", fix="give the path of a YAML file") from None
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark else str(p)
+        raise BadInput(f"{where}: not valid YAML: {getattr(e, 'problem', e)}", fix="fix the YAML syntax") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{p}: expected a mapping at the top (name, testbed, workload, faults)", fix="see examples/quickstart.yaml")
+    if kind == "auto":
+        kind = "campaign" if "runs" in data else "scenario"
+    model = Campaign if kind == "campaign" else Scenario
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith(("function-", "tagged-union"))))
+        msg = err["msg"].removeprefix("Value error, ")
+        ctx = err.get("ctx", {}).get("error")
+        if isinstance(ctx, _FieldError):
+            loc = loc + ctx.loc
+        line = _line_of(root, loc)
+        field = _fmt_loc(loc) or "(top)"
+        fix = "see `faultlab scenario schema`" if err["type"] in ("extra_forbidden", "missing") else None
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        raise BadInput(msg, field=f"{p}:{line}: {field}" if line else f"{p}: {field}", fix=fix) from None
+
+
+def schema(kind: Literal["scenario", "campaign"] = "scenario") -> dict:
+    """The JSON Schema of a scenario (or campaign) file."""
+    return (Campaign if kind == "campaign" else Scenario).model_json_schema()
