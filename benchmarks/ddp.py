@@ -6,6 +6,7 @@ Run one process per rank::
         --master-addr A --master-port P --out TELEMETRY_DIR --run-id ID \\
         --node NODE [--peer-group dp] [--duration-s 60] [--steps N] \\
         [--hidden 512] [--batch 64] [--threads 1] [--seed 0] [--device cpu|cuda]
+        [--agent-dir DIR|none]
 
 The model is a 256-HIDDEN-256 MLP trained with SGD on synthetic data (a fixed pool
 of batches per rank, targets from a fixed random teacher shared by all ranks).
@@ -20,7 +21,7 @@ by the world size and copied back; then the optimizer steps.
 Per step, one JSON object is appended to ``TELEMETRY_DIR/steps-rank{R}.jsonl``
 (line-buffered, so a killed run stays readable up to its last whole line)::
 
-    run_id, rank, node, peer_group, step, t_start, compute_s, comm_s, step_s
+    run_id, rank, node, peer_group, step, t_start, compute_s, comm_s, step_s, gc_s
 
 - ``t_start``: unix time (s) when the step began on this rank.
 - ``compute_s``: forward + backward + flatten + unflatten + optimizer step, in
@@ -29,6 +30,24 @@ Per step, one JSON object is appended to ``TELEMETRY_DIR/steps-rank{R}.jsonl``
   (the straggler itself waits least).
 - ``step_s``: the whole step in seconds (``compute_s + comm_s`` plus a few µs of
   bookkeeping). Writing the record happens between steps and is not counted.
+- ``gc_s``: seconds the process spent in Python garbage collection during the step
+  (any thread, measured with ``gc.callbacks``; collections of the in-workload agent's
+  gc-storm included, since they stop this thread too). Overlaps compute_s/comm_s.
+  A collection run by another thread can be counted in the following step (its
+  closing callback may run after this thread got the GIL back); sums over a few
+  steps are exact. A stall by another thread's collection lands in ``comm_s`` when
+  it hits while this thread waits in the all-reduce (which finishes without the GIL
+  but cannot return until the collection ends): read ``gc_s`` beside both.
+
+In-workload agent: each rank starts ``faultlab.benchmarks.agent`` before importing
+torch, so faults that act from inside the interpreter (``gc-storm``) can target the
+rank by its PID. ``--agent-dir`` is its control folder; the default is the agent's
+``default_dir()`` (``$FAULTLAB_AGENT_DIR``, else ``/run/faultlab/agents`` as root,
+else ``$XDG_RUNTIME_DIR/faultlab/agents``), the same folder the injector looks in, so
+``faultlab inject --type gc-storm --target PID`` finds a rank with no extra setup;
+``--agent-dir none`` turns the agent off. Idle, the agent costs one ``os.stat`` per
+50 ms and a heartbeat write per second. A folder that cannot be written only prints a
+warning. The agent is stopped (its files removed) before the rank exits.
 
 Stopping: every rank stops at the same step, or the collectives would hang. Each
 step every rank puts a stop vote (0 or 1) into one extra element of the gradient
@@ -76,6 +95,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--iface", default=None, help="network interface for gloo/nccl (GLOO_SOCKET_IFNAME)")
     p.add_argument("--timeout-s", type=float, default=120.0, help="init and collective timeout (s)")
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--agent-dir", default=None,
+                   help="control folder of the in-workload agent (default: $FAULTLAB_AGENT_DIR, else /run/faultlab/agents as root); 'none': no agent")
     a = p.parse_args(argv)
     if a.world_size < 1 or not 0 <= a.rank < a.world_size:
         p.error(f"--rank {a.rank} is not in 0..{a.world_size - 1}")
@@ -109,6 +130,16 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["GLOO_SOCKET_IFNAME"] = a.iface
         os.environ.setdefault("NCCL_SOCKET_IFNAME", a.iface)
     t_boot = time.perf_counter()
+
+    from faultlab.benchmarks import agent as fl_agent
+
+    fl_agent.install_gc_timer()
+    if (a.agent_dir or "").strip().lower() != "none":
+        try:
+            fl_agent.start(a.agent_dir or None)
+        except OSError as e:
+            print(f"[rank {a.rank}] warning: faultlab agent not started ({e}); gc-storm cannot target this rank", flush=True)
+    gc_seconds = fl_agent.gc_seconds
 
     import datetime
     import statistics
@@ -195,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             want_stop = why is not None
             t_start = time.time()
             t0 = time.perf_counter()
+            g0 = gc_seconds()
             x, y = pool[step % len(pool)]
             model.zero_grad(set_to_none=False)
             loss = loss_fn(model(x), y)
@@ -214,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             opt.step()
             sync()
             t3 = time.perf_counter()
+            gc_s = gc_seconds() - g0
             rec = {
                 "run_id": a.run_id,
                 "rank": a.rank,
@@ -224,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                 "compute_s": (t1 - t0) + (t3 - t2),
                 "comm_s": t2 - t1,
                 "step_s": t3 - t0,
+                "gc_s": gc_s,
             }
             f.write(json.dumps(rec) + "\n")
             step_times.append(t3 - t0)
@@ -245,6 +279,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _stop_agent() -> None:
+    """Stop the in-workload agent (removes its files); os._exit skips atexit."""
+    mod = sys.modules.get("faultlab.benchmarks.agent")
+    if mod is not None:
+        try:
+            mod.stop(timeout_s=1.0)
+        except Exception:
+            pass
+
+
 if __name__ == "__main__":
     try:
         rc = main()
@@ -256,12 +300,14 @@ if __name__ == "__main__":
         import traceback
 
         traceback.print_exc()
+        _stop_agent()
         sys.stdout.flush()
         sys.stderr.flush()
         # Skip interpreter teardown: a process group whose peer died can hang in it.
         os._exit(1)
     # Skip interpreter teardown here too: the telemetry file is closed and stdio is
     # flushed; C++ destructors of gloo/torch threads at exit can only add a crash.
+    _stop_agent()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(rc)

@@ -29,6 +29,11 @@ from faultlab.rundir import RunDir
 from faultlab.scenario import RANK_TYPES, FaultSpec, Scenario
 
 
+# The testbed's lease runs out this many seconds after the runner last renewed it
+# (every 10 s while it lives): a SIGKILLed runner's testbed is gone within ~30 s.
+TESTBED_LEASE_S = 30.0
+
+
 class _Stop(BaseException):
     pass
 
@@ -132,7 +137,6 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     rd.event("run-start", backend=sc.testbed.backend, scenario=sc.name)
     n = sc.testbed.nodes
     w = sc.workload
-    expected_s = (w.duration or w.steps * 1.0) + 120
     due = [
         _Due(f, i, at, st)
         for i, f in enumerate(sc.faults)
@@ -147,7 +151,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
 
             testbed = NetnsTestbed(n).up()
             tb_lease = Lease.create_for(LocalNode("local"), f"testbed-{testbed.id}", "testbed", testbed.bridge, {"nodes": n},
-                                        testbed.teardown_cmds(), time.time() + expected_s + 60)
+                                        testbed.teardown_cmds(), time.time() + TESTBED_LEASE_S)
             nodes = testbed.nodes
             master_addr, master_port = nodes[0].address, 29500
             rd.event("testbed-up", bridge=testbed.bridge, subnet=str(testbed.subnet), nodes=[x.describe() for x in nodes])
@@ -165,6 +169,8 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
         watch = _StepWatch(rd.telemetry_dir() / "steps-rank0.jsonl")
         t_wait = time.time()
         while watch.first_ts is None:
+            if tb_lease:
+                tb_lease.renew(time.time() + TESTBED_LEASE_S)
             watch.poll()
             _check_ranks(ranks)
             if time.time() - t_wait > 180:
@@ -196,7 +202,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
                     elif time.time() >= d.active.start_ts + d.spec.duration:
                         _stop(d, rd, res, con, t0)
                 if tb_lease and time.time() - last_renew > 10:
-                    tb_lease.renew(time.time() + expected_s + 60)
+                    tb_lease.renew(time.time() + TESTBED_LEASE_S)
                     last_renew = time.time()
                 if prog:
                     prog.update(task, completed=min(now, total) if total else step + 1, step=step)

@@ -30,8 +30,12 @@ STEPS = pa.schema(
         ("compute_s", pa.float64()),  # forward + backward + optimizer, local work only
         ("comm_s", pa.float64()),  # time inside the gradient all-reduce, incl. waiting
         ("step_s", pa.float64()),  # whole step
+        ("gc_s", pa.float64()),  # optional: Python GC time during the step (NaN if not measured)
     ]
 )
+
+#: columns a table may lack on input; they are filled with NaN
+OPTIONAL = {"steps": {"gc_s"}}
 
 HOST = pa.schema(
     [
@@ -111,6 +115,9 @@ def to_table(name: str, df) -> pa.Table:
     Raises ValueError naming the missing column when ``df`` lacks one.
     """
     schema = TABLES[name]
+    for col in OPTIONAL.get(name, ()):
+        if col not in df.columns:
+            df = df.assign(**{col: float("nan")})
     missing = [f.name for f in schema if f.name not in df.columns]
     if missing:
         raise ValueError(f"{name} table: missing column(s) {', '.join(missing)}")

@@ -145,6 +145,9 @@ class NetnsTestbed:
         cmds = []
         if self._made.get("iptables"):
             cmds.append(Cmd(("iptables", "-D", *self._made["iptables"])))
+        # processes left in our namespaces (ranks of a killed runner) end first
+        kill_sh = 'for p in $(ip netns pids "$1" 2>/dev/null); do kill "$p" 2>/dev/null; done; exit 0'
+        cmds += [Cmd(("sh", "-c", kill_sh, "sh", ns)) for ns in reversed(self._made["netns"])]
         cmds += [Cmd(("ip", "netns", "del", ns)) for ns in reversed(self._made["netns"])]
         cmds += [Cmd(("ip", "link", "del", link)) for link in reversed(self._made["links"])]
         return cmds

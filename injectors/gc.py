@@ -31,11 +31,14 @@ start the agent inside a running interpreter; ``remote_exec_support()`` detects 
 but starting the agent that way is not built, so a target without an agent is
 refused with the fix (start the agent in the workload).
 
-Severity: ``stalled_fraction``, the fraction of wall time the target's interpreter
-spent in garbage collection while the storm was in force (0..1), as the agent
-measured it (``gc.callbacks``): the latest reading (verify, then the one just before
-revert, or the agent's final summary). NaN before any measurement (``--dry-run``).
-No root needed for one's own processes.
+Severity: ``stalled_fraction``, the fraction of wall time (0..1) the storm's bursts
+held the target's interpreter (allocation + full collection, both under the GIL) while
+the storm was in force, as the agent measured it: the latest reading (verify, then
+the one just before revert, then the agent's final summary once reverted). It folds
+in what the parameters alone do not say: a burst's pause grows with the target's own
+heap (~0.15-0.4 s for a process that imported torch on the 2-core test machine, at
+any ``garbage_mb``). NaN before any measurement (``--dry-run``). No root needed for
+one's own processes.
 """
 
 from __future__ import annotations
@@ -151,8 +154,8 @@ class GcStorm(Injector):
 
     @property
     def severity(self) -> float:
-        """Fraction of wall time (0..1) the target spent in GC during the storm, as
-        last measured; NaN before any measurement."""
+        """Fraction of wall time (0..1) the bursts held the target's interpreter, as
+        last measured by the agent; NaN before any measurement."""
         st = self._last_status
         if st and isinstance(st.get("stalled_fraction"), (int, float)):
             return float(st["stalled_fraction"])

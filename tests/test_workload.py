@@ -20,7 +20,7 @@ from faultlab.benchmarks.launch import RankFailure, free_port, launch_ranks, ran
 from faultlab.hostsampler import HostSampler, read_net_dev
 from faultlab.nodes import LocalNode, NetnsNode
 
-KEYS = {"run_id", "rank", "node", "peer_group", "step", "t_start", "compute_s", "comm_s", "step_s"}
+KEYS = {"run_id", "rank", "node", "peer_group", "step", "t_start", "compute_s", "comm_s", "step_s", "gc_s"}
 TOL_S = 1e-4  # bookkeeping between the timers; perf_counter is monotonic
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2 (network namespaces)")

@@ -1,0 +1,523 @@
+"""The in-workload agent: faults that must act from inside a Python process.
+
+One line in any Python workload starts it (``faultlab.benchmarks.ddp`` ranks start it
+by default)::
+
+    from faultlab.benchmarks import agent; agent.start()
+
+It imports only the standard library. ``start()`` launches one daemon thread
+(``faultlab-agent``) that polls a *control folder* every ``poll_s`` (0.05 s) for a
+command file and otherwise sleeps: idle, it costs one ``os.stat`` per poll and one
+small heartbeat write per second.
+
+Control folder (``default_dir()``, the same rule the ``gc-storm`` injector uses):
+``$FAULTLAB_AGENT_DIR``; else ``/run/faultlab/agents`` as root; else
+``$XDG_RUNTIME_DIR/faultlab/agents`` (or ``/tmp/faultlab-UID/agents``). A workload and
+the faultlab controller that targets it must agree on it: give both the same
+``FAULTLAB_AGENT_DIR`` when they run as different users. One folder serves one PID
+namespace (files are named by PID).
+
+Files, for a process with PID ``P`` (all JSON, each written atomically by rename):
+
+``P.agent``                  heartbeat, written by the agent: ``pid``, ``starttime``
+                             (field 22 of /proc/P/stat, clock ticks since boot: tells
+                             a reused PID apart), ``python``, ``started_ts``,
+                             ``heartbeat_ts`` (unix s, refreshed every second).
+``P.gc-storm.json``          command, written by the injector: ``fault_id``,
+                             ``rate_per_s`` (collections/s, (0, 100]), ``garbage_mb``
+                             (MB per collection, (0, 4096]), ``deadline_ts`` (unix s).
+``P.gc-storm.status.json``   status, written by the agent while a storm is in force:
+                             ``state`` (``running`` or ``error`` with ``error``),
+                             ``bursts``, ``burst_s_total``, ``collect_s_total``,
+                             ``collect_s_max``, ``gc_s_total``, ``elapsed_s``,
+                             ``stalled_fraction``, ``achieved_rate_per_s`` and the
+                             command's fields. The final status of the last storm
+                             (``state: ended``, ``end``: ``revoked``, ``deadline`` or
+                             ``stopped``) stays in the heartbeat as ``last_storm``.
+
+``burst_s_total`` is the wall time of the bursts (allocation + collection, the time
+the storm held the interpreter); ``gc_s_total`` the time in all collections of the
+process while the storm ran (the bursts' and the workload's own); ``stalled_fraction``
+is ``burst_s_total`` over the elapsed time, or over the planned schedule
+(``bursts / rate_per_s``) while that is longer (so a reading right after the first
+burst is not inflated), capped at 1; ``achieved_rate_per_s`` is ``bursts`` over the
+same span. The status is rewritten on acceptance (``bursts``
+0: the ack), after the first burst and then at most every 0.2 s.
+
+A gc-storm is a train of stop-the-world garbage-collection bursts (``gc_burst``).
+Each burst allocates ``garbage_mb`` MB of small cyclic garbage (``garbage_mb * 2**20 /
+OBJ_BYTES`` empty lists, 64 bytes each with their GC header and the slot that holds
+them, owned by one list that contains itself, so only the cycle collector can free
+them) in one C-level call with automatic collection paused, then calls
+``gc.collect()``: a full collection of the whole heap plus the garbage. Both phases
+hold the GIL, so every other Python thread of the process (the training loop) stalls,
+as under real uncoordinated GC; a pause therefore grows with the workload's own heap
+(a process that imported torch has ~10^5-10^6 tracked objects: ~0.15 s per full
+collection on the 2-core test machine, against ~0.01 s for a bare interpreter).
+Pausing automatic collection during the allocation keeps the count exact (one full
+collection per burst) instead of letting the allocation trigger several more; it is
+restored right after (only if it was enabled: a workload that runs with ``gc``
+disabled keeps it so). Bursts start at ``rate_per_s`` per second; a burst longer than
+the period delays the next one (no catch-up), so the achieved rate can be lower
+(``achieved_rate_per_s``). Memory: ``garbage_mb`` MB more at the peak of a burst.
+
+The storm ends when the command file disappears (the injector's revert is ``rm`` of
+it, which the lease watchdog can run with ``sh`` alone), when a different command
+replaces it, at ``deadline_ts`` by the agent's own clock (so it ends even when the
+controller and its watchdog are both gone; the agent then removes the expired command
+file too), or on ``stop()``. When it ends the agent removes its status file.
+
+``install_gc_timer()`` / ``gc_seconds()``: cumulative seconds this process spent in
+garbage collection (any thread, measured with ``gc.callbacks``), used for the per-step
+``gc_s`` of the ddp workload and the storm's ``gc_s_total``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from itertools import repeat
+from pathlib import Path
+
+AGENT_VERSION = 1
+POLL_S = 0.05
+HEARTBEAT_S = 1.0
+MAX_RATE_PER_S = 100.0
+MAX_GARBAGE_MB = 4096.0
+#: bytes one garbage object takes: an empty list with its GC header (sys.getsizeof)
+#: plus the 8-byte slot of the list that holds it
+OBJ_BYTES = sys.getsizeof([]) + 8
+STATUS_EVERY_S = 0.2
+
+CMD_SUFFIX = ".gc-storm.json"
+STATUS_SUFFIX = ".gc-storm.status.json"
+HEARTBEAT_SUFFIX = ".agent"
+
+
+# -- paths ---------------------------------------------------------------------------
+def default_dir() -> Path:
+    """The control folder: ``$FAULTLAB_AGENT_DIR``, else ``/run/faultlab/agents`` as
+    root, else ``$XDG_RUNTIME_DIR/faultlab/agents`` (or ``/tmp/faultlab-UID/agents``)."""
+    env = os.environ.get("FAULTLAB_AGENT_DIR")
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/run/faultlab/agents")
+    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/faultlab-{os.getuid()}"
+    return Path(base) / "faultlab" / "agents"
+
+
+def heartbeat_path(control_dir: str | Path, pid: int) -> Path:
+    return Path(control_dir) / f"{int(pid)}{HEARTBEAT_SUFFIX}"
+
+
+def command_path(control_dir: str | Path, pid: int) -> Path:
+    return Path(control_dir) / f"{int(pid)}{CMD_SUFFIX}"
+
+
+def status_path(control_dir: str | Path, pid: int) -> Path:
+    return Path(control_dir) / f"{int(pid)}{STATUS_SUFFIX}"
+
+
+def proc_starttime(pid: int | str = "self") -> int | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks since boot), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return parse_starttime(stat)
+
+
+def parse_starttime(stat_text: str) -> int | None:
+    """The start time field of a /proc/PID/stat line, or None when malformed."""
+    fields = stat_text.rpartition(")")[2].split()
+    try:
+        return int(fields[19])  # field 22 overall; fields[0] is field 3 (state)
+    except (IndexError, ValueError):
+        return None
+
+
+def validate_command(cmd: dict) -> str | None:
+    """None when ``cmd`` is a well-formed gc-storm command, else what is wrong."""
+    if not isinstance(cmd, dict):
+        return "command is not a JSON object"
+    if not isinstance(cmd.get("fault_id"), str) or not cmd["fault_id"]:
+        return "fault_id: missing"
+    for key, hi in (("rate_per_s", MAX_RATE_PER_S), ("garbage_mb", MAX_GARBAGE_MB)):
+        v = cmd.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= hi):
+            return f"{key}: {v!r} is not in (0, {hi:g}]"
+    d = cmd.get("deadline_ts")
+    if isinstance(d, bool) or not isinstance(d, (int, float)) or d != d:
+        return f"deadline_ts: {d!r} is not a unix time"
+    return None
+
+
+# -- GC timer ------------------------------------------------------------------------
+_gc_total_s = 0.0
+_gc_count = 0
+_gc_t0: float | None = None
+
+
+def _gc_callback(phase: str, info: dict) -> None:
+    global _gc_total_s, _gc_count, _gc_t0
+    if phase == "start":
+        _gc_t0 = time.perf_counter()
+    elif _gc_t0 is not None:
+        _gc_total_s += time.perf_counter() - _gc_t0
+        _gc_count += 1
+        _gc_t0 = None
+
+
+def install_gc_timer() -> None:
+    """Add the timing callback to ``gc.callbacks`` (once; idempotent)."""
+    if _gc_callback not in gc.callbacks:
+        gc.callbacks.append(_gc_callback)
+
+
+def gc_seconds() -> float:
+    """Seconds this process spent in garbage collections since ``install_gc_timer()``
+    (all generations, any thread); 0.0 before it."""
+    return _gc_total_s
+
+
+def gc_collections() -> int:
+    """Collections counted since ``install_gc_timer()``."""
+    return _gc_count
+
+
+# -- the agent -----------------------------------------------------------------------
+def _write_json(path: Path, obj: dict, mode: int = 0o644) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Agent:
+    """The agent thread of this process. Use ``start()`` / ``stop()`` rather than
+    building one: there is one agent per process."""
+
+    def __init__(self, control_dir: str | Path, poll_s: float = POLL_S):
+        self.dir = Path(control_dir)
+        self.poll_s = float(poll_s)
+        self.pid = os.getpid()
+        self.starttime = proc_starttime()
+        self.started_ts = time.time()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_hb = 0.0
+        self._seen_sig: tuple | None = None  # (ino, mtime_ns, size) of the last command read
+        self.storms_done = 0
+        self.last_storm: dict | None = None  # the final status of the last storm
+        self.last_error: str | None = None
+
+    @property
+    def heartbeat_path(self) -> Path:
+        return heartbeat_path(self.dir, self.pid)
+
+    @property
+    def command_path(self) -> Path:
+        return command_path(self.dir, self.pid)
+
+    @property
+    def status_path(self) -> Path:
+        return status_path(self.dir, self.pid)
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # lifecycle
+    def _start(self) -> "Agent":
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._prune()
+        self._heartbeat(force=True)
+        self._thread = threading.Thread(target=self._run, name="faultlab-agent", daemon=True)
+        self._thread.start()
+        return self
+
+    def _stop_and_clean(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+        for p in (self.heartbeat_path, self.status_path):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+
+    def _prune(self) -> None:
+        """Remove heartbeat and status files of processes that no longer exist (left
+        by a SIGKILLed workload). Command files belong to their injector's lease."""
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return
+        for name in names:
+            for suffix in (HEARTBEAT_SUFFIX, STATUS_SUFFIX):
+                if name.endswith(suffix) and name[: -len(suffix)].isdigit():
+                    pid = int(name[: -len(suffix)])
+                    if pid != self.pid and not _pid_alive(pid):
+                        try:
+                            os.unlink(self.dir / name)
+                        except OSError:
+                            pass
+
+    def _heartbeat(self, force: bool = False) -> None:
+        if self._stop.is_set():  # stop() removes the file; never write it back
+            return
+        now = time.time()
+        if not force and now - self._last_hb < HEARTBEAT_S:
+            return
+        self._last_hb = now
+        try:
+            _write_json(self.heartbeat_path, {
+                "pid": self.pid, "starttime": self.starttime, "python": platform.python_version(),
+                "agent_version": AGENT_VERSION, "started_ts": self.started_ts, "heartbeat_ts": now,
+                "storms_done": self.storms_done, "last_storm": self.last_storm,
+            })
+        except OSError as e:
+            self.last_error = f"heartbeat: {e}"
+
+    def _cmd_sig(self) -> tuple | None:
+        try:
+            st = os.stat(self.command_path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._heartbeat()
+                sig = self._cmd_sig()
+                if sig is None:
+                    self._seen_sig = None
+                elif sig != self._seen_sig:
+                    self._seen_sig = sig
+                    self._take_command(sig)
+            except Exception as e:  # the agent must never take the workload down
+                self.last_error = f"{type(e).__name__}: {e}"
+            self._stop.wait(self.poll_s)
+
+    def _take_command(self, sig: tuple) -> None:
+        try:
+            cmd = json.loads(self.command_path.read_text())
+        except (OSError, ValueError) as e:
+            cmd, err = None, f"unreadable command: {e}"
+        else:
+            err = validate_command(cmd)
+        if err is not None:
+            self._write_status({"state": "error", "error": err, "fault_id": cmd.get("fault_id") if isinstance(cmd, dict) else None})
+            self._wait_gone(sig, cmd)
+            return
+        if time.time() >= cmd["deadline_ts"]:
+            self._remove_expired(cmd["fault_id"])
+            return
+        self._storm(cmd, sig)
+
+    def _wait_gone(self, sig: tuple, cmd: dict | None = None) -> None:
+        """After an error status: wait until the command file is removed or replaced,
+        or until the deadline of ``cmd`` (when it has a valid one: then the expired
+        command is removed too), then remove the status file."""
+        deadline = cmd.get("deadline_ts") if isinstance(cmd, dict) else None
+        if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline != deadline:
+            deadline = None
+        while not self._stop.is_set() and self._cmd_sig() == sig:
+            if deadline is not None and time.time() >= deadline:
+                self._remove_expired(str(cmd.get("fault_id")))
+                break
+            self._heartbeat()
+            self._stop.wait(self.poll_s)
+        self._unlink_status()
+
+    def _remove_expired(self, fault_id: str) -> None:
+        try:
+            cur = json.loads(self.command_path.read_text())
+            if isinstance(cur, dict) and cur.get("fault_id") == fault_id and time.time() >= float(cur.get("deadline_ts", 0)):
+                self.command_path.unlink()
+        except (OSError, ValueError, TypeError):
+            pass
+
+    def _unlink_status(self) -> None:
+        try:
+            self.status_path.unlink()
+        except OSError:
+            pass
+
+    def _write_status(self, obj: dict) -> None:
+        obj = dict(obj, pid=self.pid, updated_ts=time.time())
+        try:
+            _write_json(self.status_path, obj)
+        except OSError as e:
+            self.last_error = f"status: {e}"
+
+    def _storm(self, cmd: dict, sig: tuple) -> None:
+        install_gc_timer()
+        rate = float(cmd["rate_per_s"])
+        n_obj = max(1, int(float(cmd["garbage_mb"]) * 2**20 / OBJ_BYTES))
+        deadline = float(cmd["deadline_ts"])
+        period = 1.0 / rate
+        st = {
+            "state": "running", "fault_id": cmd["fault_id"], "rate_per_s": rate, "garbage_mb": float(cmd["garbage_mb"]),
+            "deadline_ts": deadline, "objects_per_burst": n_obj, "started_ts": time.time(), "bursts": 0,
+            "burst_s_total": 0.0, "burst_s_max": 0.0, "collect_s_total": 0.0, "collect_s_max": 0.0, "gc_s_total": 0.0,
+            "elapsed_s": 0.0, "stalled_fraction": 0.0, "achieved_rate_per_s": 0.0,
+        }
+        t_start = time.perf_counter()
+        gc0 = gc_seconds()
+
+        def measure(now: float) -> None:
+            el = now - t_start
+            st["elapsed_s"] = el
+            st["gc_s_total"] = gc_seconds() - gc0
+            # over the planned schedule while that is longer than the time spent, so a
+            # reading right after the first burst is not inflated
+            span = max(el, st["bursts"] * period, 1e-9)
+            st["stalled_fraction"] = min(1.0, st["burst_s_total"] / span)
+            st["achieved_rate_per_s"] = st["bursts"] / span
+
+        self._write_status(st)  # the ack: accepted, no burst yet
+        next_t = t_start
+        last_status = t_start
+        end = "stopped"
+        try:
+            while True:
+                if self._stop.is_set():
+                    break
+                self._heartbeat()
+                if time.time() >= deadline:
+                    end = "deadline"
+                    break
+                if self._cmd_sig() != sig:
+                    end = "revoked"
+                    break
+                now = time.perf_counter()
+                if now < next_t:
+                    self._stop.wait(min(next_t - now, self.poll_s))
+                    continue
+                alloc_s, collect_s = gc_burst(n_obj)
+                t2 = time.perf_counter()
+                st["bursts"] += 1
+                st["burst_s_total"] += alloc_s + collect_s
+                st["burst_s_max"] = max(st["burst_s_max"], alloc_s + collect_s)
+                st["collect_s_total"] += collect_s
+                st["collect_s_max"] = max(st["collect_s_max"], collect_s)
+                next_t += period
+                if next_t < t2:
+                    next_t = t2  # no catch-up after a burst longer than the period
+                if st["bursts"] == 1 or t2 - last_status >= STATUS_EVERY_S:
+                    last_status = t2
+                    measure(t2)
+                    self._write_status(st)
+        except Exception as e:  # e.g. MemoryError: report it, end the storm
+            end = "error"
+            st.update(state="error", error=f"{type(e).__name__}: {e}")
+            self._write_status(st)
+            self._wait_gone(sig, cmd)
+        measure(time.perf_counter())
+        st.update(state="ended", end=end, ended_ts=time.time())
+        self.last_storm = st
+        self.storms_done += 1
+        self._heartbeat(force=True)
+        self._unlink_status()
+        if end == "deadline":
+            self._remove_expired(cmd["fault_id"])
+        # the poll loop reads a replacing command (its signature differs) and ignores
+        # this one if it is still there
+
+
+def gc_burst(n_obj: int) -> tuple[float, float]:
+    """One stop-the-world burst: allocate ``n_obj`` empty lists held by one list that
+    contains itself (cyclic garbage, ``n_obj * OBJ_BYTES`` bytes) in one C call with
+    automatic collection paused (so the burst is exactly one full collection, however
+    large the heap), then ``gc.collect()``. The GIL is held throughout each phase.
+    Returns (allocation seconds, collection seconds). Raises MemoryError."""
+    t0 = time.perf_counter()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        garbage = list(map(list, repeat((), n_obj)))
+        garbage.append(garbage)
+        del garbage
+    finally:
+        if was_enabled:
+            gc.enable()
+    t1 = time.perf_counter()
+    gc.collect()
+    return t1 - t0, time.perf_counter() - t1
+
+
+_agent: Agent | None = None
+_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # the thread does not exist in a forked child (e.g. a DataLoader worker)
+    global _agent, _lock
+    _agent = None
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def start(control_dir: str | Path | None = None, *, poll_s: float = POLL_S) -> Agent:
+    """Start this process's agent (idempotent: a running agent is returned as is, even
+    if ``control_dir`` differs). ``control_dir`` defaults to ``default_dir()``;
+    ``poll_s`` is the poll period in seconds. Also installs the GC timer.
+
+    Removes heartbeat/status files of dead processes in the folder. Raises OSError
+    when the folder cannot be created or written (the workload may catch it and run
+    without an agent)."""
+    global _agent
+    install_gc_timer()
+    with _lock:
+        if _agent is not None and _agent.alive():
+            return _agent
+        _agent = Agent(control_dir if control_dir is not None else default_dir(), poll_s)._start()
+        return _agent
+
+
+def stop(timeout_s: float = 5.0) -> None:
+    """Stop the agent (ending any storm) and remove its heartbeat and status files.
+    Waits at most ``timeout_s`` for the thread (a burst in progress finishes first).
+    Safe to call when none runs. Call it before ``os._exit`` (which skips atexit)."""
+    global _agent
+    with _lock:
+        ag, _agent = _agent, None
+    if ag is not None:
+        ag._stop_and_clean(timeout_s)
+
+
+def current() -> Agent | None:
+    """The running agent of this process, or None."""
+    return _agent if _agent is not None and _agent.alive() else None
+
+
+def _atexit() -> None:
+    try:
+        stop(timeout_s=1.0)
+    except Exception:
+        pass
+
+
+atexit.register(_atexit)
