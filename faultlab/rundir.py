@@ -132,7 +132,33 @@ class RunDir:
             return pq.read_table(p).to_pandas()
         if name == "steps":
             return self.read_raw_steps()
+        if name == "injections":
+            return self.read_journal_injections()
         return schema.empty(name)
+
+    def read_journal_injections(self) -> pd.DataFrame:
+        """Injections rebuilt from events.jsonl (for a run killed before it wrote
+        injections.parquet): a reverted fault's row as recorded at its revert; a fault
+        with no revert event was ended by its lease (status ``expired``, end_ts the
+        lease deadline is not known here: NaN)."""
+        rows, open_ = [], {}
+        for ev in self.events():
+            if ev.get("event") == "inject":
+                open_[ev["fault_id"]] = ev
+            elif ev.get("event") == "revert" and "row" in ev:
+                rows.append(ev["row"])
+                open_.pop(ev.get("fault_id"), None)
+        for fid, ev in open_.items():
+            rows.append({
+                "run_id": self.run_id, "fault_id": fid, "fault_type": ev.get("type"), "node": ev.get("node"),
+                "target": ev.get("target"), "start_ts": ev.get("start_ts", ev["ts"]), "end_ts": float("nan"),
+                "params": json.dumps(ev.get("params", {}), sort_keys=True), "severity": float(ev.get("severity") or "nan"),
+                "status": "expired", "verified": bool((ev.get("verify") or {}).get("ok", False)),
+                "evidence": json.dumps({"verify": ev.get("verify")}, default=str),
+            })
+        if not rows:
+            return schema.empty("injections")
+        return schema.to_table("injections", pd.DataFrame(rows)).to_pandas()
 
     def telemetry_dir(self) -> Path:
         return self.path / "telemetry"

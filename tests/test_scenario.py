@@ -185,6 +185,8 @@ def test_sigkill_of_runner_leaves_readable_incomplete_run_and_no_faults(tmp_path
     steps = rd.read_table("steps")
     assert len(steps) > 0 and steps["rank"].nunique() == 4
     assert any(e["event"] == "inject" for e in rd.events())
+    inj = rd.read_table("injections")
+    assert len(inj) >= 1 and inj.iloc[0].fault_type == "nic-slow" and inj.iloc[0].status in ("expired", "reverted")
     # the fault ends by its lease (6 s + 15 s grace), the testbed by its own lease
     # (its deadline is the run's expected end), the ranks by their own duration
     end = time.time() + 150
