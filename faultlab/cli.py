@@ -365,12 +365,49 @@ def campaign(
 
 
 @app.command()
-def label(run_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="a run directory")):
-    """Label a run directory: writes labels.parquet and whatif.json there."""
-    from faultlab.labeler import label_run
+def label(
+    run_dir: Path = typer.Argument(..., metavar="PATH", help="a run directory; with --import, the file or dataset folder to import"),
+    import_format: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="import public fail-slow data instead: long | perseus | straggler-trace"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="with --import: folder for labels.parquet (and whatif.json)"),
+):
+    """Label a run directory (writes labels.parquet and whatif.json there), or import
+    public data: --import FORMAT PATH --out DIR writes DIR/labels.parquet (and
+    DIR/whatif.json where a what-if slowdown applies)."""
+    if import_format is None:
+        from faultlab.labeler import label_run
 
-    labels = label_run(run_dir)
-    out.print(f"{len(labels)} label(s) -> {run_dir / 'labels.parquet'}")
+        if out_dir is not None:
+            _fail(BadInput("--out is only for --import (a run directory is labeled in place)", field="--out"))
+        if not run_dir.is_dir():
+            what = "is not a directory" if run_dir.exists() else "does not exist"
+            _fail(BadInput(f"{run_dir} {what}", field="PATH", fix="give a run directory, or --import FORMAT PATH --out DIR for public data"))
+        try:
+            labels = label_run(run_dir)
+        except FaultlabError as e:
+            _fail(e)
+        out.print(f"{len(labels)} label(s) -> {run_dir / 'labels.parquet'}")
+        return
+    from faultlab.labeler.importers import import_path, write_outputs
+
+    if out_dir is None:
+        _fail(BadInput("give the output folder", field="--out", fix="--import FORMAT PATH --out DIR"))
+    try:
+        res = import_path(import_format, run_dir)
+        written = write_outputs(res, out_dir)
+    except FaultlabError as e:
+        _fail(e)
+    except OSError as e:
+        _fail(BadInput(f"cannot write {out_dir}: {e.strerror or e}", field="--out"))
+    labels = res.labels
+    comps = sorted(set(labels["component"].astype(str))) if len(labels) else []
+    out.print(f"{import_format}: {len(labels)} label(s) on {len(comps)} component(s) -> {written['labels.parquet']}", markup=False)
+    if comps:
+        shown = ", ".join(comps[:8]) + (f", ... ({len(comps) - 8} more)" if len(comps) > 8 else "")
+        out.print(f"  labeled: {shown}", markup=False)
+    if res.whatif is not None:
+        out.print(f"  what-if slowdown S = {res.whatif.get('slowdown', float('nan')):.4f} -> {written['whatif.json']}", markup=False)
+    for name in sorted(set(written) - {"labels.parquet", "whatif.json"}):
+        out.print(f"  {name} -> {written[name]}", markup=False)
 
 
 def main() -> None:  # pragma: no cover

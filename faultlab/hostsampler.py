@@ -14,18 +14,42 @@ Every ``interval_s`` seconds, for each node, one row per metric (long format, th
   that process: a netns node needs no extra process). For a ``local`` node this is
   the whole host's traffic outside loopback; ranks that talk over 127.0.0.1 show ~0.
 
+Metric names are ``BASE`` or ``BASE:QUALIFIER`` (the unit is in BASE; BASE never holds
+a ``:``, so ``metric.split(":", 1)`` separates them). With ``tcp=True`` (default), per
+peer node P (faultlab.tcpstats, from iproute2 ss(8) / the kernel's tcp_info):
+``tcp_conns:P``, ``tcp_rtt_ms:P``, ``tcp_rttvar_ms:P`` (ms), ``tcp_cwnd_segs:P``,
+``tcp_delivery_rate_bytes_per_s:P``, ``tcp_tx_bytes_per_s:P``, ``tcp_rx_bytes_per_s:P``
+(bytes/s), ``tcp_retrans_total:P`` (segments), ``tcp_retrans_per_s:P`` (segments/s), and
+per node ``tcp_retrans_per_s``. A node's connections are all established TCP
+connections of its network namespace when ``netns`` names it, else those whose socket
+is open in the node's processes (its PIDs and their children; read in the namespace
+of its first live PID). With ``gpu=True`` (default) and NVML present
+(faultlab.gpumetrics, nvidia-ml-py), per GPU index G: ``gpu_sm_clock_mhz:G``,
+``gpu_power_w:G``, ``gpu_util_pct:G``, ``gpu_mem_used_bytes:G``, ``gpu_temp_c:G``,
+``gpu_throttle_reasons:G`` (NVML bitmask), on the node whose processes hold a compute
+context on G (or the GPUs a ``gpu`` dict assigns to it). Without nvidia-ml-py or a
+driver there are no GPU rows and no error (``disabled["gpu"]`` says why); without
+``ss`` no TCP rows (``disabled["tcp"]``).
+
 Rates and CPU percentages are over the interval since the previous sample of the
 same node. PIDs that died are skipped; a node with no live PID gets only
-``cpu_util_pct``. No process is started.
+``cpu_util_pct`` (plus its namespace's TCP metrics when ``netns`` names it, and the
+GPUs a ``gpu`` dict assigns to it). The only processes started are one ``ss`` per
+network namespace per sample (~2 ms; through ``ip netns exec`` or ``nsenter`` for
+another namespace, which needs root).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pandas as pd
 import psutil
+
+from faultlab import tcpstats
+from faultlab.gpumetrics import NvmlReader
 
 METRICS = ("cpu_util_pct", "proc_cpu_util_pct", "proc_rss_bytes", "net_rx_bytes_per_s", "net_tx_bytes_per_s")
 
@@ -61,11 +85,52 @@ class HostSampler:
     returns has a ``run_id`` column (the full ``host`` schema); else it has
     ``node, ts, metric, value``. Use ``start()``, then ``stop()``; or as a context
     manager (then read ``frame()``). Raises ValueError for ``interval_s <= 0``.
+
+    TCP and GPU options (see the module docstring for the metrics):
+
+    - ``netns``: node name -> network namespace name (``ip netns``): the node's TCP
+      connections are all established ones of that namespace. Nodes not named here
+      use the sockets of their own processes.
+    - ``peers``: address -> node name, to name the peer of a connection whose remote
+      endpoint is not a socket of another sampled node (faultlab.tcpstats,
+      ``PeerResolver``). Unresolved peers are named by their address.
+    - ``tcp``: sample TCP statistics (default True).
+    - ``gpu``: True (default): NVML metrics of the GPUs the node's processes use;
+      a dict node -> GPU indices: those GPUs for that node (others get none); False:
+      no GPU metrics.
+
+    Attributes: ``errors`` (unexpected sampling errors, first 20), ``disabled``
+    (``{"tcp"|"gpu": reason}`` for a source that is off or unavailable).
     """
 
-    def __init__(self, targets: dict[str, list[int]], interval_s: float = 1.0, *, run_id: str | None = None):
+    def __init__(
+        self,
+        targets: dict[str, list[int]],
+        interval_s: float = 1.0,
+        *,
+        run_id: str | None = None,
+        netns: dict[str, str] | None = None,
+        peers: dict[str, str] | None = None,
+        tcp: bool = True,
+        gpu: bool | dict[str, list[int]] = True,
+    ):
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0 seconds, got {interval_s}")
+        self.netns: dict[str, str] = dict(netns or {})
+        self.peers: dict[str, str] = dict(peers or {})
+        self.disabled: dict[str, str] = {}
+        self.tcp = bool(tcp)
+        if not self.tcp:
+            self.disabled["tcp"] = "off (tcp=False)"
+        elif not tcpstats.ss_available():
+            self.tcp = False
+            self.disabled["tcp"] = "ss not found (install iproute2)"
+        self._tcp_trackers: dict[str, tcpstats.TcpTracker] = {}
+        self._gpu_map: dict[str, list[int]] | None = None if gpu is True or gpu is False else {n: list(g) for n, g in gpu.items()}
+        self._nvml: NvmlReader | None = NvmlReader() if gpu is not False else None
+        if gpu is False:
+            self.disabled["gpu"] = "off (gpu=False)"
+        self._live: dict[str, list[int]] = {}  # node -> live PIDs (incl. children) of the last sample
         self.interval_s = float(interval_s)
         self.run_id = run_id
         self._lock = threading.Lock()
@@ -86,8 +151,14 @@ class HostSampler:
         if self._thread is not None:
             raise RuntimeError("HostSampler already started")
         psutil.cpu_percent(interval=None)  # baseline: the next call measures from here
+        if self._nvml is not None:
+            self._nvml.open()
+            if not self._nvml.available:
+                self.disabled["gpu"] = self._nvml.reason or "NVML unavailable"
+        ts = time.time()
         for node in list(self._targets):
-            self._sample_node(node, time.time(), None, emit=False)
+            self._sample_node(node, ts, None, emit=False)
+        self._sample_tcp(ts, emit=False)
         self._thread = threading.Thread(target=self._loop, name="faultlab-hostsampler", daemon=True)
         self._thread.start()
         return self
@@ -98,6 +169,8 @@ class HostSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=max(10.0, 3 * self.interval_s))
+        if self._nvml is not None and (self._thread is None or not self._thread.is_alive()):
+            self._nvml.close()
         return self.frame()
 
     def set_targets(self, node: str, pids: list[int]) -> None:
@@ -142,6 +215,7 @@ class HostSampler:
             nodes = list(self._targets)
         for node in nodes:
             self._sample_node(node, ts, cpu, emit=True)
+        self._sample_tcp(ts, emit=True)
         # Forget Process objects of PIDs that are gone, so a reused PID starts fresh.
         for pid in [q for q, p in self._procs.items() if not _alive(p)]:
             self._procs.pop(pid, None)
@@ -218,9 +292,90 @@ class HostSampler:
                 rows.append((node, ts, "net_tx_bytes_per_s", max(0, tx - prev[2]) / dt))
             break
 
+        self._live[node] = list(seen)
+        rows += self._gpu_rows(node, ts, list(seen))
+
         if emit and rows:
             with self._lock:
                 self._rows.extend(rows)
+
+    def _note(self, msg: str) -> None:
+        if len(self.errors) < 20 and msg not in self.errors:
+            self.errors.append(msg)
+
+    def _gpu_rows(self, node: str, ts: float, pids: list[int]) -> list[tuple[str, float, str, float]]:
+        nv = self._nvml
+        if nv is None or not nv.available:
+            return []
+        if self._gpu_map is not None:
+            idx = self._gpu_map.get(node, [])
+        else:
+            idx = nv.gpus_of(pids) if pids else []
+        if not idx:
+            return []
+        return [(node, ts, f"{name}:{i}", v) for i, m in nv.read(idx).items() for name, v in m.items()]
+
+    def _sample_tcp(self, ts: float, *, emit: bool) -> None:
+        """One ss per network namespace; each node's connections; per-peer rows."""
+        if not self.tcp:
+            return
+        with self._lock:
+            nodes = list(self._targets)
+        me = _netns_id("self")
+        snaps: dict[object, list[tcpstats.TcpConn] | None] = {}
+        mine: dict[str, tuple[object, list[tcpstats.TcpConn]]] = {}
+        for node in nodes:
+            ns = self.netns.get(node)
+            pids = self._live.get(node, [])
+            if ns:
+                group = ("netns", ns)
+                if group not in snaps:
+                    snaps[group] = self._read(netns=ns)
+            elif pids:
+                nsid = _netns_id(pids[0])
+                if nsid is None:
+                    continue
+                group = ("ns", nsid)
+                if group not in snaps:
+                    snaps[group] = self._read(pid=None if nsid == me else pids[0])
+            else:
+                continue
+            conns = snaps[group]
+            if conns is None:
+                continue
+            if not ns:
+                inodes = tcpstats.socket_inodes(pids)
+                conns = [c for c in conns if c.inode in inodes]
+            mine[node] = (group, conns)
+        resolver = tcpstats.PeerResolver(self.peers)
+        for node, (group, conns) in mine.items():
+            resolver.add(node, group, conns)
+        now = time.monotonic()
+        rows = []
+        for node, (group, conns) in mine.items():
+            tr = self._tcp_trackers.setdefault(node, tcpstats.TcpTracker())
+            for metric, value in tr.update(conns, lambda c, g=group: resolver.peer(g, c), now):
+                rows.append((node, ts, metric, float(value)))
+        if emit and rows:
+            with self._lock:
+                self._rows.extend(rows)
+
+    def _read(self, *, netns: str | None = None, pid: int | None = None) -> list[tcpstats.TcpConn] | None:
+        try:
+            return tcpstats.read_conns(netns=netns, pid=pid)
+        except Exception as e:
+            if pid is not None and not psutil.pid_exists(pid):
+                return None  # the process ended between the two reads
+            self._note(f"tcp: {type(e).__name__}: {e}")
+            return None
+
+
+def _netns_id(pid) -> str | None:
+    """``net:[INODE]`` of ``pid``'s network namespace, or None when unreadable."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
 
 
 def _alive(p: psutil.Process) -> bool:

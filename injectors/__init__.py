@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from faultlab.errors import BadInput
 from faultlab.nodes import Node
-from faultlab.units import parse_duration, parse_fraction, parse_rate
 from faultlab.injectors.base import ActiveFault, Cmd, Injector, Plan, apply
 from faultlab.injectors.cpu import CpuContention
 from faultlab.injectors.gc import GcStorm
