@@ -165,7 +165,11 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
             extra_args=workload_args(sc), **({"module": module} if w.kind == "pipeline" else {}),
         )
         rd.event("ranks-started", pids={r.rank: r.pid for r in ranks})
-        sampler = HostSampler({r.node.name: [r.pid] for r in ranks}, interval_s=1.0, run_id=run_id).start()
+        sampler = HostSampler(
+            {r.node.name: [r.pid] for r in ranks}, interval_s=1.0, run_id=run_id,
+            netns={x.name: x.netns for x in nodes if getattr(x, "netns", None)},
+            peers={x.address: x.name for x in nodes if x.address and not x.address.startswith("127.")},
+        ).start()
         watch = _StepWatch(rd.telemetry_dir() / "steps-rank0.jsonl")
         t_wait = time.time()
         while watch.first_ts is None:
