@@ -1,0 +1,495 @@
+"""Importers of public fail-slow data, by format name (``faultlab label --import FORMAT``).
+
+Each importer reads only the telemetry (and its meta file) of a dataset, never the
+upstream answers kept beside it, and returns an :class:`ImportResult`: a labels frame
+(faultlab.schema.LABELS columns) and, where a what-if slowdown applies, the what-if
+dict. :func:`write_outputs` writes ``labels.parquet`` (+ ``whatif.json``) to a folder.
+
+Formats (:data:`FORMATS`):
+
+- ``long``: generic long-format CSV/Parquet, columns ``component, peer_group,
+  timestamp`` (unix s), ``metric, value`` (larger = slower). Labeled with the two views
+  of the labeler (see :func:`import_long`).
+- ``perseus``: Perseus drive telemetry (FAST'23), see :mod:`faultlab.labeler.perseus`.
+- ``straggler-trace``: StragglerAnalysis operation trace (OSDI'25 what-if), see
+  :mod:`faultlab.labeler.trace`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from faultlab.errors import BadInput
+
+LONG_COLUMNS = ("component", "peer_group", "timestamp", "metric", "value")
+
+
+@dataclass
+class ImportResult:
+    """What an importer returns.
+
+    Attributes:
+        format: the format name.
+        labels: labels frame (faultlab.schema.LABELS columns, nullable Int64 steps).
+        whatif: the what-if dict (JSON-able; ``slowdown`` and its decomposition) or
+            None when no what-if applies.
+        info: counts and timings for a person (JSON-able).
+        extra: further JSON files to write, ``{file name: JSON-able}``.
+    """
+
+    format: str
+    labels: pd.DataFrame
+    whatif: dict | None = None
+    info: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+
+def make_config(cls, config):
+    """``cls()`` for None, ``config`` itself for an instance, ``cls(**config)`` for a
+    dict (BadInput naming unknown fields)."""
+    if config is None:
+        return cls()
+    if isinstance(config, cls):
+        return config
+    if isinstance(config, dict):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise BadInput(f"unknown field(s) {', '.join(unknown)}", field="config",
+                           fix=f"fields of {cls.__name__}: {', '.join(sorted(known))}")
+        return cls(**config)
+    raise BadInput(f"expected {cls.__name__} or dict, got {type(config).__name__}", field="config")
+
+
+# -- the generic long format -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LongConfig:
+    """Settings of the ``long`` importer. The thresholds are the labeler's own defaults
+    (:class:`faultlab.labeler.LabelerConfig`), in samples instead of steps.
+
+    Attributes:
+        labeler: a :class:`~faultlab.labeler.LabelerConfig` (or dict of its fields):
+            ``temporal_window_steps`` (trailing baseline, samples, 50),
+            ``temporal_min_valid_steps`` (10), ``temporal_block_steps`` (5),
+            ``temporal_threshold`` (1.3), ``peer_threshold`` (1.3), ``peer_min_ranks``
+            (fewest components with data in the group, 2), ``mad_k`` (4.0),
+            ``gap_steps`` (2), ``min_steps`` (3 samples), ``gap_s`` (0.3),
+            ``min_duration_s`` (1.0), ``min_slowdown`` (1.2).
+        align_s: samples are bucketed to ``floor(timestamp / align_s)`` before peers are
+            compared (values in a bucket are averaged); 0 compares exact timestamps. 0.
+        higher_is_better: metric names whose value is a speed (throughput, ...): they are
+            inverted (1 / value) before judging, so larger still means slower. ().
+        group_wide_fraction: when at least this fraction of a group's components are
+            slow against their own history at a sample, the group as a whole is slowed
+            (a ``group:NAME`` label), not each component. 0.5.
+    """
+
+    labeler: Any = None
+    align_s: float = 0.0
+    higher_is_better: tuple[str, ...] = ()
+    group_wide_fraction: float = 0.5
+
+    def __post_init__(self) -> None:
+        from faultlab.labeler import _config
+
+        object.__setattr__(self, "labeler", _config(self.labeler))
+        object.__setattr__(self, "higher_is_better", tuple(str(m) for m in self.higher_is_better))
+        if not float(self.align_s) >= 0:
+            raise BadInput(f"must be >= 0, got {self.align_s!r}", field="align_s")
+        if not 0.0 < float(self.group_wide_fraction) <= 1.0:
+            raise BadInput(f"must be in (0, 1], got {self.group_wide_fraction!r}", field="group_wide_fraction")
+
+    def to_dict(self) -> dict:
+        return {"labeler": self.labeler.to_dict(), "align_s": self.align_s,
+                "higher_is_better": list(self.higher_is_better), "group_wide_fraction": self.group_wide_fraction}
+
+
+#: upstream answer files kept beside public datasets: an importer never reads them
+ANSWER_FILES = ("slow_drives.csv", "result-*", "ms-*", "mw-*")
+
+
+def _is_answer(f: Path) -> bool:
+    return any(f.match(pat) for pat in ANSWER_FILES)
+
+
+def find_long_file(path: str | Path) -> Path:
+    """The data file for ``path``: the file itself, or the only ``*.parquet`` (else the
+    only ``*.csv``/``*.csv.gz``) in a folder, never an upstream answer file
+    (:data:`ANSWER_FILES`). Raises BadInput otherwise."""
+    p = Path(path)
+    if not p.exists():
+        raise BadInput(f"{p} does not exist", field="PATH")
+    if p.is_file():
+        if _is_answer(p):
+            raise BadInput(f"{p.name} is an upstream answer file, not telemetry", field="PATH")
+        return p
+    for pat in (("*.parquet",), ("*.csv", "*.csv.gz")):
+        found = sorted({f for g in pat for f in p.glob(g) if not _is_answer(f)})
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise BadInput(f"{p} holds several data files ({', '.join(f.name for f in found)})", field="PATH",
+                           fix="give the long-format file itself")
+    raise BadInput(f"{p} holds no .parquet or .csv file", field="PATH",
+                   fix="give a long-format file with columns " + ", ".join(LONG_COLUMNS))
+
+
+def read_long(path: str | Path) -> pd.DataFrame:
+    """Read a long-format CSV or Parquet file (only ``LONG_COLUMNS`` and ``run_id``).
+
+    Raises BadInput for a missing file, an unreadable file or a missing column.
+    """
+    f = find_long_file(path)
+    name = f.name.lower()
+    try:
+        if name.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            have = pq.ParquetFile(f).schema_arrow.names
+            missing = [c for c in LONG_COLUMNS if c not in have]
+            if missing:
+                raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="long",
+                               fix="a long-format file has columns " + ", ".join(LONG_COLUMNS))
+            cols = list(LONG_COLUMNS) + (["run_id"] if "run_id" in have else [])
+            strs = [c for c in ("component", "peer_group", "metric", "run_id") if c in cols]
+            df = pq.read_table(f, columns=cols, read_dictionary=strs).to_pandas()
+        else:
+            head = pd.read_csv(f, nrows=0)
+            missing = [c for c in LONG_COLUMNS if c not in head.columns]
+            if missing:
+                raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="long",
+                               fix="a long-format file has columns " + ", ".join(LONG_COLUMNS))
+            cols = list(LONG_COLUMNS) + (["run_id"] if "run_id" in head.columns else [])
+            df = pd.read_csv(f, usecols=cols, dtype={"component": "category", "peer_group": "category",
+                                                     "metric": "category"})
+    except BadInput:
+        raise
+    except Exception as e:  # a malformed file: say which, in one line
+        raise BadInput(f"{f} could not be read ({type(e).__name__}: {e})", field="PATH") from None
+    df.attrs["source"] = str(f)
+    return df
+
+
+def label_long(df: pd.DataFrame, config: LongConfig | dict | None = None, *, run_id: str = "") -> pd.DataFrame:
+    """Label a long-format frame with the labeler's two views, per metric.
+
+    For each metric the samples become a dense ``(T, C)`` grid (T timestamps, C
+    components; NaN where a component has no sample), then:
+
+    - **peer view** (:mod:`faultlab.labeler.peer`'s rule): ``ratio = value / median of
+      the component's peer group at that timestamp``; flagged when ``ratio >
+      peer_threshold`` and ``ratio - 1 > mad_k x sigma_g`` (``sigma_g`` = 1.4826 MAD of
+      the group's ratios over the run) with at least ``peer_min_ranks`` components of
+      the group present;
+    - **temporal view** (:func:`faultlab.labeler.temporal.trailing_baseline`): each
+      component against its own trailing robust baseline (window, min_valid,
+      threshold, mad_k, block in samples);
+    - flags become intervals (:func:`faultlab.labeler.fusion.intervals`: ``gap_steps``,
+      ``min_steps``, ``gap_s``, ``min_duration_s``). Labels: (1) peer intervals of a
+      component (``views`` ``"temporal+peer"`` when its temporal flags agree, else
+      ``"peer"``; ``slowdown`` = median value / peer median); (2) ``group:NAME``
+      (``component_kind`` ``"peer_group"``, views ``"temporal"``) where at least
+      ``group_wide_fraction`` of a group is up against its own history; (3) a
+      component up against its own history only (``views`` ``"temporal"``) outside
+      those. For (2) and (3) ``slowdown`` = median value / the higher of the trailing
+      baseline and the typical (whole-input median) level, so a value returning to
+      normal after an unusually fast period is no slowdown. Each label needs
+      ``slowdown >= min_slowdown``.
+
+    Times: ``start_ts`` the first flagged timestamp, ``end_ts`` the last plus the
+    median sampling interval (unix s). ``start_step``/``end_step`` are null.
+
+    Returns:
+        labels frame (LABELS columns), sorted by start_ts, component. Deterministic.
+
+    Raises:
+        BadInput for a missing column or non-numeric timestamps/values.
+    """
+    from faultlab.labeler.fusion import _confidence, _dilate, _empty_labels, _typed, evidence_json, intervals
+    from faultlab.labeler.temporal import MAD_TO_SIGMA, nanmedian, trailing_baseline
+
+    cfg = make_config(LongConfig, config)
+    lc = cfg.labeler
+    missing = [c for c in LONG_COLUMNS if c not in df.columns]
+    if missing:
+        raise BadInput(f"missing column(s) {', '.join(missing)}", field="long",
+                       fix="a long-format frame has columns " + ", ".join(LONG_COLUMNS))
+    try:
+        ts_all = pd.to_numeric(df["timestamp"], errors="raise").to_numpy(dtype=np.float64)
+        val_all = pd.to_numeric(df["value"], errors="raise").to_numpy(dtype=np.float64)
+    except (ValueError, TypeError) as e:
+        raise BadInput(f"timestamp and value must be numeric ({e})", field="long") from None
+    comp_all, comp_names = _codes(df["component"])
+    grp_all, grp_names = _codes(df["peer_group"])
+    met_all, met_names = _codes(df["metric"])
+    ok = np.isfinite(ts_all) & np.isfinite(val_all) & (comp_all >= 0) & (grp_all >= 0) & (met_all >= 0)
+    rows: list[dict] = []
+    for mcode in sorted(set(np.unique(met_all[ok]).tolist()), key=lambda k: met_names[k]):
+        metric = met_names[mcode]
+        m = ok & (met_all == mcode)
+        v = val_all[m]
+        if metric in cfg.higher_is_better:
+            with np.errstate(divide="ignore"):
+                v = np.where(v > 0, 1.0 / v, np.nan)
+        t = ts_all[m]
+        if cfg.align_s > 0:
+            t = np.floor(t / cfg.align_s) * cfg.align_s
+        u_t, ti = np.unique(t, return_inverse=True)
+        u_code, ci = np.unique(comp_all[m], return_inverse=True)
+        # components in name order (deterministic whatever the input's order)
+        by_name = np.argsort(np.array([comp_names[k] for k in u_code.tolist()], dtype=object), kind="stable")
+        rank_of = np.empty_like(by_name)
+        rank_of[by_name] = np.arange(len(by_name))
+        ci = rank_of[ci]
+        u_c = np.array([comp_names[k] for k in u_code[by_name].tolist()], dtype=object)
+        T, C = len(u_t), len(u_c)
+        fin = np.isfinite(v)
+        flat = ti[fin] * C + ci[fin]
+        sums = np.bincount(flat, weights=v[fin], minlength=T * C).reshape(T, C)
+        cnts = np.bincount(flat, minlength=T * C).astype(np.float64).reshape(T, C)
+        del flat
+        with np.errstate(invalid="ignore", divide="ignore"):
+            X = np.where(cnts > 0, sums / cnts, np.nan)
+        del sums, cnts
+        # a component's peer group: the first one it was seen with
+        first = np.full(C, -1, dtype=np.int64)
+        order = np.arange(len(ci))[::-1]
+        first[ci[order]] = order
+        groups = np.array([grp_names[k] for k in grp_all[m][first].tolist()], dtype=object)
+        dt = float(np.median(np.diff(u_t))) if T > 1 else 0.0
+        t0, t1 = u_t, u_t + dt
+        timed = {"t0": t0, "t1": t1, "gap_s": lc.gap_s, "min_s": lc.min_duration_s}
+        # peer view
+        med = np.full((T, C), np.nan)
+        cnt = np.zeros((T, C), dtype=np.int64)
+        sigma = np.zeros(C)
+        for g in sorted(set(groups.tolist())):
+            cols = np.flatnonzero(groups == g)
+            gm, gn = nanmedian(X[:, cols], axis=1)
+            med[:, cols] = gm[:, None]
+            cnt[:, cols] = gn[:, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = X / med
+        ratio = np.where(np.isfinite(ratio), ratio, np.nan)
+        for g in sorted(set(groups.tolist())):
+            cols = np.flatnonzero(groups == g)
+            vals = ratio[:, cols].ravel()
+            vals = vals[~np.isnan(vals)]
+            if vals.size:
+                c = np.median(vals)
+                sigma[cols] = MAD_TO_SIGMA * np.median(np.abs(vals - c))
+        with np.errstate(invalid="ignore"):
+            pflag = (ratio > lc.peer_threshold) & ((ratio - 1.0) > lc.mad_k * sigma[None, :])
+        pflag &= (cnt >= lc.peer_min_ranks) & ~np.isnan(ratio)
+        # temporal view
+        base, _, tflag = trailing_baseline(X, window=lc.temporal_window_steps, min_valid=lc.temporal_min_valid_steps,
+                                              threshold=lc.temporal_threshold, mad_k=lc.mad_k,
+                                              block=lc.temporal_block_steps)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tratio = X / base
+        labeled = np.zeros((T, C), dtype=bool)
+
+        def add(component, kind, i0, i1, slowdown, views, thr, n_flag, ev):
+            n = i1 - i0 + 1
+            ev.update({"metric": metric, "n_samples": n, "n_flagged": int(n_flag), "threshold": thr})
+            rows.append({
+                "run_id": run_id, "component": component, "component_kind": kind,
+                "start_ts": float(t0[i0]), "end_ts": float(t1[i1]), "start_step": pd.NA, "end_step": pd.NA,
+                "slowdown": float(slowdown), "views": views,
+                "confidence": _confidence(float(slowdown), thr, n, lc.min_steps, views),
+                "fault_id": None, "source": "observed", "cause": "unknown", "evidence": evidence_json(ev),
+            })
+
+        # 1. components slow against their peers
+        for j in range(C):
+            for i0, i1 in intervals(pflag[:, j], lc.gap_steps, lc.min_steps, **timed):
+                sl = slice(i0, i1 + 1)
+                r = _nanmed(ratio[sl, j])
+                views = "temporal+peer" if tflag[sl, j].any() else "peer"
+                labeled[sl, j] = True
+                if r >= lc.min_slowdown:
+                    add(str(u_c[j]), "component", i0, i1, r, views, lc.peer_threshold, pflag[sl, j].sum(),
+                        {"peer_group": str(groups[j]), "peer_ratio": r, "peer_median": _nanmed(med[sl, j]),
+                         "median_value": _nanmed(X[sl, j]), "temporal_ratio": _nanmed(tratio[sl, j])})
+        # 2. a whole group slowed against its own history
+        gw = np.zeros((T, C), dtype=bool)
+        for g in sorted(set(groups.tolist())):
+            cols = np.flatnonzero(groups == g)
+            present = np.sum(~np.isnan(X[:, cols]), axis=1)
+            up = np.sum(tflag[:, cols], axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                wide = (present >= lc.peer_min_ranks) & (up >= cfg.group_wide_fraction * present) & (up > 0)
+            gw[:, cols] = wide[:, None]
+            gm_now, _ = nanmedian(X[:, cols], axis=1)
+            gm_base, _ = nanmedian(base[:, cols], axis=1)
+            g_typical = _nanmed(gm_now)
+            for i0, i1 in intervals(wide, lc.gap_steps, lc.min_steps, **timed):
+                sl = slice(i0, i1 + 1)
+                r = _ratio(gm_now[sl], [np.nanmax([_nanmed(gm_base[sl]), g_typical])])
+                if np.isfinite(r) and r >= lc.min_slowdown:
+                    add(f"group:{g}", "peer_group", i0, i1, r, "temporal", lc.temporal_threshold, wide[sl].sum(),
+                        {"peer_group": str(g), "n_components": int(len(cols)), "median_value": _nanmed(gm_now[sl]),
+                         "baseline": _nanmed(gm_base[sl])})
+        # 3. a component slow against its own history only; the reference is the higher
+        # of its trailing baseline and its typical level over the whole input (a value
+        # coming back to normal after an unusually fast period is no slowdown)
+        typical, _ = nanmedian(X, axis=0)
+        for j in range(C):
+            free = tflag[:, j] & ~_dilate(labeled[:, j] | gw[:, j], lc.gap_steps)
+            for i0, i1 in intervals(free, lc.gap_steps, lc.min_steps, **timed):
+                sl = slice(i0, i1 + 1)
+                ref = np.nanmax([_nanmed(base[sl, j]), typical[j]])
+                r = _ratio(X[sl, j], [ref])
+                if np.isfinite(r) and r >= lc.min_slowdown:
+                    add(str(u_c[j]), "component", i0, i1, r, "temporal", lc.temporal_threshold, tflag[sl, j].sum(),
+                        {"peer_group": str(groups[j]), "baseline": ref, "trailing_baseline": _nanmed(base[sl, j]),
+                         "typical_value": float(typical[j]), "median_value": _nanmed(X[sl, j]),
+                         "peer_ratio": _nanmed(ratio[sl, j])})
+    if not rows:
+        return _empty_labels()
+    out = pd.DataFrame(rows).sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True)
+    return _typed(out)
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Integer codes (-1 for missing) and names (str) of a string-like column, without
+    materializing one Python string per row."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(dtype=np.int64), [str(x) for x in col.cat.categories]
+    codes, uniques = pd.factorize(col, use_na_sentinel=True)
+    return codes.astype(np.int64, copy=False), [str(x) for x in uniques]
+
+
+def _nanmed(a) -> float:
+    a = np.asarray(a, dtype=np.float64).ravel()
+    a = a[~np.isnan(a)]
+    return float(np.median(a)) if a.size else float("nan")
+
+
+def _ratio(values, base) -> float:
+    v, b = _nanmed(values), _nanmed(base)
+    if not (np.isfinite(v) and np.isfinite(b)) or b <= 0:
+        return float("nan")
+    return v / b
+
+
+def import_long(path: str | Path, config: LongConfig | dict | None = None) -> ImportResult:
+    """Import a generic long-format file (CSV or Parquet; columns ``component,
+    peer_group, timestamp`` [unix s], ``metric, value`` [larger = slower], optional
+    ``run_id``) and label it with :func:`label_long`.
+
+    Returns:
+        :class:`ImportResult` (``whatif`` None: without a job's step structure no what-if
+        applies). ``run_id`` is the file's single ``run_id`` value, else the file stem.
+
+    Raises:
+        BadInput for a missing file or column, non-numeric values or a bad config field.
+    """
+    cfg = make_config(LongConfig, config)
+    df = read_long(path)
+    src = Path(df.attrs.get("source", str(path)))
+    run_id = src.name.split(".")[0]
+    if "run_id" in df.columns:
+        ids = [str(x) for x in pd.unique(df["run_id"].dropna())]
+        if len(ids) == 1:
+            run_id = ids[0]
+    labels = label_long(df, cfg, run_id=run_id)
+    info = {"n_rows": int(len(df)), "n_components": int(df["component"].nunique()),
+            "n_metrics": int(df["metric"].nunique()), "source": str(src), "config": cfg.to_dict()}
+    return ImportResult(format="long", labels=labels, whatif=None, info=info)
+
+
+# -- registry and output ---------------------------------------------------------------
+
+
+def _perseus(path, config=None):
+    from faultlab.labeler.perseus import import_perseus
+
+    return import_perseus(path, config)
+
+
+def _trace(path, config=None):
+    from faultlab.labeler.trace import import_trace
+
+    return import_trace(path, config)
+
+
+#: format name -> importer ``(path, config=None) -> ImportResult``
+FORMATS: dict[str, Callable[..., ImportResult]] = {
+    "long": import_long,
+    "perseus": _perseus,
+    "straggler-trace": _trace,
+}
+
+
+def import_path(fmt: str, path: str | Path, config=None) -> ImportResult:
+    """Run the importer of format ``fmt`` on ``path`` (a file or a dataset folder).
+
+    Raises:
+        BadInput naming ``--import`` and the known formats for an unknown format; the
+        importer's BadInput for bad input.
+    """
+    if fmt not in FORMATS:
+        raise BadInput(f"unknown format {fmt!r}", field="--import", fix="formats: " + ", ".join(sorted(FORMATS)))
+    return FORMATS[fmt](path, config)
+
+
+def write_outputs(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
+    """Write ``labels.parquet`` (faultlab.schema.LABELS), ``whatif.json`` when the result
+    has one, and the result's extra JSON files into ``out_dir`` (created), each
+    atomically. Returns ``{file name: path}``.
+
+    Raises OSError when the folder cannot be written.
+    """
+    import pyarrow.parquet as pq
+
+    from faultlab import schema
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    p = out / "labels.parquet"
+    tmp = p.with_suffix(".parquet.tmp")
+    pq.write_table(schema.to_table("labels", result.labels), tmp)
+    os.replace(tmp, p)
+    written["labels.parquet"] = p
+    docs = dict(result.extra)
+    if result.whatif is not None:
+        docs["whatif.json"] = result.whatif
+    for name, doc in docs.items():
+        p = out / name
+        tmp = p.with_suffix(p.suffix + ".tmp")
+        tmp.write_text(json.dumps(json_safe(doc), indent=2, sort_keys=True))
+        os.replace(tmp, p)
+        written[name] = p
+    return written
+
+
+def json_safe(x):
+    """``x`` with NaN/inf as None, numpy scalars as Python numbers, keys as str."""
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        return x if math.isfinite(x) else None
+    return x
+
+
+__all__ = ["FORMATS", "ImportResult", "LONG_COLUMNS", "LongConfig", "find_long_file", "import_long", "import_path",
+           "json_safe", "label_long", "make_config", "read_long", "write_outputs"]

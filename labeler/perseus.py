@@ -1,0 +1,557 @@
+"""Perseus importer: fail-slow drives from per-drive latency and throughput.
+
+Method: after Perseus (Lu et al., "Perseus: A Fail-Slow Detection Framework for Cloud
+Storage Systems", FAST'23): judge a drive's latency *against its throughput*, with
+the drives of the same host as the reference (Perseus found the latency-vs-throughput
+distribution homogeneous only within a node). An independent implementation of the
+steps the paper describes, with a robust binned-median regression in place of its
+DBSCAN + polynomial OLS (the median ignores a slow drive's samples without a
+clustering step; no scikit-learn).
+
+Input (format name ``perseus``): ``metrics.parquet`` (or a folder holding it) with
+columns ``host, ts`` (unix s), ``disk_id``, ``throughput`` (bytes/s), ``latency`` (any
+unit, larger is slower), and optionally ``cluster``. Only these columns are read.
+
+1. **Regression** (per host and fit window, default one day as Perseus fits per node
+   per day): throughput is cut into ``n_bins`` equal-count bins; the expected latency
+   ``E(tp)`` is the piecewise-linear curve through the bins' (median throughput, median
+   latency), flat beyond the outer bins. Fitted twice: the second fit leaves out the
+   samples more than ``3 sigma`` off the first (Perseus's outlier removal before the
+   regression).
+2. **Sample score**: ``r = latency / E(throughput)`` (the sample's slowdown, a ratio).
+   ``sigma = 1.4826 x MAD(r)`` over the host-window; the upper bound of normal latency
+   is ``E x (1 + upper_z x sigma)`` (Perseus: the regression's prediction upper bound,
+   alpha 0.05, z 1.96); ``SR = r / (1 + upper_z x sigma)``.
+3. **Slow windows**: per drive, windows of ``window_s`` (Perseus: 20 samples, 5 min);
+   a window is slow when the median of the top half of its SR values exceeds 1
+   (Perseus's rule: at least about a quarter of the window above the bound).
+4. **Slow periods**: runs of slow windows joined across gaps of at most
+   ``gap_windows`` windows, kept when they last ``min_period_s`` (Perseus's shortest
+   scored duration, 30 min) and their slowdown (median ``r`` over the period) reaches
+   ``min_slowdown``.
+5. **Drive decision and ranking** (Perseus's risk evaluation, as a share of time so
+   it does not depend on the length of a day or of the data): a drive is fail-slow
+   when its kept slow periods cover at least ``drive_min_share`` of its observed time
+   (windows with samples), or ``fit_window_min_share`` of it within one fit window (a
+   drive slow for most of one day). Drives are ranked by (fail-slow, share, largest
+   share in one fit window, slowdown).
+
+Labels: one per slow period of a fail-slow drive: component ``drive:HOST/DISK``
+(``CLUSTER/HOST/DISK`` when the input holds several clusters), ``component_kind``
+``drive``, ``start_ts``/``end_ts`` the period's window bounds (unix s), ``slowdown`` the
+period's median ``latency / expected latency``, ``views`` ``"peer"`` (the host's drives
+are the reference), ``source`` ``"observed"``, ``cause`` ``"unknown"``.
+
+Defaults are the same for every dataset; a 1.2x drive is judged like a 2x one (the
+decision needs sustained time above the noise bound, not a large ratio).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from faultlab.errors import BadInput
+
+FORMAT = "perseus"
+REQUIRED = ("host", "ts", "disk_id", "throughput", "latency")
+MAD_TO_SIGMA = 1.4826
+
+
+@dataclass(frozen=True)
+class PerseusConfig:
+    """Defaults of the Perseus importer (the same for every dataset; units in names).
+
+    Attributes:
+        fit_window_s: the regression is fitted per host per this window (s). 86400.
+        n_bins: equal-count throughput bins of the binned-median regression. 16.
+        min_fit_samples: fewest samples in a host-window to fit (else unscored). 100.
+        min_peer_drives: fewest drives with samples in a host-window (a peer model). 2.
+        upper_z: the normal-latency upper bound is ``E x (1 + upper_z x sigma)``. 1.96.
+        window_s: slow-window length (s). 300.
+        min_window_samples: a window with fewer samples is not judged. 4.
+        gap_windows: slow windows separated by at most this many windows join. 1.
+        min_period_s: shortest slow period kept (s). 1800.
+        min_slowdown: a period's median latency / expected latency must reach this. 1.1.
+        drive_min_share: a drive is fail-slow when its kept periods cover at least this
+            share of its observed time. 0.25.
+        fit_window_min_share: ... or at least this share of its observed time within one
+            fit window (a drive slow for most of one day). 0.5.
+    """
+
+    fit_window_s: float = 86400.0
+    n_bins: int = 16
+    min_fit_samples: int = 100
+    min_peer_drives: int = 2
+    upper_z: float = 1.96
+    window_s: float = 300.0
+    min_window_samples: int = 4
+    gap_windows: int = 1
+    min_period_s: float = 1800.0
+    min_slowdown: float = 1.1
+    drive_min_share: float = 0.25
+    fit_window_min_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("fit_window_s", "window_s", "upper_z"):
+            if not float(getattr(self, name)) > 0:
+                raise BadInput(f"must be > 0, got {getattr(self, name)!r}", field=name)
+        for name in ("n_bins", "min_fit_samples", "min_peer_drives", "min_window_samples"):
+            if int(getattr(self, name)) < 1:
+                raise BadInput(f"must be >= 1, got {getattr(self, name)!r}", field=name)
+        if int(self.gap_windows) < 0 or float(self.min_period_s) < 0:
+            raise BadInput("gap_windows and min_period_s must be >= 0", field="gap_windows")
+        if not float(self.min_slowdown) >= 1.0:
+            raise BadInput(f"must be >= 1.0 (a ratio), got {self.min_slowdown!r}", field="min_slowdown")
+        for name in ("drive_min_share", "fit_window_min_share"):
+            if not 0.0 < float(getattr(self, name)) <= 1.0:
+                raise BadInput(f"must be in (0, 1], got {getattr(self, name)!r}", field=name)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def find_file(path: str | Path) -> Path:
+    """The metrics Parquet for ``path`` (the file, or a folder holding ``metrics.parquet``).
+
+    Raises BadInput when it does not exist.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise BadInput(f"{p} does not exist", field="PATH")
+    if p.is_dir():
+        f = p / "metrics.parquet"
+        if not f.exists():
+            raise BadInput(f"{p} holds no metrics.parquet", field="PATH",
+                           fix="give a Perseus folder (metrics.parquet: host, ts, disk_id, throughput, latency) or the file")
+        return f
+    return p
+
+
+@dataclass
+class DriveSamples:
+    """The input as flat numpy arrays (one entry per sample, NaN rows dropped).
+
+    ``drive`` (int codes into ``drive_names``), ``host`` (int codes into
+    ``host_names``), ``ts`` unix s (int64 or float64), ``throughput`` bytes/s,
+    ``latency`` (input unit); ``drive_host[d]`` the host code of drive ``d``.
+    """
+
+    drive: np.ndarray
+    host: np.ndarray
+    ts: np.ndarray
+    throughput: np.ndarray
+    latency: np.ndarray
+    drive_names: list[str]
+    host_names: list[str]
+    drive_host: np.ndarray
+    clusters: list[str]
+    n_rows: int
+
+
+def read_samples(path: str | Path) -> DriveSamples:
+    """Read only the needed columns of a Perseus metrics file with pyarrow.
+
+    Raises:
+        BadInput for a missing file, an unreadable file or a missing column.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    f = find_file(path)
+    try:
+        names = pq.ParquetFile(f).schema_arrow.names
+    except Exception as e:
+        raise BadInput(f"{f} is not a readable Parquet file ({e})", field="PATH") from None
+    missing = [c for c in REQUIRED if c not in names]
+    if missing:
+        raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="metrics",
+                       fix=f"a Perseus metrics file has columns {', '.join(REQUIRED)}")
+    pf = pq.ParquetFile(f)
+    n_rows = pf.metadata.num_rows
+
+    def read(col: str, dictionary: bool):
+        # one column at a time keeps the peak memory near one column's size
+        return pq.read_table(f, columns=[col], read_dictionary=[col] if dictionary else None, use_threads=False,
+                             pre_buffer=False).column(col)
+
+    def codes(col: str) -> tuple[np.ndarray, list[str]]:
+        arr = read(col, True)
+        if not pa.types.is_dictionary(arr.type):
+            arr = pc.dictionary_encode(arr)
+        arr = arr.unify_dictionaries()
+        if not arr.num_chunks:
+            return np.zeros(0, dtype=np.int32), []
+        dic = [str(x) for x in arr.chunks[0].dictionary.to_pylist()]
+        idx = np.concatenate([pc.fill_null(c.indices, -1).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+                              for c in arr.chunks])
+        return idx, dic
+
+    def num(col: str) -> np.ndarray:
+        a = read(col, False)
+        try:
+            if pa.types.is_timestamp(a.type):  # a timestamp column: unix seconds
+                per_s = {"s": 1, "ms": 1e3, "us": 1e6, "ns": 1e9}[a.type.unit]
+                a = pc.divide(pc.cast(pc.cast(a, pa.int64()), pa.float64()), per_s)
+            a = pc.cast(a, pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise BadInput(f"column {col} must be numeric, got {a.type} ({e})", field="metrics") from None
+        if a.null_count:
+            a = pc.fill_null(a, float("nan"))
+        return a.to_numpy()
+
+    h_idx, h_names = codes("host")
+    d_idx, d_names = codes("disk_id")
+    if "cluster" in names:
+        c_idx, c_names = codes("cluster")
+    else:
+        c_idx, c_names = np.zeros(n_rows, dtype=np.int32), [""]
+    ts = num("ts")
+    ok = np.isfinite(ts) & (h_idx >= 0) & (d_idx >= 0) & (c_idx >= 0)
+    tp = num("throughput")
+    ok &= np.isfinite(tp)
+    lat = num("latency")
+    ok &= np.isfinite(lat) & (lat > 0)
+    if not ok.all():
+        h_idx, d_idx, c_idx, ts, tp, lat = h_idx[ok], d_idx[ok], c_idx[ok], ts[ok], tp[ok], lat[ok]
+    del ok
+    nh, nd_ = max(len(h_names), 1), max(len(d_names), 1)
+    # host key (cluster, host) and drive key (host key, disk) through small lookup tables
+    hk = c_idx.astype(np.int64) * nh + h_idx
+    seen = np.flatnonzero(np.bincount(hk, minlength=len(c_names) * nh) > 0) if len(hk) else np.zeros(0, dtype=np.int64)
+    used_clusters = sorted({c_names[k // nh] for k in seen.tolist()})
+    multi = len(used_clusters) > 1
+    host_names = [(f"{c_names[k // nh]}/" if multi else "") + h_names[k % nh] for k in seen.tolist()]
+    lut = np.full(len(c_names) * nh, -1, dtype=np.int64)
+    lut[seen] = np.arange(len(seen))
+    host = lut[hk].astype(np.int32)
+    del hk, lut
+    dk = host.astype(np.int64) * nd_ + d_idx
+    seen_d = np.flatnonzero(np.bincount(dk, minlength=len(seen) * nd_) > 0) if len(dk) else np.zeros(0, dtype=np.int64)
+    lut = np.full(max(len(seen) * nd_, 1), -1, dtype=np.int64)
+    lut[seen_d] = np.arange(len(seen_d))
+    drive = lut[dk].astype(np.int32)
+    del dk, lut, h_idx, d_idx, c_idx
+    drive_host = (seen_d // nd_).astype(np.int64)
+    drive_names = [f"{host_names[k // nd_]}/{d_names[k % nd_]}" for k in seen_d.tolist()]
+    return DriveSamples(drive=drive, host=host, ts=ts, throughput=tp, latency=lat,
+                        drive_names=drive_names, host_names=host_names, drive_host=drive_host,
+                        clusters=used_clusters, n_rows=int(n_rows))
+
+
+def _fit(tp: np.ndarray, lat: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Binned-median regression: ``(bin median throughput, bin median latency)``, sorted."""
+    q = np.quantile(tp, np.linspace(0.0, 1.0, n_bins + 1)[1:-1])
+    b = np.searchsorted(q, tp, side="right")
+    order = np.lexsort((lat, b))
+    bs = b[order]
+    starts = np.flatnonzero(np.r_[True, bs[1:] != bs[:-1]])
+    ends = np.r_[starts[1:], len(bs)]
+    n = ends - starts
+    lat_s = lat[order]
+    med_lat = 0.5 * (lat_s[starts + (n - 1) // 2] + lat_s[starts + n // 2])
+    med_tp = np.array([np.median(tp[order[a:e]]) for a, e in zip(starts, ends)])
+    o = np.argsort(med_tp, kind="mergesort")
+    return med_tp[o], med_lat[o]
+
+
+def score_samples(s: DriveSamples, cfg: PerseusConfig) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Steps 1-2: per sample ``r = latency / expected`` and the bound ``u = 1 + z sigma``.
+
+    Returns ``(r, u, stats)``: float64 arrays (NaN where the host-window could not be
+    fitted) and ``{"n_fits": int, "n_unfit_samples": int, "sigma_median": float}``.
+    """
+    n = len(s.ts)
+    r = np.full(n, np.nan)
+    u = np.full(n, np.nan, dtype=np.float32)
+    if n == 0:
+        return r, u, {"n_fits": 0, "n_unfit_samples": 0, "sigma_median": float("nan")}
+    t0 = np.floor(np.min(s.ts) / cfg.fit_window_s) * cfg.fit_window_s
+    w = np.floor((s.ts - t0) / cfg.fit_window_s).astype(np.int64)
+    key = s.host.astype(np.int64) * (int(w.max()) + 1) + w
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+    ends = np.r_[starts[1:], n]
+    sigmas = []
+    for a, e in zip(starts, ends):
+        idx = order[a:e]
+        if e - a < cfg.min_fit_samples or len(np.unique(s.drive[idx])) < cfg.min_peer_drives:
+            continue
+        tp, lat = s.throughput[idx], s.latency[idx]
+        ctp, clat = _fit(tp, lat, cfg.n_bins)
+        rr = lat / np.interp(tp, ctp, clat)
+        sig = MAD_TO_SIGMA * np.median(np.abs(rr - np.median(rr)))
+        inl = np.abs(rr - 1.0) <= 3.0 * sig if sig > 0 else np.ones(len(rr), dtype=bool)
+        if inl.sum() >= max(cfg.n_bins, cfg.min_fit_samples // 2):
+            ctp, clat = _fit(tp[inl], lat[inl], cfg.n_bins)
+            rr = lat / np.interp(tp, ctp, clat)
+            sig = MAD_TO_SIGMA * np.median(np.abs(rr - np.median(rr)))
+        r[idx] = rr
+        u[idx] = 1.0 + cfg.upper_z * sig
+        sigmas.append(sig)
+    return r, u, {"n_fits": len(sigmas), "n_unfit_samples": int(np.isnan(r).sum()),
+                  "sigma_median": float(np.median(sigmas)) if sigmas else float("nan")}
+
+
+@dataclass
+class Windows:
+    """Per (drive, window) statistics, sorted by drive then window index.
+
+    ``drive``, ``widx`` (window index from ``t0``, unix s), ``n`` samples, ``med_r``
+    median ``r``, ``top_sr`` median of the top half of SR, ``slow`` bool; ``lo``/``hi``
+    each window's sample range ``[lo, hi)`` into ``r_sorted`` (``r`` sorted by drive,
+    window, then value).
+    """
+
+    drive: np.ndarray
+    widx: np.ndarray
+    n: np.ndarray
+    med_r: np.ndarray
+    top_sr: np.ndarray
+    slow: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    r_sorted: np.ndarray
+    t0: float
+
+
+def windows(s: DriveSamples, r: np.ndarray, u: np.ndarray, cfg: PerseusConfig) -> Windows:
+    """Step 3: per-drive windows and the Perseus slow-window rule (vectorized)."""
+    ok = np.isfinite(r)
+    if ok.all():
+        drive, ts, rr, uu = s.drive, s.ts, r, u
+    else:
+        drive, ts, rr, uu = s.drive[ok], s.ts[ok], r[ok], u[ok]
+    del ok
+    if len(rr) == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return Windows(z, z, z, np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool), z, z, np.zeros(0), 0.0)
+    t0 = float(np.floor(np.min(ts) / cfg.window_s) * cfg.window_s)
+    widx = np.floor((ts - t0) / cfg.window_s).astype(np.int64)
+    nw = int(widx.max()) + 1
+    key = drive.astype(np.int64) * nw
+    key += widx
+    del widx
+    order = np.lexsort((rr, key))
+    ks = key[order]
+    del key
+    rs = rr[order]
+    us = uu[order]
+    del order
+    starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+    ends = np.r_[starts[1:], len(ks)]
+    n = ends - starts
+    med = 0.5 * (rs[starts + (n - 1) // 2] + rs[starts + n // 2])
+    top0 = starts + n // 2  # the values >= the median
+    m = ends - top0
+    top = 0.5 * (rs[top0 + (m - 1) // 2] + rs[top0 + m // 2])
+    # a window lies inside one host fit-window when window_s divides fit_window_s; else
+    # the bound of its first sample is used
+    top_sr = top / us[starts].astype(np.float64)
+    slow = (top_sr > 1.0) & (n >= cfg.min_window_samples)
+    wk = ks[starts]
+    return Windows(drive=wk // nw, widx=wk % nw, n=n, med_r=med, top_sr=top_sr, slow=slow, lo=starts, hi=ends,
+                   r_sorted=rs, t0=t0)
+
+
+def periods(w: Windows, cfg: PerseusConfig) -> pd.DataFrame:
+    """Step 4: slow periods (one row each): ``drive, w0, w1`` (window indices),
+    ``n_windows``, ``n_slow``, ``slowdown`` (median r), ``duration_s``, ``kept``."""
+    cols = ["drive", "w0", "w1", "n_windows", "n_slow", "slowdown", "duration_s", "kept"]
+    idx = np.flatnonzero(w.slow)
+    if idx.size == 0:
+        return pd.DataFrame({c: [] for c in cols})
+    joined = (w.drive[idx[1:]] == w.drive[idx[:-1]]) & (w.widx[idx[1:]] - w.widx[idx[:-1]] <= cfg.gap_windows + 1)
+    br = np.flatnonzero(~joined)
+    a = idx[np.r_[0, br + 1]]
+    b = idx[np.r_[br, idx.size - 1]]
+    slow_cum = np.r_[0, np.cumsum(w.slow)]
+    rows = []
+    for i0, i1 in zip(a.tolist(), b.tolist()):
+        seg = w.r_sorted[w.lo[i0]:w.hi[i1]]
+        rows.append((int(w.drive[i0]), int(w.widx[i0]), int(w.widx[i1]), i1 - i0 + 1, int(slow_cum[i1 + 1] - slow_cum[i0]),
+                     float(np.median(seg)) if seg.size else float("nan")))
+    p = pd.DataFrame(rows, columns=cols[:-2])
+    p["duration_s"] = (p["w1"] - p["w0"] + 1) * cfg.window_s
+    p["kept"] = (p["duration_s"] >= cfg.min_period_s) & (p["slowdown"] >= cfg.min_slowdown)
+    return p
+
+
+def rank_drives(s: DriveSamples, w: Windows, p: pd.DataFrame, cfg: PerseusConfig) -> pd.DataFrame:
+    """Step 5: one row per drive, sorted by rank: ``drive`` (name), ``host``,
+    ``observed_s`` (windows with samples x window_s), ``slow_s`` (those inside kept
+    periods), ``share`` (slow_s / observed_s), ``max_window_share`` (the largest share
+    within one fit window), ``n_periods`` (kept), ``slowdown`` (duration-weighted mean of
+    its kept periods' slowdowns, else its median window ``r``), ``median_r``,
+    ``failslow`` (bool) and ``rank`` (1 = most suspect)."""
+    nd = len(s.drive_names)
+    nwin = len(w.drive)
+    kept = p[p["kept"]] if len(p) else p
+    covered = np.zeros(nwin, dtype=bool)  # window inside a kept period
+    if len(kept) and nwin:
+        # windows are sorted by (drive, widx): locate each kept period's window range
+        key = w.drive.astype(np.int64) * (int(w.widx.max()) + 1) + w.widx
+        nw = int(w.widx.max()) + 1
+        a = np.searchsorted(key, kept["drive"].to_numpy(dtype=np.int64) * nw + kept["w0"].to_numpy(dtype=np.int64), "left")
+        b = np.searchsorted(key, kept["drive"].to_numpy(dtype=np.int64) * nw + kept["w1"].to_numpy(dtype=np.int64), "right")
+        delta = np.zeros(nwin + 1, dtype=np.int64)
+        np.add.at(delta, a, 1)
+        np.add.at(delta, b, -1)
+        covered = np.cumsum(delta[:-1]) > 0
+    observed = np.bincount(w.drive, minlength=nd).astype(np.float64) * cfg.window_s if nwin else np.zeros(nd)
+    slow_s = np.bincount(w.drive, weights=covered.astype(np.float64), minlength=nd) * cfg.window_s if nwin else np.zeros(nd)
+    share = np.divide(slow_s, observed, out=np.zeros(nd), where=observed > 0)
+    # the same share within each fit window (a drive slow for most of one day)
+    max_wshare = np.zeros(nd)
+    if nwin:
+        fw = np.floor((w.t0 + w.widx * cfg.window_s) / cfg.fit_window_s).astype(np.int64)
+        fw -= fw.min()
+        k2 = w.drive.astype(np.int64) * (int(fw.max()) + 1) + fw
+        u, inv = np.unique(k2, return_inverse=True)
+        obs_k = np.bincount(inv).astype(np.float64)
+        slow_k = np.bincount(inv, weights=covered.astype(np.float64))
+        np.maximum.at(max_wshare, (u // (int(fw.max()) + 1)).astype(np.int64), slow_k / obs_k)
+    nper = np.bincount(kept["drive"].to_numpy(dtype=np.int64), minlength=nd) if len(kept) else np.zeros(nd, dtype=np.int64)
+    med_r = np.full(nd, np.nan)
+    if nwin:
+        o = np.lexsort((w.med_r, w.drive))
+        dsrt, msrt = w.drive[o], w.med_r[o]
+        st = np.flatnonzero(np.r_[True, dsrt[1:] != dsrt[:-1]])
+        en = np.r_[st[1:], len(dsrt)]
+        cnt = en - st
+        med_r[dsrt[st]] = 0.5 * (msrt[st + (cnt - 1) // 2] + msrt[st + cnt // 2])
+    sd = med_r.copy()
+    if len(kept):
+        dd = kept["drive"].to_numpy(dtype=np.int64)
+        wsum = np.bincount(dd, weights=kept["duration_s"].to_numpy(dtype=np.float64), minlength=nd)
+        vsum = np.bincount(dd, weights=(kept["duration_s"] * kept["slowdown"]).to_numpy(dtype=np.float64), minlength=nd)
+        has = wsum > 0
+        sd[has] = vsum[has] / wsum[has]
+    df = pd.DataFrame({
+        "drive": s.drive_names,
+        "host": [s.host_names[h] for h in s.drive_host.tolist()],
+        "observed_s": observed,
+        "slow_s": slow_s,
+        "share": share,
+        "max_window_share": max_wshare,
+        "n_periods": nper.astype(np.int64),
+        "slowdown": sd,
+        "median_r": med_r,
+    })
+    df["failslow"] = (df["observed_s"] > 0) & (
+        (df["share"] >= cfg.drive_min_share) | (df["max_window_share"] >= cfg.fit_window_min_share))
+    df = df.sort_values(["failslow", "share", "max_window_share", "slowdown", "drive"],
+                        ascending=[False, False, False, False, True], kind="mergesort").reset_index(drop=True)
+    df["rank"] = np.arange(1, len(df) + 1)
+    return df
+
+
+def analyze(s: DriveSamples, config: PerseusConfig | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """Steps 1-5 on samples. Returns ``(drives, periods, stats)`` (see
+    :func:`rank_drives`, :func:`periods`; ``periods`` gains ``start_ts``, ``end_ts``
+    (unix s) and the drive name)."""
+    cfg = config or PerseusConfig()
+    r, u, stats = score_samples(s, cfg)
+    w = windows(s, r, u, cfg)
+    p = periods(w, cfg)
+    drives = rank_drives(s, w, p, cfg)
+    if len(p):
+        p["start_ts"] = w.t0 + p["w0"] * cfg.window_s
+        p["end_ts"] = w.t0 + (p["w1"] + 1) * cfg.window_s
+        p["name"] = [s.drive_names[d] for d in p["drive"].tolist()]
+    stats.update({"n_samples": int(len(s.ts)), "n_rows": s.n_rows, "n_drives": len(s.drive_names),
+                  "n_hosts": len(s.host_names), "n_windows": int(len(w.drive)), "n_slow_windows": int(w.slow.sum()),
+                  "n_periods": int(len(p)), "n_periods_kept": int(p["kept"].sum()) if len(p) else 0})
+    return drives, p, stats
+
+
+def labels_from(drives: pd.DataFrame, p: pd.DataFrame, cfg: PerseusConfig, run_id: str = "") -> pd.DataFrame:
+    """Labels (faultlab.schema.LABELS columns): the kept periods of fail-slow drives."""
+    from faultlab.labeler.fusion import _confidence, _empty_labels, _typed, evidence_json
+
+    if not len(p):
+        return _empty_labels()
+    fs = drives[drives["failslow"]].set_index("drive")
+    kept = p[p["kept"] & p["name"].isin(fs.index)]
+    min_len = max(1, int(round(cfg.min_period_s / cfg.window_s)))
+    rows = []
+    for row in kept.itertuples(index=False):
+        d = fs.loc[row.name]
+        ev = {
+            "method": "perseus-fast23",
+            "host": d["host"],
+            "median_latency_over_expected": row.slowdown,
+            "n_windows": int(row.n_windows),
+            "n_slow_windows": int(row.n_slow),
+            "drive_share": float(d["share"]),
+            "drive_max_window_share": float(d["max_window_share"]),
+            "drive_rank": int(d["rank"]),
+            "drive_slowdown": float(d["slowdown"]),
+            "upper_z": cfg.upper_z,
+            "window_s": cfg.window_s,
+            "threshold": cfg.min_slowdown,
+        }
+        rows.append({
+            "run_id": run_id,
+            "component": f"drive:{row.name}",
+            "component_kind": "drive",
+            "start_ts": float(row.start_ts),
+            "end_ts": float(row.end_ts),
+            "start_step": pd.NA,
+            "end_step": pd.NA,
+            "slowdown": float(row.slowdown),
+            "views": "peer",
+            "confidence": _confidence(float(row.slowdown), cfg.min_slowdown, int(row.n_windows), min_len, "peer"),
+            "fault_id": None,
+            "source": "observed",
+            "cause": "unknown",
+            "evidence": evidence_json(ev),
+        })
+    if not rows:
+        return _empty_labels()
+    df = pd.DataFrame(rows).sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True)
+    return _typed(df)
+
+
+def import_perseus(path: str | Path, config: PerseusConfig | dict | None = None):
+    """Import Perseus drive telemetry and label its fail-slow drives.
+
+    Args:
+        path: ``metrics.parquet`` or a folder holding it.
+        config: :class:`PerseusConfig` or a dict of its fields.
+
+    Returns:
+        :class:`faultlab.labeler.importers.ImportResult`: ``labels`` (LABELS columns),
+        ``whatif`` None (no what-if applies to drives), ``extra["drives.json"]`` the
+        drive ranking (every drive: share of slow time, slowdown, fail-slow, rank) and
+        ``info`` counts. Deterministic.
+
+    Raises:
+        BadInput for a missing file or column or a bad config field.
+    """
+    from faultlab.labeler.importers import ImportResult, make_config
+
+    cfg = make_config(PerseusConfig, config)
+    s = read_samples(path)
+    drives, p, stats = analyze(s, cfg)
+    run_id = s.clusters[0] if len(s.clusters) == 1 and s.clusters[0] else "perseus"
+    labels = labels_from(drives, p, cfg, run_id)
+    ranking = {
+        "method": "perseus-fast23",
+        "run_id": run_id,
+        "config": cfg.to_dict(),
+        "stats": stats,
+        "failslow": drives.loc[drives["failslow"], "drive"].tolist(),
+        "drives": json.loads(drives.to_json(orient="records")),
+    }
+    return ImportResult(format=FORMAT, labels=labels, whatif=None, info=stats, extra={"drives.json": ranking})
+
+
+__all__ = ["FORMAT", "PerseusConfig", "DriveSamples", "analyze", "find_file", "import_perseus", "labels_from",
+           "periods", "rank_drives", "read_samples", "score_samples", "windows"]

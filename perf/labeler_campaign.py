@@ -1,0 +1,124 @@
+"""How well the labeler's labels match what was injected, over a campaign's runs.
+
+    python3 perf/labeler_campaign.py CAMPAIGN_OUT_DIR      # runs made by `faultlab campaign`
+    python3 perf/labeler_campaign.py --run examples/labeler-eval.yaml --out DIR
+
+For every injection it measures, from the telemetry alone, whether it slowed the job
+(median job step time over the fault / median over the 10 s before it >= 1.10) and
+then reports, against those that did:
+
+- event-level precision, recall and F1 of the labels that claim an injection (a label
+  is a true positive when it overlaps an injection that slowed the job; an injection is
+  recalled when such a label overlaps it) — no point-adjust;
+- localization Acc@1 per fault type: the injected component (the rank for faults on a
+  rank; the node for nic-slow) is the label's component, or for a job label the
+  culprit it names;
+- onset error in steps (label start step - first step at or after the injection);
+- observed labels (no injection) per run-hour, for the noise level.
+
+The labels are recomputed with the default LabelerConfig (thresholds are not tuned to
+this campaign).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from faultlab.labeler import label
+from faultlab.rundir import RunDir
+
+RANK_TYPES = {"cpu-contention", "process-pause", "gc-storm", "io-slow", "mem-bw"}
+
+
+def _job_step(steps: pd.DataFrame) -> pd.DataFrame:
+    g = steps.groupby("step").agg(t=("t_start", "min"), step_s=("step_s", "median")).reset_index()
+    return g.sort_values("step")
+
+
+def evaluate_run(run_dir: Path) -> dict:
+    rd = RunDir(run_dir)
+    steps, inj = rd.read_table("steps"), rd.read_table("injections")
+    if steps.empty:
+        return {"run": str(run_dir), "skipped": "no steps"}
+    labels = label(steps, inj)
+    js = _job_step(steps)
+    out = {"run": str(run_dir), "injections": [], "observed": int((labels.source == "observed").sum()),
+           "hours": float((steps.t_start.max() - steps.t_start.min()) / 3600)}
+    for r in inj.itertuples():
+        before = js[(js.t >= r.start_ts - 10) & (js.t < r.start_ts)].step_s.median()
+        during = js[(js.t >= r.start_ts) & (js.t < r.end_ts)].step_s.median()
+        impact = float(during / before) if before and before == before else float("nan")
+        first_step = int(js[js.t >= r.start_ts].step.min()) if (js.t >= r.start_ts).any() else -1
+        want = r.target if r.fault_type in RANK_TYPES else f"node:{r.node}"
+        hits = labels[(labels.fault_id == r.fault_id) & (labels.source == "injected")]
+        comp = None
+        onset = None
+        if len(hits):
+            h = hits.sort_values("start_ts").iloc[0]
+            comp = h.component
+            if comp == "job":
+                comp = json.loads(h.evidence or "{}").get("culprit", "job")
+            onset = int(h.start_step) - first_step
+        out["injections"].append({"fault_id": r.fault_id, "type": r.fault_type, "impact": impact, "labeled": bool(len(hits)),
+                                  "component": comp, "want": want, "onset_steps": onset})
+    # labels that claim an injection but overlap none that slowed the job
+    slowed = {i["fault_id"] for i in out["injections"] if i["impact"] >= 1.10}
+    inj_l = labels[labels.source == "injected"]
+    out["label_tp"] = int(inj_l.fault_id.isin(slowed).sum())
+    out["label_fp"] = int((~inj_l.fault_id.isin(slowed)).sum())
+    return out
+
+
+def summarize(runs: list[dict]) -> dict:
+    injs = [i for r in runs for i in r.get("injections", [])]
+    slowed = [i for i in injs if i["impact"] >= 1.10]
+    tp_l = sum(r.get("label_tp", 0) for r in runs)
+    fp_l = sum(r.get("label_fp", 0) for r in runs)
+    recall = np.mean([i["labeled"] for i in slowed]) if slowed else float("nan")
+    precision = tp_l / (tp_l + fp_l) if tp_l + fp_l else float("nan")
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else float("nan")
+    acc = {}
+    for t in sorted({i["type"] for i in slowed}):
+        xs = [i for i in slowed if i["type"] == t and i["labeled"]]
+        acc[t] = {"acc_at_1": float(np.mean([i["component"] == i["want"] for i in xs])) if xs else float("nan"), "n": len(xs),
+                  "n_slowed": sum(1 for i in slowed if i["type"] == t)}
+    onsets = [abs(i["onset_steps"]) for i in slowed if i["onset_steps"] is not None]
+    hours = sum(r.get("hours", 0) for r in runs)
+    return {
+        "runs": len(runs), "injections": len(injs), "slowed_job_10pct": len(slowed),
+        "event_precision": precision, "event_recall": float(recall), "event_f1": f1,
+        "localization": acc,
+        "onset_error_steps_median": float(np.median(onsets)) if onsets else float("nan"),
+        "onset_error_steps_p95": float(np.percentile(onsets, 95)) if onsets else float("nan"),
+        "observed_labels_per_run_hour": sum(r.get("observed", 0) for r in runs) / hours if hours else float("nan"),
+        "unmanifested": [(i["type"], round(i["impact"], 3)) for i in injs if i["impact"] < 1.10],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", nargs="?", help="a campaign output folder (run folders inside)")
+    ap.add_argument("--run", help="run this campaign file first")
+    ap.add_argument("--out", help="output folder for --run")
+    a = ap.parse_args()
+    d = a.dir
+    if a.run:
+        d = a.out or "faultlab-runs/labeler-eval"
+        subprocess.run([sys.executable, "-m", "faultlab.cli", "campaign", a.run, "--out", d, "--no-label"], check=False)
+    if not d:
+        ap.error("give a campaign output folder or --run FILE")
+    runs = [evaluate_run(p.parent) for p in sorted(Path(d).glob("*/meta.json"))]
+    rep = summarize(runs)
+    print(json.dumps(rep, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

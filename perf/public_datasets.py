@@ -1,0 +1,231 @@
+"""Every importer on every public dataset, with the default settings, side by side.
+
+    python3 perf/public_datasets.py [--public ../shared/datasets/public] [--keep DIR]
+
+Datasets (``../shared/datasets/public/`` relative to the project root):
+
+- ``perseus-cluster_A``: Perseus drive telemetry (FAST'23). Checked against
+  ``slow_drives.csv`` (the operators' confirmed fail-slow drives): are both labeled,
+  and the drive-level precision (labeled drives that are confirmed / labeled drives).
+- ``straggler-trace-ST``: a StragglerAnalysis trace (OSDI'25). Checked against
+  ``result-ST.json`` (the upstream what-if: S, and S by stage / DP rank / op type) and
+  ``ms-ST.json``/``mw-ST.json`` (M_S, M_W): S error in %, the straggling stage.
+
+Importers: ``perseus`` and ``straggler-trace`` on their own format; ``long`` on both,
+after converting them here (not timed) to the generic long format: Perseus as
+``component=drive:HOST/DISK, peer_group=HOST, metric=latency``; the trace as
+``component=rank:N, peer_group=stage:S, timestamp=step, metric=compute_s`` (forward +
+backward compute per step). A pair whose format does not fit is ``n/a``.
+
+Each run is a fresh child process (``--child``), so its peak memory
+(``resource.getrusage(RUSAGE_SELF).ru_maxrss``; Linux keeps it across exec, so the
+parent stays small: it imports neither pandas nor pyarrow and converts in children too)
+is its own; runtime is from after the imports to the written outputs. The answer files
+are read only here, after the importers ran, never by them.
+
+Exit 1 when a check fails: a confirmed Perseus drive not labeled, S off by 3% or more,
+or the straggling stage not stage 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def child(fmt: str, path: str, out: str) -> None:
+    """Run one importer and print one JSON line with its figures."""
+    from faultlab.labeler.importers import import_path, write_outputs
+
+    t0 = time.perf_counter()
+    res = import_path(fmt, path)
+    written = write_outputs(res, out)
+    dt = time.perf_counter() - t0
+    lab = res.labels
+    doc = {
+        "runtime_s": dt,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "n_labels": int(len(lab)),
+        "components": sorted(set(lab["component"].astype(str))) if len(lab) else [],
+        "label_time_s": {},
+        "written": sorted(written),
+    }
+    if len(lab):
+        span = (lab["end_ts"] - lab["start_ts"]).fillna(0.0)
+        doc["label_time_s"] = {str(k): float(v) for k, v in span.groupby(lab["component"].astype(str)).sum().items()}
+    if res.whatif is not None:
+        wi = res.whatif
+        doc["whatif"] = {k: wi.get(k) for k in ("slowdown", "slowdown_measured", "launch_slowdown", "decomposition",
+                                                "removal_share", "ms", "mw", "stragglers", "n_steps")}
+    if "drives.json" in res.extra:
+        doc["drives"] = res.extra["drives.json"]["drives"][:8]
+    try:
+        doc["vm_hwm_mb"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024.0
+    except (OSError, StopIteration):
+        pass
+    from faultlab.labeler.importers import json_safe
+
+    print(json.dumps(json_safe(doc)))
+
+
+def run_child(fmt: str, path: Path, out: Path) -> dict:
+    cp = subprocess.run([sys.executable, __file__, "--child", fmt, str(path), str(out)], capture_output=True, text=True,
+                        cwd=ROOT, timeout=900)
+    if cp.returncode != 0:
+        return {"error": (cp.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+def convert(kind: str, src: Path, dst: Path) -> Path:
+    """Convert a dataset to the long format in a child process (keeps the parent small)."""
+    cp = subprocess.run([sys.executable, __file__, "--convert", kind, str(src), str(dst)], capture_output=True, text=True,
+                        cwd=ROOT, timeout=900, check=True)
+    return Path(cp.stdout.strip().splitlines()[-1])
+
+
+def perseus_to_long(src: Path, dst: Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(src / "metrics.parquet", columns=["host", "ts", "disk_id", "latency"])
+    host, disk = pc.cast(t["host"], pa.string()), pc.cast(t["disk_id"], pa.string())
+    comp = pc.binary_join_element_wise(pa.scalar("drive:"), host, pa.scalar("/"), disk, "")
+    out = pa.table({"component": comp, "peer_group": host, "timestamp": pc.cast(t["ts"], pa.float64()),
+                    "metric": pa.array(["latency"] * t.num_rows), "value": t["latency"]})
+    f = dst / "perseus-long.parquet"
+    pq.write_table(out, f)
+    return f
+
+
+def trace_to_long(src: Path, dst: Path) -> Path:
+    import pandas as pd
+
+    t = pd.read_parquet(next(src.glob("trace*.parquet")), columns=["rank", "stage", "step", "optype", "duration"])
+    t = t[t["optype"].astype(str).isin(["forward-compute", "backward-compute"])]
+    g = t.groupby(["rank", "stage", "step"], observed=True)["duration"].sum().reset_index()
+    df = pd.DataFrame({"component": "rank:" + g["rank"].astype(str), "peer_group": "stage:" + g["stage"].astype(str),
+                       "timestamp": g["step"].astype(float), "metric": "compute_s", "value": g["duration"].astype(float)})
+    f = dst / "trace-long.parquet"
+    df.to_parquet(f)
+    return f
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--public", default=str(ROOT.parent / "shared" / "datasets" / "public"))
+    ap.add_argument("--keep", default=None, help="keep the outputs (labels.parquet, whatif.json) under this folder")
+    ap.add_argument("--child", nargs=3, metavar=("FORMAT", "PATH", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--convert", nargs=3, metavar=("KIND", "SRC", "DST"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(*a.child)
+        return 0
+    if a.convert:
+        kind, src, dst = a.convert
+        print((perseus_to_long if kind == "perseus" else trace_to_long)(Path(src), Path(dst)))
+        return 0
+
+    pub = Path(a.public)
+    persd, std = pub / "perseus-cluster_A", pub / "straggler-trace-ST"
+    if not persd.exists() and not std.exists():
+        print(f"no public datasets under {pub}", file=sys.stderr)
+        return 1
+    work = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="faultlab-public-"))
+    work.mkdir(parents=True, exist_ok=True)
+    ok = True
+    rows = []
+    details = []
+    t_all = time.perf_counter()
+
+    if persd.exists():
+        with open(persd / "slow_drives.csv", newline="") as fh:
+            truth = {f"{r['host_name']}/{r['disk_id']}" for r in csv.DictReader(fh)}
+        long_in = convert("perseus", persd, work)
+        for fmt, path in (("perseus", persd), ("long", long_in)):
+            r = run_child(fmt, path, work / f"perseus-cluster_A.{fmt}")
+            if "error" in r:
+                rows.append(("perseus-cluster_A", fmt, None, None, None, None, "ERROR " + r["error"]))
+                ok = False
+                continue
+            drives = {c.split(":", 1)[1] for c in r["components"] if c.startswith("drive:")}
+            found = len(drives & truth)
+            prec = found / len(drives) if drives else float("nan")
+            fig = f"drives labeled {len(drives)}, confirmed found {found}/{len(truth)}, drive precision {prec:.3f}"
+            if fmt == "long":
+                top = sorted(r["label_time_s"].items(), key=lambda kv: -kv[1])[:len(truth)]
+                top_hit = len({k.split(':', 1)[1] for k, _ in top} & truth)
+                fig += f"; top-{len(truth)} by labeled time hold {top_hit}/{len(truth)} confirmed"
+                if r["components"] and not all(c.startswith("drive:") for c in r["components"]):
+                    fig += f"; +{sum(not c.startswith('drive:') for c in r['components'])} host-wide"
+            if fmt == "perseus":
+                ok &= found == len(truth)
+                details.append("Perseus ranking (top 6): " + "; ".join(
+                    f"#{d['rank']} {d['drive']} share {d['share']:.2f} (max/day {d['max_window_share']:.2f}) "
+                    f"slowdown {d['slowdown']:.2f}{' FAIL-SLOW' if d['failslow'] else ''}{' [confirmed]' if d['drive'] in truth else ''}"
+                    for d in r["drives"][:6]))
+            rows.append(("perseus-cluster_A", fmt, r["runtime_s"], r["peak_rss_mb"], r["n_labels"], len(r["components"]), fig))
+        rows.append(("perseus-cluster_A", "straggler-trace", None, None, None, None, "n/a (not an operation trace)"))
+
+    if std.exists():
+        up = json.loads((std / "result-ST.json").read_text())
+        ms_up = json.loads((std / "ms-ST.json").read_text()) if (std / "ms-ST.json").exists() else {}
+        mw_up = json.loads((std / "mw-ST.json").read_text()) if (std / "mw-ST.json").exists() else {}
+        S_up = up["blocking_slowdown"]
+        long_in = convert("trace", std, work)
+        for fmt, path in (("straggler-trace", std), ("long", long_in)):
+            r = run_child(fmt, path, work / f"straggler-trace-ST.{fmt}")
+            if "error" in r:
+                rows.append(("straggler-trace-ST", fmt, None, None, None, None, "ERROR " + r["error"]))
+                ok = False
+                continue
+            if fmt == "straggler-trace":
+                wi = r["whatif"]
+                S = wi["slowdown"]
+                err = 100.0 * (S / S_up - 1.0)
+                dec = wi["decomposition"]
+                stage = max(dec["stage"], key=dec["stage"].get)
+                stage_up = max(up["blocking_decompose_by_stage"], key=up["blocking_decompose_by_stage"].get)
+                labeled_stages = [c for c in r["components"] if c.startswith("stage:")]
+                fig = (f"S {S:.4f} vs upstream {S_up:.4f} ({err:+.2f}%), straggling stage {stage} "
+                       f"(upstream {stage_up}), labeled {', '.join(r['components']) or '-'}")
+                ok &= abs(err) < 3.0 and stage == "3" and labeled_stages == ["stage:3"]
+                for dim, key in (("stage", "blocking_decompose_by_stage"), ("dp_rank", "blocking_decompose_by_dp_rank"),
+                                 ("optype", "blocking_decompose_by_optype")):
+                    keys = sorted(set(dec[dim]) | set(up[key]), key=lambda k: -(up[key].get(k) or 0))
+                    details.append(f"ST S by {dim}: " + "; ".join(
+                        f"{k} {dec[dim].get(k, float('nan')):.4f} vs {up[key].get(k, float('nan')):.4f}" for k in keys))
+                details.append("ST S by rank (faultlab only): " + "; ".join(f"{k} {v:.4f}" for k, v in sorted(dec["rank"].items(), key=lambda kv: int(kv[0]))))
+                details.append(f"ST measured/ideal {wi['slowdown_measured']:.4f}, launch slowdown {wi['launch_slowdown']:.4f} "
+                               f"(upstream {up.get('launch_slowdown', float('nan')):.4f}); M_S {wi['ms']['share']:.4f} vs "
+                               f"{ms_up.get('Ms', float('nan')):.4f}; M_W {wi['mw']['share']:.4f} vs {mw_up.get('Mw', float('nan')):.4f}")
+            else:
+                fig = (f"labeled {', '.join(r['components']) or 'nothing'} (per-rank compute against its stage's peers and "
+                       f"its own history; a whole slow stage has no faster peer)")
+            rows.append(("straggler-trace-ST", fmt, r["runtime_s"], r["peak_rss_mb"], r["n_labels"], len(r["components"]), fig))
+        rows.append(("straggler-trace-ST", "perseus", None, None, None, None, "n/a (not drive telemetry)"))
+
+    print(f"parent peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB (a floor of every child's)")
+    print(f"{'dataset':20} {'importer':16} {'runtime':>9} {'peak MB':>8} {'labels':>7} {'comps':>6}  figures")
+    for ds, fmt, rt, mem, nl, nc, fig in rows:
+        rt_s = f"{rt:8.2f}s" if rt is not None else f"{'-':>9}"
+        mem_s = f"{mem:8.0f}" if mem is not None else f"{'-':>8}"
+        print(f"{ds:20} {fmt:16} {rt_s} {mem_s} {nl if nl is not None else '-':>7} {nc if nc is not None else '-':>6}  {fig}")
+    print()
+    for d in details:
+        print(d)
+    print(f"\ntotal {time.perf_counter() - t_all:.1f}s; outputs in {work}; checks {'passed' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

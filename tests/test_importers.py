@@ -1,0 +1,510 @@
+"""Importers of public fail-slow data (``faultlab label --import FORMAT PATH --out DIR``).
+
+End to end on the real public datasets in ``../shared/datasets/public/`` (relative to
+the project root; skipped with the reason when absent): the upstream answer files
+(``slow_drives.csv``, ``result-ST.json``) are read here only, to check against. Plus
+small synthetic cases: a generic long-format table, Perseus-like drives, and 1F1B
+pipeline traces from an independent little scheduler below.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from faultlab import schema
+from faultlab.errors import BadInput
+from faultlab.labeler import importers, perseus, trace
+
+ROOT = Path(__file__).resolve().parent.parent
+PUBLIC = ROOT.parent / "shared" / "datasets" / "public"
+PERSEUS_DIR = PUBLIC / "perseus-cluster_A"
+ST_DIR = PUBLIC / "straggler-trace-ST"
+needs_perseus = pytest.mark.skipif(not (PERSEUS_DIR / "metrics.parquet").exists(),
+                                   reason=f"public Perseus data not found at {PERSEUS_DIR}")
+needs_st = pytest.mark.skipif(not (ST_DIR / "trace-ST.parquet").exists(),
+                              reason=f"public StragglerAnalysis trace not found at {ST_DIR}")
+LABEL_COLS = [f.name for f in schema.LABELS]
+FL = [sys.executable, "-m", "faultlab.cli"]
+
+
+def fl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*FL, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def drives_of(labels: pd.DataFrame) -> set[str]:
+    return {c.split(":", 1)[1] for c in labels["component"]}
+
+
+# -- the real public data ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def perseus_result():
+    t0 = time.perf_counter()
+    res = importers.import_path("perseus", PERSEUS_DIR)
+    res.info["test_runtime_s"] = time.perf_counter() - t0
+    return res
+
+
+@needs_perseus
+def test_perseus_finds_both_confirmed_slow_drives(perseus_result):
+    confirmed = pd.read_csv(PERSEUS_DIR / "slow_drives.csv")
+    truth = {f"{h}/{d}" for h, d in zip(confirmed["host_name"], confirmed["disk_id"])}
+    assert len(truth) == 2
+    labels = perseus_result.labels
+    assert list(labels.columns) == LABEL_COLS
+    found = drives_of(labels)
+    assert truth <= found, f"confirmed {sorted(truth)}, labeled {sorted(found)}"
+    precision = len(found & truth) / len(found)
+    print(f"perseus cluster_A: {len(found)} drive(s) labeled, precision {precision:.2f}")
+    assert precision >= 0.5, f"drive-level precision {precision:.2f}: labeled {sorted(found)}"
+    assert (labels["component_kind"] == "drive").all()
+    assert (labels["source"] == "observed").all() and (labels["cause"] == "unknown").all()
+    assert (labels["end_ts"] > labels["start_ts"]).all()
+    assert (labels["slowdown"] >= 1.1).all()
+    # the ranking puts the confirmed drives first
+    ranking = perseus_result.extra["drives.json"]["drives"]
+    assert {d["drive"] for d in ranking[:2]} == truth
+    # 3.6M rows: well under a minute (the machine may be shared)
+    assert perseus_result.info["test_runtime_s"] < 60
+
+
+@needs_perseus
+def test_long_on_real_drive_latency(tmp_path):
+    """The generic importer on two real hosts' drive latency (peer group = host): both
+    confirmed drives are labeled and hold the most labeled time."""
+    t = pq.read_table(PERSEUS_DIR / "metrics.parquet", columns=["host", "ts", "disk_id", "latency"],
+                      filters=[("host", "in", ["host_22", "host_25"])]).to_pandas()
+    df = pd.DataFrame({"component": "drive:" + t["host"].astype(str) + "/" + t["disk_id"].astype(str),
+                       "peer_group": t["host"].astype(str), "timestamp": t["ts"].astype(float),
+                       "metric": "latency", "value": t["latency"]})
+    df.to_parquet(tmp_path / "drives-long.parquet")
+    lab = importers.import_path("long", tmp_path / "drives-long.parquet").labels
+    span = (lab["end_ts"] - lab["start_ts"]).groupby(lab["component"]).sum().sort_values(ascending=False)
+    assert set(span.index[:2]) == {"drive:host_22/disk11", "drive:host_25/disk8"}, span.head()
+
+
+@needs_perseus
+def test_long_never_reads_answer_files(tmp_path):
+    with pytest.raises(BadInput) as ei:
+        importers.import_path("long", PERSEUS_DIR / "slow_drives.csv")
+    assert "answer" in str(ei.value)
+
+
+@needs_perseus
+def test_perseus_finds_a_mild_slowdown_too():
+    """A drive 1.2x its peers is as real as one at 2x: scale one healthy drive's latency."""
+    s = perseus.read_samples(PERSEUS_DIR)
+    victim = s.drive_names.index("host_5/disk3")
+    s.latency[s.drive == victim] *= 1.2
+    drives, _p, _ = perseus.analyze(s)
+    flagged = set(drives.loc[drives["failslow"], "drive"])
+    assert "host_5/disk3" in flagged
+    assert {"host_22/disk11", "host_25/disk8"} <= flagged
+    assert len(flagged) == 3, sorted(flagged)
+
+
+@needs_st
+def test_straggler_trace_matches_upstream_whatif():
+    upstream = json.loads((ST_DIR / "result-ST.json").read_text())
+    res = importers.import_path("straggler-trace", ST_DIR)
+    wi = res.whatif
+    err = abs(wi["slowdown"] / upstream["blocking_slowdown"] - 1)
+    print(f"ST: S={wi['slowdown']:.4f} upstream={upstream['blocking_slowdown']:.4f} error={100 * err:.2f}%")
+    assert err < 0.03
+    for dim, key in (("stage", "blocking_decompose_by_stage"), ("dp_rank", "blocking_decompose_by_dp_rank"),
+                     ("optype", "blocking_decompose_by_optype")):
+        for k, v in upstream[key].items():
+            assert abs(wi["decomposition"][dim][k] / v - 1) < 0.03, (dim, k, wi["decomposition"][dim][k], v)
+    stage = max(wi["decomposition"]["stage"], key=wi["decomposition"]["stage"].get)
+    assert stage == "3"
+    assert set(wi["decomposition"]) == {"rank", "dp_rank", "stage", "optype"}
+    assert len(wi["decomposition"]["rank"]) == 8
+    assert list(res.labels["component"]) == ["stage:3"]
+    row = res.labels.iloc[0]
+    assert row["component_kind"] == "stage" and row["slowdown"] > 1.15
+    assert row["start_step"] == min(wi["steps"]) and row["end_step"] == max(wi["steps"])
+    assert not res.labels["run_id"].isna().any()
+
+
+@needs_st
+def test_cli_import_writes_labels_and_whatif(tmp_path):
+    cp = fl("label", "--import", "straggler-trace", str(ST_DIR), "--out", str(tmp_path / "st"))
+    assert cp.returncode == 0, cp.stderr
+    assert "stage:3" in cp.stdout
+    labels = pq.read_table(tmp_path / "st" / "labels.parquet").to_pandas()
+    assert list(labels["component"]) == ["stage:3"]
+    assert pq.read_schema(tmp_path / "st" / "labels.parquet").names == LABEL_COLS
+    wi = json.loads((tmp_path / "st" / "whatif.json").read_text())
+    assert abs(wi["slowdown"] - 1.1787) < 0.03 * 1.1787
+    for dim in ("rank", "dp_rank", "stage", "optype"):
+        assert wi["decomposition"][dim]
+
+
+# -- errors --------------------------------------------------------------------------
+
+
+def test_unknown_format_names_import_and_the_formats(tmp_path):
+    with pytest.raises(BadInput) as ei:
+        importers.import_path("csv-thing", tmp_path)
+    msg = str(ei.value)
+    assert ei.value.field == "--import"
+    for f in ("long", "perseus", "straggler-trace"):
+        assert f in msg
+    cp = fl("label", "--import", "csv-thing", str(tmp_path), "--out", str(tmp_path / "o"))
+    assert cp.returncode == 2
+    assert "--import" in cp.stderr and "straggler-trace" in cp.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_import_needs_out(tmp_path):
+    f = tmp_path / "x.csv"
+    long_frame().to_csv(f, index=False)
+    cp = fl("label", "--import", "long", str(f))
+    assert cp.returncode == 2 and "--out" in cp.stderr
+
+
+@pytest.mark.parametrize("fmt,col", [("long", "peer_group"), ("perseus", "latency"), ("straggler-trace", "seq_id")])
+def test_missing_column_is_named(tmp_path, fmt, col):
+    if fmt == "long":
+        df = long_frame().drop(columns=[col])
+        path = tmp_path / "data.parquet"
+    elif fmt == "perseus":
+        df = perseus_frame(hosts=1, drives=3, hours=1).drop(columns=[col])
+        path = tmp_path / "metrics.parquet"
+    else:
+        df = pipeline_trace(steps=1).drop(columns=[col])
+        path = tmp_path / "trace-X.parquet"
+    df.to_parquet(path)
+    with pytest.raises(BadInput) as ei:
+        importers.import_path(fmt, path)
+    assert col in str(ei.value)
+    cp = fl("label", "--import", fmt, str(path), "--out", str(tmp_path / "o"))
+    assert cp.returncode == 2 and col in cp.stderr
+
+
+@pytest.mark.parametrize("fmt,needs", [("long", ".parquet or .csv"), ("perseus", "metrics.parquet"),
+                                       ("straggler-trace", "trace*.parquet")])
+def test_folder_without_the_expected_files(tmp_path, fmt, needs):
+    (tmp_path / "README.md").write_text("nothing here\n")
+    with pytest.raises(BadInput) as ei:
+        importers.import_path(fmt, tmp_path)
+    assert needs in str(ei.value)
+    with pytest.raises(BadInput):
+        importers.import_path(fmt, tmp_path / "no-such-folder")
+
+
+def test_trace_folder_without_meta(tmp_path):
+    pipeline_trace(steps=2).to_parquet(tmp_path / "trace-X.parquet")
+    with pytest.raises(BadInput) as ei:
+        importers.import_path("straggler-trace", tmp_path)
+    assert "meta" in str(ei.value)
+    # the Parquet file alone: sizes are inferred from the trace
+    res = importers.import_path("straggler-trace", tmp_path / "trace-X.parquet")
+    assert res.whatif["job_meta"]["inferred"] is True
+
+
+def test_bad_config_field_is_named():
+    with pytest.raises(BadInput) as ei:
+        importers.make_config(perseus.PerseusConfig, {"window_secs": 60})
+    assert "window_secs" in str(ei.value)
+    with pytest.raises(BadInput) as ei:
+        perseus.PerseusConfig(min_slowdown=0.9)
+    assert ei.value.field == "min_slowdown"
+
+
+# -- the generic long format -----------------------------------------------------------
+
+
+def long_frame(n: int = 300, comps: int = 5, slow: tuple[int, int, int, float] | None = (2, 120, 180, 2.0),
+               groupwide: tuple[int, int, float] | None = None, seed: int = 0) -> pd.DataFrame:
+    """``comps`` components of one peer group sampled every 10 s (value ~1.0, noise 3%);
+    ``slow`` = (component, first, last+1 sample, factor); ``groupwide`` = (first, last+1, factor)."""
+    rng = np.random.default_rng(seed)
+    t = 1_700_000_000.0 + 10.0 * np.arange(n)
+    rows = []
+    for c in range(comps):
+        v = 1.0 + 0.03 * rng.standard_normal(n)
+        if slow and c == slow[0]:
+            v[slow[1]:slow[2]] *= slow[3]
+        if groupwide:
+            v[groupwide[0]:groupwide[1]] *= groupwide[2]
+        rows.append(pd.DataFrame({"component": f"c{c}", "peer_group": "g", "timestamp": t, "metric": "latency_ms",
+                                  "value": v}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_long_labels_the_slow_component(tmp_path):
+    f = tmp_path / "telemetry.csv"
+    long_frame().to_csv(f, index=False)
+    res = importers.import_path("long", f)
+    lab = res.labels
+    assert list(lab.columns) == LABEL_COLS
+    assert list(lab["component"]) == ["c2"]
+    row = lab.iloc[0]
+    assert row["views"] in ("peer", "temporal+peer")
+    assert 1.8 < row["slowdown"] < 2.2
+    t0 = 1_700_000_000.0
+    assert abs(row["start_ts"] - (t0 + 1200)) <= 20 and abs(row["end_ts"] - (t0 + 1800)) <= 20
+    assert row["run_id"] == "telemetry"
+    assert res.whatif is None
+
+
+def test_long_parquet_and_csv_agree_and_are_deterministic(tmp_path):
+    df = long_frame(seed=3)
+    df.to_csv(tmp_path / "a.csv", index=False)
+    df.to_parquet(tmp_path / "a.parquet")
+    a = importers.import_path("long", tmp_path / "a.csv").labels
+    b = importers.import_path("long", tmp_path / "a.parquet").labels
+    c = importers.label_long(df.sample(frac=1.0, random_state=1), run_id="a")  # row order does not matter
+    pd.testing.assert_frame_equal(a, b)
+    pd.testing.assert_frame_equal(a, c)
+
+
+def test_long_clean_data_gives_no_labels():
+    assert len(importers.label_long(long_frame(slow=None))) == 0
+
+
+def test_long_groupwide_slowdown_is_a_group_label():
+    lab = importers.label_long(long_frame(slow=None, groupwide=(150, 200, 1.8)))
+    assert list(lab["component"]) == ["group:g"]
+    assert lab.iloc[0]["component_kind"] == "peer_group" and lab.iloc[0]["views"] == "temporal"
+    assert 1.6 < lab.iloc[0]["slowdown"] < 2.0
+
+
+def test_long_higher_is_better_metric_is_inverted():
+    df = long_frame(slow=(1, 100, 160, 0.5))  # a throughput halved
+    df["metric"] = "throughput_bytes_per_s"
+    assert len(importers.label_long(df)) == 0  # by default larger means slower: a drop is no slowdown
+    lab = importers.label_long(df, {"higher_is_better": ("throughput_bytes_per_s",)})
+    assert list(lab["component"]) == ["c1"] and 1.8 < lab.iloc[0]["slowdown"] < 2.2
+
+
+def test_long_non_numeric_value_is_bad_input():
+    df = long_frame()
+    df["value"] = df["value"].astype(str)
+    df.loc[3, "value"] = "fast"
+    with pytest.raises(BadInput) as ei:
+        importers.label_long(df)
+    assert "numeric" in str(ei.value)
+
+
+# -- Perseus-like synthetic drives -----------------------------------------------------
+
+
+def perseus_frame(hosts: int = 2, drives: int = 8, hours: float = 3.0, days: int = 2,
+                  slow: dict[tuple[int, int], tuple[float, int | None]] | None = None, seed: int = 0) -> pd.DataFrame:
+    """Drives sampled every 15 s for ``hours`` a day over ``days`` days; latency grows with
+    throughput (40 + 2 per MB/s) with correlated 8% noise; ``slow[(host, drive)] =
+    (factor, day or None for every day)``."""
+    rng = np.random.default_rng(seed)
+    n_day = int(hours * 240)
+    rows = []
+    for d in range(days):
+        ts = 1_658_102_400 + d * 86400 + 15 * np.arange(n_day)
+        for h in range(hosts):
+            load = np.exp(0.3 * np.cumsum(rng.standard_normal(n_day)) / np.sqrt(n_day) * 4)  # the host's workload
+            for k in range(drives):
+                tp = 15e6 * load * np.exp(0.25 * rng.standard_normal(n_day))
+                e = np.zeros(n_day)
+                z = rng.standard_normal(n_day)
+                for i in range(1, n_day):
+                    e[i] = 0.7 * e[i - 1] + z[i] * 0.08 * np.sqrt(1 - 0.49)
+                lat = (40.0 + 2.0 * tp / 1e6) * np.exp(e)
+                f, only = (slow or {}).get((h, k), (1.0, None))
+                if only is None or only == d:
+                    lat = lat * f
+                rows.append(pd.DataFrame({"cluster": "cluster_X", "host": f"host_{h}", "ts": ts,
+                                          "disk_id": f"disk{k}", "throughput": tp, "latency": lat}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_perseus_synthetic_mild_and_one_day_faults(tmp_path):
+    df = perseus_frame(slow={(0, 3): (1.2, None), (1, 5): (2.0, 1)})
+    df.to_parquet(tmp_path / "metrics.parquet")
+    res = importers.import_path("perseus", tmp_path)
+    assert drives_of(res.labels) == {"host_0/disk3", "host_1/disk5"}
+    one_day = res.labels[res.labels["component"] == "drive:host_1/disk5"]
+    assert (one_day["start_ts"] >= 1_658_102_400 + 86400).all()
+    assert (one_day["slowdown"] > 1.6).all()
+    assert (res.labels.loc[res.labels["component"] == "drive:host_0/disk3", "slowdown"] < 1.4).all()
+    assert res.labels["run_id"].unique().tolist() == ["cluster_X"]
+    ranking = res.extra["drives.json"]
+    assert ranking["failslow"] == ["host_1/disk5", "host_0/disk3"] or set(ranking["failslow"]) == {"host_1/disk5", "host_0/disk3"}
+    # a throughput burst alone is no slowdown: latency follows the regression
+    df2 = perseus_frame(seed=1)
+    df2.loc[(df2["host"] == "host_0") & (df2["disk_id"] == "disk1"), "throughput"] *= 1.8
+    m = (df2["host"] == "host_0") & (df2["disk_id"] == "disk1")
+    df2.loc[m, "latency"] = (40.0 + 2.0 * df2.loc[m, "throughput"] / 1e6) * np.exp(0.02 * np.sin(np.arange(m.sum())))
+    df2.to_parquet(tmp_path / "b.parquet")
+    assert len(importers.import_path("perseus", tmp_path / "b.parquet").labels) == 0
+
+
+def test_perseus_deterministic_and_nan_rows_skipped(tmp_path):
+    df = perseus_frame(hosts=1, slow={(0, 2): (1.5, None)}, seed=4)
+    df.loc[::97, "latency"] = np.nan
+    df.to_parquet(tmp_path / "a.parquet")
+    df.sample(frac=1.0, random_state=0).to_parquet(tmp_path / "b.parquet")
+    a = importers.import_path("perseus", tmp_path / "a.parquet")
+    b = importers.import_path("perseus", tmp_path / "b.parquet")
+    pd.testing.assert_frame_equal(a.labels, b.labels)
+    assert drives_of(a.labels) == {"host_0/disk2"}
+    assert a.info["n_rows"] == len(df) and a.info["n_samples"] < len(df)
+
+
+# -- 1F1B pipeline traces from an independent scheduler -------------------------------
+
+
+def pipeline_trace(pp: int = 4, dp: int = 2, mbs: int = 4, steps: int = 4, fwd: float = 0.06, bwd: float = 0.12,
+                   slow: dict[tuple[int, int], float] | None = None, lat: float = 0.002, seed: int = 0) -> pd.DataFrame:
+    """A StragglerAnalysis-format trace of a 1F1B pipeline (blocking send/recv, DP
+    collectives, grad-norm all-reduce), made by a small event scheduler written for this
+    test. ``slow[(dp_rank, stage)]`` multiplies that worker's compute durations."""
+    rng = np.random.default_rng(seed)
+    rows = []
+
+    def op(d, s, step, optype, start, dur, seq, mb=-1, mc=-1, gmc=-1):
+        rows.append(dict(dp_rank=d, stage=s, rank=s * dp + d, step=step, optype=optype, start_ts=float(start),
+                         duration=float(max(dur, 0.0)), seq_id=seq, mc=mc, gmc=gmc, mb_id=mb))
+
+    for step in range(steps):
+        jit = lambda: float(np.exp(0.01 * rng.standard_normal()))  # noqa: E731
+        ag_end = 0.02
+        post_start = {}
+        for d in range(dp):
+            for s in range(pp):
+                op(d, s, step, "params-all-gather", 0.0, ag_end, 0, mc=0)
+            f_end = {}
+            b_end = {}
+            order = {}
+            for s in range(pp):
+                w = min(pp - s - 1, mbs)
+                seq = [("F", k) for k in range(w)]
+                for i in range(mbs - w):
+                    seq += [("F", w + i), ("B", i)]
+                seq += [("B", k) for k in range(mbs - w, mbs)]
+                order[s] = seq
+            pos = {s: 0 for s in range(pp)}
+            free = {s: ag_end for s in range(pp)}
+            last_end = {s: 0.0 for s in range(pp)}
+            recv_rows = []
+            while any(pos[s] < len(order[s]) for s in range(pp)):
+                progressed = False
+                for s in range(pp):
+                    if pos[s] >= len(order[s]):
+                        continue
+                    kind, k = order[s][pos[s]]
+                    if kind == "F":
+                        src = (s - 1, k) if s > 0 else None
+                        if src and src not in f_end:
+                            continue
+                        ready = f_end[src] + lat if src else ag_end
+                    else:
+                        src = (s + 1, k) if s < pp - 1 else None
+                        if src and src not in b_end:
+                            continue
+                        ready = b_end[src] + lat if src else f_end[(s, k)]
+                    posted = last_end[s]
+                    if src:  # the recv was posted after the previous compute and ends when the data arrives
+                        recv_rows.append((s, "forward-recv" if kind == "F" else "backward-recv", k, posted,
+                                          max(ready, posted + lat) - posted))
+                        ready = max(ready, posted + lat)
+                    start = max(free[s], ready)
+                    mult = (slow or {}).get((d, s), 1.0)
+                    dur = (fwd if kind == "F" else bwd) * mult * jit() * (1.0 if s < pp - 1 else 1.0)
+                    op(d, s, step, "forward-compute" if kind == "F" else "backward-compute", start, dur, k, mb=k, mc=0, gmc=s)
+                    end = start + dur
+                    (f_end if kind == "F" else b_end)[(s, k)] = end
+                    if kind == "F" and s < pp - 1:
+                        op(d, s, step, "forward-send", end, lat, k)
+                    if kind == "B" and s > 0:
+                        op(d, s, step, "backward-send", end, lat, k)
+                    free[s] = end
+                    last_end[s] = end
+                    pos[s] += 1
+                    progressed = True
+                assert progressed, "the 1F1B scheduler deadlocked"
+            for s, optype, k, st, du in recv_rows:
+                op(d, s, step, optype, st, du, k)
+            for s in range(pp):
+                op(d, s, step, "gc", last_end[s], 0.0, 0, mb=0)
+                op(d, s, step, "layernorm-grads-all-reduce", last_end[s], 0.001, 0)
+                post_start[(d, s)] = last_end[s] + 0.001
+            if pp > 1:  # embedding all-reduce between the first and last stage
+                st = max(post_start[(d, 0)], post_start[(d, pp - 1)])
+                for s in (0, pp - 1):
+                    op(d, s, step, "embedding-grads-all-reduce", post_start[(d, s)], st + 0.005 - post_start[(d, s)], 0)
+                    post_start[(d, s)] = st + 0.005
+        rs_end = {}
+        for s in range(pp):  # grads reduce-scatter across the DP ranks of a stage
+            st = max(post_start[(d, s)] for d in range(dp))
+            for d in range(dp):
+                op(d, s, step, "grads-reduce-scatter", post_start[(d, s)], st + 0.01 - post_start[(d, s)], 0, mc=0)
+                rs_end[(d, s)] = st + 0.01
+        st = max(rs_end.values())  # grad-norm all-reduce across everyone
+        for (d, s), t in rs_end.items():
+            op(d, s, step, "optimizer-clip-main-grad", t, st + 0.003 - t, 0)
+            op(d, s, step, "optimizer", st + 0.003, 0.02, 0)
+    return pd.DataFrame(rows)
+
+
+def write_trace(tmp_path: Path, df: pd.DataFrame, dp: int = 2, pp: int = 4) -> Path:
+    df.to_parquet(tmp_path / "trace-SYN.parquet")
+    (tmp_path / "meta-SYN.yaml").write_text(
+        f"trial_name: SYN\nrun_id: 0\ndp_size: {dp}\npp_size: {pp}\ntp_size: 1\nvpp_size: 1\nworld_size: {dp * pp}\n")
+    return tmp_path
+
+
+def test_trace_replay_reproduces_the_recorded_steps(tmp_path):
+    res = importers.import_path("straggler-trace", write_trace(tmp_path, pipeline_trace()))
+    wi = res.whatif
+    assert abs(wi["launch_slowdown"] - 1.0) < 0.01  # the model replays the recorded timeline
+    assert wi["slowdown"] < 1.03 and len(res.labels) == 0
+
+
+def test_trace_single_slow_worker_is_the_worker(tmp_path):
+    res = importers.import_path("straggler-trace", write_trace(tmp_path, pipeline_trace(slow={(1, 1): 1.6})))
+    wi = res.whatif
+    assert wi["slowdown"] > 1.05
+    assert list(res.labels["component"]) == ["rank:3"]  # stage 1 x dp 2 + dp rank 1
+    assert res.labels.iloc[0]["component_kind"] == "rank"
+    assert wi["removal_share"]["rank"]["3"] > 0.8
+    assert wi["mw"]["ranks"] == [3] and wi["mw"]["share"] > 0.8
+
+
+def test_trace_stage_imbalance_is_the_stage(tmp_path):
+    res = importers.import_path("straggler-trace",
+                                write_trace(tmp_path, pipeline_trace(slow={(0, 3): 1.6, (1, 3): 1.6})))
+    wi = res.whatif
+    assert list(res.labels["component"]) == ["stage:3"]
+    assert max(wi["decomposition"]["stage"], key=wi["decomposition"]["stage"].get) == "3"
+    assert wi["ms"]["share"] > 0.8
+
+
+def test_trace_deterministic(tmp_path):
+    p = write_trace(tmp_path, pipeline_trace(slow={(0, 2): 1.4}, seed=2))
+    a = importers.import_path("straggler-trace", p)
+    b = importers.import_path("straggler-trace", p)
+    pd.testing.assert_frame_equal(a.labels, b.labels)
+    assert json.dumps(importers.json_safe(a.whatif), sort_keys=True) == json.dumps(importers.json_safe(b.whatif), sort_keys=True)
+    shuffled = pipeline_trace(slow={(0, 2): 1.4}, seed=2).sample(frac=1.0, random_state=3)
+    c = trace.analyze(shuffled, {"dp_size": 2, "pp_size": 4})[0]
+    assert abs(c["slowdown"] - a.whatif["slowdown"]) < 1e-12
+
+
+def test_write_outputs(tmp_path):
+    res = importers.import_path("straggler-trace", write_trace(tmp_path, pipeline_trace(slow={(1, 1): 1.6})))
+    written = importers.write_outputs(res, tmp_path / "out")
+    assert set(written) == {"labels.parquet", "whatif.json"}
+    back = pq.read_table(written["labels.parquet"]).to_pandas()
+    assert list(back["component"]) == ["rank:3"]
+    assert json.loads(written["whatif.json"].read_text())["slowdown"] == pytest.approx(res.whatif["slowdown"])
