@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -70,13 +71,11 @@ def residue(t: Targets, lease_dir: Path) -> list[str]:
     for ns in t.netns:
         q = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show"], capture_output=True, text=True).stdout
         for line in q.splitlines():
-            if "faf0:" in line or "faf1:" in line or " ingress " in line:
+            if re.search(r"qdisc \w+ [ef][0-9a-f]{3}: ", line) or " ingress " in line:
                 left.append(f"{ns}: {line.strip()}")
         links = subprocess.run(["ip", "-n", ns, "-br", "link"], capture_output=True, text=True).stdout
         left += [f"{ns}: link {ln.split()[0]}" for ln in links.splitlines() if ln.startswith(("flifb", "flprb"))]
-    for p in Path("/sys/fs/cgroup").glob("*/faultlab-*"):
-        left.append(f"cgroup {p}")
-    for p in Path("/sys/fs/cgroup").glob("faultlab-*"):
+    for p in Path("/sys/fs/cgroup").glob("**/faultlab-*"):
         left.append(f"cgroup {p}")
     for pid in (t.busy_pid, t.agent_pid):
         if pid:

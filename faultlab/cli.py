@@ -109,16 +109,22 @@ def inject(
                 out.print(line, markup=False, soft_wrap=True)
         return
     old = {s: signal.signal(s, _on_term) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old[signal.SIGINT] = signal.getsignal(signal.SIGINT)
     active = None
     try:
         try:
-            active = injectors.apply(inj, duration_s, grace_s=0.0 if detach else grace_s, facts=facts)
+            active = injectors.apply(inj, duration_s, grace_s=0.0 if detach else grace_s)
         except FaultlabError as e:
             _fail(e)
         info = {"fault_id": active.fault_id, "type": inj.type, "node": n.describe(), "target": plan.target, "params": inj.params, "verify": active.evidence.get("verify"), "deadline_ts": active.lease.record["deadline_ts"]}
         if detach:
             info["status"] = "active"
-            out.print_json(json.dumps(info, default=str)) if as_json else out.print(f"injected {active.fault_id} ({inj.type} on {n.describe()}, {plan.target}); the lease reverts it in {duration_s:g}s; `faultlab revert {active.fault_id}` ends it sooner")
+            ok = (active.evidence.get("verify") or {}).get("ok")
+            out.print_json(json.dumps(info, default=str)) if as_json else out.print(
+                f"injected {active.fault_id} ({inj.type} on {n.describe()}, {plan.target}); verified={ok}; the lease reverts it in {duration_s:g}s; "
+                f"`faultlab revert {active.fault_id}` ends it sooner", markup=False)
+            if not ok and not as_json:
+                console.print("[yellow]warning:[/] the measured check did not confirm the fault is in force (see --json for the evidence)")
             active = None  # the lease owns it now
             return
         if not as_json:
@@ -131,6 +137,9 @@ def inject(
             console.print("interrupted: reverting")
     finally:
         if active is not None:
+            # a second Ctrl-C or SIGTERM must not abort the revert half-way
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
             status = active.revert()
             info["status"] = status
             info["end_ts"] = active.end_ts
@@ -191,7 +200,7 @@ def revert(
     if as_json:
         out.print_json(json.dumps(done))
     elif not done:
-        out.print(f"nothing to revert{' for ' + fault_id if fault_id else ''} (already reverted or expired)")
+        out.print(f"no fault {fault_id + ' ' if fault_id else ''}in force on this host (already reverted, expired, or never injected: see faultlab status)")
     for d in done:
         if not as_json:
             out.print(f"{d['fault_id']}: reverted")

@@ -150,6 +150,7 @@ class NetnsTestbed:
         cmds += [Cmd(("sh", "-c", kill_sh, "sh", ns)) for ns in reversed(self._made["netns"])]
         cmds += [Cmd(("ip", "netns", "del", ns)) for ns in reversed(self._made["netns"])]
         cmds += [Cmd(("ip", "link", "del", link)) for link in reversed(self._made["links"])]
+        cmds.append(Cmd(("rm", "-f", str(self._state_path()))))
         return cmds
 
     def down(self) -> list[str]:

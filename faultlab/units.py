@@ -17,7 +17,9 @@ _RATE = {
     "mbps": 8e6,
     "gbps": 8e9,
 }
-_NUM = r"(\d+(?:\.\d*)?|\.\d+)"
+_NUM = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"  # ASCII digits only: '５０mbit' is refused
+MAX_DURATION_S = 7 * 24 * 3600.0  # a fault longer than a week is a typo
+MAX_RATE_BIT_S = 400e9
 
 
 def parse_duration(text: str | float | int, field: str = "duration", *, allow_zero: bool = False) -> float:
@@ -35,11 +37,15 @@ def parse_duration(text: str | float | int, field: str = "duration", *, allow_ze
             raise BadInput(f"{text!r} is negative", field=field, fix="give a positive duration such as 30s")
         raise BadInput(f"{text!r} is not a duration", field=field, fix="write e.g. 30s, 500ms or 2m")
     value, unit = float(m.group(1)), m.group(2)
+    if not unit.isascii():
+        raise BadInput(f"unknown unit {unit!r} in {text!r}", field=field, fix="use ms, s, m or h")
     if unit not in _DURATION:
         raise BadInput(f"unknown unit {unit!r} in {text!r}", field=field, fix="use ms, s, m or h")
     seconds = value * _DURATION[unit]
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise BadInput(f"{text!r} is not positive", field=field, fix="give a positive duration such as 30s")
+    if seconds > MAX_DURATION_S:
+        raise BadInput(f"{text!r} is longer than a week", field=field, fix="give at most 7*24h; a fail-slow fault that long is a typo")
     return seconds
 
 
@@ -66,17 +72,22 @@ def parse_rate(text: str, field: str = "rate") -> float:
     if unit not in _RATE:
         raise BadInput(f"unknown unit {m.group(2)!r}", field=field, fix="use bit, kbit, mbit, gbit (bits/s) or bps, kbps, mbps (bytes/s)")
     bits = value * _RATE[unit]
+    if not bits <= MAX_RATE_BIT_S:
+        raise BadInput(f"{text!r} is above {MAX_RATE_BIT_S / 1e9:g}gbit", field=field, fix="give a cap below the link's speed, e.g. 50mbit")
     if bits < 8000:
         raise BadInput(f"{text!r} is below 8kbit, which tc cannot shape", field=field, fix="give at least 8kbit")
     return bits
 
 
 def parse_fraction(value, field: str = "cpu_fraction") -> float:
-    """Parse a fraction in (0, 1]. Raises BadInput for anything else."""
+    """Parse a fraction in [0.001, 1] (below 0.001 the CFS period would exceed 1 s).
+    Raises BadInput for anything else."""
+    if isinstance(value, str) and not value.strip().isascii():
+        raise BadInput(f"{value!r} is not a number", field=field, fix="give a fraction such as 0.3")
     try:
         f = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise BadInput(f"{value!r} is not a number", field=field, fix="give a fraction such as 0.3") from None
-    if not (0 < f <= 1):
-        raise BadInput(f"{value!r} is outside (0, 1]", field=field, fix="give a fraction such as 0.3 (30% of one CPU left)")
+    if not (0.001 <= f <= 1):
+        raise BadInput(f"{value!r} is outside [0.001, 1]", field=field, fix="give a fraction such as 0.3 (30% of one CPU left)")
     return f

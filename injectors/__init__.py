@@ -6,6 +6,8 @@ style options (strings with units) into an injector, raising BadInput naming the
 
 from __future__ import annotations
 
+import os
+
 from faultlab.errors import BadInput
 from faultlab.nodes import Node
 from faultlab.injectors.base import ActiveFault, Cmd, Injector, Plan, apply
@@ -39,9 +41,14 @@ def parse_pids(text: str | None, field: str = "--target") -> list[int]:
     out = []
     for tok in str(text).replace("pid:", "").split(","):
         tok = tok.strip()
-        if not tok.isdigit() or int(tok) <= 0:
+        if not (tok.isascii() and tok.isdigit()) or int(tok) <= 0 or len(tok) > 10:
             raise BadInput(f"{tok!r} is not a PID", field=field, fix="give positive integers, e.g. --target 1234,5678")
-        out.append(int(tok))
+        pid = int(tok)
+        if pid == 1:
+            raise BadInput("PID 1 is the init process: slowing it slows the whole machine", field=field, fix="give the PID of a rank or workload process")
+        if pid == os.getpid():
+            raise BadInput(f"{pid} is faultlab itself", field=field, fix="give the PID of a rank or workload process")
+        out.append(pid)
     return out
 
 

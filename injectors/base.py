@@ -154,6 +154,14 @@ class ActiveFault:
         """Revert now (idempotent). Returns the status: ``reverted``, ``expired`` (the
         watchdog had already reverted it) or ``revert-failed`` (something faultlab made
         is still there; the lease is kept so ``faultlab recover`` can retry)."""
+        from faultlab.injectors.lease import node_lock
+
+        if self.status is not None:
+            return self.status
+        with node_lock(self.injector.node):
+            return self._revert_locked()
+
+    def _revert_locked(self) -> str:
         if self.status is not None:
             return self.status
         inj = self.injector
@@ -207,30 +215,36 @@ def run_revert(node: Node, cmds: list[Cmd]) -> list[str]:
     return errors
 
 
-def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verify: bool = True, facts: dict | None = None) -> ActiveFault:
+def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verify: bool = True) -> ActiveFault:
     """Inject ``injector`` for ``duration_s`` seconds under a lease whose watchdog
     reverts at ``duration_s + grace_s`` if nobody else does.
 
+    Probe, plan, lease and inject run under the lease host's lock, so a concurrent
+    inject on the same target sees this fault's lease and is refused.
     Returns the ActiveFault (call ``.revert()``). On any error during inject or verify
     the fault is reverted before the error propagates: nothing is left half-applied.
     Raises BadInput / Refused (nothing applied) or FaultlabError / NodeError.
     """
-    from faultlab.injectors.lease import Lease
+    from faultlab.injectors.lease import Lease, node_lock
 
-    if facts is None:
+    with node_lock(injector.node):
         facts = injector.probe()
-    plan = injector.plan(facts)
-    lease = Lease.create(injector, plan, deadline_ts=time.time() + duration_s + grace_s)
-    active = ActiveFault(injector, facts, plan, lease, start_ts=time.time())
+        plan = injector.plan(facts)
+        lease = Lease.create(injector, plan, deadline_ts=time.time() + duration_s + grace_s)
+        active = ActiveFault(injector, facts, plan, lease, start_ts=time.time())
+        try:
+            for c in plan.inject:
+                cp = injector.node.run(list(c.argv), scope=c.scope, timeout=30)
+                if cp.returncode != 0:
+                    raise FaultlabError(
+                        f"inject step failed on node {injector.node.name}: {c.render(injector.node)}: {(cp.stderr.strip() or cp.stdout.strip())[:300]}",
+                        field="inject",
+                    )
+        except BaseException:
+            active._revert_locked()
+            raise
+    active.start_ts = time.time()
     try:
-        for c in plan.inject:
-            cp = injector.node.run(list(c.argv), scope=c.scope, timeout=30)
-            if cp.returncode != 0:
-                raise FaultlabError(
-                    f"inject step failed on node {injector.node.name}: {c.render(injector.node)}: {(cp.stderr.strip() or cp.stdout.strip())[:300]}",
-                    field="inject",
-                )
-        active.start_ts = time.time()
         if verify:
             active.evidence["verify"] = injector.verify(facts)
     except BaseException:

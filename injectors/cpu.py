@@ -1,16 +1,19 @@
 """``cpu-contention``: CPU quota on target processes through a faultlab cgroup.
 
-Mode ``quota`` (the one built here): the target PIDs move into a new cgroup
-``faultlab-<fault_id>`` whose CFS bandwidth limit leaves them ``cpu_fraction`` of one
-CPU: cgroup v1 ``cpu.cfs_quota_us = cpu_fraction * cpu.cfs_period_us``; cgroup v2
+Mode ``quota``: the target PIDs move into a new cgroup ``faultlab-<fault_id>``
+whose CFS bandwidth limit leaves them ``cpu_fraction`` of one CPU. On cgroup v1 it is
+created *inside* the targets' own cgroup, so the limits they already had still apply
+(a fault only ever slows) and that cgroup cannot vanish under the fault; all targets
+must share one cgroup. On v2 it is created below the root (a cgroup holding processes
+cannot get controller-enabled children there): cgroup v1 ``cpu.cfs_quota_us = cpu_fraction * cpu.cfs_period_us``; cgroup v2
 ``cpu.max = "QUOTA PERIOD"``. The period is short (10 ms by default) because with the
 default 100 ms a 30% quota throttles in bursts: steps alternate fast and stalled and a
 median hides the slowdown (Linux CFS bandwidth control, Documentation/scheduler/
 sched-bwc.rst).
 
-Revert moves each recorded PID back to the cgroup it was found in, sweeps any other
-process left in the faultlab cgroup (children forked during the fault) back to the
-first target's cgroup, and removes the faultlab cgroup. Nothing else is written.
+Revert moves every process in the faultlab cgroup (the targets, and children they
+forked meanwhile) back to the cgroup the targets were found in (the root, should that
+be gone), and removes the faultlab cgroup. Nothing else is written.
 
 Severity: ``1 / cpu_fraction`` (the expected slowdown of a CPU-bound target).
 """
@@ -25,7 +28,12 @@ from faultlab.nodes import Node
 from faultlab.injectors import cgroups
 from faultlab.injectors.base import Cmd, Injector, Plan, write_cmd
 
-SWEEP_SH = 'for p in $(cat "$1" 2>/dev/null); do printf "%s\\n" "$p" > "$2" 2>/dev/null; done; exit 0'
+# Move every process still in the faultlab cgroup ($1/cgroup.procs) back to the
+# cgroup the targets came from ($2), or to the hierarchy's root ($3) should that one
+# be gone. Only processes inside faultlab's own cgroup are ever moved: a stale revert
+# (a watchdog firing late) or a reused PID cannot touch anything else.
+SWEEP_SH = ('for p in $(cat "$1" 2>/dev/null); do printf "%s\\n" "$p" > "$2" 2>/dev/null '
+            '|| printf "%s\\n" "$p" > "$3" 2>/dev/null; done; exit 0')
 
 
 class CpuContention(Injector):
@@ -96,7 +104,32 @@ class CpuContention(Injector):
             if "faultlab-" in cg:
                 raise Refused(f"process {pid} is already under a faultlab cpu fault ({cg})", field="--target", fix="revert that fault first: faultlab status")
             orig[pid] = cg
-        return {"hierarchy": {"version": h.version, "mount": h.mount, "controller": h.controller}, "orig": orig, "cgroup": h.path(f"faultlab-{self.fault_id}")}
+        homes = sorted(set(orig.values()))
+        if len(homes) > 1:
+            raise Refused(f"the targets are in different cgroups ({', '.join(homes)})", field="--target",
+                          fix="inject one fault per cgroup, or give PIDs of one cgroup")
+        home = homes[0]
+        base = h.path(home) if h.version == 1 else h.mount
+        # v1 refuses a child quota above its ancestors' (Documentation/scheduler/
+        # sched-bwc.rst): a target already limited tighter than asked stays at its limit
+        limit = self._ancestor_limit(h, home) if h.version == 1 else None
+        return {"hierarchy": {"version": h.version, "mount": h.mount, "controller": h.controller}, "orig": orig,
+                "home": home, "cgroup": f"{base.rstrip('/')}/faultlab-{self.fault_id}", "ancestor_cpu_fraction": limit}
+
+    def _ancestor_limit(self, h: cgroups.Hierarchy, home: str) -> float | None:
+        """The tightest CPU fraction set on ``home`` or its ancestors (v1), or None."""
+        best = None
+        parts = [x for x in home.strip("/").split("/") if x]
+        for i in range(len(parts), -1, -1):
+            d = h.path("/" + "/".join(parts[:i]))
+            try:
+                q = int(self.node.read_file(f"{d}/cpu.cfs_quota_us"))
+                per = int(self.node.read_file(f"{d}/cpu.cfs_period_us"))
+            except (OSError, ValueError):
+                continue
+            if q > 0 and per > 0:
+                best = q / per if best is None else min(best, q / per)
+        return best
 
     @staticmethod
     def _h(facts: dict) -> cgroups.Hierarchy:
@@ -106,17 +139,23 @@ class CpuContention(Injector):
         h, d = self._h(facts), facts["cgroup"]
         inject = [Cmd(("mkdir", d), "host", "faultlab cgroup")]
         if h.version == 1:
+            quota = self.quota_us
+            lim = facts.get("ancestor_cpu_fraction")
+            if lim is not None:
+                quota = max(1000, min(quota, int(lim * self.period_us)))
             inject += [
                 write_cmd(f"{d}/cpu.cfs_period_us", str(self.period_us)),
-                write_cmd(f"{d}/cpu.cfs_quota_us", str(self.quota_us)),
+                write_cmd(f"{d}/cpu.cfs_quota_us", str(quota)),
             ]
         else:
             inject.append(write_cmd(f"{d}/cpu.max", f"{self.quota_us} {self.period_us}"))
         inject += [write_cmd(f"{d}/cgroup.procs", str(pid), f"move {pid}") for pid in self.pids]
-        revert = [write_cmd(h.path(cg) + "/cgroup.procs", str(pid), f"{pid} back") for pid, cg in facts["orig"].items()]
-        first = next(iter(facts["orig"].values()))
-        revert.append(Cmd(("sh", "-c", SWEEP_SH, "sh", f"{d}/cgroup.procs", h.path(first) + "/cgroup.procs"), "host", "sweep the rest back"))
-        revert.append(Cmd(("rmdir", d), "host"))
+        home = facts.get("home") or next(iter(facts["orig"].values()))
+        revert = [
+            Cmd(("sh", "-c", SWEEP_SH, "sh", f"{d}/cgroup.procs", h.path(home).rstrip("/") + "/cgroup.procs", h.mount.rstrip("/") + "/cgroup.procs"),
+                "host", "every process in the faultlab cgroup back home"),
+            Cmd(("rmdir", d), "host"),
+        ]
         return Plan(
             self.fault_id, self.type, self.node.name, self.target, inject, revert,
             [f"targets in {d}; cpu.stat nr_throttled rises"],

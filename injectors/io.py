@@ -317,9 +317,13 @@ class IoSlow(Injector):
             inject.append(write_cmd(f"{d}/io.max", line, "io.max caps"))
             clear = [write_cmd(f"{d}/io.max", f"{dev} rbps=max wbps=max riops=max wiops=max", "clear io.max")]
         inject += [write_cmd(f"{d}/cgroup.procs", str(pid), f"move {pid}") for pid in self.pids]
-        revert = clear + [write_cmd(h.path(cg) + "/cgroup.procs", str(pid), f"{pid} back") for pid, cg in facts["orig"].items()]
+        # a PID goes back only while it is in faultlab's cgroup (never a reused PID,
+        # never a process a later fault has moved)
+        back_sh = 'grep -qx "$1" "$2" 2>/dev/null && printf "%s\\n" "$1" > "$3"; exit 0'
+        revert = clear + [Cmd(("sh", "-c", back_sh, "sh", str(pid), f"{d}/cgroup.procs", h.path(cg).rstrip("/") + "/cgroup.procs"), "host", f"{pid} back")
+                          for pid, cg in facts["orig"].items()]
         first = next(iter(facts["orig"].values()))
-        revert.append(Cmd(("sh", "-c", SWEEP_SH, "sh", f"{d}/cgroup.procs", h.path(first) + "/cgroup.procs"), "host", "sweep the rest back"))
+        revert.append(Cmd(("sh", "-c", SWEEP_SH, "sh", f"{d}/cgroup.procs", h.path(first).rstrip("/") + "/cgroup.procs", h.mount.rstrip("/") + "/cgroup.procs"), "host", "sweep the rest back"))
         revert.append(Cmd(("rmdir", d), "host"))
         what = ", ".join(f"{k}={v}" for k, v in self.caps.items())
         return Plan(

@@ -17,13 +17,18 @@ reverts in time kills the watchdog's process group and removes the files itself.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
+import stat
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from faultlab.errors import NodeError
 
 from faultlab.nodes import Node
 
@@ -72,9 +77,7 @@ class Lease:
         at ``deadline_ts`` (unix s) unless released. Raises OSError when the lease
         folder cannot be written (nothing is applied then: ``apply`` creates the lease
         before the first inject command)."""
-        d = node.lease_dir()
-        d.mkdir(parents=True, exist_ok=True)
-        os.chmod(d, 0o700)
+        d = trusted_lease_dir(node)
         path = d / f"{lease_id}.json"
         lines = [c.render(node) for c in revert]
         proc = node.spawn(
@@ -154,17 +157,55 @@ class Lease:
             return True
 
 
+def trusted_lease_dir(node: Node) -> Path:
+    """The lease folder, created 0700 if missing. Raises NodeError when it exists but
+    is not a folder owned by us and closed to others (a record planted there would be
+    run as root by ``recover``)."""
+    d = node.lease_dir()
+    if not d.exists():
+        d.mkdir(parents=True, mode=0o700)
+    st = d.stat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise NodeError(
+            f"lease folder {d} is not a folder owned by uid {os.geteuid()} and closed to others (mode {oct(st.st_mode & 0o777)})",
+            field="FAULTLAB_LEASE_DIR", fix="point FAULTLAB_LEASE_DIR at a private folder, or fix its owner and mode",
+        )
+    return d
+
+
+@contextlib.contextmanager
+def node_lock(node: Node):
+    """Serialize probe -> lease -> inject, revert and recover on one lease host
+    (flock on the lease folder itself: no lock file is left), so two faultlab
+    processes never act on a node at once: a second inject sees the first's lease and
+    refuses."""
+    d = trusted_lease_dir(node)
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
 def load_leases(node: Node) -> list[Lease]:
-    """Every lease record on ``node``'s lease host, oldest first."""
+    """Every faultlab lease record on ``node``'s lease host, oldest first. Files that
+    are not lease records, or not owned by us, are ignored (never run)."""
     d = node.lease_dir()
     out = []
     if not d.exists():
         return out
     for p in sorted(d.glob("*.json")):
         try:
-            out.append(Lease(p, json.loads(p.read_text())))
+            if p.stat().st_uid != os.geteuid():
+                continue
+            rec = json.loads(p.read_text())
         except (OSError, json.JSONDecodeError):
             continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("fault_id"), str) or p.stem != rec["fault_id"] or not isinstance(rec.get("revert", []), list):
+            continue
+        out.append(Lease(p, rec))
     return sorted(out, key=lambda le: le.record.get("created_ts", 0))
 
 
@@ -172,11 +213,18 @@ def recover(node: Node, fault_id: str | None = None) -> list[dict]:
     """Revert every lease left on ``node`` (or only ``fault_id``): run its revert
     script, stop its watchdog, remove its files. Returns one dict a lease."""
     done = []
-    for lease in load_leases(node):
+    if not node.lease_dir().exists():
+        return done
+    with node_lock(node):
+        leases = load_leases(node)
+    for lease in leases:
         if fault_id and lease.fault_id != fault_id:
             continue
-        failed = lease.run_revert()
-        lease.release()
+        with node_lock(node):
+            if not lease.exists():
+                continue
+            failed = lease.run_revert()
+            lease.release()
         done.append({"fault_id": lease.fault_id, "type": lease.record.get("fault_type"), "node": lease.record.get("node"), "revert_lines_failed": failed})
     return done
 

@@ -2,12 +2,12 @@
 
 Mechanism (iproute2's tc-tbf(8), tc-htb(8), tc-netem(8), tc-u32(8), tc-mirred(8)):
 
-- egress: the interface's root qdisc becomes faultlab's, with the reserved handle
-  ``faf0:``: ``tbf`` for a rate cap alone; ``netem`` (delay, jitter, loss, and its
+- egress: the interface's root qdisc becomes faultlab's, with a handle of this
+  fault's own (``fXXX:``, from the fault id): ``tbf`` for a rate cap alone; ``netem`` (delay, jitter, loss, and its
   own ``rate``) when any of those is asked for. For a *slow link* (``--peer ADDR``)
   the root is ``htb`` with ``default 0`` (unclassified traffic is not shaped) and one
-  class ``faf0:1`` that a u32 filter on the destination address feeds; the netem
-  qdisc, if any, hangs below that class with handle ``faf1:``.
+  class ``fXXX:1`` that a u32 filter on the destination address feeds; the netem
+  qdisc, if any, hangs below that class with handle ``eXXX:``.
 - ingress: an ``ingress`` qdisc on the interface with a u32 filter (all traffic, or
   only traffic *from* the peer) that redirects packets (``mirred egress redirect``)
   into an ifb device ``flifb<hex>`` faultlab creates for this fault; that device's
@@ -25,7 +25,8 @@ kernel default (handle ``0:``) or it already has an ingress/clsact qdisc. With
 revert (the kernel rounds a tbf burst to its clock, so the check after revert allows
 1%); any other foreign root (htb, prio, fq_codel, ...) is refused even then, since
 its classes, filters or defaults cannot be restored faithfully. ``tc qdisc del ... root handle
-faf0:`` itself refuses to delete a root qdisc with another handle.
+fXXX:`` itself refuses to delete a root qdisc with another handle, and the ingress
+qdisc is deleted only while its redirect points at this fault's ifb device.
 
 Severity: ``1e9 / rate`` (1.0 for a 1 Gbit/s cap, 20 for 50 Mbit/s), plus the added
 round-trip delay in ms / 10, plus the loss in percent; larger is worse.
@@ -41,8 +42,22 @@ from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.nodes import Node
 from faultlab.injectors.base import Cmd, Injector, Plan
 
-HANDLE = "faf0:"
-CHILD_HANDLE = "faf1:"
+# Each fault owns its tc handles, derived from its id: root "fXXX:", netem child
+# "eXXX:" (XXX = the first 3 hex digits of the fault id), so a stale revert of one
+# fault (its watchdog firing late) can never delete another fault's qdisc.
+
+
+def fault_handles(fault_id: str) -> tuple[str, str]:
+    """(root handle, child handle) of a fault: ``("f3a9:", "e3a9:")``."""
+    h = fault_id.split("-")[-1][:3]
+    return f"f{h}:", f"e{h}:"
+
+
+# Revert of the ingress qdisc only when its redirect still points at this fault's ifb
+# ($1 interface, $2 ifb): the ingress qdisc has the fixed handle ffff:, so ownership is
+# told by the filter.
+DEL_INGRESS_SH = ('tc filter show dev "$1" parent ffff: 2>/dev/null | grep -q "device $2)" '
+                  '&& tc qdisc del dev "$1" handle ffff: ingress; exit 0')
 TBF_LATENCY = "100ms"
 RESTORABLE = frozenset({"tbf", "pfifo", "bfifo"})
 
@@ -134,6 +149,7 @@ class NicSlow(Injector):
         self.probe_peer_addr = probe_peer_addr
         self.force = force
         self.ifb = "flifb" + self.fault_id.split("-")[-1][:8]
+        self.handle, self.child_handle = fault_handles(self.fault_id)
 
     @property
     def netem(self) -> bool:
@@ -210,9 +226,13 @@ class NicSlow(Injector):
             )
         qd = self._qdiscs(self.iface)
         foreign_root = None
+        from faultlab.injectors.lease import load_leases
+
+        mine = [le for le in load_leases(self.node) if le.record.get("fault_type") == self.type
+                and le.record.get("node") == self.node.describe() and str(le.record.get("target", "")).split("->")[0] == self.iface]
+        if mine:
+            raise Refused(f"{self.iface} on {self.node.name} already has a faultlab nic-slow ({mine[0].fault_id})", field="--target", fix="revert it first: faultlab status / faultlab revert")
         for q in qd:
-            if q.get("root") and q.get("handle") == HANDLE:
-                raise Refused(f"{self.iface} on {self.node.name} already has a faultlab nic-slow", field="--target", fix="revert it first: faultlab status / faultlab revert")
             if q.get("root") and q.get("handle") != "0:":
                 kind = q.get("kind")
                 if not self.force:
@@ -270,35 +290,35 @@ class NicSlow(Injector):
         if facts.get("foreign_root"):
             inject.append(Cmd(("tc", "qdisc", "del", "dev", dev, "root"), "net", "remove the foreign root (restored on revert)"))
         if self.peer is None:
-            inject.append(Cmd(("tc", "qdisc", "add", "dev", dev, "root", "handle", HANDLE, *leaf), "net", "egress"))
+            inject.append(Cmd(("tc", "qdisc", "add", "dev", dev, "root", "handle", self.handle, *leaf), "net", "egress"))
             match = ("match", "u32", "0", "0")
         else:
             ceil = tc_rate(self.rate_bit_per_s) if self.rate_bit_per_s else "100gbit"
             inject += [
-                Cmd(("tc", "qdisc", "add", "dev", dev, "root", "handle", HANDLE, "htb", "default", "0"), "net", "egress: only the peer's class is shaped"),
-                Cmd(("tc", "class", "add", "dev", dev, "parent", HANDLE, "classid", HANDLE + "1", "htb", "rate", ceil, "ceil", ceil), "net"),
+                Cmd(("tc", "qdisc", "add", "dev", dev, "root", "handle", self.handle, "htb", "default", "0"), "net", "egress: only the peer's class is shaped"),
+                Cmd(("tc", "class", "add", "dev", dev, "parent", self.handle, "classid", self.handle + "1", "htb", "rate", ceil, "ceil", ceil), "net"),
             ]
             if self.netem:
-                inject.append(Cmd(("tc", "qdisc", "add", "dev", dev, "parent", HANDLE + "1", "handle", CHILD_HANDLE, *[a for a in self._netem_only()]), "net"))
-            inject.append(Cmd(("tc", "filter", "add", "dev", dev, "parent", HANDLE, "protocol", "ip", "prio", "49", "u32",
-                               "match", "ip", "dst", f"{self.peer}/32", "flowid", HANDLE + "1"), "net", "traffic to the peer"))
+                inject.append(Cmd(("tc", "qdisc", "add", "dev", dev, "parent", self.handle + "1", "handle", self.child_handle, *self._netem_only()), "net"))
+            inject.append(Cmd(("tc", "filter", "add", "dev", dev, "parent", self.handle, "protocol", "ip", "prio", "49", "u32",
+                               "match", "ip", "dst", f"{self.peer}/32", "flowid", self.handle + "1"), "net", "traffic to the peer"))
             match = ("match", "ip", "src", f"{self.peer}/32")
         inject += [
             Cmd(("ip", "link", "add", ifb, "type", "ifb"), "net", "ifb device for ingress"),
             Cmd(("ip", "link", "set", ifb, "up"), "net"),
-            Cmd(("tc", "qdisc", "add", "dev", ifb, "root", "handle", HANDLE, *leaf), "net", "ingress shaping on the ifb"),
+            Cmd(("tc", "qdisc", "add", "dev", ifb, "root", "handle", self.handle, *leaf), "net", "ingress shaping on the ifb"),
             Cmd(("tc", "qdisc", "add", "dev", dev, "handle", "ffff:", "ingress"), "net"),
             Cmd(("tc", "filter", "add", "dev", dev, "parent", "ffff:", "protocol", "ip" if self.peer else "all", "prio", "49", "u32", *match,
                  "action", "mirred", "egress", "redirect", "dev", ifb), "net", "redirect ingress into the ifb"),
         ]
         revert += [
-            Cmd(("tc", "qdisc", "del", "dev", dev, "handle", "ffff:", "ingress"), "net"),
+            Cmd(("sh", "-c", DEL_INGRESS_SH, "sh", dev, ifb), "net", "the ingress qdisc, if its redirect is ours"),
             Cmd(("ip", "link", "del", ifb), "net"),
-            Cmd(("tc", "qdisc", "del", "dev", dev, "root", "handle", HANDLE), "net"),
+            Cmd(("tc", "qdisc", "del", "dev", dev, "root", "handle", self.handle), "net"),
         ]
         if facts.get("foreign_root"):
             revert.append(Cmd(("tc", "qdisc", "add", "dev", dev, *restore_args(facts["foreign_root"])), "net", "put the foreign root back"))
-        verify = [f"tc shows handle {HANDLE} ({leaf[0] if self.peer is None else 'htb'}) on {dev} and {leaf[0]} on {ifb}"]
+        verify = [f"tc shows handle {self.handle} ({leaf[0] if self.peer is None else 'htb'}) on {dev} and {leaf[0]} on {ifb}"]
         if self.probe_peer is not None:
             verify.append(f"TCP throughput {self.node.name}<->{self.probe_peer_addr} measured both ways <= cap")
         return Plan(self.fault_id, self.type, self.node.name, self.target, inject, revert, verify)
@@ -313,7 +333,7 @@ class NicSlow(Injector):
     # -- verify / evidence -----------------------------------------------------------
     def _ours(self, dev: str) -> dict | None:
         for q in self._qdiscs(dev):
-            if q.get("handle") == HANDLE:
+            if q.get("handle") == self.handle:
                 return q
         return None
 
@@ -351,10 +371,12 @@ class NicSlow(Injector):
         dev, ifb = facts["iface"], facts["ifb"]
         qd = self._qdiscs(dev)
         for q in qd:
-            if q.get("handle") in (HANDLE, CHILD_HANDLE):
+            if q.get("handle") in (self.handle, self.child_handle):
                 left.append(f"{q.get('kind')} {q.get('handle')} on {dev}")
-            if q.get("kind") == "ingress":
-                left.append(f"ingress qdisc on {dev}")
+        if any(q.get("kind") == "ingress" for q in qd):
+            cp = self.node.run(["tc", "filter", "show", "dev", dev, "parent", "ffff:"], scope="net")
+            if f"device {ifb})" in cp.stdout:
+                left.append(f"ingress redirect to {ifb} on {dev}")
         fr = facts.get("foreign_root")
         if fr:
             now = next((q for q in qd if q.get("root")), {})
@@ -373,6 +395,11 @@ def restore_args(q: dict) -> list[str]:
     ``tc -j qdisc show`` as ``q`` (kinds in RESTORABLE; rate in bytes/s, burst in
     bytes, lat in microseconds, as tc's JSON gives them). Raises Refused otherwise."""
     kind, handle, o = q.get("kind"), q.get("handle"), q.get("options", {})
+    known = {"tbf": {"rate", "burst", "lat"}, "pfifo": {"limit"}, "bfifo": {"limit"}}.get(kind, set())
+    extra = sorted(k for k in o if k not in known)
+    if extra:  # e.g. a tbf with peakrate/minburst: rebuilding it without them would be a lie
+        raise Refused(f"cannot rebuild the foreign {kind} {handle} qdisc exactly (it has {', '.join(extra)})", field="--force",
+                      fix="remove it yourself or pick another interface")
     try:
         if kind == "tbf":
             return ["root", "handle", handle, "tbf", "rate", f"{int(o['rate']) * 8}bit", "burst", str(int(o["burst"])), "latency", f"{int(o['lat'])}us"]

@@ -19,12 +19,16 @@ from faultlab.errors import BadInput, Refused
 from faultlab.nodes import Node
 from faultlab.injectors.base import Cmd, Injector, Plan
 
-# $1 pidfile, $2 target pid, $3 pause s, $4 run s, $5 deadline (unix s)
+# $1 pidfile, $2 target pid, $3 pause s, $4 run s, $5 deadline (unix s), $6 the
+# target's start time (field 22 of /proc/PID/stat): the loop stops at once if the PID
+# now belongs to another process (the target exited and the PID was reused).
 LOOP_SH = r"""
 echo $$ > "$1"
 sp=""
 trap '[ -n "$sp" ] && kill "$sp" 2>/dev/null; kill -CONT "$2" 2>/dev/null; rm -f "$1"; exit 0' TERM INT HUP
 while [ "$(date +%s)" -lt "$5" ]; do
+  st=$(cut -d")" -f2- "/proc/$2/stat" 2>/dev/null | cut -d" " -f21)
+  [ "$st" = "$6" ] || break
   kill -STOP "$2" 2>/dev/null || break
   sleep "$3" & sp=$!; wait "$sp"
   kill -CONT "$2" 2>/dev/null
@@ -33,7 +37,10 @@ done
 kill -CONT "$2" 2>/dev/null
 rm -f "$1"
 """
-START_SH = 'nohup sh -c "$1" faultlab-pause "$2" "$3" "$4" "$5" "$6" </dev/null >/dev/null 2>&1 &'
+# SIGCONT the target only if the PID still belongs to it ($1 pid, $2 start time)
+CONT_SH = ('st=$(cut -d")" -f2- "/proc/$1/stat" 2>/dev/null | cut -d" " -f21); '
+           '[ "$st" = "$2" ] && kill -CONT "$1" 2>/dev/null; exit 0')
+START_SH = 'nohup sh -c "$1" faultlab-pause "$2" "$3" "$4" "$5" "$6" "$7" </dev/null >/dev/null 2>&1 &'
 # stop the loop by the PID in its pidfile and wait (<= 2 s) until it is gone
 # (a zombie counts as gone: an init that reaps slowly must not stall the revert)
 STOP_SH = (
@@ -88,20 +95,25 @@ class ProcessPause(Injector):
     def probe(self) -> dict:
         if not self.node.exists(f"/proc/{self.pid}"):
             raise BadInput(f"no process {self.pid} on node {self.node.name}", field="--target", fix="give the PID of a running process")
+        fields = self.node.read_file(f"/proc/{self.pid}/stat").rpartition(")")[2].split()
+        if fields[0] in ("T", "t"):
+            raise Refused(f"process {self.pid} is already stopped (state {fields[0]}); the pause cycle would resume it",
+                          field="--target", fix="continue it first (kill -CONT) or pick another process")
+        starttime = fields[19]
         for f in self.node.lease_dir().glob("*.pause.pid") if self.node.lease_dir().exists() else []:
             # a loop of another fault stopping the same process
             lease = f.with_name(f.name.replace(".pause.pid", ".json"))
             if lease.exists() and f'"pid": {self.pid}' in lease.read_text():
                 raise Refused(f"process {self.pid} already has a faultlab pause ({lease.stem})", field="--target", fix="revert it first")
-        return {"pidfile": self._pidfile(), "deadline_ts": int(time.time() + self.duration_s)}
+        return {"pidfile": self._pidfile(), "deadline_ts": int(time.time() + self.duration_s), "starttime": starttime}
 
     def plan(self, facts: dict) -> Plan:
         pidfile = facts["pidfile"]
         run_s = self.period_s - self.pause_s
-        inject = [Cmd(("sh", "-c", START_SH, "sh", LOOP_SH, pidfile, str(self.pid), f"{self.pause_s:g}", f"{run_s:g}", str(facts["deadline_ts"])), "host", "duty-cycle loop")]
+        inject = [Cmd(("sh", "-c", START_SH, "sh", LOOP_SH, pidfile, str(self.pid), f"{self.pause_s:g}", f"{run_s:g}", str(facts["deadline_ts"]), facts["starttime"]), "host", "duty-cycle loop")]
         revert = [
             Cmd(("sh", "-c", STOP_SH, "sh", pidfile), "host", "stop the loop"),
-            Cmd(("kill", "-CONT", str(self.pid)), "host", "never leave it stopped"),
+            Cmd(("sh", "-c", CONT_SH, "sh", str(self.pid), facts["starttime"]), "host", "never leave it stopped"),
         ]
         return Plan(self.fault_id, self.type, self.node.name, self.target, inject, revert, ["target is seen in state T (stopped) within a period"])
 

@@ -4,6 +4,7 @@ that no faultlab namespace, link, qdisc, cgroup, lease or process is left behind
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = os.geteuid() == 0
+#: a qdisc line of a faultlab fault (handles fXXX:/eXXX:, see faultlab.injectors.nic)
+FAULT_QDISC = re.compile(r"qdisc \w+ [ef][0-9a-f]{3}: ")
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root (namespaces, qdiscs, cgroups)")
 
 
@@ -21,8 +24,8 @@ def residue() -> dict[str, set]:
     out["netns"] = {l.split()[0] for l in cp.stdout.splitlines() if l.startswith("fl")}
     out["links"] = {p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith("fl")}
     cp = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True)
-    out["qdiscs"] = {l for l in cp.stdout.splitlines() if "faf0:" in l or "ingress" in l}
-    out["cgroups"] = {str(p) for p in Path("/sys/fs/cgroup").glob("*/faultlab-*")} | {str(p) for p in Path("/sys/fs/cgroup").glob("faultlab-*")}
+    out["qdiscs"] = {l for l in cp.stdout.splitlines() if FAULT_QDISC.search(l) or "ingress" in l}
+    out["cgroups"] = {str(p) for p in Path("/sys/fs/cgroup").glob("**/faultlab-*")}
     lease_dir = Path(os.environ["FAULTLAB_LEASE_DIR"])
     out["leases"] = {p.name for p in lease_dir.glob("*")} if lease_dir.exists() else set()
     me = os.getpid()

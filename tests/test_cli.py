@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import needs_root, residue
+from conftest import FAULT_QDISC, needs_root, residue
 
 FL = [sys.executable, "-m", "faultlab.cli"]
 
@@ -37,18 +37,18 @@ BAD = [
     (["inject", "--type", "nic-slow", "--rate", "50mbit", "--node", "netns:fl-no-such-ns"], "--node"),
     (["inject", "--type", "nic-slow", "--rate", "50mbit", "--node", "ssh:"], "--node"),
     (["inject", "--type", "nic-slow", "--rate", "50mbit", "--node", ""], "--node"),
-    (["inject", "--type", "cpu-contention", "--cpu-fraction", "1.5", "--target", "1"], "--cpu-fraction"),
-    (["inject", "--type", "cpu-contention", "--cpu-fraction", "0", "--target", "1"], "--cpu-fraction"),
-    (["inject", "--type", "cpu-contention", "--cpu-fraction", "-0.2", "--target", "1"], "--cpu-fraction"),
-    (["inject", "--type", "cpu-contention", "--cpu-fraction", "30%", "--target", "1"], "--cpu-fraction"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "1.5", "--target", "12345"], "--cpu-fraction"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "0", "--target", "12345"], "--cpu-fraction"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "-0.2", "--target", "12345"], "--cpu-fraction"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "30%", "--target", "12345"], "--cpu-fraction"),
     (["inject", "--type", "cpu-contention", "--cpu-fraction", "0.3"], "--target"),
     (["inject", "--type", "cpu-contention", "--cpu-fraction", "0.3", "--target", "abc"], "--target"),
     (["inject", "--type", "cpu-contention", "--cpu-fraction", "0.3", "--target", "4194303"], "--target"),
     (["inject", "--type", "cpu-contention", "--cpu-fraction", "0.3", "--target", "-5"], "--target"),
-    (["inject", "--type", "cpu-contention", "--rate", "50mbit", "--cpu-fraction", "0.3", "--target", "1"], "--rate"),
-    (["inject", "--type", "process-pause", "--pause", "200ms", "--target", "1"], "--period"),
-    (["inject", "--type", "process-pause", "--pause", "2s", "--period", "1s", "--target", "1"], "--pause"),
-    (["inject", "--type", "process-pause", "--pause", "200", "--period", "1s", "--target", "1"], "--pause"),
+    (["inject", "--type", "cpu-contention", "--rate", "50mbit", "--cpu-fraction", "0.3", "--target", "12345"], "--rate"),
+    (["inject", "--type", "process-pause", "--pause", "200ms", "--target", "12345"], "--period"),
+    (["inject", "--type", "process-pause", "--pause", "2s", "--period", "1s", "--target", "12345"], "--pause"),
+    (["inject", "--type", "process-pause", "--pause", "200", "--period", "1s", "--target", "12345"], "--pause"),
     (["inject", "--type", "process-pause", "--pause", "200ms", "--period", "1s", "--target", "1,2"], "--target"),
     (["inject", "--type", "process-pause", "--pause", "200ms", "--period", "1s", "--target", "4194303"], "--target"),
     (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "lo", "--duration", "30"], "--duration"),
@@ -58,6 +58,12 @@ BAD = [
     (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "lo", "--duration", "30x"], "--duration"),
     (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "lo", "--grace", "soon"], "--grace"),
     (["revert"], "FAULT_ID"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "0.3", "--target", "1"], "--target"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "0.3", "--target", "١"], "--target"),
+    (["inject", "--type", "cpu-contention", "--cpu-fraction", "5e-324", "--target", "12345"], "--cpu-fraction"),
+    (["inject", "--type", "nic-slow", "--rate", "５０mbit", "--target", "lo"], "--rate"),
+    (["inject", "--type", "nic-slow", "--rate", "5" + "0" * 400 + "mbit", "--target", "lo"], "--rate"),
+    (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "lo", "--duration", "99999999999999999999h"], "--duration"),
 ]
 
 
@@ -77,9 +83,10 @@ def test_dry_run_prints_exact_commands_and_applies_nothing():
     cp = fl("inject", "--type", "nic-slow", "--node", "local", "--target", "lo", "--rate", "50mbit", "--dry-run", "--json")
     assert cp.returncode == 0, cp.stderr
     plan = json.loads(cp.stdout)
-    assert plan["inject"][0] == "tc qdisc add dev lo root handle faf0: tbf rate 50000000bit burst 31250 latency 100ms"
+    h = "f" + plan["fault_id"].split("-")[-1][:3] + ":"
+    assert plan["inject"][0] == f"tc qdisc add dev lo root handle {h} tbf rate 50000000bit burst 31250 latency 100ms"
     assert any("mirred egress redirect dev flifb" in c for c in plan["inject"])
-    assert plan["revert"][-1] == "tc qdisc del dev lo root handle faf0:"
+    assert plan["revert"][-1] == f"tc qdisc del dev lo root handle {h}"
     assert residue() == before
 
 
@@ -99,10 +106,10 @@ def test_inject_status_revert_round_trip_on_netns(testbed2):
     rv = fl("revert", fid, "--json")
     assert rv.returncode == 0 and json.loads(rv.stdout)[0]["fault_id"] == fid
     q = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "fleth0"], capture_output=True, text=True).stdout
-    assert "faf0" not in q and "ingress" not in q
+    assert not FAULT_QDISC.search(q) and "ingress" not in q
     # reverting again is a no-op success
     again = fl("revert", fid)
-    assert again.returncode == 0 and "nothing to revert" in again.stdout
+    assert again.returncode == 0 and "no fault" in again.stdout
     assert json.loads(fl("status", "--json").stdout) == []
 
 
@@ -144,5 +151,5 @@ def test_without_net_admin_a_clear_eperm_error_never_false_success(testbed2):
     assert cp.returncode == 3, (cp.stdout, cp.stderr)
     assert "CAP_NET_ADMIN" in cp.stderr and "EPERM" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
     q = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "fleth0"], capture_output=True, text=True).stdout
-    assert "faf0" not in q
+    assert not FAULT_QDISC.search(q)
     assert json.loads(fl("status", "--json").stdout) == []

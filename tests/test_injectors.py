@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import cpu_rate, needs_root
+from conftest import FAULT_QDISC, cpu_rate, needs_root
 from faultlab.errors import BadInput, Refused
 from faultlab.injectors import CpuContention, NicSlow, ProcessPause, apply
 from faultlab.injectors.lease import load_leases
@@ -97,18 +97,18 @@ def test_nic_slow_missing_interface(testbed2):
 def test_quota_slows_busy_loop_and_revert_restores(busy_loop, no_residue):
     pid = busy_loop.pid
     before_cg = open(f"/proc/{pid}/cgroup").read()
-    base = cpu_rate(pid)
-    assert base > 0.6
     active = apply(CpuContention(LocalNode("local"), [pid], 0.3), 30)
     try:
+        # the quota is a cap, whatever else loads the machine: at most 0.3 of a CPU
+        # (a loaded machine may give less, so there is no lower bound; the kernel's
+        # throttling counters show the cap was what held it)
         during = cpu_rate(pid)
         assert active.evidence["verify"]["ok"]
         assert active.evidence["verify"]["cpu_stat"]["nr_throttled"] > 0
-        assert 0.2 < during < 0.4, during  # 0.3 of one CPU
+        assert during < 0.36, during
     finally:
         assert active.revert() == "reverted"
     assert open(f"/proc/{pid}/cgroup").read() == before_cg
-    assert cpu_rate(pid) > 0.6
     stat = active.evidence["at_revert"]["cpu_stat"]
     assert stat["nr_throttled"] > 0
 
@@ -128,7 +128,7 @@ def test_process_pause_duty_cycle(busy_loop, no_residue):
     try:
         assert active.evidence["verify"]["ok"]
         during = cpu_rate(pid, 2.0)
-        assert during < 0.8
+        assert during < 0.8  # stopped half of every period: a cap whatever the load
     finally:
         assert active.revert() == "reverted"
     time.sleep(0.3)
@@ -163,9 +163,9 @@ def test_lease_watchdog_reverts_after_controller_sigkill(busy_loop, no_residue):
     while time.time() < deadline and load_leases(LocalNode("local")):
         time.sleep(0.2)
     assert not load_leases(LocalNode("local")), "the watchdog removed the lease at the deadline"
-    time.sleep(0.7)
-    assert open(f"/proc/{busy_loop.pid}/stat").read().rpartition(")")[2].split()[0] != "T"
-    assert cpu_rate(busy_loop.pid, 1.0) > 0.6
+    for _ in range(10):  # never seen stopped again
+        time.sleep(0.1)
+        assert open(f"/proc/{busy_loop.pid}/stat").read().rpartition(")")[2].split()[0] != "T"
 
 
 @needs_root
@@ -182,13 +182,13 @@ def test_lease_watchdog_reverts_qdisc_after_sigkill(testbed2, no_residue):
     )
     ctl = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert ctl.stdout.readline().startswith("nic-")
-    assert "faf0:" in _qdiscs(n0)
+    assert FAULT_QDISC.search(_qdiscs(n0))
     ctl.kill()
     ctl.wait()
     deadline = time.time() + 15
-    while time.time() < deadline and "faf0:" in _qdiscs(n0):
+    while time.time() < deadline and FAULT_QDISC.search(_qdiscs(n0)):
         time.sleep(0.2)
-    assert "faf0:" not in _qdiscs(n0) and "ingress" not in _qdiscs(n0)
+    assert not FAULT_QDISC.search(_qdiscs(n0)) and "ingress" not in _qdiscs(n0)
     assert "flifb" not in n0.run(["ip", "link"], scope="net").stdout
     while time.time() < deadline and load_leases(n0):
         time.sleep(0.2)
@@ -232,7 +232,7 @@ def test_slow_link_to_one_peer_only(testbed3, no_residue):
         assert active.plan.target == f"fleth0->{n1.address}"
     finally:
         assert active.revert() == "reverted"
-    assert "faf0" not in _qdiscs(n0)
+    assert not FAULT_QDISC.search(_qdiscs(n0))
 
 
 @needs_root
@@ -278,12 +278,12 @@ def test_netem_delay_plan_and_kernel_probe(testbed2, no_residue):
     inj = NicSlow(n0, 50e6, delay_s=0.02, jitter_s=0.005, loss_pct=0.5)
     facts = {"iface": "fleth0", "ifb": inj.ifb, "qdiscs_before": [], "foreign_root": None}
     plan = inj.plan(facts)
-    assert plan.inject[0].argv == ("tc", "qdisc", "add", "dev", "fleth0", "root", "handle", "faf0:", "netem", "delay", "20000us",
+    assert plan.inject[0].argv == ("tc", "qdisc", "add", "dev", "fleth0", "root", "handle", inj.handle, "netem", "delay", "20000us",
                                    "5000us", "distribution", "normal", "loss", "0.5%", "rate", "50000000bit", "limit", "10000")
     if not _kernel_has_netem(n0):
         with pytest.raises(Refused, match="no netem qdisc"):
             apply(inj, 10)
-        assert "faf0" not in _qdiscs(n0) and not load_leases(n0)
+        assert not FAULT_QDISC.search(_qdiscs(n0)) and not load_leases(n0)
         return
     active = apply(NicSlow(n0, None, delay_s=0.02), 30)
     try:
@@ -292,3 +292,91 @@ def test_netem_delay_plan_and_kernel_probe(testbed2, no_residue):
         assert rtts and min(rtts) >= 35
     finally:
         active.revert()
+
+
+# -- the failures an adversarial review found, each a test ----------------------------
+
+
+@needs_root
+def test_stale_revert_of_one_fault_never_touches_a_later_fault(testbed2, no_residue):
+    """Fault A is reverted by hand but its lease's revert lines run late (a watchdog
+    of a killed controller): fault B on the same interface must survive them."""
+    from faultlab.injectors.lease import Lease
+
+    n0, _ = testbed2.nodes
+    a = apply(NicSlow(n0, 10e6), 30)
+    stale = dict(a.lease.record)
+    a.revert()
+    b = apply(NicSlow(n0, 20e6), 30)
+    try:
+        Lease(a.lease.path, stale).run_revert()  # A's lines, late
+        q = _qdiscs(n0)
+        assert b.injector.handle in q and "ingress" in q, q
+        links = n0.run(["ip", "link"], scope="net").stdout
+        assert b.injector.ifb in links
+    finally:
+        assert b.revert() == "reverted"
+
+
+@needs_root
+def test_concurrent_injects_on_one_interface_one_wins_other_refused(testbed2, no_residue):
+    n0, _ = testbed2.nodes
+    argv = [sys.executable, "-m", "faultlab.cli", "inject", "--type", "nic-slow", "--node", f"netns:{n0.netns}", "--rate", "10mbit", "--duration", "4s", "--json"]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 3, 3], [o[1] for o in outs]
+    winner = next(json.loads(o[0]) for p, o in zip(procs, outs) if p.returncode == 0)
+    assert winner["status"] == "reverted" and winner["verify"]["ok"]
+    assert all("already has a faultlab nic-slow" in o[1] for p, o in zip(procs, outs) if p.returncode == 3)
+
+
+@needs_root
+def test_quota_nests_in_the_targets_cgroup_keeps_its_limit_and_survives_its_removal(no_residue):
+    """The faultlab cgroup is made inside the target's own cgroup: the target's own 20%
+    limit still holds under a looser 0.8 fault (a fault only ever slows), and the
+    target's cgroup cannot vanish under the fault."""
+    own = "/sys/fs/cgroup/cpu/fltest-own"
+    os.mkdir(own)
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        open(f"{own}/cpu.cfs_period_us", "w").write("10000")
+        open(f"{own}/cpu.cfs_quota_us", "w").write("2000")
+        open(f"{own}/cgroup.procs", "w").write(str(p.pid))
+        active = apply(CpuContention(LocalNode("local"), [p.pid], 0.8), 30)
+        try:
+            assert active.facts["cgroup"].startswith(own + "/faultlab-")
+            assert cpu_rate(p.pid, 1.5) < 0.26
+            with pytest.raises(OSError):
+                os.rmdir(own)  # busy: it holds the faultlab cgroup
+        finally:
+            assert active.revert() == "reverted"
+        assert "fltest-own" in open(f"/proc/{p.pid}/cgroup").read()
+    finally:
+        p.kill()
+        p.wait()
+        os.rmdir(own)
+
+
+def test_pause_refuses_a_process_already_stopped(busy_loop, no_residue):
+    os.kill(busy_loop.pid, signal.SIGSTOP)
+    try:
+        time.sleep(0.1)
+        with pytest.raises(Refused, match="already stopped"):
+            apply(ProcessPause(LocalNode("local"), busy_loop.pid, 0.1, 0.3, 10), 10)
+        assert open(f"/proc/{busy_loop.pid}/stat").read().rpartition(")")[2].split()[0] in ("T", "t")
+    finally:
+        os.kill(busy_loop.pid, signal.SIGCONT)
+
+
+@needs_root
+def test_force_refuses_a_tbf_it_could_not_rebuild_exactly(testbed2, no_residue):
+    n0, _ = testbed2.nodes
+    n0.run(["tc", "qdisc", "add", "dev", "fleth0", "root", "handle", "1234:", "tbf", "rate", "77mbit", "burst", "32k", "latency", "50ms",
+            "peakrate", "100mbit", "minburst", "1540"], scope="net", check=True)
+    try:
+        with pytest.raises(Refused, match="cannot rebuild the foreign tbf"):
+            apply(NicSlow(n0, 10e6, force=True), 10)
+        assert "peakrate" in _qdiscs(n0)
+    finally:
+        n0.run(["tc", "qdisc", "del", "dev", "fleth0", "root"], scope="net")
