@@ -254,7 +254,7 @@ def _check_params(f: FaultSpec, i: int) -> None:
     from faultlab import injectors
     from faultlab.nodes import LocalNode
 
-    placeholder = "1" if f.type in RANK_TYPES else None
+    placeholder = "999999" if f.type in RANK_TYPES else None  # parsed, never probed
     try:
         injectors.build(f.type, LocalNode("validate"), target=placeholder, duration_s=f.duration, opts=f.options())
     except BadInput as e:

@@ -10,7 +10,7 @@ Pipeline (per run), after SlowSight's two views and the OSDI'25 what-if analysis
 4. :mod:`~faultlab.labeler.fusion`: flags -> intervals -> rank / job labels;
 5. :mod:`~faultlab.labeler.reconcile`: labels x injections -> source, fault_id, cause.
 
-Public API: :class:`LabelerConfig`, :func:`label`, :func:`label_run`,
+Public API: :class:`LabelerConfig`, :func:`label`, :func:`label_run`, :func:`read_steps`,
 :func:`faultlab.labeler.whatif.whatif`, :func:`faultlab.labeler.reconcile.reconcile`.
 """
 
@@ -21,6 +21,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from faultlab.errors import BadInput
@@ -123,7 +124,8 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
     Args:
         steps: the ``steps`` table (faultlab.schema.STEPS: run_id, rank, node,
             peer_group, step, t_start [unix s], compute_s, comm_s, step_s [s]); one row
-            per rank per step. Several run_ids are labeled run by run.
+            per rank per step. Several run_ids are labeled run by run. String columns
+            may be ``str``/object or categorical (as :func:`read_steps` gives them).
         injections: the ``injections`` table (faultlab.schema.INJECTIONS), may be None
             or empty. Rows are matched to their run by ``run_id``; a row without a
             run_id applies to every run given.
@@ -137,17 +139,31 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
     Raises:
         BadInput for a missing column or a bad config value.
     """
-    cfg = _config(config)
+    return _label(steps, injections, _config(config))[0]
+
+
+def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerConfig) -> tuple[pd.DataFrame, dict]:
+    """:func:`label`, also returning ``{run_id: Analysis}`` of the runs with steps."""
     check_steps(steps)
     inj = injections
     parts = []
+    analyses: dict = {}
     run_ids = sorted({str(r) for r in pd.unique(steps["run_id"]) if not pd.isna(r)})
     if not run_ids:
         run_ids = [""]
     single = len(run_ids) == 1
+    if not single:  # one pass over the run_id column, then a row selection per run
+        codes, uniques = pd.factorize(steps["run_id"], sort=False)
+        ustr = np.asarray([str(u) for u in uniques], dtype=object)
     for rid in run_ids:
-        s = steps if single else steps[steps["run_id"].map(str) == rid]
+        if single:
+            s = steps
+        else:
+            s = steps.iloc[np.flatnonzero(np.isin(codes, np.flatnonzero(ustr == rid)))]
         an = analyze(StepGrid.from_steps(s), cfg) if len(s) else None
+        del s
+        if an is not None:
+            analyses[rid] = an
         labels = fuse(an) if an is not None else fusion._empty_labels()
         run_inj = inj
         if inj is not None and len(inj) and rid and "run_id" in inj.columns:
@@ -161,16 +177,93 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
         parts.append(out)
     parts = [p for p in parts if len(p)]
     if not parts:
-        return fusion._empty_labels()
+        return fusion._empty_labels(), analyses
     res = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    return fusion._typed(res.reset_index(drop=True))
+    return fusion._typed(res.reset_index(drop=True)), analyses
+
+
+#: string columns of ``steps`` that :func:`read_steps` reads dictionary-encoded
+_STRING_STEP_COLUMNS = ("run_id", "node", "peer_group")
+
+
+def read_steps(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a ``steps`` Parquet file the lean way, for labeling.
+
+    Only the faultlab.schema.STEPS columns are read (absent ones stay absent:
+    :func:`label` then names them). ``run_id``, ``node`` and ``peer_group`` come as
+    pandas categoricals (a small integer code per row, not a string per row), the
+    numeric columns as numpy arrays in their Parquet type. The file is read about a
+    million rows (whole row groups) at a time into preallocated arrays, so the peak
+    memory is the frame plus one batch, not the frame plus the whole Arrow table.
+    Same values as ``pq.read_table(path).to_pandas()``; with 20.5M rows (1,024 ranks
+    x 20,000 steps) a 0.9 GiB frame and a 1.4 GiB peak, where that read makes a 1.8
+    GiB frame and peaks at 3.4-3.7 GiB (perf/labeler_throughput.py). Falls back to
+    ``pq.read_table(path, columns=...).to_pandas()`` for a column of another type or
+    an integer column with nulls.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from faultlab.labeler.temporal import STEP_COLUMNS
+
+    pf = pq.ParquetFile(path)
+    sch = pf.schema_arrow
+    cols = [c for c in STEP_COLUMNS if c in sch.names]
+    strs = [c for c in cols if c in _STRING_STEP_COLUMNS]
+    ok = all(pa.types.is_string(sch.field(c).type) or pa.types.is_large_string(sch.field(c).type) for c in strs) and all(
+        pa.types.is_integer(sch.field(c).type) or pa.types.is_floating(sch.field(c).type) for c in cols if c not in strs)
+    n = pf.metadata.num_rows
+    if not ok or n == 0 or pf.num_row_groups == 0:
+        return pq.read_table(path, columns=cols).to_pandas()
+    del pf
+    pf = pq.ParquetFile(path, read_dictionary=strs)
+    out = {c: np.empty(n, dtype=np.int32 if c in strs else sch.field(c).type.to_pandas_dtype()) for c in cols}
+    cats: dict[str, dict] = {c: {} for c in strs}
+    batches, cur, rows = [], [], 0
+    for i in range(pf.num_row_groups):
+        cur.append(i)
+        rows += pf.metadata.row_group(i).num_rows
+        if rows >= 1 << 20:
+            batches.append(cur)
+            cur, rows = [], 0
+    if cur:
+        batches.append(cur)
+    pos = 0
+    for rgs in batches:
+        t = pf.read_row_groups(rgs, columns=cols)
+        m = t.num_rows
+        for c in cols:
+            col = t.column(c)
+            if c in strs:
+                p, gm = pos, cats[c]
+                for ch in col.chunks:  # map each chunk's dictionary onto the categories so far
+                    lut = np.asarray([gm.setdefault(v, len(gm)) for v in ch.dictionary.to_pylist()] or [0], dtype=np.int32)
+                    dst = out[c][p : p + len(ch)]
+                    dst[:] = lut[ch.indices.fill_null(0).to_numpy()]
+                    if ch.null_count:
+                        dst[ch.is_null().to_numpy(zero_copy_only=False)] = -1
+                    p += len(ch)
+            elif col.null_count and out[c].dtype.kind != "f":  # an int column with nulls: pandas makes it float
+                return pq.read_table(path, columns=cols).to_pandas()
+            else:
+                out[c][pos : pos + m] = col.to_numpy()
+        pos += m
+        del t
+    data = {}
+    for c in cols:
+        if c in strs:
+            data[c] = pd.Categorical.from_codes(out.pop(c), categories=pd.Index(list(cats[c]), dtype="str"))
+        else:
+            data[c] = out.pop(c)
+    return pd.DataFrame(data, copy=False)
 
 
 def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None = None) -> pd.DataFrame:
-    """Label one run directory: read ``steps`` and ``injections`` through
-    :class:`faultlab.rundir.RunDir`, write ``labels.parquet`` and ``whatif.json``
-    (the :func:`~faultlab.labeler.whatif.whatif` dict plus the config used), append a
-    ``labeled`` event to ``events.jsonl``, and return the labels frame.
+    """Label one run directory: read ``steps`` (with :func:`read_steps` when
+    ``steps.parquet`` exists, else the raw telemetry through
+    :class:`faultlab.rundir.RunDir`) and ``injections``, write ``labels.parquet`` and
+    ``whatif.json`` (the :func:`~faultlab.labeler.whatif.whatif` dict plus the config
+    used), append a ``labeled`` event to ``events.jsonl``, and return the labels frame.
 
     Raises:
         BadInput when the steps table misses a column or a config value is bad;
@@ -180,20 +273,21 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
 
     cfg = _config(config)
     rd = RunDir(run_dir)
-    steps = rd.read_table("steps")
+    p = rd.table_path("steps")
+    steps = read_steps(p) if p.exists() else rd.read_table("steps")  # a fresh frame of our own
     injections = rd.read_table("injections")
-    if len(steps) and "run_id" in steps.columns:
-        steps = steps.copy()
-        steps["run_id"] = steps["run_id"].fillna(rd.run_id)
-    labels = label(steps, injections, config=cfg)
+    if len(steps) and "run_id" in steps.columns and steps["run_id"].isna().any():
+        steps["run_id"] = steps["run_id"].astype(object).fillna(rd.run_id)
+    labels, analyses = _label(steps, injections, cfg)
     if len(labels):
         labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", rd.run_id)
     rd.write_table("labels", labels)
-    if len(steps) and steps["run_id"].nunique() <= 1:
-        wi = whatif.whatif_grid(StepGrid.from_steps(steps))
+    if len(steps) and len(analyses) == 1 and steps["run_id"].nunique() <= 1:
+        wi = whatif.whatif_grid(next(iter(analyses.values())).grid)
     else:
         wi = {"method": "osdi25-whatif-dp", "run_id": rd.run_id, "slowdown": float("nan"), "per_rank": {},
               "actual_s": 0.0, "simulated_s": 0.0, "n_steps": 0}
+    del analyses, steps
     wi["labeler_config"] = cfg.to_dict()
     path = Path(rd.path) / "whatif.json"
     tmp = path.with_suffix(".json.tmp")
@@ -223,6 +317,7 @@ __all__ = [
     "fuse",
     "label",
     "label_run",
+    "read_steps",
     "reconcile",
     "whatif",
     "fusion",

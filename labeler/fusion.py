@@ -36,7 +36,7 @@ import pandas as pd
 from faultlab import schema
 from faultlab.labeler.peer import PeerView, peer_view
 from faultlab.labeler.temporal import StepGrid, TemporalView, nanmedian, temporal_view
-from faultlab.labeler.whatif import simulate
+from faultlab.labeler.whatif import simulate_job
 
 
 def intervals(flags: np.ndarray, gap: int, min_len: int, *, t0: np.ndarray | None = None, t1: np.ndarray | None = None,
@@ -130,7 +130,7 @@ def analyze(grid: StepGrid, config=None) -> Analysis:
         config = LabelerConfig()
     tv = temporal_view(grid, config)
     pv = peer_view(grid, config)
-    sim, _ = simulate(grid)
+    sim = simulate_job(grid)
     with np.errstate(invalid="ignore"):
         jw = (
             tv.job_flag
@@ -158,7 +158,8 @@ def fuse(an: Analysis) -> pd.DataFrame:
 
     # 1. localized stragglers from the peer view
     rank_label_rows = np.zeros((g.S, g.R), dtype=bool)
-    for j in range(g.R):
+    for j in np.flatnonzero(pv.flag.any(axis=0)):  # only ranks with a peer flag
+        j = int(j)
         for i0, i1 in intervals(pv.flag[:, j], gap, min_len, **timed):
             sl = slice(i0, i1 + 1)
             rank_t = bool(tv.rank_flag[sl, j].any())
@@ -206,7 +207,7 @@ def fuse(an: Analysis) -> pd.DataFrame:
     for i0, i1 in intervals(an.job_wide_flag & ~_dilate(covered, gap), gap, min_len, **timed):
         sl = slice(i0, i1 + 1)
         slowdown = an.job_slowdown(i0, i1)
-        up = [g.component(j) for j in range(g.R) if tv.rank_flag[sl, j].any()]
+        up = [g.component(j) for j in np.flatnonzero(tv.rank_flag[sl].any(axis=0))]
         ev = {
             "baseline_s": _nanmed(tv.job_base[sl]),
             "baseline_kind": "temporal",
@@ -229,7 +230,8 @@ def fuse(an: Analysis) -> pd.DataFrame:
     # 3. a rank slow against its own history only (most of its group slowed too);
     # only when the job felt it: a rank's compute rising back to normal after a
     # period in which it was unusually fast is not a slowdown of anything
-    for j in range(g.R):
+    for j in np.flatnonzero(tv.rank_flag.any(axis=0)):  # only ranks with a temporal flag
+        j = int(j)
         free = tv.rank_flag[:, j] & ~_dilate(rank_label_rows[:, j] | job_rows, gap)
         for i0, i1 in intervals(free, gap, min_len, **timed):
             sl = slice(i0, i1 + 1)

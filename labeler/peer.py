@@ -36,7 +36,10 @@ class PeerView:
     """Result of :func:`peer_view` (shapes ``(S, R)``: S steps, R ranks).
 
     ``median`` peer-group median compute_s (s); ``ratio`` compute_s / median;
-    ``flag`` bool; ``sigma`` ``(R,)`` the robust noise of the ratio in the rank's group.
+    ``flag`` bool; ``sigma`` ``(R,)`` float64, the robust noise of the ratio in the
+    rank's group. ``median`` and ``ratio`` are in the dtype of the grid's ``compute``
+    (float32 from :meth:`StepGrid.from_steps`); ``median`` may be a read-only
+    broadcast view when there is one peer group.
     """
 
     median: np.ndarray
@@ -54,29 +57,35 @@ def peer_view(grid: StepGrid, config=None) -> PeerView:
             ``peer_threshold``, ``mad_k``, ``peer_min_ranks``.
 
     Returns:
-        a :class:`PeerView`. Vectorized with numpy; deterministic.
+        a :class:`PeerView`. Vectorized with numpy (a loop over peer groups only);
+        deterministic.
     """
     if config is None:
         from faultlab.labeler import LabelerConfig
 
         config = LabelerConfig()
     med = grid.group_median()
-    count = grid.group_count()
+    _, count, gidx = grid.group_stats()  # (S, G) ranks with data per group
+    _, _, cols = grid.peer_groups()
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = grid.compute / med
-    ratio = np.where(np.isfinite(ratio), ratio, np.nan)
+    ratio[~np.isfinite(ratio)] = np.nan
     sigma = np.zeros(grid.R)
-    for g in sorted(set(grid.groups.tolist())):
-        cols = np.flatnonzero(grid.groups == g)
-        vals = ratio[:, cols].ravel()
-        vals = vals[~np.isnan(vals)]
+    for c in cols:
+        vals = ratio[:, c]
         if vals.size:
-            c = np.median(vals)
-            sigma[cols] = MAD_TO_SIGMA * np.median(np.abs(vals - c))
+            m, n = nanmedian(vals.ravel(), axis=0)
+            if n:
+                mad, _ = nanmedian(np.abs(vals - vals.dtype.type(m)).ravel(), axis=0)
+                sigma[c] = MAD_TO_SIGMA * float(mad)
+    dt = ratio.dtype.type
     with np.errstate(invalid="ignore"):
-        flag = (ratio > config.peer_threshold) & ((ratio - 1.0) > config.mad_k * sigma[None, :])
-    flag &= count >= config.peer_min_ranks
-    flag &= ~np.isnan(ratio)
+        # NaN ratios compare False: never flagged
+        flag = ratio > dt(config.peer_threshold)
+        flag &= (ratio - dt(1.0)) > (dt(config.mad_k) * sigma.astype(ratio.dtype))[None, :]
+    few = count < config.peer_min_ranks
+    if few.any():
+        flag &= ~few[:, gidx]
     return PeerView(median=med, ratio=ratio, flag=flag, sigma=sigma)
 
 

@@ -26,7 +26,6 @@ of the baseline and is not flagged; the peer view covers that case.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,20 +42,31 @@ MAD_TO_SIGMA = 1.4826
 def nanmedian(a: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Median along ``axis`` ignoring NaN, vectorized (one sort, no Python loop).
 
-    Returns ``(median, count)``: the median (NaN where a slice has no finite value)
-    and the number of non-NaN values per slice, both with ``axis`` removed.
+    ``a`` may be float32 or float64 (other dtypes are converted to float64); it is
+    sorted in its own dtype, along a contiguous copy of ``axis``. The median of an
+    even count is ``0.5 * (lo + hi)`` of the two middle values, computed in float64.
+
+    Returns ``(median, count)``: the float64 median (NaN where a slice has no finite
+    value) and the int64 number of non-NaN values per slice, both with ``axis``
+    removed.
     """
-    a = np.asarray(a, dtype=np.float64)
-    s = np.sort(a, axis=axis)  # NaN sorts last
-    n = np.sum(~np.isnan(s), axis=axis)
+    a = np.asarray(a)
+    if a.dtype != np.float32 and a.dtype != np.float64:
+        a = a.astype(np.float64)
+    s = np.array(np.moveaxis(a, axis, -1), order="C")  # own copy, sorted axis contiguous
+    L = s.shape[-1]
+    if L == 0:
+        return np.full(s.shape[:-1], np.nan), np.zeros(s.shape[:-1], dtype=np.int64)
+    s.sort(axis=-1)  # NaN sorts last
+    if not np.isnan(s[..., -1]).any():  # no NaN at all: fixed middle positions
+        n = np.full(s.shape[:-1], L, dtype=np.int64)
+        return 0.5 * (s[..., (L - 1) // 2].astype(np.float64) + s[..., L // 2]), n
+    n = L - np.count_nonzero(np.isnan(s), axis=-1).astype(np.int64)
     lo = np.clip((n - 1) // 2, 0, None)
     hi = np.clip(n // 2, 0, None)
-    if s.shape[axis] == 0:
-        return np.full(n.shape, np.nan), n
-    lo_v = np.take_along_axis(s, np.expand_dims(lo, axis), axis=axis).squeeze(axis)
-    hi_v = np.take_along_axis(s, np.expand_dims(hi, axis), axis=axis).squeeze(axis)
-    med = 0.5 * (lo_v + hi_v)
-    med = np.where(n > 0, med, np.nan)
+    lo_v = np.take_along_axis(s, lo[..., None], axis=-1)[..., 0].astype(np.float64)
+    hi_v = np.take_along_axis(s, hi[..., None], axis=-1)[..., 0]
+    med = np.where(n > 0, 0.5 * (lo_v + hi_v), np.nan)
     return med, n
 
 
@@ -71,17 +81,75 @@ def check_steps(steps: pd.DataFrame) -> None:
         )
 
 
+def _codes(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(unique, codes)`` of a 1-D integer array: the sorted distinct values (int64)
+    and each element's index into them (int32 when it fits), like
+    ``np.unique(v, return_inverse=True)``. A dense lookup table (O(n)) when the values
+    span a range no larger than ~2x the array, else a sort."""
+    v = np.asarray(v)
+    if v.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+    if v.dtype.kind not in "iu":
+        v = v.astype(np.int64)
+    lo, hi = int(v.min()), int(v.max())
+    span = hi - lo + 1
+    if span <= 2 * v.size + 4096:
+        off = np.subtract(v, lo, dtype=np.int64) if v.dtype.itemsize > 4 or v.dtype.kind == "u" else v - np.int32(lo)
+        present = np.zeros(span, dtype=bool)
+        present[off] = True
+        uniq = np.flatnonzero(present).astype(np.int64) + lo
+        ct = np.int32 if uniq.size < 2**31 else np.int64
+        lut = np.cumsum(present, dtype=ct) - ct(1)
+        return uniq, lut[off]
+    uniq, inv = np.unique(v.astype(np.int64, copy=False), return_inverse=True)
+    return uniq, inv.reshape(-1)
+
+
+def _step_major(step_vals: np.ndarray, rank_vals: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(steps, ranks)`` (int64, ascending) when the rows are the complete grid in
+    step-major order (every rank once per step, ranks ascending, steps ascending),
+    else None. A few vectorized passes, no sort."""
+    n = step_vals.shape[0]
+    if n == 0 or step_vals.dtype.kind not in "iu" or rank_vals.dtype.kind not in "iu":
+        return None
+    ch = step_vals != step_vals[0]
+    R = int(np.argmax(ch)) if ch.any() else n
+    del ch
+    if n % R:
+        return None
+    S = n // R
+    V = step_vals.reshape(S, R)
+    K = rank_vals.reshape(S, R)
+    r0, s0 = K[0], V[:, 0]
+    if not (np.all(r0[1:] > r0[:-1]) and np.all(s0[1:] > s0[:-1])):
+        return None
+    if not (bool((V == s0[:, None]).all()) and bool((K == r0[None, :]).all())):
+        return None
+    return s0.astype(np.int64), r0.astype(np.int64)
+
+
+def _column(steps: pd.DataFrame, col: str, dtype) -> np.ndarray:
+    """A column of ``steps`` as a numpy array of ``dtype`` that the caller owns."""
+    vals = steps[col].to_numpy(dtype=dtype)
+    if not vals.flags.owndata or not vals.flags.writeable:
+        vals = vals.copy()
+    return vals
+
+
 @dataclass
 class StepGrid:
     """The ``steps`` table of one run as dense ``(S, R)`` arrays (S steps x R ranks).
 
     Missing (rank, step) cells are NaN. Row ``i`` is the i-th distinct step number in
-    ascending order (``steps[i]``); column ``j`` is rank ``ranks[j]`` (ascending).
+    ascending order (``steps[i]``, int64); column ``j`` is rank ``ranks[j]`` (int64,
+    ascending).
 
-    Attributes (units): ``t_start`` unix s; ``compute``, ``comm``, ``step_s`` seconds;
-    ``job_step`` (S,) the median ``step_s`` across ranks, seconds; ``t0`` (S,) the
-    earliest ``t_start`` of the step, unix s; ``t1`` (S,) the latest
-    ``t_start + step_s`` of the step, unix s.
+    Attributes (units): ``t_start`` unix s (float64: a unix time needs its 52 bits);
+    ``compute``, ``comm``, ``step_s`` seconds (float32 when built by
+    :meth:`from_steps`: 7 significant digits, ~2 ns at 30 ms, ~4 us at 60 s; any
+    float array when given directly); ``job_step`` (S,) the median ``step_s`` across
+    ranks, seconds, float64; ``t0`` (S,) the earliest ``t_start`` of the step, unix s;
+    ``t1`` (S,) the latest ``t_start + step_s`` of the step, unix s.
     """
 
     run_id: str
@@ -97,17 +165,20 @@ class StepGrid:
     t0: np.ndarray = field(init=False)
     t1: np.ndarray = field(init=False)
     _group_median: np.ndarray | None = field(init=False, default=None, repr=False)
+    _group_stats: tuple | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.job_step, _ = nanmedian(self.step_s, axis=1) if self.S else (np.zeros(0), None)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            if self.S and self.R:
-                self.t0 = np.nanmin(self.t_start, axis=1)
-                self.t1 = np.nanmax(self.t_start + self.step_s, axis=1)
-            else:
-                self.t0 = np.zeros(0)
-                self.t1 = np.zeros(0)
+        if self.S and self.R:
+            # fmin/fmax ignore NaN (a row of NaN gives NaN, without a warning)
+            self.t0 = np.fmin.reduce(self.t_start, axis=1).astype(np.float64, copy=False)
+            t1 = np.empty(self.S)
+            for i in range(0, self.S, 4096):  # bounded temporaries
+                t1[i : i + 4096] = np.fmax.reduce(self.t_start[i : i + 4096] + self.step_s[i : i + 4096], axis=1)
+            self.t1 = t1
+        else:
+            self.t0 = np.zeros(0)
+            self.t1 = np.zeros(0)
 
     @property
     def S(self) -> int:
@@ -122,26 +193,52 @@ class StepGrid:
         """Build the grid from a ``steps`` frame of ONE run (faultlab.schema.STEPS).
 
         Duplicate (rank, step) rows: the last one wins. Raises BadInput when a column
-        is missing.
+        is missing. O(rows), no sort: when the frame is already the complete grid in
+        step-major order (every rank once per step, ranks and steps ascending: the
+        usual layout) the columns are reshaped; otherwise step and rank codes come
+        from a lookup table and the values are scattered into the grid. String columns
+        may be ``str``/object or categorical.
         """
         check_steps(steps)
         run_ids = [r for r in pd.unique(steps["run_id"]) if not pd.isna(r)]
         run_id = str(run_ids[0]) if run_ids else ""
-        step_vals = steps["step"].to_numpy(dtype=np.int64)
-        rank_vals = steps["rank"].to_numpy(dtype=np.int64)
-        u_steps, si = np.unique(step_vals, return_inverse=True)
-        u_ranks, ri = np.unique(rank_vals, return_inverse=True)
-        S, R = len(u_steps), len(u_ranks)
+        step_vals, rank_vals = steps["step"].to_numpy(), steps["rank"].to_numpy()
+        if step_vals.dtype.kind not in "iu":  # e.g. float or nullable: integral or an error, as before
+            step_vals = steps["step"].to_numpy(dtype=np.int64)
+        if rank_vals.dtype.kind not in "iu":
+            rank_vals = steps["rank"].to_numpy(dtype=np.int64)
+        n = len(steps)
+        hit = _step_major(step_vals, rank_vals)
+        ordered = hit is not None
+        if ordered:
+            u_steps, u_ranks = hit
+            S, R = len(u_steps), len(u_ranks)
+            cell = ri = None
+        else:
+            u_steps, si = _codes(step_vals)
+            u_ranks, ri = _codes(rank_vals)
+            S, R = len(u_steps), len(u_ranks)
+            cell = si.astype(np.int64) * R + ri
+            del si
+        del step_vals, rank_vals
 
-        def dense(col: str) -> np.ndarray:
-            out = np.full((S, R), np.nan)
-            out[si, ri] = steps[col].to_numpy(dtype=np.float64)
-            return out
+        def dense(col: str, dtype) -> np.ndarray:
+            vals = _column(steps, col, dtype)
+            if ordered:
+                return vals.reshape(S, R)
+            out = np.full(S * R, np.nan, dtype=dtype)
+            out[cell] = vals
+            return out.reshape(S, R)
 
-        # first occurrence of each rank gives its node and peer group
-        first = np.full(R, -1, dtype=np.int64)
-        order = np.arange(len(ri))[::-1]
-        first[ri[order]] = order
+        # first occurrence of each rank gives its node and peer group (row j when ordered)
+        if ordered:
+            first = np.arange(R, dtype=np.int64)
+        else:
+            first = np.full(R, -1, dtype=np.int64)
+            order = np.arange(n - 1, -1, -1, dtype=np.int64)
+            first[ri[order]] = order  # the last write, the smallest row index, wins
+            del order
+        del ri
         nodes = [str(x) for x in steps["node"].iloc[first].tolist()] if R else []
         groups = [str(x) for x in steps["peer_group"].iloc[first].tolist()] if R else []
         return cls(
@@ -150,33 +247,55 @@ class StepGrid:
             ranks=u_ranks,
             nodes=np.asarray(nodes, dtype=object),
             groups=np.asarray(groups, dtype=object),
-            t_start=dense("t_start"),
-            compute=dense("compute_s"),
-            comm=dense("comm_s"),
-            step_s=dense("step_s"),
+            t_start=dense("t_start", np.float64),
+            compute=dense("compute_s", np.float32),
+            comm=dense("comm_s", np.float32),
+            step_s=dense("step_s", np.float32),
         )
 
+    def peer_groups(self) -> tuple[list[str], np.ndarray, list]:
+        """``(names, gidx, cols)``: the sorted peer group names, ``(R,)`` the index of
+        each rank's group in ``names``, and per group its rank columns (a slice when
+        contiguous, else an index array)."""
+        names = sorted(set(self.groups.tolist()))
+        gidx = np.zeros(self.R, dtype=np.intp)
+        cols = []
+        for k, g in enumerate(names):
+            c = np.flatnonzero(self.groups == g)
+            gidx[c] = k
+            cols.append(slice(int(c[0]), int(c[-1]) + 1) if c[-1] - c[0] + 1 == c.size else c)
+        return names, gidx, cols
+
+    def group_stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(median, count, gidx)``: ``(S, G)`` per step and peer group (groups in
+        sorted name order) the median ``compute_s`` (s, in the dtype of ``compute``)
+        and the number of ranks with data; ``(R,)`` each rank's group index. Cached."""
+        if self._group_stats is None:
+            names, gidx, cols = self.peer_groups()
+            med = np.full((self.S, len(names)), np.nan, dtype=self.compute.dtype)
+            cnt = np.zeros((self.S, len(names)), dtype=np.int64)
+            for k, c in enumerate(cols):
+                m, n = nanmedian(self.compute[:, c], axis=1)
+                med[:, k] = m
+                cnt[:, k] = n
+            self._group_stats = (med, cnt, gidx)
+        return self._group_stats
+
     def group_median(self) -> np.ndarray:
-        """``(S, R)``: per step, the median ``compute_s`` of the rank's peer group (s).
+        """``(S, R)``: per step, the median ``compute_s`` of the rank's peer group (s,
+        in the dtype of ``compute``).
 
         NaN ranks (no record at that step) are left out of the median. Cached.
         """
         if self._group_median is None:
-            out = np.full((self.S, self.R), np.nan)
-            for g in sorted(set(self.groups.tolist())):
-                cols = np.flatnonzero(self.groups == g)
-                med, _ = nanmedian(self.compute[:, cols], axis=1)
-                out[:, cols] = med[:, None]
-            self._group_median = out
+            med, _, gidx = self.group_stats()
+            self._group_median = np.broadcast_to(med, (self.S, self.R)) if med.shape[1] == 1 else med[:, gidx]
         return self._group_median
 
     def group_count(self) -> np.ndarray:
         """``(S, R)``: per step, the number of ranks of the rank's peer group with data."""
-        out = np.zeros((self.S, self.R), dtype=np.int64)
-        for g in sorted(set(self.groups.tolist())):
-            cols = np.flatnonzero(self.groups == g)
-            out[:, cols] = np.sum(~np.isnan(self.compute[:, cols]), axis=1)[:, None]
-        return out
+        _, cnt, gidx = self.group_stats()
+        return cnt[:, gidx]
 
     def component(self, j: int) -> str:
         """Component name of rank column ``j``: ``"rank:N"``."""
@@ -188,6 +307,98 @@ class StepGrid:
             return np.zeros(0, dtype=np.int64)
         hi = np.inf if not np.isfinite(t_hi) else t_hi
         return np.flatnonzero((self.t0 <= hi) & (self.t1 >= t_lo))
+
+
+def _window_stats(win: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | int]:
+    """Median, MAD (both in the dtype of ``win``) and non-NaN count of each row of
+    ``win`` ``(C, w)``, ignoring NaN; a row without values gives NaN. The median of an
+    even count is the mean of the two middle values (computed in float64); the MAD is
+    taken about the median as stored. The count is an int when no row holds a NaN."""
+    dt = win.dtype
+    w = win.shape[1]
+    srt = np.sort(win, axis=1)  # NaN last
+    lo, hi = (w - 1) // 2, w // 2
+    med = (0.5 * (srt[:, lo].astype(np.float64) + srt[:, hi])).astype(dt)
+    dev = np.abs(win - med[:, None])
+    dev.sort(axis=1)
+    mad = (0.5 * (dev[:, lo].astype(np.float64) + dev[:, hi])).astype(dt)
+    rows = np.flatnonzero(np.isnan(srt[:, -1]))
+    if rows.size == 0:
+        return med, mad, w
+    # rows holding a NaN (no record, or a flagged step left out): redo with their count
+    srt = srt[rows]
+    n_r = w - np.count_nonzero(np.isnan(srt), axis=1)
+    lo_r = np.clip((n_r - 1) // 2, 0, None)[:, None]
+    hi_r = np.clip(n_r // 2, 0, None)[:, None]
+
+    def mid(a):
+        return 0.5 * (np.take_along_axis(a, lo_r, axis=1)[:, 0].astype(np.float64) + np.take_along_axis(a, hi_r, axis=1)[:, 0])
+
+    med_r = mid(srt).astype(dt)
+    med_r[n_r == 0] = np.nan
+    dev = np.abs(win[rows] - med_r[:, None])
+    dev.sort(axis=1)
+    mad_r = mid(dev).astype(dt)
+    mad_r[n_r == 0] = np.nan
+    med[rows] = med_r
+    mad[rows] = mad_r
+    n = np.full(win.shape[0], w, dtype=np.int64)
+    n[rows] = n_r
+    return med, mad, n
+
+
+def _trailing_baseline_t(
+    Xt: np.ndarray, *, window: int, min_valid: int, threshold: float, mad_k: float, block: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`trailing_baseline` on the transposed layout: ``Xt`` ``(C, S)`` (a series
+    per row, time along the contiguous axis), float32 or float64. Returns ``(C, S)``
+    baseline, sigma (dtype of ``Xt``) and flags (bool).
+
+    The feedback (flagged steps leave the baseline) makes block ``k`` depend on the
+    flags of the blocks before it, so blocks run in order, each vectorized over all C
+    series: per block, one sort of the ``(C, window)`` trailing window for the median
+    and one for the MAD (a few hundred KB, in cache).
+    """
+    C, S = Xt.shape
+    dt = Xt.dtype
+    nb = -(-S // block)
+    bb = np.full((nb, C), np.nan, dtype=dt)
+    ss = np.full((nb, C), np.nan, dtype=dt)
+    flags = np.zeros((C, S), dtype=bool)
+    if S == 0 or C == 0:
+        return np.full((C, S), np.nan, dtype=dt), np.full((C, S), np.nan, dtype=dt), flags
+    feed = Xt.copy()  # the values allowed to feed the baseline (flagged ones -> NaN)
+    # warm-up baseline: median of the first `window` rows
+    cur_b, cur_s, _ = _window_stats(Xt[:, :window])
+    cur_s = (cur_s * MAD_TO_SIGMA).astype(dt)
+    thr_b = cur_b * dt.type(threshold)
+    floor = dt.type(mad_k) * np.nan_to_num(cur_s)
+    for k in range(nb):
+        s0 = k * block
+        if s0 >= min_valid:
+            med, mad, n = _window_stats(feed[:, max(0, s0 - window) : s0])
+            mad = (mad * MAD_TO_SIGMA).astype(dt)
+            if isinstance(n, int):
+                if n >= min_valid:
+                    cur_b, cur_s = med, mad
+            else:
+                ok = n >= min_valid
+                cur_b = np.where(ok, med, cur_b)
+                cur_s = np.where(ok, mad, cur_s)
+            thr_b = cur_b * dt.type(threshold)
+            floor = dt.type(mad_k) * np.nan_to_num(cur_s)
+        blk = Xt[:, s0 : s0 + block]
+        # a NaN value or baseline compares False: never flagged
+        f = (blk > thr_b[:, None]) & ((blk - cur_b[:, None]) > floor[:, None])
+        bb[k] = cur_b
+        ss[k] = cur_s
+        if f.any():
+            flags[:, s0 : s0 + block] = f
+            feed[:, s0 : s0 + block][f] = np.nan
+    del feed
+    base = np.repeat(bb.T, block, axis=1)[:, :S]
+    sig = np.repeat(ss.T, block, axis=1)[:, :S]
+    return base, sig, flags
 
 
 def trailing_baseline(
@@ -202,7 +413,8 @@ def trailing_baseline(
     """Flag values above a robust trailing baseline, column by column (vectorized over columns).
 
     Args:
-        X: ``(S, C)`` float array, rows in time order; NaN = no value.
+        X: ``(S, C)`` float array, rows in time order; NaN = no value. float32 is
+            computed in float32, anything else in float64.
         window: number of preceding rows the baseline is the median of (steps).
         min_valid: fewest unflagged values in the window to refresh the baseline;
             with fewer the previous baseline is kept (also the warm-up length).
@@ -212,44 +424,20 @@ def trailing_baseline(
 
     Returns:
         ``(baseline, sigma, flags)``: baseline and robust sigma ``(S, C)`` in the
-        unit of ``X``, and the boolean ``(S, C)`` flags. Deterministic.
+        unit (and float dtype) of ``X``, and the boolean ``(S, C)`` flags (possibly
+        transposed views of ``(C, S)`` arrays). Deterministic.
 
     Raises:
         BadInput when a parameter is out of range.
     """
     if window < 1 or min_valid < 1 or block < 1:
         raise BadInput("window, min_valid and block must be >= 1", field="temporal")
-    X = np.asarray(X, dtype=np.float64)
-    S, C = X.shape
-    base = np.full((S, C), np.nan)
-    sig = np.full((S, C), np.nan)
-    flags = np.zeros((S, C), dtype=bool)
-    if S == 0 or C == 0:
-        return base, sig, flags
-    feed = X.copy()  # the values allowed to feed the baseline (flagged ones -> NaN)
-    # warm-up baseline: median of the first `window` rows
-    head = X[:window]
-    cur_b, _ = nanmedian(head, axis=0)
-    cur_s, _ = nanmedian(np.abs(head - cur_b), axis=0)
-    cur_s = cur_s * MAD_TO_SIGMA
-    for s0 in range(0, S, block):
-        if s0 >= min_valid:
-            win = feed[max(0, s0 - window) : s0]
-            med, n = nanmedian(win, axis=0)
-            mad, _ = nanmedian(np.abs(win - med), axis=0)
-            ok = n >= min_valid
-            cur_b = np.where(ok, med, cur_b)
-            cur_s = np.where(ok, mad * MAD_TO_SIGMA, cur_s)
-        blk = X[s0 : s0 + block]
-        with np.errstate(invalid="ignore"):
-            f = (blk > cur_b * threshold) & ((blk - cur_b) > mad_k * np.nan_to_num(cur_s))
-        f &= ~np.isnan(blk)
-        flags[s0 : s0 + block] = f
-        base[s0 : s0 + block] = cur_b
-        sig[s0 : s0 + block] = cur_s
-        fb = feed[s0 : s0 + block]
-        fb[f] = np.nan
-    return base, sig, flags
+    X = np.asarray(X)
+    dt = np.float32 if X.dtype == np.float32 else np.float64
+    Xt = np.ascontiguousarray(X.T, dtype=dt)
+    base, sig, flags = _trailing_baseline_t(Xt, window=window, min_valid=min_valid, threshold=threshold,
+                                            mad_k=mad_k, block=block)
+    return base.T, sig.T, flags.T
 
 
 @dataclass
@@ -259,7 +447,9 @@ class TemporalView:
     ``job_*`` are ``(S,)`` for the job step time (seconds, median ``step_s`` across
     ranks); ``rank_*`` are ``(S, R)`` for each rank's ``compute_s`` (seconds).
     ``*_base`` baseline (s), ``*_sigma`` robust noise (s), ``*_ratio`` value/baseline,
-    ``*_flag`` bool.
+    ``*_flag`` bool. Floats are in the dtype of the grid's ``compute`` (float32 from
+    :meth:`StepGrid.from_steps`); the ``(S, R)`` arrays are transposed views of
+    ``(R + 1, S)`` arrays (a rank's series is contiguous).
     """
 
     job_base: np.ndarray
@@ -289,9 +479,16 @@ def temporal_view(grid: StepGrid, config=None) -> TemporalView:
         from faultlab.labeler import LabelerConfig
 
         config = LabelerConfig()
-    X = np.column_stack([grid.job_step.reshape(-1, 1), grid.compute]) if grid.S else np.zeros((0, grid.R + 1))
-    base, sig, flags = trailing_baseline(
-        X,
+    if config.temporal_window_steps < 1 or config.temporal_min_valid_steps < 1 or config.temporal_block_steps < 1:
+        raise BadInput("window, min_valid and block must be >= 1", field="temporal")
+    dt = np.float32 if grid.compute.dtype == np.float32 else np.float64
+    # series per row: row 0 the job step time, row 1 + j rank j's compute_s
+    Xt = np.empty((grid.R + 1, grid.S), dtype=dt)
+    if grid.S:
+        Xt[0] = grid.job_step
+        Xt[1:] = grid.compute.T
+    base, sig, flags = _trailing_baseline_t(
+        Xt,
         window=config.temporal_window_steps,
         min_valid=config.temporal_min_valid_steps,
         threshold=config.temporal_threshold,
@@ -299,14 +496,14 @@ def temporal_view(grid: StepGrid, config=None) -> TemporalView:
         block=config.temporal_block_steps,
     )
     with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = X / base
+        ratio = np.divide(Xt, base, out=Xt)  # Xt is not needed any more
     return TemporalView(
-        job_base=base[:, 0],
-        job_sigma=sig[:, 0],
-        job_ratio=ratio[:, 0],
-        job_flag=flags[:, 0],
-        rank_base=base[:, 1:],
-        rank_sigma=sig[:, 1:],
-        rank_ratio=ratio[:, 1:],
-        rank_flag=flags[:, 1:],
+        job_base=base[0],
+        job_sigma=sig[0],
+        job_ratio=ratio[0],
+        job_flag=flags[0],
+        rank_base=base[1:].T,
+        rank_sigma=sig[1:].T,
+        rank_ratio=ratio[1:].T,
+        rank_flag=flags[1:].T,
     )

@@ -30,34 +30,58 @@ from faultlab.errors import BadInput
 from faultlab.labeler.temporal import StepGrid, check_steps
 
 
+def simulate_job(grid: StepGrid) -> np.ndarray:
+    """``(S,)`` float64: the job step time with every straggler made ideal (seconds;
+    NaN where the step has no job step time or no compute data). The first output of
+    :func:`simulate`, without its ``(S, R)`` per-rank part."""
+    S, R = grid.S, grid.R
+    if S == 0 or R == 0:
+        return np.zeros(0)
+    top = np.fmax.reduce(grid.compute, axis=1).astype(np.float64)  # NaN only when no rank has data
+    gmed, _, _ = grid.group_stats()
+    ideal = np.fmax.reduce(gmed, axis=1).astype(np.float64)  # the slowest ideal group
+    return np.maximum(grid.job_step - (top - ideal), ideal)
+
+
 def simulate(grid: StepGrid) -> tuple[np.ndarray, np.ndarray]:
     """Per-step what-if times of one run.
 
     Returns:
         ``(simulated, simulated_per_rank)``: ``(S,)`` the job step time with every
         straggler made ideal, and ``(S, R)`` with only rank column ``j`` made ideal;
-        seconds; NaN where the step has no job step time or no compute data.
+        seconds, float64; NaN where the step has no job step time or no compute data.
     """
     S, R = grid.S, grid.R
     if S == 0 or R == 0:
         return np.zeros(0), np.zeros((S, R))
     comp = grid.compute
-    gmed = grid.group_median()
-    with np.errstate(invalid="ignore"):
-        filled = np.where(np.isnan(comp), -np.inf, comp)
-        top = np.max(filled, axis=1)  # (S,)
-        arg = np.argmax(filled, axis=1)
-        second = np.partition(filled, R - 2, axis=1)[:, R - 2] if R >= 2 else np.full(S, -np.inf)
-        ideal = np.max(np.where(np.isnan(gmed), -np.inf, gmed), axis=1)
+    gmed_g, _, gidx = grid.group_stats()
+    rows = np.arange(S)
+    filled = np.where(np.isnan(comp), comp.dtype.type(-np.inf), comp)
+    arg = np.argmax(filled, axis=1)
+    top = filled[rows, arg].astype(np.float64)
+    if R >= 2:  # the largest of the others (equal to top on a tie)
+        filled[rows, arg] = -np.inf
+        second = np.max(filled, axis=1).astype(np.float64)
+    else:
+        second = np.full(S, -np.inf)
+    del filled
+    ideal = np.fmax.reduce(gmed_g, axis=1).astype(np.float64)
     top = np.where(np.isfinite(top), top, np.nan)
-    ideal = np.where(np.isfinite(ideal), ideal, np.nan)
     step = grid.job_step
     sim = np.maximum(step - (top - ideal), ideal)
     # only rank j ideal: the max of the others, or j's group median
-    is_top = np.arange(R)[None, :] == arg[:, None]
-    others_max = np.where(is_top, second[:, None], top[:, None])
-    new_top = np.where(np.isnan(comp), top[:, None], np.fmax(others_max, gmed))
-    sim_w = np.maximum(step[:, None] - (top[:, None] - new_top), ideal[:, None])
+    others_max = np.repeat(top[:, None], R, axis=1)
+    others_max[rows, arg] = second
+    gmed = gmed_g[:, 0][:, None] if gmed_g.shape[1] == 1 else gmed_g[:, gidx]
+    new_top = np.fmax(others_max, gmed, out=others_max)
+    miss = np.isnan(comp)
+    if miss.any():
+        new_top[miss] = np.broadcast_to(top[:, None], (S, R))[miss]
+    # sim_w = max(step - (top - new_top), ideal), in place
+    sim_w = np.subtract(new_top, top[:, None], out=new_top)
+    sim_w += step[:, None]
+    np.maximum(sim_w, ideal[:, None], out=sim_w)
     return sim, sim_w
 
 
@@ -69,9 +93,11 @@ def whatif_grid(grid: StepGrid) -> dict:
     actual = float(np.sum(step[ok]))
     simulated = float(np.sum(sim[ok]))
     S = actual / simulated if simulated > 0 else float("nan")
+    sim_w[~ok] = 0.0  # ours: the steps not counted add nothing
+    sums = np.sum(sim_w, axis=0)
     per_rank = {}
     for j in range(grid.R):
-        sw = float(np.sum(sim_w[ok, j]))
+        sw = float(sums[j])
         per_rank[grid.component(j)] = actual / sw if sw > 0 else float("nan")
     return {
         "method": "osdi25-whatif-dp",
