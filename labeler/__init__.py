@@ -113,7 +113,8 @@ def _config(config) -> LabelerConfig:
     raise BadInput(f"expected LabelerConfig or dict, got {type(config).__name__}", field="config")
 
 
-def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config: LabelerConfig | dict | None = None) -> pd.DataFrame:
+def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config: LabelerConfig | dict | None = None,
+          host: pd.DataFrame | None = None) -> pd.DataFrame:
     """Label the slow intervals of one or more runs and reconcile them with injections.
 
     Method: SlowSight-style temporal view + peer view, fused into intervals, with the
@@ -130,6 +131,9 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
             or empty. Rows are matched to their run by ``run_id``; a row without a
             run_id applies to every run given.
         config: :class:`LabelerConfig` or a dict of its fields (defaults when None).
+        host: the ``host`` table, optional; with per-peer TCP metrics it localizes
+            job-wide slowdowns (``culprit`` in a job label's evidence, see
+            :mod:`faultlab.labeler.localize`).
 
     Returns:
         labels frame with the faultlab.schema.LABELS columns (``run_id`` filled;
@@ -139,7 +143,9 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
     Raises:
         BadInput for a missing column or a bad config value.
     """
-    return _label(steps, injections, _config(config))[0]
+    from faultlab.labeler.localize import localize
+
+    return localize(_label(steps, injections, _config(config))[0], host)
 
 
 def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerConfig) -> tuple[pd.DataFrame, dict]:
@@ -279,6 +285,9 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     if len(steps) and "run_id" in steps.columns and steps["run_id"].isna().any():
         steps["run_id"] = steps["run_id"].astype(object).fillna(rd.run_id)
     labels, analyses = _label(steps, injections, cfg)
+    from faultlab.labeler.localize import localize
+
+    labels = localize(labels, rd.read_table("host"))
     if len(labels):
         labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", rd.run_id)
     rd.write_table("labels", labels)

@@ -81,8 +81,10 @@ class Analysis:
     config: object
 
     def job_slowdown(self, i0: int, i1: int) -> float:
-        """Median job step time over rows ``i0..i1`` / median job baseline (ratio)."""
-        return _ratio(self.grid.job_step[i0 : i1 + 1], self.temporal.job_base[i0 : i1 + 1])
+        """Job time over rows ``i0..i1`` / the time its baseline steps would have taken
+        (a time ratio: an intermittent stall counts in full, where a median would hide
+        it)."""
+        return _tratio(self.grid.job_step[i0 : i1 + 1], self.temporal.job_base[i0 : i1 + 1])
 
     def measure(self, component: str, rows: np.ndarray) -> dict:
         """The measured slowdown of ``component`` over grid rows ``rows`` (for an
@@ -176,7 +178,8 @@ def fuse(an: Analysis) -> pd.DataFrame:
                 baseline, kind = pre, "temporal-pre-onset"
             else:  # no history, or the history was already slowed: the peers' level
                 baseline, kind = peer_med, "peer"
-            slowdown = comp_med / baseline if baseline and np.isfinite(baseline) else peer_ratio
+            n_ok = int(np.isfinite(g.compute[sl, j]).sum())
+            slowdown = float(np.nansum(g.compute[sl, j]) / (n_ok * baseline)) if baseline and np.isfinite(baseline) and n_ok else peer_ratio
             views = "temporal+peer" if (rank_t or job_t) else "peer"
             ev = {
                 "baseline_s": baseline,
@@ -206,6 +209,30 @@ def fuse(an: Analysis) -> pd.DataFrame:
     # the rank explains the job's slowdown while it straggles: no job label for those steps
     for i0, i1 in intervals(an.job_wide_flag & ~_dilate(covered, gap), gap, min_len, **timed):
         sl = slice(i0, i1 + 1)
+        job_excess = float(np.nansum(np.asarray(g.job_step[sl], dtype=np.float64) - np.asarray(tv.job_base[sl], dtype=np.float64)))
+        culprit = _interval_straggler(g, sl, job_excess)
+        if culprit is not None:
+            # one rank's compute over the whole interval stands out from its peers'
+            # (a stall that lands in its compute half the time, the other half in the
+            # all-reduce that everyone waits in): the rank, not the job
+            j, share, ratio, med_total = culprit
+            n_ok = int(np.isfinite(g.compute[sl, j]).sum())
+            slowdown = an.job_slowdown(i0, i1)  # what the rank cost the job
+            ev = {
+                "baseline_s": med_total / max(n_ok, 1),
+                "baseline_kind": "peer-interval",
+                "peer_compute_ratio": ratio,
+                "share_of_job_excess": share,
+                "job_slowdown": an.job_slowdown(i0, i1),
+                "job_baseline_s": _nanmed(tv.job_base[sl]),
+                "n_steps": i1 - i0 + 1,
+                "threshold": cfg.peer_threshold,
+            }
+            rows.append(_row(g, g.component(j), "rank", i0, i1, slowdown, "temporal+peer",
+                             _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal+peer"), ev))
+            covered[sl] = True
+            rank_label_rows[sl, j] = True
+            continue
         slowdown = an.job_slowdown(i0, i1)
         up = [g.component(j) for j in np.flatnonzero(tv.rank_flag[sl].any(axis=0))]
         ev = {
@@ -229,15 +256,29 @@ def fuse(an: Analysis) -> pd.DataFrame:
 
     # 3. a rank slow against its own history only (most of its group slowed too);
     # only when the job felt it: a rank's compute rising back to normal after a
-    # period in which it was unusually fast is not a slowdown of anything
+    # period in which it was unusually fast is not a slowdown of anything. When most
+    # ranks are slow at once, that is one job-wide slowdown, labeled once.
+    cands: list[tuple[int, int, int]] = []
     for j in np.flatnonzero(tv.rank_flag.any(axis=0)):  # only ranks with a temporal flag
         j = int(j)
         free = tv.rank_flag[:, j] & ~_dilate(rank_label_rows[:, j] | job_rows, gap)
         for i0, i1 in intervals(free, gap, min_len, **timed):
+            if an.job_slowdown(i0, i1) >= cfg.temporal_threshold:
+                cands.append((i0, i1, j))
+    for group in _overlap_groups(cands):
+        ranks_in = sorted({j for _, _, j in group})
+        if len(ranks_in) >= max(2, (g.R + 1) // 2):
+            i0, i1 = min(c[0] for c in group), max(c[1] for c in group)
             sl = slice(i0, i1 + 1)
-            if not an.job_slowdown(i0, i1) >= cfg.temporal_threshold:
-                continue
-            t_ratio = _ratio(g.compute[sl, j], tv.rank_base[sl, j])
+            slowdown = an.job_slowdown(i0, i1)
+            ev = {"baseline_s": _nanmed(tv.job_base[sl]), "baseline_kind": "temporal", "job_slowdown": slowdown,
+                  "ranks_compute_up": [g.component(j) for j in ranks_in], "n_steps": i1 - i0 + 1, "threshold": cfg.temporal_threshold}
+            rows.append(_row(g, "job", "job", i0, i1, slowdown, "temporal",
+                             _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev))
+            continue
+        for i0, i1, j in group:
+            sl = slice(i0, i1 + 1)
+            t_ratio = _tratio(g.compute[sl, j], tv.rank_base[sl, j])
             ev = {
                 "baseline_s": _nanmed(tv.rank_base[sl, j]),
                 "baseline_kind": "temporal",
@@ -295,6 +336,58 @@ def _ratio(values, base) -> float:
     if not (np.isfinite(v) and np.isfinite(b)) or b <= 0:
         return float("nan")
     return v / b
+
+
+def _tratio(values, base) -> float:
+    """Time ratio: sum of ``values`` / sum of ``base`` over the steps where both are
+    known (NaN when none). The slowdown of time, which a median would understate for
+    intermittent stalls."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    b = np.asarray(base, dtype=np.float64).ravel()
+    ok = np.isfinite(v) & np.isfinite(b)
+    tb = float(b[ok].sum())
+    return float(v[ok].sum()) / tb if ok.any() and tb > 0 else float("nan")
+
+
+def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: float = 0.3):
+    """The rank that explains a job-wide slowdown over ``sl``, from per-rank sums:
+    the straggler computes longer than its peers *and* waits less than they do in the
+    all-reduce (it arrives last, DESIGN: "the straggler waits least"). Its excess,
+    ``(compute_i - median compute) + (median comm - comm_i)`` in seconds over the
+    interval, must be at least ``min_share`` of the job's excess time
+    ``job_excess_s`` (job time - baseline time). Returns ``(column, share, compute
+    ratio to the peer median, peer median compute sum)`` or None: a slow link adds
+    queueing to everyone's all-reduce and leaves no rank with such an excess."""
+    if not (job_excess_s > 0):
+        return None
+    comp = np.nansum(np.asarray(g.compute[sl], dtype=np.float64), axis=0)  # (R,)
+    comm = np.nansum(np.asarray(g.comm[sl], dtype=np.float64), axis=0)
+    best = None
+    for grp in sorted(set(g.groups.tolist())):
+        cols = np.flatnonzero(g.groups == grp)
+        if cols.size < 2:
+            continue
+        mc, mw = float(np.median(comp[cols])), float(np.median(comm[cols]))
+        excess = (comp[cols] - mc) + (mw - comm[cols])
+        k = int(np.argmax(excess))
+        share = float(excess[k] / job_excess_s)
+        if share >= min_share and comp[cols][k] > mc and (best is None or share > best[1]):
+            best = (int(cols[k]), share, float(comp[cols][k] / mc) if mc > 0 else float("nan"), mc)
+    return best
+
+
+def _overlap_groups(cands: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
+    """Group (first, last, rank) intervals that overlap in time (transitively)."""
+    out: list[list] = []
+    end = -1
+    for c in sorted(cands):
+        if out and c[0] <= end:
+            out[-1].append(c)
+            end = max(end, c[1])
+        else:
+            out.append([c])
+            end = c[1]
+    return out
 
 
 def _confidence(ratio: float, threshold: float, n: int, min_len: int, views: str) -> float:

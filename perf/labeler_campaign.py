@@ -4,7 +4,7 @@
     python3 perf/labeler_campaign.py --run examples/labeler-eval.yaml --out DIR
 
 For every injection it measures, from the telemetry alone, whether it slowed the job
-(median job step time over the fault / median over the 10 s before it >= 1.10) and
+(mean job step time over the fault / median over the 10 s before it >= 1.10) and
 then reports, against those that did:
 
 - event-level precision, recall and F1 of the labels that claim an injection (a label
@@ -47,13 +47,15 @@ def evaluate_run(run_dir: Path) -> dict:
     steps, inj = rd.read_table("steps"), rd.read_table("injections")
     if steps.empty:
         return {"run": str(run_dir), "skipped": "no steps"}
-    labels = label(steps, inj)
+    labels = label(steps, inj, host=rd.read_table("host"))
     js = _job_step(steps)
     out = {"run": str(run_dir), "injections": [], "observed": int((labels.source == "observed").sum()),
            "hours": float((steps.t_start.max() - steps.t_start.min()) / 3600)}
     for r in inj.itertuples():
+        # job time during / what the same steps took before (a time ratio: intermittent
+        # stalls count in full)
         before = js[(js.t >= r.start_ts - 10) & (js.t < r.start_ts)].step_s.median()
-        during = js[(js.t >= r.start_ts) & (js.t < r.end_ts)].step_s.median()
+        during = js[(js.t >= r.start_ts) & (js.t < r.end_ts)].step_s.mean()
         impact = float(during / before) if before and before == before else float("nan")
         first_step = int(js[js.t >= r.start_ts].step.min()) if (js.t >= r.start_ts).any() else -1
         want = r.target if r.fault_type in RANK_TYPES else f"node:{r.node}"
