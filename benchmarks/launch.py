@@ -1,6 +1,7 @@
 """Start the ranks of a benchmark job on nodes, wait for them, stop them.
 
-Each rank is ``python -m faultlab.benchmarks.ddp ...`` started with
+Each rank is ``python -m MODULE ...`` (``faultlab.benchmarks.ddp`` by default,
+``faultlab.benchmarks.pipeline`` for a pipeline job) started with
 ``node.spawn(..., scope="net")``; on a netns node that is ``ip netns exec NETNS
 python ...``, which execs the command in place (no fork), so ``popen.pid`` is the
 rank's own PID on every local backend. Only PIDs this module started are ever
@@ -10,6 +11,7 @@ signalled.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,6 +22,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from faultlab.nodes import Node
+
+_MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @dataclass
@@ -100,10 +104,16 @@ def launch_ranks(
     extra_args: Iterable[str] = (),
     log_dir: str | Path,
     world_size: int | None = None,
-    peer_group: str = "dp",
+    peer_group: str | None = None,
     env: dict | None = None,
+    module: str = "faultlab.benchmarks.ddp",
 ) -> list[RankProc]:
-    """Start one ``faultlab.benchmarks.ddp`` rank per ``(node, rank)`` placement.
+    """Start one rank of the workload ``module`` per ``(node, rank)`` placement.
+
+    ``module``: the rank worker run as ``python -m MODULE`` (``faultlab.benchmarks.ddp``
+    or ``faultlab.benchmarks.pipeline``, or any module taking the same rendezvous and
+    telemetry flags). ``peer_group``: written in every record (default: the module's
+    own, ``dp`` for ddp and ``pp`` for pipeline).
 
     ``duration_s``: training time in seconds (None: leave it to ``extra_args``, e.g.
     ``["--steps", "40"]``; with neither, a rank trains 60 s). ``extra_args`` are
@@ -115,7 +125,8 @@ def launch_ranks(
     ``rank_iface``.
 
     Returns the RankProcs in placement order without waiting. Raises ValueError for
-    duplicate or out-of-range ranks. If starting a rank fails, the ranks already
+    duplicate or out-of-range ranks and for a ``module`` that is not a dotted
+    Python module name. If starting a rank fails, the ranks already
     started are killed and the error is re-raised.
     """
     placements = list(placements)
@@ -126,6 +137,8 @@ def launch_ranks(
     bad = [r for r in ranks if not 0 <= r < ws]
     if bad:
         raise ValueError(f"ranks {bad} are outside 0..{ws - 1} (world size {ws})")
+    if not isinstance(module, str) or not _MODULE_RE.fullmatch(module):
+        raise ValueError(f"module {module!r} is not a dotted Python module name")
     telemetry_dir = Path(telemetry_dir)
     log_dir = Path(log_dir)
     telemetry_dir.mkdir(parents=True, exist_ok=True)
@@ -141,7 +154,7 @@ def launch_ranks(
             if key not in ifaces:
                 ifaces[key] = rank_iface(node, master_addr)
             argv = [
-                sys.executable, "-m", "faultlab.benchmarks.ddp",
+                sys.executable, "-m", module,
                 "--rank", str(rank),
                 "--world-size", str(ws),
                 "--master-addr", master_addr,
@@ -149,8 +162,9 @@ def launch_ranks(
                 "--out", str(telemetry_dir),
                 "--run-id", run_id,
                 "--node", node.name,
-                "--peer-group", peer_group,
             ]  # fmt: skip
+            if peer_group is not None:
+                argv += ["--peer-group", peer_group]
             if duration_s is not None:
                 argv += ["--duration-s", f"{duration_s:g}"]
             if ifaces[key]:

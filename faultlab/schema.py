@@ -31,11 +31,13 @@ STEPS = pa.schema(
         ("comm_s", pa.float64()),  # time inside the gradient all-reduce, incl. waiting
         ("step_s", pa.float64()),  # whole step
         ("gc_s", pa.float64()),  # optional: Python GC time during the step (NaN if not measured)
+        ("tokens", pa.float64()),  # optional: tokens this rank processed (sequence-length knob)
+        ("dataloader_s", pa.float64()),  # optional: building the step's batch, not in compute_s
     ]
 )
 
 #: columns a table may lack on input; they are filled with NaN
-OPTIONAL = {"steps": {"gc_s"}}
+OPTIONAL = {"steps": {"gc_s", "tokens", "dataloader_s"}}
 
 HOST = pa.schema(
     [
