@@ -49,6 +49,10 @@ from faultlab.injectors import cgroups
 from faultlab.injectors.base import Cmd, Injector, Plan, write_cmd
 from faultlab.injectors.cpu import SWEEP_SH
 
+# A PID goes back home ($3) only while it is in faultlab's cgroup ($2): never a reused
+# PID, never a process a later fault has moved.
+back_sh = 'grep -qx "$1" "$2" 2>/dev/null && printf "%s\\n" "$1" > "$3"; exit 0'
+
 # decimal units are SI (10mb = 10 000 000 bytes/s); binary ones are IEC
 _BYTE_UNITS = {
     "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -317,9 +321,6 @@ class IoSlow(Injector):
             inject.append(write_cmd(f"{d}/io.max", line, "io.max caps"))
             clear = [write_cmd(f"{d}/io.max", f"{dev} rbps=max wbps=max riops=max wiops=max", "clear io.max")]
         inject += [write_cmd(f"{d}/cgroup.procs", str(pid), f"move {pid}") for pid in self.pids]
-        # a PID goes back only while it is in faultlab's cgroup (never a reused PID,
-        # never a process a later fault has moved)
-        back_sh = 'grep -qx "$1" "$2" 2>/dev/null && printf "%s\\n" "$1" > "$3"; exit 0'
         revert = clear + [Cmd(("sh", "-c", back_sh, "sh", str(pid), f"{d}/cgroup.procs", h.path(cg).rstrip("/") + "/cgroup.procs"), "host", f"{pid} back")
                           for pid, cg in facts["orig"].items()]
         first = next(iter(facts["orig"].values()))

@@ -177,9 +177,12 @@ def test_io_slow_plan_v2_exact_commands():
     ]
     rv = [c.argv for c in p.revert]
     assert rv[0] == ("sh", "-c", pr, "sh", "259:0 rbps=max wbps=max riops=max wiops=max", f"{d}/io.max")
-    assert rv[1] == ("sh", "-c", pr, "sh", "123", "/sys/fs/cgroup/user.slice/a/cgroup.procs")
-    assert rv[2] == ("sh", "-c", pr, "sh", "456", "/sys/fs/cgroup/user.slice/b/cgroup.procs")
-    assert rv[3][:2] == ("sh", "-c") and rv[3][-2:] == (f"{d}/cgroup.procs", "/sys/fs/cgroup/user.slice/a/cgroup.procs")
+    from faultlab.injectors.io import back_sh
+
+    # each PID goes back only while it is still in faultlab's cgroup
+    assert rv[1] == ("sh", "-c", back_sh, "sh", "123", f"{d}/cgroup.procs", "/sys/fs/cgroup/user.slice/a/cgroup.procs")
+    assert rv[2] == ("sh", "-c", back_sh, "sh", "456", f"{d}/cgroup.procs", "/sys/fs/cgroup/user.slice/b/cgroup.procs")
+    assert rv[3][:2] == ("sh", "-c") and rv[3][-3:] == (f"{d}/cgroup.procs", "/sys/fs/cgroup/user.slice/a/cgroup.procs", "/sys/fs/cgroup/cgroup.procs")
     assert rv[4] == ("rmdir", d)
 
 
