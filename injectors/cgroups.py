@@ -96,3 +96,20 @@ def procs(node: Node, cgroup_dir: str) -> list[int]:
         return [int(x) for x in node.read_file(f"{cgroup_dir}/cgroup.procs").split()]
     except (OSError, ValueError):
         return []
+
+
+def targets_home(node: Node, pids: list[int], h: Hierarchy, what: str) -> dict[int, str]:
+    """``{pid: cgroup path}`` of the target processes in hierarchy ``h``. Raises
+    BadInput for a missing process and Refused for a process already under a
+    faultlab cgroup (a second fault of the same kind, ``what``, on the same target)."""
+    from faultlab.errors import BadInput, Refused
+
+    orig = {}
+    for pid in pids:
+        cg = cgroup_of(node, pid, h)
+        if cg is None:
+            raise BadInput(f"no process {pid} on node {node.name}", field="--target", fix="give the PID of a running process")
+        if "faultlab-" in cg:
+            raise Refused(f"process {pid} is already under a faultlab {what} fault ({cg})", field="--target", fix="revert that fault first: faultlab status")
+        orig[pid] = cg
+    return orig

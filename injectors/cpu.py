@@ -96,14 +96,7 @@ class CpuContention(Injector):
             raise Refused(f"no usable cpu cgroup controller on node {self.node.name}", field="--type", fix="mount the v1 cpu controller or enable +cpu in the v2 root's cgroup.subtree_control; see faultlab doctor")
         if not self.node.writable(h.mount):
             raise Refused(f"cannot write cgroups under {h.mount} on node {self.node.name} (EPERM)", field="--node", fix="run faultlab as root")
-        orig = {}
-        for pid in self.pids:
-            cg = cgroups.cgroup_of(self.node, pid, h)
-            if cg is None:
-                raise BadInput(f"no process {pid} on node {self.node.name}", field="--target", fix="give the PID of a running process")
-            if "faultlab-" in cg:
-                raise Refused(f"process {pid} is already under a faultlab cpu fault ({cg})", field="--target", fix="revert that fault first: faultlab status")
-            orig[pid] = cg
+        orig = cgroups.targets_home(self.node, self.pids, h, "cpu")
         homes = sorted(set(orig.values()))
         if len(homes) > 1:
             raise Refused(f"the targets are in different cgroups ({', '.join(homes)})", field="--target",

@@ -271,13 +271,8 @@ class IoSlow(Injector):
             raise Refused(f"the kernel of node {self.node.name} has no blk-throttle (no blkio.throttle.* files)", field="--type", fix="use a kernel built with CONFIG_BLK_DEV_THROTTLING")
         dev = block_device_of(self.node, self.path)
         self.device = dev["dev"]
-        orig = {}
-        for pid in self.pids:
-            cg = cgroups.cgroup_of(self.node, pid, h)
-            if cg is None:
-                raise BadInput(f"no process {pid} on node {self.node.name}", field="--target", fix="give the PID of a running process")
-            if "faultlab-" in cg:
-                raise Refused(f"process {pid} is already under a faultlab cgroup ({cg}) in the {h.controller} hierarchy", field="--target", fix="revert that fault first: faultlab status")
+        orig = cgroups.targets_home(self.node, self.pids, h, "io")
+        for pid, cg in orig.items():
             if cg.strip("/") and not self.force:
                 foreign = self._limits_in(h, h.path(cg))
                 if foreign:
@@ -285,7 +280,6 @@ class IoSlow(Injector):
                         f"process {pid} is in cgroup {cg} with throttle limits of its own ({foreign}); moving it would lift them",
                         field="--target", fix="pass --force to move it anyway (it goes back under its limits on revert)",
                     )
-            orig[pid] = cg
         return {
             "hierarchy": {"version": h.version, "mount": h.mount, "controller": h.controller},
             "orig": orig,
