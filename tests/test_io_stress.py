@@ -292,7 +292,7 @@ def test_io_slow_refuses_conflicts_and_foreign_limits(disk_dir, no_residue):
     try:
         a = apply(IoSlow(NODE, [p.pid], str(disk_dir), write_bps=5_000_000), 30)
         try:
-            with pytest.raises(Refused, match="--target: process .* already under a faultlab cgroup"):
+            with pytest.raises(Refused, match="--target: process .* already under a faultlab io fault"):
                 IoSlow(NODE, [p.pid], str(disk_dir), read_bps=1_000_000).probe()
         finally:
             assert a.revert() == "reverted"
