@@ -363,9 +363,9 @@ def campaign(
         out.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
         try:
             info = _run_one(s, base / s.name, label_it)
-        except FaultlabError as e:
-            info = {"run_dir": str(base / s.name), "code": 1, "error": str(e)}
-            out.print(f"[red]{s.name} failed:[/] {e}")
+        except Exception as e:  # unattended: one failed run must not stop the campaign
+            info = {"run_dir": str(base / s.name), "code": 1, "error": f"{type(e).__name__}: {e}"}
+            out.print(f"[red]{s.name} failed:[/] {type(e).__name__}: {e}", markup=False) if not isinstance(e, FaultlabError) else out.print(f"[red]{s.name} failed:[/] {e}")
         manifest["runs"].append({**info, "schedule": schedules[i]})
         (base / "campaign.json").write_text(json.dumps(manifest, indent=1))
     bad = [r for r in manifest["runs"] if r["code"]]

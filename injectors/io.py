@@ -257,7 +257,8 @@ class IoSlow(Injector):
     def severity(self) -> float:
         bps = [v for k, v in self.caps.items() if k.endswith("_bps")]
         iops = [v for k, v in self.caps.items() if k.endswith("_iops")]
-        return max([1e8 / min(bps)] * bool(bps) + [1e4 / min(iops)] * bool(iops))
+        parts = ([1e8 / min(bps)] if bps else []) + ([1e4 / min(iops)] if iops else [])
+        return max(parts) if parts else 0.0
 
     # -- lifecycle -----------------------------------------------------------------
     def probe(self) -> dict:

@@ -483,3 +483,8 @@ def test_mem_bw_workers_stream_beside_target(busy_loop, no_residue):
 def test_mem_bw_refuses_more_memory_than_available(busy_loop):
     with pytest.raises(Refused, match="--workers: .*more than half"):
         MemBw(NODE, [busy_loop.pid], 10, workers=1000).probe()
+
+
+def test_io_slow_severity_with_only_one_kind_of_cap():
+    assert IoSlow(NODE, [123], "/tmp", write_bps=5_000_000).severity == 20.0
+    assert IoSlow(NODE, [123], "/tmp", write_iops=100).severity == 100.0
