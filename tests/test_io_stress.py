@@ -226,7 +226,7 @@ def test_io_slow_caps_direct_io_on_real_disk(disk_dir, no_residue):
     """20 MiB of direct writes, then 10 MiB of direct reads, without and with a 5 MB/s
     cap: the capped ones take about size / cap (loose bounds)."""
     f = str(disk_dir / "data")
-    write = [f"if=/dev/zero", f"of={f}", "bs=1M", "count=20", "oflag=direct"]
+    write = ["if=/dev/zero", f"of={f}", "bs=1M", "count=20", "oflag=direct"]
     read = [f"if={f}", "of=/dev/null", "bs=1M", "count=10", "iflag=direct"]
     base_w = _timed(_dd_child(write))
     base_r = _timed(_dd_child(read))
