@@ -533,9 +533,11 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    # Before importing torch, so its thread pools are sized once.
+def boot(a: argparse.Namespace):
+    """Start a rank: thread and interface settings (before torch is imported, so its
+    thread pools are sized once), the in-workload agent, torch.distributed, the
+    SIGTERM handler. Returns ``(t_boot, gc_seconds, torch, dist, device, backend,
+    sync)``; ``t_boot`` is a perf_counter reading (s). Shared by ddp and pipeline."""
     os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
     if a.iface:
         os.environ["GLOO_SOCKET_IFNAME"] = a.iface
@@ -544,6 +546,12 @@ def main(argv: list[str] | None = None) -> int:
     gc_seconds = start_agent(a)
     torch, dist, device, backend, sync = init_torch(a)
     install_sigterm()
+    return t_boot, gc_seconds, torch, dist, device, backend, sync
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    t_boot, gc_seconds, torch, dist, device, backend, sync = boot(a)
     print(
         f"[rank {a.rank}/{a.world_size} node {a.node}] {backend} up in {time.perf_counter() - t_boot:.2f}s "
         f"(iface={os.environ.get('GLOO_SOCKET_IFNAME', 'default')}, hidden={a.hidden}, batch={a.batch}, threads={a.threads}, "

@@ -67,6 +67,7 @@ import time
 from pathlib import Path
 
 from faultlab.benchmarks.ddp import (
+    boot,
     MAX_TOKENS_FACTOR,
     GcKnob,
     PeriodLog,
@@ -74,12 +75,9 @@ from faultlab.benchmarks.ddp import (
     add_common_args,
     check_common_args,
     draw_sequences,
-    init_torch,
-    install_sigterm,
     median,
     rebalance,
     run_main,
-    start_agent,
     stop_reason,
 )
 
@@ -138,14 +136,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
-    if a.iface:
-        os.environ["GLOO_SOCKET_IFNAME"] = a.iface
-        os.environ.setdefault("NCCL_SOCKET_IFNAME", a.iface)
-    t_boot = time.perf_counter()
-    gc_seconds = start_agent(a)
-    torch, dist, device, backend, sync = init_torch(a)
-    install_sigterm()
+    t_boot, gc_seconds, torch, dist, device, backend, sync = boot(a)
     s, S, M, H = a.rank, a.stages, a.microbatches, a.hidden
     first, last = s == 0, s == S - 1
     print(
