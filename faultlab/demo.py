@@ -26,6 +26,7 @@ from rich.table import Table
 
 from faultlab.errors import FaultlabError
 from faultlab.rundir import RunDir
+from faultlab.schema import json_safe
 from faultlab.scenario import Scenario
 
 
@@ -90,7 +91,7 @@ def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
         raise FaultlabError("no step telemetry was recorded", field="workload", fix=f"see the rank logs in {rd.path / 'logs'}")
     labels = label_run(rd.path)
     rows = score_table(steps, host, labels, ["peer-median"]).to_dict("records")
-    (rd.path / "metrics.json").write_text(json.dumps(_nan_to_none(rows), indent=2, default=_num))
+    (rd.path / "metrics.json").write_text(json.dumps(json_safe(rows), indent=2, default=_num))
     det = load_detector("peer-median")
     alarms = det.detect(steps, host)
     rd.write_table("alarms", alarms)
@@ -130,16 +131,6 @@ def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
     con.print(f"scored over {len(comps)} components ({', '.join(comps)}); random and constant detectors show what chance and always-alarm get.")
     con.print(f"files in {rd.path}: steps, host, injections, labels, alarms (.parquet); whatif.json, metrics.json, meta.json, scenario.yaml, events.jsonl, telemetry/, logs/   ({time.time() - t_wall:.0f}s)")
     return 0
-
-
-def _nan_to_none(o):
-    if isinstance(o, dict):
-        return {k: _nan_to_none(v) for k, v in o.items()}
-    if isinstance(o, list):
-        return [_nan_to_none(v) for v in o]
-    if isinstance(o, float) and o != o:
-        return None
-    return o
 
 
 def _fmt(v) -> str:

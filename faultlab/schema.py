@@ -124,3 +124,24 @@ def to_table(name: str, df) -> pa.Table:
     if missing:
         raise ValueError(f"{name} table: missing column(s) {', '.join(missing)}")
     return pa.Table.from_pandas(df[[f.name for f in schema]], schema=schema, preserve_index=False)
+
+
+def json_safe(x):
+    """``x`` made fit for strict JSON: NaN/inf as None, numpy scalars as Python
+    numbers, mapping keys as str; lists, tuples and dicts converted recursively."""
+    import math
+
+    import numpy as np
+
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        return x if math.isfinite(x) else None
+    return x

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from faultlab.errors import BadInput
+from faultlab.schema import json_safe
 
 
 @dataclass(frozen=True)
@@ -300,22 +301,10 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     wi["labeler_config"] = cfg.to_dict()
     path = Path(rd.path) / "whatif.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_json_safe(wi), indent=2, sort_keys=True))
+    tmp.write_text(json.dumps(json_safe(wi), indent=2, sort_keys=True))
     os.replace(tmp, path)
-    rd.event("labeled", n_labels=int(len(labels)), whatif_slowdown=_json_safe(wi["slowdown"]))
+    rd.event("labeled", n_labels=int(len(labels)), whatif_slowdown=json_safe(wi["slowdown"]))
     return labels
-
-
-def _json_safe(x):
-    import math
-
-    if isinstance(x, dict):
-        return {str(k): _json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_json_safe(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 __all__ = [

@@ -17,8 +17,9 @@ Formats (:data:`FORMATS`):
 
 from __future__ import annotations
 
+from faultlab.schema import json_safe  # noqa: F401  (re-exported: importers.json_safe)
+
 import json
-import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -473,22 +474,6 @@ def write_outputs(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
         os.replace(tmp, p)
         written[name] = p
     return written
-
-
-def json_safe(x):
-    """``x`` with NaN/inf as None, numpy scalars as Python numbers, keys as str."""
-    if isinstance(x, dict):
-        return {str(k): json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [json_safe(v) for v in x]
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        x = float(x)
-        return x if math.isfinite(x) else None
-    return x
 
 
 __all__ = ["FORMATS", "ImportResult", "LONG_COLUMNS", "LongConfig", "find_long_file", "import_long", "import_path",

@@ -58,12 +58,17 @@ def _isolated_state(tmp_path_factory):
     yield
 
 
+def left_since(before: dict[str, set]) -> dict[str, set]:
+    """What exists now of faultlab's that did not in ``before`` (a ``residue()``)."""
+    after = residue()
+    return {k: after[k] - before[k] for k in after if after[k] - before[k]}
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_residue_after_session(_isolated_state):
     before = residue()
     yield
-    after = residue()
-    left = {k: after[k] - before[k] for k in after if after[k] - before[k]}
+    left = left_since(before)
     assert not left, f"the test session left faultlab state behind: {left}"
 
 
@@ -72,8 +77,7 @@ def no_residue():
     """Assert that the test itself left nothing behind (compared with its start)."""
     before = residue()
     yield
-    after = residue()
-    left = {k: after[k] - before[k] for k in after if after[k] - before[k]}
+    left = left_since(before)
     assert not left, f"left behind: {left}"
 
 
