@@ -364,8 +364,10 @@ class HostSampler:
         try:
             return tcpstats.read_conns(netns=netns, pid=pid)
         except Exception as e:
-            if pid is not None and not psutil.pid_exists(pid):
-                return None  # the process ended between the two reads
+            if pid is not None and (not psutil.pid_exists(pid) or _netns_id(pid) is None):
+                # The process ended between the two reads. A zombie still "exists" but has
+                # no namespace links left, so nsenter fails on it: not a sampling error.
+                return None
             self._note(f"tcp: {type(e).__name__}: {e}")
             return None
 

@@ -229,6 +229,25 @@ def test_tcp_off_and_gpu_absent(monkeypatch):
     assert not s.errors
 
 
+def test_rank_that_ends_mid_sample_is_not_an_error():
+    """A rank can exit between the sampler's liveness check and its ``nsenter``: an
+    unreaped child (a zombie) still "exists" but has no /proc/PID/ns/net. That read
+    yields nothing and notes no error (CI once failed on exactly this race)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.exists(f"/proc/{child.pid}/stat") or open(f"/proc/{child.pid}/stat").read().split(") ")[1][0] != "Z":
+            assert time.monotonic() < deadline, "child never became a zombie"
+            time.sleep(0.01)
+        s = HostSampler({"z": [child.pid]}, interval_s=1.0, gpu=False)
+        if not s.tcp:
+            pytest.skip(s.disabled["tcp"])
+        assert s._read(pid=child.pid) is None
+        assert not s.errors
+    finally:
+        child.wait()
+
+
 # -- NVML through a stand-in module ----------------------------------------------------
 class _NVMLError(Exception):
     pass
