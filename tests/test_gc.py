@@ -4,7 +4,8 @@ Real processes: a Python child running the agent and a loop that reports its own
 speed (iterations and slowest iteration per 0.2 s window), and a real 2-rank gloo job.
 The agent's control folder is a temporary folder (FAULTLAB_AGENT_DIR) per test, and
 each test checks that the folder is empty at its end (no heartbeat, command or status
-file left). Speed bounds are loose: the machine has 2 cores and other tests run.
+file left). No assertion on speed (it moves with the load on a 2-core machine):
+the storm is measured as GC time taken from the loop and GC-sized stalls.
 """
 
 from __future__ import annotations
@@ -81,10 +82,6 @@ class Child:
         for line in self.popen.stdout:
             ts, n, mx, g = line.split()
             self.windows.append((float(ts), int(n), float(mx), float(g)))
-
-    def rate(self, t0: float, t1: float) -> float:
-        """Median iterations per 0.2 s window between unix times t0 and t1."""
-        return statistics.median(w[1] for w in self._between(t0, t1))
 
     def stall(self, t0: float, t1: float) -> float:
         """Median over the windows between t0 and t1 of the slowest iteration (s): a
@@ -210,8 +207,9 @@ def test_storm_slows_the_loop_verify_and_revert(no_residue, child, agent_dir):
         t_end = time.time()
     finally:
         assert active.revert() == "reverted"
-    base, storm = c.rate(t_base - 1.0, t_base), c.rate(t_storm, t_end)
-    assert storm < 0.8 * base, f"loop not slowed: {storm} vs {base} iterations per 0.2 s"
+    # The slowdown as time taken from the loop (seconds in GC per second), not as its
+    # speed: speed moves with whatever else loads this 2-core machine, GC time does not.
+    assert c.gc_fraction(t_base - 1.0, t_base) < 0.02, "GC time before the storm"
     storm_stall, storm_gc = c.stall(t_storm, t_end), c.gc_fraction(t_storm, t_end)
     assert storm_stall > 0.03, f"no GC-sized stall in the loop: {storm_stall:.4f}s"
     assert storm_gc > 0.1, f"the loop's process spent only {storm_gc:.3f} s/s in GC"
@@ -224,12 +222,10 @@ def test_storm_slows_the_loop_verify_and_revert(no_residue, child, agent_dir):
     row = active.injection_row("run-1")
     assert row["fault_type"] == "gc-storm" and row["verified"] and row["severity"] == inj.severity
     assert json.loads(row["params"]) == {"pid": c.pid, "rate_per_s": 5.0, "garbage_mb": 50.0}
-    # Speed back: no more GC time, and the loop runs faster than under the storm.
-    # (Loose: other tests load this 2-core machine and move the loop's speed.)
+    # Back to normal: no more GC time taken from the loop, no more GC-sized stalls.
     t_back = time.time()
     time.sleep(1.5)
     assert c.gc_fraction(t_back + 0.2, time.time()) < 0.02
-    assert c.rate(t_back + 0.2, time.time()) > 1.25 * storm, "loop not faster after revert"
 
 
 def test_double_inject_refused_then_reinject_after_revert(no_residue, child, agent_dir):
@@ -284,7 +280,6 @@ def test_agent_ends_storm_at_deadline_without_controller_or_watchdog(no_residue,
     time.sleep(1.2)
     assert c.gc_fraction(t_inj, t_end - 0.3) > 0.1, "no GC time in the loop's process under the storm"
     assert c.gc_fraction(t_end + 0.2, time.time()) < 0.02, "GC time after the deadline"
-    assert c.rate(t_end + 0.2, time.time()) > 1.25 * c.rate(t_inj, t_end - 0.3), "loop not faster after the deadline"
 
 
 # -- bad input and refusals ----------------------------------------------------------
