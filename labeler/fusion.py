@@ -19,9 +19,24 @@ and a peer view (a component against its peers) decides *what* was slow:
    against its own history, but not against its peers (most of its group is slowed)
    and no job label covers it.
 
+4. **Intermittent straggler** (rank label, views ``"temporal+peer"``): a rank
+   stalled now and then (a duty-cycle pause, a GC storm). Stalls that land inside
+   the all-reduce stall every rank alike and show only as job flags; those that land
+   in the rank's compute make it arrive late. Over an episode of job flags, the late
+   arrivals vote for the rank; a clear majority makes the whole episode that rank's
+   (see :func:`_intermittent`).
+
 Flags become intervals: runs of flagged steps joined across gaps of at most
 ``gap_steps`` unflagged steps or ``gap_s`` seconds, kept when they span at least
-``min_steps`` steps and ``min_duration_s`` seconds.
+``min_steps`` steps and ``min_duration_s`` seconds. A blip joined to a run only
+through the seconds rule is trimmed from its ends (:func:`_trim_blips`).
+
+Edges: a label's start and end grow by hysteresis over steps whose smoothed excess
+(a centered 5-step rolling median) is above half the threshold's excess, then its
+onset is set to the least-squares change point of the log ratio (:func:`_onset`).
+A rank explains the job's slowdown only at steps where its compute excess is at
+least a quarter of the job's excess; the rest of a simultaneous job-wide slowdown
+is labeled too.
 """
 
 from __future__ import annotations
@@ -59,13 +74,129 @@ def intervals(flags: np.ndarray, gap: int, min_len: int, *, t0: np.ndarray | Non
         with np.errstate(invalid="ignore"):
             joined |= (t0[idx[1:]] - t1[idx[:-1]]) <= gap_s
     breaks = np.flatnonzero(~joined)
-    starts = idx[np.concatenate([[0], breaks + 1])]
-    ends = idx[np.concatenate([breaks, [idx.size - 1]])]
+    p0 = np.concatenate([[0], breaks + 1])  # first / last flag of each run, as positions in idx
+    p1 = np.concatenate([breaks, [idx.size - 1]])
+    if timed and gap_s > 0:
+        _trim_blips(idx, joined, p0, p1, gap, min_len)
+    starts, ends = idx[p0], idx[p1]
     keep = (ends - starts + 1) >= min_len
     if timed and min_s > 0:
         with np.errstate(invalid="ignore"):
             keep &= (t1[ends] - t0[starts]) >= min_s
     return [(int(a), int(b)) for a, b in zip(starts[keep], ends[keep])]
+
+
+def _trim_blips(idx: np.ndarray, joined: np.ndarray, p0: np.ndarray, p1: np.ndarray, gap: int, min_len: int) -> None:
+    """Trim, in place, a blip at either end of a run that joined the rest only through
+    the seconds rule: the first (last) piece of flags (pieces: flags at most ``gap``
+    steps apart) is dropped when it is shorter than ``min_len`` steps, the rest spans at
+    least ``min_len`` steps, and the gap to the next piece is longer than twice the
+    typical (median) gap between the other pieces. A scheduler hiccup a few steps before
+    a fault would otherwise set the label's onset (steps of a few ms make ``gap_s`` span
+    many steps); the regular stalls of an intermittent fault (similar gaps) are kept.
+    ``idx`` are the flagged indices, ``joined`` whether each is joined to the next,
+    ``p0``/``p1`` each run's first/last position in ``idx``."""
+    d = np.diff(idx) - 1  # unflagged entries between consecutive flags
+    loose = np.flatnonzero(joined & (d > gap))  # joins made by seconds only
+    if loose.size == 0:
+        return
+    runs = np.searchsorted(p1, loose)  # the run each loose join is in (p1 sorted)
+    for r in np.unique(runs):
+        a, b = int(p0[r]), int(p1[r])
+        cuts = loose[runs == r]  # piece k ends at position cuts[k]
+        gaps = d[cuts]
+        # leading piece
+        if idx[cuts[0]] - idx[a] + 1 < min_len and idx[b] - idx[cuts[0] + 1] + 1 >= min_len:
+            typical = float(np.median(gaps[1:])) if gaps.size > 1 else 0.0
+            if gaps[0] > 2.0 * typical:
+                a = int(cuts[0] + 1)
+                cuts, gaps = cuts[1:], gaps[1:]
+        # trailing piece
+        if cuts.size and idx[b] - idx[cuts[-1] + 1] + 1 < min_len and idx[cuts[-1]] - idx[a] + 1 >= min_len:
+            typical = float(np.median(gaps[:-1])) if gaps.size > 1 else 0.0
+            if gaps[-1] > 2.0 * typical:
+                b = int(cuts[-1])
+        p0[r], p1[r] = a, b
+
+
+def _extend(flags: np.ndarray, i0: int, i1: int, lo: int, hi: int, limit: int) -> tuple[int, int]:
+    """Grow ``[i0, i1]`` backward and forward over consecutive True entries of
+    ``flags`` (a lower, hysteresis threshold), at most ``limit`` entries each way and
+    never past ``lo``/``hi`` (inclusive bounds)."""
+    a = i0
+    while a - 1 >= max(lo, i0 - limit) and flags[a - 1]:
+        a -= 1
+    b = i1
+    while b + 1 <= min(hi, i1 + limit) and flags[b + 1]:
+        b += 1
+    return a, b
+
+
+def _grow(ivs: list[tuple[int, int]], flags: np.ndarray, n: int, limit: int) -> list[tuple[int, int]]:
+    """:func:`_extend` each interval of a sorted, disjoint list without running over
+    its neighbours (``n`` entries in all, at most ``limit`` each way); intervals that
+    grow until they touch become one."""
+    out: list[tuple[int, int]] = []
+    for k, (i0, i1) in enumerate(ivs):
+        lo = out[-1][1] + 1 if out else 0
+        hi = ivs[k + 1][0] - 1 if k + 1 < len(ivs) else n - 1
+        a, b = _extend(flags, i0, i1, lo, hi, limit)
+        if out and a <= out[-1][1] + 1:  # grown into its neighbour: one interval
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def _onset(x: np.ndarray, i0: int, i1: int, lo: int, window: int) -> int:
+    """Refine the first row ``i0`` of an interval ``[i0, i1]`` to the least-squares
+    change point of a single shift in the mean of ``x`` (a 1-D log-ratio series; NaN
+    read as 0, i.e. ratio 1), fitted over ``[max(lo, i0 - window), i1]`` (Hinkley 1971,
+    the change-point estimate of a mean shift). The onset may move back to where the
+    level really rose (a weak fault first flagged late) or forward past sporadic
+    blips that the joining rules tied to the interval (controller start-up noise), but
+    not beyond the middle of the interval, and only to a split whose right side is
+    higher. Returns ``i0`` when there is no history before it."""
+    a = max(lo, i0 - window)
+    if a >= i0 or i1 - a < 2:
+        return i0
+    seg = np.nan_to_num(np.asarray(x[a : i1 + 1], dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    n = seg.size
+    cs, cs2 = np.cumsum(seg), np.cumsum(seg * seg)
+    k = np.arange(1, n)  # left = seg[:k], right = seg[k:]
+    left_sum, right_sum = cs[k - 1], cs[-1] - cs[k - 1]
+    sse = (cs2[k - 1] - left_sum**2 / k) + ((cs2[-1] - cs2[k - 1]) - right_sum**2 / (n - k))
+    ok = (a + k <= i0 + (i1 - i0) // 2) & (right_sum / (n - k) > left_sum / k)
+    if not ok.any():
+        return i0
+    sse = np.where(ok, sse, np.inf)
+    return int(a + k[int(np.argmin(sse))])
+
+
+def _refine(ivs: list[tuple[int, int]], x: np.ndarray, window: int) -> list[tuple[int, int]]:
+    """:func:`_onset` for each interval of a sorted, disjoint list (the history of one
+    never reaches back into the one before)."""
+    out: list[tuple[int, int]] = []
+    for i0, i1 in ivs:
+        lo = out[-1][1] + 1 if out else 0
+        out.append((_onset(x, i0, i1, lo, window), i1))
+    return out
+
+
+def _log(ratio: np.ndarray) -> np.ndarray:
+    """log of a ratio series (float64; NaN where not positive)."""
+    r = np.asarray(ratio, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(r > 0, np.log(r), np.nan)
+
+
+def _smoothed_above(ratio: np.ndarray, low: float, k: int = 5) -> np.ndarray:
+    """``(S,)`` bool: the centered rolling median (``k`` steps, NaN skipped) of a 1-D
+    ratio series is above ``low``. The hysteresis flag that sets a label's edges: a
+    sustained excess too small to flag a single noisy step, but above noise when
+    ``k`` steps agree."""
+    sm = pd.Series(np.asarray(ratio, dtype=np.float64)).rolling(k, center=True, min_periods=(k + 1) // 2).median()
+    return (sm > low).to_numpy()
 
 
 @dataclass
@@ -162,7 +293,12 @@ def fuse(an: Analysis) -> pd.DataFrame:
     rank_label_rows = np.zeros((g.S, g.R), dtype=bool)
     for j in np.flatnonzero(pv.flag.any(axis=0)):  # only ranks with a peer flag
         j = int(j)
-        for i0, i1 in intervals(pv.flag[:, j], gap, min_len, **timed):
+        ivs = intervals(pv.flag[:, j], gap, min_len, **timed)
+        if ivs:  # edges by hysteresis: out to where the smoothed excess ends
+            low = 1.0 + max(0.5 * (cfg.peer_threshold - 1.0), 0.5 * cfg.mad_k * float(pv.sigma[j]) / np.sqrt(5.0))
+            ivs = _grow(ivs, _smoothed_above(pv.ratio[:, j], low), g.S, cfg.temporal_window_steps)
+            ivs = _refine(ivs, _log(pv.ratio[:, j]), cfg.temporal_window_steps)
+        for i0, i1 in ivs:
             sl = slice(i0, i1 + 1)
             rank_t = bool(tv.rank_flag[sl, j].any())
             job_t = bool(tv.job_flag[sl].any())
@@ -206,8 +342,19 @@ def fuse(an: Analysis) -> pd.DataFrame:
 
     # 2. job-wide slowdowns: job step time up even with stragglers removed
     job_rows = np.zeros(g.S, dtype=bool)
-    # the rank explains the job's slowdown while it straggles: no job label for those steps
-    for i0, i1 in intervals(an.job_wide_flag & ~_dilate(covered, gap), gap, min_len, **timed):
+    # A rank explains the job's slowdown while it straggles: no job label for those
+    # steps. It does not explain a step whose excess dwarfs its own (its compute
+    # excess under a quarter of the job's): a slow link at the same time is labeled too.
+    with np.errstate(invalid="ignore"):
+        job_ex = np.asarray(g.job_step, dtype=np.float64) - np.asarray(tv.job_base, dtype=np.float64)
+        rank_ex = np.asarray(g.compute, dtype=np.float64) - np.asarray(pv.median, dtype=np.float64)
+        explained = (rank_label_rows & ~(rank_ex < 0.25 * job_ex[:, None])).any(axis=1)
+    job_ivs = intervals(an.job_wide_flag & ~_dilate(explained, gap), gap, min_len, **timed)
+    if job_ivs:
+        low_job = 1.0 + 0.5 * (cfg.temporal_threshold - 1.0)
+        job_ivs = _grow(job_ivs, _smoothed_above(tv.job_ratio, low_job) & ~explained, g.S, cfg.temporal_window_steps)
+        job_ivs = _refine(job_ivs, _log(tv.job_ratio), cfg.temporal_window_steps)
+    for i0, i1 in job_ivs:
         sl = slice(i0, i1 + 1)
         job_excess = float(np.nansum(np.asarray(g.job_step[sl], dtype=np.float64) - np.asarray(tv.job_base[sl], dtype=np.float64)))
         culprit = _interval_straggler(g, sl, job_excess)
@@ -296,12 +443,112 @@ def fuse(an: Analysis) -> pd.DataFrame:
                      _confidence(t_ratio, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev)
             )
 
+    # 4. intermittent stragglers (stalls of one rank, some attributable per step)
+    rows = _intermittent(an, rows)
+
     rows = [r for r in rows if r["slowdown"] >= cfg.min_slowdown]
     if not rows:
         return _empty_labels()
     df = pd.DataFrame(rows)
     df = df.sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True)
     return _typed(df)
+
+
+def _intermittent(an: Analysis, rows: list[dict], *, min_votes: int = 2, min_share: float = 0.8,
+                  max_flagged: float = 0.5, min_late: float = 0.5) -> list[dict]:
+    """Labels for an *intermittent* straggler: a rank stalled now and then (a process
+    paused in a duty cycle, a GC storm). A stall that lands in the rank's compute makes
+    it arrive late at the all-reduce (attributable per step); one that lands inside the
+    all-reduce stalls every rank alike (not attributable per step: those steps become
+    job-wide flags). Per step the evidence is split, so the labels come out late or as
+    an unexplained ``job`` label; per *episode* it is clear.
+
+    Episodes: runs of job temporal flags (``job_step`` up against its history) joined
+    by the usual gap rules. An episode is intermittent when at most ``max_flagged`` of
+    its steps are flagged (a slow link slows every step). Each flagged step votes for
+    the rank that arrived latest at the collective, ``(compute_s - peer median) +
+    (peer median comm_s - comm_s)`` (the straggler computes longest and waits least),
+    when that lateness is at least ``min_late`` of the step's excess over the baseline.
+    With at least ``min_votes`` votes, ``min_share`` of them for one rank, the episode
+    is that rank's: one rank label from its first to its last stall replaces the
+    ``job`` labels inside it and that rank's labels overlapping it (other ranks'
+    labels stay). ``slowdown`` is what the rank cost the job (job time ratio); the
+    evidence carries the votes.
+    """
+    g, tv, pv, cfg = an.grid, an.temporal, an.peer, an.config
+    if g.R < 2:
+        return rows
+    eps = intervals(tv.job_flag, cfg.gap_steps, 1, t0=g.t0, t1=g.t1, gap_s=cfg.gap_s)
+    if not eps:
+        return rows
+    _, _, cols = g.peer_groups()
+    steps = g.steps
+    for e0, e1 in eps:
+        st = e0 + np.flatnonzero(tv.job_flag[e0 : e1 + 1])
+        n_ep = e1 - e0 + 1
+        if st.size < 3 or st.size > max_flagged * n_ep:
+            continue
+        comp = np.asarray(g.compute[st], dtype=np.float64)
+        comm = np.asarray(g.comm[st], dtype=np.float64)
+        med_comm = np.full_like(comm, np.nan)
+        for c in cols:
+            m, _ = nanmedian(comm[:, c], axis=1)
+            med_comm[:, c] = m[:, None]
+        late = (comp - np.asarray(pv.median[st], dtype=np.float64)) + (med_comm - comm)
+        job_ex = np.asarray(g.job_step[st], dtype=np.float64) - np.asarray(tv.job_base[st], dtype=np.float64)
+        have = np.isfinite(late).any(axis=1)
+        if not have.any():
+            continue
+        k = np.full(st.size, -1)
+        k[have] = np.nanargmax(np.where(np.isfinite(late[have]), late[have], -np.inf), axis=1)
+        ok = have & (k >= 0)
+        ok[ok] &= late[np.flatnonzero(ok), k[ok]] >= min_late * job_ex[ok]
+        votes = np.bincount(k[ok], minlength=g.R)
+        n_att = int(votes.sum())
+        j = int(np.argmax(votes))
+        if n_att < min_votes or votes[j] < min_share * n_att:
+            continue
+        i0, i1 = int(st[0]), int(st[-1])
+        comp_name = g.component(j)
+        # nothing to do when the rank's own labels already hold its stalls (a steady
+        # straggler whose job flags are sparse once the job baseline caught up)
+        held = np.zeros(g.S, dtype=bool)
+        for r in rows:
+            if r["component"] == comp_name:
+                held[int(np.searchsorted(steps, r["start_step"])) : int(np.searchsorted(steps, r["end_step"])) + 1] = True
+        if int((~held[st]).sum()) < min_votes:
+            continue
+        keep, absorbed = [], []
+        for r in rows:
+            r0 = int(np.searchsorted(steps, r["start_step"]))
+            r1 = int(np.searchsorted(steps, r["end_step"]))
+            inside = r0 >= e0 - cfg.gap_steps and r1 <= e1 + cfg.gap_steps
+            if (r["component"] == "job" and inside) or (r["component"] == comp_name and r0 <= e1 and r1 >= e0):
+                absorbed.append(r)
+                i0, i1 = min(i0, r0), max(i1, r1)
+            else:
+                keep.append(r)
+        if i1 - i0 + 1 < cfg.min_steps or g.t1[i1] - g.t0[i0] < cfg.min_duration_s:
+            continue
+        sl = slice(i0, i1 + 1)
+        slowdown = an.job_slowdown(i0, i1)
+        ev = {
+            "baseline_s": _nanmed(tv.job_base[sl]),
+            "baseline_kind": "intermittent-stalls",
+            "stalls": int(st.size),
+            "stalls_attributed": n_att,
+            "votes": int(votes[j]),
+            "flagged_fraction": st.size / n_ep,
+            "job_slowdown": slowdown,
+            "job_baseline_s": _nanmed(tv.job_base[sl]),
+            "replaces": sorted({r["component"] for r in absorbed}),
+            "n_steps": i1 - i0 + 1,
+            "threshold": cfg.temporal_threshold,
+        }
+        keep.append(_row(g, comp_name, "rank", i0, i1, slowdown, "temporal+peer",
+                         _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal+peer"), ev))
+        rows = keep
+    return rows
 
 
 # -- helpers ------------------------------------------------------------------------

@@ -4,7 +4,9 @@
     python3 perf/labeler_campaign.py --run examples/labeler-eval.yaml --out DIR
 
 For every injection it measures, from the telemetry alone, whether it slowed the job
-(mean job step time over the fault / median over the 10 s before it >= 1.10) and
+(mean job step time over the fault / median over the 10 s before it >= 1.10, both on
+steps when no other injection was in force; a fault wholly overlapped by others is
+counted as confounded and left out) and
 then reports, against those that did:
 
 - event-level precision, recall and F1 of the labels that claim an injection (a label
@@ -53,13 +55,24 @@ def evaluate_run(run_dir: Path) -> dict:
            "hours": float((steps.t_start.max() - steps.t_start.min()) / 3600)}
     for r in inj.itertuples():
         # job time during / what the same steps took before (a time ratio: intermittent
-        # stalls count in full)
-        before = js[(js.t >= r.start_ts - 10) & (js.t < r.start_ts)].step_s.median()
-        during = js[(js.t >= r.start_ts) & (js.t < r.end_ts)].step_s.mean()
+        # stalls count in full), on the steps no other injection was in force (plus
+        # 1 s after each, for the job to settle): an overlap would lend this fault the
+        # other's slowdown. A fault fully overlapped by others is "confounded".
+        clear = np.ones(len(js), dtype=bool)
+        for o in inj.itertuples():
+            if o.fault_id != r.fault_id:
+                clear &= ~((js.t >= o.start_ts) & (js.t < o.end_ts + 1.0)).to_numpy()
+        pre = (js.t >= r.start_ts - 10) & (js.t < r.start_ts) & clear
+        cur = (js.t >= r.start_ts) & (js.t < r.end_ts) & clear
+        before = js[pre].step_s.median()
+        during = js[cur].step_s.mean() if cur.sum() >= 3 else float("nan")
         impact = float(during / before) if before and before == before else float("nan")
         first_step = int(js[js.t >= r.start_ts].step.min()) if (js.t >= r.start_ts).any() else -1
         want = r.target if r.fault_type in RANK_TYPES else f"node:{r.node}"
-        hits = labels[(labels.fault_id == r.fault_id) & (labels.source == "injected")]
+        # a label matches its fault_id and the faults in its evidence's also_matches
+        # (one slowdown of one component with two overlapping causes)
+        also = labels.evidence.map(lambda e: r.fault_id in (json.loads(e or "{}").get("also_matches") or []))
+        hits = labels[((labels.fault_id == r.fault_id) | also) & (labels.source == "injected")]
         comp = None
         onset = None
         if len(hits):
@@ -67,14 +80,19 @@ def evaluate_run(run_dir: Path) -> dict:
             comp = h.component
             if comp == "job":
                 comp = json.loads(h.evidence or "{}").get("culprit", "job")
-            onset = int(h.start_step) - first_step
-        out["injections"].append({"fault_id": r.fault_id, "type": r.fault_type, "impact": impact, "labeled": bool(len(hits)),
+            shared = [f for f in [h.fault_id, *(json.loads(h.evidence or "{}").get("also_matches") or [])] if f != r.fault_id]
+            earlier = inj[inj.fault_id.isin(shared) & (inj.start_ts < r.start_ts)]
+            # the onset of a label that began with an earlier fault says nothing of this one's
+            onset = None if len(earlier) else int(h.start_step) - first_step
+        out["injections"].append({"fault_id": r.fault_id, "type": r.fault_type, "impact": impact, "confounded": not np.isfinite(impact),
+                                  "labeled": bool(len(hits)),
                                   "component": comp, "want": want, "onset_steps": onset})
     # labels that claim an injection but overlap none that slowed the job
     slowed = {i["fault_id"] for i in out["injections"] if i["impact"] >= 1.10}
     inj_l = labels[labels.source == "injected"]
     out["label_tp"] = int(inj_l.fault_id.isin(slowed).sum())
-    out["label_fp"] = int((~inj_l.fault_id.isin(slowed)).sum())
+    confounded = {i["fault_id"] for i in out["injections"] if i["confounded"]}
+    out["label_fp"] = int((~inj_l.fault_id.isin(slowed | confounded)).sum())  # confounded: neither
     return out
 
 
@@ -95,12 +113,15 @@ def summarize(runs: list[dict]) -> dict:
     hours = sum(r.get("hours", 0) for r in runs)
     return {
         "runs": len(runs), "injections": len(injs), "slowed_job_10pct": len(slowed),
+        "confounded": sum(1 for i in injs if i["confounded"]),
         "event_precision": precision, "event_recall": float(recall), "event_f1": f1,
         "localization": acc,
         "onset_error_steps_median": float(np.median(onsets)) if onsets else float("nan"),
         "onset_error_steps_p95": float(np.percentile(onsets, 95)) if onsets else float("nan"),
         "observed_labels_per_run_hour": sum(r.get("observed", 0) for r in runs) / hours if hours else float("nan"),
         "unmanifested": [(i["type"], round(i["impact"], 3)) for i in injs if i["impact"] < 1.10],
+        "onset_error_steps_max": float(np.max(onsets)) if onsets else float("nan"),
+        "onset_within_2_steps": float(np.mean([o <= 2 for o in onsets])) if onsets else float("nan"),
     }
 
 
@@ -109,6 +130,7 @@ def main() -> int:
     ap.add_argument("dir", nargs="?", help="a campaign output folder (run folders inside)")
     ap.add_argument("--run", help="run this campaign file first")
     ap.add_argument("--out", help="output folder for --run")
+    ap.add_argument("--details", action="store_true", help="also print one line per injection (to stderr)")
     a = ap.parse_args()
     d = a.dir
     if a.run:
@@ -117,6 +139,12 @@ def main() -> int:
     if not d:
         ap.error("give a campaign output folder or --run FILE")
     runs = [evaluate_run(p.parent) for p in sorted(Path(d).glob("*/meta.json"))]
+    if a.details:
+        for r in runs:
+            for i in r.get("injections", []):
+                print(f"{Path(r['run']).name:24s} {i['fault_id']:16s} {i['type']:15s} impact={i['impact']:.2f} "
+                      f"labeled={i['labeled']!s:5s} got={i['component']!s:8s} want={i['want']:8s} onset={i['onset_steps']}",
+                      file=sys.stderr)
     rep = summarize(runs)
     print(json.dumps(rep, indent=1, default=float))
     return 0

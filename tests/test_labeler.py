@@ -348,3 +348,74 @@ def test_empty_inputs_and_bad_input(both):
     # a stricter config: the 2x job-wide slowdown is still found, the threshold is kept in evidence
     lab = label(both, config={"temporal_threshold": 1.5})
     assert json.loads(lab[lab.component == "job"].iloc[0].evidence)["threshold"] == 1.5
+
+
+# -- onsets and intermittent stragglers --------------------------------------------------
+def _retime(s: pd.DataFrame) -> pd.DataFrame:
+    """Recompute t_start from step_s (steps back to back) after editing a frame."""
+    per = s.groupby("step")["step_s"].max().sort_index()
+    t = T0 + np.concatenate([[0.0], np.cumsum(per.to_numpy())[:-1]])
+    s["t_start"] = t[s["step"].to_numpy()]
+    return s
+
+
+def paused_rank(rank=2, a=100, b=220, stall=0.25, every=5, in_compute_every=3, seed=0) -> pd.DataFrame:
+    """A duty-cycle pause of one rank (SIGSTOP/SIGCONT): every ``every`` steps from ``a``
+    to ``b`` a ``stall`` s stop. Every ``in_compute_every``-th stall lands in the rank's
+    compute (it arrives late at the all-reduce); the others land inside the all-reduce,
+    where every rank waits alike and no per-step timing can tell who stopped."""
+    s = simulate(n_steps=320, seed=seed)
+    for k, t in enumerate(range(a, b, every)):
+        at = s["step"] == t
+        if in_compute_every and k % in_compute_every == 0:
+            s.loc[at & (s["rank"] == rank), "compute_s"] += stall
+        s.loc[at, "step_s"] += stall
+    s["comm_s"] = s["step_s"] - s["compute_s"]
+    return _retime(s)
+
+
+def test_intermittent_straggler_is_one_rank_label_from_its_first_stall():
+    for seed in range(3):
+        lab = label(paused_rank(seed=seed))
+        assert lab.component.tolist() == ["rank:2"], lab[["component", "start_step", "end_step"]]
+        r = lab.iloc[0]
+        assert abs(r.start_step - 100) <= 2 and abs(r.end_step - 215) <= 2
+        ev = json.loads(r.evidence)
+        assert ev["baseline_kind"] == "intermittent-stalls" and ev["votes"] >= 2
+        assert ev["stalls"] >= 20 and ev["stalls_attributed"] < ev["stalls"]
+        assert r.slowdown > 1.5  # a 0.25 s stall every 5 steps of ~0.04 s
+
+
+def test_stalls_nobody_can_be_blamed_for_stay_a_job_label():
+    lab = label(paused_rank(in_compute_every=0))  # every stall inside the all-reduce
+    assert lab.component.tolist() == ["job"]
+
+
+def test_blip_before_a_jobwide_slowdown_does_not_set_its_onset():
+    s = simulate(jobwide=(200, 240, 0.2))
+    at = s["step"].isin([193, 194])  # a 2-step hiccup, joined only through gap_s
+    s.loc[at, "step_s"] += 0.05
+    s["comm_s"] = s["step_s"] - s["compute_s"]
+    s = _retime(s)
+    lab = label(s)
+    assert lab.component.tolist() == ["job"]
+    assert abs(lab.iloc[0].start_step - 200) <= 2
+
+
+def test_weak_sustained_straggler_onset():
+    """1.5x with 10% noise: single steps flag late and sparsely; the label's edges
+    come from the smoothed excess and the change point."""
+    for seed in range(5):
+        lab = label(simulate(straggler=(1, 100, 200, 1.5), noise=0.1, seed=seed))
+        r = lab[lab.component == "rank:1"]
+        assert len(r) == 1, lab[["component", "start_step", "end_step"]]
+        assert abs(r.iloc[0].start_step - 100) <= 2, r.iloc[0].start_step
+
+
+def test_slow_link_during_a_weak_straggler_is_labeled_too():
+    """A rank 1.5x slower and, at the same time, +0.3 s on every all-reduce: the rank
+    does not explain a job slowdown ten times its own excess."""
+    lab = label(simulate(straggler=(1, 100, 150, 1.5), jobwide=(100, 150, 0.3)))
+    assert sorted(lab.component) == ["job", "rank:1"]
+    j = lab[lab.component == "job"].iloc[0]
+    assert abs(j.start_step - 100) <= 2 and abs(j.end_step - 149) <= 2
