@@ -285,7 +285,11 @@ class Campaign(_Strict):
     """Many runs with randomized faults, seeded: ``runs`` scenarios derived from
     ``base`` with ``faults_per_run`` faults each, types drawn by weight from ``types``,
     targets uniformly, start and duration uniformly from ``start`` and ``duration``
-    (seconds), never two faults of one kind on one target at once."""
+    (seconds), never two faults of one kind on one target at once. ``spacing``
+    (seconds, optional) keeps any two faults of a run at least that far apart (end of
+    one to start of the next, any kind, any target): isolated faults, so the slowdown
+    each caused can be measured on its own (an evaluation campaign); None allows
+    overlapping faults."""
 
     name: str = "campaign"
     seed: int = 0
@@ -295,6 +299,12 @@ class Campaign(_Strict):
     types: dict[str, FaultDraw]
     start: tuple[float, float] = (10.0, 40.0)
     duration: tuple[float, float] = (5.0, 15.0)
+    spacing: float | None = None
+
+    @field_validator("spacing", mode="before")
+    @classmethod
+    def _spacing(cls, v, info):
+        return None if v is None else _dur(v, info)
 
     @field_validator("start", "duration", mode="before")
     @classmethod
@@ -346,6 +356,10 @@ class Campaign(_Strict):
                     spec["node"] = f"n{rng.randrange(n_nodes)}"
                     key = (t, spec["node"])
                 if any(at < b and a < at + dur for a, b in spans.get(key, [])):
+                    continue
+                if self.spacing is not None and any(
+                    at < b + self.spacing and a < at + dur + self.spacing for sp in spans.values() for a, b in sp
+                ):
                     continue
                 spec["params"] = {p: _draw(rng, d) for p, d in self.types[t].params.items()}
                 spans.setdefault(key, []).append((at, at + dur))

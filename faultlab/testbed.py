@@ -62,6 +62,16 @@ def _free_subnet() -> ipaddress.IPv4Network:
     raise FaultlabError("no free /24 in 10.213.0.0/16 for the testbed", fix="remove stale testbeds with `faultlab recover`")
 
 
+#: ``sh -c`` script (args: namespace names) that ends every process inside them:
+#: SIGTERM, up to 5 s to exit, then SIGKILL. Needs only sh, coreutils and ip.
+_END_NETNS_PIDS_SH = (
+    'pids() { for n in "$@"; do ip netns pids "$n" 2>/dev/null; done; }; '
+    'for p in $(pids "$@"); do kill "$p" 2>/dev/null; done; '
+    'i=0; while [ "$i" -lt 50 ]; do [ -z "$(pids "$@")" ] && exit 0; sleep 0.1; i=$((i+1)); done; '
+    'for p in $(pids "$@"); do kill -9 "$p" 2>/dev/null; done; exit 0'
+)
+
+
 class NetnsTestbed:
     """``n_nodes`` netns nodes on one bridge. Use as a context manager.
 
@@ -145,9 +155,11 @@ class NetnsTestbed:
         cmds = []
         if self._made.get("iptables"):
             cmds.append(Cmd(("iptables", "-D", *self._made["iptables"])))
-        # processes left in our namespaces (ranks of a killed runner) end first
-        kill_sh = 'for p in $(ip netns pids "$1" 2>/dev/null); do kill "$p" 2>/dev/null; done; exit 0'
-        cmds += [Cmd(("sh", "-c", kill_sh, "sh", ns)) for ns in reversed(self._made["netns"])]
+        # Processes left in our namespaces (ranks of a killed runner) end first:
+        # SIGTERM, up to 5 s to exit, then SIGKILL (a rank blocked in a collective
+        # whose peers are gone only notices SIGTERM at its next step, which may be
+        # its collective timeout away). Only PIDs inside namespaces faultlab made.
+        cmds.append(Cmd(("sh", "-c", _END_NETNS_PIDS_SH, "sh", *reversed(self._made["netns"]))))
         cmds += [Cmd(("ip", "netns", "del", ns)) for ns in reversed(self._made["netns"])]
         cmds += [Cmd(("ip", "link", "del", link)) for link in reversed(self._made["links"])]
         cmds.append(Cmd(("rm", "-f", str(self._state_path()))))

@@ -380,3 +380,46 @@ def test_force_refuses_a_tbf_it_could_not_rebuild_exactly(testbed2, no_residue):
         assert "peakrate" in _qdiscs(n0)
     finally:
         n0.run(["tc", "qdisc", "del", "dev", "fleth0", "root"], scope="net")
+
+
+@needs_root
+def test_testbed_lease_teardown_ends_processes_that_ignore_sigterm(no_residue):
+    """The teardown a testbed lease's watchdog runs when its controller died: a process
+    left inside a faultlab namespace that ignores SIGTERM (a rank blocked in a
+    collective whose peers are gone) is killed after the grace, then the namespaces and
+    links go. Nothing outside the namespaces is touched."""
+    from faultlab.testbed import NetnsTestbed
+
+    tb = NetnsTestbed(2).up()
+    outside = subprocess.Popen(["sleep", "60"])  # same command, not in a namespace
+    n0 = tb.nodes[0]
+    stuck = None
+    try:
+        stuck = subprocess.Popen(["ip", "netns", "exec", n0.netns, "sh", "-c", "trap '' TERM; sleep 60 & wait; sleep 60"])
+        deadline = time.time() + 10
+        while not subprocess.run(["ip", "netns", "pids", n0.netns], capture_output=True, text=True).stdout.strip():
+            assert time.time() < deadline, "the process never joined the namespace"
+            time.sleep(0.05)
+        t0 = time.time()
+        for c in tb.teardown_cmds():  # as the watchdog runs them: each may find its object gone
+            cp = subprocess.run(list(c.argv), capture_output=True, text=True, timeout=60)
+            assert cp.returncode == 0 or "Cannot find device" in cp.stderr, (c.argv, cp.stderr)
+        assert stuck.wait(timeout=10) == -signal.SIGKILL
+        assert time.time() - t0 < 15
+        assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.count(n0.netns) == 0
+        assert outside.poll() is None  # the same command outside our namespaces lives on
+    finally:
+        outside.kill()
+        outside.wait()
+        for ns in [n.netns for n in tb.nodes]:  # on failure: what the test started in them
+            for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+                os.kill(int(pid), signal.SIGKILL)
+        if stuck is not None and stuck.poll() is None:
+            import psutil
+
+            for child in psutil.Process(stuck.pid).children(recursive=True):
+                child.kill()
+            stuck.kill()
+        if stuck is not None:
+            stuck.wait()
+        tb.down()

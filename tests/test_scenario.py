@@ -192,3 +192,30 @@ def test_sigkill_of_runner_leaves_readable_incomplete_run_and_no_faults(tmp_path
     while time.time() < end and residue() != before:
         time.sleep(1)
     assert residue() == before, {k: residue()[k] - before[k] for k in before}
+
+
+def test_campaign_spacing_keeps_faults_apart(tmp_path):
+    text = CAMPAIGN.replace("faults_per_run: [1, 3]", "faults_per_run: [2, 2]\nspacing: 3s")
+    c = load(_write(tmp_path, text, "s.yaml"))
+    assert c.spacing == 3.0
+    scs = c.scenarios()
+    assert [s.model_dump() for s in scs] == [s.model_dump() for s in c.scenarios()]
+    n = 0
+    for s in scs:
+        spans = sorted((f.at, f.at + f.duration) for f in s.faults)
+        n += len(spans)
+        for (a0, b0), (a1, b1) in zip(spans, spans[1:]):
+            assert a1 >= b0 + 3.0, spans
+    assert n >= 30
+    # without spacing the same campaign overlaps faults somewhere
+    loose = load(_write(tmp_path, CAMPAIGN.replace("faults_per_run: [1, 3]", "faults_per_run: [2, 2]"), "l.yaml")).scenarios()
+    assert any(
+        a1 < b0 for s in loose for (a0, b0), (a1, b1) in zip(*(lambda sp: (sp, sp[1:]))(sorted((f.at, f.at + f.duration) for f in s.faults)))
+    )
+
+
+@pytest.mark.parametrize("value,word", [("-2s", "negative"), ("3", "no unit")])
+def test_campaign_bad_spacing(tmp_path, value, word):
+    p = _write(tmp_path, CAMPAIGN.replace("faults_per_run: [1, 3]", f"faults_per_run: [1, 3]\nspacing: {value}"), "b.yaml")
+    cp = subprocess.run([*FL, "scenario", "validate", str(p)], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 2 and "spacing" in cp.stderr and word in cp.stderr.lower(), cp.stderr
