@@ -377,11 +377,12 @@ def campaign(
 def label(
     run_dir: Path = typer.Argument(..., metavar="PATH", help="a run directory; with --import, the file or dataset folder to import"),
     import_format: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="import public fail-slow data instead: long | perseus | straggler-trace"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="with --import: folder for labels.parquet (and whatif.json)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="with --import: folder for labels.parquet (and whatif.json, components.parquet)"),
 ):
     """Label a run directory (writes labels.parquet and whatif.json there), or import
     public data: --import FORMAT PATH --out DIR writes DIR/labels.parquet (and
-    DIR/whatif.json where a what-if slowdown applies)."""
+    DIR/whatif.json where a what-if slowdown applies, DIR/components.parquet where the
+    format judges whole components: long)."""
     if import_format is None:
         from faultlab.labeler import label_run
 
@@ -415,7 +416,12 @@ def label(
         out.print(f"  labeled: {shown}", markup=False)
     if res.whatif is not None:
         out.print(f"  what-if slowdown S = {res.whatif.get('slowdown', float('nan')):.4f} -> {written['whatif.json']}", markup=False)
-    for name in sorted(set(written) - {"labels.parquet", "whatif.json"}):
+    if res.components is not None:
+        pers = res.components.loc[res.components["persistent"], "component"].astype(str).tolist()
+        shown = ", ".join(pers[:8]) + (f", ... ({len(pers) - 8} more)" if len(pers) > 8 else "")
+        out.print(f"  persistently slow: {shown or 'none'} ({len(res.components)} component(s) judged) "
+                  f"-> {written['components.parquet']}", markup=False)
+    for name in sorted(set(written) - {"labels.parquet", "whatif.json", "components.parquet"}):
         out.print(f"  {name} -> {written[name]}", markup=False)
 
 

@@ -3,13 +3,17 @@
 Each importer reads only the telemetry (and its meta file) of a dataset, never the
 upstream answers kept beside it, and returns an :class:`ImportResult`: a labels frame
 (faultlab.schema.LABELS columns) and, where a what-if slowdown applies, the what-if
-dict. :func:`write_outputs` writes ``labels.parquet`` (+ ``whatif.json``) to a folder.
+dict, and where the format judges whole components, a components summary.
+:func:`write_outputs` writes ``labels.parquet`` (+ ``whatif.json``,
+``components.parquet``) to a folder.
 
 Formats (:data:`FORMATS`):
 
 - ``long``: generic long-format CSV/Parquet, columns ``component, peer_group,
   timestamp`` (unix s), ``metric, value`` (larger = slower). Labeled with the two views
-  of the labeler (see :func:`import_long`).
+  of the labeler (see :func:`import_long`), plus a component-level judgement: which
+  components are *persistently* slow (``components.parquet``, see
+  :func:`judge_persistence`).
 - ``perseus``: Perseus drive telemetry (FAST'23), see :mod:`faultlab.labeler.perseus`.
 - ``straggler-trace``: StragglerAnalysis operation trace (OSDI'25 what-if), see
   :mod:`faultlab.labeler.trace`.
@@ -44,6 +48,9 @@ class ImportResult:
             None when no what-if applies.
         info: counts and timings for a person (JSON-able).
         extra: further JSON files to write, ``{file name: JSON-able}``.
+        components: one row per component with its component-level judgement (the
+            ``long`` importer: :data:`COMPONENT_COLUMNS`, see :func:`judge_persistence`),
+            written as ``components.parquet``; None when the format has none.
     """
 
     format: str
@@ -51,6 +58,7 @@ class ImportResult:
     whatif: dict | None = None
     info: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
+    components: pd.DataFrame | None = None
 
 
 def make_config(cls, config):
@@ -93,12 +101,31 @@ class LongConfig:
         group_wide_fraction: when at least this fraction of a group's components are
             slow against their own history at a sample, the group as a whole is slowed
             (a ``group:NAME`` label), not each component. 0.5.
+        persistent_min_fraction: a component is judged persistently fail-slow only
+            when its labels cover at least this share of the time it has data
+            (labeled-time fraction, 0..1). Perseus (FAST'23) judges a drive by how long
+            it is slow, not by one episode; the ``perseus`` importer asks 0.25 of the
+            time in its coarse slow *windows* (5 min). Labels here are runs of flagged
+            samples, which cover only about half of a slowdown near the flag threshold
+            (a component 1.3x slow for 40% of the time gets ~25% labeled time), hence a
+            lower floor here. 0.1.
+        persistent_z: ... and its labeled-time fraction is an outlier among its peer
+            group's: robust z-score ``(fraction - group median) / sigma`` at least this
+            (dimensionless; 3.5 is the modified z-score cut of Iglewicz & Hoaglin,
+            1993). 3.5.
+        persistent_sigma_floor: ``sigma = max(1.4826 x MAD of the group's fractions,
+            this)`` (a share of time): a group where (almost) nothing is labeled has
+            MAD 0, and the floor keeps a tiny fraction from being an infinite outlier.
+            0.02.
     """
 
     labeler: Any = None
     align_s: float = 0.0
     higher_is_better: tuple[str, ...] = ()
     group_wide_fraction: float = 0.5
+    persistent_min_fraction: float = 0.1
+    persistent_z: float = 3.5
+    persistent_sigma_floor: float = 0.02
 
     def __post_init__(self) -> None:
         from faultlab.labeler import _config
@@ -109,10 +136,18 @@ class LongConfig:
             raise BadInput(f"must be >= 0, got {self.align_s!r}", field="align_s")
         if not 0.0 < float(self.group_wide_fraction) <= 1.0:
             raise BadInput(f"must be in (0, 1], got {self.group_wide_fraction!r}", field="group_wide_fraction")
+        if not 0.0 < float(self.persistent_min_fraction) <= 1.0:
+            raise BadInput(f"must be in (0, 1] (a share of time), got {self.persistent_min_fraction!r}",
+                           field="persistent_min_fraction")
+        for name in ("persistent_z", "persistent_sigma_floor"):
+            if not float(getattr(self, name)) > 0:
+                raise BadInput(f"must be > 0, got {getattr(self, name)!r}", field=name)
 
     def to_dict(self) -> dict:
         return {"labeler": self.labeler.to_dict(), "align_s": self.align_s,
-                "higher_is_better": list(self.higher_is_better), "group_wide_fraction": self.group_wide_fraction}
+                "higher_is_better": list(self.higher_is_better), "group_wide_fraction": self.group_wide_fraction,
+                "persistent_min_fraction": self.persistent_min_fraction, "persistent_z": self.persistent_z,
+                "persistent_sigma_floor": self.persistent_sigma_floor}
 
 
 #: upstream answer files kept beside public datasets: an importer never reads them
@@ -182,7 +217,16 @@ def read_long(path: str | Path) -> pd.DataFrame:
 
 
 def label_long(df: pd.DataFrame, config: LongConfig | dict | None = None, *, run_id: str = "") -> pd.DataFrame:
-    """Label a long-format frame with the labeler's two views, per metric.
+    """Label a long-format frame with the labeler's two views, per metric: the labels
+    of :func:`label_long_components` (same arguments), without the components summary.
+    """
+    return label_long_components(df, config, run_id=run_id)[0]
+
+
+def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = None, *,
+                          run_id: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Label a long-format frame with the labeler's two views, per metric, and judge
+    each component as a whole.
 
     For each metric the samples become a dense ``(T, C)`` grid (T timestamps, C
     components; NaN where a component has no sample), then:
@@ -210,8 +254,17 @@ def label_long(df: pd.DataFrame, config: LongConfig | dict | None = None, *, run
     Times: ``start_ts`` the first flagged timestamp, ``end_ts`` the last plus the
     median sampling interval (unix s). ``start_step``/``end_step`` are null.
 
+    Components: each sample of a component stands for ``[timestamp, timestamp + the
+    metric's median sampling interval)``; the component's *observed time* is the union
+    of these over all its metrics, its *labeled time* the part of it that its own
+    labels (``component_kind`` ``"component"``, any metric; not ``group:`` labels)
+    cover. Its peer group is the one it has in the first metric (name order). The
+    labeled-time fraction is judged by :func:`judge_persistence`.
+
     Returns:
-        labels frame (LABELS columns), sorted by start_ts, component. Deterministic.
+        ``(labels, components)``: labels frame (LABELS columns), sorted by start_ts,
+        component; components frame (:data:`COMPONENT_COLUMNS`, one row per component
+        with data, sorted by ``rank``). Deterministic (whatever the input's row order).
 
     Raises:
         BadInput for a missing column or non-numeric timestamps/values.
@@ -235,6 +288,8 @@ def label_long(df: pd.DataFrame, config: LongConfig | dict | None = None, *, run
     met_all, met_names = _codes(df["metric"])
     ok = np.isfinite(ts_all) & np.isfinite(val_all) & (comp_all >= 0) & (grp_all >= 0) & (met_all >= 0)
     rows: list[dict] = []
+    cover: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # component -> observed intervals per metric
+    group_of: dict[str, str] = {}
     for mcode in sorted(set(np.unique(met_all[ok]).tolist()), key=lambda k: met_names[k]):
         metric = met_names[mcode]
         m = ok & (met_all == mcode)
@@ -268,6 +323,12 @@ def label_long(df: pd.DataFrame, config: LongConfig | dict | None = None, *, run
         first[ci[order]] = order
         groups = np.array([grp_names[k] for k in grp_all[m][first].tolist()], dtype=object)
         dt = float(np.median(np.diff(u_t))) if T > 1 else 0.0
+        for j in range(C):  # observed time of each component (merged sample intervals)
+            tj = u_t[~np.isnan(X[:, j])]
+            if tj.size:
+                name = str(u_c[j])
+                cover.setdefault(name, []).append(_union(tj, tj + dt))
+                group_of.setdefault(name, str(groups[j]))
         t0, t1 = u_t, u_t + dt
         timed = {"t0": t0, "t1": t1, "gap_s": lc.gap_s, "min_s": lc.min_duration_s}
         # peer view
@@ -356,10 +417,130 @@ def label_long(df: pd.DataFrame, config: LongConfig | dict | None = None, *, run
                         {"peer_group": str(groups[j]), "baseline": ref, "trailing_baseline": _nanmed(base[sl, j]),
                          "typical_value": float(typical[j]), "median_value": _nanmed(X[sl, j]),
                          "peer_ratio": _nanmed(ratio[sl, j])})
-    if not rows:
-        return _empty_labels()
-    out = pd.DataFrame(rows).sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True)
-    return _typed(out)
+    if rows:
+        out = _typed(pd.DataFrame(rows).sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True))
+    else:
+        out = _empty_labels()
+    return out, judge_persistence(_component_time(out, cover, group_of), cfg)
+
+
+#: columns of the components summary (:func:`label_long_components`, ``components.parquet``)
+COMPONENT_COLUMNS = ("component", "peer_group", "observed_s", "labeled_s", "labeled_fraction", "n_labels",
+                     "median_slowdown", "group_size", "group_median_fraction", "group_sigma", "robust_z",
+                     "persistent", "rank")
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals ``[starts[i], ends[i])`` as sorted disjoint intervals."""
+    s = np.asarray(starts, dtype=np.float64).ravel()
+    e = np.asarray(ends, dtype=np.float64).ravel()
+    if s.size == 0:
+        return s, e
+    o = np.lexsort((e, s))
+    s, e = s[o], e[o]
+    reach = np.maximum.accumulate(e)
+    new = np.concatenate([[True], s[1:] > reach[:-1]])
+    first = np.flatnonzero(new)
+    last = np.concatenate([first[1:] - 1, [s.size - 1]])
+    return s[first], reach[last]
+
+
+def _length(starts: np.ndarray, ends: np.ndarray) -> float:
+    s, e = _union(starts, ends)
+    return float(np.sum(e - s)) if s.size else 0.0
+
+
+def _component_time(labels: pd.DataFrame, cover: dict, group_of: dict) -> pd.DataFrame:
+    """Per component with data: observed and labeled time (s), labels, median slowdown."""
+    own = labels[labels["component_kind"] == "component"] if len(labels) else labels
+    by_comp = {str(k): g for k, g in own.groupby(own["component"].astype(str), sort=True)} if len(own) else {}
+    recs = []
+    for name in sorted(cover):
+        obs_s = np.concatenate([a for a, _ in cover[name]])
+        obs_e = np.concatenate([b for _, b in cover[name]])
+        observed = _length(obs_s, obs_e)
+        g = by_comp.get(name)
+        if g is not None and len(g):
+            ls, le = g["start_ts"].to_numpy(np.float64), g["end_ts"].to_numpy(np.float64)
+            # |labels ∩ observed| = |labels| + |observed| - |labels ∪ observed|
+            labeled = _length(ls, le) + observed - _length(np.concatenate([ls, obs_s]), np.concatenate([le, obs_e]))
+            labeled = min(max(labeled, 0.0), observed)
+            n, med = len(g), float(np.median(g["slowdown"].to_numpy(np.float64)))
+        else:
+            labeled, n, med = 0.0, 0, float("nan")
+        recs.append({"component": name, "peer_group": group_of[name], "observed_s": observed, "labeled_s": labeled,
+                     "labeled_fraction": labeled / observed if observed > 0 else 0.0, "n_labels": n,
+                     "median_slowdown": med})
+    cols = ["component", "peer_group", "observed_s", "labeled_s", "labeled_fraction", "n_labels", "median_slowdown"]
+    return pd.DataFrame(recs, columns=cols)
+
+
+def judge_persistence(components: pd.DataFrame, config: LongConfig | dict | None = None) -> pd.DataFrame:
+    """Judge which components are *persistently* fail-slow, from their labeled-time
+    fraction (time covered by their labels / time they have data, 0..1).
+
+    Where the rule comes from: Perseus (FAST'23) judges a drive by how long it is slow
+    (its slow periods' share of time), not by a single slow episode; and what counts as
+    "long" is relative to the component's peers, since every component of a busy group
+    shows some transient slowness. So a component is ``persistent`` when both
+
+    - its fraction is an outlier in its peer group: ``robust_z = (fraction - group
+      median) / group_sigma >= persistent_z``, with ``group_sigma = max(1.4826 x MAD of
+      the group's fractions, persistent_sigma_floor)`` (median and MAD over the group's
+      components, itself included; a robust modified z-score, Iglewicz & Hoaglin); a
+      group of two can never flag one (z is 0.67 at most), and where nothing is labeled
+      every z is 0;
+    - and ``fraction >= persistent_min_fraction`` (an absolute floor: the top of a group
+      where everything is nearly clean is no fail-slow component).
+
+    Args:
+        components: one row per component, columns ``component, peer_group,
+            labeled_fraction`` (others are kept).
+        config: a :class:`LongConfig` (or dict of its fields) for the three
+            ``persistent_*`` thresholds.
+
+    Returns:
+        a copy with ``group_size`` (components in the peer group), ``group_median_fraction``,
+        ``group_sigma``, ``robust_z``, ``persistent`` (bool) and ``rank`` (1 = the largest
+        labeled-time fraction over all components, ties by component name) added,
+        sorted by rank, index reset. Deterministic.
+
+    Raises:
+        BadInput for a missing column or a bad config field.
+    """
+    from faultlab.labeler.temporal import MAD_TO_SIGMA
+
+    cfg = make_config(LongConfig, config)
+    missing = [c for c in ("component", "peer_group", "labeled_fraction") if c not in components.columns]
+    if missing:
+        raise BadInput(f"missing column(s) {', '.join(missing)}", field="components")
+    out = components.copy()
+    out["component"] = out["component"].astype(str)
+    out["peer_group"] = out["peer_group"].astype(str)
+    frac = pd.to_numeric(out["labeled_fraction"], errors="coerce").fillna(0.0).to_numpy(np.float64)
+    n = len(out)
+    size = np.zeros(n, dtype=np.int64)
+    gmed = np.zeros(n)
+    gsig = np.zeros(n)
+    grp = out["peer_group"].to_numpy(dtype=object)
+    for g in sorted(set(grp.tolist())):
+        idx = np.flatnonzero(grp == g)
+        f = frac[idx]
+        c = float(np.median(f))
+        size[idx] = idx.size
+        gmed[idx] = c
+        gsig[idx] = max(MAD_TO_SIGMA * float(np.median(np.abs(f - c))), float(cfg.persistent_sigma_floor))
+    z = (frac - gmed) / gsig if n else np.zeros(0)
+    out["labeled_fraction"] = frac
+    out["group_size"] = size
+    out["group_median_fraction"] = gmed
+    out["group_sigma"] = gsig
+    out["robust_z"] = z
+    out["persistent"] = (z >= float(cfg.persistent_z)) & (frac >= float(cfg.persistent_min_fraction))
+    order = np.lexsort((out["component"].to_numpy(dtype=object), -frac)) if n else np.zeros(0, dtype=np.int64)
+    out = out.iloc[order].reset_index(drop=True)
+    out["rank"] = np.arange(1, n + 1, dtype=np.int64)
+    return out
 
 
 def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
@@ -391,7 +572,9 @@ def import_long(path: str | Path, config: LongConfig | dict | None = None) -> Im
 
     Returns:
         :class:`ImportResult` (``whatif`` None: without a job's step structure no what-if
-        applies). ``run_id`` is the file's single ``run_id`` value, else the file stem.
+        applies; ``components`` the components summary, ``info["persistent"]`` the
+        names of the persistent components by rank). ``run_id`` is the file's single
+        ``run_id`` value, else the file stem.
 
     Raises:
         BadInput for a missing file or column, non-numeric values or a bad config field.
@@ -404,10 +587,11 @@ def import_long(path: str | Path, config: LongConfig | dict | None = None) -> Im
         ids = [str(x) for x in pd.unique(df["run_id"].dropna())]
         if len(ids) == 1:
             run_id = ids[0]
-    labels = label_long(df, cfg, run_id=run_id)
+    labels, comps = label_long_components(df, cfg, run_id=run_id)
     info = {"n_rows": int(len(df)), "n_components": int(df["component"].nunique()),
-            "n_metrics": int(df["metric"].nunique()), "source": str(src), "config": cfg.to_dict()}
-    return ImportResult(format="long", labels=labels, whatif=None, info=info)
+            "n_metrics": int(df["metric"].nunique()), "source": str(src), "config": cfg.to_dict(),
+            "persistent": comps.loc[comps["persistent"], "component"].tolist()}
+    return ImportResult(format="long", labels=labels, whatif=None, info=info, components=comps)
 
 
 # -- registry and output ---------------------------------------------------------------
@@ -447,8 +631,9 @@ def import_path(fmt: str, path: str | Path, config=None) -> ImportResult:
 
 def write_outputs(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
     """Write ``labels.parquet`` (faultlab.schema.LABELS), ``whatif.json`` when the result
-    has one, and the result's extra JSON files into ``out_dir`` (created), each
-    atomically. Returns ``{file name: path}``.
+    has one, ``components.parquet`` when it has a components summary, and the result's
+    extra JSON files into ``out_dir`` (created), each atomically. Returns ``{file name:
+    path}``.
 
     Raises OSError when the folder cannot be written.
     """
@@ -464,6 +649,14 @@ def write_outputs(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
     pq.write_table(schema.to_table("labels", result.labels), tmp)
     os.replace(tmp, p)
     written["labels.parquet"] = p
+    if result.components is not None:
+        import pyarrow as pa
+
+        p = out / "components.parquet"
+        tmp = p.with_suffix(".parquet.tmp")
+        pq.write_table(pa.Table.from_pandas(result.components, preserve_index=False), tmp)
+        os.replace(tmp, p)
+        written["components.parquet"] = p
     docs = dict(result.extra)
     if result.whatif is not None:
         docs["whatif.json"] = result.whatif
@@ -476,5 +669,6 @@ def write_outputs(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
     return written
 
 
-__all__ = ["FORMATS", "ImportResult", "LONG_COLUMNS", "LongConfig", "find_long_file", "import_long", "import_path",
-           "json_safe", "label_long", "make_config", "read_long", "write_outputs"]
+__all__ = ["COMPONENT_COLUMNS", "FORMATS", "ImportResult", "LONG_COLUMNS", "LongConfig", "find_long_file", "import_long",
+           "import_path", "json_safe", "judge_persistence", "label_long", "label_long_components", "make_config",
+           "read_long", "write_outputs"]

@@ -7,6 +7,10 @@ Datasets (``../shared/datasets/public/`` relative to the project root):
 - ``perseus-cluster_A``: Perseus drive telemetry (FAST'23). Checked against
   ``slow_drives.csv`` (the operators' confirmed fail-slow drives): are both labeled,
   and the drive-level precision (labeled drives that are confirmed / labeled drives).
+  For ``long`` also its component-level judgement (``components.parquet``): precision
+  and recall of the drives judged ``persistent``, and the ranking by labeled-time
+  fraction: Acc@k (confirmed drives in the top k / min(k, confirmed drives)) and
+  precision@k (confirmed drives in the top k / k).
 - ``straggler-trace-ST``: a StragglerAnalysis trace (OSDI'25). Checked against
   ``result-ST.json`` (the upstream what-if: S, and S by stage / DP rank / op type) and
   ``ms-ST.json``/``mw-ST.json`` (M_S, M_W): S error in %, the straggling stage.
@@ -66,6 +70,10 @@ def child(fmt: str, path: str, out: str) -> None:
         wi = res.whatif
         doc["whatif"] = {k: wi.get(k) for k in ("slowdown", "slowdown_measured", "launch_slowdown", "decomposition",
                                                 "removal_share", "ms", "mw", "stragglers", "n_steps")}
+    if res.components is not None:  # the component-level judgement (long), by rank
+        doc["component_rank"] = [{"component": str(r.component), "fraction": float(r.labeled_fraction),
+                                  "persistent": bool(r.persistent), "z": float(r.robust_z)}
+                                 for r in res.components.itertuples(index=False)]
     if "drives.json" in res.extra:
         doc["drives"] = res.extra["drives.json"]["drives"][:8]
     try:
@@ -123,7 +131,7 @@ def trace_to_long(src: Path, dst: Path) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--public", default=str(ROOT.parent / "shared" / "datasets" / "public"))
-    ap.add_argument("--keep", default=None, help="keep the outputs (labels.parquet, whatif.json) under this folder")
+    ap.add_argument("--keep", default=None, help="keep the outputs (labels.parquet, whatif.json, components.parquet) under this folder")
     ap.add_argument("--child", nargs=3, metavar=("FORMAT", "PATH", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--convert", nargs=3, metavar=("KIND", "SRC", "DST"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -167,6 +175,20 @@ def main() -> int:
                 fig += f"; top-{len(truth)} by labeled time hold {top_hit}/{len(truth)} confirmed"
                 if r["components"] and not all(c.startswith("drive:") for c in r["components"]):
                     fig += f"; +{sum(not c.startswith('drive:') for c in r['components'])} host-wide"
+                # the component-level judgement: persistent drives, and the ranking by
+                # labeled-time fraction (Acc@k = hits in the top k / min(k, |truth|),
+                # P@k = hits in the top k / k)
+                ranked = [(c["component"].split(":", 1)[1], c) for c in r["component_rank"]]
+                pers = {d for d, c in ranked if c["persistent"]}
+                hit = len(pers & truth)
+                p_prec = hit / len(pers) if pers else float("nan")
+                fig += (f"; PERSISTENT drives {len(pers)}: precision {p_prec:.3f}, recall {hit / len(truth):.3f}; "
+                        "ranking by labeled fraction " + ", ".join(
+                            f"{name}@{k} {sum(d in truth for d, _ in ranked[:k]) / (min(k, len(truth)) if name == 'Acc' else k):.3f}"
+                            for name, k in (("Acc", 1), ("Acc", 2), ("P", 1), ("P", 2), ("P", 5))))
+                details.append("long component ranking (top 6): " + "; ".join(
+                    f"#{i + 1} {d} fraction {c['fraction']:.3f} z {c['z']:.1f}{' PERSISTENT' if c['persistent'] else ''}"
+                    f"{' [confirmed]' if d in truth else ''}" for i, (d, c) in enumerate(ranked[:6])))
             if fmt == "perseus":
                 ok &= found == len(truth)
                 details.append("Perseus ranking (top 6): " + "; ".join(
@@ -209,8 +231,9 @@ def main() -> int:
                                f"(upstream {up.get('launch_slowdown', float('nan')):.4f}); M_S {wi['ms']['share']:.4f} vs "
                                f"{ms_up.get('Ms', float('nan')):.4f}; M_W {wi['mw']['share']:.4f} vs {mw_up.get('Mw', float('nan')):.4f}")
             else:
+                pers = [c["component"] for c in r.get("component_rank", []) if c["persistent"]]
                 fig = (f"labeled {', '.join(r['components']) or 'nothing'} (per-rank compute against its stage's peers and "
-                       f"its own history; a whole slow stage has no faster peer)")
+                       f"its own history; a whole slow stage has no faster peer); persistent {', '.join(pers) or 'none'}")
             rows.append(("straggler-trace-ST", fmt, r["runtime_s"], r["peak_rss_mb"], r["n_labels"], len(r["components"]), fig))
         rows.append(("straggler-trace-ST", "perseus", None, None, None, None, "n/a (not drive telemetry)"))
 

@@ -298,6 +298,141 @@ def test_long_non_numeric_value_is_bad_input():
     assert "numeric" in str(ei.value)
 
 
+# -- the long importer's component-level judgement (persistent components) -------------
+
+
+def persistent_frame(healthy: int = 20, n: int = 600, factor: float = 1.3, share: float = 0.4, noise: float = 0.05,
+                     seed: int = 0) -> pd.DataFrame:
+    """One peer group ``g``: ``slow`` is ``factor`` x slower for ``share`` of its samples
+    (one stretch in the middle), ``blip`` 2x for 8 samples (80 s of 6000 s), and
+    ``healthy`` components ``h00..``; every 10 s, value ~1.0 with ``noise`` relative noise."""
+    rng = np.random.default_rng(seed)
+    t = 1_700_000_000.0 + 10.0 * np.arange(n)
+    names = ["slow", "blip"] + [f"h{k:02d}" for k in range(healthy)]
+    rows = []
+    for name in names:
+        v = 1.0 + noise * rng.standard_normal(n)
+        if name == "slow":
+            a = int(n * (0.5 - share / 2))
+            v[a:a + int(n * share)] *= factor
+        elif name == "blip":
+            v[200:208] *= 2.0
+        rows.append(pd.DataFrame({"component": name, "peer_group": "g", "timestamp": t, "metric": "latency_ms",
+                                  "value": v}))
+    return pd.concat(rows, ignore_index=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_long_persistent_component_among_noisy_peers(seed):
+    lab, comps = importers.label_long_components(persistent_frame(seed=seed))
+    assert list(comps.columns) == list(importers.COMPONENT_COLUMNS)
+    assert len(comps) == 22 and comps["component"].is_unique
+    assert sorted(comps.loc[comps["persistent"], "component"]) == ["slow"], comps.head()
+    by = comps.set_index("component")
+    # the blip is labeled, but one short episode is not persistent
+    assert by.loc["blip", "n_labels"] >= 1 and not by.loc["blip", "persistent"]
+    assert 0 < by.loc["blip", "labeled_fraction"] < 0.05
+    assert by.loc["slow", "labeled_fraction"] > 0.15 and by.loc["slow", "n_labels"] >= 1
+    assert 1.2 < by.loc["slow", "median_slowdown"] < 1.6
+    assert by.loc["slow", "robust_z"] >= 3.5 and by.loc["slow", "group_size"] == 22
+    assert by.loc["slow", "observed_s"] == pytest.approx(6000.0)
+    # labeled time is the slow component's own labels, within its data
+    own = lab[lab["component"] == "slow"]
+    assert by.loc["slow", "labeled_s"] <= float((own["end_ts"] - own["start_ts"]).sum()) + 1e-6
+    healthy = comps[comps["component"].str.startswith("h")]
+    assert not healthy["persistent"].any() and (healthy["labeled_fraction"] < 0.05).all()
+    # the ranking: slow first, then the blip; rank is 1..n in row order
+    assert list(comps["component"][:2]) == ["slow", "blip"]
+    assert list(comps["rank"]) == list(range(1, 23))
+    assert comps["labeled_fraction"].is_monotonic_decreasing
+
+
+def test_long_nothing_labeled_flags_nothing():
+    _, comps = importers.label_long_components(long_frame(slow=None))
+    assert len(comps) == 5 and not comps["persistent"].any()
+    assert (comps["labeled_fraction"] == 0).all() and (comps["robust_z"] == 0).all()
+    assert (comps["group_sigma"] > 0).all() and comps["median_slowdown"].isna().all()
+    assert list(comps["component"]) == ["c0", "c1", "c2", "c3", "c4"]  # ties ranked by name
+
+
+def test_judge_persistence_rule():
+    def judge(fracs, **cfg):
+        df = pd.DataFrame({"component": [f"c{k:02d}" for k in range(len(fracs))], "peer_group": "g",
+                           "labeled_fraction": fracs})
+        out = importers.judge_persistence(df, cfg or None)
+        return sorted(out.loc[out["persistent"], "component"])
+
+    clean = [0.0] * 11
+    assert judge(clean) == []
+    assert judge([0.3] + clean) == ["c00"]
+    assert judge([0.08] + clean) == []  # an outlier (z 4), but under persistent_min_fraction
+    assert judge([0.08] + clean, persistent_min_fraction=0.05) == ["c00"]
+    assert judge([0.05] + clean, persistent_min_fraction=0.01) == []  # z 2.5: within the floor sigma
+    assert judge([0.3, 0.0]) == []  # two components: neither stands out (z 0.67)
+    # a group where everything is often labeled: 30% is typical there, not persistent
+    busy = [0.28, 0.30, 0.32, 0.29, 0.31, 0.30, 0.27, 0.33, 0.30, 0.31]
+    assert judge(busy) == [] and judge([0.9] + busy) == ["c00"]
+    # groups are judged separately: the same fraction flags in a clean group only
+    df = pd.DataFrame({"component": ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"],
+                       "peer_group": ["a"] * 4 + ["b"] * 4,
+                       "labeled_fraction": [0.4, 0.0, 0.0, 0.0, 0.4, 0.4, 0.45, 0.35]})
+    out = importers.judge_persistence(df)
+    assert sorted(out.loc[out["persistent"], "component"]) == ["a0"]
+    assert list(out["component"]) == ["b2", "a0", "b0", "b1", "b3", "a1", "a2", "a3"]
+
+
+def test_long_components_deterministic():
+    df = persistent_frame(healthy=8, seed=5)
+    _, a = importers.label_long_components(df, run_id="x")
+    _, b = importers.label_long_components(df.sample(frac=1.0, random_state=2), run_id="x")
+    _, c = importers.label_long_components(df, run_id="x")
+    pd.testing.assert_frame_equal(a, b)
+    pd.testing.assert_frame_equal(a, c)
+
+
+def test_long_labeled_time_is_not_double_counted_across_metrics():
+    one = persistent_frame(healthy=8, seed=1)
+    two = pd.concat([one, one.assign(metric="latency_p99_ms")], ignore_index=True)
+    _, a = importers.label_long_components(one)
+    lab, b = importers.label_long_components(two)
+    assert set(lab["evidence"].map(lambda e: json.loads(e)["metric"])) == {"latency_ms", "latency_p99_ms"}
+    cols = ["component", "observed_s", "labeled_s", "labeled_fraction", "persistent", "rank"]
+    pd.testing.assert_frame_equal(a[cols], b[cols])
+    assert (b["labeled_fraction"] <= 1.0).all()
+
+
+def test_long_persistence_config_is_checked():
+    for name, bad in (("persistent_min_fraction", 0.0), ("persistent_min_fraction", 1.5), ("persistent_z", 0),
+                      ("persistent_sigma_floor", -0.1)):
+        with pytest.raises(BadInput) as ei:
+            importers.LongConfig(**{name: bad})
+        assert ei.value.field == name
+    cfg = importers.LongConfig(persistent_z=5.0).to_dict()
+    assert cfg["persistent_z"] == 5.0 and cfg["persistent_min_fraction"] == 0.1
+
+
+def test_cli_long_writes_components(tmp_path):
+    df = persistent_frame(healthy=10, seed=3)
+    f = tmp_path / "drives.parquet"
+    df.to_parquet(f)
+    cp = fl("label", "--import", "long", str(f), "--out", str(tmp_path / "o"))
+    assert cp.returncode == 0, cp.stderr
+    assert "persistently slow: slow" in cp.stdout and "components.parquet" in cp.stdout
+    comps = pq.read_table(tmp_path / "o" / "components.parquet").to_pandas()
+    assert list(comps.columns) == list(importers.COMPONENT_COLUMNS)
+    assert list(comps.loc[comps["persistent"], "component"]) == ["slow"]
+    assert comps["rank"].tolist() == list(range(1, len(comps) + 1))
+    # labels.parquet is what label_long gives, unchanged by the judgement
+    labels = pq.read_table(tmp_path / "o" / "labels.parquet").to_pandas()
+    assert pq.read_schema(tmp_path / "o" / "labels.parquet").names == LABEL_COLS
+    want = schema.to_table("labels", importers.label_long(df, run_id="drives")).to_pandas()
+    pd.testing.assert_frame_equal(labels, want)
+    res = importers.import_path("long", f)
+    _, direct = importers.label_long_components(df, run_id="drives")
+    pd.testing.assert_frame_equal(res.components, direct)
+    assert res.info["persistent"] == ["slow"]
+
+
 # -- Perseus-like synthetic drives -----------------------------------------------------
 
 
@@ -504,7 +639,8 @@ def test_trace_deterministic(tmp_path):
 def test_write_outputs(tmp_path):
     res = importers.import_path("straggler-trace", write_trace(tmp_path, pipeline_trace(slow={(1, 1): 1.6})))
     written = importers.write_outputs(res, tmp_path / "out")
-    assert set(written) == {"labels.parquet", "whatif.json"}
+    assert set(written) == {"labels.parquet", "whatif.json"}  # no components summary for this format
+    assert res.components is None and not (tmp_path / "out" / "components.parquet").exists()
     back = pq.read_table(written["labels.parquet"]).to_pandas()
     assert list(back["component"]) == ["rank:3"]
     assert json.loads(written["whatif.json"].read_text())["slowdown"] == pytest.approx(res.whatif["slowdown"])
