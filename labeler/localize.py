@@ -7,11 +7,17 @@ C4's connection matrix and SlowSight's TCP metrics use. Input is the ``host`` ta
 with the per-peer metrics of :mod:`faultlab.tcpstats` (``tcp_rtt_ms:PEER`` reported by
 node N for its connections to PEER).
 
-For each job label, every node gets a score: the median RTT of the connections that
-touch it (its own, and the other nodes' connections to it) during the label's
-interval, over the same before the interval (a window as long as the label, at most
-30 s). The culprit is the node with the highest score when that score is at least
-``min_ratio`` (default 2) and at least 1.5x the runner-up's; else none is named.
+For each job label, a connection matrix (C4's idea): per ordered pair of nodes
+(reporter, peer) the rise of its RTT, ``median RTT during the label / max(median RTT
+before it, typical RTT before it)`` (before: a window as long as the label, at least
+5 s, at most 30 s; the typical RTT, the median over all pairs, keeps a near-idle
+connection's microsecond baseline from inflating its ratio). Every node then gets a
+score: the median rise of the pairs that touch it over the median rise of the pairs
+that do not. A slow link raises the RTT of its node's connections; an all-reduce paced
+by it can raise some others too, but not all of them. The culprit is the node with the
+highest score when it is at least ``min_ratio`` (default 2) and at least 1.5x the
+runner-up's; else none is named. Connections of a node to itself and to addresses
+that are not nodes are left out.
 """
 
 from __future__ import annotations
@@ -31,20 +37,32 @@ def _rtt_frame(host: pd.DataFrame) -> pd.DataFrame:
 
 
 def node_scores(host: pd.DataFrame, start_ts: float, end_ts: float) -> dict[str, float]:
-    """RTT ratio (during / before) of the connections touching each node; ``{}``
-    without TCP metrics. Units: a ratio of medians of RTT in ms."""
+    """Per node, the median RTT rise of the connections touching it over that of the
+    connections not touching it (see module docstring); ``{}`` without TCP metrics
+    or with fewer than three nodes. Units: a ratio of ratios of RTT (ms / ms)."""
     r = _rtt_frame(host)
     if r.empty:
         return {}
+    nodes = sorted(set(r.a))
+    r = r[r.b.isin(nodes) & (r.a != r.b)]
+    if len(nodes) < 3 or r.empty:
+        return {}
     span = min(max(end_ts - start_ts, 5.0), 30.0)
-    during = r[(r.ts >= start_ts) & (r.ts <= end_ts)]
-    before = r[(r.ts >= start_ts - span) & (r.ts < start_ts)]
+    during = r[(r.ts >= start_ts) & (r.ts <= end_ts)].groupby(["a", "b"]).value.median()
+    before = r[(r.ts >= start_ts - span) & (r.ts < start_ts)].groupby(["a", "b"]).value.median()
+    if during.empty or before.empty:
+        return {}
+    typical = float(before.median())
+    if not typical > 0:
+        return {}
+    pairs = during.index.intersection(before.index)
+    rise = {(a, b): float(during[(a, b)] / max(float(before[(a, b)]), typical)) for a, b in pairs}
     out = {}
-    for n in sorted(set(r.a) | set(r.b)):
-        d = during[(during.a == n) | (during.b == n)].value
-        b = before[(before.a == n) | (before.b == n)].value
-        if len(d) and len(b) and np.median(b) > 0:
-            out[n] = float(np.median(d) / np.median(b))
+    for n in nodes:
+        touch = [v for (a, b), v in rise.items() if n in (a, b)]
+        other = [v for (a, b), v in rise.items() if n not in (a, b)]
+        if touch and other and np.median(other) > 0:
+            out[n] = float(np.median(touch) / np.median(other))
     return out
 
 
@@ -61,6 +79,8 @@ def localize(labels: pd.DataFrame, host: pd.DataFrame | None, *, min_ratio: floa
         if not sc:
             continue
         ev = json.loads(row.evidence or "{}")
+        ev.pop("culprit", None)  # localized again: only what this host table says
+        ev.pop("culprit_rtt_ratio", None)
         ranked = sorted(sc.items(), key=lambda kv: (-kv[1], kv[0]))
         ev["rtt_ratio_by_node"] = {k: round(v, 3) for k, v in ranked}
         top, second = ranked[0], (ranked[1] if len(ranked) > 1 else (None, 1.0))

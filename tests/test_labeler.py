@@ -419,3 +419,43 @@ def test_slow_link_during_a_weak_straggler_is_labeled_too():
     assert sorted(lab.component) == ["job", "rank:1"]
     j = lab[lab.component == "job"].iloc[0]
     assert abs(j.start_step - 100) <= 2 and abs(j.end_step - 149) <= 2
+
+
+# -- localization of job-wide slowdowns from per-peer TCP RTT ------------------------------
+def _rtt_host(rise: dict, t0: float, t1: float, seed: int = 0) -> pd.DataFrame:
+    """A host table of ``tcp_rtt_ms:PEER`` rows, 4 nodes, one sample per second over
+    [t0 - 20, t1 + 5): baseline RTT 0.05-0.3 ms per pair (some near-idle pairs at 0.01
+    ms); during [t0, t1) the pairs in ``rise`` have that RTT (ms) instead."""
+    rng = np.random.default_rng(seed)
+    nodes = ["n0", "n1", "n2", "n3"]
+    base = {(a, b): (0.01 if (a, b) in {("n1", "n3"), ("n3", "n1")} else rng.uniform(0.05, 0.3)) for a in nodes for b in nodes if a != b}
+    rows = []
+    for ts in np.arange(t0 - 20, t1 + 5, 1.0):
+        for (a, b), v in base.items():
+            val = rise.get((a, b), v) if t0 <= ts < t1 else v
+            rows.append({"run_id": "run-1", "node": a, "ts": float(ts), "metric": f"tcp_rtt_ms:{b}", "value": val * rng.uniform(0.9, 1.1)})
+        rows.append({"run_id": "run-1", "node": "n0", "ts": float(ts), "metric": "tcp_rtt_ms:10.0.0.1", "value": 50.0})  # not a node
+    return pd.DataFrame(rows)
+
+
+def test_localize_names_the_node_behind_a_slow_link():
+    from faultlab.labeler.localize import localize
+
+    s = simulate(jobwide=(100, 150, 0.05))
+    t0, t1 = step_time(s, 100), step_end(s, 149)
+    # n2's link is capped: its connections queue (10-40 ms); the all-reduce ring it
+    # paces also raises one pair that does not touch it, and the near-idle pair n1-n3
+    # rises from 0.01 to 0.05 ms (a 5x ratio of nothing)
+    rise = {("n2", "n0"): 12.0, ("n0", "n2"): 30.0, ("n2", "n1"): 9.0, ("n1", "n2"): 25.0, ("n2", "n3"): 14.0,
+            ("n3", "n2"): 40.0, ("n0", "n1"): 8.0, ("n1", "n3"): 0.05, ("n3", "n1"): 0.05}
+    lab = label(s, host=_rtt_host(rise, t0, t1))
+    j = lab[lab.component == "job"].iloc[0]
+    ev = json.loads(j.evidence)
+    assert ev["culprit"] == "node:n2", ev
+    assert ev["culprit_rtt_ratio"] >= 2 and set(ev["rtt_ratio_by_node"]) == {"n0", "n1", "n2", "n3"}
+    # every connection up alike (a slow switch, not one link): nobody is named
+    even = {(a, b): 10.0 for a in ["n0", "n1", "n2", "n3"] for b in ["n0", "n1", "n2", "n3"] if a != b}
+    ev2 = json.loads(localize(lab, _rtt_host(even, t0, t1)).query("component == 'job'").iloc[0].evidence)
+    assert "culprit" not in ev2 and ev2["rtt_ratio_by_node"]
+    # no TCP metrics: labels unchanged
+    assert localize(lab, pd.DataFrame(columns=["run_id", "node", "ts", "metric", "value"])).equals(lab)
