@@ -173,12 +173,19 @@ def _onset(x: np.ndarray, i0: int, i1: int, lo: int, window: int) -> int:
     return int(a + k[int(np.argmin(sse))])
 
 
-def _refine(ivs: list[tuple[int, int]], x: np.ndarray, window: int) -> list[tuple[int, int]]:
+def _refine(ivs: list[tuple[int, int]], x: np.ndarray, window: int, blocked: np.ndarray | None = None) -> list[tuple[int, int]]:
     """:func:`_onset` for each interval of a sorted, disjoint list (the history of one
-    never reaches back into the one before)."""
+    never reaches back into the one before, nor past a ``blocked`` entry: steps
+    another label already explains)."""
+    last_blocked = None
+    if blocked is not None and blocked.any():
+        # index of the last blocked entry at or before each position (-1: none)
+        last_blocked = np.maximum.accumulate(np.where(blocked, np.arange(blocked.size), -1))
     out: list[tuple[int, int]] = []
     for i0, i1 in ivs:
         lo = out[-1][1] + 1 if out else 0
+        if last_blocked is not None and i0 > 0:
+            lo = max(lo, int(last_blocked[i0 - 1]) + 1)
         out.append((_onset(x, i0, i1, lo, window), i1))
     return out
 
@@ -353,7 +360,7 @@ def fuse(an: Analysis) -> pd.DataFrame:
     if job_ivs:
         low_job = 1.0 + 0.5 * (cfg.temporal_threshold - 1.0)
         job_ivs = _grow(job_ivs, _smoothed_above(tv.job_ratio, low_job) & ~explained, g.S, cfg.temporal_window_steps)
-        job_ivs = _refine(job_ivs, _log(tv.job_ratio), cfg.temporal_window_steps)
+        job_ivs = _refine(job_ivs, _log(tv.job_ratio), cfg.temporal_window_steps, blocked=_dilate(explained, gap))
     for i0, i1 in job_ivs:
         sl = slice(i0, i1 + 1)
         job_excess = float(np.nansum(np.asarray(g.job_step[sl], dtype=np.float64) - np.asarray(tv.job_base[sl], dtype=np.float64)))
