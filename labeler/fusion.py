@@ -473,11 +473,14 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_votes: int = 2, min_sha
     Episodes: runs of job temporal flags (``job_step`` up against its history) joined
     by the usual gap rules. An episode is intermittent when at most ``max_flagged`` of
     its steps are flagged (a slow link slows every step). Each flagged step votes for
-    the rank that arrived latest at the collective, ``(compute_s - peer median) +
-    (peer median comm_s - comm_s)`` (the straggler computes longest and waits least),
-    when that lateness is at least ``min_late`` of the step's excess over the baseline.
+    the rank that arrived latest at the collective (arrival ``t_start + compute_s``
+    against its peer group's median arrival),
+    when that lateness is at least ``min_late`` of the step's excess over the baseline
+    and no other rank is more than half as late.
     With at least ``min_votes`` votes, ``min_share`` of them for one rank, the episode
-    is that rank's: one rank label from its first to its last stall replaces the
+    is that rank's: one rank label from its first to its last stall (the stalls that
+    voted for it and its own labels, grown over the stalls that keep the episode's
+    cadence) replaces the
     ``job`` labels inside it and that rank's labels overlapping it (other ranks'
     labels stay). ``slowdown`` is what the rank cost the job (job time ratio); the
     evidence carries the votes.
@@ -495,28 +498,28 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_votes: int = 2, min_sha
         n_ep = e1 - e0 + 1
         if st.size < 3 or st.size > max_flagged * n_ep:
             continue
-        comp = np.asarray(g.compute[st], dtype=np.float64)
-        comm = np.asarray(g.comm[st], dtype=np.float64)
-        med_comm = np.full_like(comm, np.nan)
+        # arrival at the collective: t_start + compute_s, against the group's median
+        arr = np.asarray(g.t_start[st], dtype=np.float64) + np.asarray(g.compute[st], dtype=np.float64)
+        med_arr = np.full_like(arr, np.nan)
         for c in cols:
-            m, _ = nanmedian(comm[:, c], axis=1)
-            med_comm[:, c] = m[:, None]
-        late = (comp - np.asarray(pv.median[st], dtype=np.float64)) + (med_comm - comm)
+            m, _ = nanmedian(arr[:, c], axis=1)
+            med_arr[:, c] = m[:, None]
+        late = np.where(np.isfinite(arr - med_arr), arr - med_arr, -np.inf)
         job_ex = np.asarray(g.job_step[st], dtype=np.float64) - np.asarray(tv.job_base[st], dtype=np.float64)
-        have = np.isfinite(late).any(axis=1)
-        if not have.any():
-            continue
-        k = np.full(st.size, -1)
-        k[have] = np.nanargmax(np.where(np.isfinite(late[have]), late[have], -np.inf), axis=1)
-        ok = have & (k >= 0)
-        ok[ok] &= late[np.flatnonzero(ok), k[ok]] >= min_late * job_ex[ok]
+        order = np.argsort(-late, axis=1)
+        k = order[:, 0]
+        top = late[np.arange(st.size), k]
+        second = late[np.arange(st.size), order[:, 1]]
+        # a vote: one rank clearly last (the next-latest at most half as late), by at
+        # least min_late of the step's excess
+        ok = np.isfinite(top) & (top >= min_late * job_ex) & (second <= 0.5 * top)
         votes = np.bincount(k[ok], minlength=g.R)
         n_att = int(votes.sum())
         j = int(np.argmax(votes))
         if n_att < min_votes or votes[j] < min_share * n_att:
             continue
-        i0, i1 = int(st[0]), int(st[-1])
         comp_name = g.component(j)
+        mine = st[ok & (k == j)]  # the stalls that voted for the rank
         # nothing to do when the rank's own labels already hold its stalls (a steady
         # straggler whose job flags are sparse once the job baseline caught up)
         held = np.zeros(g.S, dtype=bool)
@@ -526,15 +529,28 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_votes: int = 2, min_sha
         if int((~held[st]).sum()) < min_votes:
             continue
         keep, absorbed = [], []
+        i0, i1 = int(mine[0]), int(mine[-1])
         for r in rows:
             r0 = int(np.searchsorted(steps, r["start_step"]))
             r1 = int(np.searchsorted(steps, r["end_step"]))
             inside = r0 >= e0 - cfg.gap_steps and r1 <= e1 + cfg.gap_steps
             if (r["component"] == "job" and inside) or (r["component"] == comp_name and r0 <= e1 and r1 >= e0):
                 absorbed.append(r)
-                i0, i1 = min(i0, r0), max(i1, r1)
+                if r["component"] == comp_name:
+                    i0, i1 = min(i0, r0), max(i1, r1)
             else:
                 keep.append(r)
+        # out from the rank's own evidence over the stalls that keep the episode's cadence
+        # (within 1.5x the median gap between its stalls)
+        # (a stall inside the all-reduce is the rank's too when it keeps the rhythm; a
+        # blip farther out is not)
+        cadence = 1.5 * max(float(np.median(np.diff(st))), 1.0) if st.size > 1 else 1.0
+        for t in st[::-1]:
+            if t < i0 and i0 - t <= cadence:
+                i0 = int(t)
+        for t in st:
+            if t > i1 and t - i1 <= cadence:
+                i1 = int(t)
         if i1 - i0 + 1 < cfg.min_steps or g.t1[i1] - g.t0[i0] < cfg.min_duration_s:
             continue
         sl = slice(i0, i1 + 1)
