@@ -50,7 +50,7 @@ import pandas as pd
 
 from faultlab import schema
 from faultlab.labeler.peer import PeerView, peer_view
-from faultlab.labeler.temporal import StepGrid, TemporalView, nanmedian, temporal_view
+from faultlab.labeler.temporal import MAD_TO_SIGMA, StepGrid, TemporalView, nanmedian, temporal_view
 from faultlab.labeler.whatif import simulate_job
 
 
@@ -475,8 +475,9 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_votes: int = 2, min_sha
     its steps are flagged (a slow link slows every step). Each flagged step votes for
     the rank that arrived latest at the collective (arrival ``t_start + compute_s``
     against its peer group's median arrival),
-    when that lateness is at least ``min_late`` of the step's excess over the baseline
-    and no other rank is more than half as late.
+    when that lateness is at least ``min_late`` of the step's excess over the baseline,
+    above ``mad_k`` robust sigmas of the episode's arrival jitter, and no other rank is
+    more than half as late.
     With at least ``min_votes`` votes, ``min_share`` of them for one rank, the episode
     is that rank's: one rank label from its first to its last stall (the stalls that
     voted for it and its own labels, grown over the stalls that keep the episode's
@@ -512,7 +513,11 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_votes: int = 2, min_sha
         second = late[np.arange(st.size), order[:, 1]]
         # a vote: one rank clearly last (the next-latest at most half as late), by at
         # least min_late of the step's excess
-        ok = np.isfinite(top) & (top >= min_late * job_ex) & (second <= 0.5 * top)
+        # ... and above the noise of arrival times (mad_k robust sigmas of all the
+        # episode's lateness values, most of which are jitter)
+        fin = late[np.isfinite(late)]
+        noise = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin)))) if fin.size else 0.0
+        ok = np.isfinite(top) & (top >= min_late * job_ex) & (second <= 0.5 * top) & (top > cfg.mad_k * noise)
         votes = np.bincount(k[ok], minlength=g.R)
         n_att = int(votes.sum())
         j = int(np.argmax(votes))
