@@ -387,6 +387,29 @@ def fuse(an: Analysis) -> pd.DataFrame:
             covered[sl] = True
             rank_label_rows[sl, j] = True
             continue
+        solo = _temporal_culprit(g, tv, sl, job_excess)
+        if solo is not None:
+            # no peer to compare with (a pipeline stage of one rank, a one-rank run) or
+            # its peers were slowed too: the one rank whose compute rose against its
+            # own history, enough to explain the job's excess
+            j, share = solo
+            t_ratio = _tratio(g.compute[sl, j], tv.rank_base[sl, j])
+            ev = {
+                "baseline_s": _nanmed(tv.rank_base[sl, j]),
+                "baseline_kind": "temporal",
+                "median_compute_s": _nanmed(g.compute[sl, j]),
+                "temporal_ratio": t_ratio,
+                "share_of_job_excess": share,
+                "job_slowdown": an.job_slowdown(i0, i1),
+                "job_baseline_s": _nanmed(tv.job_base[sl]),
+                "n_steps": i1 - i0 + 1,
+                "threshold": cfg.temporal_threshold,
+            }
+            rows.append(_row(g, g.component(j), "rank", i0, i1, t_ratio, "temporal",
+                             _confidence(t_ratio, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev))
+            covered[sl] = True
+            rank_label_rows[sl, j] = True
+            continue
         slowdown = an.job_slowdown(i0, i1)
         up = [g.component(j) for j in np.flatnonzero(tv.rank_flag[sl].any(axis=0))]
         ev = {
@@ -649,6 +672,27 @@ def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: 
         if share >= min_share and comp[cols][k] > mc and (best is None or share > best[1]):
             best = (int(cols[k]), share, float(comp[cols][k] / mc) if mc > 0 else float("nan"), mc)
     return best
+
+
+def _temporal_culprit(g: StepGrid, tv: TemporalView, sl: slice, job_excess_s: float, min_share: float = 0.3):
+    """The one rank whose compute rose against its *own* history enough to explain a
+    job-wide slowdown over ``sl``: its excess ``sum(compute_s - temporal baseline)``
+    (seconds) is at least ``min_share`` of the job's excess time and more than twice
+    any other rank's. For ranks without peers (a pipeline stage of one rank, a one-rank
+    run), where the peer view cannot speak. Returns ``(column, share)`` or None."""
+    if not (job_excess_s > 0):
+        return None
+    with np.errstate(invalid="ignore"):
+        ex = np.nansum(np.asarray(g.compute[sl], dtype=np.float64) - np.asarray(tv.rank_base[sl], dtype=np.float64), axis=0)
+    if ex.size == 0:
+        return None
+    order = np.argsort(-ex, kind="stable")
+    j = int(order[0])
+    second = float(ex[order[1]]) if ex.size > 1 else 0.0
+    share = float(ex[j] / job_excess_s)
+    if share >= min_share and ex[j] > 2.0 * max(second, 0.0) and bool(tv.rank_flag[sl, j].any()):
+        return j, share
+    return None
 
 
 def _overlap_groups(cands: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:

@@ -149,7 +149,9 @@ class StepGrid:
     :meth:`from_steps`: 7 significant digits, ~2 ns at 30 ms, ~4 us at 60 s; any
     float array when given directly); ``job_step`` (S,) the median ``step_s`` across
     ranks, seconds, float64; ``t0`` (S,) the earliest ``t_start`` of the step, unix s;
-    ``t1`` (S,) the latest ``t_start + step_s`` of the step, unix s.
+    ``t1`` (S,) the latest ``t_start + step_s`` of the step, unix s;
+    ``clock_offsets`` (R,) seconds subtracted from a rank's ``t_start`` when its clock
+    is skewed (see :meth:`_align_clocks`; zeros otherwise).
     """
 
     run_id: str
@@ -164,11 +166,15 @@ class StepGrid:
     job_step: np.ndarray = field(init=False)
     t0: np.ndarray = field(init=False)
     t1: np.ndarray = field(init=False)
+    clock_offsets: np.ndarray = field(init=False, repr=False)  # (R,) s removed from t_start (skew)
     _group_median: np.ndarray | None = field(init=False, default=None, repr=False)
     _group_stats: tuple | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.job_step, _ = nanmedian(self.step_s, axis=1) if self.S else (np.zeros(0), None)
+        self.clock_offsets = np.zeros(self.R)
+        if self.S and self.R > 1:
+            self._align_clocks()
         if self.S and self.R:
             # fmin/fmax ignore NaN (a row of NaN gives NaN, without a warning)
             self.t0 = np.fmin.reduce(self.t_start, axis=1).astype(np.float64, copy=False)
@@ -179,6 +185,31 @@ class StepGrid:
         else:
             self.t0 = np.zeros(0)
             self.t1 = np.zeros(0)
+
+    def _align_clocks(self) -> None:
+        """Remove clock skew between ranks' ``t_start`` (unsynchronized hosts).
+
+        In synchronous training a rank can start a step later than its peers by less
+        than one step time (they wait for it in the collective, so the step time
+        includes the wait). A rank whose median offset from the per-step median
+        ``t_start`` exceeds the median job step time is therefore on a skewed clock:
+        that offset (seconds, ``clock_offsets`` ``(R,)``) is subtracted from its
+        ``t_start``. Offsets within one step time are left alone: they are real
+        (a rank persistently late with its post-step work). Estimated on at most 2,000
+        evenly spaced steps."""
+        step_med, n = nanmedian(np.asarray(self.job_step, dtype=np.float64), axis=0)
+        if not n or not np.isfinite(step_med) or step_med <= 0:
+            return
+        rows = np.unique(np.linspace(0, self.S - 1, min(self.S, 2000)).astype(np.int64))
+        sub = np.asarray(self.t_start[rows], dtype=np.float64)
+        mid, _ = nanmedian(sub, axis=1)
+        with np.errstate(invalid="ignore"):
+            off, cnt = nanmedian(sub - mid[:, None], axis=0)
+        skewed = (cnt > 0) & np.isfinite(off) & (np.abs(off) > float(step_med))
+        if not skewed.any():
+            return
+        self.clock_offsets = np.where(skewed, off, 0.0)
+        self.t_start = np.asarray(self.t_start, dtype=np.float64) - self.clock_offsets[None, :]
 
     @property
     def S(self) -> int:

@@ -459,3 +459,43 @@ def test_localize_names_the_node_behind_a_slow_link():
     assert "culprit" not in ev2 and ev2["rtt_ratio_by_node"]
     # no TCP metrics: labels unchanged
     assert localize(lab, pd.DataFrame(columns=["run_id", "node", "ts", "metric", "value"])).equals(lab)
+
+
+def test_clock_skew_between_hosts_is_removed():
+    """One rank's host clock an hour (or 50 s behind, or 0.5 s) off: the same two
+    straggler intervals as with synced clocks, and no rank blamed for the skew."""
+    base = simulate(n_steps=300)
+    sel = (base["rank"] == 1) & (base["step"].between(50, 89) | base["step"].between(250, 289))
+    base.loc[sel, "compute_s"] *= 2
+    base["step_s"] = base.groupby("step")["compute_s"].transform("max") + 0.01
+    base["comm_s"] = base["step_s"] - base["compute_s"]
+    base = _retime(base)
+    want = [(r.component, r.start_step, r.end_step) for r in label(base).itertuples()]
+    assert want == [("rank:1", 50, 89), ("rank:1", 250, 289)]
+    for skew in (3600.0, -50.0, 0.5):
+        s = base.copy()
+        s.loc[s["rank"] == 3, "t_start"] += skew
+        got = label(s)
+        assert [(r.component, r.start_step, r.end_step) for r in got.itertuples()] == want, skew
+    from faultlab.labeler.temporal import StepGrid
+
+    s = base.copy()
+    s.loc[s["rank"] == 3, "t_start"] += 3600.0
+    assert StepGrid.from_steps(s).clock_offsets[3] == pytest.approx(3600.0, abs=0.05)
+    assert not StepGrid.from_steps(base).clock_offsets.any()
+
+
+def test_rank_without_peers_is_labeled_by_its_own_history():
+    """Pipeline stages of one rank each, or a one-rank run: no peer view, yet the slow
+    rank (not the job) is labeled, and matches the injection on it."""
+    s = simulate(groups=["s0", "s1", "s2", "s3"], straggler=(2, 100, 200, 2.0))
+    inj = pd.DataFrame([injection("cpu-1", "cpu-contention", "n1", "rank:2", step_time(s, 100), step_end(s, 199))])
+    lab = label(s, inj)
+    assert lab.component.tolist() == ["rank:2"] and lab.source.tolist() == ["injected"]
+    r = lab.iloc[0]
+    assert abs(r.start_step - 100) <= 2 and 1.8 < r.slowdown < 2.2 and r.views == "temporal"
+    assert json.loads(r.evidence)["share_of_job_excess"] > 0.5
+    one = label(simulate(n_ranks=1, straggler=(0, 100, 200, 2.0)))
+    assert one.component.tolist() == ["rank:0"]
+    # every rank of a group slowed alike is still the job's slowdown
+    assert label(simulate(straggler=([0, 1, 2, 3], 100, 200, 2.0))).component.tolist() == ["job"]
