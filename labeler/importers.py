@@ -95,7 +95,10 @@ class LongConfig:
             ``gap_steps`` (2), ``min_steps`` (3 samples), ``gap_s`` (0.3),
             ``min_duration_s`` (1.0), ``min_slowdown`` (1.2).
         align_s: samples are bucketed to ``floor(timestamp / align_s)`` before peers are
-            compared (values in a bucket are averaged); 0 compares exact timestamps. 0.
+            compared (values in a bucket are averaged); 0 compares exact timestamps;
+            None (the default) compares exact timestamps when the components share
+            them, else aligns to the median sampling interval (seconds) of the metric
+            (hosts sampling on their own clocks, 100 ms apart, still have peers).
         higher_is_better: metric names whose value is a speed (throughput, ...): they are
             inverted (1 / value) before judging, so larger still means slower. ().
         group_wide_fraction: when at least this fraction of a group's components are
@@ -120,7 +123,7 @@ class LongConfig:
     """
 
     labeler: Any = None
-    align_s: float = 0.0
+    align_s: float | None = None
     higher_is_better: tuple[str, ...] = ()
     group_wide_fraction: float = 0.5
     persistent_min_fraction: float = 0.1
@@ -132,7 +135,7 @@ class LongConfig:
 
         object.__setattr__(self, "labeler", _config(self.labeler))
         object.__setattr__(self, "higher_is_better", tuple(str(m) for m in self.higher_is_better))
-        if not float(self.align_s) >= 0:
+        if self.align_s is not None and not float(self.align_s) >= 0:
             raise BadInput(f"must be >= 0, got {self.align_s!r}", field="align_s")
         if not 0.0 < float(self.group_wide_fraction) <= 1.0:
             raise BadInput(f"must be in (0, 1], got {self.group_wide_fraction!r}", field="group_wide_fraction")
@@ -298,8 +301,9 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
             with np.errstate(divide="ignore"):
                 v = np.where(v > 0, 1.0 / v, np.nan)
         t = ts_all[m]
-        if cfg.align_s > 0:
-            t = np.floor(t / cfg.align_s) * cfg.align_s
+        align = cfg.align_s if cfg.align_s is not None else _auto_align(t, comp_all[m])
+        if align > 0:
+            t = np.floor(t / align) * align
         u_t, ti = np.unique(t, return_inverse=True)
         u_code, ci = np.unique(comp_all[m], return_inverse=True)
         # components in name order (deterministic whatever the input's order)
@@ -541,6 +545,22 @@ def judge_persistence(components: pd.DataFrame, config: LongConfig | dict | None
     out = out.iloc[order].reset_index(drop=True)
     out["rank"] = np.arange(1, n + 1, dtype=np.int64)
     return out
+
+
+def _auto_align(t: np.ndarray, comp: np.ndarray) -> float:
+    """The bucket (seconds) for ``align_s=None``: 0 when most samples share their
+    timestamp with another component, else the median over components of their median
+    sampling interval (0 when that is unknown)."""
+    if t.size < 2 or np.unique(comp).size < 2:
+        return 0.0
+    _, inv, cnt = np.unique(t, return_inverse=True, return_counts=True)
+    if float(np.mean(cnt[inv] >= 2)) >= 0.5:
+        return 0.0
+    order = np.lexsort((t, comp))
+    tc, cc = t[order], comp[order]
+    d = np.diff(tc)
+    same = (np.diff(cc) == 0) & (d > 0)
+    return float(np.median(d[same])) if same.any() else 0.0
 
 
 def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:

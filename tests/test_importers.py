@@ -644,3 +644,16 @@ def test_write_outputs(tmp_path):
     back = pq.read_table(written["labels.parquet"]).to_pandas()
     assert list(back["component"]) == ["rank:3"]
     assert json.loads(written["whatif.json"].read_text())["slowdown"] == pytest.approx(res.whatif["slowdown"])
+
+
+def test_long_components_sampling_on_their_own_clocks_still_have_peers():
+    """Each component samples every 10 s on its own clock (0.1 s apart): no timestamp is
+    shared, yet the slow one is found (align_s=None aligns to the sampling interval);
+    align_s=0 (exact timestamps) finds no peers, as documented."""
+    df = long_frame(comps=6)
+    df["timestamp"] = df["timestamp"] + 0.1 * df["component"].str[1:].astype(int)
+    assert list(importers.label_long(df)["component"]) == ["c2"]
+    assert len(importers.label_long(df, {"align_s": 0})) == 0
+    assert importers._auto_align(df["timestamp"].to_numpy(), df["component"].str[1:].astype(int).to_numpy()) == pytest.approx(10.0)
+    shared = long_frame(comps=6)  # shared timestamps: exact comparison
+    assert importers._auto_align(shared["timestamp"].to_numpy(), shared["component"].str[1:].astype(int).to_numpy()) == 0.0
