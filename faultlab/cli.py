@@ -382,7 +382,9 @@ def label(
     """Label a run directory (writes labels.parquet and whatif.json there), or import
     public data: --import FORMAT PATH --out DIR writes DIR/labels.parquet (and
     DIR/whatif.json where a what-if slowdown applies, DIR/components.parquet where the
-    format judges whole components: long)."""
+    format judges whole components: long). Outputs are written all or nothing. Bad
+    input (a folder that is no run directory, an unreadable or malformed file or
+    column) and an unwritable output folder are one line, exit 2."""
     if import_format is None:
         from faultlab.labeler import label_run
 
@@ -395,6 +397,9 @@ def label(
             labels = label_run(run_dir)
         except FaultlabError as e:
             _fail(e)
+        except OSError as e:  # labels.parquet and whatif.json are then both as before
+            _fail(BadInput(f"cannot write {e.filename or run_dir}: {e.strerror or e}", field="PATH",
+                           fix="check the folder's permissions and free space; nothing half-written is left"))
         out.print(f"{len(labels)} label(s) -> {run_dir / 'labels.parquet'}")
         return
     from faultlab.labeler.importers import import_path, write_outputs
@@ -406,8 +411,9 @@ def label(
         written = write_outputs(res, out_dir)
     except FaultlabError as e:
         _fail(e)
-    except OSError as e:
-        _fail(BadInput(f"cannot write {out_dir}: {e.strerror or e}", field="--out"))
+    except OSError as e:  # write_outputs is all or nothing: the folder's files are as before
+        _fail(BadInput(f"cannot write {e.filename or out_dir}: {e.strerror or e}", field="--out",
+                       fix="give a writable folder; nothing half-written is left"))
     labels = res.labels
     comps = sorted(set(labels["component"].astype(str))) if len(labels) else []
     out.print(f"{import_format}: {len(labels)} label(s) on {len(comps)} component(s) -> {written['labels.parquet']}", markup=False)

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
@@ -70,8 +71,21 @@ class RunDir:
     # -- meta ------------------------------------------------------------------------
     @property
     def meta(self) -> dict:
+        """meta.json as a dict ({} when absent).
+
+        Raises BadInput (field ``meta.json``) when it is not a JSON object or cannot be
+        read."""
         p = self.path / "meta.json"
-        return json.loads(p.read_text()) if p.exists() else {}
+        if not p.exists():
+            return {}
+        fix = "restore it, or remove it and the folder name becomes the run_id"
+        try:
+            m = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field="meta.json", fix=fix) from None
+        if not isinstance(m, dict):
+            raise BadInput(f"{p} holds a JSON {type(m).__name__}, not an object", field="meta.json", fix=fix)
+        return m
 
     def write_meta(self, meta: dict) -> None:
         tmp = self.path / "meta.json.tmp"
@@ -126,10 +140,17 @@ class RunDir:
         return p
 
     def read_table(self, name: str) -> pd.DataFrame:
-        """Read table ``name``; an empty frame with the right columns when absent."""
+        """Read table ``name``; an empty frame with the right columns when absent.
+
+        Raises BadInput naming the file (``NAME.parquet``) when it cannot be read (not
+        Parquet, truncated, unreadable); see also :meth:`read_raw_steps` and
+        :attr:`meta`."""
         p = self.table_path(name)
         if p.exists():
-            return pq.read_table(p).to_pandas()
+            try:
+                return pq.read_table(p).to_pandas()
+            except (pa.ArrowException, OSError, ValueError) as e:
+                raise unreadable(p, e) from None
         if name == "steps":
             return self.read_raw_steps()
         if name == "injections":
@@ -164,21 +185,112 @@ class RunDir:
         return self.path / "telemetry"
 
     def read_raw_steps(self) -> pd.DataFrame:
-        """Merge the raw per-rank JSONL step records (telemetry/steps-*.jsonl)."""
+        """Merge the raw per-rank JSONL step records (telemetry/steps-*.jsonl), sorted by
+        step, then rank (a record that cannot be parsed ends its file: the torn last
+        line of a killed run).
+
+        Raises:
+            BadInput (field ``telemetry/steps-*.jsonl``) when a file cannot be read, a
+            record is not a JSON object or the records miss a column of
+            faultlab.schema.STEPS; BadInput naming the column when a value does not
+            fit its type (text in ``rank`` or ``compute_s``, ...).
+        """
+        field = "telemetry/steps-*.jsonl"
         rows = []
         for p in sorted(self.telemetry_dir().glob("steps-*.jsonl")):
-            for line in p.read_text().splitlines():
+            try:
+                text = p.read_text()
+            except (OSError, UnicodeDecodeError) as e:
+                raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field=field) from None
+            for i, line in enumerate(text.splitlines(), 1):
                 try:
-                    rows.append(json.loads(line))
+                    rec = json.loads(line)
                 except json.JSONDecodeError:
                     break
+                if not isinstance(rec, dict):
+                    raise BadInput(f"{p.name} line {i} is a JSON {type(rec).__name__}, not a step record", field=field,
+                                   fix="one JSON object a line, with the faultlab.schema.STEPS columns")
+                rows.append(rec)
         if not rows:
             return schema.empty("steps")
         df = pd.DataFrame(rows)
         if "run_id" not in df.columns:
             df["run_id"] = self.run_id
-        df = df.sort_values(["step", "rank"]).reset_index(drop=True)
-        return schema.to_table("steps", df).to_pandas()
+        missing = [f.name for f in schema.STEPS if f.name not in df.columns and f.name not in schema.OPTIONAL["steps"]]
+        if missing:
+            raise BadInput(f"the step records miss column(s) {', '.join(missing)}", field=field,
+                           fix="each record needs the faultlab.schema.STEPS columns")
+        try:
+            tbl = schema.to_table("steps", df)
+        except (pa.ArrowException, TypeError, ValueError):
+            for f in schema.STEPS:  # name the column that does not fit
+                if f.name in df.columns:
+                    try:
+                        pa.array(df[f.name], type=f.type, from_pandas=True)
+                    except (pa.ArrowException, TypeError, ValueError) as e:
+                        raise BadInput(f"a value in {field} does not fit {f.type} ({' '.join(str(e).split())})", field=f.name,
+                                       fix="see faultlab.schema.STEPS") from None
+            raise
+        return tbl.to_pandas().sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+
+def write_together(folder: str | Path, writers: dict, remove: tuple | list = ()) -> dict[str, Path]:
+    """Write several files into ``folder`` all or nothing.
+
+    ``writers`` maps a file name to a function that writes the file's content to the
+    path it is given. Each is first written to ``NAME.tmp`` in ``folder``; only when
+    every one is written are they renamed into place (``os.replace``), then the files
+    named in ``remove`` (stale outputs of an earlier write) are deleted. When a write
+    fails, the temporary files are removed and the error is raised: the folder's
+    files are as before. Returns ``{name: final path}``.
+
+    Raises:
+        OSError when the folder cannot be written (``IsADirectoryError`` when a target
+        or a ``NAME.tmp`` is a directory), or what a writer raises.
+    """
+    import errno
+
+    folder = Path(folder)
+    plan = [(folder / f"{name}.tmp", folder / name, write) for name, write in writers.items()]
+    for _, target, _ in plan:  # a rename onto a directory would fail half-way: refuse first
+        if target.is_dir() and not target.is_symlink():
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(target))
+    started: list[Path] = []
+
+    def clean() -> None:
+        for tmp in started:
+            if tmp.is_symlink() or tmp.is_file():
+                tmp.unlink(missing_ok=True)
+
+    try:
+        for tmp, _, write in plan:
+            if tmp.is_symlink() or tmp.is_file():  # a leftover of a killed writer
+                tmp.unlink()
+            started.append(tmp)
+            write(tmp)
+        for tmp, target, _ in plan:
+            os.replace(tmp, target)
+    except BaseException:
+        clean()
+        raise
+    for name in remove:
+        p = folder / name
+        if p.is_symlink() or p.is_file():
+            p.unlink(missing_ok=True)
+    return {target.name: target for _, target, _ in plan}
+
+
+def unreadable(p: Path, err: BaseException | None = None) -> BadInput:
+    """The BadInput for a table file of a run directory that cannot be read (``err``:
+    the reader's exception, summed up on the same line)."""
+    fixes = {
+        "steps.parquet": "restore it, or remove it to relabel from the raw step records in telemetry/",
+        "injections.parquet": "restore it, or remove it to rebuild it from events.jsonl",
+        "host.parquet": "restore it, or remove it: only the localization of job-wide slowdowns uses it",
+    }
+    why = f": {type(err).__name__}: {' '.join(str(err).split())}"[:300] if err is not None else ""
+    return BadInput(f"{p} could not be read as Parquet{why}", field=p.name,
+                    fix=fixes.get(p.name, "restore or remove it"))
 
 
 def _version() -> str:

@@ -142,7 +142,13 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
         component. Deterministic: the same input gives the same frame.
 
     Raises:
-        BadInput for a missing column or a bad config value.
+        BadInput naming the field: a missing column (``steps``) or a bad config value;
+        a bad value in ``steps`` (``rank``/``step`` null, fractional or no number;
+        text in a number column; a negative or infinite ``compute_s``/``comm_s``/
+        ``step_s``; ``t_start`` missing everywhere or not increasing with ``step``
+        for a rank: see :meth:`StepGrid.from_steps`); in ``injections`` a missing
+        column, a ``start_ts``/``end_ts`` that is no number, or an ``end_ts`` before
+        its ``start_ts`` (see :func:`faultlab.labeler.reconcile.reconcile`).
     """
     from faultlab.labeler.localize import localize
 
@@ -207,7 +213,23 @@ def read_steps(path: str | os.PathLike) -> pd.DataFrame:
     GiB frame and peaks at 3.4-3.7 GiB (perf/labeler_throughput.py). Falls back to
     ``pq.read_table(path, columns=...).to_pandas()`` for a column of another type or
     an integer column with nulls.
+
+    Raises:
+        BadInput naming the file (field ``steps.parquet``, or the file's name) when it
+        is not a readable Parquet file (corrupt, truncated, unreadable).
     """
+    import pyarrow as pa
+
+    from faultlab.rundir import unreadable
+
+    try:
+        return _read_steps(path)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise unreadable(Path(path), e) from None
+
+
+def _read_steps(path: str | os.PathLike) -> pd.DataFrame:
+    """:func:`read_steps` without the translation of reader errors."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -272,37 +294,61 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     ``whatif.json`` (the :func:`~faultlab.labeler.whatif.whatif` dict plus the config
     used), append a ``labeled`` event to ``events.jsonl``, and return the labels frame.
 
+    The two files are written together (:func:`faultlab.rundir.write_together`): both
+    to temporary files first, then renamed; when one cannot be written, neither is
+    changed. Bad input is found before anything is written.
+
     Raises:
-        BadInput when the steps table misses a column or a config value is bad;
-        OSError when the run directory cannot be written.
+        BadInput: field ``PATH`` when ``run_dir`` is no run directory (it has neither
+        ``steps.parquet`` nor a ``telemetry/`` folder: nothing is written into it);
+        the file's name when ``steps.parquet``, ``injections.parquet``,
+        ``host.parquet`` or ``meta.json`` cannot be read (corrupt, truncated, not a
+        JSON object); ``telemetry/steps-*.jsonl`` or the column for bad raw
+        records (:meth:`faultlab.rundir.RunDir.read_raw_steps`); the column for a bad
+        value in the steps (a missing column, a null or fractional ``rank``/``step``,
+        text in a number column, a negative or infinite duration, ``t_start`` missing
+        everywhere or not increasing with ``step``: see
+        :meth:`StepGrid.from_steps`) or in the injections (``end_ts`` before
+        ``start_ts``: see :func:`faultlab.labeler.reconcile.reconcile`); a bad config
+        value.
+        OSError when ``labels.parquet`` or ``whatif.json`` cannot be written (neither
+        is changed then), or ``events.jsonl`` cannot be appended to (after both are
+        written).
     """
-    from faultlab.rundir import RunDir
+    import pyarrow.parquet as pq
+
+    from faultlab import schema
+    from faultlab.rundir import RunDir, write_together
 
     cfg = _config(config)
     rd = RunDir(run_dir)
     p = rd.table_path("steps")
+    if not p.exists() and not rd.telemetry_dir().is_dir():
+        what = "has no steps.parquet and no telemetry/ folder" if rd.path.is_dir() else "does not exist"
+        raise BadInput(f"{rd.path} is not a run directory: it {what}", field="PATH",
+                       fix="give a run directory made by faultlab run or faultlab demo")
+    run_id = rd.run_id  # reads meta.json: a bad one is named before any work
     steps = read_steps(p) if p.exists() else rd.read_table("steps")  # a fresh frame of our own
     injections = rd.read_table("injections")
     if len(steps) and "run_id" in steps.columns and steps["run_id"].isna().any():
-        steps["run_id"] = steps["run_id"].astype(object).fillna(rd.run_id)
+        steps["run_id"] = steps["run_id"].astype(object).fillna(run_id)
     labels, analyses = _label(steps, injections, cfg)
     from faultlab.labeler.localize import localize
 
-    labels = localize(labels, rd.read_table("host"))
+    labels = localize(labels, rd.read_table("host"))  # read here: not held while labeling
     if len(labels):
-        labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", rd.run_id)
-    rd.write_table("labels", labels)
+        labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", run_id)
     if len(steps) and len(analyses) == 1 and steps["run_id"].nunique() <= 1:
         wi = whatif.whatif_grid(next(iter(analyses.values())).grid)
     else:
-        wi = {"method": "osdi25-whatif-dp", "run_id": rd.run_id, "slowdown": float("nan"), "per_rank": {},
+        wi = {"method": "osdi25-whatif-dp", "run_id": run_id, "slowdown": float("nan"), "per_rank": {},
               "actual_s": 0.0, "simulated_s": 0.0, "n_steps": 0}
     del analyses, steps
     wi["labeler_config"] = cfg.to_dict()
-    path = Path(rd.path) / "whatif.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(json_safe(wi), indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    table = schema.to_table("labels", labels)
+    text = json.dumps(json_safe(wi), indent=2, sort_keys=True)
+    write_together(rd.path, {"labels.parquet": lambda tmp: pq.write_table(table, tmp),
+                             "whatif.json": lambda tmp: tmp.write_text(text)})
     rd.event("labeled", n_labels=int(len(labels)), whatif_slowdown=json_safe(wi["slowdown"]))
     return labels
 

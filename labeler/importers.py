@@ -24,7 +24,6 @@ from __future__ import annotations
 from faultlab.schema import json_safe  # noqa: F401  (re-exported: importers.json_safe)
 
 import json
-import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -157,28 +156,48 @@ class LongConfig:
 ANSWER_FILES = ("slow_drives.csv", "result-*", "ms-*", "mw-*")
 
 
+#: answer files with an exact upstream name: refused even when given by name
+_EXACT_ANSWER_FILES = ("slow_drives.csv",)
+
+
 def _is_answer(f: Path) -> bool:
     return any(f.match(pat) for pat in ANSWER_FILES)
 
 
 def find_long_file(path: str | Path) -> Path:
     """The data file for ``path``: the file itself, or the only ``*.parquet`` (else the
-    only ``*.csv``/``*.csv.gz``) in a folder, never an upstream answer file
-    (:data:`ANSWER_FILES`). Raises BadInput otherwise."""
+    only ``*.csv``/``*.csv.gz``) in a folder. When scanning a folder, upstream answer
+    files (:data:`ANSWER_FILES`: ``slow_drives.csv``, ``result-*``, ``ms-*``,
+    ``mw-*``) are skipped. A file given by name is read whatever its name, except the
+    Perseus answer file ``slow_drives.csv`` (an exact upstream name, refused).
+
+    Raises:
+        BadInput (field ``PATH``): ``path`` does not exist or is that answer file; the
+        folder holds several data files, or none (saying which answer files were
+        skipped, when it holds only those).
+    """
     p = Path(path)
     if not p.exists():
         raise BadInput(f"{p} does not exist", field="PATH")
     if p.is_file():
-        if _is_answer(p):
-            raise BadInput(f"{p.name} is an upstream answer file, not telemetry", field="PATH")
+        if p.name in _EXACT_ANSWER_FILES:
+            raise BadInput(f"{p.name} is an upstream answer file, not telemetry", field="PATH",
+                           fix="give the telemetry file, or rename it if it is your own data")
         return p
+    skipped: list[str] = []
     for pat in (("*.parquet",), ("*.csv", "*.csv.gz")):
-        found = sorted({f for g in pat for f in p.glob(g) if not _is_answer(f)})
+        cands = sorted({f for g in pat for f in p.glob(g)})
+        skipped += [f.name for f in cands if _is_answer(f)]
+        found = [f for f in cands if not _is_answer(f)]
         if len(found) == 1:
             return found[0]
         if len(found) > 1:
             raise BadInput(f"{p} holds several data files ({', '.join(f.name for f in found)})", field="PATH",
                            fix="give the long-format file itself")
+    if skipped:
+        raise BadInput(f"{p} holds only upstream answer files, skipped: {', '.join(skipped)} (named like "
+                       f"{', '.join(ANSWER_FILES)})", field="PATH",
+                       fix="give the file itself as PATH: a file given by name is read")
     raise BadInput(f"{p} holds no .parquet or .csv file", field="PATH",
                    fix="give a long-format file with columns " + ", ".join(LONG_COLUMNS))
 
@@ -649,46 +668,48 @@ def import_path(fmt: str, path: str | Path, config=None) -> ImportResult:
     return FORMATS[fmt](path, config)
 
 
+#: files an importer may write into its output folder (:func:`write_outputs`); one
+#: that a new result does not have is removed, so a re-used folder keeps no stale one
+OUTPUT_FILES = ("labels.parquet", "whatif.json", "components.parquet", "drives.json")
+
+
 def write_outputs(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
     """Write ``labels.parquet`` (faultlab.schema.LABELS), ``whatif.json`` when the result
     has one, ``components.parquet`` when it has a components summary, and the result's
-    extra JSON files into ``out_dir`` (created), each atomically. Returns ``{file name:
-    path}``.
+    extra JSON files into ``out_dir`` (created), all or nothing
+    (:func:`faultlab.rundir.write_together`): every file goes to a temporary file
+    first and all are renamed into place only when all are written; the
+    :data:`OUTPUT_FILES` of an earlier import that this result does not have (a
+    ``whatif.json`` when this one has no what-if, ...) are removed in the same step.
+    Returns ``{file name: path}``.
 
-    Raises OSError when the folder cannot be written.
+    Raises:
+        OSError when the folder cannot be written; its files are then as before.
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from faultlab import schema
+    from faultlab.rundir import write_together
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
-    p = out / "labels.parquet"
-    tmp = p.with_suffix(".parquet.tmp")
-    pq.write_table(schema.to_table("labels", result.labels), tmp)
-    os.replace(tmp, p)
-    written["labels.parquet"] = p
+    labels = schema.to_table("labels", result.labels)
+    writers: dict[str, Callable[[Path], Any]] = {"labels.parquet": lambda tmp: pq.write_table(labels, tmp)}
     if result.components is not None:
-        import pyarrow as pa
-
-        p = out / "components.parquet"
-        tmp = p.with_suffix(".parquet.tmp")
-        pq.write_table(pa.Table.from_pandas(result.components, preserve_index=False), tmp)
-        os.replace(tmp, p)
-        written["components.parquet"] = p
+        comps = pa.Table.from_pandas(result.components, preserve_index=False)
+        writers["components.parquet"] = lambda tmp: pq.write_table(comps, tmp)
     docs = dict(result.extra)
     if result.whatif is not None:
         docs["whatif.json"] = result.whatif
     for name, doc in docs.items():
-        p = out / name
-        tmp = p.with_suffix(p.suffix + ".tmp")
-        tmp.write_text(json.dumps(json_safe(doc), indent=2, sort_keys=True))
-        os.replace(tmp, p)
-        written[name] = p
-    return written
+        text = json.dumps(json_safe(doc), indent=2, sort_keys=True)
+        writers[name] = lambda tmp, text=text: tmp.write_text(text)
+    stale = [n for n in OUTPUT_FILES if n not in writers]
+    return write_together(out, writers, remove=stale)
 
 
-__all__ = ["COMPONENT_COLUMNS", "FORMATS", "ImportResult", "LONG_COLUMNS", "LongConfig", "find_long_file", "import_long",
+__all__ = ["COMPONENT_COLUMNS", "FORMATS", "ImportResult", "LONG_COLUMNS", "LongConfig", "OUTPUT_FILES", "find_long_file",
+           "import_long",
            "import_path", "json_safe", "judge_persistence", "label_long", "label_long_components", "make_config",
            "read_long", "write_outputs"]

@@ -19,7 +19,14 @@ Matched labels get ``source="injected"``, ``fault_id``, ``cause=fault_type``; th
 rest stay ``source="observed"``, ``cause="unknown"``. An injection no label matches
 gets a row with ``source="injected-unmanifested"``, its own times, ``views=""``,
 ``confidence=0.0`` and ``slowdown`` = the measured ratio over its interval (1.0 when
-nothing was measured).
+nothing was measured). When the injection targets a rank that has no steps in the
+run (``"rank:99"`` in a 4-rank run: nothing of that rank was measured), its row keeps
+``source="injected-unmanifested"`` (scoring drops such rows) but gets ``slowdown``
+NaN, not a ratio of someone else's steps, and its evidence says so
+(``target_in_run: false``, the reason, the run's rank count and range).
+
+Bad injections are refused (BadInput naming the column): ``start_ts``/``end_ts``
+that are not numbers, an ``end_ts`` before its ``start_ts``.
 """
 
 from __future__ import annotations
@@ -30,7 +37,33 @@ import re
 import numpy as np
 import pandas as pd
 
+from faultlab.errors import BadInput
 from faultlab.labeler.fusion import Analysis, _typed, evidence_json
+
+def _check_times(injections: pd.DataFrame) -> pd.DataFrame:
+    """``injections`` with ``start_ts``/``end_ts`` as float64 (NaN where unknown).
+
+    Raises BadInput naming the column for a value that is not a number, and naming
+    ``end_ts`` for an injection that ends before it starts."""
+    out = {}
+    for col in ("start_ts", "end_ts"):
+        raw = injections[col]
+        num = pd.to_numeric(raw, errors="coerce")
+        bad = num.isna().to_numpy() & raw.notna().to_numpy()
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise BadInput(f"injection {injections['fault_id'].iloc[i]}: not a number: {raw.iloc[i]!r}", field=col,
+                           fix="unix seconds (NaN when unknown)")
+        out[col] = num.to_numpy(dtype=np.float64, na_value=np.nan)
+    s, e = out["start_ts"], out["end_ts"]
+    back = np.flatnonzero(e < s)  # NaN compares False: an unknown end is no error
+    if back.size:
+        i = int(back[0])
+        raise BadInput(f"injection {injections['fault_id'].iloc[i]} ends at {float(e[i])!r}, before it starts "
+                       f"({float(s[i])!r})", field="end_ts",
+                       fix="end_ts must be >= start_ts (unix s), NaN when the end is unknown")
+    return injections.assign(start_ts=s, end_ts=e)
+
 
 def _run_id(row: dict, default: str) -> str:
     rid = row.get("run_id")
@@ -95,7 +128,11 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
         a new labels frame (LABELS columns), sorted by ``start_ts``, component, source.
 
     Raises:
-        BadInput when ``injections`` lacks a needed column.
+        BadInput when ``injections`` lacks a needed column (field ``injections``), when
+        ``start_ts`` or ``end_ts`` holds a value that is not a number (field: that
+        column), or when an injection's ``end_ts`` is before its ``start_ts`` (field
+        ``end_ts``). A target rank absent from the run is no error: see the module
+        docstring.
     """
     if config is None:
         from faultlab.labeler import LabelerConfig
@@ -110,9 +147,8 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
     need = ["fault_id", "fault_type", "node", "target", "start_ts", "end_ts"]
     missing = [c for c in need if c not in injections.columns]
     if missing:
-        from faultlab.errors import BadInput
-
         raise BadInput(f"missing column(s) {', '.join(missing)}", field="injections")
+    injections = _check_times(injections)
 
     run_id = str(out["run_id"].iloc[0]) if len(out) else ""
     if analysis is not None:
@@ -185,12 +221,16 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
         e = float(row["end_ts"]) if pd.notna(row["end_ts"]) else float("nan")
         start_step = end_step = pd.NA
         measured: dict = {"ratio": 1.0, "n_steps": 0}
+        r = target_rank(row.get("target")) if kind == "rank" else None
+        absent = analysis is not None and r is not None and r not in rank_nodes
         if analysis is not None and np.isfinite(s):
             g = analysis.grid
             rows = g.steps_between(s, e if np.isfinite(e) else np.inf)
             if rows.size:
                 start_step, end_step = int(g.steps[rows[0]]), int(g.steps[rows[-1]])
-            measured = analysis.measure(comp, rows)
+            measured = {"ratio": float("nan"), "n_steps": 0} if absent else analysis.measure(comp, rows)
+        elif absent:
+            measured = {"ratio": float("nan"), "n_steps": 0}
         ev = {
             "reason": "no label of a matching component overlaps the injection",
             "candidates": sorted(comps),
@@ -202,6 +242,11 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
             "n_flagged": measured.get("n_flagged", 0),
             "slack_s": slack,
         }
+        if absent:
+            ranks = sorted(rank_nodes)
+            ev["reason"] = f"the target {comp} is not in the run: it has no steps, so nothing of it was measured"
+            ev["target_in_run"] = False
+            ev["run_ranks"] = {"n": len(ranks), "min": ranks[0] if ranks else None, "max": ranks[-1] if ranks else None}
         extra.append(
             {
                 "run_id": _run_id(row, run_id),
@@ -211,7 +256,7 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
                 "end_ts": e,
                 "start_step": start_step,
                 "end_step": end_step,
-                "slowdown": float(measured.get("ratio", 1.0)),
+                "slowdown": float(measured.get("ratio", 1.0)),  # NaN: the target is not in the run
                 "views": "",
                 "confidence": 0.0,
                 "fault_id": str(row["fault_id"]),

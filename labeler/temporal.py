@@ -71,7 +71,11 @@ def nanmedian(a: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_steps(steps: pd.DataFrame) -> None:
-    """Raise BadInput naming the first missing column of a ``steps`` frame."""
+    """Raise BadInput naming the missing columns of a ``steps`` frame.
+
+    Only the columns are checked here; their values are checked per run by
+    :meth:`StepGrid.from_steps`.
+    """
     missing = [c for c in STEP_COLUMNS if c not in steps.columns]
     if missing:
         raise BadInput(
@@ -128,12 +132,115 @@ def _step_major(step_vals: np.ndarray, rank_vals: np.ndarray) -> tuple[np.ndarra
     return s0.astype(np.int64), r0.astype(np.int64)
 
 
+#: what a seconds column of ``steps`` must hold (the fix of its BadInput)
+_SECONDS_FIX = "durations in seconds: finite and >= 0, NaN (null) where missing"
+_INT_FIX = {
+    "rank": "rank must be an integer on every row (the rank number, e.g. 0, 1, 2)",
+    "step": "step must be an integer on every row (the training step number)",
+}
+
+
+def _not_numeric(s: pd.Series):
+    """The first value of ``s`` that is set but is no number (for an error message)."""
+    num = pd.to_numeric(s, errors="coerce")
+    bad = np.flatnonzero(num.isna().to_numpy() & s.notna().to_numpy())
+    return s.iloc[int(bad[0])] if bad.size else None
+
+
+def _int_column(steps: pd.DataFrame, col: str) -> np.ndarray:
+    """Column ``col`` (``rank`` or ``step``) as an integer array: as stored when its
+    dtype is integer, else converted to int64 (floats must be integral).
+
+    Raises BadInput naming ``col`` for a non-numeric, null, non-finite or fractional
+    value."""
+    s = steps[col]
+    vals = s.to_numpy()
+    if vals.dtype.kind in "iu":
+        return vals
+    fix = _INT_FIX.get(col)
+    try:
+        f = s.to_numpy(dtype=np.float64, na_value=np.nan)
+    except (ValueError, TypeError):
+        raise BadInput(f"not a number: {_not_numeric(s)!r}", field=col, fix=fix) from None
+    nan = np.isnan(f)
+    if nan.any():
+        raise BadInput(f"{int(nan.sum())} of {f.size} rows are null", field=col, fix=fix)
+    del nan
+    bad = np.flatnonzero(~(np.abs(f) < 2.0**63) | (f != np.floor(f)))
+    if bad.size:
+        raise BadInput(f"{bad.size} value(s) are not whole numbers, e.g. {float(f[bad[0]])!r}", field=col, fix=fix)
+    return f.astype(np.int64)
+
+
 def _column(steps: pd.DataFrame, col: str, dtype) -> np.ndarray:
-    """A column of ``steps`` as a numpy array of ``dtype`` that the caller owns."""
-    vals = steps[col].to_numpy(dtype=dtype)
+    """A column of ``steps`` as a numpy array of ``dtype`` that the caller owns.
+
+    Raises BadInput naming ``col`` for a value that is not a number. NaN (null) is
+    kept: a missing value."""
+    s = steps[col]
+    try:
+        with np.errstate(over="ignore"):  # a value beyond float32 becomes inf: _check_seconds names it
+            if isinstance(s.dtype, np.dtype) and s.dtype.kind in "iuf":
+                vals = s.to_numpy(dtype=dtype)
+            else:  # nullable, object, string or categorical: nulls become NaN
+                vals = s.to_numpy(dtype=dtype, na_value=np.nan)
+    except (ValueError, TypeError):
+        fix = "unix seconds (a number)" if col == "t_start" else _SECONDS_FIX
+        raise BadInput(f"not a number: {_not_numeric(s)!r}", field=col, fix=fix) from None
     if not vals.flags.owndata or not vals.flags.writeable:
         vals = vals.copy()
     return vals
+
+
+def _check_seconds(vals: np.ndarray, steps: pd.DataFrame, col: str) -> None:
+    """BadInput naming ``col`` when a duration is negative or infinite (NaN is missing,
+    allowed). Two reductions, no temporaries, unless a value is bad."""
+    if not vals.size:
+        return
+    lo, hi = np.fmin.reduce(vals), np.fmax.reduce(vals)
+    if np.isnan(lo) or (lo >= 0 and hi < np.inf):
+        return
+    bad = np.flatnonzero((vals < 0) | np.isinf(vals))
+    # the value as given (a huge float64 is inf only once made float32)
+    given = steps[col].iloc[int(bad[0])]
+    given = given.item() if isinstance(given, np.generic) else given
+    raise BadInput(f"{bad.size} value(s) negative, infinite or over 3.4e38 s, e.g. {given!r}", field=col,
+                   fix=_SECONDS_FIX)
+
+
+def _check_t_start(t: np.ndarray, steps_u: np.ndarray, ranks: np.ndarray) -> None:
+    """BadInput naming ``t_start`` when the ``(S, R)`` grid has no finite start time, an
+    infinite one, or one that is earlier than the rank's start of an earlier step.
+    Blocks of rows, bounded temporaries."""
+    fix = "unix seconds of the step's start, increasing with step for each rank"
+    if not t.size:
+        return
+    lo, hi = np.fmin.reduce(t, axis=None), np.fmax.reduce(t, axis=None)
+    if np.isnan(hi):
+        raise BadInput("no value: every start time is missing", field="t_start", fix=fix)
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise BadInput("not finite (inf)", field="t_start", fix=fix)
+    gaps = bool(np.isnan(np.add.reduce(t, axis=None)))  # a missing start anywhere (NaN propagates)
+    last = np.full(t.shape[1], -np.inf)
+    blk = 1024
+    for i in range(0, t.shape[0], blk):
+        b = t[i : i + blk]
+        if gaps:
+            run = np.fmax.accumulate(b, axis=0)  # latest start so far, NaN skipped
+            np.fmax(run, last[None, :], out=run)
+        else:  # no gaps: the previous row is the latest start so far
+            run = b
+        prev = np.empty_like(b)
+        prev[0] = last
+        prev[1:] = run[:-1]
+        back = b < prev  # NaN compares False
+        if back.any():
+            r, j = np.argwhere(back)[0]
+            raise BadInput(
+                f"must increase with step for each rank: rank {int(ranks[j])} starts step {int(steps_u[i + r])} "
+                f"at {float(b[r, j])!r}, before an earlier step of it ({float(prev[r, j])!r})",
+                field="t_start", fix=fix)
+        last = run[-1]
 
 
 @dataclass
@@ -223,21 +330,26 @@ class StepGrid:
     def from_steps(cls, steps: pd.DataFrame) -> "StepGrid":
         """Build the grid from a ``steps`` frame of ONE run (faultlab.schema.STEPS).
 
-        Duplicate (rank, step) rows: the last one wins. Raises BadInput when a column
-        is missing. O(rows), no sort: when the frame is already the complete grid in
-        step-major order (every rank once per step, ranks and steps ascending: the
-        usual layout) the columns are reshaped; otherwise step and rank codes come
-        from a lookup table and the values are scattered into the grid. String columns
-        may be ``str``/object or categorical.
+        Duplicate (rank, step) rows: the last one wins. O(rows), no sort: when the
+        frame is already the complete grid in step-major order (every rank once per
+        step, ranks and steps ascending: the usual layout) the columns are reshaped;
+        otherwise step and rank codes come from a lookup table and the values are
+        scattered into the grid. String columns may be ``str``/object or categorical.
+        ``rank`` and ``step`` may be of any integer dtype, or float / nullable with
+        whole numbers only. NaN (null) in ``t_start``, ``compute_s``, ``comm_s`` or
+        ``step_s`` is a missing value.
+
+        Raises:
+            BadInput naming the column: a missing column (field ``steps``); ``rank`` or
+            ``step`` not a number, null or fractional; ``t_start``, ``compute_s``,
+            ``comm_s`` or ``step_s`` not a number; a negative or infinite
+            ``compute_s``, ``comm_s`` or ``step_s``; ``t_start`` with no value at all,
+            an infinite one, or one that does not increase with ``step`` for a rank.
         """
         check_steps(steps)
         run_ids = [r for r in pd.unique(steps["run_id"]) if not pd.isna(r)]
         run_id = str(run_ids[0]) if run_ids else ""
-        step_vals, rank_vals = steps["step"].to_numpy(), steps["rank"].to_numpy()
-        if step_vals.dtype.kind not in "iu":  # e.g. float or nullable: integral or an error, as before
-            step_vals = steps["step"].to_numpy(dtype=np.int64)
-        if rank_vals.dtype.kind not in "iu":
-            rank_vals = steps["rank"].to_numpy(dtype=np.int64)
+        step_vals, rank_vals = _int_column(steps, "step"), _int_column(steps, "rank")
         n = len(steps)
         hit = _step_major(step_vals, rank_vals)
         ordered = hit is not None
@@ -255,6 +367,8 @@ class StepGrid:
 
         def dense(col: str, dtype) -> np.ndarray:
             vals = _column(steps, col, dtype)
+            if col != "t_start":
+                _check_seconds(vals, steps, col)
             if ordered:
                 return vals.reshape(S, R)
             out = np.full(S * R, np.nan, dtype=dtype)
@@ -272,13 +386,15 @@ class StepGrid:
         del ri
         nodes = [str(x) for x in steps["node"].iloc[first].tolist()] if R else []
         groups = [str(x) for x in steps["peer_group"].iloc[first].tolist()] if R else []
+        t_start = dense("t_start", np.float64)
+        _check_t_start(t_start, u_steps, u_ranks)
         return cls(
             run_id=run_id,
             steps=u_steps,
             ranks=u_ranks,
             nodes=np.asarray(nodes, dtype=object),
             groups=np.asarray(groups, dtype=object),
-            t_start=dense("t_start", np.float64),
+            t_start=t_start,
             compute=dense("compute_s", np.float32),
             comm=dense("comm_s", np.float32),
             step_s=dense("step_s", np.float32),
