@@ -509,7 +509,7 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_votes: int = 2, min_sha
     labels stay). ``slowdown`` is what the rank cost the job (job time ratio); the
     evidence carries the votes.
     """
-    g, tv, pv, cfg = an.grid, an.temporal, an.peer, an.config
+    g, tv, cfg = an.grid, an.temporal, an.config
     if g.R < 2:
         return rows
     eps = intervals(tv.job_flag, cfg.gap_steps, 1, t0=g.t0, t1=g.t1, gap_s=cfg.gap_s)

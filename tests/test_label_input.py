@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from faultlab import schema
 from faultlab.errors import BadInput
 from faultlab.labeler import StepGrid, label, label_run
 from faultlab.labeler import importers
