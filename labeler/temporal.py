@@ -609,6 +609,26 @@ class TemporalView:
     rank_flag: np.ndarray
 
 
+def _cap_job_baseline(x: np.ndarray, base: np.ndarray, sig: np.ndarray, flag: np.ndarray, config) -> None:
+    """A job slowed from its first step has a slowed trailing baseline, and a temporal
+    view alone never sees it (SlowSight's caveat; for a single rank the peer view
+    covers it, for the whole job nothing would). Where the job's trailing baseline is
+    itself above ``temporal_threshold`` x the run's typical step time (the median over
+    the run), the typical step time is the baseline instead and those steps are judged
+    against it (same threshold and noise floor). In place on ``base`` and ``flag``."""
+    typical, n = nanmedian(np.asarray(x, dtype=np.float64), axis=0)
+    if not n or not np.isfinite(typical) or typical <= 0:
+        return
+    with np.errstate(invalid="ignore"):
+        high = base > config.temporal_threshold * typical
+    if not high.any():
+        return
+    t = base.dtype.type(typical)
+    base[high] = t
+    with np.errstate(invalid="ignore"):
+        flag[high] = (x[high] / t > config.temporal_threshold) & ((x[high] - t) > config.mad_k * np.nan_to_num(sig[high]))
+
+
 def temporal_view(grid: StepGrid, config=None) -> TemporalView:
     """Temporal view (SlowSight-style): the job's step time and each rank's compute time
     against their own trailing robust baseline (see module docstring).
@@ -642,6 +662,8 @@ def temporal_view(grid: StepGrid, config=None) -> TemporalView:
         mad_k=config.mad_k,
         block=config.temporal_block_steps,
     )
+    if grid.S:
+        _cap_job_baseline(Xt[0], base[0], sig[0], flags[0], config)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.divide(Xt, base, out=Xt)  # Xt is not needed any more
     return TemporalView(

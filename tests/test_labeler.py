@@ -499,3 +499,13 @@ def test_rank_without_peers_is_labeled_by_its_own_history():
     assert one.component.tolist() == ["rank:0"]
     # every rank of a group slowed alike is still the job's slowdown
     assert label(simulate(straggler=([0, 1, 2, 3], 100, 200, 2.0))).component.tolist() == ["job"]
+
+
+def test_jobwide_slowdown_present_from_the_first_step():
+    """Every rank 2x over steps 0-99 of 300: the trailing baseline starts slowed, so the
+    temporal view judges those steps against the run's typical step time."""
+    for seed in range(3):
+        lab = label(simulate(n_steps=300, jobwide=(0, 100, 0.04), seed=seed))
+        assert lab.component.tolist() == ["job"], lab[["component", "start_step", "end_step"]]
+        assert lab.iloc[0].start_step <= 2 and abs(lab.iloc[0].end_step - 99) <= 2
+        assert 1.7 < lab.iloc[0].slowdown < 2.2
