@@ -271,6 +271,8 @@ def analyze(grid: StepGrid, config=None) -> Analysis:
     tv = temporal_view(grid, config)
     pv = peer_view(grid, config)
     sim = simulate_job(grid)
+    # no compute_s at a step (not recorded): nothing to remove, the step time stands
+    sim = np.where(np.isfinite(sim), sim, np.asarray(grid.job_step, dtype=np.float64))
     with np.errstate(invalid="ignore"):
         jw = (
             tv.job_flag
@@ -389,9 +391,9 @@ def fuse(an: Analysis) -> pd.DataFrame:
             continue
         solo = _temporal_culprit(g, tv, sl, job_excess)
         if solo is not None:
-            # no peer to compare with (a pipeline stage of one rank, a one-rank run) or
-            # its peers were slowed too: the one rank whose compute rose against its
-            # own history, enough to explain the job's excess
+            # no peer to compare with (a pipeline stage of one rank, a one-rank run):
+            # the one rank whose compute rose against its own history, enough to
+            # explain the job's excess
             j, share = solo
             t_ratio = _tratio(g.compute[sl, j], tv.rank_base[sl, j])
             ev = {
@@ -678,19 +680,25 @@ def _temporal_culprit(g: StepGrid, tv: TemporalView, sl: slice, job_excess_s: fl
     """The one rank whose compute rose against its *own* history enough to explain a
     job-wide slowdown over ``sl``: its excess ``sum(compute_s - temporal baseline)``
     (seconds) is at least ``min_share`` of the job's excess time and more than twice
-    any other rank's. For ranks without peers (a pipeline stage of one rank, a one-rank
-    run), where the peer view cannot speak. Returns ``(column, share)`` or None."""
+    any other rank's. Only for a rank without peers (alone in its peer group: a
+    pipeline stage of one rank, a one-rank run), where the peer view cannot speak.
+    Returns ``(column, share)`` or None."""
     if not (job_excess_s > 0):
         return None
     with np.errstate(invalid="ignore"):
         ex = np.nansum(np.asarray(g.compute[sl], dtype=np.float64) - np.asarray(tv.rank_base[sl], dtype=np.float64), axis=0)
     if ex.size == 0:
         return None
+    # only ranks without peers: with peers, the peer view and _interval_straggler judge
+    _, counts = np.unique(g.groups, return_counts=True)
+    alone = np.isin(g.groups, np.unique(g.groups)[counts == 1])
+    if not alone.any():
+        return None
     order = np.argsort(-ex, kind="stable")
     j = int(order[0])
     second = float(ex[order[1]]) if ex.size > 1 else 0.0
     share = float(ex[j] / job_excess_s)
-    if share >= min_share and ex[j] > 2.0 * max(second, 0.0) and bool(tv.rank_flag[sl, j].any()):
+    if alone[j] and share >= min_share and ex[j] > 2.0 * max(second, 0.0) and bool(tv.rank_flag[sl, j].any()):
         return j, share
     return None
 

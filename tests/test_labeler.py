@@ -509,3 +509,22 @@ def test_jobwide_slowdown_present_from_the_first_step():
         assert lab.component.tolist() == ["job"], lab[["component", "start_step", "end_step"]]
         assert lab.iloc[0].start_step <= 2 and abs(lab.iloc[0].end_step - 99) <= 2
         assert 1.7 < lab.iloc[0].slowdown < 2.2
+
+
+def test_every_rank_ramping_up_is_the_jobs_slowdown_and_no_compute_still_labels():
+    """All ranks ramp from 1x to 2.5x: the trailing baseline follows the ramp, the
+    run's typical step time does not; one job label, no rank blamed. Without any
+    compute_s recorded, the step time alone still makes the job label."""
+    s = simulate(n_steps=400)
+    f = np.ones(400)
+    f[100:200] = np.linspace(1.0, 2.5, 100)
+    f[200:250] = 2.5
+    s["compute_s"] *= f[s["step"].to_numpy()]
+    s["step_s"] = s.groupby("step")["compute_s"].transform("max") + 0.01
+    s["comm_s"] = s["step_s"] - s["compute_s"]
+    lab = label(_retime(s))
+    assert lab.component.tolist() == ["job"] and abs(lab.iloc[0].end_step - 249) <= 2
+    s2 = simulate(n_steps=300, jobwide=(100, 200, 0.04))
+    s2["compute_s"] = np.nan
+    lab2 = label(s2)
+    assert lab2.component.tolist() == ["job"] and abs(lab2.iloc[0].start_step - 100) <= 2
