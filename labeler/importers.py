@@ -300,11 +300,8 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
     if missing:
         raise BadInput(f"missing column(s) {', '.join(missing)}", field="long",
                        fix="a long-format frame has columns " + ", ".join(LONG_COLUMNS))
-    try:
-        ts_all = pd.to_numeric(df["timestamp"], errors="raise").to_numpy(dtype=np.float64)
-        val_all = pd.to_numeric(df["value"], errors="raise").to_numpy(dtype=np.float64)
-    except (ValueError, TypeError) as e:
-        raise BadInput(f"timestamp and value must be numeric ({e})", field="long") from None
+    ts_all = _numeric(df, "timestamp", "unix seconds, e.g. 1700000000.5")
+    val_all = _numeric(df, "value", "a plain number in the metric's unit, e.g. 12.5 (no unit suffix)")
     comp_all, comp_names = _codes(df["component"])
     grp_all, grp_names = _codes(df["peer_group"])
     met_all, met_names = _codes(df["metric"])
@@ -564,6 +561,20 @@ def judge_persistence(components: pd.DataFrame, config: LongConfig | dict | None
     out = out.iloc[order].reset_index(drop=True)
     out["rank"] = np.arange(1, n + 1, dtype=np.int64)
     return out
+
+
+def _numeric(df: pd.DataFrame, col: str, fix: str) -> np.ndarray:
+    """Column ``col`` as float64; BadInput naming the column, the first offending
+    value and its row (0-based; line row + 2 of a CSV with a header) otherwise.
+    Missing values stay NaN (dropped later)."""
+    try:
+        return pd.to_numeric(df[col], errors="raise").to_numpy(dtype=np.float64)
+    except (ValueError, TypeError):
+        pass
+    num = pd.to_numeric(df[col], errors="coerce")
+    bad = np.flatnonzero((num.isna() & df[col].notna()).to_numpy())
+    i = int(bad[0]) if bad.size else 0
+    raise BadInput(f"must be numeric: {df[col].iloc[i]!r} at row {i} (CSV line {i + 2})", field=col, fix=fix)
 
 
 def _auto_align(t: np.ndarray, comp: np.ndarray) -> float:

@@ -295,7 +295,8 @@ def test_long_non_numeric_value_is_bad_input():
     df.loc[3, "value"] = "fast"
     with pytest.raises(BadInput) as ei:
         importers.label_long(df)
-    assert "numeric" in str(ei.value)
+    assert "numeric" in str(ei.value) and "'fast'" in str(ei.value) and "row 3" in str(ei.value)
+    assert ei.value.field == "value"
 
 
 # -- the long importer's component-level judgement (persistent components) -------------
