@@ -101,16 +101,22 @@ HEARTBEAT_SUFFIX = ".agent"
 
 
 # -- paths ---------------------------------------------------------------------------
-def default_dir() -> Path:
-    """The control folder: ``$FAULTLAB_AGENT_DIR``, else ``/run/faultlab/agents`` as
-    root, else ``$XDG_RUNTIME_DIR/faultlab/agents`` (or ``/tmp/faultlab-UID/agents``)."""
-    env = os.environ.get("FAULTLAB_AGENT_DIR")
+def runtime_dir(env_var: str, name: str) -> Path:
+    """A faultlab folder on this host: ``$ENV_VAR`` when set, else ``/run/faultlab/NAME``
+    as root, else ``$XDG_RUNTIME_DIR/faultlab/NAME`` (or ``/tmp/faultlab-UID/NAME``).
+    Standard library only (the agent runs inside training processes)."""
+    env = os.environ.get(env_var)
     if env:
         return Path(env)
     if os.geteuid() == 0:
-        return Path("/run/faultlab/agents")
+        return Path("/run/faultlab") / name
     base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/faultlab-{os.getuid()}"
-    return Path(base) / "faultlab" / "agents"
+    return Path(base) / "faultlab" / name
+
+
+def default_dir() -> Path:
+    """The control folder: ``runtime_dir("FAULTLAB_AGENT_DIR", "agents")``."""
+    return runtime_dir("FAULTLAB_AGENT_DIR", "agents")
 
 
 def heartbeat_path(control_dir: str | Path, pid: int) -> Path:

@@ -527,6 +527,67 @@ class PeriodLog:
                 f"paired difference {self.paired_diff_s() * 1e6:.2f} us")
 
 
+class StepRecorder:
+    """The per-step telemetry of a rank's training loop (ddp and pipeline): which steps
+    are recorded (all, or alternate blocks with ``--telemetry-ab N``), the step records
+    written through a :class:`StepLog` to ``OUT/steps-rankR.jsonl`` (none with
+    ``--no-telemetry``), every step time (s) and the step periods (:class:`PeriodLog`).
+
+    Per step: ``begin(step, t0)`` at its start (``t0`` a ``time.perf_counter()``
+    reading; notes the wall-clock ``t_start`` and the GC clock when recorded), then
+    ``end(step, step_s, compute_s, comm_s, ...)`` (seconds). ``close()`` flushes.
+    Raises OSError when the output folder or file cannot be made."""
+
+    def __init__(self, a: argparse.Namespace, gc_seconds):
+        out_dir = Path(a.out)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.a, self.gc_seconds = a, gc_seconds
+        self.log = None if a.no_telemetry else StepLog(out_dir / f"steps-rank{a.rank}.jsonl", a.flush_s)
+        self.ab = a.telemetry_ab
+        self.periods = PeriodLog(self.ab)
+        self.step_times: list[float] = []
+        self.on = False
+        self._t_start = self._g0 = 0.0
+
+    def begin(self, step: int, t0: float) -> None:
+        self.on = self.log is not None and (self.ab == 0 or (step // self.ab) % 2 == 0)
+        self.periods.mark(t0, self.on, step)
+        if self.on:
+            self._t_start = time.time()
+            self._g0 = self.gc_seconds()
+
+    def end(self, step: int, step_s: float, compute_s: float, comm_s: float,
+            tokens: int | None = None, dataloader_s: float | None = None) -> None:
+        self.step_times.append(step_s)
+        if not self.on:
+            return
+        a = self.a
+        rec = {
+            "run_id": a.run_id,
+            "rank": a.rank,
+            "node": a.node,
+            "peer_group": a.peer_group,
+            "step": step,
+            "t_start": self._t_start,
+            "compute_s": compute_s,
+            "comm_s": comm_s,
+            "step_s": step_s,
+            "gc_s": self.gc_seconds() - self._g0,
+        }
+        if tokens is not None:
+            rec["tokens"] = tokens
+            rec["dataloader_s"] = dataloader_s
+        self.log.add(rec)
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+
+    def summary(self) -> str:
+        """``"median step X ms, median period Y ms"``."""
+        return f"median step {median(self.step_times) * 1e3:.3f} ms, median period {median(self.periods.all) * 1e3:.3f} ms"
+
+
 def median(xs: list[float]) -> float:
     import statistics
 
@@ -608,13 +669,7 @@ def main(argv: list[str] | None = None) -> int:
         off += p.numel()
     world = float(a.world_size)
 
-    out_dir = Path(a.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tel = not a.no_telemetry
-    log = StepLog(out_dir / f"steps-rank{a.rank}.jsonl", a.flush_s) if tel else None
-    step_times: list[float] = []
-    ab = a.telemetry_ab
-    periods = PeriodLog(ab)
+    recorder = StepRecorder(a, gc_seconds)
     step = 0
     why = None
     if gc_knob is not None:
@@ -625,11 +680,7 @@ def main(argv: list[str] | None = None) -> int:
             why = stop_reason(a, step, t_train0)
             want_stop = why is not None
             t0 = time.perf_counter()
-            rec_on = tel and (ab == 0 or (step // ab) % 2 == 0)
-            periods.mark(t0, rec_on, step)
-            if rec_on:
-                t_start = time.time()
-                g0 = gc_seconds()
+            recorder.begin(step, t0)
             if seqlen:
                 x, y, n_tok, weight = seq_batch(step)
             else:
@@ -655,30 +706,15 @@ def main(argv: list[str] | None = None) -> int:
             opt.step()
             sync()
             t3 = time.perf_counter()
-            step_times.append(t3 - t0)
-            if rec_on:
-                rec = {
-                    "run_id": a.run_id,
-                    "rank": a.rank,
-                    "node": a.node,
-                    "peer_group": a.peer_group,
-                    "step": step,
-                    "t_start": t_start,
-                    "compute_s": (t1 - td) + (t3 - t2) if seqlen else (t1 - t0) + (t3 - t2),
-                    "comm_s": t2 - t1,
-                    "step_s": t3 - t0,
-                    "gc_s": gc_seconds() - g0,
-                }
-                if seqlen:
-                    rec["tokens"] = n_tok
-                    rec["dataloader_s"] = td - t0
-                log.add(rec)
+            if seqlen:  # the batch draw (dataloader) is not compute
+                recorder.end(step, t3 - t0, (t1 - td) + (t3 - t2), t2 - t1, tokens=n_tok, dataloader_s=td - t0)
+            else:
+                recorder.end(step, t3 - t0, (t1 - t0) + (t3 - t2), t2 - t1)
             step += 1
             if stop:
                 break
     finally:
-        if log is not None:
-            log.close()
+        recorder.close()
 
     # All ranks leave together: a rank that tears gloo down while its peer is still
     # finishing the last all-reduce makes the peer abort at exit (seen here ~1 run in
@@ -688,12 +724,11 @@ def main(argv: list[str] | None = None) -> int:
     why = why or "a peer's vote"
     print(
         f"[rank {a.rank}] done: {step} steps in {time.perf_counter() - t_train0:.2f}s "
-        f"(median step {median(step_times) * 1e3:.3f} ms, median period {median(periods.all) * 1e3:.3f} ms, "
-        f"final loss {loss.item():.4f}, stop: {why})",
+        f"({recorder.summary()}, final loss {loss.item():.4f}, stop: {why})",
         flush=True,
     )
-    if ab:
-        print(f"[rank {a.rank}] {periods.ab_text()}", flush=True)
+    if recorder.ab:
+        print(f"[rank {a.rank}] {recorder.periods.ab_text()}", flush=True)
     return 0
 
 

@@ -64,18 +64,15 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
 from faultlab.benchmarks.ddp import (
     boot,
     MAX_TOKENS_FACTOR,
     GcKnob,
-    PeriodLog,
-    StepLog,
+    StepRecorder,
     add_common_args,
     check_common_args,
     draw_sequences,
-    median,
     rebalance,
     run_main,
     stop_reason,
@@ -178,13 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     gc_knob = GcKnob(a.gc_mode, a.gc_every, a.gc_garbage_mb, seed=a.seed, rank=a.rank) if a.gc_mode != "off" else None
     vote = torch.zeros(1, dtype=torch.float32, device=device)
 
-    out_dir = Path(a.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tel = not a.no_telemetry
-    log = StepLog(out_dir / f"steps-rank{a.rank}.jsonl", a.flush_s) if tel else None
-    step_times: list[float] = []
-    ab = a.telemetry_ab
-    periods = PeriodLog(ab)
+    recorder = StepRecorder(a, gc_seconds)
     step = 0
     why = None
     perf = time.perf_counter
@@ -195,11 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         while True:
             why = stop_reason(a, step, t_train0)
             t0 = perf()
-            rec_on = tel and (ab == 0 or (step // ab) % 2 == 0)
-            periods.mark(t0, rec_on, step)
-            if rec_on:
-                t_start = time.time()
-                g0 = gc_seconds()
+            recorder.begin(step, t0)
             rows = microbatch_rows(a, step)
             total = sum(rows)
             base = step * total
@@ -268,30 +255,15 @@ def main(argv: list[str] | None = None) -> int:
             sync()
             t3 = perf()
             compute += t3 - tc
-            step_times.append(t3 - t0)
-            if rec_on:
-                rec = {
-                    "run_id": a.run_id,
-                    "rank": a.rank,
-                    "node": a.node,
-                    "peer_group": a.peer_group,
-                    "step": step,
-                    "t_start": t_start,
-                    "compute_s": compute,
-                    "comm_s": comm,
-                    "step_s": t3 - t0,
-                    "gc_s": gc_seconds() - g0,
-                }
-                if a.seq_len_tokens is not None:
-                    rec["tokens"] = total
-                    rec["dataloader_s"] = td - t0
-                log.add(rec)
+            if a.seq_len_tokens is not None:
+                recorder.end(step, t3 - t0, compute, comm, tokens=total, dataloader_s=td - t0)
+            else:
+                recorder.end(step, t3 - t0, compute, comm)
             step += 1
             if stop:
                 break
     finally:
-        if log is not None:
-            log.close()
+        recorder.close()
 
     if last:
         loss_sum = float(sum(o.item() for o in outs))
@@ -301,11 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     loss_text = f", final loss {loss_sum:.4f}" if last else ""
     print(
         f"[stage {s}] done: {step} steps in {time.perf_counter() - t_train0:.2f}s "
-        f"(median step {median(step_times) * 1e3:.3f} ms, median period {median(periods.all) * 1e3:.3f} ms{loss_text}, stop: {why})",
+        f"({recorder.summary()}{loss_text}, stop: {why})",
         flush=True,
     )
-    if ab:
-        print(f"[stage {s}] {periods.ab_text()}", flush=True)
+    if recorder.ab:
+        print(f"[stage {s}] {recorder.periods.ab_text()}", flush=True)
     return 0
 
 

@@ -172,13 +172,9 @@ class NetnsNode(Node):
 def lease_dir() -> Path:
     """Where lease records live on this host: $FAULTLAB_LEASE_DIR, else /run/faultlab/leases
     as root, else $XDG_RUNTIME_DIR/faultlab/leases (or /tmp/faultlab-UID/leases)."""
-    env = os.environ.get("FAULTLAB_LEASE_DIR")
-    if env:
-        return Path(env)
-    if os.geteuid() == 0:
-        return Path("/run/faultlab/leases")
-    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/faultlab-{os.getuid()}"
-    return Path(base) / "faultlab" / "leases"
+    from faultlab.benchmarks.agent import runtime_dir  # stdlib only, shared with the agent
+
+    return runtime_dir("FAULTLAB_LEASE_DIR", "leases")
 
 
 def netns_list() -> list[str]:

@@ -42,7 +42,6 @@ is labeled too.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -296,10 +295,14 @@ def fuse(an: Analysis) -> pd.DataFrame:
     gap, min_len = cfg.gap_steps, cfg.min_steps
     timed = {"t0": g.t0, "t1": g.t1, "gap_s": cfg.gap_s, "min_s": cfg.min_duration_s}
     rows: list[dict] = []
-    covered = np.zeros(g.S, dtype=bool)  # steps explained by a localized straggler
+    rank_label_rows = np.zeros((g.S, g.R), dtype=bool)  # steps each rank's labels hold
+
+    def add_rank(j: int, i0: int, i1: int, slowdown: float, views: str, conf_ratio: float, threshold: float, ev: dict) -> None:
+        rows.append(_row(g, g.component(j), "rank", i0, i1, slowdown, views,
+                         _confidence(conf_ratio, threshold, i1 - i0 + 1, min_len, views), ev))
+        rank_label_rows[i0 : i1 + 1, j] = True
 
     # 1. localized stragglers from the peer view
-    rank_label_rows = np.zeros((g.S, g.R), dtype=bool)
     for j in np.flatnonzero(pv.flag.any(axis=0)):  # only ranks with a peer flag
         j = int(j)
         ivs = intervals(pv.flag[:, j], gap, min_len, **timed)
@@ -342,12 +345,7 @@ def fuse(an: Analysis) -> pd.DataFrame:
                 "n_flagged": int(pv.flag[sl, j].sum()),
                 "threshold": cfg.peer_threshold,
             }
-            rows.append(
-                _row(g, g.component(j), "rank", i0, i1, slowdown, views,
-                     _confidence(peer_ratio, cfg.peer_threshold, i1 - i0 + 1, min_len, views), ev)
-            )
-            covered[sl] = True
-            rank_label_rows[sl, j] = True
+            add_rank(j, i0, i1, slowdown, views, peer_ratio, cfg.peer_threshold, ev)
 
     # 2. job-wide slowdowns: job step time up even with stragglers removed
     job_rows = np.zeros(g.S, dtype=bool)
@@ -384,10 +382,7 @@ def fuse(an: Analysis) -> pd.DataFrame:
                 "n_steps": i1 - i0 + 1,
                 "threshold": cfg.peer_threshold,
             }
-            rows.append(_row(g, g.component(j), "rank", i0, i1, slowdown, "temporal+peer",
-                             _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal+peer"), ev))
-            covered[sl] = True
-            rank_label_rows[sl, j] = True
+            add_rank(j, i0, i1, slowdown, "temporal+peer", slowdown, cfg.temporal_threshold, ev)
             continue
         solo = _temporal_culprit(g, tv, sl, job_excess)
         if solo is not None:
@@ -407,10 +402,7 @@ def fuse(an: Analysis) -> pd.DataFrame:
                 "n_steps": i1 - i0 + 1,
                 "threshold": cfg.temporal_threshold,
             }
-            rows.append(_row(g, g.component(j), "rank", i0, i1, t_ratio, "temporal",
-                             _confidence(t_ratio, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev))
-            covered[sl] = True
-            rank_label_rows[sl, j] = True
+            add_rank(j, i0, i1, t_ratio, "temporal", t_ratio, cfg.temporal_threshold, ev)
             continue
         slowdown = an.job_slowdown(i0, i1)
         up = [g.component(j) for j in np.flatnonzero(tv.rank_flag[sl].any(axis=0))]
@@ -422,7 +414,7 @@ def fuse(an: Analysis) -> pd.DataFrame:
             "straggler_free_ratio": _ratio(an.sim[sl], tv.job_base[sl]),
             "compute_ratio": _nanmed(tv.rank_ratio[sl]),
             "ranks_compute_up": up,
-            "also_straggler": bool(covered[sl].any()),
+            "also_straggler": bool(rank_label_rows[sl].any()),
             "n_steps": i1 - i0 + 1,
             "n_flagged": int(an.job_wide_flag[sl].sum()),
             "threshold": cfg.temporal_threshold,
@@ -733,16 +725,15 @@ def _confidence(ratio: float, threshold: float, n: int, min_len: int, views: str
 
 
 def _f(x):
-    """JSON-safe value: NaN/inf -> None, floats rounded to 9 decimals, numpy scalars to Python."""
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        x = float(x)
-        return round(x, 9) if math.isfinite(x) else None
-    if isinstance(x, (list, tuple)):
+    """JSON-safe value (:func:`faultlab.schema.json_safe`: NaN/inf -> None, numpy
+    scalars to Python), floats rounded to 9 decimals."""
+    x = schema.json_safe(x)
+    if isinstance(x, float):
+        return round(x, 9)
+    if isinstance(x, list):
         return [_f(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _f(v) for k, v in x.items()}
     return x
 
 
@@ -751,16 +742,21 @@ def evidence_json(ev: dict) -> str:
     return json.dumps({k: _f(v) for k, v in ev.items()}, sort_keys=True)
 
 
-def _row(g: StepGrid, component, kind, i0, i1, slowdown, views, confidence, ev) -> dict:
+def label_row(run_id: str, component: str, kind: str, start_ts: float, end_ts: float, start_step, end_step,
+              slowdown: float, views: str, confidence: float, ev: dict) -> dict:
+    """One ``observed`` label (faultlab.schema.LABELS fields) as a dict: times unix s,
+    steps int or ``pd.NA``, ``slowdown`` a ratio, ``confidence`` 0..1, ``ev`` the
+    evidence (written as deterministic JSON). ``fault_id``/``source``/``cause`` are
+    set later by reconciliation. Used by the run labeler and every importer."""
     return {
-        "run_id": g.run_id,
+        "run_id": run_id,
         "component": component,
         "component_kind": kind,
-        "start_ts": float(g.t0[i0]),
-        "end_ts": float(g.t1[i1]),
-        "start_step": int(g.steps[i0]),
-        "end_step": int(g.steps[i1]),
-        "slowdown": float(slowdown) if np.isfinite(slowdown) else float("nan"),
+        "start_ts": float(start_ts),
+        "end_ts": float(end_ts),
+        "start_step": start_step,
+        "end_step": end_step,
+        "slowdown": float(slowdown),
         "views": views,
         "confidence": float(confidence),
         "fault_id": None,
@@ -768,6 +764,11 @@ def _row(g: StepGrid, component, kind, i0, i1, slowdown, views, confidence, ev) 
         "cause": "unknown",
         "evidence": evidence_json(ev),
     }
+
+
+def _row(g: StepGrid, component, kind, i0, i1, slowdown, views, confidence, ev) -> dict:
+    return label_row(g.run_id, component, kind, g.t0[i0], g.t1[i1], int(g.steps[i0]), int(g.steps[i1]),
+                     slowdown if np.isfinite(slowdown) else float("nan"), views, confidence, ev)
 
 
 def _empty_labels() -> pd.DataFrame:

@@ -291,7 +291,7 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
     Raises:
         BadInput for a missing column or non-numeric timestamps/values.
     """
-    from faultlab.labeler.fusion import _confidence, _dilate, _empty_labels, _typed, evidence_json, intervals
+    from faultlab.labeler.fusion import _confidence, _dilate, _empty_labels, _typed, intervals, label_row
     from faultlab.labeler.temporal import MAD_TO_SIGMA, nanmedian, trailing_baseline
 
     cfg = make_config(LongConfig, config)
@@ -384,13 +384,8 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
         def add(component, kind, i0, i1, slowdown, views, thr, n_flag, ev):
             n = i1 - i0 + 1
             ev.update({"metric": metric, "n_samples": n, "n_flagged": int(n_flag), "threshold": thr})
-            rows.append({
-                "run_id": run_id, "component": component, "component_kind": kind,
-                "start_ts": float(t0[i0]), "end_ts": float(t1[i1]), "start_step": pd.NA, "end_step": pd.NA,
-                "slowdown": float(slowdown), "views": views,
-                "confidence": _confidence(float(slowdown), thr, n, lc.min_steps, views),
-                "fault_id": None, "source": "observed", "cause": "unknown", "evidence": evidence_json(ev),
-            })
+            rows.append(label_row(run_id, component, kind, t0[i0], t1[i1], pd.NA, pd.NA, slowdown, views,
+                                  _confidence(float(slowdown), thr, n, lc.min_steps, views), ev))
 
         # 1. components slow against their peers
         for j in range(C):

@@ -473,7 +473,7 @@ def analyze(s: DriveSamples, config: PerseusConfig | None = None) -> tuple[pd.Da
 
 def labels_from(drives: pd.DataFrame, p: pd.DataFrame, cfg: PerseusConfig, run_id: str = "") -> pd.DataFrame:
     """Labels (faultlab.schema.LABELS columns): the kept periods of fail-slow drives."""
-    from faultlab.labeler.fusion import _confidence, _empty_labels, _typed, evidence_json
+    from faultlab.labeler.fusion import _confidence, _empty_labels, _typed, label_row
 
     if not len(p):
         return _empty_labels()
@@ -497,22 +497,8 @@ def labels_from(drives: pd.DataFrame, p: pd.DataFrame, cfg: PerseusConfig, run_i
             "window_s": cfg.window_s,
             "threshold": cfg.min_slowdown,
         }
-        rows.append({
-            "run_id": run_id,
-            "component": f"drive:{row.name}",
-            "component_kind": "drive",
-            "start_ts": float(row.start_ts),
-            "end_ts": float(row.end_ts),
-            "start_step": pd.NA,
-            "end_step": pd.NA,
-            "slowdown": float(row.slowdown),
-            "views": "peer",
-            "confidence": _confidence(float(row.slowdown), cfg.min_slowdown, int(row.n_windows), min_len, "peer"),
-            "fault_id": None,
-            "source": "observed",
-            "cause": "unknown",
-            "evidence": evidence_json(ev),
-        })
+        rows.append(label_row(run_id, f"drive:{row.name}", "drive", row.start_ts, row.end_ts, pd.NA, pd.NA, row.slowdown, "peer",
+                              _confidence(float(row.slowdown), cfg.min_slowdown, int(row.n_windows), min_len, "peer"), ev))
     if not rows:
         return _empty_labels()
     df = pd.DataFrame(rows).sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True)

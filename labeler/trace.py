@@ -711,7 +711,7 @@ def labels_from(result: dict, model: TraceModel, run_id: str = "") -> pd.DataFra
     step); ``slowdown`` = S_G; ``confidence`` = min(1, share); ``views`` ``"whatif"``;
     ``source`` ``"observed"``; ``cause`` ``"unknown"``.
     """
-    from faultlab.labeler.fusion import _empty_labels, _typed, evidence_json
+    from faultlab.labeler.fusion import _empty_labels, _typed, label_row
 
     rows = []
     absolute = bool(len(model.step_start)) and float(np.nanmin(model.step_start)) > 1e8
@@ -732,22 +732,8 @@ def labels_from(result: dict, model: TraceModel, run_id: str = "") -> pd.DataFra
             ev["ranks"] = sorted(r for (j, s), r in model.rank_of.items() if str(s) == key)
         elif dim == "dp_rank":
             ev["ranks"] = sorted(r for (j, s), r in model.rank_of.items() if str(j) == key)
-        rows.append({
-            "run_id": run_id,
-            "component": st["component"],
-            "component_kind": st["component_kind"],
-            "start_ts": t0,
-            "end_ts": t1,
-            "start_step": int(model.steps[0]),
-            "end_step": int(model.steps[-1]),
-            "slowdown": float(st["slowdown"]),
-            "views": "whatif",
-            "confidence": round(float(min(1.0, max(0.0, st["share"]))), 6),
-            "fault_id": None,
-            "source": "observed",
-            "cause": "unknown",
-            "evidence": evidence_json(ev),
-        })
+        rows.append(label_row(run_id, st["component"], st["component_kind"], t0, t1, int(model.steps[0]), int(model.steps[-1]),
+                              st["slowdown"], "whatif", round(float(min(1.0, max(0.0, st["share"]))), 6), ev))
     if not rows:
         return _empty_labels()
     return _typed(pd.DataFrame(rows).sort_values(["component"], kind="mergesort").reset_index(drop=True))

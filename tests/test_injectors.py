@@ -254,13 +254,24 @@ def test_force_replaces_foreign_tbf_and_restores_it(testbed2, no_residue):
 
 
 @needs_root
-def test_force_refuses_classful_foreign_root(testbed2, no_residue):
+@pytest.mark.parametrize(
+    "qdisc,refusal,kept",
+    [
+        # a classful foreign root: --force cannot stand in for it
+        (["handle", "7:", "htb", "default", "1"], "could not", "htb 7:"),
+        # a tbf with options --force could not rebuild exactly on revert
+        (["handle", "1234:", "tbf", "rate", "77mbit", "burst", "32k", "latency", "50ms", "peakrate", "100mbit", "minburst", "1540"],
+         "cannot rebuild the foreign tbf", "peakrate"),
+    ],
+    ids=["classful-root", "tbf-with-peakrate"],
+)
+def test_force_refuses_a_foreign_root_it_could_not_restore(testbed2, no_residue, qdisc, refusal, kept):
     n0, _ = testbed2.nodes
-    n0.run(["tc", "qdisc", "add", "dev", "fleth0", "root", "handle", "7:", "htb", "default", "1"], scope="net", check=True)
+    n0.run(["tc", "qdisc", "add", "dev", "fleth0", "root", *qdisc], scope="net", check=True)
     try:
-        with pytest.raises(Refused, match="could not"):
+        with pytest.raises(Refused, match=refusal):
             apply(NicSlow(n0, 20e6, force=True), 10)
-        assert "htb 7:" in _qdiscs(n0)
+        assert kept in _qdiscs(n0)
     finally:
         n0.run(["tc", "qdisc", "del", "dev", "fleth0", "root"], scope="net")
 
@@ -367,19 +378,6 @@ def test_pause_refuses_a_process_already_stopped(busy_loop, no_residue):
         assert open(f"/proc/{busy_loop.pid}/stat").read().rpartition(")")[2].split()[0] in ("T", "t")
     finally:
         os.kill(busy_loop.pid, signal.SIGCONT)
-
-
-@needs_root
-def test_force_refuses_a_tbf_it_could_not_rebuild_exactly(testbed2, no_residue):
-    n0, _ = testbed2.nodes
-    n0.run(["tc", "qdisc", "add", "dev", "fleth0", "root", "handle", "1234:", "tbf", "rate", "77mbit", "burst", "32k", "latency", "50ms",
-            "peakrate", "100mbit", "minburst", "1540"], scope="net", check=True)
-    try:
-        with pytest.raises(Refused, match="cannot rebuild the foreign tbf"):
-            apply(NicSlow(n0, 10e6, force=True), 10)
-        assert "peakrate" in _qdiscs(n0)
-    finally:
-        n0.run(["tc", "qdisc", "del", "dev", "fleth0", "root"], scope="net")
 
 
 @needs_root
