@@ -211,7 +211,7 @@ def recover(as_json: bool = typer.Option(False, "--json")):
     """Revert every fault left on this host and remove testbeds whose controller is gone."""
     from faultlab.injectors.lease import recover as recover_leases
     from faultlab.nodes import LocalNode
-    from faultlab.testbed import recover_testbeds
+    from faultlab.nodes.testbed import recover_testbeds
 
     done = recover_leases(LocalNode("local"))
     tbs = recover_testbeds(only_dead=True)

@@ -23,7 +23,7 @@ import subprocess
 from pathlib import Path
 
 from faultlab.errors import FaultlabError, NodeError
-from faultlab.nodes import NetnsNode
+from faultlab.nodes.netns import NetnsNode
 
 NODE_IFACE = "fleth0"
 
