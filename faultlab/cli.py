@@ -287,10 +287,12 @@ def scenario_schema(campaign: bool = typer.Option(False, "--campaign", help="the
     out.print_json(json.dumps(schema("campaign" if campaign else "scenario")))
 
 
-def _run_one(sc, out_dir: Path, label_it: bool) -> dict:
+def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefix: str = "") -> dict:
+    from faultlab.progress import Progress
     from faultlab.runner import run as run_scenario
 
-    res = run_scenario(sc, out_dir, console=out)
+    with Progress(out, prefix=prefix) as prog:
+        res = run_scenario(sc, out_dir, console=out, progress=prog, run_id=run_id)
     info = {"run_dir": str(out_dir), "code": res.code, "injected": len(res.injections), "failed_faults": res.failed_faults}
     if label_it and res.code == 0:
         from faultlab.labeler import label_run
@@ -320,13 +322,17 @@ def run_cmd(
 
     try:
         sc = load(scenario, "scenario")
-        base = Path(out_dir or Path("faultlab-runs") / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        from faultlab.rundir import new_run_id
+
+        run_id = new_run_id(sc.name) if repeat == 1 else None  # the default folder is named by the run id
+        base = Path(out_dir or Path("faultlab-runs") / (run_id or f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"))
         codes = []
         for i in range(repeat):
             s_i = sc if repeat == 1 else Scenario.model_validate({**sc.model_dump(mode="json"), "seed": sc.seed + i,
                                                                   "workload": {**sc.model_dump(mode="json")["workload"], "duration": f"{sc.workload.duration}s" if sc.workload.duration else None},
                                                                   "faults": _faults_with_units(sc)})
-            codes.append(_run_one(s_i, base if repeat == 1 else base / f"run-{i:03d}", label_it)["code"])
+            codes.append(_run_one(s_i, base if repeat == 1 else base / f"run-{i:03d}", label_it, run_id=run_id,
+                                  prefix="" if repeat == 1 else f"[run {i + 1}/{repeat}]")["code"])
     except FaultlabError as e:
         _fail(e)
     raise typer.Exit(max(codes))
@@ -369,7 +375,7 @@ def campaign(
     for i, s in enumerate(scs):
         out.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
         try:
-            info = _run_one(s, base / s.name, label_it)
+            info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]")
         except Exception as e:  # unattended: one failed run must not stop the campaign
             info = {"run_dir": str(base / s.name), "code": 1, "error": f"{type(e).__name__}: {e}"}
             out.print(f"[red]{s.name} failed:[/] {type(e).__name__}: {e}", markup=False) if not isinstance(e, FaultlabError) else out.print(f"[red]{s.name} failed:[/] {e}")
