@@ -307,6 +307,13 @@ def _run_one(sc, out_dir: Path, label_it: bool) -> dict:
         labels = label_run(out_dir)
         info["labels"] = len(labels)
         out.print(f"{out_dir}: {len(res.injections)} fault(s) injected, {len(labels)} label(s)")
+    from faultlab.report import write_report
+
+    try:
+        info["report"] = str(write_report(out_dir))
+        out.print(f"report: {info['report']}", markup=False)
+    except FaultlabError as e:  # e.g. a run that trained no step: the run stands, without a page
+        out.print(f"no report: {e}", markup=False)
     return info
 
 
@@ -438,6 +445,11 @@ def label(
                   f"-> {written['components.parquet']}", markup=False)
     for name in sorted(set(written) - {"labels.parquet", "whatif.json", "components.parquet"}):
         out.print(f"  {name} -> {written[name]}", markup=False)
+
+
+from faultlab.report.cli import register as _register_report  # noqa: E402
+
+_register_report(app)
 
 
 def main() -> None:  # pragma: no cover
