@@ -171,6 +171,10 @@ def status(as_json: bool = typer.Option(False, "--json")):
             "remaining_s": round(r.get("deadline_ts", 0) - time.time(), 1),
             "controller_alive": le.controller_alive(), "watchdog_alive": le.watchdog_alive(),
         })
+    from faultlab.nodes.testbed import untrusted_states
+
+    for line in untrusted_states():
+        print(f"faultlab: {line}", file=sys.stderr)
     if as_json:
         out.print_json(json.dumps(rows))
         return
@@ -211,14 +215,19 @@ def recover(as_json: bool = typer.Option(False, "--json")):
     """Revert every fault left on this host and remove testbeds whose controller is gone."""
     from faultlab.injectors.lease import recover as recover_leases
     from faultlab.nodes import LocalNode
-    from faultlab.nodes.testbed import recover_testbeds
+    from faultlab.nodes.testbed import recover_testbeds, untrusted_states
 
     done = recover_leases(LocalNode("local"))
     tbs = recover_testbeds(only_dead=True)
+    skipped = untrusted_states()  # files failing a trust or schema check: reported, never acted on
     if as_json:
-        out.print_json(json.dumps({"faults": done, "testbeds": tbs}))
-        return
-    out.print(f"reverted {len(done)} fault(s): {', '.join(d['fault_id'] for d in done) or '-'}; removed {len(tbs)} testbed(s): {', '.join(tbs) or '-'}")
+        out.print_json(json.dumps({"faults": done, "testbeds": tbs, "skipped": skipped}))
+    else:
+        out.print(f"reverted {len(done)} fault(s): {', '.join(d['fault_id'] for d in done) or '-'}; removed {len(tbs)} testbed(s): {', '.join(tbs) or '-'}")
+        for line in skipped:
+            print(f"faultlab: {line}", file=sys.stderr)
+    if skipped:
+        raise typer.Exit(1)
 
 
 @app.command()
