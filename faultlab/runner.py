@@ -25,6 +25,7 @@ import pandas as pd
 from rich.console import Console
 
 from faultlab.errors import BadInput, FaultlabError
+from faultlab.evidence import verify_text
 from faultlab.rundir import RunDir
 from faultlab.scenario import RANK_TYPES, FaultSpec, Scenario
 
@@ -318,19 +319,7 @@ def _start(d: _Due, nodes, ranks, testbed, rd: RunDir, res: RunResult, con: Cons
     rd.event("inject", fault_id=a.fault_id, index=d.index, type=inj.type, node=inj.node.name, target=a.plan.target,
              params=inj.params, severity=inj.severity, start_ts=a.start_ts, verify=a.evidence.get("verify"))
     v = a.evidence.get("verify", {})
-    con.print(f"  +{a.start_ts - t0:5.1f}s inject {inj.type} on {inj.node.name} ({a.plan.target}) verified={v.get('ok')} {verify_text(v)}")
-
-
-def verify_text(v: dict) -> str:
-    """The measurement behind ``verified``, for people."""
-    if v.get("ingress_measured_bit_per_s") is not None:
-        return (f"(measured {v['ingress_measured_bit_per_s'] / 1e6:.1f} in / {v['egress_measured_bit_per_s'] / 1e6:.1f} out Mbit/s "
-                f"under a {v['cap_bit_per_s'] / 1e6:.0f} Mbit/s cap, training traffic included)")
-    if "cpu_stat" in v:
-        return f"(cgroup throttled {v['cpu_stat'].get('nr_throttled', 0)} of {v['cpu_stat'].get('nr_periods', 0)} periods)"
-    if "stopped_seen" in v:
-        return "(target seen stopped)"
-    return ""
+    con.print(f"  +{a.start_ts - t0:5.1f}s inject {inj.type} on {inj.node.name} ({a.plan.target}); {verify_text(v)}", markup=False)
 
 
 def _stop(d: _Due, rd: RunDir, res: RunResult, con: Console, t0: float | None) -> None:
