@@ -12,11 +12,12 @@ def resolve_node(spec: str) -> Node:
     """Turn a CLI node spec into a Node.
 
     Specs: ``local``; ``netns:NAME`` (or a bare NAME that is an existing network
-    namespace). Raises BadInput naming the ``--node`` field for anything else.
+    namespace); ``docker:CONTAINER`` (a running container of faultlab's dockerd;
+    ssh nodes are named through an inventory, faultlab.nodes.inventory). Raises BadInput naming the ``--node`` field for anything else.
     """
     spec = (spec or "").strip()
     if not spec:
-        raise BadInput("empty", field="--node", fix="give local or netns:NAME")
+        raise BadInput("empty", field="--node", fix="give local, netns:NAME or docker:CONTAINER (ssh nodes: --inventory FILE)")
     if spec == "local":
         return LocalNode(name="local")
     kind, _, rest = spec.partition(":")
@@ -24,8 +25,12 @@ def resolve_node(spec: str) -> Node:
         kind, rest = "netns", spec
         if spec not in netns_list():
             raise BadInput(f"no node {spec!r}", field="--node", fix="give local or netns:NAME of an existing namespace (ip netns list)")
+    if kind == "docker":
+        from faultlab.nodes.docker import resolve_docker
+
+        return resolve_docker(rest)
     if kind == "netns":
         if rest not in netns_list():
             raise BadInput(f"network namespace {rest!r} does not exist", field="--node", fix="see `ip netns list`")
         return NetnsNode(name=rest, netns=rest)
-    raise BadInput(f"unknown node kind {kind!r} in {spec!r}", field="--node", fix="give local or netns:NAME")
+    raise BadInput(f"unknown node kind {kind!r} in {spec!r}", field="--node", fix="give local, netns:NAME or docker:CONTAINER (ssh nodes: --inventory FILE)")
