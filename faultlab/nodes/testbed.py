@@ -227,7 +227,12 @@ def recover_testbeds(only_dead: bool = True) -> list[str]:
         pid = state.get("pid")
         if only_dead and pid and _alive(pid):
             continue
-        tb = NetnsTestbed.from_state(p)
+        if state.get("backend") == "docker":  # a docker (or ssh) testbed: faultlab.nodes.docker_testbed
+            from faultlab.nodes.docker_testbed import DockerTestbed
+
+            tb = DockerTestbed.from_state(state)
+        else:
+            tb = NetnsTestbed.from_state(p)
         if not tb.down():
             removed.append(tb.id)
     return removed
