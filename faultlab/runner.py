@@ -184,6 +184,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
             time.sleep(0.1)
         t0 = watch.first_ts
         rd.event("training-start", t0=t0)
+        rd.update_meta(t0=t0)  # the time origin of every printed and plotted run time
         total = w.duration
         last_renew = time.time()
         prog = None

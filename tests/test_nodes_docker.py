@@ -127,7 +127,7 @@ def test_testbed_down_after_up_killed_half_way(dockerd, tmp_path):
     before = docker_residue(dockerd)
     links_before = set(os.listdir("/sys/class/net"))
     up = subprocess.Popen(["faultlab", "testbed", "up", "--backend", "docker", "--nodes", "6", "--name", "b0d0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    st = state_dir() / "docker-b0d0.json"
+    st = state_dir() / "docker" / "b0d0.json"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:

@@ -54,17 +54,19 @@ def up(
 def down(name: str = typer.Option(..., "--name", help="testbed id (see `faultlab testbed status`)")):
     """Remove a testbed: every namespace, link, container, network and iptables rule
     it made (the cached docker node image stays)."""
-    from faultlab.nodes.testbed import NetnsTestbed, state_dir
+    from faultlab.nodes.testbed import NetnsTestbed
 
     try:
         _check_name(name)
-        d = state_dir()
-        if (d / f"docker-{name}.json").exists():
-            from faultlab.nodes.docker_testbed import DockerTestbed
+        from faultlab.nodes.docker_testbed import DockerTestbed, list_docker_testbeds
+        from faultlab.nodes.testbed import load_states
 
-            errs = DockerTestbed.from_state(json.loads((d / f"docker-{name}.json").read_text())).down()
-        elif (d / f"{name}.json").exists():
-            errs = NetnsTestbed.from_state(d / f"{name}.json").down()
+        dk = next((st for st in list_docker_testbeds() if st["id"] == name), None)
+        nn = next((st for st in load_states()[0] if st.id == name), None)
+        if dk is not None:
+            errs = DockerTestbed.from_state(dk).down()
+        elif nn is not None:
+            errs = NetnsTestbed.from_state(nn).down()
         else:
             raise BadInput(f"no testbed {name!r}", field="--name", fix="see `faultlab testbed status`")
     except FaultlabError as e:
@@ -79,21 +81,13 @@ def down(name: str = typer.Option(..., "--name", help="testbed id (see `faultlab
 def status(as_json: bool = typer.Option(False, "--json", help="machine-readable output")):
     """Testbeds on this host, with their backend, nodes and controller."""
     from faultlab.nodes.docker_testbed import list_docker_testbeds
-    from faultlab.nodes.testbed import _alive, state_dir
+    from faultlab.nodes.testbed import _controller_alive, load_states
 
-    rows = []
-    d = state_dir()
-    for p in sorted(d.glob("*.json")) if d.exists() else []:
-        try:
-            st = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue
-        if st.get("backend") == "docker":
-            continue
-        rows.append({"id": st.get("id"), "backend": "netns", "nodes": len(st.get("netns", [])), "controller_alive": _alive(st.get("pid") or 0) if st.get("pid") else False})
+    rows = [{"id": st.id, "backend": "netns", "nodes": len(st.netns), "controller_alive": _controller_alive(st.pid, st.starttime)}
+            for st in load_states()[0]]
     for st in list_docker_testbeds():
-        rows.append({"id": st.get("id"), "backend": "ssh" if st.get("host_like") else "docker", "nodes": len(st.get("containers", [])),
-                     "controller_alive": _alive(st.get("pid") or 0) if st.get("pid") else False})
+        rows.append({"id": st["id"], "backend": "ssh" if st["host_like"] else "docker", "nodes": len(st["containers"]),
+                     "controller_alive": _controller_alive(st["pid"], st.get("starttime"))})
     if as_json:
         print(json.dumps(rows, indent=1))
         return

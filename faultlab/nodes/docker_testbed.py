@@ -15,7 +15,7 @@ at ``.10+i``. Every container:
   host folder of the testbed at ``/var/lib/faultlab/work`` (node-local telemetry);
 - carries the labels ``faultlab.testbed=<id>`` and ``faultlab.node=n<i>``.
 
-What is made is listed in a state file (``<state>/docker-<id>.json``) before it is
+What is made is listed in a state file (``<state>/docker/<id>.json``) before it is
 made, and ``down()`` also removes every container and network labeled with the
 testbed id, so a ``up`` killed half-way leaves nothing ``down`` (or ``faultlab
 recover``) does not remove. The image is kept (it is the cache).
@@ -32,6 +32,10 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from faultlab.errors import FaultlabError, NodeError
 from faultlab.nodes.docker import WORK_DIR, DockerNode, node_from_container
@@ -73,7 +77,7 @@ class DockerTestbed:
     @property
     def folder(self) -> Path:
         """Private folder of this testbed: keys, known_hosts, inventory, node volumes."""
-        return state_dir() / f"docker-{self.id}"
+        return docker_state_dir() / self.id
 
     @property
     def key_path(self) -> Path:
@@ -93,7 +97,7 @@ class DockerTestbed:
         return str(self.subnet.network_address + 1)
 
     def _state_path(self) -> Path:
-        return state_dir() / f"docker-{self.id}.json"
+        return docker_state_dir() / f"{self.id}.json"
 
     # -- lifecycle -----------------------------------------------------------------------
     def up(self, progress=None) -> "DockerTestbed":
@@ -107,6 +111,7 @@ class DockerTestbed:
         mounts = image.workload_mounts()
         self.subnet = _free_subnet()
         try:
+            docker_state_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
             self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(self.folder, 0o700)
             self._save()
@@ -256,11 +261,13 @@ class DockerTestbed:
         tmp = p.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump({"backend": "docker", "host_like": self.host_like, "id": self.id, "subnet": str(self.subnet), "pid": os.getpid(), "n_nodes": self.n_nodes, **self._made}, f)
+            json.dump({"backend": "docker", "host_like": self.host_like, "id": self.id, "subnet": str(self.subnet), "pid": os.getpid(),
+                       "starttime": _starttime(os.getpid()), "n_nodes": self.n_nodes, **self._made}, f)
         os.replace(tmp, p)
 
     @classmethod
     def from_state(cls, state: dict) -> "DockerTestbed":
+        state = DockerState.model_validate(state).model_dump()
         tb = cls(n_nodes=max(1, int(state.get("n_nodes", 1))), tb_id=str(state["id"]), host_like=bool(state.get("host_like")))
         if state.get("subnet") not in (None, "None"):
             tb.subnet = ipaddress.ip_network(state["subnet"])
@@ -272,11 +279,10 @@ class DockerTestbed:
         """The running testbed ``tb_id`` (its nodes looked up). Raises FaultlabError."""
         from faultlab.nodes import dockerd
 
-        p = state_dir() / f"docker-{tb_id}.json"
-        try:
-            tb = cls.from_state(json.loads(p.read_text()))
-        except (OSError, ValueError, KeyError):
-            raise FaultlabError(f"no docker testbed {tb_id!r}", field="--name", fix="see `faultlab testbed status`") from None
+        st = next((x for x in list_docker_testbeds() if x["id"] == tb_id), None)
+        if st is None:
+            raise FaultlabError(f"no docker testbed {tb_id!r}", field="--name", fix="see `faultlab testbed status`")
+        tb = cls.from_state(st)
         cli = dockerd.client()
         for i in range(tb.n_nodes):
             tb.nodes.append(node_from_container(cli.containers.get(f"fl{tb.id}-n{i}"), name=f"n{i}", work_host=str(tb.folder / f"n{i}")))
@@ -308,13 +314,65 @@ def _tar(files: dict[str, tuple[bytes, int]], dirs: dict[str, int]) -> bytes:
     return buf.getvalue()
 
 
+class DockerState(BaseModel):
+    """Schema of a docker testbed's state file (read back untrusted)."""
+
+    model_config = ConfigDict(extra="ignore")
+    backend: Literal["docker"]
+    host_like: bool = False
+    id: str = Field(pattern=r"^[0-9a-f]{1,4}$")
+    subnet: Optional[str] = None
+    pid: int = Field(ge=1)
+    starttime: Optional[int] = None
+    n_nodes: int = Field(ge=1, le=64)
+    containers: list[str] = Field(default_factory=list, max_length=64)
+    network: Optional[str] = None
+
+
+def docker_state_dir() -> Path:
+    return state_dir() / "docker"
+
+
 def list_docker_testbeds() -> list[dict]:
-    """State records of docker testbeds on this host."""
+    """State records of docker testbeds on this host that pass the checks: a trusted
+    folder (faultlab.safefs: no links, owned by root or us, closed to others), a
+    regular file named by its id, the DockerState schema. Others are skipped."""
+    from faultlab import safefs
+
     out = []
-    d = state_dir()
-    for p in sorted(d.glob("docker-*.json")) if d.exists() else []:
-        try:
-            out.append(json.loads(p.read_text()))
-        except (OSError, ValueError):
-            continue
+    try:
+        d = safefs.open_dir(docker_state_dir())
+    except (FileNotFoundError, safefs.UntrustedPath):
+        return out
+    with d:
+        for name in sorted(d.listdir()):
+            if not name.endswith(".json"):
+                continue
+            try:
+                st = DockerState.model_validate(d.read_json(name, max_bytes=64 * 1024))
+            except (OSError, ValueError, safefs.UntrustedPath):
+                continue
+            if name == f"{st.id}.json" and all(c == f"fl{st.id}-n{i}" for i, c in enumerate(st.containers)):
+                out.append(st.model_dump())
     return out
+
+
+def recover_docker_testbeds(only_dead: bool = True) -> list[str]:
+    """Remove docker testbeds whose controller is gone (all with ``only_dead=False``);
+    returns their ids. Nothing is done when no state file exists (no daemon needed)."""
+    from faultlab.nodes.testbed import _controller_alive
+
+    removed = []
+    for st in list_docker_testbeds():
+        if only_dead and _controller_alive(st["pid"], st.get("starttime")):
+            continue
+        tb = DockerTestbed.from_state(st)
+        if not tb.down():
+            removed.append(tb.id)
+    return removed
+
+
+def _starttime(pid: int):
+    from faultlab.benchmarks.agent import proc_starttime
+
+    return proc_starttime(pid)
