@@ -1,6 +1,7 @@
 """Start the ranks of a benchmark job on nodes, wait for them, stop them.
 
-Each rank is ``python -m MODULE ...`` (``faultlab.benchmarks.ddp`` by default,
+Each rank is ``python -P -m MODULE ...`` (``-P``: the working directory, which may be
+anyone's folder, is not on ``sys.path``; ``faultlab.benchmarks.ddp`` by default,
 ``faultlab.benchmarks.pipeline`` for a pipeline job) started with
 ``node.spawn_workload(...)``; on a netns node that is ``ip netns exec NETNS
 python ...``, which execs the command in place (no fork), so ``popen.pid`` is the
@@ -156,7 +157,7 @@ def launch_ranks(
             if key not in ifaces:
                 ifaces[key] = rank_iface(node, master_addr)
             argv = [
-                sys.executable, "-m", module,
+                sys.executable, "-P", "-m", module,  # -P: the caller's cwd is not on sys.path
                 "--rank", str(rank),
                 "--world-size", str(ws),
                 "--master-addr", master_addr,
