@@ -431,6 +431,11 @@ def label(
         out.print(f"  {name} -> {written[name]}", markup=False)
 
 
+from faultlab.scoring.cli import register as _register_score  # noqa: E402
+
+_register_score(app)
+
+
 def main() -> None:  # pragma: no cover
     app()
 
