@@ -118,7 +118,7 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, types: list[str] | None
     SIGKILLed at a random moment. Returns a report: cycles per type, outcomes, the
     residue found (must be empty), and wall time (s). Needs root for nic-slow and
     cgroup types (types the machine cannot run are skipped)."""
-    from faultlab.testbed import NetnsTestbed
+    from faultlab.nodes.testbed import NetnsTestbed
 
     rng = random.Random(seed)
     types = types or runnable_types()

@@ -171,6 +171,10 @@ def status(as_json: bool = typer.Option(False, "--json")):
             "remaining_s": round(r.get("deadline_ts", 0) - time.time(), 1),
             "controller_alive": le.controller_alive(), "watchdog_alive": le.watchdog_alive(),
         })
+    from faultlab.nodes.testbed import untrusted_states
+
+    for line in untrusted_states():
+        print(f"faultlab: {line}", file=sys.stderr)
     if as_json:
         out.print_json(json.dumps(rows))
         return
@@ -211,14 +215,19 @@ def recover(as_json: bool = typer.Option(False, "--json")):
     """Revert every fault left on this host and remove testbeds whose controller is gone."""
     from faultlab.injectors.lease import recover as recover_leases
     from faultlab.nodes import LocalNode
-    from faultlab.testbed import recover_testbeds
+    from faultlab.nodes.testbed import recover_testbeds, untrusted_states
 
     done = recover_leases(LocalNode("local"))
     tbs = recover_testbeds(only_dead=True)
+    skipped = untrusted_states()  # files failing a trust or schema check: reported, never acted on
     if as_json:
-        out.print_json(json.dumps({"faults": done, "testbeds": tbs}))
-        return
-    out.print(f"reverted {len(done)} fault(s): {', '.join(d['fault_id'] for d in done) or '-'}; removed {len(tbs)} testbed(s): {', '.join(tbs) or '-'}")
+        out.print_json(json.dumps({"faults": done, "testbeds": tbs, "skipped": skipped}))
+    else:
+        out.print(f"reverted {len(done)} fault(s): {', '.join(d['fault_id'] for d in done) or '-'}; removed {len(tbs)} testbed(s): {', '.join(tbs) or '-'}")
+        for line in skipped:
+            print(f"faultlab: {line}", file=sys.stderr)
+    if skipped:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -298,6 +307,13 @@ def _run_one(sc, out_dir: Path, label_it: bool) -> dict:
         labels = label_run(out_dir)
         info["labels"] = len(labels)
         out.print(f"{out_dir}: {len(res.injections)} fault(s) injected, {len(labels)} label(s)")
+    from faultlab.report import write_report
+
+    try:
+        info["report"] = str(write_report(out_dir))
+        out.print(f"report: {info['report']}", markup=False)
+    except FaultlabError as e:  # e.g. a run that trained no step: the run stands, without a page
+        out.print(f"no report: {e}", markup=False)
     return info
 
 
@@ -434,6 +450,10 @@ def label(
 from faultlab.scoring.cli import register as _register_score  # noqa: E402
 
 _register_score(app)
+
+from faultlab.report.cli import register as _register_report  # noqa: E402
+
+_register_report(app)
 
 
 def main() -> None:  # pragma: no cover

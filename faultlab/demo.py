@@ -102,7 +102,7 @@ def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
     t = Table(title="faults injected (injections.parquet)")
     for c in ("fault", "type", "node", "target", "start", "end", "verified", "status"):
         t.add_column(c)
-    t0 = steps["t_start"].min()
+    t0 = rd.time_origin(steps)  # the origin the runner's event lines used
     for r in inj.itertuples():
         t.add_row(r.fault_id, r.fault_type, r.node, r.target, f"+{r.start_ts - t0:.1f}s", f"+{r.end_ts - t0:.1f}s", str(r.verified), r.status)
     con.print(t)
@@ -130,8 +130,10 @@ def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
     comps = sorted(set(steps["rank"].map(lambda r: f"rank:{r}")) | {"job"})
     span = float((steps["t_start"] + steps["step_s"]).max() - steps["t_start"].min())
     con.print(f"window = one component ({', '.join(comps)}) x 10 s cell: {len(comps)} x {int(-(-span // 10))} cells; MCC near 0 is chance "
-              "(random) or no information (constant alarms every cell); event P/R count each alarm and label once, no point-adjust.")
-    con.print(f"files in {rd.path}: steps, host, injections, labels, alarms (.parquet); whatif.json, metrics.json, meta.json, scenario.yaml, events.jsonl, telemetry/, logs/   ({time.time() - t_wall:.0f}s)")
+    con.print(f"files in {rd.path}: steps, host, injections, labels, alarms (.parquet); whatif.json, metrics.json, meta.json, scenario.yaml, events.jsonl, telemetry/, logs/")
+    from faultlab.report import write_report
+
+    con.print(f"report: {write_report(rd.path)}   (open it in a browser; {time.time() - t_wall:.0f}s in all)", markup=False)
     return 0
 
 

@@ -101,6 +101,22 @@ class RunDir:
     def run_id(self) -> str:
         return self.meta.get("run_id", self.path.name)
 
+    def time_origin(self, steps: pd.DataFrame | None = None) -> float:
+        """The run's time origin, unix s: every printed or plotted run time ("+12.3s")
+        counts from it. It is the first training step's start as the runner recorded
+        it (meta.json ``t0``, else the ``training-start`` event), else the earliest
+        ``t_start`` of ``steps`` (read when not given), else meta's ``started_ts``."""
+        m = self.meta
+        if isinstance(m.get("t0"), (int, float)):
+            return float(m["t0"])
+        for ev in self.events():
+            if ev.get("event") == "training-start" and isinstance(ev.get("t0"), (int, float)):
+                return float(ev["t0"])
+        steps = self.read_table("steps") if steps is None else steps
+        if len(steps):
+            return float(steps["t_start"].min())
+        return float(m.get("started_ts") or 0.0)
+
     def finish(self, **fields) -> None:
         """Mark the run complete (meta.json ``complete: true``)."""
         self.update_meta(complete=True, finished_ts=time.time(), **fields)

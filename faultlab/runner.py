@@ -147,7 +147,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         if sc.testbed.backend == "netns":
-            from faultlab.testbed import NetnsTestbed
+            from faultlab.nodes.testbed import NetnsTestbed
 
             testbed = NetnsTestbed(n).up()
             tb_lease = Lease.create_for(LocalNode("local"), f"testbed-{testbed.id}", "testbed", testbed.bridge, {"nodes": n},
@@ -182,6 +182,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
             time.sleep(0.1)
         t0 = watch.first_ts
         rd.event("training-start", t0=t0)
+        rd.update_meta(t0=t0)  # the time origin of every printed and plotted run time
         total = w.duration
         last_renew = time.time()
         prog = None

@@ -49,7 +49,7 @@ import pandas as pd
 
 from faultlab import schema
 from faultlab.labeler.peer import PeerView, peer_view
-from faultlab.labeler.temporal import MAD_TO_SIGMA, StepGrid, TemporalView, nanmedian, temporal_view
+from faultlab.labeler.temporal import MAD_TO_SIGMA, StepGrid, TemporalView, loo_median, nanmedian, temporal_view
 from faultlab.labeler.whatif import simulate_job
 
 
@@ -519,9 +519,8 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_votes: int = 2, min_sha
         # arrival at the collective: t_start + compute_s, against the group's median
         arr = np.asarray(g.t_start[st], dtype=np.float64) + np.asarray(g.compute[st], dtype=np.float64)
         med_arr = np.full_like(arr, np.nan)
-        for c in cols:
-            m, _ = nanmedian(arr[:, c], axis=1)
-            med_arr[:, c] = m[:, None]
+        for c in cols:  # each rank against its peers' arrivals, itself left out
+            med_arr[:, c] = loo_median(arr[:, c])
         late = np.where(np.isfinite(arr - med_arr), arr - med_arr, -np.inf)
         job_ex = np.asarray(g.job_step[st], dtype=np.float64) - np.asarray(tv.job_base[st], dtype=np.float64)
         order = np.argsort(-late, axis=1)
@@ -645,7 +644,8 @@ def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: 
     """The rank that explains a job-wide slowdown over ``sl``, from per-rank sums:
     the straggler computes longer than its peers *and* waits less than they do in the
     all-reduce (it arrives last, DESIGN: "the straggler waits least"). Its excess,
-    ``(compute_i - median compute) + (median comm - comm_i)`` in seconds over the
+    ``(compute_i - median compute) + (median comm - comm_i)`` (medians of its peers,
+    itself left out) in seconds over the
     interval, must be at least ``min_share`` of the job's excess time
     ``job_excess_s`` (job time - baseline time). Returns ``(column, share, compute
     ratio to the peer median, peer median compute sum)`` or None: a slow link adds
@@ -659,12 +659,13 @@ def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: 
         cols = np.flatnonzero(g.groups == grp)
         if cols.size < 2:
             continue
-        mc, mw = float(np.median(comp[cols])), float(np.median(comm[cols]))
+        # each rank against its peers without itself (leave-one-out medians)
+        mc, mw = loo_median(comp[cols][None, :])[0], loo_median(comm[cols][None, :])[0]
         excess = (comp[cols] - mc) + (mw - comm[cols])
-        k = int(np.argmax(excess))
+        k = int(np.nanargmax(excess)) if np.isfinite(excess).any() else 0
         share = float(excess[k] / job_excess_s)
-        if share >= min_share and comp[cols][k] > mc and (best is None or share > best[1]):
-            best = (int(cols[k]), share, float(comp[cols][k] / mc) if mc > 0 else float("nan"), mc)
+        if share >= min_share and comp[cols][k] > mc[k] and (best is None or share > best[1]):
+            best = (int(cols[k]), share, float(comp[cols][k] / mc[k]) if mc[k] > 0 else float("nan"), float(mc[k]))
     return best
 
 

@@ -10,12 +10,19 @@ slowest at the collective, so the peer view does **not** use ``step_s``. It uses
 
 For rank ``r`` in group ``g`` at step ``t``::
 
-    peer_median[t, r] = median(compute_s[t, g])          (seconds)
+    peer_median[t, r] = median(compute_s[t, g \\ {r}])     (seconds; leave-one-out)
     ratio[t, r]       = compute_s[t, r] / peer_median[t, r]
 
+The reference leaves the rank itself out (:func:`faultlab.labeler.temporal.loo_median`):
+with two ranks in a group a median that includes the straggler is the pair's mean, and
+a 2x straggler would read 1.33x. A rank with no peer left at a step (its group's
+other ranks have no record there, or it is alone in its group) has no peer ratio
+there; the temporal view (its own history) speaks for it.
+
 A cell is flagged when ``ratio > threshold`` **and** ``ratio - 1 > mad_k * sigma_g``,
-where ``sigma_g = 1.4826 * MAD`` of all ratios of the group over the run (a noise
-floor: a noisy group needs a larger excess), and the group has at least
+where ``sigma_g`` is the median over the group's ranks of ``1.4826 * MAD`` of each
+rank's ratio over the run about its own median (a noise floor: a noisy group needs a
+larger excess; a rank offset for the whole run does not raise it), and the group has at least
 ``peer_min_ranks`` ranks with data at that step.
 
 Limitation (by design of a peer view): when most of a group is slowed the median is
@@ -35,11 +42,11 @@ from faultlab.labeler.temporal import MAD_TO_SIGMA, StepGrid, nanmedian
 class PeerView:
     """Result of :func:`peer_view` (shapes ``(S, R)``: S steps, R ranks).
 
-    ``median`` peer-group median compute_s (s); ``ratio`` compute_s / median;
+    ``median`` the median compute_s of the rank's peers, itself left out (s);
+    ``ratio`` compute_s / median;
     ``flag`` bool; ``sigma`` ``(R,)`` float64, the robust noise of the ratio in the
-    rank's group. ``median`` and ``ratio`` are in the dtype of the grid's ``compute``
-    (float32 from :meth:`StepGrid.from_steps`); ``median`` may be a read-only
-    broadcast view when there is one peer group.
+    rank's group (the group's median of each rank's MAD over time, x 1.4826). ``median`` and ``ratio`` are in the dtype of the grid's ``compute``
+    (float32 from :meth:`StepGrid.from_steps`).
     """
 
     median: np.ndarray
@@ -49,7 +56,8 @@ class PeerView:
 
 
 def peer_view(grid: StepGrid, config=None) -> PeerView:
-    """Peer view of one run: compute_s of each rank / median compute_s of its peer group.
+    """Peer view of one run: compute_s of each rank / median compute_s of its peers
+    (leave-one-out: the rank itself excluded).
 
     Args:
         grid: the run as a :class:`faultlab.labeler.temporal.StepGrid`.
@@ -64,7 +72,7 @@ def peer_view(grid: StepGrid, config=None) -> PeerView:
         from faultlab.labeler import LabelerConfig
 
         config = LabelerConfig()
-    med = grid.group_median()
+    med = grid.peer_median()
     _, count, gidx = grid.group_stats()  # (S, G) ranks with data per group
     _, _, cols = grid.peer_groups()
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -74,10 +82,16 @@ def peer_view(grid: StepGrid, config=None) -> PeerView:
     for c in cols:
         vals = ratio[:, c]
         if vals.size:
-            m, n = nanmedian(vals.ravel(), axis=0)
-            if n:
-                mad, _ = nanmedian(np.abs(vals - vals.dtype.type(m)).ravel(), axis=0)
-                sigma[c] = MAD_TO_SIGMA * float(mad)
+            # each rank's ratio about its own median over the run (its noise over
+            # time), then the group's typical one: a rank slow for the whole run (a
+            # steady 2x in a group of two) shifts its ratio, not the noise floor
+            # (every k-th step, at most ~4,096 of them: a noise estimate, not a label)
+            vals = vals[:: max(1, vals.shape[0] // 4096)]
+            m, n = nanmedian(vals, axis=0)
+            mad, _ = nanmedian(np.abs(vals - m.astype(vals.dtype)[None, :]), axis=0)
+            ok = n > 0
+            if ok.any():
+                sigma[c] = MAD_TO_SIGMA * float(np.median(mad[ok]))
     dt = ratio.dtype.type
     with np.errstate(invalid="ignore"):
         # NaN ratios compare False: never flagged

@@ -22,7 +22,7 @@ import time
 from faultlab.injectors import CpuContention, NicSlow, ProcessPause, apply
 from faultlab.nodes import LocalNode
 from faultlab.probe import measure_throughput
-from faultlab.testbed import NetnsTestbed
+from faultlab.nodes.testbed import NetnsTestbed
 
 
 def _pct(xs, q):

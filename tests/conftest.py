@@ -86,7 +86,7 @@ def testbed2():
     """Two netns nodes on a faultlab bridge, torn down afterwards."""
     if not ROOT:
         pytest.skip("needs root")
-    from faultlab.testbed import NetnsTestbed
+    from faultlab.nodes.testbed import NetnsTestbed
 
     tb = NetnsTestbed(2).up()
     try:

@@ -208,7 +208,7 @@ def testbed3():
 
     if not ROOT:
         pytest.skip("needs root")
-    from faultlab.testbed import NetnsTestbed
+    from faultlab.nodes.testbed import NetnsTestbed
 
     tb = NetnsTestbed(3).up()
     try:
@@ -386,7 +386,7 @@ def test_testbed_lease_teardown_ends_processes_that_ignore_sigterm(no_residue):
     left inside a faultlab namespace that ignores SIGTERM (a rank blocked in a
     collective whose peers are gone) is killed after the grace, then the namespaces and
     links go. Nothing outside the namespaces is touched."""
-    from faultlab.testbed import NetnsTestbed
+    from faultlab.nodes.testbed import NetnsTestbed
 
     tb = NetnsTestbed(2).up()
     outside = subprocess.Popen(["sleep", "60"])  # same command, not in a namespace

@@ -528,3 +528,33 @@ def test_every_rank_ramping_up_is_the_jobs_slowdown_and_no_compute_still_labels(
     s2["compute_s"] = np.nan
     lab2 = label(s2)
     assert lab2.component.tolist() == ["job"] and abs(lab2.iloc[0].start_step - 100) <= 2
+
+
+@pytest.mark.parametrize("groups", [None, ["dp0", "dp0", "dp1", "dp1"]], ids=["two-rank-run", "two-rank-groups"])
+def test_two_rank_peer_group_reads_the_full_straggler_factor(groups):
+    # a 2x straggler against its one peer: 2x, not the 1.33x of a median that includes it
+    n = 2 if groups is None else 4
+    steps = simulate(n_ranks=n, n_steps=300, straggler=(1, 0, 300, 2.0), noise=0.02, groups=groups)
+    labels = label(steps)
+    rank1 = labels[labels.component == "rank:1"]
+    assert len(rank1) == 1, labels[["component", "start_step", "end_step", "slowdown"]]
+    ev = json.loads(rank1.iloc[0].evidence)
+    assert ev["peer_ratio"] == pytest.approx(2.0, rel=0.05)
+    assert rank1.iloc[0].slowdown == pytest.approx(2.0, rel=0.05)
+    assert set(labels.component) == {"rank:1"}  # the healthy peer is not the slow one
+
+
+def test_loo_median_matches_the_median_of_the_others():
+    from faultlab.labeler.temporal import loo_median
+
+    rng = np.random.default_rng(3)
+    for width in range(1, 6):
+        x = rng.integers(0, 4, size=(60, width)).astype(np.float64)
+        x[rng.random(x.shape) < 0.2] = np.nan
+        got = loo_median(x)
+        for i in range(x.shape[0]):
+            for j in range(width):
+                rest = np.delete(x[i], j) if not np.isnan(x[i, j]) else x[i]
+                rest = rest[~np.isnan(rest)]
+                want = np.median(rest) if rest.size else np.nan
+                assert np.isnan(got[i, j]) if np.isnan(want) else got[i, j] == want

@@ -316,7 +316,7 @@ def _median(df: pd.DataFrame, node: str, metric: str, t0: float, t1: float) -> f
 @pytest.mark.skipif(not ROOT or shutil.which("ss") is None, reason="needs root and iproute2")
 def test_per_peer_rtt_and_delivery_rate_under_a_nic_cap(no_residue, capsys):
     from faultlab.injectors import NicSlow, apply
-    from faultlab.testbed import NetnsTestbed
+    from faultlab.nodes.testbed import NetnsTestbed
 
     port = 5201
     procs: list[subprocess.Popen] = []

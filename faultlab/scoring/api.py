@@ -67,7 +67,17 @@ class ScoreResult:
             "detector": self.detector, "params": self.params, "mode": self.mode, "split": self.split,
             "source": self.source, "n_runs": self.n_runs, "settings": self.settings, "metrics": self.metrics,
             "by_key": self.by_key, "by": self.by, "counts": self.counts, "per_run": self.per_run, "wall_s": self.wall_s,
+            "rows": [self.row()],
         })
+
+    def row(self) -> dict:
+        """One flat row: ``detector``, each metric's value and ``METRIC_ci`` (the shape
+        faultlab report's score tables read)."""
+        r = {"detector": self.detector}
+        for k, v in self.metrics.items():
+            r[k] = v["value"]
+            r[f"{k}_ci"] = v["ci"]
+        return r
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)

@@ -13,8 +13,9 @@ all of them:
 
 Commands are argv lists, never shell strings built by concatenation.
 
-Backends here: ``local`` (this host) and ``netns`` (a network namespace on this host,
-its processes visible to the host; see faultlab.testbed for how they are made).
+This module holds the interface (``Node``) and where lease records live; each
+backend is its own module of this package: ``local`` (this host), ``netns`` (a network
+namespace on this host, its processes visible to the host; ``testbed`` makes them).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faultlab.errors import BadInput, NodeError
+from faultlab.errors import NodeError
 
 
 @dataclass
@@ -135,75 +136,9 @@ class Node:
         return f"{self.kind}:{self.name}"
 
 
-@dataclass
-class LocalNode(Node):
-    """This host. ``scope`` makes no difference."""
-
-    def __post_init__(self):
-        self.kind = "local"
-
-
-@dataclass
-class NetnsNode(Node):
-    """A network namespace on this host (created by faultlab.testbed or by the user).
-
-    ``scope="net"`` commands run through ``ip netns exec NETNS``; ``scope="host"``
-    commands run on this host, where the node's processes and cgroups are visible
-    (``ip netns exec`` remounts /sys, hiding /sys/fs/cgroup, so cgroup work must not
-    go through it).
-    """
-
-    netns: str = ""
-
-    def __post_init__(self):
-        self.kind = "netns"
-        if not self.netns:
-            self.netns = self.name
-
-    def argv(self, argv: list[str], scope: str = "host") -> list[str]:
-        if scope == "net":
-            return ["ip", "netns", "exec", self.netns, *argv]
-        return list(argv)
-
-    def describe(self) -> str:
-        return f"netns:{self.netns}"
-
-
 def lease_dir() -> Path:
     """Where lease records live on this host: $FAULTLAB_LEASE_DIR, else /run/faultlab/leases
     as root, else $XDG_RUNTIME_DIR/faultlab/leases (or /tmp/faultlab-UID/leases)."""
     from faultlab.benchmarks.agent import runtime_dir  # stdlib only, shared with the agent
 
     return runtime_dir("FAULTLAB_LEASE_DIR", "leases")
-
-
-def netns_list() -> list[str]:
-    """Names of the network namespaces on this host (``ip netns list``)."""
-    try:
-        cp = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)
-    except FileNotFoundError:
-        return []
-    return [line.split()[0] for line in cp.stdout.splitlines() if line.strip()]
-
-
-def resolve_node(spec: str) -> Node:
-    """Turn a CLI node spec into a Node.
-
-    Specs: ``local``; ``netns:NAME`` (or a bare NAME that is an existing network
-    namespace). Raises BadInput naming the ``--node`` field for anything else.
-    """
-    spec = (spec or "").strip()
-    if not spec:
-        raise BadInput("empty", field="--node", fix="give local or netns:NAME")
-    if spec == "local":
-        return LocalNode(name="local")
-    kind, _, rest = spec.partition(":")
-    if not rest:
-        kind, rest = "netns", spec
-        if spec not in netns_list():
-            raise BadInput(f"no node {spec!r}", field="--node", fix="give local or netns:NAME of an existing namespace (ip netns list)")
-    if kind == "netns":
-        if rest not in netns_list():
-            raise BadInput(f"network namespace {rest!r} does not exist", field="--node", fix="see `ip netns list`")
-        return NetnsNode(name=rest, netns=rest)
-    raise BadInput(f"unknown node kind {kind!r} in {spec!r}", field="--node", fix="give local or netns:NAME")

@@ -1,0 +1,330 @@
+"""Trusted folders: open a folder so nobody else can steer what faultlab reads or writes.
+
+faultlab runs as root and reads back state it wrote earlier (testbed state, leases,
+deadlines, agent commands and status, PID files). Whoever can write a folder on the
+way to such a file, or plant a symlink in it, can make root act on their content or
+write through their link. This module is the one place that opens such folders:
+
+* the folder is opened component by component from ``/`` with
+  ``O_DIRECTORY | O_NOFOLLOW`` relative to the parent's descriptor (``openat``), so a
+  symlink anywhere on the path is refused and a folder swapped after the check is
+  never the one used;
+* every component must be owned by root or by the acting user (``os.geteuid()``), and
+  not writable by group or others; a root-owned *sticky* folder (``/tmp``) is allowed
+  as a parent only (others can create names in it but not rename or remove ours);
+* files are then opened relative to that descriptor with ``O_NOFOLLOW`` (a symlink at
+  the last component is refused too), must be regular files of an allowed owner, not
+  group/other-writable, and small; writes are atomic (a new temporary file created with
+  ``O_EXCL``, fsync, rename, fsync of the folder).
+
+Standard library only (``faultlab.benchmarks.agent`` imports it inside training
+processes). Every failure is an ``UntrustedPath`` (a ``FaultlabError``): one line
+naming the path, what is wrong and the fix.
+
+Usage::
+
+    with open_dir("/run/faultlab/leases", create=True) as d:
+        d.write_atomic("flt-1a2b3c.json", b"{...}")
+        data = d.read_bytes("flt-1a2b3c.json")
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import stat
+
+from faultlab.errors import FaultlabError
+
+#: the largest file read back (bytes): state and command files are small
+MAX_READ_BYTES = 1 << 20
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+class UntrustedPath(FaultlabError, PermissionError):
+    """A folder or file faultlab would trust is owned by someone else, writable by
+    others, a symlink, or not what it should be. ``path`` names it. Also a
+    PermissionError, so code that handles OSError (the agent, a workload) refuses too."""
+
+    def __init__(self, path: str, message: str, fix: str):
+        self.path = path
+        super().__init__(f"{path}: {message}", fix=fix)
+
+
+def allowed_uids() -> frozenset[int]:
+    """Owners faultlab trusts: root and the acting (effective) user."""
+    return frozenset({0, os.geteuid()})
+
+
+def check_name(name: str) -> str:
+    """``name`` when it is one plain path component (no ``/``, not ``.``/``..``, no NUL,
+    not empty); else UntrustedPath. Guards names built from file content (an ``id``)."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise UntrustedPath(repr(name), "is not a plain file name", "names must be one path component")
+    return name
+
+
+def _owner_ok(st: os.stat_result, uids: frozenset[int]) -> bool:
+    return st.st_uid in uids
+
+
+def _check_dir_stat(path: str, st: os.stat_result, uids: frozenset[int], *, last: bool, private: bool) -> None:
+    if not stat.S_ISDIR(st.st_mode):
+        raise UntrustedPath(path, "is not a folder", "remove it; faultlab creates its own folders")
+    if not _owner_ok(st, uids):
+        raise UntrustedPath(path, f"is owned by uid {st.st_uid}, not root or uid {os.geteuid()}",
+                            f"remove it or `chown {os.geteuid()} {path}`; faultlab trusts only its own user's folders")
+    writable = st.st_mode & 0o022
+    sticky_root = st.st_uid == 0 and st.st_mode & stat.S_ISVTX
+    if writable and (last or not sticky_root):
+        raise UntrustedPath(path, f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})",
+                            f"`chmod go-w {path}`, or use a private folder")
+    if last and private and stat.S_IMODE(st.st_mode) & 0o077:
+        raise UntrustedPath(path, f"is readable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); it must be 0700",
+                            f"`chmod 700 {path}`")
+
+
+def _components(path: str) -> list[str]:
+    absolute = os.path.abspath(os.fspath(path))  # lexical only: symlinks are not resolved
+    return [c for c in absolute.split("/") if c]
+
+
+class TrustedDir:
+    """A folder opened and checked by ``open_dir``; file operations are relative to its
+    descriptor (``fd``). A context manager: closing releases the descriptor."""
+
+    def __init__(self, fd: int, path: str, uids: frozenset[int]):
+        self.fd = fd
+        self.path = path
+        self.uids = uids
+
+    def __enter__(self) -> "TrustedDir":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self):  # pragma: no cover - a forgotten close
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _p(self, name: str) -> str:
+        return f"{self.path.rstrip('/')}/{name}"
+
+    # -- reading ---------------------------------------------------------------------
+    def listdir(self) -> list[str]:
+        """Names in the folder (sorted)."""
+        fd = os.dup(self.fd)
+        try:
+            return sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        """``lstat`` of ``name`` in the folder (a symlink is not followed), or None."""
+        try:
+            return os.stat(check_name(name), dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def exists(self, name: str) -> bool:
+        return self.lstat(name) is not None
+
+    def check_file(self, name: str) -> os.stat_result:
+        """The stat of ``name`` when it is a trusted regular file (not a symlink, owned
+        by root or us, not group/other-writable), else UntrustedPath."""
+        st = self.lstat(name)
+        if st is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", self._p(name))
+        self._check_file_stat(name, st)
+        return st
+
+    def _check_file_stat(self, name: str, st: os.stat_result) -> None:
+        p = self._p(name)
+        if stat.S_ISLNK(st.st_mode):
+            raise UntrustedPath(p, "is a symlink", f"remove it (`rm {p}`); faultlab never follows links in its folders")
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedPath(p, "is not a regular file", f"remove it (`rm {p}`)")
+        if st.st_uid not in self.uids:
+            raise UntrustedPath(p, f"is owned by uid {st.st_uid}, not root or uid {os.geteuid()}",
+                                f"remove it (`rm {p}`); faultlab acts only on files its own user wrote")
+        if st.st_mode & 0o022:
+            raise UntrustedPath(p, f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})",
+                                f"remove it (`rm {p}`)")
+
+    def read_bytes(self, name: str, max_bytes: int = MAX_READ_BYTES) -> bytes:
+        """The content of the trusted regular file ``name``. Raises FileNotFoundError
+        when absent, UntrustedPath when a symlink, foreign, other-writable or larger
+        than ``max_bytes``."""
+        try:
+            fd = os.open(check_name(name), _FILE_FLAGS, dir_fd=self.fd)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                p = self._p(name)
+                raise UntrustedPath(p, "is a symlink", f"remove it (`rm {p}`); faultlab never follows links in its folders") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            self._check_file_stat(name, st)
+            if st.st_size > max_bytes:
+                raise UntrustedPath(self._p(name), f"is {st.st_size} bytes, more than {max_bytes}", "remove it")
+            chunks, left = [], max_bytes + 1
+            while left > 0:
+                b = os.read(fd, min(left, 65536))
+                if not b:
+                    break
+                chunks.append(b)
+                left -= len(b)
+            data = b"".join(chunks)
+            if len(data) > max_bytes:
+                raise UntrustedPath(self._p(name), f"is more than {max_bytes} bytes", "remove it")
+            return data
+        finally:
+            os.close(fd)
+
+    def read_text(self, name: str, max_bytes: int = MAX_READ_BYTES) -> str:
+        return self.read_bytes(name, max_bytes).decode("utf-8", errors="replace")
+
+    def read_json(self, name: str, max_bytes: int = MAX_READ_BYTES):
+        """The parsed JSON of ``name`` (any JSON value: validate it before use). Raises
+        FileNotFoundError, UntrustedPath, or ValueError for bad JSON."""
+        return json.loads(self.read_bytes(name, max_bytes))
+
+    # -- writing ---------------------------------------------------------------------
+    def write_atomic(self, name: str, data: bytes | str, mode: int = 0o600, *, durable: bool = True) -> None:
+        """Replace ``name`` with ``data`` atomically: a fresh temporary file (``O_EXCL |
+        O_NOFOLLOW``, never an existing file or link) is written, fsynced, renamed over
+        ``name`` and the folder fsynced (``durable=False`` skips both fsyncs, for
+        frequent heartbeats). Raises OSError (e.g. ENOSPC) with the temporary removed."""
+        check_name(name)
+        if isinstance(data, str):
+            data = data.encode()
+        tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o755, dir_fd=self.fd)
+        try:
+            try:
+                os.fchmod(fd, mode & 0o755)  # umask-independent
+                view = memoryview(data)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=self.fd)
+            except OSError:
+                pass
+            raise
+        if durable:
+            os.fsync(self.fd)
+
+    def write_json(self, name: str, obj, mode: int = 0o600, *, durable: bool = True) -> None:
+        self.write_atomic(name, json.dumps(obj, sort_keys=True), mode, durable=durable)
+
+    def unlink(self, name: str, missing_ok: bool = True) -> bool:
+        """Remove ``name`` (a symlink itself, never its target). True when removed."""
+        try:
+            os.unlink(check_name(name), dir_fd=self.fd)
+            return True
+        except FileNotFoundError:
+            if missing_ok:
+                return False
+            raise
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(check_name(src), check_name(dst), src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def subdir(self, name: str, *, create: bool = False, mode: int = 0o700, private: bool = False) -> "TrustedDir":
+        """A checked child folder ``name`` (created with ``mode`` when ``create``)."""
+        fd = _open_child(self.fd, check_name(name), self._p(name), self.uids, last=True, private=private,
+                         create=create, mode=mode)
+        return TrustedDir(fd, self._p(name), self.uids)
+
+
+def _open_child(parent_fd: int, name: str, path: str, uids: frozenset[int], *, last: bool, private: bool,
+                create: bool, mode: int) -> int:
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except FileNotFoundError:
+        if not create:
+            raise
+        try:
+            os.mkdir(name, mode if last else 0o755, dir_fd=parent_fd)
+        except FileExistsError:
+            pass
+        fd = _open_child(parent_fd, name, path, uids, last=last, private=private, create=False, mode=mode)
+        if last:  # ours, just made: set the mode exactly (umask-independent)
+            st = os.fstat(fd)
+            if st.st_uid == os.geteuid():
+                os.fchmod(fd, mode)
+        return fd
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UntrustedPath(path, "is a symlink or not a folder",
+                                f"remove it (`rm {path}`); faultlab never follows links to its folders") from None
+        raise
+    try:
+        _check_dir_stat(path, os.fstat(fd), uids, last=last, private=private)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_dir(path: str | os.PathLike, *, create: bool = False, mode: int = 0o700, private: bool = False,
+             uids: frozenset[int] | None = None) -> TrustedDir:
+    """Open ``path`` as a trusted folder (see the module docstring for the checks).
+
+    ``create``: make missing components (the last with ``mode``, parents 0755) owned by
+    the acting user. ``private``: the folder itself must be mode 0700-or-stricter.
+    ``uids``: trusted owners (default root and the effective user).
+    Raises UntrustedPath (one line: the path, what is wrong, the fix) or
+    FileNotFoundError when a component is missing and ``create`` is False."""
+    uids = allowed_uids() if uids is None else frozenset(uids)
+    parts = _components(path)
+    fd = os.open("/", _DIR_FLAGS)
+    try:
+        _check_dir_stat("/", os.fstat(fd), uids, last=not parts, private=private and not parts)
+        sofar = ""
+        for i, name in enumerate(parts):
+            sofar += "/" + name
+            last = i == len(parts) - 1
+            nfd = _open_child(fd, name, sofar, uids, last=last, private=private and last, create=create, mode=mode)
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return TrustedDir(fd, "/" + "/".join(parts), uids)
+
+
+def check_dir(path: str | os.PathLike, *, private: bool = False) -> None:
+    """Raise UntrustedPath unless ``path`` is a trusted folder (nothing is created)."""
+    open_dir(path, private=private).close()
+
+
+def private_runtime_base() -> str:
+    """A per-user private base folder for non-root runs: ``$XDG_RUNTIME_DIR`` when it
+    is set (systemd makes it 0700 and ours), else ``~/.cache`` (never a predictable
+    name under a shared ``/tmp``). Root uses ``/run``."""
+    if os.geteuid() == 0:
+        return "/run"
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isabs(xdg):
+        return xdg
+    return os.path.join(os.path.expanduser("~"), ".cache")
