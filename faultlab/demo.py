@@ -130,6 +130,7 @@ def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
     comps = sorted(set(steps["rank"].map(lambda r: f"rank:{r}")) | {"job"})
     span = float((steps["t_start"] + steps["step_s"]).max() - steps["t_start"].min())
     con.print(f"window = one component ({', '.join(comps)}) x 10 s cell: {len(comps)} x {int(-(-span // 10))} cells; MCC near 0 is chance "
+              "(random) or no information (constant alarms every cell); event P/R count each alarm and label once, no point-adjust.")
     con.print(f"files in {rd.path}: steps, host, injections, labels, alarms (.parquet); whatif.json, metrics.json, meta.json, scenario.yaml, events.jsonl, telemetry/, logs/")
     from faultlab.report import write_report
 
