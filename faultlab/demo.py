@@ -25,7 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from faultlab.errors import FaultlabError
-from faultlab.rundir import RunDir
+from faultlab.progress import Progress
+from faultlab.rundir import RunDir, new_run_id
 from faultlab.schema import json_safe
 from faultlab.scenario import Scenario
 
@@ -65,21 +66,23 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
         raise FaultlabError(f"{duration_s:g}s is too short for two faults and their baselines", field="--duration", fix="give at least 30s")
     root = os.geteuid() == 0
     t_wall = time.time()
-    out_dir = Path(out_dir or Path("faultlab-runs") / time.strftime("demo-%Y%m%d-%H%M%S"))
+    run_id = new_run_id("demo")  # one id: the default folder's name and meta.json's run_id
+    out_dir = Path(out_dir or Path("faultlab-runs") / run_id)
     sc = demo_scenario(n_nodes, duration_s, root)
     if root:
         con.print(f"testbed: {n_nodes} network-namespace nodes on a faultlab bridge; {n_nodes} ranks (gloo) train for {duration_s:g}s; times count from the first training step")
     else:
         con.print("[yellow]not root:[/] ranks run as plain local processes; nic-slow and cpu-contention need root (tc, cgroups), so this demo injects only process-pause (SIGSTOP/SIGCONT) on one rank.")
-    res = run(sc, out_dir, console=con, progress=False)
-    if res.code:
-        return res.code
-    if res.failed_faults:
-        raise FaultlabError("; ".join(res.failed_faults), field="faults")
-    return _analyse(res.rundir, con, t_wall)
+    with Progress(con) as prog:
+        res = run(sc, out_dir, console=con, progress=prog, run_id=run_id)
+        if res.code:
+            return res.code
+        if res.failed_faults:
+            raise FaultlabError("; ".join(res.failed_faults), field="faults")
+        return _analyse(res.rundir, con, t_wall, prog)
 
 
-def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
+def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress) -> int:
     from faultlab.labeler import label_run
     from faultlab.scoring import load_detector, score_table
 
@@ -88,7 +91,9 @@ def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
     inj = rd.read_table("injections")
     if steps.empty:
         raise FaultlabError("no step telemetry was recorded", field="workload", fix=f"see the rank logs in {rd.path / 'logs'}")
+    prog.phase("labeling", "temporal view + peer view, reconciled with the injections; what-if slowdown")
     labels = label_run(rd.path)
+    prog.phase("scoring", "peer-median, temporal-z and arrival-late against the labels, beside a random and a constant detector")
     rows = score_table(steps, host, labels, ["peer-median", "temporal-z", "arrival-late"]).to_dict("records")
     (rd.path / "metrics.json").write_text(json.dumps(json_safe(rows), indent=2, default=_num))
     det = load_detector("peer-median")
@@ -96,6 +101,11 @@ def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
     rd.write_table("alarms", alarms)
     rd.finish(wall_s=time.time() - t_wall)
     rd.event("run-complete")
+    prog.phase("writing the report", "report.html")
+    from faultlab.report import write_report
+
+    report = write_report(rd.path)
+    prog.done()
 
     ranks = steps["rank"].nunique()
     con.print(f"\n[bold]run[/] {rd.path}  ({ranks} ranks, {steps['step'].nunique()} steps, median step {steps['step_s'].median() * 1e3:.1f} ms)")
@@ -132,9 +142,7 @@ def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
     con.print(f"window = one component ({', '.join(comps)}) x 10 s cell: {len(comps)} x {int(-(-span // 10))} cells; MCC near 0 is chance "
               "(random) or no information (constant alarms every cell); event P/R count each alarm and label once, no point-adjust.")
     con.print(f"files in {rd.path}: steps, host, injections, labels, alarms (.parquet); whatif.json, metrics.json, meta.json, scenario.yaml, events.jsonl, telemetry/, logs/")
-    from faultlab.report import write_report
-
-    con.print(f"report: {write_report(rd.path)}   (open it in a browser; {time.time() - t_wall:.0f}s in all)", markup=False)
+    con.print(f"report: {report}   (open it in a browser; {time.time() - t_wall:.0f}s in all)", markup=False)
     return 0
 
 

@@ -393,7 +393,8 @@ def _draw(rng: random.Random, d):
 
         m0, m1 = re.fullmatch(r"([\d.]+)(\D+)", str(lo)), re.fullmatch(r"([\d.]+)(\D+)", str(hi))
         if m0 and m1 and m0.group(2) == m1.group(2):
-            return f"{rng.uniform(float(m0.group(1)), float(m1.group(1))):.3g}{m0.group(2)}"
+            # 3 significant digits, never in exponent notation (2860ms, not 2.86e+03ms)
+            return f"{float(f'{rng.uniform(float(m0.group(1)), float(m1.group(1))):.3g}'):.10g}{m0.group(2)}"
         raise BadInput(f"cannot draw between {lo!r} and {hi!r}", field="types.params", fix="give numbers or the same unit on both ends")
     return d
 

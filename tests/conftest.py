@@ -58,10 +58,19 @@ def _isolated_state(tmp_path_factory):
     yield
 
 
-def left_since(before: dict[str, set]) -> dict[str, set]:
-    """What exists now of faultlab's that did not in ``before`` (a ``residue()``)."""
-    after = residue()
-    return {k: after[k] - before[k] for k in after if after[k] - before[k]}
+def left_since(before: dict[str, set], settle_s: float = 2.0) -> dict[str, set]:
+    """What exists now of faultlab's that did not in ``before`` (a ``residue()``).
+    A process just signalled may take a moment to exit: what is left is looked at
+    again for up to ``settle_s`` seconds, and only what stays counts."""
+    import time
+
+    end = time.monotonic() + settle_s
+    while True:
+        after = residue()
+        left = {k: after[k] - before[k] for k in after if after[k] - before[k]}
+        if not left or time.monotonic() >= end:
+            return left
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -165,7 +165,7 @@ def _whatif_rows(run: RunData) -> list[tuple[str, str]]:
     return rows if w else []
 
 
-def _score_table(rows: list[dict]) -> dict | None:
+def _score_table(rows: list[dict], label: str = "detector") -> dict | None:
     rows = [r for r in rows if isinstance(r, dict)]
     if not rows:
         return None
@@ -182,7 +182,7 @@ def _score_table(rows: list[dict]) -> dict | None:
                 cell += f" [{fmt(ci[0])}, {fmt(ci[1])}]"
             cells.append(cell)
         body.append({"detector": str(r.get("detector", "-")), "cells": cells})
-    return {"columns": cols, "rows": body, "bars": data_uri(plots.score_bars(rows))}
+    return {"label": label, "columns": cols, "rows": body, "bars": data_uri(plots.score_bars(rows)) if label == "detector" else None}
 
 
 # -- a folder of runs, or a dataset ----------------------------------------------------
@@ -320,8 +320,18 @@ def render_scores_file(f: Path) -> str:
     if not rows:
         raise BadInput(f"{f} holds no score rows", field="PATH", fix="give metrics.json of a run, or the output of faultlab score")
     breakdown = []
+    if isinstance(doc, dict) and isinstance(doc.get("by"), dict) and doc["by"]:
+        # faultlab score: per group (fault type, label source): {"n_labels", "metrics": {name: {"value", "ci"}}}
+        grows = []
+        for g, d in doc["by"].items():
+            r = {"detector": g, "n_labels": (d or {}).get("n_labels")}
+            for m, v in ((d or {}).get("metrics") or {}).items():
+                if isinstance(v, dict):
+                    r[m], r[f"{m}_ci"] = v.get("value"), v.get("ci")
+            grows.append(r)
+        breakdown.append({"name": f"by {doc.get('by_key') or 'group'}", "table": _score_table(grows, label=str(doc.get("by_key") or "group"))})
     if isinstance(doc, dict):
         for k, v in doc.items():
-            if k not in ("rows", "scores", "detectors", "overall") and isinstance(v, list) and v and isinstance(v[0], dict):
+            if k not in ("rows", "scores", "detectors", "overall", "per_run") and isinstance(v, list) and v and isinstance(v[0], dict):
                 breakdown.append({"name": k, "table": _score_table(v)})
     return _env().get_template("scores.html.j2").render(title=f"faultlab scores {f.name}", path=str(f), scores=_score_table(rows), breakdown=breakdown)
