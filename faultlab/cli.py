@@ -271,14 +271,17 @@ def demo(
     out_dir: Path = typer.Option(None, "--out", metavar="DIR", help="run directory (default ./faultlab-runs/RUN_ID, RUN_ID = demo-TIMESTAMP-XXXX)"),
     nodes: int = typer.Option(4, "--nodes", metavar="N", help="number of nodes (one rank each)"),
     duration: str = typer.Option("60s", "--duration", metavar="DURATION", help="training time"),
+    backend: str = typer.Option("netns", "--backend", metavar="BACKEND", help="netns | docker | ssh (containers reached over SSH)"),
 ):
-    """The whole loop on this machine: a netns testbed, real DDP-style training, a
+    """The whole loop on this machine: a netns (or docker, ssh) testbed, real DDP-style training, a
     nic-slow and a cpu-contention fault, labels, a scored baseline detector."""
     from faultlab.demo import run_demo
     from faultlab.units import parse_duration
 
     try:
-        code = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), console=out)
+        if backend not in ("netns", "docker", "ssh"):
+            raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker or ssh")
+        code = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), console=out, backend=backend)
     except FaultlabError as e:
         _fail(e)
     raise typer.Exit(code)
@@ -286,6 +289,10 @@ def demo(
 
 scenario_app = typer.Typer(no_args_is_help=True, help="Scenario files: validate them, print their JSON Schema.")
 app.add_typer(scenario_app, name="scenario")
+
+from faultlab.nodes.cli import testbed_app  # noqa: E402  (issue 12: testbeds of every backend)
+
+app.add_typer(testbed_app, name="testbed")
 
 
 @scenario_app.command("validate")
@@ -340,12 +347,17 @@ def run_cmd(
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="run directory (default ./faultlab-runs/RUN_ID, RUN_ID = NAME-TIMESTAMP-XXXX); with --repeat, a folder of runs"),
     repeat: int = typer.Option(1, "--repeat", min=1, metavar="N", help="run the scenario N times (seeds seed, seed+1, ...)"),
     label_it: bool = typer.Option(True, "--label/--no-label", help="label each run when it ends"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="override the scenario's testbed backend: netns | docker | ssh | local"),
 ):
     """Run one scenario: testbed, workload, fault schedule; a run directory per run."""
     from faultlab.scenario import Scenario, load
 
     try:
         sc = load(scenario, "scenario")
+        if backend is not None:
+            if backend not in ("netns", "docker", "ssh", "local"):
+                raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker, ssh or local")
+            sc = sc.model_copy(update={"testbed": sc.testbed.model_copy(update={"backend": backend})})
         from faultlab.rundir import new_run_id
 
         run_id = new_run_id(sc.name) if repeat == 1 else None  # the default folder is named by the run id

@@ -31,7 +31,7 @@ from faultlab.schema import json_safe
 from faultlab.scenario import Scenario
 
 
-def demo_scenario(n_nodes: int, duration_s: float, root: bool) -> Scenario:
+def demo_scenario(n_nodes: int, duration_s: float, root: bool, backend: str = "netns") -> Scenario:
     """The embedded default: two faults at separate times, at fixed fractions of the
     training time (as root: nic-slow on a node, then cpu-contention on rank 1;
     without root: process-pause on rank 1)."""
@@ -45,13 +45,13 @@ def demo_scenario(n_nodes: int, duration_s: float, root: bool) -> Scenario:
         faults = [{"type": "process-pause", "rank": 1, "at": f"{0.4 * d:.1f}s", "duration": f"{0.25 * d:.1f}s", "params": {"pause": "150ms", "period": "300ms"}}]
     return Scenario.model_validate({
         "name": "demo", "seed": 0,
-        "testbed": {"backend": "netns" if root else "local", "nodes": n_nodes},
+        "testbed": {"backend": backend if root else "local", "nodes": n_nodes},
         "workload": {"kind": "ddp", "duration": f"{d:g}s", "hidden": 512, "batch": 512},
         "faults": faults,
     })
 
 
-def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 60.0, console: Console | None = None) -> int:
+def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 60.0, console: Console | None = None, backend: str = "netns") -> int:
     """Run the demo; returns the process exit code (0 when every stage worked).
 
     ``duration_s`` is the training time in seconds (the faults are placed at fixed
@@ -68,9 +68,11 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
     t_wall = time.time()
     run_id = new_run_id("demo")  # one id: the default folder's name and meta.json's run_id
     out_dir = Path(out_dir or Path("faultlab-runs") / run_id)
-    sc = demo_scenario(n_nodes, duration_s, root)
+    sc = demo_scenario(n_nodes, duration_s, root, backend)
+    kinds = {"netns": "network-namespace nodes on a faultlab bridge", "docker": "docker containers on an internal network (faults from the docker host)",
+             "ssh": "containers reached over SSH with pinned host keys (faults and leases on the nodes)"}
     if root:
-        con.print(f"testbed: {n_nodes} network-namespace nodes on a faultlab bridge; {n_nodes} ranks (gloo) train for {duration_s:g}s; times count from the first training step")
+        con.print(f"testbed: {n_nodes} {kinds.get(backend, backend)}; {n_nodes} ranks (gloo) train for {duration_s:g}s; times count from the first training step")
     else:
         con.print("[yellow]not root:[/] ranks run as plain local processes; nic-slow and cpu-contention need root (tc, cgroups), so this demo injects only process-pause (SIGSTOP/SIGCONT) on one rank.")
     with Progress(con) as prog:
