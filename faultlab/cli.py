@@ -522,6 +522,10 @@ def label(
         out.print(f"  {name} -> {written[name]}", markup=False)
 
 
+from faultlab.scoring.cli import register as _register_score  # noqa: E402
+
+_register_score(app)
+
 from faultlab.report.cli import register as _register_report  # noqa: E402
 
 _register_report(app)
