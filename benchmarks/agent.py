@@ -12,10 +12,19 @@ small heartbeat write per second.
 
 Control folder (``default_dir()``, the same rule the ``gc-storm`` injector uses):
 ``$FAULTLAB_AGENT_DIR``; else ``/run/faultlab/agents`` as root; else
-``$XDG_RUNTIME_DIR/faultlab/agents`` (or ``/tmp/faultlab-UID/agents``). A workload and
-the faultlab controller that targets it must agree on it: give both the same
-``FAULTLAB_AGENT_DIR`` when they run as different users. One folder serves one PID
-namespace (files are named by PID).
+``$XDG_RUNTIME_DIR/faultlab/agents`` (or ``~/.cache/faultlab/agents``: never a
+predictable name under a shared ``/tmp``). A workload and the faultlab controller that
+targets it must agree on it: give both the same ``FAULTLAB_AGENT_DIR`` when they run
+as different users. One folder serves one PID namespace (files are named by PID).
+
+Trust (``faultlab.safefs``): the folder must be owned by the process's user (or root),
+mode 0700, with every folder above it owned by root or that user and not writable by
+others, and no symlink on the way; the agent refuses to start otherwise
+(``UntrustedPath``, an OSError) and re-checks it every heartbeat. Files are opened
+relative to the folder's descriptor without following symlinks; a command file is
+acted on only when it is a regular file owned by root or the process's user (so
+nobody else can start a storm in this process), and every write is a fresh
+``O_EXCL`` temporary renamed into place (a planted link is never written through).
 
 Files, for a process with PID ``P`` (all JSON, each written atomically by rename):
 
@@ -76,7 +85,6 @@ from __future__ import annotations
 
 import atexit
 import gc
-import json
 import os
 import platform
 import sys
@@ -84,6 +92,8 @@ import threading
 import time
 from itertools import repeat
 from pathlib import Path
+
+from faultlab import safefs
 
 AGENT_VERSION = 1
 POLL_S = 0.05
@@ -103,15 +113,13 @@ HEARTBEAT_SUFFIX = ".agent"
 # -- paths ---------------------------------------------------------------------------
 def runtime_dir(env_var: str, name: str) -> Path:
     """A faultlab folder on this host: ``$ENV_VAR`` when set, else ``/run/faultlab/NAME``
-    as root, else ``$XDG_RUNTIME_DIR/faultlab/NAME`` (or ``/tmp/faultlab-UID/NAME``).
+    as root, else ``$XDG_RUNTIME_DIR/faultlab/NAME`` (or ``~/.cache/faultlab/NAME``;
+    never a predictable name under a shared /tmp: ``safefs.private_runtime_base``).
     Standard library only (the agent runs inside training processes)."""
     env = os.environ.get(env_var)
     if env:
         return Path(env)
-    if os.geteuid() == 0:
-        return Path("/run/faultlab") / name
-    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/faultlab-{os.getuid()}"
-    return Path(base) / "faultlab" / name
+    return Path(safefs.private_runtime_base()) / "faultlab" / name
 
 
 def default_dir() -> Path:
@@ -200,14 +208,6 @@ def gc_collections() -> int:
 
 
 # -- the agent -----------------------------------------------------------------------
-def _write_json(path: Path, obj: dict, mode: int = 0o644) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f)
-    os.replace(tmp, path)
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -224,6 +224,7 @@ class Agent:
 
     def __init__(self, control_dir: str | Path, poll_s: float = POLL_S):
         self.dir = Path(control_dir)
+        self._td: safefs.TrustedDir | None = None  # the checked folder, reopened every heartbeat
         self.poll_s = float(poll_s)
         self.pid = os.getpid()
         self.starttime = proc_starttime()
@@ -248,12 +249,39 @@ class Agent:
     def status_path(self) -> Path:
         return status_path(self.dir, self.pid)
 
+    @property
+    def _cmd_name(self) -> str:
+        return self.command_path.name
+
+    @property
+    def _status_name(self) -> str:
+        return self.status_path.name
+
+    def _reopen(self) -> None:
+        """Open and check the control folder again (at start and every heartbeat): a
+        folder that became untrusted (swapped, chmod'ed, a symlink) is no longer used."""
+        old = self._td
+        try:
+            self._td = safefs.open_dir(self.dir, private=True)
+        except OSError as e:
+            self._td = None
+            self.last_error = f"control folder: {e}"
+        if old is not None:
+            old.close()
+
+    def _unlink(self, name: str) -> None:
+        if self._td is not None:
+            try:
+                self._td.unlink(name)
+            except OSError:
+                pass
+
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
     # lifecycle
     def _start(self) -> "Agent":
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._td = safefs.open_dir(self.dir, create=True, private=True)  # UntrustedPath: refuse to start
         self._prune()
         self._heartbeat(force=True)
         self._thread = threading.Thread(target=self._run, name="faultlab-agent", daemon=True)
@@ -264,17 +292,27 @@ class Agent:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
-        for p in (self.heartbeat_path, self.status_path):
+        if self._thread is not None and self._thread.is_alive():
+            # a burst still running uses self._td: clean up through a descriptor of our own
             try:
-                p.unlink()
+                with safefs.open_dir(self.dir, private=True) as td:
+                    for p in (self.heartbeat_path, self.status_path):
+                        td.unlink(p.name)
             except OSError:
                 pass
+            return
+        self._reopen()
+        for p in (self.heartbeat_path, self.status_path):
+            self._unlink(p.name)
+        if self._td is not None:
+            self._td.close()
+            self._td = None
 
     def _prune(self) -> None:
         """Remove heartbeat and status files of processes that no longer exist (left
         by a SIGKILLed workload). Command files belong to their injector's lease."""
         try:
-            names = os.listdir(self.dir)
+            names = self._td.listdir() if self._td is not None else []
         except OSError:
             return
         for name in names:
@@ -282,10 +320,7 @@ class Agent:
                 if name.endswith(suffix) and name[: -len(suffix)].isdigit():
                     pid = int(name[: -len(suffix)])
                     if pid != self.pid and not _pid_alive(pid):
-                        try:
-                            os.unlink(self.dir / name)
-                        except OSError:
-                            pass
+                        self._unlink(name)
 
     def _heartbeat(self, force: bool = False) -> None:
         if self._stop.is_set():  # stop() removes the file; never write it back
@@ -294,19 +329,26 @@ class Agent:
         if not force and now - self._last_hb < HEARTBEAT_S:
             return
         self._last_hb = now
+        self._reopen()
+        if self._td is None:
+            return
         try:
-            _write_json(self.heartbeat_path, {
+            self._td.write_json(self.heartbeat_path.name, {
                 "pid": self.pid, "starttime": self.starttime, "python": platform.python_version(),
                 "agent_version": AGENT_VERSION, "started_ts": self.started_ts, "heartbeat_ts": now,
                 "storms_done": self.storms_done, "last_storm": self.last_storm,
-            })
+            }, mode=0o644, durable=False)
         except OSError as e:
             self.last_error = f"heartbeat: {e}"
 
     def _cmd_sig(self) -> tuple | None:
+        if self._td is None:
+            return None
         try:
-            st = os.stat(self.command_path)
+            st = self._td.lstat(self._cmd_name)  # a symlink is seen, not followed
         except OSError:
+            return None
+        if st is None:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
@@ -326,7 +368,9 @@ class Agent:
 
     def _take_command(self, sig: tuple) -> None:
         try:
-            cmd = json.loads(self.command_path.read_text())
+            if self._td is None:
+                raise safefs.UntrustedPath(str(self.dir), "is no longer a trusted control folder", "restart the workload")
+            cmd = self._td.read_json(self._cmd_name)  # UntrustedPath: a link, another user's file
         except (OSError, ValueError) as e:
             cmd, err = None, f"unreadable command: {e}"
         else:
@@ -356,23 +400,24 @@ class Agent:
         self._unlink_status()
 
     def _remove_expired(self, fault_id: str) -> None:
+        if self._td is None:
+            return
         try:
-            cur = json.loads(self.command_path.read_text())
+            cur = self._td.read_json(self._cmd_name)
             if isinstance(cur, dict) and cur.get("fault_id") == fault_id and time.time() >= float(cur.get("deadline_ts", 0)):
-                self.command_path.unlink()
+                self._td.unlink(self._cmd_name)
         except (OSError, ValueError, TypeError):
             pass
 
     def _unlink_status(self) -> None:
-        try:
-            self.status_path.unlink()
-        except OSError:
-            pass
+        self._unlink(self._status_name)
 
     def _write_status(self, obj: dict) -> None:
         obj = dict(obj, pid=self.pid, updated_ts=time.time())
+        if self._td is None:
+            return
         try:
-            _write_json(self.status_path, obj)
+            self._td.write_json(self._status_name, obj, mode=0o644, durable=False)
         except OSError as e:
             self.last_error = f"status: {e}"
 
@@ -492,8 +537,9 @@ def start(control_dir: str | Path | None = None, *, poll_s: float = POLL_S) -> A
     ``poll_s`` is the poll period in seconds. Also installs the GC timer.
 
     Removes heartbeat/status files of dead processes in the folder. Raises OSError
-    when the folder cannot be created or written (the workload may catch it and run
-    without an agent)."""
+    when the folder cannot be created or written, and ``safefs.UntrustedPath`` (an
+    OSError) when it is not trusted (owned by another user, not 0700, a symlink on
+    the way): the workload may catch it and run without an agent."""
     global _agent
     install_gc_timer()
     with _lock:

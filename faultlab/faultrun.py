@@ -106,9 +106,16 @@ def _verified(active) -> bool:
     return bool((active.evidence.get("verify") or {}).get("ok"))
 
 
+def _vtext(active) -> str:
+    from faultlab.evidence import verify_text
+
+    return verify_text(active.evidence.get("verify"))
+
+
 def _measured(active) -> str:
-    ev = {k: v for k, v in (active.evidence.get("verify") or {}).items() if k != "ok"}
-    return json.dumps(ev, sort_keys=True, default=str)[:400]
+    from faultlab.evidence import verify_text
+
+    return verify_text(active.evidence.get("verify")).split(": ", 1)[-1]
 
 
 def outcome(active) -> tuple[int, str | None]:
@@ -169,12 +176,12 @@ def run_inject(inj, n, plan, *, duration_s: float, grace_s: float, detach: bool,
             if as_json:
                 out.print_json(json.dumps(info, default=str))
             else:
-                out.print(f"injected {active.fault_id} ({inj.type} on {n.describe()}, {plan.target}); verified={_verified(active)}; "
+                out.print(f"injected {active.fault_id} ({inj.type} on {n.describe()}, {plan.target}); {_vtext(active)}; "
                           f"the lease reverts it at {when(info['deadline_ts'])}; `faultlab revert {active.fault_id}` ends it sooner", markup=False)
             return 0
         if not as_json:
             console.print(f"injected {active.fault_id} ({inj.type} on {n.describe()} {plan.target}) for {duration_s:g}s; "
-                          f"verified={_verified(active)}; Ctrl-C reverts", markup=False)
+                          f"{_vtext(active)}; Ctrl-C reverts", markup=False)
         end = active.start_ts + duration_s
         while time.time() < end and not guard.stop and not active.lease.expired():
             time.sleep(min(0.2, max(0.0, end - time.time())))

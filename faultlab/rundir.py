@@ -35,6 +35,15 @@ from faultlab import schema
 from faultlab.errors import BadInput
 
 
+def new_run_id(name: str) -> str:
+    """A run id: ``NAME-YYYYmmdd-HHMMSS-XXXX`` (local time, 4 random hex digits so
+    runs started in the same second differ). Made once per run: the default run
+    folder is named by it and meta.json and every table carry it."""
+    import secrets
+
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
 class RunDir:
     """A run directory at ``path`` (created if missing)."""
 
@@ -100,6 +109,22 @@ class RunDir:
     @property
     def run_id(self) -> str:
         return self.meta.get("run_id", self.path.name)
+
+    def time_origin(self, steps: pd.DataFrame | None = None) -> float:
+        """The run's time origin, unix s: every printed or plotted run time ("+12.3s")
+        counts from it. It is the first training step's start as the runner recorded
+        it (meta.json ``t0``, else the ``training-start`` event), else the earliest
+        ``t_start`` of ``steps`` (read when not given), else meta's ``started_ts``."""
+        m = self.meta
+        if isinstance(m.get("t0"), (int, float)):
+            return float(m["t0"])
+        for ev in self.events():
+            if ev.get("event") == "training-start" and isinstance(ev.get("t0"), (int, float)):
+                return float(ev["t0"])
+        steps = self.read_table("steps") if steps is None else steps
+        if len(steps):
+            return float(steps["t_start"].min())
+        return float(m.get("started_ts") or 0.0)
 
     def finish(self, **fields) -> None:
         """Mark the run complete (meta.json ``complete: true``)."""

@@ -45,9 +45,10 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-class UntrustedPath(FaultlabError):
+class UntrustedPath(FaultlabError, PermissionError):
     """A folder or file faultlab would trust is owned by someone else, writable by
-    others, a symlink, or not what it should be. ``path`` names it."""
+    others, a symlink, or not what it should be. ``path`` names it. Also a
+    PermissionError, so code that handles OSError (the agent, a workload) refuses too."""
 
     def __init__(self, path: str, message: str, fix: str):
         self.path = path

@@ -77,10 +77,12 @@ def _dur(v, info) -> float:
 
 
 class Testbed(_Strict):
-    """Where the ranks run: ``netns`` (one network-namespace node per rank; root) or
+    """Where the ranks run: ``netns`` (one network-namespace node per rank; root),
+    ``docker`` (one container per rank, faults from the docker host; root), ``ssh``
+    (containers of a docker testbed reached over SSH with pinned host keys; root) or
     ``local`` (plain local processes on loopback)."""
 
-    backend: Literal["netns", "local"] = "netns"
+    backend: Literal["netns", "docker", "ssh", "local"] = "netns"
     nodes: int = Field(4, ge=2, le=64, description="number of nodes, one rank each")
 
 
@@ -393,7 +395,8 @@ def _draw(rng: random.Random, d):
 
         m0, m1 = re.fullmatch(r"([\d.]+)(\D+)", str(lo)), re.fullmatch(r"([\d.]+)(\D+)", str(hi))
         if m0 and m1 and m0.group(2) == m1.group(2):
-            return f"{rng.uniform(float(m0.group(1)), float(m1.group(1))):.3g}{m0.group(2)}"
+            # 3 significant digits, never in exponent notation (2860ms, not 2.86e+03ms)
+            return f"{float(f'{rng.uniform(float(m0.group(1)), float(m1.group(1))):.3g}'):.10g}{m0.group(2)}"
         raise BadInput(f"cannot draw between {lo!r} and {hi!r}", field="types.params", fix="give numbers or the same unit on both ends")
     return d
 

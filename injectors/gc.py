@@ -23,8 +23,16 @@ Protocol (files in the agent's control folder, see ``faultlab.benchmarks.agent``
 
 Control folder: ``faultlab.benchmarks.agent.default_dir()`` on the controller
 (``$FAULTLAB_AGENT_DIR``; else ``/run/faultlab/agents`` as root; else
-``$XDG_RUNTIME_DIR/faultlab/agents`` or ``/tmp/faultlab-UID/agents``), or the
+``$XDG_RUNTIME_DIR/faultlab/agents`` or ``~/.cache/faultlab/agents``), or the
 ``agent_dir`` given to ``GcStorm``. The workload must use the same folder.
+
+Trust: probe opens the folder through ``faultlab.safefs`` (owned by root, us or the
+target process's user; mode 0700; every parent owned by root or those users and not
+writable by others; no symlink) and refuses otherwise; the agent's files are read
+without following links and only when owned by those users. The inject and revert
+commands run as the folder's owner (``setpriv --reuid``) when that is not us, so
+root never writes through a path another user controls; the command's temporary is
+a fresh ``mktemp`` file, never a predictable name.
 
 Without an agent: Python >= 3.14 has ``sys.remote_exec(pid, script)``, which could
 start the agent inside a running interpreter; ``remote_exec_support()`` detects it,
@@ -45,11 +53,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import re
 import sys
 import time
+from pathlib import Path
 
+from faultlab import safefs
 from faultlab.benchmarks import agent as agent_mod
 from faultlab.errors import BadInput, Refused
 from faultlab.injectors.base import Cmd, Injector, Plan
@@ -58,11 +69,14 @@ from faultlab.nodes import Node
 HEARTBEAT_STALE_S = 10.0
 REVERT_WAIT_MAX_S = 25.0  # below run_revert's 30 s command timeout
 
-# $1 command JSON, $2 command path
-WRITE_SH = 'umask 022; printf "%s\\n" "$1" > "$2.tmp" && mv -f "$2.tmp" "$2"'
+# $1 command JSON, $2 command path. The temporary is a fresh mktemp file (O_EXCL: a
+# link planted at a predictable name is never written through); the commands run as
+# the control folder's owner (``as_owner``), so whatever that user planted in their
+# own folder can only hurt that user.
+WRITE_SH = 'umask 022; t=$(mktemp "$2.tmp.XXXXXX") && printf "%s\\n" "$1" > "$t" && chmod 644 "$t" && mv -f "$t" "$2"'
 # $1 command path, $2 status path, $3 target pid, $4 polls of 0.05 s to wait
 STOP_SH = (
-    'rm -f "$1" "$1.tmp"; i=0; '
+    'rm -f "$1" "$1".tmp.*; i=0; '
     'while [ -e "$2" ] && [ -d "/proc/$3" ] && [ "$i" -lt "$4" ]; do sleep 0.05; i=$((i+1)); done; '
     '[ -d "/proc/$3" ] || rm -f "$2"; exit 0'
 )
@@ -164,12 +178,66 @@ class GcStorm(Injector):
     def _dir(self) -> str:
         return self.agent_dir or str(agent_mod.default_dir())
 
-    def _read_json(self, path: str) -> dict | None:
+    def _local(self) -> bool:
+        """Whether the control folder is on this host (local and netns nodes), where
+        it is opened through ``faultlab.safefs``."""
+        return getattr(self.node, "kind", "local") in ("local", "netns")
+
+    def _owners(self) -> frozenset[int]:
+        """Trusted owners of the control folder and its files: root, us, and the
+        target process's user (whose agent writes there)."""
+        uids = set(safefs.allowed_uids())
+        uid = self._target_uid()
+        if uid is not None:
+            uids.add(uid)
+        return frozenset(uids)
+
+    def _target_uid(self) -> int | None:
         try:
-            obj = json.loads(self.node.read_file(path))
+            status = self.node.read_file(f"/proc/{self.pid}/status")
+        except OSError:
+            return None
+        for line in status.splitlines():
+            if line.startswith("Uid:"):
+                fields = line.split()
+                return int(fields[2]) if len(fields) > 2 and fields[2].isdigit() else None  # effective uid
+        return None
+
+    def _open_dir(self) -> safefs.TrustedDir:
+        """The checked control folder (owned by root, us or the target's user, 0700,
+        no symlink on the path). Raises UntrustedPath (one line, path and fix)."""
+        return safefs.open_dir(self._dir(), private=True, uids=self._owners())
+
+    def _read_json(self, path: str) -> dict | None:
+        """A JSON object from the control folder, or None when absent, unreadable or
+        untrusted (a symlink, a file of another user)."""
+        try:
+            if self._local():
+                p = Path(path)
+                with safefs.open_dir(str(p.parent), private=True, uids=self._owners()) as d:
+                    obj = d.read_json(p.name)
+            else:
+                obj = json.loads(self.node.read_file(path))
         except (OSError, ValueError):
             return None
         return obj if isinstance(obj, dict) else None
+
+    def _exists(self, path: str) -> bool:
+        if not self._local():
+            return self.node.exists(path)
+        p = Path(path)
+        try:
+            with safefs.open_dir(str(p.parent), private=True, uids=self._owners()) as d:
+                return d.exists(p.name)
+        except FileNotFoundError:
+            return False
+
+    def _as_owner(self, argv: tuple[str, ...], owner: int | None, group: int | None) -> tuple[str, ...]:
+        """``argv`` run as the control folder's owner when that is not us (setpriv,
+        util-linux): root never writes through a path another user controls."""
+        if owner is None or owner == os.geteuid():
+            return argv
+        return ("setpriv", f"--reuid={owner}", f"--regid={group if group is not None else owner}", "--clear-groups", "--", *argv)
 
     def _starttime(self) -> int | None:
         try:
@@ -181,6 +249,17 @@ class GcStorm(Injector):
         pid, d = self.pid, self._dir()
         if not self.node.exists(f"/proc/{pid}"):
             raise BadInput(f"no process {pid} on node {self.node.name}", field="--target", fix="give the PID of a running Python rank")
+        owner = group = None
+        if self._local():
+            try:
+                with self._open_dir() as td:
+                    st = os.fstat(td.fd)
+                    owner, group = st.st_uid, st.st_gid
+            except FileNotFoundError:
+                pass  # no folder: no agent (refused below)
+            except safefs.UntrustedPath as e:
+                raise Refused(f"the agent control folder is not trusted: {e}", field="--target",
+                              fix="give the workload a private folder (0700, owned by its user) in FAULTLAB_AGENT_DIR") from None
         hb_path = str(agent_mod.heartbeat_path(d, pid))
         fix = (f"start the agent in the workload (`from faultlab.benchmarks import agent; agent.start()`; "
                f"faultlab.benchmarks.ddp ranks start it unless --agent-dir none) with the same control folder "
@@ -198,14 +277,15 @@ class GcStorm(Injector):
                           field="--target", fix="check the process is running (not stopped) and retry")
         cmd_path = str(agent_mod.command_path(d, pid))
         st_path = str(agent_mod.status_path(d, pid))
-        if self.node.exists(cmd_path):
+        if self._exists(cmd_path):
             other = (self._read_json(cmd_path) or {}).get("fault_id", "?")
             raise Refused(f"process {pid} already has a gc-storm ({other})", field="--target", fix=f"revert it first (faultlab revert {other})")
-        if self.node.exists(st_path):
+        if self._exists(st_path):
             raise Refused(f"a gc-storm in process {pid} is still ending ({st_path})", field="--target", fix="retry in a few seconds")
         return {
             "agent_dir": d, "heartbeat_path": hb_path, "cmd_path": cmd_path, "status_path": st_path,
             "deadline_ts": time.time() + self.duration_s, "python": hb.get("python"), "starttime": start,
+            "dir_uid": owner, "dir_gid": group,
         }
 
     def command(self, facts: dict) -> dict:
@@ -219,8 +299,11 @@ class GcStorm(Injector):
     def plan(self, facts: dict) -> Plan:
         body = json.dumps(self.command(facts), sort_keys=True)
         polls = int(min(REVERT_WAIT_MAX_S, 5.0 + self.garbage_mb / 100.0) / 0.05)
-        inject = [Cmd(("sh", "-c", WRITE_SH, "sh", body, facts["cmd_path"]), "host", "hand the storm to the agent")]
-        revert = [Cmd(("sh", "-c", STOP_SH, "sh", facts["cmd_path"], facts["status_path"], str(self.pid), str(polls)), "host",
+        uid, gid = facts.get("dir_uid"), facts.get("dir_gid")
+        inject = [Cmd(self._as_owner(("sh", "-c", WRITE_SH, "sh", body, facts["cmd_path"]), uid, gid), "host",
+                      "hand the storm to the agent")]
+        revert = [Cmd(self._as_owner(("sh", "-c", STOP_SH, "sh", facts["cmd_path"], facts["status_path"], str(self.pid), str(polls)),
+                                     uid, gid), "host",
                       "withdraw the command; wait for the agent to end the storm")]
         return Plan(self.fault_id, self.type, self.node.name, self.target, inject, revert,
                     [f"the agent's status {facts['status_path']} names {self.fault_id} and counts a burst within {self._verify_timeout_s():.1f}s"])
@@ -256,9 +339,9 @@ class GcStorm(Injector):
         process lives. Once clean, the agent's final summary of the storm (in its
         heartbeat) becomes the measurement behind ``severity``."""
         left = []
-        if self.node.exists(facts["cmd_path"]):
+        if self._exists(facts["cmd_path"]):
             left.append(f"gc-storm command file {facts['cmd_path']}")
-        if self.node.exists(facts["status_path"]):
+        if self._exists(facts["status_path"]):
             st = self._read_json(facts["status_path"]) or {}
             if st.get("fault_id") in (None, self.fault_id):
                 left.append(f"gc-storm still running in process {self.pid} ({facts['status_path']})")

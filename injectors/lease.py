@@ -79,6 +79,34 @@ rm -f "$d/$id.json" "$d/$id.deadline"
 """
 
 
+# The watchdog of a lease on a remote (ssh) node, where no descriptor can be passed:
+# $1 record path, $2 deadline, $3... revert lines. Like WATCHDOG_SH it runs the lines
+# at the deadline whether or not the record is still there, and reads a renewed
+# deadline as digits only.
+REMOTE_WATCHDOG_SH = r"""
+trap '' HUP INT
+fire=0
+trap 'fire=1' USR1
+rec="$1"; dl="$2"; shift 2
+renew="${rec%.json}.deadline"
+while [ "$fire" = 0 ]; do
+  new=$(cat "$renew" 2>/dev/null)
+  case "$new" in
+    [1-9]*) case "$new" in *[!0-9]*|?????????????*) ;; *) dl="$new" ;; esac ;;
+  esac
+  now=$(date +%s)
+  [ "$now" -ge "$dl" ] && break
+  left=$(( dl - now ))
+  [ "$left" -gt 5 ] && left=5
+  sleep "$left" </dev/null & sp=$!
+  wait "$sp"
+  kill "$sp" 2>/dev/null
+done
+for line in "$@"; do sh -c "$line" </dev/null >/dev/null 2>&1; done
+rm -f "$rec" "$renew"
+"""
+
+
 def _fix_for(err: OSError, folder: str) -> str:
     e = err.errno
     if e == errno.ENOSPC or e == errno.EDQUOT:
@@ -180,6 +208,10 @@ class Lease:
         used; nothing is left then (no record, no temporary file, no watchdog)."""
         if not LEASE_ID.match(lease_id):
             raise NodeError(f"lease id {lease_id!r} is not of the form type-hex", field="fault_id")
+        if getattr(node, "remote", False):  # ssh: record and watchdog on the node
+            from faultlab.injectors.lease_remote import RemoteLease
+
+            return RemoteLease.create_for(node, lease_id, kind, target, params, revert, deadline_ts, REMOTE_WATCHDOG_SH)
         lines = [c.render(node) for c in revert]
         deadline = int(deadline_ts + 0.999)
         record = {
@@ -350,6 +382,13 @@ def node_lock(node: Node):
     (flock on the lease folder itself: no lock file is left), so two faultlab
     processes never act on a node at once: a second inject sees the first's lease and
     refuses. Raises NodeError (one line) when the folder cannot be used."""
+    if getattr(node, "remote", False):
+        from faultlab.injectors.lease_remote import node_lock as remote_lock
+        from faultlab.nodes import lease_dir
+
+        with remote_lock(node, lease_dir()):
+            yield
+        return
     d = open_lease_dir(node)
     try:
         fcntl.flock(d.fd, fcntl.LOCK_EX)
@@ -401,6 +440,10 @@ def read_records(folder: str) -> tuple[list[Lease], list[str]]:
 def load_leases(node: Node) -> list[Lease]:
     """Every valid, trusted lease record in ``node``'s lease folder, oldest first
     (anything else there is ignored, never run; ``faultlab status`` reports it)."""
+    if getattr(node, "remote", False):
+        from faultlab.injectors.lease_remote import load_leases as load_remote
+
+        return load_remote(node)
     return read_records(str(node.lease_dir()))[0]
 
 
@@ -408,9 +451,9 @@ def recover(node: Node, fault_id: str | None = None) -> list[dict]:
     """Revert every lease recorded in ``node``'s lease folder (or only ``fault_id``):
     run its revert lines, stop its watchdog, remove its files. Returns one dict a
     lease. Raises NodeError (one line) for an unusable folder. (``faultlab.injectors.
-    hostview.recover_host`` also ends faults without a record.)"""
+    hostview.revert_view`` also ends faults without a record.)"""
     done = []
-    if not node.lease_dir().exists():
+    if not getattr(node, "remote", False) and not node.lease_dir().exists():
         return done
     with node_lock(node):
         leases = load_leases(node)

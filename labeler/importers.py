@@ -103,31 +103,18 @@ class LongConfig:
         group_wide_fraction: when at least this fraction of a group's components are
             slow against their own history at a sample, the group as a whole is slowed
             (a ``group:NAME`` label), not each component. 0.5.
-        persistent_min_fraction: a component is judged persistently fail-slow only
-            when its labels cover at least this share of the time it has data
-            (labeled-time fraction, 0..1). Perseus (FAST'23) judges a drive by how long
-            it is slow, not by one episode; the ``perseus`` importer asks 0.25 of the
-            time in its coarse slow *windows* (5 min). Labels here are runs of flagged
-            samples, which cover only about half of a slowdown near the flag threshold
-            (a component 1.3x slow for 40% of the time gets ~25% labeled time), hence a
-            lower floor here. 0.1.
-        persistent_z: ... and its labeled-time fraction is an outlier among its peer
-            group's: robust z-score ``(fraction - group median) / sigma`` at least this
-            (dimensionless; 3.5 is the modified z-score cut of Iglewicz & Hoaglin,
-            1993). 3.5.
-        persistent_sigma_floor: ``sigma = max(1.4826 x MAD of the group's fractions,
-            this)`` (a share of time): a group where (almost) nothing is labeled has
-            MAD 0, and the floor keeps a tiny fraction from being an infinite outlier.
-            0.02.
+        verdict: the component verdict's settings
+            (:class:`faultlab.labeler.verdict.VerdictConfig` or a dict of its fields; the
+            same defaults as the ``perseus`` importer's): which components are
+            fail-slow (``persistent``), from each component's median peer ratio over
+            its time against all the input's components (see :func:`judge_persistence`).
     """
 
     labeler: Any = None
     align_s: float | None = None
     higher_is_better: tuple[str, ...] = ()
     group_wide_fraction: float = 0.5
-    persistent_min_fraction: float = 0.1
-    persistent_z: float = 3.5
-    persistent_sigma_floor: float = 0.02
+    verdict: Any = None
 
     def __post_init__(self) -> None:
         from faultlab.labeler import _config
@@ -138,18 +125,14 @@ class LongConfig:
             raise BadInput(f"must be >= 0, got {self.align_s!r}", field="align_s")
         if not 0.0 < float(self.group_wide_fraction) <= 1.0:
             raise BadInput(f"must be in (0, 1], got {self.group_wide_fraction!r}", field="group_wide_fraction")
-        if not 0.0 < float(self.persistent_min_fraction) <= 1.0:
-            raise BadInput(f"must be in (0, 1] (a share of time), got {self.persistent_min_fraction!r}",
-                           field="persistent_min_fraction")
-        for name in ("persistent_z", "persistent_sigma_floor"):
-            if not float(getattr(self, name)) > 0:
-                raise BadInput(f"must be > 0, got {getattr(self, name)!r}", field=name)
+        from faultlab.labeler.verdict import VerdictConfig
+
+        object.__setattr__(self, "verdict", make_config(VerdictConfig, self.verdict))
 
     def to_dict(self) -> dict:
         return {"labeler": self.labeler.to_dict(), "align_s": self.align_s,
                 "higher_is_better": list(self.higher_is_better), "group_wide_fraction": self.group_wide_fraction,
-                "persistent_min_fraction": self.persistent_min_fraction, "persistent_z": self.persistent_z,
-                "persistent_sigma_floor": self.persistent_sigma_floor}
+                "verdict": self.verdict.to_dict()}
 
 
 #: upstream answer files kept beside public datasets: an importer never reads them
@@ -292,7 +275,7 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
         BadInput for a missing column or non-numeric timestamps/values.
     """
     from faultlab.labeler.fusion import _confidence, _dilate, _empty_labels, _typed, intervals, label_row
-    from faultlab.labeler.temporal import MAD_TO_SIGMA, nanmedian, trailing_baseline
+    from faultlab.labeler.temporal import MAD_TO_SIGMA, loo_median, nanmedian, trailing_baseline
 
     cfg = make_config(LongConfig, config)
     lc = cfg.labeler
@@ -308,6 +291,7 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
     ok = np.isfinite(ts_all) & np.isfinite(val_all) & (comp_all >= 0) & (grp_all >= 0) & (met_all >= 0)
     rows: list[dict] = []
     cover: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # component -> observed intervals per metric
+    levels: dict[str, list[np.ndarray]] = {}  # component -> its peer ratios, per metric
     group_of: dict[str, str] = {}
     for mcode in sorted(set(np.unique(met_all[ok]).tolist()), key=lambda k: met_names[k]):
         metric = met_names[mcode]
@@ -357,19 +341,23 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
         sigma = np.zeros(C)
         for g in sorted(set(groups.tolist())):
             cols = np.flatnonzero(groups == g)
-            gm, gn = nanmedian(X[:, cols], axis=1)
-            med[:, cols] = gm[:, None]
+            _, gn = nanmedian(X[:, cols], axis=1)
+            med[:, cols] = loo_median(X[:, cols])  # its peers without itself
             cnt[:, cols] = gn[:, None]
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = X / med
         ratio = np.where(np.isfinite(ratio), ratio, np.nan)
         for g in sorted(set(groups.tolist())):
+            # as the peer view: each component's ratio about its own median over time,
+            # the group's typical one (a component slow all along does not raise it)
             cols = np.flatnonzero(groups == g)
-            vals = ratio[:, cols].ravel()
-            vals = vals[~np.isnan(vals)]
-            if vals.size:
-                c = np.median(vals)
-                sigma[cols] = MAD_TO_SIGMA * np.median(np.abs(vals - c))
+            cm, cn = nanmedian(ratio[:, cols], axis=0)
+            cmad, _ = nanmedian(np.abs(ratio[:, cols] - cm[None, :]), axis=0)
+            if (cn > 0).any():
+                sigma[cols] = MAD_TO_SIGMA * float(np.median(cmad[cn > 0]))
+        for j in range(C):  # every peer ratio of the component, for its level
+            rj = ratio[:, j]
+            levels.setdefault(str(u_c[j]), []).append(rj[np.isfinite(rj)])
         with np.errstate(invalid="ignore"):
             pflag = (ratio > lc.peer_threshold) & ((ratio - 1.0) > lc.mad_k * sigma[None, :])
         pflag &= (cnt >= lc.peer_min_ranks) & ~np.isnan(ratio)
@@ -436,13 +424,16 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
         out = _typed(pd.DataFrame(rows).sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True))
     else:
         out = _empty_labels()
-    return out, judge_persistence(_component_time(out, cover, group_of), cfg)
+    comps = _component_time(out, cover, group_of)
+    comps["level"] = [_nanmed(np.concatenate(levels[c])) if c in levels else float("nan")
+                      for c in comps["component"].tolist()]
+    return out, judge_persistence(comps, cfg)
 
 
 #: columns of the components summary (:func:`label_long_components`, ``components.parquet``)
 COMPONENT_COLUMNS = ("component", "peer_group", "observed_s", "labeled_s", "labeled_fraction", "n_labels",
-                     "median_slowdown", "group_size", "group_median_fraction", "group_sigma", "robust_z",
-                     "persistent", "rank")
+                     "median_slowdown", "level", "share", "group_size", "level_z", "share_z", "bulk_level",
+                     "bulk_share", "failslow", "persistent", "rank")
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -491,71 +482,50 @@ def _component_time(labels: pd.DataFrame, cover: dict, group_of: dict) -> pd.Dat
 
 
 def judge_persistence(components: pd.DataFrame, config: LongConfig | dict | None = None) -> pd.DataFrame:
-    """Judge which components are *persistently* fail-slow, from their labeled-time
-    fraction (time covered by their labels / time they have data, 0..1).
+    """Judge which components are fail-slow as a whole (``persistent``), with the
+    component verdict shared with the ``perseus`` importer
+    (:func:`faultlab.labeler.verdict.judge`).
 
-    Where the rule comes from: Perseus (FAST'23) judges a drive by how long it is slow
-    (its slow periods' share of time), not by a single slow episode; and what counts as
-    "long" is relative to the component's peers, since every component of a busy group
-    shows some transient slowness. So a component is ``persistent`` when both
-
-    - its fraction is an outlier in its peer group: ``robust_z = (fraction - group
-      median) / group_sigma >= persistent_z``, with ``group_sigma = max(1.4826 x MAD of
-      the group's fractions, persistent_sigma_floor)`` (median and MAD over the group's
-      components, itself included; a robust modified z-score, Iglewicz & Hoaglin); a
-      group of two can never flag one (z is 0.67 at most), and where nothing is labeled
-      every z is 0;
-    - and ``fraction >= persistent_min_fraction`` (an absolute floor: the top of a group
-      where everything is nearly clean is no fail-slow component).
+    Each component's ``level`` (the median of its peer ratios over all its samples:
+    value / the leave-one-out median of its peer group at the same timestamp) is judged
+    against the bulk of all the input's components (a robust z-score on a log scale,
+    at least ``verdict.z``, and ``level >= verdict.min_level``); its ``share`` (the
+    labeled-time fraction, time covered by its own labels / time it has data) is the
+    evidence of how long it was slow and orders the ranking. Transient labels on a
+    component (a slow episode in a quarter of its time) leave its level near 1: no
+    verdict.
 
     Args:
         components: one row per component, columns ``component, peer_group,
-            labeled_fraction`` (others are kept).
-        config: a :class:`LongConfig` (or dict of its fields) for the three
-            ``persistent_*`` thresholds.
+            labeled_fraction, level`` (others are kept).
+        config: a :class:`LongConfig` (or dict of its fields) for ``verdict``.
 
     Returns:
-        a copy with ``group_size`` (components in the peer group), ``group_median_fraction``,
-        ``group_sigma``, ``robust_z``, ``persistent`` (bool) and ``rank`` (1 = the largest
-        labeled-time fraction over all components, ties by component name) added,
-        sorted by rank, index reset. Deterministic.
+        a copy with ``share`` (= labeled_fraction), ``group_size`` (components in the
+        peer group), the verdict's columns (``level_z``, ``share_z``, ``bulk_level``,
+        ``bulk_share``, ``failslow``, ``rank``; 1 = most suspect) and ``persistent``
+        (= ``failslow``), sorted by rank, index reset. Deterministic.
 
     Raises:
         BadInput for a missing column or a bad config field.
     """
-    from faultlab.labeler.temporal import MAD_TO_SIGMA
+    from faultlab.labeler.verdict import judge
 
     cfg = make_config(LongConfig, config)
-    missing = [c for c in ("component", "peer_group", "labeled_fraction") if c not in components.columns]
+    missing = [c for c in ("component", "peer_group", "labeled_fraction", "level") if c not in components.columns]
     if missing:
         raise BadInput(f"missing column(s) {', '.join(missing)}", field="components")
     out = components.copy()
     out["component"] = out["component"].astype(str)
     out["peer_group"] = out["peer_group"].astype(str)
-    frac = pd.to_numeric(out["labeled_fraction"], errors="coerce").fillna(0.0).to_numpy(np.float64)
-    n = len(out)
-    size = np.zeros(n, dtype=np.int64)
-    gmed = np.zeros(n)
-    gsig = np.zeros(n)
-    grp = out["peer_group"].to_numpy(dtype=object)
-    for g in sorted(set(grp.tolist())):
-        idx = np.flatnonzero(grp == g)
-        f = frac[idx]
-        c = float(np.median(f))
-        size[idx] = idx.size
-        gmed[idx] = c
-        gsig[idx] = max(MAD_TO_SIGMA * float(np.median(np.abs(f - c))), float(cfg.persistent_sigma_floor))
-    z = (frac - gmed) / gsig if n else np.zeros(0)
-    out["labeled_fraction"] = frac
-    out["group_size"] = size
-    out["group_median_fraction"] = gmed
-    out["group_sigma"] = gsig
-    out["robust_z"] = z
-    out["persistent"] = (z >= float(cfg.persistent_z)) & (frac >= float(cfg.persistent_min_fraction))
-    order = np.lexsort((out["component"].to_numpy(dtype=object), -frac)) if n else np.zeros(0, dtype=np.int64)
-    out = out.iloc[order].reset_index(drop=True)
-    out["rank"] = np.arange(1, n + 1, dtype=np.int64)
-    return out
+    out["labeled_fraction"] = pd.to_numeric(out["labeled_fraction"], errors="coerce").fillna(0.0).astype(np.float64)
+    out["share"] = out["labeled_fraction"]
+    out["group_size"] = out.groupby("peer_group")["component"].transform("size").astype(np.int64)
+    out = out.sort_values("component", kind="mergesort")
+    out = judge(out, cfg.verdict)
+    out["persistent"] = out["failslow"]
+    first = [c for c in COMPONENT_COLUMNS if c in out.columns]
+    return out[first + [c for c in out.columns if c not in first]]
 
 
 def _numeric(df: pd.DataFrame, col: str, fix: str) -> np.ndarray:

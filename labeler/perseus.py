@@ -29,12 +29,14 @@ unit, larger is slower), and optionally ``cluster``. Only these columns are read
    ``gap_windows`` windows, kept when they last ``min_period_s`` (Perseus's shortest
    scored duration, 30 min) and their slowdown (median ``r`` over the period) reaches
    ``min_slowdown``.
-5. **Drive decision and ranking** (Perseus's risk evaluation, as a share of time so
-   it does not depend on the length of a day or of the data): a drive is fail-slow
-   when its kept slow periods cover at least ``drive_min_share`` of its observed time
-   (windows with samples), or ``fit_window_min_share`` of it within one fit window (a
-   drive slow for most of one day). Drives are ranked by (fail-slow, share, largest
-   share in one fit window, slowdown).
+5. **Drive verdict and ranking** (Perseus's risk evaluation, as a share of time so
+   it does not depend on the length of a day or of the data), by the component
+   verdict shared with the ``long`` importer (:func:`faultlab.labeler.verdict.judge`):
+   per cluster, each drive's *level* (its median window ``r`` over all its observed
+   time) and *share* (kept slow periods / observed time) against the cluster's bulk of
+   drives; fail-slow when both are robust outliers above the bulk and the level
+   reaches ``verdict.min_level``. Ranked by the verdict (fail-slow first, then the sum
+   of the two z-scores).
 
 Labels: one per slow period of a fail-slow drive: component ``drive:HOST/DISK``
 (``CLUSTER/HOST/DISK`` when the input holds several clusters), ``component_kind``
@@ -51,6 +53,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -77,10 +80,9 @@ class PerseusConfig:
         gap_windows: slow windows separated by at most this many windows join. 1.
         min_period_s: shortest slow period kept (s). 1800.
         min_slowdown: a period's median latency / expected latency must reach this. 1.1.
-        drive_min_share: a drive is fail-slow when its kept periods cover at least this
-            share of its observed time. 0.25.
-        fit_window_min_share: ... or at least this share of its observed time within one
-            fit window (a drive slow for most of one day). 0.5.
+        verdict: the drive verdict's settings, a
+            :class:`~faultlab.labeler.verdict.VerdictConfig` (or a dict of its fields;
+            the same defaults as the ``long`` importer's).
     """
 
     fit_window_s: float = 86400.0
@@ -93,8 +95,7 @@ class PerseusConfig:
     gap_windows: int = 1
     min_period_s: float = 1800.0
     min_slowdown: float = 1.1
-    drive_min_share: float = 0.25
-    fit_window_min_share: float = 0.5
+    verdict: Any = None
 
     def __post_init__(self) -> None:
         for name in ("fit_window_s", "window_s", "upper_z"):
@@ -107,9 +108,10 @@ class PerseusConfig:
             raise BadInput("gap_windows and min_period_s must be >= 0", field="gap_windows")
         if not float(self.min_slowdown) >= 1.0:
             raise BadInput(f"must be >= 1.0 (a ratio), got {self.min_slowdown!r}", field="min_slowdown")
-        for name in ("drive_min_share", "fit_window_min_share"):
-            if not 0.0 < float(getattr(self, name)) <= 1.0:
-                raise BadInput(f"must be in (0, 1], got {getattr(self, name)!r}", field=name)
+        from faultlab.labeler.importers import make_config
+        from faultlab.labeler.verdict import VerdictConfig
+
+        object.__setattr__(self, "verdict", make_config(VerdictConfig, self.verdict))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -389,7 +391,10 @@ def rank_drives(s: DriveSamples, w: Windows, p: pd.DataFrame, cfg: PerseusConfig
     periods), ``share`` (slow_s / observed_s), ``max_window_share`` (the largest share
     within one fit window), ``n_periods`` (kept), ``slowdown`` (duration-weighted mean of
     its kept periods' slowdowns, else its median window ``r``), ``median_r``,
-    ``failslow`` (bool) and ``rank`` (1 = most suspect)."""
+    ``cluster`` (the host name's prefix when the input holds several clusters, else
+    ""), ``level`` (= ``median_r``) and the verdict's columns
+    (:data:`faultlab.labeler.verdict.VERDICT_COLUMNS`: ``level_z``, ``share_z``,
+    ``bulk_level``, ``bulk_share``, ``failslow``, ``rank``; 1 = most suspect)."""
     nd = len(s.drive_names)
     nwin = len(w.drive)
     kept = p[p["kept"]] if len(p) else p
@@ -444,12 +449,13 @@ def rank_drives(s: DriveSamples, w: Windows, p: pd.DataFrame, cfg: PerseusConfig
         "slowdown": sd,
         "median_r": med_r,
     })
-    df["failslow"] = (df["observed_s"] > 0) & (
-        (df["share"] >= cfg.drive_min_share) | (df["max_window_share"] >= cfg.fit_window_min_share))
-    df = df.sort_values(["failslow", "share", "max_window_share", "slowdown", "drive"],
-                        ascending=[False, False, False, False, True], kind="mergesort").reset_index(drop=True)
-    df["rank"] = np.arange(1, len(df) + 1)
-    return df
+    from faultlab.labeler.verdict import judge
+
+    cl = [s.host_names[h].split("/", 1)[0] if "/" in s.host_names[h] else "" for h in s.drive_host.tolist()]
+    df["cluster"] = cl
+    df["level"] = np.where(observed > 0, med_r, np.nan)
+    df = df.sort_values("drive", kind="mergesort")  # ties in the verdict's rank by name
+    return judge(df, cfg.verdict, cluster="cluster")
 
 
 def analyze(s: DriveSamples, config: PerseusConfig | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
@@ -491,6 +497,11 @@ def labels_from(drives: pd.DataFrame, p: pd.DataFrame, cfg: PerseusConfig, run_i
             "n_slow_windows": int(row.n_slow),
             "drive_share": float(d["share"]),
             "drive_max_window_share": float(d["max_window_share"]),
+            "drive_level": float(d["level"]),
+            "drive_level_z": float(d["level_z"]),
+            "drive_share_z": float(d["share_z"]),
+            "cluster_bulk_level": float(d["bulk_level"]),
+            "cluster_bulk_share": float(d["bulk_share"]),
             "drive_rank": int(d["rank"]),
             "drive_slowdown": float(d["slowdown"]),
             "upper_z": cfg.upper_z,

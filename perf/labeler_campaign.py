@@ -125,17 +125,51 @@ def summarize(runs: list[dict]) -> dict:
     }
 
 
+def run_chunk(file: Path, out: Path, seed: int | None, runs: str | None) -> None:
+    """Run the drawn runs ``runs`` (``"A:B"``, Python slice bounds) of campaign ``file``
+    drawn with ``seed`` (its own when None) into ``out/NAME-NNN``; a run whose
+    ``meta.json`` says ``complete`` is skipped. Unlabeled (evaluation relabels)."""
+    from faultlab.cli import _run_one
+    from faultlab.scenario import load
+
+    c = load(file, "campaign")
+    if seed is not None:
+        c = c.model_copy(update={"seed": seed, "name": f"{c.name}-s{seed}"})
+    scs = c.scenarios()
+    a, b = (int(x) if x else None for x in (runs or ":").split(":", 1))
+    out.mkdir(parents=True, exist_ok=True)
+    for sc in scs[a:b]:
+        meta = out / sc.name / "meta.json"
+        if meta.exists() and json.loads(meta.read_text()).get("complete"):
+            continue
+        print(f"run {sc.name}", flush=True)
+        try:
+            _run_one(sc, out / sc.name, False)
+        except Exception as e:  # unattended: one failed run must not stop the chunk
+            print(f"{sc.name} failed: {type(e).__name__}: {e}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", nargs="?", help="a campaign output folder (run folders inside)")
     ap.add_argument("--run", help="run this campaign file first")
     ap.add_argument("--out", help="output folder for --run")
     ap.add_argument("--details", action="store_true", help="also print one line per injection (to stderr)")
+    ap.add_argument("--seed", type=int, help="with --run: draw the campaign with this seed instead of its own "
+                    "(tune on one seed, report on a fresh one)")
+    ap.add_argument("--runs", metavar="A:B", help="with --run: only the drawn runs A..B-1 (a chunk; runs already "
+                    "complete in --out are skipped, so chunks resume)")
+    ap.add_argument("--no-eval", action="store_true", help="with --run: only run, do not evaluate")
     a = ap.parse_args()
     d = a.dir
     if a.run:
         d = a.out or "faultlab-runs/labeler-eval"
-        subprocess.run([sys.executable, "-m", "faultlab.cli", "campaign", a.run, "--out", d, "--no-label"], check=False)
+        if a.seed is None and a.runs is None:
+            subprocess.run([sys.executable, "-m", "faultlab.cli", "campaign", a.run, "--out", d, "--no-label"], check=False)
+        else:
+            run_chunk(Path(a.run), Path(d), a.seed, a.runs)
+        if a.no_eval:
+            return 0
     if not d:
         ap.error("give a campaign output folder or --run FILE")
     runs = [evaluate_run(p.parent) for p in sorted(Path(d).glob("*/meta.json"))]

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -70,12 +71,15 @@ def child(fmt: str, path: str, out: str) -> None:
         wi = res.whatif
         doc["whatif"] = {k: wi.get(k) for k in ("slowdown", "slowdown_measured", "launch_slowdown", "decomposition",
                                                 "removal_share", "ms", "mw", "stragglers", "n_steps")}
-    if res.components is not None:  # the component-level judgement (long), by rank
+    if res.components is not None:  # the component verdict (long), by rank
         doc["component_rank"] = [{"component": str(r.component), "fraction": float(r.labeled_fraction),
-                                  "persistent": bool(r.persistent), "z": float(r.robust_z)}
+                                  "level": float(r.level), "level_z": float(r.level_z),
+                                  "persistent": bool(r.persistent)}
                                  for r in res.components.itertuples(index=False)]
-    if "drives.json" in res.extra:
+    if "drives.json" in res.extra:  # the drive verdict (perseus), by rank
         doc["drives"] = res.extra["drives.json"]["drives"][:8]
+        doc["drive_rank"] = [{"drive": d["drive"], "failslow": bool(d["failslow"])}
+                             for d in res.extra["drives.json"]["drives"]]
     try:
         doc["vm_hwm_mb"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024.0
     except (OSError, StopIteration):
@@ -98,6 +102,56 @@ def convert(kind: str, src: Path, dst: Path) -> Path:
     cp = subprocess.run([sys.executable, __file__, "--convert", kind, str(src), str(dst)], capture_output=True, text=True,
                         cwd=ROOT, timeout=900, check=True)
     return Path(cp.stdout.strip().splitlines()[-1])
+
+
+def prepare_drives(name: str, public: Path, dst: Path) -> Path:
+    """Write one drive dataset's ``metrics.parquet`` and ``truth.json`` (the confirmed
+    drives, read here, never by an importer) into ``dst``; returns ``dst``.
+
+    ``perseus-cluster_A``: the public subset as it is; ``perseus-cluster_A-half0/1``:
+    every other host of it (a held-out split); ``synthetic-*``: the clusters of
+    :data:`faultlab.labeler.synthetic.CLUSTERS` (generated from their seeds)."""
+    import pandas as pd
+
+    from faultlab.labeler import synthetic
+
+    dst.mkdir(parents=True, exist_ok=True)
+    if name.startswith("perseus-cluster_A"):
+        src = public / "perseus-cluster_A"
+        with open(src / "slow_drives.csv", newline="") as fh:
+            truth = sorted(f"{r['host_name']}/{r['disk_id']}" for r in csv.DictReader(fh))
+        df = pd.read_parquet(src / "metrics.parquet")
+        if name.endswith(("-half0", "-half1")):
+            df = synthetic.half_hosts(df, int(name[-1]))
+            hosts = set(df["host"].astype(str))
+            truth = [t for t in truth if t.split("/", 1)[0] in hosts]
+    else:
+        spec = next(c for c in synthetic.CLUSTERS if c.name == name)
+        df, truth = synthetic.generate(spec)
+    df.to_parquet(dst / "metrics.parquet", index=False)
+    (dst / "truth.json").write_text(json.dumps(truth))
+    return dst
+
+
+#: the drive datasets, in the order printed
+DRIVE_SETS = ("perseus-cluster_A", "perseus-cluster_A-half0", "perseus-cluster_A-half1",
+              "synthetic-none", "synthetic-one", "synthetic-30pct")
+
+
+def drive_figures(flagged: set, ranked: list[str], truth: set) -> str:
+    """Drive-level precision / recall of a verdict and Acc@k of a ranking (Acc@k =
+    confirmed drives in the top k / min(k, confirmed); k = 1 and k = |confirmed|)."""
+    hit = len(flagged & truth)
+    prec = f"{hit / len(flagged):.3f}" if flagged else "n/a"
+    rec = f"{hit / len(truth):.3f}" if truth else "n/a"
+    fig = f"verdict: {len(flagged)} fail-slow, precision {prec}, recall {rec} ({hit}/{len(truth)} confirmed)"
+    if truth:
+        k = len(truth)
+        fig += (f"; ranking Acc@1 {float(ranked[0] in truth) if ranked else 0.0:.3f}, "
+                f"Acc@{k} {sum(d in truth for d in ranked[:k]) / k:.3f}")
+    else:
+        fig += f"; false positives {len(flagged)}"
+    return fig
 
 
 def perseus_to_long(src: Path, dst: Path) -> Path:
@@ -130,13 +184,18 @@ def trace_to_long(src: Path, dst: Path) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--public", default=str(ROOT.parent / "shared" / "datasets" / "public"))
+    ap.add_argument("--public", default=os.environ.get("FAULTLAB_PUBLIC_DATA") or str(ROOT.parent / "shared" / "datasets" / "public"),
+                    help="folder of the public traces (default: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public)")
     ap.add_argument("--keep", default=None, help="keep the outputs (labels.parquet, whatif.json, components.parquet) under this folder")
     ap.add_argument("--child", nargs=3, metavar=("FORMAT", "PATH", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--convert", nargs=3, metavar=("KIND", "SRC", "DST"), help=argparse.SUPPRESS)
+    ap.add_argument("--prepare", nargs=3, metavar=("NAME", "PUBLIC", "DST"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         child(*a.child)
+        return 0
+    if a.prepare:
+        print(prepare_drives(a.prepare[0], Path(a.prepare[1]), Path(a.prepare[2])))
         return 0
     if a.convert:
         kind, src, dst = a.convert
@@ -155,47 +214,44 @@ def main() -> int:
     details = []
     t_all = time.perf_counter()
 
-    if persd.exists():
-        with open(persd / "slow_drives.csv", newline="") as fh:
-            truth = {f"{r['host_name']}/{r['disk_id']}" for r in csv.DictReader(fh)}
-        long_in = convert("perseus", persd, work)
-        for fmt, path in (("perseus", persd), ("long", long_in)):
-            r = run_child(fmt, path, work / f"perseus-cluster_A.{fmt}")
+    for name in DRIVE_SETS:
+        if name.startswith("perseus") and not persd.exists():
+            continue
+        d = work / name
+        cp = subprocess.run([sys.executable, __file__, "--prepare", name, str(pub), str(d)], capture_output=True,
+                            text=True, cwd=ROOT, timeout=900)
+        if cp.returncode != 0:
+            rows.append((name, "-", None, None, None, None, "ERROR " + (cp.stderr.strip().splitlines() or ["prepare failed"])[-1]))
+            ok = False
+            continue
+        truth = set(json.loads((d / "truth.json").read_text()))
+        long_in = convert("perseus", d, d)
+        for fmt, path in (("perseus", d), ("long", long_in)):
+            r = run_child(fmt, path, d / f"out.{fmt}")
             if "error" in r:
-                rows.append(("perseus-cluster_A", fmt, None, None, None, None, "ERROR " + r["error"]))
+                rows.append((name, fmt, None, None, None, None, "ERROR " + r["error"]))
                 ok = False
                 continue
-            drives = {c.split(":", 1)[1] for c in r["components"] if c.startswith("drive:")}
-            found = len(drives & truth)
-            prec = found / len(drives) if drives else float("nan")
-            fig = f"drives labeled {len(drives)}, confirmed found {found}/{len(truth)}, drive precision {prec:.3f}"
-            if fmt == "long":
-                top = sorted(r["label_time_s"].items(), key=lambda kv: -kv[1])[:len(truth)]
-                top_hit = len({k.split(':', 1)[1] for k, _ in top} & truth)
-                fig += f"; top-{len(truth)} by labeled time hold {top_hit}/{len(truth)} confirmed"
-                if r["components"] and not all(c.startswith("drive:") for c in r["components"]):
-                    fig += f"; +{sum(not c.startswith('drive:') for c in r['components'])} host-wide"
-                # the component-level judgement: persistent drives, and the ranking by
-                # labeled-time fraction (Acc@k = hits in the top k / min(k, |truth|),
-                # P@k = hits in the top k / k)
-                ranked = [(c["component"].split(":", 1)[1], c) for c in r["component_rank"]]
-                pers = {d for d, c in ranked if c["persistent"]}
-                hit = len(pers & truth)
-                p_prec = hit / len(pers) if pers else float("nan")
-                fig += (f"; PERSISTENT drives {len(pers)}: precision {p_prec:.3f}, recall {hit / len(truth):.3f}; "
-                        "ranking by labeled fraction " + ", ".join(
-                            f"{name}@{k} {sum(d in truth for d, _ in ranked[:k]) / (min(k, len(truth)) if name == 'Acc' else k):.3f}"
-                            for name, k in (("Acc", 1), ("Acc", 2), ("P", 1), ("P", 2), ("P", 5))))
-                details.append("long component ranking (top 6): " + "; ".join(
-                    f"#{i + 1} {d} fraction {c['fraction']:.3f} z {c['z']:.1f}{' PERSISTENT' if c['persistent'] else ''}"
-                    f"{' [confirmed]' if d in truth else ''}" for i, (d, c) in enumerate(ranked[:6])))
             if fmt == "perseus":
-                ok &= found == len(truth)
-                details.append("Perseus ranking (top 6): " + "; ".join(
-                    f"#{d['rank']} {d['drive']} share {d['share']:.2f} (max/day {d['max_window_share']:.2f}) "
-                    f"slowdown {d['slowdown']:.2f}{' FAIL-SLOW' if d['failslow'] else ''}{' [confirmed]' if d['drive'] in truth else ''}"
-                    for d in r["drives"][:6]))
-            rows.append(("perseus-cluster_A", fmt, r["runtime_s"], r["peak_rss_mb"], r["n_labels"], len(r["components"]), fig))
+                ranked = [x["drive"] for x in r["drive_rank"]]
+                flagged = {x["drive"] for x in r["drive_rank"] if x["failslow"]}
+            else:
+                ranked = [c["component"].split(":", 1)[1] for c in r["component_rank"]]
+                flagged = {c["component"].split(":", 1)[1] for c in r["component_rank"] if c["persistent"]}
+            fig = drive_figures(flagged, ranked, truth)
+            if fmt == "perseus" and name == "perseus-cluster_A":
+                ok &= truth <= flagged
+                details.append(f"{name} Perseus ranking (top 6): " + "; ".join(
+                    f"#{x['rank']} {x['drive']} share {x['share']:.2f} level {x['level']:.2f} (z {x['level_z']:.1f}) "
+                    f"slowdown {x['slowdown']:.2f}{' FAIL-SLOW' if x['failslow'] else ''}{' [confirmed]' if x['drive'] in truth else ''}"
+                    for x in r["drives"][:6]))
+            if fmt == "long" and name == "perseus-cluster_A":
+                details.append(f"{name} long component ranking (top 6): " + "; ".join(
+                    f"#{i + 1} {c['component']} level {c['level']:.2f} (z {c['level_z']:.1f}) labeled {c['fraction']:.3f}"
+                    f"{' FAIL-SLOW' if c['persistent'] else ''}{' [confirmed]' if c['component'].split(':', 1)[1] in truth else ''}"
+                    for i, c in enumerate(r["component_rank"][:6])))
+            rows.append((name, fmt, r["runtime_s"], r["peak_rss_mb"], r["n_labels"], len(r["components"]), fig))
+    if persd.exists():
         rows.append(("perseus-cluster_A", "straggler-trace", None, None, None, None, "n/a (not an operation trace)"))
 
     if std.exists():

@@ -7,16 +7,24 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
 from conftest import needs_root, residue
 
 
-@needs_root
-def test_demo_end_to_end_labels_both_faults_and_leaves_nothing(tmp_path):
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """The demo, run once for this module: (run dir, completed process, residue before)."""
     before = residue()
-    out = tmp_path / "run"
+    out = tmp_path_factory.mktemp("demo") / "run"
     cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "demo", "--out", str(out), "--duration", "40s"],
                         capture_output=True, text=True, timeout=300)
+    return out, cp, before
+
+
+@needs_root
+def test_demo_end_to_end_labels_both_faults_and_leaves_nothing(demo_run):
+    out, cp, before = demo_run
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     assert residue() == before, "the demo tore everything down"
 
@@ -51,3 +59,23 @@ def test_demo_end_to_end_labels_both_faults_and_leaves_nothing(tmp_path):
     assert {"cpu_util_pct", "net_rx_bytes_per_s", "net_tx_bytes_per_s"} <= set(host.metric)
     metrics = json.loads((out / "metrics.json").read_text())
     assert [m["detector"] for m in metrics][:1] == ["peer-median"] and {"random", "constant"} <= {m["detector"] for m in metrics}
+
+
+@needs_root
+def test_demo_report_opens_in_headless_chromium_without_errors_or_network(demo_run, tmp_path):
+    """The demo ends by writing report.html and printing its path; Chromium loads it
+    with no console error and no request beyond the file and its data: images; every
+    plot shows pixels (not blank)."""
+    from browser_check import check_report
+
+    out, cp, _ = demo_run
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    report = out / "report.html"
+    assert f"report: {report}" in cp.stdout
+    # never silent for long: a line per phase (a pipe gets plain lines) and training heartbeats
+    lines = cp.stdout.splitlines()
+    for phase in ("bringing up the testbed", "starting ranks", "training", "finishing", "labeling", "scoring", "writing the report"):
+        assert any(line.startswith(phase + ":") for line in lines), phase
+    assert sum(line.startswith("  training +") for line in lines) >= 3  # 40 s at one heartbeat per 10 s
+    res = check_report(report, tmp_path / "demo-report.png")
+    assert {"plot-timeline", "plot-whatif", "plot-host", "plot-scores"} <= {i["id"] for i in res["images"]}

@@ -148,7 +148,7 @@ def test_agent_heartbeat_and_stop_remove_files(child, agent_dir):
 
 
 def test_agent_prunes_files_of_dead_processes(agent_dir, child):
-    agent_dir.mkdir(parents=True)
+    agent_dir.mkdir(parents=True, mode=0o700)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     for suffix in (".agent", ".gc-storm.status.json"):
@@ -346,7 +346,7 @@ def test_process_without_agent_is_refused_naming_the_fix(no_residue, busy_loop, 
 
 
 def test_heartbeat_of_an_earlier_process_is_refused(busy_loop, agent_dir):
-    agent_dir.mkdir(parents=True)
+    agent_dir.mkdir(parents=True, mode=0o700)
     hb = agent_dir / f"{busy_loop.pid}.agent"
     hb.write_text(json.dumps({"pid": busy_loop.pid, "starttime": 1, "heartbeat_ts": time.time()}))
     try:
@@ -360,15 +360,16 @@ def test_heartbeat_of_an_earlier_process_is_refused(busy_loop, agent_dir):
 
 
 # -- a real 2-rank job ---------------------------------------------------------------
-def test_gc_storm_on_rank1_slows_its_compute(no_residue, tmp_path, agent_dir):
+def test_gc_storm_on_rank1_stalls_the_job(no_residue, tmp_path, agent_dir):
     """Two gloo ranks on loopback; a 3 s storm (3 bursts/s, 5 MB: each burst a full
     collection of a torch-sized heap, ~0.15-0.4 s here) on rank 1. The ranks train
     until SIGTERM (both stop at the same step), so the storm never outlives them.
 
     Where a stall lands depends on what rank 1 was doing: in compute_s when it was
     computing, in comm_s when it was inside the all-reduce (about half the bursts
-    here). Both ranks run the same steps, so the excess of rank 1's summed compute_s
-    over rank 0's is stall time (one burst is enough for the bound); gc_s shows all."""
+    here; on a quiet machine, where a step is a few ms and mostly all-reduce, nearly
+    all of them). So the test does not ask where it landed: gc_s shows rank 1's stall
+    time, and the steps it collected in are slower than the ones it did not."""
     from faultlab.benchmarks.launch import free_port, launch_ranks, stop_ranks
 
     tel = tmp_path / "telemetry"
@@ -404,11 +405,174 @@ def test_gc_storm_on_rank1_slows_its_compute(no_residue, tmp_path, agent_dir):
 
     storm0, storm1 = window(0), window(1)
     assert len(storm1) >= 10, f"only {len(storm1)} steps under the storm"
-    c0, c1 = (sum(x["compute_s"] for x in s) for s in (storm0, storm1))
-    assert c1 - c0 > 0.1 and c1 > 1.1 * c0, f"rank 1 compute {c1:.3f}s vs rank 0 {c0:.3f}s over {len(storm1)} steps"
     g0, g1 = (sum(x["gc_s"] for x in s) for s in (storm0, storm1))
     assert g1 > 0.1 * (t_off - t_on) and g0 < 0.05, (g0, g1)
+    # The stall is the job's: a step in which rank 1 collected is slower than one in
+    # which it did not (wherever the burst landed: in rank 1's compute, or inside the
+    # all-reduce, where rank 0 waits with it). Compared within the same window, so
+    # machine load moves both sides alike.
+    stalled = [x["step_s"] for x in storm1 if x["gc_s"] > 0.005]
+    clean = [x["step_s"] for x in storm1 if x["gc_s"] == 0]
+    assert stalled and clean, (len(stalled), len(clean))
+    assert statistics.median(stalled) > 2 * statistics.median(clean), (statistics.median(stalled), statistics.median(clean))
     final = active.evidence["at_revert"]["status"]
     assert final["bursts"] >= 4 and 0 < inj.severity <= 1
     assert active.injection_row("gc")["target"] == "rank:1"
     assert _files(agent_dir) == set()  # both ranks removed their heartbeat on exit
+
+
+# -- trust: the control folder, planted links, other users' commands -------------------
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="simulating another user (chown to nobody) needs root")
+
+
+@pytest.fixture
+def request_cleanup():
+    todo = []
+    yield todo
+    for f in reversed(todo):
+        f()
+
+
+def _nobody() -> tuple[int, int]:
+    import pwd
+
+    pw = pwd.getpwnam("nobody")
+    return pw.pw_uid, pw.pw_gid
+
+
+@pytest.mark.parametrize("how", ["mode-0777", "symlink", "mode-0755"] + (["owner-nobody"] if os.geteuid() == 0 else []))
+def test_agent_refuses_an_untrusted_control_folder(tmp_path, how):
+    """Before the fix the agent accepted any existing folder (any owner or mode): here
+    another user could plant commands. Now start() raises (an OSError) and writes nothing."""
+    d = tmp_path / "agents"
+    if how == "symlink":
+        real = tmp_path / "real"
+        real.mkdir(mode=0o700)
+        d.symlink_to(real)
+    else:
+        d.mkdir(mode=0o700)
+        if how == "mode-0777":
+            os.chmod(d, 0o777)
+        elif how == "mode-0755":
+            os.chmod(d, 0o755)
+        else:
+            os.chown(d, _nobody()[0], -1)
+    code = ("import sys\nfrom faultlab.benchmarks import agent\n"
+            "try:\n    agent.start(sys.argv[1])\nexcept OSError as e:\n    print('refused', e); sys.exit(0)\nprint('started')\n")
+    cp = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=30)
+    assert cp.stdout.startswith("refused"), cp.stdout + cp.stderr
+    assert str(d) in cp.stdout and "\n" not in cp.stdout.strip()
+    assert not list(d.iterdir())
+
+
+def test_agent_never_writes_through_a_planted_tmp_link(child, agent_dir, tmp_path):
+    """Before the fix the heartbeat was written to the predictable ``PID.agent.tmp``
+    with O_TRUNC, following a link planted there (a 0600 file was overwritten)."""
+    c = child()
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    os.chmod(victim, 0o600)
+    for name in (f"{c.pid}.agent.tmp", f"{c.pid}.gc-storm.status.json.tmp"):
+        (agent_dir / name).symlink_to(victim)
+    hb = agent_dir / f"{c.pid}.agent"
+    ts0 = json.loads(hb.read_text())["heartbeat_ts"]
+    assert _wait(lambda: json.loads(hb.read_text())["heartbeat_ts"] > ts0, 5)  # a new heartbeat was written
+    assert victim.read_text() == "keep"
+    for name in (f"{c.pid}.agent.tmp", f"{c.pid}.gc-storm.status.json.tmp"):
+        (agent_dir / name).unlink()
+
+
+@needs_root
+def test_agent_ignores_a_command_file_of_another_user(child, agent_dir):
+    """A command owned by another user (as if written through a folder they could
+    write) is reported as untrusted and never run."""
+    c = child()
+    cmd = agent_mod.command_path(agent_dir, c.pid)
+    cmd.write_text(json.dumps({"fault_id": "gc-evil1", "rate_per_s": 5, "garbage_mb": 1, "deadline_ts": time.time() + 30}))
+    os.chown(cmd, _nobody()[0], -1)
+    st = agent_mod.status_path(agent_dir, c.pid)
+    assert _wait(st.exists, 3)
+    s = json.loads(st.read_text())
+    assert s["state"] == "error" and "owned by uid" in s["error"], s
+    cmd.unlink()
+    assert _wait(lambda: not st.exists(), 3)
+    assert json.loads((agent_dir / f"{c.pid}.agent").read_text())["storms_done"] == 0
+
+
+def test_agent_ignores_a_symlinked_command(child, agent_dir, tmp_path):
+    c = child()
+    target = tmp_path / "cmd.json"
+    target.write_text(json.dumps({"fault_id": "gc-link1", "rate_per_s": 5, "garbage_mb": 1, "deadline_ts": time.time() + 30}))
+    cmd = agent_mod.command_path(agent_dir, c.pid)
+    cmd.symlink_to(target)
+    st = agent_mod.status_path(agent_dir, c.pid)
+    assert _wait(st.exists, 3)
+    assert "symlink" in json.loads(st.read_text())["error"]
+    cmd.unlink()
+    assert _wait(lambda: not st.exists(), 3)
+
+
+def test_injector_never_writes_through_a_planted_tmp_link(no_residue, child, agent_dir, tmp_path):
+    """Before the fix root's inject wrote ``PID.gc-storm.json.tmp`` with a shell
+    redirection, following a link planted there (a root 0600 file was overwritten)."""
+    c = child()
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    os.chmod(victim, 0o600)
+    (agent_dir / f"{c.pid}.gc-storm.json.tmp").symlink_to(victim)
+    try:
+        active = apply(GcStorm(LocalNode("local"), c.pid, 5, 1, 10), 10)
+        active.revert()
+    finally:
+        (agent_dir / f"{c.pid}.gc-storm.json.tmp").unlink(missing_ok=True)
+    assert victim.read_text() == "keep"
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o755])
+def test_injector_refuses_an_untrusted_control_folder(no_residue, busy_loop, tmp_path, monkeypatch, mode):
+    d = tmp_path / "agents"
+    d.mkdir()
+    os.chmod(d, mode)
+    monkeypatch.setenv("FAULTLAB_AGENT_DIR", str(d))
+    hb = d / f"{busy_loop.pid}.agent"
+    hb.write_text(json.dumps({"pid": busy_loop.pid, "starttime": agent_mod.proc_starttime(busy_loop.pid), "heartbeat_ts": time.time()}))
+    with pytest.raises(Refused, match="control folder is not trusted") as e:
+        apply(GcStorm(LocalNode("local"), busy_loop.pid, 5, 1, 10), 10)
+    assert str(d) in str(e.value) and "\n" not in str(e.value)
+    assert not load_leases(LocalNode("local")) and sorted(p.name for p in d.iterdir()) == [hb.name]
+
+
+@needs_root
+def test_commands_in_another_users_folder_run_as_that_user(request_cleanup):
+    """In a folder owned by the target's user, the inject and revert commands run as
+    that user (setpriv): root never writes through a path that user controls."""
+    import shutil
+    import tempfile
+
+    uid, gid = _nobody()
+    base = Path(tempfile.mkdtemp(prefix="faultlab-test-"))  # /tmp/pytest-of-root is 0700: nobody cannot enter it
+    request_cleanup.append(lambda: shutil.rmtree(base, ignore_errors=True))
+    os.chmod(base, 0o755)
+    d = base / "agents"
+    d.mkdir(mode=0o700)
+    os.chown(d, uid, gid)
+    root_file = base / "rootonly"
+    root_file.write_text("keep")
+    os.chmod(root_file, 0o600)
+    pid = os.getpid()
+    inj = GcStorm(LocalNode("local"), pid, 5, 1, 10, agent_dir=str(d))
+    facts = {"cmd_path": str(agent_mod.command_path(d, pid)), "status_path": str(agent_mod.status_path(d, pid)),
+             "heartbeat_path": str(agent_mod.heartbeat_path(d, pid)), "deadline_ts": time.time() + 10,
+             "dir_uid": uid, "dir_gid": gid}
+    plan = inj.plan(facts)
+    assert plan.inject[0].argv[:2] == ("setpriv", f"--reuid={uid}") and plan.revert[0].argv[0] == "setpriv"
+    # the user planted a link to a root-only file at the final name: root's write (as nobody) cannot follow it
+    os.symlink(root_file, facts["cmd_path"] + ".tmp.AAAAAA")
+    cp = subprocess.run(list(plan.inject[0].argv), capture_output=True, text=True, timeout=10)
+    assert cp.returncode == 0, cp.stderr
+    st = os.lstat(facts["cmd_path"])
+    assert st.st_uid == uid and json.loads(Path(facts["cmd_path"]).read_text())["fault_id"] == inj.fault_id
+    assert root_file.read_text() == "keep"
+    subprocess.run([*plan.revert[0].argv[:-1], "1"], capture_output=True, timeout=10, check=True)
+    assert not os.path.lexists(facts["cmd_path"]) and not os.path.lexists(facts["cmd_path"] + ".tmp.AAAAAA")
+    assert root_file.read_text() == "keep"

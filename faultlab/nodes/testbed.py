@@ -7,7 +7,12 @@ The subnet is a /24 from 10.213.0.0/16 that no route on this host already uses.
 
 Everything made carries the testbed id in its name and is listed in a state file
 (``/run/faultlab/testbeds/<id>.json``) so that ``faultlab recover`` can remove a
-testbed left by a killed controller. When ``iptables`` exists and bridged traffic
+testbed left by a killed controller. The state folder is opened through
+``faultlab.safefs`` (whole path owned by root or us, not writable by others, no
+symlinks) and each file is validated (``TestbedState``: the id is 4 hex digits, every
+name is one this testbed would have made, the iptables rule is exactly ours) before
+``recover`` acts on it; a file failing a check is reported (``untrusted_states``) and
+never acted on. When ``iptables`` exists and bridged traffic
 passes through it (docker sets the FORWARD policy to DROP), one ACCEPT rule for the
 bridge is added, with a faultlab comment, and removed on teardown.
 """
@@ -15,17 +20,67 @@ bridge is added, with a faultlab comment, and removed on teardown.
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Optional
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from faultlab import safefs
 from faultlab.errors import FaultlabError, NodeError
 from faultlab.nodes.netns import NetnsNode
 
 NODE_IFACE = "fleth0"
+#: a testbed id: 4 hex digits (``secrets.token_hex(2)``)
+TESTBED_ID_RE = re.compile(r"^[0-9a-f]{4}$")
+TESTBED_NET = ipaddress.ip_network("10.213.0.0/16")
+
+
+def _forward_rule(tb_id: str, bridge: str) -> list[str]:
+    """The iptables FORWARD rule a testbed adds (and the only one it may remove)."""
+    return ["FORWARD", "-i", bridge, "-o", bridge, "-m", "comment", "--comment", f"faultlab-{tb_id}", "-j", "ACCEPT"]
+
+
+class TestbedState(BaseModel):
+    """Schema of a testbed state file ``<id>.json``: only names this testbed would
+    have made pass (namespaces ``fl<id>n<i>``, links ``flbr<id>`` / ``fl<id>h<i>``, the
+    exact FORWARD rule), so a file cannot steer ``recover`` at anything else.
+    ``pid`` and ``starttime`` (field 22 of /proc/PID/stat) name the controller."""
+
+    __test__ = False  # not a pytest class
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str = Field(pattern=TESTBED_ID_RE.pattern)
+    subnet: Optional[str] = None
+    pid: int = Field(gt=0)
+    starttime: Optional[int] = Field(default=None, ge=0)
+    netns: list[str] = Field(default_factory=list, max_length=200)
+    links: list[str] = Field(default_factory=list, max_length=201)
+    iptables: Optional[list[str]] = None
+
+    @model_validator(mode="after")
+    def _names_are_ours(self) -> "TestbedState":
+        i = re.escape(self.id)
+        for ns in self.netns:
+            if not re.fullmatch(rf"fl{i}n[0-9]{{1,3}}", ns):
+                raise ValueError(f"netns: {ns!r} is not a name this testbed makes (fl{self.id}n<i>)")
+        for link in self.links:
+            if link != f"flbr{self.id}" and not re.fullmatch(rf"fl{i}h[0-9]{{1,3}}", link):
+                raise ValueError(f"links: {link!r} is not a name this testbed makes (flbr{self.id}, fl{self.id}h<i>)")
+        if self.iptables is not None and self.iptables != _forward_rule(self.id, f"flbr{self.id}"):
+            raise ValueError("iptables: not the rule this testbed adds")
+        if self.subnet not in (None, "None"):
+            try:
+                net = ipaddress.ip_network(self.subnet)
+            except ValueError:
+                raise ValueError(f"subnet: {self.subnet!r} is not a network") from None
+            if not (net.prefixlen == 24 and net.subnet_of(TESTBED_NET)):
+                raise ValueError(f"subnet: {self.subnet} is not a /24 of {TESTBED_NET}")
+        return self
 
 
 def state_dir() -> Path:
@@ -83,6 +138,8 @@ class NetnsTestbed:
         if n_nodes < 1 or n_nodes > 200:
             raise FaultlabError(f"{n_nodes} nodes", field="nodes", fix="give 1 to 200")
         self.id = tb_id or secrets.token_hex(2)
+        if not TESTBED_ID_RE.match(self.id):
+            raise FaultlabError(f"testbed id {self.id!r}", field="tb_id", fix="give 4 hex digits, or none")
         self.n_nodes = n_nodes
         self.bridge = f"flbr{self.id}"
         self.nodes: list[NetnsNode] = []
@@ -141,7 +198,7 @@ class NetnsTestbed:
             nf = "0"
         if nf != "1":
             return
-        rule = ["FORWARD", "-i", self.bridge, "-o", self.bridge, "-m", "comment", "--comment", f"faultlab-{self.id}", "-j", "ACCEPT"]
+        rule = _forward_rule(self.id, self.bridge)
         cp = subprocess.run([ipt, "-I", *rule], capture_output=True, text=True, timeout=30)
         if cp.returncode == 0:
             self._made["iptables"] = rule
@@ -183,7 +240,11 @@ class NetnsTestbed:
                 if cp.returncode != 0 and Path(f"/sys/class/net/{link}").exists():
                     errors.append(cp.stderr.strip())
         if not errors:
-            self._state_path().unlink(missing_ok=True)
+            try:
+                with safefs.open_dir(state_dir()) as d:
+                    d.unlink(f"{self.id}.json")
+            except FileNotFoundError:
+                pass
         self.nodes = []
         return errors
 
@@ -198,39 +259,96 @@ class NetnsTestbed:
         return state_dir() / f"{self.id}.json"
 
     def _save(self) -> None:
-        p = self._state_path()
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"id": self.id, "subnet": str(self.subnet), "pid": os.getpid(), **self._made}))
-        os.replace(tmp, p)
+        """Write the state file (durably, through the checked state folder)."""
+        state = {"id": self.id, "subnet": str(self.subnet), "pid": os.getpid(), "starttime": _starttime(os.getpid()),
+                 **self._made}
+        with safefs.open_dir(state_dir(), create=True, mode=0o755) as d:
+            d.write_json(f"{self.id}.json", state, mode=0o644)
 
     @classmethod
-    def from_state(cls, path: Path) -> "NetnsTestbed":
-        d = json.loads(path.read_text())
-        tb = cls(n_nodes=max(1, len(d.get("netns", []))), tb_id=d["id"])
-        tb._made = {"netns": d.get("netns", []), "links": d.get("links", []), "iptables": d.get("iptables")}
+    def from_state(cls, state: TestbedState) -> "NetnsTestbed":
+        """The testbed a validated state file describes."""
+        tb = cls(n_nodes=max(1, len(state.netns)), tb_id=state.id)
+        tb._made = {"netns": list(state.netns), "links": list(state.links), "iptables": state.iptables}
         return tb
+
+
+def load_states() -> tuple[list[TestbedState], list[str]]:
+    """The testbed state files of this host that pass every check, and one line for
+    each that does not (the path and why: untrusted folder or file, a symlink, another
+    user's file, bad JSON, a schema error, a name that is not its id). Nothing is
+    acted on here."""
+    states, bad = [], []
+    try:
+        d = safefs.open_dir(state_dir())
+    except FileNotFoundError:
+        return states, bad
+    except safefs.UntrustedPath as e:
+        return states, [f"testbed state folder not trusted, nothing in it is acted on: {e}"]
+    with d:
+        for name in d.listdir():
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            path = f"{d.path}/{name}"
+            try:
+                raw = d.read_json(name, max_bytes=64 * 1024)
+                st = TestbedState.model_validate(raw)
+            except safefs.UntrustedPath as e:
+                bad.append(f"testbed state not trusted, not acted on: {e}")
+                continue
+            except (OSError, ValueError) as e:  # ValidationError is a ValueError
+                why = _validation_summary(e) if isinstance(e, ValidationError) else str(e).splitlines()[0]
+                bad.append(f"testbed state {path}: {why}, not acted on (remove it: `rm {path}`)")
+                continue
+            if name != f"{st.id}.json":
+                bad.append(f"testbed state {path}: names testbed {st.id}, not acted on (remove it: `rm {path}`)")
+                continue
+            states.append(st)
+    return states, bad
+
+
+def untrusted_states() -> list[str]:
+    """One line per testbed state file that fails a check (see ``load_states``)."""
+    return load_states()[1]
+
+
+def _validation_summary(e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err.get("loc", ())) or "file"
+    return f"{loc}: {err.get('msg')}"
 
 
 def recover_testbeds(only_dead: bool = True) -> list[str]:
     """Tear down testbeds whose controller is gone (all of them when ``only_dead`` is
-    False). Returns the ids removed."""
+    False), from state files that pass ``load_states``' checks only. Returns the ids
+    removed; ``untrusted_states()`` names the files skipped."""
     removed = []
-    d = state_dir()
-    if not d.exists():
-        return removed
-    for p in sorted(d.glob("*.json")):
-        try:
-            state = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError):
+    states, _bad = load_states()
+    for st in states:
+        if only_dead and _controller_alive(st.pid, st.starttime):
             continue
-        pid = state.get("pid")
-        if only_dead and pid and _alive(pid):
-            continue
-        tb = NetnsTestbed.from_state(p)
+        tb = NetnsTestbed.from_state(st)
         if not tb.down():
             removed.append(tb.id)
-    return removed
+    from faultlab.nodes.docker_testbed import recover_docker_testbeds  # docker and ssh testbeds
+
+    return removed + recover_docker_testbeds(only_dead)
+
+
+def _starttime(pid: int) -> Optional[int]:
+    from faultlab.benchmarks.agent import proc_starttime
+
+    return proc_starttime(pid)
+
+
+def _controller_alive(pid: int, starttime: Optional[int]) -> bool:
+    """Whether the controller that wrote a state file still runs: its PID exists and
+    (when recorded) has the same start time, so a reused PID does not keep a dead
+    testbed forever."""
+    now = _starttime(pid)
+    if now is None:
+        return _alive(pid)
+    return starttime is None or now == starttime
 
 
 def _alive(pid: int) -> bool:

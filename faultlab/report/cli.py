@@ -1,0 +1,70 @@
+"""``faultlab report`` and ``faultlab export`` (registered on the main typer app by
+:func:`register`). Heavy imports (matplotlib, jinja2) happen only when a command runs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from faultlab.errors import BadInput, FaultlabError
+
+
+def _fail(err: Exception) -> None:
+    print(f"faultlab: error: {err}", file=sys.stderr)
+    raise typer.Exit(getattr(err, "exit_code", 1))
+
+
+def report(
+    path: Path = typer.Argument(..., metavar="RUN_DIR|DATASET_DIR|SCORES.json",
+                                help="a run directory, a folder of runs (campaign), a dataset folder, or a scores JSON file"),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="where to write the page (default: PATH/report.html; SCORES.html beside a JSON file)"),
+):
+    """Write the HTML report of a run, a folder of runs, a dataset or a scores file.
+
+    One self-contained page (plots embedded, nothing loaded from the network): per-rank step and compute time with faults, labels and alarms; the
+    what-if slowdown; host metrics per node; the tables of faults, labels, alarms and
+    scores. For a folder of runs or a dataset: a thumbnail per run and the score table
+    with bootstrap 95% CIs."""
+    from faultlab.report.html import write_report
+
+    t = time.perf_counter()
+    try:
+        written = write_report(path, out)
+    except FaultlabError as e:
+        _fail(e)
+    except OSError as e:
+        _fail(BadInput(f"cannot write {e.filename or out}: {e.strerror or e}", field="--out", fix="give a writable file path"))
+    print(f"report -> {written} ({written.stat().st_size / 1e6:.2f} MB, {time.perf_counter() - t:.1f}s)")
+
+
+def export(
+    run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a run directory"),
+    format: str = typer.Option("perfetto", "--format", metavar="FORMAT", help="perfetto: Chrome trace JSON (ui.perfetto.dev, chrome://tracing)"),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="where to write (default: RUN_DIR/trace.json)"),
+):
+    """Export a run as a Perfetto timeline (Chrome trace JSON).
+
+    One process per node, a track per rank with compute
+    and comm slices per step, faults and labels on their own tracks, host metrics as
+    counters. Open the file in https://ui.perfetto.dev (it is read in the browser)."""
+    from faultlab.report.perfetto import export_trace
+
+    if format != "perfetto":
+        _fail(BadInput(f"unknown format {format!r}", field="--format", fix="use --format perfetto"))
+    try:
+        written = export_trace(run_dir, out)
+    except FaultlabError as e:
+        _fail(e)
+    except OSError as e:
+        _fail(BadInput(f"cannot write {e.filename or out}: {e.strerror or e}", field="--out", fix="give a writable file path"))
+    print(f"perfetto trace -> {written} ({written.stat().st_size / 1e6:.1f} MB)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``report`` and ``export`` to ``app``."""
+    app.command("report")(report)
+    app.command("export")(export)

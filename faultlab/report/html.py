@@ -1,0 +1,337 @@
+"""The HTML report: one self-contained page (jinja2 template, plots as base64 PNG
+``data:`` URIs, inline CSS, no script, nothing loaded from the network).
+
+Three inputs, told apart by what the path holds:
+
+- a run directory (``steps.parquet`` or ``telemetry/``): the run's page;
+- a folder of runs (a campaign's ``--out``, a ``faultlab run --repeat`` folder) or a
+  dataset folder (``data/steps/run=ID/``): a thumbnail per run and the score table,
+  each figure with a bootstrap 95% CI over runs;
+- a scores JSON file (``metrics.json``, or what ``faultlab score`` writes): the score
+  table and bars.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import time
+from pathlib import Path
+
+import jinja2
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from faultlab.errors import BadInput
+from faultlab.report import plots
+from faultlab.report.data import RunData, is_run_dir, load_run
+
+SCORE_COLUMNS = ["window_f1", "window_mcc", "event_precision", "event_recall", "event_f1", "range_f1", "vus_pr", "acc_at_1", "latency_median_s", "precision", "recall", "f1", "mcc"]
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.PackageLoader("faultlab.report", "templates"),
+                              autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
+
+
+def data_uri(png: bytes | None) -> str | None:
+    return None if png is None else "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def fmt(v, digits: int = 3) -> str:
+    """A table cell: numbers rounded, NaN/None as '-'."""
+    if v is None:
+        return "-"
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return "-" if not math.isfinite(v) else f"{v:.{digits}f}"
+    return str(v)
+
+
+def write_report(path: str | Path, out: str | Path | None = None) -> Path:
+    """Render the report of ``path`` (run directory, folder of runs or dataset, or a
+    scores JSON file) into ``out`` (default: ``path/report.html`` for a folder,
+    ``PATH.html`` beside a JSON file). Returns the path written.
+
+    Raises BadInput (field ``PATH``) when ``path`` is none of those, and BadInput
+    naming the file when one of its files cannot be read; OSError when ``out``
+    cannot be written.
+    """
+    p = Path(path)
+    if p.is_file():
+        html, default = render_scores_file(p), p.with_suffix(".html")
+    elif is_run_dir(p):
+        html, default = render_run(load_run(p)), p / "report.html"
+    elif p.is_dir() and (runs := find_runs(p)):
+        html, default = render_collection(p, runs), p / "report.html"
+    else:
+        what = "does not exist" if not p.exists() else "holds no run directory, dataset or scores file"
+        raise BadInput(f"{p} {what}", field="PATH", fix="give a run directory, a folder of runs, a dataset folder or a scores JSON file")
+    target = Path(out) if out is not None else default
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(target)
+    return target
+
+
+# -- one run ---------------------------------------------------------------------------
+def render_run(run: RunData) -> str:
+    """The HTML page of one run."""
+    t = time.perf_counter()
+    timeline, binsize = plots.timeline(run)
+    figures = [
+        {"id": "timeline", "title": "Step and compute time per rank",
+         "src": data_uri(timeline),
+         "caption": "Per-rank step time (all ranks wait for the slowest, so these lines coincide) and compute time "
+                    "(local work: a straggler's line rises alone); bold: rolling median over 15 steps, faint: every step. Shaded: injection windows, named type @ node. "
+                    "Lanes: injected faults, labels colored by source with their slowdown, detector alarms in red."
+                    + (f" Lines show the maximum per {binsize} steps." if binsize > 1 else "")},
+        {"id": "whatif", "title": "What-if slowdown", "src": data_uri(plots.whatif(run)),
+         "caption": "Left: cumulative actual job time minus the job time with every straggler made ideal (its compute at "
+                    "its peer group's median; OSDI'25 what-if analysis): the time stragglers cost the job. A job-wide slowdown "
+                    "such as a slow link is no straggler and costs nothing here. Right: S_w per rank."},
+        {"id": "host", "title": "Host metrics per node", "src": data_uri(plots.host_metrics(run)),
+         "caption": "CPU utilization, NIC receive/transmit rate and TCP round-trip time to each peer node, sampled once a "
+                    "second; each node's own faults shaded."},
+    ]
+    figures = [f for f in figures if f["src"]]
+    score_rows = run.metrics if isinstance(run.metrics, list) else (run.metrics or {}).get("rows", []) if isinstance(run.metrics, dict) else []
+    ctx = {
+        "title": f"faultlab run {run.run_id}",
+        "run": _run_summary(run),
+        "notes": run.notes,
+        "figures": figures,
+        "faults": _fault_rows(run),
+        "labels": _label_rows(run),
+        "alarms": _alarm_rows(run),
+        "scores": _score_table(score_rows),
+        "whatif": _whatif_rows(run),
+        "meta": [(k, fmt(v)) for k, v in sorted(run.meta.items()) if not isinstance(v, (dict, list))],
+        "render_s": None,
+    }
+    ctx["render_s"] = f"{time.perf_counter() - t:.1f}"
+    return _env().get_template("run.html.j2").render(**ctx)
+
+
+def _run_summary(run: RunData) -> dict:
+    s = run.steps
+    dur = float((s["t_start"] + s["step_s"]).max() - run.t0)
+    return {
+        "id": run.run_id, "path": str(run.path), "ranks": len(run.ranks), "nodes": ", ".join(run.nodes),
+        "steps": int(s["step"].nunique()), "duration": f"{dur:.1f} s", "median_step": f"{s['step_s'].median() * 1e3:.1f} ms",
+        "t0": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(run.t0)), "complete": bool(run.meta.get("complete", False)),
+        "faults": len(run.injections), "labels": len(run.labels), "alarms": len(run.alarms),
+    }
+
+
+def _rel(run: RunData, ts) -> str:
+    return "-" if ts is None or (isinstance(ts, float) and not math.isfinite(ts)) else f"+{run.rel(ts):.1f}s"
+
+
+def _fault_rows(run: RunData) -> list[dict]:
+    rows = []
+    for r in run.injections.itertuples():
+        rows.append({"fault": r.fault_id, "type": r.fault_type, "node": r.node, "target": r.target,
+                     "start": _rel(run, r.start_ts), "end": _rel(run, r.end_ts), "params": r.params,
+                     "verified": fmt(r.verified), "status": r.status, "color": plots.FAULT_COLORS.get(r.fault_type, "#999")})
+    return rows
+
+
+def _label_rows(run: RunData) -> list[dict]:
+    rows = []
+    for r in run.labels.sort_values("start_ts").itertuples():
+        rows.append({"component": r.component, "start": _rel(run, r.start_ts), "end": _rel(run, r.end_ts),
+                     "steps": f"{r.start_step}-{r.end_step}", "slowdown": f"{r.slowdown:.2f}x", "views": r.views,
+                     "confidence": fmt(r.confidence, 2), "source": r.source, "cause": r.cause, "fault": r.fault_id if isinstance(r.fault_id, str) else "-"})
+    return rows
+
+
+def _alarm_rows(run: RunData) -> list[dict]:
+    return [{"component": r.component, "start": _rel(run, r.start_ts), "end": _rel(run, r.end_ts), "score": fmt(r.score)}
+            for r in run.alarms.sort_values("start_ts").itertuples()]
+
+
+def _whatif_rows(run: RunData) -> list[tuple[str, str]]:
+    w = run.whatif or {}
+    rows = [("S (job)", fmt(w.get("slowdown")))]
+    rows += [(f"S_w {k}", fmt(v)) for k, v in (w.get("per_rank") or {}).items()]
+    if "actual_s" in w:
+        rows.append(("actual / simulated job time", f"{fmt(w.get('actual_s'), 1)} s / {fmt(w.get('simulated_s'), 1)} s"))
+    return rows if w else []
+
+
+def _score_table(rows: list[dict], label: str = "detector") -> dict | None:
+    rows = [r for r in rows if isinstance(r, dict)]
+    if not rows:
+        return None
+    cols = [c for c in SCORE_COLUMNS if any(c in r for r in rows)]
+    extra = [c for c in rows[0] if c not in cols and c != "detector" and not c.endswith("_ci") and isinstance(rows[0][c], (int, float))][:6]
+    cols += extra
+    body = []
+    for r in rows:
+        cells = []
+        for c in cols:
+            ci = r.get(f"{c}_ci")
+            cell = fmt(r.get(c))
+            if isinstance(ci, (list, tuple)) and len(ci) == 2:
+                cell += f" [{fmt(ci[0])}, {fmt(ci[1])}]"
+            cells.append(cell)
+        body.append({"detector": str(r.get("detector", "-")), "cells": cells})
+    return {"label": label, "columns": cols, "rows": body, "bars": data_uri(plots.score_bars(rows)) if label == "detector" else None}
+
+
+# -- a folder of runs, or a dataset ----------------------------------------------------
+def find_runs(p: Path) -> list[Path]:
+    """The run directories in a folder of runs (children, sorted), or the runs of a
+    dataset folder (``data/steps/run=ID``)."""
+    if (p / "data" / "steps").is_dir():
+        return sorted(x for x in (p / "data" / "steps").iterdir() if x.is_dir() and x.name.startswith("run="))
+    return sorted(x for x in p.iterdir() if is_run_dir(x))
+
+
+def _dataset_run(p: Path, part: Path) -> RunData:
+    """One run of a dataset folder, from its partitions ``data/TABLE/run=ID/``."""
+    from faultlab import schema
+
+    run_id = part.name.split("=", 1)[1]
+
+    def table(name: str) -> pd.DataFrame:
+        d = p / "data" / name / f"run={run_id}"
+        files = sorted(d.glob("*.parquet")) if d.is_dir() else []
+        if not files:
+            return schema.empty(name)
+        try:
+            return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        except (OSError, ValueError, pa.ArrowException) as e:
+            raise BadInput(f"{files[0]} could not be read as Parquet ({type(e).__name__})", field=str(d), fix="run faultlab dataset verify") from None
+
+    steps = table("steps")
+    if steps.empty:
+        raise BadInput(f"{part} holds no steps", field=str(part), fix="run faultlab dataset verify")
+    return RunData(path=part, run_id=run_id, meta={}, steps=steps, host=table("host"), injections=table("injections"),
+                   labels=table("labels"), alarms=table("alarms"), whatif=None, metrics=None,
+                   t0=float(steps["t_start"].min()))
+
+
+def bootstrap_ci(values, n: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """The 95% percentile-bootstrap CI of the mean of ``values`` (NaN dropped), seeded;
+    None for fewer than 2 values."""
+    v = np.asarray([x for x in values if isinstance(x, (int, float)) and math.isfinite(x)], dtype=float)
+    if len(v) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    means = rng.choice(v, size=(n, len(v)), replace=True).mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def pooled_scores(per_run: dict[str, list[dict]]) -> list[dict]:
+    """Per detector, the mean of each score metric over runs with its bootstrap 95% CI
+    (``METRIC_ci``) and the number of runs (``runs``)."""
+    by_det: dict[str, list[dict]] = {}
+    for rows in per_run.values():
+        for r in rows:
+            if isinstance(r, dict) and "detector" in r:
+                by_det.setdefault(str(r["detector"]), []).append(r)
+    out = []
+    for det, rows in by_det.items():
+        row = {"detector": det, "runs": len(rows)}
+        for c in SCORE_COLUMNS:
+            vals = [r.get(c) for r in rows if isinstance(r.get(c), (int, float)) and math.isfinite(r.get(c))]
+            if vals:
+                row[c] = float(np.mean(vals))
+                ci = bootstrap_ci(vals)
+                if ci:
+                    row[f"{c}_ci"] = list(ci)
+        out.append(row)
+    return out
+
+
+def render_collection(p: Path, runs: list[Path]) -> str:
+    """The page of a folder of runs or a dataset: a thumbnail per run and the score
+    table (a ``scores.json`` the folder holds, else the runs' metrics.json pooled with
+    bootstrap 95% CIs over runs)."""
+    dataset = (p / "data" / "steps").is_dir()
+    cards, per_run, problems = [], {}, []
+    for r in runs:
+        try:
+            run = _dataset_run(p, r) if dataset else load_run(r)
+        except BadInput as e:
+            problems.append(f"{r.name}: {e}")
+            continue
+        if isinstance(run.metrics, list):
+            per_run[run.run_id] = run.metrics
+        link = f"{r.name}/report.html" if (r / "report.html").exists() else None
+        cards.append({"id": run.run_id, "src": data_uri(plots.thumbnail(run)), "link": link,
+                      "faults": ", ".join(f"{x.fault_type}@{x.node}" for x in run.injections.itertuples()) or "none",
+                      "labels": len(run.labels), "steps": int(run.steps["step"].nunique())})
+    scores_file = next((f for f in (p / "scores.json", p / "metrics.json") if f.is_file()), None)
+    rows = _score_rows(_read_json(scores_file)) if scores_file else pooled_scores(per_run)
+    ctx = {"title": f"faultlab {'dataset' if dataset else 'runs'} {p.name}", "path": str(p), "kind": "dataset" if dataset else "folder of runs",
+           "cards": cards, "problems": problems, "scores": _score_table(rows),
+           "scores_source": str(scores_file) if scores_file else f"mean of {len(per_run)} runs' metrics.json, bootstrap 95% CI over runs",
+           "card": _dataset_card(p) if dataset else None}
+    return _env().get_template("collection.html.j2").render(**ctx)
+
+
+def _dataset_card(p: Path) -> str | None:
+    f = p / "README.md"
+    if not f.is_file():
+        return None
+    text = f.read_text(errors="replace")
+    if text.startswith("---"):
+        end = text.find("\n---", 3)
+        text = text[end + 4:] if end > 0 else text
+    return text.strip()[:4000]
+
+
+# -- a scores file ---------------------------------------------------------------------
+def _read_json(f: Path):
+    try:
+        return json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadInput(f"{f} could not be read as JSON ({type(e).__name__}: {e})", field="PATH", fix="give a scores JSON file (metrics.json)") from None
+
+
+def _score_rows(doc) -> list[dict]:
+    """Score rows from a scores document: a list of rows (metrics.json), or an object
+    holding such a list (under ``rows``, ``scores``, ``detectors`` or ``overall``)."""
+    if isinstance(doc, list):
+        return [r for r in doc if isinstance(r, dict)]
+    if isinstance(doc, dict):
+        for k in ("rows", "scores", "detectors", "overall"):
+            if isinstance(doc.get(k), list):
+                return [r for r in doc[k] if isinstance(r, dict)]
+            if isinstance(doc.get(k), dict):
+                return [{"detector": d, **v} for d, v in doc[k].items() if isinstance(v, dict)]
+    return []
+
+
+def render_scores_file(f: Path) -> str:
+    """The page of a scores JSON file: its score table and bars.
+
+    Raises BadInput (field ``PATH``) when the file holds no score rows."""
+    doc = _read_json(f)
+    rows = _score_rows(doc)
+    if not rows:
+        raise BadInput(f"{f} holds no score rows", field="PATH", fix="give metrics.json of a run, or the output of faultlab score")
+    breakdown = []
+    if isinstance(doc, dict) and isinstance(doc.get("by"), dict) and doc["by"]:
+        # faultlab score: per group (fault type, label source): {"n_labels", "metrics": {name: {"value", "ci"}}}
+        grows = []
+        for g, d in doc["by"].items():
+            r = {"detector": g, "n_labels": (d or {}).get("n_labels")}
+            for m, v in ((d or {}).get("metrics") or {}).items():
+                if isinstance(v, dict):
+                    r[m], r[f"{m}_ci"] = v.get("value"), v.get("ci")
+            grows.append(r)
+        breakdown.append({"name": f"by {doc.get('by_key') or 'group'}", "table": _score_table(grows, label=str(doc.get("by_key") or "group"))})
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k not in ("rows", "scores", "detectors", "overall", "per_run") and isinstance(v, list) and v and isinstance(v[0], dict):
+                breakdown.append({"name": k, "table": _score_table(v)})
+    return _env().get_template("scores.html.j2").render(title=f"faultlab scores {f.name}", path=str(f), scores=_score_table(rows), breakdown=breakdown)
