@@ -8,17 +8,24 @@ reverted before the error is printed.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import time
-from pathlib import Path
-from typing import Optional
+import signal
 
-import typer
-from rich.console import Console
+# A Ctrl-C while faultlab is still starting (nothing applied yet) ends it quietly, not
+# with a KeyboardInterrupt traceback; _main restores Python's handler for every command
+# but inject, which installs its own (faultlab.faultrun.SignalGuard).
+signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-from faultlab.errors import BadInput, FaultlabError
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Optional  # noqa: E402
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+from faultlab.errors import BadInput, FaultlabError  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown", help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
 console = Console(stderr=True)
@@ -36,9 +43,11 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _main(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="print faultlab's version and exit")) -> None:
+def _main(ctx: typer.Context, version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="print faultlab's version and exit")) -> None:
     """faultlab: fail-slow fault injection, labeling and detector scoring for
     synchronous distributed training."""
+    if ctx.invoked_subcommand != "inject":
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _fail(err: Exception) -> None:
