@@ -23,6 +23,8 @@ from faultlab.errors import BadInput, FaultlabError
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown", help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
 console = Console(stderr=True)
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+#: progress and event lines when stdout carries --json
+err_out = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
 
 
 def _version(value: bool) -> None:
@@ -271,14 +273,17 @@ def demo(
     out_dir: Path = typer.Option(None, "--out", metavar="DIR", help="run directory (default ./faultlab-runs/RUN_ID, RUN_ID = demo-TIMESTAMP-XXXX)"),
     nodes: int = typer.Option(4, "--nodes", metavar="N", help="number of nodes (one rank each)"),
     duration: str = typer.Option("60s", "--duration", metavar="DURATION", help="training time"),
+    backend: str = typer.Option("netns", "--backend", metavar="BACKEND", help="netns | docker | ssh (containers reached over SSH)"),
 ):
-    """The whole loop on this machine: a netns testbed, real DDP-style training, a
+    """The whole loop on this machine: a netns (or docker, ssh) testbed, real DDP-style training, a
     nic-slow and a cpu-contention fault, labels, a scored baseline detector."""
     from faultlab.demo import run_demo
     from faultlab.units import parse_duration
 
     try:
-        code = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), console=out)
+        if backend not in ("netns", "docker", "ssh"):
+            raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker or ssh")
+        code = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), console=out, backend=backend)
     except FaultlabError as e:
         _fail(e)
     raise typer.Exit(code)
@@ -286,6 +291,10 @@ def demo(
 
 scenario_app = typer.Typer(no_args_is_help=True, help="Scenario files: validate them, print their JSON Schema.")
 app.add_typer(scenario_app, name="scenario")
+
+from faultlab.nodes.cli import testbed_app  # noqa: E402  (issue 12: testbeds of every backend)
+
+app.add_typer(testbed_app, name="testbed")
 
 
 @scenario_app.command("validate")
@@ -311,26 +320,28 @@ def scenario_schema(campaign: bool = typer.Option(False, "--campaign", help="the
     out.print_json(json.dumps(schema("campaign" if campaign else "scenario")))
 
 
-def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefix: str = "") -> dict:
+def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefix: str = "", con: Console | None = None) -> dict:
+    """One run, labeled and reported; lines go to ``con`` (stdout, or stderr with --json)."""
     from faultlab.progress import Progress
     from faultlab.runner import run as run_scenario
 
-    with Progress(out, prefix=prefix) as prog:
-        res = run_scenario(sc, out_dir, console=out, progress=prog, run_id=run_id)
+    con = con or out
+    with Progress(con, prefix=prefix, live=None if con is out else False) as prog:
+        res = run_scenario(sc, out_dir, console=con, progress=prog, run_id=run_id)
     info = {"run_dir": str(out_dir), "code": res.code, "injected": len(res.injections), "failed_faults": res.failed_faults}
     if label_it and res.code == 0:
         from faultlab.labeler import label_run
 
         labels = label_run(out_dir)
         info["labels"] = len(labels)
-        out.print(f"{out_dir}: {len(res.injections)} fault(s) injected, {len(labels)} label(s)")
+        con.print(f"{out_dir}: {len(res.injections)} fault(s) injected, {len(labels)} label(s)")
     from faultlab.report import write_report
 
     try:
         info["report"] = str(write_report(out_dir))
-        out.print(f"report: {info['report']}", markup=False)
+        con.print(f"report: {info['report']}", markup=False)
     except FaultlabError as e:  # e.g. a run that trained no step: the run stands, without a page
-        out.print(f"no report: {e}", markup=False)
+        con.print(f"no report: {e}", markup=False)
     return info
 
 
@@ -340,25 +351,35 @@ def run_cmd(
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="run directory (default ./faultlab-runs/RUN_ID, RUN_ID = NAME-TIMESTAMP-XXXX); with --repeat, a folder of runs"),
     repeat: int = typer.Option(1, "--repeat", min=1, metavar="N", help="run the scenario N times (seeds seed, seed+1, ...)"),
     label_it: bool = typer.Option(True, "--label/--no-label", help="label each run when it ends"),
+    backend: Optional[str] = typer.Option(None, "--backend", metavar="BACKEND", help="override the scenario's testbed backend: netns | docker | ssh | local"),
+    as_json: bool = typer.Option(False, "--json", help="print each run's summary as JSON on stdout; progress goes to stderr"),
 ):
     """Run one scenario: testbed, workload, fault schedule; a run directory per run."""
     from faultlab.scenario import Scenario, load
 
     try:
         sc = load(scenario, "scenario")
+        if backend is not None:
+            if backend not in ("netns", "docker", "ssh", "local"):
+                raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker, ssh or local")
+            sc = sc.model_copy(update={"testbed": sc.testbed.model_copy(update={"backend": backend})})
         from faultlab.rundir import new_run_id
 
         run_id = new_run_id(sc.name) if repeat == 1 else None  # the default folder is named by the run id
         base = Path(out_dir or Path("faultlab-runs") / (run_id or f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"))
-        codes = []
+        codes, infos = [], []
+        con = err_out if as_json else out
         for i in range(repeat):
             s_i = sc if repeat == 1 else Scenario.model_validate({**sc.model_dump(mode="json"), "seed": sc.seed + i,
                                                                   "workload": {**sc.model_dump(mode="json")["workload"], "duration": f"{sc.workload.duration}s" if sc.workload.duration else None},
                                                                   "faults": _faults_with_units(sc)})
-            codes.append(_run_one(s_i, base if repeat == 1 else base / f"run-{i:03d}", label_it, run_id=run_id,
-                                  prefix="" if repeat == 1 else f"[run {i + 1}/{repeat}]")["code"])
+            infos.append(_run_one(s_i, base if repeat == 1 else base / f"run-{i:03d}", label_it, run_id=run_id,
+                                  prefix="" if repeat == 1 else f"[run {i + 1}/{repeat}]", con=con))
+            codes.append(infos[-1]["code"])
     except FaultlabError as e:
         _fail(e)
+    if as_json:
+        print(json.dumps(infos[0] if repeat == 1 else infos, indent=1))
     raise typer.Exit(max(codes))
 
 
@@ -399,7 +420,7 @@ def campaign(
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="folder of runs (default ./faultlab-runs/NAME-TIMESTAMP)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the drawn schedules as a table and run nothing"),
     label_it: bool = typer.Option(True, "--label/--no-label"),
-    as_json: bool = typer.Option(False, "--json", help="with --dry-run: the schedules as raw JSON"),
+    as_json: bool = typer.Option(False, "--json", help="the schedules (with --dry-run) or the campaign's manifest as JSON on stdout; progress goes to stderr"),
 ):
     """Run a randomized campaign unattended: seeded, so the same seed gives the same schedules."""
     from faultlab.scenario import load
@@ -419,17 +440,27 @@ def campaign(
     base = Path(out_dir or Path("faultlab-runs") / f"{c.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     base.mkdir(parents=True, exist_ok=True)
     manifest = {"campaign": c.name, "seed": c.seed, "runs": []}
+    con = err_out if as_json else out
     for i, s in enumerate(scs):
-        out.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
+        con.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
         try:
-            info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]")
+            info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con)
         except Exception as e:  # unattended: one failed run must not stop the campaign
             info = {"run_dir": str(base / s.name), "code": 1, "error": f"{type(e).__name__}: {e}"}
-            out.print(f"[red]{s.name} failed:[/] {type(e).__name__}: {e}", markup=False) if not isinstance(e, FaultlabError) else out.print(f"[red]{s.name} failed:[/] {e}")
+            con.print(f"[red]{s.name} failed:[/] {type(e).__name__}: {e}", markup=False) if not isinstance(e, FaultlabError) else con.print(f"[red]{s.name} failed:[/] {e}")
         manifest["runs"].append({**info, "schedule": schedules[i]})
         (base / "campaign.json").write_text(json.dumps(manifest, indent=1))
     bad = [r for r in manifest["runs"] if r["code"]]
-    out.print(f"campaign {c.name}: {len(scs) - len(bad)}/{len(scs)} runs complete -> {base}")
+    try:  # the campaign's page: a thumbnail per run, the scores pooled with bootstrap CIs
+        from faultlab.report import write_report
+
+        manifest["report"] = str(write_report(base))
+    except FaultlabError as e:
+        con.print(f"no campaign report: {e}", markup=False)
+    con.print(f"campaign {c.name}: {len(scs) - len(bad)}/{len(scs)} runs complete -> {base}"
+              + (f"; report: {manifest['report']}" if "report" in manifest else ""), markup=False)
+    if as_json:
+        print(json.dumps(manifest, indent=1))
     raise typer.Exit(1 if bad else 0)
 
 
@@ -490,6 +521,10 @@ def label(
     for name in sorted(set(written) - {"labels.parquet", "whatif.json", "components.parquet"}):
         out.print(f"  {name} -> {written[name]}", markup=False)
 
+
+from faultlab.scoring.cli import register as _register_score  # noqa: E402
+
+_register_score(app)
 
 from faultlab.report.cli import register as _register_report  # noqa: E402
 

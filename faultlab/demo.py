@@ -31,7 +31,7 @@ from faultlab.schema import json_safe
 from faultlab.scenario import Scenario
 
 
-def demo_scenario(n_nodes: int, duration_s: float, root: bool) -> Scenario:
+def demo_scenario(n_nodes: int, duration_s: float, root: bool, backend: str = "netns") -> Scenario:
     """The embedded default: two faults at separate times, at fixed fractions of the
     training time (as root: nic-slow on a node, then cpu-contention on rank 1;
     without root: process-pause on rank 1)."""
@@ -45,13 +45,13 @@ def demo_scenario(n_nodes: int, duration_s: float, root: bool) -> Scenario:
         faults = [{"type": "process-pause", "rank": 1, "at": f"{0.4 * d:.1f}s", "duration": f"{0.25 * d:.1f}s", "params": {"pause": "150ms", "period": "300ms"}}]
     return Scenario.model_validate({
         "name": "demo", "seed": 0,
-        "testbed": {"backend": "netns" if root else "local", "nodes": n_nodes},
+        "testbed": {"backend": backend if root else "local", "nodes": n_nodes},
         "workload": {"kind": "ddp", "duration": f"{d:g}s", "hidden": 512, "batch": 512},
         "faults": faults,
     })
 
 
-def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 60.0, console: Console | None = None) -> int:
+def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 60.0, console: Console | None = None, backend: str = "netns") -> int:
     """Run the demo; returns the process exit code (0 when every stage worked).
 
     ``duration_s`` is the training time in seconds (the faults are placed at fixed
@@ -68,9 +68,11 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
     t_wall = time.time()
     run_id = new_run_id("demo")  # one id: the default folder's name and meta.json's run_id
     out_dir = Path(out_dir or Path("faultlab-runs") / run_id)
-    sc = demo_scenario(n_nodes, duration_s, root)
+    sc = demo_scenario(n_nodes, duration_s, root, backend)
+    kinds = {"netns": "network-namespace nodes on a faultlab bridge", "docker": "docker containers on an internal network (faults from the docker host)",
+             "ssh": "containers reached over SSH with pinned host keys (faults and leases on the nodes)"}
     if root:
-        con.print(f"testbed: {n_nodes} network-namespace nodes on a faultlab bridge; {n_nodes} ranks (gloo) train for {duration_s:g}s; times count from the first training step")
+        con.print(f"testbed: {n_nodes} {kinds.get(backend, backend)}; {n_nodes} ranks (gloo) train for {duration_s:g}s; times count from the first training step")
     else:
         con.print("[yellow]not root:[/] ranks run as plain local processes; nic-slow and cpu-contention need root (tc, cgroups), so this demo injects only process-pause (SIGSTOP/SIGCONT) on one rank.")
     with Progress(con) as prog:
@@ -83,9 +85,8 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
 
 
 def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress) -> int:
-    from faultlab.detectors import load_detector
     from faultlab.labeler import label_run
-    from faultlab.scoring import score_table
+    from faultlab.scoring import load_detector, score_table
 
     steps = rd.read_table("steps")
     host = rd.read_table("host")
@@ -94,8 +95,8 @@ def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress) -> int:
         raise FaultlabError("no step telemetry was recorded", field="workload", fix=f"see the rank logs in {rd.path / 'logs'}")
     prog.phase("labeling", "temporal view + peer view, reconciled with the injections; what-if slowdown")
     labels = label_run(rd.path)
-    prog.phase("scoring", "the peer-median detector against the labels, beside a random and a constant detector")
-    rows = score_table(steps, host, labels, ["peer-median"]).to_dict("records")
+    prog.phase("scoring", "peer-median, temporal-z and arrival-late against the labels, beside a random and a constant detector")
+    rows = score_table(steps, host, labels, ["peer-median", "temporal-z", "arrival-late"]).to_dict("records")
     (rd.path / "metrics.json").write_text(json.dumps(json_safe(rows), indent=2, default=_num))
     det = load_detector("peer-median")
     alarms = det.detect(steps, host)
@@ -131,14 +132,17 @@ def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress) -> int:
         w = json.loads(whatif.read_text())
         if "slowdown" in w:
             con.print(f"what-if slowdown S = {w['slowdown']:.3f}: actual job time / simulated time with every rank computing at its peers' median (stragglers removed; a job-wide slowdown such as a slow link is not a straggler and stays in both)")
-    t = Table(title="detector scores vs labels (metrics.json)")
-    for c in ("detector", "precision", "recall", "F1", "MCC", "event P", "event R", "Acc@1"):
+    t = Table(title="detector scores vs labels (metrics.json; faultlab score gives CIs over many runs)")
+    for c in ("detector", "window P", "window R", "window F1", "window MCC", "event P", "event R", "event F1", "range F1", "VUS-PR", "Acc@1"):
         t.add_column(c)
     for r in rows:
-        t.add_row(r["detector"], *(_fmt(r.get(k)) for k in ("precision", "recall", "f1", "mcc", "event_precision", "event_recall", "acc_at_1")))
+        t.add_row(r["detector"], *(_fmt(r.get(k)) for k in ("window_precision", "window_recall", "window_f1", "window_mcc", "event_precision",
+                                                           "event_recall", "event_f1", "range_f1", "vus_pr", "acc_at_1")))
     con.print(t)
     comps = sorted(set(steps["rank"].map(lambda r: f"rank:{r}")) | {"job"})
-    con.print(f"scored over {len(comps)} components ({', '.join(comps)}); random and constant detectors show what chance and always-alarm get.")
+    span = float((steps["t_start"] + steps["step_s"]).max() - steps["t_start"].min())
+    con.print(f"window = one component ({', '.join(comps)}) x 10 s cell: {len(comps)} x {int(-(-span // 10))} cells; MCC near 0 is chance "
+              "(random) or no information (constant alarms every cell); event P/R count each alarm and label once, no point-adjust.")
     con.print(f"files in {rd.path}: steps, host, injections, labels, alarms (.parquet); whatif.json, metrics.json, meta.json, scenario.yaml, events.jsonl, telemetry/, logs/")
     con.print(f"report: {report}   (open it in a browser; {time.time() - t_wall:.0f}s in all)", markup=False)
     return 0

@@ -133,11 +133,12 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     from faultlab.hostsampler import HostSampler
     from faultlab.injectors.lease import Lease
     from faultlab.nodes import LocalNode
+    from faultlab.nodes.collect import TelemetryCollector
 
     con = console or Console()
     root = os.geteuid() == 0
-    if sc.testbed.backend == "netns" and not root:
-        raise BadInput("backend netns needs root (namespaces, tc, cgroups)", field="testbed.backend", fix="run as root, or use backend: local")
+    if sc.testbed.backend != "local" and not root:
+        raise BadInput(f"backend {sc.testbed.backend} needs root (namespaces, tc, cgroups)", field="testbed.backend", fix="run as root, or use backend: local")
     from faultlab.progress import Progress
     from faultlab.rundir import new_run_id
 
@@ -154,18 +155,20 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
         for i, f in enumerate(sc.faults)
         for at, st in f.occurrences()
     ]
-    testbed = tb_lease = sampler = None
+    testbed = tb_lease = sampler = collector = None
     ranks: list = []
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     if own:
         prog.__enter__()
     finished = False
     try:
-        if sc.testbed.backend == "netns":
-            from faultlab.nodes.testbed import NetnsTestbed
+        if sc.testbed.backend != "local":
+            from faultlab.nodes.backends import make_testbed
 
-            _phase(prog, "bringing up the testbed", f"{n} network-namespace nodes on a bridge")
-            testbed = NetnsTestbed(n).up()
+            kinds = {"netns": "network-namespace nodes on a bridge", "docker": "docker containers on an internal network",
+                     "ssh": "containers reached over SSH"}
+            _phase(prog, "bringing up the testbed", f"{n} {kinds[sc.testbed.backend]}")
+            testbed = make_testbed(sc.testbed.backend, n).up()
             tb_lease = Lease.create_for(LocalNode("local"), f"testbed-{testbed.id}", "testbed", testbed.bridge, {"nodes": n},
                                         testbed.teardown_cmds(), time.time() + TESTBED_LEASE_S)
             nodes = testbed.nodes
@@ -182,8 +185,9 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
             extra_args=workload_args(sc), **({"module": module} if w.kind == "pipeline" else {}),
         )
         rd.event("ranks-started", pids={r.rank: r.pid for r in ranks})
+        collector = TelemetryCollector(nodes, run_id, rd.telemetry_dir()).start()
         sampler = HostSampler(
-            {r.node.name: [r.pid] for r in ranks}, interval_s=1.0, run_id=run_id,
+            {r.node.name: [r.pid] for r in ranks if not getattr(r.node, "remote", False)}, interval_s=1.0, run_id=run_id,
             netns={x.name: x.netns for x in nodes if getattr(x, "netns", None)},
             peers={x.address: x.name for x in nodes if x.address and not x.address.startswith("127.")},
         ).start()
@@ -240,6 +244,8 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
         if ranks:
             stop_ranks(ranks)
         host = sampler.stop() if sampler else None
+        if collector is not None:
+            collector.stop()
         if testbed is not None:
             errs = testbed.down()
             rd.event("testbed-down", errors=errs)

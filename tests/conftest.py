@@ -125,3 +125,33 @@ def cpu_rate(pid: int, seconds: float = 1.5) -> float:
     c0 = sum(p.cpu_times()[:2])
     time.sleep(seconds)
     return (sum(p.cpu_times()[:2]) - c0) / seconds
+
+
+@pytest.fixture(scope="session")
+def dockerd():
+    """faultlab's own dockerd (``--iptables=false``, its own socket and data root),
+    started when none answers and stopped after the session if this session started
+    it. Skips without root or dockerd (fails under CI=true: CI installs docker.io)."""
+    import shutil
+
+    if not ROOT or not shutil.which("dockerd"):
+        if os.environ.get("CI"):
+            pytest.fail("CI needs root and dockerd (apt-get install docker.io)")
+        pytest.skip("needs root and dockerd")
+    from faultlab.nodes import dockerd as d
+
+    started = d.ensure_started()
+    yield d.client()
+    if started:
+        d.stop()
+
+
+def docker_residue(cli) -> set[str]:
+    """faultlab testbed containers and networks, and images other than the node image."""
+    from faultlab.nodes.image import IMAGE
+
+    flt = {"label": "faultlab.testbed"}
+    out = {f"container {c.name}" for c in cli.containers.list(all=True, filters=flt)}
+    out |= {f"network {n.name}" for n in cli.networks.list(filters=flt)}
+    out |= {f"image {t}" for i in cli.images.list() for t in (i.tags or [i.id]) if t != IMAGE}
+    return out

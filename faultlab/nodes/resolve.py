@@ -9,13 +9,14 @@ from faultlab.nodes.netns import NetnsNode, netns_list
 
 
 #: the node specs the CLI takes, one per backend (named in every --node error)
-BACKENDS = ("local", "netns:NAME")
+BACKENDS = ("local", "netns:NAME", "docker:CONTAINER")
 
 
 def resolve_node(spec: str) -> Node:
     """Turn a CLI node spec into a Node.
 
-    Specs: ``local``; ``netns:NAME``. A bare NAME is refused, even when a namespace
+    Specs: ``local``; ``netns:NAME``; ``docker:CONTAINER`` (a running container of faultlab's dockerd;
+    ssh nodes are named through an inventory, faultlab.nodes.inventory). A bare NAME is refused, even when a namespace
     of that name exists: the backend is always explicit. Raises BadInput naming the
     ``--node`` field and the backends for anything else.
     """
@@ -29,6 +30,10 @@ def resolve_node(spec: str) -> Node:
     if not rest:
         hint = f" (a network namespace {spec!r} exists: netns:{spec})" if spec in netns_list() else ""
         raise BadInput(f"{spec!r} names no backend{hint}", field="--node", fix=f"give BACKEND:NAME; backends: {backends}")
+    if kind == "docker":
+        from faultlab.nodes.docker import resolve_docker
+
+        return resolve_docker(rest)
     if kind == "netns":
         if rest not in netns_list():
             raise BadInput(f"network namespace {rest!r} does not exist", field="--node", fix="see `ip netns list`")

@@ -28,7 +28,7 @@ from faultlab.errors import BadInput
 from faultlab.report import plots
 from faultlab.report.data import RunData, is_run_dir, load_run
 
-SCORE_COLUMNS = ["precision", "recall", "f1", "mcc", "cell_mcc", "event_precision", "event_recall", "acc_at_1", "acc_at_k"]
+SCORE_COLUMNS = ["window_f1", "window_mcc", "event_precision", "event_recall", "event_f1", "range_f1", "vus_pr", "acc_at_1", "latency_median_s", "precision", "recall", "f1", "mcc"]
 
 
 def _env() -> jinja2.Environment:
