@@ -539,8 +539,26 @@ from faultlab.report.cli import register as _register_report  # noqa: E402
 _register_report(app)
 
 
+def _with_metavars(cmd):
+    """Every option and argument of every command shows a metavar: its own, else its
+    name in capitals (``--window WINDOW``, ``FAULT_ID``); flags show none (typer would
+    print ``<bool>``, ``<str>``)."""
+    for p in cmd.params:  # typer's own options and arguments (it vendors click): duck-typed
+        kind = getattr(p, "param_type_name", "")
+        if kind == "option" and p.metavar is None:
+            p.metavar = "" if p.is_flag else p.name.upper()
+        elif kind == "argument":
+            if p.metavar is None:
+                p.metavar = p.name.upper()
+            p.display_type_rich = lambda ctx: None  # the metavar says it; no `<str>` column beside it
+    for sub in getattr(cmd, "commands", {}).values():
+        _with_metavars(sub)
+    return cmd
+
+
 def main() -> None:  # pragma: no cover
-    app()
+    """The ``faultlab`` entry point: the typer app as a click command, metavars filled in."""
+    _with_metavars(typer.main.get_command(app))(prog_name="faultlab")
 
 
 if __name__ == "__main__":  # pragma: no cover
