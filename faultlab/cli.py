@@ -85,6 +85,9 @@ def inject(
     detach: bool = typer.Option(False, "--detach", help="return once the fault is verified; the lease's watchdog reverts it at the deadline"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the exact commands (inject, verify, revert) and apply nothing"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="inventory YAML of ssh nodes; --node names them (a,b,c) or --nodes selects by label"),
+    nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: every node whose labels match, e.g. rack=3"),
+    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", help="ssh: pin the host key of a node not yet in known_hosts (a changed key is always refused)"),
 ):
     """Inject one fail-slow fault on a node; stays in the foreground and reverts at the
     end, on Ctrl-C or SIGTERM (and the on-node lease reverts it if faultlab is killed)."""
@@ -96,13 +99,18 @@ def inject(
     try:
         duration_s = parse_duration(duration, "--duration")
         grace_s = parse_duration(grace, "--grace", allow_zero=True)
-        n = resolve_node(node)
         opts = {
             "--rate": rate, "--cpu-fraction": cpu_fraction, "--pause": pause, "--period": period, "--delay": delay,
             "--jitter": jitter, "--loss": loss, "--peer": peer, "--mode": mode, "--workers": workers,
             "--clock-mhz": clock_mhz, "--power-w": power_w, "--gc-rate": gc_rate, "--garbage-mb": garbage_mb,
             "--path": path, "--read-bps": read_bps, "--write-bps": write_bps, "--read-iops": read_iops, "--write-iops": write_iops,
         }
+        if inventory is not None or nodes_sel or "," in node:  # fan-out (issue 12): faultlab.nodes.cli
+            from faultlab.nodes.cli import inject_fanout
+
+            return inject_fanout(type=type, node=node, nodes_sel=nodes_sel, inventory=inventory, accept_new=accept_new_host_key, target=target,
+                                 duration_s=duration_s, grace_s=grace_s, opts=opts, force=force, detach=detach, dry_run=dry_run, as_json=as_json, out=out)
+        n = resolve_node(node)
         inj = injectors.build(type, n, target=target, duration_s=duration_s, opts=opts, force=force)
         facts = inj.probe()
         plan = inj.plan(facts)
