@@ -1,10 +1,13 @@
 """Start the ranks of a benchmark job on nodes, wait for them, stop them.
 
-Each rank is ``python -m MODULE ...`` (``faultlab.benchmarks.ddp`` by default,
+Each rank is ``python -P -m MODULE ...`` (``-P``: the working directory, which may be
+anyone's folder, is not on ``sys.path``; ``faultlab.benchmarks.ddp`` by default,
 ``faultlab.benchmarks.pipeline`` for a pipeline job) started with
-``node.spawn(..., scope="net")``; on a netns node that is ``ip netns exec NETNS
+``node.spawn_workload(...)``; on a netns node that is ``ip netns exec NETNS
 python ...``, which execs the command in place (no fork), so ``popen.pid`` is the
-rank's own PID on every local backend. Only PIDs this module started are ever
+rank's own PID on every local backend; on a docker node it is ``docker exec`` and
+``pid`` is the rank's host PID. A rank writes telemetry where
+``node.workload_out`` says (the run directory, or a node-local folder collected back). Only PIDs this module started are ever
 signalled.
 """
 
@@ -154,12 +157,12 @@ def launch_ranks(
             if key not in ifaces:
                 ifaces[key] = rank_iface(node, master_addr)
             argv = [
-                sys.executable, "-m", module,
+                sys.executable, "-P", "-m", module,  # -P: the caller's cwd is not on sys.path
                 "--rank", str(rank),
                 "--world-size", str(ws),
                 "--master-addr", master_addr,
                 "--master-port", str(master_port),
-                "--out", str(telemetry_dir),
+                "--out", node.workload_out(run_id, telemetry_dir),
                 "--run-id", run_id,
                 "--node", node.name,
             ]  # fmt: skip
@@ -172,7 +175,7 @@ def launch_ranks(
             argv += [str(x) for x in extra_args]
             log_path = log_dir / f"rank{rank}.log"
             with open(log_path, "ab") as log:
-                popen = node.spawn(argv, scope="net", env=run_env, stdout=log, stderr=subprocess.STDOUT)
+                popen = node.spawn_workload(argv, env=run_env, stdout=log, stderr=subprocess.STDOUT)
             procs.append(RankProc(rank=rank, node=node, popen=popen, log_path=log_path))
     except BaseException:
         stop_ranks(procs, grace_s=0)

@@ -20,9 +20,25 @@ from rich.console import Console
 
 from faultlab.errors import BadInput, FaultlabError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown", help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
 console = Console(stderr=True)
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+#: progress and event lines when stdout carries --json
+err_out = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from faultlab.rundir import _version as installed
+
+        print(f"faultlab {installed()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="print faultlab's version and exit")) -> None:
+    """faultlab: fail-slow fault injection, labeling and detector scoring for
+    synchronous distributed training."""
 
 
 def _fail(err: Exception) -> None:
@@ -41,51 +57,61 @@ def _on_term(signum, frame):
 
 @app.command()
 def inject(
-    type: str = typer.Option(..., "--type", help="nic-slow | cpu-contention | process-pause | gpu-clock-cap | gpu-power-cap | gc-storm | io-slow | mem-bw"),
-    node: str = typer.Option("local", "--node", help="local, or netns:NAME"),
-    target: Optional[str] = typer.Option(None, "--target", help="nic-slow: interface (default: the node's only one); cpu-contention: PIDs 1,2; process-pause: PID"),
-    duration: str = typer.Option("30s", "--duration", help="how long the fault lasts, with a unit: 30s, 500ms, 2m"),
-    rate: Optional[str] = typer.Option(None, "--rate", help="nic-slow cap in tc units: 50mbit (bits/s), 6mbps (bytes/s)"),
-    cpu_fraction: Optional[str] = typer.Option(None, "--cpu-fraction", help="cpu-contention: fraction of one CPU left, in (0, 1]"),
-    pause: Optional[str] = typer.Option(None, "--pause", help="process-pause: stop time per period, e.g. 200ms"),
-    period: Optional[str] = typer.Option(None, "--period", help="process-pause: period, e.g. 1s"),
-    delay: Optional[str] = typer.Option(None, "--delay", help="nic-slow: added latency (netem), e.g. 20ms"),
-    jitter: Optional[str] = typer.Option(None, "--jitter", help="nic-slow: latency jitter (netem), e.g. 5ms"),
-    loss: Optional[str] = typer.Option(None, "--loss", help="nic-slow: packet loss (netem), e.g. 1%"),
-    peer: Optional[str] = typer.Option(None, "--peer", help="nic-slow: slow only traffic to/from this peer IPv4 address (a slow link)"),
-    mode: Optional[str] = typer.Option(None, "--mode", help="cpu-contention: quota (default) or stress"),
-    workers: Optional[str] = typer.Option(None, "--workers", help="cpu-contention --mode stress, mem-bw: number of busy workers"),
-    clock_mhz: Optional[str] = typer.Option(None, "--clock-mhz", help="gpu-clock-cap: max SM clock in MHz, e.g. 900"),
-    power_w: Optional[str] = typer.Option(None, "--power-w", help="gpu-power-cap: power limit in W, e.g. 200"),
-    gc_rate: Optional[str] = typer.Option(None, "--gc-rate", help="gc-storm: full collections per second, e.g. 5"),
-    garbage_mb: Optional[str] = typer.Option(None, "--garbage-mb", help="gc-storm: MB of cyclic garbage per collection, e.g. 50"),
-    path: Optional[str] = typer.Option(None, "--path", help="io-slow: a path on the block device to throttle"),
-    read_bps: Optional[str] = typer.Option(None, "--read-bps", help="io-slow: read cap in bytes/s (units: 10mb = 10 MB/s, 512kb)"),
-    write_bps: Optional[str] = typer.Option(None, "--write-bps", help="io-slow: write cap in bytes/s"),
-    read_iops: Optional[str] = typer.Option(None, "--read-iops", help="io-slow: read cap in IO/s"),
-    write_iops: Optional[str] = typer.Option(None, "--write-iops", help="io-slow: write cap in IO/s"),
+    type: str = typer.Option(..., "--type", metavar="TYPE", help="nic-slow | cpu-contention | process-pause | gpu-clock-cap | gpu-power-cap | gc-storm | io-slow | mem-bw"),
+    node: str = typer.Option("local", "--node", metavar="BACKEND:NAME", help="local (this host), netns:NAME (a network namespace) or docker:CONTAINER; ssh nodes: their inventory names with --inventory; a bare NAME is refused"),
+    target: Optional[str] = typer.Option(None, "--target", metavar="TARGET", help="nic-slow: interface (default: the node's only one); cpu-contention: PIDs 1,2; process-pause: PID"),
+    duration: str = typer.Option("30s", "--duration", metavar="DURATION", help="how long the fault lasts, with a unit: 30s, 500ms, 2m"),
+    rate: Optional[str] = typer.Option(None, "--rate", metavar="RATE", help="nic-slow: the cap, 50mbit (bits/s) or 6mb (bytes/s); one vocabulary for every rate option"),
+    cpu_fraction: Optional[str] = typer.Option(None, "--cpu-fraction", metavar="FRACTION", help="cpu-contention: fraction of one CPU left, in (0, 1]"),
+    pause: Optional[str] = typer.Option(None, "--pause", metavar="DURATION", help="process-pause: stop time per period, e.g. 200ms"),
+    period: Optional[str] = typer.Option(None, "--period", metavar="DURATION", help="process-pause: period, e.g. 1s"),
+    delay: Optional[str] = typer.Option(None, "--delay", metavar="DURATION", help="nic-slow: added latency (netem), e.g. 20ms"),
+    jitter: Optional[str] = typer.Option(None, "--jitter", metavar="DURATION", help="nic-slow: latency jitter (netem), e.g. 5ms"),
+    loss: Optional[str] = typer.Option(None, "--loss", metavar="PERCENT", help="nic-slow: packet loss (netem), e.g. 1%"),
+    peer: Optional[str] = typer.Option(None, "--peer", metavar="IPV4", help="nic-slow: slow only traffic to/from this peer IPv4 address (a slow link)"),
+    mode: Optional[str] = typer.Option(None, "--mode", metavar="MODE", help="cpu-contention: quota (default) or stress"),
+    workers: Optional[str] = typer.Option(None, "--workers", metavar="N", help="cpu-contention --mode stress, mem-bw: number of busy workers"),
+    clock_mhz: Optional[str] = typer.Option(None, "--clock-mhz", metavar="MHZ", help="gpu-clock-cap: max SM clock in MHz, e.g. 900"),
+    power_w: Optional[str] = typer.Option(None, "--power-w", metavar="WATTS", help="gpu-power-cap: power limit in W, e.g. 200"),
+    gc_rate: Optional[str] = typer.Option(None, "--gc-rate", metavar="PER_S", help="gc-storm: full collections per second, e.g. 5"),
+    garbage_mb: Optional[str] = typer.Option(None, "--garbage-mb", metavar="MB", help="gc-storm: MB of cyclic garbage per collection, e.g. 50"),
+    path: Optional[str] = typer.Option(None, "--path", metavar="PATH", help="io-slow: a path on the block device to throttle"),
+    read_bps: Optional[str] = typer.Option(None, "--read-bps", metavar="RATE", help="io-slow: read cap in bytes/s, e.g. 10mb (10 MB/s), 512kb, 1mib"),
+    write_bps: Optional[str] = typer.Option(None, "--write-bps", metavar="RATE", help="io-slow: write cap in bytes/s, e.g. 10mb"),
+    read_iops: Optional[str] = typer.Option(None, "--read-iops", metavar="IOPS", help="io-slow: read cap in IO/s"),
+    write_iops: Optional[str] = typer.Option(None, "--write-iops", metavar="IOPS", help="io-slow: write cap in IO/s"),
     force: bool = typer.Option(False, "--force", help="inject even over state faultlab did not create (it is recorded and restored after)"),
-    grace: str = typer.Option("10s", "--grace", help="the on-node watchdog reverts at duration + grace if faultlab is gone"),
+    grace: str = typer.Option("10s", "--grace", metavar="DURATION", help="the on-node watchdog reverts at duration + grace if faultlab is gone"),
     detach: bool = typer.Option(False, "--detach", help="return once the fault is verified; the lease's watchdog reverts it at the deadline"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the exact commands (inject, verify, revert) and apply nothing"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="inventory YAML of ssh nodes; --node names them (a,b,c) or --nodes selects by label"),
+    nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: every node whose labels match, e.g. rack=3"),
+    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", help="ssh: pin the host key of a node not yet in known_hosts (a changed key is always refused)"),
 ):
     """Inject one fail-slow fault on a node; stays in the foreground and reverts at the
     end, on Ctrl-C or SIGTERM (and the on-node lease reverts it if faultlab is killed)."""
     from faultlab import injectors
+    from faultlab.evidence import verify_text
     from faultlab.nodes import resolve_node
     from faultlab.units import parse_duration
 
     try:
+        injectors.check_type(type)
         duration_s = parse_duration(duration, "--duration")
         grace_s = parse_duration(grace, "--grace", allow_zero=True)
-        n = resolve_node(node)
         opts = {
             "--rate": rate, "--cpu-fraction": cpu_fraction, "--pause": pause, "--period": period, "--delay": delay,
             "--jitter": jitter, "--loss": loss, "--peer": peer, "--mode": mode, "--workers": workers,
             "--clock-mhz": clock_mhz, "--power-w": power_w, "--gc-rate": gc_rate, "--garbage-mb": garbage_mb,
             "--path": path, "--read-bps": read_bps, "--write-bps": write_bps, "--read-iops": read_iops, "--write-iops": write_iops,
         }
+        if inventory is not None or nodes_sel or "," in node:  # fan-out (issue 12): faultlab.nodes.cli
+            from faultlab.nodes.cli import inject_fanout
+
+            return inject_fanout(type=type, node=node, nodes_sel=nodes_sel, inventory=inventory, accept_new=accept_new_host_key, target=target,
+                                 duration_s=duration_s, grace_s=grace_s, opts=opts, force=force, detach=detach, dry_run=dry_run, as_json=as_json, out=out)
+        n = resolve_node(node)
         inj = injectors.build(type, n, target=target, duration_s=duration_s, opts=opts, force=force)
         facts = inj.probe()
         plan = inj.plan(facts)
@@ -121,14 +147,14 @@ def inject(
             info["status"] = "active"
             ok = (active.evidence.get("verify") or {}).get("ok")
             out.print_json(json.dumps(info, default=str)) if as_json else out.print(
-                f"injected {active.fault_id} ({inj.type} on {n.describe()}, {plan.target}); verified={ok}; the lease reverts it in {duration_s:g}s; "
+                f"injected {active.fault_id} ({inj.type} on {n.describe()}, {plan.target}); {verify_text(active.evidence.get('verify'))}; the lease reverts it in {duration_s:g}s; "
                 f"`faultlab revert {active.fault_id}` ends it sooner", markup=False)
             if not ok and not as_json:
                 console.print("[yellow]warning:[/] the measured check did not confirm the fault is in force (see --json for the evidence)")
             active = None  # the lease owns it now
             return
         if not as_json:
-            console.print(f"injected {active.fault_id} ({inj.type} on {n.describe()} {plan.target}) for {duration_s:g}s; verified={active.evidence.get('verify', {}).get('ok')}; Ctrl-C reverts")
+            console.print(f"injected {active.fault_id} ({inj.type} on {n.describe()} {plan.target}) for {duration_s:g}s; {verify_text(active.evidence.get('verify'))}; Ctrl-C reverts", markup=False)
         end = active.start_ts + duration_s
         while time.time() < end and active.lease.exists():
             time.sleep(min(0.2, max(0.0, end - time.time())))
@@ -232,7 +258,7 @@ def recover(as_json: bool = typer.Option(False, "--json")):
 
 @app.command()
 def doctor(
-    node: str = typer.Option("local", "--node", help="local, or netns:NAME"),
+    node: str = typer.Option("local", "--node", metavar="BACKEND:NAME", help="local (this host) or netns:NAME (a network namespace); a bare NAME is refused"),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Which fault types this node supports, and why not."""
@@ -253,17 +279,20 @@ def doctor(
 
 @app.command()
 def demo(
-    out_dir: Path = typer.Option(None, "--out", help="run directory (default ./faultlab-runs/demo-TIMESTAMP)"),
-    nodes: int = typer.Option(4, "--nodes", help="number of nodes (one rank each)"),
-    duration: str = typer.Option("60s", "--duration", help="training time"),
+    out_dir: Path = typer.Option(None, "--out", metavar="DIR", help="run directory (default ./faultlab-runs/RUN_ID, RUN_ID = demo-TIMESTAMP-XXXX)"),
+    nodes: int = typer.Option(4, "--nodes", metavar="N", help="number of nodes (one rank each)"),
+    duration: str = typer.Option("60s", "--duration", metavar="DURATION", help="training time"),
+    backend: str = typer.Option("netns", "--backend", metavar="BACKEND", help="netns | docker | ssh (containers reached over SSH)"),
 ):
-    """The whole loop on this machine: a netns testbed, real DDP-style training, a
+    """The whole loop on this machine: a netns (or docker, ssh) testbed, real DDP-style training, a
     nic-slow and a cpu-contention fault, labels, a scored baseline detector."""
     from faultlab.demo import run_demo
     from faultlab.units import parse_duration
 
     try:
-        code = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), console=out)
+        if backend not in ("netns", "docker", "ssh"):
+            raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker or ssh")
+        code = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), console=out, backend=backend)
     except FaultlabError as e:
         _fail(e)
     raise typer.Exit(code)
@@ -271,6 +300,10 @@ def demo(
 
 scenario_app = typer.Typer(no_args_is_help=True, help="Scenario files: validate them, print their JSON Schema.")
 app.add_typer(scenario_app, name="scenario")
+
+from faultlab.nodes.cli import testbed_app  # noqa: E402  (issue 12: testbeds of every backend)
+
+app.add_typer(testbed_app, name="testbed")
 
 
 @scenario_app.command("validate")
@@ -296,48 +329,66 @@ def scenario_schema(campaign: bool = typer.Option(False, "--campaign", help="the
     out.print_json(json.dumps(schema("campaign" if campaign else "scenario")))
 
 
-def _run_one(sc, out_dir: Path, label_it: bool) -> dict:
+def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefix: str = "", con: Console | None = None) -> dict:
+    """One run, labeled and reported; lines go to ``con`` (stdout, or stderr with --json)."""
+    from faultlab.progress import Progress
     from faultlab.runner import run as run_scenario
 
-    res = run_scenario(sc, out_dir, console=out)
+    con = con or out
+    with Progress(con, prefix=prefix, live=None if con is out else False) as prog:
+        res = run_scenario(sc, out_dir, console=con, progress=prog, run_id=run_id)
     info = {"run_dir": str(out_dir), "code": res.code, "injected": len(res.injections), "failed_faults": res.failed_faults}
     if label_it and res.code == 0:
         from faultlab.labeler import label_run
 
         labels = label_run(out_dir)
         info["labels"] = len(labels)
-        out.print(f"{out_dir}: {len(res.injections)} fault(s) injected, {len(labels)} label(s)")
+        con.print(f"{out_dir}: {len(res.injections)} fault(s) injected, {len(labels)} label(s)")
     from faultlab.report import write_report
 
     try:
         info["report"] = str(write_report(out_dir))
-        out.print(f"report: {info['report']}", markup=False)
+        con.print(f"report: {info['report']}", markup=False)
     except FaultlabError as e:  # e.g. a run that trained no step: the run stands, without a page
-        out.print(f"no report: {e}", markup=False)
+        con.print(f"no report: {e}", markup=False)
     return info
 
 
 @app.command("run")
 def run_cmd(
     scenario: Path = typer.Argument(..., help="a scenario YAML file (see examples/)"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="run directory (default ./faultlab-runs/NAME-TIMESTAMP); with --repeat, a folder of runs"),
-    repeat: int = typer.Option(1, "--repeat", min=1, help="run the scenario N times (seeds seed, seed+1, ...)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="run directory (default ./faultlab-runs/RUN_ID, RUN_ID = NAME-TIMESTAMP-XXXX); with --repeat, a folder of runs"),
+    repeat: int = typer.Option(1, "--repeat", min=1, metavar="N", help="run the scenario N times (seeds seed, seed+1, ...)"),
     label_it: bool = typer.Option(True, "--label/--no-label", help="label each run when it ends"),
+    backend: Optional[str] = typer.Option(None, "--backend", metavar="BACKEND", help="override the scenario's testbed backend: netns | docker | ssh | local"),
+    as_json: bool = typer.Option(False, "--json", help="print each run's summary as JSON on stdout; progress goes to stderr"),
 ):
     """Run one scenario: testbed, workload, fault schedule; a run directory per run."""
     from faultlab.scenario import Scenario, load
 
     try:
         sc = load(scenario, "scenario")
-        base = Path(out_dir or Path("faultlab-runs") / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-        codes = []
+        if backend is not None:
+            if backend not in ("netns", "docker", "ssh", "local"):
+                raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker, ssh or local")
+            sc = sc.model_copy(update={"testbed": sc.testbed.model_copy(update={"backend": backend})})
+        from faultlab.rundir import new_run_id
+
+        run_id = new_run_id(sc.name) if repeat == 1 else None  # the default folder is named by the run id
+        base = Path(out_dir or Path("faultlab-runs") / (run_id or f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"))
+        codes, infos = [], []
+        con = err_out if as_json else out
         for i in range(repeat):
             s_i = sc if repeat == 1 else Scenario.model_validate({**sc.model_dump(mode="json"), "seed": sc.seed + i,
                                                                   "workload": {**sc.model_dump(mode="json")["workload"], "duration": f"{sc.workload.duration}s" if sc.workload.duration else None},
                                                                   "faults": _faults_with_units(sc)})
-            codes.append(_run_one(s_i, base if repeat == 1 else base / f"run-{i:03d}", label_it)["code"])
+            infos.append(_run_one(s_i, base if repeat == 1 else base / f"run-{i:03d}", label_it, run_id=run_id,
+                                  prefix="" if repeat == 1 else f"[run {i + 1}/{repeat}]", con=con))
+            codes.append(infos[-1]["code"])
     except FaultlabError as e:
         _fail(e)
+    if as_json:
+        print(json.dumps(infos[0] if repeat == 1 else infos, indent=1))
     raise typer.Exit(max(codes))
 
 
@@ -353,12 +404,32 @@ def _faults_with_units(sc) -> list[dict]:
     return out_
 
 
+def schedule_table(c, schedules: list[dict]):
+    """A rich Table of a campaign's drawn schedules: one row per fault (run, seed,
+    type, node or rank, start, duration, parameters)."""
+    from rich.table import Table
+
+    t = Table(title=f"campaign {c.name}: {len(schedules)} runs, seed {c.seed} (--json for the raw schedules)")
+    for col in ("run", "seed", "fault", "type", "node", "start", "duration", "params"):
+        t.add_column(col)
+    for s in schedules:
+        faults = s["faults"] or [{}]
+        for i, f in enumerate(faults):
+            where = f.get("node") or (f"rank {f['rank']}" if f.get("rank") is not None else "")
+            start = f.get("at") or (f"step {f['at_step']}" if f.get("at_step") is not None else "")
+            params = ", ".join(f"{k}={v}" for k, v in (f.get("params") or {}).items())
+            t.add_row(s["name"] if i == 0 else "", str(s["seed"]) if i == 0 else "", str(i) if f else "-",
+                      f.get("type", "no faults"), where, str(start), str(f.get("duration", "")), params)
+    return t
+
+
 @app.command()
 def campaign(
     file: Path = typer.Argument(..., help="a campaign YAML file (see examples/)"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="folder of runs (default ./faultlab-runs/NAME-TIMESTAMP)"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print the drawn schedules (JSON) and run nothing"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="folder of runs (default ./faultlab-runs/NAME-TIMESTAMP)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the drawn schedules as a table and run nothing"),
     label_it: bool = typer.Option(True, "--label/--no-label"),
+    as_json: bool = typer.Option(False, "--json", help="the schedules (with --dry-run) or the campaign's manifest as JSON on stdout; progress goes to stderr"),
 ):
     """Run a randomized campaign unattended: seeded, so the same seed gives the same schedules."""
     from faultlab.scenario import load
@@ -370,22 +441,35 @@ def campaign(
         _fail(e)
     schedules = [{"name": s.name, "seed": s.seed, "faults": _faults_with_units(s)} for s in scs]
     if dry_run:
-        out.print_json(json.dumps(schedules))
+        if as_json:
+            out.print_json(json.dumps(schedules))
+        else:
+            out.print(schedule_table(c, schedules))
         return
     base = Path(out_dir or Path("faultlab-runs") / f"{c.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     base.mkdir(parents=True, exist_ok=True)
     manifest = {"campaign": c.name, "seed": c.seed, "runs": []}
+    con = err_out if as_json else out
     for i, s in enumerate(scs):
-        out.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
+        con.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
         try:
-            info = _run_one(s, base / s.name, label_it)
+            info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con)
         except Exception as e:  # unattended: one failed run must not stop the campaign
             info = {"run_dir": str(base / s.name), "code": 1, "error": f"{type(e).__name__}: {e}"}
-            out.print(f"[red]{s.name} failed:[/] {type(e).__name__}: {e}", markup=False) if not isinstance(e, FaultlabError) else out.print(f"[red]{s.name} failed:[/] {e}")
+            con.print(f"[red]{s.name} failed:[/] {type(e).__name__}: {e}", markup=False) if not isinstance(e, FaultlabError) else con.print(f"[red]{s.name} failed:[/] {e}")
         manifest["runs"].append({**info, "schedule": schedules[i]})
         (base / "campaign.json").write_text(json.dumps(manifest, indent=1))
     bad = [r for r in manifest["runs"] if r["code"]]
-    out.print(f"campaign {c.name}: {len(scs) - len(bad)}/{len(scs)} runs complete -> {base}")
+    try:  # the campaign's page: a thumbnail per run, the scores pooled with bootstrap CIs
+        from faultlab.report import write_report
+
+        manifest["report"] = str(write_report(base))
+    except FaultlabError as e:
+        con.print(f"no campaign report: {e}", markup=False)
+    con.print(f"campaign {c.name}: {len(scs) - len(bad)}/{len(scs)} runs complete -> {base}"
+              + (f"; report: {manifest['report']}" if "report" in manifest else ""), markup=False)
+    if as_json:
+        print(json.dumps(manifest, indent=1))
     raise typer.Exit(1 if bad else 0)
 
 
@@ -393,7 +477,7 @@ def campaign(
 def label(
     run_dir: Path = typer.Argument(..., metavar="PATH", help="a run directory; with --import, the file or dataset folder to import"),
     import_format: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="import public fail-slow data instead: long | perseus | straggler-trace"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="with --import: folder for labels.parquet (and whatif.json, components.parquet)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="with --import: folder for labels.parquet (and whatif.json, components.parquet)"),
 ):
     """Label a run directory (writes labels.parquet and whatif.json there), or import
     public data: --import FORMAT PATH --out DIR writes DIR/labels.parquet (and
@@ -452,13 +536,35 @@ def label(
         out.print(f"  {name} -> {written[name]}", markup=False)
 
 
+from faultlab.scoring.cli import register as _register_score  # noqa: E402
+
+_register_score(app)
+
 from faultlab.report.cli import register as _register_report  # noqa: E402
 
 _register_report(app)
 
 
+def _with_metavars(cmd):
+    """Every option and argument of every command shows a metavar: its own, else its
+    name in capitals (``--window WINDOW``, ``FAULT_ID``); flags show none (typer would
+    print ``<bool>``, ``<str>``)."""
+    for p in cmd.params:  # typer's own options and arguments (it vendors click): duck-typed
+        kind = getattr(p, "param_type_name", "")
+        if kind == "option" and p.metavar is None:
+            p.metavar = "" if p.is_flag else p.name.upper()
+        elif kind == "argument":
+            if p.metavar is None:
+                p.metavar = p.name.upper()
+            p.display_type_rich = lambda ctx: None  # the metavar says it; no `<str>` column beside it
+    for sub in getattr(cmd, "commands", {}).values():
+        _with_metavars(sub)
+    return cmd
+
+
 def main() -> None:  # pragma: no cover
-    app()
+    """The ``faultlab`` entry point: the typer app as a click command, metavars filled in."""
+    _with_metavars(typer.main.get_command(app))(prog_name="faultlab")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,12 +25,13 @@ from rich.console import Console
 from rich.table import Table
 
 from faultlab.errors import FaultlabError
-from faultlab.rundir import RunDir
+from faultlab.progress import Progress
+from faultlab.rundir import RunDir, new_run_id
 from faultlab.schema import json_safe
 from faultlab.scenario import Scenario
 
 
-def demo_scenario(n_nodes: int, duration_s: float, root: bool) -> Scenario:
+def demo_scenario(n_nodes: int, duration_s: float, root: bool, backend: str = "netns") -> Scenario:
     """The embedded default: two faults at separate times, at fixed fractions of the
     training time (as root: nic-slow on a node, then cpu-contention on rank 1;
     without root: process-pause on rank 1)."""
@@ -44,13 +45,13 @@ def demo_scenario(n_nodes: int, duration_s: float, root: bool) -> Scenario:
         faults = [{"type": "process-pause", "rank": 1, "at": f"{0.4 * d:.1f}s", "duration": f"{0.25 * d:.1f}s", "params": {"pause": "150ms", "period": "300ms"}}]
     return Scenario.model_validate({
         "name": "demo", "seed": 0,
-        "testbed": {"backend": "netns" if root else "local", "nodes": n_nodes},
+        "testbed": {"backend": backend if root else "local", "nodes": n_nodes},
         "workload": {"kind": "ddp", "duration": f"{d:g}s", "hidden": 512, "batch": 512},
         "faults": faults,
     })
 
 
-def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 60.0, console: Console | None = None) -> int:
+def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 60.0, console: Console | None = None, backend: str = "netns") -> int:
     """Run the demo; returns the process exit code (0 when every stage worked).
 
     ``duration_s`` is the training time in seconds (the faults are placed at fixed
@@ -65,38 +66,48 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
         raise FaultlabError(f"{duration_s:g}s is too short for two faults and their baselines", field="--duration", fix="give at least 30s")
     root = os.geteuid() == 0
     t_wall = time.time()
-    out_dir = Path(out_dir or Path("faultlab-runs") / time.strftime("demo-%Y%m%d-%H%M%S"))
-    sc = demo_scenario(n_nodes, duration_s, root)
+    run_id = new_run_id("demo")  # one id: the default folder's name and meta.json's run_id
+    out_dir = Path(out_dir or Path("faultlab-runs") / run_id)
+    sc = demo_scenario(n_nodes, duration_s, root, backend)
+    kinds = {"netns": "network-namespace nodes on a faultlab bridge", "docker": "docker containers on an internal network (faults from the docker host)",
+             "ssh": "containers reached over SSH with pinned host keys (faults and leases on the nodes)"}
     if root:
-        con.print(f"testbed: {n_nodes} network-namespace nodes on a faultlab bridge; {n_nodes} ranks (gloo) train for {duration_s:g}s; times count from the first training step")
+        con.print(f"testbed: {n_nodes} {kinds.get(backend, backend)}; {n_nodes} ranks (gloo) train for {duration_s:g}s; times count from the first training step")
     else:
         con.print("[yellow]not root:[/] ranks run as plain local processes; nic-slow and cpu-contention need root (tc, cgroups), so this demo injects only process-pause (SIGSTOP/SIGCONT) on one rank.")
-    res = run(sc, out_dir, console=con, progress=False)
-    if res.code:
-        return res.code
-    if res.failed_faults:
-        raise FaultlabError("; ".join(res.failed_faults), field="faults")
-    return _analyse(res.rundir, con, t_wall)
+    with Progress(con) as prog:
+        res = run(sc, out_dir, console=con, progress=prog, run_id=run_id)
+        if res.code:
+            return res.code
+        if res.failed_faults:
+            raise FaultlabError("; ".join(res.failed_faults), field="faults")
+        return _analyse(res.rundir, con, t_wall, prog)
 
 
-def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
-    from faultlab.detectors import load_detector
+def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress) -> int:
     from faultlab.labeler import label_run
-    from faultlab.scoring import score_table
+    from faultlab.scoring import load_detector, score_table
 
     steps = rd.read_table("steps")
     host = rd.read_table("host")
     inj = rd.read_table("injections")
     if steps.empty:
         raise FaultlabError("no step telemetry was recorded", field="workload", fix=f"see the rank logs in {rd.path / 'logs'}")
+    prog.phase("labeling", "temporal view + peer view, reconciled with the injections; what-if slowdown")
     labels = label_run(rd.path)
-    rows = score_table(steps, host, labels, ["peer-median"]).to_dict("records")
+    prog.phase("scoring", "peer-median, temporal-z and arrival-late against the labels, beside a random and a constant detector")
+    rows = score_table(steps, host, labels, ["peer-median", "temporal-z", "arrival-late"]).to_dict("records")
     (rd.path / "metrics.json").write_text(json.dumps(json_safe(rows), indent=2, default=_num))
     det = load_detector("peer-median")
     alarms = det.detect(steps, host)
     rd.write_table("alarms", alarms)
     rd.finish(wall_s=time.time() - t_wall)
     rd.event("run-complete")
+    prog.phase("writing the report", "report.html")
+    from faultlab.report import write_report
+
+    report = write_report(rd.path)
+    prog.done()
 
     ranks = steps["rank"].nunique()
     con.print(f"\n[bold]run[/] {rd.path}  ({ranks} ranks, {steps['step'].nunique()} steps, median step {steps['step_s'].median() * 1e3:.1f} ms)")
@@ -121,18 +132,19 @@ def _analyse(rd: RunDir, con: Console, t_wall: float) -> int:
         w = json.loads(whatif.read_text())
         if "slowdown" in w:
             con.print(f"what-if slowdown S = {w['slowdown']:.3f}: actual job time / simulated time with every rank computing at its peers' median (stragglers removed; a job-wide slowdown such as a slow link is not a straggler and stays in both)")
-    t = Table(title="detector scores vs labels (metrics.json)")
-    for c in ("detector", "precision", "recall", "F1", "MCC", "event P", "event R", "Acc@1"):
+    t = Table(title="detector scores vs labels (metrics.json; faultlab score gives CIs over many runs)")
+    for c in ("detector", "window P", "window R", "window F1", "window MCC", "event P", "event R", "event F1", "range F1", "VUS-PR", "Acc@1"):
         t.add_column(c)
     for r in rows:
-        t.add_row(r["detector"], *(_fmt(r.get(k)) for k in ("precision", "recall", "f1", "mcc", "event_precision", "event_recall", "acc_at_1")))
+        t.add_row(r["detector"], *(_fmt(r.get(k)) for k in ("window_precision", "window_recall", "window_f1", "window_mcc", "event_precision",
+                                                           "event_recall", "event_f1", "range_f1", "vus_pr", "acc_at_1")))
     con.print(t)
     comps = sorted(set(steps["rank"].map(lambda r: f"rank:{r}")) | {"job"})
-    con.print(f"scored over {len(comps)} components ({', '.join(comps)}); random and constant detectors show what chance and always-alarm get.")
+    span = float((steps["t_start"] + steps["step_s"]).max() - steps["t_start"].min())
+    con.print(f"window = one component ({', '.join(comps)}) x 10 s cell: {len(comps)} x {int(-(-span // 10))} cells; MCC near 0 is chance "
+              "(random) or no information (constant alarms every cell); event P/R count each alarm and label once, no point-adjust.")
     con.print(f"files in {rd.path}: steps, host, injections, labels, alarms (.parquet); whatif.json, metrics.json, meta.json, scenario.yaml, events.jsonl, telemetry/, logs/")
-    from faultlab.report import write_report
-
-    con.print(f"report: {write_report(rd.path)}   (open it in a browser; {time.time() - t_wall:.0f}s in all)", markup=False)
+    con.print(f"report: {report}   (open it in a browser; {time.time() - t_wall:.0f}s in all)", markup=False)
     return 0
 
 

@@ -64,15 +64,15 @@ def measure_throughput(sender, receiver, receiver_addr: str, nbytes: int, timeou
     """
     import subprocess
 
-    py = sys.executable
-    sink = receiver.spawn([py, "-m", "faultlab.probe", "sink", "--bind", receiver_addr, "--timeout", str(timeout_s)], scope="net", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    py = sys.executable  # -P below: the caller's cwd (anyone's folder) is not on sys.path
+    sink = receiver.spawn([py, "-P", "-m", "faultlab.probe", "sink", "--bind", receiver_addr, "--timeout", str(timeout_s)], scope="net", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         line = sink.stdout.readline()
         try:
             port = json.loads(line)["port"]
         except (ValueError, KeyError):
             raise NodeError(f"throughput sink did not start on {receiver.name}: {sink.stderr.read().decode()[-300:]}") from None
-        cp = sender.run([py, "-m", "faultlab.probe", "send", "--addr", receiver_addr, "--port", str(port), "--bytes", str(nbytes), "--timeout", str(timeout_s)], scope="net", timeout=timeout_s + 5)
+        cp = sender.run([py, "-P", "-m", "faultlab.probe", "send", "--addr", receiver_addr, "--port", str(port), "--bytes", str(nbytes), "--timeout", str(timeout_s)], scope="net", timeout=timeout_s + 5)
         if cp.returncode != 0:
             raise NodeError(f"throughput probe from {sender.name} to {receiver_addr} failed: {cp.stderr.strip()[-300:]}")
         out, _ = sink.communicate(timeout=timeout_s)

@@ -35,6 +35,15 @@ from faultlab import schema
 from faultlab.errors import BadInput
 
 
+def new_run_id(name: str) -> str:
+    """A run id: ``NAME-YYYYmmdd-HHMMSS-XXXX`` (local time, 4 random hex digits so
+    runs started in the same second differ). Made once per run: the default run
+    folder is named by it and meta.json and every table carry it."""
+    import secrets
+
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
 class RunDir:
     """A run directory at ``path`` (created if missing)."""
 

@@ -25,6 +25,7 @@ import pandas as pd
 from rich.console import Console
 
 from faultlab.errors import BadInput, FaultlabError
+from faultlab.evidence import verify_text
 from faultlab.rundir import RunDir
 from faultlab.scenario import RANK_TYPES, FaultSpec, Scenario
 
@@ -114,8 +115,14 @@ def workload_args(sc: Scenario) -> list[str]:
     return args
 
 
-def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress: bool = True) -> RunResult:
+def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress=True, run_id: str | None = None) -> RunResult:
     """Run scenario ``sc`` into ``out_dir`` (must be new or empty).
+
+    ``progress``: True for a faultlab.progress.Progress on ``console`` (live on a
+    terminal, plain one-line events otherwise), a Progress to report to (its owner
+    opens and closes it), or False for none. ``run_id`` (default
+    :func:`faultlab.rundir.new_run_id` of the scenario's name) goes to meta.json and
+    every table; give the one the folder was named after.
 
     Returns a RunResult. Raises BadInput (``--out`` exists, netns without root),
     FaultlabError when the workload fails (after teardown; the run directory stays,
@@ -126,12 +133,18 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     from faultlab.hostsampler import HostSampler
     from faultlab.injectors.lease import Lease
     from faultlab.nodes import LocalNode
+    from faultlab.nodes.collect import TelemetryCollector
 
     con = console or Console()
     root = os.geteuid() == 0
-    if sc.testbed.backend == "netns" and not root:
-        raise BadInput("backend netns needs root (namespaces, tc, cgroups)", field="testbed.backend", fix="run as root, or use backend: local")
-    run_id = f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if sc.testbed.backend != "local" and not root:
+        raise BadInput(f"backend {sc.testbed.backend} needs root (namespaces, tc, cgroups)", field="testbed.backend", fix="run as root, or use backend: local")
+    from faultlab.progress import Progress
+    from faultlab.rundir import new_run_id
+
+    run_id = run_id or new_run_id(sc.name)
+    own = progress is True
+    prog = Progress(con) if own else (progress or None)
     rd = RunDir.create(out_dir, run_id=run_id, scenario=sc.model_dump(mode="json"), seed=sc.seed)
     res = RunResult(rd)
     rd.event("run-start", backend=sc.testbed.backend, scenario=sc.name)
@@ -142,14 +155,20 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
         for i, f in enumerate(sc.faults)
         for at, st in f.occurrences()
     ]
-    testbed = tb_lease = sampler = None
+    testbed = tb_lease = sampler = collector = None
     ranks: list = []
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    if own:
+        prog.__enter__()
+    finished = False
     try:
-        if sc.testbed.backend == "netns":
-            from faultlab.nodes.testbed import NetnsTestbed
+        if sc.testbed.backend != "local":
+            from faultlab.nodes.backends import make_testbed
 
-            testbed = NetnsTestbed(n).up()
+            kinds = {"netns": "network-namespace nodes on a bridge", "docker": "docker containers on an internal network",
+                     "ssh": "containers reached over SSH"}
+            _phase(prog, "bringing up the testbed", f"{n} {kinds[sc.testbed.backend]}")
+            testbed = make_testbed(sc.testbed.backend, n).up()
             tb_lease = Lease.create_for(LocalNode("local"), f"testbed-{testbed.id}", "testbed", testbed.bridge, {"nodes": n},
                                         testbed.teardown_cmds(), time.time() + TESTBED_LEASE_S)
             nodes = testbed.nodes
@@ -159,14 +178,16 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
             nodes = [LocalNode(name=f"n{i}", address="127.0.0.1") for i in range(n)]
             master_addr, master_port = "127.0.0.1", free_port()
         module = "faultlab.benchmarks.pipeline" if w.kind == "pipeline" else "faultlab.benchmarks.ddp"
+        _phase(prog, "starting ranks", f"{n} ranks ({w.kind}, gloo); each imports torch and joins the process group")
         ranks = launch_ranks(
             [(x, i) for i, x in enumerate(nodes)], telemetry_dir=rd.telemetry_dir(), run_id=run_id,
             master_addr=master_addr, master_port=master_port, duration_s=w.duration, log_dir=rd.path / "logs",
             extra_args=workload_args(sc), **({"module": module} if w.kind == "pipeline" else {}),
         )
         rd.event("ranks-started", pids={r.rank: r.pid for r in ranks})
+        collector = TelemetryCollector(nodes, run_id, rd.telemetry_dir()).start()
         sampler = HostSampler(
-            {r.node.name: [r.pid] for r in ranks}, interval_s=1.0, run_id=run_id,
+            {r.node.name: [r.pid] for r in ranks if not getattr(r.node, "remote", False)}, interval_s=1.0, run_id=run_id,
             netns={x.name: x.netns for x in nodes if getattr(x, "netns", None)},
             peers={x.address: x.name for x in nodes if x.address and not x.address.startswith("127.")},
         ).start()
@@ -179,44 +200,39 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
             _check_ranks(ranks)
             if time.time() - t_wait > 180:
                 raise FaultlabError("ranks did not start training within 180s", field="workload", fix=f"see {rd.path / 'logs'}")
+            if prog:
+                prog.beat(f"waiting for the first training step ({time.time() - t_wait:.0f}s)")
             time.sleep(0.1)
         t0 = watch.first_ts
         rd.event("training-start", t0=t0)
         rd.update_meta(t0=t0)  # the time origin of every printed and plotted run time
         total = w.duration
         last_renew = time.time()
-        prog = None
-        if progress:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            prog = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("step {task.fields[step]}"), TimeElapsedColumn(), console=con, transient=True)
-            task = prog.add_task(sc.name, total=total or w.steps, step=0)
-            prog.start()
-        try:
-            while any(r.popen.poll() is None for r in ranks):
-                now = time.time() - t0
-                step = watch.poll()
-                _check_ranks(ranks)
-                for d in due:
-                    if d.done or d.error:
-                        continue
-                    if d.active is None:
-                        start = (d.at_s is not None and now >= d.at_s) or (d.at_step is not None and step >= d.at_step)
-                        if start:
-                            _start(d, nodes, ranks, testbed, rd, res, con, t0, injectors)
-                    elif time.time() >= d.active.start_ts + d.spec.duration:
-                        _stop(d, rd, res, con, t0)
-                if tb_lease and time.time() - last_renew > 10:
-                    tb_lease.renew(time.time() + TESTBED_LEASE_S)
-                    last_renew = time.time()
-                if prog:
-                    prog.update(task, completed=min(now, total) if total else step + 1, step=step)
-                time.sleep(0.1)
-        finally:
+        _phase(prog, "training", f"{'%gs' % total if total else '%d steps' % w.steps}; times below count from the first training step")
+        while any(r.popen.poll() is None for r in ranks):
+            now = time.time() - t0
+            step = watch.poll()
+            _check_ranks(ranks)
+            for d in due:
+                if d.done or d.error:
+                    continue
+                if d.active is None:
+                    start = (d.at_s is not None and now >= d.at_s) or (d.at_step is not None and step >= d.at_step)
+                    if start:
+                        _start(d, nodes, ranks, testbed, rd, res, con, t0, injectors)
+                elif time.time() >= d.active.start_ts + d.spec.duration:
+                    _stop(d, rd, res, con, t0)
+            if tb_lease and time.time() - last_renew > 10:
+                tb_lease.renew(time.time() + TESTBED_LEASE_S)
+                last_renew = time.time()
             if prog:
-                prog.stop()
+                prog.tick(now, step, total_s=total, total_steps=w.steps,
+                          faults=[_in_force(d) for d in due if d.active is not None and not d.done])
+            time.sleep(0.1)
+        _phase(prog, "finishing", "waiting for the ranks to exit, tearing down")
         wait_ranks(ranks, timeout_s=60)
         rd.event("ranks-done")
+        finished = True
     except (_Stop, KeyboardInterrupt):
         rd.event("interrupted")
         con.print("[red]interrupted[/]: reverting faults and tearing down")
@@ -228,6 +244,8 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
         if ranks:
             stop_ranks(ranks)
         host = sampler.stop() if sampler else None
+        if collector is not None:
+            collector.stop()
         if testbed is not None:
             errs = testbed.down()
             rd.event("testbed-down", errors=errs)
@@ -239,9 +257,24 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
         if host is not None:
             rd.write_table("host", host)
         rd.write_table("injections", pd.DataFrame(res.injections) if res.injections else _empty("injections"))
+        if prog and finished:
+            prog.done()
+        if own:
+            prog.__exit__(None, None, None)
     if res.code == 0:
         rd.finish(failed_faults=res.failed_faults)
     return res
+
+
+def _phase(prog, name: str, detail: str = "") -> None:
+    if prog:
+        prog.phase(name, detail)
+
+
+def _in_force(d: _Due) -> str:
+    """``TYPE@NODE`` of an active fault occurrence."""
+    node = d.active.injector.node.name
+    return f"{d.spec.type}@{node}"
 
 
 def _empty(name):
@@ -292,19 +325,7 @@ def _start(d: _Due, nodes, ranks, testbed, rd: RunDir, res: RunResult, con: Cons
     rd.event("inject", fault_id=a.fault_id, index=d.index, type=inj.type, node=inj.node.name, target=a.plan.target,
              params=inj.params, severity=inj.severity, start_ts=a.start_ts, verify=a.evidence.get("verify"))
     v = a.evidence.get("verify", {})
-    con.print(f"  +{a.start_ts - t0:5.1f}s inject {inj.type} on {inj.node.name} ({a.plan.target}) verified={v.get('ok')} {verify_text(v)}")
-
-
-def verify_text(v: dict) -> str:
-    """The measurement behind ``verified``, for people."""
-    if v.get("ingress_measured_bit_per_s") is not None:
-        return (f"(measured {v['ingress_measured_bit_per_s'] / 1e6:.1f} in / {v['egress_measured_bit_per_s'] / 1e6:.1f} out Mbit/s "
-                f"under a {v['cap_bit_per_s'] / 1e6:.0f} Mbit/s cap, training traffic included)")
-    if "cpu_stat" in v:
-        return f"(cgroup throttled {v['cpu_stat'].get('nr_throttled', 0)} of {v['cpu_stat'].get('nr_periods', 0)} periods)"
-    if "stopped_seen" in v:
-        return "(target seen stopped)"
-    return ""
+    con.print(f"  +{a.start_ts - t0:5.1f}s inject {inj.type} on {inj.node.name} ({a.plan.target}); {verify_text(v)}", markup=False)
 
 
 def _stop(d: _Due, rd: RunDir, res: RunResult, con: Console, t0: float | None) -> None:

@@ -77,10 +77,12 @@ def _dur(v, info) -> float:
 
 
 class Testbed(_Strict):
-    """Where the ranks run: ``netns`` (one network-namespace node per rank; root) or
+    """Where the ranks run: ``netns`` (one network-namespace node per rank; root),
+    ``docker`` (one container per rank, faults from the docker host; root), ``ssh``
+    (containers of a docker testbed reached over SSH with pinned host keys; root) or
     ``local`` (plain local processes on loopback)."""
 
-    backend: Literal["netns", "local"] = "netns"
+    backend: Literal["netns", "docker", "ssh", "local"] = "netns"
     nodes: int = Field(4, ge=2, le=64, description="number of nodes, one rank each")
 
 

@@ -7,16 +7,18 @@ import re
 from faultlab.errors import BadInput
 
 _DURATION = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-_RATE = {
+_RATE = {  # bits per second
     "bit": 1,
     "kbit": 1e3,
     "mbit": 1e6,
     "gbit": 1e9,
-    "bps": 8,  # tc's spelling: bytes per second
-    "kbps": 8e3,
-    "mbps": 8e6,
-    "gbps": 8e9,
 }
+#: bytes per second, the same units every byte-rate option takes (io-slow --read-bps):
+#: SI (10mb = 10 000 000 bytes/s) and IEC (1mib = 1 048 576 bytes/s)
+BYTE_UNITS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2.0**10, "mib": 2.0**20, "gib": 2.0**30, "tib": 2.0**40}
+#: refused everywhere: tc reads "mbps" as bytes/s, ss and iperf print it as bits/s
+AMBIGUOUS = {"bps", "kbps", "mbps", "gbps"}
+RATE_FIX = "write 50mbit for bits/s or 6mb for bytes/s (units: bit, kbit, mbit, gbit; b, kb, mb, gb, kib, mib, gib)"
 _NUM = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"  # ASCII digits only: '５０mbit' is refused
 MAX_DURATION_S = 7 * 24 * 3600.0  # a fault longer than a week is a typo
 MAX_RATE_BIT_S = 400e9
@@ -50,28 +52,38 @@ def parse_duration(text: str | float | int, field: str = "duration", *, allow_ze
 
 
 def parse_rate(text: str, field: str = "rate") -> float:
-    """Parse a network rate in tc's units into bit/s: ``"50mbit"`` -> 5e7.
+    """Parse a network rate into bit/s: ``"50mbit"`` -> 5e7, ``"6mb"`` -> 4.8e7.
 
-    ``bit/kbit/mbit/gbit`` are bits per second; ``bps/kbps/mbps/gbps`` are *bytes* per
-    second, as tc reads them. A space inside (``"100 mbps"``), a bare number or an unknown
-    unit is refused, because each is a common typo. Raises BadInput.
+    One vocabulary for every rate option: ``bit/kbit/mbit/gbit`` are bits per second;
+    ``b/kb/mb/gb`` (SI) and ``kib/mib/gib`` (IEC) are *bytes* per second, as for
+    io-slow's ``--read-bps``. ``bps/kbps/mbps/gbps`` are refused: tc reads them as
+    bytes/s, ss and iperf print them as bits/s. A space inside (``"100 mbit"``), a
+    bare number or an unknown unit is refused too, each being a common typo. Raises
+    BadInput naming ``field`` and the fix.
     """
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        raise BadInput(f"{text!r} has no unit", field=field, fix="write e.g. 50mbit (bits/s) or 6mbps (bytes/s)")
+        raise BadInput(f"{text!r} has no unit", field=field, fix=RATE_FIX)
     s = str(text).strip()
+    if re.fullmatch(_NUM, s):
+        raise BadInput(f"{text!r} has no unit", field=field, fix=RATE_FIX)
     if re.fullmatch(_NUM + r"\s+[A-Za-z/]+", s):
         raise BadInput(f"{text!r} has a space before its unit", field=field, fix="write e.g. 100mbit")
     m = re.fullmatch(_NUM + r"([A-Za-z/]+)", s)
     if not m:
         if s.startswith("-"):
             raise BadInput(f"{text!r} is negative", field=field, fix="give a positive rate such as 50mbit")
-        raise BadInput(f"{text!r} is not a rate", field=field, fix="write e.g. 50mbit (bits/s) or 6mbps (bytes/s)")
+        raise BadInput(f"{text!r} is not a rate", field=field, fix=RATE_FIX)
     value, unit = float(m.group(1)), m.group(2).lower()
-    if unit in ("mbit/s", "mb/s", "mbits", "mbit/sec"):
-        raise BadInput(f"unknown unit {m.group(2)!r}", field=field, fix="tc units: write 50mbit for megabits/s")
-    if unit not in _RATE:
-        raise BadInput(f"unknown unit {m.group(2)!r}", field=field, fix="use bit, kbit, mbit, gbit (bits/s) or bps, kbps, mbps (bytes/s)")
-    bits = value * _RATE[unit]
+    if unit.endswith("/s") or unit in ("mbits", "mbit/sec"):
+        raise BadInput(f"unknown unit {m.group(2)!r}", field=field, fix="the option is already per second: " + RATE_FIX)
+    if unit in AMBIGUOUS:
+        raise BadInput(f"{text!r} is ambiguous (tc reads {unit} as bytes/s, most tools as bits/s)", field=field, fix=RATE_FIX)
+    if unit in _RATE:
+        bits = value * _RATE[unit]
+    elif unit in BYTE_UNITS:
+        bits = value * BYTE_UNITS[unit] * 8
+    else:
+        raise BadInput(f"unknown unit {m.group(2)!r}", field=field, fix=RATE_FIX)
     if not bits <= MAX_RATE_BIT_S:
         raise BadInput(f"{text!r} is above {MAX_RATE_BIT_S / 1e9:g}gbit", field=field, fix="give a cap below the link's speed, e.g. 50mbit")
     if bits < 8000:

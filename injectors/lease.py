@@ -77,6 +77,10 @@ class Lease:
         at ``deadline_ts`` (unix s) unless released. Raises OSError when the lease
         folder cannot be written (nothing is applied then: ``apply`` creates the lease
         before the first inject command)."""
+        if getattr(node, "remote", False):  # ssh: record and watchdog on the node
+            from faultlab.injectors.lease_remote import RemoteLease
+
+            return RemoteLease.create_for(node, lease_id, kind, target, params, revert, deadline_ts, WATCHDOG_SH)
         d = trusted_lease_dir(node)
         path = d / f"{lease_id}.json"
         lines = [c.render(node) for c in revert]
@@ -179,6 +183,13 @@ def node_lock(node: Node):
     (flock on the lease folder itself: no lock file is left), so two faultlab
     processes never act on a node at once: a second inject sees the first's lease and
     refuses."""
+    if getattr(node, "remote", False):
+        from faultlab.injectors.lease_remote import node_lock as remote_lock
+        from faultlab.nodes import lease_dir
+
+        with remote_lock(node, lease_dir()):
+            yield
+        return
     d = trusted_lease_dir(node)
     fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -192,6 +203,10 @@ def node_lock(node: Node):
 def load_leases(node: Node) -> list[Lease]:
     """Every faultlab lease record on ``node``'s lease host, oldest first. Files that
     are not lease records, or not owned by us, are ignored (never run)."""
+    if getattr(node, "remote", False):
+        from faultlab.injectors.lease_remote import load_leases as load_remote
+
+        return load_remote(node)
     d = node.lease_dir()
     out = []
     if not d.exists():
@@ -213,7 +228,7 @@ def recover(node: Node, fault_id: str | None = None) -> list[dict]:
     """Revert every lease left on ``node`` (or only ``fault_id``): run its revert
     script, stop its watchdog, remove its files. Returns one dict a lease."""
     done = []
-    if not node.lease_dir().exists():
+    if not getattr(node, "remote", False) and not node.lease_dir().exists():
         return done
     with node_lock(node):
         leases = load_leases(node)

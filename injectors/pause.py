@@ -7,6 +7,15 @@ until its own deadline; it always ends with SIGCONT (on its deadline, on SIGTERM
 SIGINT). The revert stops the loop by the PID it wrote in its pidfile and sends
 SIGCONT to the target, so even a loop killed with SIGKILL leaves no stopped process.
 
+Identity: every process is named by PID *and* start time (field 22 of
+``/proc/PID/stat``), rechecked right before each signal: the loop checks the target's
+before each SIGSTOP and SIGCONT, the pidfile holds ``LOOP_PID LOOP_STARTTIME`` (digits
+only, anything else is ignored) and the revert signals the loop only when that PID
+still has that start time, so a stale pidfile never signals a process that reused the
+PID. The loop runs in its own session (``setsid``): a SIGKILL of faultlab's process
+group (a terminal's, a CI runner's) cannot kill it half-way through a stop and leave
+the target stopped; it still ends itself at the deadline with a SIGCONT.
+
 Severity: the paused fraction ``pause_s / period_s``. No root needed for one's own
 processes.
 """
@@ -23,30 +32,37 @@ from faultlab.injectors.base import Cmd, Injector, Plan
 # target's start time (field 22 of /proc/PID/stat): the loop stops at once if the PID
 # now belongs to another process (the target exited and the PID was reused).
 LOOP_SH = r"""
-echo $$ > "$1"
+start() { cut -d")" -f2- "/proc/$1/stat" 2>/dev/null | cut -d" " -f21; }
+cont() { [ "$(start "$2")" = "$6" ] && kill -CONT "$2" 2>/dev/null; }
+echo "$$ $(start $$)" > "$1"
 sp=""
-trap '[ -n "$sp" ] && kill "$sp" 2>/dev/null; kill -CONT "$2" 2>/dev/null; rm -f "$1"; exit 0' TERM INT HUP
+trap '[ -n "$sp" ] && kill "$sp" 2>/dev/null; cont "$@"; rm -f "$1"; exit 0' TERM INT HUP
 while [ "$(date +%s)" -lt "$5" ]; do
-  st=$(cut -d")" -f2- "/proc/$2/stat" 2>/dev/null | cut -d" " -f21)
-  [ "$st" = "$6" ] || break
+  [ "$(start "$2")" = "$6" ] || break
   kill -STOP "$2" 2>/dev/null || break
   sleep "$3" & sp=$!; wait "$sp"
-  kill -CONT "$2" 2>/dev/null
+  cont "$@"
   sleep "$4" & sp=$!; wait "$sp"
 done
-kill -CONT "$2" 2>/dev/null
+cont "$@"
 rm -f "$1"
 """
 # SIGCONT the target only if the PID still belongs to it ($1 pid, $2 start time)
 CONT_SH = ('st=$(cut -d")" -f2- "/proc/$1/stat" 2>/dev/null | cut -d" " -f21); '
            '[ "$st" = "$2" ] && kill -CONT "$1" 2>/dev/null; exit 0')
-START_SH = 'nohup sh -c "$1" faultlab-pause "$2" "$3" "$4" "$5" "$6" "$7" </dev/null >/dev/null 2>&1 &'
-# stop the loop by the PID in its pidfile and wait (<= 2 s) until it is gone
-# (a zombie counts as gone: an init that reaps slowly must not stall the revert)
+# the loop in a session of its own (util-linux setsid -f: fork, new session)
+START_SH = 'setsid -f sh -c "$1" faultlab-pause "$2" "$3" "$4" "$5" "$6" "$7" </dev/null >/dev/null 2>&1'
+# stop the loop named in its pidfile ("PID STARTTIME", digits only) only while that PID
+# has that start time, and wait (<= 2 s) until it is gone (a zombie or a PID with
+# another start time counts as gone: an init that reaps slowly must not stall the revert)
 STOP_SH = (
-    '[ -f "$1" ] || exit 0; p=$(cat "$1"); kill "$p" 2>/dev/null; i=0; '
-    'while [ $i -lt 40 ]; do st=$(cut -d")" -f2 "/proc/$p/stat" 2>/dev/null | cut -d" " -f2); '
-    '[ -z "$st" ] || [ "$st" = Z ] && break; sleep 0.05; i=$((i+1)); done; rm -f "$1"; exit 0'
+    '[ -f "$1" ] || exit 0; p=; s=; read -r p s _ < "$1"; '
+    'case "$p" in ""|*[!0-9]*) rm -f "$1"; exit 0;; esac; case "$s" in ""|*[!0-9]*) rm -f "$1"; exit 0;; esac; '
+    'now() { cut -d")" -f2- "/proc/$p/stat" 2>/dev/null | cut -d" " -f21; }; '
+    '[ "$(now)" = "$s" ] && kill "$p" 2>/dev/null; i=0; '
+    'while [ $i -lt 40 ]; do [ "$(now)" = "$s" ] || break; '
+    'st=$(cut -d")" -f2 "/proc/$p/stat" 2>/dev/null | cut -d" " -f2); [ "$st" = Z ] && break; '
+    'sleep 0.05; i=$((i+1)); done; rm -f "$1"; exit 0'
 )
 
 

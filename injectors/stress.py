@@ -68,7 +68,7 @@ code=$1; pf=$2; mark=$3; dl=$4; kind=$5; size=$6
 shift 6
 : > "$pf" || exit 1
 for cpu in "$@"; do
-  nohup python3 -c "$code" "$mark" "$pf" "$cpu" "$dl" "$kind" "$size" </dev/null >/dev/null 2>&1 &
+  nohup python3 -I -c "$code" "$mark" "$pf" "$cpu" "$dl" "$kind" "$size" </dev/null >/dev/null 2>&1 &
   echo $! >> "$pf"
 done
 exit 0

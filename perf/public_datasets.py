@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -196,7 +197,8 @@ def trace_to_long(src: Path, dst: Path) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--public", default=str(ROOT.parent / "shared" / "datasets" / "public"))
+    ap.add_argument("--public", default=os.environ.get("FAULTLAB_PUBLIC_DATA") or str(ROOT.parent / "shared" / "datasets" / "public"),
+                    help="folder of the public traces (default: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public)")
     ap.add_argument("--keep", default=None, help="keep the outputs (labels.parquet, whatif.json, components.parquet) under this folder")
     ap.add_argument("--child", nargs=3, metavar=("FORMAT", "PATH", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--convert", nargs=3, metavar=("KIND", "SRC", "DST"), help=argparse.SUPPRESS)

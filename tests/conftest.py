@@ -58,10 +58,19 @@ def _isolated_state(tmp_path_factory):
     yield
 
 
-def left_since(before: dict[str, set]) -> dict[str, set]:
-    """What exists now of faultlab's that did not in ``before`` (a ``residue()``)."""
-    after = residue()
-    return {k: after[k] - before[k] for k in after if after[k] - before[k]}
+def left_since(before: dict[str, set], settle_s: float = 2.0) -> dict[str, set]:
+    """What exists now of faultlab's that did not in ``before`` (a ``residue()``).
+    A process just signalled may take a moment to exit: what is left is looked at
+    again for up to ``settle_s`` seconds, and only what stays counts."""
+    import time
+
+    end = time.monotonic() + settle_s
+    while True:
+        after = residue()
+        left = {k: after[k] - before[k] for k in after if after[k] - before[k]}
+        if not left or time.monotonic() >= end:
+            return left
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -116,3 +125,33 @@ def cpu_rate(pid: int, seconds: float = 1.5) -> float:
     c0 = sum(p.cpu_times()[:2])
     time.sleep(seconds)
     return (sum(p.cpu_times()[:2]) - c0) / seconds
+
+
+@pytest.fixture(scope="session")
+def dockerd():
+    """faultlab's own dockerd (``--iptables=false``, its own socket and data root),
+    started when none answers and stopped after the session if this session started
+    it. Skips without root or dockerd (fails under CI=true: CI installs docker.io)."""
+    import shutil
+
+    if not ROOT or not shutil.which("dockerd"):
+        if os.environ.get("CI"):
+            pytest.fail("CI needs root and dockerd (apt-get install docker.io)")
+        pytest.skip("needs root and dockerd")
+    from faultlab.nodes import dockerd as d
+
+    started = d.ensure_started()
+    yield d.client()
+    if started:
+        d.stop()
+
+
+def docker_residue(cli) -> set[str]:
+    """faultlab testbed containers and networks, and images other than the node image."""
+    from faultlab.nodes.image import IMAGE
+
+    flt = {"label": "faultlab.testbed"}
+    out = {f"container {c.name}" for c in cli.containers.list(all=True, filters=flt)}
+    out |= {f"network {n.name}" for n in cli.networks.list(filters=flt)}
+    out |= {f"image {t}" for i in cli.images.list() for t in (i.tags or [i.id]) if t != IMAGE}
+    return out

@@ -72,5 +72,10 @@ def test_demo_report_opens_in_headless_chromium_without_errors_or_network(demo_r
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     report = out / "report.html"
     assert f"report: {report}" in cp.stdout
+    # never silent for long: a line per phase (a pipe gets plain lines) and training heartbeats
+    lines = cp.stdout.splitlines()
+    for phase in ("bringing up the testbed", "starting ranks", "training", "finishing", "labeling", "scoring", "writing the report"):
+        assert any(line.startswith(phase + ":") for line in lines), phase
+    assert sum(line.startswith("  training +") for line in lines) >= 3  # 40 s at one heartbeat per 10 s
     res = check_report(report, tmp_path / "demo-report.png")
     assert {"plot-timeline", "plot-whatif", "plot-host", "plot-scores"} <= {i["id"] for i in res["images"]}

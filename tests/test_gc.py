@@ -360,15 +360,16 @@ def test_heartbeat_of_an_earlier_process_is_refused(busy_loop, agent_dir):
 
 
 # -- a real 2-rank job ---------------------------------------------------------------
-def test_gc_storm_on_rank1_slows_its_compute(no_residue, tmp_path, agent_dir):
+def test_gc_storm_on_rank1_stalls_the_job(no_residue, tmp_path, agent_dir):
     """Two gloo ranks on loopback; a 3 s storm (3 bursts/s, 5 MB: each burst a full
     collection of a torch-sized heap, ~0.15-0.4 s here) on rank 1. The ranks train
     until SIGTERM (both stop at the same step), so the storm never outlives them.
 
     Where a stall lands depends on what rank 1 was doing: in compute_s when it was
     computing, in comm_s when it was inside the all-reduce (about half the bursts
-    here). Both ranks run the same steps, so the excess of rank 1's summed compute_s
-    over rank 0's is stall time (one burst is enough for the bound); gc_s shows all."""
+    here; on a quiet machine, where a step is a few ms and mostly all-reduce, nearly
+    all of them). So the test does not ask where it landed: gc_s shows rank 1's stall
+    time, and the steps it collected in are slower than the ones it did not."""
     from faultlab.benchmarks.launch import free_port, launch_ranks, stop_ranks
 
     tel = tmp_path / "telemetry"
@@ -404,10 +405,16 @@ def test_gc_storm_on_rank1_slows_its_compute(no_residue, tmp_path, agent_dir):
 
     storm0, storm1 = window(0), window(1)
     assert len(storm1) >= 10, f"only {len(storm1)} steps under the storm"
-    c0, c1 = (sum(x["compute_s"] for x in s) for s in (storm0, storm1))
-    assert c1 - c0 > 0.1 and c1 > 1.1 * c0, f"rank 1 compute {c1:.3f}s vs rank 0 {c0:.3f}s over {len(storm1)} steps"
     g0, g1 = (sum(x["gc_s"] for x in s) for s in (storm0, storm1))
     assert g1 > 0.1 * (t_off - t_on) and g0 < 0.05, (g0, g1)
+    # The stall is the job's: a step in which rank 1 collected is slower than one in
+    # which it did not (wherever the burst landed: in rank 1's compute, or inside the
+    # all-reduce, where rank 0 waits with it). Compared within the same window, so
+    # machine load moves both sides alike.
+    stalled = [x["step_s"] for x in storm1 if x["gc_s"] > 0.005]
+    clean = [x["step_s"] for x in storm1 if x["gc_s"] == 0]
+    assert stalled and clean, (len(stalled), len(clean))
+    assert statistics.median(stalled) > 2 * statistics.median(clean), (statistics.median(stalled), statistics.median(clean))
     final = active.evidence["at_revert"]["status"]
     assert final["bursts"] >= 4 and 0 < inj.severity <= 1
     assert active.injection_row("gc")["target"] == "rank:1"

@@ -1,7 +1,8 @@
 """Importers of public fail-slow data (``faultlab label --import FORMAT PATH --out DIR``).
 
-End to end on the real public datasets in ``../shared/datasets/public/`` (relative to
-the project root; skipped with the reason when absent): the upstream answer files
+End to end on the real public datasets in ``$FAULTLAB_PUBLIC_DATA`` (default
+``../shared/datasets/public/`` relative to the project root; skipped with the reason,
+shown in the summary, when absent): the upstream answer files
 (``slow_drives.csv``, ``result-ST.json``) are read here only, to check against. Plus
 small synthetic cases: a generic long-format table, Perseus-like drives, and 1F1B
 pipeline traces from an independent little scheduler below.
@@ -10,6 +11,7 @@ pipeline traces from an independent little scheduler below.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,13 +27,15 @@ from faultlab.errors import BadInput
 from faultlab.labeler import importers, perseus, trace
 
 ROOT = Path(__file__).resolve().parent.parent
-PUBLIC = ROOT.parent / "shared" / "datasets" / "public"
+#: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout
+PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or ROOT.parent / "shared" / "datasets" / "public")
 PERSEUS_DIR = PUBLIC / "perseus-cluster_A"
 ST_DIR = PUBLIC / "straggler-trace-ST"
+_WHERE = "set FAULTLAB_PUBLIC_DATA to the folder of the public traces (README: Labeling public traces)"
 needs_perseus = pytest.mark.skipif(not (PERSEUS_DIR / "metrics.parquet").exists(),
-                                   reason=f"public Perseus data not found at {PERSEUS_DIR}")
+                                   reason=f"public Perseus data not found at {PERSEUS_DIR}: {_WHERE}")
 needs_st = pytest.mark.skipif(not (ST_DIR / "trace-ST.parquet").exists(),
-                              reason=f"public StragglerAnalysis trace not found at {ST_DIR}")
+                              reason=f"public StragglerAnalysis trace not found at {ST_DIR}: {_WHERE}")
 LABEL_COLS = [f.name for f in schema.LABELS]
 FL = [sys.executable, "-m", "faultlab.cli"]
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -142,13 +143,16 @@ def test_revert_twice_is_noop(busy_loop, no_residue):
 
 
 def test_lease_watchdog_reverts_after_controller_sigkill(busy_loop, no_residue):
-    """The controller applies a pause for 2 s with no grace and is SIGKILLed at once:
-    the detached watchdog must still end the fault (SIGCONT) and remove the lease."""
+    """The controller applies a pause under a 2 s lease with no grace and is SIGKILLed
+    at once: the detached watchdog must still end the fault (stop the loop, SIGCONT)
+    and remove the lease. The pause loop itself is given 120 s, so only the watchdog's
+    revert can end it in time (with the revert lines skipped this test fails: the
+    target keeps being stopped)."""
     code = (
         "import sys, time\n"
         "from faultlab.injectors import ProcessPause, apply\n"
         "from faultlab.nodes import LocalNode\n"
-        f"a = apply(ProcessPause(LocalNode('local'), {busy_loop.pid}, 0.5, 0.6, 2.0), 2.0, grace_s=0.0)\n"
+        f"a = apply(ProcessPause(LocalNode('local'), {busy_loop.pid}, 0.5, 0.6, 120.0), 2.0, grace_s=0.0)\n"
         "print(a.fault_id, flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -163,9 +167,117 @@ def test_lease_watchdog_reverts_after_controller_sigkill(busy_loop, no_residue):
     while time.time() < deadline and load_leases(LocalNode("local")):
         time.sleep(0.2)
     assert not load_leases(LocalNode("local")), "the watchdog removed the lease at the deadline"
-    for _ in range(10):  # never seen stopped again
+    assert not _pause_loops_of(busy_loop.pid), "the watchdog stopped the pause loop"
+    for _ in range(20):  # never seen stopped again (the loop stops it 5/6 of the time)
         time.sleep(0.1)
-        assert open(f"/proc/{busy_loop.pid}/stat").read().rpartition(")")[2].split()[0] != "T"
+        assert _state(busy_loop.pid) != "T"
+
+
+def _state(pid: int) -> str:
+    return open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0]
+
+
+def _pause_loops_of(pid: int) -> list[int]:
+    """PIDs of live faultlab-pause loops whose target is ``pid``."""
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+            state = _state(int(p))
+        except OSError:
+            continue
+        if b"faultlab-pause" in argv and str(pid).encode() in argv and state != "Z":
+            found.append(int(p))
+    return found
+
+
+def test_pause_stops_the_target_repeatedly(busy_loop, no_residue):
+    """A duty cycle, not one stop: the target is seen stopped, running, stopped again
+    at least three times (a loop that stops it once fails this)."""
+    active = apply(ProcessPause(LocalNode("local"), busy_loop.pid, 0.15, 0.3, 30), 30)
+    try:
+        episodes, prev = 0, None
+        end = time.time() + 20
+        while time.time() < end and episodes < 3:
+            st = _state(busy_loop.pid)
+            if st == "T" and prev not in (None, "T"):
+                episodes += 1
+            prev = st
+            time.sleep(0.005)
+        assert episodes >= 3, f"stopped {episodes} time(s) after the first"
+    finally:
+        assert active.revert() == "reverted"
+
+
+def test_stale_pause_pidfile_never_signals_another_process(busy_loop, no_residue):
+    """The loop dies (SIGKILL), its PID is taken by an unrelated process, the pidfile
+    stays: revert must not SIGTERM that process. Before the fix the pidfile held the
+    PID alone and the revert ran ``kill $(cat pidfile)``."""
+    active = apply(ProcessPause(LocalNode("local"), busy_loop.pid, 0.1, 0.3, 30), 30)
+    pidfile = Path(active.facts["pidfile"])
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        first = pidfile.read_text().split()
+        loop_pid = int(first[0])
+        os.kill(loop_pid, signal.SIGKILL)
+        while _pause_loops_of(busy_loop.pid):
+            time.sleep(0.05)
+        # the PID reused by the bystander; whatever else the pidfile held stays
+        pidfile.write_text(" ".join([str(bystander.pid), *first[1:]]) + "\n")
+        assert active.revert() == "reverted"
+        time.sleep(0.2)
+        assert bystander.poll() is None, "revert signalled a process that reused the loop's PID"
+        assert _state(busy_loop.pid) != "T" and not pidfile.exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+@pytest.mark.parametrize("content", ["-1\n", "1 2; kill -9 1\n", "\n", "abc def\n"])
+def test_pause_pidfile_that_is_not_digits_is_ignored(tmp_path, content):
+    """STOP_SH reads the pidfile as digits only: ``-1`` (every process) or shell text
+    is never passed to kill."""
+    from faultlab.injectors.pause import STOP_SH
+
+    pf = tmp_path / "x.pause.pid"
+    pf.write_text(content)
+    cp = subprocess.run(["sh", "-x", "-c", STOP_SH, "sh", str(pf)], capture_output=True, text=True, timeout=10)
+    assert cp.returncode == 0 and " kill " not in cp.stderr and not pf.exists(), cp.stderr
+
+
+def test_pause_loop_survives_a_group_kill_of_faultlab(busy_loop, no_residue):
+    """``faultlab inject`` and its whole process group get SIGKILL mid-fault: the pause
+    loop runs in its own session, so it is not killed half-way through a stop; the
+    target keeps cycling and is running (not stopped) once the fault ends."""
+    fl = [sys.executable, "-c", "from faultlab.cli import app; app()"]
+    p = subprocess.Popen([*fl, "inject", "--type", "process-pause", "--target", str(busy_loop.pid), "--pause", "200ms",
+                          "--period", "300ms", "--duration", "3s", "--grace", "1s", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        end = time.time() + 30
+        while time.time() < end and not _pause_loops_of(busy_loop.pid):
+            time.sleep(0.05)
+        loops = _pause_loops_of(busy_loop.pid)
+        assert loops, "no pause loop started"
+        while _state(busy_loop.pid) != "T" and time.time() < end:  # kill it in the middle of a stop
+            time.sleep(0.005)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        assert os.getsid(loops[0]) != p.pid, "the loop shares the controller's session"
+        assert _pause_loops_of(busy_loop.pid) == loops, "the group kill took the loop with it"
+        end = time.time() + 30
+        while time.time() < end and (_pause_loops_of(busy_loop.pid) or load_leases(LocalNode("local"))):
+            time.sleep(0.1)
+        assert not _pause_loops_of(busy_loop.pid) and not load_leases(LocalNode("local"))
+        for _ in range(10):
+            time.sleep(0.05)
+            assert _state(busy_loop.pid) != "T"
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
 
 @needs_root
@@ -421,3 +533,41 @@ def test_testbed_lease_teardown_ends_processes_that_ignore_sigterm(no_residue):
         if stuck is not None:
             stuck.wait()
         tb.down()
+
+
+def test_tc_handles_are_allocated_not_derived():
+    from faultlab.injectors.nic import allocate_handles, taken_handles
+
+    assert allocate_handles("nic-abc123", set()) == ("fabc:", "eabc:")
+    assert allocate_handles("nic-abc456", {"abc"}) == ("fabd:", "eabd:")
+    assert allocate_handles("nic-fff000", {"fff"}) == ("f000:", "e000:")
+    lines = ["ip netns exec n0 tc qdisc del dev fleth0 root handle fabc:", "tc qdisc del dev x parent f001:1 handle e123: netem"]
+    assert taken_handles(lines) == {"abc", "123"}
+    with pytest.raises(Refused, match="4096"):
+        allocate_handles("nic-000000", {f"{i:03x}" for i in range(4096)})
+
+
+@needs_root
+def test_two_faults_sharing_three_hex_digits_never_share_a_handle(testbed2, no_residue):
+    """Fault A's state is gone but its watchdog (holding its revert commands) still
+    lives, its record lost; fault B, whose id shares A's first three hex digits, goes
+    on the same interface. Before the fix B got A's handle ``fabc:`` and A's late
+    revert deleted B's root qdisc (the comment said it "can never")."""
+    n0, _ = testbed2.nodes
+    a = apply(NicSlow(n0, 10e6, fault_id="nic-abc123"), 60)
+    b = None
+    try:
+        assert a.plan.fault_id == "nic-abc123" and a.injector.handle == "fabc:"
+        a.lease.path.unlink()  # the record is lost; the watchdog still holds A's revert
+        for cmd in a.plan.revert:  # A's state is cleaned out of band
+            n0.run(list(cmd.argv), scope=cmd.scope)
+        b = apply(NicSlow(n0, 20e6, fault_id="nic-abc456"), 60)
+        assert b.injector.handle != "fabc:"
+        for cmd in a.plan.revert:  # A's watchdog fires late
+            n0.run(list(cmd.argv), scope=cmd.scope)
+        q = n0.run(["tc", "qdisc", "show", "dev", n0.iface], scope="net").stdout
+        assert f"qdisc tbf {b.injector.handle} root" in q, q
+    finally:
+        if b is not None:
+            assert b.revert() == "reverted"
+        a.lease.release()

@@ -106,3 +106,53 @@ def test_report_of_a_run_without_labels_or_host_metrics(tmp_path):
     html = write_report(p).read_text()
     assert "No labels" in html and "No scores" in html and "plot-timeline" in html and "plot-host" not in html
     assert json.loads((p / "meta.json").read_text())["complete"] is True
+
+
+def test_scores_file_of_faultlab_score_shape(tmp_path):
+    """The JSON `faultlab score --out` writes: flat `rows` with METRIC_ci, and `by` groups."""
+    doc = {"detector": "peer-median", "n_runs": 5, "by_key": "cause",
+           "metrics": {"precision": {"value": 0.8, "ci": [0.7, 0.9]}},
+           "rows": [{"detector": "peer-median", "precision": 0.8, "precision_ci": [0.7, 0.9], "recall": 0.5, "recall_ci": [0.4, 0.6]}],
+           "by": {"nic-slow": {"n_labels": 4, "metrics": {"recall": {"value": 0.75, "ci": [0.5, 1.0]}}}}}
+    f = tmp_path / "score.json"
+    f.write_text(json.dumps(doc))
+    html = write_report(f).read_text()
+    assert "0.800 [0.700, 0.900]" in html and "0.500 [0.400, 0.600]" in html
+    assert "by cause" in html and "<th>cause</th>" in html and "0.750 [0.500, 1.000]" in html
+
+
+def test_dataset_folder_gets_a_thumbnail_per_run_and_its_card(tmp_path):
+    """A dataset folder (data/<table>/run=<id>/part-0.parquet, README.md card, the
+    layout of faultlab.datasets)."""
+    import shutil
+
+    ds = tmp_path / "ds"
+    for i in range(2):
+        run = make_run(tmp_path / f"r{i}", ranks=2, duration_s=30, seed=i)
+        for table in ("steps", "host", "injections", "labels"):
+            d = ds / "data" / table / f"run=r{i}"
+            d.mkdir(parents=True)
+            shutil.copy(run / f"{table}.parquet", d / "part-0.parquet")
+    (ds / "README.md").write_text("---\nlicense: cc-by-4.0\n---\n# A test dataset\nTwo synthetic runs.\n")
+    html = write_report(ds).read_text()
+    assert html.count('class="plot thumb"') == 2 and "A test dataset" in html and "license: cc-by-4.0" not in html
+
+
+@pytest.mark.parametrize("kind", ["dataset", "folder of runs"])
+def test_collection_with_no_readable_run_is_refused_not_an_empty_page(tmp_path, kind):
+    """Every run unreadable (a junk steps partition; a truncated steps.parquet): one
+    line naming PATH and the run, exit 2, no report.html (it used to write an empty
+    page and exit 0). A collection with some readable runs still lists the others as
+    problems on its page."""
+    p = tmp_path / "c"
+    if kind == "dataset":
+        d = p / "data" / "steps" / "run=r0"
+        d.mkdir(parents=True)
+        (d / "part-0.parquet").write_bytes(b"junk")
+    else:
+        run = make_run(p / "r0", ranks=2, duration_s=30, seed=0)
+        (run / "steps.parquet").write_bytes((run / "steps.parquet").read_bytes()[:100])
+    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "report", str(p)], capture_output=True, text=True, timeout=60)
+    lines = [l for l in cp.stderr.splitlines() if l.strip()]
+    assert cp.returncode == 2 and len(lines) == 1 and lines[0].startswith("faultlab: error: PATH: ") and "r0" in lines[0], cp.stderr
+    assert not (p / "report.html").exists() and not list(p.glob("*.tmp"))

@@ -152,8 +152,8 @@ def test_campaign_same_seed_same_schedule_and_valid(tmp_path):
     assert other != a
     n_faults = sum(len(s["faults"]) for s in a)
     assert 20 <= n_faults <= 60
-    cp1 = subprocess.run([*FL, "campaign", str(p), "--dry-run"], capture_output=True, text=True, timeout=60)
-    cp2 = subprocess.run([*FL, "campaign", str(p), "--dry-run"], capture_output=True, text=True, timeout=60)
+    cp1 = subprocess.run([*FL, "campaign", str(p), "--dry-run", "--json"], capture_output=True, text=True, timeout=60)
+    cp2 = subprocess.run([*FL, "campaign", str(p), "--dry-run", "--json"], capture_output=True, text=True, timeout=60)
     assert cp1.returncode == 0 and cp1.stdout == cp2.stdout and len(json.loads(cp1.stdout)) == 20
 
 

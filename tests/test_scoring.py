@@ -10,15 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from faultlab import detectors as det_mod
-from faultlab.detectors import (
-    ConstantDetector,
-    Detector,
-    PeerMedianDetector,
-    RandomDetector,
-    load_detector,
-)
+from faultlab.scoring import detectors as det_mod
 from faultlab.errors import BadInput
+from faultlab.scoring.baselines import ConstantDetector, PeerMedianDetector, RandomDetector
+from faultlab.scoring.detectors import Detector, load_detector
 from faultlab.labeler import label
 from faultlab.scoring import run_components, score, score_table
 
@@ -50,7 +45,7 @@ def test_one_of_each_cell():
     assert m["precision"] == 0.5 and m["recall"] == 0.5 and m["f1"] == 0.5
     assert m["mcc"] == 0.0  # (1*1 - 1*1) / sqrt(2*2*2*2)
     assert m["event_precision"] == 0.5 and m["event_recall"] == 0.5
-    assert m["onset_delay_median_s"] == 50.0 and m["onset_delay_p95_s"] == 50.0
+    assert math.isnan(m["latency_median_s"])  # offline: latency is measured only in replay
     assert m["acc_at_1"] == 0.5 and m["acc_at_k"] == 0.5  # rank:2's label has no alarm
     assert m["false_alarms"] == 1
     assert m["false_alarms_per_component_hour"] == pytest.approx(0.25)  # 1 / (4 components x 1 h)
@@ -114,10 +109,11 @@ def test_overlap_edges():
 def test_timeliness_median_and_p95():
     lab = labels(("rank:0", 0, 100), ("rank:1", 0, 100), ("rank:2", 0, 100))
     a = alarms(("rank:0", -5, 1, 1), ("rank:1", 10, 20, 1), ("rank:1", 5, 8, 1), ("rank:2", 20, 30, 1))
+    a["raised_ts"] = a["start_ts"]  # replay: each raised at its start
     m = score(a, lab, RANKS)
     # delays: rank:0 0 (alarm before onset), rank:1 5 (its first alarm), rank:2 20
-    assert m["onset_delay_median_s"] == 5.0
-    assert m["onset_delay_p95_s"] == pytest.approx(5 + 0.9 * 15)  # linear: position 1.9
+    assert m["latency_median_s"] == 5.0
+    assert m["latency_p95_s"] == pytest.approx(5 + 0.9 * 15)  # linear: position 1.9
 
 
 def test_unmanifested_labels_do_not_count():
@@ -131,7 +127,7 @@ def test_empty_inputs():
     assert math.isnan(m["precision"]) and m["recall"] == 0.0 and math.isnan(m["f1"])
     assert m["mcc"] == 0.0  # tp+fp = 0: the denominator vanishes
     assert math.isnan(m["event_precision"]) and m["event_recall"] == 0.0
-    assert math.isnan(m["onset_delay_median_s"]) and m["acc_at_1"] == 0.0
+    assert math.isnan(m["latency_median_s"]) and m["acc_at_1"] == 0.0
     assert m["false_alarms_per_component_hour"] == 0.0
 
     m = score(alarms(("rank:0", 0, 3600, 1)), None, RANKS, run_span=(0, 3600))
@@ -185,14 +181,15 @@ def test_peer_median_is_perfect_on_a_rank_straggler_and_baselines_are_worse(run)
     pm = tab.loc["peer-median"]
     assert (pm.precision, pm.recall, pm.f1, pm.mcc) == (1.0, 1.0, 1.0, 1.0)
     assert (pm.event_precision, pm.event_recall, pm.acc_at_1) == (1.0, 1.0, 1.0)
-    assert pm.onset_delay_median_s <= 2 * 0.1  # within two (slowed) steps of the onset
+    assert pm.window_mcc == 1.0 and pm.event_f1 == 1.0 and pm.range_recall > 0.9
     assert pm.false_alarms_per_component_hour == 0.0
     for base in ("random", "constant"):
         b = tab.loc[base]
-        assert b.precision < 1.0 and b.f1 < 1.0 and b.mcc < 1.0 and b.event_precision < 1.0
-        assert b.false_alarms_per_component_hour > 0
-    assert tab.loc["constant", "precision"] == 0.25  # every rank alarmed, one positive
-    assert tab.loc["constant", "acc_at_1"] == pytest.approx(0.25)
+        assert not (b.precision >= 1.0 or b.f1 >= 1.0 or b.mcc >= 1.0 or b.event_precision >= 1.0)  # NaN: no alarm
+    assert tab.loc["constant", "false_alarms_per_component_hour"] > 0
+    assert tab.loc["constant", "precision"] == 0.2  # every rank and the job alarmed, one positive
+    assert tab.loc["constant", "acc_at_1"] == pytest.approx(0.2)
+    assert tab.loc["constant", "window_mcc"] == 0.0  # every cell predicted: no information
 
 
 def test_peer_median_alarm_matches_the_fault(run):
@@ -218,7 +215,7 @@ def test_random_is_seeded_and_constant_covers_everything(run):
     pd.testing.assert_frame_equal(a, b)
     assert not RandomDetector(seed=2).detect(steps, None).equals(a)
     c = ConstantDetector().detect(steps, None)
-    assert c.component.tolist() == RANKS
+    assert sorted(c.component.tolist()) == ["job"] + RANKS
     assert (c.start_ts == steps.t_start.min()).all()
     assert c.end_ts.max() == pytest.approx((steps.t_start + steps.step_s).max())
     for d in (PeerMedianDetector(), RandomDetector(), ConstantDetector()):
@@ -230,14 +227,15 @@ def test_load_detector_builtins_entry_points_and_specs(monkeypatch):
     assert isinstance(load_detector("peer-median"), PeerMedianDetector)
     assert load_detector("peer-median", threshold=2.0).threshold == 2.0
     assert isinstance(load_detector("random", seed=3), RandomDetector)
-    assert isinstance(load_detector("faultlab.detectors:ConstantDetector"), ConstantDetector)
+    assert isinstance(load_detector("faultlab.scoring.baselines:ConstantDetector"), ConstantDetector)
+    assert isinstance(load_detector("faultlab.detectors:ConstantDetector"), ConstantDetector)  # the old path
     with pytest.raises(BadInput, match="unknown detector"):
         load_detector("no-such-detector")
 
     # the project's own registration (pyproject entry point) when installed
     eps = {ep.name: ep.value for ep in entry_points(group="faultlab.detectors")}
     if eps:
-        assert eps.get("peer-median") == "faultlab.detectors:PeerMedianDetector"
+        assert eps.get("peer-median") == "faultlab.scoring.baselines:PeerMedianDetector"
 
     # a third-party plugin found through its entry point
     class Plug(Detector):
@@ -247,7 +245,7 @@ def test_load_detector_builtins_entry_points_and_specs(monkeypatch):
             return det_mod.empty_alarms()
 
     monkeypatch.setattr(det_mod, "_test_plug", Plug, raising=False)
-    fake = EntryPoint(name="plug", value="faultlab.detectors:_test_plug", group="faultlab.detectors")
+    fake = EntryPoint(name="plug", value="faultlab.scoring.detectors:_test_plug", group="faultlab.detectors")
     monkeypatch.setattr(det_mod, "entry_points", lambda group: [fake] if group == "faultlab.detectors" else [])
     d = load_detector("plug")
     assert isinstance(d, Plug) and d.name == "plug"
@@ -256,6 +254,6 @@ def test_load_detector_builtins_entry_points_and_specs(monkeypatch):
 
 def test_run_components_and_job_labels(run):
     steps, lab = run
-    assert run_components(steps, lab) == RANKS
-    extra = pd.concat([lab, pd.DataFrame([{"component": "job", "start_ts": T0, "end_ts": T0 + 1, "source": "observed"}])])
-    assert run_components(steps, extra) == ["job"] + RANKS
+    assert run_components(steps, lab) == ["job"] + RANKS  # the job is always a component
+    extra = pd.concat([lab, pd.DataFrame([{"component": "node:n1", "start_ts": T0, "end_ts": T0 + 1, "source": "observed"}])])
+    assert run_components(steps, extra) == ["job", "node:n1"] + RANKS

@@ -90,6 +90,28 @@ class Node:
             start_new_session=new_session,
         )
 
+    def spawn_workload(self, argv: list[str], *, env: dict | None = None, stdout=None, stderr=None):
+        """Start a workload rank on the node (where its processes belong: a container's
+        own namespaces and cgroup on docker); returns a Popen-like handle whose ``pid``
+        is the rank's PID as the lease host sees it. Here: ``spawn(scope="net")``."""
+        return self.spawn(argv, scope="net", env=env, stdout=stdout, stderr=stderr)
+
+    def workload_out(self, run_id: str, local_dir: Path) -> str:
+        """Where a rank on this node writes its telemetry: ``local_dir`` for nodes on
+        this host; a node-local folder for nodes whose files the collector brings back."""
+        return str(local_dir)
+
+    #: whether ranks on this node write telemetry the collector must bring back
+    collects_telemetry = False
+
+    def telemetry_files(self, run_id: str) -> list[str]:
+        """Names of the telemetry files of run ``run_id`` on the node."""
+        return []
+
+    def read_telemetry(self, run_id: str, name: str, offset: int) -> bytes:
+        """The bytes of telemetry file ``name`` from ``offset`` on."""
+        return b""
+
     def write_file(self, path: str | Path, data: str | bytes, mode: int = 0o600) -> None:
         """Write ``data`` to ``path`` on the node atomically (temp file + rename)."""
         p = Path(path)

@@ -330,7 +330,9 @@ def recover_testbeds(only_dead: bool = True) -> list[str]:
         tb = NetnsTestbed.from_state(st)
         if not tb.down():
             removed.append(tb.id)
-    return removed
+    from faultlab.nodes.docker_testbed import recover_docker_testbeds  # docker and ssh testbeds
+
+    return removed + recover_docker_testbeds(only_dead)
 
 
 def _starttime(pid: int) -> Optional[int]:

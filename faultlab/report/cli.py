@@ -23,8 +23,9 @@ def report(
                                 help="a run directory, a folder of runs (campaign), a dataset folder, or a scores JSON file"),
     out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="where to write the page (default: PATH/report.html; SCORES.html beside a JSON file)"),
 ):
-    """Write one self-contained HTML page (plots embedded, nothing loaded from the
-    network): per-rank step and compute time with faults, labels and alarms; the
+    """Write the HTML report of a run, a folder of runs, a dataset or a scores file.
+
+    One self-contained page (plots embedded, nothing loaded from the network): per-rank step and compute time with faults, labels and alarms; the
     what-if slowdown; host metrics per node; the tables of faults, labels, alarms and
     scores. For a folder of runs or a dataset: a thumbnail per run and the score table
     with bootstrap 95% CIs."""
@@ -45,7 +46,9 @@ def export(
     format: str = typer.Option("perfetto", "--format", metavar="FORMAT", help="perfetto: Chrome trace JSON (ui.perfetto.dev, chrome://tracing)"),
     out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="where to write (default: RUN_DIR/trace.json)"),
 ):
-    """Export a run as a timeline: one process per node, a track per rank with compute
+    """Export a run as a Perfetto timeline (Chrome trace JSON).
+
+    One process per node, a track per rank with compute
     and comm slices per step, faults and labels on their own tracks, host metrics as
     counters. Open the file in https://ui.perfetto.dev (it is read in the browser)."""
     from faultlab.report.perfetto import export_trace

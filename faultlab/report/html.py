@@ -28,7 +28,7 @@ from faultlab.errors import BadInput
 from faultlab.report import plots
 from faultlab.report.data import RunData, is_run_dir, load_run
 
-SCORE_COLUMNS = ["precision", "recall", "f1", "mcc", "cell_mcc", "event_precision", "event_recall", "acc_at_1", "acc_at_k"]
+SCORE_COLUMNS = ["window_f1", "window_mcc", "event_precision", "event_recall", "event_f1", "range_f1", "vus_pr", "acc_at_1", "latency_median_s", "precision", "recall", "f1", "mcc"]
 
 
 def _env() -> jinja2.Environment:
@@ -165,7 +165,7 @@ def _whatif_rows(run: RunData) -> list[tuple[str, str]]:
     return rows if w else []
 
 
-def _score_table(rows: list[dict]) -> dict | None:
+def _score_table(rows: list[dict], label: str = "detector") -> dict | None:
     rows = [r for r in rows if isinstance(r, dict)]
     if not rows:
         return None
@@ -182,7 +182,7 @@ def _score_table(rows: list[dict]) -> dict | None:
                 cell += f" [{fmt(ci[0])}, {fmt(ci[1])}]"
             cells.append(cell)
         body.append({"detector": str(r.get("detector", "-")), "cells": cells})
-    return {"columns": cols, "rows": body, "bars": data_uri(plots.score_bars(rows))}
+    return {"label": label, "columns": cols, "rows": body, "bars": data_uri(plots.score_bars(rows)) if label == "detector" else None}
 
 
 # -- a folder of runs, or a dataset ----------------------------------------------------
@@ -269,6 +269,9 @@ def render_collection(p: Path, runs: list[Path]) -> str:
         cards.append({"id": run.run_id, "src": data_uri(plots.thumbnail(run)), "link": link,
                       "faults": ", ".join(f"{x.fault_type}@{x.node}" for x in run.injections.itertuples()) or "none",
                       "labels": len(run.labels), "steps": int(run.steps["step"].nunique())})
+    if not cards:  # nothing readable: an empty page with exit 0 would hide it
+        raise BadInput(f"none of its {len(runs)} run(s) could be read; {problems[0]}", field="PATH",
+                       fix="restore or relabel the runs (faultlab label RUN_DIR), or run faultlab dataset verify")
     scores_file = next((f for f in (p / "scores.json", p / "metrics.json") if f.is_file()), None)
     rows = _score_rows(_read_json(scores_file)) if scores_file else pooled_scores(per_run)
     ctx = {"title": f"faultlab {'dataset' if dataset else 'runs'} {p.name}", "path": str(p), "kind": "dataset" if dataset else "folder of runs",
@@ -320,8 +323,18 @@ def render_scores_file(f: Path) -> str:
     if not rows:
         raise BadInput(f"{f} holds no score rows", field="PATH", fix="give metrics.json of a run, or the output of faultlab score")
     breakdown = []
+    if isinstance(doc, dict) and isinstance(doc.get("by"), dict) and doc["by"]:
+        # faultlab score: per group (fault type, label source): {"n_labels", "metrics": {name: {"value", "ci"}}}
+        grows = []
+        for g, d in doc["by"].items():
+            r = {"detector": g, "n_labels": (d or {}).get("n_labels")}
+            for m, v in ((d or {}).get("metrics") or {}).items():
+                if isinstance(v, dict):
+                    r[m], r[f"{m}_ci"] = v.get("value"), v.get("ci")
+            grows.append(r)
+        breakdown.append({"name": f"by {doc.get('by_key') or 'group'}", "table": _score_table(grows, label=str(doc.get("by_key") or "group"))})
     if isinstance(doc, dict):
         for k, v in doc.items():
-            if k not in ("rows", "scores", "detectors", "overall") and isinstance(v, list) and v and isinstance(v[0], dict):
+            if k not in ("rows", "scores", "detectors", "overall", "per_run") and isinstance(v, list) and v and isinstance(v[0], dict):
                 breakdown.append({"name": k, "table": _score_table(v)})
     return _env().get_template("scores.html.j2").render(title=f"faultlab scores {f.name}", path=str(f), scores=_score_table(rows), breakdown=breakdown)

@@ -1,0 +1,95 @@
+"""The dataset folder layout (DESIGN.md "Scoring metrics"), and reading it run by run.
+
+::
+
+    NAME/
+      README.md            dataset card (Hugging Face YAML header + datasheet)
+      croissant.json       MLCommons Croissant metadata
+      schema.json          the tables' columns, types and units
+      splits.json          {"seed", "test_fraction", "train": [run ids], "test": [...]}
+      runs.json            per run: run_id, meta.json fields, fault types, label counts
+      MANIFEST.sha256      sha256sum lines of every other file
+      data/<table>/run=<run_id>/part-0.parquet   table in steps, host, injections, labels
+      campaign/            the campaign and scenario files that made it
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from faultlab import schema
+from faultlab.errors import BadInput
+
+TABLES = ("steps", "host", "injections", "labels")
+SPLITS = ("train", "test")
+
+
+def part_path(root: Path, table: str, run_id: str) -> Path:
+    return root / "data" / table / f"run={run_id}" / "part-0.parquet"
+
+
+class Dataset:
+    """A dataset folder at ``path``.
+
+    Raises BadInput (field ``--dataset``) when the folder has no ``splits.json`` or
+    it is malformed."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        p = self.path / "splits.json"
+        if not p.is_file():
+            raise BadInput(f"{self.path} is not a faultlab dataset (no splits.json)", field="--dataset",
+                           fix="give a folder written by faultlab dataset build")
+        try:
+            sp = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field="splits.json") from None
+        if not isinstance(sp, dict) or not all(isinstance(sp.get(s), list) for s in SPLITS):
+            raise BadInput(f"{p} needs lists 'train' and 'test'", field="splits.json", fix="rebuild with faultlab dataset build")
+        self.splits = {s: [str(x) for x in sp[s]] for s in SPLITS}
+        self.seed = sp.get("seed")
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def run_ids(self, split: str = "test") -> list[str]:
+        """Run ids of ``split`` (train | test | all). Raises BadInput for another name."""
+        if split == "all":
+            return self.splits["train"] + self.splits["test"]
+        if split not in SPLITS:
+            raise BadInput(f"unknown split {split!r}", field="--split", fix="one of test, train, all")
+        return list(self.splits[split])
+
+    def runs_info(self) -> list[dict]:
+        p = self.path / "runs.json"
+        return json.loads(p.read_text()) if p.is_file() else []
+
+    def read_run(self, run_id: str):
+        """The :class:`faultlab.scoring.runs.RunData` of one run. Raises BadInput naming
+        the file that is missing or cannot be read."""
+        from faultlab.scoring.runs import RunData
+
+        frames = {}
+        for t in TABLES:
+            p = part_path(self.path, t, run_id)
+            if not p.is_file():
+                if t == "host":
+                    frames[t] = schema.empty(t)
+                    continue
+                raise BadInput(f"{p} is missing", field=str(p.relative_to(self.path)), fix="faultlab dataset verify names every changed file")
+            try:
+                frames[t] = pq.read_table(p).to_pandas()
+            except (pa.ArrowException, OSError, ValueError) as e:
+                raise BadInput(f"{p} could not be read as Parquet ({e})", field=str(p.relative_to(self.path))) from None
+        meta = next((r for r in self.runs_info() if str(r.get("run_id")) == run_id), {})
+        return RunData(run_id, frames["steps"], frames["host"], frames["labels"], frames["injections"], meta)
+
+    def iter_runs(self, split: str = "test") -> Iterator:
+        for rid in self.run_ids(split):
+            yield self.read_run(rid)

@@ -1,0 +1,73 @@
+"""Testbeds by backend name (``netns``, ``docker``, ``ssh``), for the runner and the
+``faultlab testbed`` commands.
+
+``ssh`` is a docker testbed of *host-like* containers (see DockerTestbed) reached as
+``SshNode`` s: sshd in each, the controller's testbed key, host keys pinned in the
+testbed's known_hosts. It is how the ssh backend is tested on one machine; a real
+cluster is reached through an inventory file instead (faultlab.nodes.inventory).
+"""
+
+from __future__ import annotations
+
+from faultlab.errors import BadInput
+
+BACKENDS = ("netns", "docker", "ssh")
+
+
+class SshTestbed:
+    """A DockerTestbed (host-like) whose nodes are reached over SSH."""
+
+    backend = "ssh"
+
+    def __init__(self, n_nodes: int = 4, tb_id: str | None = None):
+        from faultlab.nodes.docker_testbed import DockerTestbed
+
+        self.inner = DockerTestbed(n_nodes, tb_id, host_like=True)
+        self.nodes: list = []
+
+    def __getattr__(self, name):  # id, bridge, subnet, bridge_address, teardown_cmds, paths
+        return getattr(self.inner, name)
+
+    def up(self) -> "SshTestbed":
+        self.inner.up()
+        try:
+            self.nodes = ssh_nodes_of(self.inner)
+        except BaseException:
+            self.inner.down()
+            raise
+        return self
+
+    def down(self) -> list[str]:
+        for n in self.nodes:
+            n.close()
+        self.nodes = []
+        return self.inner.down()
+
+    def __enter__(self):
+        return self.up()
+
+    def __exit__(self, *exc):
+        self.down()
+
+
+def ssh_nodes_of(tb) -> list:
+    """SshNodes of a docker testbed's containers (its key and known_hosts)."""
+    from faultlab.nodes.ssh import SshNode
+
+    return [SshNode(name=n.name, address=n.address, iface="eth0", user="root", key=str(tb.key_path), known_hosts=str(tb.known_hosts))
+            for n in tb.nodes]
+
+
+def make_testbed(backend: str, n_nodes: int, tb_id: str | None = None):
+    """An (un-started) testbed of ``backend``. Raises BadInput naming ``--backend``."""
+    if backend == "netns":
+        from faultlab.nodes.testbed import NetnsTestbed
+
+        return NetnsTestbed(n_nodes, tb_id)
+    if backend == "docker":
+        from faultlab.nodes.docker_testbed import DockerTestbed
+
+        return DockerTestbed(n_nodes, tb_id)
+    if backend == "ssh":
+        return SshTestbed(n_nodes, tb_id)
+    raise BadInput(f"unknown backend {backend!r}", field="--backend", fix=f"give one of {', '.join(BACKENDS)}")

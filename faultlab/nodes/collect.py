@@ -1,0 +1,75 @@
+"""Telemetry from other hosts: brought back into the run directory continuously.
+
+Ranks on docker and ssh nodes write their per-step JSONL on their node (see
+``Node.workload_out``). A ``TelemetryCollector`` thread asks each such node every
+``interval_s`` for the bytes of its telemetry files past what it already has
+(``Node.telemetry_files`` / ``Node.read_telemetry``) and appends the *complete lines*
+to the same file names in the run's ``telemetry/`` folder. A controller killed with
+SIGKILL therefore leaves a run directory readable up to its last collection, which
+the run directory's raw-JSONL reader already handles. Only plain file names
+(``[A-Za-z0-9._-]``) are accepted from a node: a node cannot steer where we write.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+class TelemetryCollector:
+    """Collect ``run_id`` telemetry of ``nodes`` into ``local_dir``. ``start()``,
+    ``stop()`` (a final collection), or ``collect_once()``. Errors of one node (its
+    network cut, its container gone) are counted in ``errors`` and retried next time."""
+
+    def __init__(self, nodes, run_id: str, local_dir: str | Path, interval_s: float = 0.5):
+        self.nodes = [n for n in nodes if n.collects_telemetry]
+        self.run_id = run_id
+        self.local_dir = Path(local_dir)
+        self.interval_s = interval_s
+        self.offsets: dict[tuple[str, str], int] = {}
+        self.errors: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def collect_once(self) -> int:
+        """One pass over every node; returns the bytes appended."""
+        total = 0
+        self.local_dir.mkdir(parents=True, exist_ok=True)
+        for node in self.nodes:
+            try:
+                for name in node.telemetry_files(self.run_id):
+                    if not _NAME.fullmatch(name):
+                        continue
+                    key = (node.name, name)
+                    off = self.offsets.get(key, 0)
+                    data = node.read_telemetry(self.run_id, name, off)
+                    cut = data.rfind(b"\n") + 1
+                    if cut:
+                        with open(self.local_dir / name, "ab") as f:
+                            f.write(data[:cut])
+                        self.offsets[key] = off + cut
+                        total += cut
+                self.errors.pop(node.name, None)
+            except Exception as e:  # a node that cannot be read now is retried
+                self.errors[node.name] = f"{type(e).__name__}: {e}"
+        return total
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.collect_once()
+
+    def start(self) -> "TelemetryCollector":
+        if self.nodes:
+            self._thread = threading.Thread(target=self._loop, name="faultlab-collector", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if self.nodes:
+            self.collect_once()

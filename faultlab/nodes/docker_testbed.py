@@ -1,0 +1,378 @@
+"""A testbed of docker nodes: containers on an internal network of their own.
+
+``DockerTestbed(n).up()`` starts faultlab's dockerd if needed (faultlab.nodes.dockerd),
+imports the node image (faultlab.nodes.image: built offline once, cached), makes a
+user-defined *internal* bridge network ``fl<id>-net`` (bridge ``fl<id>br``, a free
+/24 from 10.213.0.0/16, the host holding ``.1``) and ``n`` containers ``fl<id>-n<i>``
+at ``.10+i``. Every container:
+
+- runs sshd as PID 1 with host keys made at its start (none are in the image); the
+  controller's testbed key (``id_ed25519``, made per testbed) is its root's only
+  authorized key, and the container's ed25519 host key is written to the testbed's
+  ``known_hosts``, so the ssh backend can reach it with a pinned host key
+  (``inventory.yaml`` lists the nodes for ``--backend ssh``);
+- mounts the controller's Python and faultlab read-only (image.workload_mounts) and a
+  host folder of the testbed at ``/var/lib/faultlab/work`` (node-local telemetry);
+- carries the labels ``faultlab.testbed=<id>`` and ``faultlab.node=n<i>``.
+
+What is made is listed in a state file (``<state>/docker/<id>.json``) before it is
+made, and ``down()`` also removes every container and network labeled with the
+testbed id, so a ``up`` killed half-way leaves nothing ``down`` (or ``faultlab
+recover``) does not remove. The image is kept (it is the cache).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from faultlab.errors import FaultlabError, NodeError
+from faultlab.nodes.docker import WORK_DIR, DockerNode, node_from_container
+from faultlab.nodes.testbed import _free_subnet, state_dir
+
+LABEL = "faultlab.testbed"
+
+
+class DockerTestbed:
+    """``n_nodes`` docker nodes on one internal network. Use as a context manager.
+    Raises FaultlabError (with the fix) when not root, dockerd or the image cannot be
+    had; any error during ``up()`` tears down what was made before re-raising."""
+
+    backend = "docker"
+
+    #: PID 1 of a host-like node: the cpu and blkio hierarchies remounted writable
+    #: (docker mounts them read-only), then per-container host keys and sshd
+    HOST_LIKE_CMD = ["/bin/sh", "-c", "for c in cpu blkio; do umount /sys/fs/cgroup/$c && "
+                     "mount -t cgroup -o rw,nosuid,nodev,noexec,$c cgroup /sys/fs/cgroup/$c; done; "
+                     "ssh-keygen -A >/dev/null && mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e"]
+
+    def __init__(self, n_nodes: int = 4, tb_id: str | None = None, host_like: bool = False):
+        """``host_like``: containers that stand in for real hosts reached over SSH:
+        NET_ADMIN and SYS_ADMIN, a private cgroup namespace with writable cpu/blkio
+        hierarchies, so root in them can do what root on a host does (tc, cgroups).
+        Plain docker nodes (the default) get no capability: faults come from the host."""
+        self.host_like = host_like
+        if n_nodes < 1 or n_nodes > 64:
+            raise FaultlabError(f"{n_nodes} nodes", field="--nodes", fix="give 1 to 64 docker nodes")
+        self.id = tb_id or secrets.token_hex(2)
+        self.n_nodes = n_nodes
+        self.network = f"fl{self.id}-net"
+        self.bridge = f"fl{self.id}br"
+        self.subnet: ipaddress.IPv4Network | None = None
+        self.nodes: list[DockerNode] = []
+        self._made: dict = {"containers": [], "network": None}
+
+    # -- paths -------------------------------------------------------------------------
+    @property
+    def folder(self) -> Path:
+        """Private folder of this testbed: keys, known_hosts, inventory, node volumes."""
+        return docker_state_dir() / self.id
+
+    @property
+    def key_path(self) -> Path:
+        return self.folder / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.folder / "known_hosts"
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.folder / "inventory.yaml"
+
+    @property
+    def bridge_address(self) -> str:
+        assert self.subnet is not None
+        return str(self.subnet.network_address + 1)
+
+    def _state_path(self) -> Path:
+        return docker_state_dir() / f"{self.id}.json"
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def up(self, progress=None) -> "DockerTestbed":
+        if os.geteuid() != 0:
+            raise FaultlabError("docker nodes need root (nsenter, cgroups)", field="--backend", fix="run as root")
+        from faultlab.nodes import dockerd, image
+
+        dockerd.ensure_started()
+        cli = dockerd.client()
+        img = image.ensure_image(cli)
+        mounts = image.workload_mounts()
+        self.subnet = _free_subnet()
+        try:
+            docker_state_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(self.folder, 0o700)
+            self._save()
+            self._make_key()
+            self._make_network(cli)
+            for i in range(self.n_nodes):
+                self._make_node(cli, img, mounts, i)
+            self._wait_sshd(cli)
+            self._write_inventory()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _make_key(self) -> None:
+        if not self.key_path.exists():
+            cp = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"faultlab-{self.id}", "-f", str(self.key_path)],
+                                capture_output=True, text=True, timeout=30)
+            if cp.returncode != 0:
+                raise FaultlabError(f"ssh-keygen failed: {cp.stderr.strip()}", field="testbed", fix="apt-get install openssh-client")
+
+    def _make_network(self, cli) -> None:
+        import docker
+
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=str(self.subnet), gateway=self.bridge_address)])
+        self._made["network"] = self.network
+        self._save()
+        cli.networks.create(self.network, driver="bridge", internal=True, ipam=ipam, labels={LABEL: self.id},
+                            options={"com.docker.network.bridge.name": self.bridge})
+
+    def _make_node(self, cli, img: str, mounts: dict, i: int) -> None:
+        name, cname = f"n{i}", f"fl{self.id}-n{i}"
+        addr = str(self.subnet.network_address + 10 + i)
+        work = self.folder / name
+        work.mkdir(mode=0o700, exist_ok=True)
+        binds = {**mounts, str(work): {"bind": WORK_DIR, "mode": "rw"}}
+        api = cli.api
+        self._made["containers"].append(cname)
+        self._save()
+        extra = {"cap_add": ["NET_ADMIN", "SYS_ADMIN"], "cgroupns": "private"} if self.host_like else {}
+        host_cfg = api.create_host_config(binds=binds, network_mode=self.network, init=False, **extra)
+        net_cfg = api.create_networking_config({self.network: api.create_endpoint_config(ipv4_address=addr)})
+        cid = api.create_container(img, name=cname, hostname=name, host_config=host_cfg, networking_config=net_cfg,
+                                   command=self.HOST_LIKE_CMD if self.host_like else None,
+                                   labels={LABEL: self.id, "faultlab.node": name, "faultlab.work_host": str(work)})["Id"]
+        pub = self.key_path.with_suffix(".pub").read_bytes()
+        api.put_archive(cid, "/", _tar({"root/.ssh/authorized_keys": (pub, 0o600)}, dirs={"root/.ssh": 0o700}))
+        api.start(cid)
+        self.nodes.append(node_from_container(cli.containers.get(cid), name=name, work_host=str(work)))
+
+    def _wait_sshd(self, cli, wait_s: float = 60.0) -> None:
+        """Wait until each node's sshd listens and record its ed25519 host key."""
+        lines = []
+        for node in self.nodes:
+            deadline = time.monotonic() + wait_s
+            while True:
+                rc, out = cli.containers.get(node.container).exec_run(["cat", "/etc/ssh/ssh_host_ed25519_key.pub"])
+                if rc == 0 and _listening(node.address, 22):
+                    break
+                if time.monotonic() > deadline:
+                    raise NodeError(f"sshd on node {node.name} did not start within {wait_s:g}s", field="testbed")
+                time.sleep(0.2)
+            kind, key = out.decode().split()[:2]
+            lines.append(f"{node.address} {kind} {key}\n")
+        self.known_hosts.write_text("".join(lines))
+        os.chmod(self.known_hosts, 0o600)
+
+    def _write_inventory(self) -> None:
+        from faultlab.nodes.inventory import Inventory, InventoryNode
+
+        inv = Inventory(known_hosts=str(self.known_hosts), nodes={
+            n.name: InventoryNode(address=n.address, user="root", key=str(self.key_path), interface="eth0",
+                                  labels={"testbed": self.id, "container": f"fl{self.id}-{n.name}"})
+            for n in self.nodes})
+        self.inventory_path.write_text(inv.to_yaml())
+
+    def teardown_cmds(self) -> list:
+        """Commands that remove this testbed from a watchdog (sh + the docker CLI); each
+        is idempotent."""
+        from faultlab.injectors.base import Cmd
+        from faultlab.nodes.dockerd import docker_host
+
+        h = ["docker", "-H", docker_host()]
+        cmds = [Cmd((*h, "rm", "-f", c)) for c in self._made["containers"]]
+        if self._made.get("network"):
+            cmds.append(Cmd((*h, "network", "rm", self._made["network"])))
+        cmds += [Cmd(("rm", "-rf", "--", str(self.folder))), Cmd(("rm", "-f", "--", str(self._state_path())))]
+        return cmds
+
+    def down(self) -> list[str]:
+        """Remove every container and the network of this testbed (those recorded and
+        those labeled with its id), its folder and state file. Returns the errors."""
+        from faultlab.nodes import dockerd
+
+        errors: list[str] = []
+        try:
+            cli = dockerd.client(timeout_s=30)
+        except FaultlabError as e:
+            return [str(e)] if self._made["containers"] or self._made["network"] else self._forget([])
+        import docker
+
+        flt = {"label": f"{LABEL}={self.id}"}
+        cts = {c.id: c for c in cli.containers.list(all=True, filters=flt)}
+        for name in self._made["containers"]:
+            try:
+                c = cli.containers.get(name)
+                if (c.labels or {}).get(LABEL) == self.id:
+                    cts[c.id] = c
+            except docker.errors.NotFound:
+                pass
+        for c in cts.values():
+            try:
+                c.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as e:
+                errors.append(f"container {c.name}: {e.explanation}")
+        for net in cli.networks.list(filters=flt):
+            try:
+                net.reload()
+                for cid in (net.attrs.get("Containers") or {}):
+                    net.disconnect(cid, force=True)
+                net.remove()
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as e:
+                errors.append(f"network {net.name}: {e.explanation}")
+        self.nodes = []
+        return self._forget(errors)
+
+    def _forget(self, errors: list[str]) -> list[str]:
+        if not errors:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self._state_path().unlink(missing_ok=True)
+        return errors
+
+    def __enter__(self) -> "DockerTestbed":
+        return self.up()
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    # -- state -----------------------------------------------------------------------------
+    def _save(self) -> None:
+        p = self._state_path()
+        p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = p.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"backend": "docker", "host_like": self.host_like, "id": self.id, "subnet": str(self.subnet), "pid": os.getpid(),
+                       "starttime": _starttime(os.getpid()), "n_nodes": self.n_nodes, **self._made}, f)
+        os.replace(tmp, p)
+
+    @classmethod
+    def from_state(cls, state: dict) -> "DockerTestbed":
+        state = DockerState.model_validate(state).model_dump()
+        tb = cls(n_nodes=max(1, int(state.get("n_nodes", 1))), tb_id=str(state["id"]), host_like=bool(state.get("host_like")))
+        if state.get("subnet") not in (None, "None"):
+            tb.subnet = ipaddress.ip_network(state["subnet"])
+        tb._made = {"containers": [str(c) for c in state.get("containers", [])], "network": state.get("network")}
+        return tb
+
+    @classmethod
+    def attach(cls, tb_id: str) -> "DockerTestbed":
+        """The running testbed ``tb_id`` (its nodes looked up). Raises FaultlabError."""
+        from faultlab.nodes import dockerd
+
+        st = next((x for x in list_docker_testbeds() if x["id"] == tb_id), None)
+        if st is None:
+            raise FaultlabError(f"no docker testbed {tb_id!r}", field="--name", fix="see `faultlab testbed status`")
+        tb = cls.from_state(st)
+        cli = dockerd.client()
+        for i in range(tb.n_nodes):
+            tb.nodes.append(node_from_container(cli.containers.get(f"fl{tb.id}-n{i}"), name=f"n{i}", work_host=str(tb.folder / f"n{i}")))
+        return tb
+
+
+def _listening(addr: str, port: int) -> bool:
+    try:
+        with socket.create_connection((addr, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _tar(files: dict[str, tuple[bytes, int]], dirs: dict[str, int]) -> bytes:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for d, mode in dirs.items():
+            ti = tarfile.TarInfo(d)
+            ti.type, ti.mode = tarfile.DIRTYPE, mode
+            t.addfile(ti)
+        for name, (data, mode) in files.items():
+            ti = tarfile.TarInfo(name)
+            ti.size, ti.mode = len(data), mode
+            t.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class DockerState(BaseModel):
+    """Schema of a docker testbed's state file (read back untrusted)."""
+
+    model_config = ConfigDict(extra="ignore")
+    backend: Literal["docker"]
+    host_like: bool = False
+    id: str = Field(pattern=r"^[0-9a-f]{1,4}$")
+    subnet: Optional[str] = None
+    pid: int = Field(ge=1)
+    starttime: Optional[int] = None
+    n_nodes: int = Field(ge=1, le=64)
+    containers: list[str] = Field(default_factory=list, max_length=64)
+    network: Optional[str] = None
+
+
+def docker_state_dir() -> Path:
+    return state_dir() / "docker"
+
+
+def list_docker_testbeds() -> list[dict]:
+    """State records of docker testbeds on this host that pass the checks: a trusted
+    folder (faultlab.safefs: no links, owned by root or us, closed to others), a
+    regular file named by its id, the DockerState schema. Others are skipped."""
+    from faultlab import safefs
+
+    out = []
+    try:
+        d = safefs.open_dir(docker_state_dir())
+    except (FileNotFoundError, safefs.UntrustedPath):
+        return out
+    with d:
+        for name in sorted(d.listdir()):
+            if not name.endswith(".json"):
+                continue
+            try:
+                st = DockerState.model_validate(d.read_json(name, max_bytes=64 * 1024))
+            except (OSError, ValueError, safefs.UntrustedPath):
+                continue
+            if name == f"{st.id}.json" and all(c == f"fl{st.id}-n{i}" for i, c in enumerate(st.containers)):
+                out.append(st.model_dump())
+    return out
+
+
+def recover_docker_testbeds(only_dead: bool = True) -> list[str]:
+    """Remove docker testbeds whose controller is gone (all with ``only_dead=False``);
+    returns their ids. Nothing is done when no state file exists (no daemon needed)."""
+    from faultlab.nodes.testbed import _controller_alive
+
+    removed = []
+    for st in list_docker_testbeds():
+        if only_dead and _controller_alive(st["pid"], st.get("starttime")):
+            continue
+        tb = DockerTestbed.from_state(st)
+        if not tb.down():
+            removed.append(tb.id)
+    return removed
+
+
+def _starttime(pid: int):
+    from faultlab.benchmarks.agent import proc_starttime
+
+    return proc_starttime(pid)

@@ -1,0 +1,104 @@
+"""faultlab's own docker daemon: started on demand, apart from any daemon of the user.
+
+``dockerd`` (Debian's ``docker.io``) is started with its own socket, data root, exec
+root and PID file under ``/run/faultlab/dockerd`` and ``/var/lib/faultlab/docker``, so
+faultlab never touches a user's containers, and with ``--iptables=false
+--ip-masq=false --bridge=none``: a stock dockerd sets the iptables FORWARD policy to
+DROP and adds NAT rules, which would cut bridged traffic of netns testbeds. Testbed
+networks are user-defined *internal* bridges, so nodes need none of those rules.
+
+``$FAULTLAB_DOCKER_HOST`` (e.g. ``unix:///var/run/docker.sock``) points faultlab at an
+existing daemon instead; faultlab then never starts or stops one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from faultlab.errors import FaultlabError
+
+RUN_DIR = Path("/run/faultlab/dockerd")
+DATA_ROOT = Path("/var/lib/faultlab/docker")
+SOCKET = RUN_DIR / "docker.sock"
+PIDFILE = RUN_DIR / "docker.pid"
+
+
+def docker_host() -> str:
+    """The daemon URL faultlab uses: ``$FAULTLAB_DOCKER_HOST`` or its own socket."""
+    return os.environ.get("FAULTLAB_DOCKER_HOST") or f"unix://{SOCKET}"
+
+
+def client(timeout_s: float = 60.0):
+    """A docker SDK client of faultlab's daemon. Raises FaultlabError (with the fix)
+    when the SDK is missing or the daemon does not answer."""
+    try:
+        import docker
+    except ImportError:
+        raise FaultlabError("the docker SDK is not installed", field="--backend", fix="pip install 'faultlab[docker]'") from None
+    try:
+        c = docker.DockerClient(base_url=docker_host(), timeout=int(timeout_s))
+        c.ping()
+    except Exception as e:
+        raise FaultlabError(f"no docker daemon answers at {docker_host()} ({type(e).__name__})", field="--backend",
+                            fix="run `faultlab testbed up --backend docker` (it starts one), or set FAULTLAB_DOCKER_HOST") from None
+    return c
+
+
+def running() -> bool:
+    """Whether a daemon answers at ``docker_host()``."""
+    try:
+        client(timeout_s=5)
+        return True
+    except FaultlabError:
+        return False
+
+
+def ensure_started(wait_s: float = 60.0) -> bool:
+    """Start faultlab's dockerd unless one answers already. Returns True when this
+    call started it (the caller may ``stop()`` it later). Raises FaultlabError when
+    dockerd is missing, we are not root, or it does not come up within ``wait_s``."""
+    if running():
+        return False
+    if os.environ.get("FAULTLAB_DOCKER_HOST"):
+        raise FaultlabError(f"FAULTLAB_DOCKER_HOST={docker_host()} does not answer", field="FAULTLAB_DOCKER_HOST", fix="start that daemon, or unset the variable")
+    exe = shutil.which("dockerd")
+    if exe is None:
+        raise FaultlabError("dockerd not found", field="--backend", fix="apt-get install docker.io")
+    if os.geteuid() != 0:
+        raise FaultlabError("starting dockerd needs root", field="--backend", fix="run as root")
+    RUN_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+    DATA_ROOT.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log = open(RUN_DIR / "dockerd.log", "ab")
+    argv = [exe, "--iptables=false", "--ip-masq=false", "--ip6tables=false", "--bridge=none", "-H", f"unix://{SOCKET}",
+            "--data-root", str(DATA_ROOT), "--exec-root", str(RUN_DIR / "exec"), "--pidfile", str(PIDFILE)]
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise FaultlabError(f"dockerd exited with {proc.returncode}", field="--backend", fix=f"see {RUN_DIR / 'dockerd.log'}")
+        if running():
+            return True
+        time.sleep(0.3)
+    raise FaultlabError(f"dockerd did not answer within {wait_s:g}s", field="--backend", fix=f"see {RUN_DIR / 'dockerd.log'}")
+
+
+def stop(wait_s: float = 30.0) -> None:
+    """Stop faultlab's own dockerd (by the PID in its PID file, checked to be dockerd
+    with our socket). Never touches another daemon."""
+    try:
+        pid = int(PIDFILE.read_text().strip())
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return
+    if not cmd or not cmd[0].endswith(b"dockerd") or f"unix://{SOCKET}".encode() not in cmd:
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.2)

@@ -1,0 +1,118 @@
+"""Inventories: the nodes of a cluster, in YAML (pydantic models, JSON Schema).
+
+::
+
+    known_hosts: ~/.ssh/known_hosts     # pinned host keys (an unknown or changed key is refused)
+    defaults: {user: root, port: 22, key: ~/.ssh/id_ed25519, connect_timeout_s: 10}
+    nodes:
+      gpu-07: {address: 10.0.3.7, interface: eth0, gpus: 8, labels: {rack: "3"}}
+      gpu-08: {address: 10.0.3.8, labels: {rack: "3"}}
+
+``select`` takes ``--node a,b,c`` names or ``--nodes 'rack=3'`` label selections
+(``k=v`` joined by ``,``: every pair must match). Unknown names and empty selections
+are BadInput naming the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from faultlab.errors import BadInput
+
+
+class InventoryNode(BaseModel):
+    """One node. ``address``: host name or IP; ``key``: private key file."""
+
+    model_config = ConfigDict(extra="forbid")
+    address: str
+    port: int | None = Field(None, ge=1, le=65535)
+    user: str | None = None
+    key: str | None = None
+    interface: str | None = None
+    gpus: int = Field(0, ge=0)
+    sudo: bool | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class Defaults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    user: str = "root"
+    port: int = Field(22, ge=1, le=65535)
+    key: str | None = None
+    sudo: bool = False
+    connect_timeout_s: float = Field(10.0, gt=0)
+    command_timeout_s: float = Field(60.0, gt=0)
+    max_parallel: int = Field(10, ge=1, le=256)
+
+
+class Inventory(BaseModel):
+    """A cluster's nodes. ``known_hosts``: the file of pinned host keys."""
+
+    model_config = ConfigDict(extra="forbid")
+    known_hosts: str = "~/.ssh/known_hosts"
+    defaults: Defaults = Field(default_factory=Defaults)
+    nodes: dict[str, InventoryNode]
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True), sort_keys=False)
+
+    def select(self, names: str | None = None, selector: str | None = None) -> list[str]:
+        """Node names by ``names`` (``a,b,c``) or ``selector`` (``rack=3,role=gpu``).
+        Raises BadInput naming ``--node``/``--nodes``."""
+        if names:
+            out = [n.strip() for n in names.split(",") if n.strip()]
+            unknown = [n for n in out if n not in self.nodes]
+            if unknown:
+                raise BadInput(f"no node {unknown[0]!r} in the inventory", field="--node", fix=f"give one of {', '.join(sorted(self.nodes))}")
+            return out
+        if selector:
+            want = {}
+            for pair in selector.split(","):
+                k, eq, v = pair.partition("=")
+                if not eq or not k.strip():
+                    raise BadInput(f"{pair!r} is not KEY=VALUE", field="--nodes", fix="give e.g. rack=3 or rack=3,role=gpu")
+                want[k.strip()] = v.strip()
+            out = [n for n, spec in self.nodes.items() if all(spec.labels.get(k) == v for k, v in want.items())]
+            if not out:
+                raise BadInput(f"no inventory node has labels {selector}", field="--nodes", fix="see the labels in the inventory file")
+            return out
+        return list(self.nodes)
+
+
+def load(path: str | Path) -> Inventory:
+    """Read and validate an inventory file. Raises BadInput naming file and field."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise BadInput(f"cannot read {p}: {e.strerror}", field="--inventory", fix="give an inventory YAML file") from None
+    except yaml.YAMLError as e:
+        raise BadInput(f"{p}: not YAML ({e.__class__.__name__})", field="--inventory", fix="fix the YAML syntax") from None
+    try:
+        return Inventory.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise BadInput(f"{p}: {loc}: {err['msg']}", field="--inventory", fix="see `faultlab testbed inventory-schema`") from None
+
+
+def schema() -> dict:
+    return Inventory.model_json_schema()
+
+
+def ssh_nodes(inv: Inventory, names: list[str], *, accept_new: bool = False) -> list:
+    """SshNodes of the named inventory nodes (defaults filled in)."""
+    from faultlab.nodes.ssh import SshNode
+
+    d = inv.defaults
+    out = []
+    for name in names:
+        spec = inv.nodes[name]
+        out.append(SshNode(name=name, address=spec.address, iface=spec.interface, port=spec.port or d.port, user=spec.user or d.user,
+                           key=spec.key or d.key, known_hosts=inv.known_hosts, accept_new=accept_new,
+                           sudo=d.sudo if spec.sudo is None else spec.sudo, connect_timeout_s=d.connect_timeout_s,
+                           command_timeout_s=d.command_timeout_s))
+    return out

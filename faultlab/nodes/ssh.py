@@ -1,0 +1,340 @@
+"""The ``ssh`` backend: a real host reached over SSH (paramiko).
+
+- **Host keys are pinned.** Only the node's ``known_hosts`` file is loaded (never the
+  user's by surprise) and paramiko's ``RejectPolicy`` refuses a host whose key is not
+  there; a *changed* key is always refused (paramiko ``BadHostKeyException``). Either
+  is a one-line ``NodeError`` before any command runs. ``accept_new=True`` (CLI
+  ``--accept-new-host-key``) pins the key of a host not yet in the file, and only
+  then (an ``ssh -o StrictHostKeyChecking=accept-new`` analogue; Fabric's
+  ``Connection`` auto-adds by default, which this never does).
+- Key authentication only (``key``; no agent, no password, no look-up of
+  ``~/.ssh/id_*``), ``connect_timeout_s`` for TCP + banner + auth and
+  ``command_timeout_s`` for every command.
+- Every command is an argv joined with ``shlex.join`` into one remote shell line,
+  prefixed with ``sudo -n --`` when ``sudo`` (the login user is not root).
+- The node *is* its own lease host: ``argv()`` returns the argv unchanged, so revert
+  lines rendered for the lease run in the node's own ``sh`` (faultlab.injectors.lease
+  keeps the record and the watchdog there; they need only sh and coreutils).
+- Connections are shared by the threads of one controller (one transport a node; a
+  paramiko transport multiplexes channels); ``faultlab.nodes.fanout`` bounds how
+  many nodes are connected at once (sshd's ``MaxStartups`` drops unauthenticated
+  connections beyond 10 by default).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from faultlab.errors import NodeError
+from faultlab.nodes.base import Node
+
+#: where ranks on an ssh node write telemetry (collected back)
+WORK_DIR = "/var/lib/faultlab/work"
+_ENV_PREFIXES = ("FAULTLAB_", "PYTHON", "OMP_", "MKL_", "GLOO_", "TORCH_", "NCCL_")
+
+
+@dataclass
+class SshNode(Node):
+    """A host reached over SSH. ``address``/``port``/``user``/``key`` as for ssh;
+    ``known_hosts``: the pinned host keys; ``accept_new``: pin an unknown key (never a
+    changed one); ``sudo``: prefix commands with ``sudo -n``."""
+
+    port: int = 22
+    user: str = "root"
+    key: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    accept_new: bool = False
+    sudo: bool = False
+    connect_timeout_s: float = 10.0
+    command_timeout_s: float = 60.0
+    remote: bool = field(default=True, init=False)
+    collects_telemetry = True
+
+    def __post_init__(self):
+        self.kind = "ssh"
+        self._lock = threading.Lock()
+        self._client = None
+
+    def describe(self) -> str:
+        return f"ssh:{self.name}"
+
+    # -- connection ----------------------------------------------------------------------
+    def connect(self):
+        """The connected paramiko client (connecting once). Raises NodeError naming the
+        node: unknown or changed host key, auth failure, timeout, unreachable."""
+        import paramiko
+
+        with self._lock:
+            if self._client is not None and self._client.get_transport() and self._client.get_transport().is_active():
+                return self._client
+            kh = Path(os.path.expanduser(self.known_hosts))
+            c = paramiko.SSHClient()
+            if kh.exists():
+                c.load_host_keys(str(kh))
+            c.set_missing_host_key_policy(_PinNew(kh) if self.accept_new else paramiko.RejectPolicy())
+            where = f"{self.address}:{self.port}"
+            try:
+                c.connect(self.address, port=self.port, username=self.user, key_filename=self.key and os.path.expanduser(self.key),
+                          timeout=self.connect_timeout_s, banner_timeout=self.connect_timeout_s, auth_timeout=self.connect_timeout_s,
+                          allow_agent=False, look_for_keys=False)
+            except paramiko.BadHostKeyException:
+                c.close()
+                raise NodeError(f"host key of ssh node {self.name} ({where}) has CHANGED from the one pinned in {kh}: refused, nothing applied",
+                                field="--node", fix=f"if the host was really reinstalled, remove its line from {kh} and pin the new key") from None
+            except paramiko.SSHException as e:
+                c.close()
+                if "not found in known_hosts" in str(e):
+                    raise NodeError(f"host key of ssh node {self.name} ({where}) is not pinned in {kh}: refused, nothing applied",
+                                    field="--node", fix="add it to the known_hosts file, or pass --accept-new-host-key to pin it now") from None
+                raise NodeError(f"ssh node {self.name} ({where}): {e}", field="--node", fix="check the user, key and sshd there") from None
+            except (OSError, EOFError) as e:
+                c.close()
+                why = "timed out" if "timed out" in str(e) else (getattr(e, "strerror", None) or str(e) or type(e).__name__)
+                raise NodeError(f"ssh node {self.name} ({where}) unreachable: {why} (connect timeout {self.connect_timeout_s:g}s)",
+                                field="--node", fix="check the address, port and network") from None
+            c.get_transport().set_keepalive(5)
+            self._client = c
+            return c
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def line(self, argv: list[str], env: dict | None = None) -> str:
+        """The remote shell line of ``argv``: ``shlex.join``, with ``sudo -n --``."""
+        pre = ["sudo", "-n", "--"] if self.sudo else []
+        envs = ["env", *[f"{k}={v}" for k, v in sorted((env or {}).items())]] if env else []
+        return shlex.join([*pre, *envs, *argv])
+
+    # -- the node interface ----------------------------------------------------------------
+    def run(self, argv, *, scope="host", timeout=None, input=None, check=False) -> subprocess.CompletedProcess:
+        timeout = self.command_timeout_s if timeout is None else timeout
+        cmd = self.line(list(argv))
+        chan = self._open(cmd, timeout)
+        try:
+            if input:
+                chan.sendall(input)
+            chan.shutdown_write()
+            out, err = _drain(chan, time.monotonic() + timeout)
+        except TimeoutError:
+            chan.close()
+            raise NodeError(f"{' '.join(list(argv)[:4])} ... timed out after {timeout:g}s on ssh node {self.name}", field="node") from None
+        rc = chan.recv_exit_status()
+        chan.close()
+        cp = subprocess.CompletedProcess(list(argv), rc, out.decode(errors="replace"), err.decode(errors="replace"))
+        if check and rc != 0:
+            msg = (cp.stderr.strip() or cp.stdout.strip()).splitlines()
+            raise NodeError(f"{argv[0]} failed on ssh node {self.name}: {msg[-1] if msg else 'rc=' + str(rc)}")
+        return cp
+
+    def _open(self, cmd: str, timeout: float):
+        tr = self.connect().get_transport()
+        try:
+            chan = tr.open_session(timeout=timeout)
+            chan.settimeout(timeout)
+            chan.exec_command(cmd)
+        except Exception as e:
+            self.close()
+            raise NodeError(f"ssh node {self.name}: cannot run a command: {e or type(e).__name__}", field="node") from None
+        return chan
+
+    def spawn(self, argv, *, scope="net", env=None, stdout=None, stderr=None, new_session=False):
+        """Start ``argv`` on the node. ``new_session``: fully detached (setsid, stdio
+        on /dev/null; it outlives this connection; the watchdog); else attached to a
+        channel whose output comes back (``stdout=PIPE``: readable; a file: copied)."""
+        keep = {k: v for k, v in (env or {}).items() if k.startswith(_ENV_PREFIXES)} if env else None
+        if new_session:
+            inner = self.line(list(argv), keep)
+            cp = self.run(["sh", "-c", 'setsid sh -c "$1" </dev/null >/dev/null 2>&1 & echo $!', "sh", inner], timeout=self.command_timeout_s)
+            try:
+                pid = int(cp.stdout.split()[0])
+            except (IndexError, ValueError):
+                raise NodeError(f"could not start a detached process on ssh node {self.name}: {cp.stderr.strip()[:200]}", field="node") from None
+            return RemoteProcess(self, pid, None, None)
+        cmd = self.line(["sh", "-c", 'echo $$; exec "$@"', "sh", *argv], keep)
+        chan = self._open(cmd, 3600.0)
+        chan.settimeout(None)
+        out = chan.makefile("rb")
+        first = out.readline()
+        try:
+            pid = int(first)
+        except ValueError:
+            raise NodeError(f"could not start {argv[0]} on ssh node {self.name}", field="node") from None
+        return RemoteProcess(self, pid, chan, stdout, out)
+
+    def spawn_workload(self, argv, *, env=None, stdout=None, stderr=None):
+        return self.spawn(argv, env=env, stdout=stdout, stderr=stderr)
+
+    def write_file(self, path, data, mode: int = 0o600) -> None:
+        data = data.encode() if isinstance(data, str) else data
+        script = 'umask 077; t="$1.tmp.$$"; cat > "$t" && chmod "$2" "$t" && mv -f "$t" "$1"'
+        self.run(["sh", "-c", script, "sh", str(path), format(mode, "o")], input=data, check=True)
+
+    def read_file(self, path) -> str:
+        cp = self.run(["cat", "--", str(path)])
+        if cp.returncode != 0:
+            if "No such file" in cp.stderr:
+                raise FileNotFoundError(str(path))
+            raise OSError(f"cannot read {path} on ssh node {self.name}: {cp.stderr.strip()[:200]}")
+        return cp.stdout
+
+    def exists(self, path) -> bool:
+        return self.run(["test", "-e", str(path)]).returncode == 0
+
+    def writable(self, path) -> bool:
+        return self.run(["test", "-w", str(path)]).returncode == 0
+
+    def has_program(self, name: str) -> bool:
+        return self.run(["sh", "-c", 'command -v "$1" >/dev/null', "sh", name]).returncode == 0
+
+    def lease_dir(self) -> PurePosixPath:
+        """Lease records live on the node: ``/run/faultlab/leases`` there."""
+        return PurePosixPath("/run/faultlab/leases")
+
+    # -- telemetry written on the node -------------------------------------------------------
+    def workload_out(self, run_id: str, local_dir: Path) -> str:
+        return f"{WORK_DIR}/{run_id}"
+
+    def telemetry_files(self, run_id: str) -> list[str]:
+        cp = self.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; for f in *; do [ -f "$f" ] && [ ! -L "$f" ] && printf "%s\\n" "$f"; done; exit 0',
+                       "sh", f"{WORK_DIR}/{run_id}"], timeout=30)
+        return [x for x in cp.stdout.splitlines() if x and x != "*"]
+
+    def read_telemetry(self, run_id: str, name: str, offset: int) -> bytes:
+        chan = self._open(self.line(["tail", "-c", f"+{offset + 1}", "--", f"{WORK_DIR}/{run_id}/{name}"]), 30)
+        chan.shutdown_write()
+        out, _ = _drain(chan, time.monotonic() + 30)
+        chan.close()
+        return out
+
+
+class RemoteProcess:
+    """A process on an ssh node, shaped like ``subprocess.Popen`` for the workload
+    launcher and the throughput probe: ``pid`` (on the node), ``poll``, ``wait``,
+    ``communicate``, ``send_signal``, ``kill``, ``stdout`` (with ``stdout=PIPE``)."""
+
+    def __init__(self, node: SshNode, pid: int, chan, stdout, out_file=None):
+        self.node, self.pid, self._chan = node, pid, chan
+        self.returncode: int | None = None
+        self.args = []
+        self.stdout = self.stderr = None
+        self._pump = None
+        if chan is None:
+            return
+        if stdout is subprocess.PIPE:
+            self.stdout = out_file
+            self.stderr = chan.makefile_stderr("rb")
+        elif stdout is not None and hasattr(stdout, "fileno"):
+            chan.set_combine_stderr(True)
+            fd = os.dup(stdout.fileno())
+            self._pump = threading.Thread(target=_copy, args=(out_file, fd), daemon=True)
+            self._pump.start()
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        if self._chan is None:
+            alive = self.node.run(["kill", "-0", str(self.pid)], timeout=10).returncode == 0
+            if not alive:
+                self.returncode = 0
+            return self.returncode
+        if self._chan.exit_status_ready():
+            self.returncode = self._chan.recv_exit_status()
+            if self.returncode == -1:
+                self.returncode = 255
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.05)
+        if self._pump is not None:
+            self._pump.join(5)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None):
+        out = self.stdout.read() if self.stdout is not None else b""
+        err = self.stderr.read() if self.stderr is not None else b""
+        self.wait(timeout)
+        return out, err
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                self.node.run(["kill", f"-{int(sig)}", str(self.pid)], timeout=10)
+            except NodeError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(15)
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+
+def _copy(src, fd: int) -> None:
+    try:
+        while True:
+            chunk = src.read(65536) if not hasattr(src, "read1") else src.read1(65536)
+            if not chunk:
+                break
+            os.write(fd, chunk)
+    except Exception:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _drain(chan, deadline: float) -> tuple[bytes, bytes]:
+    """stdout and stderr of a channel until its EOF (sshd may send the exit status
+    before the last output, so EOF, not the exit status, ends the output)."""
+    out, err = io.BytesIO(), io.BytesIO()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        chan.settimeout(min(1.0, left))
+        try:
+            data = chan.recv(65536)
+        except socket.timeout:
+            data = None
+        while chan.recv_stderr_ready():
+            err.write(chan.recv_stderr(65536))
+        if data == b"":
+            break
+        if data:
+            out.write(data)
+    while not chan.exit_status_ready():  # EOF came; the status follows
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        time.sleep(0.002)
+    while chan.recv_stderr_ready():
+        err.write(chan.recv_stderr(65536))
+    return out.getvalue(), err.getvalue()
+
+
+class _PinNew:
+    """paramiko policy: pin an *unknown* host key into the known_hosts file (explicit
+    opt-in only). A changed key never reaches a policy (paramiko refuses it)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def missing_host_key(self, client, hostname, key):
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(self.path, "a") as f:
+            os.chmod(self.path, 0o600)
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")

@@ -1,0 +1,283 @@
+"""Score a detector on runs or a dataset: offline or in online replay, run by run.
+
+:func:`score_runs` is the one loop: for each run (read one at a time) it gets the
+detector's alarms (``offline``: ``detect`` on the whole run; ``replay``:
+:func:`replay`), its continuous scores when it has ``scores``, and the run's
+sufficient statistics (:func:`faultlab.scoring.metrics.run_stats`); only those are
+kept, so memory does not grow with the number of runs. :func:`score_dataset` adds the
+split: a detector that trains is fitted on the train split only, and the test split's
+labels never reach it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from faultlab import schema
+from faultlab.errors import BadInput
+from faultlab.scoring.aggregate import summarize
+from faultlab.scoring.detectors import as_alarms, load_detector
+from faultlab.scoring.metrics import derive, run_stats
+from faultlab.scoring.runs import RunData
+
+MODES = ("offline", "replay")
+BY = ("fault_type", "source", "none")
+
+
+@dataclass
+class ScoreResult:
+    """The figures of one detector on a set of runs.
+
+    ``metrics``: name -> ``{"value", "ci": [lo, hi]}`` (95% bootstrap over runs);
+    ``by``: group -> ``{"n_labels", "metrics"}``; attribute access gives a value:
+    ``result.event_f1``. ``to_dict()`` is what ``--json`` / ``--out`` write."""
+
+    detector: str
+    mode: str
+    split: str
+    source: str
+    n_runs: int
+    metrics: dict
+    by_key: str | None = None
+    by: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)
+    per_run: list = field(default_factory=list)
+    params: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def __getattr__(self, name: str):
+        m = self.__dict__.get("metrics") or {}
+        if name in m:
+            return m[name]["value"]
+        raise AttributeError(name)
+
+    def ci(self, name: str) -> list[float]:
+        """The 95% interval of metric ``name``. Raises KeyError for an unknown one."""
+        return self.metrics[name]["ci"]
+
+    def to_dict(self) -> dict:
+        return schema.json_safe({
+            "detector": self.detector, "params": self.params, "mode": self.mode, "split": self.split,
+            "source": self.source, "n_runs": self.n_runs, "settings": self.settings, "metrics": self.metrics,
+            "by_key": self.by_key, "by": self.by, "counts": self.counts, "per_run": self.per_run, "wall_s": self.wall_s,
+            "rows": [self.row()],
+        })
+
+    def row(self) -> dict:
+        """One flat row: ``detector``, each metric's value and ``METRIC_ci`` (the shape
+        faultlab report's score tables read)."""
+        r = {"detector": self.detector}
+        for k, v in self.metrics.items():
+            r[k] = v["value"]
+            r[f"{k}_ci"] = v["ci"]
+        return r
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+
+def _online(det):
+    """The detector's ``start``/``update``; for an object without them, the base
+    class's re-run-``detect``-on-what-was-seen form."""
+    if callable(getattr(det, "update", None)):
+        return det
+    from faultlab.scoring.detectors import Detector
+
+    class _Adapter(Detector):
+        name = getattr(det, "name", "detector")
+
+        def detect(self, steps, host):
+            return det.detect(steps, host)
+
+    return _Adapter()
+
+
+def replay(det, run: RunData, tick_s: float = 1.0) -> pd.DataFrame:
+    """Drive a detector online over one run with a replay clock.
+
+    The clock starts at the run's first ``t_start`` and advances by ``tick_s`` (s)
+    up to the last step's end. At each tick ``now`` the detector's ``update`` gets the
+    step rows that *ended* at or before ``now`` (``t_start + step_s <= now``) and host
+    rows with ``ts <= now`` not delivered before (copies: it can neither see nor change
+    anything later). An alarm returned at ``now`` is raised at ``now``; returned again
+    (same component and start_ts), it is the same alarm, extended to the largest
+    end_ts given.
+
+    Returns:
+        ALARMS columns plus ``raised_ts`` (unix s), one row per distinct alarm.
+
+    Raises:
+        BadInput for ``tick_s <= 0`` or alarms that miss a column.
+    """
+    if not tick_s > 0:
+        raise BadInput(f"tick must be > 0 s, got {tick_s}", field="--tick")
+    det = _online(det)
+    steps = run.steps
+    if steps is None or not len(steps):
+        return as_alarms(None).assign(raised_ts=pd.Series(dtype="float64"))
+    end = (steps["t_start"] + steps["step_s"]).to_numpy(float)
+    order = np.argsort(end, kind="mergesort")
+    steps_o = steps.iloc[order].reset_index(drop=True)
+    end_o = end[order]
+    host = run.host if run.host is not None else schema.empty("host")
+    host_o = host.sort_values("ts", kind="mergesort").reset_index(drop=True) if len(host) else host
+    host_ts = host_o["ts"].to_numpy(float) if len(host_o) else np.zeros(0)
+    if callable(getattr(det, "start", None)):
+        det.start({"run_id": run.run_id, "components": run.components()})
+    t0, t_last = float(steps["t_start"].min()), float(end_o[-1])
+    n_ticks = int(np.ceil((t_last - t0) / tick_s))
+    ticks = t0 + tick_s * np.arange(1, n_ticks + 1)
+    ticks[-1] = max(ticks[-1], t_last)
+    seen: dict[tuple[str, float], list] = {}
+    i_s = i_h = 0
+    for now in ticks:
+        j_s = int(np.searchsorted(end_o, now, side="right"))
+        j_h = int(np.searchsorted(host_ts, now, side="right"))
+        if j_s == i_s and j_h == i_h:
+            continue
+        chunk = steps_o.iloc[i_s:j_s].copy()
+        hchunk = host_o.iloc[i_h:j_h].copy() if len(host_o) else schema.empty("host")
+        i_s, i_h = j_s, j_h
+        got = as_alarms(det.update(chunk, hchunk, float(now)))
+        for r in got.itertuples(index=False):
+            key = (r.component, float(r.start_ts))
+            if key in seen:
+                a = seen[key]
+                a[2] = max(a[2], float(r.end_ts))
+                a[3] = max(a[3], float(r.score))
+            else:
+                seen[key] = [r.component, float(r.start_ts), float(r.end_ts), float(r.score), float(now)]
+    out = pd.DataFrame(list(seen.values()), columns=["component", "start_ts", "end_ts", "score", "raised_ts"])
+    if out.empty:
+        return as_alarms(None).assign(raised_ts=pd.Series(dtype="float64"))
+    return out.sort_values(["raised_ts", "component"], kind="mergesort").reset_index(drop=True)
+
+
+def resolve(detector, params: dict | None = None):
+    """A detector instance from a name / ``module:Class`` (with ``params``) or an
+    instance (``params`` must then be empty). Raises BadInput as load_detector."""
+    if isinstance(detector, str):
+        return load_detector(detector, **(params or {}))
+    if params:
+        raise BadInput("parameters given with a detector instance", field="--param", fix="pass them to its constructor")
+    return detector
+
+
+def score_runs(
+    detector,
+    runs: Iterable[RunData],
+    *,
+    params: dict | None = None,
+    train_runs: Iterable[RunData] | None = None,
+    mode: str = "offline",
+    by: str | None = "fault_type",
+    window_s: float = 10.0,
+    late_s: float | None = None,
+    tick_s: float = 1.0,
+    k: int = 3,
+    vus_window: int = 10,
+    n_boot: int = 1000,
+    seed: int = 0,
+    split: str = "all",
+    source: str = "",
+    keep_alarms: list | None = None,
+) -> ScoreResult:
+    """Score ``detector`` on ``runs`` (consumed one at a time).
+
+    Args:
+        detector: a name, ``module:Class`` or an instance; ``params`` its keyword
+            arguments.
+        train_runs: given, and the detector has ``fit``, it is fitted on them first.
+        mode: ``offline`` or ``replay`` (latency is measured only in replay).
+        by: ``fault_type``, ``source`` or None/``none``: the breakdown of label-side figures.
+        window_s: cell width (s) of the window-level metrics; late_s: replay tolerance
+            after a label's end (default ``window_s``); tick_s: replay clock step (s);
+            k: of Acc@k; vus_window: VUS buffer (points); n_boot, seed: bootstrap.
+        keep_alarms: a list to append each run's ``(run_id, alarms)`` to (tests, demo).
+
+    Returns: a :class:`ScoreResult`.
+    Raises: BadInput for a bad mode/by, an unknown detector, or malformed tables.
+    """
+    if mode not in MODES:
+        raise BadInput(f"unknown mode {mode!r}", field="--mode", fix="offline or replay")
+    if by == "none":
+        by = None
+    if by is not None and by not in BY:
+        raise BadInput(f"unknown breakdown {by!r}", field="--by", fix="fault_type, source or none")
+    t_wall = time.perf_counter()
+    det = resolve(detector, params)
+    name = detector if isinstance(detector, str) else getattr(det, "name", type(det).__name__)
+    if train_runs is not None and callable(getattr(det, "fit", None)):
+        det.fit(train_runs)
+    late = window_s if late_s is None else late_s
+    has_scores = callable(getattr(det, "scores", None))
+    stats, per_run = [], []
+    for run in runs:
+        span = run.span()
+        if mode == "replay":
+            alarms = replay(det, run, tick_s=tick_s)
+        else:
+            alarms = as_alarms(det.detect(run.steps, run.host)) if span else as_alarms(None)
+        sc = det.scores(run.steps, run.host) if has_scores and span else None
+        if keep_alarms is not None:
+            keep_alarms.append((run.run_id, alarms))
+        st = run_stats(alarms, run.labels, run.components(), span, scores=sc, injections=run.injections, k=k,
+                       window_s=window_s, late_s=late if mode == "replay" else 0.0, vus_window=vus_window)
+        stats.append({"counts": st["counts"], "labels": st["labels"], "latencies": st["latencies"]})
+        m = derive(st["counts"], k=k)
+        per_run.append(schema.json_safe({"run_id": run.run_id, "n_labels": st["counts"]["n_labels"], "n_alarms": st["counts"]["n_alarms"],
+                                         "event_f1": m["event_f1"], "window_mcc": m["window_mcc"], "vus_pr": m["vus_pr"]}))
+    summ = summarize(stats, replay=mode == "replay", k=k, by=by, n_boot=n_boot, seed=seed)
+    return ScoreResult(
+        detector=str(name), mode=mode, split=split, source=source, n_runs=summ["n_runs"], metrics=summ["metrics"],
+        by_key=by, by=summ["by"], counts=summ["counts"], per_run=per_run, params=dict(params or {}),
+        settings={"window_s": window_s, "late_s": late, "tick_s": tick_s, "k": k, "vus_window": vus_window, "n_boot": n_boot, "seed": seed},
+        wall_s=time.perf_counter() - t_wall,
+    )
+
+
+def score_dataset(detector, dataset, split: str = "test", **kw) -> ScoreResult:
+    """Score ``detector`` on a dataset folder's ``split`` (test | all). With ``test``
+    the detector is fitted (when it has ``fit``) on the train split only.
+
+    Raises BadInput for an unknown split or an unreadable dataset."""
+    from faultlab.datasets.layout import Dataset
+
+    ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
+    if split not in ("test", "all"):
+        raise BadInput(f"unknown split {split!r}", field="--split", fix="test or all")
+    train = ds.iter_runs("train") if split == "test" else None
+    return score_runs(detector, ds.iter_runs(split), train_runs=train, split=split, source=str(ds.path), **kw)
+
+
+def score_table(steps: pd.DataFrame, host: pd.DataFrame | None, labels: pd.DataFrame, detector_names, *,
+                k: int = 3, seed: int = 0, window_s: float = 10.0, run_id: str = "run") -> pd.DataFrame:
+    """One run's table: each detector in ``detector_names`` (then ``random`` and
+    ``constant``, added once each) scored with :func:`faultlab.scoring.metrics.score`.
+
+    Returns: a DataFrame, one row per detector (column ``detector`` first).
+    Raises: BadInput for an unknown detector or a malformed table."""
+    from faultlab.scoring.metrics import run_components, score
+
+    if isinstance(detector_names, str):
+        detector_names = [detector_names]
+    names: list[str] = []
+    for n in list(detector_names) + ["random", "constant"]:
+        if n not in names:
+            names.append(n)
+    host = schema.empty("host") if host is None else host
+    comps = run_components(steps, labels)
+    span = (float(steps["t_start"].min()), float((steps["t_start"] + steps["step_s"]).max())) if steps is not None and len(steps) else None
+    rows = []
+    for n in names:
+        det = load_detector(n, seed=seed) if n == "random" else load_detector(n)
+        sc = det.scores(steps, host) if callable(getattr(det, "scores", None)) and span else None
+        rows.append({"detector": n, **score(det.detect(steps, host), labels, comps, span, k=k, scores=sc, window_s=window_s)})
+    return pd.DataFrame(rows)

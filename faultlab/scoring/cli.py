@@ -1,0 +1,144 @@
+"""``faultlab score``: score a detector on a dataset or on run directories, and gate
+a CI on it (registered in faultlab/cli.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from faultlab.errors import BadInput, FaultlabError
+
+TABLE_METRICS = (
+    ("window_precision", "window P"), ("window_recall", "window R"), ("window_f1", "window F1"), ("window_mcc", "window MCC"),
+    ("event_precision", "event P"), ("event_recall", "event R"), ("event_f1", "event F1"),
+    ("range_precision", "range P"), ("range_recall", "range R"), ("range_f1", "range F1"),
+    ("precision", "component P"), ("recall", "component R"), ("f1", "component F1"), ("mcc", "component MCC"),
+    ("acc_at_1", "Acc@1"), ("acc_at_k", "Acc@k"), ("auc_pr", "AUC-PR"), ("vus_pr", "VUS-PR"),
+    ("latency_median_s", "latency median (s)"), ("latency_p95_s", "latency p95 (s)"),
+    ("false_alarms_per_component_hour", "false alarms / component-h"), ("unmanifested_alarmed_share", "unmanifested faults alarmed"),
+)
+
+
+def parse_params(items: list[str]) -> dict:
+    """``KEY=VALUE`` strings to a dict; values parsed as YAML scalars (``2``, ``0.5``,
+    ``true``, text). Raises BadInput (field ``--param``) for an item without ``=``."""
+    out = {}
+    for it in items or []:
+        key, eq, val = it.partition("=")
+        if not eq or not key.strip():
+            raise BadInput(f"{it!r} is not KEY=VALUE", field="--param", fix="e.g. --param threshold=2.0")
+        try:
+            out[key.strip()] = yaml.safe_load(val)
+        except yaml.YAMLError:
+            out[key.strip()] = val
+    return out
+
+
+def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:.3f}"
+
+
+def _ci(c) -> str:
+    if not c or c[0] is None or (isinstance(c[0], float) and math.isnan(c[0])):
+        return "-"
+    return f"[{c[0]:.3f}, {c[1]:.3f}]"
+
+
+def print_result(res: dict, con: Console) -> None:
+    t = Table(title=f"{res['detector']} on {res['source'] or 'runs'} ({res['split']} split, {res['n_runs']} runs, {res['mode']})")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_column("95% CI (bootstrap over runs)")
+    for key, label in TABLE_METRICS:
+        m = res["metrics"].get(key)
+        if m is not None:
+            t.add_row(label, _fmt(m["value"]), _ci(m["ci"]))
+    con.print(t)
+    if res.get("by"):
+        b = Table(title=f"by {res['by_key']} (label-side figures)")
+        for c in ("group", "labels", "event R", "window R", "range R", "Acc@1", "latency median (s)"):
+            b.add_column(c)
+        for g, d in res["by"].items():
+            m = d["metrics"]
+            b.add_row(g, str(d["n_labels"]), *(f"{_fmt(m[k]['value'])} {_ci(m[k]['ci'])}" if k in m else "-"
+                                                  for k in ("event_recall", "window_recall", "range_recall", "acc_at_1", "latency_median_s")))
+        con.print(b)
+
+
+def score_cmd(
+    detector: str = typer.Option(..., "--detector", help="a built-in name, an entry point of group faultlab.detectors, or module:Class"),
+    param: List[str] = typer.Option([], "--param", help="detector parameter KEY=VALUE (repeatable)"),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", help="a dataset folder (faultlab dataset build)"),
+    run: List[Path] = typer.Option([], "--run", help="a labeled run directory (repeatable)"),
+    split: str = typer.Option("test", "--split", help="test (fit on train, score test) | all; run directories are always all"),
+    mode: str = typer.Option("offline", "--mode", help="offline (whole run at once) | replay (online, a clock; measures latency)"),
+    by: str = typer.Option("fault_type", "--by", help="breakdown of label-side figures: fault_type | source | none"),
+    window: str = typer.Option("10s", "--window", help="cell width of the window-level metrics"),
+    tick: str = typer.Option("1s", "--tick", help="replay clock step"),
+    boot: int = typer.Option(1000, "--boot", min=0, help="bootstrap resamples for the 95% CIs (0: none)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the bootstrap"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="write the result as JSON (the --baseline of a later run)"),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="a previous --out file: exit 1 if a metric dropped by more than --max-drop"),
+    max_drop: float = typer.Option(0.02, "--max-drop", help="allowed drop per metric (absolute, in the metric's unit)"),
+    metric: List[str] = typer.Option([], "--metric", help="metric the gate judges (repeatable; default event_f1 window_f1 window_mcc range_f1 vus_pr acc_at_1)"),
+):
+    """Score a detector against labels: window, event, range-based and component
+    P/R/F1/MCC, Acc@k, AUC-PR/VUS-PR, latency (replay) and false alarms, each with a
+    95% bootstrap CI over runs; optionally gate on a previous score."""
+    from faultlab.scoring import gate
+    from faultlab.scoring.api import score_dataset, score_runs
+    from faultlab.scoring.runs import iter_run_dirs
+    from faultlab.units import parse_duration
+
+    con = Console(stderr=as_json)
+    try:
+        if (dataset is None) == (not run):
+            raise BadInput("give one of --dataset DIR or --run RUN_DIR ...", field="--dataset/--run")
+        params = parse_params(param)
+        kw = dict(params=params, mode=mode, by=by, window_s=parse_duration(window, "--window"), tick_s=parse_duration(tick, "--tick"),
+                  n_boot=boot, seed=seed)
+        if dataset is not None:
+            res = score_dataset(detector, dataset, split=split, **kw)
+        else:
+            if split != "test" and split != "all":
+                raise BadInput(f"unknown split {split!r}", field="--split", fix="test or all")
+            res = score_runs(detector, iter_run_dirs(run), split="all", source=", ".join(map(str, run)), **kw)
+        d = res.to_dict()
+        base = gate.load_baseline(baseline) if baseline else None
+        verdicts = gate.compare(d, base, max_drop, metric) if base else []
+    except FaultlabError as e:
+        print(f"faultlab: error: {e}", file=sys.stderr)
+        raise typer.Exit(e.exit_code)
+    if out_file:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(json.dumps(d, indent=2))
+    if as_json:
+        print(json.dumps(d, indent=2))
+    else:
+        print_result(d, con)
+    if base is not None:
+        err = Console(stderr=True)
+        dropped = [v for v in verdicts if v.status == "dropped"]
+        for v in verdicts:
+            err.print(v.line(), markup=False, highlight=False)
+        if dropped:
+            err.print(f"gate FAILED: {', '.join(v.metric for v in dropped)} dropped by more than {max_drop:g} against {baseline}", markup=False)
+            raise typer.Exit(1)
+        better = [v.metric for v in verdicts if v.status == "improved"]
+        err.print(f"gate passed against {baseline}" + (f"; improved: {', '.join(better)}" if better else "; no metric dropped by more than " + f"{max_drop:g}"), markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``score`` to the faultlab CLI."""
+    app.command("score")(score_cmd)

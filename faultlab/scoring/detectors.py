@@ -1,0 +1,193 @@
+"""The straggler-detector plugin API, and how a detector is found by name.
+
+A detector reads telemetry of one run (the ``steps`` and ``host`` tables,
+faultlab.schema.STEPS / HOST) and emits alarms (faultlab.schema.ALARMS:
+``component`` like ``"rank:3"`` or ``"job"``, ``start_ts``, ``end_ts`` in unix s,
+``score``: higher = more suspicious). It may implement:
+
+- ``detect(steps, host) -> alarms`` (required): offline, the whole run at once.
+- ``fit(train_runs)`` (optional): called once with the train split's runs
+  (:class:`faultlab.scoring.runs.RunData`, labels included) before the test split is
+  scored; never with a test run.
+- ``scores(steps, host) -> frame`` (optional): a continuous score per rank per step
+  (columns ``component``, ``ts`` [unix s, the step's ``t_start``], ``score``), for
+  AUC-PR and VUS-PR.
+- ``start(info)`` and ``update(steps_chunk, host_chunk, now) -> alarms`` (optional):
+  the online form that replay mode drives with a clock ``now`` (unix s); each chunk
+  holds only the rows that became visible since the last call (steps that ended at or
+  before ``now``, host samples taken at or before it). The base class implements
+  both by re-running ``detect`` on everything seen so far, so every detector can be
+  replayed; a detector that keeps its own state overrides them.
+
+Plugins are classes in any installed package, registered as entry points in the
+``faultlab.detectors`` group (the pytest/pluggy model)::
+
+    [project.entry-points."faultlab.detectors"]
+    my-detector = "mypkg.detect:MyDetector"
+
+:func:`load_detector` finds built-in names first (:mod:`faultlab.scoring.baselines`),
+then entry points, then a ``"module:Class"`` spec. See docs/detectors.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+import pandas as pd
+
+from faultlab import schema
+from faultlab.errors import BadInput
+
+GROUP = "faultlab.detectors"
+
+
+class Detector:
+    """Base class of a detector plugin.
+
+    Subclasses set ``name`` and implement :meth:`detect`. Constructor keyword
+    arguments are the detector's parameters (``faultlab score --param K=V``).
+    """
+
+    name: str = "detector"
+
+    def fit(self, train_runs) -> "Detector":
+        """Learn from the train split (an iterable of RunData); default: nothing."""
+        return self
+
+    def detect(self, steps: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
+        """Return alarms for the telemetry of one run.
+
+        Args:
+            steps: faultlab.schema.STEPS rows (seconds; ``t_start`` unix s).
+            host: faultlab.schema.HOST rows (long format), may be empty.
+
+        Returns:
+            a frame with the faultlab.schema.ALARMS columns (component, start_ts,
+            end_ts [unix s], score), possibly empty.
+        """
+        raise NotImplementedError
+
+    # -- the online form (replay mode) ------------------------------------------------
+    def start(self, info: dict) -> None:
+        """Begin a run (``info``: ``run_id``, ``components``); resets the buffers the
+        default :meth:`update` keeps."""
+        self._seen_steps: list[pd.DataFrame] = []
+        self._seen_host: list[pd.DataFrame] = []
+
+    def update(self, steps_chunk: pd.DataFrame, host_chunk: pd.DataFrame, now: float) -> pd.DataFrame:
+        """Take the rows that became visible up to ``now`` (unix s) and return the
+        alarms standing at ``now`` (ALARMS columns). An alarm returned again (same
+        component and start_ts) is the same alarm, extended; it counts from the first
+        ``now`` it was returned at. Default: ``detect`` on every row seen so far."""
+        if not hasattr(self, "_seen_steps"):
+            self.start({})
+        if len(steps_chunk):
+            self._seen_steps.append(steps_chunk)
+        if len(host_chunk):
+            self._seen_host.append(host_chunk)
+        if not self._seen_steps:
+            return empty_alarms()
+        steps = pd.concat(self._seen_steps, ignore_index=True) if len(self._seen_steps) > 1 else self._seen_steps[0]
+        self._seen_steps = [steps]
+        if self._seen_host:
+            host = pd.concat(self._seen_host, ignore_index=True) if len(self._seen_host) > 1 else self._seen_host[0]
+            self._seen_host = [host]
+        else:
+            host = schema.empty("host")
+        return self.detect(steps, host)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+def empty_alarms() -> pd.DataFrame:
+    """An empty alarms frame (faultlab.schema.ALARMS columns)."""
+    return schema.empty("alarms")
+
+
+def as_alarms(df: pd.DataFrame | None) -> pd.DataFrame:
+    """``df`` with exactly the ALARMS columns and dtypes, sorted by start_ts then
+    component. Raises BadInput (field ``alarms``) naming a missing column."""
+    if df is None or len(df) == 0:
+        return empty_alarms()
+    missing = [c for c in ("component", "start_ts", "end_ts", "score") if c not in df.columns]
+    if missing:
+        raise BadInput(f"the detector's alarms miss column(s) {', '.join(missing)}", field="alarms",
+                       fix="return component, start_ts, end_ts (unix s) and score")
+    out = df[["component", "start_ts", "end_ts", "score"]].copy()
+    out["component"] = out["component"].astype(str)
+    for c in ("start_ts", "end_ts", "score"):
+        out[c] = out[c].astype("float64")
+    return out.sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True)
+
+
+_alarms = as_alarms
+
+
+def builtin_detectors() -> dict[str, type]:
+    """Short name -> class of the baselines shipped with faultlab."""
+    from faultlab.scoring import baselines
+
+    return dict(baselines.BUILTIN)
+
+
+def available_detectors() -> dict[str, str]:
+    """Name -> ``module:Class`` of every detector :func:`load_detector` can find by name."""
+    out = {n: f"{c.__module__}:{c.__qualname__}" for n, c in builtin_detectors().items()}
+    for ep in entry_points(group=GROUP):
+        out.setdefault(ep.name, ep.value)
+    return dict(sorted(out.items()))
+
+
+def load_detector(name: str, **params) -> Detector:
+    """Instantiate the detector called ``name`` with keyword ``params``.
+
+    Lookup order: built-in names (``peer-median``, ``temporal-z``, ``arrival-late``,
+    ``random``, ``constant``), entry points of the ``faultlab.detectors`` group
+    (``importlib.metadata.entry_points``), then a ``"package.module:ClassName"`` spec
+    (imported from ``sys.path``: no install needed).
+
+    Returns:
+        a :class:`Detector` instance (or any object with a ``detect`` method).
+
+    Raises:
+        BadInput (field ``detector``) when the name is unknown (the message lists the
+        known ones), the plugin fails to import, a parameter is not accepted, or it
+        has no ``detect`` method.
+    """
+    cls = builtin_detectors().get(name)
+    if cls is None:
+        for ep in entry_points(group=GROUP):
+            if ep.name == name:
+                try:
+                    cls = ep.load()
+                except Exception as e:  # a broken plugin must say which one
+                    raise BadInput(f"plugin {name!r} ({ep.value}) failed to import: {e}", field="detector") from e
+                break
+    if cls is None and ":" in name:
+        mod, _, attr = name.partition(":")
+        try:
+            cls = getattr(importlib.import_module(mod), attr)
+        except (ImportError, AttributeError) as e:
+            raise BadInput(f"cannot import {name!r}: {e}", field="detector",
+                           fix="give package.module:ClassName importable from the current folder or sys.path") from e
+    if cls is None:
+        raise BadInput(
+            f"unknown detector {name!r}",
+            field="detector",
+            fix="known: " + ", ".join(available_detectors()) + "; or module:Class",
+        )
+    try:
+        det = cls(**params) if isinstance(cls, type) else cls
+    except TypeError as e:
+        raise BadInput(f"{name!r} does not take these parameters ({e})", field="--param",
+                       fix="see the detector's docstring for its parameters") from e
+    if not callable(getattr(det, "detect", None)):
+        raise BadInput(f"{name!r} has no detect(steps, host) method", field="detector")
+    if not getattr(det, "name", None) or det.name == Detector.name:
+        try:
+            det.name = name
+        except AttributeError:
+            pass
+    return det

@@ -1,0 +1,583 @@
+"""Score detector alarms against labels, one run at a time. Every metric is reported;
+none hides another (DESIGN.md "Scoring metrics").
+
+Inputs: ``alarms`` (faultlab.schema.ALARMS: component, start_ts, end_ts [unix s],
+score; in replay mode also ``raised_ts``, the replay clock when the alarm was first
+raised) and ``labels`` (faultlab.schema.LABELS). Only *effect* labels count as
+positives: rows with ``source == "injected-unmanifested"`` (a fault that slowed
+nothing) are dropped, and reported apart (``unmanifested_alarmed``: a detector must
+not alarm on them).
+
+Interval overlap (used everywhere below): ``[a0, a1]`` and ``[b0, b1]`` overlap when
+their intersection has positive length (``max(a0, b0) < min(a1, b1)``), or, for a
+zero-length interval (a point), when the point lies inside the other, ends included.
+In replay an alarm is the interval ``[raised_ts, max(end_ts, raised_ts)]``: it counts
+only from the moment it was raised.
+
+Per run, :func:`run_stats` returns *sufficient statistics* (counts and sums), so that
+a dataset's figures pool runs by adding them (:func:`derive`) and a bootstrap over runs
+resamples them cheaply (:mod:`faultlab.scoring.aggregate`). The metrics (keys of
+:func:`derive`):
+
+- **component level** over the universe ``U`` = ``components`` union the components of
+  labels and alarms: a component is positive if a label names it, predicted if an
+  alarm names it: ``precision, recall, f1, mcc`` (pooled over runs: cells are
+  (run, component)).
+- **component x time-window level** (``window_*``): the run's span cut into windows of
+  ``window_s`` (default 10 s) from its first step; a (component, window) cell is
+  positive when a label of the component overlaps the window, predicted when an alarm
+  of it does. P/R/F1/MCC over all cells of all runs: a random detector gets MCC ~ 0
+  whatever the number of components.
+- **event level, without point-adjust**: ``event_precision`` = share of alarms that
+  overlap a label of the same component; ``event_recall`` = share of labels overlapped
+  by an alarm of the same component; ``event_f1``. Each alarm and each label counts
+  once (a long alarm earns no credit per point). In replay, an alarm raised up to
+  ``late_s`` after a label's end still detects it (its latency says how late).
+- **range-based** (Tatbul et al., "Precision and Recall for Time Series", NeurIPS'18;
+  flat positional bias, reciprocal cardinality, recall ``alpha`` = 0.2, precision
+  alpha 0, as TSB-AD's R-based-F1): alarms of a component merged into disjoint ranges;
+  per label ``alpha * existence + (1 - alpha) * overlap share * 1/#ranges touching
+  it``; per alarm range the same with the roles swapped and alpha 0;
+  ``range_precision``, ``range_recall``, ``range_f1`` (means over ranges, pooled).
+- **localization** ``acc_at_1``, ``acc_at_k``: per label, the components are ranked by
+  the largest score of their alarms overlapping the label's interval; credit =
+  ``clip((k - h) / t, 0, 1)`` with ``h`` components strictly higher and ``t`` tied
+  (the labeled one included; a constant detector gets ``k / n``, not 1); 0 when the
+  labeled component has no overlapping alarm.
+- **continuous scores** (when the detector gives ``scores``): ``auc_pr`` (average
+  precision, as scikit-learn's ``average_precision_score``) and ``vus_pr`` (volume
+  under the range-PR surface, Paparrizos et al. VLDB'22, as TSB-AD NeurIPS'24
+  computes it: buffer windows 0..``vus_window`` points, 250 thresholds), over the
+  run's rank series concatenated rank by rank (one point per rank per step, positive
+  when a label of the rank covers the step's ``t_start``); mean over runs with a
+  positive point.
+- **timeliness** (replay only; NaN offline): per detected label ``latency = max(0,
+  first raised_ts of a matching alarm - label start_ts)``; ``latency_median_s``,
+  ``latency_p95_s`` (linear interpolation).
+- **noise**: ``false_alarms_per_component_hour`` = alarms overlapping no label of their
+  component / (``|U|`` x run span in hours).
+
+Undefined ratios are NaN (never an exception).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from faultlab.errors import BadInput
+
+UNMANIFESTED = "injected-unmanifested"
+
+#: the additive statistics of one run (every entry a float)
+COUNT_KEYS = (
+    "comp_tp", "comp_fp", "comp_fn", "comp_tn",
+    "win_tp", "win_fp", "win_fn", "win_tn",
+    "n_alarms", "n_alarms_true", "n_labels", "n_labels_recalled",
+    "n_ranges", "range_precision_sum", "range_recall_sum",
+    "acc1_sum", "acck_sum",
+    "false_alarms", "component_hours",
+    "n_unmanifested", "unmanifested_alarmed",
+    "curve_runs", "auc_pr_sum", "vus_pr_sum",
+)
+
+#: per-label columns (for breakdowns by fault type and label source)
+LABEL_KEYS = ("recalled", "acc1", "acck", "range_recall", "latency_s", "win_pos", "win_hit")
+
+
+def _overlap(a0, a1, b0, b1) -> np.ndarray:
+    """Element-wise overlap test of intervals (broadcasting numpy arrays)."""
+    a0, a1, b0, b1 = (np.asarray(x, dtype=np.float64) for x in (a0, a1, b0, b1))
+    pos = np.maximum(a0, b0) < np.minimum(a1, b1)
+    a_pt = (a0 == a1) & (b0 <= a0) & (a0 <= b1)
+    b_pt = (b0 == b1) & (a0 <= b0) & (b0 <= a1)
+    return pos | a_pt | b_pt
+
+
+def effect_labels(labels: pd.DataFrame | None) -> pd.DataFrame:
+    """Labels that describe a real slowdown: drops ``injected-unmanifested`` rows and
+    rows without a finite start_ts/end_ts."""
+    if labels is None or len(labels) == 0:
+        return pd.DataFrame(columns=["component", "start_ts", "end_ts"])
+    lab = labels
+    if "source" in lab.columns:
+        lab = lab[lab["source"].astype(str) != UNMANIFESTED]
+    lab = lab[np.isfinite(lab["start_ts"].astype(float)) & np.isfinite(lab["end_ts"].astype(float))]
+    return lab.reset_index(drop=True)
+
+
+def unmanifested_labels(labels: pd.DataFrame | None) -> pd.DataFrame:
+    """The ``injected-unmanifested`` rows (faults that slowed nothing)."""
+    if labels is None or len(labels) == 0 or "source" not in labels.columns:
+        return pd.DataFrame(columns=["component", "start_ts", "end_ts"])
+    return labels[labels["source"].astype(str) == UNMANIFESTED].reset_index(drop=True)
+
+
+def _check(df: pd.DataFrame | None, name: str, cols: Sequence[str]) -> pd.DataFrame:
+    missing = [] if df is None else [c for c in cols if c not in df.columns]
+    if df is None or (len(df) == 0 and missing):
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "component" else "float64") for c in cols})
+    if missing:
+        raise BadInput(f"missing column(s) {', '.join(missing)}", field=name)
+    return df
+
+
+def _div(a, b):
+    """a / b elementwise, NaN where b == 0 (scalars or numpy arrays)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(b != 0, a / np.where(b != 0, b, 1.0), np.nan)
+    return out if out.ndim else float(out)
+
+
+def f1_of(p, r):
+    """Harmonic mean; NaN if either is NaN, 0 when both are 0."""
+    p, r = np.asarray(p, dtype=np.float64), np.asarray(r, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(p + r > 0, 2 * p * r / np.where(p + r > 0, p + r, 1.0), 0.0)
+    out = np.where(np.isnan(p) | np.isnan(r), np.nan, out)
+    return out if out.ndim else float(out)
+
+
+def mcc_of(tp, fp, fn, tn):
+    """Matthews correlation; 0 when a factor of the denominator is 0 (the usual
+    convention), NaN when there are no cells."""
+    tp, fp, fn, tn = (np.asarray(x, dtype=np.float64) for x in (tp, fp, fn, tn))
+    den = (tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(den > 0, (tp * tn - fp * fn) / np.sqrt(np.where(den > 0, den, 1.0)), 0.0)
+    out = np.where(tp + fp + fn + tn == 0, np.nan, out)
+    return out if out.ndim else float(out)
+
+
+# -- range-based precision and recall (Tatbul et al. NeurIPS'18) ----------------------
+
+
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as disjoint sorted ``(starts, ends)`` (touching ones merge)."""
+    if len(starts) == 0:
+        return np.zeros(0), np.zeros(0)
+    o = np.argsort(starts, kind="mergesort")
+    s, e = np.asarray(starts, float)[o], np.asarray(ends, float)[o]
+    out_s, out_e = [s[0]], [e[0]]
+    for a, b in zip(s[1:], e[1:]):
+        if a <= out_e[-1]:
+            out_e[-1] = max(out_e[-1], b)
+        else:
+            out_s.append(a)
+            out_e.append(b)
+    return np.asarray(out_s), np.asarray(out_e)
+
+
+def _covered_share(r0: float, r1: float, s: np.ndarray, e: np.ndarray) -> float:
+    """Share of ``[r0, r1]`` covered by the disjoint intervals ``(s, e)``; for a point
+    range: 1 when it lies in one of them."""
+    if r1 <= r0:
+        return float(bool(np.any((s <= r0) & (r0 <= e))))
+    inter = np.clip(np.minimum(e, r1) - np.maximum(s, r0), 0.0, None).sum()
+    return float(inter / (r1 - r0))
+
+
+def range_scores(real: tuple[np.ndarray, np.ndarray], pred: tuple[np.ndarray, np.ndarray], alpha: float) -> np.ndarray:
+    """Tatbul et al.'s range-based recall of each real range against the predicted
+    ranges (disjoint, one component): ``alpha * existence + (1 - alpha) * overlap share
+    * gamma``, flat bias, ``gamma = 1 / #predicted ranges overlapping`` (0 if none).
+    Swap the arguments (and alpha 0) for the precision of each predicted range.
+
+    Returns: one score per real range, in [0, 1]."""
+    rs, re_ = real
+    ps, pe = pred
+    out = np.zeros(len(rs))
+    for i, (a, b) in enumerate(zip(rs, re_)):
+        hit = _overlap(a, b, ps, pe) if len(ps) else np.zeros(0, bool)
+        n = int(hit.sum())
+        if n == 0:
+            continue
+        out[i] = alpha + (1 - alpha) * _covered_share(a, b, ps[hit], pe[hit]) / n
+    return out
+
+
+# -- threshold-free scores: AUC-PR, VUS-PR --------------------------------------------
+
+
+def auc_pr(y: np.ndarray, s: np.ndarray) -> float:
+    """Average precision ``sum_n (R_n - R_{n-1}) P_n`` over the distinct score
+    thresholds, highest first (as scikit-learn's ``average_precision_score``).
+
+    Args: y (n,) 0/1 labels; s (n,) scores, higher = more anomalous.
+    Returns: AP in [0, 1]; NaN without a positive."""
+    y = np.asarray(y, dtype=np.float64)
+    s = np.asarray(s, dtype=np.float64)
+    P = y.sum()
+    if P == 0:
+        return float("nan")
+    o = np.argsort(-s, kind="mergesort")
+    s, y = s[o], y[o]
+    last = np.r_[np.flatnonzero(np.diff(s) != 0), len(s) - 1]  # end of each tie block
+    tp = np.cumsum(y)[last]
+    n = last + 1.0
+    prec, rec = tp / n, tp / P
+    return float(np.sum(np.diff(np.r_[0.0, rec]) * prec))
+
+
+def _ranges(y: np.ndarray) -> list[tuple[int, int]]:
+    """Inclusive (start, end) index pairs of the runs of 1 in ``y``."""
+    d = np.diff(np.r_[0, y.astype(np.int8), 0])
+    return list(zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1) - 1))
+
+
+def _buffered_segments(ranges: list[tuple[int, int]], window: int, n: int) -> list[tuple[int, int]]:
+    """Label ranges grown by ``window // 2`` on each side, overlapping ones merged."""
+    h = window // 2
+    out: list[list[int]] = []
+    for s, e in ranges:
+        a, b = max(s - h, 0), min(e + h, n - 1)
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _soft_labels(y: np.ndarray, ranges: list[tuple[int, int]], window: int) -> np.ndarray:
+    """Labels with ``sqrt(1 - d / window)`` ramps over ``window // 2`` points on each side
+    of every range (clipped at 1): the buffer of range-based PR (VUS, VLDB'22)."""
+    lab = y.astype(np.float64).copy()
+    n = len(lab)
+    h = window // 2
+    for s, e in ranges:
+        x1 = np.arange(e + 1, min(e + h + 1, n))
+        lab[x1] += np.sqrt(1 - (x1 - e) / window)
+        x2 = np.arange(max(s - h, 0), s)
+        lab[x2] += np.sqrt(1 - (s - x2) / window)
+    return np.minimum(lab, 1.0)
+
+
+def vus_pr(y: np.ndarray, s: np.ndarray, window: int = 10, n_thresholds: int = 250) -> float:
+    """Volume under the range-based precision-recall surface (VUS-PR; Paparrizos et
+    al., "Volume Under the Surface", VLDB'22), computed as TSB-AD (Liu & Paparrizos,
+    NeurIPS'24) does: for each buffer size ``w`` in 0..``window`` points, range-based
+    precision and recall (soft buffered labels, existence reward) at ``n_thresholds``
+    thresholds taken at evenly spaced ranks of the sorted scores; the area under each
+    PR curve; their mean.
+
+    Args: y (n,) 0/1 labels; s (n,) scores; window: the largest buffer (points).
+    Returns: VUS-PR in [0, 1]; NaN without a positive point.
+    Raises: BadInput for window < 0 or n_thresholds < 1."""
+    if window < 0 or n_thresholds < 1:
+        raise BadInput("window must be >= 0 and n_thresholds >= 1", field="vus_pr")
+    y = np.asarray(y).astype(np.int64)
+    s = np.asarray(s, dtype=np.float64)
+    n = len(y)
+    P = float(y.sum())
+    if P == 0:
+        return float("nan")
+    seq = _ranges(y)
+    thr = (-np.sort(-s))[np.linspace(0, n - 1, n_thresholds).astype(int)]
+    pred = s[None, :] >= thr[:, None]  # (thresholds, n)
+    n_pred = pred.sum(axis=1).astype(np.float64)
+    csum = np.concatenate([np.zeros((len(thr), 1), np.int64), np.cumsum(pred, axis=1)], axis=1)
+    in_seq = y.astype(bool)
+    aps = []
+    for w in range(window + 1):
+        soft = _soft_labels(y, seq, w)
+        segs = _buffered_segments(seq, w, n)
+        a = np.array([g[0] for g in segs])
+        b = np.array([g[1] for g in segs])
+        existence = ((csum[:, b + 1] - csum[:, a]) > 0).sum(axis=1)
+        tp = pred @ soft
+        n_labels = P + pred @ np.where(in_seq, 0.0, soft)
+        recall = np.minimum(tp / ((P + n_labels) / 2), 1.0)
+        tpr = recall * existence / len(segs)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            precision = tp / n_pred
+        ap = np.dot(tpr - np.r_[0.0, tpr[:-1]], precision)
+        aps.append(ap)
+    return float(np.mean(aps))
+
+
+def score_series(scores: pd.DataFrame, labels: pd.DataFrame, components: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The run's rank series for AUC-PR / VUS-PR: per component (in ``components``
+    order) its scores sorted by ``ts``, concatenated; a point is positive when an effect
+    label of its component covers its ``ts`` (ends included).
+
+    Returns: ``(y, s)`` arrays of equal length."""
+    ys, ss = [], []
+    lab = effect_labels(labels)
+    for c in components:
+        sc = scores[scores["component"].astype(str) == c].sort_values("ts", kind="mergesort")
+        if sc.empty:
+            continue
+        ts = sc["ts"].to_numpy(np.float64)
+        lc = lab[lab["component"].astype(str) == c]
+        y = np.zeros(len(ts), bool)
+        for a, b in zip(lc["start_ts"].astype(float), lc["end_ts"].astype(float)):
+            y |= (ts >= a) & (ts <= b)
+        ys.append(y)
+        ss.append(np.nan_to_num(sc["score"].to_numpy(np.float64), nan=0.0, posinf=1e300, neginf=-1e300))
+    if not ys:
+        return np.zeros(0, bool), np.zeros(0)
+    return np.concatenate(ys), np.concatenate(ss)
+
+
+# -- one run ---------------------------------------------------------------------------
+
+
+def _label_groups(lab: pd.DataFrame, injections: pd.DataFrame | None) -> tuple[list[str], list[str]]:
+    """Per effect label: its fault type (the injected fault's type, else the label's
+    cause) and its source (injected / observed)."""
+    types = {}
+    if injections is not None and len(injections) and "fault_id" in injections.columns:
+        types = dict(zip(injections["fault_id"].astype(str), injections["fault_type"].astype(str)))
+    ft, src = [], []
+    for r in lab.itertuples():
+        fid = getattr(r, "fault_id", None)
+        cause = getattr(r, "cause", None)
+        ft.append(types.get(str(fid)) if fid is not None and str(fid) in types else (str(cause) if cause is not None and cause == cause else "unknown"))
+        s = getattr(r, "source", None)
+        src.append(str(s) if s is not None and s == s else "unknown")
+    return ft, src
+
+
+def run_stats(
+    alarms: pd.DataFrame | None,
+    labels: pd.DataFrame | None,
+    components: Iterable[str] = (),
+    run_span: tuple[float, float] | None = None,
+    *,
+    scores: pd.DataFrame | None = None,
+    injections: pd.DataFrame | None = None,
+    k: int = 3,
+    window_s: float = 10.0,
+    late_s: float = 0.0,
+    vus_window: int = 10,
+) -> dict:
+    """Sufficient statistics of one run (see the module docstring).
+
+    Args:
+        alarms: ALARMS frame; with a ``raised_ts`` column (replay), each alarm counts
+            from its raise and latency is measured. None = no alarms.
+        labels: LABELS frame (component, start_ts, end_ts; source, cause, fault_id
+            when present). None = no labels.
+        components: every component that could be alarmed (``rank:N`` ..., ``job``).
+        run_span: ``(t0, t1)`` unix s of the run (windows and component-hours); default
+            the extent of labels and alarms.
+        scores: the detector's continuous scores (component, ts, score) or None.
+        injections: INJECTIONS frame, for each label's fault type.
+        k: the k of Acc@k (>= 1). window_s: window length (s, > 0). late_s: replay
+            tolerance after a label's end (s). vus_window: VUS buffer (points).
+
+    Returns:
+        ``{"counts": {COUNT_KEYS: float}, "labels": DataFrame(fault_type, source,
+        LABEL_KEYS...), "latencies": ndarray (s)}``.
+
+    Raises:
+        BadInput when a frame misses a needed column, ``k < 1`` or ``window_s <= 0``.
+    """
+    if k < 1:
+        raise BadInput(f"k must be >= 1, got {k}", field="k")
+    if not window_s > 0:
+        raise BadInput(f"window must be > 0 s, got {window_s}", field="window_s")
+    al = _check(alarms, "alarms", ["component", "start_ts", "end_ts", "score"])
+    labels_in = _check(labels, "labels", ["component", "start_ts", "end_ts"])
+    lab = effect_labels(labels_in)
+    unm = unmanifested_labels(labels_in)
+    al = al[np.isfinite(al["start_ts"].astype(float)) & np.isfinite(al["end_ts"].astype(float))].reset_index(drop=True)
+    replay = "raised_ts" in al.columns
+
+    a_c = al["component"].astype(str).to_numpy()
+    a0 = al["start_ts"].to_numpy(dtype=np.float64)
+    a1 = al["end_ts"].to_numpy(dtype=np.float64)
+    if replay:
+        raised = al["raised_ts"].to_numpy(dtype=np.float64)
+        a0 = np.maximum(a0, raised)
+        a1 = np.maximum(a1, raised)
+    a_s = al["score"].to_numpy(dtype=np.float64)
+    l_c = lab["component"].astype(str).to_numpy()
+    l0 = lab["start_ts"].to_numpy(dtype=np.float64)
+    l1 = lab["end_ts"].to_numpy(dtype=np.float64)
+
+    universe = sorted(set(map(str, components)) | set(l_c.tolist()) | set(a_c.tolist()))
+    if run_span is None:
+        starts, ends = np.concatenate([a0, l0]), np.concatenate([a1, l1])
+        run_span = (float(starts.min()), float(ends.max())) if starts.size else (0.0, 0.0)
+    t0, t1 = float(run_span[0]), float(run_span[1])
+    c = dict.fromkeys(COUNT_KEYS, 0.0)
+
+    # component level
+    pos, pred = set(l_c.tolist()), set(a_c.tolist())
+    c["comp_tp"], c["comp_fp"], c["comp_fn"] = len(pos & pred), len(pred - pos), len(pos - pred)
+    c["comp_tn"] = len(universe) - c["comp_tp"] - c["comp_fp"] - c["comp_fn"]
+
+    # component x window cells
+    n_win = max(1, int(math.ceil((t1 - t0) / window_s))) if t1 > t0 else 1
+    w0 = t0 + window_s * np.arange(n_win)
+    w1 = np.minimum(w0 + window_s, max(t1, t0))
+    if t1 <= t0:
+        w1 = w0.copy()
+    comp_ix = {x: i for i, x in enumerate(universe)}
+    lab_cells = np.zeros((len(lab), n_win), bool)
+    for j in range(len(lab)):
+        lab_cells[j] = _overlap(l0[j], l1[j], w0, w1)
+    al_cells = np.zeros((len(al), n_win), bool)
+    for i in range(len(al)):
+        al_cells[i] = _overlap(a0[i], a1[i], w0, w1)
+    truth = np.zeros((len(universe), n_win), bool)
+    guess = np.zeros((len(universe), n_win), bool)
+    for j in range(len(lab)):
+        truth[comp_ix[l_c[j]]] |= lab_cells[j]
+    for i in range(len(al)):
+        guess[comp_ix[a_c[i]]] |= al_cells[i]
+    c["win_tp"] = float((truth & guess).sum())
+    c["win_fp"] = float((~truth & guess).sum())
+    c["win_fn"] = float((truth & ~guess).sum())
+    c["win_tn"] = float((~truth & ~guess).sum())
+
+    # event level (replay: a label may be detected up to late_s after its end)
+    same = a_c[:, None] == l_c[None, :]
+    ov = (_overlap(a0[:, None], a1[:, None], l0[None, :], l1[None, :]) & same) if len(al) and len(lab) else np.zeros((len(al), len(lab)), bool)
+    if replay and late_s > 0 and len(al) and len(lab):
+        detect = _overlap(a0[:, None], a1[:, None], l0[None, :], l1[None, :] + late_s) & same
+    else:
+        detect = ov
+    alarm_true = detect.any(axis=1)
+    label_hit = detect.any(axis=0)
+    c["n_alarms"], c["n_alarms_true"] = float(len(al)), float(alarm_true.sum())
+    c["n_labels"], c["n_labels_recalled"] = float(len(lab)), float(label_hit.sum())
+
+    # latency (replay only)
+    latency = np.full(len(lab), np.nan)
+    if replay:
+        for j in np.flatnonzero(label_hit):
+            latency[j] = max(0.0, float(a0[detect[:, j]].min() - l0[j]))
+
+    # range-based, per component on merged ranges
+    range_rec = np.zeros(len(lab))
+    for comp in set(l_c.tolist()) | set(a_c.tolist()):
+        li = np.flatnonzero(l_c == comp)
+        ai = np.flatnonzero(a_c == comp)
+        real = merge_intervals(l0[li], l1[li]) if len(li) else (np.zeros(0), np.zeros(0))
+        pr = merge_intervals(a0[ai], a1[ai]) if len(ai) else (np.zeros(0), np.zeros(0))
+        if len(li):  # per label (labels of a component rarely overlap; each scored on its own)
+            range_rec[li] = range_scores((l0[li], l1[li]), pr, alpha=0.2)
+        if len(pr[0]):
+            c["n_ranges"] += len(pr[0])
+            c["range_precision_sum"] += float(range_scores(pr, real, alpha=0.0).sum())
+    c["range_recall_sum"] = float(range_rec.sum())
+
+    # localization
+    acc1, acck = np.zeros(len(lab)), np.zeros(len(lab))
+    for j in range(len(lab)):
+        inside = _overlap(a0, a1, l0[j], l1[j]) if len(al) else np.zeros(0, bool)
+        best: dict[str, float] = {}
+        for cc, s in zip(a_c[inside], a_s[inside]):
+            s = float(s) if np.isfinite(s) else -np.inf
+            best[cc] = max(best.get(cc, -np.inf), s)
+        if l_c[j] not in best:
+            continue
+        s_l = best[l_c[j]]
+        higher = sum(1 for v in best.values() if v > s_l)
+        tied = sum(1 for v in best.values() if v == s_l)
+        acc1[j] = float(np.clip((1 - higher) / tied, 0.0, 1.0))
+        acck[j] = float(np.clip((k - higher) / tied, 0.0, 1.0))
+    c["acc1_sum"], c["acck_sum"] = float(acc1.sum()), float(acck.sum())
+
+    # noise
+    c["false_alarms"] = float((~alarm_true).sum())
+    c["component_hours"] = len(universe) * max(0.0, t1 - t0) / 3600.0
+
+    # faults that slowed nothing: alarmed on?
+    if len(unm):
+        u_c = unm["component"].astype(str).to_numpy()
+        u0, u1 = unm["start_ts"].to_numpy(np.float64), unm["end_ts"].to_numpy(np.float64)
+        c["n_unmanifested"] = float(len(unm))
+        if len(al):
+            hit = _overlap(a0[:, None], a1[:, None], u0[None, :], u1[None, :]) & (a_c[:, None] == u_c[None, :])
+            c["unmanifested_alarmed"] = float(hit.any(axis=0).sum())
+
+    # continuous scores
+    if scores is not None and len(scores):
+        y, s = score_series(scores, labels_in, [x for x in universe])
+        if y.any():
+            c["curve_runs"] = 1.0
+            c["auc_pr_sum"] = auc_pr(y, s)
+            c["vus_pr_sum"] = vus_pr(y, s, window=vus_window)
+
+    win_pos = lab_cells.sum(axis=1).astype(float)
+    win_hit = np.array([(lab_cells[j] & guess[comp_ix[l_c[j]]]).sum() for j in range(len(lab))], dtype=float)
+    ft, src = _label_groups(lab, injections)
+    per_label = pd.DataFrame({
+        "fault_type": ft, "source": src, "recalled": label_hit.astype(float), "acc1": acc1, "acck": acck,
+        "range_recall": range_rec, "latency_s": latency, "win_pos": win_pos, "win_hit": win_hit,
+    })
+    return {"counts": c, "labels": per_label, "latencies": latency[np.isfinite(latency)]}
+
+
+def derive(c: dict, latencies: np.ndarray | None = None, k: int = 3) -> dict:
+    """The metrics from pooled counts ``c`` (scalars, or numpy arrays for a bootstrap:
+    every entry the same shape). ``latencies``: the pooled latencies (s) for the
+    median and p95 (scalars only). Returns the metric dict (see the module docstring)."""
+    m = {}
+    m["precision"] = _div(c["comp_tp"], c["comp_tp"] + c["comp_fp"])
+    m["recall"] = _div(c["comp_tp"], c["comp_tp"] + c["comp_fn"])
+    m["f1"] = f1_of(m["precision"], m["recall"])
+    m["mcc"] = mcc_of(c["comp_tp"], c["comp_fp"], c["comp_fn"], c["comp_tn"])
+    m["window_precision"] = _div(c["win_tp"], c["win_tp"] + c["win_fp"])
+    m["window_recall"] = _div(c["win_tp"], c["win_tp"] + c["win_fn"])
+    m["window_f1"] = f1_of(m["window_precision"], m["window_recall"])
+    m["window_mcc"] = mcc_of(c["win_tp"], c["win_fp"], c["win_fn"], c["win_tn"])
+    m["event_precision"] = _div(c["n_alarms_true"], c["n_alarms"])
+    m["event_recall"] = _div(c["n_labels_recalled"], c["n_labels"])
+    m["event_f1"] = f1_of(m["event_precision"], m["event_recall"])
+    m["range_precision"] = _div(c["range_precision_sum"], c["n_ranges"])
+    m["range_recall"] = _div(c["range_recall_sum"], c["n_labels"])
+    m["range_f1"] = f1_of(m["range_precision"], m["range_recall"])
+    m["acc_at_1"] = _div(c["acc1_sum"], c["n_labels"])
+    m["acc_at_k"] = _div(c["acck_sum"], c["n_labels"])
+    m["auc_pr"] = _div(c["auc_pr_sum"], c["curve_runs"])
+    m["vus_pr"] = _div(c["vus_pr_sum"], c["curve_runs"])
+    m["false_alarms_per_component_hour"] = _div(c["false_alarms"], c["component_hours"])
+    m["unmanifested_alarmed_share"] = _div(c["unmanifested_alarmed"], c["n_unmanifested"])
+    if latencies is not None:
+        lat = np.asarray(latencies, dtype=float)
+        m["latency_median_s"] = float(np.median(lat)) if lat.size else float("nan")
+        m["latency_p95_s"] = float(np.percentile(lat, 95)) if lat.size else float("nan")
+    return m
+
+
+def score(
+    alarms: pd.DataFrame | None,
+    labels: pd.DataFrame | None,
+    components: Iterable[str] = (),
+    run_span: tuple[float, float] | None = None,
+    *,
+    k: int = 3,
+    **kw,
+) -> dict:
+    """Every metric of one run (definitions in the module docstring): the keys of
+    :func:`derive`, the counts (``tp, fp, fn, tn`` of the component level,
+    ``n_alarms``, ``n_labels``, ...), ``n_components`` and ``k``. Keyword arguments
+    as :func:`run_stats`. Raises BadInput as :func:`run_stats`."""
+    st = run_stats(alarms, labels, components, run_span, k=k, **kw)
+    c = st["counts"]
+    m = derive(c, st["latencies"] if alarms is not None and "raised_ts" in alarms.columns else np.zeros(0), k=k)
+    out = {**m, "tp": int(c["comp_tp"]), "fp": int(c["comp_fp"]), "fn": int(c["comp_fn"]), "tn": int(c["comp_tn"]),
+           "n_components": int(c["comp_tp"] + c["comp_fp"] + c["comp_fn"] + c["comp_tn"]), "k": int(k),
+           "n_alarms": int(c["n_alarms"]), "n_labels": int(c["n_labels"]), "n_alarms_true": int(c["n_alarms_true"]),
+           "n_labels_recalled": int(c["n_labels_recalled"]), "false_alarms": int(c["false_alarms"]),
+           "component_hours": c["component_hours"]}
+    return out
+
+
+def run_components(steps: pd.DataFrame | None, labels: pd.DataFrame | None = None) -> list[str]:
+    """The component universe of a run: ``"rank:N"`` for every rank in ``steps``, the
+    ``"job"``, and the components named by effect labels, sorted."""
+    comps: set[str] = set()
+    if steps is not None and len(steps):
+        comps |= {f"rank:{int(r)}" for r in pd.unique(steps["rank"])}
+        comps.add("job")
+    comps |= set(effect_labels(labels)["component"].astype(str).tolist()) if labels is not None else set()
+    return sorted(comps)

@@ -1,0 +1,148 @@
+"""docker nodes, for real: faultlab's dockerd, containers of the offline node image,
+faults applied from the host inside the containers' namespaces and cgroups."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import docker_residue
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def dtb(dockerd):
+    """Two docker nodes, removed afterwards (nothing of them left)."""
+    from faultlab.nodes.docker_testbed import DockerTestbed
+
+    before = docker_residue(dockerd)
+    tb = DockerTestbed(2).up()
+    try:
+        yield tb
+    finally:
+        assert tb.down() == []
+        assert docker_residue(dockerd) - before == set()
+
+
+def _qdiscs(node) -> str:
+    return node.run(["tc", "qdisc", "show", "dev", "eth0"], scope="net").stdout
+
+
+def test_docker_node_nic_slow_from_the_host(dtb, no_residue):
+    """tc runs on the host inside the container's netns (the container has no
+    NET_ADMIN): the cap is measured, and revert leaves the container's qdiscs as found."""
+    from faultlab import injectors
+    from faultlab.nodes import LocalNode
+
+    n0 = dtb.nodes[0]
+    found = _qdiscs(n0)
+    inj = injectors.build("nic-slow", n0, target=None, duration_s=30, opts={"--rate": "50mbit"})
+    inj.probe_peer, inj.probe_peer_addr = LocalNode("host"), dtb.bridge_address
+    a = injectors.apply(inj, 30)
+    try:
+        v = a.evidence["verify"]
+        assert v["ok"], v
+        assert v["ingress_measured_bit_per_s"] < 60e6 and v["egress_measured_bit_per_s"] < 60e6
+        # the container itself cannot change qdiscs: no capability was given to it
+        cp = subprocess.run(["docker", "-H", _host(), "exec", n0.container, "tc", "qdisc", "del", "dev", "eth0", "root"], capture_output=True, text=True)
+        assert cp.returncode != 0
+    finally:
+        assert a.revert() == "reverted"
+    assert _qdiscs(n0) == found
+
+
+def _host():
+    from faultlab.nodes.dockerd import docker_host
+
+    return docker_host()
+
+
+def test_docker_node_cpu_quota_in_the_containers_own_cgroup(dtb, no_residue):
+    """A rank-like process started in the container (docker exec; host PID mapped) is
+    throttled in a faultlab cgroup nested in the container's own; its limits stay."""
+    from faultlab import injectors
+
+    n1 = dtb.nodes[1]
+    p = n1.spawn_workload([sys.executable, "-c", "while True: pass"])
+    try:
+        assert p.pid and p.poll() is None
+        cpid = n1.container_pid(p.pid)
+        assert cpid and cpid != p.pid  # its own PID namespace
+        home = [ln for ln in open(f"/proc/{p.pid}/cgroup").read().splitlines() if ln.split(":")[1] in ("cpu", "cpu,cpuacct", "")][0]
+        assert n1.container in home
+        inj = injectors.build("cpu-contention", n1, target=str(p.pid), duration_s=30, opts={"--cpu-fraction": "0.3"})
+        a = injectors.apply(inj, 30)
+        assert a.evidence["verify"]["ok"], a.evidence
+        assert f"/docker/{n1.container}/faultlab-" in a.facts["cgroup"]
+        assert a.revert() == "reverted"
+        assert n1.container in open(f"/proc/{p.pid}/cgroup").read()
+    finally:
+        p.kill()
+        assert p.wait(10) != 0
+
+
+CONTROLLER = r"""
+import sys, time
+from faultlab import injectors
+from faultlab.nodes.docker import resolve_docker
+node = resolve_docker(sys.argv[1])
+inj = injectors.build("nic-slow", node, target=None, duration_s=2, opts={"--rate": "20mbit"})
+a = injectors.apply(inj, 2, grace_s=1, verify=False)
+print(a.lease.path, flush=True)
+time.sleep(600)
+"""
+
+
+def test_sigkill_of_the_controller_on_a_docker_node(dtb, no_residue):
+    """The controller is SIGKILLed with the fault in force: the watchdog on the docker
+    host reverts it at its deadline; nothing is left in the container's namespace."""
+    n0 = dtb.nodes[0]
+    ctl = subprocess.Popen([sys.executable, "-c", CONTROLLER, f"fl{dtb.id}-n0"], stdout=subprocess.PIPE, text=True)
+    lease = ctl.stdout.readline().strip()
+    assert lease and os.path.exists(lease)
+    assert "faf" in _qdiscs(n0) or "tbf" in _qdiscs(n0)
+    ctl.send_signal(signal.SIGKILL)
+    ctl.wait()
+    deadline = time.monotonic() + 60
+    while os.path.exists(lease) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not os.path.exists(lease)
+    assert "tbf" not in _qdiscs(n0)
+    links = n0.run(["ip", "-o", "link"], scope="net").stdout
+    assert "flifb" not in links
+
+
+def test_testbed_down_after_up_killed_half_way(dockerd, tmp_path):
+    """``faultlab testbed up`` SIGKILLed while making containers; ``testbed down``
+    then leaves no container, network, link or image but the cached node image."""
+    from faultlab.nodes.testbed import state_dir
+
+    before = docker_residue(dockerd)
+    links_before = set(os.listdir("/sys/class/net"))
+    up = subprocess.Popen(["faultlab", "testbed", "up", "--backend", "docker", "--nodes", "6", "--name", "b0d0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    st = state_dir() / "docker" / "b0d0.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if len(json.loads(st.read_text()).get("containers", [])) >= 2:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    up.send_signal(signal.SIGKILL)
+    up.wait()
+    assert dockerd.containers.list(all=True, filters={"label": "faultlab.testbed=b0d0"}), "the killed up made containers"
+    cp = subprocess.run(["faultlab", "testbed", "down", "--name", "b0d0"], capture_output=True, text=True)
+    assert cp.returncode == 0, cp.stderr
+    assert docker_residue(dockerd) - before == set()
+    assert {x for x in set(os.listdir("/sys/class/net")) - links_before if x.startswith("fl")} == set()
+    assert not st.exists()
+    cp = subprocess.run(["faultlab", "testbed", "down", "--name", "b0d0"], capture_output=True, text=True)
+    assert cp.returncode == 2 and cp.stderr.count("\n") == 1
