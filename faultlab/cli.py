@@ -23,6 +23,8 @@ from faultlab.errors import BadInput, FaultlabError
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown", help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
 console = Console(stderr=True)
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+#: progress and event lines when stdout carries --json
+err_out = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
 
 
 def _version(value: bool) -> None:
@@ -83,6 +85,9 @@ def inject(
     detach: bool = typer.Option(False, "--detach", help="return once the fault is verified; the lease's watchdog reverts it at the deadline"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the exact commands (inject, verify, revert) and apply nothing"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="inventory YAML of ssh nodes; --node names them (a,b,c) or --nodes selects by label"),
+    nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: every node whose labels match, e.g. rack=3"),
+    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", help="ssh: pin the host key of a node not yet in known_hosts (a changed key is always refused)"),
 ):
     """Inject one fail-slow fault on a node; stays in the foreground and reverts at the
     end, on Ctrl-C or SIGTERM (and the on-node lease reverts it if faultlab is killed)."""
@@ -94,13 +99,18 @@ def inject(
     try:
         duration_s = parse_duration(duration, "--duration")
         grace_s = parse_duration(grace, "--grace", allow_zero=True)
-        n = resolve_node(node)
         opts = {
             "--rate": rate, "--cpu-fraction": cpu_fraction, "--pause": pause, "--period": period, "--delay": delay,
             "--jitter": jitter, "--loss": loss, "--peer": peer, "--mode": mode, "--workers": workers,
             "--clock-mhz": clock_mhz, "--power-w": power_w, "--gc-rate": gc_rate, "--garbage-mb": garbage_mb,
             "--path": path, "--read-bps": read_bps, "--write-bps": write_bps, "--read-iops": read_iops, "--write-iops": write_iops,
         }
+        if inventory is not None or nodes_sel or "," in node:  # fan-out (issue 12): faultlab.nodes.cli
+            from faultlab.nodes.cli import inject_fanout
+
+            return inject_fanout(type=type, node=node, nodes_sel=nodes_sel, inventory=inventory, accept_new=accept_new_host_key, target=target,
+                                 duration_s=duration_s, grace_s=grace_s, opts=opts, force=force, detach=detach, dry_run=dry_run, as_json=as_json, out=out)
+        n = resolve_node(node)
         inj = injectors.build(type, n, target=target, duration_s=duration_s, opts=opts, force=force)
         facts = inj.probe()
         plan = inj.plan(facts)
@@ -318,26 +328,28 @@ def scenario_schema(campaign: bool = typer.Option(False, "--campaign", help="the
     out.print_json(json.dumps(schema("campaign" if campaign else "scenario")))
 
 
-def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefix: str = "") -> dict:
+def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefix: str = "", con: Console | None = None) -> dict:
+    """One run, labeled and reported; lines go to ``con`` (stdout, or stderr with --json)."""
     from faultlab.progress import Progress
     from faultlab.runner import run as run_scenario
 
-    with Progress(out, prefix=prefix) as prog:
-        res = run_scenario(sc, out_dir, console=out, progress=prog, run_id=run_id)
+    con = con or out
+    with Progress(con, prefix=prefix, live=None if con is out else False) as prog:
+        res = run_scenario(sc, out_dir, console=con, progress=prog, run_id=run_id)
     info = {"run_dir": str(out_dir), "code": res.code, "injected": len(res.injections), "failed_faults": res.failed_faults}
     if label_it and res.code == 0:
         from faultlab.labeler import label_run
 
         labels = label_run(out_dir)
         info["labels"] = len(labels)
-        out.print(f"{out_dir}: {len(res.injections)} fault(s) injected, {len(labels)} label(s)")
+        con.print(f"{out_dir}: {len(res.injections)} fault(s) injected, {len(labels)} label(s)")
     from faultlab.report import write_report
 
     try:
         info["report"] = str(write_report(out_dir))
-        out.print(f"report: {info['report']}", markup=False)
+        con.print(f"report: {info['report']}", markup=False)
     except FaultlabError as e:  # e.g. a run that trained no step: the run stands, without a page
-        out.print(f"no report: {e}", markup=False)
+        con.print(f"no report: {e}", markup=False)
     return info
 
 
@@ -347,7 +359,8 @@ def run_cmd(
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="run directory (default ./faultlab-runs/RUN_ID, RUN_ID = NAME-TIMESTAMP-XXXX); with --repeat, a folder of runs"),
     repeat: int = typer.Option(1, "--repeat", min=1, metavar="N", help="run the scenario N times (seeds seed, seed+1, ...)"),
     label_it: bool = typer.Option(True, "--label/--no-label", help="label each run when it ends"),
-    backend: Optional[str] = typer.Option(None, "--backend", help="override the scenario's testbed backend: netns | docker | ssh | local"),
+    backend: Optional[str] = typer.Option(None, "--backend", metavar="BACKEND", help="override the scenario's testbed backend: netns | docker | ssh | local"),
+    as_json: bool = typer.Option(False, "--json", help="print each run's summary as JSON on stdout; progress goes to stderr"),
 ):
     """Run one scenario: testbed, workload, fault schedule; a run directory per run."""
     from faultlab.scenario import Scenario, load
@@ -362,15 +375,19 @@ def run_cmd(
 
         run_id = new_run_id(sc.name) if repeat == 1 else None  # the default folder is named by the run id
         base = Path(out_dir or Path("faultlab-runs") / (run_id or f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"))
-        codes = []
+        codes, infos = [], []
+        con = err_out if as_json else out
         for i in range(repeat):
             s_i = sc if repeat == 1 else Scenario.model_validate({**sc.model_dump(mode="json"), "seed": sc.seed + i,
                                                                   "workload": {**sc.model_dump(mode="json")["workload"], "duration": f"{sc.workload.duration}s" if sc.workload.duration else None},
                                                                   "faults": _faults_with_units(sc)})
-            codes.append(_run_one(s_i, base if repeat == 1 else base / f"run-{i:03d}", label_it, run_id=run_id,
-                                  prefix="" if repeat == 1 else f"[run {i + 1}/{repeat}]")["code"])
+            infos.append(_run_one(s_i, base if repeat == 1 else base / f"run-{i:03d}", label_it, run_id=run_id,
+                                  prefix="" if repeat == 1 else f"[run {i + 1}/{repeat}]", con=con))
+            codes.append(infos[-1]["code"])
     except FaultlabError as e:
         _fail(e)
+    if as_json:
+        print(json.dumps(infos[0] if repeat == 1 else infos, indent=1))
     raise typer.Exit(max(codes))
 
 
@@ -411,7 +428,7 @@ def campaign(
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="folder of runs (default ./faultlab-runs/NAME-TIMESTAMP)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the drawn schedules as a table and run nothing"),
     label_it: bool = typer.Option(True, "--label/--no-label"),
-    as_json: bool = typer.Option(False, "--json", help="with --dry-run: the schedules as raw JSON"),
+    as_json: bool = typer.Option(False, "--json", help="the schedules (with --dry-run) or the campaign's manifest as JSON on stdout; progress goes to stderr"),
     only: Optional[str] = typer.Option(None, "--runs", metavar="A:B", help="run only the drawn runs A..B-1 (0-based; chunks of a long campaign into one --out)"),
 ):
     """Run a randomized campaign unattended: seeded, so the same seed gives the same schedules."""
@@ -432,6 +449,7 @@ def campaign(
     base = Path(out_dir or Path("faultlab-runs") / f"{c.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     base.mkdir(parents=True, exist_ok=True)
     manifest = {"campaign": c.name, "seed": c.seed, "runs": []}
+    con = err_out if as_json else out
     chosen = range(len(scs))
     if only is not None:
         a, sep, b = only.partition(":")
@@ -444,16 +462,25 @@ def campaign(
     for i, s in enumerate(scs):
         if i not in chosen:
             continue
-        out.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
+        con.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
         try:
-            info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]")
+            info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con)
         except Exception as e:  # unattended: one failed run must not stop the campaign
             info = {"run_dir": str(base / s.name), "code": 1, "error": f"{type(e).__name__}: {e}"}
-            out.print(f"[red]{s.name} failed:[/] {type(e).__name__}: {e}", markup=False) if not isinstance(e, FaultlabError) else out.print(f"[red]{s.name} failed:[/] {e}")
+            con.print(f"[red]{s.name} failed:[/] {type(e).__name__}: {e}", markup=False) if not isinstance(e, FaultlabError) else con.print(f"[red]{s.name} failed:[/] {e}")
         manifest["runs"].append({**info, "schedule": schedules[i]})
         (base / "campaign.json").write_text(json.dumps(manifest, indent=1))
     bad = [r for r in manifest["runs"] if r["code"]]
-    out.print(f"campaign {c.name}: {len(manifest['runs']) - len(bad)}/{len(scs)} runs complete -> {base}")
+    try:  # the campaign's page: a thumbnail per run, the scores pooled with bootstrap CIs
+        from faultlab.report import write_report
+
+        manifest["report"] = str(write_report(base))
+    except FaultlabError as e:
+        con.print(f"no campaign report: {e}", markup=False)
+    con.print(f"campaign {c.name}: {len(manifest['runs']) - len(bad)}/{len(scs)} runs complete -> {base}"
+              + (f"; report: {manifest['report']}" if "report" in manifest else ""), markup=False)
+    if as_json:
+        print(json.dumps(manifest, indent=1))
     raise typer.Exit(1 if bad else 0)
 
 
@@ -527,8 +554,26 @@ from faultlab.report.cli import register as _register_report  # noqa: E402
 _register_report(app)
 
 
+def _with_metavars(cmd):
+    """Every option and argument of every command shows a metavar: its own, else its
+    name in capitals (``--window WINDOW``, ``FAULT_ID``); flags show none (typer would
+    print ``<bool>``, ``<str>``)."""
+    for p in cmd.params:  # typer's own options and arguments (it vendors click): duck-typed
+        kind = getattr(p, "param_type_name", "")
+        if kind == "option" and p.metavar is None:
+            p.metavar = "" if p.is_flag else p.name.upper()
+        elif kind == "argument":
+            if p.metavar is None:
+                p.metavar = p.name.upper()
+            p.display_type_rich = lambda ctx: None  # the metavar says it; no `<str>` column beside it
+    for sub in getattr(cmd, "commands", {}).values():
+        _with_metavars(sub)
+    return cmd
+
+
 def main() -> None:  # pragma: no cover
-    app()
+    """The ``faultlab`` entry point: the typer app as a click command, metavars filled in."""
+    _with_metavars(typer.main.get_command(app))(prog_name="faultlab")
 
 
 if __name__ == "__main__":  # pragma: no cover

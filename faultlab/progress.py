@@ -43,7 +43,7 @@ class Progress:
     def __init__(self, console: Console | None = None, *, prefix: str = "", as_json: bool = False, live: bool | None = None):
         self.console = console or Console()
         if as_json:
-            self.console = Console(stderr=True)
+            self.console = Console(stderr=True, soft_wrap=True)
         self.live = is_live(self.console, as_json) if live is None else live
         self.prefix = f"{prefix} " if prefix else ""
         self.t_phase = time.monotonic()

@@ -1,5 +1,5 @@
-"""Progress and the run's identity, on a real short `faultlab run` (local ranks, a
-process-pause fault): plain one-line events when stdout is not a terminal, one run id
+"""Progress and the run's identity, on a real short `faultlab run --json` (local
+ranks, a process-pause fault): JSON alone on stdout, plain one-line events on stderr, one run id
 for the default folder and meta.json, one time origin for printed and stored times,
 and the report path printed at the end."""
 
@@ -31,26 +31,28 @@ faults:
 
 def test_run_prints_phases_heartbeat_report_and_keeps_one_run_id_and_time_origin(tmp_path):
     (tmp_path / "s.yaml").write_text(SCENARIO)
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "run", "s.yaml"], cwd=tmp_path,
+    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "run", "s.yaml", "--json"], cwd=tmp_path,
                         capture_output=True, text=True, timeout=240)
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
-    lines = cp.stdout.splitlines()
+    summary = json.loads(cp.stdout)  # with --json stdout holds only the summary; progress went to stderr
+    assert summary["code"] == 0 and summary["injected"] == 1
+    lines = cp.stderr.splitlines()
     for phase in ("starting ranks", "training", "finishing"):
         assert any(l.startswith(phase + ":") for l in lines), (phase, cp.stdout)
         assert any(re.fullmatch(rf"{phase} done \(\d+\.\ds\)", l) for l in lines), (phase, cp.stdout)
     # a heartbeat names the step and the faults in force; no live-redraw escapes in a pipe
-    assert any(re.match(r"  training \+\d+\.\ds: step \d+, faults in force: ", l) for l in lines), cp.stdout
-    assert "\x1b[" not in cp.stdout
+    assert any(re.match(r"  training \+\d+\.\ds: step \d+, faults in force: ", l) for l in lines), cp.stderr
+    assert "\x1b[" not in cp.stderr
     runs = list((tmp_path / "faultlab-runs").iterdir())
     assert len(runs) == 1
     run = runs[0]
     meta = json.loads((run / "meta.json").read_text())
     assert meta["run_id"] == run.name, "one run id: the folder is named by it"
     assert set(pd.read_parquet(run / "steps.parquet")["run_id"]) == {run.name}
-    assert f"report: {run / 'report.html'}".replace(str(tmp_path) + "/", "") in cp.stdout.replace(str(tmp_path) + "/", "")
+    assert (tmp_path / summary["report"]).resolve() == (run / "report.html").resolve() and f"report: {summary['report']}" in cp.stderr
     # the printed inject time counts from the same origin (meta t0) as the stored one
     inj = pd.read_parquet(run / "injections.parquet").iloc[0]
-    m = re.search(r"\+\s*(\d+\.\d)s inject process-pause", cp.stdout)
+    m = re.search(r"\+\s*(\d+\.\d)s inject process-pause", cp.stderr)
     assert m and abs(float(m.group(1)) - (inj.start_ts - meta["t0"])) <= 0.051, (m and m.group(0), inj.start_ts - meta["t0"])
 
 

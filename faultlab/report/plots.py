@@ -149,7 +149,7 @@ def whatif(run: RunData) -> bytes | None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 2.8), gridspec_kw={"width_ratios": [2.2, 1]})
     t = grid.t0[ok] - run.t0
     a.plot(t, np.cumsum(grid.job_step[ok] - sim[ok]), color="#2a9d8f")
-    shade_faults(a, run, names=True)
+    shade_faults(a, run)
     a.set_xlabel("seconds since the first training step")
     a.set_ylabel("job time lost to stragglers (s)")
     s = (run.whatif or {}).get("slowdown")
