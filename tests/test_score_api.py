@@ -297,3 +297,32 @@ def test_pytest_plugin_fixture_and_floor(runs, tmp_path):
 def test_load_detector_params_are_checked():
     with pytest.raises(BadInput, match="--param"):
         load_detector("peer-median", nonsense=1)
+
+
+class Recorder(Detector):
+    """Remembers which runs it was fitted on and which it was asked to detect on."""
+
+    name = "recorder"
+    fitted: list = []
+    detected: list = []
+
+    def fit(self, train_runs):
+        Recorder.fitted = [(r.run_id, len(r.labels)) for r in train_runs]
+        return self
+
+    def detect(self, steps, host):
+        Recorder.detected.append(str(steps.run_id.iloc[0]))
+        return empty_alarms()
+
+
+def test_a_training_detector_is_fitted_on_the_train_split_only(runs, tmp_path):
+    from faultlab.datasets.build import build
+    from faultlab.datasets.layout import Dataset
+    from faultlab.scoring import score_dataset
+
+    ds = Dataset(build(runs, "split-ds", tmp_path))
+    res = score_dataset(Recorder(), ds, split="test", n_boot=0)
+    assert sorted(r for r, _ in Recorder.fitted) == sorted(ds.splits["train"])
+    assert all(n > 0 for _, n in Recorder.fitted)  # train labels may be used
+    assert sorted(Recorder.detected) == sorted(ds.splits["test"]) and res.n_runs == len(ds.splits["test"])
+    assert not set(Recorder.detected) & set(ds.splits["train"])
