@@ -7,10 +7,9 @@ from faultlab.scoring.detectors import Detector, alarms_from_steps, step_frame
 
 
 class PeltDetector(Detector):
-    """PELT change-point detection (Killick et al. JASA 2012, via ruptures, l2 cost) on
-    each rank's compute over its peer median; a segment between change points whose
-    median ratio exceeds ``threshold`` is alarmed (>= ``k`` steps). ``penalty`` x
-    log(n) is PELT's penalty on the series scaled by its MAD."""
+    """PELT change points (Killick et al. JASA 2012, ruptures, l2 cost, penalty x log n on
+    the MAD-scaled series) of each rank's compute over its peer median; a segment whose
+    median ratio exceeds ``threshold`` is alarmed (>= ``k`` steps)."""
 
     name = "ruptures-pelt"
 
@@ -22,12 +21,11 @@ class PeltDetector(Detector):
         f["stat"] = 1.0
         for _, idx in f.groupby("component").groups.items():
             x = np.nan_to_num(f.loc[idx, "peer_ratio"].to_numpy(), nan=1.0)
+            if len(x) < 2 * self.k:  # too short to segment (early in a replay)
+                continue
             scale = max(np.median(np.abs(x - np.median(x))) * 1.4826, 0.02)
             bkps = rpt.Pelt(model="l2", min_size=self.k).fit(x / scale).predict(pen=self.penalty * np.log(len(x)))
-            seg = np.zeros(len(x))
-            for a, b in zip([0] + bkps[:-1], bkps):
-                seg[a:b] = np.median(x[a:b])
-            f.loc[idx, "stat"] = seg
+            f.loc[idx, "stat"] = np.concatenate([np.full(b - a, np.median(x[a:b])) for a, b in zip([0] + bkps[:-1], bkps)])
         f["hot"] = f["stat"] > self.threshold
         return f
 
