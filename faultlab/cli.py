@@ -58,7 +58,7 @@ def _on_term(signum, frame):
 @app.command()
 def inject(
     type: str = typer.Option(..., "--type", metavar="TYPE", help="nic-slow | cpu-contention | process-pause | gpu-clock-cap | gpu-power-cap | gc-storm | io-slow | mem-bw"),
-    node: str = typer.Option("local", "--node", metavar="BACKEND:NAME", help="local (this host) or netns:NAME (a network namespace); a bare NAME is refused"),
+    node: str = typer.Option("local", "--node", metavar="BACKEND:NAME", help="local (this host), netns:NAME (a network namespace) or docker:CONTAINER; ssh nodes: their inventory names with --inventory; a bare NAME is refused"),
     target: Optional[str] = typer.Option(None, "--target", metavar="TARGET", help="nic-slow: interface (default: the node's only one); cpu-contention: PIDs 1,2; process-pause: PID"),
     duration: str = typer.Option("30s", "--duration", metavar="DURATION", help="how long the fault lasts, with a unit: 30s, 500ms, 2m"),
     rate: Optional[str] = typer.Option(None, "--rate", metavar="RATE", help="nic-slow: the cap, 50mbit (bits/s) or 6mb (bytes/s); one vocabulary for every rate option"),
@@ -97,6 +97,7 @@ def inject(
     from faultlab.units import parse_duration
 
     try:
+        injectors.check_type(type)
         duration_s = parse_duration(duration, "--duration")
         grace_s = parse_duration(grace, "--grace", allow_zero=True)
         opts = {
