@@ -529,10 +529,15 @@ def label(
     labels = res.labels
     comps = sorted(set(labels["component"].astype(str))) if len(labels) else []
     out.print(f"{import_format}: {len(labels)} label(s) on {len(comps)} component(s) -> {written['labels.parquet']}", markup=False)
+    if res.info.get("skipped_line"):  # nothing dropped in silence (also in import.json)
+        out.print(f"  {res.info['skipped_line']}", markup=False)
     if comps:
         shown = ", ".join(comps[:8]) + (f", ... ({len(comps) - 8} more)" if len(comps) > 8 else "")
         out.print(f"  labeled: {shown}", markup=False)
-    if res.whatif is not None:
+    if res.whatif is not None and "slowdown_by_trace" in res.whatif:
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in res.whatif["slowdown_by_trace"].items())
+        out.print(f"  what-if slowdown S by trace: {shown} -> {written['whatif.json']}", markup=False)
+    elif res.whatif is not None:
         out.print(f"  what-if slowdown S = {res.whatif.get('slowdown', float('nan')):.4f} -> {written['whatif.json']}", markup=False)
     if res.components is not None:
         pers = res.components.loc[res.components["persistent"], "component"].astype(str).tolist()
