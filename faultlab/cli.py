@@ -58,7 +58,7 @@ def _on_term(signum, frame):
 @app.command()
 def inject(
     type: str = typer.Option(..., "--type", metavar="TYPE", help="nic-slow | cpu-contention | process-pause | gpu-clock-cap | gpu-power-cap | gc-storm | io-slow | mem-bw"),
-    node: str = typer.Option("local", "--node", metavar="BACKEND:NAME", help="local (this host) or netns:NAME (a network namespace); a bare NAME is refused"),
+    node: str = typer.Option("local", "--node", metavar="BACKEND:NAME", help="local (this host), netns:NAME (a network namespace) or docker:CONTAINER; ssh nodes: their inventory names with --inventory; a bare NAME is refused"),
     target: Optional[str] = typer.Option(None, "--target", metavar="TARGET", help="nic-slow: interface (default: the node's only one); cpu-contention: PIDs 1,2; process-pause: PID"),
     duration: str = typer.Option("30s", "--duration", metavar="DURATION", help="how long the fault lasts, with a unit: 30s, 500ms, 2m"),
     rate: Optional[str] = typer.Option(None, "--rate", metavar="RATE", help="nic-slow: the cap, 50mbit (bits/s) or 6mb (bytes/s); one vocabulary for every rate option"),
@@ -85,6 +85,9 @@ def inject(
     detach: bool = typer.Option(False, "--detach", help="return once the fault is verified; the lease's watchdog reverts it at the deadline"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the exact commands (inject, verify, revert) and apply nothing"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="inventory YAML of ssh nodes; --node names them (a,b,c) or --nodes selects by label"),
+    nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: every node whose labels match, e.g. rack=3"),
+    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", help="ssh: pin the host key of a node not yet in known_hosts (a changed key is always refused)"),
 ):
     """Inject one fail-slow fault on a node; stays in the foreground and reverts at the
     end, on Ctrl-C or SIGTERM (and the on-node lease reverts it if faultlab is killed)."""
@@ -94,15 +97,21 @@ def inject(
     from faultlab.units import parse_duration
 
     try:
+        injectors.check_type(type)
         duration_s = parse_duration(duration, "--duration")
         grace_s = parse_duration(grace, "--grace", allow_zero=True)
-        n = resolve_node(node)
         opts = {
             "--rate": rate, "--cpu-fraction": cpu_fraction, "--pause": pause, "--period": period, "--delay": delay,
             "--jitter": jitter, "--loss": loss, "--peer": peer, "--mode": mode, "--workers": workers,
             "--clock-mhz": clock_mhz, "--power-w": power_w, "--gc-rate": gc_rate, "--garbage-mb": garbage_mb,
             "--path": path, "--read-bps": read_bps, "--write-bps": write_bps, "--read-iops": read_iops, "--write-iops": write_iops,
         }
+        if inventory is not None or nodes_sel or "," in node:  # fan-out (issue 12): faultlab.nodes.cli
+            from faultlab.nodes.cli import inject_fanout
+
+            return inject_fanout(type=type, node=node, nodes_sel=nodes_sel, inventory=inventory, accept_new=accept_new_host_key, target=target,
+                                 duration_s=duration_s, grace_s=grace_s, opts=opts, force=force, detach=detach, dry_run=dry_run, as_json=as_json, out=out)
+        n = resolve_node(node)
         inj = injectors.build(type, n, target=target, duration_s=duration_s, opts=opts, force=force)
         facts = inj.probe()
         plan = inj.plan(facts)
@@ -508,10 +517,15 @@ def label(
     labels = res.labels
     comps = sorted(set(labels["component"].astype(str))) if len(labels) else []
     out.print(f"{import_format}: {len(labels)} label(s) on {len(comps)} component(s) -> {written['labels.parquet']}", markup=False)
+    if res.info.get("skipped_line"):  # nothing dropped in silence (also in import.json)
+        out.print(f"  {res.info['skipped_line']}", markup=False)
     if comps:
         shown = ", ".join(comps[:8]) + (f", ... ({len(comps) - 8} more)" if len(comps) > 8 else "")
         out.print(f"  labeled: {shown}", markup=False)
-    if res.whatif is not None:
+    if res.whatif is not None and "slowdown_by_trace" in res.whatif:
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in res.whatif["slowdown_by_trace"].items())
+        out.print(f"  what-if slowdown S by trace: {shown} -> {written['whatif.json']}", markup=False)
+    elif res.whatif is not None:
         out.print(f"  what-if slowdown S = {res.whatif.get('slowdown', float('nan')):.4f} -> {written['whatif.json']}", markup=False)
     if res.components is not None:
         pers = res.components.loc[res.components["persistent"], "component"].astype(str).tolist()
@@ -531,8 +545,26 @@ from faultlab.report.cli import register as _register_report  # noqa: E402
 _register_report(app)
 
 
+def _with_metavars(cmd):
+    """Every option and argument of every command shows a metavar: its own, else its
+    name in capitals (``--window WINDOW``, ``FAULT_ID``); flags show none (typer would
+    print ``<bool>``, ``<str>``)."""
+    for p in cmd.params:  # typer's own options and arguments (it vendors click): duck-typed
+        kind = getattr(p, "param_type_name", "")
+        if kind == "option" and p.metavar is None:
+            p.metavar = "" if p.is_flag else p.name.upper()
+        elif kind == "argument":
+            if p.metavar is None:
+                p.metavar = p.name.upper()
+            p.display_type_rich = lambda ctx: None  # the metavar says it; no `<str>` column beside it
+    for sub in getattr(cmd, "commands", {}).values():
+        _with_metavars(sub)
+    return cmd
+
+
 def main() -> None:  # pragma: no cover
-    app()
+    """The ``faultlab`` entry point: the typer app as a click command, metavars filled in."""
+    _with_metavars(typer.main.get_command(app))(prog_name="faultlab")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -53,6 +53,10 @@ class LabelerConfig:
         min_duration_s: shortest interval kept, in seconds (a fail-slow condition
             outlasts a scheduler hiccup). 1.0.
         match_slack_steps: reconciliation time slack, in median job step times. 3.0.
+        intermittent_period_s: the longest stall period (seconds) at which an
+            intermittent straggler (a duty-cycle pause, GC storms) is recognized: job
+            flags up to this far apart form one episode whose stalls vote for a rank
+            (see :func:`faultlab.labeler.fusion._intermittent`). 3.5.
         job_wide_fault_types: fault types whose effect is job-wide (they match the
             ``job`` label, not a rank). ("nic-slow",).
     """
@@ -70,6 +74,7 @@ class LabelerConfig:
     min_slowdown: float = 1.2
     min_duration_s: float = 1.0
     match_slack_steps: float = 3.0
+    intermittent_period_s: float = 3.5
     job_wide_fault_types: tuple[str, ...] = ("nic-slow",)
 
     def __post_init__(self) -> None:
@@ -77,7 +82,7 @@ class LabelerConfig:
                      "peer_min_ranks", "min_steps"):
             if int(getattr(self, name)) < 1:
                 raise BadInput(f"must be >= 1, got {getattr(self, name)!r}", field=name)
-        for name in ("gap_steps", "mad_k", "match_slack_steps", "gap_s", "min_duration_s"):
+        for name in ("gap_steps", "mad_k", "match_slack_steps", "gap_s", "min_duration_s", "intermittent_period_s"):
             if float(getattr(self, name)) < 0:
                 raise BadInput(f"must be >= 0, got {getattr(self, name)!r}", field=name)
         for name in ("temporal_threshold", "peer_threshold"):

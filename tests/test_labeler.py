@@ -558,3 +558,17 @@ def test_loo_median_matches_the_median_of_the_others():
                 rest = rest[~np.isnan(rest)]
                 want = np.median(rest) if rest.size else np.nan
                 assert np.isnan(got[i, j]) if np.isnan(want) else got[i, j] == want
+
+
+@pytest.mark.parametrize("every,in_compute_every,stall", [(5, 3, 0.25), (20, 6, 0.3), (40, 3, 0.6), (75, 2, 0.9)],
+                         ids=["period-5-steps", "period-20-steps", "period-40-steps", "period-75-steps"])
+def test_intermittent_straggler_at_other_pause_periods(every, in_compute_every, stall):
+    # a pause every 0.2 s to 3 s of ~40 ms steps, most stalls inside the all-reduce:
+    # the stalls are apart by more than gap_s, yet one episode of one rank
+    lab = label(paused_rank(a=60, b=60 + 4 * every + 1, every=every, in_compute_every=in_compute_every, stall=stall))
+    assert lab.component.tolist() == ["rank:2"], lab[["component", "start_step", "end_step", "slowdown"]]
+    ev = json.loads(lab.iloc[0].evidence)
+    assert ev["baseline_kind"] == "intermittent-stalls" and ev["stalls"] >= 4
+    r = lab.iloc[0]
+    assert r.start_step <= 60 + every and r.end_step >= 60 + 3 * every  # one label over the stalls
+    assert r.slowdown >= 1.2
