@@ -430,6 +430,7 @@ def campaign(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the drawn schedules as a table and run nothing"),
     label_it: bool = typer.Option(True, "--label/--no-label"),
     as_json: bool = typer.Option(False, "--json", help="the schedules (with --dry-run) or the campaign's manifest as JSON on stdout; progress goes to stderr"),
+    only: Optional[str] = typer.Option(None, "--runs", metavar="A:B", help="run only the drawn runs A..B-1 (0-based; chunks of a long campaign into one --out)"),
 ):
     """Run a randomized campaign unattended: seeded, so the same seed gives the same schedules."""
     from faultlab.scenario import load
@@ -450,7 +451,18 @@ def campaign(
     base.mkdir(parents=True, exist_ok=True)
     manifest = {"campaign": c.name, "seed": c.seed, "runs": []}
     con = err_out if as_json else out
+    chosen = range(len(scs))
+    if only is not None:
+        a, sep, b = only.partition(":")
+        if not sep or not a.isdigit() or not b.isdigit() or int(a) >= int(b):
+            _fail(BadInput(f"{only!r} is not A:B with A < B", field="--runs", fix="e.g. --runs 0:10"))
+        chosen = range(int(a), min(int(b), len(scs)))
+        prev = base / "campaign.json"
+        if prev.is_file():  # a later chunk adds to the manifest of the earlier ones
+            manifest["runs"] = [r for r in json.loads(prev.read_text()).get("runs", []) if r.get("schedule", {}).get("name") not in {scs[i].name for i in chosen}]
     for i, s in enumerate(scs):
+        if i not in chosen:
+            continue
         con.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
         try:
             info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con)
@@ -466,7 +478,7 @@ def campaign(
         manifest["report"] = str(write_report(base))
     except FaultlabError as e:
         con.print(f"no campaign report: {e}", markup=False)
-    con.print(f"campaign {c.name}: {len(scs) - len(bad)}/{len(scs)} runs complete -> {base}"
+    con.print(f"campaign {c.name}: {len(manifest['runs']) - len(bad)}/{len(scs)} runs complete -> {base}"
               + (f"; report: {manifest['report']}" if "report" in manifest else ""), markup=False)
     if as_json:
         print(json.dumps(manifest, indent=1))
@@ -539,6 +551,9 @@ def label(
 from faultlab.scoring.cli import register as _register_score  # noqa: E402
 
 _register_score(app)
+from faultlab.datasets.cli import register as _register_dataset  # noqa: E402
+
+_register_dataset(app)
 
 from faultlab.report.cli import register as _register_report  # noqa: E402
 
