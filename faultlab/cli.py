@@ -59,7 +59,7 @@ def _fail(err: Exception) -> None:
 @app.command()
 def inject(
     type: str = typer.Option(..., "--type", metavar="TYPE", help="nic-slow | cpu-contention | process-pause | gpu-clock-cap | gpu-power-cap | gc-storm | io-slow | mem-bw"),
-    node: str = typer.Option("local", "--node", metavar="BACKEND:NAME", help="local (this host) or netns:NAME (a network namespace); a bare NAME is refused"),
+    node: str = typer.Option("local", "--node", metavar="BACKEND:NAME", help="local (this host), netns:NAME (a network namespace) or docker:CONTAINER; ssh nodes: their inventory names with --inventory; a bare NAME is refused"),
     target: Optional[str] = typer.Option(None, "--target", metavar="TARGET", help="nic-slow: interface (default: the node's only one); cpu-contention: PIDs 1,2; process-pause: PID"),
     duration: str = typer.Option("30s", "--duration", metavar="DURATION", help="how long the fault lasts, with a unit: 30s, 500ms, 2m"),
     rate: Optional[str] = typer.Option(None, "--rate", metavar="RATE", help="nic-slow: the cap, 50mbit (bits/s) or 6mb (bytes/s); one vocabulary for every rate option"),
@@ -87,6 +87,9 @@ def inject(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the exact commands (inject, verify, revert) and apply nothing"),
     allow_unverified: bool = typer.Option(False, "--allow-unverified", help="keep a fault whose measured check fails (default: revert it, exit 3)"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="inventory YAML of ssh nodes; --node names them (a,b,c) or --nodes selects by label"),
+    nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: every node whose labels match, e.g. rack=3"),
+    accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", help="ssh: pin the host key of a node not yet in known_hosts (a changed key is always refused)"),
 ):
     """Inject one fail-slow fault on a node; stays in the foreground and reverts at the
     end, on Ctrl-C or SIGTERM (and the on-node lease reverts it if faultlab is killed)."""
@@ -95,15 +98,21 @@ def inject(
     from faultlab.units import parse_duration
 
     try:
+        injectors.check_type(type)
         duration_s = parse_duration(duration, "--duration")
         grace_s = parse_duration(grace, "--grace", allow_zero=True)
-        n = resolve_node(node)
         opts = {
             "--rate": rate, "--cpu-fraction": cpu_fraction, "--pause": pause, "--period": period, "--delay": delay,
             "--jitter": jitter, "--loss": loss, "--peer": peer, "--mode": mode, "--workers": workers,
             "--clock-mhz": clock_mhz, "--power-w": power_w, "--gc-rate": gc_rate, "--garbage-mb": garbage_mb,
             "--path": path, "--read-bps": read_bps, "--write-bps": write_bps, "--read-iops": read_iops, "--write-iops": write_iops,
         }
+        if inventory is not None or nodes_sel or "," in node:  # fan-out (issue 12): faultlab.nodes.cli
+            from faultlab.nodes.cli import inject_fanout
+
+            return inject_fanout(type=type, node=node, nodes_sel=nodes_sel, inventory=inventory, accept_new=accept_new_host_key, target=target,
+                                 duration_s=duration_s, grace_s=grace_s, opts=opts, force=force, detach=detach, dry_run=dry_run, as_json=as_json, out=out)
+        n = resolve_node(node)
         inj = injectors.build(type, n, target=target, duration_s=duration_s, opts=opts, force=force)
         facts = inj.probe()
         plan = inj.plan(facts)
@@ -371,6 +380,7 @@ def campaign(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the drawn schedules as a table and run nothing"),
     label_it: bool = typer.Option(True, "--label/--no-label"),
     as_json: bool = typer.Option(False, "--json", help="the schedules (with --dry-run) or the campaign's manifest as JSON on stdout; progress goes to stderr"),
+    only: Optional[str] = typer.Option(None, "--runs", metavar="A:B", help="run only the drawn runs A..B-1 (0-based; chunks of a long campaign into one --out)"),
 ):
     """Run a randomized campaign unattended: seeded, so the same seed gives the same schedules."""
     from faultlab.scenario import load
@@ -391,7 +401,18 @@ def campaign(
     base.mkdir(parents=True, exist_ok=True)
     manifest = {"campaign": c.name, "seed": c.seed, "runs": []}
     con = err_out if as_json else out
+    chosen = range(len(scs))
+    if only is not None:
+        a, sep, b = only.partition(":")
+        if not sep or not a.isdigit() or not b.isdigit() or int(a) >= int(b):
+            _fail(BadInput(f"{only!r} is not A:B with A < B", field="--runs", fix="e.g. --runs 0:10"))
+        chosen = range(int(a), min(int(b), len(scs)))
+        prev = base / "campaign.json"
+        if prev.is_file():  # a later chunk adds to the manifest of the earlier ones
+            manifest["runs"] = [r for r in json.loads(prev.read_text()).get("runs", []) if r.get("schedule", {}).get("name") not in {scs[i].name for i in chosen}]
     for i, s in enumerate(scs):
+        if i not in chosen:
+            continue
         con.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
         try:
             info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con)
@@ -407,7 +428,7 @@ def campaign(
         manifest["report"] = str(write_report(base))
     except FaultlabError as e:
         con.print(f"no campaign report: {e}", markup=False)
-    con.print(f"campaign {c.name}: {len(scs) - len(bad)}/{len(scs)} runs complete -> {base}"
+    con.print(f"campaign {c.name}: {len(manifest['runs']) - len(bad)}/{len(scs)} runs complete -> {base}"
               + (f"; report: {manifest['report']}" if "report" in manifest else ""), markup=False)
     if as_json:
         print(json.dumps(manifest, indent=1))
@@ -458,10 +479,15 @@ def label(
     labels = res.labels
     comps = sorted(set(labels["component"].astype(str))) if len(labels) else []
     out.print(f"{import_format}: {len(labels)} label(s) on {len(comps)} component(s) -> {written['labels.parquet']}", markup=False)
+    if res.info.get("skipped_line"):  # nothing dropped in silence (also in import.json)
+        out.print(f"  {res.info['skipped_line']}", markup=False)
     if comps:
         shown = ", ".join(comps[:8]) + (f", ... ({len(comps) - 8} more)" if len(comps) > 8 else "")
         out.print(f"  labeled: {shown}", markup=False)
-    if res.whatif is not None:
+    if res.whatif is not None and "slowdown_by_trace" in res.whatif:
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in res.whatif["slowdown_by_trace"].items())
+        out.print(f"  what-if slowdown S by trace: {shown} -> {written['whatif.json']}", markup=False)
+    elif res.whatif is not None:
         out.print(f"  what-if slowdown S = {res.whatif.get('slowdown', float('nan')):.4f} -> {written['whatif.json']}", markup=False)
     if res.components is not None:
         pers = res.components.loc[res.components["persistent"], "component"].astype(str).tolist()
@@ -475,14 +501,35 @@ def label(
 from faultlab.scoring.cli import register as _register_score  # noqa: E402
 
 _register_score(app)
+from faultlab.datasets.cli import register as _register_dataset  # noqa: E402
+
+_register_dataset(app)
 
 from faultlab.report.cli import register as _register_report  # noqa: E402
 
 _register_report(app)
 
 
+def _with_metavars(cmd):
+    """Every option and argument of every command shows a metavar: its own, else its
+    name in capitals (``--window WINDOW``, ``FAULT_ID``); flags show none (typer would
+    print ``<bool>``, ``<str>``)."""
+    for p in cmd.params:  # typer's own options and arguments (it vendors click): duck-typed
+        kind = getattr(p, "param_type_name", "")
+        if kind == "option" and p.metavar is None:
+            p.metavar = "" if p.is_flag else p.name.upper()
+        elif kind == "argument":
+            if p.metavar is None:
+                p.metavar = p.name.upper()
+            p.display_type_rich = lambda ctx: None  # the metavar says it; no `<str>` column beside it
+    for sub in getattr(cmd, "commands", {}).values():
+        _with_metavars(sub)
+    return cmd
+
+
 def main() -> None:  # pragma: no cover
-    app()
+    """The ``faultlab`` entry point: the typer app as a click command, metavars filled in."""
+    _with_metavars(typer.main.get_command(app))(prog_name="faultlab")
 
 
 if __name__ == "__main__":  # pragma: no cover

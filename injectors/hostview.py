@@ -12,8 +12,9 @@ Three sources, joined by fault id:
 3. faultlab-owned objects (root only, where they are visible): root qdiscs with
    faultlab's reserved handles ``fXXX:``, ``flifb*`` devices, ingress qdiscs whose
    redirect points at one, and ``faultlab-<fault_id>`` cgroups, in this namespace and
-   every named network namespace. Those no record and no watchdog accounts for are
-   *orphans* that ``recover`` removes.
+   every named network namespace. Each is put under the fault whose revert commands
+   name it; those no record and no watchdog names are *orphans* that ``recover``
+   removes.
 
 A fault can be reverted by its owner (the record's or watchdog's uid) and by root
 (root ends another user's fault by telling its watchdog to revert now, so the revert
@@ -297,17 +298,37 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
     return list(views.values()), problems
 
 
-def _attach(views: dict[str, FaultView], o: Orphan) -> None:
-    """Put ``o`` under the fault it belongs to (a new orphan fault when none)."""
+def _lines(v: FaultView) -> list[str]:
+    out = list((v.record or {}).get("revert", []))
+    for w in v.watchdogs:
+        out += w.lines
+    return out
+
+
+def _claims(v: FaultView, o: Orphan) -> bool:
+    """Whether fault ``v``'s revert commands name object ``o`` (tc handles are
+    allocated per fault, not derived from its id: the commands are the truth)."""
     if o.kind == "cgroup":
-        fid = Path(o.what).name[len("faultlab-"):]
-    else:
-        if o.kind == "ingress":
-            o.hexid = o.what.split("flifb")[-1]
-        nic = [v for v in views.values() if v.kind == "nic-slow" or v.fault_id.startswith("nic-")]
-        hit = next((v for v in nic if v.fault_id.split("-")[-1].startswith(o.hexid)), None)
-        fid = hit.fault_id if hit else f"nic-{o.hexid}"
-    views.setdefault(fid, FaultView(fid, 0)).objects.append(o)
+        return v.fault_id == Path(o.what).name[len("faultlab-"):] or any(o.what in ln for ln in _lines(v))
+    if o.kind == "qdisc":
+        h = o.what.split()[0]
+        return any(f"handle {h}" in ln and o.dev in ln and (not o.netns or o.netns in ln) for ln in _lines(v))
+    ifb = o.what if o.kind == "ifb" else o.what.split()[-1]
+    return any(ifb in ln and (not o.netns or o.netns in ln) for ln in _lines(v))
+
+
+def _attach(views: dict[str, FaultView], o: Orphan) -> None:
+    """Put ``o`` under the fault whose commands name it (a new orphan fault when none)."""
+    hit = next((v for v in views.values() if _claims(v, o)), None)
+    if hit is None:
+        if o.kind == "cgroup":
+            fid = Path(o.what).name[len("faultlab-"):]
+        else:
+            if o.kind == "ingress":
+                o.hexid = o.what.split("flifb")[-1]
+            fid = f"nic-{o.hexid}"
+        hit = views.setdefault(fid, FaultView(fid, 0))
+    hit.objects.append(o)
 
 
 def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:

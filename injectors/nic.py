@@ -3,7 +3,8 @@
 Mechanism (iproute2's tc-tbf(8), tc-htb(8), tc-netem(8), tc-u32(8), tc-mirred(8)):
 
 - egress: the interface's root qdisc becomes faultlab's, with a handle of this
-  fault's own (``fXXX:``, from the fault id): ``tbf`` for a rate cap alone; ``netem`` (delay, jitter, loss, and its
+  fault's own (``fXXX:``, allocated at probe so no two faultlab faults on this host hold
+  the same one; see ``allocate_handles``): ``tbf`` for a rate cap alone; ``netem`` (delay, jitter, loss, and its
   own ``rate``) when any of those is asked for. For a *slow link* (``--peer ADDR``)
   the root is ``htb`` with ``default 0`` (unclassified traffic is not shaped) and one
   class ``fXXX:1`` that a u32 filter on the destination address feeds; the netem
@@ -35,17 +36,23 @@ round-trip delay in ms / 10, plus the loss in percent; larger is worse.
 from __future__ import annotations
 
 import ipaddress
-import json
+import os
 import re
+import json
 import secrets
 
 from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.nodes import Node
 from faultlab.injectors.base import Cmd, Injector, Plan
 
-# Each fault owns its tc handles, derived from its id: root "fXXX:", netem child
-# "eXXX:" (XXX = the first 3 hex digits of the fault id), so a stale revert of one
-# fault (its watchdog firing late) can never delete another fault's qdisc.
+# Each fault owns its tc handles: root "fXXX:", netem child "eXXX:". XXX is
+# *allocated* at probe (``allocate_handles``): the first 3 hex digits of the fault id
+# when free, else the next free value, where taken means named by the revert
+# commands of any faultlab lease record or live watchdog on this host. Two faults in
+# force at once (or one reverted and one whose watchdog may still fire late) therefore
+# never share a handle, and a stale revert of one cannot delete the other's qdisc;
+# with all 4096 taken, inject refuses. The handle is recorded in the plan (facts).
+HANDLE_RE = re.compile(r"\bhandle [ef]([0-9a-f]{3}):")
 
 
 #: a root qdisc handle faultlab reserves for its faults (``fXXX:``)
@@ -53,9 +60,49 @@ FAULT_HANDLE = re.compile(r"^f([0-9a-f]{3}):$")
 
 
 def fault_handles(fault_id: str) -> tuple[str, str]:
-    """(root handle, child handle) of a fault: ``("f3a9:", "e3a9:")``."""
+    """(root handle, child handle) a fault prefers: ``("f3a9:", "e3a9:")`` for
+    ``nic-3a9c1e``; ``allocate_handles`` picks the one it really gets."""
     h = fault_id.split("-")[-1][:3]
     return f"f{h}:", f"e{h}:"
+
+
+def taken_handles(lease_lines: list[str]) -> set[str]:
+    """The 3-hex-digit handle numbers named (``handle fXXX:`` / ``eXXX:``) in the
+    given revert command lines."""
+    return {m.group(1) for line in lease_lines for m in HANDLE_RE.finditer(line)}
+
+
+def host_revert_lines(node: Node) -> list[str]:
+    """Every revert command line faultlab holds on this lease host: in lease records
+    and in the argv of live ``faultlab-watchdog`` processes (which keep their commands
+    even when a record is lost)."""
+    from faultlab.injectors.lease import load_leases
+
+    lines = []
+    for le in load_leases(node):
+        lines += [str(x) for x in le.record.get("revert", [])]
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"faultlab-watchdog" in argv:
+            lines += [a.decode(errors="replace") for a in argv]
+    return lines
+
+
+def allocate_handles(fault_id: str, taken: set[str]) -> tuple[str, str]:
+    """The (root, child) handles of ``fault_id``: its preferred number when not in
+    ``taken``, else the next free one (mod 4096). Raises Refused when none is free."""
+    start = int(fault_handles(fault_id)[0][1:4], 16)
+    for k in range(4096):
+        h = f"{(start + k) % 4096:03x}"
+        if h not in taken:
+            return f"f{h}:", f"e{h}:"
+    raise Refused("all 4096 faultlab tc handles are held by faults in force on this host", field="--type",
+                  fix="revert some (faultlab status, faultlab revert --all)")
 
 
 # Revert of the ingress qdisc only when its redirect still points at this fault's ifb
@@ -211,8 +258,8 @@ class NicSlow(Injector):
         faultlab fault in force (its watchdog ends it), or one whose lease is lost."""
         from faultlab.injectors.hostview import find_watchdogs
 
-        h = FAULT_HANDLE.match(str(q.get("handle"))).group(1)
-        ws = [w for w in find_watchdogs() if w.fault_id.startswith("nic-") and w.fault_id.split("-")[-1].startswith(h)]
+        h = str(q.get("handle"))
+        ws = [w for w in find_watchdogs() if any(f"handle {h}" in ln and self.iface in ln for ln in w.lines)]
         where = f"{self.iface} on {self.node.name}"
         if ws:
             return (f"{where} has faultlab's own nic-slow qdisc {q.get('handle')} of fault {ws[0].fault_id} "
@@ -293,7 +340,9 @@ class NicSlow(Injector):
                     field="--delay" if self.delay_s is not None else "--loss",
                     fix="use --rate alone (tbf works), or a kernel with sch_netem",
                 )
-        return {"iface": self.iface, "ifb": self.ifb, "qdiscs_before": qd, "foreign_root": foreign_root}
+        self.handle, self.child_handle = allocate_handles(self.fault_id, taken_handles(host_revert_lines(self.node)))
+        return {"iface": self.iface, "ifb": self.ifb, "qdiscs_before": qd, "foreign_root": foreign_root,
+                "handle": self.handle, "child_handle": self.child_handle}
 
     # -- plan ------------------------------------------------------------------------
     def _leaf(self) -> list[str]:
@@ -315,6 +364,8 @@ class NicSlow(Injector):
 
     def plan(self, facts: dict) -> Plan:
         dev, ifb = facts["iface"], facts["ifb"]
+        self.handle = facts.get("handle", self.handle)
+        self.child_handle = facts.get("child_handle", self.child_handle)
         leaf = self._leaf()
         inject: list[Cmd] = []
         revert: list[Cmd] = []

@@ -141,6 +141,17 @@ def check_steps(steps: pd.DataFrame) -> None:
         )
 
 
+def check_step_values(steps: pd.DataFrame) -> None:
+    """Raise BadInput naming the column of a ``steps`` frame that the labeler would
+    refuse (a missing column, a null, fractional or non-numeric ``rank``/``step``, a
+    non-numeric, negative or infinite duration, ``t_start`` not increasing with
+    ``step``): the checks of :meth:`StepGrid.from_steps`, for readers (scoring, the
+    report) that must refuse what ``faultlab label`` refuses rather than fail later
+    with a traceback. An empty frame passes (a run with no steps yet)."""
+    if len(steps):
+        StepGrid.from_steps(steps)
+
+
 def _codes(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(unique, codes)`` of a 1-D integer array: the sorted distinct values (int64)
     and each element's index into them (int32 when it fits), like

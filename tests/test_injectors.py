@@ -533,3 +533,41 @@ def test_testbed_lease_teardown_ends_processes_that_ignore_sigterm(no_residue):
         if stuck is not None:
             stuck.wait()
         tb.down()
+
+
+def test_tc_handles_are_allocated_not_derived():
+    from faultlab.injectors.nic import allocate_handles, taken_handles
+
+    assert allocate_handles("nic-abc123", set()) == ("fabc:", "eabc:")
+    assert allocate_handles("nic-abc456", {"abc"}) == ("fabd:", "eabd:")
+    assert allocate_handles("nic-fff000", {"fff"}) == ("f000:", "e000:")
+    lines = ["ip netns exec n0 tc qdisc del dev fleth0 root handle fabc:", "tc qdisc del dev x parent f001:1 handle e123: netem"]
+    assert taken_handles(lines) == {"abc", "123"}
+    with pytest.raises(Refused, match="4096"):
+        allocate_handles("nic-000000", {f"{i:03x}" for i in range(4096)})
+
+
+@needs_root
+def test_two_faults_sharing_three_hex_digits_never_share_a_handle(testbed2, no_residue):
+    """Fault A's state is gone but its watchdog (holding its revert commands) still
+    lives, its record lost; fault B, whose id shares A's first three hex digits, goes
+    on the same interface. Before the fix B got A's handle ``fabc:`` and A's late
+    revert deleted B's root qdisc (the comment said it "can never")."""
+    n0, _ = testbed2.nodes
+    a = apply(NicSlow(n0, 10e6, fault_id="nic-abc123"), 60)
+    b = None
+    try:
+        assert a.plan.fault_id == "nic-abc123" and a.injector.handle == "fabc:"
+        a.lease.path.unlink()  # the record is lost; the watchdog still holds A's revert
+        for cmd in a.plan.revert:  # A's state is cleaned out of band
+            n0.run(list(cmd.argv), scope=cmd.scope)
+        b = apply(NicSlow(n0, 20e6, fault_id="nic-abc456"), 60)
+        assert b.injector.handle != "fabc:"
+        for cmd in a.plan.revert:  # A's watchdog fires late
+            n0.run(list(cmd.argv), scope=cmd.scope)
+        q = n0.run(["tc", "qdisc", "show", "dev", n0.iface], scope="net").stdout
+        assert f"qdisc tbf {b.injector.handle} root" in q, q
+    finally:
+        if b is not None:
+            assert b.revert() == "reverted"
+        a.lease.release()

@@ -256,7 +256,7 @@ def test_import_outputs_all_or_nothing_and_no_stale_whatif(tmp_path):
     out = tmp_path / "out"
     trace = importers.import_path("straggler-trace", write_trace(tmp_path, pipeline_trace(slow={(1, 1): 1.6})))
     importers.write_outputs(trace, out)
-    assert {p.name for p in out.iterdir()} == {"labels.parquet", "whatif.json"}
+    assert {p.name for p in out.iterdir()} == {"labels.parquet", "whatif.json", "import.json"}
     f = tmp_path / "tele.csv"
     long_frame().to_csv(f, index=False)
     long = importers.import_path("long", f)
@@ -271,10 +271,10 @@ def test_import_outputs_all_or_nothing_and_no_stale_whatif(tmp_path):
     (out / "components.parquet.tmp").rmdir()
     # re-used folder: the trace's whatif.json must not survive the long import
     written = importers.write_outputs(long, out)
-    assert set(written) == {"labels.parquet", "components.parquet"}
-    assert {p.name for p in out.iterdir()} == {"labels.parquet", "components.parquet"}
+    assert set(written) == {"labels.parquet", "components.parquet", "import.json"}
+    assert {p.name for p in out.iterdir()} == {"labels.parquet", "components.parquet", "import.json"}
     importers.write_outputs(trace, out)
-    assert {p.name for p in out.iterdir()} == {"labels.parquet", "whatif.json"}
+    assert {p.name for p in out.iterdir()} == {"labels.parquet", "whatif.json", "import.json"}
 
 
 # -- 5. injections ---------------------------------------------------------------------------
@@ -319,3 +319,23 @@ def test_long_still_refuses_the_perseus_answer_file(tmp_path):
     long_frame().to_csv(f, index=False)
     with pytest.raises(BadInput, match="answer"):
         importers.import_path("long", f)
+
+
+@pytest.mark.parametrize("command", ["score", "report"])
+@pytest.mark.parametrize("case", sorted(BAD_RUNS))
+def test_cli_score_and_report_refuse_a_bad_run_as_label_does(tmp_path, steps, case, command):
+    """What ``faultlab label`` refuses, ``score --run`` and ``report`` refuse the same
+    way (they used to crash with a traceback, exit 1, on a text ``rank``)."""
+    from faultlab import schema
+
+    make, field = BAD_RUNS[case]
+    run = tmp_path / "run"
+    make(run, steps)
+    RunDir(run).write_table("labels", schema.empty("labels"))
+    before = sorted(p.name for p in run.iterdir())
+    if command == "score":
+        cp = fl("score", "--detector", "peer-median", "--boot", "0", "--run", str(run), "--out", str(tmp_path / "s.json"))
+    else:
+        cp = fl("report", str(run))
+    one_line_error(cp, field)
+    assert sorted(p.name for p in run.iterdir()) == before and not (tmp_path / "s.json").exists()

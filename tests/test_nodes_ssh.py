@@ -162,3 +162,44 @@ def test_sigkill_and_network_cut_on_an_ssh_node(stb, no_residue):
         assert ".json" not in _leases_on(stb, 0)
     finally:
         subprocess.run(["ip", "link", "set", host_if, "up"], check=True)
+
+
+def _inventory(stb, tmp_path, extra: str = "") -> str:
+    import yaml
+
+    inv = yaml.safe_load(open(stb.inventory_path).read())
+    if extra:
+        inv["nodes"]["ghost"] = {"address": extra, "labels": {"rack": "9"}}
+        inv["defaults"]["connect_timeout_s"] = 2.0
+    p = tmp_path / "cluster.yaml"
+    p.write_text(yaml.safe_dump(inv))
+    return str(p)
+
+
+def test_cli_fanout_by_inventory_and_sigterm_reverts_every_node(stb, tmp_path, no_residue):
+    inv = _inventory(stb, tmp_path)
+    p = subprocess.Popen(["faultlab", "inject", "--type", "nic-slow", "--inventory", inv, "--nodes", f"testbed={stb.id}", "--rate", "50mbit",
+                          "--duration", "60s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stderr.readline()
+    assert "injected on 2 nodes" in line, line + p.stderr.read()
+    for i in (0, 1):
+        assert "tbf" in _docker_view(stb, i).run(["tc", "qdisc", "show", "dev", "eth0"], scope="net").stdout
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert out.count(": reverted") == 2
+    for i in (0, 1):
+        assert "tbf" not in _docker_view(stb, i).run(["tc", "qdisc", "show", "dev", "eth0"], scope="net").stdout
+        assert ".json" not in _leases_on(stb, i)
+
+
+def test_cli_fanout_unreachable_node_one_line_nothing_applied(stb, tmp_path, no_residue):
+    inv = _inventory(stb, tmp_path, extra=str(stb.subnet.network_address + 250))
+    t = time.monotonic()
+    cp = subprocess.run(["faultlab", "inject", "--type", "nic-slow", "--inventory", inv, "--node", "n0,n1,ghost", "--rate", "50mbit",
+                         "--duration", "60s", "--detach"], capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - t < 2.0 + 15
+    assert cp.returncode == 1 and cp.stderr.count("\n") == 1 and "ghost" in cp.stderr and "unreachable" in cp.stderr, cp.stderr
+    for i in (0, 1):
+        assert "tbf" not in _docker_view(stb, i).run(["tc", "qdisc", "show", "dev", "eth0"], scope="net").stdout
+        assert ".json" not in _leases_on(stb, i)

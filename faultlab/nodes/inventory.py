@@ -101,3 +101,18 @@ def load(path: str | Path) -> Inventory:
 
 def schema() -> dict:
     return Inventory.model_json_schema()
+
+
+def ssh_nodes(inv: Inventory, names: list[str], *, accept_new: bool = False) -> list:
+    """SshNodes of the named inventory nodes (defaults filled in)."""
+    from faultlab.nodes.ssh import SshNode
+
+    d = inv.defaults
+    out = []
+    for name in names:
+        spec = inv.nodes[name]
+        out.append(SshNode(name=name, address=spec.address, iface=spec.interface, port=spec.port or d.port, user=spec.user or d.user,
+                           key=spec.key or d.key, known_hosts=inv.known_hosts, accept_new=accept_new,
+                           sudo=d.sudo if spec.sudo is None else spec.sudo, connect_timeout_s=d.connect_timeout_s,
+                           command_timeout_s=d.command_timeout_s))
+    return out

@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import os
 import shlex
+import socket
 import subprocess
 import threading
 import time
@@ -297,24 +298,30 @@ def _copy(src, fd: int) -> None:
 
 
 def _drain(chan, deadline: float) -> tuple[bytes, bytes]:
+    """stdout and stderr of a channel until its EOF (sshd may send the exit status
+    before the last output, so EOF, not the exit status, ends the output)."""
     out, err = io.BytesIO(), io.BytesIO()
     while True:
-        if chan.recv_ready():
-            out.write(chan.recv(65536))
-            continue
-        if chan.recv_stderr_ready():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        chan.settimeout(min(1.0, left))
+        try:
+            data = chan.recv(65536)
+        except socket.timeout:
+            data = None
+        while chan.recv_stderr_ready():
             err.write(chan.recv_stderr(65536))
-            continue
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-            # the process is done: take what is left
-            while chan.recv_ready():
-                out.write(chan.recv(65536))
-            while chan.recv_stderr_ready():
-                err.write(chan.recv_stderr(65536))
+        if data == b"":
             break
+        if data:
+            out.write(data)
+    while not chan.exit_status_ready():  # EOF came; the status follows
         if time.monotonic() > deadline:
             raise TimeoutError
         time.sleep(0.002)
+    while chan.recv_stderr_ready():
+        err.write(chan.recv_stderr(65536))
     return out.getvalue(), err.getvalue()
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from faultlab.errors import BadInput
+from faultlab.labeler.temporal import check_step_values
 from faultlab.rundir import RunDir
 
 
@@ -74,6 +75,7 @@ def load_run(path: str | Path) -> RunData:
     steps = rd.read_table("steps")
     if steps.empty:
         raise BadInput(f"{p} holds no step telemetry", field="RUN_DIR", fix="give a run that trained at least one step")
+    check_step_values(steps)
     notes = []
     if not rd.meta.get("complete", False):
         notes.append("this run is incomplete (meta.json complete: false): it was interrupted or killed; tables were rebuilt from raw telemetry and the journal")

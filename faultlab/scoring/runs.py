@@ -17,6 +17,7 @@ import pandas as pd
 
 from faultlab import schema
 from faultlab.errors import BadInput
+from faultlab.labeler.temporal import check_step_values
 
 
 @dataclass
@@ -60,6 +61,7 @@ def read_run_dir(path: str | Path) -> RunData:
         raise BadInput(f"{p} has no labels.parquet", field="--run", fix=f"label it first: faultlab label {p}")
     rd = RunDir(p)
     steps = rd.read_table("steps")
+    check_step_values(steps)
     return RunData(run_id=str(rd.run_id), steps=steps, host=rd.read_table("host"), labels=rd.read_table("labels"),
                    injections=rd.read_table("injections"), meta=rd.meta)
 
