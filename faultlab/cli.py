@@ -58,7 +58,7 @@ def _on_term(signum, frame):
 @app.command()
 def inject(
     type: str = typer.Option(..., "--type", metavar="TYPE", help="nic-slow | cpu-contention | process-pause | gpu-clock-cap | gpu-power-cap | gc-storm | io-slow | mem-bw"),
-    node: str = typer.Option("local", "--node", metavar="BACKEND:NAME", help="local (this host) or netns:NAME (a network namespace); a bare NAME is refused"),
+    node: str = typer.Option("local", "--node", metavar="BACKEND:NAME", help="local (this host), netns:NAME (a network namespace) or docker:CONTAINER; ssh nodes: their inventory names with --inventory; a bare NAME is refused"),
     target: Optional[str] = typer.Option(None, "--target", metavar="TARGET", help="nic-slow: interface (default: the node's only one); cpu-contention: PIDs 1,2; process-pause: PID"),
     duration: str = typer.Option("30s", "--duration", metavar="DURATION", help="how long the fault lasts, with a unit: 30s, 500ms, 2m"),
     rate: Optional[str] = typer.Option(None, "--rate", metavar="RATE", help="nic-slow: the cap, 50mbit (bits/s) or 6mb (bytes/s); one vocabulary for every rate option"),
@@ -97,6 +97,7 @@ def inject(
     from faultlab.units import parse_duration
 
     try:
+        injectors.check_type(type)
         duration_s = parse_duration(duration, "--duration")
         grace_s = parse_duration(grace, "--grace", allow_zero=True)
         opts = {
@@ -429,6 +430,7 @@ def campaign(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the drawn schedules as a table and run nothing"),
     label_it: bool = typer.Option(True, "--label/--no-label"),
     as_json: bool = typer.Option(False, "--json", help="the schedules (with --dry-run) or the campaign's manifest as JSON on stdout; progress goes to stderr"),
+    only: Optional[str] = typer.Option(None, "--runs", metavar="A:B", help="run only the drawn runs A..B-1 (0-based; chunks of a long campaign into one --out)"),
 ):
     """Run a randomized campaign unattended: seeded, so the same seed gives the same schedules."""
     from faultlab.scenario import load
@@ -449,7 +451,18 @@ def campaign(
     base.mkdir(parents=True, exist_ok=True)
     manifest = {"campaign": c.name, "seed": c.seed, "runs": []}
     con = err_out if as_json else out
+    chosen = range(len(scs))
+    if only is not None:
+        a, sep, b = only.partition(":")
+        if not sep or not a.isdigit() or not b.isdigit() or int(a) >= int(b):
+            _fail(BadInput(f"{only!r} is not A:B with A < B", field="--runs", fix="e.g. --runs 0:10"))
+        chosen = range(int(a), min(int(b), len(scs)))
+        prev = base / "campaign.json"
+        if prev.is_file():  # a later chunk adds to the manifest of the earlier ones
+            manifest["runs"] = [r for r in json.loads(prev.read_text()).get("runs", []) if r.get("schedule", {}).get("name") not in {scs[i].name for i in chosen}]
     for i, s in enumerate(scs):
+        if i not in chosen:
+            continue
         con.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
         try:
             info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con)
@@ -465,7 +478,7 @@ def campaign(
         manifest["report"] = str(write_report(base))
     except FaultlabError as e:
         con.print(f"no campaign report: {e}", markup=False)
-    con.print(f"campaign {c.name}: {len(scs) - len(bad)}/{len(scs)} runs complete -> {base}"
+    con.print(f"campaign {c.name}: {len(manifest['runs']) - len(bad)}/{len(scs)} runs complete -> {base}"
               + (f"; report: {manifest['report']}" if "report" in manifest else ""), markup=False)
     if as_json:
         print(json.dumps(manifest, indent=1))
@@ -516,10 +529,15 @@ def label(
     labels = res.labels
     comps = sorted(set(labels["component"].astype(str))) if len(labels) else []
     out.print(f"{import_format}: {len(labels)} label(s) on {len(comps)} component(s) -> {written['labels.parquet']}", markup=False)
+    if res.info.get("skipped_line"):  # nothing dropped in silence (also in import.json)
+        out.print(f"  {res.info['skipped_line']}", markup=False)
     if comps:
         shown = ", ".join(comps[:8]) + (f", ... ({len(comps) - 8} more)" if len(comps) > 8 else "")
         out.print(f"  labeled: {shown}", markup=False)
-    if res.whatif is not None:
+    if res.whatif is not None and "slowdown_by_trace" in res.whatif:
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in res.whatif["slowdown_by_trace"].items())
+        out.print(f"  what-if slowdown S by trace: {shown} -> {written['whatif.json']}", markup=False)
+    elif res.whatif is not None:
         out.print(f"  what-if slowdown S = {res.whatif.get('slowdown', float('nan')):.4f} -> {written['whatif.json']}", markup=False)
     if res.components is not None:
         pers = res.components.loc[res.components["persistent"], "component"].astype(str).tolist()
@@ -533,6 +551,9 @@ def label(
 from faultlab.scoring.cli import register as _register_score  # noqa: E402
 
 _register_score(app)
+from faultlab.datasets.cli import register as _register_dataset  # noqa: E402
+
+_register_dataset(app)
 
 from faultlab.report.cli import register as _register_report  # noqa: E402
 

@@ -60,15 +60,22 @@ def build(fault_type: str, node: Node, *, target: str | None, duration_s: float,
     left unset are absent or None. Raises BadInput for an unknown type, an option of
     another type, or a missing or malformed parameter (each naming its field)."""
     given = {k: v for k, v in (opts or {}).items() if v is not None and v is not False}
-    if fault_type not in FAULT_TYPES:
-        if fault_type in PLANNED_TYPES:
-            raise BadInput(f"{fault_type!r} is not built yet", field="--type", fix=f"use one of {', '.join(FAULT_TYPES)}")
-        raise BadInput(f"unknown fault type {fault_type!r}", field="--type", fix=f"use one of {', '.join(FAULT_TYPES)}")
-    cls = FAULT_TYPES[fault_type]
+    cls = check_type(fault_type)
     extra = sorted(k for k in given if k not in cls.options)
     if extra:
         raise BadInput(f"does not apply to {fault_type}", field=extra[0], fix=f"{fault_type} takes {', '.join(sorted(cls.options)) or 'no options'}")
     return cls.from_options(node, target=target, duration_s=duration_s, opts=given, fault_id=fault_id, force=force)
+
+
+def check_type(fault_type: str) -> type:
+    """The injector class of ``fault_type``; BadInput naming ``--type`` (with the known
+    types) for an unknown or not yet built one. The CLI calls it before it touches the
+    node, so a typo in ``--type`` is the error named, not the node."""
+    if fault_type not in FAULT_TYPES:
+        if fault_type in PLANNED_TYPES:
+            raise BadInput(f"{fault_type!r} is not built yet", field="--type", fix=f"use one of {', '.join(FAULT_TYPES)}")
+        raise BadInput(f"unknown fault type {fault_type!r}", field="--type", fix=f"use one of {', '.join(FAULT_TYPES)}")
+    return FAULT_TYPES[fault_type]
 
 
 def require(opts: dict, name: str, fault_type: str) -> str:

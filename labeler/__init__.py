@@ -53,6 +53,10 @@ class LabelerConfig:
         min_duration_s: shortest interval kept, in seconds (a fail-slow condition
             outlasts a scheduler hiccup). 1.0.
         match_slack_steps: reconciliation time slack, in median job step times. 3.0.
+        intermittent_period_s: the longest stall period (seconds) at which an
+            intermittent straggler (a duty-cycle pause, GC storms) is recognized: job
+            flags up to this far apart form one episode whose stalls vote for a rank
+            (see :func:`faultlab.labeler.fusion._intermittent`). 3.5.
         job_wide_fault_types: fault types whose effect is job-wide (they match the
             ``job`` label, not a rank). ("nic-slow",).
     """
@@ -70,6 +74,7 @@ class LabelerConfig:
     min_slowdown: float = 1.2
     min_duration_s: float = 1.0
     match_slack_steps: float = 3.0
+    intermittent_period_s: float = 3.5
     job_wide_fault_types: tuple[str, ...] = ("nic-slow",)
 
     def __post_init__(self) -> None:
@@ -77,7 +82,7 @@ class LabelerConfig:
                      "peer_min_ranks", "min_steps"):
             if int(getattr(self, name)) < 1:
                 raise BadInput(f"must be >= 1, got {getattr(self, name)!r}", field=name)
-        for name in ("gap_steps", "mad_k", "match_slack_steps", "gap_s", "min_duration_s"):
+        for name in ("gap_steps", "mad_k", "match_slack_steps", "gap_s", "min_duration_s", "intermittent_period_s"):
             if float(getattr(self, name)) < 0:
                 raise BadInput(f"must be >= 0, got {getattr(self, name)!r}", field=name)
         for name in ("temporal_threshold", "peer_threshold"):
@@ -134,7 +139,9 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
         config: :class:`LabelerConfig` or a dict of its fields (defaults when None).
         host: the ``host`` table, optional; with per-peer TCP metrics it localizes
             job-wide slowdowns (``culprit`` in a job label's evidence, see
-            :mod:`faultlab.labeler.localize`).
+            :mod:`faultlab.labeler.localize`); with CPU metrics an observed label's
+            evidence says what the host showed (``host``, see
+            :mod:`faultlab.labeler.hostcause`).
 
     Returns:
         labels frame with the faultlab.schema.LABELS columns (``run_id`` filled;
@@ -150,9 +157,10 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
         column, a ``start_ts``/``end_ts`` that is no number, or an ``end_ts`` before
         its ``start_ts`` (see :func:`faultlab.labeler.reconcile.reconcile`).
     """
+    from faultlab.labeler.hostcause import attach_host_evidence
     from faultlab.labeler.localize import localize
 
-    return localize(_label(steps, injections, _config(config))[0], host)
+    return attach_host_evidence(localize(_label(steps, injections, _config(config))[0], host), host)
 
 
 def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerConfig) -> tuple[pd.DataFrame, dict]:
@@ -335,7 +343,11 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     labels, analyses = _label(steps, injections, cfg)
     from faultlab.labeler.localize import localize
 
-    labels = localize(labels, rd.read_table("host"))  # read here: not held while labeling
+    from faultlab.labeler.hostcause import attach_host_evidence
+
+    host = rd.read_table("host")  # read here: not held while labeling
+    labels = attach_host_evidence(localize(labels, host), host)
+    del host
     if len(labels):
         labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", run_id)
     if len(steps) and len(analyses) == 1 and steps["run_id"].nunique() <= 1:

@@ -478,66 +478,101 @@ def fuse(an: Analysis) -> pd.DataFrame:
     return _typed(df)
 
 
-def _intermittent(an: Analysis, rows: list[dict], *, min_votes: int = 2, min_share: float = 0.8,
-                  max_flagged: float = 0.5, min_late: float = 0.5) -> list[dict]:
-    """Labels for an *intermittent* straggler: a rank stalled now and then (a process
-    paused in a duty cycle, a GC storm). A stall that lands in the rank's compute makes
-    it arrive late at the all-reduce (attributable per step); one that lands inside the
-    all-reduce stalls every rank alike (not attributable per step: those steps become
-    job-wide flags). Per step the evidence is split, so the labels come out late or as
-    an unexplained ``job`` label; per *episode* it is clear.
+def _stall_episodes(an: Analysis, *, stall_jump: float, max_flagged: float) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """Episodes of repeated stalls of about one size: ``[(stalls, flagged, n_steps)]``
+    (grid rows of the stalls; of every job-flagged step in their span, for the jitter;
+    the number of steps they span). Job-flagged steps are cut into bands of excess
+    (``job_step`` - baseline, sorted, cut at every jump of ``stall_jump`` x), each band
+    into runs at most ``intermittent_period_s`` seconds apart; a run of at least two
+    stalls that flag at most ``max_flagged`` of its span is an episode."""
+    g, tv, cfg = an.grid, an.temporal, an.config
+    fl = np.flatnonzero(tv.job_flag)
+    if fl.size < 2:
+        return []
+    ex = np.asarray(g.job_step[fl], dtype=np.float64) - np.asarray(tv.job_base[fl], dtype=np.float64)
+    ok = np.isfinite(ex) & (ex > 0)
+    fl, ex = fl[ok], ex[ok]
+    if fl.size < 2:
+        return []
+    o = np.argsort(ex, kind="stable")
+    cut = np.flatnonzero(np.diff(np.log(ex[o])) > np.log(stall_jump))
+    out = []
+    for band in np.split(o, cut + 1):
+        rows_b = np.sort(fl[band])
+        if rows_b.size < 2:
+            continue
+        gaps = g.t0[rows_b[1:]] - g.t1[rows_b[:-1]]
+        for run in np.split(rows_b, np.flatnonzero(gaps > cfg.intermittent_period_s) + 1):
+            if run.size < 2:
+                continue
+            n_ep = int(run[-1] - run[0] + 1)
+            if run.size > max_flagged * n_ep:
+                continue
+            span = fl[(fl >= run[0]) & (fl <= run[-1])]
+            out.append((run, span, n_ep))
+    out.sort(key=lambda e: int(e[0][0]))
+    return out
 
-    Episodes: runs of job temporal flags (``job_step`` up against its history) joined
-    by the usual gap rules. An episode is intermittent when at most ``max_flagged`` of
-    its steps are flagged (a slow link slows every step). Each flagged step votes for
-    the rank that arrived latest at the collective (arrival ``t_start + compute_s``
-    against its peer group's median arrival),
-    when that lateness is at least ``min_late`` of the step's excess over the baseline,
-    above ``mad_k`` robust sigmas of the episode's arrival jitter, and no other rank is
-    more than half as late.
-    With at least ``min_votes`` votes, ``min_share`` of them for one rank, the episode
-    is that rank's: one rank label from its first to its last stall (the stalls that
-    voted for it and its own labels, grown over the stalls that keep the episode's
-    cadence) replaces the
-    ``job`` labels inside it and that rank's labels overlapping it (other ranks'
-    labels stay). ``slowdown`` is what the rank cost the job (job time ratio); the
-    evidence carries the votes.
+
+def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max_flagged: float = 0.5,
+                  min_late: float = 0.5, max_spread: float = 2.0) -> list[dict]:
+    """Labels for an *intermittent* straggler: a rank stalled now and then (a process
+    paused in a duty cycle, a GC storm). A stall that lands in the rank's compute (or
+    between its steps) makes it arrive late at the all-reduce (attributable per step);
+    one that lands inside the all-reduce stalls every rank alike (not attributable per
+    step: those steps become job-wide flags). Per step the evidence is split, so the
+    labels come out late or as an unexplained ``job`` label; per *episode* it is clear.
+
+    Episodes (:func:`_stall_episodes`): job-flagged steps (``job_step`` up against its
+    history) of about the same size (the same stall repeated: a band of step excesses
+    with no jump of 1.5x inside), at most ``intermittent_period_s`` seconds apart (the
+    longest stall period recognized: a pause every 3 s leaves 3 s between its stalls),
+    with at most ``max_flagged`` of the steps they span flagged (a slow link slows every
+    step). Their **stalls** are those steps, not the jitter around them nor another
+    fault's larger stalls. Each stall votes for the rank
+    that arrived latest at the collective (arrival ``t_start + compute_s`` against its
+    peers' median arrival, itself left out) when that lateness is at least
+    ``min_late`` of the stall's excess, above ``mad_k`` robust sigmas of the episode's
+    arrival jitter, and no other rank is more than half as late. The episode is that
+    rank's when it has at least ``min_share`` of the votes and either two votes, or one
+    vote among at least two stalls of the same size (within ``max_spread`` x of each
+    other: the same stall repeated, most of them inside the all-reduce). Then one rank
+    label from its first to its last stall (grown over the stalls that keep the
+    episode's cadence) replaces the ``job`` labels inside it and that rank's labels
+    overlapping it (other ranks' labels stay). ``slowdown`` is what the rank cost the
+    job (job time ratio); the evidence carries the votes.
     """
     g, tv, cfg = an.grid, an.temporal, an.config
     if g.R < 2:
         return rows
-    eps = intervals(tv.job_flag, cfg.gap_steps, 1, t0=g.t0, t1=g.t1, gap_s=cfg.gap_s)
+    eps = _stall_episodes(an, stall_jump=1.5, max_flagged=max_flagged)
     if not eps:
         return rows
     _, _, cols = g.peer_groups()
     steps = g.steps
-    for e0, e1 in eps:
-        st = e0 + np.flatnonzero(tv.job_flag[e0 : e1 + 1])
-        n_ep = e1 - e0 + 1
-        if st.size < 3 or st.size > max_flagged * n_ep:
-            continue
-        # arrival at the collective: t_start + compute_s, against the group's median
-        arr = np.asarray(g.t_start[st], dtype=np.float64) + np.asarray(g.compute[st], dtype=np.float64)
+    for st, fl, n_ep in eps:
+        # arrival at the collective: t_start + compute_s, against its peers' median arrival
+        arr = np.asarray(g.t_start[fl], dtype=np.float64) + np.asarray(g.compute[fl], dtype=np.float64)
         med_arr = np.full_like(arr, np.nan)
-        for c in cols:  # each rank against its peers' arrivals, itself left out
+        for c in cols:
             med_arr[:, c] = loo_median(arr[:, c])
-        late = np.where(np.isfinite(arr - med_arr), arr - med_arr, -np.inf)
+        late_all = np.where(np.isfinite(arr - med_arr), arr - med_arr, -np.inf)
+        # the noise of arrival times: mad_k robust sigmas of all the episode's lateness
+        # values (most of which are jitter)
+        fin = late_all[np.isfinite(late_all)]
+        noise = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin)))) if fin.size else 0.0
+        late = late_all[np.isin(fl, st)]
         job_ex = np.asarray(g.job_step[st], dtype=np.float64) - np.asarray(tv.job_base[st], dtype=np.float64)
         order = np.argsort(-late, axis=1)
         k = order[:, 0]
         top = late[np.arange(st.size), k]
         second = late[np.arange(st.size), order[:, 1]]
-        # a vote: one rank clearly last (the next-latest at most half as late), by at
-        # least min_late of the step's excess
-        # ... and above the noise of arrival times (mad_k robust sigmas of all the
-        # episode's lateness values, most of which are jitter)
-        fin = late[np.isfinite(late)]
-        noise = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin)))) if fin.size else 0.0
         ok = np.isfinite(top) & (top >= min_late * job_ex) & (second <= 0.5 * top) & (top > cfg.mad_k * noise)
         votes = np.bincount(k[ok], minlength=g.R)
         n_att = int(votes.sum())
         j = int(np.argmax(votes))
-        if n_att < min_votes or votes[j] < min_share * n_att:
+        alike = float(np.max(job_ex) / max(float(np.min(job_ex)), 1e-12)) <= max_spread
+        if n_att < 1 or votes[j] < min_share * n_att or not (votes[j] >= 2 or alike):
             continue
         comp_name = g.component(j)
         mine = st[ok & (k == j)]  # the stalls that voted for the rank
@@ -547,24 +582,13 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_votes: int = 2, min_sha
         for r in rows:
             if r["component"] == comp_name:
                 held[int(np.searchsorted(steps, r["start_step"])) : int(np.searchsorted(steps, r["end_step"])) + 1] = True
-        if int((~held[st]).sum()) < min_votes:
+        if int((~held[st]).sum()) < 1:
             continue
-        keep, absorbed = [], []
+        # from the stalls that voted for the rank out over the stalls that keep the
+        # episode's cadence (within 1.5x the median gap between its stalls): a stall
+        # inside the all-reduce is the rank's too when it keeps the rhythm; a blip
+        # farther out is not
         i0, i1 = int(mine[0]), int(mine[-1])
-        for r in rows:
-            r0 = int(np.searchsorted(steps, r["start_step"]))
-            r1 = int(np.searchsorted(steps, r["end_step"]))
-            inside = r0 >= e0 - cfg.gap_steps and r1 <= e1 + cfg.gap_steps
-            if (r["component"] == "job" and inside) or (r["component"] == comp_name and r0 <= e1 and r1 >= e0):
-                absorbed.append(r)
-                if r["component"] == comp_name:
-                    i0, i1 = min(i0, r0), max(i1, r1)
-            else:
-                keep.append(r)
-        # out from the rank's own evidence over the stalls that keep the episode's cadence
-        # (within 1.5x the median gap between its stalls)
-        # (a stall inside the all-reduce is the rank's too when it keeps the rhythm; a
-        # blip farther out is not)
         cadence = 1.5 * max(float(np.median(np.diff(st))), 1.0) if st.size > 1 else 1.0
         for t in st[::-1]:
             if t < i0 and i0 - t <= cadence:
@@ -572,6 +596,24 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_votes: int = 2, min_sha
         for t in st:
             if t > i1 and t - i1 <= cadence:
                 i1 = int(t)
+        # it replaces the job labels inside its span and the rank's own labels
+        # overlapping it (a slow link elsewhere in the episode keeps its job label)
+        keep, absorbed = [], []
+        for r in rows:
+            r0 = int(np.searchsorted(steps, r["start_step"]))
+            r1 = int(np.searchsorted(steps, r["end_step"]))
+            if r["component"] == comp_name and r0 <= i1 and r1 >= i0:
+                absorbed.append(r)
+                i0, i1 = min(i0, r0), max(i1, r1)
+        for r in rows:
+            r0 = int(np.searchsorted(steps, r["start_step"]))
+            r1 = int(np.searchsorted(steps, r["end_step"]))
+            if any(r is a for a in absorbed):
+                continue
+            if r["component"] == "job" and r0 >= i0 - cfg.gap_steps and r1 <= i1 + cfg.gap_steps:
+                absorbed.append(r)
+            else:
+                keep.append(r)
         if i1 - i0 + 1 < cfg.min_steps or g.t1[i1] - g.t0[i0] < cfg.min_duration_s:
             continue
         sl = slice(i0, i1 + 1)
@@ -582,7 +624,8 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_votes: int = 2, min_sha
             "stalls": int(st.size),
             "stalls_attributed": n_att,
             "votes": int(votes[j]),
-            "flagged_fraction": st.size / n_ep,
+            "flagged_fraction": fl.size / n_ep,
+            "median_stall_s": float(np.median(job_ex)),
             "job_slowdown": slowdown,
             "job_baseline_s": _nanmed(tv.job_base[sl]),
             "replaces": sorted({r["component"] for r in absorbed}),

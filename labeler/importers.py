@@ -17,6 +17,8 @@ Formats (:data:`FORMATS`):
 - ``perseus``: Perseus drive telemetry (FAST'23), see :mod:`faultlab.labeler.perseus`.
 - ``straggler-trace``: StragglerAnalysis operation trace (OSDI'25 what-if), see
   :mod:`faultlab.labeler.trace`.
+- ``pai-minibatch``: Alibaba PAI per-worker mini-batch times (alibaba/clusterdata), read
+  as published and labeled as ``long`` (see :func:`import_pai`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,70 @@ class ImportResult:
     info: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
     components: pd.DataFrame | None = None
+
+
+class SkipCount:
+    """Rows an importer left out, by reason, so that nothing is dropped in silence:
+    :meth:`line` says it in one line (the CLI prints it) and :meth:`to_dict` goes into
+    the output's ``import.json``. ``notes`` are changes made without dropping (a
+    timestamp column converted from milliseconds)."""
+
+    def __init__(self, n_rows: int) -> None:
+        self.n_rows = int(n_rows)
+        self.reasons: dict[str, int] = {}
+        self.notes: list[str] = []
+
+    def add(self, reason: str, n: int) -> None:
+        if int(n):
+            self.reasons[reason] = self.reasons.get(reason, 0) + int(n)
+
+    @property
+    def total(self) -> int:
+        return sum(self.reasons.values())
+
+    def line(self) -> str:
+        """``"skipped 7 of 1,200 rows: 4 n/a, 3 duplicated (...)"`` (``"skipped no
+        rows"`` when none), then the notes."""
+        if self.total:
+            head = f"skipped {self.total:,} of {self.n_rows:,} rows: " + ", ".join(
+                f"{n:,} {r}" for r, n in self.reasons.items())
+        else:
+            head = f"skipped no rows of {self.n_rows:,}"
+        return "; ".join([head] + self.notes)
+
+    def to_dict(self) -> dict:
+        return {"n_rows": self.n_rows, "n_skipped": self.total, "skipped": dict(self.reasons), "notes": list(self.notes)}
+
+
+#: timestamps above these are in the next unit (unix seconds reach 1e10 only in 2286)
+_TS_UNITS = ((1e17, 1e9, "nanoseconds"), (1e14, 1e6, "microseconds"), (1e11, 1e3, "milliseconds"))
+
+
+def seconds_timestamps(ts: np.ndarray, skips: SkipCount, field: str) -> np.ndarray:
+    """Unix timestamps in seconds from ``ts`` (float64; NaN kept).
+
+    A column whose median is in milliseconds (or micro-, nanoseconds: above 1e11,
+    1e14, 1e17, which unix seconds reach only after the year 5000) is converted, with a
+    note in ``skips``. In a column of seconds, rows in such a unit cannot be told
+    apart from a clock error: they become NaN and are counted (``"timestamps in
+    milliseconds"``). Negative timestamps become NaN and are counted."""
+    ts = np.asarray(ts, dtype=np.float64)
+    fin = ts[np.isfinite(ts)]
+    if fin.size:
+        med = float(np.median(fin))
+        for lim, div, unit in _TS_UNITS:
+            if med > lim:
+                ts = ts / div
+                skips.notes.append(f"{field} converted from {unit} to seconds (median {med:.6g})")
+                break
+        with np.errstate(invalid="ignore"):
+            bad = ts > _TS_UNITS[-1][0]
+            neg = ts < 0
+        if bad.any() or neg.any():
+            skips.add(f"{field} in milliseconds or larger units among seconds", int(bad.sum()))
+            skips.add(f"negative {field}", int(neg.sum()))
+            ts = np.where(bad | neg, np.nan, ts)
+    return ts
 
 
 def make_config(cls, config):
@@ -168,7 +234,7 @@ def find_long_file(path: str | Path) -> Path:
                            fix="give the telemetry file, or rename it if it is your own data")
         return p
     skipped: list[str] = []
-    for pat in (("*.parquet",), ("*.csv", "*.csv.gz")):
+    for pat in (("*.parquet",), ("*.csv", "*.csv.gz", "*.tsv", "*.tsv.gz", "*.tab")):
         cands = sorted({f for g in pat for f in p.glob(g)})
         skipped += [f.name for f in cands if _is_answer(f)]
         found = [f for f in cands if not _is_answer(f)]
@@ -205,20 +271,36 @@ def read_long(path: str | Path) -> pd.DataFrame:
             strs = [c for c in ("component", "peer_group", "metric", "run_id") if c in cols]
             df = pq.read_table(f, columns=cols, read_dictionary=strs).to_pandas()
         else:
-            head = pd.read_csv(f, nrows=0)
+            sep = _delimiter(f)
+            head = pd.read_csv(f, nrows=0, sep=sep)
             missing = [c for c in LONG_COLUMNS if c not in head.columns]
             if missing:
                 raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="long",
-                               fix="a long-format file has columns " + ", ".join(LONG_COLUMNS))
+                               fix="a long-format file has columns " + ", ".join(LONG_COLUMNS)
+                               + " (comma- or tab-separated)")
             cols = list(LONG_COLUMNS) + (["run_id"] if "run_id" in head.columns else [])
-            df = pd.read_csv(f, usecols=cols, dtype={"component": "category", "peer_group": "category",
-                                                     "metric": "category"})
+            df = pd.read_csv(f, usecols=cols, sep=sep, dtype={"component": "category", "peer_group": "category",
+                                                              "metric": "category"})
     except BadInput:
         raise
     except Exception as e:  # a malformed file: say which, in one line
         raise BadInput(f"{f} could not be read ({type(e).__name__}: {e})", field="PATH") from None
     df.attrs["source"] = str(f)
     return df
+
+
+def _delimiter(f: Path) -> str:
+    """``"\\t"`` for a TSV file (named ``.tsv``/``.tab``, or a header line with tabs and
+    no commas), else ``","``."""
+    name = f.name.lower()
+    if name.endswith((".tsv", ".tsv.gz", ".tab")):
+        return "\t"
+    import gzip
+
+    opener = gzip.open if name.endswith(".gz") else open
+    with opener(f, "rt", errors="replace") as fh:
+        first = fh.readline()
+    return "\t" if "\t" in first and "," not in first else ","
 
 
 def label_long(df: pd.DataFrame, config: LongConfig | dict | None = None, *, run_id: str = "") -> pd.DataFrame:
@@ -229,7 +311,7 @@ def label_long(df: pd.DataFrame, config: LongConfig | dict | None = None, *, run
 
 
 def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = None, *,
-                          run_id: str = "") -> tuple[pd.DataFrame, pd.DataFrame]:
+                          run_id: str = "", skips: SkipCount | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Label a long-format frame with the labeler's two views, per metric, and judge
     each component as a whole.
 
@@ -288,7 +370,16 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
     comp_all, comp_names = _codes(df["component"])
     grp_all, grp_names = _codes(df["peer_group"])
     met_all, met_names = _codes(df["metric"])
-    ok = np.isfinite(ts_all) & np.isfinite(val_all) & (comp_all >= 0) & (grp_all >= 0) & (met_all >= 0)
+    skips = skips if skips is not None else SkipCount(len(df))
+    ok = _keep_rows(ts_all, val_all, comp_all, grp_all, met_all, skips)
+    ts_all = seconds_timestamps(np.where(ok, ts_all, np.nan), skips, "timestamp")
+    ok &= np.isfinite(ts_all)
+    if ok.any():  # a component's metric sampled twice at one timestamp: the first row is kept
+        idx = np.flatnonzero(ok)
+        key = pd.MultiIndex.from_arrays([comp_all[idx], met_all[idx], ts_all[idx]])
+        dup = key.duplicated(keep="first")
+        skips.add("duplicated (component, metric, timestamp)", int(dup.sum()))
+        ok[idx[dup]] = False
     rows: list[dict] = []
     cover: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # component -> observed intervals per metric
     levels: dict[str, list[np.ndarray]] = {}  # component -> its peer ratios, per metric
@@ -528,6 +619,20 @@ def judge_persistence(components: pd.DataFrame, config: LongConfig | dict | None
     return out[first + [c for c in out.columns if c not in first]]
 
 
+def _keep_rows(ts, val, comp, grp, met, skips: SkipCount) -> np.ndarray:
+    """Rows of a long-format input to keep; the others counted in ``skips`` by their
+    first reason: an empty or missing value (n/a), an infinite one, a negative value
+    (a duration or latency below zero)."""
+    na = np.isnan(ts) | np.isnan(val) | (comp < 0) | (grp < 0) | (met < 0)
+    skips.add("n/a (empty or missing value)", int(na.sum()))
+    inf = ~na & (np.isinf(ts) | np.isinf(val))
+    skips.add("infinite", int(inf.sum()))
+    with np.errstate(invalid="ignore"):
+        neg = ~na & ~inf & (val < 0)
+    skips.add("negative value", int(neg.sum()))
+    return ~(na | inf | neg)
+
+
 def _numeric(df: pd.DataFrame, col: str, fix: str) -> np.ndarray:
     """Column ``col`` as float64; BadInput naming the column, the first offending
     value and its row (0-based; line row + 2 of a CSV with a header) otherwise.
@@ -602,11 +707,89 @@ def import_long(path: str | Path, config: LongConfig | dict | None = None) -> Im
         ids = [str(x) for x in pd.unique(df["run_id"].dropna())]
         if len(ids) == 1:
             run_id = ids[0]
-    labels, comps = label_long_components(df, cfg, run_id=run_id)
+    skips = SkipCount(len(df))
+    labels, comps = label_long_components(df, cfg, run_id=run_id, skips=skips)
     info = {"n_rows": int(len(df)), "n_components": int(df["component"].nunique()),
             "n_metrics": int(df["metric"].nunique()), "source": str(src), "config": cfg.to_dict(),
-            "persistent": comps.loc[comps["persistent"], "component"].tolist()}
+            "persistent": comps.loc[comps["persistent"], "component"].tolist(),
+            "skipped": skips.to_dict(), "skipped_line": skips.line()}
     return ImportResult(format="long", labels=labels, whatif=None, info=info, components=comps)
+
+
+# -- Alibaba PAI mini-batch times (alibaba/clusterdata, as published) ------------------
+
+PAI_COLUMNS = ("worker", "time", "batch_time_norm")
+
+
+def read_pai(path: str | Path) -> pd.DataFrame:
+    """Per-worker mini-batch times of PAI training jobs as alibaba/clusterdata publishes
+    them (``cluster-trace-gpu-v2020/mini-batch-time/job_N_norm.csv``: an unnamed index,
+    ``worker``, ``gpu`` (percent of one GPU requested), ``time`` (s from the job's
+    start), ``batch_time_norm`` (the mini-batch time normalized to 0-1000 per job: a
+    duration, larger is slower)), as a long-format frame: ``component`` ``worker:N``,
+    ``peer_group`` the job (its workers do the same work), ``timestamp`` = ``time``,
+    ``metric`` ``batch_time_norm``, ``run_id`` the job. ``path`` is one file or a folder
+    of ``job_*.csv`` files (every job; each job its own peer group).
+
+    Raises BadInput naming the file for a missing file or column."""
+    p = Path(path)
+    if not p.exists():
+        raise BadInput(f"{p} does not exist", field="PATH")
+    files = sorted(p.glob("job_*.csv")) if p.is_dir() else [p]
+    if not files:
+        raise BadInput(f"{p} holds no job_*.csv file", field="PATH",
+                       fix="give alibaba/clusterdata's mini-batch-time folder or one job_N_norm.csv")
+    parts = []
+    for f in files:
+        try:
+            d = pd.read_csv(f)
+        except Exception as e:
+            raise BadInput(f"{f} could not be read ({type(e).__name__}: {e})", field="PATH") from None
+        missing = [c for c in PAI_COLUMNS if c not in d.columns]
+        if missing:
+            raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="pai-minibatch",
+                           fix="a PAI mini-batch file has columns worker, gpu, time, batch_time_norm")
+        job = f.name.split(".")[0].replace("_norm", "")
+        parts.append(pd.DataFrame({"component": "worker:" + d["worker"].astype(str), "peer_group": job,
+                                   "timestamp": d["time"], "metric": "batch_time_norm",
+                                   "value": d["batch_time_norm"], "run_id": job}))
+    df = pd.concat(parts, ignore_index=True)
+    df.attrs["source"] = str(p)
+    return df
+
+
+def import_pai(path: str | Path, config: LongConfig | dict | None = None) -> ImportResult:
+    """Import PAI mini-batch times (:func:`read_pai`) and label them like any long-format
+    input (:func:`label_long_components`, the same defaults): each job separately
+    (``run_id`` the job; a worker's ``component`` is ``JOB/worker:N`` when the input
+    holds several jobs). A worker steadily slower than its peers by less than the peer
+    threshold (1.3x) is no episode; a straggler episode is a peer (or temporal) label.
+
+    Returns:
+        :class:`ImportResult` (format ``pai-minibatch``): labels of every job, the
+        components summary of every job (``run_id`` column added), ``info`` per job.
+    """
+    cfg = make_config(LongConfig, config)
+    df = read_pai(path)
+    jobs = sorted(pd.unique(df["run_id"]).tolist())
+    labs, comps, per = [], [], {}
+    skips = SkipCount(len(df))
+    for job in jobs:
+        d = df[df["run_id"] == job].reset_index(drop=True)
+        if len(jobs) > 1:
+            d["component"] = job + "/" + d["component"]
+        lab, comp = label_long_components(d, cfg, run_id=job, skips=skips)
+        comp.insert(0, "run_id", job)
+        labs.append(lab)
+        comps.append(comp)
+        per[job] = {"n_labels": int(len(lab)), "labeled": sorted(set(lab["component"].astype(str))),
+                    "failslow": comp.loc[comp["persistent"], "component"].tolist(),
+                    "level_by_worker": {str(r.component): round(float(r.level), 4) for r in comp.itertuples()}}
+    labels = pd.concat([x for x in labs if len(x)], ignore_index=True) if any(len(x) for x in labs) else labs[0]
+    info = {"n_rows": int(len(df)), "source": df.attrs["source"], "jobs": per, "config": cfg.to_dict(),
+            "skipped": skips.to_dict(), "skipped_line": skips.line()}
+    return ImportResult(format="pai-minibatch", labels=labels, whatif=None, info=info,
+                        components=pd.concat(comps, ignore_index=True))
 
 
 # -- registry and output ---------------------------------------------------------------
@@ -627,6 +810,7 @@ def _trace(path, config=None):
 #: format name -> importer ``(path, config=None) -> ImportResult``
 FORMATS: dict[str, Callable[..., ImportResult]] = {
     "long": import_long,
+    "pai-minibatch": import_pai,
     "perseus": _perseus,
     "straggler-trace": _trace,
 }
@@ -646,12 +830,13 @@ def import_path(fmt: str, path: str | Path, config=None) -> ImportResult:
 
 #: files an importer may write into its output folder (:func:`write_outputs`); one
 #: that a new result does not have is removed, so a re-used folder keeps no stale one
-OUTPUT_FILES = ("labels.parquet", "whatif.json", "components.parquet", "drives.json")
+OUTPUT_FILES = ("labels.parquet", "whatif.json", "components.parquet", "drives.json", "import.json")
 
 
 def write_outputs(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
-    """Write ``labels.parquet`` (faultlab.schema.LABELS), ``whatif.json`` when the result
-    has one, ``components.parquet`` when it has a components summary, and the result's
+    """Write ``labels.parquet`` (faultlab.schema.LABELS), ``import.json`` (the format and
+    the result's ``info``: source, counts, the rows skipped by reason), ``whatif.json``
+    when the result has one, ``components.parquet`` when it has a components summary, and the result's
     extra JSON files into ``out_dir`` (created), all or nothing
     (:func:`faultlab.rundir.write_together`): every file goes to a temporary file
     first and all are renamed into place only when all are written; the
@@ -676,6 +861,8 @@ def write_outputs(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
         comps = pa.Table.from_pandas(result.components, preserve_index=False)
         writers["components.parquet"] = lambda tmp: pq.write_table(comps, tmp)
     docs = dict(result.extra)
+    # what was read and what was left out (nothing dropped in silence)
+    docs["import.json"] = {"format": result.format, **{k: v for k, v in result.info.items() if k != "config"}}
     if result.whatif is not None:
         docs["whatif.json"] = result.whatif
     for name, doc in docs.items():
@@ -685,7 +872,7 @@ def write_outputs(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
     return write_together(out, writers, remove=stale)
 
 
-__all__ = ["COMPONENT_COLUMNS", "FORMATS", "ImportResult", "LONG_COLUMNS", "LongConfig", "OUTPUT_FILES", "find_long_file",
-           "import_long",
+__all__ = ["COMPONENT_COLUMNS", "FORMATS", "ImportResult", "LONG_COLUMNS", "LongConfig", "OUTPUT_FILES", "SkipCount",
+           "find_long_file", "import_long", "import_pai", "read_pai", "seconds_timestamps",
            "import_path", "json_safe", "judge_persistence", "label_long", "label_long_components", "make_config",
            "read_long", "write_outputs"]

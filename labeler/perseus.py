@@ -10,7 +10,12 @@ clustering step; no scikit-learn).
 
 Input (format name ``perseus``): ``metrics.parquet`` (or a folder holding it) with
 columns ``host, ts`` (unix s), ``disk_id``, ``throughput`` (bytes/s), ``latency`` (any
-unit, larger is slower), and optionally ``cluster``. Only these columns are read.
+unit, larger is slower), and optionally ``cluster``. Only these columns are read. Or
+the dataset as upstream publishes it (ucare-uchicago/kratos-failslow): its ``data/``
+folder (``cluster_X/HOST/YYYY-MM-DD.csv``: ``ts, disk_id, throughput, latency``; the
+cluster and host from the folder names) or one ``cluster_X/`` folder;
+``slow_drive_info.csv`` there (the answers) is never read. Rows left out are counted
+and said (``info["skipped_line"]``, ``import.json``).
 
 1. **Regression** (per host and fit window, default one day as Perseus fits per node
    per day): throughput is cut into ``n_bins`` equal-count bins; the expected latency
@@ -120,7 +125,8 @@ class PerseusConfig:
 def find_file(path: str | Path) -> Path:
     """The metrics Parquet for ``path`` (the file, or a folder holding ``metrics.parquet``).
 
-    Raises BadInput when it does not exist.
+    Raises BadInput when it does not exist (a folder in the kratos-failslow layout is
+    read by :func:`read_samples` through :func:`kratos_files` instead).
     """
     p = Path(path)
     if not p.exists():
@@ -128,10 +134,61 @@ def find_file(path: str | Path) -> Path:
     if p.is_dir():
         f = p / "metrics.parquet"
         if not f.exists():
-            raise BadInput(f"{p} holds no metrics.parquet", field="PATH",
-                           fix="give a Perseus folder (metrics.parquet: host, ts, disk_id, throughput, latency) or the file")
+            raise BadInput(f"{p} holds no metrics.parquet and no cluster_X/HOST/DAY.csv folders", field="PATH",
+                           fix="give a Perseus folder (metrics.parquet: host, ts, disk_id, throughput, latency), "
+                               "the file, or kratos-failslow's data/ (or data/cluster_X/) folder as published")
         return f
     return p
+
+
+#: the upstream answer file of the kratos-failslow layout: never read
+KRATOS_ANSWER = "slow_drive_info.csv"
+
+
+def kratos_files(path: str | Path) -> list[tuple[str, str, Path]]:
+    """The per-host-per-day CSV files of the kratos-failslow layout, as upstream
+    publishes the Perseus dataset (ucare-uchicago/kratos-failslow ``data/``):
+    ``data/cluster_X/host_N/YYYY-MM-DD.csv`` with columns ``ts, disk_id, throughput,
+    latency``, and ``data/slow_drive_info.csv`` (the operators' answers: never read).
+    ``path`` is ``data/`` (every cluster) or one ``cluster_X/`` folder.
+
+    Returns ``[(cluster, host, file)]`` sorted, or ``[]`` when ``path`` is not in that
+    layout (no ``*/*.csv`` below it, nor ``*/*/*.csv``)."""
+    p = Path(path)
+    if not p.is_dir() or (p / "metrics.parquet").exists():
+        return []
+    out = []
+    for f in sorted(p.glob("*/*/*.csv")):  # data/cluster_X/host/day.csv
+        out.append((f.parent.parent.name, f.parent.name, f))
+    if not out:
+        for f in sorted(p.glob("*/*.csv")):  # cluster_X/host/day.csv
+            out.append((p.name, f.parent.name, f))
+    return [x for x in out if x[2].name != KRATOS_ANSWER]
+
+
+def _read_kratos(files: list[tuple[str, str, Path]]):
+    """One Arrow table (``cluster, host, ts, disk_id, throughput, latency``) from the
+    kratos-failslow CSV files (pyarrow.csv, one file at a time).
+
+    Raises BadInput naming the file for an unreadable CSV or a missing column."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    parts = []
+    need = ("ts", "disk_id", "throughput", "latency")
+    for cluster, host, f in files:
+        try:
+            t = pcsv.read_csv(f, convert_options=pcsv.ConvertOptions(
+                include_columns=list(need), column_types={"disk_id": pa.string(), "ts": pa.float64(),
+                                                          "throughput": pa.float64(), "latency": pa.float64()},
+                null_values=["", "NA", "N/A", "n/a", "NaN", "nan", "null", "None"], strings_can_be_null=True))
+        except (pa.ArrowInvalid, KeyError, OSError) as e:
+            raise BadInput(f"{f} could not be read ({type(e).__name__}: {str(e).splitlines()[0]})", field="PATH",
+                           fix="a kratos-failslow day file has columns " + ", ".join(need)) from None
+        n = t.num_rows
+        parts.append(t.append_column("cluster", pa.array([cluster] * n, pa.string()))
+                      .append_column("host", pa.array([host] * n, pa.string())))
+    return pa.concat_tables(parts) if parts else pa.table({c: pa.array([], pa.float64()) for c in need})
 
 
 @dataclass
@@ -140,7 +197,9 @@ class DriveSamples:
 
     ``drive`` (int codes into ``drive_names``), ``host`` (int codes into
     ``host_names``), ``ts`` unix s (int64 or float64), ``throughput`` bytes/s,
-    ``latency`` (input unit); ``drive_host[d]`` the host code of drive ``d``.
+    ``latency`` (input unit); ``drive_host[d]`` the host code of drive ``d``;
+    ``skips`` the rows left out by reason (n/a, infinite, negative, timestamps in
+    another unit, duplicated keys) and ``source`` the file or folder read.
     """
 
     drive: np.ndarray
@@ -153,10 +212,19 @@ class DriveSamples:
     drive_host: np.ndarray
     clusters: list[str]
     n_rows: int
+    skips: Any = None  # faultlab.labeler.importers.SkipCount: the rows left out, by reason
+    source: str = ""
 
 
 def read_samples(path: str | Path) -> DriveSamples:
-    """Read only the needed columns of a Perseus metrics file with pyarrow.
+    """Read only the needed columns of a Perseus metrics file with pyarrow, or the
+    per-host-per-day CSV files of the kratos-failslow layout (:func:`kratos_files`).
+
+    Rows left out are counted by reason (``DriveSamples.skips``): an empty or missing
+    value, an infinite one, a negative throughput or a latency <= 0, a timestamp in
+    milliseconds among seconds or negative, a drive sampled twice at one timestamp
+    (the first row kept). A whole ``ts`` column in milliseconds (or micro-,
+    nanoseconds) is converted to seconds, with a note.
 
     Raises:
         BadInput for a missing file, an unreadable file or a missing column.
@@ -165,22 +233,34 @@ def read_samples(path: str | Path) -> DriveSamples:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    f = find_file(path)
-    try:
-        names = pq.ParquetFile(f).schema_arrow.names
-    except Exception as e:
-        raise BadInput(f"{f} is not a readable Parquet file ({e})", field="PATH") from None
+    from faultlab.labeler.importers import SkipCount, seconds_timestamps
+
+    kfiles = kratos_files(path)
+    if kfiles:  # the layout as upstream publishes it
+        table = _read_kratos(kfiles)
+        names, n_rows, source = table.column_names, table.num_rows, str(Path(path))
+
+        def read(col: str, dictionary: bool):
+            c = table.column(col)
+            return pc.dictionary_encode(c) if dictionary else c
+    else:
+        f = find_file(path)
+        try:
+            names = pq.ParquetFile(f).schema_arrow.names
+        except Exception as e:
+            raise BadInput(f"{f} is not a readable Parquet file ({e})", field="PATH") from None
+        pf = pq.ParquetFile(f)
+        n_rows, source = pf.metadata.num_rows, str(f)
+
+        def read(col: str, dictionary: bool):
+            # one column at a time keeps the peak memory near one column's size
+            return pq.read_table(f, columns=[col], read_dictionary=[col] if dictionary else None, use_threads=False,
+                                 pre_buffer=False).column(col)
     missing = [c for c in REQUIRED if c not in names]
     if missing:
-        raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="metrics",
+        raise BadInput(f"{Path(source).name} misses column(s) {', '.join(missing)}", field="metrics",
                        fix=f"a Perseus metrics file has columns {', '.join(REQUIRED)}")
-    pf = pq.ParquetFile(f)
-    n_rows = pf.metadata.num_rows
-
-    def read(col: str, dictionary: bool):
-        # one column at a time keeps the peak memory near one column's size
-        return pq.read_table(f, columns=[col], read_dictionary=[col] if dictionary else None, use_threads=False,
-                             pre_buffer=False).column(col)
+    skips = SkipCount(n_rows)
 
     def codes(col: str) -> tuple[np.ndarray, list[str]]:
         arr = read(col, True)
@@ -214,11 +294,20 @@ def read_samples(path: str | Path) -> DriveSamples:
     else:
         c_idx, c_names = np.zeros(n_rows, dtype=np.int32), [""]
     ts = num("ts")
-    ok = np.isfinite(ts) & (h_idx >= 0) & (d_idx >= 0) & (c_idx >= 0)
     tp = num("throughput")
-    ok &= np.isfinite(tp)
     lat = num("latency")
-    ok &= np.isfinite(lat) & (lat > 0)
+    # every row left out is counted by its first reason
+    na = np.isnan(ts) | np.isnan(tp) | np.isnan(lat) | (h_idx < 0) | (d_idx < 0) | (c_idx < 0)
+    skips.add("n/a (empty or missing value)", int(na.sum()))
+    inf = ~na & (np.isinf(ts) | np.isinf(tp) | np.isinf(lat))
+    skips.add("infinite", int(inf.sum()))
+    ok = ~na & ~inf
+    with np.errstate(invalid="ignore"):
+        neg = ok & ((tp < 0) | (lat <= 0))
+    skips.add("negative throughput or latency <= 0", int(neg.sum()))
+    ok &= ~neg
+    ts = seconds_timestamps(np.where(ok, ts, np.nan), skips, "ts")
+    ok &= np.isfinite(ts)
     if not ok.all():
         h_idx, d_idx, c_idx, ts, tp, lat = h_idx[ok], d_idx[ok], c_idx[ok], ts[ok], tp[ok], lat[ok]
     del ok
@@ -241,9 +330,18 @@ def read_samples(path: str | Path) -> DriveSamples:
     del dk, lut, h_idx, d_idx, c_idx
     drive_host = (seen_d // nd_).astype(np.int64)
     drive_names = [f"{host_names[k // nd_]}/{d_names[k % nd_]}" for k in seen_d.tolist()]
+    # a drive sampled twice at one timestamp: the first row is kept
+    if len(ts):
+        o = np.lexsort((ts, drive))
+        dup = np.zeros(len(ts), dtype=bool)
+        dup[o[1:]] = (drive[o[1:]] == drive[o[:-1]]) & (ts[o[1:]] == ts[o[:-1]])
+        if dup.any():
+            skips.add("duplicated (host, disk_id, ts)", int(dup.sum()))
+            keep = ~dup
+            drive, host, ts, tp, lat = drive[keep], host[keep], ts[keep], tp[keep], lat[keep]
     return DriveSamples(drive=drive, host=host, ts=ts, throughput=tp, latency=lat,
                         drive_names=drive_names, host_names=host_names, drive_host=drive_host,
-                        clusters=used_clusters, n_rows=int(n_rows))
+                        clusters=used_clusters, n_rows=int(n_rows), skips=skips, source=source)
 
 
 def _fit(tp: np.ndarray, lat: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
@@ -547,6 +645,9 @@ def import_perseus(path: str | Path, config: PerseusConfig | dict | None = None)
         "failslow": drives.loc[drives["failslow"], "drive"].tolist(),
         "drives": json.loads(drives.to_json(orient="records")),
     }
+    stats["skipped"] = s.skips.to_dict()
+    stats["skipped_line"] = s.skips.line()
+    stats["source"] = s.source
     return ImportResult(format=FORMAT, labels=labels, whatif=None, info=stats, extra={"drives.json": ranking})
 
 

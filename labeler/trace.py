@@ -175,6 +175,14 @@ def find_files(path: str | Path) -> tuple[Path, Path | None]:
     return trace, meta
 
 
+def trace_files(path: str | Path) -> list[Path]:
+    """The ``trace-NAME.parquet`` files of a folder (StragglerAnalysis publishes several
+    in its ``data/`` folder, each with ``meta-NAME.yaml``, beside answer files
+    ``result-*``, ``ms-*``, ``mw-*`` and timelines, never read); ``[path]`` for a file."""
+    p = Path(path)
+    return sorted(p.glob("trace*.parquet")) if p.is_dir() else [p]
+
+
 def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
     """Read a StragglerAnalysis trace (only the trace and its meta file).
 
@@ -743,13 +751,17 @@ def import_trace(path: str | Path, config: TraceConfig | dict | None = None):
     """Import a StragglerAnalysis trace: what-if analysis and labels.
 
     Args:
-        path: ``trace-NAME.parquet`` or the folder holding it with ``meta-NAME.yaml``.
+        path: ``trace-NAME.parquet``, the folder holding it with ``meta-NAME.yaml``, or
+            a folder of several traces (StragglerAnalysis' ``data/`` as published:
+            ``trace-AR.parquet``, ``trace-SE.parquet``, ``trace-ST.parquet``, each with
+            its meta file; every trace is imported).
         config: :class:`TraceConfig` or a dict of its fields.
 
     Returns:
         :class:`faultlab.labeler.importers.ImportResult` with ``labels`` (LABELS
         columns; ``run_id`` = ``TRIAL-RUNID`` from the meta file) and ``whatif`` (the
-        :func:`analyze` result plus ``source`` paths).
+        :func:`analyze` result plus ``source`` paths; for several traces
+        ``{"traces": {run_id: result}, "slowdown_by_trace": {run_id: S}}``).
 
     Raises:
         BadInput for a missing file or column, a bad config field, or an inconsistent trace.
@@ -757,6 +769,17 @@ def import_trace(path: str | Path, config: TraceConfig | dict | None = None):
     from faultlab.labeler.importers import ImportResult, make_config
 
     cfg = make_config(TraceConfig, config)
+    many = trace_files(path)
+    if len(many) > 1:  # StragglerAnalysis' data/ folder as published: every trace in it
+        parts = [import_trace(f, cfg) for f in many]
+        labels = pd.concat([r.labels for r in parts if len(r.labels)], ignore_index=True) if any(
+            len(r.labels) for r in parts) else parts[0].labels
+        traces = {r.whatif["run_id"]: r.whatif for r in parts}
+        whatif = {"method": parts[0].whatif.get("method"), "source": {"format": FORMAT, "folder": str(path)},
+                  "traces": traces, "slowdown_by_trace": {k: v.get("slowdown") for k, v in traces.items()}}
+        return ImportResult(format=FORMAT, labels=labels, whatif=whatif,
+                            info={"n_rows": sum(r.info["n_rows"] for r in parts), "n_traces": len(parts),
+                                  "traces": [str(f) for f in many]})
     df, meta, paths = read_trace(path)
     result, model = analyze(df, meta, cfg)
     run_id = f"{meta.get('trial_name', Path(paths['trace']).stem)}-{meta.get('run_id', 0)}"

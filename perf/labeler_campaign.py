@@ -3,11 +3,12 @@
     python3 perf/labeler_campaign.py CAMPAIGN_OUT_DIR      # runs made by `faultlab campaign`
     python3 perf/labeler_campaign.py --run examples/labeler-eval.yaml --out DIR
 
-For every injection it measures, from the telemetry alone, whether it slowed the job
-(mean job step time over the fault / median over the 10 s before it >= 1.10, both on
-steps when no other injection was in force; a fault wholly overlapped by others is
-counted as confounded and left out) and
-then reports, against those that did:
+For every injection it measures, from the telemetry alone, its job impact (mean job
+step time over the fault / median over the 10 s before it, both on steps when no other
+injection was in force; a fault wholly overlapped by others is counted as confounded
+and left out). It "slowed the job" when the impact is at least the labeler's floor,
+``LabelerConfig().min_slowdown`` (1.2): one figure for what the labeler must label and
+what the evaluation counts. It then reports, against those that did:
 
 - event-level precision, recall and F1 of the labels that claim an injection (a label
   is a true positive when it overlaps an injection that slowed the job; an injection is
@@ -16,7 +17,9 @@ then reports, against those that did:
   rank; the node for nic-slow) is the label's component, or for a job label the
   culprit it names;
 - onset error in steps (label start step - first step at or after the injection);
-- observed labels (no injection) per run-hour, for the noise level.
+- observed labels (no injection) per run-hour, for the noise level;
+- recall per bin of job impact and fault type (a curve from 1.1x up; the bins below
+  the floor are shown too, for what the labeler catches there).
 
 The labels are recomputed with the default LabelerConfig (thresholds are not tuned to
 this campaign).
@@ -33,8 +36,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from faultlab.labeler import label
+from faultlab.labeler import LabelerConfig, label
 from faultlab.rundir import RunDir
+
+#: a fault "slowed the job" when its impact reaches the labeler's own floor
+SLOWED = LabelerConfig().min_slowdown
+#: job-impact bins of the recall curve (lower edges)
+IMPACT_BINS = (1.0, 1.1, 1.2, 1.35, 1.5, 2.0, 3.0)
 
 RANK_TYPES = {"cpu-contention", "process-pause", "gc-storm", "io-slow", "mem-bw"}
 
@@ -88,7 +96,7 @@ def evaluate_run(run_dir: Path) -> dict:
                                   "labeled": bool(len(hits)),
                                   "component": comp, "want": want, "onset_steps": onset})
     # labels that claim an injection but overlap none that slowed the job
-    slowed = {i["fault_id"] for i in out["injections"] if i["impact"] >= 1.10}
+    slowed = {i["fault_id"] for i in out["injections"] if i["impact"] >= SLOWED}
     inj_l = labels[labels.source == "injected"]
     out["label_tp"] = int(inj_l.fault_id.isin(slowed).sum())
     confounded = {i["fault_id"] for i in out["injections"] if i["confounded"]}
@@ -96,9 +104,24 @@ def evaluate_run(run_dir: Path) -> dict:
     return out
 
 
+def _curve(injs: list[dict]) -> dict:
+    """``{bin: {type: "labeled/n"}}`` over the bins of :data:`IMPACT_BINS` (all types
+    too, as ``"all"``), for faults with a measured impact."""
+    out = {}
+    edges = list(IMPACT_BINS) + [float("inf")]
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        xs = [i for i in injs if np.isfinite(i["impact"]) and lo <= i["impact"] < hi]
+        row = {}
+        for t in ["all"] + sorted({i["type"] for i in xs}):
+            ys = [i for i in xs if t == "all" or i["type"] == t]
+            row[t] = f"{sum(i['labeled'] for i in ys)}/{len(ys)}"
+        out[f"{lo:g}-{hi:g}"] = row
+    return out
+
+
 def summarize(runs: list[dict]) -> dict:
     injs = [i for r in runs for i in r.get("injections", [])]
-    slowed = [i for i in injs if i["impact"] >= 1.10]
+    slowed = [i for i in injs if i["impact"] >= SLOWED]
     tp_l = sum(r.get("label_tp", 0) for r in runs)
     fp_l = sum(r.get("label_fp", 0) for r in runs)
     recall = np.mean([i["labeled"] for i in slowed]) if slowed else float("nan")
@@ -112,14 +135,18 @@ def summarize(runs: list[dict]) -> dict:
     onsets = [abs(i["onset_steps"]) for i in slowed if i["onset_steps"] is not None]
     hours = sum(r.get("hours", 0) for r in runs)
     return {
-        "runs": len(runs), "injections": len(injs), "slowed_job_10pct": len(slowed),
+        "runs": len(runs), "injections": len(injs), "slowed_job": len(slowed),
         "confounded": sum(1 for i in injs if i["confounded"]),
         "event_precision": precision, "event_recall": float(recall), "event_f1": f1,
         "localization": acc,
         "onset_error_steps_median": float(np.median(onsets)) if onsets else float("nan"),
         "onset_error_steps_p95": float(np.percentile(onsets, 95)) if onsets else float("nan"),
         "observed_labels_per_run_hour": sum(r.get("observed", 0) for r in runs) / hours if hours else float("nan"),
-        "unmanifested": [(i["type"], round(i["impact"], 3)) for i in injs if i["impact"] < 1.10],
+        "slowed_threshold": SLOWED,
+        "unmanifested": [(i["type"], round(i["impact"], 3)) for i in injs if i["impact"] < SLOWED],
+        "recall_by_type": {t: float(np.mean([i["labeled"] for i in slowed if i["type"] == t]))
+                           for t in sorted({i["type"] for i in slowed})},
+        "recall_by_impact": _curve(injs),
         "onset_error_steps_max": float(np.max(onsets)) if onsets else float("nan"),
         "onset_within_2_steps": float(np.mean([o <= 2 for o in onsets])) if onsets else float("nan"),
     }

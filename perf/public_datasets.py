@@ -11,6 +11,15 @@ Datasets (``../shared/datasets/public/`` relative to the project root):
   and recall of the drives judged ``persistent``, and the ranking by labeled-time
   fraction: Acc@k (confirmed drives in the top k / min(k, confirmed drives)) and
   precision@k (confirmed drives in the top k / k).
+- ``alibaba-pai-minibatch``: per-worker mini-batch times of two PAI jobs
+  (alibaba/clusterdata), read as published by the ``pai-minibatch`` importer: the
+  labels per job, against the publisher's prose (job 2: steady offsets, no episode;
+  job 3: several stragglers).
+- synthetic drive clusters (:data:`faultlab.labeler.synthetic.CLUSTERS`: 0, 1 and 30%
+  fail-slow drives, with hard negatives, offset drives and noisy hosts) and the two
+  halves of cluster A's hosts (held-out splits): drive-level precision and recall of
+  the verdict, Acc@1 and Acc@k of the ranking (k = the confirmed drives), with the
+  ``perseus`` and ``long`` importers and the same defaults.
 - ``straggler-trace-ST``: a StragglerAnalysis trace (OSDI'25). Checked against
   ``result-ST.json`` (the upstream what-if: S, and S by stage / DP rank / op type) and
   ``ms-ST.json``/``mw-ST.json`` (M_S, M_W): S error in %, the straggling stage.
@@ -67,6 +76,10 @@ def child(fmt: str, path: str, out: str) -> None:
     if len(lab):
         span = (lab["end_ts"] - lab["start_ts"]).fillna(0.0)
         doc["label_time_s"] = {str(k): float(v) for k, v in span.groupby(lab["component"].astype(str)).sum().items()}
+    if "jobs" in res.info:  # PAI mini-batch jobs
+        doc["jobs"] = res.info["jobs"]
+        doc["label_list"] = [[str(r.component), float(r.start_ts), float(r.end_ts), float(r.slowdown)]
+                             for r in lab.itertuples(index=False)]
     if res.whatif is not None:
         wi = res.whatif
         doc["whatif"] = {k: wi.get(k) for k in ("slowdown", "slowdown_measured", "launch_slowdown", "decomposition",
@@ -292,6 +305,26 @@ def main() -> int:
                        f"its own history; a whole slow stage has no faster peer); persistent {', '.join(pers) or 'none'}")
             rows.append(("straggler-trace-ST", fmt, r["runtime_s"], r["peak_rss_mb"], r["n_labels"], len(r["components"]), fig))
         rows.append(("straggler-trace-ST", "perseus", None, None, None, None, "n/a (not drive telemetry)"))
+
+    paid = pub / "alibaba-pai-minibatch"
+    if paid.exists():
+        r = run_child("pai-minibatch", paid, work / "alibaba-pai-minibatch")
+        if "error" in r:
+            rows.append(("alibaba-pai-minibatch", "pai-minibatch", None, None, None, None, "ERROR " + r["error"]))
+            ok = False
+        else:
+            figs = []
+            for job, v in sorted(r["jobs"].items()):
+                lv = v["level_by_worker"]
+                spread = f"worker levels {min(lv.values()):.2f}-{max(lv.values()):.2f}"
+                figs.append(f"{job}: {v['n_labels']} label(s) on {', '.join(c.split('/')[-1] for c in v['labeled']) or 'nothing'}"
+                            f", fail-slow {', '.join(v['failslow']) or 'none'} ({spread})")
+            # the publisher's prose: job 2 steady offsets (no episode), job 3 several stragglers
+            ok &= r["jobs"].get("job_2", {}).get("n_labels", 1) == 0
+            rows.append(("alibaba-pai-minibatch", "pai-minibatch", r["runtime_s"], r["peak_rss_mb"], r["n_labels"],
+                         len(r["components"]), "; ".join(figs)))
+            details.append("alibaba-pai-minibatch labels: " + "; ".join(
+                f"{c} {a:.0f}-{b:.0f} s {x:.2f}x" for c, a, b, x in r.get("label_list", [])))
 
     print(f"parent peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB (a floor of every child's)")
     print(f"{'dataset':20} {'importer':16} {'runtime':>9} {'peak MB':>8} {'labels':>7} {'comps':>6}  figures")

@@ -153,3 +153,21 @@ def test_without_net_admin_a_clear_eperm_error_never_false_success(testbed2):
     q = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "fleth0"], capture_output=True, text=True).stdout
     assert not FAULT_QDISC.search(q)
     assert json.loads(fl("status", "--json").stdout) == []
+
+
+@pytest.mark.parametrize("node", ["netns:fl-no-such-ns", "fl-bare", "ssh:gpu-07", "a,b"])
+def test_unknown_type_is_named_before_the_node(node):
+    """A typo in --type is the error named whatever --node says (it used to be the
+    node: `--type bogus --node netns:x` said only that the namespace is missing)."""
+    cp = fl("inject", "--type", "nic-slowww", "--node", node, "--rate", "5mbit", "--dry-run")
+    lines = [l for l in cp.stderr.splitlines() if l.strip()]
+    assert cp.returncode == 2 and len(lines) == 1, cp.stderr
+    assert lines[0].startswith("faultlab: error: --type: unknown fault type 'nic-slowww'"), lines[0]
+    assert "nic-slow," in lines[0]
+
+
+def test_ssh_node_on_the_command_line_points_at_the_inventory():
+    cp = fl("inject", "--type", "nic-slow", "--node", "ssh:gpu-07", "--rate", "5mbit", "--dry-run")
+    lines = [l for l in cp.stderr.splitlines() if l.strip()]
+    assert cp.returncode == 2 and len(lines) == 1, cp.stderr
+    assert lines[0].startswith("faultlab: error: --node: ") and "--inventory" in lines[0], lines[0]

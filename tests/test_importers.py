@@ -667,7 +667,7 @@ def test_trace_deterministic(tmp_path):
 def test_write_outputs(tmp_path):
     res = importers.import_path("straggler-trace", write_trace(tmp_path, pipeline_trace(slow={(1, 1): 1.6})))
     written = importers.write_outputs(res, tmp_path / "out")
-    assert set(written) == {"labels.parquet", "whatif.json"}  # no components summary for this format
+    assert set(written) == {"labels.parquet", "whatif.json", "import.json"}  # no components summary for this format
     assert res.components is None and not (tmp_path / "out" / "components.parquet").exists()
     back = pq.read_table(written["labels.parquet"]).to_pandas()
     assert list(back["component"]) == ["rank:3"]
@@ -705,3 +705,150 @@ def test_drive_verdict_on_synthetic_clusters(tmp_path, spec):
     assert hit >= 0.95 * len(truth)
     assert [d["drive"] for d in ranking["drives"][:len(truth)]] == ranking["failslow"][:len(truth)]
     assert drives_of(res.labels) <= flagged  # a steady 1.2x drive on a noisy host may have no slow window
+
+
+# -- the public data as upstream publishes it ---------------------------------------------
+
+
+def _kratos_layout(root: Path, hosts: list[str]) -> Path:
+    """ucare-uchicago/kratos-failslow's ``data/`` folder, built from the shared subset:
+    ``data/cluster_A/HOST/YYYY-MM-DD.csv`` (quoted header ``"ts","disk_id","throughput",
+    "latency"``, quoted disk ids, one file per host per day) and
+    ``data/slow_drive_info.csv`` (the answers, here with the wrong drive on purpose: an
+    importer that read it would show it)."""
+    import csv as csv_mod
+
+    t = pq.read_table(PERSEUS_DIR / "metrics.parquet", columns=["host", "ts", "disk_id", "throughput", "latency"],
+                      filters=[("host", "in", hosts)]).to_pandas()
+    data = root / "data"
+    t["day"] = pd.to_datetime(t["ts"], unit="s").dt.strftime("%Y-%m-%d")
+    for (host, day), g in t.groupby(["host", "day"], observed=True):
+        d = data / "cluster_A" / str(host)
+        d.mkdir(parents=True, exist_ok=True)
+        g[["ts", "disk_id", "throughput", "latency"]].to_csv(d / f"{day}.csv", index=False,
+                                                            quoting=csv_mod.QUOTE_NONNUMERIC)
+    (data / "slow_drive_info.csv").write_text("cluster,host_name,workload,disk_id,\ncluster_A,host_20,e-commerce,disk1,\n")
+    return data
+
+
+@needs_perseus
+def test_perseus_reads_the_kratos_failslow_layout_as_published(tmp_path):
+    hosts = ["host_20", "host_21", "host_22", "host_23", "host_24", "host_25"]
+    data = _kratos_layout(tmp_path, hosts)
+    head = next((data / "cluster_A" / "host_22").glob("*.csv")).read_text().splitlines()[:2]
+    assert head[0] == '"ts","disk_id","throughput","latency"' and ',"disk' in head[1]  # as upstream
+    ref_dir = tmp_path / "ref"
+    ref_dir.mkdir()
+    pq.write_table(pq.read_table(PERSEUS_DIR / "metrics.parquet", filters=[("host", "in", hosts)]),
+                   ref_dir / "metrics.parquet")
+    ref = importers.import_path("perseus", ref_dir)
+    for path in (data, data / "cluster_A"):  # the data/ folder, or one cluster's
+        res = importers.import_path("perseus", path)
+        ranking = res.extra["drives.json"]
+        assert set(ranking["failslow"]) == {"host_22/disk11", "host_25/disk8"}, ranking["failslow"]
+        assert ranking["failslow"] == ref.extra["drives.json"]["failslow"]
+        assert res.info["n_samples"] == ref.info["n_samples"]
+        # the empty values of the published data are counted, as in the converted form
+        assert res.info["skipped"]["skipped"] == ref.info["skipped"]["skipped"] == {"n/a (empty or missing value)": 393}
+        assert res.labels["run_id"].unique().tolist() == ["cluster_A"]
+    cp = fl("label", "--import", "perseus", str(data), "--out", str(tmp_path / "o"))
+    assert cp.returncode == 0, cp.stderr
+    assert "skipped 393 of 725,760 rows: 393 n/a" in cp.stdout
+    assert json.loads((tmp_path / "o" / "import.json").read_text())["skipped"]["n_skipped"] == 393
+
+
+@needs_st
+def test_straggler_trace_reads_the_stragglerananalysis_data_folder_as_published(tmp_path):
+    """ByteDance-Seed/StragglerAnalysis' ``data/``: several traces (trace-NAME.parquet +
+    meta-NAME.yaml), beside answers (result-, ms-, mw-), timelines and heatmaps."""
+    import shutil
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in ST_DIR.iterdir():
+        if f.name != "LICENSE":
+            shutil.copy(f, data / f.name)
+    shutil.copy(ST_DIR / "trace-ST.parquet", data / "trace-SX.parquet")  # a second trace of the format
+    (data / "meta-SX.yaml").write_text((ST_DIR / "meta-ST.yaml").read_text().replace("trial_name: ST", "trial_name: SX"))
+    (data / "timeline-ST.json.gz").write_bytes(b"\x1f\x8b not read")
+    (data / "heatmap-ST.png").write_bytes(b"\x89PNG not read")
+    (data / "result-SX.json").write_text("{not json: an importer that read it would fail")
+    res = importers.import_path("straggler-trace", data)
+    up = json.loads((ST_DIR / "result-ST.json").read_text())["blocking_slowdown"]
+    S = res.whatif["slowdown_by_trace"]
+    assert set(S) == {"ST-0", "SX-0"} and res.info["n_traces"] == 2
+    assert abs(S["ST-0"] / up - 1) < 0.03 and S["SX-0"] == S["ST-0"]
+    assert set(res.labels["run_id"]) == {"ST-0", "SX-0"}
+    assert set(res.labels["component"]) == {"stage:3"}
+    cp = fl("label", "--import", "straggler-trace", str(data), "--out", str(tmp_path / "o"))
+    assert cp.returncode == 0, cp.stderr
+    assert "S by trace: ST-0 1.1" in cp.stdout
+
+
+# -- nothing dropped in silence -------------------------------------------------------------
+
+
+def test_long_counts_every_skipped_row_and_reads_tsv(tmp_path):
+    df = persistent_frame(healthy=6, seed=2)
+    n = len(df)
+    bad = df.iloc[:7].copy()
+    bad.loc[bad.index[0], "value"] = np.nan                  # n/a
+    bad.loc[bad.index[1], "value"] = -1.0                    # negative
+    bad.loc[bad.index[2], "value"] = np.inf                  # infinite
+    bad.loc[bad.index[3], "timestamp"] *= 1000.0             # milliseconds among seconds
+    bad = bad.iloc[:4]
+    dup = df.iloc[10:13]                                     # duplicated keys
+    full = pd.concat([df, bad, dup], ignore_index=True)
+    f = tmp_path / "m.tsv"
+    full.to_csv(f, sep="\t", index=False)
+    res = importers.import_path("long", f)
+    sk = res.info["skipped"]
+    assert sk["n_rows"] == n + 7 and sk["n_skipped"] == 7
+    assert sk["skipped"] == {"n/a (empty or missing value)": 1, "infinite": 1, "negative value": 1,
+                             "timestamp in milliseconds or larger units among seconds": 1,
+                             "duplicated (component, metric, timestamp)": 3}
+    assert res.info["skipped_line"].startswith("skipped 7 of ")
+    # the same as the clean input: the skipped rows changed nothing
+    clean = importers.import_path("long", (tmp_path / "c.parquet") if df.to_parquet(tmp_path / "c.parquet") is None else None)
+    assert sorted(clean.info["persistent"]) == sorted(res.info["persistent"]) == ["slow"]
+    # a tab-separated file without the .tsv name is recognized too
+    g = tmp_path / "m.txt"
+    g.write_text(f.read_text())
+    assert importers.read_long(g).shape[0] == n + 7
+
+
+def test_perseus_milliseconds_column_is_converted_and_said(tmp_path):
+    df = perseus_frame(hosts=1, slow={(0, 2): (1.5, None)}, seed=4)
+    df.to_parquet(tmp_path / "s.parquet")
+    ms = df.assign(ts=df["ts"] * 1000)
+    ms.loc[ms.index[:3], "latency"] = -5.0
+    ms.to_parquet(tmp_path / "ms.parquet")
+    a = importers.import_path("perseus", tmp_path / "s.parquet")
+    b = importers.import_path("perseus", tmp_path / "ms.parquet")
+    assert b.extra["drives.json"]["failslow"] == a.extra["drives.json"]["failslow"] == ["host_0/disk2"]
+    assert b.info["skipped"]["skipped"] == {"negative throughput or latency <= 0": 3}
+    assert "ts converted from milliseconds to seconds" in b.info["skipped_line"]
+    assert a.info["skipped_line"] == f"skipped no rows of {len(df):,}"
+
+
+PAI_DIR = PUBLIC / "alibaba-pai-minibatch"
+
+
+@pytest.mark.skipif(not (PAI_DIR / "job_2_norm.csv").exists(), reason="public PAI data not present")
+def test_pai_minibatch_steady_offsets_are_no_episodes():
+    """alibaba/clusterdata's mini-batch times as published: job 2 (steady per-worker
+    offsets, up to 1.09x its peers) gets no label and no verdict; job 3's straggler
+    episodes are labeled on the workers whose series show them (6-9), with the
+    defaults."""
+    res = importers.import_path("pai-minibatch", PAI_DIR)
+    jobs = res.info["jobs"]
+    assert set(jobs) == {"job_2", "job_3"}
+    assert jobs["job_2"]["n_labels"] == 0 and jobs["job_2"]["failslow"] == []
+    assert max(jobs["job_2"]["level_by_worker"].values()) > 1.05  # the offsets are there
+    lab3 = res.labels[res.labels["run_id"] == "job_3"]
+    assert len(lab3) >= 1
+    assert set(lab3["component"]) <= {f"job_3/worker:{k}" for k in (6, 7, 8, 9)}
+    assert (lab3["slowdown"] >= 1.2).all()
+    assert res.info["skipped"]["n_skipped"] == 1  # one worker sampled twice at one time: said
+    single = importers.import_path("pai-minibatch", PAI_DIR / "job_2_norm.csv")
+    assert len(single.labels) == 0 and set(single.components["component"]) == {f"worker:{k}" for k in range(10)}

@@ -256,7 +256,7 @@ def test_import_outputs_all_or_nothing_and_no_stale_whatif(tmp_path):
     out = tmp_path / "out"
     trace = importers.import_path("straggler-trace", write_trace(tmp_path, pipeline_trace(slow={(1, 1): 1.6})))
     importers.write_outputs(trace, out)
-    assert {p.name for p in out.iterdir()} == {"labels.parquet", "whatif.json"}
+    assert {p.name for p in out.iterdir()} == {"labels.parquet", "whatif.json", "import.json"}
     f = tmp_path / "tele.csv"
     long_frame().to_csv(f, index=False)
     long = importers.import_path("long", f)
@@ -271,10 +271,10 @@ def test_import_outputs_all_or_nothing_and_no_stale_whatif(tmp_path):
     (out / "components.parquet.tmp").rmdir()
     # re-used folder: the trace's whatif.json must not survive the long import
     written = importers.write_outputs(long, out)
-    assert set(written) == {"labels.parquet", "components.parquet"}
-    assert {p.name for p in out.iterdir()} == {"labels.parquet", "components.parquet"}
+    assert set(written) == {"labels.parquet", "components.parquet", "import.json"}
+    assert {p.name for p in out.iterdir()} == {"labels.parquet", "components.parquet", "import.json"}
     importers.write_outputs(trace, out)
-    assert {p.name for p in out.iterdir()} == {"labels.parquet", "whatif.json"}
+    assert {p.name for p in out.iterdir()} == {"labels.parquet", "whatif.json", "import.json"}
 
 
 # -- 5. injections ---------------------------------------------------------------------------

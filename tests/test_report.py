@@ -136,3 +136,31 @@ def test_dataset_folder_gets_a_thumbnail_per_run_and_its_card(tmp_path):
     (ds / "README.md").write_text("---\nlicense: cc-by-4.0\n---\n# A test dataset\nTwo synthetic runs.\n")
     html = write_report(ds).read_text()
     assert html.count('class="plot thumb"') == 2 and "A test dataset" in html and "license: cc-by-4.0" not in html
+
+
+@pytest.mark.parametrize("kind", ["dataset", "folder of runs"])
+def test_collection_with_no_readable_run_is_refused_not_an_empty_page(tmp_path, kind):
+    """Every run unreadable (a junk steps partition; a truncated steps.parquet): one
+    line naming PATH and the run, exit 2, no report.html (it used to write an empty
+    page and exit 0). A collection with some readable runs still lists the others as
+    problems on its page."""
+    p = tmp_path / "c"
+    if kind == "dataset":
+        d = p / "data" / "steps" / "run=r0"
+        d.mkdir(parents=True)
+        (d / "part-0.parquet").write_bytes(b"junk")
+    else:
+        run = make_run(p / "r0", ranks=2, duration_s=30, seed=0)
+        (run / "steps.parquet").write_bytes((run / "steps.parquet").read_bytes()[:100])
+    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "report", str(p)], capture_output=True, text=True, timeout=60)
+    lines = [l for l in cp.stderr.splitlines() if l.strip()]
+    assert cp.returncode == 2 and len(lines) == 1 and lines[0].startswith("faultlab: error: PATH: ") and "r0" in lines[0], cp.stderr
+    assert not (p / "report.html").exists() and not list(p.glob("*.tmp"))
+
+
+def test_time_origin_row_shows_no_made_up_figure(run):
+    """The run page's time-origin row said "... since the first training step
+    (+12.3s)" on every page: a fixed example that read as a measured offset."""
+    html = write_report(run).read_text()
+    row = re.search(r"<dt>time origin</dt><dd>(.*?)</dd>", html).group(1)
+    assert "(+12.3s)" not in row and "since the first training step" in row, row

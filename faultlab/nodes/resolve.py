@@ -38,4 +38,7 @@ def resolve_node(spec: str) -> Node:
         if rest not in netns_list():
             raise BadInput(f"network namespace {rest!r} does not exist", field="--node", fix="see `ip netns list`")
         return NetnsNode(name=rest, netns=rest)
+    if kind == "ssh":
+        raise BadInput(f"ssh nodes are not named on the command line ({spec!r})", field="--node",
+                       fix="name them in an inventory file: --inventory cluster.yaml --node NAME (faultlab testbed inventory-schema)")
     raise BadInput(f"unknown backend {kind!r} in {spec!r}", field="--node", fix=f"give one of: {backends}")

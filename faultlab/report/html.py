@@ -269,6 +269,9 @@ def render_collection(p: Path, runs: list[Path]) -> str:
         cards.append({"id": run.run_id, "src": data_uri(plots.thumbnail(run)), "link": link,
                       "faults": ", ".join(f"{x.fault_type}@{x.node}" for x in run.injections.itertuples()) or "none",
                       "labels": len(run.labels), "steps": int(run.steps["step"].nunique())})
+    if not cards:  # nothing readable: an empty page with exit 0 would hide it
+        raise BadInput(f"none of its {len(runs)} run(s) could be read; {problems[0]}", field="PATH",
+                       fix="restore or relabel the runs (faultlab label RUN_DIR), or run faultlab dataset verify")
     scores_file = next((f for f in (p / "scores.json", p / "metrics.json") if f.is_file()), None)
     rows = _score_rows(_read_json(scores_file)) if scores_file else pooled_scores(per_run)
     ctx = {"title": f"faultlab {'dataset' if dataset else 'runs'} {p.name}", "path": str(p), "kind": "dataset" if dataset else "folder of runs",
