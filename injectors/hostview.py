@@ -312,6 +312,8 @@ def _claims(v: FaultView, o: Orphan) -> bool:
         return v.fault_id == Path(o.what).name[len("faultlab-"):] or any(o.what in ln for ln in _lines(v))
     if o.kind == "qdisc":
         h = o.what.split()[0]
+        if o.dev.startswith("flifb"):  # the ifb's own root qdisc goes with the device
+            return any(o.dev in ln and (not o.netns or o.netns in ln) for ln in _lines(v))
         return any(f"handle {h}" in ln and o.dev in ln and (not o.netns or o.netns in ln) for ln in _lines(v))
     ifb = o.what if o.kind == "ifb" else o.what.split()[-1]
     return any(ifb in ln and (not o.netns or o.netns in ln) for ln in _lines(v))
