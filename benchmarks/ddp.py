@@ -9,6 +9,7 @@ Run one process per rank::
         [--agent-dir DIR|none] [--no-telemetry] [--flush-s 0.5]
         [--seq-len-tokens N [--seq-len-sigma S] [--seqs-per-rank K] [--rebalance]]
         [--gc-mode off|uncoordinated|planned [--gc-every N] [--gc-garbage-mb MB]]
+        [--data-dir DIR [--checkpoint-every N]]
 
 The model is a 256-HIDDEN-256 MLP trained with SGD on synthetic data (a fixed pool
 of batches per rank, targets from a fixed random teacher shared by all ranks).
@@ -44,9 +45,17 @@ Per step, one JSON object is appended to ``TELEMETRY_DIR/steps-rank{R}.jsonl``::
   but cannot return until the collection ends): read ``gc_s`` beside both.
 - ``tokens`` (int, only with ``--seq-len-tokens``): rows (tokens) this rank computed
   in the step, after rebalancing when ``--rebalance``.
-- ``dataloader_s`` (only with ``--seq-len-tokens``): seconds spent building the
-  step's batch (drawing the token counts, rebalancing, slicing the rows); not part
-  of ``compute_s``.
+- ``dataloader_s`` (only with ``--seq-len-tokens`` or ``--data-dir``): seconds spent
+  building the step's batch (drawing the token counts, rebalancing, slicing the rows;
+  with ``--data-dir`` reading the step's shard from disk); not part of ``compute_s``.
+
+Disk-backed data path (``--data-dir DIR``, :mod:`faultlab.benchmarks.diskdata`): the
+rank's 16 batches are written once as shard files under ``DIR/RUN_ID/rankR/`` and one
+is read from disk every step (its pages dropped from the page cache after each read,
+so every read reaches the disk); ``--checkpoint-every N`` writes the model's
+state_dict every N steps with ``O_DIRECT`` + ``fsync`` (counted in ``compute_s`` of that
+step). A throttled disk (``io-slow``) then stalls the rank's dataloader and its
+checkpoints. The folder is removed when the rank ends.
 
 Records are written in batches: the first record at once (so a watcher sees training
 start), then whenever ``--flush-s`` seconds (default 0.5) have passed since the last
@@ -123,6 +132,7 @@ from __future__ import annotations
 import argparse
 import gc
 import heapq
+import io
 import json
 import math
 import os
@@ -394,7 +404,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_common_args(p, peer_group="dp")
     p.add_argument("--hidden", type=int, default=512, help="hidden width of the 256-H-256 MLP")
     p.add_argument("--batch", type=int, default=64, help="samples per rank per step (ignored with --seq-len-tokens)")
+    p.add_argument("--data-dir", default=None, help="disk-backed data path: the rank's batches are shards read from disk each step (dataloader_s), under DIR/RUN_ID/rankR/")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="with --data-dir: write a checkpoint every N steps (O_DIRECT + fsync; counted in compute_s); 0: never")
     a = p.parse_args(argv)
+    if a.checkpoint_every < 0:
+        p.error("--checkpoint-every must be >= 0")
+    if a.data_dir is not None and a.seq_len_tokens is not None:
+        p.error("--data-dir does not combine with --seq-len-tokens")
     for name in ("hidden", "batch"):
         if getattr(a, name) < 1:
             p.error(f"--{name} must be >= 1")
@@ -576,6 +592,7 @@ class StepRecorder:
         }
         if tokens is not None:
             rec["tokens"] = tokens
+        if dataloader_s is not None:
             rec["dataloader_s"] = dataloader_s
         self.log.add(rec)
 
@@ -641,6 +658,11 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(16):
             x = torch.randn(a.batch, 256, generator=gen)
             pool.append((x.to(device), torch.tanh(x @ teacher).to(device)))
+    disk = None
+    if a.data_dir is not None:
+        from faultlab.benchmarks.diskdata import DiskData
+
+        disk = DiskData(a.data_dir, a.run_id, a.rank, [(x.cpu().numpy(), y.cpu().numpy()) for x, y in pool])
     opt = torch.optim.SGD(model.parameters(), lr=a.lr)
     loss_fn = torch.nn.MSELoss()
 
@@ -683,6 +705,9 @@ def main(argv: list[str] | None = None) -> int:
             recorder.begin(step, t0)
             if seqlen:
                 x, y, n_tok, weight = seq_batch(step)
+            elif disk is not None:
+                xn, yn = disk.read(step)
+                x, y = torch.from_numpy(xn).to(device), torch.from_numpy(yn).to(device)
             else:
                 x, y = pool[step % len(pool)]
             td = time.perf_counter()
@@ -704,10 +729,16 @@ def main(argv: list[str] | None = None) -> int:
             for p, v in views:
                 p.grad.copy_(v.view_as(p))
             opt.step()
+            if disk is not None and a.checkpoint_every and step % a.checkpoint_every == a.checkpoint_every - 1:
+                ck = io.BytesIO()
+                torch.save(model.state_dict(), ck)
+                disk.checkpoint(ck.getvalue())
             sync()
             t3 = time.perf_counter()
             if seqlen:  # the batch draw (dataloader) is not compute
                 recorder.end(step, t3 - t0, (t1 - td) + (t3 - t2), t2 - t1, tokens=n_tok, dataloader_s=td - t0)
+            elif disk is not None:  # reading the shard is the dataloader's time
+                recorder.end(step, t3 - t0, (t1 - td) + (t3 - t2), t2 - t1, dataloader_s=td - t0)
             else:
                 recorder.end(step, t3 - t0, (t1 - t0) + (t3 - t2), t2 - t1)
             step += 1
@@ -715,6 +746,8 @@ def main(argv: list[str] | None = None) -> int:
                 break
     finally:
         recorder.close()
+        if disk is not None:
+            disk.close()
 
     # All ranks leave together: a rank that tears gloo down while its peer is still
     # finishing the last all-reduce makes the peer abort at exit (seen here ~1 run in

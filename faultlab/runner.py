@@ -108,6 +108,8 @@ def workload_args(sc: Scenario) -> list[str]:
             args.append("--rebalance")
     if st.gc is not None:
         args += ["--gc-mode", st.gc.mode, "--gc-every", str(st.gc.every_steps), "--gc-garbage-mb", str(st.gc.garbage_mb)]
+    if w.data is not None:
+        args += ["--data-dir", w.data.dir, "--checkpoint-every", str(w.data.checkpoint_every)]
     if w.kind == "pipeline":
         args += ["--stages", str(w.stages)]
         if w.layers_per_stage:

@@ -111,6 +111,23 @@ class Stragglers(_Strict):
     gc: Gc | None = None
 
 
+class DataPath(_Strict):
+    """Disk-backed data (ddp): the rank reads a shard of its batches from ``dir`` every
+    step (page cache dropped, so the read reaches the disk) and writes a checkpoint
+    every ``checkpoint_every`` steps (O_DIRECT + fsync; 0 = never), so a slow disk
+    (``io-slow`` on a path of the same device) stalls the job."""
+
+    dir: str = Field("/var/tmp/faultlab-data", description="folder on the disk to read from (a per-run subfolder is made and removed)")
+    checkpoint_every: int = Field(100, ge=0, description="steps between checkpoints; 0: none")
+
+    @field_validator("dir")
+    @classmethod
+    def _abs(cls, v):
+        if not v.startswith("/"):
+            raise ValueError("give an absolute path, e.g. /var/tmp/faultlab-data")
+        return v
+
+
 class Workload(_Strict):
     """The training job. ``duration`` (with a unit) or ``steps``."""
 
@@ -123,6 +140,7 @@ class Workload(_Strict):
     stages: int | None = Field(None, ge=2, le=8, description="pipeline stages (kind: pipeline)")
     layers_per_stage: list[int] | None = Field(None, description="pipeline: layers of each stage (uneven = stage imbalance)")
     stragglers: Stragglers = Stragglers()
+    data: DataPath | None = Field(None, description="disk-backed data path and checkpoints (ddp); off by default")
 
     _d = field_validator("duration", mode="before")(_dur)
 
@@ -135,6 +153,8 @@ class Workload(_Strict):
                 raise ValueError("kind pipeline needs stages (2 to 8)")
             if self.layers_per_stage is not None and len(self.layers_per_stage) != self.stages:
                 raise ValueError(f"layers_per_stage has {len(self.layers_per_stage)} entries for {self.stages} stages")
+        if self.data is not None and (self.kind != "ddp" or self.stragglers.seq_len is not None):
+            raise ValueError("data (disk-backed data path) needs kind ddp without seq_len")
         return self
 
 

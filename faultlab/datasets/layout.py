@@ -67,8 +67,11 @@ class Dataset:
         return list(self.splits[split])
 
     def runs_info(self) -> list[dict]:
-        p = self.path / "runs.json"
-        return json.loads(p.read_text()) if p.is_file() else []
+        """runs.json (read once)."""
+        if not hasattr(self, "_runs_info"):
+            p = self.path / "runs.json"
+            self._runs_info = json.loads(p.read_text()) if p.is_file() else []
+        return self._runs_info
 
     def read_run(self, run_id: str):
         """The :class:`faultlab.scoring.runs.RunData` of one run. Raises BadInput naming

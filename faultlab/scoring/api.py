@@ -170,25 +170,7 @@ def resolve(detector, params: dict | None = None):
     return detector
 
 
-def score_runs(
-    detector,
-    runs: Iterable[RunData],
-    *,
-    params: dict | None = None,
-    train_runs: Iterable[RunData] | None = None,
-    mode: str = "offline",
-    by: str | None = "fault_type",
-    window_s: float = 10.0,
-    late_s: float | None = None,
-    tick_s: float = 1.0,
-    k: int = 3,
-    vus_window: int = 10,
-    n_boot: int = 1000,
-    seed: int = 0,
-    split: str = "all",
-    source: str = "",
-    keep_alarms: list | None = None,
-) -> ScoreResult:
+def score_runs(detector, runs: Iterable[RunData], *, params: dict | None = None, **kw) -> ScoreResult:
     """Score ``detector`` on ``runs`` (consumed one at a time).
 
     Args:
@@ -205,6 +187,32 @@ def score_runs(
     Returns: a :class:`ScoreResult`.
     Raises: BadInput for a bad mode/by, an unknown detector, or malformed tables.
     """
+    return score_many([(detector, params)], runs, **kw)[0]
+
+
+def score_many(
+    detectors,
+    runs: Iterable[RunData],
+    *,
+    train_runs: Iterable[RunData] | None = None,
+    mode: str = "offline",
+    by: str | None = "fault_type",
+    window_s: float = 10.0,
+    late_s: float | None = None,
+    tick_s: float = 1.0,
+    k: int = 3,
+    vus_window: int = 10,
+    n_boot: int = 1000,
+    seed: int = 0,
+    split: str = "all",
+    source: str = "",
+    keep_alarms: list | None = None,
+) -> list[ScoreResult]:
+    """Score several detectors in one pass over ``runs`` (each run read once).
+
+    ``detectors``: a list of names / instances, or of ``(detector, params)`` pairs.
+    Other arguments as :func:`score_runs`. Returns one ScoreResult per detector, in order.
+    """
     if mode not in MODES:
         raise BadInput(f"unknown mode {mode!r}", field="--mode", fix="offline or replay")
     if by == "none":
@@ -212,40 +220,53 @@ def score_runs(
     if by is not None and by not in BY:
         raise BadInput(f"unknown breakdown {by!r}", field="--by", fix="fault_type, source or none")
     t_wall = time.perf_counter()
-    det = resolve(detector, params)
-    name = detector if isinstance(detector, str) else getattr(det, "name", type(det).__name__)
-    if train_runs is not None and callable(getattr(det, "fit", None)):
-        det.fit(train_runs)
+    dets = []
+    for d in detectors:
+        d, params = d if isinstance(d, tuple) else (d, None)
+        inst = resolve(d, params)
+        dets.append((d if isinstance(d, str) else getattr(inst, "name", type(inst).__name__), inst, dict(params or {})))
+    if train_runs is not None:
+        fitters = [inst for _, inst, _ in dets if callable(getattr(inst, "fit", None))]
+        if fitters:
+            train = list(train_runs) if len(fitters) > 1 else train_runs
+            for inst in fitters:
+                inst.fit(train)
     late = window_s if late_s is None else late_s
-    has_scores = callable(getattr(det, "scores", None))
-    stats, per_run = [], []
+    stats: list[list] = [[] for _ in dets]
+    per_run: list[list] = [[] for _ in dets]
     for run in runs:
         span = run.span()
-        if mode == "replay":
-            alarms = replay(det, run, tick_s=tick_s)
-        else:
-            alarms = as_alarms(det.detect(run.steps, run.host)) if span else as_alarms(None)
-        sc = det.scores(run.steps, run.host) if has_scores and span else None
-        if keep_alarms is not None:
-            keep_alarms.append((run.run_id, alarms))
-        st = run_stats(alarms, run.labels, run.components(), span, scores=sc, injections=run.injections, k=k,
-                       window_s=window_s, late_s=late if mode == "replay" else 0.0, vus_window=vus_window)
-        stats.append({"counts": st["counts"], "labels": st["labels"], "latencies": st["latencies"]})
-        m = derive(st["counts"], k=k)
-        per_run.append(schema.json_safe({"run_id": run.run_id, "n_labels": st["counts"]["n_labels"], "n_alarms": st["counts"]["n_alarms"],
-                                         "event_f1": m["event_f1"], "window_mcc": m["window_mcc"], "vus_pr": m["vus_pr"]}))
-    summ = summarize(stats, replay=mode == "replay", k=k, by=by, n_boot=n_boot, seed=seed)
-    return ScoreResult(
-        detector=str(name), mode=mode, split=split, source=source, n_runs=summ["n_runs"], metrics=summ["metrics"],
-        by_key=by, by=summ["by"], counts=summ["counts"], per_run=per_run, params=dict(params or {}),
-        settings={"window_s": window_s, "late_s": late, "tick_s": tick_s, "k": k, "vus_window": vus_window, "n_boot": n_boot, "seed": seed},
-        wall_s=time.perf_counter() - t_wall,
-    )
+        comps = run.components()
+        for i, (name, det, _) in enumerate(dets):
+            if mode == "replay":
+                alarms = replay(det, run, tick_s=tick_s)
+            else:
+                alarms = as_alarms(det.detect(run.steps, run.host)) if span else as_alarms(None)
+            sc = det.scores(run.steps, run.host) if callable(getattr(det, "scores", None)) and span else None
+            if keep_alarms is not None:
+                keep_alarms.append((run.run_id, name, alarms))
+            st = run_stats(alarms, run.labels, comps, span, scores=sc, injections=run.injections, k=k,
+                           window_s=window_s, late_s=late if mode == "replay" else 0.0, vus_window=vus_window)
+            stats[i].append(st)
+            m = derive(st["counts"], k=k)
+            per_run[i].append(schema.json_safe({"run_id": run.run_id, "n_labels": st["counts"]["n_labels"], "n_alarms": st["counts"]["n_alarms"],
+                                                "event_f1": m["event_f1"], "window_mcc": m["window_mcc"], "vus_pr": m["vus_pr"]}))
+    out = []
+    settings = {"window_s": window_s, "late_s": late, "tick_s": tick_s, "k": k, "vus_window": vus_window, "n_boot": n_boot, "seed": seed}
+    for i, (name, _, params) in enumerate(dets):
+        summ = summarize(stats[i], replay=mode == "replay", k=k, by=by, n_boot=n_boot, seed=seed)
+        out.append(ScoreResult(
+            detector=str(name), mode=mode, split=split, source=source, n_runs=summ["n_runs"], metrics=summ["metrics"],
+            by_key=by, by=summ["by"], counts=summ["counts"], per_run=per_run[i], params=params, settings=settings,
+            wall_s=time.perf_counter() - t_wall,
+        ))
+    return out
 
 
-def score_dataset(detector, dataset, split: str = "test", **kw) -> ScoreResult:
-    """Score ``detector`` on a dataset folder's ``split`` (test | all). With ``test``
-    the detector is fitted (when it has ``fit``) on the train split only.
+def score_dataset(detector, dataset, split: str = "test", **kw):
+    """Score ``detector`` (or a list of detectors: then a list of results, from one
+    pass) on a dataset folder's ``split`` (test | all). With ``test`` a detector that
+    has ``fit`` is fitted on the train split only.
 
     Raises BadInput for an unknown split or an unreadable dataset."""
     from faultlab.datasets.layout import Dataset
@@ -254,7 +275,10 @@ def score_dataset(detector, dataset, split: str = "test", **kw) -> ScoreResult:
     if split not in ("test", "all"):
         raise BadInput(f"unknown split {split!r}", field="--split", fix="test or all")
     train = ds.iter_runs("train") if split == "test" else None
-    return score_runs(detector, ds.iter_runs(split), train_runs=train, split=split, source=str(ds.path), **kw)
+    if isinstance(detector, list):
+        return score_many(detector, ds.iter_runs(split), train_runs=train, split=split, source=str(ds.path), **kw)
+    params = kw.pop("params", None)
+    return score_many([(detector, params)], ds.iter_runs(split), train_runs=train, split=split, source=str(ds.path), **kw)[0]
 
 
 def score_table(steps: pd.DataFrame, host: pd.DataFrame | None, labels: pd.DataFrame, detector_names, *,

@@ -25,25 +25,13 @@ import numpy as np
 import pandas as pd
 
 from faultlab.errors import BadInput
-from faultlab.scoring.detectors import Detector, as_alarms, empty_alarms
+from faultlab.scoring.detectors import Detector, alarms_from_steps, as_alarms, empty_alarms
 
 JOB = "job"
 
 
 def _segments(df: pd.DataFrame, k: int) -> pd.DataFrame:
-    """Alarms from a frame with columns component, step, t_start, t_end, stat, hot:
-    each run of >= ``k`` consecutive hot steps of a component becomes one alarm."""
-    if df.empty or not df["hot"].any():
-        return empty_alarms()
-    df = df.sort_values(["component", "step"], kind="mergesort").reset_index(drop=True)
-    comp = df["component"]
-    new_seg = (df["hot"] != df["hot"].shift()) | (comp != comp.shift()) | (df["step"].diff() != 1)
-    df = df.assign(seg=new_seg.cumsum())
-    hot = df[df["hot"]]
-    agg = hot.groupby("seg", sort=True).agg(
-        component=("component", "first"), n=("step", "size"), start_ts=("t_start", "min"),
-        end_ts=("t_end", "max"), score=("stat", "mean"))
-    return as_alarms(agg[agg["n"] >= k].drop(columns="n"))
+    return alarms_from_steps(df, k)
 
 
 def _rank_frame(steps: pd.DataFrame) -> pd.DataFrame:
@@ -97,10 +85,10 @@ class PeerMedianDetector(Detector):
     def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
         if steps is None or len(steps) == 0:
             return empty_alarms()
-        return _segments(self._frame(steps), self.k)
+        return _segments(_memo_frame(self, steps), self.k)
 
     def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        return _scores_of(self._frame(steps))
+        return _scores_of(_memo_frame(self, steps))
 
 
 def _robust_z(x: np.ndarray, window: int, min_history: int, floor: float) -> np.ndarray:
@@ -148,10 +136,10 @@ class TemporalZDetector(Detector):
     def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
         if steps is None or len(steps) == 0:
             return empty_alarms()
-        return _segments(self._frame(steps), self.k)
+        return _segments(_memo_frame(self, steps), self.k)
 
     def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        return _scores_of(self._frame(steps))
+        return _scores_of(_memo_frame(self, steps))
 
 
 class ArrivalLateDetector(Detector):
@@ -183,10 +171,20 @@ class ArrivalLateDetector(Detector):
     def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
         if steps is None or len(steps) == 0:
             return empty_alarms()
-        return _segments(self._frame(steps), self.k)
+        return _segments(_memo_frame(self, steps), self.k)
 
     def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        return _scores_of(self._frame(steps))
+        return _scores_of(_memo_frame(self, steps))
+
+
+def _memo_frame(det, steps: pd.DataFrame) -> pd.DataFrame:
+    """``det._frame(steps)``, computed once for the same steps object (detect and
+    scores of one run share it)."""
+    key = (id(steps), len(steps))
+    memo = getattr(det, "_memo", None)
+    if memo is None or memo[0] != key or memo[1] is not steps:
+        det._memo = (key, steps, det._frame(steps))
+    return det._memo[2]
 
 
 def _components(steps: pd.DataFrame) -> list[str]:

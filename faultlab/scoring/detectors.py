@@ -125,6 +125,55 @@ def as_alarms(df: pd.DataFrame | None) -> pd.DataFrame:
 _alarms = as_alarms
 
 
+def alarms_from_steps(df: pd.DataFrame, k: int = 3) -> pd.DataFrame:
+    """Alarms from per-step flags: ``df`` has columns ``component``, ``step``,
+    ``t_start``, ``t_end`` (unix s), ``stat`` (the step's statistic) and ``hot`` (bool);
+    each run of at least ``k`` consecutive hot steps of a component becomes one alarm
+    from its first ``t_start`` to its last ``t_end``, score = mean ``stat``.
+
+    Returns: an ALARMS frame. Raises BadInput for ``k < 1``."""
+    if k < 1:
+        raise BadInput(f"k must be >= 1, got {k}", field="k")
+    if df.empty or not df["hot"].any():
+        return empty_alarms()
+    import numpy as np
+
+    codes, names = pd.factorize(df["component"].astype(str), sort=True)
+    step = df["step"].to_numpy(np.int64)
+    o = np.lexsort((step, codes))
+    c, st, h = codes[o], step[o], df["hot"].to_numpy(bool)[o]
+    t0, t1, stat = (df[x].to_numpy(np.float64)[o] for x in ("t_start", "t_end", "stat"))
+    new = np.r_[True, (c[1:] != c[:-1]) | (np.diff(st) != 1) | (h[1:] != h[:-1])]
+    seg = np.cumsum(new)[h]
+    if not len(seg):
+        return empty_alarms()
+    _, first, n = np.unique(seg, return_index=True, return_counts=True)
+    keep = n >= k
+    out = pd.DataFrame({
+        "component": np.asarray(names)[c[h][first]], "start_ts": np.minimum.reduceat(t0[h], first),
+        "end_ts": np.maximum.reduceat(t1[h], first), "score": np.add.reduceat(stat[h], first) / n,
+    })[keep]
+    return as_alarms(out)
+
+
+def step_frame(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per rank per step: ``component`` (``rank:N``), ``rank``, ``peer_group``, ``step``,
+    ``t_start``, ``t_end`` (= t_start + step_s, unix s), ``compute_s``, ``comm_s``,
+    ``step_s`` and ``peer_ratio`` (compute_s over the peer group's median at that
+    step): the usual start of a detector."""
+    f = pd.DataFrame({
+        "component": ("rank:" + steps["rank"].astype(int).astype(str)).to_numpy(),
+        "rank": steps["rank"].astype(int).to_numpy(), "peer_group": steps["peer_group"].astype(str).to_numpy(),
+        "step": steps["step"].astype("int64").to_numpy(), "t_start": steps["t_start"].astype(float).to_numpy(),
+        "t_end": (steps["t_start"] + steps["step_s"]).astype(float).to_numpy(),
+        "compute_s": steps["compute_s"].astype(float).to_numpy(), "comm_s": steps["comm_s"].astype(float).to_numpy(),
+        "step_s": steps["step_s"].astype(float).to_numpy(),
+    })
+    med = f.groupby(["peer_group", "step"], sort=False)["compute_s"].transform("median")
+    f["peer_ratio"] = f["compute_s"] / med
+    return f
+
+
 def builtin_detectors() -> dict[str, type]:
     """Short name -> class of the baselines shipped with faultlab."""
     from faultlab.scoring import baselines
@@ -138,6 +187,21 @@ def available_detectors() -> dict[str, str]:
     for ep in entry_points(group=GROUP):
         out.setdefault(ep.name, ep.value)
     return dict(sorted(out.items()))
+
+
+def _import_from_cwd(mod: str):
+    """Import ``mod``; if it is not found, again with the current folder on sys.path
+    (a ``faultlab`` console script does not have it), as ``python -m`` would."""
+    import os
+    import sys
+
+    try:
+        return importlib.import_module(mod)
+    except ModuleNotFoundError as e:
+        if e.name != mod.split(".")[0] or os.getcwd() in sys.path:
+            raise
+    sys.path.append(os.getcwd())
+    return importlib.import_module(mod)
 
 
 def load_detector(name: str, **params) -> Detector:
@@ -168,7 +232,7 @@ def load_detector(name: str, **params) -> Detector:
     if cls is None and ":" in name:
         mod, _, attr = name.partition(":")
         try:
-            cls = getattr(importlib.import_module(mod), attr)
+            cls = getattr(_import_from_cwd(mod), attr)
         except (ImportError, AttributeError) as e:
             raise BadInput(f"cannot import {name!r}: {e}", field="detector",
                            fix="give package.module:ClassName importable from the current folder or sys.path") from e

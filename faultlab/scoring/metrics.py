@@ -276,24 +276,25 @@ def vus_pr(y: np.ndarray, s: np.ndarray, window: int = 10, n_thresholds: int = 2
     if P == 0:
         return float("nan")
     seq = _ranges(y)
-    thr = (-np.sort(-s))[np.linspace(0, n - 1, n_thresholds).astype(int)]
-    pred = s[None, :] >= thr[:, None]  # (thresholds, n)
-    n_pred = pred.sum(axis=1).astype(np.float64)
-    csum = np.concatenate([np.zeros((len(thr), 1), np.int64), np.cumsum(pred, axis=1)], axis=1)
+    desc = np.argsort(-s, kind="mergesort")
+    s_desc = s[desc]
+    thr = s_desc[np.linspace(0, n - 1, n_thresholds).astype(int)]
+    # points with s >= thr: a prefix of the descending order (ties included)
+    n_pred = (n - np.searchsorted(np.sort(s), thr, side="left")).astype(np.int64)
     in_seq = y.astype(bool)
     aps = []
     for w in range(window + 1):
         soft = _soft_labels(y, seq, w)
         segs = _buffered_segments(seq, w, n)
-        a = np.array([g[0] for g in segs])
-        b = np.array([g[1] for g in segs])
-        existence = ((csum[:, b + 1] - csum[:, a]) > 0).sum(axis=1)
-        tp = pred @ soft
-        n_labels = P + pred @ np.where(in_seq, 0.0, soft)
+        seg_max = np.sort(np.array([s[a : b + 1].max() for a, b in segs]))
+        existence = len(segs) - np.searchsorted(seg_max, thr, side="left")  # segments with a point >= thr
+        c_soft = np.r_[0.0, np.cumsum(soft[desc])]
+        c_out = np.r_[0.0, np.cumsum(np.where(in_seq, 0.0, soft)[desc])]
+        tp = c_soft[n_pred]
+        n_labels = P + c_out[n_pred]
         recall = np.minimum(tp / ((P + n_labels) / 2), 1.0)
         tpr = recall * existence / len(segs)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            precision = tp / n_pred
+        precision = tp / n_pred
         ap = np.dot(tpr - np.r_[0.0, tpr[:-1]], precision)
         aps.append(ap)
     return float(np.mean(aps))
@@ -307,14 +308,16 @@ def score_series(scores: pd.DataFrame, labels: pd.DataFrame, components: Iterabl
     Returns: ``(y, s)`` arrays of equal length."""
     ys, ss = [], []
     lab = effect_labels(labels)
+    lab_by = {c: (g["start_ts"].to_numpy(np.float64), g["end_ts"].to_numpy(np.float64)) for c, g in lab.groupby(lab["component"].astype(str))} if len(lab) else {}
+    groups = {str(c): g for c, g in scores.groupby(scores["component"].astype(str), sort=False)}
     for c in components:
-        sc = scores[scores["component"].astype(str) == c].sort_values("ts", kind="mergesort")
-        if sc.empty:
+        sc = groups.get(c)
+        if sc is None or sc.empty:
             continue
+        sc = sc.sort_values("ts", kind="mergesort")
         ts = sc["ts"].to_numpy(np.float64)
-        lc = lab[lab["component"].astype(str) == c]
         y = np.zeros(len(ts), bool)
-        for a, b in zip(lc["start_ts"].astype(float), lc["end_ts"].astype(float)):
+        for a, b in zip(*lab_by.get(c, ((), ()))):
             y |= (ts >= a) & (ts <= b)
         ys.append(y)
         ss.append(np.nan_to_num(sc["score"].to_numpy(np.float64), nan=0.0, posinf=1e300, neginf=-1e300))

@@ -1,0 +1,304 @@
+"""``faultlab dataset build``: labeled run directories -> a dataset folder
+(:mod:`faultlab.datasets.layout`), written run by run, into a temporary folder renamed
+into place only when complete (a failed build leaves no half dataset).
+
+Steps: collect the runs (:func:`collect_runs`), optionally re-label them with the
+labeler of this checkout, write each run's tables as Parquet partitions, draw the
+seeded split by run (:func:`draw_split`), then ``runs.json``, ``splits.json``,
+``schema.json``, the campaign files, the card (:mod:`faultlab.datasets.card`),
+``croissant.json`` (:mod:`faultlab.datasets.croissant`) and last ``MANIFEST.sha256``
+(:mod:`faultlab.datasets.manifest`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from faultlab import schema
+from faultlab.datasets.layout import TABLES, part_path
+from faultlab.errors import BadInput
+
+#: per table column, its meaning and unit (schema.json, the card and croissant.json)
+COLUMN_DOCS = {
+    "run_id": "run identifier (one run = one training job)",
+    "rank": "global rank of the training process",
+    "node": "testbed node the rank ran on",
+    "peer_group": "ranks that do the same work (data-parallel group or pipeline stage)",
+    "step": "training step (0-based)",
+    "t_start": "unix time (s) the step began on the rank",
+    "compute_s": "forward + backward + optimizer (+ checkpoint) time, s, local work only",
+    "comm_s": "time inside the gradient all-reduce incl. waiting for peers, s",
+    "step_s": "whole step, s",
+    "gc_s": "Python GC time during the step, s (NaN if not measured)",
+    "tokens": "tokens the rank processed (sequence-length knob), NaN otherwise",
+    "dataloader_s": "building / reading the step's batch, s (NaN if not measured)",
+    "ts": "unix time (s) of the sample",
+    "metric": "metric name, unit in the name (cpu_util_pct, net_tx_bytes_per_s, tcp_rtt_ms:n2 ...)",
+    "value": "metric value, in the unit its name gives",
+    "fault_id": "identifier of the injected fault",
+    "fault_type": "fault type (nic-slow, cpu-contention, process-pause, io-slow, mem-bw, gc-storm, ...)",
+    "target": "what on the node was hit (interface, rank, PIDs)",
+    "start_ts": "unix time (s) the interval began",
+    "end_ts": "unix time (s) the interval ended",
+    "params": "fault parameters, JSON with units in the keys",
+    "severity": "type-specific severity of the fault",
+    "status": "how the fault ended: reverted | expired | revert-failed",
+    "verified": "the measured check said the fault was in force",
+    "evidence": "JSON: the measurements behind the row",
+    "component": "what was slowed: rank:N, node:NAME or job",
+    "component_kind": "rank | node | job",
+    "start_step": "first step of the label",
+    "end_step": "last step of the label",
+    "slowdown": "ratio of slowed to baseline time (1.0 = not slowed)",
+    "views": "labeler views that flagged it: temporal, peer, temporal+peer",
+    "confidence": "labeler confidence, 0..1",
+    "source": "injected (matches a fault) | observed (no fault) | injected-unmanifested (a fault that slowed nothing)",
+    "cause": "fault type or inferred cause, or unknown",
+}
+
+
+def collect_runs(run_dirs=(), campaigns=()) -> list[Path]:
+    """Run directories given directly and those inside campaign folders (children with
+    ``meta.json``), sorted by name, no duplicates. Raises BadInput (field ``--campaign``
+    / ``RUN_DIRS``) naming a folder that is neither."""
+    out: list[Path] = []
+    for c in campaigns:
+        c = Path(c)
+        if not c.is_dir():
+            raise BadInput(f"{c} is not a folder", field="--campaign", fix="give the --out folder of faultlab campaign")
+        kids = sorted(p for p in c.iterdir() if p.is_dir() and (p / "meta.json").is_file())
+        if not kids:
+            raise BadInput(f"{c} holds no run directories", field="--campaign", fix="give the --out folder of faultlab campaign")
+        out += kids
+    for r in run_dirs:
+        r = Path(r)
+        if not (r / "meta.json").is_file():
+            raise BadInput(f"{r} is not a run directory (no meta.json)", field="RUN_DIRS")
+        out.append(r)
+    seen, uniq = set(), []
+    for p in out:
+        k = p.resolve()
+        if k not in seen:
+            seen.add(k)
+            uniq.append(p)
+    if not uniq:
+        raise BadInput("no runs given", field="RUN_DIRS", fix="give run directories or --campaign DIR")
+    return uniq
+
+
+def draw_split(run_ids: list[str], test_fraction: float, seed: int) -> dict:
+    """Seeded split by run: the sorted ids shuffled with ``random.Random(seed)``; the
+    first ``round(test_fraction * n)`` (at least 1 and at most n - 1 when n >= 2) are
+    the test split. Raises BadInput for a fraction outside (0, 1)."""
+    if not 0 < test_fraction < 1:
+        raise BadInput(f"test fraction {test_fraction} is not in (0, 1)", field="--split", fix="e.g. --split test=0.3")
+    ids = sorted(run_ids)
+    random.Random(seed).shuffle(ids)
+    n = len(ids)
+    k = min(max(1, round(test_fraction * n)), n - 1) if n >= 2 else 0
+    return {"seed": seed, "test_fraction": test_fraction, "train": sorted(ids[k:]), "test": sorted(ids[:k])}
+
+
+def parse_split(text: str) -> float:
+    """``test=0.3`` -> 0.3. Raises BadInput (field ``--split``) otherwise."""
+    key, eq, val = text.partition("=")
+    try:
+        f = float(val)
+    except ValueError:
+        f = float("nan")
+    if key.strip() != "test" or not eq or not 0 < f < 1:
+        raise BadInput(f"{text!r} is not test=FRACTION", field="--split", fix="e.g. --split test=0.3")
+    return f
+
+
+def schema_doc() -> dict:
+    """schema.json: per table its columns (name, Arrow type, description)."""
+    return {
+        "schema_version": schema.SCHEMA_VERSION,
+        "tables": {t: [{"name": f.name, "type": str(f.type), "nullable": f.nullable, "description": COLUMN_DOCS.get(f.name, "")}
+                       for f in schema.TABLES[t]] for t in TABLES},
+        "units": "*_s: seconds; *_ts and t_start: unix time in seconds; slowdown: ratio; host metric units in the metric name",
+    }
+
+
+def _run_info(rd_path: Path, run, campaign: str | None) -> dict:
+    steps, inj, lab = run.steps, run.injections, run.labels
+    src = Counter(lab["source"].astype(str)) if len(lab) else Counter()
+    return {
+        "run_id": run.run_id, "campaign": campaign, "scenario": (run.meta or {}).get("scenario_name") or rd_path.name,
+        "complete": bool((run.meta or {}).get("complete", False)), "seed": (run.meta or {}).get("seed"),
+        "n_ranks": int(steps["rank"].nunique()) if len(steps) else 0, "n_steps": int(steps["step"].nunique()) if len(steps) else 0,
+        "duration_s": float((steps["t_start"] + steps["step_s"]).max() - steps["t_start"].min()) if len(steps) else 0.0,
+        "fault_types": sorted(set(inj["fault_type"].astype(str))) if len(inj) else [],
+        "n_faults": int(len(inj)), "n_labels": int(len(lab)), "labels_by_source": dict(src),
+        "faultlab": (run.meta or {}).get("faultlab"),
+    }
+
+
+def write_run(root: Path, run) -> int:
+    """Write one run's four tables as ``data/<table>/run=<id>/part-0.parquet``; returns
+    bytes written. Raises BadInput naming the table whose columns do not fit."""
+    total = 0
+    for t in TABLES:
+        df = getattr(run, t)
+        if df is None:
+            df = schema.empty(t)
+        df = df.copy()
+        if "run_id" in schema.TABLES[t].names:
+            df["run_id"] = run.run_id
+        try:
+            tbl = schema.to_table(t, df)
+        except (ValueError, TypeError) as e:
+            raise BadInput(f"run {run.run_id}: {t} does not fit faultlab.schema ({e})", field=t) from None
+        p = part_path(root, t, run.run_id)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(tbl, p, compression="zstd")
+        total += p.stat().st_size
+    return total
+
+
+def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: float = 0.3, seed: int = 0,
+          campaign_files=(), relabel: bool = False, description: str = "", license: str = "cc-by-4.0",
+          source_note: str = "", force: bool = False) -> Path:
+    """Build ``out_root/name`` from labeled run directories ``runs`` (paths).
+
+    Args:
+        runs: run directory paths (see :func:`collect_runs`).
+        name: dataset name (a folder name: letters, digits, ``-_.``).
+        test_fraction, seed: the split (:func:`draw_split`).
+        campaign_files: campaign/scenario YAML files copied into ``campaign/``.
+        relabel: re-label every run with this checkout's labeler first (its
+            ``labels.parquet`` is not touched; the dataset gets the new labels).
+        force: replace an existing dataset folder of that name.
+
+    Returns: the dataset folder.
+    Raises: BadInput for a bad name, an existing folder without ``force``, a run
+    without labels, or a table that does not fit the schema.
+    """
+    from faultlab.datasets import card, croissant, manifest
+    from faultlab.scoring.runs import RunData, read_run_dir
+
+    if not name or any(ch not in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_." for ch in name) or name.startswith("."):
+        raise BadInput(f"{name!r} is not a dataset name", field="--name", fix="letters, digits, - _ . e.g. faultlab-hw-v1")
+    out_root = Path(out_root)
+    final = out_root / name
+    if final.exists() and not force:
+        raise BadInput(f"{final} exists", field="--name", fix="give another name, or --force to replace it")
+    tmp = out_root / f".{name}.building"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        infos, ids = [], []
+        cfg = None
+        for p in runs:
+            if isinstance(p, RunData):  # an imported trace
+                run, p = p, Path(str(p.meta.get("source", p.run_id)))
+            elif relabel:
+                p = Path(p)
+                run = _relabeled(p)
+            else:
+                p = Path(p)
+                run = read_run_dir(p)
+            if run.run_id in ids:
+                raise BadInput(f"run_id {run.run_id} appears twice ({p})", field="RUN_DIRS", fix="give each run once")
+            write_run(tmp, run)
+            ids.append(run.run_id)
+            infos.append(_run_info(p, run, p.parent.name))
+            del run
+        split = draw_split(ids, test_fraction, seed) if len(ids) >= 2 else {"seed": seed, "test_fraction": test_fraction, "train": ids, "test": []}
+        (tmp / "runs.json").write_text(json.dumps(infos, indent=1, default=str))
+        (tmp / "splits.json").write_text(json.dumps(split, indent=1))
+        (tmp / "schema.json").write_text(json.dumps(schema_doc(), indent=1))
+        if campaign_files:
+            (tmp / "campaign").mkdir()
+            for f in campaign_files:
+                shutil.copy2(f, tmp / "campaign" / Path(f).name)
+        cfg = _labeler_config()
+        meta = card.card_meta(name, infos, split, labeler=cfg, description=description, license=license, source_note=source_note, relabeled=relabel)
+        (tmp / "README.md").write_text(card.render(meta))
+        (tmp / "croissant.json").write_text(json.dumps(croissant.build(meta), indent=1))
+        manifest.write(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _relabeled(p: Path):
+    from faultlab.labeler import label
+    from faultlab.scoring.runs import RunData
+    from faultlab.rundir import RunDir
+
+    rd = RunDir(p)
+    steps, inj, host = rd.read_table("steps"), rd.read_table("injections"), rd.read_table("host")
+    lab = label(steps, injections=inj, host=host)
+    return RunData(str(rd.run_id), steps, host, lab, inj, rd.meta)
+
+
+def _labeler_config() -> dict:
+    from faultlab.labeler import LabelerConfig
+
+    try:
+        return LabelerConfig().to_dict()
+    except Exception:  # a labeler without to_dict: its repr
+        return {"repr": repr(LabelerConfig())}
+
+
+IMPORT_FORMATS = ("perseus", "straggler-trace")
+
+
+def import_trace(fmt: str, path: str | Path):
+    """A public trace as one dataset run (:class:`faultlab.scoring.runs.RunData`):
+    labels from faultlab's importer of ``fmt`` (``faultlab label --import``), telemetry
+    mapped to the tables: ``straggler-trace`` (OSDI'25 operation traces) to ``steps``
+    (per rank and step: t_start = its first operation's start, compute_s = its
+    compute operations, comm_s = its communication, step_s = first start to last end;
+    peer group = pipeline stage); ``perseus`` (FAST'23 drive metrics) to ``host``
+    (node = host/drive, metrics ``latency`` in the trace's unit and
+    ``throughput_bytes_per_s``). Injections are empty: nothing was injected.
+
+    Raises BadInput for an unknown format or what the importer raises."""
+    import pandas as pd
+
+    from faultlab.labeler.importers import import_path
+    from faultlab.scoring.runs import RunData
+
+    if fmt not in IMPORT_FORMATS:
+        raise BadInput(f"unknown format {fmt!r}", field="--import", fix="one of " + ", ".join(IMPORT_FORMATS))
+    res = import_path(fmt, path)
+    labels = res.labels
+    run_id = str(labels["run_id"].iloc[0]) if len(labels) and "run_id" in labels.columns and labels["run_id"].notna().any() else Path(path).name
+    steps, host = schema.empty("steps"), schema.empty("host")
+    if fmt == "straggler-trace":
+        from faultlab.labeler.trace import read_trace
+
+        tr, _, _ = read_trace(path)
+        comm = tr["optype"].str.contains("send|recv|all-reduce|all-gather|reduce-scatter", regex=True)
+        tr = tr.assign(end=tr["start_ts"] + tr["duration"], comp=tr["duration"].where(~comm, 0.0), com=tr["duration"].where(comm, 0.0))
+        g = tr.groupby(["rank", "step"], sort=True)
+        st = g.agg(dp=("dp_rank", "first"), stage=("stage", "first"), t_start=("start_ts", "min"), t_end=("end", "max"),
+                   compute_s=("comp", "sum"), comm_s=("com", "sum")).reset_index()
+        steps = pd.DataFrame({"run_id": run_id, "rank": st["rank"].astype("int32"), "node": "dp" + st["dp"].astype(str) + "-pp" + st["stage"].astype(str),
+                              "peer_group": "stage" + st["stage"].astype(str), "step": st["step"].astype("int64"), "t_start": st["t_start"],
+                              "compute_s": st["compute_s"], "comm_s": st["comm_s"], "step_s": st["t_end"] - st["t_start"],
+                              "gc_s": float("nan"), "tokens": float("nan"), "dataloader_s": float("nan")})
+    else:
+        from faultlab.labeler.perseus import read_samples
+
+        s = read_samples(path)
+        node = np.array([f"{s.host_names[s.drive_host[d]]}/{s.drive_names[d]}" for d in range(len(s.drive_names))], dtype=object)[s.drive]
+        host = pd.concat([
+            pd.DataFrame({"run_id": run_id, "node": node, "ts": s.ts.astype(float), "metric": "latency", "value": s.latency.astype(float)}),
+            pd.DataFrame({"run_id": run_id, "node": node, "ts": s.ts.astype(float), "metric": "throughput_bytes_per_s", "value": s.throughput.astype(float)}),
+        ], ignore_index=True)
+    return RunData(run_id, steps, host, labels, schema.empty("injections"), {"source": str(path), "format": fmt, "complete": True})

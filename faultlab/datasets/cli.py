@@ -1,0 +1,131 @@
+"""``faultlab dataset build|verify|info|export`` (registered in faultlab/cli.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from faultlab.errors import FaultlabError
+
+app = typer.Typer(no_args_is_help=True, help="Build, verify, describe and export labeled datasets (Parquet by run, card, Croissant).")
+out = Console(soft_wrap=True)
+
+
+def _fail(e: FaultlabError):
+    print(f"faultlab: error: {e}", file=sys.stderr)
+    raise typer.Exit(e.exit_code)
+
+
+@app.command("build")
+def build_cmd(
+    run_dirs: List[Path] = typer.Argument(None, help="labeled run directories"),
+    campaign: List[Path] = typer.Option([], "--campaign", metavar="DIR", help="a folder of runs (faultlab campaign --out), repeatable"),
+    name: str = typer.Option(..., "--name", help="dataset name, e.g. faultlab-hw-v1"),
+    split: str = typer.Option("test=0.3", "--split", help="test fraction of the runs, e.g. test=0.3 (split by run, seeded)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the split"),
+    out_root: Path = typer.Option(Path("datasets"), "--out-root", metavar="DIR", help="the dataset goes to DIR/NAME"),
+    campaign_file: List[Path] = typer.Option([], "--campaign-file", metavar="FILE", help="campaign/scenario YAML copied into campaign/, repeatable"),
+    relabel: bool = typer.Option(False, "--relabel", help="re-label every run with this checkout's labeler first"),
+    import_fmt: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="build from a public trace instead: perseus | straggler-trace (PATH as the argument)"),
+    description: str = typer.Option("", "--description", help="one paragraph for the card"),
+    license: str = typer.Option("cc-by-4.0", "--license", help="license id for the card"),
+    force: bool = typer.Option(False, "--force", help="replace an existing dataset of that name"),
+):
+    """Build DIR/NAME: Parquet tables by run, seeded split, schema.json, runs.json,
+    README.md card, croissant.json, MANIFEST.sha256."""
+    from faultlab.datasets.build import build, collect_runs, import_trace, parse_split
+
+    try:
+        frac = parse_split(split)
+        for f in campaign_file:
+            if not f.is_file():
+                raise FaultlabError(f"{f} is not a file", field="--campaign-file")
+        if import_fmt:
+            if len(run_dirs or []) != 1 or campaign:
+                raise FaultlabError("--import takes one PATH and no --campaign", field="--import", fix="faultlab dataset build --import perseus PATH --name NAME")
+            runs = [import_trace(import_fmt, run_dirs[0])]
+            note = f"Imported from the public trace {run_dirs[0]} ({import_fmt}); labels by faultlab's {import_fmt} importer."
+        else:
+            runs = collect_runs(run_dirs or [], campaign)
+            note = ""
+        p = build(runs, name, out_root, test_fraction=frac, seed=seed, campaign_files=campaign_file, relabel=relabel,
+                  description=description, license=license, source_note=note, force=force)
+    except FaultlabError as e:
+        _fail(e)
+    size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    sp = json.loads((p / "splits.json").read_text())
+    out.print(f"{p}: {len(sp['train']) + len(sp['test'])} runs ({len(sp['train'])} train, {len(sp['test'])} test), {size / 1e6:.2f} MB", markup=False)
+
+
+@app.command("verify")
+def verify_cmd(dataset: Path = typer.Argument(..., help="a dataset folder")):
+    """Check every file against MANIFEST.sha256; exit 1 naming each changed, missing or
+    extra file."""
+    from faultlab.datasets.manifest import verify
+
+    try:
+        r = verify(dataset)
+    except FaultlabError as e:
+        _fail(e)
+    bad = False
+    for kind in ("changed", "missing", "extra"):
+        for f in r[kind]:
+            print(f"{kind}: {f}", file=sys.stderr)
+            bad = True
+    if bad:
+        print(f"faultlab: error: {dataset}: {sum(len(v) for v in r.values())} file(s) differ from MANIFEST.sha256", file=sys.stderr)
+        raise typer.Exit(1)
+    out.print(f"{dataset}: every file matches MANIFEST.sha256", markup=False)
+
+
+@app.command("info")
+def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"), as_json: bool = typer.Option(False, "--json")):
+    """Runs, splits, fault types and labels of a dataset."""
+    from collections import Counter
+
+    from faultlab.datasets.layout import Dataset
+
+    try:
+        ds = Dataset(dataset)
+    except FaultlabError as e:
+        _fail(e)
+    runs = ds.runs_info()
+    ft, src = Counter(), Counter()
+    for r in runs:
+        ft.update(r.get("fault_types", []))
+        src.update(r.get("labels_by_source", {}))
+    size = sum(f.stat().st_size for f in Path(dataset).rglob("*") if f.is_file())
+    info = {"name": ds.name, "runs": len(runs), "train": len(ds.splits["train"]), "test": len(ds.splits["test"]), "seed": ds.seed,
+            "fault_types": dict(ft), "labels_by_source": dict(src), "size_mb": round(size / 1e6, 3),
+            "duration_s": round(sum(r.get("duration_s", 0) for r in runs), 1)}
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    for k, v in info.items():
+        out.print(f"{k}: {v}", markup=False)
+
+
+@app.command("export")
+def export_cmd(
+    dataset: Path = typer.Argument(..., help="a dataset folder"),
+    fmt: str = typer.Option("timeeval", "--format", help="timeeval (CSV per rank + datasets.csv index)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="output folder (default DATASET-FORMAT beside it)"),
+):
+    """Export a dataset for another toolkit."""
+    from faultlab.datasets.export import export
+
+    try:
+        idx = export(dataset, out_dir or dataset.parent / f"{dataset.name}-{fmt}", fmt)
+    except FaultlabError as e:
+        _fail(e)
+    out.print(f"{idx}", markup=False)
+
+
+def register(root: typer.Typer) -> None:
+    """Add ``dataset`` to the faultlab CLI."""
+    root.add_typer(app, name="dataset")

@@ -1,0 +1,64 @@
+"""``MANIFEST.sha256``: one ``sha256sum`` line (``HEX  relative/path``) per file of the
+dataset folder except the manifest itself; ``sha256sum -c MANIFEST.sha256`` checks it
+too."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from faultlab.errors import BadInput
+
+NAME = "MANIFEST.sha256"
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != NAME and not any(part.startswith(".") for part in p.relative_to(root).parts))
+
+
+def sha256(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write(root: str | Path) -> Path:
+    """Write the manifest of ``root``; returns its path."""
+    root = Path(root)
+    lines = [f"{sha256(p)}  {p.relative_to(root).as_posix()}" for p in _files(root)]
+    out = root / NAME
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def read(root: Path) -> dict[str, str]:
+    """relative path -> hex digest. Raises BadInput (field ``MANIFEST.sha256``) when
+    it is missing or a line is malformed."""
+    p = root / NAME
+    if not p.is_file():
+        raise BadInput(f"{p} is missing", field=NAME, fix="rebuild the dataset, or restore the file")
+    out = {}
+    for i, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        h, sep, rel = line.partition("  ")
+        if not sep or len(h) != 64 or any(c not in "0123456789abcdef" for c in h):
+            raise BadInput(f"line {i} is not 'SHA256  PATH'", field=NAME, fix="restore the file")
+        out[rel] = h
+    return out
+
+
+def verify(root: str | Path) -> dict[str, list[str]]:
+    """Check every file against the manifest.
+
+    Returns: ``{"changed": [...], "missing": [...], "extra": [...]}`` (relative paths;
+    all empty = intact). Raises BadInput when the manifest is missing or malformed."""
+    root = Path(root)
+    want = read(root)
+    have = {p.relative_to(root).as_posix(): p for p in _files(root)}
+    changed = sorted(rel for rel, h in want.items() if rel in have and sha256(have[rel]) != h)
+    missing = sorted(rel for rel in want if rel not in have)
+    extra = sorted(rel for rel in have if rel not in want)
+    return {"changed": changed, "missing": missing, "extra": extra}

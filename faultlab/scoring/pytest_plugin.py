@@ -1,0 +1,79 @@
+"""A pytest plugin (entry point ``pytest11``: ``faultlab``) so that a detector's own
+test suite can score it on a published dataset::
+
+    def test_my_detector_is_good_enough(faultlab_score):
+        assert faultlab_score("mypkg.detect:MyDetector", "faultlab-hw-v1").event_f1 >= 0.8
+
+    def test_floor_with_ci(faultlab_score):
+        res = faultlab_score("mypkg.detect:MyDetector", "faultlab-hw-v1", mode="replay")
+        faultlab_score.require(res, "window_mcc", 0.5)   # fails naming the metric and its CI
+
+``faultlab_score(detector, dataset, split="test", **kw)`` returns a
+:class:`faultlab.scoring.api.ScoreResult` (keywords as :func:`score_runs`); results
+are cached per session. ``dataset`` is a folder, or a name looked up in
+``--faultlab-datasets DIR``, ``$FAULTLAB_DATASETS``, ``./datasets`` and the
+``datasets/`` of the faultlab checkout, in that order.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption("--faultlab-datasets", default=None, metavar="DIR", help="folder holding faultlab datasets (by name)")
+
+
+def find_dataset(name: str, extra: str | None = None) -> Path:
+    """The folder of dataset ``name`` (see the module docstring). Raises
+    FileNotFoundError listing where it looked."""
+    p = Path(name)
+    if (p / "splits.json").is_file():
+        return p
+    roots = [extra, os.environ.get("FAULTLAB_DATASETS"), "datasets", str(Path(__file__).resolve().parents[2] / "datasets")]
+    tried = []
+    for r in roots:
+        if r:
+            q = Path(r) / name
+            tried.append(str(q))
+            if (q / "splits.json").is_file():
+                return q
+    raise FileNotFoundError(f"dataset {name!r} not found (looked in {', '.join(tried)})")
+
+
+def require(result, metric: str, floor: float) -> None:
+    """Fail (AssertionError) unless ``result``'s ``metric`` is at least ``floor``; the
+    message names the metric, its value and 95% CI."""
+    m = result.metrics.get(metric)
+    if m is None:
+        raise AssertionError(f"{metric}: no such metric (known: {', '.join(sorted(result.metrics))})")
+    v, ci = m["value"], m["ci"]
+    if not (v is not None and v == v and v >= floor):
+        raise AssertionError(f"{result.detector} on {result.source}: {metric} = {v} (95% CI {ci}) is below the floor {floor}")
+
+
+class _Scorer:
+    def __init__(self, config):
+        self._config = config
+        self._cache: dict = {}
+
+    def __call__(self, detector, dataset, split: str = "test", **kw):
+        from faultlab.scoring.api import score_dataset
+
+        path = find_dataset(str(dataset), self._config.getoption("--faultlab-datasets"))
+        key = (str(detector), str(path.resolve()), split, tuple(sorted((k, repr(v)) for k, v in kw.items())))
+        if key not in self._cache:
+            self._cache[key] = score_dataset(detector, path, split=split, **kw)
+        return self._cache[key]
+
+    require = staticmethod(require)
+
+
+@pytest.fixture(scope="session")
+def faultlab_score(request):
+    """Score a detector on a dataset: ``faultlab_score(detector, dataset, split="test",
+    **kw) -> ScoreResult``; ``faultlab_score.require(result, metric, floor)``."""
+    return _Scorer(request.config)

@@ -1,0 +1,135 @@
+"""faultlab dataset build|verify|info|export: the folder layout, the seeded split,
+MANIFEST.sha256 naming a flipped or missing file, croissant.json validated by
+mlcroissant, the card's YAML header read by huggingface_hub's card classes (offline),
+TimeEval export, and --import of a public trace."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from faultlab.datasets.build import build, collect_runs, draw_split
+from faultlab.datasets.layout import Dataset
+from faultlab.datasets.synthetic import make_run
+from faultlab.errors import BadInput
+
+PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "public"
+
+
+def faultlab(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "faultlab.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    root = tmp_path_factory.mktemp("camp")
+    for i in range(5):
+        make_run(root / f"run-{i}", f"c{i}", seed=i, fault_type=["cpu-contention", "io-slow"][i % 2])
+    return root
+
+
+@pytest.fixture()
+def ds(campaign, tmp_path):
+    camp_file = tmp_path / "c.yaml"
+    camp_file.write_text("name: c\nruns: 5\n")
+    p = faultlab("dataset", "build", "--campaign", campaign, "--name", "t-v1", "--split", "test=0.4", "--seed", "3",
+                 "--out-root", tmp_path, "--campaign-file", camp_file)
+    assert p.returncode == 0, p.stderr
+    return tmp_path / "t-v1"
+
+
+def test_layout_split_and_tables(ds, campaign):
+    for f in ("README.md", "croissant.json", "schema.json", "splits.json", "runs.json", "MANIFEST.sha256", "campaign/c.yaml"):
+        assert (ds / f).is_file(), f
+    d = Dataset(ds)
+    assert sorted(d.run_ids("all")) == [f"c{i}" for i in range(5)] and len(d.splits["test"]) == 2
+    assert d.splits == {k: v for k, v in draw_split([f"c{i}" for i in range(5)], 0.4, 3).items() if k in ("train", "test")}
+    assert draw_split(list("abcdef"), 0.3, 1) == draw_split(list("fedcba"), 0.3, 1)  # seeded, order-free
+    run = d.read_run("c1")
+    src = pd.read_parquet(campaign / "run-1" / "labels.parquet")
+    assert len(run.labels) == len(src) and set(run.injections.fault_type) == {"io-slow"}
+    assert (ds / "data" / "steps" / "run=c1" / "part-0.parquet").is_file()
+    schema = json.loads((ds / "schema.json").read_text())
+    assert {c["name"] for c in schema["tables"]["steps"]} >= {"t_start", "compute_s", "step_s"}
+    info = json.loads(faultlab("dataset", "info", ds, "--json").stdout)
+    assert info["runs"] == 5 and info["fault_types"] == {"cpu-contention": 3, "io-slow": 2}
+
+
+def test_verify_names_a_flipped_byte_and_a_missing_file(ds):
+    assert faultlab("dataset", "verify", ds).returncode == 0
+    part = ds / "data" / "labels" / "run=c2" / "part-0.parquet"
+    b = bytearray(part.read_bytes())
+    b[len(b) // 2] ^= 0x01
+    part.write_bytes(bytes(b))
+    p = faultlab("dataset", "verify", ds)
+    assert p.returncode == 1 and "changed: data/labels/run=c2/part-0.parquet" in p.stderr
+    (ds / "schema.json").unlink()
+    p = faultlab("dataset", "verify", ds)
+    assert p.returncode == 1 and "missing: schema.json" in p.stderr
+
+
+def test_croissant_validates_with_mlcroissant(ds):
+    mlc = pytest.importorskip("mlcroissant")
+    d = mlc.Dataset(jsonld=str(ds / "croissant.json"))
+    assert {r.name for r in d.metadata.record_sets} == {"steps", "host", "injections", "labels"}
+    recs = list(d.records("labels"))  # the FileSet globs and the fields resolve against the Parquet files
+    assert len(recs) == sum(len(Dataset(ds).read_run(r).labels) for r in Dataset(ds).run_ids("all"))
+
+
+def test_card_header_parses_with_huggingface_hub(ds):
+    hf = pytest.importorskip("huggingface_hub")
+    card = hf.DatasetCard.load(ds / "README.md")
+    data = card.data.to_dict()
+    assert data["license"] == "cc-by-4.0" and data["task_categories"]
+    cfg = {c["config_name"]: c for c in data["configs"]}
+    assert set(cfg) == {"steps", "host", "injections", "labels"}
+    splits = {f["split"]: f["path"] for f in cfg["labels"]["data_files"]}
+    assert len(splits["test"]) == 2 and all(p.startswith("data/labels/run=") for p in splits["train"])
+    feats = {i["config_name"]: i["features"] for i in data["dataset_info"]}
+    assert {"name": "compute_s", "dtype": "float64"} in feats["steps"]
+    for section in ("## Motivation", "## Composition", "## Collection process", "## Labeling", "## Uses", "## Limits"):
+        assert section in card.text
+    assert "temporal_threshold" in card.text  # the labeler's configuration
+
+
+def test_timeeval_export(ds, tmp_path):
+    p = faultlab("dataset", "export", ds, "--format", "timeeval", "--out", tmp_path / "te")
+    assert p.returncode == 0, p.stderr
+    idx = pd.read_csv(tmp_path / "te" / "datasets.csv")
+    assert len(idx) == 5 * 4 and {"collection_name", "dataset_name", "test_path", "input_type", "contamination"} <= set(idx.columns)
+    one = pd.read_csv(tmp_path / "te" / idx.test_path.iloc[0])
+    assert list(one.columns[:1]) == ["timestamp"] and one.columns[-1] == "is_anomaly"
+    assert idx.num_anomalies.sum() >= 5  # each run's straggler
+    assert faultlab("dataset", "export", ds, "--format", "nope").returncode == 2
+
+
+def test_bad_input_is_refused_and_nothing_is_left(campaign, tmp_path):
+    with pytest.raises(BadInput, match="--split"):
+        draw_split(["a", "b"], 1.5, 0)
+    p = faultlab("dataset", "build", "--campaign", campaign, "--name", "../x", "--out-root", tmp_path)
+    assert p.returncode == 2 and "--name" in p.stderr
+    p = faultlab("dataset", "build", "--campaign", tmp_path / "none", "--name", "x", "--out-root", tmp_path)
+    assert p.returncode == 2 and "--campaign" in p.stderr
+    unlabeled = tmp_path / "u"
+    make_run(unlabeled, "u", seed=1)
+    (unlabeled / "labels.parquet").unlink()
+    with pytest.raises(BadInput, match="labels.parquet"):
+        build(collect_runs([unlabeled]), "x", tmp_path)
+    assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x*"))
+
+
+@pytest.mark.skipif(not (PUBLIC / "straggler-trace-ST").is_dir(), reason="public traces not beside this checkout")
+def test_import_straggler_trace_to_dataset_form(tmp_path):
+    p = faultlab("dataset", "build", "--import", "straggler-trace", PUBLIC / "straggler-trace-ST", "--name", "st", "--out-root", tmp_path)
+    assert p.returncode == 0, p.stderr
+    d = Dataset(tmp_path / "st")
+    run = d.read_run(d.run_ids("all")[0])
+    assert run.steps["rank"].nunique() > 1 and (run.steps.step_s > 0).all() and len(run.labels)
+    assert faultlab("dataset", "verify", tmp_path / "st").returncode == 0
+    p = faultlab("score", "--detector", "arrival-late", "--dataset", tmp_path / "st", "--split", "all", "--json", "--boot", "0")
+    assert p.returncode == 0, p.stderr

@@ -1,0 +1,328 @@
+"""faultlab score on run directories and datasets: replay (no peeking, latency), the
+CI gate, detector plugins by entry point and by module:Class, the pytest plugin.
+
+Runs are simulated step tables (faultlab.datasets.synthetic) labeled by the real
+labeler: scoring reads only tables, so this is the same code path as measured runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from faultlab.datasets.synthetic import make_run
+from faultlab.errors import BadInput
+from faultlab.scoring import Detector, replay, score_runs
+from faultlab.scoring.detectors import as_alarms, empty_alarms, load_detector
+from faultlab.scoring.runs import iter_run_dirs, read_run_dir
+
+PY = sys.executable
+
+
+def faultlab(*args, cwd=None, env=None):
+    return subprocess.run([PY, "-m", "faultlab.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    return [make_run(root / f"r{i}", f"r{i}", seed=i) for i in range(6)]
+
+
+# -- replay ------------------------------------------------------------------------------
+
+
+class Peeker(Detector):
+    """Tries to see the future: records the latest timestamp of every row it is given
+    against the replay clock, keeps references to the chunks (and changes them), and
+    alarms on the run's last step it can find."""
+
+    name = "peeker"
+
+    def start(self, info):
+        self.seen = []
+        self.chunks = []
+
+    def update(self, steps, host, now):
+        if len(steps):
+            self.seen.append((float((steps.t_start + steps.step_s).max()), now))
+            steps["t_start"] = steps["t_start"] + 1e6  # mutate what it was given
+        self.chunks.append(steps)
+        every = pd.concat(self.chunks)
+        last = every.step.max() if len(every) else 0
+        return as_alarms(pd.DataFrame([{"component": "rank:0", "start_ts": now, "end_ts": now, "score": float(last)}]))
+
+    def detect(self, steps, host):
+        return empty_alarms()
+
+
+def test_replay_shows_no_row_past_the_clock_and_copies_chunks(runs):
+    run = read_run_dir(runs[0])
+    det = Peeker()
+    before = run.steps.copy()
+    replay(det, run, tick_s=0.5)
+    assert det.seen and all(t_end <= now + 1e-9 for t_end, now in det.seen)
+    pd.testing.assert_frame_equal(run.steps, before)  # its mutation did not reach the run
+    # the number of steps it could know grows with the clock, never the run's last at once
+    n_steps = run.steps.step.max()
+    assert det.chunks[0].step.max() < n_steps / 4
+
+
+class AtOnset(Detector):
+    """Alarms the moment it sees the labeled rank's first slow step (compute > 1.5x its
+    running median)."""
+
+    name = "at-onset"
+
+    def start(self, info):
+        self.buf = []
+
+    def update(self, steps, host, now):
+        self.buf.append(steps)
+        s = pd.concat(self.buf)
+        out = []
+        for r, g in s.groupby("rank"):
+            slow = g[g.compute_s > 1.5 * g.compute_s.median()]
+            if len(slow):
+                out.append({"component": f"rank:{r}", "start_ts": slow.t_start.min(), "end_ts": now, "score": 1.0})
+        return as_alarms(pd.DataFrame(out))
+
+    def detect(self, steps, host):
+        return empty_alarms()
+
+
+class AfterWhole(AtOnset):
+    """Alarms only once the slowdown is over (a slow stretch followed by >= 10 normal steps)."""
+
+    name = "after-whole"
+
+    def update(self, steps, host, now):
+        self.buf.append(steps)
+        s = pd.concat(self.buf)
+        out = []
+        for r, g in s.groupby("rank"):
+            g = g.sort_values("step")
+            slow = g.compute_s.to_numpy() > 1.5 * g.compute_s.median()
+            if slow.any() and len(slow) - 1 - np.flatnonzero(slow)[-1] >= 10:
+                out.append({"component": f"rank:{r}", "start_ts": g.t_start.to_numpy()[slow].min(), "end_ts": now, "score": 1.0})
+        return as_alarms(pd.DataFrame(out))
+
+
+def test_latency_a_late_detector_is_later_than_an_onset_one(runs):
+    rs = list(iter_run_dirs(runs))
+    early = score_runs(AtOnset(), rs, mode="replay", n_boot=200)
+    late = score_runs(AfterWhole(), rs, mode="replay", n_boot=200)
+    assert early.event_recall == 1.0 and late.event_recall == 1.0
+    lab = pd.concat([r.labels for r in rs])
+    mean_len = float((lab.end_ts - lab.start_ts).mean())
+    assert early.latency_median_s < 1.0  # within about one replay tick of the onset
+    assert late.latency_median_s > early.latency_median_s + 0.5 * mean_len
+    off = score_runs(AtOnset(), rs, mode="offline", n_boot=0)
+    assert np.isnan(off.latency_median_s)  # latency is measured only in replay
+
+
+def test_replay_of_a_plain_detect_detector_matches_offline_cells(runs):
+    rs = list(iter_run_dirs(runs[:3]))
+    on = score_runs("peer-median", rs, mode="replay", n_boot=0)
+    off = score_runs("peer-median", rs, mode="offline", n_boot=0)
+    assert on.event_recall == off.event_recall == 1.0
+    assert on.window_recall <= off.window_recall  # replay alarms start only when raised
+    assert on.latency_median_s >= 0
+
+
+# -- honest metrics on many runs ------------------------------------------------------------
+
+
+def test_random_and_constant_are_near_chance_and_peer_median_is_clear(runs):
+    rs = list(iter_run_dirs(runs))
+    pm = score_runs("peer-median", rs, n_boot=500)
+    for name in ("random", "constant"):
+        b = score_runs(name, rs, n_boot=500)
+        assert abs(b.window_mcc) < 0.2
+        assert b.ci("window_mcc")[1] < pm.ci("window_mcc")[0]
+    assert score_runs("constant", rs, n_boot=0).window_mcc == 0.0
+    assert pm.window_mcc > 0.9 and pm.metrics["window_mcc"]["ci"][0] <= pm.window_mcc <= pm.metrics["window_mcc"]["ci"][1]
+
+
+def test_breakdown_by_fault_type_and_source(runs, tmp_path):
+    extra = make_run(tmp_path / "io", "io", seed=9, fault_type="io-slow")
+    rs = list(iter_run_dirs(runs[:3] + [extra]))
+    res = score_runs("peer-median", rs, by="fault_type", n_boot=100)
+    assert set(res.by) == {"cpu-contention", "io-slow"}
+    assert res.by["io-slow"]["n_labels"] == 1 and res.by["cpu-contention"]["n_labels"] == 3
+    assert set(score_runs("peer-median", rs, by="source", n_boot=0).by) == {"injected"}
+    with pytest.raises(BadInput, match="--by"):
+        score_runs("peer-median", rs, by="weather")
+
+
+# -- the CLI and the gate ------------------------------------------------------------------
+
+
+def test_cli_json_out_and_unknown_detector(runs, tmp_path):
+    args = [a for r in runs for a in ("--run", r)]
+    p = faultlab("score", "--detector", "peer-median", *args, "--out", tmp_path / "s.json", "--json", "--boot", "200")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["n_runs"] == 6 and d["metrics"]["event_f1"]["value"] == 1.0 and len(d["metrics"]["event_f1"]["ci"]) == 2
+    assert json.loads((tmp_path / "s.json").read_text())["metrics"] == d["metrics"]
+    p = faultlab("score", "--detector", "no-such", *args)
+    assert p.returncode == 2 and "unknown detector 'no-such'" in p.stderr
+    for name in ("peer-median", "temporal-z", "arrival-late", "random", "constant"):
+        assert name in p.stderr
+    p = faultlab("score", "--detector", "peer-median", "--param", "threshold", *args)
+    assert p.returncode == 2 and "--param" in p.stderr
+
+
+def test_gate_fails_on_a_worse_threshold_passes_on_itself_and_on_improvement(runs, tmp_path):
+    args = [a for r in runs for a in ("--run", r)]
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    assert faultlab("score", "--detector", "peer-median", *args, "--out", good, "--boot", "200").returncode == 0
+    # a threshold far too high misses the 3x stragglers
+    assert faultlab("score", "--detector", "peer-median", "--param", "threshold=4", *args, "--out", bad, "--boot", "200").returncode == 0
+    p = faultlab("score", "--detector", "peer-median", "--param", "threshold=4", *args, "--baseline", good, "--boot", "200")
+    assert p.returncode == 1
+    assert "gate FAILED" in p.stderr and "dropped  event_f1" in p.stderr and "[" in p.stderr  # each metric with its CI
+    p = faultlab("score", "--detector", "peer-median", *args, "--baseline", good, "--boot", "200")
+    assert p.returncode == 0 and "gate passed" in p.stderr
+    p = faultlab("score", "--detector", "peer-median", *args, "--baseline", bad, "--boot", "200", "--metric", "event_f1")
+    assert p.returncode == 0 and "improved: event_f1" in p.stderr
+    p = faultlab("score", "--detector", "peer-median", *args, "--baseline", tmp_path / "nope.json")
+    assert p.returncode == 2 and "--baseline" in p.stderr
+
+
+# -- plugins --------------------------------------------------------------------------------
+
+PLUGIN = '''
+import pandas as pd
+from faultlab.scoring.detectors import Detector, alarms_from_steps, step_frame
+
+
+class Slow(Detector):
+    name = "tmp-slow"
+
+    def __init__(self, ratio=1.4):
+        self.ratio = float(ratio)
+
+    def detect(self, steps, host=None):
+        f = step_frame(steps)
+        f["stat"] = f["peer_ratio"]
+        f["hot"] = f["peer_ratio"] > self.ratio
+        return alarms_from_steps(f, 3)
+'''
+
+
+def test_module_class_without_installing(runs, tmp_path):
+    (tmp_path / "mydet.py").write_text(PLUGIN)
+    p = faultlab("score", "--detector", "mydet:Slow", "--param", "ratio=1.5", "--run", runs[0], "--json", "--boot", "0", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["metrics"]["event_recall"]["value"] == 1.0
+
+
+@pytest.mark.slow
+def test_a_plugin_package_is_found_by_its_entry_point_name(runs, tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "tmpslowdet.py").write_text(PLUGIN)
+    (pkg / "pyproject.toml").write_text(textwrap.dedent('''
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "faultlab-tmp-slow-plugin"
+        version = "0.0.1"
+        [project.entry-points."faultlab.detectors"]
+        tmp-slow = "tmpslowdet:Slow"
+        [tool.setuptools]
+        py-modules = ["tmpslowdet"]
+    '''))
+    pip = [PY, "-m", "pip", "--disable-pip-version-check", "-q"]
+    r = subprocess.run(pip + ["install", "--no-deps", str(pkg)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    try:
+        p = faultlab("score", "--detector", "nope", "--run", runs[0])
+        assert "tmp-slow" in p.stderr  # listed among the known detectors
+        p = faultlab("score", "--detector", "tmp-slow", "--run", runs[0], "--run", runs[1], "--json", "--boot", "0", cwd=runs[0].parent)
+        assert p.returncode == 0, p.stderr
+        d = json.loads(p.stdout)
+        assert d["detector"] == "tmp-slow" and d["metrics"]["event_recall"]["value"] == 1.0
+    finally:
+        subprocess.run(pip + ["uninstall", "-y", "faultlab-tmp-slow-plugin"], capture_output=True, timeout=300)
+    p = faultlab("score", "--detector", "tmp-slow", "--run", runs[0])
+    assert p.returncode == 2  # gone with the package
+
+
+def test_example_plugins_score(runs):
+    root = Path(__file__).resolve().parents[1] / "examples" / "detectors"
+    sys.path[:0] = [str(root / "pyod-iforest"), str(root / "ruptures-pelt")]
+    try:
+        rs = list(iter_run_dirs(runs[:3]))
+        for spec in ("faultlab_iforest:IForestDetector", "faultlab_pelt:PeltDetector"):
+            res = score_runs(spec, rs, n_boot=0)
+            assert res.event_recall == 1.0 and res.window_mcc > 0.5 and res.vus_pr > 0.5, spec
+    finally:
+        del sys.path[:2]
+    for f in root.glob("*/*.py"):
+        assert len(f.read_text().splitlines()) < 40, f
+
+
+# -- the pytest plugin ----------------------------------------------------------------------
+
+
+def test_pytest_plugin_fixture_and_floor(runs, tmp_path):
+    from faultlab.datasets.build import build
+
+    build(runs, "tiny-ds", tmp_path / "datasets")
+    (tmp_path / "test_det.py").write_text(textwrap.dedent('''
+        def test_good(faultlab_score):
+            assert faultlab_score("peer-median", "tiny-ds").event_f1 >= 0.8
+
+        def test_floor_fails(faultlab_score):
+            res = faultlab_score("constant", "tiny-ds")
+            faultlab_score.require(res, "window_mcc", 0.5)
+    '''))
+    env = {**os.environ, "FAULTLAB_DATASETS": str(tmp_path / "datasets")}
+    r = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_det.py"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert "1 failed, 1 passed" in r.stdout, r.stdout + r.stderr
+    assert "window_mcc = 0.0" in r.stdout and "below the floor 0.5" in r.stdout
+
+
+def test_load_detector_params_are_checked():
+    with pytest.raises(BadInput, match="--param"):
+        load_detector("peer-median", nonsense=1)
+
+
+class Recorder(Detector):
+    """Remembers which runs it was fitted on and which it was asked to detect on."""
+
+    name = "recorder"
+    fitted: list = []
+    detected: list = []
+
+    def fit(self, train_runs):
+        Recorder.fitted = [(r.run_id, len(r.labels)) for r in train_runs]
+        return self
+
+    def detect(self, steps, host):
+        Recorder.detected.append(str(steps.run_id.iloc[0]))
+        return empty_alarms()
+
+
+def test_a_training_detector_is_fitted_on_the_train_split_only(runs, tmp_path):
+    from faultlab.datasets.build import build
+    from faultlab.datasets.layout import Dataset
+    from faultlab.scoring import score_dataset
+
+    ds = Dataset(build(runs, "split-ds", tmp_path))
+    res = score_dataset(Recorder(), ds, split="test", n_boot=0)
+    assert sorted(r for r, _ in Recorder.fitted) == sorted(ds.splits["train"])
+    assert all(n > 0 for _, n in Recorder.fitted)  # train labels may be used
+    assert sorted(Recorder.detected) == sorted(ds.splits["test"]) and res.n_runs == len(ds.splits["test"])
+    assert not set(Recorder.detected) & set(ds.splits["train"])
