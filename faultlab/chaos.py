@@ -279,6 +279,9 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damage
             report["outcomes"][key] = report["outcomes"].get(key, 0) + 1
             if p.returncode == 3 and "verify:" in err:
                 report["unverified"] += 1  # reverted and said so: the measured check failed (a loaded machine)
+            elif action.startswith("lease-") and "FAULTLAB_LEASE_DIR" in err and not left_now:
+                report["outcomes"]["record damaged before read-back (refused, nothing applied)"] = report["outcomes"].get(
+                    "record damaged before read-back (refused, nothing applied)", 0) + 1
             elif (p.returncode not in (0, -signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT) and action in ("plain", "lease-deleted", "lease-truncated")
                   and "handed to its lease" not in err):
                 report["errors"].append(f"cycle {i} {ftype} {action} {' '.join(args)}: rc={p.returncode} {err.strip()[-300:]}")

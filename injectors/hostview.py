@@ -354,8 +354,9 @@ def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
             w.fire()
         for w in v.watchdogs:
             w.wait_gone(timeout_s)
-    if v.orphan:
-        for o in v.objects:
+    if v.orphan:  # the ingress redirect first (it is told by its ifb), the ifb last
+        order = {"ingress": 0, "qdisc": 1, "ifb": 2, "cgroup": 3}
+        for o in sorted(v.objects, key=lambda o: order.get(o.kind, 9)):
             for argv in o.revert_argv():
                 _run(argv, timeout=30)
     return still_there(v.fault_id)
