@@ -1,9 +1,12 @@
 """Chaos test of the injectors themselves: randomized inject / verify / revert cycles
 through the real CLI, some with the controller killed by SIGKILL at a random moment,
-then a residue check after the deadline plus a grace period.
+some with signal storms (1-5 SIGINT/SIGTERM at random moments of inject, verify and
+revert), some with the lease record deleted or truncated while the fault runs, some
+into a full lease folder; each exit code is checked against the state left at that
+moment (``judge``), and the residue after every lease has ended must be empty.
 
-Used by ``tests/test_chaos.py`` (a short run in CI) and ``perf/chaos.py`` (200 cycles,
-50 with SIGKILL). Targets are test hosts of its own: a 2-node netns testbed, a
+Used by ``tests/test_chaos.py`` (a short run in CI) and ``perf/chaos.py`` (200 cycles:
+50 with SIGKILL, 50 storms). Targets are test hosts of its own: a 2-node netns testbed, a
 busy-loop process, and (for gc-storm) a process running the in-workload agent.
 Everything it starts it ends by PID.
 """
@@ -105,20 +108,107 @@ def residue(t: Targets, lease_dir: Path) -> list[str]:
     return left
 
 
-def _wait_clean(t: Targets, lease_dir: Path, deadline: float) -> list[str]:
-    left = residue(t, lease_dir)
+def _wait_clean(t: Targets, lease_dirs: list[Path], deadline: float) -> list[str]:
+    left = [x for d in lease_dirs for x in residue(t, d)]
     while left and time.time() < deadline:
         time.sleep(0.25)
-        left = residue(t, lease_dir)
-    return left
+        left = [x for d in lease_dirs for x in residue(t, d)]
+    return sorted(set(left))
 
 
-def run_chaos(cycles: int, kills: int, seed: int = 0, *, types: list[str] | None = None, log=print) -> dict:
-    """Run ``cycles`` random fault cycles, ``kills`` of them with the controller
-    SIGKILLed at a random moment. Returns a report: cycles per type, outcomes, the
-    residue found (must be empty), and wall time (s). Needs root for nic-slow and
-    cgroup types (types the machine cannot run are skipped)."""
-    from faultlab.nodes.testbed import NetnsTestbed
+#: what a cycle does to its controller or its lease (see ``plan_cycles``)
+ACTIONS = ("plain", "sigkill", "storm", "lease-deleted", "lease-truncated", "full-folder")
+
+
+def plan_cycles(rng: random.Random, cycles: int, kills: int, storms: int, damaged: int, full: int) -> list[str]:
+    """One action per cycle, seeded: ``kills`` SIGKILLs of the controller, ``storms``
+    signal storms (1-5 SIGINT/SIGTERM at random moments of inject, verify and revert),
+    ``damaged`` lease records deleted or truncated while the fault runs, ``full``
+    injects into a full lease folder; the rest plain (some with one SIGTERM)."""
+    acts = (["sigkill"] * kills + ["storm"] * storms + [rng.choice(["lease-deleted", "lease-truncated"]) for _ in range(damaged)]
+            + ["full-folder"] * full)
+    acts = acts[:cycles] + ["plain"] * max(0, cycles - len(acts))
+    rng.shuffle(acts)
+    return acts
+
+
+def _full_lease_dir(base: Path) -> tuple[Path, callable]:
+    """A lease folder on a tiny tmpfs filled to the last byte (root only)."""
+    m = base / "full"
+    m.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k,mode=0700", "tmpfs", str(m)], check=True)
+    (m / "leases").mkdir(mode=0o755)
+    fd = os.open(m / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return m / "leases", lambda: subprocess.run(["umount", str(m)], capture_output=True)
+
+
+def _storm(p: subprocess.Popen, rng: random.Random, duration: float) -> int:
+    """1-5 SIGINT/SIGTERM at random moments over the controller's life."""
+    n = rng.randint(1, 5)
+    time.sleep(rng.uniform(0.0, duration + 1.5))
+    for _ in range(n):
+        try:
+            p.send_signal(rng.choice([signal.SIGINT, signal.SIGTERM]))
+        except ProcessLookupError:
+            break
+        time.sleep(rng.choice([0.0, 0.01, rng.uniform(0.0, 0.5)]))
+    return n
+
+
+def _damage_lease(lease_dir: Path, how: str, p: subprocess.Popen) -> bool:
+    """Delete or truncate the record of the controller's fault once it is written."""
+    end = time.time() + 15
+    while time.time() < end and p.poll() is None:
+        recs = [f for f in lease_dir.glob("*.json")]
+        if recs:
+            try:
+                os.unlink(recs[0]) if how == "lease-deleted" else os.truncate(recs[0], 0)
+                return True
+            except OSError:
+                return False
+        time.sleep(0.02)
+    return False
+
+
+def judge(rc: int | None, err: str, left_at_exit: list[str], action: str) -> str | None:
+    """Why the exit code does not match the state left (None: it matches). 0 only when
+    nothing faultlab made remains at exit; a non-zero exit leaving something must say
+    it was handed to the lease or not fully reverted; SIGKILL may leave what its lease
+    ends; a full lease folder is a one-line error naming FAULTLAB_LEASE_DIR."""
+    if action == "full-folder":
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        if rc == 0 or len(lines) != 1 or "FAULTLAB_LEASE_DIR" not in lines[0]:
+            return f"full lease folder: rc={rc}, stderr {err.strip()[-200:]!r}"
+        return f"full lease folder left {left_at_exit}" if left_at_exit else None
+    if action == "sigkill" and rc == -signal.SIGKILL:
+        return None
+    if "Traceback" in err:
+        return f"traceback: {err.strip()[-300:]}"
+    if rc == 0:
+        return f"exit 0 with {left_at_exit} left" if left_at_exit else None
+    if left_at_exit and "handed to its lease" not in err and "not fully reverted" not in err:
+        return f"rc={rc} left {left_at_exit} without saying so: {err.strip()[-200:]!r}"
+    return None
+
+
+def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damaged: int = 0, full: int = 0,
+              types: list[str] | None = None, log=print) -> dict:
+    """Run ``cycles`` random fault cycles through the CLI: ``kills`` with the controller
+    SIGKILLed at a random moment, ``storms`` with 1-5 SIGINT/SIGTERM at random moments,
+    ``damaged`` with the lease record deleted or truncated while the fault runs,
+    ``full`` into a full lease folder (see ``plan_cycles``). Returns a report: cycles
+    per type and action, outcomes (exit codes), ``mismatches`` (an exit code that does
+    not match the state left, see ``judge``), the residue left once every lease has
+    ended (must be empty), errors, and wall time (s). Needs root for nic-slow, cgroup
+    types and the full folder (types the machine cannot run are skipped)."""
+    from faultlab.nodes import NetnsTestbed
 
     rng = random.Random(seed)
     types = types or runnable_types()
@@ -127,11 +217,16 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, types: list[str] | None
     env = dict(os.environ, FAULTLAB_LEASE_DIR=str(lease_dir), FAULTLAB_STATE_DIR=str(state), FAULTLAB_AGENT_DIR=str(state / "agents"))
     old_env = {k: os.environ.get(k) for k in ("FAULTLAB_LEASE_DIR", "FAULTLAB_STATE_DIR", "FAULTLAB_AGENT_DIR")}
     os.environ.update({k: env[k] for k in old_env})
-    report: dict = {"cycles": 0, "killed": 0, "by_type": {}, "outcomes": {}, "residue": [], "errors": [], "seed": seed}
+    report: dict = {"cycles": 0, "killed": 0, "storms": 0, "signals_sent": 0, "damaged": 0, "full_folder": 0, "unverified": 0, "by_type": {},
+                    "by_action": {}, "outcomes": {}, "mismatches": [], "residue": [], "errors": [], "seed": seed}
     t0 = time.time()
     tb = NetnsTestbed(2).up() if "nic-slow" in types else None
     procs: list[subprocess.Popen] = []
+    full_dir, unmount = (None, None)
     try:
+        if full:
+            full_dir, unmount = _full_lease_dir(state)
+        dirs = [lease_dir] + ([full_dir] if full_dir else [])
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], env=env)
         procs.append(busy)
         agent_pid = None
@@ -142,48 +237,57 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, types: list[str] | None
             agent_pid = ag.pid
             time.sleep(1.0)
         t = Targets([n.netns for n in tb.nodes] if tb else [], busy.pid, agent_pid, str(state))
-        kill_at = set(rng.sample(range(cycles), min(kills, cycles)))
-        for i in range(cycles):
+        actions = plan_cycles(rng, cycles, kills, storms, damaged, full)
+        for i, action in enumerate(actions):
             ftype = rng.choice(types)
             args = _options(ftype, rng, t)
             if args is None:
                 continue
             duration = rng.uniform(0.8, 2.0)
             argv = [*FL, "inject", "--type", ftype, *args, "--duration", f"{duration:.2f}s", "--grace", "0s", "--json"]
-            p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-            if i in kill_at:
+            cenv = dict(env, FAULTLAB_LEASE_DIR=str(full_dir)) if action == "full-folder" else env
+            p = subprocess.Popen(argv, env=cenv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            if action == "sigkill":
                 time.sleep(rng.uniform(0.0, duration + 1.5))
                 try:
                     os.kill(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                p.communicate()
-                outcome = "sigkill"
                 report["killed"] += 1
-                # the lease deadline is at most duration (+ start-up) from now; then the
-                # watchdog needs a moment
-                left = _wait_clean(t, lease_dir, time.time() + duration + 8)
-            else:
-                term = rng.random() < 0.15
-                if term:
-                    time.sleep(rng.uniform(0.5, duration))
-                    p.send_signal(signal.SIGTERM)
-                out, err = p.communicate(timeout=120)
-                outcome = "sigterm" if term else "completed"
-                if p.returncode not in (0, None, -signal.SIGTERM):
-                    outcome = f"failed rc={p.returncode}"
-                    report["errors"].append(f"cycle {i} {ftype} {' '.join(args)}: rc={p.returncode} {err.strip()[-300:]}")
-                left = _wait_clean(t, lease_dir, time.time() + 5)
+            elif action == "storm":
+                report["signals_sent"] += _storm(p, rng, duration)
+                report["storms"] += 1
+            elif action.startswith("lease-"):
+                report["damaged"] += _damage_lease(lease_dir, action, p)
+            elif action == "full-folder":
+                report["full_folder"] += 1
+            elif rng.random() < 0.15:
+                time.sleep(rng.uniform(0.5, duration))
+                p.send_signal(signal.SIGTERM)
+            out, err = p.communicate(timeout=180)
+            left_now = sorted(set(x for d in dirs for x in residue(t, d)))
+            bad = judge(p.returncode, err, left_now, action)
+            if bad:
+                report["mismatches"].append({"cycle": i, "type": ftype, "action": action, "why": bad})
+            # every lease ends by its deadline (at most the duration from now), then the
+            # watchdog needs a moment
+            left = _wait_clean(t, dirs, time.time() + duration + 8)
             report["cycles"] += 1
             report["by_type"][ftype] = report["by_type"].get(ftype, 0) + 1
-            key = outcome.split(":")[0]
+            report["by_action"][action] = report["by_action"].get(action, 0) + 1
+            key = f"{action} rc={p.returncode}"
             report["outcomes"][key] = report["outcomes"].get(key, 0) + 1
+            if p.returncode == 3 and "verify:" in err:
+                report["unverified"] += 1  # reverted and said so: the measured check failed (a loaded machine)
+            elif (p.returncode not in (0, -signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT) and action in ("plain", "lease-deleted", "lease-truncated")
+                  and "handed to its lease" not in err):
+                report["errors"].append(f"cycle {i} {ftype} {action} {' '.join(args)}: rc={p.returncode} {err.strip()[-300:]}")
             if left:
-                report["residue"].append({"cycle": i, "type": ftype, "outcome": outcome, "left": left})
-                log(f"cycle {i} {ftype} {outcome}: LEFT {left}")
+                report["residue"].append({"cycle": i, "type": ftype, "action": action, "left": left})
+                log(f"cycle {i} {ftype} {action}: LEFT {left}")
                 subprocess.run([*FL, "recover"], env=env, capture_output=True)
             else:
-                log(f"cycle {i:3d} {ftype:15s} {outcome:10s} clean")
+                log(f"cycle {i:3d} {ftype:15s} {action:15s} rc={p.returncode} {'MISMATCH ' + bad if bad else 'clean'}")
     finally:
         for p in procs:
             p.kill()
@@ -191,6 +295,8 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, types: list[str] | None
         subprocess.run([*FL, "recover"], env=env, capture_output=True)
         if tb:
             tb.down()
+        if unmount:
+            unmount()
         for k, v in old_env.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -206,12 +312,15 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cycles", type=int, default=200)
-    ap.add_argument("--kills", type=int, default=50)
+    ap.add_argument("--kills", type=int, default=50, help="cycles whose controller is SIGKILLed")
+    ap.add_argument("--storms", type=int, default=50, help="cycles with 1-5 SIGINT/SIGTERM at random moments")
+    ap.add_argument("--damaged", type=int, default=20, help="cycles whose lease record is deleted or truncated")
+    ap.add_argument("--full", type=int, default=10, help="cycles into a full lease folder")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    rep = run_chaos(a.cycles, a.kills, a.seed)
+    rep = run_chaos(a.cycles, a.kills, a.seed, storms=a.storms, damaged=a.damaged, full=a.full)
     print(json.dumps(rep, indent=1))
-    return 0 if not rep["residue"] and not rep["errors"] else 1
+    return 0 if not rep["residue"] and not rep["errors"] and not rep["mismatches"] else 1
 
 
 if __name__ == "__main__":

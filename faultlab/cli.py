@@ -8,17 +8,24 @@ reverted before the error is printed.
 
 from __future__ import annotations
 
-import json
 import signal
-import sys
-import time
-from pathlib import Path
-from typing import Optional
 
-import typer
-from rich.console import Console
+# A Ctrl-C while faultlab is still starting (nothing applied yet) ends it quietly, not
+# with a KeyboardInterrupt traceback; _main restores Python's handler for every command
+# but inject, which installs its own (faultlab.faultrun.SignalGuard).
+signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-from faultlab.errors import BadInput, FaultlabError
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Optional  # noqa: E402
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+
+from faultlab.errors import BadInput, FaultlabError  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown", help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
 console = Console(stderr=True)
@@ -36,23 +43,17 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _main(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="print faultlab's version and exit")) -> None:
+def _main(ctx: typer.Context, version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="print faultlab's version and exit")) -> None:
     """faultlab: fail-slow fault injection, labeling and detector scoring for
     synchronous distributed training."""
+    if ctx.invoked_subcommand != "inject":
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _fail(err: Exception) -> None:
     code = getattr(err, "exit_code", 1)
     print(f"faultlab: error: {err}", file=sys.stderr)
     raise typer.Exit(code)
-
-
-class _Terminate(BaseException):
-    pass
-
-
-def _on_term(signum, frame):
-    raise _Terminate()
 
 
 @app.command()
@@ -84,6 +85,7 @@ def inject(
     grace: str = typer.Option("10s", "--grace", metavar="DURATION", help="the on-node watchdog reverts at duration + grace if faultlab is gone"),
     detach: bool = typer.Option(False, "--detach", help="return once the fault is verified; the lease's watchdog reverts it at the deadline"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the exact commands (inject, verify, revert) and apply nothing"),
+    allow_unverified: bool = typer.Option(False, "--allow-unverified", help="keep a fault whose measured check fails (default: revert it, exit 3)"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="inventory YAML of ssh nodes; --node names them (a,b,c) or --nodes selects by label"),
     nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: every node whose labels match, e.g. rack=3"),
@@ -92,7 +94,6 @@ def inject(
     """Inject one fail-slow fault on a node; stays in the foreground and reverts at the
     end, on Ctrl-C or SIGTERM (and the on-node lease reverts it if faultlab is killed)."""
     from faultlab import injectors
-    from faultlab.evidence import verify_text
     from faultlab.nodes import resolve_node
     from faultlab.units import parse_duration
 
@@ -134,81 +135,28 @@ def inject(
             for line in p["revert"]:
                 out.print(line, markup=False, soft_wrap=True)
         return
-    old = {s: signal.signal(s, _on_term) for s in (signal.SIGTERM, signal.SIGHUP)}
-    old[signal.SIGINT] = signal.getsignal(signal.SIGINT)
-    active = None
-    try:
-        try:
-            active = injectors.apply(inj, duration_s, grace_s=0.0 if detach else grace_s)
-        except FaultlabError as e:
-            _fail(e)
-        info = {"fault_id": active.fault_id, "type": inj.type, "node": n.describe(), "target": plan.target, "params": inj.params, "verify": active.evidence.get("verify"), "deadline_ts": active.lease.record["deadline_ts"]}
-        if detach:
-            info["status"] = "active"
-            ok = (active.evidence.get("verify") or {}).get("ok")
-            out.print_json(json.dumps(info, default=str)) if as_json else out.print(
-                f"injected {active.fault_id} ({inj.type} on {n.describe()}, {plan.target}); {verify_text(active.evidence.get('verify'))}; the lease reverts it in {duration_s:g}s; "
-                f"`faultlab revert {active.fault_id}` ends it sooner", markup=False)
-            if not ok and not as_json:
-                console.print("[yellow]warning:[/] the measured check did not confirm the fault is in force (see --json for the evidence)")
-            active = None  # the lease owns it now
-            return
-        if not as_json:
-            console.print(f"injected {active.fault_id} ({inj.type} on {n.describe()} {plan.target}) for {duration_s:g}s; {verify_text(active.evidence.get('verify'))}; Ctrl-C reverts", markup=False)
-        end = active.start_ts + duration_s
-        while time.time() < end and active.lease.exists():
-            time.sleep(min(0.2, max(0.0, end - time.time())))
-    except (KeyboardInterrupt, _Terminate):
-        if not as_json:
-            console.print("interrupted: reverting")
-    finally:
-        if active is not None:
-            # a second Ctrl-C or SIGTERM must not abort the revert half-way
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                signal.signal(sig, signal.SIG_IGN)
-            status = active.revert()
-            info["status"] = status
-            info["end_ts"] = active.end_ts
-            info["evidence"] = active.evidence
-            if as_json:
-                out.print_json(json.dumps(info, default=str))
-            else:
-                out.print(f"{active.fault_id}: {status}")
-            for s, h in old.items():
-                signal.signal(s, h)
-            if status == "revert-failed":
-                raise typer.Exit(1)
-        else:
-            for s, h in old.items():
-                signal.signal(s, h)
+    from faultlab.faultrun import run_inject
+
+    raise typer.Exit(run_inject(inj, n, plan, duration_s=duration_s, grace_s=grace_s, detach=detach, as_json=as_json,
+                                allow_unverified=allow_unverified, out=out, console=console))
 
 
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json")):
-    """List the faults in force on this host (their lease records)."""
-    from faultlab.injectors.lease import load_leases
-    from faultlab.nodes import LocalNode
+    """List every faultlab fault in force on this host, whoever started it (lease
+    records, watchdogs, and faultlab-made objects no lease accounts for)."""
+    from faultlab.faultrun import print_status, status_rows
 
-    rows = []
-    for le in load_leases(LocalNode("local")):
-        r = le.record
-        rows.append({
-            "fault_id": r["fault_id"], "type": r.get("fault_type"), "node": r.get("node"), "target": r.get("target"),
-            "remaining_s": round(r.get("deadline_ts", 0) - time.time(), 1),
-            "controller_alive": le.controller_alive(), "watchdog_alive": le.watchdog_alive(),
-        })
+    rows, problems = status_rows()
     from faultlab.nodes.testbed import untrusted_states
 
-    for line in untrusted_states():
-        print(f"faultlab: {line}", file=sys.stderr)
+    problems = problems + untrusted_states()
     if as_json:
         out.print_json(json.dumps(rows))
+        for p in problems:
+            print(f"faultlab: warning: {p} (never acted on)", file=sys.stderr)
         return
-    if not rows:
-        out.print("no faults in force")
-    for r in rows:
-        held = "held by its controller" if r["controller_alive"] else "left to its lease (detached, or its controller died)"
-        out.print(f"{r['fault_id']}  {r['type']}  {r['node']}  {r['target']}  watchdog reverts at the latest in {r['remaining_s']}s  {held}{'' if r['watchdog_alive'] else '  WATCHDOG GONE: run faultlab recover'}", markup=False)
+    print_status(rows, problems, out)
 
 
 @app.command()
@@ -218,42 +166,44 @@ def revert(
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Revert a fault now (or all). Reverting a fault that is already gone is a no-op
-    success."""
-    from faultlab.injectors.lease import recover as recover_leases
-    from faultlab.nodes import LocalNode
+    success; a fault of another user is not reverted (exit 3)."""
+    from faultlab.faultrun import report_reverts, revert_faults
 
     if not fault_id and not all_:
         _fail(BadInput("give a FAULT_ID or --all", field="FAULT_ID", fix="see faultlab status"))
     if fault_id and all_:
         _fail(BadInput("give a FAULT_ID or --all, not both", field="FAULT_ID"))
-    done = recover_leases(LocalNode("local"), None if all_ else fault_id)
-    if as_json:
-        out.print_json(json.dumps(done))
-    elif not done:
-        out.print(f"no fault {fault_id + ' ' if fault_id else ''}in force on this host (already reverted, expired, or never injected: see faultlab status)")
-    for d in done:
-        if not as_json:
-            out.print(f"{d['fault_id']}: reverted")
+    try:
+        done, refused = revert_faults(None if all_ else fault_id)
+    except FaultlabError as e:
+        _fail(e)
+    raise typer.Exit(report_reverts(done, refused, fault_id, out, as_json))
 
 
 @app.command()
 def recover(as_json: bool = typer.Option(False, "--json")):
-    """Revert every fault left on this host and remove testbeds whose controller is gone."""
-    from faultlab.injectors.lease import recover as recover_leases
-    from faultlab.nodes import LocalNode
+    """Revert every fault left on this host (with or without its lease record) and
+    remove testbeds whose controller is gone. Files failing a trust or schema check
+    are reported, never acted on (exit 1)."""
+    from faultlab.faultrun import report_reverts, revert_faults
     from faultlab.nodes.testbed import recover_testbeds, untrusted_states
 
-    done = recover_leases(LocalNode("local"))
-    tbs = recover_testbeds(only_dead=True)
-    skipped = untrusted_states()  # files failing a trust or schema check: reported, never acted on
+    try:
+        done, refused = revert_faults(None)
+        tbs = recover_testbeds(only_dead=True)
+    except FaultlabError as e:
+        _fail(e)
+    skipped = untrusted_states()
     if as_json:
-        out.print_json(json.dumps({"faults": done, "testbeds": tbs, "skipped": skipped}))
+        out.print_json(json.dumps({"faults": done, "refused": refused, "testbeds": tbs, "skipped": skipped}))
+        code = report_reverts(done, refused, None, Console(file=open(os.devnull, "w")), False, quiet_empty=True)
     else:
-        out.print(f"reverted {len(done)} fault(s): {', '.join(d['fault_id'] for d in done) or '-'}; removed {len(tbs)} testbed(s): {', '.join(tbs) or '-'}")
+        out.print(f"reverted {len([d for d in done if not d['left']])} fault(s): {', '.join(d['fault_id'] for d in done if not d['left']) or '-'}; "
+                  f"removed {len(tbs)} testbed(s): {', '.join(tbs) or '-'}", markup=False)
+        code = report_reverts([d for d in done if d["left"]], refused, None, out, False, quiet_empty=True)
         for line in skipped:
             print(f"faultlab: {line}", file=sys.stderr)
-    if skipped:
-        raise typer.Exit(1)
+    raise typer.Exit(code or (1 if skipped else 0))
 
 
 @app.command()

@@ -10,7 +10,7 @@ import os
 
 from faultlab.errors import BadInput
 from faultlab.nodes import Node
-from faultlab.injectors.base import ActiveFault, Cmd, Injector, Plan, apply
+from faultlab.injectors.base import ActiveFault, Cmd, HandOver, Hooks, Injector, Interrupted, Plan, apply
 from faultlab.injectors.cpu import CpuContention
 from faultlab.injectors.gc import GcStorm
 from faultlab.injectors.gpu import GpuClockCap, GpuPowerCap
@@ -85,4 +85,4 @@ def require(opts: dict, name: str, fault_type: str) -> str:
     return opts[name]
 
 
-__all__ = ["ActiveFault", "Cmd", "Injector", "Plan", "apply", "build", "FAULT_TYPES", "NicSlow", "CpuContention", "ProcessPause", "IoSlow", "CpuStress", "MemBw", "GcStorm", "GpuClockCap", "GpuPowerCap"]
+__all__ = ["ActiveFault", "Cmd", "HandOver", "Hooks", "Interrupted", "Injector", "Plan", "apply", "build", "FAULT_TYPES", "NicSlow", "CpuContention", "ProcessPause", "IoSlow", "CpuStress", "MemBw", "GcStorm", "GpuClockCap", "GpuPowerCap"]

@@ -14,6 +14,14 @@
 ``faultlab.injectors.lease``): the lease is written and its watchdog started *before*
 the first inject command runs, so a fault ends even if the controller is SIGKILLed
 between two commands.
+
+A controller that takes signals (the CLI) passes ``Hooks``: ``apply`` asks
+``stop_requested()`` before the lease and before each inject command (a signal is
+never obeyed half-way through a step), and both ``apply`` and ``revert`` report the
+phase and each revert command done, so the controller can say how many are left. A
+revert is not interruptible: the only way out of one is ``HandOver`` (raised by the
+hooks, only while revert commands run), which leaves the fault to its lease's
+watchdog, told to revert at once (status ``handed-to-lease``).
 """
 
 from __future__ import annotations
@@ -28,6 +36,34 @@ from typing import Any, ClassVar
 
 from faultlab.errors import FaultlabError, NodeError
 from faultlab.nodes import Node
+
+
+class Interrupted(BaseException):
+    """The controller was asked to stop (a signal) before the fault was fully in force;
+    ``apply`` reverts what it did and re-raises."""
+
+
+class HandOver(BaseException):
+    """Raised by Hooks while revert commands run: stop reverting here and leave the
+    fault to its lease's watchdog (told to revert now)."""
+
+
+class Hooks:
+    """What a controller learns of a lifecycle (no-ops here; see faultlab.faultrun)."""
+
+    def stop_requested(self) -> bool:
+        """True when the controller was asked to stop (apply then reverts)."""
+        return False
+
+    def phase(self, name: str) -> None:
+        """``setup``, ``inject``, ``verify``, ``active``, ``revert``, ``check``, ``done``."""
+
+    def revert_progress(self, done: int, total: int, handover_ok: bool) -> None:
+        """``done`` of ``total`` revert commands have run; ``handover_ok``: HandOver may
+        be raised now (a revert command is running or next)."""
+
+
+NO_HOOKS = Hooks()
 
 
 @dataclass(frozen=True)
@@ -150,27 +186,39 @@ class ActiveFault:
     def fault_id(self) -> str:
         return self.plan.fault_id
 
-    def revert(self) -> str:
+    def revert(self, hooks: Hooks = NO_HOOKS) -> str:
         """Revert now (idempotent). Returns the status: ``reverted``, ``expired`` (the
-        watchdog had already reverted it) or ``revert-failed`` (something faultlab made
-        is still there; the lease is kept so ``faultlab recover`` can retry)."""
+        watchdog had already reverted it), ``revert-failed`` (something faultlab made
+        is still there, listed in ``evidence["left_behind"]``; the lease is kept, so
+        its watchdog retries at the deadline and ``faultlab recover`` can retry now) or
+        ``handed-to-lease`` (``hooks`` raised HandOver: the watchdog reverts it now)."""
         from faultlab.injectors.lease import node_lock
 
         if self.status is not None:
             return self.status
+        hooks.phase("revert")
         with node_lock(self.injector.node):
-            return self._revert_locked()
+            return self._revert_locked(hooks)
 
-    def _revert_locked(self) -> str:
+    def _revert_locked(self, hooks: Hooks = NO_HOOKS) -> str:
         if self.status is not None:
             return self.status
+        hooks.phase("revert")
+        hooks.revert_progress(0, len(self.plan.revert), False)
         inj = self.injector
-        expired = not self.lease.exists()
+        expired = self.lease.expired()
         try:
             self.evidence["at_revert"] = inj.final_evidence(self.facts)
         except Exception as e:  # evidence must never block a revert
             self.evidence["at_revert"] = {"error": str(e)}
-        errors = run_revert(inj.node, self.plan.revert)
+        try:
+            errors = run_revert(inj.node, self.plan.revert, hooks)
+        except HandOver:
+            self.end_ts = time.time()
+            self.status = "handed-to-lease"
+            self.evidence["watchdog_pid"] = self.lease.hand_over()
+            return self.status
+        hooks.phase("check")
         left = inj.reverted(self.facts)
         self.end_ts = time.time()
         if left:
@@ -180,6 +228,7 @@ class ActiveFault:
         else:
             self.status = "expired" if expired else "reverted"
             self.lease.release()
+        hooks.phase("done")
         return self.status
 
     def injection_row(self, run_id: str) -> dict:
@@ -201,53 +250,72 @@ class ActiveFault:
         }
 
 
-def run_revert(node: Node, cmds: list[Cmd]) -> list[str]:
+def run_revert(node: Node, cmds: list[Cmd], hooks: Hooks = NO_HOOKS) -> list[str]:
     """Run every revert command, ignoring failures (each is idempotent and may find its
-    object already gone); returns their error lines for the record."""
+    object already gone); returns their error lines for the record. ``hooks`` hears
+    the progress and may raise HandOver between or during commands (never elsewhere)."""
     errors = []
-    for c in cmds:
+    for i, c in enumerate(cmds):
+        hooks.revert_progress(i, len(cmds), True)
         try:
             cp = node.run(list(c.argv), scope=c.scope, timeout=30)
             if cp.returncode != 0:
                 errors.append(f"{c.render(node)}: {cp.stderr.strip()[:200]}")
         except NodeError as e:
             errors.append(str(e))
+    hooks.revert_progress(len(cmds), len(cmds), False)
     return errors
 
 
-def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verify: bool = True) -> ActiveFault:
+def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verify: bool = True, hooks: Hooks = NO_HOOKS) -> ActiveFault:
     """Inject ``injector`` for ``duration_s`` seconds under a lease whose watchdog
     reverts at ``duration_s + grace_s`` if nobody else does.
 
     Probe, plan, lease and inject run under the lease host's lock, so a concurrent
-    inject on the same target sees this fault's lease and is refused.
-    Returns the ActiveFault (call ``.revert()``). On any error during inject or verify
-    the fault is reverted before the error propagates: nothing is left half-applied.
-    Raises BadInput / Refused (nothing applied) or FaultlabError / NodeError.
+    inject on the same target sees this fault's lease and is refused. The lease record
+    is durable before the watchdog starts, and both before the first inject command.
+    Returns the ActiveFault (call ``.revert()``). On any error during inject or verify,
+    or ``hooks.stop_requested()`` between steps, the fault is reverted before the error
+    (or ``Interrupted``) propagates: nothing is left half-applied.
+    Raises BadInput / Refused / NodeError (nothing applied), FaultlabError, Interrupted.
     """
     from faultlab.injectors.lease import Lease, node_lock
 
+    hooks.phase("setup")
     with node_lock(injector.node):
         facts = injector.probe()
         plan = injector.plan(facts)
+        if hooks.stop_requested():
+            raise Interrupted()
         lease = Lease.create(injector, plan, deadline_ts=time.time() + duration_s + grace_s)
         active = ActiveFault(injector, facts, plan, lease, start_ts=time.time())
         try:
+            hooks.phase("inject")
             for c in plan.inject:
+                if hooks.stop_requested():
+                    raise Interrupted()
                 cp = injector.node.run(list(c.argv), scope=c.scope, timeout=30)
                 if cp.returncode != 0:
                     raise FaultlabError(
                         f"inject step failed on node {injector.node.name}: {c.render(injector.node)}: {(cp.stderr.strip() or cp.stdout.strip())[:300]}",
                         field="inject",
                     )
-        except BaseException:
-            active._revert_locked()
+            if hooks.stop_requested():
+                raise Interrupted()
+        except BaseException as e:
+            e.active = active  # the caller reads how the revert went (status, evidence)
+            active._revert_locked(hooks)
             raise
     active.start_ts = time.time()
     try:
         if verify:
+            hooks.phase("verify")
             active.evidence["verify"] = injector.verify(facts)
-    except BaseException:
-        active.revert()
+        if hooks.stop_requested():
+            raise Interrupted()
+    except BaseException as e:
+        e.active = active
+        active.revert(hooks)
         raise
+    hooks.phase("active")
     return active

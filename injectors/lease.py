@@ -1,70 +1,199 @@
-"""Leases: a fault ends even when its controller is killed with SIGKILL.
+"""Leases: a fault ends even when its controller is killed, its record is lost or its
+folder is swapped.
 
-Before the first inject command runs, three files are written on the node's lease
-host (``/run/faultlab/leases`` as root)::
+A lease has two halves that do not depend on each other:
 
-    <fault_id>.json        the record: type, node, target, params, deadline (unix s),
-                           controller PID, watchdog PID, the revert commands
-                           (one ``shlex.join``-ed line each)
+- the **record** ``<fault_id>.json`` in the lease folder (``/run/faultlab/leases`` as
+  root, or ``$FAULTLAB_LEASE_DIR``): type, node, target, params, deadline (unix s),
+  controller PID and the revert commands (one ``shlex.join``-ed line each). It is
+  written atomically, fsynced and read back *before* the watchdog starts and before
+  anything is applied; any failure there is a one-line ``NodeError`` naming the folder
+  and the fix, and nothing is left (no record, no temporary, no process). It is what
+  ``faultlab status`` shows and ``recover`` runs.
+- the **watchdog**: a detached ``sh`` in its own session that needs only ``sh`` and
+  coreutils. Its own argv carries the fault id, the deadline and every revert line,
+  so deleting or truncating the record changes nothing: at the deadline it runs the
+  revert lines (idempotent; they touch only what faultlab made) and removes the files.
+  It holds the lease folder as an open descriptor (checked by ``faultlab.safefs``
+  before it was passed) and reads a renewed deadline only through that descriptor
+  (``/dev/fd/N/<id>.deadline``), so a folder swapped later is never read; the value
+  is taken only when it is 1 to 12 digits with no leading zero, never evaluated as
+  shell code. SIGUSR1 makes it revert now (``recover`` of a fault whose record is
+  lost, a controller handing over on the third Ctrl-C).
 
-and, just before it, a detached watchdog in its own session whose arguments carry
-the same revert lines. It needs only ``sh`` and coreutils (``sleep``, ``date``,
-``rm``): it sleeps until the deadline and, if the record still exists, runs each
-revert line and removes the record. A controller that
-reverts in time kills the watchdog's process group and removes the files itself.
-``faultlab recover`` runs the revert script of every record left behind.
+A controller that reverts in time stops the watchdog's process group and removes the
+files itself. ``faultlab.injectors.hostview`` finds watchdogs by their argv
+(``faultlab-watchdog ID DEADLINE FD LINES...``), so a fault with no record is still
+seen and ended.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import re
 import signal
-import stat
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from faultlab import safefs
 from faultlab.errors import NodeError
-
 from faultlab.nodes import Node
 
-# Positional args: $1 record path, $2 deadline (unix s, integer), $3... revert lines
-# (each a shlex.join-ed command line). The watchdog is started *before* the record is
-# written: if the controller dies in between, the watchdog finds no record at the
-# deadline and leaves (nothing was applied: inject commands run after the record).
+#: lease ids: fault ids (``nic-3f9a1c``) and testbed leases (``testbed-1a2b``)
+LEASE_ID = re.compile(r"^[a-z]+-[0-9a-f]{4,12}$")
+#: the name of the watchdog's ``$0``, how it is found in /proc
+WATCHDOG_NAME = "faultlab-watchdog"
+#: root's lease folder: read by every user's ``faultlab status`` (one view of the host)
+ROOT_LEASE_DIR = "/run/faultlab/leases"
+
+# Positional args: $1 lease id, $2 deadline (unix s), $3 the number of the inherited
+# descriptor of the lease folder, $4... revert lines (each shlex.join-ed). A renewed
+# deadline is read through the descriptor, digits only (1-12, no leading zero: never
+# octal, never an expression), so `$(( ))` only ever sees a plain number.
 WATCHDOG_SH = r"""
 trap '' HUP INT
-rec="$1"; dl="$2"; shift 2
-renew="${rec%.json}.deadline"
-while :; do
-  [ -f "$renew" ] && dl=$(cat "$renew" 2>/dev/null || echo "$dl")
+fire=0
+trap 'fire=1' USR1
+id="$1"; dl="$2"; d="/dev/fd/$3"; shift 3
+while [ "$fire" = 0 ]; do
+  new=$(cat "$d/$id.deadline" 2>/dev/null)
+  case "$new" in
+    [1-9]*) case "$new" in *[!0-9]*|?????????????*) ;; *) dl="$new" ;; esac ;;
+  esac
   now=$(date +%s)
   [ "$now" -ge "$dl" ] && break
   left=$(( dl - now ))
   [ "$left" -gt 5 ] && left=5
-  sleep "$left"
+  sleep "$left" </dev/null & sp=$!
+  wait "$sp"
+  kill "$sp" 2>/dev/null
 done
-if [ -e "$rec" ]; then
-  for line in "$@"; do sh -c "$line" >/dev/null 2>&1; done
-fi
-rm -f "$rec" "${rec%.json}.tmp" "$renew"
+for line in "$@"; do sh -c "$line" </dev/null >/dev/null 2>&1; done
+rm -f "$d/$id.json" "$d/$id.deadline"
 """
+
+
+# The watchdog of a lease on a remote (ssh) node, where no descriptor can be passed:
+# $1 record path, $2 deadline, $3... revert lines. Like WATCHDOG_SH it runs the lines
+# at the deadline whether or not the record is still there, and reads a renewed
+# deadline as digits only.
+REMOTE_WATCHDOG_SH = r"""
+trap '' HUP INT
+fire=0
+trap 'fire=1' USR1
+rec="$1"; dl="$2"; shift 2
+renew="${rec%.json}.deadline"
+while [ "$fire" = 0 ]; do
+  new=$(cat "$renew" 2>/dev/null)
+  case "$new" in
+    [1-9]*) case "$new" in *[!0-9]*|?????????????*) ;; *) dl="$new" ;; esac ;;
+  esac
+  now=$(date +%s)
+  [ "$now" -ge "$dl" ] && break
+  left=$(( dl - now ))
+  [ "$left" -gt 5 ] && left=5
+  sleep "$left" </dev/null & sp=$!
+  wait "$sp"
+  kill "$sp" 2>/dev/null
+done
+for line in "$@"; do sh -c "$line" </dev/null >/dev/null 2>&1; done
+rm -f "$rec" "$renew"
+"""
+
+
+def _fix_for(err: OSError, folder: str) -> str:
+    e = err.errno
+    if e == errno.ENOSPC or e == errno.EDQUOT:
+        return f"free space in {folder}, or point FAULTLAB_LEASE_DIR at a folder with room; nothing was applied"
+    if e == errno.EROFS:
+        return f"{folder} is on a read-only mount: remount it read-write or point FAULTLAB_LEASE_DIR at a writable private folder; nothing was applied"
+    if e in (errno.EACCES, errno.EPERM):
+        return f"run as the folder's owner (root for {ROOT_LEASE_DIR}) or point FAULTLAB_LEASE_DIR at a private folder of yours; nothing was applied"
+    return f"point FAULTLAB_LEASE_DIR at a writable private folder; nothing was applied"
+
+
+def lease_folder_error(err: OSError, folder: str, what: str) -> NodeError:
+    """The one-line error for a lease folder that cannot be used (``what`` failed)."""
+    why = err.strerror or str(err)
+    name = errno.errorcode.get(err.errno or 0, "")
+    return NodeError(f"lease folder {folder}: cannot {what}: {why}{f' ({name})' if name else ''}",
+                     field="FAULTLAB_LEASE_DIR", fix=_fix_for(err, folder))
+
+
+def open_lease_dir(node: Node, *, create: bool = True) -> safefs.TrustedDir:
+    """The node's lease folder opened through ``faultlab.safefs`` (every component of
+    its path owned by root or us and not writable by others; no symlinks), created
+    0755 when missing (records are not secret: every user's ``status`` reads root's).
+    Raises NodeError (one line naming the folder and the fix) or FileNotFoundError
+    when it is missing and ``create`` is False."""
+    d = str(node.lease_dir())
+    try:
+        td = safefs.open_dir(d, create=create, mode=0o755)
+        if td.path == ROOT_LEASE_DIR and os.geteuid() == 0:
+            os.fchmod(td.fd, 0o755)  # an older faultlab made it 0700: every user's status reads it
+        return td
+    except safefs.UntrustedPath as e:
+        raise NodeError(f"lease folder {e}", field="FAULTLAB_LEASE_DIR") from None
+    except FileNotFoundError:
+        if not create:
+            raise
+        raise NodeError(f"lease folder {d}: a parent folder is missing", field="FAULTLAB_LEASE_DIR",
+                        fix="create it, or point FAULTLAB_LEASE_DIR at a private folder") from None
+    except OSError as e:
+        raise lease_folder_error(e, d, "create or open it") from None
+
+
+def trusted_lease_dir(node: Node) -> Path:
+    """The lease folder's path after the checks of ``open_lease_dir``."""
+    with open_lease_dir(node) as d:
+        return Path(d.path)
+
+
+def valid_record(rec, name: str | None = None) -> str | None:
+    """Why ``rec`` (parsed JSON) is not a lease record, or None when it is one: a
+    dict with a ``fault_id`` matching LEASE_ID (and the file name), string fields,
+    a numeric deadline, and a list of string revert lines."""
+    if not isinstance(rec, dict):
+        return "not a JSON object"
+    fid = rec.get("fault_id")
+    if not isinstance(fid, str) or not LEASE_ID.match(fid):
+        return "no valid fault_id"
+    if name is not None and name != f"{fid}.json":
+        return f"its fault_id {fid} does not match its file name"
+    dl = rec.get("deadline_ts")
+    if not isinstance(dl, (int, float)) or isinstance(dl, bool):
+        return "no numeric deadline_ts"
+    rv = rec.get("revert", [])
+    if not isinstance(rv, list) or not all(isinstance(x, str) for x in rv):
+        return "revert is not a list of command lines"
+    for k in ("fault_type", "node", "target"):
+        if rec.get(k) is not None and not isinstance(rec.get(k), str):
+            return f"{k} is not a string"
+    return None
 
 
 @dataclass
 class Lease:
-    """A lease record on the lease host. ``path`` is the JSON record."""
+    """A lease: its record (``path`` in the lease folder) and, for leases this process
+    created, the watchdog's Popen (``proc``)."""
 
     path: Path
     record: dict
+    proc: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
     def fault_id(self) -> str:
         return self.record["fault_id"]
+
+    @property
+    def folder(self) -> str:
+        return str(self.path.parent)
 
     @classmethod
     def create(cls, injector, plan, deadline_ts: float) -> "Lease":
@@ -73,22 +202,18 @@ class Lease:
 
     @classmethod
     def create_for(cls, node: Node, lease_id: str, kind: str, target: str, params: dict, revert: list, deadline_ts: float) -> "Lease":
-        """Start the watchdog, then write the record. ``revert`` is a list of Cmd run
-        at ``deadline_ts`` (unix s) unless released. Raises OSError when the lease
-        folder cannot be written (nothing is applied then: ``apply`` creates the lease
-        before the first inject command)."""
+        """Write the record durably (fsync, read back), then start the watchdog that
+        runs ``revert`` (a list of Cmd) at ``deadline_ts`` (unix s) unless released.
+        Raises NodeError (one line: the folder and the fix) when the folder cannot be
+        used; nothing is left then (no record, no temporary file, no watchdog)."""
+        if not LEASE_ID.match(lease_id):
+            raise NodeError(f"lease id {lease_id!r} is not of the form type-hex", field="fault_id")
         if getattr(node, "remote", False):  # ssh: record and watchdog on the node
             from faultlab.injectors.lease_remote import RemoteLease
 
-            return RemoteLease.create_for(node, lease_id, kind, target, params, revert, deadline_ts, WATCHDOG_SH)
-        d = trusted_lease_dir(node)
-        path = d / f"{lease_id}.json"
+            return RemoteLease.create_for(node, lease_id, kind, target, params, revert, deadline_ts, REMOTE_WATCHDOG_SH)
         lines = [c.render(node) for c in revert]
-        proc = node.spawn(
-            ["sh", "-c", WATCHDOG_SH, "faultlab-watchdog", str(path), str(int(deadline_ts + 0.999)), *lines],
-            scope="host",
-            new_session=True,
-        )
+        deadline = int(deadline_ts + 0.999)
         record = {
             "fault_id": lease_id,
             "fault_type": kind,
@@ -97,42 +222,97 @@ class Lease:
             "target": target,
             "params": params,
             "created_ts": time.time(),
-            "deadline_ts": deadline_ts,
+            "deadline_ts": float(deadline_ts),
             "controller_pid": os.getpid(),
+            "uid": os.geteuid(),
             "revert": lines,
-            "watchdog_pid": proc.pid,
         }
-        lease = cls(path, record)
-        lease._write()
-        return lease
+        with open_lease_dir(node) as d:
+            name = f"{lease_id}.json"
+            _write_durable(d, name, record)
+            try:
+                proc = _start_watchdog(node, d, lease_id, deadline, lines)
+            except BaseException:
+                _unlink_quietly(d, name)
+                raise
+            return cls(Path(d.path) / name, record, proc)
+
+    def _dir(self) -> safefs.TrustedDir:
+        try:
+            return safefs.open_dir(self.folder)
+        except safefs.UntrustedPath as e:
+            raise NodeError(f"lease folder {e}", field="FAULTLAB_LEASE_DIR") from None
 
     def renew(self, deadline_ts: float) -> None:
-        """Move the deadline (unix s); the watchdog reads it within 5 s."""
-        p = self.path.with_name(f"{self.fault_id}.deadline")
-        tmp = p.with_suffix(".deadline.tmp")
-        tmp.write_text(str(int(deadline_ts + 0.999)))
-        os.replace(tmp, p)
-        self.record["deadline_ts"] = deadline_ts
-        self._write()
-
-    def _write(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.record, f, indent=1)
-        os.replace(tmp, self.path)
+        """Move the deadline (unix s); the watchdog reads it within 5 s. Raises NodeError
+        when the folder cannot be written (the watchdog keeps its last deadline)."""
+        dl = int(deadline_ts + 0.999)
+        self.record["deadline_ts"] = float(deadline_ts)
+        try:
+            with self._dir() as d:
+                d.write_atomic(f"{self.fault_id}.deadline", str(dl), 0o644, durable=False)
+                d.write_atomic(f"{self.fault_id}.json", json.dumps(self.record, sort_keys=True, indent=1), 0o644, durable=False)
+        except OSError as e:
+            raise lease_folder_error(e, self.folder, "renew the lease") from None
 
     def exists(self) -> bool:
-        return self.path.exists()
+        """Whether the record is still there."""
+        try:
+            with self._dir() as d:
+                return d.exists(f"{self.fault_id}.json")
+        except (OSError, NodeError):
+            return False
+
+    def expired(self) -> bool:
+        """Whether the watchdog has run (its deadline came, or it was told to revert
+        now): our own watchdog has exited, or (a lease read back) no watchdog of it is
+        alive and its record is gone."""
+        if self.proc is not None:
+            return self.proc.poll() is not None
+        return not self.watchdogs() and not self.exists()
+
+    def watchdogs(self) -> list:
+        """The live watchdog processes of this lease (see hostview.find_watchdogs)."""
+        from faultlab.injectors.hostview import find_watchdogs
+
+        return [w for w in find_watchdogs() if w.fault_id == self.fault_id]
+
+    def watchdog_pid(self) -> int | None:
+        if self.proc is not None and self.proc.poll() is None:
+            return self.proc.pid
+        ws = self.watchdogs()
+        return ws[0].pid if ws else None
 
     def release(self) -> None:
-        """Stop the watchdog (by the PID recorded, its whole process group, after
-        checking it is still our watchdog) and remove the record. Safe to call twice."""
-        pid = self.record.get("watchdog_pid")
-        if pid and _is_our_watchdog(pid, self.path):
-            _kill_group(pid)
-        self.path.unlink(missing_ok=True)
-        self.path.with_name(f"{self.fault_id}.deadline").unlink(missing_ok=True)
+        """Stop the watchdog (its process group, after checking it is this lease's
+        watchdog) and remove the record. Safe to call twice."""
+        if self.proc is not None and self.proc.poll() is None:
+            _kill_group(self.proc.pid)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        for w in self.watchdogs():
+            if w.stop():
+                w.wait_gone(5.0)
+        try:
+            with self._dir() as d:
+                d.unlink(f"{self.fault_id}.json")
+                d.unlink(f"{self.fault_id}.deadline")
+        except (OSError, NodeError):
+            pass
+
+    def hand_over(self) -> int | None:
+        """Tell the watchdog to revert now (SIGUSR1) and leave the fault to it. Returns
+        its PID, or None when no watchdog is alive."""
+        pid = self.watchdog_pid()
+        if pid is None:
+            return None
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return None
+        return pid
 
     def run_revert(self, timeout_s: float = 60.0) -> int:
         """Run the recorded revert lines now (what the watchdog would do at the
@@ -140,17 +320,19 @@ class Lease:
         failure usually means the object was already gone)."""
         failed = 0
         for line in self.record.get("revert", []):
-            cp = subprocess.run(["sh", "-c", line], capture_output=True, timeout=timeout_s)
-            failed += cp.returncode != 0
+            try:
+                cp = subprocess.run(["sh", "-c", line], capture_output=True, timeout=timeout_s)
+                failed += cp.returncode != 0
+            except subprocess.TimeoutExpired:
+                failed += 1
         return failed
 
     def watchdog_alive(self) -> bool:
-        pid = self.record.get("watchdog_pid")
-        return bool(pid) and _is_our_watchdog(pid, self.path)
+        return self.watchdog_pid() is not None
 
     def controller_alive(self) -> bool:
         pid = self.record.get("controller_pid")
-        if not pid:
+        if not isinstance(pid, int) or pid <= 0:
             return False
         try:
             os.kill(pid, 0)
@@ -161,20 +343,37 @@ class Lease:
             return True
 
 
-def trusted_lease_dir(node: Node) -> Path:
-    """The lease folder, created 0700 if missing. Raises NodeError when it exists but
-    is not a folder owned by us and closed to others (a record planted there would be
-    run as root by ``recover``)."""
-    d = node.lease_dir()
-    if not d.exists():
-        d.mkdir(parents=True, mode=0o700)
-    st = d.stat()
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise NodeError(
-            f"lease folder {d} is not a folder owned by uid {os.geteuid()} and closed to others (mode {oct(st.st_mode & 0o777)})",
-            field="FAULTLAB_LEASE_DIR", fix="point FAULTLAB_LEASE_DIR at a private folder, or fix its owner and mode",
-        )
-    return d
+def _write_durable(d: safefs.TrustedDir, name: str, record: dict) -> None:
+    """Write ``record`` as ``name`` in ``d`` atomically, fsynced, and read it back."""
+    data = json.dumps(record, sort_keys=True, indent=1).encode()
+    try:
+        d.write_atomic(name, data, 0o644)
+        back = d.read_bytes(name)
+    except OSError as e:
+        _unlink_quietly(d, name)
+        raise lease_folder_error(e, d.path, "write the lease record") from None
+    if back != data:
+        _unlink_quietly(d, name)
+        raise NodeError(f"lease folder {d.path}: the lease record read back differs from what was written",
+                        field="FAULTLAB_LEASE_DIR", fix="check the file system, or point FAULTLAB_LEASE_DIR elsewhere; nothing was applied")
+
+
+def _unlink_quietly(d: safefs.TrustedDir, name: str) -> None:
+    try:
+        d.unlink(name)
+    except OSError:  # a read-only or foreign folder: there was nothing to remove
+        pass
+
+
+def _start_watchdog(node: Node, d: safefs.TrustedDir, lease_id: str, deadline: int, lines: list[str]) -> subprocess.Popen:
+    """The detached watchdog, holding the checked folder descriptor ``d.fd``. The
+    lease host of every backend here is this host, so it is started locally."""
+    argv = node.argv(["sh", "-c", WATCHDOG_SH, WATCHDOG_NAME, lease_id, str(deadline), str(d.fd), *lines], "host")
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, pass_fds=(d.fd,))
+    except OSError as e:
+        raise NodeError(f"cannot start the lease watchdog: {e.strerror or e}", field="node", fix="check that sh is installed; nothing was applied") from None
 
 
 @contextlib.contextmanager
@@ -182,7 +381,7 @@ def node_lock(node: Node):
     """Serialize probe -> lease -> inject, revert and recover on one lease host
     (flock on the lease folder itself: no lock file is left), so two faultlab
     processes never act on a node at once: a second inject sees the first's lease and
-    refuses."""
+    refuses. Raises NodeError (one line) when the folder cannot be used."""
     if getattr(node, "remote", False):
         from faultlab.injectors.lease_remote import node_lock as remote_lock
         from faultlab.nodes import lease_dir
@@ -190,43 +389,69 @@ def node_lock(node: Node):
         with remote_lock(node, lease_dir()):
             yield
         return
-    d = trusted_lease_dir(node)
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    d = open_lease_dir(node)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(d.fd, fcntl.LOCK_EX)
         yield
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        try:
+            fcntl.flock(d.fd, fcntl.LOCK_UN)
+        finally:
+            d.close()
+
+
+def read_records(folder: str) -> tuple[list[Lease], list[str]]:
+    """(leases, problems) of the records in ``folder``: files that are not valid lease
+    records, or not trusted (owner, mode, symlink), are listed in problems and never
+    acted on. A missing folder is empty. Raises nothing for an untrusted folder: it is
+    one problem."""
+    leases, problems = [], []
+    try:
+        d = safefs.open_dir(folder)
+    except FileNotFoundError:
+        return leases, problems
+    except safefs.UntrustedPath as e:
+        return leases, [f"lease folder {e}"]
+    except OSError as e:
+        return leases, [f"lease folder {folder}: {e.strerror or e}"]
+    with d:
+        try:
+            names = d.listdir()
+        except OSError as e:
+            return leases, [f"lease folder {folder}: {e.strerror or e}"]
+        for name in names:
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            try:
+                rec = d.read_json(name)
+            except FileNotFoundError:
+                continue
+            except (safefs.UntrustedPath, ValueError, OSError) as e:
+                problems.append(f"{folder}/{name}: not read ({e})")
+                continue
+            why = valid_record(rec, name)
+            if why:
+                problems.append(f"{folder}/{name}: not a lease record ({why})")
+                continue
+            leases.append(Lease(Path(d.path) / name, rec))
+    return sorted(leases, key=lambda le: le.record.get("created_ts", 0) or 0), problems
 
 
 def load_leases(node: Node) -> list[Lease]:
-    """Every faultlab lease record on ``node``'s lease host, oldest first. Files that
-    are not lease records, or not owned by us, are ignored (never run)."""
+    """Every valid, trusted lease record in ``node``'s lease folder, oldest first
+    (anything else there is ignored, never run; ``faultlab status`` reports it)."""
     if getattr(node, "remote", False):
         from faultlab.injectors.lease_remote import load_leases as load_remote
 
         return load_remote(node)
-    d = node.lease_dir()
-    out = []
-    if not d.exists():
-        return out
-    for p in sorted(d.glob("*.json")):
-        try:
-            if p.stat().st_uid != os.geteuid():
-                continue
-            rec = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("fault_id"), str) or p.stem != rec["fault_id"] or not isinstance(rec.get("revert", []), list):
-            continue
-        out.append(Lease(p, rec))
-    return sorted(out, key=lambda le: le.record.get("created_ts", 0))
+    return read_records(str(node.lease_dir()))[0]
 
 
 def recover(node: Node, fault_id: str | None = None) -> list[dict]:
-    """Revert every lease left on ``node`` (or only ``fault_id``): run its revert
-    script, stop its watchdog, remove its files. Returns one dict a lease."""
+    """Revert every lease recorded in ``node``'s lease folder (or only ``fault_id``):
+    run its revert lines, stop its watchdog, remove its files. Returns one dict a
+    lease. Raises NodeError (one line) for an unusable folder. (``faultlab.injectors.
+    hostview.revert_view`` also ends faults without a record.)"""
     done = []
     if not getattr(node, "remote", False) and not node.lease_dir().exists():
         return done
@@ -244,26 +469,15 @@ def recover(node: Node, fault_id: str | None = None) -> list[dict]:
     return done
 
 
-def _is_our_watchdog(pid: int, record_path: Path) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return str(record_path).encode() in cmdline
-
-
 def _kill_group(pid: int) -> None:
     try:
         pgid = os.getpgid(pid)
     except ProcessLookupError:
         return
-    if pgid != pid:  # not a session leader we started: kill only that PID
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        return
     try:
-        os.killpg(pgid, signal.SIGTERM)
+        if pgid == pid:  # a session leader we started: its whole group (sleep, sh -c)
+            os.killpg(pgid, signal.SIGTERM)
+        else:
+            os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         pass

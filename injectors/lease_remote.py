@@ -76,6 +76,20 @@ class RemoteLease:
         pid = self.record.get("watchdog_pid")
         return bool(pid) and _is_watchdog(self.node, pid, self.path)
 
+    def watchdog_pid(self) -> int | None:
+        return self.record.get("watchdog_pid") if self.watchdog_alive() else None
+
+    def expired(self) -> bool:
+        """Whether the watchdog has run: it is gone (it removes the record after)."""
+        return not self.watchdog_alive()
+
+    def hand_over(self) -> int | None:
+        """Tell the watchdog to revert now (SIGUSR1); its PID, or None."""
+        pid = self.watchdog_pid()
+        if pid:
+            self.node.run(["kill", "-USR1", str(int(pid))], timeout=30)
+        return pid
+
     def controller_alive(self) -> bool:
         return self.record.get("controller") == os.uname().nodename and _local_alive(self.record.get("controller_pid"))
 

@@ -55,6 +55,10 @@ from faultlab.injectors.base import Cmd, Injector, Plan
 HANDLE_RE = re.compile(r"\bhandle [ef]([0-9a-f]{3}):")
 
 
+#: a root qdisc handle faultlab reserves for its faults (``fXXX:``)
+FAULT_HANDLE = re.compile(r"^f([0-9a-f]{3}):$")
+
+
 def fault_handles(fault_id: str) -> tuple[str, str]:
     """(root handle, child handle) a fault prefers: ``("f3a9:", "e3a9:")`` for
     ``nic-3a9c1e``; ``allocate_handles`` picks the one it really gets."""
@@ -240,6 +244,29 @@ class NicSlow(Injector):
             return []
         return json.loads(cp.stdout or "[]")
 
+    def _root_raw(self, dev: str) -> dict:
+        """The root qdisc of ``dev`` as ``tc -j -raw`` shows it (``{}`` when none): the
+        kernel's own numbers (tbf: rate in bytes/s, ``burst_raw`` in scheduler ticks,
+        ``limit`` in bytes), so it can be rebuilt exactly."""
+        cp = self.node.run(["tc", "-j", "-raw", "qdisc", "show", "dev", dev, "root"], scope="net")
+        rows = json.loads(cp.stdout or "[]") if cp.returncode == 0 else []
+        q = next((r for r in rows if r.get("root")), {})
+        return {"kind": q.get("kind"), "handle": q.get("handle"), "options": q.get("options", {})} if q else {}
+
+    def _own_handle_msg(self, q: dict) -> str:
+        """Why a root qdisc with faultlab's reserved handle blocks this inject: a
+        faultlab fault in force (its watchdog ends it), or one whose lease is lost."""
+        from faultlab.injectors.hostview import find_watchdogs
+
+        h = str(q.get("handle"))
+        ws = [w for w in find_watchdogs() if any(f"handle {h}" in ln and self.iface in ln for ln in w.lines)]
+        where = f"{self.iface} on {self.node.name}"
+        if ws:
+            return (f"{where} has faultlab's own nic-slow qdisc {q.get('handle')} of fault {ws[0].fault_id} "
+                    f"(its lease's watchdog, PID {ws[0].pid}, ends it at the latest at unix {ws[0].deadline_ts})")
+        return (f"{where} has faultlab's own nic-slow qdisc {q.get('kind')} {q.get('handle')} that no lease accounts for "
+                f"(its lease record and watchdog are gone)")
+
     def _netem_supported(self) -> tuple[bool, str]:
         """Try netem on a throw-away ifb device of our own in the node's namespace."""
         dev = "flprb" + secrets.token_hex(4)
@@ -281,6 +308,9 @@ class NicSlow(Injector):
         if mine:
             raise Refused(f"{self.iface} on {self.node.name} already has a faultlab nic-slow ({mine[0].fault_id})", field="--target", fix="revert it first: faultlab status / faultlab revert")
         for q in qd:
+            if q.get("root") and FAULT_HANDLE.match(str(q.get("handle"))):
+                raise Refused(self._own_handle_msg(q), field="--target",
+                              fix="faultlab status shows it; faultlab revert or faultlab recover removes it")
             if q.get("root") and q.get("handle") != "0:":
                 kind = q.get("kind")
                 if not self.force:
@@ -293,8 +323,8 @@ class NicSlow(Injector):
                         f"{self.iface} on {self.node.name} has a classful root qdisc ({kind} {q.get('handle')}) that faultlab could not restore exactly",
                         field="--force", fix="remove it yourself or pick another interface",
                     )
-                foreign_root = {"kind": kind, "handle": q.get("handle"), "options": q.get("options", {})}
-                restore_args(foreign_root)  # refuse now if it could not be rebuilt
+                foreign_root = self._root_raw(self.iface)
+                restore_args(foreign_root)  # refuse now if it could not be rebuilt exactly
             if q.get("kind") in ("ingress", "clsact"):
                 raise Refused(
                     f"{self.iface} on {self.node.name} has an {q.get('kind')} qdisc faultlab did not create",
@@ -431,8 +461,8 @@ class NicSlow(Injector):
                 left.append(f"ingress redirect to {ifb} on {dev}")
         fr = facts.get("foreign_root")
         if fr:
-            now = next((q for q in qd if q.get("root")), {})
-            if not same_qdisc(now, fr):
+            now = self._root_raw(dev)
+            if not same_qdisc(now, fr, rel=0.0):
                 left.append(f"foreign root qdisc not restored on {dev} (was {fr}, now {now.get('kind')} {now.get('handle')})")
         try:
             if ifb in self._links():
@@ -443,23 +473,64 @@ class NicSlow(Injector):
 
 
 def restore_args(q: dict) -> list[str]:
-    """Arguments of ``tc qdisc add dev DEV ...`` that rebuild a root qdisc shown by
-    ``tc -j qdisc show`` as ``q`` (kinds in RESTORABLE; rate in bytes/s, burst in
-    bytes, lat in microseconds, as tc's JSON gives them). Raises Refused otherwise."""
+    """Arguments of ``tc qdisc add dev DEV ...`` that rebuild, exactly, a root qdisc
+    shown by ``tc -j -raw qdisc show`` as ``q`` (kinds in RESTORABLE). tbf is written
+    back in the kernel's own units: the rate in bit/s from its bytes/s, ``limit`` in
+    bytes, and a burst in bytes chosen so that the kernel's bucket in scheduler ticks
+    (``burst_raw``) comes out the same (``tbf_burst_for_ticks``): writing back the
+    rounded ``burst`` tc prints would lose a byte or two each cycle. Raises Refused
+    otherwise."""
     kind, handle, o = q.get("kind"), q.get("handle"), q.get("options", {})
-    known = {"tbf": {"rate", "burst", "lat"}, "pfifo": {"limit"}, "bfifo": {"limit"}}.get(kind, set())
+    known = {"tbf": {"rate", "burst", "burst_raw", "lat", "limit"}, "pfifo": {"limit"}, "bfifo": {"limit"}}.get(kind, set())
     extra = sorted(k for k in o if k not in known)
     if extra:  # e.g. a tbf with peakrate/minburst: rebuilding it without them would be a lie
         raise Refused(f"cannot rebuild the foreign {kind} {handle} qdisc exactly (it has {', '.join(extra)})", field="--force",
                       fix="remove it yourself or pick another interface")
     try:
         if kind == "tbf":
-            return ["root", "handle", handle, "tbf", "rate", f"{int(o['rate']) * 8}bit", "burst", str(int(o["burst"])), "latency", f"{int(o['lat'])}us"]
+            rate, ticks = int(o["rate"]), int(str(o["burst_raw"]), 16)
+            burst = tbf_burst_for_ticks(rate, ticks)
+            if burst is not None:
+                return ["root", "handle", handle, "tbf", "rate", f"{rate * 8}bit", "burst", str(burst), "limit", str(int(o["limit"]))]
         if kind in ("pfifo", "bfifo"):
             return ["root", "handle", handle, kind, "limit", str(int(o["limit"]))]
     except (KeyError, TypeError, ValueError):
         pass
-    raise Refused(f"cannot rebuild the foreign {kind} {handle} qdisc", field="--force", fix="remove it yourself or pick another interface")
+    raise Refused(f"cannot rebuild the foreign {kind} {handle} qdisc exactly", field="--force", fix="remove it yourself or pick another interface")
+
+
+#: the kernel's scheduler tick is 2**PSCHED_SHIFT ns (include/net/pkt_sched.h)
+PSCHED_SHIFT = 6
+
+
+def psched_l2t_ns(rate_bytes_ps: int, length: int) -> int:
+    """ns the kernel's token bucket charges for ``length`` bytes at ``rate_bytes_ps``:
+    ``psched_ratecfg_precompute`` / ``psched_l2t_ns`` of net/sched/sch_generic.c and
+    include/net/sch_generic.h (mult/shift fixed point, no overhead, no ATM)."""
+    mult, shift = 1, 0
+    if rate_bytes_ps > 0:
+        factor = 10**9
+        while True:
+            mult = factor // rate_bytes_ps
+            if mult & (1 << 31) or factor & (1 << 63):
+                break
+            factor <<= 1
+            shift += 1
+    return ((length * mult) & ((1 << 64) - 1)) >> shift
+
+
+def tbf_burst_for_ticks(rate_bytes_ps: int, ticks: int) -> int | None:
+    """The smallest burst in bytes that tbf turns into a bucket of exactly ``ticks``
+    scheduler ticks at ``rate_bytes_ps`` (tc passes the burst in bytes as
+    TCA_TBF_BURST; sch_tbf.c computes ``buffer = psched_l2t_ns(rate, burst)``); None
+    when no byte count does."""
+    if rate_bytes_ps <= 0:
+        return None
+    est = (ticks << PSCHED_SHIFT) * rate_bytes_ps // 10**9
+    for b in range(max(1, est - 3), est + 4):
+        if psched_l2t_ns(rate_bytes_ps, b) >> PSCHED_SHIFT == ticks:
+            return b
+    return None
 
 
 def same_qdisc(a: dict, b: dict, rel: float = 0.01) -> bool:

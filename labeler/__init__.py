@@ -139,7 +139,9 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
         config: :class:`LabelerConfig` or a dict of its fields (defaults when None).
         host: the ``host`` table, optional; with per-peer TCP metrics it localizes
             job-wide slowdowns (``culprit`` in a job label's evidence, see
-            :mod:`faultlab.labeler.localize`).
+            :mod:`faultlab.labeler.localize`); with CPU metrics an observed label's
+            evidence says what the host showed (``host``, see
+            :mod:`faultlab.labeler.hostcause`).
 
     Returns:
         labels frame with the faultlab.schema.LABELS columns (``run_id`` filled;
@@ -155,9 +157,10 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
         column, a ``start_ts``/``end_ts`` that is no number, or an ``end_ts`` before
         its ``start_ts`` (see :func:`faultlab.labeler.reconcile.reconcile`).
     """
+    from faultlab.labeler.hostcause import attach_host_evidence
     from faultlab.labeler.localize import localize
 
-    return localize(_label(steps, injections, _config(config))[0], host)
+    return attach_host_evidence(localize(_label(steps, injections, _config(config))[0], host), host)
 
 
 def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerConfig) -> tuple[pd.DataFrame, dict]:
@@ -340,7 +343,11 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     labels, analyses = _label(steps, injections, cfg)
     from faultlab.labeler.localize import localize
 
-    labels = localize(labels, rd.read_table("host"))  # read here: not held while labeling
+    from faultlab.labeler.hostcause import attach_host_evidence
+
+    host = rd.read_table("host")  # read here: not held while labeling
+    labels = attach_host_evidence(localize(labels, host), host)
+    del host
     if len(labels):
         labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", run_id)
     if len(steps) and len(analyses) == 1 and steps["run_id"].nunique() <= 1:

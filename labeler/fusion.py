@@ -576,13 +576,13 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
             continue
         comp_name = g.component(j)
         mine = st[ok & (k == j)]  # the stalls that voted for the rank
-        # nothing to do when the rank's own labels already hold its stalls (a steady
-        # straggler whose job flags are sparse once the job baseline caught up)
+        # nothing to do when the rank's own labels already hold (most of) its stalls (a
+        # steady straggler whose job flags are sparse once the job baseline caught up)
         held = np.zeros(g.S, dtype=bool)
         for r in rows:
             if r["component"] == comp_name:
                 held[int(np.searchsorted(steps, r["start_step"])) : int(np.searchsorted(steps, r["end_step"])) + 1] = True
-        if int((~held[st]).sum()) < 1:
+        if int((~held[st]).sum()) < 1 or float(held[st].mean()) >= 0.5:
             continue
         # from the stalls that voted for the rank out over the stalls that keep the
         # episode's cadence (within 1.5x the median gap between its stalls): a stall

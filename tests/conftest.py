@@ -45,7 +45,43 @@ def residue() -> dict[str, set]:
             if mine:
                 procs.add(f"{p.name} {cmd[:80]}")
     out["processes"] = procs
+    # stress / mem-bw workers (python3 -I -c CODE MARK PIDFILE ...) of this session's faults
+    workers = set()
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.startswith(b"faultlab-") and a.endswith((b"stress", b"membw", b"mem-bw")) for a in argv) and \
+                any(a.startswith(str(lease_dir).encode()) for a in argv):
+            workers.add(f"{p.name} {' '.join(x.decode(errors='replace') for x in argv[4:6])}")
+    out["workers"] = workers
+    # testbed state files of this session
+    tb_dir = Path(os.environ["FAULTLAB_STATE_DIR"]) / "testbeds"
+    out["testbed_state"] = {p.name for p in tb_dir.glob("*")} if tb_dir.exists() else set()
+    # agent command/status files: the folder tests point FAULTLAB_AGENT_DIR at, and the default
+    agent_dirs = {Path("/run/faultlab/agents")}
+    if os.environ.get("FAULTLAB_AGENT_DIR"):
+        agent_dirs.add(Path(os.environ["FAULTLAB_AGENT_DIR"]))
+    out["agent_files"] = {str(p) for d in agent_dirs if d.is_dir() for p in d.glob("*.gc-storm*")}
+    # iptables rules faultlab adds (testbed FORWARD ACCEPT, commented faultlab-<id>)
+    cp = subprocess.run(["iptables", "-S"], capture_output=True, text=True) if _which("iptables") else None
+    out["iptables"] = {l for l in cp.stdout.splitlines() if "faultlab" in l} if cp and cp.returncode == 0 else set()
+    # qdiscs inside namespaces (nic-slow on a netns node shapes its interface there)
+    nsq = set()
+    for ns in out["netns"]:
+        cp = subprocess.run(["tc", "-n", ns, "qdisc", "show"], capture_output=True, text=True)
+        nsq |= {f"{ns}: {l}" for l in cp.stdout.splitlines() if FAULT_QDISC.search(l) or "ingress" in l}
+    out["netns_qdiscs"] = nsq
     return out
+
+
+def _which(prog: str) -> bool:
+    import shutil
+
+    return shutil.which(prog) is not None
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -572,3 +572,31 @@ def test_intermittent_straggler_at_other_pause_periods(every, in_compute_every, 
     r = lab.iloc[0]
     assert r.start_step <= 60 + every and r.end_step >= 60 + 3 * every  # one label over the stalls
     assert r.slowdown >= 1.2
+
+
+def test_observed_labels_carry_the_host_evidence_of_their_cause():
+    from faultlab.labeler.hostcause import attach_host_evidence
+
+    steps = simulate(straggler=(1, 100, 160, 2.0))
+    lab = label(steps)
+    assert lab.source.tolist() == ["observed"]
+    r = lab.iloc[0]
+    ts = np.arange(T0 - 5, T0 + 30, 1.0)
+    during = (ts >= r.start_ts - 1) & (ts <= r.end_ts + 1)
+
+    def host(busy_during, ranks_during):
+        rows = [{"node": f"n{n}", "ts": t, "metric": "cpu_util_pct", "value": busy_during if d else 70.0}
+                for n in range(2) for t, d in zip(ts, during)]
+        rows += [{"node": f"n{n}", "ts": t, "metric": "proc_cpu_util_pct", "value": (ranks_during if d else 50.0) / 2}
+                 for n in range(2) for t, d in zip(ts, during)]
+        return pd.DataFrame(rows)
+
+    def cause(h):
+        return json.loads(attach_host_evidence(lab, h).iloc[0].evidence)["host"]
+
+    other = cause(host(100.0, 40.0))  # host saturated, ranks starved: someone else's CPU
+    assert other["likely_cause"] == "other processes' CPU" and other["host_cpu_busy_pct"] == 100.0
+    assert other["ranks_cpu_pct"] == 40.0 and other["ranks_cpu_pct_typical"] == 50.0
+    assert cause(host(80.0, 90.0))["likely_cause"] == "the ranks' own CPU work"
+    assert cause(host(70.0, 50.0))["likely_cause"] is None  # the host metrics show no cause
+    assert attach_host_evidence(lab, None) is lab

@@ -146,3 +146,25 @@ def test_testbed_down_after_up_killed_half_way(dockerd, tmp_path):
     assert not st.exists()
     cp = subprocess.run(["faultlab", "testbed", "down", "--name", "b0d0"], capture_output=True, text=True)
     assert cp.returncode == 2 and cp.stderr.count("\n") == 1
+
+
+def test_container_restart_during_a_fault_leaves_nothing(dtb, no_residue):
+    """The container restarts while a nic-slow and a cpu quota are in force: both
+    reverts end clean (the namespace and the processes died with the container), no
+    faultlab cgroup or lease is left, and the restarted node is usable again."""
+    from faultlab import injectors
+    from faultlab.nodes.docker import resolve_docker
+
+    n1 = dtb.nodes[1]
+    p = n1.spawn_workload([sys.executable, "-c", "while True: pass"])
+    nic = injectors.apply(injectors.build("nic-slow", n1, target=None, duration_s=30, opts={"--rate": "50mbit"}), 30, verify=False)
+    cpu = injectors.apply(injectors.build("cpu-contention", n1, target=str(p.pid), duration_s=30, opts={"--cpu-fraction": "0.3"}), 30)
+    dtb_cli = __import__("faultlab.nodes.dockerd", fromlist=["client"]).client()
+    dtb_cli.containers.get(n1.container).restart(timeout=2)
+    p.wait(30)
+    assert nic.revert() in ("reverted", "expired")
+    assert cpu.revert() in ("reverted", "expired")
+    fresh = resolve_docker(f"fl{dtb.id}-n1")
+    assert fresh.init_pid != n1.init_pid
+    assert "tbf" not in fresh.run(["tc", "qdisc", "show", "dev", "eth0"], scope="net").stdout
+    dtb.nodes[1] = fresh

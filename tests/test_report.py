@@ -156,3 +156,11 @@ def test_collection_with_no_readable_run_is_refused_not_an_empty_page(tmp_path, 
     lines = [l for l in cp.stderr.splitlines() if l.strip()]
     assert cp.returncode == 2 and len(lines) == 1 and lines[0].startswith("faultlab: error: PATH: ") and "r0" in lines[0], cp.stderr
     assert not (p / "report.html").exists() and not list(p.glob("*.tmp"))
+
+
+def test_time_origin_row_shows_no_made_up_figure(run):
+    """The run page's time-origin row said "... since the first training step
+    (+12.3s)" on every page: a fixed example that read as a measured offset."""
+    html = write_report(run).read_text()
+    row = re.search(r"<dt>time origin</dt><dd>(.*?)</dd>", html).group(1)
+    assert "(+12.3s)" not in row and "since the first training step" in row, row

@@ -1,0 +1,385 @@
+"""One view of the host: every faultlab fault in force, whoever started it, with or
+without its lease record.
+
+Three sources, joined by fault id:
+
+1. lease records in the trusted lease folders: this user's (``FAULTLAB_LEASE_DIR`` or
+   the default) and root's ``/run/faultlab/leases`` (mode 0755, records 0644: every
+   user's ``status`` sees root's faults);
+2. watchdog processes (``/proc/*/cmdline``: ``sh -c ... faultlab-watchdog ID
+   DEADLINE FD LINES...``), of any user: a fault whose record was deleted is still
+   seen, with its deadline and owner;
+3. faultlab-owned objects (root only, where they are visible): root qdiscs with
+   faultlab's reserved handles ``fXXX:``, ``flifb*`` devices, ingress qdiscs whose
+   redirect points at one, and ``faultlab-<fault_id>`` cgroups, in this namespace and
+   every named network namespace. Each is put under the fault whose revert commands
+   name it; those no record and no watchdog names are *orphans* that ``recover``
+   removes.
+
+A fault can be reverted by its owner (the record's or watchdog's uid) and by root
+(root ends another user's fault by telling its watchdog to revert now, so the revert
+runs with that user's own privileges). Anyone else is told so, never "nothing in
+force".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from faultlab.injectors.lease import LEASE_ID, ROOT_LEASE_DIR, WATCHDOG_NAME, Lease, read_records
+
+FAULT_HANDLE = re.compile(r"^f([0-9a-f]{3}):$")
+IFB = re.compile(r"^flifb([0-9a-f]{6})$")
+CGROUP = re.compile(r"^faultlab-([a-z]+-[0-9a-f]{6})$")
+_DIGITS = re.compile(r"^[1-9][0-9]{0,11}$")
+
+
+@dataclass
+class Watchdog:
+    """A live lease watchdog found in /proc."""
+
+    pid: int
+    uid: int
+    fault_id: str
+    deadline_ts: int
+    lines: list[str]
+    starttime: str
+    folder: str | None = None  # its lease folder (readable only for its owner and root)
+
+    def _same(self) -> bool:
+        w = _watchdog(self.pid)
+        return w is not None and w.starttime == self.starttime and w.fault_id == self.fault_id
+
+    def fire(self) -> bool:
+        """SIGUSR1: revert now. False when it is gone or not ours to signal."""
+        return self._signal(signal.SIGUSR1, group=False)
+
+    def stop(self) -> bool:
+        """SIGTERM to its process group (it started its own session)."""
+        return self._signal(signal.SIGTERM, group=True)
+
+    def _signal(self, sig: int, *, group: bool) -> bool:
+        try:
+            fd = os.pidfd_open(self.pid)
+        except OSError:
+            return False
+        try:
+            if not self._same():  # the PID was reused since it was found
+                return False
+            if group:
+                os.killpg(self.pid, sig)
+            else:
+                signal.pidfd_send_signal(fd, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+        finally:
+            os.close(fd)
+
+    def wait_gone(self, timeout_s: float) -> bool:
+        end = time.time() + timeout_s
+        while time.time() < end:
+            if not self._same():
+                return True
+            time.sleep(0.1)
+        return not self._same()
+
+
+def _watchdog(pid: int) -> Watchdog | None:
+    p = Path(f"/proc/{pid}")
+    try:
+        argv = (p / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    if len(argv) < 7 or argv[1] != b"-c" or argv[3] != WATCHDOG_NAME.encode():
+        return None
+    try:
+        fid, dl, fdn = argv[4].decode(), argv[5].decode(), argv[6].decode()
+        lines = [a.decode() for a in argv[7:-1]] if argv[-1] == b"" else [a.decode() for a in argv[7:]]
+        stat = (p / "stat").read_text().rpartition(")")[2].split()
+        status = (p / "status").read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not LEASE_ID.match(fid) or not _DIGITS.match(dl) or not fdn.isdigit():
+        return None
+    if int(stat[3]) != pid:  # not the session leader: a subshell of the watchdog
+        return None
+    uid = next((int(ln.split()[2]) for ln in status.splitlines() if ln.startswith("Uid:")), -1)
+    folder = None
+    try:
+        folder = os.readlink(p / "fd" / fdn)
+    except OSError:
+        pass
+    return Watchdog(pid, uid, fid, int(dl), lines, stat[19], folder)
+
+
+def find_watchdogs() -> list[Watchdog]:
+    """Every live lease watchdog on this host, of any user."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            w = _watchdog(int(p.name))
+            if w is not None:
+                out.append(w)
+    return out
+
+
+@dataclass
+class Orphan:
+    """A faultlab-made object: ``kind`` (qdisc, ingress, ifb, cgroup), where (netns or
+    "" for this namespace), what (device, handle, path), the fault id hex it carries."""
+
+    kind: str
+    netns: str
+    what: str
+    hexid: str
+    dev: str = ""
+
+    def describe(self) -> str:
+        where = f"netns {self.netns}" if self.netns else "host"
+        return f"{self.kind} {self.what} ({where})"
+
+    def revert_argv(self) -> list[list[str]]:
+        """The commands that remove it (touching only this faultlab object)."""
+        ns = ["ip", "netns", "exec", self.netns] if self.netns else []
+        if self.kind == "qdisc":
+            return [[*ns, "tc", "qdisc", "del", "dev", self.dev, "root", "handle", self.what.split()[0]]]
+        if self.kind == "ingress":
+            ifb = self.what.split()[-1]
+            from faultlab.injectors.nic import DEL_INGRESS_SH
+
+            return [[*ns, "sh", "-c", DEL_INGRESS_SH, "sh", self.dev, ifb]]
+        if self.kind == "ifb":
+            return [[*ns, "ip", "link", "del", self.what]]
+        if self.kind == "cgroup":
+            from faultlab.injectors.cpu import SWEEP_SH
+
+            d = Path(self.what)
+            root = d
+            while root.parent != root and (root.parent / "cgroup.procs").exists():
+                root = root.parent
+            return [["sh", "-c", SWEEP_SH, "sh", str(d / "cgroup.procs"), str(d.parent / "cgroup.procs"), str(root / "cgroup.procs")],
+                    ["rmdir", str(d)]]
+        return []
+
+
+def _run(argv: list[str], timeout: float = 15) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def _netns_names() -> list[str]:
+    return [ln.split()[0] for ln in _run(["ip", "netns", "list"]).splitlines() if ln.strip()]
+
+
+def find_objects() -> list[Orphan]:
+    """faultlab-made network and cgroup objects on this host (root sees all network
+    namespaces; without root only this namespace and the cgroups)."""
+    out: list[Orphan] = []
+    spaces = [""] + (_netns_names() if os.geteuid() == 0 else [])
+    for ns in spaces:
+        pre = ["ip", "netns", "exec", ns] if ns else []
+        try:
+            links = json.loads(_run([*pre, "ip", "-j", "link", "show"]) or "[]")
+            qds = json.loads(_run([*pre, "tc", "-j", "qdisc", "show"]) or "[]")
+        except ValueError:
+            continue
+        for lk in links:
+            m = IFB.match(lk.get("ifname", ""))
+            if m:
+                out.append(Orphan("ifb", ns, lk["ifname"], m.group(1)))
+        for q in qds:
+            dev = q.get("dev", "")
+            m = FAULT_HANDLE.match(q.get("handle", ""))
+            if q.get("root") and m:
+                out.append(Orphan("qdisc", ns, f"{q['handle']} {q.get('kind')} on {dev}", m.group(1), dev))
+            if q.get("kind") == "ingress":
+                flt = _run([*pre, "tc", "filter", "show", "dev", dev, "parent", "ffff:"])
+                for ifb in set(re.findall(r"device (flifb[0-9a-f]{6})\)", flt)):
+                    out.append(Orphan("ingress", ns, f"ffff: on {dev} -> {ifb}", IFB.match(ifb).group(1), dev))
+    for base in ("/sys/fs/cgroup",):
+        for p in Path(base).glob("**/faultlab-*"):
+            m = CGROUP.match(p.name)
+            if m and p.is_dir():
+                out.append(Orphan("cgroup", "", str(p), m.group(1).split("-")[1]))
+    return out
+
+
+@dataclass
+class FaultView:
+    """One fault in force on the host (see the module docstring)."""
+
+    fault_id: str
+    uid: int | None = None
+    record: dict | None = None
+    lease: Lease | None = None
+    watchdogs: list[Watchdog] = field(default_factory=list)
+    objects: list[Orphan] = field(default_factory=list)
+
+    @property
+    def deadline_ts(self) -> float | None:
+        if self.watchdogs:
+            return float(max(w.deadline_ts for w in self.watchdogs))
+        return float(self.record["deadline_ts"]) if self.record else None
+
+    @property
+    def kind(self) -> str:
+        if self.record and self.record.get("fault_type"):
+            return self.record["fault_type"]
+        return self.fault_id.split("-")[0]
+
+    @property
+    def orphan(self) -> bool:
+        """Objects with no record and no watchdog accounting for them."""
+        return self.record is None and not self.watchdogs
+
+    def can_revert(self) -> bool:
+        me = os.geteuid()
+        return me == 0 or self.uid == me
+
+    def row(self) -> dict:
+        dl = self.deadline_ts
+        return {
+            "fault_id": self.fault_id, "type": self.kind, "uid": self.uid,
+            "node": (self.record or {}).get("node"), "target": (self.record or {}).get("target"),
+            "remaining_s": round(dl - time.time(), 1) if dl else None,
+            "deadline_ts": dl,
+            "record": self.lease.folder if self.lease else None,
+            "controller_alive": bool(self.lease and self.lease.controller_alive()),
+            "watchdog_alive": bool(self.watchdogs), "watchdog_pids": [w.pid for w in self.watchdogs],
+            "orphan_objects": [o.describe() for o in self.objects] if self.orphan else [],
+            "can_revert": self.can_revert(),
+        }
+
+
+def lease_folders() -> list[str]:
+    """The lease folders this user looks in: its own, and root's."""
+    from faultlab.nodes import lease_dir
+
+    out = [str(lease_dir())]
+    if ROOT_LEASE_DIR not in out:
+        out.append(ROOT_LEASE_DIR)
+    return out
+
+
+def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
+    """(faults, problems): every faultlab fault on the host, oldest record first, and
+    the files or folders that could not be trusted (never acted on)."""
+    views: dict[str, FaultView] = {}
+    problems: list[str] = []
+    for folder in lease_folders():
+        leases, probs = read_records(folder)
+        problems += [p for p in probs if not (folder == ROOT_LEASE_DIR and "No such file" in p)]
+        for le in leases:
+            if le.fault_id in views:
+                continue
+            try:
+                uid = os.stat(le.path, follow_symlinks=False).st_uid
+            except OSError:
+                continue
+            views[le.fault_id] = FaultView(le.fault_id, uid, le.record, le)
+    for w in find_watchdogs():
+        v = views.setdefault(w.fault_id, FaultView(w.fault_id, w.uid))
+        if v.uid is None:
+            v.uid = w.uid
+        v.watchdogs.append(w)
+    if objects:
+        for o in sorted(find_objects(), key=lambda o: o.kind != "ifb"):  # ifb first: it names the whole id
+            _attach(views, o)
+    return list(views.values()), problems
+
+
+def _lines(v: FaultView) -> list[str]:
+    out = list((v.record or {}).get("revert", []))
+    for w in v.watchdogs:
+        out += w.lines
+    return out
+
+
+def _claims(v: FaultView, o: Orphan) -> bool:
+    """Whether fault ``v``'s revert commands name object ``o`` (tc handles are
+    allocated per fault, not derived from its id: the commands are the truth)."""
+    if o.kind == "cgroup":
+        return v.fault_id == Path(o.what).name[len("faultlab-"):] or any(o.what in ln for ln in _lines(v))
+    if o.kind == "qdisc":
+        h = o.what.split()[0]
+        if o.dev.startswith("flifb"):  # the ifb's own root qdisc goes with the device
+            return any(o.dev in ln and (not o.netns or o.netns in ln) for ln in _lines(v))
+        return any(f"handle {h}" in ln and o.dev in ln and (not o.netns or o.netns in ln) for ln in _lines(v))
+    ifb = o.what if o.kind == "ifb" else o.what.split()[-1]
+    return any(ifb in ln and (not o.netns or o.netns in ln) for ln in _lines(v))
+
+
+def _attach(views: dict[str, FaultView], o: Orphan) -> None:
+    """Put ``o`` under the fault whose commands name it (a new orphan fault when none)."""
+    hit = next((v for v in views.values() if _claims(v, o)), None)
+    if hit is None:
+        if o.kind == "cgroup":
+            fid = Path(o.what).name[len("faultlab-"):]
+        else:
+            if o.kind == "ingress":
+                o.hexid = o.what.split("flifb")[-1]
+            fid = f"nic-{o.hexid}"
+        hit = views.setdefault(fid, FaultView(fid, 0))
+    hit.objects.append(o)
+
+
+def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
+    """End one fault of the host view; returns what is still there (empty: gone).
+
+    A recorded fault of our own: its revert lines, then its watchdog stopped and files
+    removed. A fault with a watchdog but no (readable) record, or another user's (as
+    root): its watchdog is told to revert now and awaited. Orphan objects: removed one
+    by one. Raises nothing."""
+    if v.lease is not None and v.uid == os.geteuid():
+        from faultlab.injectors.lease import node_lock
+
+        try:
+            with node_lock(_LeaseFolderNode(v.lease.folder)):
+                v.lease.run_revert(timeout_s)
+                v.lease.release()
+        except Exception as e:  # a folder gone bad since it was read: the watchdog still ends it
+            return [f"{v.fault_id}: {e}"]
+    elif v.watchdogs:
+        for w in v.watchdogs:
+            w.fire()
+        for w in v.watchdogs:
+            w.wait_gone(timeout_s)
+    if v.orphan:
+        for o in v.objects:
+            for argv in o.revert_argv():
+                _run(argv, timeout=30)
+    return still_there(v.fault_id)
+
+
+def still_there(fault_id: str) -> list[str]:
+    """What of ``fault_id`` is still on the host: a record, a watchdog, objects."""
+    views, _ = host_view()
+    v = next((x for x in views if x.fault_id == fault_id), None)
+    if v is None:
+        return []
+    left = []
+    if v.record:
+        left.append(f"lease record {v.lease.path if v.lease else ''}")
+    left += [f"watchdog PID {w.pid}" for w in v.watchdogs]
+    left += [o.describe() for o in v.objects]
+    return left
+
+
+class _LeaseFolderNode:
+    """A stand-in node whose lease folder is ``folder`` (for node_lock)."""
+
+    def __init__(self, folder: str):
+        self._folder = folder
+
+    def lease_dir(self) -> Path:
+        return Path(self._folder)

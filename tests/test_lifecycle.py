@@ -1,0 +1,487 @@
+"""A fault always ends, and faultlab never says otherwise (issue 8): signal storms,
+lost or truncated lease records, watchdogs that never evaluate what they read,
+privileges, unusable lease folders, verify failures, an exact --force restore.
+
+Every case drives the real CLI as a subprocess (or the real watchdog script) against
+real namespaces, qdiscs, cgroups and processes, and checks the host's state after.
+Tests that act as another user run the CLI as ``nobody`` (``setpriv``); where the
+Python interpreter lives under a folder only root may enter (``/root/.pyenv``), a
+private mount namespace makes that one path readable for the child only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FAULT_QDISC, needs_root
+
+FL = [sys.executable, "-m", "faultlab.cli"]
+MARKERS = ("faultlab-watchdog", "faultlab-pause", "faultlab-stress", "faultlab-membw")
+
+
+def fl(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*FL, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def lease_dir() -> Path:
+    return Path(os.environ["FAULTLAB_LEASE_DIR"])
+
+
+def faultlab_procs(lease: str | None = None) -> set[str]:
+    """faultlab's own processes (watchdogs, pause loops, stress workers) started with
+    FAULTLAB_LEASE_DIR=``lease`` (default: this session's)."""
+    want = f"FAULTLAB_LEASE_DIR={lease or lease_dir()}".encode()
+    out = set()
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if any(k in cmd for k in MARKERS) and want in (p / "environ").read_bytes().split(b"\0"):
+                out.add(f"{p.name} {cmd[:60]}")
+        except OSError:
+            continue
+    return out
+
+
+def state(extra_lease: str | None = None) -> set[str]:
+    """What a fault could leave on the host, as strings: faultlab qdiscs and ifb
+    devices in this and every network namespace, faultlab cgroups, lease files, and
+    every faultlab process (stress workers included) of this session. Namespaces and
+    links of testbeds are not faults and are left out (another session's testbed may
+    come and go)."""
+    out = set()
+    for ns in [""] + [ln.split()[0] for ln in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines() if ln.strip()]:
+        pre = ["ip", "netns", "exec", ns] if ns else []
+        q = subprocess.run([*pre, "tc", "qdisc", "show"], capture_output=True, text=True).stdout
+        out |= {f"{ns}: {ln}" for ln in q.splitlines() if FAULT_QDISC.search(ln) or "ingress" in ln}
+        links = subprocess.run([*pre, "ip", "-br", "link"], capture_output=True, text=True).stdout
+        out |= {f"{ns}: link {ln.split()[0]}" for ln in links.splitlines() if ln.startswith(("flifb", "flprb"))}
+    out |= {f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob("**/faultlab-*")}
+    out |= {f"lease file {p.name}" for p in lease_dir().glob("*")} if lease_dir().exists() else set()
+    out |= {f"process {p}" for p in faultlab_procs() | (faultlab_procs(extra_lease) if extra_lease else set())}
+    return out
+
+
+def wait_for(pred, timeout: float, step: float = 0.1) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return bool(pred())
+
+
+def proc_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+# -- running as another user -------------------------------------------------------------
+
+def _exec_ok_as_nobody(path: str) -> bool:
+    return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "test", "-x", path]).returncode == 0
+
+
+def as_nobody(argv: list[str], env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run ``argv`` as user nobody. When the interpreter is not reachable by nobody
+    (it lives under /root), a private mount namespace shows it at the same path:
+    /root becomes an empty 0755 tmpfs with only the interpreter's tree bound back."""
+    real = os.path.realpath(sys.executable)
+    drop = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "env", *[f"{k}={v}" for k, v in env.items()]]
+    if _exec_ok_as_nobody(real) or not real.startswith("/root/"):
+        return subprocess.run([*drop, *argv], capture_output=True, text=True, timeout=timeout)
+    top = "/root/" + real.split("/")[2]  # e.g. /root/.pyenv
+    script = ('set -e; mount --make-rprivate /; mount --bind "$1" /mnt; mount -t tmpfs -o mode=0755 tmpfs /root; '
+              'mkdir "$1"; mount --move /mnt "$1"; shift; exec "$@"')
+    return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", top, *drop, *argv], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def nobody_dir():
+    """A lease folder owned by nobody (under the sticky /tmp)."""
+    d = Path(tempfile.mkdtemp(prefix="fl-nobody-"))
+    os.chown(d, 65534, 65534)
+    os.chmod(d, 0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def nobody_env(d: Path) -> dict:
+    return {"FAULTLAB_LEASE_DIR": str(d / "leases"), "FAULTLAB_STATE_DIR": str(d), "HOME": str(d), "PATH": os.environ["PATH"]}
+
+
+# -- 1. signal storms: a revert is not interruptible ---------------------------------------
+
+def _storm_args(kind: str, request, busy) -> list[str]:
+    if kind == "nic":
+        tb = request.getfixturevalue("testbed2")
+        return ["--type", "nic-slow", "--node", f"netns:{tb.nodes[0].netns}", "--rate", "20mbit"]
+    if kind == "quota":
+        return ["--type", "cpu-contention", "--target", str(busy.pid), "--cpu-fraction", "0.3"]
+    return ["--type", "cpu-contention", "--mode", "stress", "--workers", "1", "--target", str(busy.pid)]
+
+
+@needs_root
+@pytest.mark.parametrize("n_signals", [2, 5])
+@pytest.mark.parametrize("kind", ["nic", "quota", "stress"])
+def test_signal_storm_never_leaves_a_fault_behind_an_exit_0(kind, n_signals, request, busy_loop, no_residue):
+    """2 or 5 SIGTERM/SIGINT 10 ms apart while inject or verify runs: exit 0 only with
+    the host clean at that moment; otherwise exit 1 saying the fault was handed to its
+    lease, and the host clean once the lease ends it. Two signals never hand over."""
+    args = _storm_args(kind, request, busy_loop)
+    before = state()
+    for moment in (0.0, 0.05, 0.3):
+        old = set(lease_dir().glob("*.json"))
+        p = subprocess.Popen([*FL, "inject", *args, "--duration", "30s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert wait_for(lambda: set(lease_dir().glob("*.json")) - old or p.poll() is not None, 30)
+        time.sleep(moment)
+        for i in range(n_signals):
+            try:
+                p.send_signal(signal.SIGTERM if i % 2 == 0 else signal.SIGINT)
+            except ProcessLookupError:
+                break
+            time.sleep(0.01)
+        out, err = p.communicate(timeout=90)
+        now = state()
+        if p.returncode == 0:
+            assert now == before, (moment, out, err, now)
+            assert "reverted" in out, (out, err)
+        else:
+            assert n_signals >= 3 and p.returncode == 1 and "handed to its lease" in err, (moment, p.returncode, out, err)
+            assert wait_for(lambda: state() == before, 20), state()
+        assert "Traceback" not in err
+    assert proc_state(busy_loop.pid) != "T"
+
+
+@needs_root
+def test_three_signals_as_the_revert_begins(busy_loop, no_residue):
+    """At the end of the duration the revert begins; three SIGINTs then land before,
+    during or after the revert commands: exit 0 with the host clean, or exit 1 saying
+    the fault was handed to its lease (with its watchdog's PID), and clean after."""
+    before = state()
+    p = subprocess.Popen([*FL, "inject", "--type", "cpu-contention", "--target", str(busy_loop.pid), "--cpu-fraction", "0.3",
+                          "--duration", "1s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert wait_for(lambda: any(lease_dir().glob("*.json")), 30)
+    time.sleep(1.0)
+    for _ in range(3):
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.01)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode in (0, 1), (out, err)
+    if p.returncode == 1:
+        assert "handed to its lease" in err and "watchdog (PID" in err
+    else:
+        assert state() == before
+    assert wait_for(lambda: state() == before, 20), state()
+
+
+# -- 2. a lost lease record cannot keep a fault alive -------------------------------------
+
+@needs_root
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "garbage"])
+def test_lost_or_corrupt_record_still_ends_the_fault_and_is_seen(testbed2, no_residue, damage):
+    ns = testbed2.nodes[0].netns
+    cp = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "20mbit", "--duration", "4s", "--detach", "--json")
+    assert cp.returncode == 0, cp.stderr
+    fid = json.loads(cp.stdout)["fault_id"]
+    rec = lease_dir() / f"{fid}.json"
+    if damage == "deleted":
+        rec.unlink()
+    elif damage == "truncated":
+        os.truncate(rec, 0)
+    else:
+        rec.write_text('{"fault_id": "nic-ffffff", "revert": "rm -rf /"}')
+    st = json.loads(fl("status", "--json").stdout)
+    row = next(r for r in st if r["fault_id"] == fid)
+    assert row["watchdog_alive"] and row["record"] is None
+    # faultlab's own qdisc is never called foreign
+    again = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "10mbit", "--duration", "5s")
+    assert again.returncode == 3 and "faultlab's own" in again.stderr and "did not create" not in again.stderr, again.stderr
+    q = lambda: subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show"], capture_output=True, text=True).stdout  # noqa: E731
+    assert FAULT_QDISC.search(q())
+    assert wait_for(lambda: not FAULT_QDISC.search(q()) and "ingress" not in q(), 20), q()
+    links = subprocess.run(["ip", "-n", ns, "link"], capture_output=True, text=True).stdout
+    assert "flifb" not in links
+    rec.unlink(missing_ok=True)  # the planted garbage (the watchdog removed only its own)
+
+
+@needs_root
+def test_orphans_without_record_or_watchdog_are_shown_and_recovered(testbed2, busy_loop, no_residue):
+    ns = testbed2.nodes[0].netns
+    ids = []
+    for args in (["--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "20mbit"],
+                 ["--type", "cpu-contention", "--target", str(busy_loop.pid), "--cpu-fraction", "0.3"]):
+        cp = fl("inject", *args, "--duration", "120s", "--detach", "--json")
+        assert cp.returncode == 0, cp.stderr
+        ids.append(json.loads(cp.stdout)["fault_id"])
+    for r in json.loads(fl("status", "--json").stdout):
+        if r["fault_id"] in ids:
+            for pid in r["watchdog_pids"]:
+                os.killpg(pid, signal.SIGKILL)
+    for fid in ids:
+        (lease_dir() / f"{fid}.json").unlink()
+    st = {r["fault_id"]: r for r in json.loads(fl("status", "--json").stdout)}
+    assert ids[1] in st and any("cgroup" in o for o in st[ids[1]]["orphan_objects"])
+    nic = [r for r in st.values() if any("flifb" in o or "qdisc" in o for o in r["orphan_objects"])]
+    assert nic, st
+    text = fl("status").stdout
+    assert "NO LEASE" in text and "no faults in force" not in text
+    rc = fl("recover")
+    assert rc.returncode == 0, rc.stderr
+    assert not [r for r in json.loads(fl("status", "--json").stdout) if r["fault_id"] in ids or r["orphan_objects"]]
+    assert not list(Path("/sys/fs/cgroup").glob("**/faultlab-*"))
+    assert proc_state(busy_loop.pid) != "T"
+
+
+# -- issue 9, item 3: the watchdog never evaluates file content, never follows a swap ---
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_watchdog_reads_deadline_as_digits_only(tmp_path, shell):
+    from faultlab.injectors.lease import WATCHDOG_SH
+
+    if not shutil.which(shell):
+        pytest.skip(f"no {shell}")
+    d = tmp_path / "leases"
+    d.mkdir()
+    pwned, done = tmp_path / "pwned", tmp_path / "reverted"
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        dl = int(time.time()) + 3
+        (d / "nic-abc123.deadline").write_text(f"x[$(touch {pwned})]")
+        p = subprocess.Popen([shell, "-c", WATCHDOG_SH, "faultlab-watchdog", "nic-abc123", str(dl), str(fd), f"touch {done}"], pass_fds=(fd,))
+        time.sleep(1.5)
+        (d / "nic-abc123.deadline").write_text("0777")  # octal / leading zero: ignored too
+        p.wait(timeout=30)
+    finally:
+        os.close(fd)
+    assert not pwned.exists(), "the deadline file's content was run"
+    assert done.exists() and time.time() >= dl
+
+
+def test_watchdog_of_a_swapped_folder_keeps_its_own(tmp_path, monkeypatch):
+    from faultlab.injectors.base import Cmd
+    from faultlab.injectors.lease import Lease
+    from faultlab.nodes import LocalNode
+
+    parent = tmp_path / "p"
+    d = parent / "leases"
+    monkeypatch.setenv("FAULTLAB_LEASE_DIR", str(d))
+    done = tmp_path / "reverted"
+    lease = Lease.create_for(LocalNode("local"), "nic-abc124", "nic-slow", "x", {}, [Cmd(("touch", str(done)))], time.time() + 3)
+    d.rename(parent / "old")
+    d.mkdir()
+    (d / "nic-abc124.deadline").write_text(str(int(time.time()) + 3600))  # whoever swapped it wants the fault kept
+    (d / "nic-abc124.json").write_text("{}")
+    assert lease.proc.wait(timeout=30) is not None
+    assert done.exists(), "the watchdog obeyed the swapped-in folder"
+
+
+# -- 3 (issue 8 case 3) and 5: verify failing is a failed inject ---------------------------
+
+@needs_root
+def test_unverifiable_pause_as_another_user_exits_3_and_reverts(busy_loop, nobody_dir):
+    env = nobody_env(nobody_dir)
+    cp = as_nobody([*FL, "inject", "--type", "process-pause", "--target", str(busy_loop.pid), "--pause", "100ms", "--period", "300ms",
+                    "--duration", "30s"], env)
+    assert cp.returncode == 3, (cp.stdout, cp.stderr)
+    err = [ln for ln in cp.stderr.splitlines() if ln.startswith("faultlab: error:")]
+    assert len(err) == 1 and "verify" in err[0] and "not in force" in err[0] and "measured" in err[0], cp.stderr
+    assert "reverted" in err[0]
+    assert proc_state(busy_loop.pid) != "T"
+    assert not faultlab_procs(env["FAULTLAB_LEASE_DIR"])
+    assert not list((nobody_dir / "leases").glob("*.json"))
+    # --allow-unverified: the user's explicit choice
+    ok = as_nobody([*FL, "inject", "--type", "process-pause", "--target", str(busy_loop.pid), "--pause", "100ms", "--period", "300ms",
+                    "--duration", "1s", "--allow-unverified", "--json"], env)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["status"] == "reverted", ok.stderr
+    assert not faultlab_procs(env["FAULTLAB_LEASE_DIR"])
+
+
+# -- 4: one view of the host --------------------------------------------------------------
+
+@needs_root
+def test_another_user_sees_roots_faults_and_is_told_it_cannot_revert(busy_loop, nobody_dir, no_residue):
+    cp = fl("inject", "--type", "cpu-contention", "--target", str(busy_loop.pid), "--cpu-fraction", "0.5", "--duration", "60s", "--detach", "--json")
+    assert cp.returncode == 0, cp.stderr
+    fid = json.loads(cp.stdout)["fault_id"]
+    env = nobody_env(nobody_dir)
+    try:
+        st = as_nobody([*FL, "status", "--json"], env)
+        row = next(r for r in json.loads(st.stdout) if r["fault_id"] == fid)
+        assert row["uid"] == 0 and not row["can_revert"] and row["watchdog_alive"]
+        text = as_nobody([*FL, "status"], env).stdout
+        assert fid in text and "no faults in force" not in text
+        for argv in (["revert", fid], ["revert", "--all"], ["recover"]):
+            r = as_nobody([*FL, *argv], env)
+            assert r.returncode == 3, (argv, r.stdout, r.stderr)
+            assert fid in r.stderr and "another user" in r.stderr and "Traceback" not in r.stderr, r.stderr
+            assert "no fault" not in r.stdout
+        assert any(r["fault_id"] == fid for r in json.loads(fl("status", "--json").stdout)), "still in force"
+    finally:
+        rv = fl("revert", fid)
+    assert rv.returncode == 0, (rv.stdout, rv.stderr)
+
+
+# -- 5, 6 and the bad-input corpus: unusable lease folders ----------------------------------
+
+def _mount_tmpfs(path: Path, size: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)], check=True)
+
+
+def _umount(path: Path) -> None:
+    cp = subprocess.run(["umount", str(path)], capture_output=True, text=True)
+    assert cp.returncode == 0, f"cannot unmount {path} (a process left holding it?): {cp.stderr}"
+
+
+def _setup_readonly(base: Path) -> tuple[dict, callable]:
+    m = base / "ro"
+    _mount_tmpfs(m, "64k")
+    (m / "leases").mkdir()
+    subprocess.run(["mount", "-o", "remount,ro", str(m)], check=True)
+    return {"FAULTLAB_LEASE_DIR": str(m / "leases")}, lambda: _umount(m)
+
+
+def _setup_full(base: Path) -> tuple[dict, callable]:
+    m = base / "full"
+    _mount_tmpfs(m, "16k")
+    (m / "leases").mkdir()
+    fd = os.open(m / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return {"FAULTLAB_LEASE_DIR": str(m / "leases")}, lambda: _umount(m)
+
+
+def _setup_foreign_owner(base: Path) -> tuple[dict, callable]:
+    d = base / "theirs"
+    d.mkdir()
+    os.chown(d, 65534, 65534)
+    return {"FAULTLAB_LEASE_DIR": str(d)}, lambda: None
+
+
+def _setup_symlink(base: Path) -> tuple[dict, callable]:
+    (base / "real").mkdir()
+    (base / "link").symlink_to(base / "real")
+    return {"FAULTLAB_LEASE_DIR": str(base / "link")}, lambda: None
+
+
+def _setup_group_writable(base: Path) -> tuple[dict, callable]:
+    d = base / "open"
+    d.mkdir()
+    os.chmod(d, 0o777)
+    return {"FAULTLAB_LEASE_DIR": str(d)}, lambda: None
+
+
+LEASE_FOLDER_FAULTS = {
+    "read-only mount": (_setup_readonly, "EROFS"),
+    "full tmpfs": (_setup_full, "ENOSPC"),
+    "owned by another user": (_setup_foreign_owner, "owned by uid 65534"),
+    "symlink": (_setup_symlink, "symlink"),
+    "writable by others": (_setup_group_writable, "writable by group or others"),
+}
+
+
+@needs_root
+@pytest.mark.parametrize("case", list(LEASE_FOLDER_FAULTS))
+@pytest.mark.parametrize("command", ["inject", "revert --all", "recover"])
+def test_unusable_lease_folder_is_one_line_nothing_applied_no_process(case, command, busy_loop, tmp_path):
+    setup, says = LEASE_FOLDER_FAULTS[case]
+    base = Path(tempfile.mkdtemp(prefix="fl-lease-", dir="/tmp"))
+    try:
+        env_extra, teardown = setup(base)
+    except BaseException:
+        subprocess.run(["umount", "-R", *[str(p) for p in base.iterdir()]], capture_output=True)
+        raise
+    env = dict(os.environ, **env_extra)
+    try:
+        before = state(env_extra["FAULTLAB_LEASE_DIR"])
+        files = sorted(p.name for p in Path(env_extra["FAULTLAB_LEASE_DIR"]).iterdir())
+        if command == "inject":
+            argv = ["inject", "--type", "cpu-contention", "--target", str(busy_loop.pid), "--cpu-fraction", "0.3", "--duration", "167h"]
+        else:
+            argv = command.split()
+        cp = fl(*argv, env=env)
+        if command != "inject" and case in ("read-only mount", "full tmpfs"):
+            # a trusted folder with nothing in it: nothing to revert is the truth
+            assert cp.returncode == 0 and "Traceback" not in cp.stderr, cp.stderr
+            return
+        assert cp.returncode != 0, (cp.stdout, cp.stderr)
+        lines = [ln for ln in cp.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("faultlab: error: ") and "Traceback" not in cp.stderr, cp.stderr
+        assert "FAULTLAB_LEASE_DIR" in lines[0] and says in lines[0], lines[0]
+        assert state(env_extra["FAULTLAB_LEASE_DIR"]) == before
+        assert sorted(p.name for p in Path(env_extra["FAULTLAB_LEASE_DIR"]).iterdir()) == files, "a .tmp or record was left"
+    finally:
+        teardown()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@needs_root
+@pytest.mark.parametrize("command", ["inject", "status", "revert --all", "recover"])
+def test_as_nobody_a_folder_of_another_user_or_root_is_one_line(command, busy_loop, nobody_dir):
+    """As nobody: a lease folder owned by another user is refused; root's own folder
+    (trusted but not writable) gives EACCES at the first write. One line, no process."""
+    other = Path(tempfile.mkdtemp(prefix="fl-other-"))
+    os.chown(other, 1, 1)  # daemon
+    os.chmod(other, 0o755)
+    rootdir = Path(tempfile.mkdtemp(prefix="fl-rootdir-"))
+    os.chmod(rootdir, 0o755)
+    try:
+        for folder, says in ((other, "owned by uid 1"), (rootdir, "EACCES")):
+            env = dict(nobody_env(nobody_dir), FAULTLAB_LEASE_DIR=str(folder))
+            if command == "inject":
+                argv = ["inject", "--type", "process-pause", "--target", str(busy_loop.pid), "--pause", "100ms", "--period", "300ms", "--duration", "30s"]
+            else:
+                argv = command.split()
+            cp = as_nobody([*FL, *argv], env)
+            if command == "status" or (folder == rootdir and command != "inject"):
+                assert "Traceback" not in cp.stderr, cp.stderr  # nothing to write: a readable view
+                continue
+            lines = [ln for ln in cp.stderr.splitlines() if ln.strip()]
+            assert cp.returncode != 0 and len(lines) == 1 and lines[0].startswith("faultlab: error: ") and says in lines[0], (cp.returncode, cp.stderr)
+            assert not faultlab_procs(str(folder)) and not list(folder.iterdir())
+        assert proc_state(busy_loop.pid) != "T"
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+        shutil.rmtree(rootdir, ignore_errors=True)
+
+
+# -- 7: --force over a foreign tbf restores it byte-exactly ----------------------------------
+
+@needs_root
+def test_force_restores_foreign_tbf_in_the_kernels_own_units(testbed2, no_residue):
+    from faultlab.injectors import NicSlow, apply
+
+    n0, _ = testbed2.nodes
+    n0.run(["tc", "qdisc", "add", "dev", "fleth0", "root", "handle", "7:", "tbf", "rate", "10mbit", "burst", "32kbit", "latency", "40ms"],
+           scope="net", check=True)
+
+    def raw():
+        return json.loads(n0.run(["tc", "-j", "-raw", "qdisc", "show", "dev", "fleth0", "root"], scope="net").stdout)[0]
+
+    try:
+        before = raw()
+        for _ in range(3):  # never a byte less per cycle
+            assert apply(NicSlow(n0, 20e6, force=True), 30).revert() == "reverted"
+            after = raw()
+            assert after["handle"] == "7:" and after["options"] == before["options"], (before, after)
+        assert before["options"]["burst"] == 4095 and before["options"]["lat"] == 40000
+    finally:
+        n0.run(["tc", "qdisc", "del", "dev", "fleth0", "root"], scope="net")
