@@ -34,6 +34,7 @@ def build_cmd(
     import_fmt: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="build from a public trace instead: perseus | straggler-trace (PATH as the argument)"),
     description: str = typer.Option("", "--description", help="one paragraph for the card"),
     license: str = typer.Option("cc-by-4.0", "--license", help="license id for the card"),
+    note: str = typer.Option("", "--note", help="a paragraph for the card's collection section (what to know about these runs)"),
     force: bool = typer.Option(False, "--force", help="replace an existing dataset of that name"),
 ):
     """Build DIR/NAME: Parquet tables by run, seeded split, schema.json, runs.json,
@@ -49,10 +50,9 @@ def build_cmd(
             if len(run_dirs or []) != 1 or campaign:
                 raise FaultlabError("--import takes one PATH and no --campaign", field="--import", fix="faultlab dataset build --import perseus PATH --name NAME")
             runs = [import_trace(import_fmt, run_dirs[0])]
-            note = f"Imported from the public trace {run_dirs[0]} ({import_fmt}); labels by faultlab's {import_fmt} importer."
+            note = f"Imported from the public trace {run_dirs[0]} ({import_fmt}); labels by faultlab's {import_fmt} importer. {note}"
         else:
             runs = collect_runs(run_dirs or [], campaign)
-            note = ""
         p = build(runs, name, out_root, test_fraction=frac, seed=seed, campaign_files=campaign_file, relabel=relabel,
                   description=description, license=license, source_note=note, force=force)
     except FaultlabError as e:
