@@ -113,7 +113,11 @@ def _is_watchdog(node, pid: int, path) -> bool:
         cmd = node.read_file(f"/proc/{int(pid)}/cmdline")
     except OSError:
         return False
-    return "faultlab-watchdog" in cmd and str(path) in cmd.split("\0")
+    # The PID recorded is the detached ``sh -c LINE`` that ssh spawn starts (its
+    # cmdline holds the watchdog's argv joined into one string), or the watchdog itself:
+    # either names faultlab-watchdog and this lease's record path.
+    args = cmd.split("\0")
+    return "faultlab-watchdog" in cmd and (str(path) in args or any(str(path) in a.split() for a in args))
 
 
 def _local_alive(pid) -> bool:

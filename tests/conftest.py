@@ -60,7 +60,8 @@ def residue() -> dict[str, set]:
     out["workers"] = workers
     # testbed state files of this session
     tb_dir = Path(os.environ["FAULTLAB_STATE_DIR"]) / "testbeds"
-    out["testbed_state"] = {p.name for p in tb_dir.glob("*")} if tb_dir.exists() else set()
+    # (state files, also in a backend's subfolder such as docker/; an empty folder is no state)
+    out["testbed_state"] = {str(p.relative_to(tb_dir)) for p in tb_dir.rglob("*") if not p.is_dir()} if tb_dir.exists() else set()
     # agent command/status files: the folder tests point FAULTLAB_AGENT_DIR at, and the default
     agent_dirs = {Path("/run/faultlab/agents")}
     if os.environ.get("FAULTLAB_AGENT_DIR"):
