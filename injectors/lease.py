@@ -52,43 +52,10 @@ WATCHDOG_NAME = "faultlab-watchdog"
 #: root's lease folder: read by every user's ``faultlab status`` (one view of the host)
 ROOT_LEASE_DIR = "/run/faultlab/leases"
 
-# Positional args: $1 lease id, $2 deadline (unix s), $3 the number of the inherited
-# descriptor of the lease folder, $4... revert lines (each shlex.join-ed). A renewed
-# deadline is read through the descriptor, digits only (1-12, no leading zero: never
-# octal, never an expression), so `$(( ))` only ever sees a plain number.
-WATCHDOG_SH = r"""
-trap '' HUP INT
-fire=0
-trap 'fire=1' USR1
-id="$1"; dl="$2"; d="/dev/fd/$3"; shift 3
-while [ "$fire" = 0 ]; do
-  new=$(cat "$d/$id.deadline" 2>/dev/null)
-  case "$new" in
-    [1-9]*) case "$new" in *[!0-9]*|?????????????*) ;; *) dl="$new" ;; esac ;;
-  esac
-  now=$(date +%s)
-  [ "$now" -ge "$dl" ] && break
-  left=$(( dl - now ))
-  [ "$left" -gt 5 ] && left=5
-  sleep "$left" </dev/null & sp=$!
-  wait "$sp"
-  kill "$sp" 2>/dev/null
-done
-for line in "$@"; do sh -c "$line" </dev/null >/dev/null 2>&1; done
-rm -f "$d/$id.json" "$d/$id.deadline"
-"""
-
-
-# The watchdog of a lease on a remote (ssh) node, where no descriptor can be passed:
-# $1 record path, $2 deadline, $3... revert lines. Like WATCHDOG_SH it runs the lines
-# at the deadline whether or not the record is still there, and reads a renewed
-# deadline as digits only.
-REMOTE_WATCHDOG_SH = r"""
-trap '' HUP INT
-fire=0
-trap 'fire=1' USR1
-rec="$1"; dl="$2"; shift 2
-renew="${rec%.json}.deadline"
+# The watchdog's body, shared by the local and the remote form: $rec the record, $renew
+# the renewed-deadline file, $dl the deadline, "$@" the revert lines. It runs the lines
+# at the deadline (or on SIGUSR1) whether or not the record is still there.
+_WATCHDOG_LOOP = r"""
 while [ "$fire" = 0 ]; do
   new=$(cat "$renew" 2>/dev/null)
   case "$new" in
@@ -105,6 +72,29 @@ done
 for line in "$@"; do sh -c "$line" </dev/null >/dev/null 2>&1; done
 rm -f "$rec" "$renew"
 """
+
+# Positional args: $1 lease id, $2 deadline (unix s), $3 the number of the inherited
+# descriptor of the lease folder, $4... revert lines (each shlex.join-ed). A renewed
+# deadline is read through the descriptor, digits only (1-12, no leading zero: never
+# octal, never an expression), so `$(( ))` only ever sees a plain number.
+WATCHDOG_SH = r"""
+trap '' HUP INT
+fire=0
+trap 'fire=1' USR1
+id="$1"; dl="$2"; d="/dev/fd/$3"; shift 3
+rec="$d/$id.json"; renew="$d/$id.deadline"
+""" + _WATCHDOG_LOOP
+
+
+# The watchdog of a lease on a remote (ssh) node, where no descriptor can be passed:
+# $1 record path, $2 deadline, $3... revert lines.
+REMOTE_WATCHDOG_SH = r"""
+trap '' HUP INT
+fire=0
+trap 'fire=1' USR1
+rec="$1"; dl="$2"; shift 2
+renew="${rec%.json}.deadline"
+""" + _WATCHDOG_LOOP
 
 
 def _fix_for(err: OSError, folder: str) -> str:
