@@ -132,10 +132,10 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     """
     from faultlab import injectors
     from faultlab.benchmarks.launch import free_port, launch_ranks, stop_ranks, wait_ranks
-    from faultlab.hostsampler import HostSampler
+    from faultlab.telemetry.hostsampler import HostSampler
     from faultlab.injectors.lease import Lease
     from faultlab.nodes import LocalNode
-    from faultlab.nodes.collect import TelemetryCollector
+    from faultlab.telemetry.collect import TelemetryCollector
 
     con = console or Console()
     root = os.geteuid() == 0

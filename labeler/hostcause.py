@@ -3,7 +3,7 @@
 An *observed* label (no injection explains it) is noise to a detector benchmark, but it
 is still a real slowdown, and the host table often shows why. For each observed label
 this adds ``host`` to its evidence, measured over ``[start_ts - 1 s, end_ts + 1 s]``
-against the run's medians (``host`` table metrics of :mod:`faultlab.hostsampler`):
+against the run's medians (``host`` table metrics of :mod:`faultlab.telemetry.hostsampler`):
 
 - ``host_cpu_busy_pct`` / ``host_cpu_busy_pct_typical``: host-wide CPU use (0..100 over
   all CPUs) during the label and over the run;

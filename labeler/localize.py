@@ -4,7 +4,7 @@ In synchronous training a slow link slows every rank alike (all wait in the
 all-reduce), so step and compute times cannot say where it is. The connections to
 and from the node behind it can: their RTT rises (queueing behind the rate cap), as
 C4's connection matrix and SlowSight's TCP metrics use. Input is the ``host`` table
-with the per-peer metrics of :mod:`faultlab.tcpstats` (``tcp_rtt_ms:PEER`` reported by
+with the per-peer metrics of :mod:`faultlab.telemetry.tcpstats` (``tcp_rtt_ms:PEER`` reported by
 node N for its connections to PEER).
 
 For each job label, a connection matrix (C4's idea): per ordered pair of nodes

@@ -1,4 +1,4 @@
-"""Per-peer TCP statistics (faultlab.tcpstats) and NVML GPU metrics (faultlab.gpumetrics)
+"""Per-peer TCP statistics (faultlab.telemetry.tcpstats) and NVML GPU metrics (faultlab.telemetry.gpumetrics)
 in the HostSampler.
 
 Parser tests run on ss(8) output captured on this machine (iproute2 6.1) and on
@@ -6,7 +6,7 @@ hand-made lines in the other forms ss prints. The real-parts tests run ss agains
 real connections: two local processes on loopback (no root), and a 3-node netns
 testbed with a rate cap on node n0's link (root). The GPU test uses a stand-in
 ``pynvml`` module (this machine has no GPU); the real check is a machine with an NVIDIA
-GPU and nvidia-ml-py (see faultlab.gpumetrics).
+GPU and nvidia-ml-py (see faultlab.telemetry.gpumetrics).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import types
 import pandas as pd
 import pytest
 
-from faultlab import tcpstats
-from faultlab.gpumetrics import NvmlReader
-from faultlab.hostsampler import HostSampler
-from faultlab.tcpstats import PeerResolver, TcpConn, TcpTracker, parse_endpoint, parse_rate_bit_per_s, parse_ss, split_metric
+from faultlab.telemetry import tcpstats
+from faultlab.telemetry.gpumetrics import NvmlReader
+from faultlab.telemetry.hostsampler import HostSampler
+from faultlab.telemetry.tcpstats import PeerResolver, TcpConn, TcpTracker, parse_endpoint, parse_rate_bit_per_s, parse_ss, split_metric
 
 ROOT = os.geteuid() == 0
 needs_ss = pytest.mark.skipif(shutil.which("ss") is None, reason="needs iproute2's ss")

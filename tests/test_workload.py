@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from faultlab.benchmarks.launch import RankFailure, free_port, launch_ranks, rank_iface, stop_ranks, wait_ranks
-from faultlab.hostsampler import HostSampler, read_net_dev
+from faultlab.telemetry.hostsampler import HostSampler, read_net_dev
 from faultlab.nodes import LocalNode, NetnsNode
 
 KEYS = {"run_id", "rank", "node", "peer_group", "step", "t_start", "compute_s", "comm_s", "step_s", "gc_s"}

@@ -16,7 +16,7 @@ Every ``interval_s`` seconds, for each node, one row per metric (long format, th
 
 Metric names are ``BASE`` or ``BASE:QUALIFIER`` (the unit is in BASE; BASE never holds
 a ``:``, so ``metric.split(":", 1)`` separates them). With ``tcp=True`` (default), per
-peer node P (faultlab.tcpstats, from iproute2 ss(8) / the kernel's tcp_info):
+peer node P (faultlab.telemetry.tcpstats, from iproute2 ss(8) / the kernel's tcp_info):
 ``tcp_conns:P``, ``tcp_rtt_ms:P``, ``tcp_rttvar_ms:P`` (ms), ``tcp_cwnd_segs:P``,
 ``tcp_delivery_rate_bytes_per_s:P``, ``tcp_tx_bytes_per_s:P``, ``tcp_rx_bytes_per_s:P``
 (bytes/s), ``tcp_retrans_total:P`` (segments), ``tcp_retrans_per_s:P`` (segments/s), and
@@ -24,7 +24,7 @@ per node ``tcp_retrans_per_s``. A node's connections are all established TCP
 connections of its network namespace when ``netns`` names it, else those whose socket
 is open in the node's processes (its PIDs and their children; read in the namespace
 of its first live PID). With ``gpu=True`` (default) and NVML present
-(faultlab.gpumetrics, nvidia-ml-py), per GPU index G: ``gpu_sm_clock_mhz:G``,
+(faultlab.telemetry.gpumetrics, nvidia-ml-py), per GPU index G: ``gpu_sm_clock_mhz:G``,
 ``gpu_power_w:G``, ``gpu_util_pct:G``, ``gpu_mem_used_bytes:G``, ``gpu_temp_c:G``,
 ``gpu_throttle_reasons:G`` (NVML bitmask), on the node whose processes hold a compute
 context on G (or the GPUs a ``gpu`` dict assigns to it). Without nvidia-ml-py or a
@@ -48,8 +48,8 @@ import time
 import pandas as pd
 import psutil
 
-from faultlab import tcpstats
-from faultlab.gpumetrics import NvmlReader
+from faultlab.telemetry import tcpstats
+from faultlab.telemetry.gpumetrics import NvmlReader
 
 METRICS = ("cpu_util_pct", "proc_cpu_util_pct", "proc_rss_bytes", "net_rx_bytes_per_s", "net_tx_bytes_per_s")
 
@@ -92,7 +92,7 @@ class HostSampler:
       connections are all established ones of that namespace. Nodes not named here
       use the sockets of their own processes.
     - ``peers``: address -> node name, to name the peer of a connection whose remote
-      endpoint is not a socket of another sampled node (faultlab.tcpstats,
+      endpoint is not a socket of another sampled node (faultlab.telemetry.tcpstats,
       ``PeerResolver``). Unresolved peers are named by their address.
     - ``tcp``: sample TCP statistics (default True).
     - ``gpu``: True (default): NVML metrics of the GPUs the node's processes use;

@@ -9,7 +9,7 @@ Source: the NVML API reference ("Device Queries"): ``nvmlDeviceGetClockInfo``
 cap, 0x8 HW slowdown, 0x20 SW thermal) and ``nvmlDeviceGetComputeRunningProcesses``
 (``.pid`` of the processes holding a compute context).
 
-Metric names follow faultlab.tcpstats' convention ``BASE:QUALIFIER`` with the GPU index
+Metric names follow faultlab.telemetry.tcpstats' convention ``BASE:QUALIFIER`` with the GPU index
 (NVML's, i.e. PCI order, not CUDA_VISIBLE_DEVICES order) as the qualifier:
 ``gpu_sm_clock_mhz:G``, ``gpu_power_w:G``, ``gpu_util_pct:G``, ``gpu_mem_used_bytes:G``,
 ``gpu_temp_c:G``, ``gpu_throttle_reasons:G`` (the bitmask as a float; exact below 2**53).
@@ -21,7 +21,7 @@ GPU does not support (NVML_ERROR_NOT_SUPPORTED, ...) leaves just that metric out
 
 Tested here against a stand-in ``pynvml`` module put in ``sys.modules`` (this machine
 has no GPU); the real check is a machine with an NVIDIA GPU and nvidia-ml-py:
-``python -c "from faultlab.gpumetrics import NvmlReader; r = NvmlReader(); r.open();
+``python -c "from faultlab.telemetry.gpumetrics import NvmlReader; r = NvmlReader(); r.open();
 print(r.reason, r.read())"``.
 """
 
