@@ -159,6 +159,16 @@ def status(as_json: bool = typer.Option(False, "--json")):
     print_status(rows, problems, out)
 
 
+def _check_fault_id(fault_id: str) -> None:
+    """Exit 2 unless ``fault_id`` has the form of a fault id (``LEASE_ID``: letters, a
+    dash, 4-12 hex digits, e.g. ``nic-3f9a1c``); a path or a typo is never looked up."""
+    from faultlab.injectors.lease import LEASE_ID
+
+    if not LEASE_ID.fullmatch(fault_id):
+        _fail(BadInput(f"{fault_id!r} is not a fault id (TYPE-HEX: lower-case letters, a dash, 4-12 hex digits, e.g. nic-3f9a1c)",
+                       field="FAULT_ID", fix="see faultlab status"))
+
+
 @app.command()
 def revert(
     fault_id: Optional[str] = typer.Argument(None, help="the fault to revert (see faultlab status)"),
@@ -173,6 +183,8 @@ def revert(
         _fail(BadInput("give a FAULT_ID or --all", field="FAULT_ID", fix="see faultlab status"))
     if fault_id and all_:
         _fail(BadInput("give a FAULT_ID or --all, not both", field="FAULT_ID"))
+    if fault_id:
+        _check_fault_id(fault_id)
     try:
         done, refused = revert_faults(None if all_ else fault_id)
     except FaultlabError as e:
@@ -527,9 +539,35 @@ def _with_metavars(cmd):
     return cmd
 
 
+def usage_line(err) -> str:
+    """One line for a usage error typer found (a range, a type, a missing or unknown
+    option): ``faultlab: error: --repeat: Input should be greater than or equal to 1
+    (see faultlab run --help)``, the option or argument named first; never typer's
+    boxed multi-line form."""
+    p = getattr(err, "param", None)
+    ctx = getattr(err, "ctx", None)
+    msg = " ".join(err.format_message().split())
+    if p is not None and type(err).__name__ == "BadParameter":
+        name = p.opts[0] if getattr(p, "param_type_name", "") == "option" and p.opts else (p.metavar or p.name.upper())
+        msg = f"{name}: {' '.join(str(err.message).split())}"
+    where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    return f"faultlab: error: {msg}{where}"
+
+
 def main() -> None:  # pragma: no cover
-    """The ``faultlab`` entry point: the typer app as a click command, metavars filled in."""
-    _with_metavars(typer.main.get_command(app))(prog_name="faultlab")
+    """The ``faultlab`` entry point: the typer app as a click command, metavars filled
+    in; usage errors are one line (``usage_line``), exit 2."""
+    cmd = _with_metavars(typer.main.get_command(app))
+    try:
+        rv = cmd.main(prog_name="faultlab", standalone_mode=False)
+    except typer.TyperException as e:  # click's usage errors (typer vendors click)
+        if type(e).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
+            print(usage_line(e), file=sys.stderr)
+        sys.exit(getattr(e, "exit_code", 2))
+    except typer.Abort:
+        print("faultlab: aborted", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover
