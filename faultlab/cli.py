@@ -291,21 +291,28 @@ def scenario_schema(campaign: bool = typer.Option(False, "--campaign", help="the
     out.print_json(json.dumps(schema("campaign" if campaign else "scenario")))
 
 
-def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefix: str = "", con: Console | None = None) -> dict:
-    """One run, labeled and reported; lines go to ``con`` (stdout, or stderr with --json)."""
+def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefix: str = "", con: Console | None = None,
+             allow_unverified: bool = False) -> dict:
+    """One run, labeled and reported; lines go to ``con`` (stdout, or stderr with --json).
+    A fault verify did not confirm is reverted at once (``unverified``) unless
+    ``allow_unverified``."""
     from faultlab.progress import Progress
     from faultlab.runner import run as run_scenario
 
     con = con or out
     with Progress(con, prefix=prefix, live=None if con is out else False) as prog:
-        res = run_scenario(sc, out_dir, console=con, progress=prog, run_id=run_id)
-    info = {"run_dir": str(out_dir), "code": res.code, "injected": len(res.injections), "failed_faults": res.failed_faults}
+        res = run_scenario(sc, out_dir, console=con, progress=prog, run_id=run_id, allow_unverified=allow_unverified)
+    # a fault not injected, or not in force (verify), fails the run's schedule: exit 3
+    info = {"run_dir": str(out_dir), "code": res.code or (3 if res.failed_faults else 0), "injected": len(res.injections),
+            "failed_faults": res.failed_faults}
     if label_it and res.code == 0:
         from faultlab.labeler import label_run
 
         labels = label_run(out_dir)
         info["labels"] = len(labels)
-        con.print(f"{out_dir}: {len(res.injections)} fault(s) injected, {len(labels)} label(s)")
+        con.print(f"{out_dir}: {sum(r.get('status') != 'unverified' for r in res.injections)} fault(s) in force, {len(labels)} label(s)", markup=False)
+    for f in res.failed_faults:
+        con.print(f"faultlab: error: {f}", markup=False)
     from faultlab.report import write_report
 
     try:
@@ -324,6 +331,7 @@ def run_cmd(
     label_it: bool = typer.Option(True, "--label/--no-label", help="label each run when it ends"),
     backend: Optional[str] = typer.Option(None, "--backend", metavar="BACKEND", help="override the scenario's testbed backend: netns | docker | ssh | local"),
     as_json: bool = typer.Option(False, "--json", help="print each run's summary as JSON on stdout; progress goes to stderr"),
+    allow_unverified: bool = typer.Option(False, "--allow-unverified", help="keep a fault whose measured check fails (default: revert it at once, record it as unverified)"),
 ):
     """Run one scenario: testbed, workload, fault schedule; a run directory per run."""
     from faultlab.scenario import Scenario, load
@@ -345,7 +353,7 @@ def run_cmd(
                                                                   "workload": {**sc.model_dump(mode="json")["workload"], "duration": f"{sc.workload.duration}s" if sc.workload.duration else None},
                                                                   "faults": _faults_with_units(sc)})
             infos.append(_run_one(s_i, base if repeat == 1 else base / f"run-{i:03d}", label_it, run_id=run_id,
-                                  prefix="" if repeat == 1 else f"[run {i + 1}/{repeat}]", con=con))
+                                  prefix="" if repeat == 1 else f"[run {i + 1}/{repeat}]", con=con, allow_unverified=allow_unverified))
             codes.append(infos[-1]["code"])
     except FaultlabError as e:
         _fail(e)
@@ -393,6 +401,7 @@ def campaign(
     label_it: bool = typer.Option(True, "--label/--no-label"),
     as_json: bool = typer.Option(False, "--json", help="the schedules (with --dry-run) or the campaign's manifest as JSON on stdout; progress goes to stderr"),
     only: Optional[str] = typer.Option(None, "--runs", metavar="A:B", help="run only the drawn runs A..B-1 (0-based; chunks of a long campaign into one --out)"),
+    allow_unverified: bool = typer.Option(False, "--allow-unverified", help="keep faults whose measured check fails (default: revert each at once, record it as unverified)"),
 ):
     """Run a randomized campaign unattended: seeded, so the same seed gives the same schedules."""
     from faultlab.scenario import load
@@ -427,7 +436,7 @@ def campaign(
             continue
         con.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
         try:
-            info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con)
+            info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con, allow_unverified=allow_unverified)
         except Exception as e:  # unattended: one failed run must not stop the campaign
             info = {"run_dir": str(base / s.name), "code": 1, "error": f"{type(e).__name__}: {e}"}
             con.print(f"[red]{s.name} failed:[/] {type(e).__name__}: {e}", markup=False) if not isinstance(e, FaultlabError) else con.print(f"[red]{s.name} failed:[/] {e}")
