@@ -172,6 +172,8 @@ def run_inject(inj, n, plan, *, duration_s: float, grace_s: float, detach: bool,
         except FaultlabError as e:
             act = getattr(e, "active", None)
             code, msg = outcome(act) if act is not None else (0, None)
+            if act is not None and code == 0:
+                msg = f"what was applied of {act.fault_id} is reverted: nothing is left"
             print(f"faultlab: error: {e}" + (f"; {msg}" if msg else ""), file=sys.stderr)
             return code or getattr(e, "exit_code", 1)
         info = _info(active, inj, n, plan)
