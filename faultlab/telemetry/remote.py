@@ -55,6 +55,9 @@ def start_node_samplers(ranks, run_id: str, *, until: float, interval_s: float =
     for name, (node, pids) in by_node.items():
         out = f"{node.workload_out(run_id, Path('.'))}/{PREFIX}{name}.jsonl"
         try:
+            if not node.has_program("python3"):
+                errors[name] = "python3 not found on the node (the host sampler there needs it)"
+                continue
             node.spawn(sampler_argv(pids, out, until=until, interval_s=interval_s), new_session=True)
         except Exception as e:  # noqa: BLE001 - one node's sampler never stops the run
             errors[name] = f"{type(e).__name__}: {e}"
