@@ -161,11 +161,11 @@ class Orphan:
         if self.kind == "cgroup":
             from faultlab.injectors.cpu import SWEEP_SH
 
+            # back to the cgroup that holds it, never to the root: the targets' own
+            # limits must keep applying (a faultlab cgroup is made inside their cgroup)
             d = Path(self.what)
-            root = d
-            while root.parent != root and (root.parent / "cgroup.procs").exists():
-                root = root.parent
-            return [["sh", "-c", SWEEP_SH, "sh", str(d / "cgroup.procs"), str(d.parent / "cgroup.procs"), str(root / "cgroup.procs")],
+            home = str(d.parent / "cgroup.procs")
+            return [["sh", "-c", SWEEP_SH, "sh", str(d / "cgroup.procs"), home, home],
                     ["rmdir", str(d)]]
         return []
 

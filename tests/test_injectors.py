@@ -455,6 +455,9 @@ def test_concurrent_injects_on_one_interface_one_wins_other_refused(testbed2, no
 
 
 @needs_root
+@pytest.mark.skipif(not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists(),
+                    reason="no cgroup v1 cpu controller at /sys/fs/cgroup/cpu (a v2-only host): the v2 nesting is "
+                           "tests/test_cgroup_nesting.py")
 def test_quota_nests_in_the_targets_cgroup_keeps_its_limit_and_survives_its_removal(no_residue):
     """The faultlab cgroup is made inside the target's own cgroup: the target's own 20%
     limit still holds under a looser 0.8 fault (a fault only ever slows), and the
