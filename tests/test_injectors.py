@@ -137,6 +137,10 @@ def test_process_pause_duty_cycle(busy_loop, no_residue):
 
 
 def test_revert_twice_is_noop(busy_loop, no_residue):
+    """A second ``ActiveFault.revert()`` answers the status it recorded (nothing runs
+    again here). That the revert *commands* really run again and still work (what a
+    watchdog firing after the controller's revert does) is
+    tests/test_recover_revert.py::test_second_revert_runs_its_commands_again."""
     active = apply(ProcessPause(LocalNode("local"), busy_loop.pid, 0.1, 0.3, 30), 30)
     assert active.revert() == "reverted"
     assert active.revert() == "reverted"
