@@ -170,6 +170,16 @@ def status(
     print_status(rows, problems, out)
 
 
+def _check_fault_id(fault_id: str) -> None:
+    """Exit 2 unless ``fault_id`` has the form of a fault id (``LEASE_ID``: letters, a
+    dash, 4-12 hex digits, e.g. ``nic-3f9a1c``); a path or a typo is never looked up."""
+    from faultlab.injectors.lease import LEASE_ID
+
+    if not LEASE_ID.fullmatch(fault_id):
+        _fail(BadInput(f"{fault_id!r} is not a fault id (TYPE-HEX: lower-case letters, a dash, 4-12 hex digits, e.g. nic-3f9a1c)",
+                       field="FAULT_ID", fix="see faultlab status"))
+
+
 @app.command()
 def revert(
     fault_id: Optional[str] = typer.Argument(None, help="the fault to revert (see faultlab status)"),
@@ -188,6 +198,8 @@ def revert(
         _fail(BadInput("give a FAULT_ID or --all", field="FAULT_ID", fix="see faultlab status"))
     if fault_id and all_:
         _fail(BadInput("give a FAULT_ID or --all, not both", field="FAULT_ID"))
+    if fault_id:
+        _check_fault_id(fault_id)
     if inventory is not None or rnode or all_nodes:
         from faultlab.nodes import remotecmds
 
@@ -320,21 +332,28 @@ def scenario_schema(campaign: bool = typer.Option(False, "--campaign", help="the
     out.print_json(json.dumps(schema("campaign" if campaign else "scenario")))
 
 
-def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefix: str = "", con: Console | None = None, nodes=None) -> dict:
-    """One run, labeled and reported; lines go to ``con`` (stdout, or stderr with --json)."""
+def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefix: str = "", con: Console | None = None, nodes=None,
+             allow_unverified: bool = False) -> dict:
+    """One run, labeled and reported; lines go to ``con`` (stdout, or stderr with --json).
+    A fault verify did not confirm is reverted at once (``unverified``) unless
+    ``allow_unverified``."""
     from faultlab.progress import Progress
     from faultlab.runner import run as run_scenario
 
     con = con or out
     with Progress(con, prefix=prefix, live=None if con is out else False) as prog:
-        res = run_scenario(sc, out_dir, console=con, progress=prog, run_id=run_id, nodes=nodes)
-    info = {"run_dir": str(out_dir), "code": res.code, "injected": len(res.injections), "failed_faults": res.failed_faults}
+        res = run_scenario(sc, out_dir, console=con, progress=prog, run_id=run_id, nodes=nodes, allow_unverified=allow_unverified)
+    # a fault not injected, or not in force (verify), fails the run's schedule: exit 3
+    info = {"run_dir": str(out_dir), "code": res.code or (3 if res.failed_faults else 0), "injected": len(res.injections),
+            "failed_faults": res.failed_faults}
     if label_it and res.code == 0:
         from faultlab.labeler import label_run
 
         labels = label_run(out_dir)
         info["labels"] = len(labels)
-        con.print(f"{out_dir}: {len(res.injections)} fault(s) injected, {len(labels)} label(s)")
+        con.print(f"{out_dir}: {sum(r.get('status') != 'unverified' for r in res.injections)} fault(s) in force, {len(labels)} label(s)", markup=False)
+    for f in res.failed_faults:
+        con.print(f"faultlab: error: {f}", markup=False)
     from faultlab.report import write_report
 
     try:
@@ -355,6 +374,7 @@ def run_cmd(
     inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="run on these ssh nodes (one rank each, in file order) instead of a testbed; faults' node: names inventory nodes"),
     nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: only the nodes whose labels match, e.g. rack=3"),
     as_json: bool = typer.Option(False, "--json", help="print each run's summary as JSON on stdout; progress goes to stderr"),
+    allow_unverified: bool = typer.Option(False, "--allow-unverified", help="keep a fault whose measured check fails (default: revert it at once, record it as unverified)"),
 ):
     """Run one scenario: testbed, workload, fault schedule; a run directory per run."""
     from faultlab.scenario import Scenario, load
@@ -375,7 +395,7 @@ def run_cmd(
                                                                   "faults": _faults_with_units(sc)},
                                                                  context={"nodes": [x.name for x in inv_nodes]} if inv_nodes else None)
             infos.append(_run_one(s_i, base if repeat == 1 else base / f"run-{i:03d}", label_it, run_id=run_id,
-                                  prefix="" if repeat == 1 else f"[run {i + 1}/{repeat}]", con=con, nodes=inv_nodes))
+                                  prefix="" if repeat == 1 else f"[run {i + 1}/{repeat}]", con=con, nodes=inv_nodes, allow_unverified=allow_unverified))
             codes.append(infos[-1]["code"])
     except FaultlabError as e:
         _fail(e)
@@ -448,6 +468,7 @@ def campaign(
     backend: Optional[str] = typer.Option(None, "--backend", metavar="BACKEND", help="override the base scenario's testbed backend: netns | docker | ssh | local"),
     inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="run on these ssh nodes (one rank each) instead of a testbed; faults are drawn on their names"),
     nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: only the nodes whose labels match"),
+    allow_unverified: bool = typer.Option(False, "--allow-unverified", help="keep faults whose measured check fails (default: revert each at once, record it as unverified)"),
 ):
     """Run a randomized campaign unattended: seeded, so the same seed gives the same schedules."""
     from faultlab.scenario import load
@@ -485,7 +506,7 @@ def campaign(
             continue
         con.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
         try:
-            info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con, nodes=inv_nodes)
+            info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con, nodes=inv_nodes, allow_unverified=allow_unverified)
         except Exception as e:  # unattended: one failed run must not stop the campaign
             info = {"run_dir": str(base / s.name), "code": 1, "error": f"{type(e).__name__}: {e}"}
             con.print(f"[red]{s.name} failed:[/] {type(e).__name__}: {e}", markup=False) if not isinstance(e, FaultlabError) else con.print(f"[red]{s.name} failed:[/] {e}")
@@ -597,9 +618,35 @@ def _with_metavars(cmd):
     return cmd
 
 
+def usage_line(err) -> str:
+    """One line for a usage error typer found (a range, a type, a missing or unknown
+    option): ``faultlab: error: --repeat: Input should be greater than or equal to 1
+    (see faultlab run --help)``, the option or argument named first; never typer's
+    boxed multi-line form."""
+    p = getattr(err, "param", None)
+    ctx = getattr(err, "ctx", None)
+    msg = " ".join(err.format_message().split())
+    if p is not None and type(err).__name__ == "BadParameter":
+        name = p.opts[0] if getattr(p, "param_type_name", "") == "option" and p.opts else (p.metavar or p.name.upper())
+        msg = f"{name}: {' '.join(str(err.message).split())}"
+    where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    return f"faultlab: error: {msg}{where}"
+
+
 def main() -> None:  # pragma: no cover
-    """The ``faultlab`` entry point: the typer app as a click command, metavars filled in."""
-    _with_metavars(typer.main.get_command(app))(prog_name="faultlab")
+    """The ``faultlab`` entry point: the typer app as a click command, metavars filled
+    in; usage errors are one line (``usage_line``), exit 2."""
+    cmd = _with_metavars(typer.main.get_command(app))
+    try:
+        rv = cmd.main(prog_name="faultlab", standalone_mode=False)
+    except typer.TyperException as e:  # click's usage errors (typer vendors click)
+        if type(e).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
+            print(usage_line(e), file=sys.stderr)
+        sys.exit(getattr(e, "exit_code", 2))
+    except typer.Abort:
+        print("faultlab: aborted", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -118,14 +118,16 @@ def workload_args(sc: Scenario) -> list[str]:
 
 
 def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress=True, run_id: str | None = None,
-        nodes: list | None = None) -> RunResult:
+        nodes: list | None = None, allow_unverified: bool = False) -> RunResult:
     """Run scenario ``sc`` into ``out_dir`` (must be new or empty).
 
     ``progress``: True for a faultlab.progress.Progress on ``console`` (live on a
     terminal, plain one-line events otherwise), a Progress to report to (its owner
     opens and closes it), or False for none. ``run_id`` (default
     :func:`faultlab.rundir.new_run_id` of the scenario's name) goes to meta.json and
-    every table; give the one the folder was named after.
+    every table; give the one the folder was named after. A fault whose verify does
+    not confirm it is reverted at once and recorded ``status=unverified`` (listed in
+    ``failed_faults``) unless ``allow_unverified``.
 
     ``nodes``: run on these nodes (an inventory's SshNodes, one rank each, in order)
     instead of bringing up a testbed of ``sc.testbed.backend``; nothing is created or
@@ -242,7 +244,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
                 if d.active is None:
                     start = (d.at_s is not None and now >= d.at_s) or (d.at_step is not None and step >= d.at_step)
                     if start:
-                        _start(d, nodes, ranks, testbed, rd, res, con, t0, injectors)
+                        _start(d, nodes, ranks, testbed, rd, res, con, t0, injectors, allow_unverified)
                 elif time.time() >= d.active.start_ts + d.spec.duration:
                     _stop(d, rd, res, con, t0)
             if tb_lease and time.time() - last_renew > 10:
@@ -352,7 +354,8 @@ def build_injector(spec: FaultSpec, nodes, ranks, testbed, injectors):
     return inj
 
 
-def _start(d: _Due, nodes, ranks, testbed, rd: RunDir, res: RunResult, con: Console, t0: float, injectors) -> None:
+def _start(d: _Due, nodes, ranks, testbed, rd: RunDir, res: RunResult, con: Console, t0: float, injectors,
+           allow_unverified: bool = False) -> None:
     try:
         inj = build_injector(d.spec, nodes, ranks, testbed, injectors)
         d.active = injectors.apply(inj, d.spec.duration, grace_s=15.0)
@@ -367,6 +370,28 @@ def _start(d: _Due, nodes, ranks, testbed, rd: RunDir, res: RunResult, con: Cons
              params=inj.params, severity=inj.severity, start_ts=a.start_ts, verify=a.evidence.get("verify"))
     v = a.evidence.get("verify", {})
     con.print(f"  +{a.start_ts - t0:5.1f}s inject {inj.type} on {inj.node.name} ({a.plan.target}); {verify_text(v)}", markup=False)
+    if not v.get("ok") and not allow_unverified:
+        _unverified(d, rd, res, con, t0)
+
+
+def _unverified(d: _Due, rd: RunDir, res: RunResult, con: Console, t0: float) -> None:
+    """A fault whose verify did not confirm it is a failed inject: reverted at once,
+    its injections row ``status=unverified``, ``verified`` false (the labeler counts
+    it as not in force; a failed revert keeps ``revert-failed``), listed in
+    ``failed_faults`` and said plainly. ``--allow-unverified`` keeps such faults."""
+    a = d.active
+    status = a.revert()
+    if status in ("reverted", "expired"):
+        a.status = "unverified"
+    d.done = True
+    row = a.injection_row(rd.run_id)
+    res.injections.append(row)
+    rd.event("revert", fault_id=a.fault_id, status=a.status, end_ts=a.end_ts, row=row)
+    end = "reverted at once" if a.status == "unverified" else f"revert: {status}: left {'; '.join(a.evidence.get('left_behind') or ['?'])}"
+    msg = (f"faults[{d.index}] {d.spec.type} on {a.injector.node.name} ({a.plan.target}) was not in force: "
+           f"{verify_text(a.evidence.get('verify'))}; {end} (--allow-unverified keeps such a fault)")
+    res.failed_faults.append(msg)
+    con.print(f"  +{a.end_ts - t0:5.1f}s NOT IN FORCE: {msg}", markup=False)
 
 
 def _stop(d: _Due, rd: RunDir, res: RunResult, con: Console, t0: float | None) -> None:

@@ -39,6 +39,7 @@ overlapping faults of the same kind on one target.
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -284,7 +285,28 @@ def _check_params(f: FaultSpec, i: int) -> None:
     except BadInput as e:
         opt = e.field or ""
         param = next((k for k, o in PARAM_OPTIONS.items() if o == opt), None)
-        raise _FieldError(("faults", i, "params", param) if param else ("faults", i, "params"), str(e).split(": ", 1)[-1]) from None
+        raise _FieldError(("faults", i, "params", param) if param else ("faults", i, "params"), scenario_words(str(e).split(": ", 1)[-1])) from None
+
+
+_FLAG_VALUE = re.compile(r"--([a-z][a-z-]*) (\d\S*)")
+_FLAG = re.compile(r"--([a-z][a-z-]*)")
+
+
+def scenario_words(msg: str) -> str:
+    """An injector's message with its CLI flags in the scenario file's words:
+    ``--pause 200ms`` -> ``pause: 200ms``, ``--rate`` -> ``params.rate``,
+    ``--duration`` -> ``duration`` (flags that are no scenario field stay as they are)."""
+    fields = {o: k for k, o in PARAM_OPTIONS.items()}
+
+    def value(m: re.Match) -> str:
+        key = fields.get(f"--{m[1]}") or ("duration" if m[1] == "duration" else None)
+        return f"{key}: {m[2]}" if key else m[0]
+
+    def flag(m: re.Match) -> str:
+        key = fields.get(m[0])
+        return f"params.{key}" if key else ("duration" if m[0] == "--duration" else m[0])
+
+    return _FLAG.sub(flag, _FLAG_VALUE.sub(value, msg))
 
 
 # -- campaigns ------------------------------------------------------------------------
