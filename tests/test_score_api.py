@@ -137,6 +137,43 @@ def test_replay_of_a_plain_detect_detector_matches_offline_cells(runs):
     assert on.latency_median_s >= 0
 
 
+class Hindsight(Detector):
+    """Scores each step by its compute over the largest compute seen so far: on the
+    whole run (offline) the slowed steps are the largest, so they rank first; online,
+    the steps before the slowdown were each the largest seen when they appeared."""
+
+    name = "hindsight"
+
+    def detect(self, steps, host):
+        return empty_alarms()
+
+    def scores(self, steps, host):
+        return pd.DataFrame({"component": "rank:" + steps["rank"].astype(str), "ts": steps["t_start"],
+                             "score": steps["compute_s"] / steps["compute_s"].max()})
+
+
+def test_replay_curves_use_the_scores_given_online_not_in_hindsight(runs):
+    rs = list(iter_run_dirs(runs[:3]))
+    off = score_runs(Hindsight(), rs, mode="offline", n_boot=0)
+    on = score_runs(Hindsight(), rs, mode="replay", n_boot=0)
+    assert off.auc_pr > 0.9 and off.vus_pr > 0.5  # hindsight knows the run's maximum
+    assert on.auc_pr < off.auc_pr - 0.3 and on.vus_pr < off.vus_pr - 0.2
+    # each point keeps the score it had when first seen: before the slowdown some step
+    # was the largest seen (score 1); in hindsight every step before it is < 1/2 (3x slowdown)
+    from faultlab.scoring import replay_run
+
+    _, sc = replay_run(Hindsight(), rs[0])
+    onset = float(rs[0].labels.start_ts.min())
+    hind = Hindsight().scores(rs[0].steps, None)
+    assert len(sc) == len(rs[0].steps) and sc[sc.ts < onset].score.max() == 1.0
+    assert hind[hind.ts < onset].score.max() < 0.5
+    # a causal detector's online scores are its offline ones: same curves
+    pm_on, pm_off = (score_runs("peer-median", rs, mode=m, n_boot=0) for m in ("replay", "offline"))
+    assert pm_on.vus_pr == pytest.approx(pm_off.vus_pr, abs=1e-12) and pm_on.auc_pr == pytest.approx(pm_off.auc_pr, abs=1e-12)
+    # a detector with its own update and no online_scores gets no curve in replay, never its offline one
+    assert np.isnan(score_runs(AtOnset(), rs, mode="replay", n_boot=0).vus_pr)
+
+
 # -- honest metrics on many runs ------------------------------------------------------------
 
 
@@ -149,6 +186,23 @@ def test_random_and_constant_are_near_chance_and_peer_median_is_clear(runs):
         assert b.ci("window_mcc")[1] < pm.ci("window_mcc")[0]
     assert score_runs("constant", rs, n_boot=0).window_mcc == 0.0
     assert pm.window_mcc > 0.9 and pm.metrics["window_mcc"]["ci"][0] <= pm.window_mcc <= pm.metrics["window_mcc"]["ci"][1]
+
+
+def test_random_draws_score_the_mean_of_independent_seeds(runs):
+    from faultlab.scoring.metrics import COUNT_KEYS
+
+    rs = list(iter_run_dirs(runs))
+    mean = score_runs("random", rs, params={"draws": 5, "seed": 3}, n_boot=200)
+    singles = [score_runs("random", rs, params={"seed": 3 + j}, n_boot=0) for j in range(5)]
+    for key in COUNT_KEYS:
+        if key not in ("curve_runs", "auc_pr_sum", "vus_pr_sum"):
+            assert mean.counts[key] == pytest.approx(np.mean([s.counts[key] for s in singles]))
+    assert mean.vus_pr == singles[0].vus_pr  # continuous scores: the first draw's
+    # the mean of draws sits closer to chance than the typical single draw
+    assert abs(mean.window_mcc) <= np.mean([abs(s.window_mcc) for s in singles]) + 1e-9
+    assert mean.ci("window_mcc")[0] <= 0 <= mean.ci("window_mcc")[1]
+    with pytest.raises(BadInput, match="draws"):
+        load_detector("random", draws=0)
 
 
 def test_breakdown_by_fault_type_and_source(runs, tmp_path):

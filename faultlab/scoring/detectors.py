@@ -18,6 +18,14 @@ faultlab.schema.STEPS / HOST) and emits alarms (faultlab.schema.ALARMS:
   before ``now``, host samples taken at or before it). The base class implements
   both by re-running ``detect`` on everything seen so far, so every detector can be
   replayed; a detector that keeps its own state overrides them.
+- ``online_scores(now) -> frame`` (optional): the continuous scores (as ``scores``)
+  the detector gives at ``now`` to the points it has seen. Replay keeps, for each
+  point, the score given at the first tick the point was visible (what the detector
+  knew then), so AUC-PR / VUS-PR in replay are those of the online scores, not of a
+  hindsight ``scores`` on the whole run. The base class implements it by calling
+  ``scores`` on everything seen so far (when the default ``update`` is used); a
+  detector that overrides ``update`` and not ``online_scores`` gets no AUC-PR /
+  VUS-PR in replay (NaN), never its offline ones.
 
 Plugins are classes in any installed package, registered as entry points in the
 ``faultlab.detectors`` group (the pytest/pluggy model)::
@@ -74,6 +82,7 @@ class Detector:
         default :meth:`update` keeps."""
         self._seen_steps: list[pd.DataFrame] = []
         self._seen_host: list[pd.DataFrame] = []
+        self._seen = None
 
     def update(self, steps_chunk: pd.DataFrame, host_chunk: pd.DataFrame, now: float) -> pd.DataFrame:
         """Take the rows that became visible up to ``now`` (unix s) and return the
@@ -95,7 +104,18 @@ class Detector:
             self._seen_host = [host]
         else:
             host = schema.empty("host")
+        self._seen = (steps, host)
         return self.detect(steps, host)
+
+    def online_scores(self, now: float) -> pd.DataFrame | None:
+        """The continuous scores (component, ts [unix s], score) the detector gives at
+        ``now`` to every point seen so far, or None (no ``scores`` method, or nothing
+        seen through the default :meth:`update`). Default: ``scores`` on the rows the
+        default :meth:`update` has seen (the same frames ``detect`` got)."""
+        seen = getattr(self, "_seen", None)
+        if seen is None or not callable(getattr(self, "scores", None)):
+            return None
+        return self.scores(*seen)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
