@@ -8,6 +8,7 @@
       schema.json          the tables' columns, types and units
       splits.json          {"seed", "test_fraction", "train": [run ids], "test": [...]}
       runs.json            per run: run_id, meta.json fields, fault types, label counts
+      build.json           the card texts and split settings it was built with (for relabel)
       MANIFEST.sha256      sha256sum lines of every other file
       data/<table>/run=<run_id>/part-0.parquet   table in steps, host, injections, labels
       campaign/            the campaign and scenario files that made it
