@@ -210,8 +210,9 @@ _STRING_STEP_COLUMNS = ("run_id", "node", "peer_group")
 def read_steps(path: str | os.PathLike) -> pd.DataFrame:
     """Read a ``steps`` Parquet file the lean way, for labeling.
 
-    Only the faultlab.schema.STEPS columns are read (absent ones stay absent:
-    :func:`label` then names them). ``run_id``, ``node`` and ``peer_group`` come as
+    Only the faultlab.schema.STEPS columns the labeler uses are read (the required
+    ones and ``dataloader_s``; absent ones stay absent: :func:`label` then names the
+    required ones). ``run_id``, ``node`` and ``peer_group`` come as
     pandas categoricals (a small integer code per row, not a string per row), the
     numeric columns as numpy arrays in their Parquet type. The file is read about a
     million rows (whole row groups) at a time into preallocated arrays, so the peak
@@ -241,11 +242,11 @@ def _read_steps(path: str | os.PathLike) -> pd.DataFrame:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from faultlab.labeler.temporal import STEP_COLUMNS
+    from faultlab.labeler.temporal import OPTIONAL_STEP_COLUMNS, STEP_COLUMNS
 
     pf = pq.ParquetFile(path)
     sch = pf.schema_arrow
-    cols = [c for c in STEP_COLUMNS if c in sch.names]
+    cols = [c for c in STEP_COLUMNS + OPTIONAL_STEP_COLUMNS if c in sch.names]
     strs = [c for c in cols if c in _STRING_STEP_COLUMNS]
     ok = all(pa.types.is_string(sch.field(c).type) or pa.types.is_large_string(sch.field(c).type) for c in strs) and all(
         pa.types.is_integer(sch.field(c).type) or pa.types.is_floating(sch.field(c).type) for c in cols if c not in strs)

@@ -298,6 +298,8 @@ def fuse(an: Analysis) -> pd.DataFrame:
     rank_label_rows = np.zeros((g.S, g.R), dtype=bool)  # steps each rank's labels hold
 
     def add_rank(j: int, i0: int, i1: int, slowdown: float, views: str, conf_ratio: float, threshold: float, ev: dict) -> None:
+        if g.dataloader is not None:  # the loader's part of the local time (compute figures include it)
+            ev["median_dataloader_s"] = _nanmed(g.dataloader[i0 : i1 + 1, j])
         rows.append(_row(g, g.component(j), "rank", i0, i1, slowdown, views,
                          _confidence(conf_ratio, threshold, i1 - i0 + 1, min_len, views), ev))
         rank_label_rows[i0 : i1 + 1, j] = True

@@ -8,7 +8,11 @@ moment). This module also holds :class:`StepGrid`, the dense step x rank layout 
 Series judged here:
 
 - the job's step time: per step, the median ``step_s`` across ranks (seconds);
-- each rank's ``compute_s`` (seconds).
+- each rank's *local time* (seconds): ``compute_s`` plus ``dataloader_s`` where the
+  steps table has it (the step's wait on the rank's own data loader, e.g. the
+  disk-backed one of benchmarks/diskdata.py; faultlab.schema keeps it out of
+  ``compute_s``). A rank waiting on its own disk arrives late at the collective just
+  as a rank computing slowly does: both are its own time, not the collective's.
 
 Baseline: a robust *trailing* baseline, the median of the preceding ``window`` steps,
 in which steps already flagged are left out (so a long fault does not become the new
@@ -34,6 +38,9 @@ import pandas as pd
 from faultlab.errors import BadInput
 
 STEP_COLUMNS = ("run_id", "rank", "node", "peer_group", "step", "t_start", "compute_s", "comm_s", "step_s")
+#: optional ``steps`` columns the labeler reads when present: ``dataloader_s`` (s) is
+#: part of the rank's local time (see :meth:`StepGrid.from_steps`)
+OPTIONAL_STEP_COLUMNS = ("dataloader_s",)
 
 #: scale factor from MAD to the standard deviation of a normal distribution
 MAD_TO_SIGMA = 1.4826
@@ -319,7 +326,9 @@ class StepGrid:
     ascending).
 
     Attributes (units): ``t_start`` unix s (float64: a unix time needs its 52 bits);
-    ``compute``, ``comm``, ``step_s`` seconds (float32 when built by
+    ``compute`` the rank's *local time* (``compute_s`` + ``dataloader_s``, the part of
+    the step spent on the rank itself before the collective), ``comm``, ``step_s``
+    seconds (float32 when built by
     :meth:`from_steps`: 7 significant digits, ~2 ns at 30 ms, ~4 us at 60 s; any
     float array when given directly); ``job_step`` (S,) the median ``step_s`` across
     ranks, seconds, float64; ``t0`` (S,) the earliest ``t_start`` of the step, unix s;
@@ -341,6 +350,9 @@ class StepGrid:
     t0: np.ndarray = field(init=False)
     t1: np.ndarray = field(init=False)
     clock_offsets: np.ndarray = field(init=False, repr=False)  # (R,) s removed from t_start (skew)
+    #: (S, R) the ``dataloader_s`` part of ``compute`` (s; NaN where not measured), or
+    #: None when the steps table has no such column
+    dataloader: np.ndarray | None = field(default=None, repr=False)
     _group_median: np.ndarray | None = field(init=False, default=None, repr=False)
     _group_stats: tuple | None = field(init=False, default=None, repr=False)
     _peer_median: np.ndarray | None = field(init=False, default=None, repr=False)
@@ -407,11 +419,19 @@ class StepGrid:
         whole numbers only. NaN (null) in ``t_start``, ``compute_s``, ``comm_s`` or
         ``step_s`` is a missing value.
 
+        Local time: when the frame has ``dataloader_s`` (optional in
+        faultlab.schema.STEPS: the step's wait for its batch, not in ``compute_s``),
+        ``compute`` is ``compute_s + dataloader_s`` (a NaN ``dataloader_s`` counts 0:
+        not measured at that step), and ``dataloader`` keeps that part. A rank
+        stalled on its own (slow) disk is then a straggler in the temporal and peer
+        views, where ``compute_s`` alone would even fall (its peers wait in the
+        collective, it does not).
+
         Raises:
             BadInput naming the column: a missing column (field ``steps``); ``rank`` or
             ``step`` not a number, null or fractional; ``t_start``, ``compute_s``,
             ``comm_s`` or ``step_s`` not a number; a negative or infinite
-            ``compute_s``, ``comm_s`` or ``step_s``; ``t_start`` with no value at all,
+            ``compute_s``, ``comm_s``, ``step_s`` or ``dataloader_s``; ``t_start`` with no value at all,
             an infinite one, or one that does not increase with ``step`` for a rank.
         """
         check_steps(steps)
@@ -456,6 +476,12 @@ class StepGrid:
         groups = [str(x) for x in steps["peer_group"].iloc[first].tolist()] if R else []
         t_start = dense("t_start", np.float64)
         _check_t_start(t_start, u_steps, u_ranks)
+        compute = dense("compute_s", np.float32)
+        loader = dense("dataloader_s", np.float32) if "dataloader_s" in steps.columns else None
+        if loader is not None and np.isfinite(loader).any():
+            compute += np.where(np.isnan(loader), np.float32(0), loader)  # NaN compute stays NaN
+        else:
+            loader = None
         return cls(
             run_id=run_id,
             steps=u_steps,
@@ -463,9 +489,10 @@ class StepGrid:
             nodes=np.asarray(nodes, dtype=object),
             groups=np.asarray(groups, dtype=object),
             t_start=t_start,
-            compute=dense("compute_s", np.float32),
+            compute=compute,
             comm=dense("comm_s", np.float32),
             step_s=dense("step_s", np.float32),
+            dataloader=loader,
         )
 
     def peer_groups(self) -> tuple[list[str], np.ndarray, list]:

@@ -600,3 +600,43 @@ def test_observed_labels_carry_the_host_evidence_of_their_cause():
     assert cause(host(80.0, 90.0))["likely_cause"] == "the ranks' own CPU work"
     assert cause(host(70.0, 50.0))["likely_cause"] is None  # the host metrics show no cause
     assert attach_host_evidence(lab, None) is lab
+
+
+def slow_loader(rank=1, a=100, b=200, loader=0.003, slow_loader_s=0.12, seed=0) -> pd.DataFrame:
+    """Steps of a job with a disk-backed data loader (benchmarks/diskdata.py layout:
+    ``dataloader_s`` is the wait for the batch, outside ``compute_s``). Over steps
+    ``a <= step < b`` rank ``rank``'s loader waits ``slow_loader_s`` (an io-slow fault
+    on its disk); its compute is unchanged and its peers wait in the all-reduce."""
+    steps = simulate(n_steps=300, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    dl = loader * (1 + 0.05 * rng.standard_normal(len(steps)))
+    slow = (steps["rank"] == rank) & (steps["step"] >= a) & (steps["step"] < b)
+    dl[slow.to_numpy()] = slow_loader_s * (1 + 0.05 * rng.standard_normal(int(slow.sum())))
+    steps["dataloader_s"] = dl
+    local = steps["compute_s"] + steps["dataloader_s"]
+    arrive = local.groupby(steps["step"]).transform("max")  # every rank waits for the last
+    core = steps["step_s"] - steps.groupby("step")["compute_s"].transform("max")
+    steps["step_s"] = arrive + core
+    steps["comm_s"] = steps["step_s"] - local
+    steps["t_start"] = T0 + steps["step"].map(steps.groupby("step")["step_s"].first().cumsum().shift(fill_value=0.0))
+    return steps
+
+
+def test_dataloader_wait_is_the_ranks_local_time():
+    # io-slow on rank 1's disk: its compute_s stays, its dataloader_s grows 40x and
+    # every peer waits for it in the all-reduce. Counted as local time it is one
+    # straggler label (before: the rank's compute_s even fell against its peers' and
+    # the fault read injected-unmanifested beside an unexplained job label).
+    steps = slow_loader()
+    inj = pd.DataFrame([injection("io-1", "io-slow", "n0", "rank:1", step_time(steps, 100), step_end(steps, 199))])
+    lab = label(steps, inj)
+    assert lab.component.tolist() == ["rank:1"], lab[["component", "start_step", "end_step", "slowdown", "source"]]
+    r = lab.iloc[0]
+    assert r.source == "injected" and r.fault_id == "io-1" and r.views == "temporal+peer"
+    assert abs(r.start_step - 100) <= 2 and abs(r.end_step - 199) <= 2
+    ev = json.loads(r.evidence)
+    assert ev["median_dataloader_s"] == pytest.approx(0.12, rel=0.1)
+    assert r.slowdown == pytest.approx((0.03 + 0.12) / 0.033, rel=0.1)  # local time over its own baseline
+    # the same run without the column: the labeler sees compute_s only (no straggler)
+    plain = label(steps.drop(columns=["dataloader_s"]), inj)
+    assert "injected" not in set(plain.source)
