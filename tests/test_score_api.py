@@ -296,20 +296,27 @@ def test_a_plugin_package_is_found_by_its_entry_point_name(runs, tmp_path):
         [tool.setuptools]
         py-modules = ["tmpslowdet"]
     '''))
-    pip = [PY, "-m", "pip", "--disable-pip-version-check", "-q"]
-    r = subprocess.run(pip + ["install", "--no-deps", str(pkg)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    try:
-        p = faultlab("score", "--detector", "nope", "--run", runs[0])
-        assert "tmp-slow" in p.stderr  # listed among the known detectors
-        p = faultlab("score", "--detector", "tmp-slow", "--run", runs[0], "--run", runs[1], "--json", "--boot", "0", cwd=runs[0].parent)
-        assert p.returncode == 0, p.stderr
-        d = json.loads(p.stdout)
-        assert d["detector"] == "tmp-slow" and d["metrics"]["event_recall"]["value"] == 1.0
-    finally:
-        subprocess.run(pip + ["uninstall", "-y", "faultlab-tmp-slow-plugin"], capture_output=True, timeout=300)
-    p = faultlab("score", "--detector", "tmp-slow", "--run", runs[0])
-    assert p.returncode == 2  # gone with the package
+    # installed with pip into a folder of its own (nothing lands in this environment even
+    # if the test dies); the scoring processes get it on PYTHONPATH, where
+    # importlib.metadata finds its entry point
+    site = tmp_path / "site"
+    examples = Path(__file__).resolve().parents[1] / "examples" / "detectors"
+    pip = [PY, "-m", "pip", "--disable-pip-version-check", "-q", "install", "--no-deps", "--target", str(site)]
+    for src in (pkg, examples / "pyod-iforest", examples / "ruptures-pelt"):
+        r = subprocess.run(pip + [str(src)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    p = faultlab("score", "--detector", "nope", "--run", runs[0], env=env)
+    for name in ("tmp-slow", "pyod-iforest", "ruptures-pelt"):
+        assert name in p.stderr  # listed among the known detectors
+    p = faultlab("score", "--detector", "tmp-slow", "--run", runs[0], "--run", runs[1], "--json", "--boot", "0", cwd=runs[0].parent, env=env)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["detector"] == "tmp-slow" and d["metrics"]["event_recall"]["value"] == 1.0
+    p = faultlab("score", "--detector", "ruptures-pelt", "--run", runs[0], "--json", "--boot", "0", cwd=tmp_path, env=env)
+    assert p.returncode == 0 and json.loads(p.stdout)["metrics"]["event_recall"]["value"] == 1.0, p.stderr
+    p = faultlab("score", "--detector", "tmp-slow", "--run", runs[0], cwd=tmp_path)
+    assert p.returncode == 2  # not installed here: unknown
 
 
 def test_example_plugins_score(runs):

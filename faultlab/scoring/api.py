@@ -24,7 +24,7 @@ from faultlab import schema
 from faultlab.errors import BadInput
 from faultlab.scoring.aggregate import summarize
 from faultlab.scoring.detectors import as_alarms, load_detector
-from faultlab.scoring.metrics import derive, run_stats
+from faultlab.scoring.metrics import derive, prepare_labels, run_stats
 from faultlab.scoring.runs import RunData
 
 MODES = ("offline", "replay")
@@ -281,6 +281,7 @@ def score_many(
     for run in runs:
         span = run.span()
         comps = run.components()
+        prep = prepare_labels(run.labels, run.injections)  # the same for every detector
         for i, (name, det, _) in enumerate(dets):
             draws = []
             for j, d in enumerate(_draws(det)):
@@ -292,7 +293,8 @@ def score_many(
                 if keep_alarms is not None and j == 0:
                     keep_alarms.append((run.run_id, name, alarms))
                 draws.append(run_stats(alarms, run.labels, comps, span, scores=sc if j == 0 else None, injections=run.injections, k=k,
-                                       window_s=window_s, late_s=late if mode == "replay" else 0.0, vus_window=vus_window))
+                                       window_s=window_s, late_s=late if mode == "replay" else 0.0, vus_window=vus_window,
+                                       prepared=prep))
             st = draws[0] if len(draws) == 1 else mean_stats(draws)
             stats[i].append(st)
             m = derive(st["counts"], k=k)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
+import numpy as np
 import pandas as pd
 
 from faultlab import schema
@@ -135,11 +136,11 @@ def as_alarms(df: pd.DataFrame | None) -> pd.DataFrame:
     if missing:
         raise BadInput(f"the detector's alarms miss column(s) {', '.join(missing)}", field="alarms",
                        fix="return component, start_ts, end_ts (unix s) and score")
-    out = df[["component", "start_ts", "end_ts", "score"]].copy()
-    out["component"] = out["component"].astype(str)
-    for c in ("start_ts", "end_ts", "score"):
-        out[c] = out[c].astype("float64")
-    return out.sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True)
+    comp = df["component"].to_numpy()
+    comp = comp.astype(str).astype(object) if comp.dtype != object else np.array([str(x) for x in comp], dtype=object)
+    cols = {"component": comp, **{c: df[c].to_numpy(dtype=np.float64) for c in ("start_ts", "end_ts", "score")}}
+    o = np.lexsort((comp, cols["start_ts"]))  # by start_ts, then component (stable)
+    return pd.DataFrame({k: v[o] for k, v in cols.items()})
 
 
 _alarms = as_alarms

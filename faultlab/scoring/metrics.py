@@ -327,14 +327,14 @@ def point_adjusted_hits(truth: np.ndarray, guess: np.ndarray) -> int:
     return hits
 
 
-def score_series(scores: pd.DataFrame, labels: pd.DataFrame, components: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
+def score_series(scores: pd.DataFrame, labels: pd.DataFrame, components: Iterable[str], *, effect: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The run's rank series for AUC-PR / VUS-PR: per component (in ``components``
     order) its scores sorted by ``ts``, concatenated; a point is positive when an effect
     label of its component covers its ``ts`` (ends included).
 
     Returns: ``(y, s)`` arrays of equal length."""
     ys, ss = [], []
-    lab = effect_labels(labels)
+    lab = labels if effect else effect_labels(labels)  # effect=True: already effect labels
     lab_by = {c: (g["start_ts"].to_numpy(np.float64), g["end_ts"].to_numpy(np.float64)) for c, g in lab.groupby(lab["component"].astype(str))} if len(lab) else {}
     groups = {str(c): g for c, g in scores.groupby(scores["component"].astype(str), sort=False)}
     for c in components:
@@ -372,6 +372,17 @@ def _label_groups(lab: pd.DataFrame, injections: pd.DataFrame | None) -> tuple[l
     return ft, src
 
 
+def prepare_labels(labels: pd.DataFrame | None, injections: pd.DataFrame | None = None) -> dict:
+    """What :func:`run_stats` derives from a run's labels alone (the same for every
+    detector: compute it once per run and pass it as ``prepared``): the checked
+    labels, the effect and unmanifested ones, and each effect label's fault type and
+    source. Raises BadInput for labels that miss a column."""
+    labels_in = _check(labels, "labels", ["component", "start_ts", "end_ts"])
+    lab = effect_labels(labels_in)
+    ft, src = _label_groups(lab, injections)
+    return {"labels": labels_in, "effect": lab, "unmanifested": unmanifested_labels(labels_in), "fault_type": ft, "source": src}
+
+
 def run_stats(
     alarms: pd.DataFrame | None,
     labels: pd.DataFrame | None,
@@ -384,6 +395,7 @@ def run_stats(
     window_s: float = 10.0,
     late_s: float = 0.0,
     vus_window: int = 10,
+    prepared: dict | None = None,
 ) -> dict:
     """Sufficient statistics of one run (see the module docstring).
 
@@ -399,6 +411,8 @@ def run_stats(
         injections: INJECTIONS frame, for each label's fault type.
         k: the k of Acc@k (>= 1). window_s: window length (s, > 0). late_s: replay
             tolerance after a label's end (s). vus_window: VUS buffer (points).
+        prepared: :func:`prepare_labels` of ``labels`` and ``injections`` (when given,
+            they are not re-derived: scoring several detectors on one run).
 
     Returns:
         ``{"counts": {COUNT_KEYS: float}, "labels": DataFrame(fault_type, source,
@@ -412,9 +426,8 @@ def run_stats(
     if not window_s > 0:
         raise BadInput(f"window must be > 0 s, got {window_s}", field="window_s")
     al = _check(alarms, "alarms", ["component", "start_ts", "end_ts", "score"])
-    labels_in = _check(labels, "labels", ["component", "start_ts", "end_ts"])
-    lab = effect_labels(labels_in)
-    unm = unmanifested_labels(labels_in)
+    prep = prepared if prepared is not None else prepare_labels(labels, injections)
+    labels_in, lab, unm = prep["labels"], prep["effect"], prep["unmanifested"]
     al = al[np.isfinite(al["start_ts"].astype(float)) & np.isfinite(al["end_ts"].astype(float))].reset_index(drop=True)
     replay = "raised_ts" in al.columns
 
@@ -531,7 +544,7 @@ def run_stats(
 
     # continuous scores
     if scores is not None and len(scores):
-        y, s = score_series(scores, labels_in, [x for x in universe])
+        y, s = score_series(scores, lab, [x for x in universe], effect=True)
         if y.any():
             c["curve_runs"] = 1.0
             c["auc_pr_sum"] = auc_pr(y, s)
@@ -539,7 +552,7 @@ def run_stats(
 
     win_pos = lab_cells.sum(axis=1).astype(float)
     win_hit = np.array([(lab_cells[j] & guess[comp_ix[l_c[j]]]).sum() for j in range(len(lab))], dtype=float)
-    ft, src = _label_groups(lab, injections)
+    ft, src = prep["fault_type"], prep["source"]
     per_label = pd.DataFrame({
         "fault_type": ft, "source": src, "recalled": label_hit.astype(float), "acc1": acc1, "acck": acck,
         "range_recall": range_rec, "latency_s": latency, "win_pos": win_pos, "win_hit": win_hit,
