@@ -640,3 +640,18 @@ def test_dataloader_wait_is_the_ranks_local_time():
     # the same run without the column: the labeler sees compute_s only (no straggler)
     plain = label(steps.drop(columns=["dataloader_s"]), inj)
     assert "injected" not in set(plain.source)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sustained_straggler_under_per_step_noise(seed):
+    # a CPU-throttled rank on a busy host: 1.5x for 100 steps (~5 s), but per-step noise
+    # of 25% puts the peer ratio's noise floor (4 robust sigmas) above 2x at one step.
+    # Over a second of steps its median is clearly up: one label, from about its onset.
+    steps = simulate(n_steps=400, noise=0.25, straggler=(1, 150, 250, 1.5), seed=seed)
+    lab = label(steps)
+    assert lab.component.tolist() == ["rank:1"], lab[["component", "start_step", "end_step", "slowdown"]]
+    r = lab.iloc[0]
+    assert abs(r.start_step - 150) <= 10 and abs(r.end_step - 249) <= 10
+    assert r.slowdown == pytest.approx(1.5, rel=0.15)
+    # the same noise without a straggler: nothing (the window's median, not one step)
+    assert label(simulate(n_steps=400, noise=0.25, seed=seed)).empty
