@@ -136,13 +136,13 @@ def sustained(ratio: np.ndarray, k: int, level: np.ndarray) -> np.ndarray:
     """``(S, R)`` bool: the centered window of ``k`` steps around each step has more
     than half of its known ratios above ``level`` (``(R,)``, per rank) and at least
     ``(k + 1) // 2`` known ratios: the window's median is above the level. NaN ratios
-    are unknown. O(S x R) with cumulative sums."""
-    S = ratio.shape[0]
+    are unknown. O(S x R) with cumulative sums, 256 ranks at a time (bounded
+    temporaries)."""
+    S, R = ratio.shape
+    out = np.zeros((S, R), dtype=bool)
     if S == 0:
-        return np.zeros(ratio.shape, dtype=bool)
-    known = ~np.isnan(ratio)
-    with np.errstate(invalid="ignore"):
-        above = ratio > np.asarray(level, dtype=ratio.dtype)[None, :]
+        return out
+    level = np.broadcast_to(np.asarray(level, dtype=ratio.dtype), (R,))
     h = k // 2
     lo = np.clip(np.arange(S) - h, 0, S)
     hi = np.clip(np.arange(S) - h + k, 0, S)
@@ -152,8 +152,13 @@ def sustained(ratio: np.ndarray, k: int, level: np.ndarray) -> np.ndarray:
         np.cumsum(b, axis=0, dtype=np.int32, out=c[1:])
         return c[hi] - c[lo]
 
-    n_known, n_above = count(known), count(above)
-    return (n_above * 2 > n_known) & (n_known >= (k + 1) // 2)
+    for a in range(0, R, 256):
+        x = ratio[:, a : a + 256]
+        with np.errstate(invalid="ignore"):
+            n_above = count(x > level[None, a : a + 256])
+        n_known = count(~np.isnan(x))
+        out[:, a : a + 256] = (n_above * 2 > n_known) & (n_known >= (k + 1) // 2)
+    return out
 
 
 __all__ = ["PeerView", "peer_view", "nanmedian", "sustained", "window_steps"]
