@@ -10,8 +10,11 @@ against the run's medians (``host`` table metrics of :mod:`faultlab.telemetry.ho
 - ``ranks_cpu_pct`` / ``ranks_cpu_pct_typical``: the CPU of the job's processes (all
   nodes, percent of one CPU) during the label and over the run;
 - ``likely_cause``: ``"other processes' CPU"`` when the host was saturated (>= 95%
-  busy) while the ranks got no more CPU than usual (someone else used it: another
-  process, the controller's own work), ``"the ranks' own CPU work"`` when the ranks
+  busy) while the ranks got no more CPU than usual, or when the host was at least as
+  busy as usual while the ranks got at least 25% less CPU than usual (host CPU = the
+  ranks' + everyone else's, so everyone else's rose by at least what the ranks lost,
+  whatever the number of CPUs): someone else used it (another process, the
+  controller's own work); ``"the ranks' own CPU work"`` when the ranks
   used at least 25% more CPU than usual (a Python GC, a data-loader burst), else None
   (the host metrics show no cause).
 """
@@ -54,7 +57,8 @@ def attach_host_evidence(labels: pd.DataFrame, host: pd.DataFrame | None, *, bus
         b_now = float(b.mean())
         r_now = float(r.mean()) if len(r) else float("nan")
         cause = None
-        if b_now >= busy_pct and not (r_now > r_typ):
+        starved = np.isfinite(r_now) and np.isfinite(r_typ) and r_now * ranks_up <= r_typ
+        if (b_now >= busy_pct and not (r_now > r_typ)) or (b_now >= b_typ and starved):
             cause = "other processes' CPU"
         elif np.isfinite(r_now) and np.isfinite(r_typ) and r_typ > 0 and r_now >= ranks_up * r_typ:
             cause = "the ranks' own CPU work"

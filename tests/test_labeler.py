@@ -599,6 +599,9 @@ def test_observed_labels_carry_the_host_evidence_of_their_cause():
     assert other["ranks_cpu_pct"] == 40.0 and other["ranks_cpu_pct_typical"] == 50.0
     assert cause(host(80.0, 90.0))["likely_cause"] == "the ranks' own CPU work"
     assert cause(host(70.0, 50.0))["likely_cause"] is None  # the host metrics show no cause
+    # host as busy as usual, ranks 30% below their usual CPU: the rest went to others
+    assert cause(host(72.0, 35.0))["likely_cause"] == "other processes' CPU"
+    assert cause(host(60.0, 35.0))["likely_cause"] is None  # host idler too: the ranks waited
     assert attach_host_evidence(lab, None) is lab
 
 
