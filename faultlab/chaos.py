@@ -177,6 +177,21 @@ def _damage_lease(lease_dir: Path, how: str, p: subprocess.Popen) -> bool:
     return False
 
 
+#: where faultlab's own code lives: a traceback through none of these came before it ran
+_OWN_CODE = re.compile(r'File "[^"]*/(?:faultlab|injectors|labeler|benchmarks)/[^"/]+\.py"')
+
+
+def before_faultlab_ran(err: str) -> bool:
+    """Whether ``err`` is Python's own KeyboardInterrupt from before faultlab's code
+    could install a handler (interpreter start: ``site``, ``.pth`` files, ``runpy``
+    finding ``faultlab.cli``): a traceback ending in ``KeyboardInterrupt`` with no
+    frame in faultlab's sources. Nothing can have been applied then; the exit is
+    non-zero (1 or -SIGINT). A SIGINT that comes once ``faultlab.cli`` runs ends it
+    quietly (SIG_DFL until the inject's own handlers)."""
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    return bool(lines) and lines[-1].strip() == "KeyboardInterrupt" and "Traceback" in err and not _OWN_CODE.search(err)
+
+
 def judge(rc: int | None, err: str, left_at_exit: list[str], action: str) -> str | None:
     """Why the exit code does not match the state left (None: it matches). 0 only when
     nothing faultlab made remains at exit; a non-zero exit leaving something must say
@@ -189,6 +204,8 @@ def judge(rc: int | None, err: str, left_at_exit: list[str], action: str) -> str
         return f"full lease folder left {left_at_exit}" if left_at_exit else None
     if action == "sigkill" and rc == -signal.SIGKILL:
         return None
+    if before_faultlab_ran(err) and rc != 0:
+        return f"interrupted before faultlab ran, yet {left_at_exit} left" if left_at_exit else None
     if "Traceback" in err:
         return f"traceback: {err.strip()[-300:]}"
     if rc == 0:
@@ -277,6 +294,9 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damage
             report["by_action"][action] = report["by_action"].get(action, 0) + 1
             key = f"{action} rc={p.returncode}"
             report["outcomes"][key] = report["outcomes"].get(key, 0) + 1
+            if before_faultlab_ran(err):
+                report["outcomes"]["interrupted at interpreter start (before faultlab ran)"] = report["outcomes"].get(
+                    "interrupted at interpreter start (before faultlab ran)", 0) + 1
             if p.returncode == 3 and "verify:" in err:
                 report["unverified"] += 1  # reverted and said so: the measured check failed (a loaded machine)
             elif action.startswith("lease-") and "FAULTLAB_LEASE_DIR" in err and not left_now:

@@ -142,10 +142,21 @@ def inject(
 
 
 @app.command()
-def status(as_json: bool = typer.Option(False, "--json")):
+def status(
+    as_json: bool = typer.Option(False, "--json"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="ssh nodes of this inventory instead of this host (with --node or --all-nodes)"),
+    rnode: Optional[str] = typer.Option(None, "--node", metavar="NAME[,NAME]", help="with --inventory: these nodes"),
+    all_nodes: bool = typer.Option(False, "--all-nodes", help="with --inventory: every node of it"),
+):
     """List every faultlab fault in force on this host, whoever started it (lease
-    records, watchdogs, and faultlab-made objects no lease accounts for)."""
+    records, watchdogs, and faultlab-made objects no lease accounts for); with
+    --inventory, those on its ssh nodes (records and watchdogs there)."""
     from faultlab.faultrun import print_status, status_rows
+
+    if inventory is not None or rnode or all_nodes:
+        from faultlab.nodes import remotecmds
+
+        raise typer.Exit(remotecmds.run("status", inventory, rnode, all_nodes, None, out, as_json))
 
     rows, problems = status_rows()
     from faultlab.nodes.testbed import untrusted_states
@@ -159,20 +170,40 @@ def status(as_json: bool = typer.Option(False, "--json")):
     print_status(rows, problems, out)
 
 
+def _check_fault_id(fault_id: str) -> None:
+    """Exit 2 unless ``fault_id`` has the form of a fault id (``LEASE_ID``: letters, a
+    dash, 4-12 hex digits, e.g. ``nic-3f9a1c``); a path or a typo is never looked up."""
+    from faultlab.injectors.lease import LEASE_ID
+
+    if not LEASE_ID.fullmatch(fault_id):
+        _fail(BadInput(f"{fault_id!r} is not a fault id (TYPE-HEX: lower-case letters, a dash, 4-12 hex digits, e.g. nic-3f9a1c)",
+                       field="FAULT_ID", fix="see faultlab status"))
+
+
 @app.command()
 def revert(
     fault_id: Optional[str] = typer.Argument(None, help="the fault to revert (see faultlab status)"),
     all_: bool = typer.Option(False, "--all", help="revert every fault in force on this host"),
     as_json: bool = typer.Option(False, "--json"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="ssh nodes of this inventory instead of this host (with --node or --all-nodes)"),
+    rnode: Optional[str] = typer.Option(None, "--node", metavar="NAME[,NAME]", help="with --inventory: these nodes"),
+    all_nodes: bool = typer.Option(False, "--all-nodes", help="with --inventory: every node of it"),
 ):
     """Revert a fault now (or all). Reverting a fault that is already gone is a no-op
-    success; a fault of another user is not reverted (exit 3)."""
+    success; a fault of another user is not reverted (exit 3). With --inventory, on
+    its ssh nodes (the watchdog there is told to revert now)."""
     from faultlab.faultrun import report_reverts, revert_faults
 
     if not fault_id and not all_:
         _fail(BadInput("give a FAULT_ID or --all", field="FAULT_ID", fix="see faultlab status"))
     if fault_id and all_:
         _fail(BadInput("give a FAULT_ID or --all, not both", field="FAULT_ID"))
+    if fault_id:
+        _check_fault_id(fault_id)
+    if inventory is not None or rnode or all_nodes:
+        from faultlab.nodes import remotecmds
+
+        raise typer.Exit(remotecmds.run("revert", inventory, rnode, all_nodes, fault_id, out, as_json))
     try:
         done, refused = revert_faults(None if all_ else fault_id)
     except FaultlabError as e:
@@ -181,12 +212,23 @@ def revert(
 
 
 @app.command()
-def recover(as_json: bool = typer.Option(False, "--json")):
+def recover(
+    as_json: bool = typer.Option(False, "--json"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="ssh nodes of this inventory instead of this host (with --node or --all-nodes)"),
+    rnode: Optional[str] = typer.Option(None, "--node", metavar="NAME[,NAME]", help="with --inventory: these nodes"),
+    all_nodes: bool = typer.Option(False, "--all-nodes", help="with --inventory: every node of it"),
+):
     """Revert every fault left on this host (with or without its lease record) and
     remove testbeds whose controller is gone. Files failing a trust or schema check
-    are reported, never acted on (exit 1)."""
+    are reported, never acted on (exit 1). With --inventory, every fault left on its
+    ssh nodes (records, and watchdogs whose record was lost)."""
     from faultlab.faultrun import report_reverts, revert_faults
     from faultlab.nodes.testbed import recover_testbeds, untrusted_states
+
+    if inventory is not None or rnode or all_nodes:
+        from faultlab.nodes import remotecmds
+
+        raise typer.Exit(remotecmds.run("recover", inventory, rnode, all_nodes, None, out, as_json))
 
     try:
         done, refused = revert_faults(None)
@@ -208,23 +250,34 @@ def recover(as_json: bool = typer.Option(False, "--json")):
 
 @app.command()
 def doctor(
-    node: str = typer.Option("local", "--node", metavar="BACKEND:NAME", help="local (this host) or netns:NAME (a network namespace); a bare NAME is refused"),
-    as_json: bool = typer.Option(False, "--json"),
+    node: str = typer.Option("local", "--node", metavar="BACKEND:NAME", help="local (this host), netns:NAME (a network namespace) or docker:CONTAINER; with --inventory, ssh node names (a,b); a bare NAME is refused"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="inventory YAML: --node names its ssh nodes (default: every node)"),
+    as_json: bool = typer.Option(False, "--json", help="one report (a list of them with --inventory) as JSON"),
 ):
-    """Which fault types this node supports, and why not."""
+    """Which fault types a node supports, and why not (any backend)."""
     from faultlab.doctor import diagnose
     from faultlab.nodes import resolve_node
 
     try:
-        report = diagnose(resolve_node(node))
+        if inventory is not None:
+            from faultlab.nodes import inventory as inv_mod
+
+            inv = inv_mod.load(inventory)
+            targets = inv_mod.ssh_nodes(inv, inv.select(node if node != "local" else None))
+        else:
+            targets = [resolve_node(node)]
+        reports = [diagnose(t) for t in targets]
     except FaultlabError as e:
         _fail(e)
     if as_json:
-        out.print_json(json.dumps(report, default=str))
+        out.print_json(json.dumps(reports if inventory is not None else reports[0], default=str))
         return
-    out.print(f"node {report['node']}: python {report['facts']['python']}, cgroup cpu {report['facts']['cgroup_cpu']}, io {report['facts']['cgroup_io']}", markup=False)
-    for name, r in report["types"].items():
-        out.print(f"  {'yes' if r['ok'] else 'no ':3}  {name:30} {r['why']}", markup=False)
+    for report in reports:
+        f = report["facts"]
+        out.print(f"node {report['node']}: python {f['python']}, cgroup cpu {f['cgroup_cpu']}, io {f['cgroup_io']}"
+                  + (f"; {f['access']}" if f.get("access") else ""), markup=False)
+        for name, r in report["types"].items():
+            out.print(f"  {'yes' if r['ok'] else 'no ':3}  {name:30} {r['why']}", markup=False)
 
 
 @app.command()
@@ -279,21 +332,28 @@ def scenario_schema(campaign: bool = typer.Option(False, "--campaign", help="the
     out.print_json(json.dumps(schema("campaign" if campaign else "scenario")))
 
 
-def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefix: str = "", con: Console | None = None) -> dict:
-    """One run, labeled and reported; lines go to ``con`` (stdout, or stderr with --json)."""
+def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefix: str = "", con: Console | None = None, nodes=None,
+             allow_unverified: bool = False) -> dict:
+    """One run, labeled and reported; lines go to ``con`` (stdout, or stderr with --json).
+    A fault verify did not confirm is reverted at once (``unverified``) unless
+    ``allow_unverified``."""
     from faultlab.progress import Progress
     from faultlab.runner import run as run_scenario
 
     con = con or out
     with Progress(con, prefix=prefix, live=None if con is out else False) as prog:
-        res = run_scenario(sc, out_dir, console=con, progress=prog, run_id=run_id)
-    info = {"run_dir": str(out_dir), "code": res.code, "injected": len(res.injections), "failed_faults": res.failed_faults}
+        res = run_scenario(sc, out_dir, console=con, progress=prog, run_id=run_id, nodes=nodes, allow_unverified=allow_unverified)
+    # a fault not injected, or not in force (verify), fails the run's schedule: exit 3
+    info = {"run_dir": str(out_dir), "code": res.code or (3 if res.failed_faults else 0), "injected": len(res.injections),
+            "failed_faults": res.failed_faults}
     if label_it and res.code == 0:
         from faultlab.labeler import label_run
 
         labels = label_run(out_dir)
         info["labels"] = len(labels)
-        con.print(f"{out_dir}: {len(res.injections)} fault(s) injected, {len(labels)} label(s)")
+        con.print(f"{out_dir}: {sum(r.get('status') != 'unverified' for r in res.injections)} fault(s) in force, {len(labels)} label(s)", markup=False)
+    for f in res.failed_faults:
+        con.print(f"faultlab: error: {f}", markup=False)
     from faultlab.report import write_report
 
     try:
@@ -311,17 +371,18 @@ def run_cmd(
     repeat: int = typer.Option(1, "--repeat", min=1, metavar="N", help="run the scenario N times (seeds seed, seed+1, ...)"),
     label_it: bool = typer.Option(True, "--label/--no-label", help="label each run when it ends"),
     backend: Optional[str] = typer.Option(None, "--backend", metavar="BACKEND", help="override the scenario's testbed backend: netns | docker | ssh | local"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="run on these ssh nodes (one rank each, in file order) instead of a testbed; faults' node: names inventory nodes"),
+    nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: only the nodes whose labels match, e.g. rack=3"),
     as_json: bool = typer.Option(False, "--json", help="print each run's summary as JSON on stdout; progress goes to stderr"),
+    allow_unverified: bool = typer.Option(False, "--allow-unverified", help="keep a fault whose measured check fails (default: revert it at once, record it as unverified)"),
 ):
     """Run one scenario: testbed, workload, fault schedule; a run directory per run."""
     from faultlab.scenario import Scenario, load
 
     try:
-        sc = load(scenario, "scenario")
-        if backend is not None:
-            if backend not in ("netns", "docker", "ssh", "local"):
-                raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker, ssh or local")
-            sc = sc.model_copy(update={"testbed": sc.testbed.model_copy(update={"backend": backend})})
+        inv_nodes = _inventory_nodes(inventory, nodes_sel, backend)
+        sc = load(scenario, "scenario", nodes=[x.name for x in inv_nodes] if inv_nodes else None)
+        sc = _with_backend(sc, backend)
         from faultlab.rundir import new_run_id
 
         run_id = new_run_id(sc.name) if repeat == 1 else None  # the default folder is named by the run id
@@ -331,15 +392,38 @@ def run_cmd(
         for i in range(repeat):
             s_i = sc if repeat == 1 else Scenario.model_validate({**sc.model_dump(mode="json"), "seed": sc.seed + i,
                                                                   "workload": {**sc.model_dump(mode="json")["workload"], "duration": f"{sc.workload.duration}s" if sc.workload.duration else None},
-                                                                  "faults": _faults_with_units(sc)})
+                                                                  "faults": _faults_with_units(sc)},
+                                                                 context={"nodes": [x.name for x in inv_nodes]} if inv_nodes else None)
             infos.append(_run_one(s_i, base if repeat == 1 else base / f"run-{i:03d}", label_it, run_id=run_id,
-                                  prefix="" if repeat == 1 else f"[run {i + 1}/{repeat}]", con=con))
+                                  prefix="" if repeat == 1 else f"[run {i + 1}/{repeat}]", con=con, nodes=inv_nodes, allow_unverified=allow_unverified))
             codes.append(infos[-1]["code"])
     except FaultlabError as e:
         _fail(e)
     if as_json:
         print(json.dumps(infos[0] if repeat == 1 else infos, indent=1))
     raise typer.Exit(max(codes))
+
+
+def _inventory_nodes(inventory: Path | None, selector: str | None, backend: str | None) -> list | None:
+    """The inventory's ssh nodes for ``run``/``campaign --inventory`` (None without one)."""
+    if inventory is None:
+        if selector:
+            raise BadInput("a label selection needs an inventory", field="--nodes", fix="add --inventory FILE")
+        return None
+    if backend not in (None, "ssh"):
+        raise BadInput(f"--inventory names ssh nodes, not {backend}", field="--backend", fix="drop --backend, or give --backend ssh")
+    from faultlab.nodes.inventory import run_nodes
+
+    return run_nodes(inventory, selector)
+
+
+def _with_backend(sc, backend: str | None):
+    """``sc`` with its testbed backend replaced by ``--backend`` (checked)."""
+    if backend is None:
+        return sc
+    if backend not in ("netns", "docker", "ssh", "local"):
+        raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker, ssh or local")
+    return sc.model_copy(update={"testbed": sc.testbed.model_copy(update={"backend": backend})})
 
 
 def _faults_with_units(sc) -> list[dict]:
@@ -381,13 +465,20 @@ def campaign(
     label_it: bool = typer.Option(True, "--label/--no-label"),
     as_json: bool = typer.Option(False, "--json", help="the schedules (with --dry-run) or the campaign's manifest as JSON on stdout; progress goes to stderr"),
     only: Optional[str] = typer.Option(None, "--runs", metavar="A:B", help="run only the drawn runs A..B-1 (0-based; chunks of a long campaign into one --out)"),
+    backend: Optional[str] = typer.Option(None, "--backend", metavar="BACKEND", help="override the base scenario's testbed backend: netns | docker | ssh | local"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="run on these ssh nodes (one rank each) instead of a testbed; faults are drawn on their names"),
+    nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: only the nodes whose labels match"),
+    allow_unverified: bool = typer.Option(False, "--allow-unverified", help="keep faults whose measured check fails (default: revert each at once, record it as unverified)"),
 ):
     """Run a randomized campaign unattended: seeded, so the same seed gives the same schedules."""
     from faultlab.scenario import load
 
+    inv_nodes = None
     try:
-        c = load(file, "campaign")
-        scs = c.scenarios()
+        inv_nodes = _inventory_nodes(inventory, nodes_sel, backend)
+        names = [x.name for x in inv_nodes] if inv_nodes else None
+        c = load(file, "campaign", nodes=names)
+        scs = [_with_backend(s, backend) for s in c.scenarios(names)]
     except FaultlabError as e:
         _fail(e)
     schedules = [{"name": s.name, "seed": s.seed, "faults": _faults_with_units(s)} for s in scs]
@@ -415,7 +506,7 @@ def campaign(
             continue
         con.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
         try:
-            info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con)
+            info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con, nodes=inv_nodes, allow_unverified=allow_unverified)
         except Exception as e:  # unattended: one failed run must not stop the campaign
             info = {"run_dir": str(base / s.name), "code": 1, "error": f"{type(e).__name__}: {e}"}
             con.print(f"[red]{s.name} failed:[/] {type(e).__name__}: {e}", markup=False) if not isinstance(e, FaultlabError) else con.print(f"[red]{s.name} failed:[/] {e}")
@@ -527,9 +618,35 @@ def _with_metavars(cmd):
     return cmd
 
 
+def usage_line(err) -> str:
+    """One line for a usage error typer found (a range, a type, a missing or unknown
+    option): ``faultlab: error: --repeat: Input should be greater than or equal to 1
+    (see faultlab run --help)``, the option or argument named first; never typer's
+    boxed multi-line form."""
+    p = getattr(err, "param", None)
+    ctx = getattr(err, "ctx", None)
+    msg = " ".join(err.format_message().split())
+    if p is not None and type(err).__name__ == "BadParameter":
+        name = p.opts[0] if getattr(p, "param_type_name", "") == "option" and p.opts else (p.metavar or p.name.upper())
+        msg = f"{name}: {' '.join(str(err.message).split())}"
+    where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    return f"faultlab: error: {msg}{where}"
+
+
 def main() -> None:  # pragma: no cover
-    """The ``faultlab`` entry point: the typer app as a click command, metavars filled in."""
-    _with_metavars(typer.main.get_command(app))(prog_name="faultlab")
+    """The ``faultlab`` entry point: the typer app as a click command, metavars filled
+    in; usage errors are one line (``usage_line``), exit 2."""
+    cmd = _with_metavars(typer.main.get_command(app))
+    try:
+        rv = cmd.main(prog_name="faultlab", standalone_mode=False)
+    except typer.TyperException as e:  # click's usage errors (typer vendors click)
+        if type(e).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
+            print(usage_line(e), file=sys.stderr)
+        sys.exit(getattr(e, "exit_code", 2))
+    except typer.Abort:
+        print("faultlab: aborted", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,6 @@ doctor never touches state it did not create.
 from __future__ import annotations
 
 import secrets
-import shutil
 import sys
 
 from faultlab.nodes import Node
@@ -38,32 +37,69 @@ def _try_qdiscs(node: Node) -> dict[str, str | None]:
     return out
 
 
-def diagnose(node: Node) -> dict:
-    """Check ``node``; returns ``{"node", "facts": {...}, "types": {type: {"ok": bool,
-    "why": str}}}``. Never raises for a missing tool: that is a finding."""
+def _cgroup_facts(node: Node, controller: str) -> tuple[object, str | None, bool]:
+    """(hierarchy or None, where faults of ``controller`` nest, writable there)."""
     from faultlab.injectors import cgroups
 
-    facts: dict = {"node": node.describe()}
+    h = cgroups.find_hierarchy(node, controller)
+    if h is None:
+        return None, None, False
+    init = getattr(node, "init_pid", 0)
+    if init:  # docker: faults nest in the container's own cgroup (on the docker host)
+        rel = cgroups.cgroup_of(node, init, h)
+        where = f"{h.mount}{rel}" if rel else None
+        return h, where, bool(where) and node.writable(where)
+    return h, h.mount, node.writable(h.mount)
+
+
+def _python_facts(node: Node) -> dict:
+    """Python version, NVML and ``sys.remote_exec`` where the ranks run: this process
+    for nodes on this host; for a remote node the interpreter the ranks are started
+    with there (``sys.executable``, faultlab.benchmarks.launch)."""
+    if not getattr(node, "remote", False):
+        try:
+            import pynvml  # noqa: F401  (nvidia-ml-py)
+
+            nvml = True
+        except ImportError:
+            nvml = False
+        return {"python": sys.version.split()[0], "nvml": nvml, "sys_remote_exec": hasattr(sys, "remote_exec")}
+    code = ("import sys, importlib.util as u; print(sys.version.split()[0]); print(u.find_spec('pynvml') is not None);"
+            " print(hasattr(sys, 'remote_exec'))")
+    cp = node.run([sys.executable, "-c", code], timeout=30)
+    lines = cp.stdout.split()
+    if cp.returncode != 0 or len(lines) != 3:
+        return {"python": None, "python_error": f"{sys.executable} does not run there ({(cp.stderr.strip() or 'rc=' + str(cp.returncode))[:120]})",
+                "nvml": False, "sys_remote_exec": False}
+    return {"python": lines[0], "nvml": lines[1] == "True", "sys_remote_exec": lines[2] == "True"}
+
+
+def diagnose(node: Node) -> dict:
+    """Check ``node`` (any backend: local, netns, docker, ssh); returns ``{"node",
+    "facts": {...}, "types": {type: {"ok": bool, "why": str}}}``. Never raises for a
+    missing tool or privilege: that is a finding. Raises NodeError when the node
+    cannot be reached at all (an ssh node unreachable, its host key refused, sudo
+    refused)."""
+    facts: dict = {"node": node.describe(), "backend": node.kind}
+    if hasattr(node, "check_access"):
+        facts["access"] = node.check_access()  # ssh: connects (pinned key) and checks sudo -n
     root = node.has_net_admin()
     facts["cap_net_admin"] = root
     facts["tc"] = node.has_program("tc")
     facts["ip"] = node.has_program("ip")
     q = _try_qdiscs(node) if (root and facts["tc"] and facts["ip"]) else {}
     facts["qdiscs"] = q
-    cpu = cgroups.find_hierarchy(node, "cpu")
-    blk = cgroups.find_hierarchy(node, "blkio")
-    facts["cgroup_cpu"] = f"v{cpu.version} at {cpu.mount}" if cpu else None
-    facts["cgroup_io"] = f"v{blk.version} at {blk.mount}" if blk else None
-    smi = shutil.which("nvidia-smi")
+    cpu, cpu_at, cpu_w = _cgroup_facts(node, "cpu")
+    blk, blk_at, blk_w = _cgroup_facts(node, "blkio")
+    facts["cgroup_cpu"] = f"v{cpu.version} at {cpu_at}" if cpu else None
+    facts["cgroup_io"] = f"v{blk.version} at {blk_at}" if blk else None
+    smi = node.has_program("nvidia-smi")
     facts["nvidia_smi"] = smi
-    try:
-        import pynvml  # noqa: F401  (nvidia-ml-py)
-
-        facts["nvml"] = True
-    except ImportError:
-        facts["nvml"] = False
-    facts["python"] = sys.version.split()[0]
-    facts["sys_remote_exec"] = hasattr(sys, "remote_exec")
+    facts.update(_python_facts(node))
+    gc_why = "through the in-workload agent (faultlab.benchmarks.agent)" + (
+        "; sys.remote_exec available" if facts["sys_remote_exec"] else f"; sys.remote_exec needs Python >= 3.14 in the target (this is {facts['python']})")
+    if facts["python"] is None:
+        gc_why = f"no Python for the ranks: {facts['python_error']}"
 
     t: dict[str, dict] = {}
 
@@ -81,13 +117,15 @@ def diagnose(node: Node) -> dict:
     put("nic-slow", root and facts["tc"] and not q.get("tbf") and not q.get("ifb"), net_why)
     put("nic-slow --delay/--loss", root and q.get("netem") is None and "netem" in q,
         "netem works" if q.get("netem") is None and "netem" in q else f"no netem: {q.get('netem', 'not checked: ' + net_why)}")
-    put("cpu-contention", cpu is not None and root, f"cpu controller {facts['cgroup_cpu']}" if cpu and root else ("no usable cpu cgroup controller" if not cpu else "needs root to write cgroups"))
+    put("cpu-contention", cpu is not None and cpu_w, f"cpu controller {facts['cgroup_cpu']}" if cpu and cpu_w else (
+        "no usable cpu cgroup controller" if not cpu else f"cannot write {cpu_at or 'the cpu cgroup'}: needs root (or sudo) and a writable cgroup"))
     put("cpu-contention --mode stress", True, "busy workers pinned with sched_setaffinity: no privileges needed")
     put("process-pause", True, "SIGSTOP/SIGCONT: root, or the target's own user")
-    put("io-slow", blk is not None and root, f"io controller {facts['cgroup_io']}" if blk and root else ("no usable blkio/io cgroup controller" if not blk else "needs root"))
+    put("io-slow", blk is not None and blk_w, f"io controller {facts['cgroup_io']}" if blk and blk_w else (
+        "no usable blkio/io cgroup controller" if not blk else f"cannot write {blk_at or 'the io cgroup'}: needs root (or sudo) and a writable cgroup"))
     put("mem-bw", True, "memory streaming workers: no privileges needed")
     gpu_ok = bool(smi) and root
-    put("gpu-clock-cap", gpu_ok, f"nvidia-smi at {smi}" if gpu_ok else ("nvidia-smi not found (no NVIDIA driver)" if not smi else "needs root"))
+    put("gpu-clock-cap", gpu_ok, "nvidia-smi found" if gpu_ok else ("nvidia-smi not found (no NVIDIA driver)" if not smi else "needs root"))
     put("gpu-power-cap", gpu_ok, t["gpu-clock-cap"]["why"])
-    put("gc-storm", True, "through the in-workload agent (faultlab.benchmarks.agent)" + ("; sys.remote_exec available" if facts["sys_remote_exec"] else f"; sys.remote_exec needs Python >= 3.14 in the target (this is {facts['python']})"))
+    put("gc-storm", facts["python"] is not None, gc_why)
     return {"node": node.describe(), "facts": facts, "types": t}

@@ -33,10 +33,23 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def when(ts: float | None) -> str:
-    """``HH:MM:SS TZ (in Ns)`` for a unix time, or ``unknown``."""
+    """``HH:MM:SS UTC (in Ns)`` for a unix time ``ts`` (s), wall clock in UTC and
+    seconds from now; ``an unknown time`` without one."""
     if not ts:
         return "an unknown time"
-    return f"{time.strftime('%H:%M:%S %Z', time.localtime(ts))} (in {max(0.0, ts - time.time()):.0f}s)"
+    return f"{time.strftime('%H:%M:%S UTC', time.gmtime(ts))} (in {max(0.0, ts - time.time()):.0f}s)"
+
+
+def commands_left(active, done: int | None) -> str:
+    """The revert commands of ``active`` not yet run when ``done`` of them had run
+    (None: unknown, all), as ``K of M revert command(s) not run: ARGV; ...`` (the
+    first three shown)."""
+    import shlex
+
+    cmds = active.plan.revert
+    rest = cmds[done:] if isinstance(done, int) else cmds
+    shown = "; ".join(shlex.join(c.argv) for c in rest[:3]) + ("; ..." if len(rest) > 3 else "")
+    return f"{len(rest)} of {len(cmds)} revert command(s) not run{': ' + shown if rest else ''}"
 
 
 class SignalGuard(Hooks):
@@ -127,10 +140,12 @@ def outcome(active) -> tuple[int, str | None]:
         return 0, None
     if st == "handed-to-lease":
         pid = active.evidence.get("watchdog_pid")
+        left = commands_left(active, active.evidence.get("revert_done"))
+        dl = (lease.record or {}).get("deadline_ts") if lease else None
         if pid:
-            return 1, (f"revert: {fid} handed to its lease on the third signal: its watchdog (PID {pid}) is reverting it now "
-                       f"({active.evidence.get('revert_done', '?')} revert command(s) had run); `faultlab status` shows it until it is gone")
-        return 1, f"revert: {fid} handed to its lease but no watchdog is alive (run faultlab recover)"
+            return 1, (f"revert: {fid} handed to its lease on the third signal: its watchdog (PID {pid}) reverts it now, "
+                       f"at the latest at the lease deadline {when(dl)}; left to it: {left}; `faultlab status` shows it until it is gone")
+        return 1, f"revert: {fid} handed to its lease but no watchdog is alive: left {left} (run faultlab recover now)"
     left = "; ".join(active.evidence.get("left_behind") or ["unknown"])
     pid = lease.watchdog_pid() if lease else None
     dl = (lease.record or {}).get("deadline_ts") if lease else None
@@ -157,6 +172,8 @@ def run_inject(inj, n, plan, *, duration_s: float, grace_s: float, detach: bool,
         except FaultlabError as e:
             act = getattr(e, "active", None)
             code, msg = outcome(act) if act is not None else (0, None)
+            if act is not None and code == 0:
+                msg = f"what was applied of {act.fault_id} is reverted: nothing is left"
             print(f"faultlab: error: {e}" + (f"; {msg}" if msg else ""), file=sys.stderr)
             return code or getattr(e, "exit_code", 1)
         info = _info(active, inj, n, plan)

@@ -117,14 +117,21 @@ def workload_args(sc: Scenario) -> list[str]:
     return args
 
 
-def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress=True, run_id: str | None = None) -> RunResult:
+def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress=True, run_id: str | None = None,
+        nodes: list | None = None, allow_unverified: bool = False) -> RunResult:
     """Run scenario ``sc`` into ``out_dir`` (must be new or empty).
 
     ``progress``: True for a faultlab.progress.Progress on ``console`` (live on a
     terminal, plain one-line events otherwise), a Progress to report to (its owner
     opens and closes it), or False for none. ``run_id`` (default
     :func:`faultlab.rundir.new_run_id` of the scenario's name) goes to meta.json and
-    every table; give the one the folder was named after.
+    every table; give the one the folder was named after. A fault whose verify does
+    not confirm it is reverted at once and recorded ``status=unverified`` (listed in
+    ``failed_faults``) unless ``allow_unverified``.
+
+    ``nodes``: run on these nodes (an inventory's SshNodes, one rank each, in order)
+    instead of bringing up a testbed of ``sc.testbed.backend``; nothing is created or
+    removed on them but the ranks, their telemetry folder and the faults.
 
     Returns a RunResult. Raises BadInput (``--out`` exists, netns without root),
     FaultlabError when the workload fails (after teardown; the run directory stays,
@@ -139,7 +146,10 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
 
     con = console or Console()
     root = os.geteuid() == 0
-    if sc.testbed.backend != "local" and not root:
+    if nodes and len(nodes) != sc.testbed.nodes:
+        raise BadInput(f"{len(nodes)} inventory nodes for a scenario of {sc.testbed.nodes}", field="testbed.nodes",
+                       fix="load the scenario with the inventory's node names (faultlab.scenario.load(..., nodes=))")
+    if sc.testbed.backend != "local" and not root and not nodes:
         raise BadInput(f"backend {sc.testbed.backend} needs root (namespaces, tc, cgroups)", field="testbed.backend", fix="run as root, or use backend: local")
     from faultlab.progress import Progress
     from faultlab.rundir import new_run_id
@@ -158,13 +168,21 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
         for at, st in f.occurrences()
     ]
     testbed = tb_lease = sampler = collector = None
+    nodes_seen: list = []
     ranks: list = []
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     if own:
         prog.__enter__()
     finished = False
     try:
-        if sc.testbed.backend != "local":
+        if nodes:
+            nodes = nodes_seen = list(nodes)
+            _phase(prog, "connecting to the nodes", f"{len(nodes)} inventory nodes over SSH")
+            for x in nodes:
+                x.connect()
+            master_addr, master_port = nodes[0].address, 29500
+            rd.event("inventory-nodes", nodes=[x.describe() for x in nodes])
+        elif sc.testbed.backend != "local":
             from faultlab.nodes.backends import make_testbed
 
             kinds = {"netns": "network-namespace nodes on a bridge", "docker": "docker containers on an internal network",
@@ -173,7 +191,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
             testbed = make_testbed(sc.testbed.backend, n).up()
             tb_lease = Lease.create_for(LocalNode("local"), f"testbed-{testbed.id}", "testbed", testbed.bridge, {"nodes": n},
                                         testbed.teardown_cmds(), time.time() + TESTBED_LEASE_S)
-            nodes = testbed.nodes
+            nodes = nodes_seen = testbed.nodes
             master_addr, master_port = nodes[0].address, 29500
             rd.event("testbed-up", bridge=testbed.bridge, subnet=str(testbed.subnet), nodes=[x.describe() for x in nodes])
         else:
@@ -188,6 +206,11 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
         )
         rd.event("ranks-started", pids={r.rank: r.pid for r in ranks})
         collector = TelemetryCollector(nodes, run_id, rd.telemetry_dir()).start()
+        from faultlab.telemetry import remote
+
+        for name, err in remote.start_node_samplers(ranks, run_id, until=remote.until_for(w.duration)).items():
+            rd.event("node-sampler-failed", node=name, error=err)
+            con.print(f"  [yellow]no host metrics from node {name}:[/] {err}", markup=True)
         sampler = HostSampler(
             {r.node.name: [r.pid] for r in ranks if not getattr(r.node, "remote", False)}, interval_s=1.0, run_id=run_id,
             netns={x.name: x.netns for x in nodes if getattr(x, "netns", None)},
@@ -221,7 +244,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
                 if d.active is None:
                     start = (d.at_s is not None and now >= d.at_s) or (d.at_step is not None and step >= d.at_step)
                     if start:
-                        _start(d, nodes, ranks, testbed, rd, res, con, t0, injectors)
+                        _start(d, nodes, ranks, testbed, rd, res, con, t0, injectors, allow_unverified)
                 elif time.time() >= d.active.start_ts + d.spec.duration:
                     _stop(d, rd, res, con, t0)
             if tb_lease and time.time() - last_renew > 10:
@@ -257,7 +280,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
             signal.signal(s, h)
         rd.write_table("steps", rd.read_raw_steps())
         if host is not None:
-            rd.write_table("host", host)
+            rd.write_table("host", _with_remote_host(host, rd, nodes_seen, run_id))
         rd.write_table("injections", pd.DataFrame(res.injections) if res.injections else _empty("injections"))
         if prog and finished:
             prog.done()
@@ -266,6 +289,19 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     if res.code == 0:
         rd.finish(failed_faults=res.failed_faults)
     return res
+
+
+def _with_remote_host(host: pd.DataFrame, rd: RunDir, nodes, run_id: str) -> pd.DataFrame:
+    """The local sampler's rows plus those the node samplers of ssh nodes wrote (see
+    faultlab.telemetry.remote), in time order."""
+    from faultlab.telemetry import remote
+
+    names = [x.name for x in nodes if getattr(x, "remote", False)]
+    if not names:
+        return host
+    peers = {x.address: x.name for x in nodes if x.address}
+    extra = remote.host_rows(rd.telemetry_dir(), names, peers, run_id)
+    return pd.concat([host, extra], ignore_index=True).sort_values(["ts", "node"], kind="stable", ignore_index=True)
 
 
 def _phase(prog, name: str, detail: str = "") -> None:
@@ -308,12 +344,18 @@ def build_injector(spec: FaultSpec, nodes, ranks, testbed, injectors):
         return inj
     node = nodes[spec.rank] if spec.rank is not None else next(x for x in nodes if x.name == spec.node)
     inj = injectors.build(spec.type, node, target=None, duration_s=spec.duration, opts=opts)
-    if spec.type == "nic-slow" and testbed is not None and inj.peer is None and inj.rate_bit_per_s:
-        inj.probe_peer, inj.probe_peer_addr = LocalNode("host"), testbed.bridge_address
+    if spec.type == "nic-slow" and inj.peer is None and inj.rate_bit_per_s:
+        if testbed is not None:
+            inj.probe_peer, inj.probe_peer_addr = LocalNode("host"), testbed.bridge_address
+        else:  # inventory nodes: measure against another node of the run
+            other = next((x for x in nodes if x is not node and getattr(x, "address", None)), None)
+            if other is not None and getattr(node, "remote", False):
+                inj.probe_peer, inj.probe_peer_addr = other, other.address
     return inj
 
 
-def _start(d: _Due, nodes, ranks, testbed, rd: RunDir, res: RunResult, con: Console, t0: float, injectors) -> None:
+def _start(d: _Due, nodes, ranks, testbed, rd: RunDir, res: RunResult, con: Console, t0: float, injectors,
+           allow_unverified: bool = False) -> None:
     try:
         inj = build_injector(d.spec, nodes, ranks, testbed, injectors)
         d.active = injectors.apply(inj, d.spec.duration, grace_s=15.0)
@@ -328,6 +370,28 @@ def _start(d: _Due, nodes, ranks, testbed, rd: RunDir, res: RunResult, con: Cons
              params=inj.params, severity=inj.severity, start_ts=a.start_ts, verify=a.evidence.get("verify"))
     v = a.evidence.get("verify", {})
     con.print(f"  +{a.start_ts - t0:5.1f}s inject {inj.type} on {inj.node.name} ({a.plan.target}); {verify_text(v)}", markup=False)
+    if not v.get("ok") and not allow_unverified:
+        _unverified(d, rd, res, con, t0)
+
+
+def _unverified(d: _Due, rd: RunDir, res: RunResult, con: Console, t0: float) -> None:
+    """A fault whose verify did not confirm it is a failed inject: reverted at once,
+    its injections row ``status=unverified``, ``verified`` false (the labeler counts
+    it as not in force; a failed revert keeps ``revert-failed``), listed in
+    ``failed_faults`` and said plainly. ``--allow-unverified`` keeps such faults."""
+    a = d.active
+    status = a.revert()
+    if status in ("reverted", "expired"):
+        a.status = "unverified"
+    d.done = True
+    row = a.injection_row(rd.run_id)
+    res.injections.append(row)
+    rd.event("revert", fault_id=a.fault_id, status=a.status, end_ts=a.end_ts, row=row)
+    end = "reverted at once" if a.status == "unverified" else f"revert: {status}: left {'; '.join(a.evidence.get('left_behind') or ['?'])}"
+    msg = (f"faults[{d.index}] {d.spec.type} on {a.injector.node.name} ({a.plan.target}) was not in force: "
+           f"{verify_text(a.evidence.get('verify'))}; {end} (--allow-unverified keeps such a fault)")
+    res.failed_faults.append(msg)
+    con.print(f"  +{a.end_ts - t0:5.1f}s NOT IN FORCE: {msg}", markup=False)
 
 
 def _stop(d: _Due, rd: RunDir, res: RunResult, con: Console, t0: float | None) -> None:

@@ -39,11 +39,12 @@ overlapping faults of the same kind on one target.
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from faultlab.errors import BadInput
 from faultlab.units import parse_duration
@@ -233,12 +234,14 @@ class Scenario(_Strict):
     faults: list[FaultSpec] = []
 
     @model_validator(mode="after")
-    def _check(self):
+    def _check(self, info: ValidationInfo):
         n = self.testbed.nodes
-        names = {f"n{i}" for i in range(n)}
+        given = (info.context or {}).get("nodes")  # inventory node names (load(..., nodes=))
+        names = set(given) if given else {f"n{i}" for i in range(n)}
+        where = "the inventory has" if given else "the testbed has"
         for i, f in enumerate(self.faults):
             if f.node is not None and f.node not in names:
-                raise _FieldError(("faults", i, "node"), f"node {f.node!r} does not exist (the testbed has {', '.join(sorted(names))})")
+                raise _FieldError(("faults", i, "node"), f"node {f.node!r} does not exist ({where} {', '.join(sorted(names))})")
             if f.rank is not None and f.rank >= n:
                 raise _FieldError(("faults", i, "rank"), f"rank {f.rank} does not exist (world size {n})")
             if f.repeat and f.at_step is not None:
@@ -282,7 +285,28 @@ def _check_params(f: FaultSpec, i: int) -> None:
     except BadInput as e:
         opt = e.field or ""
         param = next((k for k, o in PARAM_OPTIONS.items() if o == opt), None)
-        raise _FieldError(("faults", i, "params", param) if param else ("faults", i, "params"), str(e).split(": ", 1)[-1]) from None
+        raise _FieldError(("faults", i, "params", param) if param else ("faults", i, "params"), scenario_words(str(e).split(": ", 1)[-1])) from None
+
+
+_FLAG_VALUE = re.compile(r"--([a-z][a-z-]*) (\d\S*)")
+_FLAG = re.compile(r"--([a-z][a-z-]*)")
+
+
+def scenario_words(msg: str) -> str:
+    """An injector's message with its CLI flags in the scenario file's words:
+    ``--pause 200ms`` -> ``pause: 200ms``, ``--rate`` -> ``params.rate``,
+    ``--duration`` -> ``duration`` (flags that are no scenario field stay as they are)."""
+    fields = {o: k for k, o in PARAM_OPTIONS.items()}
+
+    def value(m: re.Match) -> str:
+        key = fields.get(f"--{m[1]}") or ("duration" if m[1] == "duration" else None)
+        return f"{key}: {m[2]}" if key else m[0]
+
+    def flag(m: re.Match) -> str:
+        key = fields.get(m[0])
+        return f"params.{key}" if key else ("duration" if m[0] == "--duration" else m[0])
+
+    return _FLAG.sub(flag, _FLAG_VALUE.sub(value, msg))
 
 
 # -- campaigns ------------------------------------------------------------------------
@@ -351,13 +375,16 @@ class Campaign(_Strict):
                 raise ValueError(f"{k}: unknown parameter {bad[0]!r}")
         return v
 
-    def scenarios(self) -> list[Scenario]:
-        """The ``runs`` scenarios, deterministic in ``seed``."""
+    def scenarios(self, nodes: list[str] | None = None) -> list[Scenario]:
+        """The ``runs`` scenarios, deterministic in ``seed``. ``nodes``: the node names
+        drawn from (an inventory's, in order; default the testbed's ``n0..``), one rank
+        each."""
         rng = random.Random(self.seed)
         out = []
         names = list(self.types)
         weights = [self.types[n].weight for n in names]
-        n_nodes = self.base.testbed.nodes
+        n_nodes = len(nodes) if nodes else self.base.testbed.nodes
+        node_names = list(nodes) if nodes else [f"n{i}" for i in range(n_nodes)]
         for r in range(self.runs):
             faults: list[dict] = []
             spans: dict[tuple, list[tuple[float, float]]] = {}
@@ -375,7 +402,7 @@ class Campaign(_Strict):
                     spec["rank"] = rng.randrange(n_nodes)
                     key = (t, spec["rank"])
                 else:
-                    spec["node"] = f"n{rng.randrange(n_nodes)}"
+                    spec["node"] = node_names[rng.randrange(n_nodes)]
                     key = (t, spec["node"])
                 if any(at < b and a < at + dur for a, b in spans.get(key, [])):
                     continue
@@ -391,7 +418,9 @@ class Campaign(_Strict):
             data["seed"] = self.seed * 100003 + r
             data["faults"] = sorted(faults, key=lambda f: float(f["at"][:-1]))
             data["workload"]["duration"] = f"{data['workload']['duration']}s" if data["workload"]["duration"] is not None else None
-            out.append(Scenario.model_validate(_with_units(data)))
+            if nodes:
+                data["testbed"] = {**data["testbed"], "backend": "ssh", "nodes": n_nodes}
+            out.append(Scenario.model_validate(_with_units(data), context={"nodes": node_names} if nodes else None))
         return out
 
 
@@ -453,11 +482,15 @@ def _fmt_loc(loc: tuple) -> str:
     return out
 
 
-def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto") -> Scenario | Campaign:
+def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto", nodes: list[str] | None = None) -> Scenario | Campaign:
     """Read and validate a scenario or campaign file (``auto``: a file with ``runs``
     is a campaign). Raises BadInput ``FILE:LINE: FIELD: what (fix)`` on the first
     problem: YAML syntax, types, units, unknown fault types, missing targets,
-    overlapping same-kind faults."""
+    overlapping same-kind faults.
+
+    ``nodes``: the run's nodes are these inventory nodes (one rank each, in order):
+    the testbed becomes ``{backend: ssh, nodes: len(nodes)}`` and a fault's ``node``
+    must be one of these names (the error lists them)."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -475,8 +508,13 @@ def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto
     if kind == "auto":
         kind = "campaign" if "runs" in data else "scenario"
     model = Campaign if kind == "campaign" else Scenario
+    if nodes:
+        key = "base" if kind == "campaign" else None
+        tgt = data.setdefault(key, {}) if key else data
+        if isinstance(tgt, dict) and isinstance(tgt.get("testbed", {}), dict):
+            tgt["testbed"] = {**tgt.get("testbed", {}), "backend": "ssh", "nodes": len(nodes)}
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context={"nodes": list(nodes)} if nodes else None)
     except ValidationError as e:
         err = e.errors()[0]
         loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith(("function-", "tagged-union"))))

@@ -60,7 +60,7 @@ INJECTIONS = pa.schema(
         ("end_ts", pa.float64()),  # actual end: the moment revert returned
         ("params", pa.string()),  # JSON, explicit units in keys
         ("severity", pa.float64()),  # type-specific, documented per injector
-        ("status", pa.string()),  # reverted | expired | revert-failed
+        ("status", pa.string()),  # reverted | expired | revert-failed | handed-to-lease | unverified (verify did not confirm it: reverted at once, not in force)
         ("verified", pa.bool_()),  # the measured check said the condition was in force
         ("evidence", pa.string()),  # JSON: the measurements behind `verified`
     ]

@@ -25,6 +25,9 @@ run (``"rank:99"`` in a 4-rank run: nothing of that rank was measured), its row 
 NaN, not a ratio of someone else's steps, and its evidence says so
 (``target_in_run: false``, the reason, the run's rank count and range).
 
+An injection with ``status="unverified"`` (its verify did not confirm it, and the
+runner reverted it at once) was not in force: it matches no label and gets no row.
+
 Bad injections are refused (BadInput naming the column): ``start_ts``/``end_ts``
 that are not numbers, an ``end_ts`` before its ``start_ts``.
 """
@@ -149,6 +152,10 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
     if missing:
         raise BadInput(f"missing column(s) {', '.join(missing)}", field="injections")
     injections = _check_times(injections)
+    if "status" in injections.columns:  # verify did not confirm it and it was reverted at once: never a cause
+        injections = injections[injections["status"].astype(str) != "unverified"]
+        if len(injections) == 0:
+            return out.reset_index(drop=True)
 
     run_id = str(out["run_id"].iloc[0]) if len(out) else ""
     if analysis is not None:

@@ -18,3 +18,25 @@ def test_chaos_short_run_leaves_zero_residue():
     assert rep["residue"] == [], rep["residue"]
     assert rep["mismatches"] == [], rep["mismatches"]
     assert rep["errors"] == [], rep["errors"]
+
+
+# A real traceback of `python -m faultlab.cli inject ...` given SIGINT 20 ms after it
+# started (perf/chaos.py seed 0 saw one): Python's own handler, in site's .pth files.
+_AT_START = '''Traceback (most recent call last):
+  File "<frozen site>", line 186, in addpackage
+  File "<string>", line 1, in <module>
+  File "/work/h1/.venv/lib/python3.11/site-packages/__editable___faultlab_0_1_0_finder.py", line 5, in <module>
+    from importlib.util import spec_from_file_location
+  File "<frozen importlib._bootstrap_external>", line 729, in _compile_bytecode
+KeyboardInterrupt
+'''
+
+
+def test_judge_tells_an_interrupt_before_faultlab_ran_from_one_inside_it():
+    from faultlab.chaos import before_faultlab_ran, judge
+
+    inside = _AT_START.replace('  File "<string>"', '  File "/src/faultlab/cli.py", line 30, in <module>\n  File "<string>"')
+    assert before_faultlab_ran(_AT_START) and not before_faultlab_ran(inside)
+    assert judge(1, _AT_START, [], "storm") is None and judge(-2, _AT_START, [], "storm") is None
+    assert judge(1, _AT_START, ["cgroup /sys/fs/cgroup/cpu/faultlab-cpu-abcdef"], "storm")  # something left: never fine
+    assert judge(1, inside, [], "storm").startswith("traceback")

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import FAULT_QDISC, needs_root, residue
+from test_lifecycle import nobody_dir  # noqa: F401  (the fixture: a lease folder owned by nobody)
 
 FL = [sys.executable, "-m", "faultlab.cli"]
 
@@ -64,10 +65,20 @@ BAD = [
     (["inject", "--type", "nic-slow", "--rate", "５０mbit", "--target", "lo"], "--rate"),
     (["inject", "--type", "nic-slow", "--rate", "5" + "0" * 400 + "mbit", "--target", "lo"], "--rate"),
     (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "lo", "--duration", "99999999999999999999h"], "--duration"),
+    # a fault id is TYPE-HEX: a path or a typo is refused, never looked up
+    (["revert", "../../etc/x"], "FAULT_ID"),
+    (["revert", "nic-3F9A1C"], "FAULT_ID"),
+    (["revert", "nic-3f9a1c;true"], "FAULT_ID"),
+    (["revert", "nic-"], "FAULT_ID"),
+    # typer's own usage errors (ranges, types, unknown options): one line too
+    (["run", "--repeat", "0", "examples/quickstart.yaml"], "--repeat"),
+    (["run", "--repeat", "many", "examples/quickstart.yaml"], "--repeat"),
+    (["inject", "--type", "nic-slow", "--no-such-flag"], "--no-such-flag"),
+    (["run"], "SCENARIO"),
 ]
 
 
-@pytest.mark.parametrize("argv,field", BAD, ids=[" ".join(a[2:5]) + f" [{f}]" for a, f in BAD])
+@pytest.mark.parametrize("argv,field", BAD, ids=[" ".join(a[:1] + a[2:5]) + f" [{f}]" for a, f in BAD])
 def test_bad_input_one_line_names_field_exit_2_nothing_applied(argv, field):
     before = residue()
     cp = fl(*argv)
@@ -171,3 +182,80 @@ def test_ssh_node_on_the_command_line_points_at_the_inventory():
     lines = [l for l in cp.stderr.splitlines() if l.strip()]
     assert cp.returncode == 2 and len(lines) == 1, cp.stderr
     assert lines[0].startswith("faultlab: error: --node: ") and "--inventory" in lines[0], lines[0]
+
+
+def test_usage_error_names_the_option_and_its_range_in_one_line():
+    cp = fl("run", "--repeat", "0", "examples/quickstart.yaml")
+    assert cp.returncode == 2 and cp.stderr.count("\n") == 1, cp.stderr
+    assert cp.stderr.startswith("faultlab: error: --repeat: ") and "greater than or equal to 1" in cp.stderr, cp.stderr
+    assert "\u256d" not in cp.stderr and "Usage:" not in cp.stderr  # no box, no usage block
+
+
+@pytest.mark.parametrize("params,field,words", [
+    ("{}", "params.rate", ["params.rate", "params.delay", "params.loss"]),
+    ("{cpu_fraction: 0.3}", "params.cpu_fraction", ["params.rate"]),
+])
+def test_scenario_validate_hints_in_the_files_own_words(tmp_path, params, field, words):
+    """Hints name the scenario's fields (params.rate), never the CLI flags (--rate)."""
+    p = tmp_path / "s.yaml"
+    p.write_text("name: t\ntestbed: {nodes: 2}\nworkload: {duration: 30s}\nfaults:\n"
+                 f"  - {{type: nic-slow, node: n1, at: 5s, duration: 5s, params: {params}}}\n")
+    cp = fl("scenario", "validate", str(p))
+    assert cp.returncode == 2 and cp.stderr.count("\n") == 1, cp.stderr
+    assert f"faults[0].{field}:" in cp.stderr and all(w in cp.stderr for w in words) and "--" not in cp.stderr.split(":", 3)[-1], cp.stderr
+
+
+def test_scenario_validate_pause_hint_gives_field_values(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("name: t\ntestbed: {nodes: 2}\nworkload: {duration: 30s}\nfaults:\n"
+                 "  - {type: process-pause, rank: 1, at: 5s, duration: 5s, params: {pause: 2s, period: 1s}}\n")
+    cp = fl("scenario", "validate", str(p))
+    assert cp.returncode == 2 and "pause: 200ms" in cp.stderr and "period: 1s" in cp.stderr and "--period" not in cp.stderr, cp.stderr
+
+
+# -- the bad-input corpus, privileges: another user against root's faults ------------------
+# (lease-folder faults: read-only, full tmpfs, another user's, symlink, writable by others,
+# root's folder as nobody: tests/test_lifecycle.py, test_unusable_lease_folder_* and
+# test_as_nobody_*; a deleted or truncated record: test_lost_or_corrupt_record_*)
+
+PRIV_BAD = [
+    # (argv as nobody, with {fid} root's fault, {pid} root's busy process, {ns} a netns; words in the one line)
+    (["revert", "{fid}"], ["{fid}", "another user"]),
+    (["revert", "--all"], ["{fid}", "another user"]),
+    (["recover"], ["{fid}", "another user"]),
+    (["inject", "--type", "cpu-contention", "--target", "{pid}", "--cpu-fraction", "0.3", "--duration", "30s"], ["EPERM", "as root"]),
+    (["inject", "--type", "process-pause", "--target", "{pid}", "--pause", "100ms", "--period", "300ms", "--duration", "30s"], ["{pid}"]),
+    (["inject", "--type", "nic-slow", "--node", "netns:{ns}", "--rate", "10mbit", "--duration", "30s"], ["CAP_NET_ADMIN"]),
+]
+
+
+@needs_root
+@pytest.mark.parametrize("argv,words", PRIV_BAD, ids=[" ".join(a[:3]) for a, _ in PRIV_BAD])
+def test_another_user_against_roots_faults_one_line_nothing_applied(argv, words, busy_loop, testbed2, nobody_dir):
+    """As nobody, with one of root's faults in force: a one-line error naming what is
+    wrong, non-zero exit, no traceback; the host's faultlab state is exactly as before
+    (root's fault still in force, nothing of nobody's applied) and no process is left."""
+    from test_lifecycle import as_nobody, faultlab_procs, nobody_env, state
+
+    cp = fl("inject", "--type", "cpu-contention", "--target", str(busy_loop.pid), "--cpu-fraction", "0.5", "--duration", "60s", "--detach", "--json")
+    assert cp.returncode == 0, cp.stderr
+    fid = json.loads(cp.stdout)["fault_id"]
+    env = nobody_env(nobody_dir)
+    try:
+        fill = {"{fid}": fid, "{pid}": str(busy_loop.pid), "{ns}": testbed2.nodes[0].netns}
+        def sub(x: str) -> str:
+            for k, v in fill.items():
+                x = x.replace(k, v)
+            return x
+
+        before = state(env["FAULTLAB_LEASE_DIR"])
+        r = as_nobody([*FL, *map(sub, argv)], env)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode != 0 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+        assert len(lines) == 1 and lines[0].startswith("faultlab: error: "), r.stderr
+        assert all(sub(w) in lines[0] for w in words), lines[0]
+        assert state(env["FAULTLAB_LEASE_DIR"]) == before
+        assert not faultlab_procs(env["FAULTLAB_LEASE_DIR"]) and not list((nobody_dir / "leases").glob("*"))
+        assert open(f"/proc/{busy_loop.pid}/stat").read().rpartition(")")[2].split()[0] != "T"
+    finally:
+        assert fl("revert", fid).returncode == 0

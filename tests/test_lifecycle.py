@@ -485,3 +485,137 @@ def test_force_restores_foreign_tbf_in_the_kernels_own_units(testbed2, no_residu
         assert before["options"]["burst"] == 4095 and before["options"]["lat"] == 40000
     finally:
         n0.run(["tc", "qdisc", "del", "dev", "fleth0", "root"], scope="net")
+
+
+@needs_root
+def test_force_fault_with_lost_record_restores_the_foreign_tbf_from_the_watchdog(testbed2, no_residue):
+    """--force over a foreign tbf, --detach, the lease record deleted: the watchdog's
+    own argv holds the restore command in the kernel's units (rate in bit/s, burst and
+    limit in bytes, read with tc -j -raw), and at the deadline it puts the foreign tbf
+    back byte-exact."""
+    n0, _ = testbed2.nodes
+    ns = n0.netns
+    n0.run(["tc", "qdisc", "add", "dev", "fleth0", "root", "handle", "7:", "tbf", "rate", "10mbit", "burst", "32kbit", "latency", "40ms"],
+           scope="net", check=True)
+
+    def raw():
+        return json.loads(n0.run(["tc", "-j", "-raw", "qdisc", "show", "dev", "fleth0", "root"], scope="net").stdout)[0]
+
+    try:
+        before = raw()
+        o = before["options"]
+        cp = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "20mbit", "--force", "--duration", "2s", "--grace", "0s",
+                "--detach", "--json")
+        assert cp.returncode == 0, cp.stderr
+        fid = json.loads(cp.stdout)["fault_id"]
+        assert raw()["handle"] != "7:"
+        (lease_dir() / f"{fid}.json").unlink()
+        from faultlab.injectors.hostview import find_watchdogs
+        from faultlab.injectors.nic import tbf_burst_for_ticks
+
+        wd = [w for w in find_watchdogs() if w.fault_id == fid]
+        assert len(wd) == 1
+        argv = Path(f"/proc/{wd[0].pid}/cmdline").read_bytes().decode().split("\0")
+        burst = tbf_burst_for_ticks(int(o["rate"]), int(str(o["burst_raw"]), 16))
+        want = f"tc qdisc add dev fleth0 root handle 7: tbf rate {int(o['rate']) * 8}bit burst {burst} limit {int(o['limit'])}"
+        assert any(a.endswith(want) for a in argv), (want, argv)
+        assert wait_for(lambda: not [w for w in find_watchdogs() if w.fault_id == fid], 20)
+        after = raw()
+        assert after["handle"] == "7:" and after["options"] == before["options"], (before, after)
+        assert not FAULT_QDISC.search(n0.run(["tc", "qdisc", "show"], scope="net").stdout)
+    finally:
+        n0.run(["tc", "qdisc", "del", "dev", "fleth0", "root"], scope="net")
+
+
+# -- the hand-over message: when the lease ends it, and what is left ----------------------
+
+@needs_root
+def test_hand_over_says_when_the_lease_ends_it_and_what_is_left(busy_loop, no_residue):
+    """A real cpu quota fault whose revert is handed over after its first command (the
+    hooks raise HandOver as the third signal would): the message names the watchdog,
+    the lease deadline as UTC wall-clock time and seconds from now, and the revert
+    commands it left; the watchdog (told SIGUSR1) then ends the fault."""
+    import re
+
+    from faultlab.faultrun import outcome
+    from faultlab.injectors import HandOver, Hooks, apply, build
+    from faultlab.nodes import LocalNode
+
+    class ThirdSignalAfterOne(Hooks):
+        def revert_progress(self, done, total, handover_ok):
+            if handover_ok and done == 1:
+                raise HandOver()
+
+    inj = build("cpu-contention", LocalNode("local"), target=str(busy_loop.pid), duration_s=60, opts={"--cpu-fraction": "0.3"})
+    active = apply(inj, 60, grace_s=0.0)
+    assert active.revert(ThirdSignalAfterOne()) == "handed-to-lease"
+    active.evidence["revert_done"] = 1
+    code, msg = outcome(active)
+    n = len(active.plan.revert)
+    assert code == 1 and f"watchdog (PID {active.evidence['watchdog_pid']})" in msg, msg
+    m = re.search(r"lease deadline (\d\d:\d\d:\d\d) UTC \(in (\d+)s\)", msg)
+    assert m, msg
+    dl = active.lease.record["deadline_ts"]
+    assert m[1] == time.strftime("%H:%M:%S", time.gmtime(dl)) and abs(int(m[2]) - (dl - time.time())) <= 2, msg
+    assert f"{n - 1} of {n} revert command(s) not run" in msg, msg
+    assert wait_for(lambda: not list(Path("/sys/fs/cgroup").glob("**/faultlab-*")), 20), "the watchdog did not end it"
+    assert wait_for(lambda: not any(lease_dir().glob("*")), 10)
+
+
+# -- issue item: verify failing in a scenario run ------------------------------------------
+
+@needs_root
+@pytest.mark.parametrize("allow", [False, True])
+def test_run_reverts_an_unverified_fault_at_once_and_records_it(tmp_path, allow, no_residue):
+    """The runner's step for one scheduled fault, on a real cpu quota over a process
+    that sleeps (never throttled: verify truly fails). Without --allow-unverified it
+    is reverted at once, its row says status unverified, verified false, it is listed
+    in failed_faults and said plainly, and the labeler does not take it as a cause;
+    with it, the fault stays in force until its end."""
+    from rich.console import Console
+
+    from faultlab import injectors
+    from faultlab.injectors.hostview import host_view
+    from faultlab.labeler.reconcile import reconcile
+    from faultlab.nodes import LocalNode
+    from faultlab.rundir import RunDir
+    from faultlab.runner import RunResult, _Due, _start, _stop
+    from faultlab.scenario import FaultSpec
+
+    sleeper = subprocess.Popen(["sleep", "120"])
+    d = None
+    try:
+        rank = type("Rank", (), {"rank": 0, "pid": sleeper.pid, "node": LocalNode("n0")})()
+        spec = FaultSpec.model_validate({"type": "cpu-contention", "rank": 0, "at": "1s", "duration": "20s", "params": {"cpu_fraction": 0.5}})
+        rd = RunDir.create(tmp_path / "run", run_id="t-unverified", scenario={}, seed=0)
+        res, buf = RunResult(rd), tmp_path / "out.txt"
+        with open(buf, "w") as fh:
+            con = Console(file=fh, width=400)
+            d = _Due(spec, 0, 1.0, None)
+            _start(d, [rank.node], [rank], None, rd, res, con, time.time(), injectors, **({"allow_unverified": True} if allow else {}))
+            in_force = [v for v in host_view()[0] if d.active is not None and v.fault_id == d.active.fault_id]
+            if allow:
+                assert not d.done and in_force and not res.failed_faults
+                _stop(d, rd, res, con, time.time())
+                assert res.injections[0]["status"] == "reverted" and not res.injections[0]["verified"]
+                return
+        text = buf.read_text()
+        assert d.done and not in_force, in_force
+        row = res.injections[0]
+        assert row["status"] == "unverified" and row["verified"] is False and row["end_ts"] >= row["start_ts"]
+        assert len(res.failed_faults) == 1 and "was not in force" in res.failed_faults[0] and "reverted at once" in res.failed_faults[0]
+        assert "NOT IN FORCE" in text and "throttl" in text, text
+        assert not list(Path("/sys/fs/cgroup").glob("**/faultlab-*"))
+        import pandas as pd
+
+        labels = pd.DataFrame([{"run_id": "t-unverified", "component": "rank:0", "start_ts": row["start_ts"] - 1, "end_ts": row["end_ts"] + 1,
+                                "slowdown": 2.0, "confidence": 1.0, "views": "temporal", "evidence": "{}"}])
+        rec = reconcile(labels, pd.DataFrame([row]))
+        assert list(rec["source"]) == ["observed"] and rec["fault_id"].isna().all(), rec
+        # the same row, had it been in force, is the label's cause: the status is what decides
+        assert list(reconcile(labels, pd.DataFrame([{**row, "status": "reverted"}]))["source"]) == ["injected"]
+    finally:
+        if d is not None and d.active is not None:
+            d.active.revert()  # a no-op when the step already reverted it
+        sleeper.kill()
+        sleeper.wait()

@@ -41,3 +41,18 @@ def test_demo_on_docker_and_ssh_nodes_labels_both_faults(dockerd, tmp_path, back
     steps = pd.read_parquet(out / "steps.parquet")
     assert steps["rank"].nunique() == 4 and steps.groupby("rank").size().nunique() == 1
     assert sorted(p.name for p in (out / "telemetry").glob("steps-rank*.jsonl")) == [f"steps-rank{i}.jsonl" for i in range(4)]
+    # the host sampler ran on each node (docker: /proc of the ranks' host PIDs and ss in
+    # their namespace; ssh: faultlab.telemetry.nodesampler on the node, collected back)
+    host = pd.read_parquet(out / "host.parquet")
+    nodes = sorted(steps.groupby("rank")["node"].first())
+    assert sorted(host.node.unique()) == nodes
+    for node in nodes:
+        h = host[host.node == node]
+        per = h.groupby("metric")["value"]
+        assert per.size()["proc_cpu_util_pct"] >= 20, (node, per.size())
+        assert per.mean()["proc_cpu_util_pct"] > 20 and per.min()["proc_rss_bytes"] > 50e6
+        assert per.max()["net_tx_bytes_per_s"] > 0 and per.max()["net_rx_bytes_per_s"] > 0
+        peers = {m.split(":", 1)[1] for m in per.size().index if m.startswith("tcp_rtt_ms:")}
+        assert set(nodes) - {node} <= peers, (node, peers)
+    if backend == "ssh":
+        assert sorted(p.name for p in (out / "telemetry").glob("host-*.jsonl")) == [f"host-{n}.jsonl" for n in nodes]

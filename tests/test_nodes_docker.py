@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,9 +125,19 @@ def test_testbed_down_after_up_killed_half_way(dockerd, tmp_path):
     then leaves no container, network, link or image but the cached node image."""
     from faultlab.nodes.testbed import state_dir
 
+    from faultlab.nodes.image import IMAGE, tarball
+
+    def host_state():
+        """namespaces and iptables rules (every table) of this host"""
+        ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout if shutil.which("iptables-save") else ""
+        return ns, sorted(x for x in rules.splitlines() if not x.startswith(("#", ":")))  # counters and comments vary
+
     before = docker_residue(dockerd)
+    state_before = host_state()
     links_before = set(os.listdir("/sys/class/net"))
-    up = subprocess.Popen(["faultlab", "testbed", "up", "--backend", "docker", "--nodes", "6", "--name", "b0d0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    up = subprocess.Popen([sys.executable, "-m", "faultlab.cli", "testbed", "up", "--backend", "docker", "--nodes", "6", "--name", "b0d0"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     st = state_dir() / "docker" / "b0d0.json"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -139,12 +150,14 @@ def test_testbed_down_after_up_killed_half_way(dockerd, tmp_path):
     up.send_signal(signal.SIGKILL)
     up.wait()
     assert dockerd.containers.list(all=True, filters={"label": "faultlab.testbed=b0d0"}), "the killed up made containers"
-    cp = subprocess.run(["faultlab", "testbed", "down", "--name", "b0d0"], capture_output=True, text=True)
+    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "testbed", "down", "--name", "b0d0"], capture_output=True, text=True)
     assert cp.returncode == 0, cp.stderr
-    assert docker_residue(dockerd) - before == set()
+    assert docker_residue(dockerd) - before == set()  # containers, networks, images other than the node image
     assert {x for x in set(os.listdir("/sys/class/net")) - links_before if x.startswith("fl")} == set()
+    assert host_state() == state_before  # no namespace, no iptables rule (faultlab's dockerd runs --iptables=false)
+    assert dockerd.images.get(IMAGE) and tarball().exists()  # the cached node image stays
     assert not st.exists()
-    cp = subprocess.run(["faultlab", "testbed", "down", "--name", "b0d0"], capture_output=True, text=True)
+    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "testbed", "down", "--name", "b0d0"], capture_output=True, text=True)
     assert cp.returncode == 2 and cp.stderr.count("\n") == 1
 
 
@@ -168,3 +181,18 @@ def test_container_restart_during_a_fault_leaves_nothing(dtb, no_residue):
     assert fresh.init_pid != n1.init_pid
     assert "tbf" not in fresh.run(["tc", "qdisc", "show", "dev", "eth0"], scope="net").stdout
     dtb.nodes[1] = fresh
+
+
+def test_doctor_on_a_docker_node(dtb, no_residue):
+    """doctor --node docker:CONTAINER: tc tried in the container's namespace from the
+    host (a throw-away ifb there), CPU faults nest in the container's own cgroup."""
+    n0 = dtb.nodes[0]
+    name = subprocess.run(["docker", "-H", _host(), "inspect", "-f", "{{.Name}}", n0.container], capture_output=True, text=True).stdout.strip().lstrip("/")
+    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "doctor", "--node", f"docker:{name}", "--json"], capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    rep = json.loads(cp.stdout)
+    assert rep["facts"]["backend"] == "docker" and rep["types"]["nic-slow"]["ok"], rep
+    assert rep["types"]["cpu-contention"]["ok"] and n0.container in rep["facts"]["cgroup_cpu"], rep["facts"]
+    assert "flprb" not in n0.run(["ip", "link"], scope="net").stdout
+    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "doctor", "--node", "docker:no-such-container"], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 2 and cp.stderr.count("\n") == 1 and "no-such-container" in cp.stderr, cp.stderr

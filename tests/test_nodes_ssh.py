@@ -203,3 +203,189 @@ def test_cli_fanout_unreachable_node_one_line_nothing_applied(stb, tmp_path, no_
     for i in (0, 1):
         assert "tbf" not in _docker_view(stb, i).run(["tc", "qdisc", "show", "dev", "eth0"], scope="net").stdout
         assert ".json" not in _leases_on(stb, i)
+
+
+def test_node_sampler_samples_become_host_rows_untrusted_lines_skipped(tmp_path):
+    """The node sampler (the very source sent to ssh nodes, run here as ``python3 -c``)
+    samples a real process tree until it ends; the controller turns the raw lines into
+    host rows and skips lines of the wrong shape (the node is not trusted)."""
+    from faultlab.telemetry import remote
+
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<2.5: pass"])
+    out = tmp_path / "host-n0.jsonl"
+    try:
+        cp = subprocess.run(remote.sampler_argv([busy.pid], str(out), until=time.time() + 30, interval_s=0.5), timeout=20)
+    finally:
+        busy.wait()
+    assert cp.returncode == 0  # ended by itself once its PIDs were gone, long before --until
+    with open(out, "a") as f:
+        f.write('{"ts": 1, "mono": "x"}\nnot json\n{"ts":1,"mono":1,"hz":100,"cpu":[1,2],"procs":{"1:1":[-5,0]},"net":null,"ino":[],"ss":null}\n')
+    samples = remote.read_samples(out)
+    assert len(samples) >= 4 and all(s["procs"] for s in samples)
+    df = remote.host_rows(tmp_path, ["n0"], {}, "r1")
+    cpu = df[df.metric == "proc_cpu_util_pct"].value
+    assert len(cpu) == len(samples) - 1 and cpu.median() > 50  # a busy loop: ~100% of one CPU
+    assert set(df.metric) >= {"cpu_util_pct", "proc_rss_bytes", "net_rx_bytes_per_s", "net_tx_bytes_per_s"}
+    assert (df.run_id == "r1").all() and (df.node == "n0").all()
+
+
+def test_inventory_run_fault_on_a_named_node_host_rows_from_each(stb, tmp_path, no_residue):
+    """`faultlab run --inventory` on the testbed's nodes renamed gpu-a/gpu-b (a real
+    cluster's shape: no testbed made, ranks and faults over SSH): the scenario's
+    nic-slow names gpu-b, is verified (throughput against gpu-a) and reverted; each
+    node's host sampler ran there and its rows came back."""
+    import pandas as pd
+    import yaml
+
+    inv = yaml.safe_load(open(stb.inventory_path).read())
+    inv["nodes"] = {"gpu-a": inv["nodes"]["n0"], "gpu-b": inv["nodes"]["n1"]}
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(inv))
+    (tmp_path / "s.yaml").write_text("name: inv\nworkload: {duration: 25s, hidden: 256, batch: 256}\nfaults:\n"
+                                     "  - {type: nic-slow, node: gpu-b, at: 8s, duration: 6s, params: {rate: 50mbit}}\n")
+    out = tmp_path / "run"
+    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "run", str(tmp_path / "s.yaml"), "--inventory", str(tmp_path / "cluster.yaml"),
+                         "--out", str(out), "--no-label"], capture_output=True, text=True, timeout=240)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    inj = pd.read_parquet(out / "injections.parquet")
+    assert list(inj.node) == ["gpu-b"] and inj.verified.all() and (inj.status == "reverted").all()
+    steps = pd.read_parquet(out / "steps.parquet")
+    assert sorted(steps.node.unique()) == ["gpu-a", "gpu-b"]
+    host = pd.read_parquet(out / "host.parquet")
+    for node, peer in (("gpu-a", "gpu-b"), ("gpu-b", "gpu-a")):
+        m = set(host[host.node == node].metric)
+        assert {"proc_cpu_util_pct", "proc_rss_bytes", "net_tx_bytes_per_s", f"tcp_rtt_ms:{peer}"} <= m, (node, sorted(m))
+    for i in (0, 1):
+        assert ".json" not in _leases_on(stb, i)
+        assert "tbf" not in _docker_view(stb, i).run(["tc", "qdisc", "show", "dev", "eth0"], scope="net").stdout
+
+
+def _cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "faultlab.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _tbf_on(stb, i) -> bool:
+    return "tbf" in _docker_view(stb, i).run(["tc", "qdisc", "show", "dev", "eth0"], scope="net").stdout
+
+
+def test_doctor_on_an_ssh_node_through_its_inventory(stb, tmp_path, no_residue):
+    """doctor --inventory --node n0: checked on the node over SSH (tc on a throw-away
+    ifb there, the node's own cgroup mounts, the ranks' Python there)."""
+    import json
+
+    cp = _cli("doctor", "--inventory", _inventory(stb, tmp_path), "--node", "n0", "--json")
+    assert cp.returncode == 0, cp.stderr
+    (rep,) = json.loads(cp.stdout)
+    assert rep["node"] == "ssh:n0" and "host key pinned" in rep["facts"]["access"]
+    t = rep["types"]
+    assert t["nic-slow"]["ok"] and t["cpu-contention"]["ok"] and t["gc-storm"]["ok"], t
+    assert not t["gpu-clock-cap"]["ok"] and "nvidia-smi not found" in t["gpu-clock-cap"]["why"]
+    assert rep["facts"]["python"] == sys.version.split()[0]  # the ranks' interpreter, run on the node
+    assert "flprb" not in _docker_view(stb, 0).run(["ip", "link"], scope="net").stdout
+    # an unknown host key: one line naming the node, nothing checked
+    import yaml
+
+    inv = yaml.safe_load(open(_inventory(stb, tmp_path)))
+    inv["known_hosts"] = str(tmp_path / "empty_known_hosts")
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(inv))
+    cp = _cli("doctor", "--inventory", str(tmp_path / "bad.yaml"), "--node", "n0")
+    assert cp.returncode == 1 and cp.stderr.count("\n") == 1 and "not pinned" in cp.stderr and "n0" in cp.stderr, cp.stderr
+
+
+def test_status_revert_recover_of_faults_on_an_ssh_node(stb, tmp_path, no_residue):
+    """Faults left on an ssh node by a controller that is gone (--detach): status sees
+    them there; revert FAULT_ID tells the node's watchdog to revert now; recover ends
+    one whose record was lost (by its watchdog) and one whose watchdog was killed (by
+    the recorded revert lines)."""
+    import json
+
+    inv = _inventory(stb, tmp_path)
+
+    def inject(node="n0"):
+        cp = _cli("inject", "--type", "nic-slow", "--inventory", inv, "--node", node, "--rate", "50mbit", "--duration", "120s", "--detach", "--json")
+        assert cp.returncode == 0, cp.stderr
+        return json.loads(cp.stdout)[0]["fault_id"]
+
+    fid = inject()
+    cp = _cli("status", "--inventory", inv, "--node", "n0", "--json")
+    (row,) = json.loads(cp.stdout)
+    assert row["fault_id"] == fid and row["type"] == "nic-slow" and row["record"] and row["watchdog_alive"] and 60 < row["remaining_s"] <= 120
+    assert not row["controller_alive"]
+    cp = _cli("status", "--inventory", inv, "--node", "n0")
+    assert fid in cp.stdout and "left to its lease" in cp.stdout
+    cp = _cli("revert", fid, "--inventory", inv, "--node", "n0")
+    assert cp.returncode == 0 and f"{fid} on ssh:n0: reverted" in cp.stdout, cp.stdout + cp.stderr
+    assert not _tbf_on(stb, 0) and ".json" not in _leases_on(stb, 0)
+    assert json.loads(_cli("status", "--inventory", inv, "--all-nodes", "--json").stdout) == []
+
+    # the record lost (deleted on the node): its watchdog is still found and told to revert
+    lost = inject()
+    view = _docker_view(stb, 0)
+    root = f"/proc/{view.init_pid}/root/run/faultlab/leases"
+    subprocess.run(["rm", "-f", f"{root}/{lost}.json"], check=True)
+    (row,) = json.loads(_cli("status", "--inventory", inv, "--node", "n0", "--json").stdout)
+    assert row["fault_id"] == lost and not row["record"] and row["watchdog_alive"]
+    # the watchdog killed (on n1): the record's revert lines are run by recover
+    dead = inject("n1")
+    rows = {r["fault_id"]: r for r in json.loads(_cli("status", "--inventory", inv, "--all-nodes", "--json").stdout)}
+    assert set(rows) == {lost, dead}, rows
+    me = _ssh(stb, 1)
+    from faultlab.injectors.remoteview import remote_faults
+
+    f = next(x for x in remote_faults(me) if x.fault_id == dead)
+    me.run(["kill", "-9", str(f.watchdog_pid)])
+    me.close()
+    rows = {r["fault_id"]: r for r in json.loads(_cli("status", "--inventory", inv, "--node", "n1", "--json").stdout)}
+    assert rows[dead]["record"] and not rows[dead]["watchdog_alive"] and _tbf_on(stb, 1)
+    cp = _cli("recover", "--inventory", inv, "--all-nodes")
+    assert cp.returncode == 0 and cp.stdout.count(": reverted") == 2, cp.stdout + cp.stderr
+    for i in (0, 1):
+        assert not _tbf_on(stb, i) and ".json" not in _leases_on(stb, i)
+    assert json.loads(_cli("status", "--inventory", inv, "--all-nodes", "--json").stdout) == []
+
+
+_ADD_USER = ('id -u "$1" >/dev/null 2>&1 || useradd -m -s /bin/sh "$1"; install -d -m 700 -o "$1" -g "$1" "/home/$1/.ssh" && '
+             'install -m 600 -o "$1" -g "$1" /root/.ssh/authorized_keys "/home/$1/.ssh/authorized_keys" && '
+             'if [ "$2" = yes ]; then printf "%s ALL=(root) NOPASSWD: ALL\\n" "$1" > "/etc/sudoers.d/$1" && chmod 440 "/etc/sudoers.d/$1"; fi')
+
+
+def _add_user(stb, i, user: str, sudo: bool) -> None:
+    """A non-root login on testbed node i (the testbed's key), with a NOPASSWD sudo
+    rule or none; removed with the testbed's container."""
+    from faultlab.nodes.dockerd import client
+
+    rc, out = client().containers.get(_docker_view(stb, i).container).exec_run(["sh", "-c", _ADD_USER, "sh", user, "yes" if sudo else "no"])
+    assert rc == 0, out
+
+
+def test_non_root_login_with_sudo_applies_and_reverts_without_sudo_refused(stb, no_residue):
+    """A login user with NOPASSWD sudo: the fault is applied, verified and reverted
+    through ``sudo -n`` (its lease record root's, on the node). A login without a sudo
+    rule: one line naming the fix, before anything is applied."""
+    from faultlab import injectors
+    from faultlab.errors import NodeError
+    from faultlab.nodes import LocalNode
+
+    _add_user(stb, 0, "flops", True)
+    _add_user(stb, 0, "flnone", False)
+    ok = _ssh(stb, 0, user="flops", sudo=True)
+    assert ok.run(["id", "-u"]).stdout.strip() == "0"  # every command through sudo -n
+    assert ok.line(["tc", "qdisc"]).startswith("sudo -n -- ")
+    inj = injectors.build("nic-slow", ok, target=None, duration_s=30, opts={"--rate": "50mbit"})
+    inj.probe_peer, inj.probe_peer_addr = LocalNode("host"), stb.bridge_address
+    a = injectors.apply(inj, 30)
+    try:
+        assert a.evidence["verify"]["ok"], a.evidence
+        assert _tbf_on(stb, 0) and f"{a.fault_id}.json" in _leases_on(stb, 0)
+        owner = _docker_view(stb, 0).run(["stat", "-c", "%U", f"/proc/{_docker_view(stb, 0).init_pid}/root{a.lease.path}"]).stdout.strip()
+        assert owner == "root"
+    finally:
+        assert a.revert() == "reverted"
+    ok.close()
+    assert not _tbf_on(stb, 0) and f"{a.fault_id}.json" not in _leases_on(stb, 0)
+
+    bad = _ssh(stb, 0, user="flnone", sudo=True)
+    with pytest.raises(NodeError) as e:
+        injectors.apply(injectors.build("nic-slow", bad, target=None, duration_s=30, opts={"--rate": "50mbit"}), 30)
+    msg = str(e.value)
+    assert "\n" not in msg and "sudo -n refused" in msg and "flnone" in msg and "NOPASSWD" in msg and "nothing applied" in msg, msg
+    assert not _tbf_on(stb, 0) and ".json" not in _leases_on(stb, 0)

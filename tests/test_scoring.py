@@ -124,7 +124,7 @@ def test_unmanifested_labels_do_not_count():
 
 def test_empty_inputs():
     m = score(None, labels(("rank:0", 0, 10)), RANKS, run_span=(0, 3600))
-    assert math.isnan(m["precision"]) and m["recall"] == 0.0 and math.isnan(m["f1"])
+    assert math.isnan(m["precision"]) and m["recall"] == 0.0 and m["f1"] == 0.0  # no alarm: recall 0, F1 0 (not NaN)
     assert m["mcc"] == 0.0  # tp+fp = 0: the denominator vanishes
     assert math.isnan(m["event_precision"]) and m["event_recall"] == 0.0
     assert math.isnan(m["latency_median_s"]) and m["acc_at_1"] == 0.0

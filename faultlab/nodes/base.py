@@ -112,6 +112,10 @@ class Node:
         """The bytes of telemetry file ``name`` from ``offset`` on."""
         return b""
 
+    def remove_telemetry(self, run_id: str) -> None:
+        """Remove the node's telemetry folder of run ``run_id`` (a plain name) once it
+        is collected. Nodes on this host write into the run directory: nothing."""
+
     def write_file(self, path: str | Path, data: str | bytes, mode: int = 0o600) -> None:
         """Write ``data`` to ``path`` on the node atomically (temp file + rename)."""
         p = Path(path)

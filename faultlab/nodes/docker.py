@@ -88,6 +88,15 @@ class DockerNode(Node):
         except FileNotFoundError:
             return []
 
+    def remove_telemetry(self, run_id: str) -> None:
+        """Remove the host side of the run's folder (written by the container: links
+        are removed, never followed)."""
+        import shutil
+
+        d = Path(self.work_host or "/nonexistent") / run_id
+        if d.is_dir() and not d.is_symlink():
+            shutil.rmtree(d)
+
     def read_telemetry(self, run_id: str, name: str, offset: int) -> bytes:
         fd = os.open(Path(self.work_host) / run_id / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as f:

@@ -1,9 +1,13 @@
 """The docker node image, built offline from Debian (no registry needed).
 
-``debootstrap --variant=minbase --include=python3,openssh-server,iproute2,procps
+``debootstrap --variant=minbase --include=python3,openssh-server,iproute2,procps,sudo
 bookworm`` from the Debian mirror (reachable through apt even where no image registry
-is), packed into a tarball cached at ``/var/cache/faultlab/node-bookworm.tar`` (or
-``$FAULTLAB_CACHE_DIR``), then ``docker import --change CMD`` (import drops CMD).
+is), packed into a tarball cached at ``/var/cache/faultlab/node-bookworm-2.tar`` (or
+``$FAULTLAB_CACHE_DIR``), then ``docker import --change CMD`` (import drops CMD). The
+image tag and the tarball carry one revision number, raised whenever ``PACKAGES``
+changes, so a cache of an older package set is never taken for this one. ``sudo`` is
+in because ssh nodes are often reached as a non-root user with passwordless sudo (the
+image has no sudoers rule: a test or an operator adds one).
 No host keys are in the image: each container makes its own at start
 (``ssh-keygen -A``) and then runs ``sshd -D``.
 
@@ -26,8 +30,9 @@ from pathlib import Path
 
 from faultlab.errors import FaultlabError
 
-IMAGE = "faultlab/node:bookworm-1"
-PACKAGES = ["python3", "openssh-server", "iproute2", "procps"]
+REVISION = 2
+IMAGE = f"faultlab/node:bookworm-{REVISION}"
+PACKAGES = ["python3", "openssh-server", "iproute2", "procps", "sudo"]
 MIRROR = os.environ.get("FAULTLAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 #: PID 1 of a node: per-container host keys, then sshd in the foreground
 CMD = '["/bin/sh","-c","ssh-keygen -A >/dev/null && mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e"]'
@@ -38,7 +43,7 @@ def cache_dir() -> Path:
 
 
 def tarball() -> Path:
-    return cache_dir() / "node-bookworm.tar"
+    return cache_dir() / f"node-bookworm-{REVISION}.tar"
 
 
 def build_tarball(log=None) -> Path:

@@ -116,3 +116,14 @@ def ssh_nodes(inv: Inventory, names: list[str], *, accept_new: bool = False) -> 
                            sudo=d.sudo if spec.sudo is None else spec.sudo, connect_timeout_s=d.connect_timeout_s,
                            command_timeout_s=d.command_timeout_s))
     return out
+
+
+def run_nodes(path: str | Path, selector: str | None = None, *, accept_new: bool = False) -> list:
+    """The SshNodes a run or campaign uses from inventory ``path``: every node, or those
+    whose labels match ``selector`` (``rack=3``), in file order, one rank each.
+    Raises BadInput naming ``--inventory``/``--nodes``; a run needs two at least."""
+    inv = load(path)
+    names = inv.select(None, selector)
+    if len(names) < 2:
+        raise BadInput(f"{len(names)} inventory node(s) selected", field="--nodes", fix="a run needs at least 2 nodes (a straggler needs peers)")
+    return ssh_nodes(inv, names, accept_new=accept_new)

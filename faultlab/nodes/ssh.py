@@ -101,8 +101,31 @@ class SshNode(Node):
                 raise NodeError(f"ssh node {self.name} ({where}) unreachable: {why} (connect timeout {self.connect_timeout_s:g}s)",
                                 field="--node", fix="check the address, port and network") from None
             c.get_transport().set_keepalive(5)
+            if self.sudo:
+                self._check_sudo(c)
             self._client = c
             return c
+
+    def _check_sudo(self, c) -> None:
+        """Refuse a node whose login cannot ``sudo -n`` (no NOPASSWD rule): one line
+        naming the fix, before any command of a fault runs. Closes ``c`` on refusal."""
+        try:
+            _, out, err = c.exec_command(shlex.join(["sudo", "-n", "--", "true"]), timeout=self.command_timeout_s)
+            rc = out.channel.recv_exit_status()
+            why = err.read().decode(errors="replace").strip().splitlines()
+        except Exception as e:  # noqa: BLE001 - any failure of the check is a refusal
+            rc, why = -1, [f"{type(e).__name__}: {e}"]
+        if rc != 0:
+            c.close()
+            raise NodeError(f"sudo -n refused on ssh node {self.name} for user {self.user}: {why[-1] if why else 'rc=' + str(rc)}; nothing applied",
+                            field="--node", fix=f"give {self.user} passwordless sudo (a sudoers line '{self.user} ALL=(root) NOPASSWD: ALL'), or log in as root")
+
+    def check_access(self) -> str:
+        """Connect (pinned host key, key auth, ``sudo -n`` when asked) and say how the
+        node is reached. Raises NodeError as :meth:`connect`."""
+        self.connect()
+        return (f"{self.user}@{self.address}:{self.port}, host key pinned in {self.known_hosts}"
+                + (", commands through sudo -n" if self.sudo else ""))
 
     def close(self) -> None:
         with self._lock:
@@ -209,6 +232,9 @@ class SshNode(Node):
         cp = self.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; for f in *; do [ -f "$f" ] && [ ! -L "$f" ] && printf "%s\\n" "$f"; done; exit 0',
                        "sh", f"{WORK_DIR}/{run_id}"], timeout=30)
         return [x for x in cp.stdout.splitlines() if x and x != "*"]
+
+    def remove_telemetry(self, run_id: str) -> None:
+        self.run(["rm", "-rf", "--", f"{WORK_DIR}/{run_id}"], timeout=60, check=True)
 
     def read_telemetry(self, run_id: str, name: str, offset: int) -> bytes:
         chan = self._open(self.line(["tail", "-c", f"+{offset + 1}", "--", f"{WORK_DIR}/{run_id}/{name}"]), 30)

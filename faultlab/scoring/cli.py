@@ -128,7 +128,7 @@ def score_cmd(
     else:
         print_result(d, con)
     if base is not None:
-        err = Console(stderr=True)
+        err = Console(stderr=True, soft_wrap=True)  # one verdict per line, never folded at the terminal width
         dropped = [v for v in verdicts if v.status == "dropped"]
         for v in verdicts:
             err.print(v.line(), markup=False, highlight=False)

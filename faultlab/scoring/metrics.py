@@ -134,11 +134,14 @@ def _div(a, b):
 
 
 def f1_of(p, r):
-    """Harmonic mean; NaN if either is NaN, 0 when both are 0."""
+    """Harmonic mean; 0 when recall is 0 (a detector that raised no alarm while there
+    were positives has F1 0, not NaN: its precision is undefined, its recall is 0),
+    otherwise NaN if either is NaN, 0 when both are 0."""
     p, r = np.asarray(p, dtype=np.float64), np.asarray(r, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.where(p + r > 0, 2 * p * r / np.where(p + r > 0, p + r, 1.0), 0.0)
     out = np.where(np.isnan(p) | np.isnan(r), np.nan, out)
+    out = np.where(r == 0, 0.0, out)
     return out if out.ndim else float(out)
 
 

@@ -6,7 +6,8 @@ Ranks on docker and ssh nodes write their per-step JSONL on their node (see
 (``Node.telemetry_files`` / ``Node.read_telemetry``) and appends the *complete lines*
 to the same file names in the run's ``telemetry/`` folder. A controller killed with
 SIGKILL therefore leaves a run directory readable up to its last collection, which
-the run directory's raw-JSONL reader already handles. Only plain file names
+the run directory's raw-JSONL reader already handles (and the rest stays on the
+node). After the last collection of a run that ends, each node's copy is removed. Only plain file names
 (``[A-Za-z0-9._-]``) are accepted from a node: a node cannot steer where we write.
 """
 
@@ -67,9 +68,19 @@ class TelemetryCollector:
             self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, remove: bool = True) -> None:
+        """Stop, collect a last time, and (``remove``) remove the run's telemetry
+        folder from each node whose last collection succeeded (the run directory has
+        it all; a node that could not be read keeps its copy)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
         if self.nodes:
             self.collect_once()
+        if remove and _NAME.fullmatch(self.run_id) and self.run_id not in (".", ".."):
+            for node in self.nodes:
+                if node.name not in self.errors:
+                    try:
+                        node.remove_telemetry(self.run_id)
+                    except Exception as e:  # noqa: BLE001 - kept on the node, said so
+                        self.errors[node.name] = f"not removed: {type(e).__name__}: {e}"

@@ -1,0 +1,81 @@
+"""``faultlab status|revert|recover --inventory FILE (--node a,b | --all-nodes)``: the
+faults on ssh nodes, seen, reverted and recovered on the nodes themselves
+(faultlab.injectors.remoteview). Exit codes as on this host: 0 nothing left, 1
+something left (named), 2 bad input; an unreachable node or a refused host key is a
+one-line error naming the node (exit 1), with nothing done on it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from faultlab.errors import BadInput, FaultlabError
+
+
+def inventory_targets(inventory: Path | None, node: str | None, all_nodes: bool) -> list:
+    """The ssh nodes named by ``--node a,b`` or ``--all-nodes`` in ``inventory``.
+    Raises BadInput naming the field."""
+    from faultlab.nodes import inventory as inv_mod
+
+    if inventory is None:
+        raise BadInput("--node NAME / --all-nodes name inventory nodes", field="--inventory", fix="add --inventory FILE")
+    if bool(node) == bool(all_nodes):
+        raise BadInput("give --node NAME[,NAME] or --all-nodes (one of them)", field="--node", fix="e.g. --node gpu-07 or --all-nodes")
+    inv = inv_mod.load(inventory)
+    return inv_mod.ssh_nodes(inv, inv.select(node or None))
+
+
+def _faults(nodes, fault_id: str | None = None):
+    from faultlab.injectors.remoteview import remote_faults
+
+    out = []
+    for n in nodes:
+        out += [f for f in remote_faults(n) if fault_id is None or f.fault_id == fault_id]
+    return out
+
+
+def status(nodes, out, as_json: bool) -> int:
+    """Print the faults in force on ``nodes``; returns the exit code."""
+    rows = [f.row() for f in _faults(nodes)]
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return 0
+    if not rows:
+        out.print(f"no faults in force on {', '.join(n.describe() for n in nodes)}", markup=False)
+    for r in rows:
+        wd = f"watchdog reverts it at the latest in {r['remaining_s']}s" if r["watchdog_alive"] else "WATCHDOG GONE: run faultlab recover"
+        held = "held by its controller" if r["controller_alive"] else f"left to its lease (controller {r['controller'] or 'unknown'})"
+        rec = "" if r["record"] else "  (lease record lost: the watchdog still ends it)"
+        out.print(f"{r['fault_id']}  {r['type'] or '-'}  {r['node']}  {r['target'] or '-'}  {wd}  {held}{rec}", markup=False)
+    return 0
+
+
+def revert(nodes, fault_id: str | None, out, as_json: bool, *, verb: str = "revert") -> int:
+    """Revert ``fault_id`` (None: every fault) on ``nodes``; returns the exit code."""
+    from faultlab.injectors.remoteview import revert_remote
+
+    done = [{"fault_id": f.fault_id, "node": f.node.describe(), "left": revert_remote(f)} for f in _faults(nodes, fault_id)]
+    if as_json:
+        out.print_json(json.dumps(done))
+    elif not done:
+        out.print(f"no fault {fault_id + ' ' if fault_id else ''}in force on {', '.join(n.describe() for n in nodes)}", markup=False)
+    for d in done if not as_json else []:
+        out.print(f"{d['fault_id']} on {d['node']}: {'reverted' if not d['left'] else 'NOT reverted: left ' + '; '.join(d['left'])}", markup=False)
+    bad = [d for d in done if d["left"]]
+    if bad:
+        print(f"faultlab: error: {verb}: {', '.join(d['fault_id'] + ' on ' + d['node'] for d in bad)} not fully reverted", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def run(cmd: str, inventory, node, all_nodes, fault_id, out, as_json: bool) -> int:
+    """The ``--inventory`` form of ``status``/``revert``/``recover``; one-line errors."""
+    try:
+        nodes = inventory_targets(inventory, node, all_nodes)
+        if cmd == "status":
+            return status(nodes, out, as_json)
+        return revert(nodes, fault_id, out, as_json, verb=cmd)
+    except FaultlabError as e:
+        print(f"faultlab: error: {e}", file=sys.stderr)
+        return getattr(e, "exit_code", 1)

@@ -1,0 +1,157 @@
+"""The host sampler on ssh nodes: start it there, turn its raw samples into host rows.
+
+A docker node needs none of this: its ranks are processes of this host (host PIDs),
+so faultlab.telemetry.hostsampler reads their ``/proc`` and runs ``ss`` in their
+network namespace like any other. An ssh node's processes are on another machine:
+
+1. :func:`start_node_samplers` starts faultlab.telemetry.nodesampler on each ssh node
+   (its source as ``python3 -c``, detached, so it outlives a cut network and ends by
+   itself when the ranks are gone), writing ``host-NODE.jsonl`` beside the ranks'
+   telemetry on the node;
+2. faultlab.telemetry.collect brings that file back with the rest (every 0.5 s);
+3. :func:`host_rows` turns the collected raw samples into rows of the ``host`` table
+   (same metric names and units as the local sampler's; TCP metrics through
+   faultlab.telemetry.tcpstats' ``parse_ss`` / ``TcpTracker`` / ``PeerResolver``).
+
+Everything in a collected file is untrusted: a line that is not a JSON object of the
+expected shape is skipped, numbers are checked to be finite and non-negative.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from faultlab.telemetry import tcpstats
+
+#: the collected file of node NAME: ``host-NAME.jsonl`` (in the run's telemetry folder)
+PREFIX = "host-"
+
+
+def _source() -> str:
+    return (Path(__file__).parent / "nodesampler.py").read_text()
+
+
+def sampler_argv(pids: list[int], out: str, *, until: float, interval_s: float = 1.0, python: str = "python3") -> list[str]:
+    """The argv that runs the node sampler on a node (``python3 -c SOURCE ...``). Pure
+    apart from reading nodesampler.py."""
+    return [python, "-c", _source(), "--pids", ",".join(str(int(p)) for p in pids), "--out", out,
+            "--interval", f"{interval_s:g}", "--until", f"{until:.0f}"]
+
+
+def start_node_samplers(ranks, run_id: str, *, until: float, interval_s: float = 1.0) -> dict[str, str]:
+    """Start one node sampler per ssh node of ``ranks`` (faultlab.benchmarks.launch
+    RankProcs; nodes with ``remote`` set). Returns {node name: error} for nodes where
+    it could not start (the run goes on without their host rows)."""
+    by_node: dict[str, tuple] = {}
+    for r in ranks:
+        if getattr(r.node, "remote", False):
+            by_node.setdefault(r.node.name, (r.node, []))[1].append(r.pid)
+    errors = {}
+    for name, (node, pids) in by_node.items():
+        out = f"{node.workload_out(run_id, Path('.'))}/{PREFIX}{name}.jsonl"
+        try:
+            if not node.has_program("python3"):
+                errors[name] = "python3 not found on the node (the host sampler there needs it)"
+                continue
+            node.spawn(sampler_argv(pids, out, until=until, interval_s=interval_s), new_session=True)
+        except Exception as e:  # noqa: BLE001 - one node's sampler never stops the run
+            errors[name] = f"{type(e).__name__}: {e}"
+    return errors
+
+
+def read_samples(path: Path) -> list[dict]:
+    """The well-formed raw samples of a collected ``host-NODE.jsonl``, in file order."""
+    out = []
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if _valid(rec):
+            out.append(rec)
+    return out
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _valid(rec) -> bool:
+    if not isinstance(rec, dict) or not all(_num(rec.get(k)) for k in ("ts", "mono", "hz")) or rec["hz"] <= 0:
+        return False
+    cpu, procs, net = rec.get("cpu"), rec.get("procs"), rec.get("net")
+    if not (isinstance(cpu, list) and len(cpu) == 2 and all(map(_num, cpu))):
+        return False
+    if not isinstance(procs, dict) or not all(isinstance(v, list) and len(v) == 2 and all(map(_num, v)) for v in procs.values()):
+        return False
+    if net is not None and not (isinstance(net, list) and len(net) == 2 and all(map(_num, net))):
+        return False
+    return isinstance(rec.get("ino", []), list) and isinstance(rec.get("ss"), (str, type(None)))
+
+
+def rows_of(node: str, samples: list[dict], peers: dict[str, str]) -> list[tuple[str, float, str, float]]:
+    """(node, ts, metric, value) rows of one node's raw samples: from the second sample
+    on, each over the interval since the previous one (the local sampler's shape).
+
+    ``cpu_util_pct`` (node-wide, 0..100), ``proc_cpu_util_pct`` (percent of one CPU;
+    a process first seen counts from its start), ``proc_rss_bytes``,
+    ``net_rx_bytes_per_s``/``net_tx_bytes_per_s``, and the per-peer ``tcp_*`` metrics
+    of the connections whose socket the ranks hold (peers named by ``peers``:
+    address -> node name)."""
+    rows: list[tuple[str, float, str, float]] = []
+    tracker = tcpstats.TcpTracker()
+    resolver = tcpstats.PeerResolver(peers)
+    prev = None
+    for s in sorted(samples, key=lambda r: r["mono"]):
+        conns = None
+        if s.get("ss") is not None:
+            ino = {i for i in s.get("ino", []) if isinstance(i, int)}
+            conns = [c for c in tcpstats.parse_ss(s["ss"]) if c.inode in ino]
+            tcp = tracker.update(conns, lambda c: resolver.peer(node, c), s["mono"])
+        if prev is None or s["mono"] <= prev["mono"]:
+            prev = s
+            continue
+        ts, dt = float(s["ts"]), s["mono"] - prev["mono"]
+        d_total = s["cpu"][1] - prev["cpu"][1]
+        if d_total > 0:
+            rows.append((node, ts, "cpu_util_pct", 100.0 * max(0, s["cpu"][0] - prev["cpu"][0]) / d_total))
+        ticks = sum(max(0, v[0] - prev["procs"].get(k, [0, 0])[0]) for k, v in s["procs"].items())
+        rows.append((node, ts, "proc_cpu_util_pct", 100.0 * ticks / s["hz"] / dt))
+        rows.append((node, ts, "proc_rss_bytes", float(sum(v[1] for v in s["procs"].values()))))
+        if s["net"] is not None and prev["net"] is not None:
+            rows.append((node, ts, "net_rx_bytes_per_s", max(0, s["net"][0] - prev["net"][0]) / dt))
+            rows.append((node, ts, "net_tx_bytes_per_s", max(0, s["net"][1] - prev["net"][1]) / dt))
+        if conns is not None:
+            rows += [(node, ts, m, float(v)) for m, v in tcp]
+        prev = s
+    return rows
+
+
+def host_rows(telemetry_dir: Path, nodes: list[str], peers: dict[str, str], run_id: str | None = None) -> pd.DataFrame:
+    """Host rows of the collected samples of ``nodes`` in ``telemetry_dir``
+    (``host-NODE.jsonl``), as HostSampler.frame() shapes them (``run_id`` column when
+    given)."""
+    rows = []
+    for name in nodes:
+        rows += rows_of(name, read_samples(Path(telemetry_dir) / f"{PREFIX}{name}.jsonl"), peers)
+    df = pd.DataFrame(rows, columns=["node", "ts", "metric", "value"])
+    df["ts"] = df["ts"].astype("float64")
+    df["value"] = df["value"].astype("float64")
+    if run_id is not None:
+        df.insert(0, "run_id", run_id)
+    return df
+
+
+def until_for(duration_s: float | None) -> float:
+    """The latest end of a node sampler: the run's duration plus 10 minutes (6 h for a
+    run given in steps); it ends earlier, with the ranks."""
+    return time.time() + (duration_s + 600 if duration_s else 6 * 3600)

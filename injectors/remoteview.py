@@ -1,0 +1,107 @@
+"""Faults in force on remote (ssh) nodes: what ``faultlab status|revert|recover
+--inventory FILE --node NAME`` (or ``--all-nodes``) see and do.
+
+A remote node's faults are known from the node alone (faultlab.injectors.lease_remote):
+
+- lease records in the node's lease folder (trusted as there: regular files owned by
+  the login user, not links; malformed ones ignored);
+- watchdog processes on the node whose argv is ``... faultlab-watchdog RECORD DEADLINE
+  LINE...`` with RECORD in that folder, also when their record was lost (the watchdog
+  carries its own revert lines, so it can still be told to revert).
+
+Reverting never runs a line read from a record while its watchdog lives: the watchdog
+is told to revert now (SIGUSR1, the same as a third signal in faultlab inject) and
+removes the record when done; only a record whose watchdog is gone has its (recorded)
+revert lines run by the controller, then the record is removed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from faultlab.injectors.lease_remote import RemoteLease, load_leases
+
+_FIND_WATCHDOGS_SH = 'grep -l -a -F -- faultlab-watchdog /proc/[0-9]*/cmdline 2>/dev/null; exit 0'
+
+
+@dataclass
+class RemoteFault:
+    """One fault on a remote node: its lease (None when only its watchdog is left)
+    and its watchdog PID (None when gone)."""
+
+    node: object
+    fault_id: str
+    lease: RemoteLease | None = None
+    watchdog_pid: int | None = None
+    deadline_ts: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def row(self) -> dict:
+        rec = self.lease.record if self.lease else {}
+        left = None if self.deadline_ts is None else max(0, round(self.deadline_ts - time.time()))
+        alive = bool(self.lease and self.lease.controller_alive())
+        return {"fault_id": self.fault_id, "type": rec.get("fault_type"), "node": self.node.describe(), "target": rec.get("target"),
+                "record": self.lease is not None, "watchdog_alive": self.watchdog_pid is not None, "remaining_s": left,
+                "controller": f"{rec.get('controller')}:{rec.get('controller_pid')}" if rec else None, "controller_alive": alive}
+
+
+def _watchdogs(node) -> dict[str, tuple[int, float | None]]:
+    """fault id -> (PID, deadline) of the watchdog processes on ``node`` for records of
+    its lease folder (argv checked token by token; the detached ``sh -c`` wrapper,
+    whose argv is one joined string, is not matched)."""
+    d = str(node.lease_dir())
+    out: dict[str, tuple[int, float | None]] = {}
+    for path in node.run(["sh", "-c", _FIND_WATCHDOGS_SH], timeout=node.command_timeout_s).stdout.split():
+        pid = path.split("/")[2]
+        try:
+            args = node.read_file(path).split("\0")
+        except OSError:
+            continue
+        if not pid.isdigit() or "faultlab-watchdog" not in args:
+            continue
+        i = args.index("faultlab-watchdog")
+        rec = PurePosixPath(args[i + 1]) if i + 1 < len(args) else None
+        if rec is None or str(rec.parent) != d or rec.suffix != ".json":
+            continue
+        dl = args[i + 2] if i + 2 < len(args) else ""
+        out[rec.stem] = (int(pid), float(dl) if dl.isdigit() else None)
+    return out
+
+
+def remote_faults(node) -> list[RemoteFault]:
+    """Every fault on ``node`` (records and watchdogs), oldest record first. Raises
+    NodeError when the node cannot be reached (its host key refused, unreachable)."""
+    dogs = _watchdogs(node)
+    out = []
+    for le in load_leases(node):
+        pid, dl = dogs.pop(le.fault_id, (None, None))
+        out.append(RemoteFault(node, le.fault_id, le, pid, le.record.get("deadline_ts") or dl))
+    out += [RemoteFault(node, fid, None, pid, dl, ["lease record lost: the watchdog still ends it"]) for fid, (pid, dl) in sorted(dogs.items())]
+    return out
+
+
+def revert_remote(f: RemoteFault, timeout_s: float = 60.0) -> list[str]:
+    """Revert fault ``f`` now (see the module docstring). Returns what is left
+    (empty when the fault is gone)."""
+    node = f.node
+    if f.watchdog_pid is not None:
+        node.run(["kill", "-USR1", str(int(f.watchdog_pid))], timeout=30)
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if node.run(["kill", "-0", str(int(f.watchdog_pid))], timeout=30).returncode != 0:
+                break
+            time.sleep(0.2)
+        else:
+            return [f"watchdog {f.watchdog_pid} on {node.describe()} still reverting after {timeout_s:g}s"]
+        if f.lease is not None and f.lease.exists():  # the watchdog removes it when done
+            return [f"lease record {f.lease.path} on {node.describe()} left by its watchdog"]
+        return []
+    if f.lease is None:
+        return []
+    failed = f.lease.run_revert(timeout_s)
+    if failed:
+        return [f"{failed} revert command(s) failed on {node.describe()} (record kept for faultlab recover)"]
+    f.lease.release()
+    return []
