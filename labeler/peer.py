@@ -156,7 +156,8 @@ def sustained(ratio: np.ndarray, k: int, level: np.ndarray) -> np.ndarray:
         x = ratio[:, a : a + 256]
         with np.errstate(invalid="ignore"):
             n_above = count(x > level[None, a : a + 256])
-        n_known = count(~np.isnan(x))
+        nan = np.isnan(x)
+        n_known = count(~nan) if nan.any() else (hi - lo)[:, None]  # no NaN: the window's length
         out[:, a : a + 256] = (n_above * 2 > n_known) & (n_known >= (k + 1) // 2)
     return out
 

@@ -658,3 +658,18 @@ def test_sustained_straggler_under_per_step_noise(seed):
     assert r.slowdown == pytest.approx(1.5, rel=0.15)
     # the same noise without a straggler: nothing (the window's median, not one step)
     assert label(simulate(n_steps=400, noise=0.25, seed=seed)).empty
+
+
+@pytest.mark.parametrize("nan_fraction", [0.0, 0.1])
+def test_sustained_window_matches_a_brute_force_count(nan_fraction):
+    from faultlab.labeler.peer import sustained
+
+    rng = np.random.default_rng(5)
+    x = (rng.random((50, 300)) * 2).astype(np.float32)
+    x[rng.random(x.shape) < nan_fraction] = np.nan
+    got = sustained(x, 7, np.full(300, 1.0))
+    for i in range(50):
+        w = x[max(0, i - 3) : i + 4]
+        known = (~np.isnan(w)).sum(axis=0)
+        want = ((w > 1.0).sum(axis=0) * 2 > known) & (known >= 4)
+        assert (got[i] == want).all()
