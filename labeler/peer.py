@@ -134,7 +134,8 @@ def window_steps(grid: StepGrid, config) -> int:
 
 def sustained(ratio: np.ndarray, k: int, level: np.ndarray) -> np.ndarray:
     """``(S, R)`` bool: the centered window of ``k`` steps around each step has more
-    than half of its known ratios above ``level`` (``(R,)``, per rank) and at least
+    than half of its known ratios above ``level`` (a window cut short by the run's
+    ends counts its missing steps as not above) (``(R,)``, per rank) and at least
     ``(k + 1) // 2`` known ratios: the window's median is above the level. NaN ratios
     are unknown. O(S x R) with cumulative sums, 256 ranks at a time (bounded
     temporaries)."""
@@ -147,6 +148,8 @@ def sustained(ratio: np.ndarray, k: int, level: np.ndarray) -> np.ndarray:
     lo = np.clip(np.arange(S) - h, 0, S)
     hi = np.clip(np.arange(S) - h + k, 0, S)
 
+    cut = (k - (hi - lo))[:, None]  # steps of each window beyond the run
+
     def count(b: np.ndarray) -> np.ndarray:
         c = np.zeros((S + 1, b.shape[1]), dtype=np.int32)
         np.cumsum(b, axis=0, dtype=np.int32, out=c[1:])
@@ -158,7 +161,9 @@ def sustained(ratio: np.ndarray, k: int, level: np.ndarray) -> np.ndarray:
             n_above = count(x > level[None, a : a + 256])
         nan = np.isnan(x)
         n_known = count(~nan) if nan.any() else (hi - lo)[:, None]  # no NaN: the window's length
-        out[:, a : a + 256] = (n_above * 2 > n_known) & (n_known >= (k + 1) // 2)
+        # a window cut short by the run's first or last step: its missing steps count
+        # as not above (a fault ending with the run is not extended past its end)
+        out[:, a : a + 256] = (n_above * 2 > n_known + cut) & (n_known >= (k + 1) // 2)
     return out
 
 
