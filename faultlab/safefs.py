@@ -328,3 +328,65 @@ def private_runtime_base() -> str:
     if xdg and os.path.isabs(xdg):
         return xdg
     return os.path.join(os.path.expanduser("~"), ".cache")
+
+
+# -- the same checks on another node (ssh, docker), where no descriptor can be held ------
+#
+# $1 the file, $2... trusted uids besides 0 and the node's own effective uid. Walks the
+# path from / one component at a time: none may be a symlink, each must be owned by a
+# trusted uid and not group/other-writable (a root-owned sticky folder such as /tmp is
+# allowed except as the file's own folder, which must be 0700-or-stricter when $PRIV
+# is 1); the file must be a regular file, not group/other-writable, at most 1 MiB. Then
+# prints it. Exit 4: a component is missing; 3: untrusted (the reason on stderr). The
+# check and the read are one command on the node: a swap needs an owner of a folder on
+# the path, which the walk has just refused.
+REMOTE_READ_SH = r"""
+f=$1; shift
+uids=" 0 $(id -u) $* "
+case "$f" in /*) ;; *) echo "$f: not an absolute path" >&2; exit 3;; esac
+bad() { echo "$1" >&2; exit 3; }
+wr() { case "$1" in *[2367]?|*[2367]) return 0;; esac; return 1; }
+parent=${f%/*}; [ -n "$parent" ] || parent=/
+rest=${f#/}; cur=
+while [ -n "$rest" ]; do
+  c=${rest%%/*}
+  case "$rest" in */*) rest=${rest#*/};; *) rest=;; esac
+  [ -n "$c" ] || continue
+  case "$c" in .|..) bad "$f: has a . or .. component";; esac
+  cur="$cur/$c"
+  [ -L "$cur" ] && bad "$cur: is a symlink"
+  [ -e "$cur" ] || exit 4
+  m=$(stat -c '%u %a' -- "$cur") || exit 4
+  u=${m% *}; a=${m#* }
+  case "$uids" in *" $u "*) ;; *) bad "$cur: is owned by uid $u, not a trusted user";; esac
+  if [ "$cur" = "$f" ]; then
+    [ -f "$cur" ] || bad "$cur: is not a regular file"
+    wr "$a" && bad "$cur: is writable by group or others (mode $a)"
+  elif wr "$a"; then
+    sticky=0; case "$a" in [1357]???) sticky=1;; esac
+    { [ "$u" = 0 ] && [ "$sticky" = 1 ] && [ "$cur" != "$parent" ]; } || bad "$cur: is writable by group or others (mode $a)"
+  elif [ "$cur" = "$parent" ] && [ "$PRIV" = 1 ]; then
+    case "$a" in *00) ;; *) bad "$cur: is readable by group or others (mode $a); it must be 0700";; esac
+  fi
+done
+[ "$(stat -c %s -- "$f")" -le 1048576 ] || bad "$f: is larger than 1 MiB"
+exec cat -- "$f"
+"""
+
+
+def read_on_node(node, path: str, *, uids=(), private: bool = True) -> str:
+    """The text of ``path`` on ``node`` (any backend: the checks run there, in one
+    ``sh`` command; see REMOTE_READ_SH) when the whole path is trusted: owned by root,
+    the node's acting user or one of ``uids``, no symlink, no group/other-writable
+    folder (but a root sticky one above the file's own), the file's folder 0700 when
+    ``private``. Raises FileNotFoundError when something on the path is missing,
+    UntrustedPath (one line) when a check fails."""
+    argv = ["env", f"PRIV={1 if private else 0}", "sh", "-c", REMOTE_READ_SH, "sh", str(path), *[str(int(u)) for u in uids]]
+    cp = node.run(argv, timeout=getattr(node, "command_timeout_s", 30))
+    if cp.returncode == 4:
+        raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
+    if cp.returncode != 0:
+        why = (cp.stderr or "").strip().splitlines()
+        raise UntrustedPath(str(path), f"on node {getattr(node, 'name', '?')}: {why[-1] if why else f'check failed (exit {cp.returncode})'}",
+                            "remove it; faultlab reads only files in its own private folders, never through links")
+    return cp.stdout

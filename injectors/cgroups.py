@@ -4,10 +4,24 @@ v1: each controller has its own mount (``/sys/fs/cgroup/cpu`` here); a process's
 place is the ``cpu`` line of ``/proc/PID/cgroup``. v2: one unified hierarchy; the
 ``0::/path`` line; a controller is usable below the root only when listed in the
 root's ``cgroup.subtree_control``.
+
+Placement (:func:`placement`): the faultlab cgroup ``faultlab-<fault_id>`` is always
+made *inside the target's own cgroup*, on v1 and v2 alike, so every limit the target
+already had (``memory.max``, ``pids.max``, ``cpu.max``, io, devices) still applies
+for the fault's length: a fault only slows. The path read from ``/proc/PID/cgroup``
+is untrusted: it must be a clean absolute path (no ``.``/``..``/empty parts, no
+``(deleted)``) that stays inside the mount. On v2 the kernel's no-internal-process
+rule (Documentation/admin-guide/cgroup-v2.rst, "No Internal Process Constraint")
+forbids enabling a controller in a cgroup that holds processes, so the targets must
+be *all* the processes of their cgroup: they move into the child first, then the
+controller is enabled in their (now empty) cgroup's ``cgroup.subtree_control``, and
+revert disables it again before moving them back. Otherwise the fault is refused.
 """
 
 from __future__ import annotations
 
+import posixpath
+import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -72,6 +86,105 @@ def cgroup_of(node: Node, pid: int, h: Hierarchy) -> str | None:
         if h.version == 1 and h.controller in ctrls.split(","):
             return path
     return None
+
+
+#: the name of a faultlab cgroup: ``faultlab-<fault_id>``
+FAULT_CGROUP = re.compile(r"^faultlab-[a-z]+-[0-9a-f]{6}$")
+
+
+def clean_home(home: str, what: str = "--target") -> str:
+    """``home`` (a cgroup path as ``/proc/PID/cgroup`` gives it) when it is a clean
+    absolute path: starts with ``/``, no ``.``/``..``/empty component, no control
+    character, not a removed cgroup (`` (deleted)``). Raises Refused otherwise (a
+    process outside our cgroup namespace shows ``/../x``)."""
+    from faultlab.errors import Refused
+
+    parts = home.split("/")
+    bad = (not home.startswith("/") or home.endswith(" (deleted)") or any(c in home for c in "\0\n\r\t")
+           or any(p in (".", "..") for p in parts) or (home != "/" and "" in parts[1:]))
+    if bad:
+        raise Refused(f"the cgroup path {home!r} read from /proc/PID/cgroup is not a clean path inside this hierarchy", field=what,
+                      fix="target a process of this host's cgroup namespace whose cgroup still exists")
+    return home
+
+
+def child_path(h: Hierarchy, home: str, name: str) -> str:
+    """Absolute path of faultlab cgroup ``name`` (``faultlab-<fault_id>``) inside
+    ``home``; Refused when ``home`` is not clean (see :func:`clean_home`) or the result
+    would leave the mount; ValueError for a name that is not faultlab's."""
+    from faultlab.errors import Refused
+
+    if not FAULT_CGROUP.match(name):
+        raise ValueError(f"{name!r} is not a faultlab cgroup name")
+    clean_home(home)
+    mount = posixpath.normpath(h.mount)
+    d = posixpath.normpath(h.path(home) + "/" + name)
+    if posixpath.dirname(d) != posixpath.normpath(h.path(home)) or not d.startswith(mount.rstrip("/") + "/"):
+        raise Refused(f"cgroup {home!r} + {name} leaves the hierarchy at {mount}", field="--target", fix="target a process of this host")
+    return d
+
+
+def v2_enable_needed(node: Node, h: Hierarchy, home: str, pids: list[int]) -> bool:
+    """Whether a v2 fault under ``home`` must enable ``h.controller`` in ``home``'s
+    ``cgroup.subtree_control`` (and disable it on revert). False for the root (exempt
+    from the no-internal-process rule) or when already enabled. Raises Refused when
+    ``home`` lacks the controller (its parent does not delegate it) or holds processes
+    that are not ``pids`` (the kernel would refuse to enable it: EBUSY)."""
+    from faultlab.errors import Refused
+
+    if h.version != 2 or home.strip("/") == "":
+        return False
+    base = h.path(home)
+    try:
+        have = node.read_file(f"{base}/cgroup.controllers").split()
+        enabled = node.read_file(f"{base}/cgroup.subtree_control").split()
+    except OSError as e:
+        raise Refused(f"cannot read cgroup {home}: {e}", field="--target", fix="give the PID of a running process") from None
+    if h.controller not in have:
+        raise Refused(f"cgroup v2: the {h.controller} controller is not delegated to cgroup {home} (its parent's cgroup.subtree_control lacks +{h.controller})",
+                      field="--type", fix=f"enable it in the parent: echo +{h.controller} > PARENT/cgroup.subtree_control")
+    if h.controller in enabled:
+        return False
+    others = sorted(set(procs(node, base)) - set(pids))
+    if others:
+        shown = ", ".join(map(str, others[:5])) + (" ..." if len(others) > 5 else "")
+        raise Refused(f"cgroup v2: cgroup {home} also holds processes that are not targets ({shown}); a cgroup holding processes cannot get a "
+                      f"{h.controller}-limited child, and moving the targets out would lift its limits", field="--target",
+                      fix=f"give every PID in {base}/cgroup.procs as --target")
+    return True
+
+
+def placement(node: Node, h: Hierarchy, pids: list[int], fault_id: str, what: str) -> dict:
+    """Where the faultlab cgroup of fault ``fault_id`` goes: ``{"home": cgroup of the
+    targets, "cgroup": absolute path of its faultlab child, "enable": bool (v2: the
+    controller must be enabled in home's subtree_control), "orig": {pid: home}}``.
+    Raises BadInput for a missing process, Refused for a target already under a
+    faultlab cgroup, targets in different cgroups, or a home that cannot be nested
+    under (see :func:`clean_home`, :func:`v2_enable_needed`)."""
+    from faultlab.errors import Refused
+
+    orig = targets_home(node, pids, h, what)
+    homes = sorted(set(orig.values()))
+    if len(homes) > 1:
+        raise Refused(f"the targets are in different cgroups ({', '.join(homes)})", field="--target",
+                      fix="inject one fault per cgroup, or give PIDs of one cgroup")
+    home = clean_home(homes[0])
+    return {"home": home, "cgroup": child_path(h, home, f"faultlab-{fault_id}"),
+            "enable": v2_enable_needed(node, h, home, pids), "orig": orig}
+
+
+def subtree_cmds(h: Hierarchy, home: str, enable: bool):
+    """The ``cgroup.subtree_control`` writes of a nested v2 fault: ``(inject, revert)``
+    lists of Cmd (both empty unless ``enable``). Inject runs after the targets moved
+    out of ``home``; revert runs before they move back (``home`` may hold processes
+    again only once the controller is off)."""
+    from faultlab.injectors.base import write_cmd
+
+    if not enable:
+        return [], []
+    f = h.path(home).rstrip("/") + "/cgroup.subtree_control"
+    return ([write_cmd(f, f"+{h.controller}", f"enable {h.controller} below {home}")],
+            [write_cmd(f, f"-{h.controller}", f"disable {h.controller} below {home} again")])
 
 
 def read_stat(node: Node, path: str) -> dict[str, int]:

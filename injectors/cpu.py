@@ -1,19 +1,23 @@
 """``cpu-contention``: CPU quota on target processes through a faultlab cgroup.
 
 Mode ``quota``: the target PIDs move into a new cgroup ``faultlab-<fault_id>``
-whose CFS bandwidth limit leaves them ``cpu_fraction`` of one CPU. On cgroup v1 it is
-created *inside* the targets' own cgroup, so the limits they already had still apply
-(a fault only ever slows) and that cgroup cannot vanish under the fault; all targets
-must share one cgroup. On v2 it is created below the root (a cgroup holding processes
-cannot get controller-enabled children there): cgroup v1 ``cpu.cfs_quota_us = cpu_fraction * cpu.cfs_period_us``; cgroup v2
+whose CFS bandwidth limit leaves them ``cpu_fraction`` of one CPU. On cgroup v1 and
+v2 alike it is created *inside* the targets' own cgroup (``faultlab.injectors.cgroups.
+placement``), so the limits they already had still apply (a fault only ever slows)
+and that cgroup cannot vanish under the fault; all targets must share one cgroup. On
+v2 they must be all the processes of that cgroup (the no-internal-process rule): they
+move into the child, then ``+cpu`` is written to their cgroup's
+``cgroup.subtree_control`` (``-cpu`` again on revert, before they move back). cgroup
+v1 ``cpu.cfs_quota_us = cpu_fraction * cpu.cfs_period_us``; cgroup v2
 ``cpu.max = "QUOTA PERIOD"``. The period is short (10 ms by default) because with the
 default 100 ms a 30% quota throttles in bursts: steps alternate fast and stalled and a
 median hides the slowdown (Linux CFS bandwidth control, Documentation/scheduler/
 sched-bwc.rst).
 
 Revert moves every process in the faultlab cgroup (the targets, and children they
-forked meanwhile) back to the cgroup the targets were found in (the root, should that
-be gone), and removes the faultlab cgroup. Nothing else is written.
+forked meanwhile) back to the cgroup the targets were found in (never to the root: that
+cgroup cannot be removed while it holds faultlab's), and removes the faultlab cgroup.
+Nothing else is written.
 
 Severity: ``1 / cpu_fraction`` (the expected slowdown of a CPU-bound target).
 """
@@ -96,18 +100,13 @@ class CpuContention(Injector):
             raise Refused(f"no usable cpu cgroup controller on node {self.node.name}", field="--type", fix="mount the v1 cpu controller or enable +cpu in the v2 root's cgroup.subtree_control; see faultlab doctor")
         if not self.node.writable(h.mount):
             raise Refused(f"cannot write cgroups under {h.mount} on node {self.node.name} (EPERM)", field="--node", fix="run faultlab as root")
-        orig = cgroups.targets_home(self.node, self.pids, h, "cpu")
-        homes = sorted(set(orig.values()))
-        if len(homes) > 1:
-            raise Refused(f"the targets are in different cgroups ({', '.join(homes)})", field="--target",
-                          fix="inject one fault per cgroup, or give PIDs of one cgroup")
-        home = homes[0]
-        base = h.path(home) if h.version == 1 else h.mount
+        where = cgroups.placement(self.node, h, self.pids, self.fault_id, "cpu")
+        home = where["home"]
         # v1 refuses a child quota above its ancestors' (Documentation/scheduler/
         # sched-bwc.rst): a target already limited tighter than asked stays at its limit
         limit = self._ancestor_limit(h, home) if h.version == 1 else None
-        return {"hierarchy": {"version": h.version, "mount": h.mount, "controller": h.controller}, "orig": orig,
-                "home": home, "cgroup": f"{base.rstrip('/')}/faultlab-{self.fault_id}", "ancestor_cpu_fraction": limit}
+        return {"hierarchy": {"version": h.version, "mount": h.mount, "controller": h.controller}, "orig": where["orig"],
+                "home": home, "cgroup": where["cgroup"], "enable_subtree": where["enable"], "ancestor_cpu_fraction": limit}
 
     def _ancestor_limit(self, h: cgroups.Hierarchy, home: str) -> float | None:
         """The tightest CPU fraction set on ``home`` or its ancestors (v1), or None."""
@@ -130,6 +129,8 @@ class CpuContention(Injector):
 
     def plan(self, facts: dict) -> Plan:
         h, d = self._h(facts), facts["cgroup"]
+        home = facts.get("home") or next(iter(facts["orig"].values()))
+        enable, disable = cgroups.subtree_cmds(h, home, bool(facts.get("enable_subtree")))
         inject = [Cmd(("mkdir", d), "host", "faultlab cgroup")]
         if h.version == 1:
             quota = self.quota_us
@@ -140,13 +141,15 @@ class CpuContention(Injector):
                 write_cmd(f"{d}/cpu.cfs_period_us", str(self.period_us)),
                 write_cmd(f"{d}/cpu.cfs_quota_us", str(quota)),
             ]
+            inject += [write_cmd(f"{d}/cgroup.procs", str(pid), f"move {pid}") for pid in self.pids]
         else:
-            inject.append(write_cmd(f"{d}/cpu.max", f"{self.quota_us} {self.period_us}"))
-        inject += [write_cmd(f"{d}/cgroup.procs", str(pid), f"move {pid}") for pid in self.pids]
-        home = facts.get("home") or next(iter(facts["orig"].values()))
-        revert = [
-            Cmd(("sh", "-c", SWEEP_SH, "sh", f"{d}/cgroup.procs", h.path(home).rstrip("/") + "/cgroup.procs", h.mount.rstrip("/") + "/cgroup.procs"),
-                "host", "every process in the faultlab cgroup back home"),
+            limit = [write_cmd(f"{d}/cpu.max", f"{self.quota_us} {self.period_us}")]
+            moves = [write_cmd(f"{d}/cgroup.procs", str(pid), f"move {pid}") for pid in self.pids]
+            # the controller can be enabled only once the targets left their cgroup
+            inject += (moves + enable + limit) if enable else (limit + moves)
+        back = h.path(home).rstrip("/") + "/cgroup.procs"
+        revert = disable + [
+            Cmd(("sh", "-c", SWEEP_SH, "sh", f"{d}/cgroup.procs", back, back), "host", "every process in the faultlab cgroup back home"),
             Cmd(("rmdir", d), "host"),
         ]
         return Plan(

@@ -216,15 +216,25 @@ class GcStorm(Injector):
                 p = Path(path)
                 with safefs.open_dir(str(p.parent), private=True, uids=self._owners()) as d:
                     obj = d.read_json(p.name)
-            else:
-                obj = json.loads(self.node.read_file(path))
+            else:  # another node (ssh, docker): the same checks, run there (safefs.read_on_node)
+                obj = json.loads(safefs.read_on_node(self.node, path, uids=self._remote_owners()))
         except (OSError, ValueError):
             return None
         return obj if isinstance(obj, dict) else None
 
+    def _remote_owners(self) -> tuple[int, ...]:
+        """Trusted owners on another node besides root and its acting user: the
+        target process's user there."""
+        uid = self._target_uid()
+        return () if uid is None else (uid,)
+
     def _exists(self, path: str) -> bool:
         if not self._local():
-            return self.node.exists(path)
+            try:
+                safefs.read_on_node(self.node, path, uids=self._remote_owners())
+                return True
+            except FileNotFoundError:
+                return False
         p = Path(path)
         try:
             with safefs.open_dir(str(p.parent), private=True, uids=self._owners()) as d:
@@ -261,6 +271,14 @@ class GcStorm(Injector):
                 raise Refused(f"the agent control folder is not trusted: {e}", field="--target",
                               fix="give the workload a private folder (0700, owned by its user) in FAULTLAB_AGENT_DIR") from None
         hb_path = str(agent_mod.heartbeat_path(d, pid))
+        if not self._local():  # another node: the whole path is checked there as it is read
+            try:
+                safefs.read_on_node(self.node, hb_path, uids=self._remote_owners())
+            except FileNotFoundError:
+                pass  # no heartbeat: refused below
+            except safefs.UntrustedPath as e:
+                raise Refused(f"the agent control folder is not trusted: {e}", field="--target",
+                              fix="give the workload a private folder (0700, owned by its user) in FAULTLAB_AGENT_DIR") from None
         fix = (f"start the agent in the workload (`from faultlab.benchmarks import agent; agent.start()`; "
                f"faultlab.benchmarks.ddp ranks start it unless --agent-dir none) with the same control folder "
                f"as faultlab ({d}, set by FAULTLAB_AGENT_DIR)")

@@ -161,11 +161,11 @@ class Orphan:
         if self.kind == "cgroup":
             from faultlab.injectors.cpu import SWEEP_SH
 
+            # back to the cgroup that holds it, never to the root: the targets' own
+            # limits must keep applying (a faultlab cgroup is made inside their cgroup)
             d = Path(self.what)
-            root = d
-            while root.parent != root and (root.parent / "cgroup.procs").exists():
-                root = root.parent
-            return [["sh", "-c", SWEEP_SH, "sh", str(d / "cgroup.procs"), str(d.parent / "cgroup.procs"), str(root / "cgroup.procs")],
+            home = str(d.parent / "cgroup.procs")
+            return [["sh", "-c", SWEEP_SH, "sh", str(d / "cgroup.procs"), home, home],
                     ["rmdir", str(d)]]
         return []
 
@@ -261,13 +261,26 @@ class FaultView:
         }
 
 
+#: where faultlab versions before the trusted runtime folders (commit 853100c) kept a
+#: non-root user's leases: a predictable name under the shared /tmp
+LEGACY_LEASE_DIR = "/tmp/faultlab-{uid}/leases"
+
+
 def lease_folders() -> list[str]:
-    """The lease folders this user looks in: its own, and root's."""
+    """The lease folders this user looks in: its own, root's, and (non-root, when
+    something is there) the folder older versions used, ``/tmp/faultlab-UID/leases``,
+    read with the same trust checks as the others (safefs: every component owned by
+    root or this user, not group/other-writable but the sticky /tmp, no symlink): a
+    folder planted there by someone else is reported, never acted on."""
     from faultlab.nodes import lease_dir
 
     out = [str(lease_dir())]
     if ROOT_LEASE_DIR not in out:
         out.append(ROOT_LEASE_DIR)
+    uid = os.geteuid()
+    legacy = LEGACY_LEASE_DIR.format(uid=uid)
+    if uid != 0 and legacy not in out and (os.path.lexists(legacy) or os.path.lexists(os.path.dirname(legacy))):
+        out.append(legacy)
     return out
 
 

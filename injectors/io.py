@@ -29,10 +29,17 @@ during the fault) is swept back to the first target's cgroup, and the faultlab c
 is removed. Every step is idempotent and touches only the faultlab cgroup and the
 recorded PIDs.
 
-Ownership: a target already under a ``faultlab-`` cgroup in the io hierarchy is
-refused (``Refused``); so is a target whose current cgroup carries throttle limits of
-its own (moving it out would lift them during the fault) unless ``force=True`` (it is
-moved back, under its own limits, on revert).
+Placement: the faultlab cgroup is made *inside the targets' own cgroup*
+(``faultlab.injectors.cgroups.placement``), on v1 and v2 alike, so the limits they
+already had keep applying. v2 io.max is hierarchical: the parent's limits hold for the
+child by themselves; the targets must be all the processes of their cgroup, which
+gets ``+io`` in its ``cgroup.subtree_control`` once they moved out (``-io`` on revert,
+before they move back). v1 blk-throttle is *flat* (block/blk-throttle.c: outside the
+default hierarchy "all throtl_grps are treated as if they're all separate root
+groups"): a child would escape its parent's throttle rules, so the child gets a copy
+of every rule of the targets' cgroup, the tightest of theirs and ours where both cap
+the same device and direction. A target already under a ``faultlab-`` cgroup in the
+io hierarchy is refused (``Refused``).
 
 Severity: ``max(1e8 / tightest byte cap, 1e4 / tightest IOPS cap)``: 1.0 for a
 100 MB/s or a 10 000 IO/s cap, 20 for 5 MB/s; larger is worse.
@@ -48,6 +55,9 @@ from faultlab.nodes import Node
 from faultlab.injectors import cgroups
 from faultlab.injectors.base import Cmd, Injector, Plan, write_cmd
 from faultlab.injectors.cpu import SWEEP_SH
+
+# (A PID's cgroup path comes from /proc/PID/cgroup and is checked by
+# cgroups.clean_home before any path is built from it.)
 
 # A PID goes back home ($3) only while it is in faultlab's cgroup ($2): never a reused
 # PID, never a process a later fault has moved.
@@ -198,8 +208,10 @@ class IoSlow(Injector):
     ``write_bps`` in bytes/s, ``read_iops`` / ``write_iops`` in IO/s (None: no cap;
     at least one is required). Raises BadInput for no PID, no cap or a non-positive
     cap (and, at probe, for a missing process or a path with no block device);
-    Refused when no blkio/io controller is usable or a target is already under a
-    faultlab cgroup or under foreign throttle limits (without ``force``)."""
+    Refused when no blkio/io controller is usable, a target is already under a
+    faultlab cgroup, or its cgroup cannot be nested under (cgroups.placement).
+    ``force`` is accepted and has no effect: the targets' own limits are kept, never
+    lifted, so there is nothing to force."""
 
     type = "io-slow"
     options = frozenset({"--path", "--read-bps", "--write-bps", "--read-iops", "--write-iops"})
@@ -272,34 +284,43 @@ class IoSlow(Injector):
             raise Refused(f"the kernel of node {self.node.name} has no blk-throttle (no blkio.throttle.* files)", field="--type", fix="use a kernel built with CONFIG_BLK_DEV_THROTTLING")
         dev = block_device_of(self.node, self.path)
         self.device = dev["dev"]
-        orig = cgroups.targets_home(self.node, self.pids, h, "io")
-        for pid, cg in orig.items():
-            if cg.strip("/") and not self.force:
-                foreign = self._limits_in(h, h.path(cg))
-                if foreign:
-                    raise Refused(
-                        f"process {pid} is in cgroup {cg} with throttle limits of its own ({foreign}); moving it would lift them",
-                        field="--target", fix="pass --force to move it anyway (it goes back under its limits on revert)",
-                    )
+        where = cgroups.placement(self.node, h, self.pids, self.fault_id, "io")
+        home = where["home"]
         return {
             "hierarchy": {"version": h.version, "mount": h.mount, "controller": h.controller},
-            "orig": orig,
-            "cgroup": h.path(f"faultlab-{self.fault_id}"),
+            "orig": where["orig"],
+            "home": home,
+            "cgroup": where["cgroup"],
+            "enable_subtree": where["enable"],
+            "inherited": self._inherited_v1(h, home) if h.version == 1 else {},
             "device": dev,
         }
 
-    def _limits_in(self, h: cgroups.Hierarchy, d: str) -> str:
-        """Throttle limits set in cgroup folder ``d`` (empty string when none)."""
-        found = []
-        files = [f for f, _ in CAPS.values()] if h.version == 1 else ["io.max"]
-        for f in files:
+    def _inherited_v1(self, h: cgroups.Hierarchy, home: str) -> dict[str, dict[str, int]]:
+        """v1: the throttle rules of the targets' own cgroup ``home`` (flat blk-throttle:
+        only its own rules hold a process in it), ``{file: {"MAJ:MIN": value}}``."""
+        out = {}
+        if not home.strip("/"):
+            return out
+        for f, _ in CAPS.values():
             try:
-                text = self.node.read_file(f"{d}/{f}").strip()
+                rules = {dev: v for dev, v in _rules_v1(self.node.read_file(f"{h.path(home)}/{f}")).items() if v > 0}
             except OSError:
                 continue
-            if text:
-                found.append(f"{f}: {' / '.join(text.splitlines())}")
-        return "; ".join(found)
+            if rules:
+                out[f] = rules
+        return out
+
+    def effective(self, facts: dict) -> dict[str, dict[str, int]]:
+        """v1: every rule the faultlab cgroup gets, ``{file: {"MAJ:MIN": value}}``: the
+        targets' own cgroup's rules, with ours on the device (the tightest of both)."""
+        dev = facts["device"]["dev"]
+        out = {f: dict(r) for f, r in facts.get("inherited", {}).items()}
+        for k, v in self.caps.items():
+            f = CAPS[k][0]
+            rules = out.setdefault(f, {})
+            rules[dev] = min(v, rules.get(dev, v))
+        return out
 
     @staticmethod
     def _h(facts: dict) -> cgroups.Hierarchy:
@@ -307,19 +328,25 @@ class IoSlow(Injector):
 
     def plan(self, facts: dict) -> Plan:
         h, d, dev = self._h(facts), facts["cgroup"], facts["device"]["dev"]
+        home = facts.get("home") or next(iter(facts["orig"].values()))
+        enable, disable = cgroups.subtree_cmds(h, home, bool(facts.get("enable_subtree")))
         inject = [Cmd(("mkdir", d), "host", "faultlab cgroup")]
+        moves = [write_cmd(f"{d}/cgroup.procs", str(pid), f"move {pid}") for pid in self.pids]
         if h.version == 1:
-            inject += [write_cmd(f"{d}/{CAPS[k][0]}", f"{dev} {v}", f"{k} cap") for k, v in self.caps.items()]
-            clear = [write_cmd(f"{d}/{CAPS[k][0]}", f"{dev} 0", f"clear {k}") for k in self.caps]
+            rules = [(f, rdev, v) for f, rs in sorted(self.effective(facts).items()) for rdev, v in sorted(rs.items())]
+            inject += [write_cmd(f"{d}/{f}", f"{rdev} {v}", "cap" if rdev == dev else "the targets' own cap") for f, rdev, v in rules]
+            inject += moves
+            clear = [write_cmd(f"{d}/{f}", f"{rdev} 0", f"clear {f}") for f, rdev, _ in rules]
         else:
             line = " ".join([dev] + [f"{CAPS[k][1]}={v}" for k, v in self.caps.items()])
-            inject.append(write_cmd(f"{d}/io.max", line, "io.max caps"))
+            limit = [write_cmd(f"{d}/io.max", line, "io.max caps")]
+            # the controller can be enabled only once the targets left their cgroup
+            inject += (moves + enable + limit) if enable else (limit + moves)
             clear = [write_cmd(f"{d}/io.max", f"{dev} rbps=max wbps=max riops=max wiops=max", "clear io.max")]
-        inject += [write_cmd(f"{d}/cgroup.procs", str(pid), f"move {pid}") for pid in self.pids]
-        revert = clear + [Cmd(("sh", "-c", back_sh, "sh", str(pid), f"{d}/cgroup.procs", h.path(cg).rstrip("/") + "/cgroup.procs"), "host", f"{pid} back")
-                          for pid, cg in facts["orig"].items()]
-        first = next(iter(facts["orig"].values()))
-        revert.append(Cmd(("sh", "-c", SWEEP_SH, "sh", f"{d}/cgroup.procs", h.path(first).rstrip("/") + "/cgroup.procs", h.mount.rstrip("/") + "/cgroup.procs"), "host", "sweep the rest back"))
+        revert = clear + disable + [Cmd(("sh", "-c", back_sh, "sh", str(pid), f"{d}/cgroup.procs", h.path(cg).rstrip("/") + "/cgroup.procs"), "host", f"{pid} back")
+                                    for pid, cg in facts["orig"].items()]
+        back = h.path(home).rstrip("/") + "/cgroup.procs"
+        revert.append(Cmd(("sh", "-c", SWEEP_SH, "sh", f"{d}/cgroup.procs", back, back), "host", "sweep the rest back"))
         revert.append(Cmd(("rmdir", d), "host"))
         what = ", ".join(f"{k}={v}" for k, v in self.caps.items())
         return Plan(
@@ -346,6 +373,14 @@ class IoSlow(Injector):
                 out[k] = int(v) if v is not None and v.isdigit() else v
         return out
 
+    def _expected(self, facts: dict) -> dict[str, int]:
+        """The caps the read-back must show on the device (v1: tightened by the targets'
+        own rules)."""
+        if self._h(facts).version != 1:
+            return self.caps
+        eff, dev = self.effective(facts), facts["device"]["dev"]
+        return {k: eff[CAPS[k][0]][dev] for k in self.caps}
+
     def verify(self, facts: dict) -> dict:
         inside = set(cgroups.procs(self.node, facts["cgroup"]))
         moved = [p for p in self.pids if p in inside]
@@ -354,7 +389,7 @@ class IoSlow(Injector):
             "device": facts["device"],
             "pids_in_cgroup": moved,
             "limits": got,
-            "ok": len(moved) == len(self.pids) and got == self.caps,
+            "ok": len(moved) == len(self.pids) and got == self._expected(facts),
         }
 
     def final_evidence(self, facts: dict) -> dict:

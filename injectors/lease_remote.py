@@ -23,6 +23,7 @@ import time
 from pathlib import Path, PurePosixPath
 
 from faultlab.errors import NodeError
+from faultlab.safefs import read_on_node
 
 _CHECK_DIR_SH = ('mkdir -p -m 700 "$1" && [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && '
                  'case "$(stat -c %a "$1")" in *[2367]?|*?[2367]) exit 3;; esac')
@@ -155,8 +156,8 @@ def load_leases(node) -> list[RemoteLease]:
     out = []
     for line in cp.stdout.splitlines():
         p = PurePosixPath(line)
-        try:
-            rec = json.loads(node.read_file(str(p)))
+        try:  # the whole path checked on the node (owner, mode, no symlink) as it is read
+            rec = json.loads(read_on_node(node, str(p)))
         except (OSError, ValueError):
             continue
         if not isinstance(rec, dict) or rec.get("fault_id") != p.stem or not isinstance(rec.get("revert", []), list):

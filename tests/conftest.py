@@ -66,7 +66,8 @@ def residue() -> dict[str, set]:
     agent_dirs = {Path("/run/faultlab/agents")}
     if os.environ.get("FAULTLAB_AGENT_DIR"):
         agent_dirs.add(Path(os.environ["FAULTLAB_AGENT_DIR"]))
-    out["agent_files"] = {str(p) for d in agent_dirs if d.is_dir() for p in d.glob("*.gc-storm*")}
+    out["agent_files"] = {str(p) for d in agent_dirs if d.is_dir() for pat in ("*.gc-storm*", "*.agent", "*.agent.tmp*")
+                          for p in d.glob(pat)}
     # iptables rules faultlab adds (testbed FORWARD ACCEPT, commented faultlab-<id>)
     cp = subprocess.run(["iptables", "-S"], capture_output=True, text=True) if _which("iptables") else None
     out["iptables"] = {l for l in cp.stdout.splitlines() if "faultlab" in l} if cp and cp.returncode == 0 else set()
@@ -76,7 +77,27 @@ def residue() -> dict[str, set]:
         cp = subprocess.run(["tc", "-n", ns, "qdisc", "show"], capture_output=True, text=True)
         nsq |= {f"{ns}: {l}" for l in cp.stdout.splitlines() if FAULT_QDISC.search(l) or "ingress" in l}
     out["netns_qdiscs"] = nsq
+    # docker testbed containers and networks (label faultlab.testbed) on faultlab's own
+    # dockerd, when it is up (the cached node image is not residue)
+    out["docker"] = _docker_objects()
     return out
+
+
+def _docker_objects() -> set[str]:
+    from faultlab.nodes import dockerd as d
+
+    if os.environ.get("FAULTLAB_DOCKER_HOST") is None and not d.SOCKET.exists():
+        return set()
+    try:
+        cli = d.client(timeout_s=10)
+    except Exception:  # a daemon that does not answer holds nothing we can see
+        return set()
+    try:
+        flt = {"label": "faultlab.testbed"}
+        out = {f"container {c.name}" for c in cli.containers.list(all=True, filters=flt)}
+        return out | {f"network {n.name}" for n in cli.networks.list(filters=flt)}
+    finally:
+        cli.close()
 
 
 def _which(prog: str) -> bool:

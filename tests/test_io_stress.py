@@ -157,12 +157,14 @@ def test_partition_maps_to_parent_disk():
 
 
 def test_io_slow_plan_v2_exact_commands():
-    """cgroup v2 io.max: the plan only (this machine's v2 hierarchy has no io controller,
-    so the real v2 check is missing here)."""
+    """cgroup v2 io.max at the root of the hierarchy (no subtree_control write: the root
+    is exempt from the no-internal-process rule): the plan only (this machine's v2
+    hierarchy has no io controller; the real v2 placement check is
+    tests/test_cgroup_nesting.py::test_v2_nesting_on_the_real_unified_hierarchy)."""
     inj = IoSlow(NODE, [123, 456], "/data", read_bps=10_000_000, write_iops=200, fault_id="io-abc123")
     facts = {
         "hierarchy": {"version": 2, "mount": "/sys/fs/cgroup", "controller": "io"},
-        "orig": {123: "/user.slice/a", 456: "/user.slice/b"},
+        "orig": {123: "/", 456: "/"}, "home": "/", "enable_subtree": False,
         "cgroup": "/sys/fs/cgroup/faultlab-io-abc123",
         "device": {"dev": "259:0", "name": "nvme0n1", "fs_dev": "259:1"},
     }
@@ -180,9 +182,9 @@ def test_io_slow_plan_v2_exact_commands():
     from faultlab.injectors.io import back_sh
 
     # each PID goes back only while it is still in faultlab's cgroup
-    assert rv[1] == ("sh", "-c", back_sh, "sh", "123", f"{d}/cgroup.procs", "/sys/fs/cgroup/user.slice/a/cgroup.procs")
-    assert rv[2] == ("sh", "-c", back_sh, "sh", "456", f"{d}/cgroup.procs", "/sys/fs/cgroup/user.slice/b/cgroup.procs")
-    assert rv[3][:2] == ("sh", "-c") and rv[3][-3:] == (f"{d}/cgroup.procs", "/sys/fs/cgroup/user.slice/a/cgroup.procs", "/sys/fs/cgroup/cgroup.procs")
+    assert rv[1] == ("sh", "-c", back_sh, "sh", "123", f"{d}/cgroup.procs", "/sys/fs/cgroup/cgroup.procs")
+    assert rv[2] == ("sh", "-c", back_sh, "sh", "456", f"{d}/cgroup.procs", "/sys/fs/cgroup/cgroup.procs")
+    assert rv[3][:2] == ("sh", "-c") and rv[3][-3:] == (f"{d}/cgroup.procs", "/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/cgroup.procs")
     assert rv[4] == ("rmdir", d)
 
 
@@ -286,9 +288,8 @@ def test_io_slow_iops_cap(disk_dir, no_residue):
 
 
 @needs_disk
-def test_io_slow_refuses_conflicts_and_foreign_limits(disk_dir, no_residue):
+def test_io_slow_refuses_conflicts(disk_dir, no_residue):
     p = subprocess.Popen(["sleep", "60"])
-    foreign = Path(f"/sys/fs/cgroup/blkio/fltest-foreign-{os.getpid()}")
     try:
         a = apply(IoSlow(NODE, [p.pid], str(disk_dir), write_bps=5_000_000), 30)
         try:
@@ -296,26 +297,60 @@ def test_io_slow_refuses_conflicts_and_foreign_limits(disk_dir, no_residue):
                 IoSlow(NODE, [p.pid], str(disk_dir), read_bps=1_000_000).probe()
         finally:
             assert a.revert() == "reverted"
-        # a cgroup of someone else with its own limit: refused, and with force moved back under it
-        foreign.mkdir()
-        dev = block_device_of(NODE, str(disk_dir))["dev"]
-        (foreign / "blkio.throttle.read_bps_device").write_text(f"{dev} 7000000\n")
-        (foreign / "cgroup.procs").write_text(str(p.pid))
-        with pytest.raises(Refused, match="throttle limits of its own.*--force"):
-            IoSlow(NODE, [p.pid], str(disk_dir), write_bps=5_000_000).probe()
-        a = apply(IoSlow(NODE, [p.pid], str(disk_dir), write_bps=5_000_000, force=True), 30)
-        assert a.revert() == "reverted"
-        assert f":/{foreign.name}" in Path(f"/proc/{p.pid}/cgroup").read_text()
-        assert (foreign / "blkio.throttle.read_bps_device").read_text().split() == [dev, "7000000"]
     finally:
         p.kill()
         p.wait()
-        if foreign.exists():
-            foreign.rmdir()
     with pytest.raises(BadInput, match="no process"):
         IoSlow(NODE, [2**22 + 17], str(disk_dir), write_bps=5_000_000).probe()
     with pytest.raises(BadInput, match="no block device"):
         IoSlow(NODE, [os.getpid()], "/dev/shm", write_bps=5_000_000).probe()
+
+
+@needs_disk
+def test_io_slow_v1_nests_and_keeps_the_targets_own_cap(disk_dir, no_residue):
+    """A target in its own blkio cgroup capped at 2 MB/s of direct writes, under a
+    looser 50 MB/s io-slow: the faultlab cgroup is made inside the target's cgroup and
+    (v1 blk-throttle is flat) carries a copy of its rules, so 4 MiB still take about
+    2 s, as without the fault; a read cap of the target's cgroup on the same disk is
+    copied too. Revert: back in its cgroup, whose rules are untouched. Before the fix
+    the faultlab cgroup sat at the blkio root and the write took a tenth of that."""
+    own = Path(f"/sys/fs/cgroup/blkio/fltest-own-{os.getpid()}")
+    own.mkdir()
+    dev = block_device_of(NODE, str(disk_dir))["dev"]
+    f = str(disk_dir / "data")
+    try:
+        (own / "blkio.throttle.write_bps_device").write_text(f"{dev} 2000000\n")
+        (own / "blkio.throttle.read_bps_device").write_text(f"{dev} 7000000\n")
+        pw = _dd_child(["if=/dev/zero", f"of={f}", "bs=1M", "count=4", "oflag=direct"])
+        (own / "cgroup.procs").write_text(str(pw.pid))
+        # force=True: the code before the fix refused a cgroup with limits of its own
+        # unless forced, then moved the target to the blkio root; now it has no effect
+        active = apply(IoSlow(NODE, [pw.pid], str(disk_dir), write_bps=50_000_000, force=True), 60)
+        try:
+            took = _timed(pw)
+            cg, ev = active.facts["cgroup"], active.evidence["verify"]
+            copied = (Path(cg) / "blkio.throttle.read_bps_device").read_text().split()
+        finally:
+            pw.kill() if pw.poll() is None else None
+            assert active.revert() == "reverted"
+        assert took > 0.5 * 4 * 2**20 / 2e6, f"4 MiB in {took:.2f} s: the target's own 2 MB/s cap was lifted"
+        assert cg == str(own / f"faultlab-{active.fault_id}")
+        assert ev["ok"] and ev["limits"] == {"write_bps": 2_000_000}, ev
+        assert copied == [dev, "7000000"]
+        assert (own / "blkio.throttle.write_bps_device").read_text().split() == [dev, "2000000"]
+        p = subprocess.Popen(["sleep", "30"])
+        try:
+            (own / "cgroup.procs").write_text(str(p.pid))
+            a = apply(IoSlow(NODE, [p.pid], str(disk_dir), write_bps=5_000_000), 30)
+            assert a.revert() == "reverted"
+            assert f":/{own.name}" in Path(f"/proc/{p.pid}/cgroup").read_text()
+        finally:
+            p.kill()
+            p.wait()
+    finally:
+        for q in (own / "cgroup.procs").read_text().split():
+            Path("/sys/fs/cgroup/blkio/cgroup.procs").write_text(q)
+        own.rmdir()
 
 
 # -- SIGKILLed controller --------------------------------------------------------------------
@@ -478,6 +513,59 @@ def test_mem_bw_workers_stream_beside_target(busy_loop, no_residue):
         assert active.revert() == "reverted"
     assert not _workers_of(pidfile, "faultlab-membw") and not Path(pidfile).exists()
     assert not Path(f"/proc/{w['pid']}/cmdline").exists() or b"faultlab-membw" not in Path(f"/proc/{w['pid']}/cmdline").read_bytes()
+
+
+# A memory-bound target: copies a 64 MiB buffer over and over, pinned to one CPU
+# (argv[1]), printing the number of copies done after each one.
+_COPY_LOOP = """
+import os, sys
+import numpy as np
+os.sched_setaffinity(0, {int(sys.argv[1])})
+src = np.ones(8 * 2**20); dst = np.empty_like(src)
+n = 0
+while True:
+    np.copyto(dst, src); n += 1
+    print(n, flush=True)
+"""
+
+
+def _copy_rate(p: subprocess.Popen, seconds: float) -> float:
+    """Copies per second the copy loop ``p`` reports over ``seconds``."""
+    def last_within(t_end: float) -> int:
+        n = int(p.stdout.readline())
+        while time.monotonic() < t_end:
+            n = int(p.stdout.readline())
+        return n
+
+    n0 = last_within(time.monotonic() + 0.3)
+    t0 = time.monotonic()
+    n1 = last_within(t0 + seconds)
+    return (n1 - n0) / (time.monotonic() - t0)
+
+
+def test_mem_bw_slows_a_memory_bound_target(no_residue):
+    """The point of mem-bw: a memory-bound target gets slower. Its copy rate with the
+    workers beside it, as a ratio of its rate before (same run, same machine; a
+    generous bound: at most 0.8, where sharing its one CPU and the memory bus with a
+    streaming worker gives about 0.5 here); after revert it recovers. (On this
+    2-core machine the worker shares the target's CPU, so CPU time and memory
+    bandwidth both count: the test shows the target slows, not which of the two.)"""
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    p = subprocess.Popen([sys.executable, "-c", _COPY_LOOP, str(cpu)], stdout=subprocess.PIPE, text=True)
+    try:
+        before = _copy_rate(p, 2.0)
+        active = apply(MemBw(NODE, [p.pid], 60, workers=1), 60)
+        try:
+            during = _copy_rate(p, 2.0)
+        finally:
+            assert active.revert() == "reverted"
+        after = _copy_rate(p, 2.0)
+    finally:
+        p.kill()
+        p.wait()
+    assert before > 0 and during / before < 0.8, f"copies/s before {before:.1f}, during {during:.1f}"
+    assert after > during, f"copies/s during {during:.1f}, after {after:.1f}"
+    assert active.evidence["verify"]["ok"]
 
 
 def test_mem_bw_refuses_more_memory_than_available(busy_loop):

@@ -7,6 +7,21 @@ real namespaces, qdiscs, cgroups and processes, and checks the host's state afte
 Tests that act as another user run the CLI as ``nobody`` (``setpriv``); where the
 Python interpreter lives under a folder only root may enter (``/root/.pyenv``), a
 private mount namespace makes that one path readable for the child only.
+
+The issue's seven cases and their tests (each seen failing on the code before the fix,
+6bec202; see the commit that added this list):
+
+1. a second signal aborts the revert: ``test_signal_storm_never_leaves_a_fault_behind_an_exit_0``,
+   ``test_three_signals_as_the_revert_begins``
+2. a lost lease record: ``test_lost_or_corrupt_record_still_ends_the_fault_and_is_seen``,
+   ``test_orphans_without_record_or_watchdog_are_shown_and_recovered``
+3. an unverifiable pause as another user: ``test_unverifiable_pause_as_another_user_exits_3_and_reverts``
+4. a non-root user told nothing is in force: ``test_another_user_sees_roots_faults_and_is_told_it_cannot_revert``
+5. an unwritable or full lease folder: ``test_unusable_lease_folder_is_one_line_nothing_applied_no_process[inject-*]``
+6. revert --all / recover with a folder of another user: the same test, ``[revert --all-*]``, ``[recover-*]``,
+   and ``test_as_nobody_a_folder_of_another_user_or_root_is_one_line``
+7. --force restores a foreign tbf exactly: ``test_force_restores_foreign_tbf_in_the_kernels_own_units``,
+   ``test_force_fault_with_lost_record_restores_the_foreign_tbf_from_the_watchdog`` (record lost)
 """
 
 from __future__ import annotations

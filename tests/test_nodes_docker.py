@@ -196,3 +196,69 @@ def test_doctor_on_a_docker_node(dtb, no_residue):
     assert "flprb" not in n0.run(["ip", "link"], scope="net").stdout
     cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "doctor", "--node", "docker:no-such-container"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 2 and cp.stderr.count("\n") == 1 and "no-such-container" in cp.stderr, cp.stderr
+
+
+def test_process_pause_of_a_process_inside_a_docker_node(dtb, no_residue):
+    """process-pause on a process started in the container: addressed by its host PID
+    (the container PID differs), stopped and resumed by the pause loop on the docker
+    host; after revert it runs and no pause loop is left."""
+    from faultlab import injectors
+
+    n0 = dtb.nodes[0]
+    p = n0.spawn_workload([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    try:
+        assert n0.container_pid(p.pid) not in (None, p.pid)
+        inj = injectors.build("process-pause", n0, target=str(p.pid), duration_s=20, opts={"--pause": "800ms", "--period": "1s"})
+        a = injectors.apply(inj, 20)
+        assert a.evidence["verify"]["ok"], a.evidence
+        states = set()
+        for _ in range(30):
+            states.add(open(f"/proc/{p.pid}/stat").read().rpartition(")")[2].split()[0])
+            time.sleep(0.05)
+        assert "T" in states, states  # really stopped, seen from the host
+        assert a.revert() == "reverted"
+        time.sleep(0.3)
+        assert open(f"/proc/{p.pid}/stat").read().rpartition(")")[2].split()[0] != "T"
+    finally:
+        p.kill()
+        p.wait(10)
+
+
+RUN = """name: killed
+testbed: {backend: docker, nodes: 2}
+workload: {duration: 40s, hidden: 256, batch: 256}
+faults:
+  - {type: nic-slow, node: n1, at: 3s, duration: 6s, params: {rate: 50mbit}}
+"""
+
+
+def test_sigkill_of_the_runner_on_docker_nodes_run_readable_nothing_left(dockerd, tmp_path, no_residue):
+    """`faultlab run` on docker nodes SIGKILLed with a fault in force: the run
+    directory holds both ranks' steps up to the last collection (they were written
+    in the containers), and the fault's and the testbed's leases remove everything."""
+    from faultlab.rundir import RunDir
+
+    before = docker_residue(dockerd)
+    (tmp_path / "s.yaml").write_text(RUN)
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "faultlab.cli", "run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-label"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    injected = False
+    while time.time() < deadline and not injected and proc.poll() is None:
+        if (out / "events.jsonl").exists():
+            injected = any(json.loads(x)["event"] == "inject" for x in (out / "events.jsonl").read_text().splitlines() if x.strip())
+        time.sleep(0.2)
+    assert injected
+    time.sleep(1.5)  # a few collections after the inject
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    rd = RunDir(out)
+    assert rd.meta["complete"] is False
+    steps = rd.read_table("steps")
+    assert sorted(steps["rank"].unique()) == [0, 1] and steps.groupby("rank").size().min() > 20
+    assert sorted(steps.node.unique()) == ["n0", "n1"]
+    end = time.time() + 120
+    while time.time() < end and docker_residue(dockerd) - before:
+        time.sleep(1)
+    assert docker_residue(dockerd) - before == set()  # the testbed's lease removed the containers and network

@@ -23,10 +23,8 @@
 
 from __future__ import annotations
 
-import io
 import os
 import shlex
-import socket
 import subprocess
 import threading
 import time
@@ -35,6 +33,7 @@ from pathlib import Path, PurePosixPath
 
 from faultlab.errors import NodeError
 from faultlab.nodes.base import Node
+from faultlab.nodes.ssh_process import RemoteProcess, _drain
 
 #: where ranks on an ssh node write telemetry (collected back)
 WORK_DIR = "/var/lib/faultlab/work"
@@ -242,113 +241,6 @@ class SshNode(Node):
         out, _ = _drain(chan, time.monotonic() + 30)
         chan.close()
         return out
-
-
-class RemoteProcess:
-    """A process on an ssh node, shaped like ``subprocess.Popen`` for the workload
-    launcher and the throughput probe: ``pid`` (on the node), ``poll``, ``wait``,
-    ``communicate``, ``send_signal``, ``kill``, ``stdout`` (with ``stdout=PIPE``)."""
-
-    def __init__(self, node: SshNode, pid: int, chan, stdout, out_file=None):
-        self.node, self.pid, self._chan = node, pid, chan
-        self.returncode: int | None = None
-        self.args = []
-        self.stdout = self.stderr = None
-        self._pump = None
-        if chan is None:
-            return
-        if stdout is subprocess.PIPE:
-            self.stdout = out_file
-            self.stderr = chan.makefile_stderr("rb")
-        elif stdout is not None and hasattr(stdout, "fileno"):
-            chan.set_combine_stderr(True)
-            fd = os.dup(stdout.fileno())
-            self._pump = threading.Thread(target=_copy, args=(out_file, fd), daemon=True)
-            self._pump.start()
-
-    def poll(self) -> int | None:
-        if self.returncode is not None:
-            return self.returncode
-        if self._chan is None:
-            alive = self.node.run(["kill", "-0", str(self.pid)], timeout=10).returncode == 0
-            if not alive:
-                self.returncode = 0
-            return self.returncode
-        if self._chan.exit_status_ready():
-            self.returncode = self._chan.recv_exit_status()
-            if self.returncode == -1:
-                self.returncode = 255
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            time.sleep(0.05)
-        if self._pump is not None:
-            self._pump.join(5)
-        return self.returncode
-
-    def communicate(self, timeout: float | None = None):
-        out = self.stdout.read() if self.stdout is not None else b""
-        err = self.stderr.read() if self.stderr is not None else b""
-        self.wait(timeout)
-        return out, err
-
-    def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            try:
-                self.node.run(["kill", f"-{int(sig)}", str(self.pid)], timeout=10)
-            except NodeError:
-                pass
-
-    def terminate(self) -> None:
-        self.send_signal(15)
-
-    def kill(self) -> None:
-        self.send_signal(9)
-
-
-def _copy(src, fd: int) -> None:
-    try:
-        while True:
-            chunk = src.read(65536) if not hasattr(src, "read1") else src.read1(65536)
-            if not chunk:
-                break
-            os.write(fd, chunk)
-    except Exception:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _drain(chan, deadline: float) -> tuple[bytes, bytes]:
-    """stdout and stderr of a channel until its EOF (sshd may send the exit status
-    before the last output, so EOF, not the exit status, ends the output)."""
-    out, err = io.BytesIO(), io.BytesIO()
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        chan.settimeout(min(1.0, left))
-        try:
-            data = chan.recv(65536)
-        except socket.timeout:
-            data = None
-        while chan.recv_stderr_ready():
-            err.write(chan.recv_stderr(65536))
-        if data == b"":
-            break
-        if data:
-            out.write(data)
-    while not chan.exit_status_ready():  # EOF came; the status follows
-        if time.monotonic() > deadline:
-            raise TimeoutError
-        time.sleep(0.002)
-    while chan.recv_stderr_ready():
-        err.write(chan.recv_stderr(65536))
-    return out.getvalue(), err.getvalue()
 
 
 class _PinNew:
