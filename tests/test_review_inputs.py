@@ -169,3 +169,13 @@ def test_build_force_never_removes_what_is_not_a_dataset(tmp_path, what):
     assert ok.returncode == 0, ok.stderr
     again = fl("dataset", "build", *map(str, runs), "--name", "ds2", "--out-root", str(out), "--force")
     assert again.returncode == 0, again.stderr
+
+
+def test_score_out_unwritable_is_one_line(tmp_path):
+    """`--out` under a regular file: was a FileExistsError/FileNotFoundError traceback."""
+    from faultlab.datasets.synthetic import make_run
+
+    run = make_run(tmp_path / "r0", "r0", seed=0)
+    (tmp_path / "afile").write_text("x")
+    cp = fl("score", "--detector", "constant", "--run", str(run), "--out", str(tmp_path / "afile" / "scores.json"))
+    one_line_error(cp, "--out")
