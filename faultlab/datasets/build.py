@@ -167,6 +167,15 @@ def write_run(root: Path, run) -> int:
     return total
 
 
+def _check_replaceable(final: Path) -> None:
+    """``--force`` replaces only an earlier faultlab dataset: a real folder (no
+    symlink) holding ``splits.json`` and ``MANIFEST.sha256``. Anything else (a folder
+    of the user's, ``--out-root / --name etc``) is refused: BadInput, nothing removed."""
+    if final.is_symlink() or not final.is_dir() or not (final / "splits.json").is_file() or not (final / "MANIFEST.sha256").is_file():
+        raise BadInput(f"{final} exists and is not a faultlab dataset (no splits.json and MANIFEST.sha256); --force replaces only a dataset",
+                       field="--name", fix="give another name or --out-root, or remove that folder yourself")
+
+
 def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: float = 0.3, seed: int = 0,
           campaign_files=(), relabel: bool = False, description: str = "", license: str = "cc-by-4.0",
           source_note: str = "", force: bool = False, split: dict | None = None) -> Path:
@@ -194,8 +203,10 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
         raise BadInput(f"{name!r} is not a dataset name", field="--name", fix="letters, digits, - _ . e.g. faultlab-hw-v1")
     out_root = Path(out_root)
     final = out_root / name
-    if final.exists() and not force:
-        raise BadInput(f"{final} exists", field="--name", fix="give another name, or --force to replace it")
+    if final.exists() or final.is_symlink():
+        if not force:
+            raise BadInput(f"{final} exists", field="--name", fix="give another name, or --force to replace it")
+        _check_replaceable(final)
     tmp = out_root / f".{name}.building"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

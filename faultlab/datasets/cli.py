@@ -115,9 +115,9 @@ def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"), as_js
 
     try:
         ds = Dataset(dataset)
+        runs = ds.runs_info()
     except FaultlabError as e:
         _fail(e)
-    runs = ds.runs_info()
     ft, src = Counter(), Counter()
     for r in runs:
         ft.update(r.get("fault_types", []))

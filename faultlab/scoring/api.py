@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from faultlab import schema
-from faultlab.errors import BadInput
+from faultlab.errors import BadInput, FaultlabError
 from faultlab.scoring.aggregate import summarize
 from faultlab.scoring.detectors import as_alarms, load_detector
 from faultlab.scoring.metrics import derive, prepare_labels, run_stats
@@ -214,6 +214,40 @@ def resolve(detector, params: dict | None = None):
     return detector
 
 
+class _detector_errors:
+    """Turn an exception raised inside a detector's ``method`` into one line naming the
+    detector, the method and the run (FaultlabError, exit 1); faultlab's own errors
+    (a BadInput about the alarms) get the detector and run prefixed."""
+
+    def __init__(self, det, method: str, run_id: str):
+        self.name = det if isinstance(det, str) else getattr(det, "name", type(det).__name__)
+        self.method, self.run_id = method, run_id
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, e, tb):
+        if e is None or not isinstance(e, Exception):
+            return False
+        where = f"detector {self.name!r}, {self.method}() on run {self.run_id}"
+        if isinstance(e, FaultlabError):
+            raise type(e)(f"{where}: {e}") from None
+        msg = " ".join(str(e).split())[:300]
+        raise FaultlabError(f"{where} raised {type(e).__name__}: {msg}", field="--detector",
+                            fix="fix the detector; call it on that run in Python to see the traceback") from e
+
+
+def _check_components(alarms: pd.DataFrame, comps) -> None:
+    """Refuse alarms on a component the run does not have (the detector API names
+    ``rank:N`` or ``job``): they would count as false alarms without a word."""
+    if not len(alarms):
+        return
+    unknown = sorted(set(alarms["component"]) - set(comps))
+    if unknown:
+        raise BadInput(f"alarms on component(s) the run does not have: {', '.join(unknown[:5])} (it has {', '.join(sorted(comps))})",
+                       field="alarms.component", fix="name rank:N (a rank of the run) or job")
+
+
 def score_runs(detector, runs: Iterable[RunData], *, params: dict | None = None, **kw) -> ScoreResult:
     """Score ``detector`` on ``runs`` (consumed one at a time).
 
@@ -274,7 +308,8 @@ def score_many(
         if fitters:
             train = list(train_runs) if len(fitters) > 1 else train_runs
             for inst in fitters:
-                inst.fit(train)
+                with _detector_errors(inst, "fit", "the train split"):
+                    inst.fit(train)
     late = window_s if late_s is None else late_s
     stats: list[list] = [[] for _ in dets]
     per_run: list[list] = [[] for _ in dets]
@@ -285,11 +320,15 @@ def score_many(
         for i, (name, det, _) in enumerate(dets):
             draws = []
             for j, d in enumerate(_draws(det)):
-                if mode == "replay":  # continuous scores too as the detector gave them online
-                    alarms, sc = replay_run(d, run, tick_s=tick_s)
-                else:
-                    alarms = as_alarms(d.detect(run.steps, run.host)) if span else as_alarms(None)
-                    sc = d.scores(run.steps, run.host) if j == 0 and callable(getattr(d, "scores", None)) and span else None
+                with _detector_errors(name, "update" if mode == "replay" else "detect", run.run_id):
+                    if mode == "replay":  # continuous scores too as the detector gave them online
+                        alarms, sc = replay_run(d, run, tick_s=tick_s)
+                    else:
+                        alarms = as_alarms(d.detect(run.steps, run.host)) if span else as_alarms(None)
+                    _check_components(alarms, comps)
+                if mode != "replay":
+                    with _detector_errors(name, "scores", run.run_id):
+                        sc = d.scores(run.steps, run.host) if j == 0 and callable(getattr(d, "scores", None)) and span else None
                 if keep_alarms is not None and j == 0:
                     keep_alarms.append((run.run_id, name, alarms))
                 draws.append(run_stats(alarms, run.labels, comps, span, scores=sc if j == 0 else None, injections=run.injections, k=k,

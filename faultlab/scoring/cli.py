@@ -122,8 +122,12 @@ def score_cmd(
         print(f"faultlab: error: {e}", file=sys.stderr)
         raise typer.Exit(e.exit_code)
     if out_file:
-        out_file.parent.mkdir(parents=True, exist_ok=True)
-        out_file.write_text(json.dumps(d, indent=2))
+        try:
+            out_file.parent.mkdir(parents=True, exist_ok=True)
+            out_file.write_text(json.dumps(d, indent=2))
+        except OSError as e:
+            print(f"faultlab: error: --out: cannot write {out_file} ({e.strerror or e}) (give a writable path, e.g. scores.json)", file=sys.stderr)
+            raise typer.Exit(2)
     if as_json:
         print(json.dumps(d, indent=2))
     else:

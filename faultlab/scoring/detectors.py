@@ -130,17 +130,48 @@ def empty_alarms() -> pd.DataFrame:
 def as_alarms(df: pd.DataFrame | None) -> pd.DataFrame:
     """``df`` with exactly the ALARMS columns and dtypes, sorted by start_ts then
     component. Raises BadInput (field ``alarms``) naming a missing column."""
-    if df is None or len(df) == 0:
+    if df is None:
+        return empty_alarms()
+    if not isinstance(df, pd.DataFrame):
+        raise BadInput(f"the detector returned a {type(df).__name__}, not a pandas DataFrame", field="alarms",
+                       fix="return a DataFrame with columns component, start_ts, end_ts (unix s) and score")
+    if len(df) == 0:
         return empty_alarms()
     missing = [c for c in ("component", "start_ts", "end_ts", "score") if c not in df.columns]
     if missing:
         raise BadInput(f"the detector's alarms miss column(s) {', '.join(missing)}", field="alarms",
                        fix="return component, start_ts, end_ts (unix s) and score")
-    comp = df["component"].to_numpy()
-    comp = comp.astype(str).astype(object) if comp.dtype != object else np.array([str(x) for x in comp], dtype=object)
-    cols = {"component": comp, **{c: df[c].to_numpy(dtype=np.float64) for c in ("start_ts", "end_ts", "score")}}
-    o = np.lexsort((comp, cols["start_ts"]))  # by start_ts, then component (stable)
-    return pd.DataFrame({k: v[o] for k, v in cols.items()})
+    out = df[["component", "start_ts", "end_ts", "score"]].copy()
+    out["component"] = out["component"].astype(str)
+    for c in ("start_ts", "end_ts", "score"):
+        try:
+            out[c] = out[c].astype("float64")
+        except (TypeError, ValueError):
+            raise BadInput(f"the detector's alarms have a non-numeric {c} ({out[c].iloc[0]!r} ...)", field=f"alarms.{c}",
+                           fix="return numbers: unix seconds for start_ts/end_ts, higher = more suspicious for score") from None
+    _check_alarm_values(out)
+    return out.sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True)
+
+
+def _check_alarm_values(out: pd.DataFrame) -> None:
+    """Refuse (BadInput naming the column and the first bad row) alarms that cannot be
+    right: a start or end time that is not a finite, non-negative unix time, an end
+    before its start, a score that is NaN. Garbage scored silently would read as a
+    detector that simply missed."""
+    st, en, sc = (out[c].to_numpy("float64") for c in ("start_ts", "end_ts", "score"))
+    checks = [
+        ("start_ts", ~np.isfinite(st) | (st < 0), "is not a finite non-negative unix time"),
+        ("end_ts", ~np.isfinite(en) | (en < 0), "is not a finite non-negative unix time"),
+        ("end_ts", en < st, "is before its start_ts"),
+        ("score", np.isnan(sc), "is NaN"),
+    ]
+    for col, bad, what in checks:
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            r = out.iloc[i]
+            raise BadInput(f"{int(bad.sum())} alarm(s) whose {col} {what}, first: component={r['component']} "
+                           f"start_ts={float(r['start_ts'])} end_ts={float(r['end_ts'])} score={float(r['score'])}", field=f"alarms.{col}",
+                           fix="return unix seconds within the run (see the steps' t_start) with end_ts >= start_ts, and a numeric score")
 
 
 _alarms = as_alarms
