@@ -9,8 +9,9 @@
    verified by measured TCP throughput) and ``cpu-contention`` on one rank (verified
    by the cgroup's throttling counters). Without root: ``process-pause`` on one rank.
 4. A run directory (steps, host, injections as Parquet; meta.json; events.jsonl),
-   labeled by the labeler, and the peer-median baseline detector scored against the
-   labels beside a random and a constant detector.
+   labeled by the labeler, and the baseline detectors scored against the labels
+   beside a random and a constant detector, in the same honest table as the README's
+   (faultlab.scoring.table; one run, so no CI over runs, and the table says so).
 5. Everything torn down, also on error or Ctrl-C.
 """
 
@@ -86,7 +87,7 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
 
 def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress) -> int:
     from faultlab.labeler import label_run
-    from faultlab.scoring import load_detector, score_table
+    from faultlab.scoring import load_detector
 
     steps = rd.read_table("steps")
     host = rd.read_table("host")
@@ -95,8 +96,8 @@ def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress) -> int:
         raise FaultlabError("no step telemetry was recorded", field="workload", fix=f"see the rank logs in {rd.path / 'logs'}")
     prog.phase("labeling", "temporal view + peer view, reconciled with the injections; what-if slowdown")
     labels = label_run(rd.path)
-    prog.phase("scoring", "peer-median, temporal-z and arrival-late against the labels, beside a random and a constant detector")
-    rows = score_table(steps, host, labels, ["peer-median", "temporal-z", "arrival-late"]).to_dict("records")
+    prog.phase("scoring", "peer-median, temporal-z and arrival-late against the labels, beside a random and a constant detector (offline and in replay)")
+    summary, rows = _score(rd, steps, host, labels, inj)
     (rd.path / "metrics.json").write_text(json.dumps(json_safe(rows), indent=2, default=_num))
     det = load_detector("peer-median")
     alarms = det.detect(steps, host)
@@ -132,13 +133,7 @@ def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress) -> int:
         w = json.loads(whatif.read_text())
         if "slowdown" in w:
             con.print(f"what-if slowdown S = {w['slowdown']:.3f}: actual job time / simulated time with every rank computing at its peers' median (stragglers removed; a job-wide slowdown such as a slow link is not a straggler and stays in both)")
-    t = Table(title="detector scores vs labels (metrics.json; faultlab score gives CIs over many runs)")
-    for c in ("detector", "window P", "window R", "window F1", "window MCC", "event P", "event R", "event F1", "range F1", "VUS-PR", "Acc@1"):
-        t.add_column(c)
-    for r in rows:
-        t.add_row(r["detector"], *(_fmt(r.get(k)) for k in ("window_precision", "window_recall", "window_f1", "window_mcc", "event_precision",
-                                                           "event_recall", "event_f1", "range_f1", "vus_pr", "acc_at_1")))
-    con.print(t)
+    con.print(summary)
     comps = sorted(set(steps["rank"].map(lambda r: f"rank:{r}")) | {"job"})
     span = float((steps["t_start"] + steps["step_s"]).max() - steps["t_start"].min())
     con.print(f"window = one component ({', '.join(comps)}) x 10 s cell: {len(comps)} x {int(-(-span // 10))} cells; MCC near 0 is chance "
@@ -146,6 +141,30 @@ def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress) -> int:
     con.print(f"files in {rd.path}: steps, host, injections, labels, alarms (.parquet); whatif.json, metrics.json, meta.json, scenario.yaml, events.jsonl, telemetry/, logs/")
     con.print(f"report: {report}   (open it in a browser; {time.time() - t_wall:.0f}s in all)", markup=False)
     return 0
+
+
+DETECTORS = ("peer-median", "temporal-z", "arrival-late", "random", "constant")
+
+
+def _score(rd: RunDir, steps, host, labels, inj):
+    """The honest score table of this run (faultlab.scoring.table, as the README's) and
+    the metrics.json rows (every metric offline, latency from the replay; no CI: one
+    run has none over runs)."""
+    from faultlab.scoring import table
+    from faultlab.scoring.api import score_many
+    from faultlab.scoring.runs import RunData as Run
+
+    run = Run(str(rd.run_id), steps, host, labels, inj, rd.meta)
+    specs = [(d, {"draws": 20} if d == "random" else None) for d in DETECTORS]  # random: its chance level, not one draw
+    off = score_many(specs, [run], by=None, n_boot=0)
+    rep = score_many(specs, [run], mode="replay", by=None, n_boot=0)
+    rows = []
+    for o, r in zip(off, rep):
+        row = {"detector": o.detector, **{k: v["value"] for k, v in o.metrics.items()}}
+        row.update({k: r.metrics[k]["value"] for k in ("latency_median_s", "latency_p95_s")})
+        rows.append(row)
+    t = table.rich_table(table.rows(list(DETECTORS), off, rep), "detector scores vs labels (metrics.json; the README's table, on one run)")
+    return t, rows
 
 
 def _fmt(v) -> str:

@@ -496,6 +496,8 @@ def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto
         text = p.read_text()
     except OSError as e:
         raise BadInput(f"cannot read {p}: {e.strerror}", field="SCENARIO", fix="give the path of a YAML file") from None
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{p} is not UTF-8 text (byte {e.start})", field="SCENARIO", fix="give a YAML file saved as UTF-8") from None
     try:
         root = yaml.compose(text)
         data = yaml.safe_load(text)

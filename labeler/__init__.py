@@ -105,6 +105,17 @@ from faultlab.labeler.fusion import Analysis, analyze, fuse  # noqa: E402
 from faultlab.labeler.temporal import StepGrid, check_steps  # noqa: E402
 
 
+def _span(steps: pd.DataFrame) -> tuple[float, float] | None:
+    """``(first t_start, last t_start + step_s)`` of the steps (unix s): the training
+    time, or None when there is none."""
+    if not len(steps) or "t_start" not in steps.columns:
+        return None
+    t = pd.to_numeric(steps["t_start"], errors="coerce")
+    end = t + pd.to_numeric(steps["step_s"], errors="coerce") if "step_s" in steps.columns else t
+    lo, hi = t.min(), end.max()
+    return (float(lo), float(hi)) if np.isfinite(lo) and np.isfinite(hi) else None
+
+
 def _config(config) -> LabelerConfig:
     if config is None:
         return LabelerConfig()
@@ -160,7 +171,7 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
     from faultlab.labeler.hostcause import attach_host_evidence
     from faultlab.labeler.localize import localize
 
-    return attach_host_evidence(localize(_label(steps, injections, _config(config))[0], host), host)
+    return attach_host_evidence(localize(_label(steps, injections, _config(config))[0], host), host, span=_span(steps))
 
 
 def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerConfig) -> tuple[pd.DataFrame, dict]:
@@ -347,7 +358,7 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     from faultlab.labeler.hostcause import attach_host_evidence
 
     host = rd.read_table("host")  # read here: not held while labeling
-    labels = attach_host_evidence(localize(labels, host), host)
+    labels = attach_host_evidence(localize(labels, host), host, span=_span(steps))
     del host
     if len(labels):
         labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", run_id)

@@ -54,15 +54,19 @@ from faultlab.labeler.whatif import simulate_job
 
 
 def intervals(flags: np.ndarray, gap: int, min_len: int, *, t0: np.ndarray | None = None, t1: np.ndarray | None = None,
-              gap_s: float = 0.0, min_s: float = 0.0) -> list[tuple[int, int]]:
+              gap_s: float = 0.0, min_s: float = 0.0, pace_s: float = 0.0) -> list[tuple[int, int]]:
     """Contiguous runs of True in a 1-D bool array, as inclusive ``(first, last)`` indices.
 
     Runs separated by at most ``gap`` False entries, or (when step times ``t0``/``t1``,
     unix s, are given) by at most ``gap_s`` seconds, are joined; a run is kept when
     ``last - first + 1 >= min_len`` and it lasts at least ``min_s`` seconds
     (``t1[last] - t0[first]``). Steps of a few milliseconds make a step count alone a
-    poor measure of a fail-slow condition, hence the seconds. Vectorized; returns
-    ``[]`` when nothing is flagged.
+    poor measure of a fail-slow condition, hence the seconds. With ``pace_s`` (the
+    run's normal step time, s) a run also counts as ``min_len`` steps long when it
+    lasts ``min_len`` normal steps: a fault slows the steps it spans, so a GC stall
+    of seconds spans only two or three steps (at 30 ms a step, 2 steps of 5.6 s are
+    180 normal steps); it still needs two steps (one slow step is one event, not a
+    condition). Vectorized; returns ``[]`` when nothing is flagged.
     """
     idx = np.flatnonzero(np.asarray(flags, dtype=bool))
     if idx.size == 0:
@@ -79,6 +83,9 @@ def intervals(flags: np.ndarray, gap: int, min_len: int, *, t0: np.ndarray | Non
         _trim_blips(idx, joined, p0, p1, gap, min_len)
     starts, ends = idx[p0], idx[p1]
     keep = (ends - starts + 1) >= min_len
+    if timed and pace_s > 0:
+        with np.errstate(invalid="ignore"):
+            keep |= ((t1[ends] - t0[starts]) >= min_len * pace_s) & (ends > starts)  # one step is one event
     if timed and min_s > 0:
         with np.errstate(invalid="ignore"):
             keep &= (t1[ends] - t0[starts]) >= min_s
@@ -293,7 +300,9 @@ def fuse(an: Analysis) -> pd.DataFrame:
     cfg = an.config
     g, tv, pv = an.grid, an.temporal, an.peer
     gap, min_len = cfg.gap_steps, cfg.min_steps
-    timed = {"t0": g.t0, "t1": g.t1, "gap_s": cfg.gap_s, "min_s": cfg.min_duration_s}
+    pace = _nanmed(g.job_step)  # the run's normal step time (s)
+    timed = {"t0": g.t0, "t1": g.t1, "gap_s": cfg.gap_s, "min_s": cfg.min_duration_s,
+             "pace_s": pace if np.isfinite(pace) else 0.0}
     rows: list[dict] = []
     rank_label_rows = np.zeros((g.S, g.R), dtype=bool)  # steps each rank's labels hold
 

@@ -25,6 +25,17 @@ rank's ratio over the run about its own median (a noise floor: a noisy group nee
 larger excess; a rank offset for the whole run does not raise it), and the group has at least
 ``peer_min_ranks`` ranks with data at that step.
 
+A cell is also flagged when the rank is *sustainedly* slow: over a centered window of
+``k`` steps (the steps of ``min_duration_s``, the shortest label, at least
+``min_steps``), more than half of its ratios exceed ``max(peer_threshold, 1 + mad_k *
+sigma_g * 1.2533 / sqrt(k))``, i.e. the window's median ratio is above that level.
+The per-step rule's noise floor is that of one step; a label's slowdown is judged over
+its interval, whose median has the noise ``1.2533 sigma_g / sqrt(k)`` (the standard
+error of a median). On a busy host the per-step noise of the ratio can be 0.3, so a
+CPU-throttled rank at 1.5x for seconds never crosses ``1 + 4 x 0.3`` at one step, yet
+over a second of steps it is unmistakable. The window is counted with cumulative sums
+(O(steps x ranks)), not sorted.
+
 Limitation (by design of a peer view): when most of a group is slowed the median is
 slowed too and nothing is flagged; the temporal view covers that case.
 """
@@ -97,10 +108,63 @@ def peer_view(grid: StepGrid, config=None) -> PeerView:
         # NaN ratios compare False: never flagged
         flag = ratio > dt(config.peer_threshold)
         flag &= (ratio - dt(1.0)) > (dt(config.mad_k) * sigma.astype(ratio.dtype))[None, :]
+    k = window_steps(grid, config)
+    if k > 1:
+        flag |= sustained(ratio, k, np.maximum(config.peer_threshold, 1.0 + config.mad_k * sigma * MEDIAN_SE / np.sqrt(k)))
     few = count < config.peer_min_ranks
     if few.any():
         flag &= ~few[:, gidx]
     return PeerView(median=med, ratio=ratio, flag=flag, sigma=sigma)
 
 
-__all__ = ["PeerView", "peer_view", "nanmedian"]
+#: standard error of a median of n normal values, in sigmas x sqrt(n): sqrt(pi / 2)
+MEDIAN_SE = 1.2533
+
+
+def window_steps(grid: StepGrid, config) -> int:
+    """Steps in the window of the sustained rule: those of ``min_duration_s`` at the
+    run's median job step time (s), at least ``min_steps``, at most
+    ``temporal_window_steps``; ``min_steps`` when the step time is unknown."""
+    step, n = nanmedian(np.asarray(grid.job_step, dtype=np.float64), axis=0) if grid.S else (np.nan, 0)
+    k = int(config.min_steps)
+    if n and np.isfinite(step) and step > 0:
+        k = max(k, int(round(float(config.min_duration_s) / float(step))))
+    return int(min(k, max(int(config.temporal_window_steps), int(config.min_steps))))
+
+
+def sustained(ratio: np.ndarray, k: int, level: np.ndarray) -> np.ndarray:
+    """``(S, R)`` bool: the centered window of ``k`` steps around each step has more
+    than half of its known ratios above ``level`` (a window cut short by the run's
+    ends counts its missing steps as not above) (``(R,)``, per rank) and at least
+    ``(k + 1) // 2`` known ratios: the window's median is above the level. NaN ratios
+    are unknown. O(S x R) with cumulative sums, 256 ranks at a time (bounded
+    temporaries)."""
+    S, R = ratio.shape
+    out = np.zeros((S, R), dtype=bool)
+    if S == 0:
+        return out
+    level = np.broadcast_to(np.asarray(level, dtype=ratio.dtype), (R,))
+    h = k // 2
+    lo = np.clip(np.arange(S) - h, 0, S)
+    hi = np.clip(np.arange(S) - h + k, 0, S)
+
+    cut = (k - (hi - lo))[:, None]  # steps of each window beyond the run
+
+    def count(b: np.ndarray) -> np.ndarray:
+        c = np.zeros((S + 1, b.shape[1]), dtype=np.int32)
+        np.cumsum(b, axis=0, dtype=np.int32, out=c[1:])
+        return c[hi] - c[lo]
+
+    for a in range(0, R, 256):
+        x = ratio[:, a : a + 256]
+        with np.errstate(invalid="ignore"):
+            n_above = count(x > level[None, a : a + 256])
+        nan = np.isnan(x)
+        n_known = count(~nan) if nan.any() else (hi - lo)[:, None]  # no NaN: the window's length
+        # a window cut short by the run's first or last step: its missing steps count
+        # as not above (a fault ending with the run is not extended past its end)
+        out[:, a : a + 256] = (n_above * 2 > n_known + cut) & (n_known >= (k + 1) // 2)
+    return out
+
+
+__all__ = ["PeerView", "peer_view", "nanmedian", "sustained", "window_steps"]

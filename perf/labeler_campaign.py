@@ -17,7 +17,8 @@ what the evaluation counts. It then reports, against those that did:
   rank; the node for nic-slow) is the label's component, or for a job label the
   culprit it names;
 - onset error in steps (label start step - first step at or after the injection);
-- observed labels (no injection) per run-hour, for the noise level;
+- observed labels (no injection) per run-hour, for the noise level, with their
+  slowdowns and the cause their host evidence names (``--details``: one line each);
 - recall per bin of job impact and fault type (a curve from 1.1x up; the bins below
   the floor are shown too, for what the labeler catches there).
 
@@ -60,7 +61,8 @@ def evaluate_run(run_dir: Path) -> dict:
     labels = label(steps, inj, host=rd.read_table("host"))
     js = _job_step(steps)
     out = {"run": str(run_dir), "injections": [], "observed": int((labels.source == "observed").sum()),
-           "hours": float((steps.t_start.max() - steps.t_start.min()) / 3600)}
+           "hours": float((steps.t_start.max() - steps.t_start.min()) / 3600),
+           "observed_labels": [_observed(r) for r in labels[labels.source == "observed"].itertuples()]}
     for r in inj.itertuples():
         # job time during / what the same steps took before (a time ratio: intermittent
         # stalls count in full), on the steps no other injection was in force (plus
@@ -104,6 +106,32 @@ def evaluate_run(run_dir: Path) -> dict:
     return out
 
 
+def _observed(r) -> dict:
+    """One observed label as a dict: component, slowdown, duration (s), views and the
+    host evidence of its cause (:mod:`faultlab.labeler.hostcause`; ``None`` when the
+    host metrics show none)."""
+    ev = json.loads(r.evidence or "{}")
+    host = ev.get("host") or {}
+    return {"component": r.component, "slowdown": float(r.slowdown), "duration_s": float(r.end_ts - r.start_ts),
+            "views": r.views, "likely_cause": host.get("likely_cause"), "host_cpu_busy_pct": host.get("host_cpu_busy_pct"),
+            "ranks_cpu_pct": host.get("ranks_cpu_pct"), "ranks_cpu_pct_typical": host.get("ranks_cpu_pct_typical")}
+
+
+def _observed_summary(runs: list[dict]) -> dict:
+    """Observed labels over all runs: count, slowdowns (median, max), by component
+    kind, and by the cause their host evidence names."""
+    obs = [o for r in runs for o in r.get("observed_labels", [])]
+    sd = [o["slowdown"] for o in obs]
+    causes: dict[str, int] = {}
+    for o in obs:
+        k = o["likely_cause"] or "none shown"
+        causes[k] = causes.get(k, 0) + 1
+    return {"n": len(obs), "slowdown_median": float(np.median(sd)) if sd else float("nan"),
+            "slowdown_max": float(np.max(sd)) if sd else float("nan"),
+            "job": sum(o["component"] == "job" for o in obs), "rank": sum(o["component"].startswith("rank:") for o in obs),
+            "by_cause": causes}
+
+
 def _curve(injs: list[dict]) -> dict:
     """``{bin: {type: "labeled/n"}}`` over the bins of :data:`IMPACT_BINS` (all types
     too, as ``"all"``), for faults with a measured impact."""
@@ -142,6 +170,7 @@ def summarize(runs: list[dict]) -> dict:
         "onset_error_steps_median": float(np.median(onsets)) if onsets else float("nan"),
         "onset_error_steps_p95": float(np.percentile(onsets, 95)) if onsets else float("nan"),
         "observed_labels_per_run_hour": sum(r.get("observed", 0) for r in runs) / hours if hours else float("nan"),
+        "observed": _observed_summary(runs),
         "slowed_threshold": SLOWED,
         "unmanifested": [(i["type"], round(i["impact"], 3)) for i in injs if i["impact"] < SLOWED],
         "recall_by_type": {t: float(np.mean([i["labeled"] for i in slowed if i["type"] == t]))
@@ -206,6 +235,10 @@ def main() -> int:
                 print(f"{Path(r['run']).name:24s} {i['fault_id']:16s} {i['type']:15s} impact={i['impact']:.2f} "
                       f"labeled={i['labeled']!s:5s} got={i['component']!s:8s} want={i['want']:8s} onset={i['onset_steps']}",
                       file=sys.stderr)
+            for o in r.get("observed_labels", []):
+                print(f"{Path(r['run']).name:24s} observed {o['component']:8s} slowdown={o['slowdown']:.2f} "
+                      f"{o['duration_s']:.1f}s views={o['views']} cause={o['likely_cause']} host_cpu={o['host_cpu_busy_pct']}% "
+                      f"ranks_cpu={o['ranks_cpu_pct']}% (typical {o['ranks_cpu_pct_typical']}%)", file=sys.stderr)
     rep = summarize(runs)
     print(json.dumps(rep, indent=1, default=float))
     return 0

@@ -600,6 +600,9 @@ def test_observed_labels_carry_the_host_evidence_of_their_cause():
     assert other["ranks_cpu_pct"] == 40.0 and other["ranks_cpu_pct_typical"] == 50.0
     assert cause(host(80.0, 90.0))["likely_cause"] == "the ranks' own CPU work"
     assert cause(host(70.0, 50.0))["likely_cause"] is None  # the host metrics show no cause
+    # host as busy as usual, ranks 30% below their usual CPU: the rest went to others
+    assert cause(host(72.0, 35.0))["likely_cause"] == "other processes' CPU"
+    assert cause(host(60.0, 35.0))["likely_cause"] is None  # host idler too: the ranks waited
     assert attach_host_evidence(lab, None) is lab
 
 
@@ -641,3 +644,34 @@ def test_dataloader_wait_is_the_ranks_local_time():
     # the same run without the column: the labeler sees compute_s only (no straggler)
     plain = label(steps.drop(columns=["dataloader_s"]), inj)
     assert "injected" not in set(plain.source)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sustained_straggler_under_per_step_noise(seed):
+    # a CPU-throttled rank on a busy host: 1.5x for 100 steps (~5 s), but per-step noise
+    # of 25% puts the peer ratio's noise floor (4 robust sigmas) above 2x at one step.
+    # Over a second of steps its median is clearly up: one label, from about its onset.
+    steps = simulate(n_steps=400, noise=0.25, straggler=(1, 150, 250, 1.5), seed=seed)
+    lab = label(steps)
+    assert lab.component.tolist() == ["rank:1"], lab[["component", "start_step", "end_step", "slowdown"]]
+    r = lab.iloc[0]
+    assert abs(r.start_step - 150) <= 10 and abs(r.end_step - 249) <= 10
+    assert r.slowdown == pytest.approx(1.5, rel=0.15)
+    # the same noise without a straggler: nothing (the window's median, not one step)
+    assert label(simulate(n_steps=400, noise=0.25, seed=seed)).empty
+
+
+@pytest.mark.parametrize("nan_fraction", [0.0, 0.1])
+def test_sustained_window_matches_a_brute_force_count(nan_fraction):
+    from faultlab.labeler.peer import sustained
+
+    rng = np.random.default_rng(5)
+    x = (rng.random((50, 300)) * 2).astype(np.float32)
+    x[rng.random(x.shape) < nan_fraction] = np.nan
+    got = sustained(x, 7, np.full(300, 1.0))
+    for i in range(50):
+        w = x[max(0, i - 3) : i + 4]
+        known = (~np.isnan(w)).sum(axis=0)
+        cut = 7 - w.shape[0]  # steps of the window beyond the run's ends
+        want = ((w > 1.0).sum(axis=0) * 2 > known + cut) & (known >= 4)
+        assert (got[i] == want).all()

@@ -137,6 +137,43 @@ def test_replay_of_a_plain_detect_detector_matches_offline_cells(runs):
     assert on.latency_median_s >= 0
 
 
+class Hindsight(Detector):
+    """Scores each step by its compute over the largest compute seen so far: on the
+    whole run (offline) the slowed steps are the largest, so they rank first; online,
+    the steps before the slowdown were each the largest seen when they appeared."""
+
+    name = "hindsight"
+
+    def detect(self, steps, host):
+        return empty_alarms()
+
+    def scores(self, steps, host):
+        return pd.DataFrame({"component": "rank:" + steps["rank"].astype(str), "ts": steps["t_start"],
+                             "score": steps["compute_s"] / steps["compute_s"].max()})
+
+
+def test_replay_curves_use_the_scores_given_online_not_in_hindsight(runs):
+    rs = list(iter_run_dirs(runs[:3]))
+    off = score_runs(Hindsight(), rs, mode="offline", n_boot=0)
+    on = score_runs(Hindsight(), rs, mode="replay", n_boot=0)
+    assert off.auc_pr > 0.9 and off.vus_pr > 0.5  # hindsight knows the run's maximum
+    assert on.auc_pr < off.auc_pr - 0.3 and on.vus_pr < off.vus_pr - 0.2
+    # each point keeps the score it had when first seen: before the slowdown some step
+    # was the largest seen (score 1); in hindsight every step before it is < 1/2 (3x slowdown)
+    from faultlab.scoring import replay_run
+
+    _, sc = replay_run(Hindsight(), rs[0])
+    onset = float(rs[0].labels.start_ts.min())
+    hind = Hindsight().scores(rs[0].steps, None)
+    assert len(sc) == len(rs[0].steps) and sc[sc.ts < onset].score.max() == 1.0
+    assert hind[hind.ts < onset].score.max() < 0.5
+    # a causal detector's online scores are its offline ones: same curves
+    pm_on, pm_off = (score_runs("peer-median", rs, mode=m, n_boot=0) for m in ("replay", "offline"))
+    assert pm_on.vus_pr == pytest.approx(pm_off.vus_pr, abs=1e-12) and pm_on.auc_pr == pytest.approx(pm_off.auc_pr, abs=1e-12)
+    # a detector with its own update and no online_scores gets no curve in replay, never its offline one
+    assert np.isnan(score_runs(AtOnset(), rs, mode="replay", n_boot=0).vus_pr)
+
+
 # -- honest metrics on many runs ------------------------------------------------------------
 
 
@@ -149,6 +186,23 @@ def test_random_and_constant_are_near_chance_and_peer_median_is_clear(runs):
         assert b.ci("window_mcc")[1] < pm.ci("window_mcc")[0]
     assert score_runs("constant", rs, n_boot=0).window_mcc == 0.0
     assert pm.window_mcc > 0.9 and pm.metrics["window_mcc"]["ci"][0] <= pm.window_mcc <= pm.metrics["window_mcc"]["ci"][1]
+
+
+def test_random_draws_score_the_mean_of_independent_seeds(runs):
+    from faultlab.scoring.metrics import COUNT_KEYS
+
+    rs = list(iter_run_dirs(runs))
+    mean = score_runs("random", rs, params={"draws": 5, "seed": 3}, n_boot=200)
+    singles = [score_runs("random", rs, params={"seed": 3 + j}, n_boot=0) for j in range(5)]
+    for key in COUNT_KEYS:
+        if key not in ("curve_runs", "auc_pr_sum", "vus_pr_sum"):
+            assert mean.counts[key] == pytest.approx(np.mean([s.counts[key] for s in singles]))
+    assert mean.vus_pr == singles[0].vus_pr  # continuous scores: the first draw's
+    # the mean of draws sits closer to chance than the typical single draw
+    assert abs(mean.window_mcc) <= np.mean([abs(s.window_mcc) for s in singles]) + 1e-9
+    assert mean.ci("window_mcc")[0] <= 0 <= mean.ci("window_mcc")[1]
+    with pytest.raises(BadInput, match="draws"):
+        load_detector("random", draws=0)
 
 
 def test_breakdown_by_fault_type_and_source(runs, tmp_path):
@@ -242,20 +296,27 @@ def test_a_plugin_package_is_found_by_its_entry_point_name(runs, tmp_path):
         [tool.setuptools]
         py-modules = ["tmpslowdet"]
     '''))
-    pip = [PY, "-m", "pip", "--disable-pip-version-check", "-q"]
-    r = subprocess.run(pip + ["install", "--no-deps", str(pkg)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    try:
-        p = faultlab("score", "--detector", "nope", "--run", runs[0])
-        assert "tmp-slow" in p.stderr  # listed among the known detectors
-        p = faultlab("score", "--detector", "tmp-slow", "--run", runs[0], "--run", runs[1], "--json", "--boot", "0", cwd=runs[0].parent)
-        assert p.returncode == 0, p.stderr
-        d = json.loads(p.stdout)
-        assert d["detector"] == "tmp-slow" and d["metrics"]["event_recall"]["value"] == 1.0
-    finally:
-        subprocess.run(pip + ["uninstall", "-y", "faultlab-tmp-slow-plugin"], capture_output=True, timeout=300)
-    p = faultlab("score", "--detector", "tmp-slow", "--run", runs[0])
-    assert p.returncode == 2  # gone with the package
+    # installed with pip into a folder of its own (nothing lands in this environment even
+    # if the test dies); the scoring processes get it on PYTHONPATH, where
+    # importlib.metadata finds its entry point
+    site = tmp_path / "site"
+    examples = Path(__file__).resolve().parents[1] / "examples" / "detectors"
+    pip = [PY, "-m", "pip", "--disable-pip-version-check", "-q", "install", "--no-deps", "--target", str(site)]
+    for src in (pkg, examples / "pyod-iforest", examples / "ruptures-pelt"):
+        r = subprocess.run(pip + [str(src)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    p = faultlab("score", "--detector", "nope", "--run", runs[0], env=env)
+    for name in ("tmp-slow", "pyod-iforest", "ruptures-pelt"):
+        assert name in p.stderr  # listed among the known detectors
+    p = faultlab("score", "--detector", "tmp-slow", "--run", runs[0], "--run", runs[1], "--json", "--boot", "0", cwd=runs[0].parent, env=env)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["detector"] == "tmp-slow" and d["metrics"]["event_recall"]["value"] == 1.0
+    p = faultlab("score", "--detector", "ruptures-pelt", "--run", runs[0], "--json", "--boot", "0", cwd=tmp_path, env=env)
+    assert p.returncode == 0 and json.loads(p.stdout)["metrics"]["event_recall"]["value"] == 1.0, p.stderr
+    p = faultlab("score", "--detector", "tmp-slow", "--run", runs[0], cwd=tmp_path)
+    assert p.returncode == 2  # not installed here: unknown
 
 
 def test_example_plugins_score(runs):

@@ -99,6 +99,24 @@ def test_event_level_without_point_adjust():
     assert m["n_alarms_true"] == 2 and m["n_labels_recalled"] == 1
 
 
+def test_point_adjusted_f1_is_shown_beside_the_honest_one_and_inflates():
+    # a 100 s label on rank:0 = 10 cells of 10 s; one alarm touching one cell
+    lab = labels(("rank:0", 0, 100))
+    m = score(alarms(("rank:0", 51, 52, 1)), lab, RANKS, run_span=(0, 100))
+    assert m["window_recall"] == pytest.approx(0.1) and m["window_f1"] == pytest.approx(2 * 0.1 / 1.1)
+    assert m["window_recall_point_adjusted"] == 1.0 and m["window_f1_point_adjusted"] == 1.0  # the whole stretch credited
+    # two separate stretches of one component: only the touched one is adjusted
+    lab2 = labels(("rank:0", 0, 30), ("rank:0", 60, 90))
+    m2 = score(alarms(("rank:0", 5, 6, 1)), lab2, RANKS, run_span=(0, 100))
+    assert m2["window_recall_point_adjusted"] == pytest.approx(0.5) and m2["window_recall"] == pytest.approx(1 / 6)
+    # the AAAI'22 critique: sparse random alarms look good under point-adjust, not honestly
+    rng = np.random.default_rng(0)
+    long = labels(*[(f"rank:{i}", 1000.0 * i, 1000.0 * i + 400) for i in range(4)])
+    rnd = alarms(*[(f"rank:{i}", t, t + 10, 1) for i in range(4) for t in 10.0 * rng.choice(400, 20, replace=False)])
+    mr = score(rnd, long, RANKS, run_span=(0, 4000))
+    assert mr["window_f1_point_adjusted"] > mr["window_f1"] + 0.3 and abs(mr["window_mcc"]) < 0.1
+
+
 def test_overlap_edges():
     lab = labels(("rank:0", 20, 30))
     assert score(alarms(("rank:0", 10, 20, 1)), lab, RANKS)["event_recall"] == 0.0  # touching
@@ -232,6 +250,14 @@ def test_random_is_seeded_and_constant_covers_everything(run):
     assert len(a) > 0
     pd.testing.assert_frame_equal(a, b)
     assert not RandomDetector(seed=2).detect(steps, None).equals(a)
+    # each random alarm is exactly one cell of the window grid (none spills into the next)
+    from faultlab.scoring.metrics import run_stats
+
+    t0, t1 = steps.t_start.min(), (steps.t_start + steps.step_s).max()
+    half = RandomDetector(seed=1, p=0.5).detect(steps, None)
+    off = (half.start_ts - t0) / 10.0
+    assert np.allclose(off, off.round()) and np.allclose(half.end_ts, np.minimum(half.start_ts + 10.0, t1))
+    assert len(half) and run_stats(half, None, RANKS + ["job"], (t0, t1))["counts"]["win_fp"] == len(half)  # one cell per alarm
     c = ConstantDetector().detect(steps, None)
     assert sorted(c.component.tolist()) == ["job"] + RANKS
     assert (c.start_ts == steps.t_start.min()).all()

@@ -131,11 +131,14 @@ def schema_doc() -> dict:
 def _run_info(rd_path: Path, run, campaign: str | None) -> dict:
     steps, inj, lab = run.steps, run.injections, run.labels
     src = Counter(lab["source"].astype(str)) if len(lab) else Counter()
+    meta = run.meta or {}
     return {
-        "run_id": run.run_id, "campaign": campaign, "scenario": (run.meta or {}).get("scenario_name") or rd_path.name,
+        "run_id": run.run_id, "campaign": meta.get("campaign", campaign),
+        "scenario": meta.get("scenario_name") or meta.get("scenario") or rd_path.name,
         "complete": bool((run.meta or {}).get("complete", False)), "seed": (run.meta or {}).get("seed"),
         "n_ranks": int(steps["rank"].nunique()) if len(steps) else 0, "n_steps": int(steps["step"].nunique()) if len(steps) else 0,
-        "duration_s": float((steps["t_start"] + steps["step_s"]).max() - steps["t_start"].min()) if len(steps) else 0.0,
+        "duration_s": float((steps["t_start"] + steps["step_s"]).max() - steps["t_start"].min()) if len(steps)
+        else float(run.host["ts"].max() - run.host["ts"].min()) if run.host is not None and len(run.host) else 0.0,
         "fault_types": sorted(set(inj["fault_type"].astype(str))) if len(inj) else [],
         "n_faults": int(len(inj)), "n_labels": int(len(lab)), "labels_by_source": dict(src),
         "faultlab": (run.meta or {}).get("faultlab"),
@@ -164,9 +167,18 @@ def write_run(root: Path, run) -> int:
     return total
 
 
+def _check_replaceable(final: Path) -> None:
+    """``--force`` replaces only an earlier faultlab dataset: a real folder (no
+    symlink) holding ``splits.json`` and ``MANIFEST.sha256``. Anything else (a folder
+    of the user's, ``--out-root / --name etc``) is refused: BadInput, nothing removed."""
+    if final.is_symlink() or not final.is_dir() or not (final / "splits.json").is_file() or not (final / "MANIFEST.sha256").is_file():
+        raise BadInput(f"{final} exists and is not a faultlab dataset (no splits.json and MANIFEST.sha256); --force replaces only a dataset",
+                       field="--name", fix="give another name or --out-root, or remove that folder yourself")
+
+
 def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: float = 0.3, seed: int = 0,
           campaign_files=(), relabel: bool = False, description: str = "", license: str = "cc-by-4.0",
-          source_note: str = "", force: bool = False) -> Path:
+          source_note: str = "", force: bool = False, split: dict | None = None) -> Path:
     """Build ``out_root/name`` from labeled run directories ``runs`` (paths).
 
     Args:
@@ -177,6 +189,8 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
         relabel: re-label every run with this checkout's labeler first (its
             ``labels.parquet`` is not touched; the dataset gets the new labels).
         force: replace an existing dataset folder of that name.
+        split: ``{"train": [...], "test": [...]}`` to keep (a relabel) instead of
+            drawing one; it must name exactly the runs given.
 
     Returns: the dataset folder.
     Raises: BadInput for a bad name, an existing folder without ``force``, a run
@@ -189,8 +203,10 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
         raise BadInput(f"{name!r} is not a dataset name", field="--name", fix="letters, digits, - _ . e.g. faultlab-hw-v1")
     out_root = Path(out_root)
     final = out_root / name
-    if final.exists() and not force:
-        raise BadInput(f"{final} exists", field="--name", fix="give another name, or --force to replace it")
+    if final.exists() or final.is_symlink():
+        if not force:
+            raise BadInput(f"{final} exists", field="--name", fix="give another name, or --force to replace it")
+        _check_replaceable(final)
     tmp = out_root / f".{name}.building"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -212,10 +228,17 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
             ids.append(run.run_id)
             infos.append(_run_info(p, run, p.parent.name))
             del run
-        split = draw_split(ids, test_fraction, seed) if len(ids) >= 2 else {"seed": seed, "test_fraction": test_fraction, "train": ids, "test": []}
+        if split is not None:
+            if sorted(split["train"] + split["test"]) != sorted(ids):
+                raise BadInput("the split to keep does not name exactly the runs given", field="splits.json", fix="rebuild with faultlab dataset build")
+            split = {"seed": seed, "test_fraction": test_fraction, "train": sorted(split["train"]), "test": sorted(split["test"])}
+        else:
+            split = draw_split(ids, test_fraction, seed) if len(ids) >= 2 else {"seed": seed, "test_fraction": test_fraction, "train": ids, "test": []}
         (tmp / "runs.json").write_text(json.dumps(infos, indent=1, default=str))
         (tmp / "splits.json").write_text(json.dumps(split, indent=1))
         (tmp / "schema.json").write_text(json.dumps(schema_doc(), indent=1))
+        (tmp / "build.json").write_text(json.dumps({"name": name, "description": description, "license": license, "note": source_note,
+                                                   "test_fraction": test_fraction, "seed": seed, "relabeled": bool(relabel)}, indent=1))
         if campaign_files:
             (tmp / "campaign").mkdir()
             for f in campaign_files:
@@ -232,6 +255,76 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
+    """Re-label every run of a dataset folder with this checkout's labeler and rebuild
+    the folder in place: the same runs (their steps, host and injections tables as
+    stored), the same split, the same campaign files and card texts (description,
+    license, note: from ``build.json``, for a dataset built before it from
+    ``croissant.json`` and the card's header), new labels, ``runs.json``, card,
+    ``croissant.json`` and ``MANIFEST.sha256``. Runs are read and labeled one at a
+    time; the new folder replaces the old only once complete.
+
+    Args:
+        dataset: the dataset folder.
+        note: a new paragraph for the card's collection section (default: keep it).
+
+    Returns: the dataset folder.
+    Raises: BadInput for a folder that is no dataset, a run's table that is missing
+    or unreadable, or what the labeler raises for a bad table.
+    """
+    import tempfile
+
+    from faultlab.datasets.layout import Dataset
+
+    ds = Dataset(dataset)
+    st = build_settings(ds.path)
+    order = [str(r["run_id"]) for r in ds.runs_info()] or ds.run_ids("all")
+    if sorted(order) != sorted(ds.run_ids("all")):
+        order = ds.run_ids("all")
+    with tempfile.TemporaryDirectory(prefix="faultlab-relabel-") as keep:
+        camp = []
+        if (ds.path / "campaign").is_dir():
+            for f in sorted((ds.path / "campaign").iterdir()):
+                if f.is_file():
+                    camp.append(Path(shutil.copy2(f, Path(keep) / f.name)))
+        runs = (_relabel_run(ds.read_run(rid)) for rid in order)
+        return build(runs, ds.name, ds.path.parent, test_fraction=st["test_fraction"], seed=st["seed"], campaign_files=camp,
+                     relabel=True, description=st["description"], license=st["license"],
+                     source_note=st["note"] if note is None else note, force=True, split=ds.splits)
+
+
+def build_settings(path: Path) -> dict:
+    """The card texts and split settings a dataset was built with: ``build.json``, or
+    for a folder built before it, the description of ``croissant.json``, the license
+    of the card's YAML header and the split's seed and fraction (note empty)."""
+    import yaml
+
+    p = path / "build.json"
+    if p.is_file():
+        d = json.loads(p.read_text())
+        return {k: d.get(k, v) for k, v in (("description", ""), ("license", "cc-by-4.0"), ("note", ""), ("test_fraction", 0.3), ("seed", 0))}
+    sp = json.loads((path / "splits.json").read_text())
+    desc = ""
+    if (path / "croissant.json").is_file():
+        desc = json.loads((path / "croissant.json").read_text()).get("description", "")
+    lic = "cc-by-4.0"
+    card = path / "README.md"
+    if card.is_file():
+        text = card.read_text()
+        if text.startswith("---"):
+            lic = (yaml.safe_load(text.split("---", 2)[1]) or {}).get("license", lic)
+    return {"description": desc, "license": lic, "note": "", "test_fraction": float(sp.get("test_fraction", 0.3)), "seed": int(sp.get("seed", 0))}
+
+
+def _relabel_run(run):
+    """``run`` (RunData) with labels from this checkout's labeler (steps, injections
+    and host as given)."""
+    from faultlab.labeler import label
+
+    run.labels = label(run.steps, injections=run.injections, host=run.host)
+    return run
 
 
 def _relabeled(p: Path):
@@ -264,7 +357,7 @@ def import_trace(fmt: str, path: str | Path):
     (per rank and step: t_start = its first operation's start, compute_s = its
     compute operations, comm_s = its communication, step_s = first start to last end;
     peer group = pipeline stage); ``perseus`` (FAST'23 drive metrics) to ``host``
-    (node = host/drive, metrics ``latency`` in the trace's unit and
+    (node = ``HOST/DRIVE``, the labels' component being ``drive:HOST/DRIVE``, metrics ``latency`` in the trace's unit and
     ``throughput_bytes_per_s``). Injections are empty: nothing was injected.
 
     Raises BadInput for an unknown format or what the importer raises."""
@@ -296,7 +389,7 @@ def import_trace(fmt: str, path: str | Path):
         from faultlab.labeler.perseus import read_samples
 
         s = read_samples(path)
-        node = np.array([f"{s.host_names[s.drive_host[d]]}/{s.drive_names[d]}" for d in range(len(s.drive_names))], dtype=object)[s.drive]
+        node = np.array(s.drive_names, dtype=object)[s.drive]  # HOST/DRIVE, as the labels' drive:HOST/DRIVE
         host = pd.concat([
             pd.DataFrame({"run_id": run_id, "node": node, "ts": s.ts.astype(float), "metric": "latency", "value": s.latency.astype(float)}),
             pd.DataFrame({"run_id": run_id, "node": node, "ts": s.ts.astype(float), "metric": "throughput_bytes_per_s", "value": s.throughput.astype(float)}),

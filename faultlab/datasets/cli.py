@@ -1,4 +1,4 @@
-"""``faultlab dataset build|verify|info|export`` (registered in faultlab/cli.py)."""
+"""``faultlab dataset build|relabel|verify|info|export`` (registered in faultlab/cli.py)."""
 
 from __future__ import annotations
 
@@ -62,6 +62,29 @@ def build_cmd(
     out.print(f"{p}: {len(sp['train']) + len(sp['test'])} runs ({len(sp['train'])} train, {len(sp['test'])} test), {size / 1e6:.2f} MB", markup=False)
 
 
+@app.command("relabel")
+def relabel_cmd(
+    datasets: List[Path] = typer.Argument(..., help="dataset folders"),
+    note: Optional[str] = typer.Option(None, "--note", help="a new paragraph for the card's collection section (default: keep it)"),
+):
+    """Re-label every run of each dataset with this checkout's labeler and rebuild it
+    in place (same runs, split and campaign files; new labels, runs.json, card,
+    croissant.json, MANIFEST.sha256)."""
+    from faultlab.datasets.build import relabel
+
+    for d in datasets:
+        try:
+            p = relabel(d, note=note)
+        except FaultlabError as e:
+            _fail(e)
+        size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        src = {}
+        for r in json.loads((p / "runs.json").read_text()):
+            for k, v in r.get("labels_by_source", {}).items():
+                src[k] = src.get(k, 0) + v
+        out.print(f"{p}: re-labeled {len(json.loads((p / 'runs.json').read_text()))} runs, labels by source {src}, {size / 1e6:.2f} MB", markup=False)
+
+
 @app.command("verify")
 def verify_cmd(dataset: Path = typer.Argument(..., help="a dataset folder")):
     """Check every file against MANIFEST.sha256; exit 1 naming each changed, missing or
@@ -92,9 +115,9 @@ def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"), as_js
 
     try:
         ds = Dataset(dataset)
+        runs = ds.runs_info()
     except FaultlabError as e:
         _fail(e)
-    runs = ds.runs_info()
     ft, src = Counter(), Counter()
     for r in runs:
         ft.update(r.get("fault_types", []))

@@ -8,6 +8,7 @@
       schema.json          the tables' columns, types and units
       splits.json          {"seed", "test_fraction", "train": [run ids], "test": [...]}
       runs.json            per run: run_id, meta.json fields, fault types, label counts
+      build.json           the card texts and split settings it was built with (for relabel)
       MANIFEST.sha256      sha256sum lines of every other file
       data/<table>/run=<run_id>/part-0.parquet   table in steps, host, injections, labels
       campaign/            the campaign and scenario files that made it
@@ -70,7 +71,15 @@ class Dataset:
         """runs.json (read once)."""
         if not hasattr(self, "_runs_info"):
             p = self.path / "runs.json"
-            self._runs_info = json.loads(p.read_text()) if p.is_file() else []
+            try:
+                info = json.loads(p.read_text()) if p.is_file() else []
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field="runs.json",
+                               fix="restore it (faultlab dataset verify names every changed file) or rebuild the dataset") from None
+            if not isinstance(info, list) or not all(isinstance(r, dict) for r in info):
+                raise BadInput(f"{p} is not a list of run objects", field="runs.json",
+                               fix="restore it (faultlab dataset verify names every changed file) or rebuild the dataset")
+            self._runs_info = info
         return self._runs_info
 
     def read_run(self, run_id: str):

@@ -40,7 +40,11 @@ def read(root: Path) -> dict[str, str]:
     if not p.is_file():
         raise BadInput(f"{p} is missing", field=NAME, fix="rebuild the dataset, or restore the file")
     out = {}
-    for i, line in enumerate(p.read_text().splitlines(), 1):
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"{p} could not be read ({type(e).__name__})", field=NAME, fix="restore the file") from None
+    for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         h, sep, rel = line.partition("  ")

@@ -89,6 +89,8 @@ def load(path: str | Path) -> Inventory:
         data = yaml.safe_load(p.read_text())
     except OSError as e:
         raise BadInput(f"cannot read {p}: {e.strerror}", field="--inventory", fix="give an inventory YAML file") from None
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{p} is not UTF-8 text (byte {e.start})", field="--inventory", fix="give an inventory YAML file saved as UTF-8") from None
     except yaml.YAMLError as e:
         raise BadInput(f"{p}: not YAML ({e.__class__.__name__})", field="--inventory", fix="fix the YAML syntax") from None
     try:

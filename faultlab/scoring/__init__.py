@@ -11,11 +11,11 @@
 - :mod:`faultlab.scoring.cli`: the ``faultlab score`` command.
 """
 
-from faultlab.scoring.api import ScoreResult, replay, score_dataset, score_runs, score_table
+from faultlab.scoring.api import ScoreResult, replay, replay_run, score_dataset, score_runs, score_table
 from faultlab.scoring.detectors import Detector, available_detectors, load_detector
 from faultlab.scoring.metrics import effect_labels, run_components, run_stats, score
 
 __all__ = [
-    "Detector", "ScoreResult", "available_detectors", "effect_labels", "load_detector", "replay",
+    "Detector", "ScoreResult", "available_detectors", "effect_labels", "load_detector", "replay", "replay_run",
     "run_components", "run_stats", "score", "score_dataset", "score_runs", "score_table",
 ]

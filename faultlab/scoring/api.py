@@ -1,8 +1,9 @@
 """Score a detector on runs or a dataset: offline or in online replay, run by run.
 
 :func:`score_runs` is the one loop: for each run (read one at a time) it gets the
-detector's alarms (``offline``: ``detect`` on the whole run; ``replay``:
-:func:`replay`), its continuous scores when it has ``scores``, and the run's
+detector's alarms and continuous scores (``offline``: ``detect`` and ``scores`` on
+the whole run; ``replay``: :func:`replay_run`, the alarms as raised and each point's
+score as first given online), and the run's
 sufficient statistics (:func:`faultlab.scoring.metrics.run_stats`); only those are
 kept, so memory does not grow with the number of runs. :func:`score_dataset` adds the
 split: a detector that trains is fitted on the train split only, and the test split's
@@ -20,10 +21,10 @@ import numpy as np
 import pandas as pd
 
 from faultlab import schema
-from faultlab.errors import BadInput
+from faultlab.errors import BadInput, FaultlabError
 from faultlab.scoring.aggregate import summarize
 from faultlab.scoring.detectors import as_alarms, load_detector
-from faultlab.scoring.metrics import derive, run_stats
+from faultlab.scoring.metrics import derive, prepare_labels, run_stats
 from faultlab.scoring.runs import RunData
 
 MODES = ("offline", "replay")
@@ -96,10 +97,18 @@ def _online(det):
         def detect(self, steps, host):
             return det.detect(steps, host)
 
-    return _Adapter()
+    a = _Adapter()
+    if callable(getattr(det, "scores", None)):
+        a.scores = det.scores
+    return a
 
 
 def replay(det, run: RunData, tick_s: float = 1.0) -> pd.DataFrame:
+    """The alarms of :func:`replay_run` (ALARMS columns plus ``raised_ts``)."""
+    return replay_run(det, run, tick_s)[0]
+
+
+def replay_run(det, run: RunData, tick_s: float = 1.0) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """Drive a detector online over one run with a replay clock.
 
     The clock starts at the run's first ``t_start`` and advances by ``tick_s`` (s)
@@ -108,10 +117,14 @@ def replay(det, run: RunData, tick_s: float = 1.0) -> pd.DataFrame:
     rows with ``ts <= now`` not delivered before (copies: it can neither see nor change
     anything later). An alarm returned at ``now`` is raised at ``now``; returned again
     (same component and start_ts), it is the same alarm, extended to the largest
-    end_ts given.
+    end_ts given. After each ``update`` the detector's ``online_scores(now)`` (when it
+    has one) is read, and each point (component, ts) keeps the score it had at the
+    first tick it appeared in: the score the detector gave online, not in hindsight.
 
     Returns:
-        ALARMS columns plus ``raised_ts`` (unix s), one row per distinct alarm.
+        ``(alarms, scores)``: alarms with the ALARMS columns plus ``raised_ts`` (unix
+        s), one row per distinct alarm; scores (component, ts, score) frozen at first
+        sight, or None when the detector gives no online scores.
 
     Raises:
         BadInput for ``tick_s <= 0`` or alarms that miss a column.
@@ -120,8 +133,9 @@ def replay(det, run: RunData, tick_s: float = 1.0) -> pd.DataFrame:
         raise BadInput(f"tick must be > 0 s, got {tick_s}", field="--tick")
     det = _online(det)
     steps = run.steps
+    no_alarms = as_alarms(None).assign(raised_ts=pd.Series(dtype="float64"))
     if steps is None or not len(steps):
-        return as_alarms(None).assign(raised_ts=pd.Series(dtype="float64"))
+        return no_alarms, None
     end = (steps["t_start"] + steps["step_s"]).to_numpy(float)
     order = np.argsort(end, kind="mergesort")
     steps_o = steps.iloc[order].reset_index(drop=True)
@@ -131,6 +145,8 @@ def replay(det, run: RunData, tick_s: float = 1.0) -> pd.DataFrame:
     host_ts = host_o["ts"].to_numpy(float) if len(host_o) else np.zeros(0)
     if callable(getattr(det, "start", None)):
         det.start({"run_id": run.run_id, "components": run.components()})
+    online_scores = getattr(det, "online_scores", None)
+    frozen = _FrozenScores() if callable(online_scores) else None
     t0, t_last = float(steps["t_start"].min()), float(end_o[-1])
     n_ticks = int(np.ceil((t_last - t0) / tick_s))
     ticks = t0 + tick_s * np.arange(1, n_ticks + 1)
@@ -154,10 +170,38 @@ def replay(det, run: RunData, tick_s: float = 1.0) -> pd.DataFrame:
                 a[3] = max(a[3], float(r.score))
             else:
                 seen[key] = [r.component, float(r.start_ts), float(r.end_ts), float(r.score), float(now)]
+        if frozen is not None:
+            frozen.add(online_scores(float(now)))
     out = pd.DataFrame(list(seen.values()), columns=["component", "start_ts", "end_ts", "score", "raised_ts"])
-    if out.empty:
-        return as_alarms(None).assign(raised_ts=pd.Series(dtype="float64"))
-    return out.sort_values(["raised_ts", "component"], kind="mergesort").reset_index(drop=True)
+    alarms = no_alarms if out.empty else out.sort_values(["raised_ts", "component"], kind="mergesort").reset_index(drop=True)
+    return alarms, frozen.frame() if frozen is not None else None
+
+
+class _FrozenScores:
+    """Each point's (component, ts) first online score: later ticks never change it."""
+
+    def __init__(self):
+        self.parts: list[pd.DataFrame] = []
+        self.keys: set = set()
+
+    def add(self, sc: pd.DataFrame | None) -> None:
+        if sc is None or not len(sc):
+            return
+        missing = [c for c in ("component", "ts", "score") if c not in sc.columns]
+        if missing:
+            raise BadInput(f"the detector's online scores miss column(s) {', '.join(missing)}", field="scores",
+                           fix="return component, ts (unix s) and score")
+        comp = sc["component"].astype(str).to_numpy()
+        ts = sc["ts"].to_numpy(np.float64)
+        keys = list(zip(comp.tolist(), ts.tolist()))
+        new = np.fromiter((k not in self.keys for k in keys), bool, len(keys))
+        if not new.any():
+            return
+        self.keys.update(k for k, n in zip(keys, new) if n)
+        self.parts.append(pd.DataFrame({"component": comp[new], "ts": ts[new], "score": sc["score"].to_numpy(np.float64)[new]}))
+
+    def frame(self) -> pd.DataFrame | None:
+        return pd.concat(self.parts, ignore_index=True) if self.parts else None
 
 
 def resolve(detector, params: dict | None = None):
@@ -168,6 +212,40 @@ def resolve(detector, params: dict | None = None):
     if params:
         raise BadInput("parameters given with a detector instance", field="--param", fix="pass them to its constructor")
     return detector
+
+
+class _detector_errors:
+    """Turn an exception raised inside a detector's ``method`` into one line naming the
+    detector, the method and the run (FaultlabError, exit 1); faultlab's own errors
+    (a BadInput about the alarms) get the detector and run prefixed."""
+
+    def __init__(self, det, method: str, run_id: str):
+        self.name = det if isinstance(det, str) else getattr(det, "name", type(det).__name__)
+        self.method, self.run_id = method, run_id
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, e, tb):
+        if e is None or not isinstance(e, Exception):
+            return False
+        where = f"detector {self.name!r}, {self.method}() on run {self.run_id}"
+        if isinstance(e, FaultlabError):
+            raise type(e)(f"{where}: {e}") from None
+        msg = " ".join(str(e).split())[:300]
+        raise FaultlabError(f"{where} raised {type(e).__name__}: {msg}", field="--detector",
+                            fix="fix the detector; call it on that run in Python to see the traceback") from e
+
+
+def _check_components(alarms: pd.DataFrame, comps) -> None:
+    """Refuse alarms on a component the run does not have (the detector API names
+    ``rank:N`` or ``job``): they would count as false alarms without a word."""
+    if not len(alarms):
+        return
+    unknown = sorted(set(alarms["component"]) - set(comps))
+    if unknown:
+        raise BadInput(f"alarms on component(s) the run does not have: {', '.join(unknown[:5])} (it has {', '.join(sorted(comps))})",
+                       field="alarms.component", fix="name rank:N (a rank of the run) or job")
 
 
 def score_runs(detector, runs: Iterable[RunData], *, params: dict | None = None, **kw) -> ScoreResult:
@@ -230,23 +308,33 @@ def score_many(
         if fitters:
             train = list(train_runs) if len(fitters) > 1 else train_runs
             for inst in fitters:
-                inst.fit(train)
+                with _detector_errors(inst, "fit", "the train split"):
+                    inst.fit(train)
     late = window_s if late_s is None else late_s
     stats: list[list] = [[] for _ in dets]
     per_run: list[list] = [[] for _ in dets]
     for run in runs:
         span = run.span()
         comps = run.components()
+        prep = prepare_labels(run.labels, run.injections)  # the same for every detector
         for i, (name, det, _) in enumerate(dets):
-            if mode == "replay":
-                alarms = replay(det, run, tick_s=tick_s)
-            else:
-                alarms = as_alarms(det.detect(run.steps, run.host)) if span else as_alarms(None)
-            sc = det.scores(run.steps, run.host) if callable(getattr(det, "scores", None)) and span else None
-            if keep_alarms is not None:
-                keep_alarms.append((run.run_id, name, alarms))
-            st = run_stats(alarms, run.labels, comps, span, scores=sc, injections=run.injections, k=k,
-                           window_s=window_s, late_s=late if mode == "replay" else 0.0, vus_window=vus_window)
+            draws = []
+            for j, d in enumerate(_draws(det)):
+                with _detector_errors(name, "update" if mode == "replay" else "detect", run.run_id):
+                    if mode == "replay":  # continuous scores too as the detector gave them online
+                        alarms, sc = replay_run(d, run, tick_s=tick_s)
+                    else:
+                        alarms = as_alarms(d.detect(run.steps, run.host)) if span else as_alarms(None)
+                    _check_components(alarms, comps)
+                if mode != "replay":
+                    with _detector_errors(name, "scores", run.run_id):
+                        sc = d.scores(run.steps, run.host) if j == 0 and callable(getattr(d, "scores", None)) and span else None
+                if keep_alarms is not None and j == 0:
+                    keep_alarms.append((run.run_id, name, alarms))
+                draws.append(run_stats(alarms, run.labels, comps, span, scores=sc if j == 0 else None, injections=run.injections, k=k,
+                                       window_s=window_s, late_s=late if mode == "replay" else 0.0, vus_window=vus_window,
+                                       prepared=prep))
+            st = draws[0] if len(draws) == 1 else mean_stats(draws)
             stats[i].append(st)
             m = derive(st["counts"], k=k)
             per_run[i].append(schema.json_safe({"run_id": run.run_id, "n_labels": st["counts"]["n_labels"], "n_alarms": st["counts"]["n_alarms"],
@@ -261,6 +349,34 @@ def score_many(
             wall_s=time.perf_counter() - t_wall,
         ))
     return out
+
+
+def _draws(det) -> list:
+    """The detector, or for a chance detector with ``draws`` > 1 (``random``) its
+    independent draws (``det.redraw(j)``, j = 0..draws-1), scored as one."""
+    n = int(getattr(det, "draws", 1) or 1)
+    if n > 1 and callable(getattr(det, "redraw", None)):
+        return [det.redraw(j) for j in range(n)]
+    return [det]
+
+
+def mean_stats(draws: list[dict]) -> dict:
+    """The expectation of several draws' :func:`run_stats` of one run: counts averaged
+    (continuous-score sums from the first draw, which alone is given scores),
+    per-label figures averaged, latencies pooled. Pooled counts then give the
+    metrics of the mean confusion table: the chance level itself rather than one
+    sample of it (which on a few hundred cells spreads by several hundredths of MCC)."""
+    from faultlab.scoring.metrics import COUNT_KEYS
+
+    first_only = {"curve_runs", "auc_pr_sum", "vus_pr_sum"}
+    counts = {k: (draws[0]["counts"][k] if k in first_only else float(np.mean([d["counts"][k] for d in draws]))) for k in COUNT_KEYS}
+    lab = draws[0]["labels"].copy()
+    if len(lab):
+        num = [c for c in lab.columns if c not in ("fault_type", "source", "latency_s")]
+        lab[num] = np.mean(np.stack([d["labels"][num].to_numpy(float) for d in draws]), axis=0)
+        lab["latency_s"] = np.nan  # latencies are kept pooled below, not as a per-label mean
+    lat = np.concatenate([d["latencies"] for d in draws]) if draws else np.zeros(0)
+    return {"counts": counts, "labels": lab, "latencies": lat}
 
 
 def score_dataset(detector, dataset, split: str = "test", **kw):

@@ -193,19 +193,30 @@ def _components(steps: pd.DataFrame) -> list[str]:
 
 class RandomDetector(Detector):
     """Seeded random alarms: the run is cut into windows of ``window_s`` seconds
-    (default 10, from its first step; a window spans the steps that start in it); each (component, window), the job included, is alarmed with
-    probability ``p`` (default 0.1) with a uniform random score in [0, 1). Each
-    cell's draw depends only on ``seed``, the run_id, the component and the window
-    (the same in replay as offline; runs differ)."""
+    (default 10, from its first step's ``t_start``: the grid of the window-level
+    metrics); each (component, window), the job included, is alarmed with probability
+    ``p`` (default 0.1) for exactly that window (an alarm never spills into the next
+    cell) with a uniform random score in [0, 1). Each cell's draw depends only on
+    ``seed``, the run_id, the component and the window (the same in replay as
+    offline, where a window is alarmed once the clock has seen a step in it; runs
+    differ). With ``draws`` = N > 1 scoring averages N independent draws (seeds
+    ``seed`` .. ``seed + N - 1``; :func:`faultlab.scoring.api.mean_stats`): the chance
+    level itself, not one noisy sample of it."""
 
     name = "random"
 
-    def __init__(self, seed: int = 0, p: float = 0.1, window_s: float = 10.0):
-        if not 0 <= p <= 1 or not window_s > 0:
-            raise BadInput("p must be in [0, 1] and window_s > 0", field="random")
+    def __init__(self, seed: int = 0, p: float = 0.1, window_s: float = 10.0, draws: int = 1):
+        if not 0 <= p <= 1 or not window_s > 0 or int(draws) < 1:
+            raise BadInput("p must be in [0, 1], window_s > 0 and draws >= 1", field="random")
         self.seed = int(seed)
         self.p = float(p)
         self.window_s = float(window_s)
+        self.draws = int(draws)
+
+    def redraw(self, j: int) -> "RandomDetector":
+        """Draw ``j`` of a ``draws`` > 1 score: the same detector with seed ``seed + j``
+        (one draw each)."""
+        return RandomDetector(seed=self.seed + int(j), p=self.p, window_s=self.window_s)
 
     def _run_key(self, steps: pd.DataFrame) -> int:
         import zlib
@@ -224,16 +235,17 @@ class RandomDetector(Detector):
     def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
         if steps is None or len(steps) == 0:
             return empty_alarms()
-        j = _job_frame(steps)
-        j["win"] = ((j["t_start"] - j["t_start"].min()) // self.window_s).astype(np.int64)
-        w = j.groupby("win", sort=True).agg(t0=("t_start", "min"), t1=("t_end", "max")).reset_index()
+        t_first = float(steps["t_start"].min())
+        t_end = float((steps["t_start"] + steps["step_s"]).max())
+        n_win = max(1, int(np.ceil((t_end - t_first) / self.window_s)))
         key = self._run_key(steps)
         rows = []
         for comp in _components(steps):
-            for win, t0, t1 in zip(w["win"], w["t0"], w["t1"]):
+            for win in range(n_win):
                 coin, score = self._draw(key, comp, win)
-                if coin < self.p:
-                    rows.append((comp, t0, t1, score))
+                if coin < self.p:  # exactly one window: [t_first + win * window_s, next window's start or the run's end]
+                    t0 = t_first + win * self.window_s
+                    rows.append((comp, t0, min(t0 + self.window_s, t_end), score))
         return as_alarms(pd.DataFrame(rows, columns=["component", "start_ts", "end_ts", "score"]))
 
     def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:

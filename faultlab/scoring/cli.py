@@ -17,7 +17,8 @@ from rich.table import Table
 from faultlab.errors import BadInput, FaultlabError
 
 TABLE_METRICS = (
-    ("window_precision", "window P"), ("window_recall", "window R"), ("window_f1", "window F1"), ("window_mcc", "window MCC"),
+    ("window_precision", "window P"), ("window_recall", "window R"), ("window_f1", "window F1"),
+    ("window_f1_point_adjusted", "window F1 point-adjusted (inflated: Kim et al. AAAI'22)"), ("window_mcc", "window MCC"),
     ("event_precision", "event P"), ("event_recall", "event R"), ("event_f1", "event F1"),
     ("range_precision", "range P"), ("range_recall", "range R"), ("range_f1", "range F1"),
     ("precision", "component P"), ("recall", "component R"), ("f1", "component F1"), ("mcc", "component MCC"),
@@ -121,8 +122,12 @@ def score_cmd(
         print(f"faultlab: error: {e}", file=sys.stderr)
         raise typer.Exit(e.exit_code)
     if out_file:
-        out_file.parent.mkdir(parents=True, exist_ok=True)
-        out_file.write_text(json.dumps(d, indent=2))
+        try:
+            out_file.parent.mkdir(parents=True, exist_ok=True)
+            out_file.write_text(json.dumps(d, indent=2))
+        except OSError as e:
+            print(f"faultlab: error: --out: cannot write {out_file} ({e.strerror or e}) (give a writable path, e.g. scores.json)", file=sys.stderr)
+            raise typer.Exit(2)
     if as_json:
         print(json.dumps(d, indent=2))
     else:

@@ -18,6 +18,14 @@ faultlab.schema.STEPS / HOST) and emits alarms (faultlab.schema.ALARMS:
   before ``now``, host samples taken at or before it). The base class implements
   both by re-running ``detect`` on everything seen so far, so every detector can be
   replayed; a detector that keeps its own state overrides them.
+- ``online_scores(now) -> frame`` (optional): the continuous scores (as ``scores``)
+  the detector gives at ``now`` to the points it has seen. Replay keeps, for each
+  point, the score given at the first tick the point was visible (what the detector
+  knew then), so AUC-PR / VUS-PR in replay are those of the online scores, not of a
+  hindsight ``scores`` on the whole run. The base class implements it by calling
+  ``scores`` on everything seen so far (when the default ``update`` is used); a
+  detector that overrides ``update`` and not ``online_scores`` gets no AUC-PR /
+  VUS-PR in replay (NaN), never its offline ones.
 
 Plugins are classes in any installed package, registered as entry points in the
 ``faultlab.detectors`` group (the pytest/pluggy model)::
@@ -34,6 +42,7 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
+import numpy as np
 import pandas as pd
 
 from faultlab import schema
@@ -74,6 +83,7 @@ class Detector:
         default :meth:`update` keeps."""
         self._seen_steps: list[pd.DataFrame] = []
         self._seen_host: list[pd.DataFrame] = []
+        self._seen = None
 
     def update(self, steps_chunk: pd.DataFrame, host_chunk: pd.DataFrame, now: float) -> pd.DataFrame:
         """Take the rows that became visible up to ``now`` (unix s) and return the
@@ -95,7 +105,18 @@ class Detector:
             self._seen_host = [host]
         else:
             host = schema.empty("host")
+        self._seen = (steps, host)
         return self.detect(steps, host)
+
+    def online_scores(self, now: float) -> pd.DataFrame | None:
+        """The continuous scores (component, ts [unix s], score) the detector gives at
+        ``now`` to every point seen so far, or None (no ``scores`` method, or nothing
+        seen through the default :meth:`update`). Default: ``scores`` on the rows the
+        default :meth:`update` has seen (the same frames ``detect`` got)."""
+        seen = getattr(self, "_seen", None)
+        if seen is None or not callable(getattr(self, "scores", None)):
+            return None
+        return self.scores(*seen)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
@@ -109,7 +130,12 @@ def empty_alarms() -> pd.DataFrame:
 def as_alarms(df: pd.DataFrame | None) -> pd.DataFrame:
     """``df`` with exactly the ALARMS columns and dtypes, sorted by start_ts then
     component. Raises BadInput (field ``alarms``) naming a missing column."""
-    if df is None or len(df) == 0:
+    if df is None:
+        return empty_alarms()
+    if not isinstance(df, pd.DataFrame):
+        raise BadInput(f"the detector returned a {type(df).__name__}, not a pandas DataFrame", field="alarms",
+                       fix="return a DataFrame with columns component, start_ts, end_ts (unix s) and score")
+    if len(df) == 0:
         return empty_alarms()
     missing = [c for c in ("component", "start_ts", "end_ts", "score") if c not in df.columns]
     if missing:
@@ -118,8 +144,34 @@ def as_alarms(df: pd.DataFrame | None) -> pd.DataFrame:
     out = df[["component", "start_ts", "end_ts", "score"]].copy()
     out["component"] = out["component"].astype(str)
     for c in ("start_ts", "end_ts", "score"):
-        out[c] = out[c].astype("float64")
+        try:
+            out[c] = out[c].astype("float64")
+        except (TypeError, ValueError):
+            raise BadInput(f"the detector's alarms have a non-numeric {c} ({out[c].iloc[0]!r} ...)", field=f"alarms.{c}",
+                           fix="return numbers: unix seconds for start_ts/end_ts, higher = more suspicious for score") from None
+    _check_alarm_values(out)
     return out.sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True)
+
+
+def _check_alarm_values(out: pd.DataFrame) -> None:
+    """Refuse (BadInput naming the column and the first bad row) alarms that cannot be
+    right: a start or end time that is not a finite, non-negative unix time, an end
+    before its start, a score that is NaN. Garbage scored silently would read as a
+    detector that simply missed."""
+    st, en, sc = (out[c].to_numpy("float64") for c in ("start_ts", "end_ts", "score"))
+    checks = [
+        ("start_ts", ~np.isfinite(st) | (st < 0), "is not a finite non-negative unix time"),
+        ("end_ts", ~np.isfinite(en) | (en < 0), "is not a finite non-negative unix time"),
+        ("end_ts", en < st, "is before its start_ts"),
+        ("score", np.isnan(sc), "is NaN"),
+    ]
+    for col, bad, what in checks:
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            r = out.iloc[i]
+            raise BadInput(f"{int(bad.sum())} alarm(s) whose {col} {what}, first: component={r['component']} "
+                           f"start_ts={float(r['start_ts'])} end_ts={float(r['end_ts'])} score={float(r['score'])}", field=f"alarms.{col}",
+                           fix="return unix seconds within the run (see the steps' t_start) with end_ts >= start_ts, and a numeric score")
 
 
 _alarms = as_alarms

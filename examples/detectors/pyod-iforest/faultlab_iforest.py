@@ -26,9 +26,14 @@ class IForestDetector(Detector):
         f["hot"] = (model.labels_ == 1) & (f["peer_ratio"] > 1.0)  # slower than its peers, not faster
         return f
 
+    def _once(self, steps):  # detect and scores of the same rows (offline, or one replay tick) share one fit
+        if getattr(self, "_seen_rows", None) is not steps:
+            self._seen_rows, self._f = steps, self._frame(steps)
+        return self._f
+
     def detect(self, steps, host=None):
-        return alarms_from_steps(self._frame(steps), self.k)
+        return alarms_from_steps(self._once(steps), self.k)
 
     def scores(self, steps, host=None):
-        f = self._frame(steps)
+        f = self._once(steps)
         return pd.DataFrame({"component": f["component"], "ts": f["t_start"], "score": f["stat"]})

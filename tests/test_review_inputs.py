@@ -1,0 +1,181 @@
+"""Adversarial review (H6): damaged input files are one line, exit 2, no traceback.
+
+Each case was a Python traceback before its fix (non-UTF-8 scenario, inventory and
+MANIFEST.sha256; a damaged runs.json reached by `score --dataset` and `dataset info`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FL = [sys.executable, "-m", "faultlab.cli"]
+REPO = Path(__file__).resolve().parent.parent
+DATASET = REPO / "datasets" / "faultlab-sw-v1"
+
+
+def fl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*FL, *args], capture_output=True, text=True, timeout=120)
+
+
+def one_line_error(cp: subprocess.CompletedProcess, *names: str) -> None:
+    out = (cp.stdout + cp.stderr).strip()
+    assert "Traceback" not in out, out[-2000:]
+    assert cp.returncode == 2, (cp.returncode, out[-2000:])
+    assert len(out.splitlines()) == 1, out
+    for n in names:
+        assert n in out, out
+
+
+@pytest.mark.parametrize("command", [["scenario", "validate"], ["run"], ["campaign", "--dry-run"]])
+def test_scenario_not_utf8(tmp_path, command):
+    p = tmp_path / "s.yaml"
+    p.write_bytes(b"name: x\xff\xfe\nseed: 0\n")
+    cp = fl(command[0], str(p), *command[1:])
+    one_line_error(cp, "SCENARIO", "UTF-8")
+
+
+def test_inventory_not_utf8(tmp_path):
+    p = tmp_path / "inv.yaml"
+    p.write_bytes(b"nodes:\n  a: {address: 10.0.0.1\xff}\n")
+    cp = fl("doctor", "--inventory", str(p), "--node", "a")
+    one_line_error(cp, "--inventory", "UTF-8")
+
+
+@pytest.fixture
+def dataset(tmp_path) -> Path:
+    if not (DATASET / "splits.json").is_file():
+        pytest.skip(f"no published dataset at {DATASET}")
+    d = tmp_path / "ds"
+    shutil.copytree(DATASET, d)
+    return d
+
+
+def test_verify_manifest_not_utf8(dataset):
+    (dataset / "MANIFEST.sha256").write_bytes(b"garbage\n\xff\n")
+    one_line_error(fl("dataset", "verify", str(dataset)), "MANIFEST.sha256")
+
+
+@pytest.mark.parametrize("content", [b"[1, 2", b"\xff\xfe", b'{"runs": 1}', b"[1, 2]"])
+@pytest.mark.parametrize("command", [["dataset", "info"], ["score", "--detector", "constant", "--split", "all", "--dataset"]])
+def test_damaged_runs_json(dataset, content, command):
+    (dataset / "runs.json").write_bytes(content)
+    one_line_error(fl(*command, str(dataset)), "runs.json")
+
+
+BADDET = '''
+import pandas as pd
+
+COLS = ["component", "start_ts", "end_ts", "score"]
+
+
+class Raises:
+    def detect(self, steps, host):
+        raise RuntimeError("boom inside the detector")
+
+
+class UpdateRaises:
+    def start(self, info):
+        pass
+
+    def update(self, steps_chunk, host_chunk, now):
+        raise ValueError("update blew up")
+
+    def detect(self, steps, host):
+        return None
+
+
+class Garbage:
+    def __init__(self, kind="neg"):
+        self.kind = kind
+
+    def detect(self, steps, host):
+        t0 = float(steps.t_start.min())
+        rows = {
+            "neg": [("rank:0", -5.0, -1.0, 1.0)],
+            "nan": [("rank:0", float("nan"), t0 + 5, 1.0)],
+            "inf": [("rank:0", t0, float("inf"), 1.0)],
+            "unknown": [("gpu:99", t0, t0 + 5, 1.0)],
+            "reversed": [("rank:0", t0 + 10, t0 + 1, 1.0)],
+            "nanscore": [("rank:0", t0, t0 + 5, float("nan"))],
+            "strscore": [("rank:0", t0, t0 + 5, "high")],
+        }.get(self.kind)
+        if rows is None:
+            return {"list": [1, 2, 3], "dict": {"component": ["rank:0"]}}[self.kind]
+        return pd.DataFrame(rows, columns=COLS)
+'''
+
+
+def score_in(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    (tmp_path / "h6_baddet.py").write_text(BADDET)
+    return subprocess.run([*FL, "score", "--split", "all", "--dataset", str(DATASET), *args], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+
+
+def _one_line(cp, code, *names):
+    out = (cp.stdout + cp.stderr).strip()
+    assert "Traceback" not in out, out[-2000:]
+    assert cp.returncode == code, (cp.returncode, out[-2000:])
+    assert len(out.splitlines()) == 1, out
+    for n in names:
+        assert n in out, out
+
+
+@pytest.mark.skipif(not (DATASET / "splits.json").is_file(), reason="no published dataset")
+@pytest.mark.parametrize("det,mode,method", [("h6_baddet:Raises", "offline", "detect()"), ("h6_baddet:UpdateRaises", "replay", "update()")])
+def test_detector_that_raises_is_one_line_naming_it(tmp_path, det, mode, method):
+    _one_line(score_in(tmp_path, "--detector", det, "--mode", mode), 1, det, method, "run ")
+
+
+@pytest.mark.skipif(not (DATASET / "splits.json").is_file(), reason="no published dataset")
+@pytest.mark.parametrize("kind,field", [("neg", "alarms.start_ts"), ("nan", "alarms.start_ts"), ("inf", "alarms.end_ts"),
+                                        ("unknown", "alarms.component"), ("reversed", "alarms.end_ts"), ("nanscore", "alarms.score"),
+                                        ("strscore", "alarms.score"), ("list", "DataFrame"), ("dict", "DataFrame")])
+def test_garbage_alarms_are_refused_not_scored(tmp_path, kind, field):
+    _one_line(score_in(tmp_path, "--detector", "h6_baddet:Garbage", "--param", f"kind={kind}"), 2, field, "h6_baddet:Garbage")
+
+
+@pytest.mark.parametrize("what", ["folder", "symlink", "file"])
+def test_build_force_never_removes_what_is_not_a_dataset(tmp_path, what):
+    """`--force` over a folder of the user's (`--out-root / --name etc --force` would
+    have removed /etc): refused, exit 2, the folder and its files kept. Failed before
+    the fix: the folder was replaced."""
+    from faultlab.datasets.synthetic import make_run
+
+    runs = [make_run(tmp_path / f"r{i}", f"r{i}", seed=i) for i in range(2)]
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "precious.txt").write_text("keep me")
+    if what == "folder":
+        (out / "ds").mkdir()
+        (out / "ds" / "precious.txt").write_text("keep me")
+    elif what == "symlink":
+        (out / "ds").symlink_to(mine)
+    else:
+        (out / "ds").write_text("keep me")
+    cp = fl("dataset", "build", *map(str, runs), "--name", "ds", "--out-root", str(out), "--force")
+    one_line_error(cp, "--name", "not a faultlab dataset")
+    assert (mine / "precious.txt").read_text() == "keep me"
+    if what == "folder":
+        assert (out / "ds" / "precious.txt").read_text() == "keep me"
+    # an earlier dataset is still replaced by --force
+    ok = fl("dataset", "build", *map(str, runs), "--name", "ds2", "--out-root", str(out))
+    assert ok.returncode == 0, ok.stderr
+    again = fl("dataset", "build", *map(str, runs), "--name", "ds2", "--out-root", str(out), "--force")
+    assert again.returncode == 0, again.stderr
+
+
+def test_score_out_unwritable_is_one_line(tmp_path):
+    """`--out` under a regular file: was a FileExistsError/FileNotFoundError traceback."""
+    from faultlab.datasets.synthetic import make_run
+
+    run = make_run(tmp_path / "r0", "r0", seed=0)
+    (tmp_path / "afile").write_text("x")
+    cp = fl("score", "--detector", "constant", "--run", str(run), "--out", str(tmp_path / "afile" / "scores.json"))
+    one_line_error(cp, "--out")
