@@ -35,7 +35,7 @@ def one_line_error(cp: subprocess.CompletedProcess, *names: str) -> None:
 def test_scenario_not_utf8(tmp_path, command):
     p = tmp_path / "s.yaml"
     p.write_bytes(b"name: x\xff\xfe\nseed: 0\n")
-    cp = fl(command[0], str(p), *command[1:])
+    cp = fl(*command, str(p))
     one_line_error(cp, "SCENARIO", "UTF-8")
 
 
