@@ -35,9 +35,19 @@ from faultlab.injectors.base import Cmd, Injector, Plan, write_cmd
 # Move every process still in the faultlab cgroup ($1/cgroup.procs) back to the
 # cgroup the targets came from ($2), or to the hierarchy's root ($3) should that one
 # be gone. Only processes inside faultlab's own cgroup are ever moved: a stale revert
-# (a watchdog firing late) or a reused PID cannot touch anything else.
-SWEEP_SH = ('for p in $(cat "$1" 2>/dev/null); do printf "%s\\n" "$p" > "$2" 2>/dev/null '
-            '|| printf "%s\\n" "$p" > "$3" 2>/dev/null; done; exit 0')
+# (a watchdog firing late) or a reused PID cannot touch anything else. It sweeps again
+# until the cgroup is empty (at most 200 rounds, ~2 s): a target that forks while it
+# is being moved leaves a child born inside faultlab's cgroup after the list was read,
+# and one pass would leave that child throttled and the cgroup busy (EBUSY on rmdir;
+# found by H10's lifecycle probe D). Exit 0 when the cgroup is empty or gone, 1 when
+# processes are still in it.
+SWEEP_SH = ('i=0; while [ "$i" -lt 200 ]; do left=$(cat "$1" 2>/dev/null) || exit 0; [ -z "$left" ] && exit 0; '
+            'for p in $left; do printf "%s\\n" "$p" > "$2" 2>/dev/null || printf "%s\\n" "$p" > "$3" 2>/dev/null; done; '
+            'i=$((i+1)); [ "$i" -gt 5 ] && sleep 0.01; done; exit 1')
+# Remove the (swept) faultlab cgroup $1, retrying for ~2 s while the kernel still
+# counts an exiting task in it (EBUSY); exit 0 when it is gone.
+RMDIR_SH = ('i=0; while [ -d "$1" ]; do rmdir "$1" 2>/dev/null && exit 0; i=$((i+1)); '
+            '[ "$i" -ge 100 ] && exit 1; sleep 0.02; done; exit 0')
 
 
 class CpuContention(Injector):
@@ -150,7 +160,7 @@ class CpuContention(Injector):
         back = h.path(home).rstrip("/") + "/cgroup.procs"
         revert = disable + [
             Cmd(("sh", "-c", SWEEP_SH, "sh", f"{d}/cgroup.procs", back, back), "host", "every process in the faultlab cgroup back home"),
-            Cmd(("rmdir", d), "host"),
+            Cmd(("sh", "-c", RMDIR_SH, "sh", d), "host", "remove the faultlab cgroup"),
         ]
         return Plan(
             self.fault_id, self.type, self.node.name, self.target, inject, revert,

@@ -159,14 +159,14 @@ class Orphan:
         if self.kind == "ifb":
             return [[*ns, "ip", "link", "del", self.what]]
         if self.kind == "cgroup":
-            from faultlab.injectors.cpu import SWEEP_SH
+            from faultlab.injectors.cpu import RMDIR_SH, SWEEP_SH
 
             # back to the cgroup that holds it, never to the root: the targets' own
             # limits must keep applying (a faultlab cgroup is made inside their cgroup)
             d = Path(self.what)
             home = str(d.parent / "cgroup.procs")
             return [["sh", "-c", SWEEP_SH, "sh", str(d / "cgroup.procs"), home, home],
-                    ["rmdir", str(d)]]
+                    ["sh", "-c", RMDIR_SH, "sh", str(d)]]
         return []
 
 

@@ -54,7 +54,7 @@ from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.nodes import Node
 from faultlab.injectors import cgroups
 from faultlab.injectors.base import Cmd, Injector, Plan, write_cmd
-from faultlab.injectors.cpu import SWEEP_SH
+from faultlab.injectors.cpu import RMDIR_SH, SWEEP_SH
 
 # (A PID's cgroup path comes from /proc/PID/cgroup and is checked by
 # cgroups.clean_home before any path is built from it.)
@@ -347,7 +347,7 @@ class IoSlow(Injector):
                                     for pid, cg in facts["orig"].items()]
         back = h.path(home).rstrip("/") + "/cgroup.procs"
         revert.append(Cmd(("sh", "-c", SWEEP_SH, "sh", f"{d}/cgroup.procs", back, back), "host", "sweep the rest back"))
-        revert.append(Cmd(("rmdir", d), "host"))
+        revert.append(Cmd(("sh", "-c", RMDIR_SH, "sh", d), "host", "remove the faultlab cgroup"))
         what = ", ".join(f"{k}={v}" for k, v in self.caps.items())
         return Plan(
             self.fault_id, self.type, self.node.name, self.target, inject, revert,

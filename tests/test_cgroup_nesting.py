@@ -29,6 +29,7 @@ import pytest
 from conftest import ROOT, needs_root
 from faultlab.errors import Refused
 from faultlab.injectors import CpuContention, IoSlow, apply, cgroups
+from faultlab.injectors.cpu import RMDIR_SH
 from faultlab.nodes import LocalNode
 
 NODE = LocalNode("local")
@@ -94,7 +95,7 @@ def test_v2_cpu_plan_nests_moves_before_enabling_and_disables_before_moving_back
     assert rv[0] == ("sh", "-c", PR, "sh", "-cpu", sc)
     # back to the target's own cgroup only: never the hierarchy's root
     assert rv[1][-3:] == (f"{d}/cgroup.procs", "/sys/fs/cgroup/box/cgroup.procs", "/sys/fs/cgroup/box/cgroup.procs")
-    assert rv[2] == ("rmdir", d)
+    assert rv[2] == ("sh", "-c", RMDIR_SH, "sh", d)
     # a target at the root of the hierarchy: no subtree_control write (the root is exempt)
     p = inj.plan({**_v2_facts(inj, "cpu", False, home="/"), "cgroup": "/sys/fs/cgroup/faultlab-cpu-abc123"})
     assert not any("subtree_control" in " ".join(c.argv) for c in p.inject + p.revert)
@@ -114,7 +115,7 @@ def test_v2_io_plan_nests_and_clears_before_moving_back():
     assert rv[0] == ("sh", "-c", PR, "sh", "259:0 rbps=max wbps=max riops=max wiops=max", f"{d}/io.max")
     assert rv[1] == ("sh", "-c", PR, "sh", "-io", sc)
     assert rv[-2][-2:] == ("/sys/fs/cgroup/box/cgroup.procs", "/sys/fs/cgroup/box/cgroup.procs")
-    assert rv[-1] == ("rmdir", d)
+    assert rv[-1] == ("sh", "-c", RMDIR_SH, "sh", d)
 
 
 # -- v2 placement on the real unified hierarchy -----------------------------------------------

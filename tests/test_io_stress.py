@@ -24,6 +24,7 @@ from faultlab.errors import BadInput, Refused
 from faultlab.injectors import FAULT_TYPES, PLANNED_TYPES, CpuContention, CpuStress, IoSlow, MemBw, apply, build
 from faultlab.injectors.io import block_device_of, parse_bytes_rate, parse_iops
 from faultlab.injectors.lease import load_leases
+from faultlab.injectors.cpu import RMDIR_SH
 from faultlab.injectors.stress import SCAN_SH, STOP_SH, parse_cpu_list
 from faultlab.nodes import LocalNode
 
@@ -185,7 +186,7 @@ def test_io_slow_plan_v2_exact_commands():
     assert rv[1] == ("sh", "-c", back_sh, "sh", "123", f"{d}/cgroup.procs", "/sys/fs/cgroup/cgroup.procs")
     assert rv[2] == ("sh", "-c", back_sh, "sh", "456", f"{d}/cgroup.procs", "/sys/fs/cgroup/cgroup.procs")
     assert rv[3][:2] == ("sh", "-c") and rv[3][-3:] == (f"{d}/cgroup.procs", "/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/cgroup.procs")
-    assert rv[4] == ("rmdir", d)
+    assert rv[4] == ("sh", "-c", RMDIR_SH, "sh", d)
 
 
 # -- io-slow on the real disk ---------------------------------------------------------------
