@@ -242,6 +242,9 @@ def print_status(rows: list[dict], problems: list[str], out) -> None:
         print(f"faultlab: warning: {p} (never acted on)", file=sys.stderr)
     if not rows:
         out.print("no faults in force", markup=False)
+    from faultlab.injectors.hostview import lease_folders
+
+    folders = set(lease_folders())
     for r in rows:
         who = "" if r["uid"] in (None, os.geteuid()) else f"  (uid {r['uid']}{'' if r['can_revert'] else ': not yours to revert'})"
         if r["orphan_objects"]:
@@ -250,6 +253,8 @@ def print_status(rows: list[dict], problems: list[str], out) -> None:
         held = "held by its controller" if r["controller_alive"] else "left to its lease"
         wd = f"watchdog reverts it at the latest in {r['remaining_s']}s" if r["watchdog_alive"] else "WATCHDOG GONE: run faultlab recover"
         rec = "" if r["record"] else "  (lease record lost: the watchdog still ends it)"
+        if r["record"] and r["record"] not in folders:  # another FAULTLAB_LEASE_DIR's
+            rec = f"  (record in {r['record']})"
         out.print(f"{r['fault_id']}  {r['type']}  {r['node'] or '-'}  {r['target'] or '-'}  {wd}  {held}{rec}{who}", markup=False)
 
 

@@ -305,10 +305,36 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
         if v.uid is None:
             v.uid = w.uid
         v.watchdogs.append(w)
+    _records_of_other_folders(views)
     if objects:
         for o in sorted(find_objects(), key=lambda o: o.kind != "ifb"):  # ifb first: it names the whole id
             _attach(views, o)
     return list(views.values()), problems
+
+
+def _records_of_other_folders(views: dict[str, "FaultView"]) -> None:
+    """A fault whose watchdog holds a lease folder we do not look in (its controller
+    ran with another ``FAULTLAB_LEASE_DIR``) has its record there: read it (through the
+    same trust checks as our own folders: a folder of another user is never read) so
+    ``status`` shows its type, node and target, and ``revert`` runs its lines, instead
+    of calling the record lost (found by H10's probe F)."""
+    known = set(lease_folders())
+    for v in views.values():
+        if v.record is not None:
+            continue
+        for w in v.watchdogs:
+            if not w.folder or not w.folder.startswith("/") or w.folder in known:
+                continue
+            leases, _ = read_records(w.folder)
+            le = next((x for x in leases if x.fault_id == v.fault_id), None)
+            if le is None:
+                continue
+            try:
+                uid = os.stat(le.path, follow_symlinks=False).st_uid
+            except OSError:
+                continue
+            v.record, v.lease, v.uid = le.record, le, uid
+            break
 
 
 def _lines(v: FaultView) -> list[str]:

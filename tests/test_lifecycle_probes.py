@@ -136,3 +136,39 @@ def _sigkill_controller_and_wait_for_the_watchdog(pids: list[int]) -> None:
     assert not any(le.fault_id == fault_id for le in load_leases(LocalNode("local")))
     assert not Path(cg).exists(), f"{cg} left after the watchdog ran: procs {Path(cg, 'cgroup.procs').read_text().split()}"
 
+
+# -- probe F: a fault made with another FAULTLAB_LEASE_DIR, seen by the default status ----
+
+
+def _fl(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "faultlab.cli", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def test_status_reads_the_record_of_a_fault_in_another_lease_folder(busy_loop, tmp_path, no_residue):
+    """A detached pause made with ``FAULTLAB_LEASE_DIR=OTHER``: the default ``status``
+    finds it by its watchdog and, before the fix, printed "- -" for node and target
+    and "lease record lost" although the record sat in OTHER. Now it reads the record
+    there (same trust checks), names the folder, and ``revert`` ends it."""
+    import json
+
+    other = tmp_path / "other-leases"
+    other.mkdir(mode=0o700)
+    cp = _fl("inject", "--type", "process-pause", "--target", str(busy_loop.pid), "--pause", "100ms", "--period", "500ms",
+             "--duration", "60s", "--detach", "--json", env={"FAULTLAB_LEASE_DIR": str(other)})
+    assert cp.returncode == 0, cp.stderr
+    fid = json.loads(cp.stdout)["fault_id"]
+    try:
+        st = _fl("status", "--json")
+        row = next(r for r in json.loads(st.stdout) if r["fault_id"] == fid)
+        assert row["record"] == str(other), row
+        assert row["type"] == "process-pause" and row["target"] == f"pid:{busy_loop.pid}", row
+        text = _fl("status").stdout
+        line = next(ln for ln in text.splitlines() if ln.startswith(fid))
+        assert "record lost" not in line and f"record in {other}" in line and f"pid:{busy_loop.pid}" in line, line
+    finally:
+        rv = _fl("revert", fid)
+    assert rv.returncode == 0, rv.stdout + rv.stderr
+    assert not list(other.iterdir()), "the record and the pause pidfile are gone"
+    time.sleep(0.3)
+    assert Path(f"/proc/{busy_loop.pid}/stat").read_text().rpartition(")")[2].split()[0] != "T"
