@@ -93,7 +93,7 @@ import time
 from itertools import repeat
 from pathlib import Path
 
-from faultlab import safefs
+from faultlab import procid, safefs
 
 AGENT_VERSION = 1
 POLL_S = 0.05
@@ -140,22 +140,15 @@ def status_path(control_dir: str | Path, pid: int) -> Path:
 
 
 def proc_starttime(pid: int | str = "self") -> int | None:
-    """Field 22 of /proc/PID/stat (start time in clock ticks since boot), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    return parse_starttime(stat)
+    """Field 22 of /proc/PID/stat (start time in clock ticks since boot), or None
+    (``faultlab.procid.starttime``)."""
+    return procid.starttime(pid)
 
 
 def parse_starttime(stat_text: str) -> int | None:
-    """The start time field of a /proc/PID/stat line, or None when malformed."""
-    fields = stat_text.rpartition(")")[2].split()
-    try:
-        return int(fields[19])  # field 22 overall; fields[0] is field 3 (state)
-    except (IndexError, ValueError):
-        return None
+    """The start time field of a /proc/PID/stat line, or None when malformed
+    (``faultlab.procid.parse_starttime``)."""
+    return procid.parse_starttime(stat_text)
 
 
 def validate_command(cmd: dict) -> str | None:

@@ -60,7 +60,7 @@ import sys
 import time
 from pathlib import Path
 
-from faultlab import safefs
+from faultlab import procid, safefs
 from faultlab.benchmarks import agent as agent_mod
 from faultlab.errors import BadInput, Refused
 from faultlab.injectors.base import Cmd, Injector, Plan
@@ -251,7 +251,7 @@ class GcStorm(Injector):
 
     def _starttime(self) -> int | None:
         try:
-            return agent_mod.parse_starttime(self.node.read_file(f"/proc/{self.pid}/stat"))
+            return procid.parse_starttime(self.node.read_file(f"/proc/{self.pid}/stat"))
         except OSError:
             return None
 

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faultlab import safefs
+from faultlab import procid, safefs
 from faultlab.errors import NodeError
 from faultlab.nodes import Node
 
@@ -214,6 +214,7 @@ class Lease:
             "created_ts": time.time(),
             "deadline_ts": float(deadline_ts),
             "controller_pid": os.getpid(),
+            "controller_starttime": procid.starttime(os.getpid()),
             "uid": os.geteuid(),
             "revert": lines,
         }
@@ -321,16 +322,10 @@ class Lease:
         return self.watchdog_pid() is not None
 
     def controller_alive(self) -> bool:
-        pid = self.record.get("controller_pid")
-        if not isinstance(pid, int) or pid <= 0:
-            return False
-        try:
-            os.kill(pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
+        """Whether the faultlab process that made this lease still runs: its PID, with
+        the start time it recorded (``faultlab.procid.alive``: a reused PID is not it;
+        a record of an older version without one is checked by PID only)."""
+        return procid.alive(self.record.get("controller_pid"), self.record.get("controller_starttime"))
 
 
 def _write_durable(d: safefs.TrustedDir, name: str, record: dict) -> None:

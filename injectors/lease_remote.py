@@ -22,6 +22,7 @@ import os
 import time
 from pathlib import Path, PurePosixPath
 
+from faultlab import procid
 from faultlab.errors import NodeError
 from faultlab.safefs import read_on_node
 
@@ -57,7 +58,7 @@ class RemoteLease:
         proc = node.spawn(["sh", "-c", watchdog_sh, "faultlab-watchdog", str(path), str(int(deadline_ts + 0.999)), *lines], new_session=True)
         rec = {"fault_id": lease_id, "fault_type": kind, "node": node.describe(), "node_name": node.name, "target": target,
                "params": params, "created_ts": time.time(), "deadline_ts": deadline_ts, "controller_pid": os.getpid(),
-               "controller": os.uname().nodename, "revert": lines, "watchdog_pid": proc.pid}
+               "controller_starttime": procid.starttime(os.getpid()), "controller": os.uname().nodename, "revert": lines, "watchdog_pid": proc.pid}
         lease = cls(node, path, rec)
         lease._write()
         return lease
@@ -92,7 +93,9 @@ class RemoteLease:
         return pid
 
     def controller_alive(self) -> bool:
-        return self.record.get("controller") == os.uname().nodename and _local_alive(self.record.get("controller_pid"))
+        # the controller runs on this host (its name recorded): its PID and start time
+        return self.record.get("controller") == os.uname().nodename and \
+            procid.alive(self.record.get("controller_pid"), self.record.get("controller_starttime"))
 
     def release(self) -> None:
         """Stop the watchdog (its process group, after checking its command line names
@@ -119,18 +122,6 @@ def _is_watchdog(node, pid: int, path) -> bool:
     # either names faultlab-watchdog and this lease's record path.
     args = cmd.split("\0")
     return "faultlab-watchdog" in cmd and (str(path) in args or any(str(path) in a.split() for a in args))
-
-
-def _local_alive(pid) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 @contextlib.contextmanager

@@ -37,7 +37,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from faultlab.errors import FaultlabError, NodeError
+from faultlab.errors import BadInput, FaultlabError, NodeError
 from faultlab.nodes.docker import WORK_DIR, DockerNode, node_from_container
 from faultlab.nodes.testbed import _free_subnet, state_dir
 
@@ -64,7 +64,7 @@ class DockerTestbed:
         Plain docker nodes (the default) get no capability: faults come from the host."""
         self.host_like = host_like
         if n_nodes < 1 or n_nodes > 64:
-            raise FaultlabError(f"{n_nodes} nodes", field="--nodes", fix="give 1 to 64 docker nodes")
+            raise BadInput(f"{n_nodes} nodes", field="--nodes", fix="give 1 to 64 docker nodes")
         self.id = tb_id or secrets.token_hex(2)
         self.n_nodes = n_nodes
         self.network = f"fl{self.id}-net"
@@ -373,6 +373,6 @@ def recover_docker_testbeds(only_dead: bool = True) -> list[str]:
 
 
 def _starttime(pid: int):
-    from faultlab.benchmarks.agent import proc_starttime
+    from faultlab.procid import starttime
 
-    return proc_starttime(pid)
+    return starttime(pid)

@@ -30,8 +30,8 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from faultlab import safefs
-from faultlab.errors import FaultlabError, NodeError
+from faultlab import procid, safefs
+from faultlab.errors import BadInput, FaultlabError, NodeError
 from faultlab.nodes.netns import NetnsNode
 
 NODE_IFACE = "fleth0"
@@ -136,7 +136,7 @@ class NetnsTestbed:
 
     def __init__(self, n_nodes: int = 4, tb_id: str | None = None):
         if n_nodes < 1 or n_nodes > 200:
-            raise FaultlabError(f"{n_nodes} nodes", field="nodes", fix="give 1 to 200")
+            raise BadInput(f"{n_nodes} nodes", field="--nodes", fix="give 1 to 200 netns nodes")
         self.id = tb_id or secrets.token_hex(2)
         if not TESTBED_ID_RE.match(self.id):
             raise FaultlabError(f"testbed id {self.id!r}", field="tb_id", fix="give 4 hex digits, or none")
@@ -336,26 +336,11 @@ def recover_testbeds(only_dead: bool = True) -> list[str]:
 
 
 def _starttime(pid: int) -> Optional[int]:
-    from faultlab.benchmarks.agent import proc_starttime
-
-    return proc_starttime(pid)
+    return procid.starttime(pid)
 
 
 def _controller_alive(pid: int, starttime: Optional[int]) -> bool:
     """Whether the controller that wrote a state file still runs: its PID exists and
     (when recorded) has the same start time, so a reused PID does not keep a dead
-    testbed forever."""
-    now = _starttime(pid)
-    if now is None:
-        return _alive(pid)
-    return starttime is None or now == starttime
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    testbed forever (``faultlab.procid.alive``)."""
+    return procid.alive(pid, starttime)

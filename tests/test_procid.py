@@ -1,0 +1,72 @@
+"""``faultlab.procid``: a process named by PID and start time, and the lease's
+``controller_alive`` using it (H10: before, ``Lease.controller_alive`` checked the PID
+only, so a lease whose controller had died read "held by its controller" as soon as
+any process reused that PID)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from faultlab import procid
+from faultlab.injectors.lease import Lease
+
+
+def test_parse_starttime_reads_field_22_after_the_last_paren():
+    stat = "4242 (a) b) (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 1 0 987654 1000 10"
+    assert procid.parse_starttime(stat) == 987654
+    assert procid.parse_starttime("4242 (x) S 1") is None
+    assert procid.parse_starttime("") is None
+
+
+def test_starttime_of_this_process_and_of_none():
+    me = procid.starttime(os.getpid())
+    assert me is not None and me == procid.starttime("self")
+    assert procid.starttime(2**22 + 17) is None  # above pid_max: never a process
+
+
+def test_alive_needs_the_same_start_time():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        st = procid.starttime(p.pid)
+        assert procid.alive(p.pid, st)
+        assert not procid.alive(p.pid, st + 1), "a PID with another start time is another process"
+        assert procid.alive(p.pid)  # nothing recorded (an older record): the PID alone
+    finally:
+        p.kill()
+        p.wait()
+    assert not procid.alive(p.pid, st)
+    for bad in (0, -1, True, "1", None, 1.5):
+        assert not procid.alive(bad, st)
+
+
+def _lease(rec: dict) -> Lease:
+    return Lease(Path("/nonexistent/lease.json"), {"fault_id": "nic-abc123", **rec})
+
+
+def test_lease_controller_alive_refuses_a_reused_pid():
+    """The controller's PID now belongs to another process (here: this test process,
+    with a start time that is not the recorded one): not alive. Before the fix
+    (``os.kill(pid, 0)`` only) this read as alive."""
+    me, st = os.getpid(), procid.starttime(os.getpid())
+    assert _lease({"controller_pid": me, "controller_starttime": st}).controller_alive()
+    assert not _lease({"controller_pid": me, "controller_starttime": st - 1}).controller_alive()
+    assert _lease({"controller_pid": me}).controller_alive()  # a record written before the start time was kept
+    assert not _lease({"controller_pid": "x"}).controller_alive()
+
+
+def test_new_lease_records_carry_the_controllers_start_time(no_residue):
+    """A real lease (record + watchdog) in this session's lease folder records our
+    start time, and reads as held by us until released."""
+    import time
+
+    from faultlab.nodes import LocalNode
+
+    le = Lease.create_for(LocalNode("local"), "nic-abc124", "nic-slow", "x", {}, [], time.time() + 30)
+    try:
+        assert le.record["controller_starttime"] == procid.starttime(os.getpid())
+        assert le.controller_alive()
+    finally:
+        le.release()
