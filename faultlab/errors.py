@@ -38,3 +38,25 @@ class Refused(FaultlabError):
     """The node holds state faultlab did not create, or a conflicting fault: inject refuses."""
 
     exit_code = 3
+
+
+def pydantic_fix(err: dict, default: str | None = None) -> str | None:
+    """The fix for one pydantic error (an item of ``ValidationError.errors()``): what
+    to give instead, from the error's type and its bounds (``rank: -1``, "Input should
+    be greater than or equal to 0" -> "give a value >= 0"); ``default`` (e.g. where
+    the schema is) for other types. None for a validator's own message (``value_error``),
+    which carries its fix."""
+    t, ctx = err.get("type", ""), err.get("ctx") or {}
+    bound = {"greater_than_equal": ("ge", "give a value >= {}"), "greater_than": ("gt", "give a value > {}"),
+             "less_than_equal": ("le", "give a value <= {}"), "less_than": ("lt", "give a value < {}")}
+    if t in bound and bound[t][0] in ctx:
+        return bound[t][1].format(ctx[bound[t][0]])
+    if t == "literal_error" and "expected" in ctx:
+        return f"use one of {ctx['expected']}"
+    if t in ("value_error", "assertion_error"):
+        return None
+    simple = {"int_parsing": "give a whole number, e.g. 4", "int_type": "give a whole number, e.g. 4",
+              "int_from_float": "give a whole number, e.g. 4", "float_parsing": "give a number, e.g. 0.5",
+              "float_type": "give a number, e.g. 0.5", "bool_parsing": "give true or false", "bool_type": "give true or false",
+              "string_type": "give a string (quote it)", "list_type": "give a list, e.g. [a, b]"}
+    return simple.get(t, default)

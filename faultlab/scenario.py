@@ -46,7 +46,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from faultlab.errors import BadInput
+from faultlab.errors import BadInput, pydantic_fix
 from faultlab.units import parse_duration
 
 # scenario parameter name -> CLI option of faultlab.injectors.build
@@ -84,7 +84,7 @@ class Testbed(_Strict):
     ``local`` (plain local processes on loopback)."""
 
     backend: Literal["netns", "docker", "ssh", "local"] = "netns"
-    nodes: int = Field(4, ge=2, le=64, description="number of nodes, one rank each")
+    nodes: int = Field(4, ge=2, le=64, strict=True, description="number of nodes, one rank each (a whole number: true is refused)")
 
 
 class SeqLen(_Strict):
@@ -174,7 +174,7 @@ class FaultSpec(_Strict):
 
     type: str
     node: str | None = None
-    rank: int | None = Field(None, ge=0)
+    rank: int | None = Field(None, ge=0, strict=True)
     at: float | None = None
     at_step: int | None = Field(None, ge=0)
     duration: float
@@ -498,9 +498,14 @@ def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto
         raise BadInput(f"cannot read {p}: {e.strerror}", field="SCENARIO", fix="give the path of a YAML file") from None
     except UnicodeDecodeError as e:
         raise BadInput(f"{p} is not UTF-8 text (byte {e.start})", field="SCENARIO", fix="give a YAML file saved as UTF-8") from None
+    from faultlab.yamlsafe import DuplicateKey, load as load_yaml
+
     try:
         root = yaml.compose(text)
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
+    except DuplicateKey as e:
+        raise BadInput(f"{p}:{e.line}: duplicated key {e.key!r} (also at line {e.first_line})",
+                       fix="keep one of them: YAML would silently take the last") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark else str(p)
@@ -526,7 +531,7 @@ def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto
             loc = loc + ctx.loc
         line = _line_of(root, loc)
         field = _fmt_loc(loc) or "(top)"
-        fix = "see `faultlab scenario schema`" if err["type"] in ("extra_forbidden", "missing") else None
+        fix = pydantic_fix(err, "see `faultlab scenario schema`")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
         raise BadInput(msg, field=f"{p}:{line}: {field}" if line else f"{p}: {field}", fix=fix) from None

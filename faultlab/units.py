@@ -21,19 +21,27 @@ AMBIGUOUS = {"bps", "kbps", "mbps", "gbps"}
 RATE_FIX = "write 50mbit for bits/s or 6mb for bytes/s (units: bit, kbit, mbit, gbit; b, kb, mb, gb, kib, mib, gib)"
 _NUM = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"  # ASCII digits only: '５０mbit' is refused
 MAX_DURATION_S = 7 * 24 * 3600.0  # a fault longer than a week is a typo
+#: the shortest duration any option takes (a timer, a tc or sleep granularity below it
+#: is noise; 0.00001ms was accepted before as a 10 ns fault)
+MIN_DURATION_S = 1e-3
 MAX_RATE_BIT_S = 400e9
 
 
-def parse_duration(text: str | float | int, field: str = "duration", *, allow_zero: bool = False) -> float:
-    """Parse ``"30s"``, ``"500ms"``, ``"2m"``, ``"1h"`` into seconds (float > 0, or
-    >= 0 with ``allow_zero``).
+def parse_duration(text: str | float | int, field: str = "duration", *, allow_zero: bool = False,
+                   min_s: float = MIN_DURATION_S) -> float:
+    """Parse ``"30s"``, ``"500ms"``, ``"2m"``, ``"1h"`` into seconds (float in
+    [``min_s``, one week], 1 ms by default; or exactly 0 with ``allow_zero``).
 
-    A bare number is refused: the unit must be explicit. Raises BadInput.
+    The same vocabulary as rates (:func:`parse_rate`): a bare number (no unit) and a
+    space before the unit (``"10 ms"``) are refused. Raises BadInput naming ``field``
+    and the fix.
     """
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         raise BadInput(f"{text!r} has no unit", field=field, fix="write e.g. 30s, 500ms or 2m")
     s = str(text).strip().lower()
-    m = re.fullmatch(_NUM + r"\s*([a-z]+)", s)
+    if re.fullmatch(_NUM + r"\s+[a-z]+", s):
+        raise BadInput(f"{text!r} has a space before its unit", field=field, fix=f"write e.g. {s.split()[0]}{s.split()[-1]}")
+    m = re.fullmatch(_NUM + r"([a-z]+)", s)
     if not m:
         if s.startswith("-"):
             raise BadInput(f"{text!r} is negative", field=field, fix="give a positive duration such as 30s")
@@ -44,11 +52,20 @@ def parse_duration(text: str | float | int, field: str = "duration", *, allow_ze
     if unit not in _DURATION:
         raise BadInput(f"unknown unit {unit!r} in {text!r}", field=field, fix="use ms, s, m or h")
     seconds = value * _DURATION[unit]
-    if seconds < 0 or (seconds == 0 and not allow_zero):
+    if seconds == 0 and allow_zero:
+        return 0.0
+    if seconds <= 0:
         raise BadInput(f"{text!r} is not positive", field=field, fix="give a positive duration such as 30s")
+    if seconds < min_s:
+        raise BadInput(f"{text!r} is below {_fmt_s(min_s)}", field=field, fix=f"give at least {_fmt_s(min_s)}")
     if seconds > MAX_DURATION_S:
         raise BadInput(f"{text!r} is longer than a week", field=field, fix="give at most 7*24h; a fail-slow fault that long is a typo")
     return seconds
+
+
+def _fmt_s(seconds: float) -> str:
+    """``0.001`` -> ``1ms``, ``2.0`` -> ``2s`` (for messages)."""
+    return f"{seconds * 1e3:g}ms" if seconds < 1 else f"{seconds:g}s"
 
 
 def parse_rate(text: str, field: str = "rate") -> float:

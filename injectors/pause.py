@@ -16,6 +16,12 @@ PID. The loop runs in its own session (``setsid``): a SIGKILL of faultlab's proc
 group (a terminal's, a CI runner's) cannot kill it half-way through a stop and leave
 the target stopped; it still ends itself at the deadline with a SIGCONT.
 
+Limits: ``pause_s >= 10 ms`` and ``period_s >= 100 ms`` (MIN_PAUSE_S, MIN_PERIOD_S).
+Each period the loop starts about eight short processes (``cut``, ``kill``, ``sleep``),
+so a shorter period is not kept as asked, and ``verify`` samples the target's state
+every 10 ms at most, so a shorter stop may never be seen; ``--pause 0.001ms --period
+0.002ms`` was accepted before.
+
 Severity: the paused fraction ``pause_s / period_s``. No root needed for one's own
 processes.
 """
@@ -27,6 +33,10 @@ import time
 from faultlab.errors import BadInput, Refused
 from faultlab.nodes import Node
 from faultlab.injectors.base import Cmd, Injector, Plan
+
+#: the shortest stop and period the loop can keep (see the module's docstring)
+MIN_PAUSE_S = 0.01
+MIN_PERIOD_S = 0.1
 
 # $1 pidfile, $2 target pid, $3 pause s, $4 run s, $5 deadline (unix s), $6 the
 # target's start time (field 22 of /proc/PID/stat): the loop stops at once if the PID
@@ -90,6 +100,12 @@ class ProcessPause(Injector):
         super().__init__(node, fault_id)
         if not (0 < pause_s < period_s):
             raise BadInput(f"pause {pause_s}s in a {period_s}s period", field="--pause", fix="give a pause shorter than --period, e.g. --pause 200ms --period 1s")
+        if pause_s < MIN_PAUSE_S:
+            raise BadInput(f"pause {pause_s * 1e3:g}ms is below {MIN_PAUSE_S * 1e3:g}ms", field="--pause",
+                           fix=f"give at least {MIN_PAUSE_S * 1e3:g}ms, e.g. --pause 50ms: verify cannot see a shorter stop")
+        if period_s < MIN_PERIOD_S:
+            raise BadInput(f"period {period_s * 1e3:g}ms is below {MIN_PERIOD_S * 1e3:g}ms", field="--period",
+                           fix=f"give at least {MIN_PERIOD_S * 1e3:g}ms, e.g. --period 300ms: the loop starts ~8 processes a period")
         self.pid, self.pause_s, self.period_s, self.duration_s = int(pid), float(pause_s), float(period_s), float(duration_s)
         self.label = label
 

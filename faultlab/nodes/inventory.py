@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from faultlab.errors import BadInput
+from faultlab.errors import BadInput, pydantic_fix
 
 
 class InventoryNode(BaseModel):
@@ -85,8 +85,13 @@ class Inventory(BaseModel):
 def load(path: str | Path) -> Inventory:
     """Read and validate an inventory file. Raises BadInput naming file and field."""
     p = Path(path)
+    from faultlab.yamlsafe import DuplicateKey, load as load_yaml
+
     try:
-        data = yaml.safe_load(p.read_text())
+        data = load_yaml(p.read_text())
+    except DuplicateKey as e:
+        raise BadInput(f"{p}:{e.line}: duplicated key {e.key!r} (also at line {e.first_line})", field="--inventory",
+                       fix="keep one of them: YAML would silently take the last") from None
     except OSError as e:
         raise BadInput(f"cannot read {p}: {e.strerror}", field="--inventory", fix="give an inventory YAML file") from None
     except UnicodeDecodeError as e:
@@ -98,7 +103,10 @@ def load(path: str | Path) -> Inventory:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise BadInput(f"{p}: {loc}: {err['msg']}", field="--inventory", fix="see `faultlab testbed inventory-schema`") from None
+        schema_fix = "see `faultlab testbed inventory-schema`"
+        fix = pydantic_fix(err, schema_fix)
+        raise BadInput(f"{p}: {loc}: {err['msg']}", field="--inventory",
+                       fix=schema_fix if fix is None and "(" not in err["msg"] else fix) from None
 
 
 def schema() -> dict:

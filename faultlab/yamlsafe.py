@@ -1,0 +1,48 @@
+"""YAML input files (scenarios, campaigns, inventories) read strictly.
+
+``yaml.safe_load`` keeps the *last* of two equal keys in a mapping without a word
+(``seed: 0`` then ``seed: 5`` reads as 5), so a typo'd duplicate silently changes a
+run. :func:`load` is ``safe_load`` (same tags, no Python objects) that refuses a
+duplicated key, naming it and both lines. Keys brought in by a merge (``<<: *base``)
+may be overridden, as YAML says; only keys written twice in one mapping are refused.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping names ``key`` twice: at ``line`` (1-based) and first at ``first_line``."""
+
+    def __init__(self, key, line: int, first_line: int, mark):
+        self.key, self.line, self.first_line = key, line, first_line
+        super().__init__(None, None, f"duplicated key {key!r} (also at line {first_line})", mark)
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that raises DuplicateKey for a key written twice in a mapping."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE:
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    hash(key)
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                if key in seen:
+                    raise DuplicateKey(key, key_node.start_mark.line + 1, seen[key], key_node.start_mark)
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def load(text: str):
+    """``yaml.safe_load(text)`` refusing duplicated keys. Raises DuplicateKey (a
+    ``yaml.YAMLError``) or any other ``yaml.YAMLError``."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
