@@ -187,6 +187,40 @@ def subtree_cmds(h: Hierarchy, home: str, enable: bool):
             [write_cmd(f, f"-{h.controller}", f"disable {h.controller} below {home} again")])
 
 
+#: the controller a faultlab cgroup's fault enabled in its parent (v2), by fault-id prefix
+#: (``faultlab-cpu-…``: cpu-contention, ``faultlab-io-…``: io-slow)
+ORPHAN_CONTROLLER = {"cpu": "cpu", "io": "io"}
+
+# Recovery of an orphan v2 faultlab cgroup ($1 its parent, $2 the controller its fault
+# enabled there, $3 its own name) whose record and watchdog are gone: write -$2 to the
+# parent's cgroup.subtree_control only when faultlab must have written +$2 and nothing
+# else depends on it: the parent is a non-root *domain* cgroup (v1 and the root have no
+# cgroup.type; a threaded subtree may have had it before), $2 is enabled there, and the
+# parent's only child is this cgroup. A domain cgroup that held the targets had an empty
+# subtree_control (the kernel's no-internal-process rule), so $2 there is faultlab's.
+# Anything else: left as it is (the sweep back then fails and is reported).
+ORPHAN_DISABLE_SH = (
+    't=$(cat "$1/cgroup.type" 2>/dev/null) || exit 0; [ "$t" = domain ] || exit 0; '
+    'case " $(cat "$1/cgroup.subtree_control" 2>/dev/null) " in *" $2 "*) ;; *) exit 0;; esac; '
+    'for c in "$1"/*/; do [ "${c%/}" = "$1/$3" ] || exit 0; done; '
+    'printf -- "-%s\\n" "$2" > "$1/cgroup.subtree_control"'
+)
+
+
+def orphan_revert_argv(cgroup_dir: str, controller: str | None) -> list[list[str]]:
+    """The commands that end an orphan faultlab cgroup ``cgroup_dir`` (no record, no
+    watchdog): on v2, ``-controller`` back into its parent's subtree_control when
+    faultlab wrote it (ORPHAN_DISABLE_SH; nothing on v1), then every process back to
+    the parent (never the root: the targets' own limits keep applying) and rmdir."""
+    from faultlab.injectors.cpu import RMDIR_SH, SWEEP_SH
+
+    d = PurePosixPath(cgroup_dir)
+    home = str(d.parent / "cgroup.procs")
+    out = [["sh", "-c", ORPHAN_DISABLE_SH, "sh", str(d.parent), controller, d.name]] if controller else []
+    return out + [["sh", "-c", SWEEP_SH, "sh", str(d / "cgroup.procs"), home, home],
+                  ["sh", "-c", RMDIR_SH, "sh", str(d)]]
+
+
 def read_stat(node: Node, path: str) -> dict[str, int]:
     """A flat-keyed cgroup stat file (``cpu.stat``) as ints; empty when unreadable."""
     try:

@@ -159,14 +159,13 @@ class Orphan:
         if self.kind == "ifb":
             return [[*ns, "ip", "link", "del", self.what]]
         if self.kind == "cgroup":
-            from faultlab.injectors.cpu import RMDIR_SH, SWEEP_SH
+            from faultlab.injectors.cgroups import ORPHAN_CONTROLLER, orphan_revert_argv
 
-            # back to the cgroup that holds it, never to the root: the targets' own
-            # limits must keep applying (a faultlab cgroup is made inside their cgroup)
-            d = Path(self.what)
-            home = str(d.parent / "cgroup.procs")
-            return [["sh", "-c", SWEEP_SH, "sh", str(d / "cgroup.procs"), home, home],
-                    ["sh", "-c", RMDIR_SH, "sh", str(d)]]
+            # v2: the controller its fault enabled in the parent goes off again first;
+            # then back to the cgroup that holds it, never to the root (the targets'
+            # own limits must keep applying: a faultlab cgroup is made inside theirs)
+            prefix = Path(self.what).name[len("faultlab-"):].split("-")[0]
+            return orphan_revert_argv(self.what, ORPHAN_CONTROLLER.get(prefix))
         return []
 
 

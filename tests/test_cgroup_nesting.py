@@ -300,3 +300,90 @@ def test_v2_cpu_quota_keeps_the_targets_pids_max(no_residue):
         p.kill()
         p.wait()
         own.rmdir()
+
+
+def _nest_with_plan(h, own: str, pid: int):
+    """Apply the cpu-contention plan's inject commands for ``pid`` (hugetlb standing in
+    for cpu: this kernel has no cpu controller in v2), as a fault would; returns the
+    faultlab cgroup's path."""
+    inj = CpuContention(NODE, [pid], 0.5)
+    where = cgroups.placement(NODE, h, [pid], inj.fault_id, "cpu")
+    facts = {"hierarchy": {"version": 2, "mount": h.mount, "controller": "hugetlb"}, "orig": where["orig"],
+             "home": own, "cgroup": where["cgroup"], "enable_subtree": where["enable"], "ancestor_cpu_fraction": None}
+    _run_cmds(inj.plan(facts).inject, skip="cpu.max")
+    return where["cgroup"]
+
+
+def _start_in(base: Path, own: str):
+    p = subprocess.Popen([*_IN_CGROUP, str(base), "sleep", "60"])
+    end = time.time() + 10
+    while _v2_line(p.pid) != own and time.time() < end:
+        time.sleep(0.02)
+    return p
+
+
+@needs_v2
+def test_v2_orphan_recovery_gives_back_the_controller_faultlab_enabled(unified_hugetlb, monkeypatch, no_residue):
+    """A nested v2 fault whose lease record and watchdog are lost: ``recover`` finds
+    its cgroup as an orphan (hostview.Orphan). Before the fix its commands were only
+    the sweep and rmdir: the parent kept faultlab's ``+hugetlb`` in its
+    subtree_control, so the kernel refused every move back (no internal processes),
+    the target stayed in faultlab's cgroup and the cgroup stayed. Now ``-hugetlb`` goes
+    back first (only there: a non-root domain cgroup whose one child is faultlab's), and
+    the parent ends exactly as found. (hugetlb stands in for cpu, ORPHAN_CONTROLLER
+    patched to match: this kernel offers no cpu controller in v2.)"""
+    from faultlab.injectors.hostview import Orphan
+
+    monkeypatch.setattr(cgroups, "ORPHAN_CONTROLLER", {"cpu": "hugetlb", "io": "io"}, raising=False)
+    h, own, _ = unified_hugetlb
+    base = Path(h.path(own))
+    sc0 = (base / "cgroup.subtree_control").read_text()
+    p, d = _start_in(base, own), ""
+    try:
+        d = _nest_with_plan(h, own, p.pid)
+        assert "hugetlb" in (base / "cgroup.subtree_control").read_text().split()
+        orphan = Orphan("cgroup", "", d, Path(d).name.split("-")[-1])
+        for argv in orphan.revert_argv():
+            subprocess.run(argv, capture_output=True, timeout=30)
+        assert _v2_line(p.pid) == own, "the target is back in its own cgroup"
+        assert (base / "cgroup.subtree_control").read_text() == sc0
+        assert not Path(d).exists()
+    finally:
+        p.kill()
+        p.wait()
+        if d:
+            _rmdir_when_empty(Path(d))
+
+
+@needs_v2
+def test_v2_orphan_recovery_leaves_a_controller_another_child_uses(unified_hugetlb, monkeypatch, no_residue):
+    """The parent also has a child that is not faultlab's: the controller may be the
+    user's now, so it is not written; the sweep back then fails (the kernel refuses)
+    and the target stays under its own cgroup's subtree, never at the root."""
+    from faultlab.injectors.hostview import Orphan
+
+    monkeypatch.setattr(cgroups, "ORPHAN_CONTROLLER", {"cpu": "hugetlb", "io": "io"}, raising=False)
+    h, own, _ = unified_hugetlb
+    base = Path(h.path(own))
+    p, d = _start_in(base, own), ""
+    try:
+        d = _nest_with_plan(h, own, p.pid)
+        (base / "users-own").mkdir()
+        for argv in Orphan("cgroup", "", d, Path(d).name.split("-")[-1]).revert_argv():
+            subprocess.run(argv, capture_output=True, timeout=30)
+        assert "hugetlb" in (base / "cgroup.subtree_control").read_text().split()
+        assert _v2_line(p.pid) == f"{own}/{Path(d).name}"
+    finally:
+        p.kill()
+        p.wait()
+        if d:
+            _rmdir_when_empty(Path(d))
+
+
+def _rmdir_when_empty(d: Path) -> None:
+    end = time.time() + 5
+    while d.exists() and time.time() < end:
+        try:
+            d.rmdir()
+        except OSError:  # the killed target not yet gone
+            time.sleep(0.05)
