@@ -256,6 +256,7 @@ class NicSlow(Injector):
     def _own_handle_msg(self, q: dict) -> str:
         """Why a root qdisc with faultlab's reserved handle blocks this inject: a
         faultlab fault in force (its watchdog ends it), or one whose lease is lost."""
+        from faultlab.faultrun import when
         from faultlab.injectors.hostview import find_watchdogs
 
         h = str(q.get("handle"))
@@ -263,7 +264,7 @@ class NicSlow(Injector):
         where = f"{self.iface} on {self.node.name}"
         if ws:
             return (f"{where} has faultlab's own nic-slow qdisc {q.get('handle')} of fault {ws[0].fault_id} "
-                    f"(its lease's watchdog, PID {ws[0].pid}, ends it at the latest at unix {ws[0].deadline_ts})")
+                    f"(its lease's watchdog, PID {ws[0].pid}, ends it at the latest at {when(ws[0].deadline_ts)})")
         return (f"{where} has faultlab's own nic-slow qdisc {q.get('kind')} {q.get('handle')} that no lease accounts for "
                 f"(its lease record and watchdog are gone)")
 

@@ -226,6 +226,7 @@ def test_lost_or_corrupt_record_still_ends_the_fault_and_is_seen(testbed2, no_re
     # faultlab's own qdisc is never called foreign
     again = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "10mbit", "--duration", "5s")
     assert again.returncode == 3 and "faultlab's own" in again.stderr and "did not create" not in again.stderr, again.stderr
+    assert "at the latest at " in again.stderr and " UTC (in " in again.stderr and "unix" not in again.stderr, again.stderr  # when, in words (H10 probe C)
     q = lambda: subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show"], capture_output=True, text=True).stdout  # noqa: E731
     assert FAULT_QDISC.search(q())
     assert wait_for(lambda: not FAULT_QDISC.search(q()) and "ingress" not in q(), 20), q()
