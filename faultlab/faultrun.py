@@ -200,8 +200,21 @@ def run_inject(inj, n, plan, *, duration_s: float, grace_s: float, detach: bool,
             console.print(f"injected {active.fault_id} ({inj.type} on {n.describe()} {plan.target}) for {duration_s:g}s; "
                           f"{_vtext(active)}; Ctrl-C reverts", markup=False)
         end = active.start_ts + duration_s
+        next_check = time.time() + 1.0
         while time.time() < end and not guard.stop and not active.lease.expired():
             time.sleep(min(0.2, max(0.0, end - time.time())))
+            if time.time() < next_check:
+                continue
+            next_check = time.time() + 1.0  # once a second (a remote node's /proc is a command away)
+            try:
+                gone = inj.target_gone(active.facts)
+            except Exception:  # a check must never end the hold by itself
+                gone = None
+            if gone:  # nothing left to slow: end it now, and say so (H10 probe G)
+                active.evidence["target_gone"] = {"why": gone, "ts": time.time(), "after_s": round(time.time() - active.start_ts, 1)}
+                if not as_json:
+                    console.print(f"{active.fault_id}: {gone} {active.evidence['target_gone']['after_s']:g}s into the fault; ending it", markup=False)
+                break
         return _finish(active, info, guard, out, as_json, interrupted=guard.stop)
 
 

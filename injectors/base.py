@@ -168,6 +168,12 @@ class Injector(ABC):
         """Measurements taken just before revert (counters over the whole fault)."""
         return {}
 
+    def target_gone(self, facts: dict) -> str | None:
+        """Why the fault can no longer be in force because its target is gone (e.g.
+        ``process 4242 exited``), or None. A foreground inject then ends it at once
+        instead of holding a fault on nothing for its whole duration."""
+        return None
+
 
 @dataclass
 class ActiveFault:

@@ -167,6 +167,17 @@ class ProcessPause(Injector):
             time.sleep(min(0.01, self.pause_s / 4))
         return {"stopped_seen": "T" in seen, "samples": len(seen), "ok": "T" in seen}
 
+    def target_gone(self, facts: dict) -> str | None:
+        """The target exited (or its PID now names another process): the loop has
+        stopped itself (it checks the start time before every signal)."""
+        try:
+            now = self.node.read_file(f"/proc/{self.pid}/stat").rpartition(")")[2].split()
+        except OSError:
+            now = []
+        if len(now) < 20 or now[19] != facts["starttime"] or now[0] in ("Z", "X"):
+            return f"process {self.pid} exited"
+        return None
+
     def reverted(self, facts: dict) -> list[str]:
         left = []
         if self.node.exists(facts["pidfile"]):

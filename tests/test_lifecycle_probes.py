@@ -172,3 +172,34 @@ def test_status_reads_the_record_of_a_fault_in_another_lease_folder(busy_loop, t
     assert not list(other.iterdir()), "the record and the pause pidfile are gone"
     time.sleep(0.3)
     assert Path(f"/proc/{busy_loop.pid}/stat").read_text().rpartition(")")[2].split()[0] != "T"
+
+
+# -- probe G: a pause target killed mid-fault ----------------------------------------------
+
+
+def test_foreground_pause_ends_when_its_target_exits(no_residue):
+    """The target of a 60 s foreground pause is SIGKILLed: the loop stops itself, and
+    the inject now says so and ends within seconds, exit 0, nothing left. Before, it
+    held a fault on nothing for the full 60 s (probe G: 'reverted' only at the end)."""
+    target = subprocess.Popen(["sleep", "300"])
+    inj = subprocess.Popen([sys.executable, "-m", "faultlab.cli", "inject", "--type", "process-pause", "--target", str(target.pid),
+                            "--pause", "100ms", "--period", "300ms", "--duration", "60s"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = inj.stdout.readline()
+        assert first.startswith("injected "), first
+        target.kill()
+        target.wait()
+        t0 = time.time()
+        out, err = inj.communicate(timeout=20)
+        assert inj.returncode == 0, (out, err)
+        assert time.time() - t0 < 10
+        said = " ".join(out.split())  # rich wraps lines at 80 columns in a pipe
+        assert f"process {target.pid} exited" in said and "ending it" in said and ": reverted" in said, out
+    finally:
+        if inj.poll() is None:
+            inj.terminate()
+            inj.communicate(timeout=30)
+        if target.poll() is None:
+            target.kill()
+            target.wait()
