@@ -39,6 +39,8 @@ def parse_duration(text: str | float | int, field: str = "duration", *, allow_ze
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         raise BadInput(f"{text!r} has no unit", field=field, fix="write e.g. 30s, 500ms or 2m")
     s = str(text).strip().lower()
+    if re.fullmatch(_NUM, s):
+        raise BadInput(f"{text!r} has no unit", field=field, fix=f"write e.g. {s}s or {s}ms")
     if re.fullmatch(_NUM + r"\s+[a-z]+", s):
         raise BadInput(f"{text!r} has a space before its unit", field=field, fix=f"write e.g. {s.split()[0]}{s.split()[-1]}")
     m = re.fullmatch(_NUM + r"([a-z]+)", s)
