@@ -186,16 +186,20 @@ def test_foreground_pause_ends_when_its_target_exits(no_residue):
                             "--pause", "100ms", "--period", "300ms", "--duration", "60s"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        first = inj.stdout.readline()
-        assert first.startswith("injected "), first
+        said = ""
+        while not said.startswith("injected "):  # the CLI's progress lines go to stderr
+            line = inj.stderr.readline()
+            assert line, "inject ended before it printed 'injected'"
+            said = line
         target.kill()
         target.wait()
         t0 = time.time()
         out, err = inj.communicate(timeout=20)
         assert inj.returncode == 0, (out, err)
         assert time.time() - t0 < 10
-        said = " ".join(out.split())  # rich wraps lines at 80 columns in a pipe
-        assert f"process {target.pid} exited" in said and "ending it" in said and ": reverted" in said, out
+        told = " ".join(err.split())  # rich wraps lines at 80 columns in a pipe
+        assert f"process {target.pid} exited" in told and "ending it" in told, err
+        assert out.strip().endswith(": reverted"), out
     finally:
         if inj.poll() is None:
             inj.terminate()
