@@ -26,6 +26,7 @@ from faultlab.scoring.aggregate import summarize
 from faultlab.scoring.detectors import as_alarms, load_detector
 from faultlab.scoring.metrics import derive, prepare_labels, run_stats
 from faultlab.scoring.runs import RunData
+from faultlab.scoring.steparrays import shared
 
 MODES = ("offline", "replay")
 BY = ("fault_type", "source", "none")
@@ -242,7 +243,7 @@ def _check_components(alarms: pd.DataFrame, comps) -> None:
     ``rank:N`` or ``job``): they would count as false alarms without a word."""
     if not len(alarms):
         return
-    unknown = sorted(set(alarms["component"]) - set(comps))
+    unknown = sorted(set(alarms["component"].to_numpy(object).tolist()) - set(comps))
     if unknown:
         raise BadInput(f"alarms on component(s) the run does not have: {', '.join(unknown[:5])} (it has {', '.join(sorted(comps))})",
                        field="alarms.component", fix="name rank:N (a rank of the run) or job")
@@ -314,31 +315,8 @@ def score_many(
     stats: list[list] = [[] for _ in dets]
     per_run: list[list] = [[] for _ in dets]
     for run in runs:
-        span = run.span()
-        comps = run.components()
-        prep = prepare_labels(run.labels, run.injections)  # the same for every detector
-        for i, (name, det, _) in enumerate(dets):
-            draws = []
-            for j, d in enumerate(_draws(det)):
-                with _detector_errors(name, "update" if mode == "replay" else "detect", run.run_id):
-                    if mode == "replay":  # continuous scores too as the detector gave them online
-                        alarms, sc = replay_run(d, run, tick_s=tick_s)
-                    else:
-                        alarms = as_alarms(d.detect(run.steps, run.host)) if span else as_alarms(None)
-                    _check_components(alarms, comps)
-                if mode != "replay":
-                    with _detector_errors(name, "scores", run.run_id):
-                        sc = d.scores(run.steps, run.host) if j == 0 and callable(getattr(d, "scores", None)) and span else None
-                if keep_alarms is not None and j == 0:
-                    keep_alarms.append((run.run_id, name, alarms))
-                draws.append(run_stats(alarms, run.labels, comps, span, scores=sc if j == 0 else None, injections=run.injections, k=k,
-                                       window_s=window_s, late_s=late if mode == "replay" else 0.0, vus_window=vus_window,
-                                       prepared=prep))
-            st = draws[0] if len(draws) == 1 else mean_stats(draws)
-            stats[i].append(st)
-            m = derive(st["counts"], k=k)
-            per_run[i].append(schema.json_safe({"run_id": run.run_id, "n_labels": st["counts"]["n_labels"], "n_alarms": st["counts"]["n_alarms"],
-                                                "event_f1": m["event_f1"], "window_mcc": m["window_mcc"], "vus_pr": m["vus_pr"]}))
+        with shared():  # one conversion of the run's tables for every detector and metric
+            _score_run(run, dets, mode, stats, per_run, keep_alarms, k=k, window_s=window_s, late=late, tick_s=tick_s, vus_window=vus_window)
     out = []
     settings = {"window_s": window_s, "late_s": late, "tick_s": tick_s, "k": k, "vus_window": vus_window, "n_boot": n_boot, "seed": seed}
     for i, (name, _, params) in enumerate(dets):
@@ -349,6 +327,38 @@ def score_many(
             wall_s=time.perf_counter() - t_wall,
         ))
     return out
+
+
+def _score_run(run: RunData, dets: list, mode: str, stats: list, per_run: list, keep_alarms: list | None, *,
+               k: int, window_s: float, late: float, tick_s: float, vus_window: int) -> None:
+    """Score every detector of ``dets`` (``(name, instance, params)``) on one run:
+    append each one's :func:`run_stats` (the mean of its draws) to ``stats[i]`` and its
+    per-run figures to ``per_run[i]``. The run's labels are prepared once for all."""
+    span = run.span()
+    comps = run.components()
+    prep = prepare_labels(run.labels, run.injections)  # the same for every detector
+    for i, (name, det, _) in enumerate(dets):
+        draws = []
+        for j, d in enumerate(_draws(det)):
+            with _detector_errors(name, "update" if mode == "replay" else "detect", run.run_id):
+                if mode == "replay":  # continuous scores too as the detector gave them online
+                    alarms, sc = replay_run(d, run, tick_s=tick_s)
+                else:
+                    alarms = as_alarms(d.detect(run.steps, run.host)) if span else as_alarms(None)
+                _check_components(alarms, comps)
+            if mode != "replay":
+                with _detector_errors(name, "scores", run.run_id):
+                    sc = d.scores(run.steps, run.host) if j == 0 and callable(getattr(d, "scores", None)) and span else None
+            if keep_alarms is not None and j == 0:
+                keep_alarms.append((run.run_id, name, alarms))
+            draws.append(run_stats(alarms, run.labels, comps, span, scores=sc if j == 0 else None, injections=run.injections, k=k,
+                                   window_s=window_s, late_s=late if mode == "replay" else 0.0, vus_window=vus_window,
+                                   prepared=prep))
+        st = draws[0] if len(draws) == 1 else mean_stats(draws)
+        stats[i].append(st)
+        m = derive(st["counts"], k=k)
+        per_run[i].append(schema.json_safe({"run_id": run.run_id, "n_labels": st["counts"]["n_labels"], "n_alarms": st["counts"]["n_alarms"],
+                                            "event_f1": m["event_f1"], "window_mcc": m["window_mcc"], "vus_pr": m["vus_pr"]}))
 
 
 def _draws(det) -> list:
