@@ -340,18 +340,30 @@ def test_pytest_plugin_fixture_and_floor(runs, tmp_path):
     from faultlab.datasets.build import build
 
     build(runs, "tiny-ds", tmp_path / "datasets")
+    build(runs, "changed-ds", tmp_path / "datasets")
+    (tmp_path / "datasets" / "changed-ds" / "schema.json").write_text("{}")  # still decodes; differs from the manifest
     (tmp_path / "test_det.py").write_text(textwrap.dedent('''
+        import pytest
+        from faultlab.errors import BadInput
+
         def test_good(faultlab_score):
             assert faultlab_score("peer-median", "tiny-ds").event_f1 >= 0.8
 
         def test_floor_fails(faultlab_score):
             res = faultlab_score("constant", "tiny-ds")
             faultlab_score.require(res, "window_mcc", 0.5)
+
+        def test_changed_dataset_is_refused(faultlab_score):
+            with pytest.raises(BadInput, match="schema.json is changed since MANIFEST.sha256"):
+                faultlab_score("peer-median", "changed-ds")
+
+        def test_changed_dataset_without_verify(faultlab_score):
+            assert faultlab_score("peer-median", "changed-ds", verify=False).n_runs > 0
     '''))
     env = {**os.environ, "FAULTLAB_DATASETS": str(tmp_path / "datasets")}
     r = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_det.py"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
-    assert "1 failed, 1 passed" in r.stdout, r.stdout + r.stderr
+    assert "1 failed, 3 passed" in r.stdout, r.stdout + r.stderr
     assert "window_mcc = 0.0" in r.stdout and "below the floor 0.5" in r.stdout
 
 

@@ -389,17 +389,23 @@ def mean_stats(draws: list[dict]) -> dict:
     return {"counts": counts, "labels": lab, "latencies": lat}
 
 
-def score_dataset(detector, dataset, split: str = "test", **kw):
+def score_dataset(detector, dataset, split: str = "test", *, verify: bool = True, **kw):
     """Score ``detector`` (or a list of detectors: then a list of results, from one
     pass) on a dataset folder's ``split`` (test | all). With ``test`` a detector that
-    has ``fit`` is fitted on the train split only.
+    has ``fit`` is fitted on the train split only. ``verify`` (default): first check
+    every file against the dataset's ``MANIFEST.sha256``
+    (:func:`faultlab.datasets.manifest.require_intact`); False scores it as it is.
 
-    Raises BadInput for an unknown split or an unreadable dataset."""
+    Raises BadInput for an unknown split, an unreadable dataset, or (``verify``) a
+    file changed or missing since the manifest was written."""
+    from faultlab.datasets import manifest
     from faultlab.datasets.layout import Dataset
 
     ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
     if split not in ("test", "all"):
         raise BadInput(f"unknown split {split!r}", field="--split", fix="test or all")
+    if verify:
+        manifest.require_intact(ds.path)
     train = ds.iter_runs("train") if split == "test" else None
     if isinstance(detector, list):
         return score_many(detector, ds.iter_runs(split), train_runs=train, split=split, source=str(ds.path), **kw)
