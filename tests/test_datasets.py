@@ -108,6 +108,17 @@ def test_score_refuses_a_dataset_that_differs_from_its_manifest(ds):
     _one_line_exit_2(_score(ds), "runs.json are changed; croissant.json is missing since MANIFEST.sha256")
 
 
+def test_build_says_when_a_run_is_given_twice(campaign, tmp_path):
+    p = faultlab("dataset", "build", campaign / "run-0", campaign / "run-1", campaign / "run-0" / ".." / "run-0",
+                 "--campaign", campaign, "--name", "dup", "--out-root", tmp_path)
+    assert p.returncode == 0, p.stderr
+    note = [line for line in p.stderr.splitlines() if "given more than once" in line]
+    assert len(note) == 1 and "3 run folder(s) given more than once, built once" in note[0], p.stderr
+    assert sorted(Dataset(tmp_path / "dup").run_ids("all")) == [f"c{i}" for i in range(5)]
+    p = faultlab("dataset", "build", campaign / "run-0", campaign / "run-1", "--name", "nodup", "--out-root", tmp_path)
+    assert p.returncode == 0 and "more than once" not in p.stderr
+
+
 def test_croissant_validates_with_mlcroissant(ds):
     import mlcroissant as mlc  # a test extra: missing, the test fails (never skips)
     d = mlc.Dataset(jsonld=str(ds / "croissant.json"))
