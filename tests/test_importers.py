@@ -878,6 +878,22 @@ def test_long_counts_every_skipped_row_and_reads_tsv(tmp_path):
     assert importers.read_long(g).shape[0] == n + 7
 
 
+def test_long_milliseconds_column_is_converted_and_said(tmp_path):
+    """A whole timestamp column in milliseconds (or microseconds) is converted to
+    seconds and said; the labels are the seconds file's."""
+    df = long_frame(seed=4)
+    secs = importers.import_path("long", (tmp_path / "s.csv") if df.to_csv(tmp_path / "s.csv", index=False) is None else None)
+    for unit, mult in (("milliseconds", 1e3), ("microseconds", 1e6)):
+        f = tmp_path / f"{unit}.csv"
+        df.assign(timestamp=df["timestamp"] * mult).to_csv(f, index=False)
+        res = importers.import_path("long", f)
+        assert f"timestamp converted from {unit} to seconds" in res.info["skipped_line"]
+        assert res.info["skipped"]["n_skipped"] == 0
+        cols = ["component", "start_ts", "end_ts", "slowdown"]
+        assert len(secs.labels) == 1
+        pd.testing.assert_frame_equal(res.labels[cols], secs.labels[cols], rtol=1e-9)
+
+
 def test_perseus_milliseconds_column_is_converted_and_said(tmp_path):
     df = perseus_frame(hosts=1, slow={(0, 2): (1.5, None)}, seed=4)
     df.to_parquet(tmp_path / "s.parquet")
@@ -890,6 +906,40 @@ def test_perseus_milliseconds_column_is_converted_and_said(tmp_path):
     assert b.info["skipped"]["skipped"] == {"negative throughput or latency <= 0": 3}
     assert "ts converted from milliseconds to seconds" in b.info["skipped_line"]
     assert a.info["skipped_line"] == f"skipped no rows of {len(df):,}"
+
+
+@needs_st
+def test_straggler_trace_counts_every_row_it_leaves_out(tmp_path):
+    """The public trace with damaged rows added: an empty duration, a negative one, an
+    infinite start, an operation recorded twice, an operation type the model does not
+    know. Each is counted by reason (one line, import.json), and the what-if is the
+    clean trace's: the rows left out changed nothing."""
+    import shutil
+
+    t = pq.read_table(ST_DIR / "trace-ST.parquet").to_pandas()
+    base = t.iloc[[0]]
+    bad = pd.concat([base.assign(duration=np.nan), base.assign(duration=-0.5), base.assign(start_ts=np.inf),
+                     t.iloc[[5]], base.assign(optype="flash-checkpoint")], ignore_index=True)
+    bad["optype"] = bad["optype"].astype(str)
+    full = pd.concat([t.astype({"optype": str}), bad], ignore_index=True)
+    d = tmp_path / "st"
+    d.mkdir()
+    full.to_parquet(d / "trace-ST.parquet")
+    shutil.copy(ST_DIR / "meta-ST.yaml", d / "meta-ST.yaml")
+    res = importers.import_path("straggler-trace", d)
+    clean = importers.import_path("straggler-trace", ST_DIR)
+    assert clean.info["skipped_line"] == f"skipped no rows of {len(t):,}"
+    sk = res.info["skipped"]
+    assert sk["n_rows"] == len(t) + 5 and sk["n_skipped"] == 5
+    assert sk["skipped"] == {"n/a (empty or missing value)": 1, "infinite start_ts or duration": 1,
+                             "negative duration": 1,
+                             "duplicated (dp_rank, stage, rank, step, optype, seq_id)": 1,
+                             "of an operation type not modeled (flash-checkpoint)": 1}
+    assert res.whatif["slowdown"] == clean.whatif["slowdown"]
+    cp = fl("label", "--import", "straggler-trace", str(d), "--out", str(tmp_path / "o"))
+    assert cp.returncode == 0, cp.stderr
+    assert f"skipped 5 of {len(t) + 5:,} rows: 1 n/a" in cp.stdout
+    assert json.loads((tmp_path / "o" / "import.json").read_text())["skipped"]["n_skipped"] == 5
 
 
 PAI_DIR = PUBLIC / "alibaba-pai-minibatch"
