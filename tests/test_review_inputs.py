@@ -179,3 +179,50 @@ def test_score_out_unwritable_is_one_line(tmp_path):
     (tmp_path / "afile").write_text("x")
     cp = fl("score", "--detector", "constant", "--run", str(run), "--out", str(tmp_path / "afile" / "scores.json"))
     one_line_error(cp, "--out")
+
+
+# -- r1 review (H12): findings 4, 5, 6, 9, 10, 11, 12, 13 -------------------------------------
+
+@pytest.fixture
+def silent_port():
+    """A TCP port on 127.0.0.1 that accepts connections and closes them without an SSH
+    banner (a real socket server in a thread of this test; nothing else is reached)."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    srv.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                continue
+            c.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        stop.set()
+        t.join(5)
+        srv.close()
+
+
+def test_ssh_no_banner_is_one_line_without_paramiko_traceback(tmp_path, silent_port):
+    """r1 #4: paramiko's transport thread logged ~20 lines (``Exception (client): Error
+    reading SSH protocol banner`` and a traceback) before faultlab's one-line error.
+    Failed before the fix (faultlab/nodes/ssh.py: paramiko's logger silenced)."""
+    (tmp_path / "kh").write_text("")
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(f"known_hosts: {tmp_path / 'kh'}\ndefaults: {{connect_timeout_s: 5}}\n"
+                   f"nodes:\n  a: {{address: 127.0.0.1, port: {silent_port}}}\n")
+    cp = fl("doctor", "--inventory", str(inv), "--node", "a")
+    _one_line(cp, 1, "--node", "ssh node a", "banner")
+
