@@ -226,3 +226,95 @@ def test_ssh_no_banner_is_one_line_without_paramiko_traceback(tmp_path, silent_p
     cp = fl("doctor", "--inventory", str(inv), "--node", "a")
     _one_line(cp, 1, "--node", "ssh node a", "banner")
 
+
+@pytest.fixture
+def two_runs(tmp_path) -> list[str]:
+    from faultlab.datasets.synthetic import make_run
+
+    return [str(make_run(tmp_path / f"r{i}", f"r{i}", seed=i)) for i in range(2)]
+
+
+def _unwritable(tmp_path, kind: str) -> Path:
+    if kind == "proc":
+        return Path("/proc/faultlab-nope/x")
+    (tmp_path / "afile").write_text("x")
+    return tmp_path / "afile" / "x"
+
+
+QUICK = REPO / "examples" / "quickstart.yaml"
+CAMPAIGN = REPO / "examples" / "software-stragglers.yaml"
+
+
+@pytest.mark.parametrize("kind", ["proc", "under-a-file"])
+@pytest.mark.parametrize("command", ["export", "build", "run", "campaign"])
+def test_unwritable_output_folder_is_one_line(tmp_path, two_runs, command, kind):
+    """r1 #5: an output folder that cannot be made was a traceback (FileNotFoundError /
+    NotADirectoryError, exit 1) in dataset export --out, dataset build --out-root, run
+    --out and campaign --out. Now one line naming the option, exit 2, nothing made.
+    Failed before the fix (export.py, build.py, rundir.py, cli.py campaign)."""
+    bad = _unwritable(tmp_path, kind)
+    args = {"export": ["dataset", "export", str(DATASET), "--out", str(bad)],
+            "build": ["dataset", "build", *two_runs, "--name", "ds", "--out-root", str(bad)],
+            "run": ["run", str(QUICK), "--backend", "local", "--out", str(bad)],
+            "campaign": ["campaign", str(CAMPAIGN), "--runs", "0:1", "--out", str(bad)]}[command]
+    one_line_error(fl(*args), {"build": "--out-root"}.get(command, "--out"), "cannot make")
+    assert not bad.exists()
+
+
+@pytest.mark.parametrize("content", [b"[1, 2", b"\xff\xfe", b"[1, 2]", b'{"runs": 3}', b'{"runs": [1]}', b'{"runs": [{"schedule": 5}]}'])
+def test_damaged_campaign_json_is_one_line_before_anything_runs(tmp_path, content):
+    """r1 #5: ``campaign --runs A:B`` into a folder whose campaign.json is damaged raised
+    JSONDecodeError / AttributeError. Now one line naming campaign.json, exit 2, before a
+    run starts (no run folder made). Failed before the fix (cli.py _earlier_runs)."""
+    out = tmp_path / "camp"
+    out.mkdir()
+    (out / "campaign.json").write_bytes(content)
+    one_line_error(fl("campaign", str(CAMPAIGN), "--runs", "0:1", "--out", str(out)), "campaign.json")
+    assert sorted(p.name for p in out.iterdir()) == ["campaign.json"]
+
+
+def test_bad_runs_range_makes_no_campaign_folder(tmp_path):
+    """``--runs 1:0`` was refused only after the --out folder had been made."""
+    one_line_error(fl("campaign", str(CAMPAIGN), "--runs", "1:0", "--out", str(tmp_path / "c")), "--runs")
+    assert not (tmp_path / "c").exists()
+
+
+SHADOW_LIKE = "root:$6$s3cr3tSALT$h4shh4shh4sh:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n"
+
+
+@pytest.mark.parametrize("case", ["missing", "shadow-like", "not-faultlab", "bad-fault", "twice"])
+def test_campaign_file_must_be_a_faultlab_campaign_or_scenario(tmp_path, two_runs, case):
+    """r1 #9: --campaign-file took any file (``/etc/shadow`` was copied, mode 0640, into a
+    dataset meant for publishing) and a missing one exited 1. Now each is checked with
+    the scenario loader: one line naming --campaign-file, exit 2, no dataset made, and
+    never a line of the refused file in the message. Failed before the fix
+    (datasets/build.py check_campaign_files)."""
+    f = tmp_path / "c.yaml"
+    extra = []
+    if case == "shadow-like":
+        f.write_text(SHADOW_LIKE)
+    elif case == "not-faultlab":
+        f.write_text("apiVersion: v1\nkind: Pod\n")
+    elif case == "bad-fault":
+        f.write_text("name: x\nfaults: [{type: bogus, at: 1s, duration: 1s}]\n")
+    elif case == "twice":
+        shutil.copy(CAMPAIGN, f)
+        extra = ["--campaign-file", str(f)]
+    cp = fl("dataset", "build", *two_runs, "--name", "ds", "--out-root", str(tmp_path / "out"), "--campaign-file", str(f), *extra)
+    one_line_error(cp, "--campaign-file", "c.yaml")
+    assert "s3cr3t" not in cp.stderr and "h4sh" not in cp.stderr
+    if case == "bad-fault":
+        assert "bogus" in cp.stderr  # the loader's own reason, for a file that is faultlab's
+    assert not (tmp_path / "out").exists()
+
+
+def test_campaign_file_accepted_is_copied_with_a_published_mode(tmp_path, two_runs):
+    f = tmp_path / "sw.yaml"
+    shutil.copy(CAMPAIGN, f)
+    f.chmod(0o640)
+    cp = fl("dataset", "build", *two_runs, "--name", "ds", "--out-root", str(tmp_path / "out"), "--campaign-file", str(f))
+    assert cp.returncode == 0, cp.stderr
+    got = tmp_path / "out" / "ds" / "campaign" / "sw.yaml"
+    assert got.read_bytes() == CAMPAIGN.read_bytes()
+    assert got.stat().st_mode & 0o044 == 0o044  # readable by all, as the dataset's other files
+
