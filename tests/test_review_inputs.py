@@ -318,3 +318,153 @@ def test_campaign_file_accepted_is_copied_with_a_published_mode(tmp_path, two_ru
     assert got.read_bytes() == CAMPAIGN.read_bytes()
     assert got.stat().st_mode & 0o044 == 0o044  # readable by all, as the dataset's other files
 
+
+def _node_on(folder: Path):
+    """This host as a lease host whose lease folder is ``folder``: the remote lease code
+    (injectors/lease_remote.py, remoteview.py) runs every command through ``node.run``,
+    so it runs here for real as it would on an ssh node (its folder checks, records,
+    watchdog processes, reverts); only the transport differs."""
+    from pathlib import PurePosixPath
+
+    from faultlab.nodes import LocalNode
+
+    n = LocalNode("local")
+    n.lease_dir = lambda: PurePosixPath(str(folder))
+    n.command_timeout_s = 30
+    return n
+
+
+@pytest.fixture
+def private_leases(tmp_path) -> Path:
+    """A 0700 folder whose whole path is root's (pytest's base under /tmp)."""
+    import os
+
+    os.chmod(tmp_path, 0o755)
+    d = tmp_path / "leases"
+    d.mkdir(mode=0o700)
+    return d
+
+
+def _record(fid: str, **over) -> dict:
+    import time as _t
+
+    return {"fault_id": fid, "fault_type": "cpu-contention", "node": "ssh:a", "target": "pid 1", "created_ts": _t.time(),
+            "deadline_ts": _t.time() + 600, "controller_pid": 1, "controller": "elsewhere", "revert": ["true"], **over}
+
+
+BAD_REMOTE = {"cpu-aaaa01": ({"revert": ["true", 7]}, "revert is not a list of command lines"),
+              "cpu-aaaa02": ({"watchdog_pid": "x"}, "watchdog_pid is not a PID"),
+              "cpu-aaaa03": ({"deadline_ts": "soon"}, "no numeric deadline_ts"),
+              "cpu-aaaa04": ({"controller_pid": [1]}, "controller_pid is not a PID")}
+
+
+def test_remote_lease_records_get_the_local_schema_check(private_leases, capsys):
+    """r1 #6: remote lease records were checked only for a dict, fault_id == name and a
+    list revert: a non-string revert line, ``watchdog_pid: "x"`` or a string
+    ``deadline_ts`` reached shlex.join / int() / arithmetic and gave a traceback from
+    ``faultlab status|revert|recover --inventory``. Now each such file is a warning
+    line naming it and why, never used; a valid record beside them is shown and
+    reverted. Failed before the fix (TypeError in RemoteFault.row)."""
+    import json as _json
+
+    from rich.console import Console
+
+    from faultlab.injectors.remoteview import remote_faults, remote_view, revert_remote
+    from faultlab.nodes import remotecmds
+
+    for fid, (over, _why) in BAD_REMOTE.items():
+        (private_leases / f"{fid}.json").write_text(_json.dumps(_record(fid, **over)))
+    (private_leases / "cpu-aaaa09.json").write_text(_json.dumps(_record("cpu-aaaa09")))
+    node = _node_on(private_leases)
+    faults = remote_faults(node)
+    rows = [f.row() for f in faults]
+    assert [r["fault_id"] for r in rows] == ["cpu-aaaa09"], rows
+    _, problems = remote_view(node)
+    assert len(problems) == len(BAD_REMOTE), problems
+    for fid, (_over, why) in BAD_REMOTE.items():
+        assert any(f"{fid}.json" in p and why in p for p in problems), (fid, problems)
+    capsys.readouterr()
+    assert remotecmds.status([node], Console(file=None, soft_wrap=True), False) == 0
+    err = capsys.readouterr().err
+    assert err.count("faultlab: warning:") == len(BAD_REMOTE) and "Traceback" not in err, err
+    assert all("\n" not in p for p in problems)
+    # the valid one is reverted (its watchdog is gone: its recorded line runs) and removed;
+    # the damaged ones are left as they are, never run
+    assert revert_remote(faults[0]) == []
+    assert sorted(p.stem for p in private_leases.iterdir()) == sorted(BAD_REMOTE)
+
+
+def _watchdogs_naming(path: Path) -> list:
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        if p.info["status"] != psutil.STATUS_ZOMBIE and str(path) in (p.info["cmdline"] or []) and "faultlab-watchdog" in p.info["cmdline"]:
+            out.append(p)
+    return out
+
+
+def test_remote_lease_whose_record_cannot_be_written_leaves_no_watchdog(private_leases):
+    """r1 #10: RemoteLease.create_for starts the watchdog, then writes the record; when
+    the write failed the watchdog stayed on the node until its deadline. Here the
+    record's path is taken by a folder, so the write fails for real. Failed before the
+    fix: the watchdog (this test's own child) was still alive."""
+    import os
+    import signal
+    import time as _t
+
+    from faultlab.injectors.base import Cmd
+    from faultlab.injectors.lease import REMOTE_WATCHDOG_SH
+    from faultlab.injectors.lease_remote import RemoteLease
+
+    rec = private_leases / "cpu-bbbb01.json"
+    rec.mkdir()
+    node = _node_on(private_leases)
+    try:
+        with pytest.raises(OSError):
+            RemoteLease.create_for(node, "cpu-bbbb01", "cpu-contention", "pid 1", {}, [Cmd(("true",))], _t.time() + 120, REMOTE_WATCHDOG_SH)
+        end = _t.monotonic() + 5
+        while _watchdogs_naming(rec) and _t.monotonic() < end:
+            _t.sleep(0.1)
+        left = _watchdogs_naming(rec)
+        assert not left, [p.pid for p in left]
+    finally:
+        for p in _watchdogs_naming(rec):  # the watchdog this test started, by PID
+            os.killpg(p.pid, signal.SIGTERM)
+
+
+@pytest.mark.parametrize("case", ["symlink", "group-writable"])
+def test_node_lock_folder_gets_the_lease_folder_checks(tmp_path, case):
+    """r1 #11: the controller's ``node-locks`` folder was made with a plain mkdir, no
+    owner/mode/symlink check (a link there made root create lock files where it
+    pointed). Now opened through faultlab.safefs: one-line NodeError naming the
+    folder, nothing created. Failed before the fix (the lock was taken through the
+    link)."""
+    import os
+
+    from faultlab.errors import NodeError
+    from faultlab.injectors.lease_remote import node_lock
+    from faultlab.nodes.ssh import SshNode
+
+    os.chmod(tmp_path, 0o755)
+    base = tmp_path / "fl"
+    base.mkdir(mode=0o755)
+    (base / "leases").mkdir(mode=0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    if case == "symlink":
+        (base / "node-locks").symlink_to(elsewhere)
+    else:
+        (base / "node-locks").mkdir()
+        os.chmod(base / "node-locks", 0o770)
+    node = SshNode("a", address="127.0.0.1")
+    with pytest.raises(NodeError) as e:
+        with node_lock(node, base / "leases"):
+            pass
+    assert "node-locks" in str(e.value) and "\n" not in str(e.value)
+    assert list(elsewhere.iterdir()) == [] and (case == "symlink" or list((base / "node-locks").iterdir()) == [])
+    # a fresh folder is made private and used
+    (base / "node-locks").unlink() if case == "symlink" else (base / "node-locks").rmdir()
+    with node_lock(node, base / "leases"):
+        assert (base / "node-locks").stat().st_mode & 0o777 == 0o700
+
