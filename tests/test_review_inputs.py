@@ -468,3 +468,19 @@ def test_node_lock_folder_gets_the_lease_folder_checks(tmp_path, case):
     with node_lock(node, base / "leases"):
         assert (base / "node-locks").stat().st_mode & 0o777 == 0o700
 
+
+def test_doctor_never_calls_sys_remote_exec_available(monkeypatch):
+    """r1 #12: doctor said "sys.remote_exec available" for gc-storm on a node whose
+    Python has it, but starting the agent that way is not built (injectors/gc.py
+    refuses it). The node's Python facts are set to a Python 3.14 with sys.remote_exec
+    (no such interpreter on this machine: this stands in for one); the rest of
+    diagnose runs for real on this host. Failed before the fix (the text said
+    "available")."""
+    from faultlab import doctor
+    from faultlab.nodes import LocalNode
+
+    monkeypatch.setattr(doctor, "_python_facts", lambda node: {"python": "3.14.0", "nvml": False, "sys_remote_exec": True})
+    why = doctor.diagnose(LocalNode("local"))["types"]["gc-storm"]["why"]
+    assert "available" not in why, why
+    assert "in-workload agent" in why and "only" in why and "sys.remote_exec" in why, why
+
