@@ -484,3 +484,27 @@ def test_doctor_never_calls_sys_remote_exec_available(monkeypatch):
     assert "available" not in why, why
     assert "in-workload agent" in why and "only" in why and "sys.remote_exec" in why, why
 
+
+@pytest.mark.parametrize("param,want,not_want", [("threshold=abc", "refused the value(s) threshold='abc'", "does not take"),
+                                                 ("bogus=1", "does not take these parameters", "refused")])
+def test_param_unknown_told_apart_from_a_refused_value(tmp_path, param, want, not_want):
+    """r1 #13: any TypeError of a detector's __init__ read "does not take these
+    parameters", also for ``threshold=abc`` (a parameter it has, a value it cannot
+    use). Now the signature is bound first. Failed before the fix for threshold=abc."""
+    from faultlab.datasets.synthetic import make_run
+
+    run = make_run(tmp_path / "r0", "r0", seed=0)
+    cp = fl("score", "--detector", "peer-median", "--param", param, "--run", str(run))
+    one_line_error(cp, "--param", "peer-median", want)
+    assert not_want not in cp.stderr
+
+
+def test_detector_init_that_raises_is_one_line(tmp_path):
+    (tmp_path / "h12_initdet.py").write_text("class Boom:\n    def __init__(self, k=1):\n        raise RuntimeError('no GPU here')\n"
+                                             "    def detect(self, steps, host):\n        return None\n")
+    from faultlab.datasets.synthetic import make_run
+
+    run = make_run(tmp_path / "r0", "r0", seed=0)
+    cp = subprocess.run([*FL, "score", "--detector", "h12_initdet:Boom", "--run", str(run)], capture_output=True, text=True,
+                        timeout=120, cwd=tmp_path)
+    _one_line(cp, 1, "h12_initdet:Boom", "__init__", "no GPU here")
