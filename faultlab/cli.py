@@ -183,16 +183,18 @@ def _check_fault_id(fault_id: str) -> None:
 @app.command()
 def revert(
     fault_id: Optional[str] = typer.Argument(None, help="the fault to revert (see faultlab status)"),
-    all_: bool = typer.Option(False, "--all", help="revert every fault in force on this host"),
+    all_: bool = typer.Option(False, "--all", help="revert every fault in force on this host, also those a running faultlab holds; never the testbed of a running run (give its testbed-ID)"),
     as_json: bool = typer.Option(False, "--json"),
     inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="ssh nodes of this inventory instead of this host (with --node or --all-nodes)"),
     rnode: Optional[str] = typer.Option(None, "--node", metavar="NAME[,NAME]", help="with --inventory: these nodes"),
     all_nodes: bool = typer.Option(False, "--all-nodes", help="with --inventory: every node of it"),
 ):
     """Revert a fault now (or all). Reverting a fault that is already gone is a no-op
-    success; a fault of another user is not reverted (exit 3). With --inventory, on
-    its ssh nodes (the watchdog there is told to revert now)."""
-    from faultlab.faultrun import report_reverts, revert_faults
+    success; a fault of another user is not reverted (exit 3). --all ends every fault,
+    also one a running faultlab inject/run holds (it finds it ended), but leaves the
+    testbed of a running run alone (a FAULT_ID testbed-ID tears it down). With
+    --inventory, on its ssh nodes (the watchdog there is told to revert now)."""
+    from faultlab.faultrun import report_held, report_reverts, revert_faults
 
     if not fault_id and not all_:
         _fail(BadInput("give a FAULT_ID or --all", field="FAULT_ID", fix="see faultlab status"))
@@ -205,9 +207,10 @@ def revert(
 
         raise typer.Exit(remotecmds.run("revert", inventory, rnode, all_nodes, fault_id, out, as_json))
     try:
-        done, refused = revert_faults(None if all_ else fault_id)
+        done, refused, held = revert_faults(None if all_ else fault_id, mode="all")
     except FaultlabError as e:
         _fail(e)
+    report_held(held)
     raise typer.Exit(report_reverts(done, refused, fault_id, out, as_json))
 
 
@@ -218,11 +221,14 @@ def recover(
     rnode: Optional[str] = typer.Option(None, "--node", metavar="NAME[,NAME]", help="with --inventory: these nodes"),
     all_nodes: bool = typer.Option(False, "--all-nodes", help="with --inventory: every node of it"),
 ):
-    """Revert every fault left on this host (with or without its lease record) and
-    remove testbeds whose controller is gone. Files failing a trust or schema check
-    are reported, never acted on (exit 1). With --inventory, every fault left on its
-    ssh nodes (records, and watchdogs whose record was lost)."""
-    from faultlab.faultrun import report_reverts, revert_faults
+    """Revert every fault left behind on this host: those whose controller is gone
+    (its PID and start time), with or without their lease record, and faultlab objects
+    no lease accounts for; remove testbeds whose controller is gone. A fault or testbed
+    a running faultlab still holds is left alone (named; faultlab revert ID ends it).
+    Files failing a trust or schema check are reported, never acted on (exit 1). With
+    --inventory, every fault left on its ssh nodes (records, and watchdogs whose
+    record was lost)."""
+    from faultlab.faultrun import report_held, report_reverts, revert_faults
     from faultlab.nodes.testbed import recover_testbeds, untrusted_states
 
     if inventory is not None or rnode or all_nodes:
@@ -231,18 +237,19 @@ def recover(
         raise typer.Exit(remotecmds.run("recover", inventory, rnode, all_nodes, None, out, as_json))
 
     try:
-        done, refused = revert_faults(None)
+        done, refused, held = revert_faults(None, mode="recover")
         tbs = recover_testbeds(only_dead=True)
     except FaultlabError as e:
         _fail(e)
     skipped = untrusted_states()
     if as_json:
-        out.print_json(json.dumps({"faults": done, "refused": refused, "testbeds": tbs, "skipped": skipped}))
+        out.print_json(json.dumps({"faults": done, "refused": refused, "held": held, "testbeds": tbs, "skipped": skipped}))
         code = report_reverts(done, refused, None, Console(file=open(os.devnull, "w")), False, quiet_empty=True)
     else:
         out.print(f"reverted {len([d for d in done if not d['left']])} fault(s): {', '.join(d['fault_id'] for d in done if not d['left']) or '-'}; "
                   f"removed {len(tbs)} testbed(s): {', '.join(tbs) or '-'}", markup=False)
         code = report_reverts([d for d in done if d["left"]], refused, None, out, False, quiet_empty=True)
+        report_held(held)
         for line in skipped:
             print(f"faultlab: {line}", file=sys.stderr)
     raise typer.Exit(code or (1 if skipped else 0))

@@ -253,10 +253,53 @@ def print_status(rows: list[dict], problems: list[str], out) -> None:
         out.print(f"{r['fault_id']}  {r['type']}  {r['node'] or '-'}  {r['target'] or '-'}  {wd}  {held}{rec}{who}", markup=False)
 
 
-def revert_faults(fault_id: str | None) -> tuple[list[dict], list[dict]]:
-    """Revert ``fault_id`` (None: every fault on the host this user may revert).
+def _testbed_controller_alive(tb_id: str) -> bool:
+    """Whether the controller of testbed ``tb_id`` still runs, by its state file (the
+    PID and start time it recorded: a netns or a docker/ssh testbed); False when no
+    trusted state file names it."""
+    from faultlab.nodes.docker_testbed import list_docker_testbeds
+    from faultlab.nodes.testbed import _controller_alive, load_states
+
+    for st in load_states()[0]:
+        if st.id == tb_id:
+            return _controller_alive(st.pid, st.starttime)
+    for st in list_docker_testbeds():
+        if st["id"] == tb_id:
+            return _controller_alive(st["pid"], st.get("starttime"))
+    return False
+
+
+def controller_alive(v) -> bool:
+    """Whether a live controller (``faultlab inject``/``run``/``demo``/``campaign``)
+    still holds fault view ``v``: its record's controller (PID and, where recorded,
+    start time); for a testbed lease whose record is lost, the testbed's state file.
+    A fault with neither (its record lost, or an orphan object) has none."""
+    if v.lease is not None:
+        return v.lease.controller_alive()
+    if v.kind == "testbed":
+        return _testbed_controller_alive(v.fault_id.split("-", 1)[1])
+    return False
+
+
+def _pick(v, fault_id: str | None, mode: str) -> str:
+    """What ``revert_faults`` does with view ``v``: "revert", "skip" (not asked for) or
+    "held" (a live controller holds it and this mode leaves it alone)."""
+    if fault_id is not None:
+        return "revert" if v.fault_id == fault_id else "skip"
+    if mode == "recover" and controller_alive(v):
+        return "held"
+    if mode == "all" and v.kind == "testbed" and controller_alive(v):
+        return "held"
+    return "revert"
+
+
+def revert_faults(fault_id: str | None, *, mode: str = "all") -> tuple[list[dict], list[dict], list[dict]]:
+    """Revert ``fault_id``, or (None) every fault on the host this user may revert:
+    ``mode="all"`` (``revert --all``) every fault, also ones a live controller holds
+    (it finds them ended), but never the testbed of a live run; ``mode="recover"``
+    only what no live controller holds (PID + start time, see ``controller_alive``).
     Returns (done: one dict a fault with ``left`` empty when gone, refused: faults of
-    other users)."""
+    other users, held: faults left alone because a live controller holds them)."""
     from faultlab.injectors.hostview import host_view, revert_view
     from faultlab.injectors.lease import open_lease_dir
     from faultlab.nodes import LocalNode
@@ -266,16 +309,42 @@ def revert_faults(fault_id: str | None) -> tuple[list[dict], list[dict]]:
     except FileNotFoundError:
         pass
     views, _ = host_view()
-    targets = [v for v in views if fault_id is None or v.fault_id == fault_id]
-    done, refused = [], []
-    for v in targets:
-        row = {"fault_id": v.fault_id, "type": v.kind, "node": (v.record or {}).get("node"), "uid": v.uid}
-        if not v.can_revert():
-            refused.append(row)
+    done, refused, held = [], [], []
+    for v in views:
+        what = _pick(v, fault_id, mode)
+        if what == "skip":
             continue
-        row["left"] = revert_view(v)
-        done.append(row)
-    return done, refused
+        row = {"fault_id": v.fault_id, "type": v.kind, "node": (v.record or {}).get("node"), "uid": v.uid,
+               "deadline_ts": v.deadline_ts}
+        if what == "held":
+            held.append({**row, "controller_pid": (v.record or {}).get("controller_pid")})
+        elif not v.can_revert():
+            refused.append(row)
+        else:
+            row["left"] = revert_view(v)
+            done.append(row)
+    return done, refused, held
+
+
+def report_held(held: list[dict]) -> None:
+    """One stderr line naming the faults left alone because a live controller holds
+    them (not an error)."""
+    if held:
+        who = ", ".join(f"{h['fault_id']} (controller PID {h['controller_pid'] or '?'})" for h in held)
+        print(f"faultlab: note: left {len(held)} fault(s) alone that a running faultlab still holds: {who} "
+              f"(give the id to faultlab revert to end one now)", file=sys.stderr)
+
+
+def _what_next(d: dict) -> str:
+    """What happens to a fault ``revert_faults`` could not fully revert, from what is
+    left of it (``d["left"]``: its watchdog, its record)."""
+    fid = d["fault_id"]
+    if any(x.startswith("watchdog PID") for x in d["left"]):
+        return (f"its lease is kept: its watchdog retries at {when(d.get('deadline_ts'))}; "
+                f"fix the cause and run faultlab revert {fid} to retry now")
+    if any(x.startswith("lease record") for x in d["left"]):
+        return f"its lease record is kept but no watchdog is left to retry: fix the cause and run faultlab revert {fid}"
+    return f"no lease is left to retry it: fix the cause and run faultlab recover (or remove what is listed by hand)"
 
 
 def report_reverts(done: list[dict], refused: list[dict], fault_id: str | None, out, as_json: bool, *, quiet_empty: bool = False) -> int:
@@ -289,10 +358,10 @@ def report_reverts(done: list[dict], refused: list[dict], fault_id: str | None, 
         for d in done:
             out.print(f"{d['fault_id']}: {'reverted' if not d['left'] else 'NOT reverted: left ' + '; '.join(d['left'])}", markup=False)
     code = 0
-    if any(d["left"] for d in done):
-        bad = [d["fault_id"] for d in done if d["left"]]
-        print(f"faultlab: error: revert: {', '.join(bad)} not fully reverted (see above; their watchdogs retry at the deadline)", file=sys.stderr)
-        code = 1
+    for d in done:
+        if d["left"]:
+            print(f"faultlab: error: revert: {d['fault_id']} not fully reverted (see above); {_what_next(d)}", file=sys.stderr)
+            code = 1
     if refused:
         who = ", ".join(f"{r['fault_id']} (uid {r['uid']})" for r in refused)
         print(f"faultlab: error: revert: cannot revert {len(refused)} fault(s) of another user: {who} "

@@ -95,6 +95,17 @@ class _StepWatch:
         return self.step
 
 
+def testbed_lease(testbed) -> "Lease":
+    """The lease of a testbed this process brought up (``testbed-<id>``, type
+    ``testbed``): its watchdog tears the testbed down ``TESTBED_LEASE_S`` after the
+    last renewal; ``faultlab recover`` leaves it alone while this process lives."""
+    from faultlab.injectors.lease import Lease
+    from faultlab.nodes import LocalNode
+
+    return Lease.create_for(LocalNode("local"), f"testbed-{testbed.id}", "testbed", testbed.bridge,
+                            {"nodes": len(testbed.nodes)}, testbed.teardown_cmds(), time.time() + TESTBED_LEASE_S)
+
+
 def workload_args(sc: Scenario) -> list[str]:
     """The rank worker's arguments for the scenario's workload."""
     w = sc.workload
@@ -189,8 +200,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
                      "ssh": "containers reached over SSH"}
             _phase(prog, "bringing up the testbed", f"{n} {kinds[sc.testbed.backend]}")
             testbed = make_testbed(sc.testbed.backend, n).up()
-            tb_lease = Lease.create_for(LocalNode("local"), f"testbed-{testbed.id}", "testbed", testbed.bridge, {"nodes": n},
-                                        testbed.teardown_cmds(), time.time() + TESTBED_LEASE_S)
+            tb_lease = testbed_lease(testbed)
             nodes = nodes_seen = testbed.nodes
             master_addr, master_port = nodes[0].address, 29500
             rd.event("testbed-up", bridge=testbed.bridge, subnet=str(testbed.subnet), nodes=[x.describe() for x in nodes])

@@ -349,19 +349,24 @@ def _attach(views: dict[str, FaultView], o: Orphan) -> None:
 def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
     """End one fault of the host view; returns what is still there (empty: gone).
 
-    A recorded fault of our own: its revert lines, then its watchdog stopped and files
-    removed. A fault with a watchdog but no (readable) record, or another user's (as
-    root): its watchdog is told to revert now and awaited. Orphan objects: removed one
-    by one. Raises nothing."""
+    A recorded fault of our own: its revert lines; only when none failed for real
+    (``Lease.revert_left``) are its watchdog stopped and its files removed, otherwise
+    both are kept (the watchdog retries at the deadline) and the failed commands come
+    first in the list returned. A fault with a watchdog but no (readable) record, or
+    another user's (as root): its watchdog is told to revert now and awaited. Orphan
+    objects: removed one by one. Raises nothing."""
     if v.lease is not None and v.uid == os.geteuid():
         from faultlab.injectors.lease import node_lock
 
         try:
             with node_lock(_LeaseFolderNode(v.lease.folder)):
-                v.lease.run_revert(timeout_s)
-                v.lease.release()
+                failed = v.lease.revert_left(timeout_s)
+                if not failed:
+                    v.lease.release()
         except Exception as e:  # a folder gone bad since it was read: the watchdog still ends it
             return [f"{v.fault_id}: {e}"]
+        if failed:
+            return failed + still_there(v.fault_id)
     elif v.watchdogs:
         for w in v.watchdogs:
             w.fire()

@@ -306,16 +306,27 @@ class Lease:
 
     def run_revert(self, timeout_s: float = 60.0) -> int:
         """Run the recorded revert lines now (what the watchdog would do at the
-        deadline). Returns the number of lines that failed (they are idempotent, so a
-        failure usually means the object was already gone)."""
-        failed = 0
+        deadline). Returns the number of lines that failed for real (see
+        :meth:`revert_left`)."""
+        return len(self.revert_left(timeout_s))
+
+    def revert_left(self, timeout_s: float = 60.0) -> list[str]:
+        """Run the recorded revert lines now, each with ``timeout_s`` (s). Returns one
+        line per command that failed for real (``faultlab.injectors.revertcheck``: a
+        failed removal whose object is already gone is no failure); empty when the
+        fault is gone. The caller releases the lease only then. Raises nothing."""
+        from faultlab.injectors.revertcheck import already_gone
+
+        left = []
         for line in self.record.get("revert", []):
             try:
-                cp = subprocess.run(["sh", "-c", line], capture_output=True, timeout=timeout_s)
-                failed += cp.returncode != 0
-            except subprocess.TimeoutExpired:
-                failed += 1
-        return failed
+                cp = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=timeout_s)
+                why = None if cp.returncode == 0 else (cp.stderr.strip().splitlines() or [f"exit {cp.returncode}"])[-1][:200]
+            except (OSError, subprocess.TimeoutExpired) as e:
+                why = f"did not finish: {e}"
+            if why is not None and not already_gone(line):
+                left.append(f"revert command failed: {line} ({why})")
+        return left
 
     def watchdog_alive(self) -> bool:
         return self.watchdog_pid() is not None
@@ -439,9 +450,11 @@ def load_leases(node: Node) -> list[Lease]:
 
 def recover(node: Node, fault_id: str | None = None) -> list[dict]:
     """Revert every lease recorded in ``node``'s lease folder (or only ``fault_id``):
-    run its revert lines, stop its watchdog, remove its files. Returns one dict a
-    lease. Raises NodeError (one line) for an unusable folder. (``faultlab.injectors.
-    hostview.revert_view`` also ends faults without a record.)"""
+    run its revert lines; when none failed for real, stop its watchdog and remove its
+    files; otherwise keep both (the watchdog retries at the deadline) and list what
+    failed in ``left``. Returns one dict a lease. Raises NodeError (one line) for an
+    unusable folder. (``faultlab.injectors.hostview.revert_view`` also ends faults
+    without a record.)"""
     done = []
     if not getattr(node, "remote", False) and not node.lease_dir().exists():
         return done
@@ -453,9 +466,15 @@ def recover(node: Node, fault_id: str | None = None) -> list[dict]:
         with node_lock(node):
             if not lease.exists():
                 continue
-            failed = lease.run_revert()
-            lease.release()
-        done.append({"fault_id": lease.fault_id, "type": lease.record.get("fault_type"), "node": lease.record.get("node"), "revert_lines_failed": failed})
+            if hasattr(lease, "revert_left"):
+                left = lease.revert_left()
+            else:  # a remote lease: any failed line keeps it
+                n = lease.run_revert()
+                left = [f"{n} revert command(s) failed on {node.describe()}"] if n else []
+            if not left:
+                lease.release()
+        done.append({"fault_id": lease.fault_id, "type": lease.record.get("fault_type"), "node": lease.record.get("node"),
+                     "revert_lines_failed": len(left), "left": left})
     return done
 
 

@@ -1,0 +1,93 @@
+"""The labeler's campaign evaluation (perf/labeler_campaign.py): how a fault's impact is
+measured and how labels are counted against injections. Synthetic step tables (the
+evaluation reads tables only; the campaigns themselves run on the real testbed)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("labeler_campaign", ROOT / "perf" / "labeler_campaign.py")
+lc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(lc)
+
+T0 = 1_700_000_000.0
+STEP = 0.03  # s, the normal job step
+
+
+def _steps(n: int = 1400, *, slow: dict[int, tuple[int, int, float]] | None = None,
+           host: tuple[int, int, float] | None = None, seed: int = 0) -> pd.DataFrame:
+    """4 ranks, one peer group; compute 0.015 s, all-reduce 0.015 s. ``slow={rank: (a,
+    b, factor)}`` multiplies a rank's compute over steps a..b-1; ``host=(a, b, factor)``
+    multiplies every rank's compute and the all-reduce (a burst of load on the host)."""
+    rng = np.random.default_rng(seed)
+    rows, t = [], T0
+    for s in range(n):
+        comp = 0.015 * (1 + 0.02 * rng.standard_normal(4))
+        comm = 0.015
+        if host and host[0] <= s < host[1]:
+            comp, comm = comp * host[2], comm * host[2]
+        for r, (a, b, f) in (slow or {}).items():
+            if a <= s < b:
+                comp[r] *= f
+        step_s = float(comp.max() + comm)
+        for r in range(4):
+            rows.append({"rank": r, "peer_group": "dp", "step": s, "t_start": t, "compute_s": float(comp[r]),
+                         "step_s": step_s})
+        t += step_s
+    return pd.DataFrame(rows)
+
+
+def _inj(fid: str, target: str, t0: float, t1: float, ftype: str = "cpu-contention") -> dict:
+    return {"fault_id": fid, "fault_type": ftype, "node": "n2", "target": target, "start_ts": t0, "end_ts": t1}
+
+
+def test_a_burst_of_host_load_before_a_fault_does_not_read_as_a_speed_up():
+    # steps 300-399 (~3 s) every rank 1.4x slower (no fault); then rank 2 slowed 1.5x for
+    # ~4 s: the job ~1.25x. The 10 s before alone (the former measure) reads the fault
+    # against the burst; both sides read it against the fault-free time around it.
+    steps = _steps(slow={2: (400, 530, 1.5)}, host=(300, 400, 1.4))
+    js = lc._job_step(steps)
+    t = js.set_index("step").t
+    inj = pd.DataFrame([_inj("cpu-1", "rank:2", t[400], t[530]), _inj("cpu-0", "rank:1", t[0], t[290])])
+    r = next(inj.itertuples())
+    impact, pre10 = lc.job_impact(js, inj, r)
+    assert abs(impact - 1.25) < 0.05
+    assert pre10 < 1.1  # the contaminated baseline (only the burst is clear of cpu-0)
+    assert abs(lc.target_impact(steps, js, inj, r) - 1.5) < 0.05
+
+
+def test_a_ranks_steady_offset_from_its_peers_is_no_slowdown():
+    steps = _steps(slow={2: (0, 1400, 1.3), 3: (600, 700, 1.0)})
+    js = lc._job_step(steps)
+    t = js.set_index("step").t
+    inj = pd.DataFrame([_inj("cpu-1", "rank:2", t[600], t[700])])
+    assert abs(lc.target_impact(steps, js, inj, next(inj.itertuples())) - 1.0) < 0.03
+
+
+def _labels(*rows: tuple[str, str]) -> pd.DataFrame:
+    return pd.DataFrame([{"fault_id": f, "component": c, "source": "injected", "evidence": "{}"} for f, c in rows])
+
+
+def _i(fid: str, impact: float, target: float) -> dict:
+    return {"fault_id": fid, "impact": impact, "target_impact": target, "confounded": False}
+
+
+def test_two_labels_of_one_slowdown_are_one_event():
+    got = lc._score_events(_labels(("cpu-1", "rank:2"), ("cpu-1", "rank:2")), [_i("cpu-1", 1.5, 1.6)])
+    assert (got["event_tp"], got["event_fp"], got["events"], got["labels"]) == (1, 0, 1, 2)
+    got = lc._score_events(_labels(("cpu-1", "rank:2"), ("cpu-1", "rank:2")), [_i("cpu-1", 1.05, 1.05)])
+    assert (got["event_tp"], got["event_fp"], got["label_fp"]) == (0, 1, 2)
+    assert got["fp_events"] == ["cpu-1@rank:2"]
+
+
+def test_a_rank_slowed_by_its_fault_while_the_job_had_slack_is_neither():
+    got = lc._score_events(_labels(("cpu-1", "rank:2")), [_i("cpu-1", 1.08, 1.36)])
+    assert (got["event_tp"], got["event_fp"], got["event_component_only"]) == (0, 0, 1)
+    # the floor is the labeler's min_slowdown, the same for both measures
+    got = lc._score_events(_labels(("cpu-1", "rank:2")), [_i("cpu-1", 1.08, lc.SLOWED - 0.01)])
+    assert got["event_fp"] == 1
