@@ -259,6 +259,27 @@ def _curve(injs: list[dict]) -> dict:
     return out
 
 
+def _pr(runs: list[dict]) -> tuple[float, float]:
+    """(event precision, event recall) over ``runs`` (NaN where undefined)."""
+    tp = sum(r.get("event_tp", 0) for r in runs)
+    fp = sum(r.get("event_fp", 0) for r in runs)
+    hit = [i["labeled"] for r in runs for i in r.get("injections", []) if i["impact"] >= SLOWED]
+    return (tp / (tp + fp) if tp + fp else float("nan"), float(np.mean(hit)) if hit else float("nan"))
+
+
+def bootstrap_ci(runs: list[dict], n: int = 2000, seed: int = 0) -> dict:
+    """95% percentile bootstrap intervals of event precision and recall, resampling
+    runs with replacement (DESIGN: every figure with a CI over runs). ``{"precision":
+    [lo, hi], "recall": [lo, hi]}``."""
+    rng = np.random.default_rng(seed)
+    draws = np.array([_pr([runs[k] for k in rng.integers(0, len(runs), len(runs))]) for _ in range(n)]) if runs else np.empty((0, 2))
+    out = {}
+    for j, name in enumerate(("precision", "recall")):
+        v = draws[:, j][np.isfinite(draws[:, j])] if len(draws) else np.array([])
+        out[name] = [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if v.size else [float("nan")] * 2
+    return out
+
+
 def summarize(runs: list[dict]) -> dict:
     injs = [i for r in runs for i in r.get("injections", [])]
     slowed = [i for i in injs if i["impact"] >= SLOWED]
@@ -280,6 +301,7 @@ def summarize(runs: list[dict]) -> dict:
         "runs": len(runs), "injections": len(injs), "slowed_job": len(slowed),
         "confounded": sum(1 for i in injs if i["confounded"]),
         "event_precision": precision, "event_recall": float(recall), "event_f1": f1,
+        "ci95_over_runs": bootstrap_ci(runs),
         "events": {"tp": tp_e, "fp": fp_e, "component_only": sum(r.get("event_component_only", 0) for r in runs),
                    "fp_events": [f for r in runs for f in r.get("fp_events", [])]},
         "label_precision": tp_l / (tp_l + fp_l) if tp_l + fp_l else float("nan"),

@@ -75,6 +75,52 @@ def test_verify_names_a_flipped_byte_and_a_missing_file(ds):
     assert p.returncode == 1 and "missing: schema.json" in p.stderr
 
 
+def _score(ds, *extra):
+    return faultlab("score", "--detector", "peer-median", "--dataset", ds, "--split", "all", "--boot", "0", "--json", *extra)
+
+
+def _one_line_exit_2(p, *names):
+    err = p.stderr.strip()
+    assert p.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, (p.returncode, err)
+    for n in names:
+        assert n in err, err
+
+
+def test_score_refuses_a_dataset_that_differs_from_its_manifest(ds):
+    import pyarrow.parquet as pq
+
+    from faultlab import schema
+
+    assert _score(ds).returncode == 0
+    schema_json = (ds / "schema.json").read_text()
+    (ds / "schema.json").write_text("{}")  # still valid JSON: decodes, and scoring never reads it
+    _one_line_exit_2(_score(ds), "--dataset", "schema.json is changed since MANIFEST.sha256", "--no-verify")
+    assert _score(ds, "--no-verify").returncode == 0  # the documented way to score it as it is
+    (ds / "schema.json").write_text(schema_json)
+    runs = json.loads((ds / "runs.json").read_text())
+    runs[0]["n_labels"] += 1
+    (ds / "runs.json").write_text(json.dumps(runs, indent=1))  # a changed row that still decodes
+    _one_line_exit_2(_score(ds), "runs.json is changed")
+    part = ds / "data" / "labels" / "run=c1" / "part-0.parquet"
+    lab = pq.read_table(part).to_pandas()
+    lab["end_ts"] = lab["end_ts"] + 30.0  # a label row moved: a valid Parquet file
+    pq.write_table(schema.to_table("labels", lab), part)
+    _one_line_exit_2(_score(ds), "data/labels/run=c1/part-0.parquet, runs.json are changed")
+    (ds / "croissant.json").unlink()
+    _one_line_exit_2(_score(ds), "runs.json are changed; croissant.json is missing since MANIFEST.sha256")
+
+
+def test_build_says_when_a_run_is_given_twice(campaign, tmp_path):
+    p = faultlab("dataset", "build", campaign / "run-0", campaign / "run-1", campaign / "run-0" / ".." / "run-0",
+                 "--campaign", campaign, "--name", "dup", "--out-root", tmp_path)
+    assert p.returncode == 0, p.stderr
+    note = [line for line in p.stderr.splitlines() if "given more than once" in line]
+    assert len(note) == 1 and "3 run folder(s) given more than once, built once" in note[0], p.stderr
+    assert sorted(Dataset(tmp_path / "dup").run_ids("all")) == [f"c{i}" for i in range(5)]
+    p = faultlab("dataset", "build", campaign / "run-0", campaign / "run-1", "--name", "nodup", "--out-root", tmp_path)
+    assert p.returncode == 0 and "more than once" not in p.stderr
+
+
 def test_croissant_validates_with_mlcroissant(ds):
     import mlcroissant as mlc  # a test extra: missing, the test fails (never skips)
     d = mlc.Dataset(jsonld=str(ds / "croissant.json"))

@@ -91,3 +91,14 @@ def test_a_rank_slowed_by_its_fault_while_the_job_had_slack_is_neither():
     # the floor is the labeler's min_slowdown, the same for both measures
     got = lc._score_events(_labels(("cpu-1", "rank:2")), [_i("cpu-1", 1.08, lc.SLOWED - 0.01)])
     assert got["event_fp"] == 1
+
+
+def test_bootstrap_interval_over_runs_holds_the_figure_and_widens_with_spread():
+    def run(tp, fp, hits):
+        return {"event_tp": tp, "event_fp": fp,
+                "injections": [{"impact": 1.5, "labeled": h} for h in hits]}
+    same = [run(2, 0, [True, True]) for _ in range(6)]
+    assert lc.bootstrap_ci(same) == {"precision": [1.0, 1.0], "recall": [1.0, 1.0]}
+    mixed = [run(2, 0, [True, True]) for _ in range(5)] + [run(0, 2, [False, False]) for _ in range(5)]
+    lo, hi = lc.bootstrap_ci(mixed)["recall"]
+    assert lo < 0.5 < hi and hi - lo > 0.3

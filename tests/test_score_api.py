@@ -128,6 +128,77 @@ def test_latency_a_late_detector_is_later_than_an_onset_one(runs):
     assert np.isnan(off.latency_median_s)  # latency is measured only in replay
 
 
+class Prophet(Detector):
+    """Claims to see the future: at every tick it alarms rank:0 from 5 s after the clock."""
+
+    name = "prophet"
+
+    def update(self, steps, host, now):
+        return as_alarms(pd.DataFrame([{"component": "rank:0", "start_ts": now + 5.0, "end_ts": now + 10.0, "score": 1.0}]))
+
+    def detect(self, steps, host):
+        return empty_alarms()
+
+
+class Forecaster(Detector):
+    """Alarms rank:0 once, at the first tick, from that moment to 1e6 s ahead."""
+
+    name = "forecaster"
+
+    def start(self, info):
+        self.done = False
+
+    def update(self, steps, host, now):
+        if self.done:
+            return empty_alarms()
+        self.done = True
+        return as_alarms(pd.DataFrame([{"component": "rank:0", "start_ts": now, "end_ts": now + 1e6, "score": 1.0}]))
+
+    def detect(self, steps, host):
+        return empty_alarms()
+
+
+def test_replay_refuses_an_alarm_dated_past_the_clock_and_clips_its_end(runs):
+    rs = list(iter_run_dirs(runs[:1]))
+    with pytest.raises(BadInput, match=r"prophet.*update\(\).*alarms\.start_ts.*start after the replay clock now=.*5\.000 s ahead"):
+        score_runs(Prophet(), rs, mode="replay", n_boot=0)
+    alarms = replay(Forecaster(), rs[0], tick_s=1.0)
+    assert len(alarms) == 1 and alarms.end_ts[0] == alarms.raised_ts[0]  # stands up to the clock it was raised at, not 1e6 s on
+
+
+class Endless(Detector):
+    """Offline: one alarm per run on the labeled rank from its label's start, ending
+    ``extra`` s after the run; with ``after`` > 0 the alarm lies wholly after the run."""
+
+    name = "endless"
+
+    def __init__(self, extra=1e12, after=0.0):
+        self.extra, self.after = extra, after
+
+    def detect(self, steps, host):
+        t1 = float((steps.t_start + steps.step_s).max())
+        lab = read_run_dir(self.run_dir).labels.iloc[0]
+        start = float(lab.start_ts) if not self.after else t1 + self.after
+        return pd.DataFrame([{"component": lab.component, "start_ts": start, "end_ts": t1 + self.extra + self.after, "score": 1.0}])
+
+
+def test_alarms_are_clipped_to_the_run_and_refused_wholly_outside_it(runs):
+    run = read_run_dir(runs[0])
+    kept = []
+    far = Endless(extra=1e12)
+    far.run_dir = runs[0]
+    res = score_runs(far, [run], n_boot=0, keep_alarms=kept)
+    exact = Endless(extra=0.0)
+    exact.run_dir = runs[0]
+    ref = score_runs(exact, [run], n_boot=0)
+    assert kept[0][2].end_ts[0] == run.span()[1]  # clipped to the run's last step end
+    assert res.range_precision == ref.range_precision > 0.01  # unclipped, 1e12 s of alarm made it ~1e-10
+    out = Endless(extra=10.0, after=1000.0)
+    out.run_dir = runs[0]
+    with pytest.raises(BadInput, match=r"endless.*detect\(\).*alarms\.start_ts.*wholly outside the run"):
+        score_runs(out, [run], n_boot=0)
+
+
 def test_replay_of_a_plain_detect_detector_matches_offline_cells(runs):
     rs = list(iter_run_dirs(runs[:3]))
     on = score_runs("peer-median", rs, mode="replay", n_boot=0)
@@ -340,18 +411,30 @@ def test_pytest_plugin_fixture_and_floor(runs, tmp_path):
     from faultlab.datasets.build import build
 
     build(runs, "tiny-ds", tmp_path / "datasets")
+    build(runs, "changed-ds", tmp_path / "datasets")
+    (tmp_path / "datasets" / "changed-ds" / "schema.json").write_text("{}")  # still decodes; differs from the manifest
     (tmp_path / "test_det.py").write_text(textwrap.dedent('''
+        import pytest
+        from faultlab.errors import BadInput
+
         def test_good(faultlab_score):
             assert faultlab_score("peer-median", "tiny-ds").event_f1 >= 0.8
 
         def test_floor_fails(faultlab_score):
             res = faultlab_score("constant", "tiny-ds")
             faultlab_score.require(res, "window_mcc", 0.5)
+
+        def test_changed_dataset_is_refused(faultlab_score):
+            with pytest.raises(BadInput, match="schema.json is changed since MANIFEST.sha256"):
+                faultlab_score("peer-median", "changed-ds")
+
+        def test_changed_dataset_without_verify(faultlab_score):
+            assert faultlab_score("peer-median", "changed-ds", verify=False).n_runs > 0
     '''))
     env = {**os.environ, "FAULTLAB_DATASETS": str(tmp_path / "datasets")}
     r = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_det.py"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
-    assert "1 failed, 1 passed" in r.stdout, r.stdout + r.stderr
+    assert "1 failed, 3 passed" in r.stdout, r.stdout + r.stderr
     assert "window_mcc = 0.0" in r.stdout and "below the floor 0.5" in r.stdout
 
 

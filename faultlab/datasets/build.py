@@ -64,10 +64,12 @@ COLUMN_DOCS = {
 }
 
 
-def collect_runs(run_dirs=(), campaigns=()) -> list[Path]:
+def collect_runs(run_dirs=(), campaigns=(), duplicates: list | None = None) -> list[Path]:
     """Run directories given directly and those inside campaign folders (children with
-    ``meta.json``), sorted by name, no duplicates. Raises BadInput (field ``--campaign``
-    / ``RUN_DIRS``) naming a folder that is neither."""
+    ``meta.json``), sorted by name, no duplicates: a folder given again (the same
+    resolved path) is kept once, and ``(dropped path, kept path)`` is appended to
+    ``duplicates`` when a list is given (the CLI says so). Raises BadInput (field
+    ``--campaign`` / ``RUN_DIRS``) naming a folder that is neither."""
     out: list[Path] = []
     for c in campaigns:
         c = Path(c)
@@ -82,12 +84,15 @@ def collect_runs(run_dirs=(), campaigns=()) -> list[Path]:
         if not (r / "meta.json").is_file():
             raise BadInput(f"{r} is not a run directory (no meta.json)", field="RUN_DIRS")
         out.append(r)
-    seen, uniq = set(), []
+    seen: dict[Path, Path] = {}
+    uniq = []
     for p in out:
         k = p.resolve()
         if k not in seen:
-            seen.add(k)
+            seen[k] = p
             uniq.append(p)
+        elif duplicates is not None:
+            duplicates.append((p, seen[k]))
     if not uniq:
         raise BadInput("no runs given", field="RUN_DIRS", fix="give run directories or --campaign DIR")
     return uniq

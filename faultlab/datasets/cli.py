@@ -63,7 +63,11 @@ def build_cmd(
             runs = [import_trace(import_fmt, run_dirs[0])]
             note = f"Imported from the public trace {run_dirs[0]} ({import_fmt}); labels by faultlab's {import_fmt} importer. {note}"
         else:
-            runs = collect_runs(run_dirs or [], campaign)
+            dups: list = []
+            runs = collect_runs(run_dirs or [], campaign, duplicates=dups)
+            if dups:
+                print(f"faultlab: note: {len(dups)} run folder(s) given more than once, built once: "
+                      + ", ".join(f"{d} (same as {k})" if str(d) != str(k) else str(d) for d, k in dups), file=sys.stderr)
         p = build(runs, name, out_root, test_fraction=frac, seed=seed, campaign_files=campaign_file, relabel=relabel,
                   description=description, license=license, source_note=note, force=force)
     except FaultlabError as e:

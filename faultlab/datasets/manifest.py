@@ -66,3 +66,28 @@ def verify(root: str | Path) -> dict[str, list[str]]:
     missing = sorted(rel for rel in want if rel not in have)
     extra = sorted(rel for rel in have if rel not in want)
     return {"changed": changed, "missing": missing, "extra": extra}
+
+
+def require_intact(root: str | Path) -> None:
+    """Refuse a dataset whose files differ from its manifest, before anything reads it
+    (a changed file that still decodes would otherwise be scored without a word).
+
+    Raises BadInput (exit 2, field ``--dataset``) naming the first changed or missing
+    file (and how many more), or when ``MANIFEST.sha256`` is missing or malformed.
+    Files the manifest does not list are not judged (scoring never reads them)."""
+    root = Path(root)
+    skip = "or pass --no-verify (faultlab_score(..., verify=False)) to use it as it is"
+    try:
+        r = verify(root)
+    except BadInput as e:
+        raise BadInput(f"{root}: cannot verify the dataset: {e}", field="--dataset",
+                       fix=f"restore MANIFEST.sha256 or rebuild the dataset, {skip}") from None
+    parts = []
+    for kind in ("changed", "missing"):
+        files = r[kind]
+        if files:
+            more = f" (and {len(files) - 3} more)" if len(files) > 3 else ""
+            parts.append(f"{', '.join(files[:3])}{more} {'is' if len(files) == 1 else 'are'} {kind}")
+    if parts:
+        raise BadInput(f"{root}: {'; '.join(parts)} since MANIFEST.sha256 was written", field="--dataset",
+                       fix=f"restore the file(s) or rebuild the dataset (faultlab dataset verify {root} lists them all), {skip}")

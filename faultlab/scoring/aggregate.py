@@ -20,11 +20,11 @@ GROUP_METRICS = ("event_recall", "window_recall", "range_recall", "acc_at_1", "a
 
 
 def _multiplicity(n_runs: int, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, n_runs): how often each run is drawn in each resample (float counts)."""
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n_runs, size=(n_boot, n_runs))
-    C = np.zeros((n_boot, n_runs))
-    np.add.at(C, (np.repeat(np.arange(n_boot), n_runs), idx.ravel()), 1.0)
-    return C
+    flat = (np.arange(n_boot)[:, None] * n_runs + idx).ravel()
+    return np.bincount(flat, minlength=n_boot * n_runs).reshape(n_boot, n_runs).astype(np.float64)
 
 
 def _wquantile(values: np.ndarray, run_of: np.ndarray, C: np.ndarray, q: float) -> np.ndarray:
@@ -126,8 +126,12 @@ def summarize(stats: list[dict], *, replay: bool, k: int = 3, by: str | None = N
             boot["latency_p95_s"] = _wquantile(lat_v, lat_r, C, 0.95)
     out = {"n_runs": R, "metrics": _with_ci(point, boot), "counts": {k_: float(v) for k_, v in pooled.items()}, "by": {}}
     if by:
-        frames = [st["labels"].assign(run=i) for i, st in enumerate(stats) if len(st["labels"])]
-        lab = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[by, "run"])
+        frames = [st["labels"] for st in stats if len(st["labels"])]
+        if frames:
+            lab = pd.concat(frames, ignore_index=True)
+            lab["run"] = np.repeat([i for i, st in enumerate(stats) if len(st["labels"])], [len(f) for f in frames])
+        else:
+            lab = pd.DataFrame(columns=[by, "run"])
         for key, g in lab.groupby(by, sort=True):
             gp = _group_point(g, replay)
             gb = _group_boot(g, R, C, replay) if C is not None else {}

@@ -26,6 +26,7 @@ from faultlab.scoring.aggregate import summarize
 from faultlab.scoring.detectors import as_alarms, load_detector
 from faultlab.scoring.metrics import derive, prepare_labels, run_stats
 from faultlab.scoring.runs import RunData
+from faultlab.scoring.steparrays import shared
 
 MODES = ("offline", "replay")
 BY = ("fault_type", "source", "none")
@@ -117,7 +118,9 @@ def replay_run(det, run: RunData, tick_s: float = 1.0) -> tuple[pd.DataFrame, pd
     rows with ``ts <= now`` not delivered before (copies: it can neither see nor change
     anything later). An alarm returned at ``now`` is raised at ``now``; returned again
     (same component and start_ts), it is the same alarm, extended to the largest
-    end_ts given. After each ``update`` the detector's ``online_scores(now)`` (when it
+    end_ts given. An alarm cannot start after ``now`` (refused: :func:`_as_of`); its
+    end_ts is clipped to ``now`` (it stands up to what the clock has shown; returned
+    at a later tick, it extends). After each ``update`` the detector's ``online_scores(now)`` (when it
     has one) is read, and each point (component, ts) keeps the score it had at the
     first tick it appeared in: the score the detector gave online, not in hindsight.
 
@@ -127,7 +130,8 @@ def replay_run(det, run: RunData, tick_s: float = 1.0) -> tuple[pd.DataFrame, pd
         sight, or None when the detector gives no online scores.
 
     Raises:
-        BadInput for ``tick_s <= 0`` or alarms that miss a column.
+        BadInput for ``tick_s <= 0``, alarms that miss a column, or an alarm that
+        starts after ``now``.
     """
     if not tick_s > 0:
         raise BadInput(f"tick must be > 0 s, got {tick_s}", field="--tick")
@@ -161,7 +165,7 @@ def replay_run(det, run: RunData, tick_s: float = 1.0) -> tuple[pd.DataFrame, pd
         chunk = steps_o.iloc[i_s:j_s].copy()
         hchunk = host_o.iloc[i_h:j_h].copy() if len(host_o) else schema.empty("host")
         i_s, i_h = j_s, j_h
-        got = as_alarms(det.update(chunk, hchunk, float(now)))
+        got = _as_of(as_alarms(det.update(chunk, hchunk, float(now))), float(now))
         for r in got.itertuples(index=False):
             key = (r.component, float(r.start_ts))
             if key in seen:
@@ -175,6 +179,47 @@ def replay_run(det, run: RunData, tick_s: float = 1.0) -> tuple[pd.DataFrame, pd
     out = pd.DataFrame(list(seen.values()), columns=["component", "start_ts", "end_ts", "score", "raised_ts"])
     alarms = no_alarms if out.empty else out.sort_values(["raised_ts", "component"], kind="mergesort").reset_index(drop=True)
     return alarms, frozen.frame() if frozen is not None else None
+
+
+def _as_of(alarms: pd.DataFrame, now: float) -> pd.DataFrame:
+    """The alarms an online detector returned at replay clock ``now`` (unix s): refused
+    (BadInput, field ``alarms.start_ts``) when one starts after ``now``, since the
+    detector has seen no data past ``now`` and an alarm about what it has not seen is a
+    bug (often the wrong time unit, or a forecast); each end_ts clipped to ``now``."""
+    if not len(alarms):
+        return alarms
+    st = alarms["start_ts"].to_numpy(np.float64)
+    late = st > now
+    if late.any():
+        i = int(np.flatnonzero(late)[0])
+        raise BadInput(f"{int(late.sum())} alarm(s) start after the replay clock now={now:.3f}, first: component={alarms['component'].iloc[i]} "
+                       f"start_ts={st[i]:.3f} ({st[i] - now:.3f} s ahead): an online detector sees no data past now", field="alarms.start_ts",
+                       fix="date an alarm from the data it was raised on (start_ts <= now: the rows update() has been given)")
+    en = alarms["end_ts"].to_numpy(np.float64)
+    if (en > now).any():
+        alarms = alarms.assign(end_ts=np.minimum(en, now))
+    return alarms
+
+
+def _within_run(alarms: pd.DataFrame, span: tuple[float, float] | None) -> pd.DataFrame:
+    """Alarms clipped to the run's extent ``span`` (first t_start, last step end; unix
+    s): an alarm is scored only over the run it is about (one that runs on for 1e12 s
+    would otherwise shrink its range precision to nothing). An alarm that lies wholly
+    outside the run is refused (BadInput, field ``alarms.start_ts``): it cannot be
+    about this run (often milliseconds or run-relative seconds instead of unix s)."""
+    if span is None or not len(alarms):
+        return alarms
+    t0, t1 = span
+    st, en = alarms["start_ts"].to_numpy(np.float64), alarms["end_ts"].to_numpy(np.float64)
+    out = (st > t1) | (en < t0)
+    if out.any():
+        i = int(np.flatnonzero(out)[0])
+        raise BadInput(f"{int(out.sum())} alarm(s) lie wholly outside the run [{t0:.3f}, {t1:.3f}], first: component={alarms['component'].iloc[i]} "
+                       f"start_ts={st[i]:.3f} end_ts={en[i]:.3f}", field="alarms.start_ts",
+                       fix="give unix seconds within the run (the steps' t_start .. t_start + step_s), not ms or run-relative times")
+    if (st < t0).any() or (en > t1).any():
+        alarms = alarms.assign(start_ts=np.clip(st, t0, t1), end_ts=np.clip(en, t0, t1))
+    return alarms
 
 
 class _FrozenScores:
@@ -242,7 +287,7 @@ def _check_components(alarms: pd.DataFrame, comps) -> None:
     ``rank:N`` or ``job``): they would count as false alarms without a word."""
     if not len(alarms):
         return
-    unknown = sorted(set(alarms["component"]) - set(comps))
+    unknown = sorted(set(alarms["component"].to_numpy(object).tolist()) - set(comps))
     if unknown:
         raise BadInput(f"alarms on component(s) the run does not have: {', '.join(unknown[:5])} (it has {', '.join(sorted(comps))})",
                        field="alarms.component", fix="name rank:N (a rank of the run) or job")
@@ -314,31 +359,8 @@ def score_many(
     stats: list[list] = [[] for _ in dets]
     per_run: list[list] = [[] for _ in dets]
     for run in runs:
-        span = run.span()
-        comps = run.components()
-        prep = prepare_labels(run.labels, run.injections)  # the same for every detector
-        for i, (name, det, _) in enumerate(dets):
-            draws = []
-            for j, d in enumerate(_draws(det)):
-                with _detector_errors(name, "update" if mode == "replay" else "detect", run.run_id):
-                    if mode == "replay":  # continuous scores too as the detector gave them online
-                        alarms, sc = replay_run(d, run, tick_s=tick_s)
-                    else:
-                        alarms = as_alarms(d.detect(run.steps, run.host)) if span else as_alarms(None)
-                    _check_components(alarms, comps)
-                if mode != "replay":
-                    with _detector_errors(name, "scores", run.run_id):
-                        sc = d.scores(run.steps, run.host) if j == 0 and callable(getattr(d, "scores", None)) and span else None
-                if keep_alarms is not None and j == 0:
-                    keep_alarms.append((run.run_id, name, alarms))
-                draws.append(run_stats(alarms, run.labels, comps, span, scores=sc if j == 0 else None, injections=run.injections, k=k,
-                                       window_s=window_s, late_s=late if mode == "replay" else 0.0, vus_window=vus_window,
-                                       prepared=prep))
-            st = draws[0] if len(draws) == 1 else mean_stats(draws)
-            stats[i].append(st)
-            m = derive(st["counts"], k=k)
-            per_run[i].append(schema.json_safe({"run_id": run.run_id, "n_labels": st["counts"]["n_labels"], "n_alarms": st["counts"]["n_alarms"],
-                                                "event_f1": m["event_f1"], "window_mcc": m["window_mcc"], "vus_pr": m["vus_pr"]}))
+        with shared():  # one conversion of the run's tables for every detector and metric
+            _score_run(run, dets, mode, stats, per_run, keep_alarms, k=k, window_s=window_s, late=late, tick_s=tick_s, vus_window=vus_window)
     out = []
     settings = {"window_s": window_s, "late_s": late, "tick_s": tick_s, "k": k, "vus_window": vus_window, "n_boot": n_boot, "seed": seed}
     for i, (name, _, params) in enumerate(dets):
@@ -349,6 +371,39 @@ def score_many(
             wall_s=time.perf_counter() - t_wall,
         ))
     return out
+
+
+def _score_run(run: RunData, dets: list, mode: str, stats: list, per_run: list, keep_alarms: list | None, *,
+               k: int, window_s: float, late: float, tick_s: float, vus_window: int) -> None:
+    """Score every detector of ``dets`` (``(name, instance, params)``) on one run:
+    append each one's :func:`run_stats` (the mean of its draws) to ``stats[i]`` and its
+    per-run figures to ``per_run[i]``. The run's labels are prepared once for all."""
+    span = run.span()
+    comps = run.components()
+    prep = prepare_labels(run.labels, run.injections)  # the same for every detector
+    for i, (name, det, _) in enumerate(dets):
+        draws = []
+        for j, d in enumerate(_draws(det)):
+            with _detector_errors(name, "update" if mode == "replay" else "detect", run.run_id):
+                if mode == "replay":  # continuous scores too as the detector gave them online
+                    alarms, sc = replay_run(d, run, tick_s=tick_s)
+                else:
+                    alarms = as_alarms(d.detect(run.steps, run.host)) if span else as_alarms(None)
+                _check_components(alarms, comps)
+                alarms = _within_run(alarms, span)
+            if mode != "replay":
+                with _detector_errors(name, "scores", run.run_id):
+                    sc = d.scores(run.steps, run.host) if j == 0 and callable(getattr(d, "scores", None)) and span else None
+            if keep_alarms is not None and j == 0:
+                keep_alarms.append((run.run_id, name, alarms))
+            draws.append(run_stats(alarms, run.labels, comps, span, scores=sc if j == 0 else None, injections=run.injections, k=k,
+                                   window_s=window_s, late_s=late if mode == "replay" else 0.0, vus_window=vus_window,
+                                   prepared=prep))
+        st = draws[0] if len(draws) == 1 else mean_stats(draws)
+        stats[i].append(st)
+        m = derive(st["counts"], k=k)
+        per_run[i].append(schema.json_safe({"run_id": run.run_id, "n_labels": st["counts"]["n_labels"], "n_alarms": st["counts"]["n_alarms"],
+                                            "event_f1": m["event_f1"], "window_mcc": m["window_mcc"], "vus_pr": m["vus_pr"]}))
 
 
 def _draws(det) -> list:
@@ -379,17 +434,23 @@ def mean_stats(draws: list[dict]) -> dict:
     return {"counts": counts, "labels": lab, "latencies": lat}
 
 
-def score_dataset(detector, dataset, split: str = "test", **kw):
+def score_dataset(detector, dataset, split: str = "test", *, verify: bool = True, **kw):
     """Score ``detector`` (or a list of detectors: then a list of results, from one
     pass) on a dataset folder's ``split`` (test | all). With ``test`` a detector that
-    has ``fit`` is fitted on the train split only.
+    has ``fit`` is fitted on the train split only. ``verify`` (default): first check
+    every file against the dataset's ``MANIFEST.sha256``
+    (:func:`faultlab.datasets.manifest.require_intact`); False scores it as it is.
 
-    Raises BadInput for an unknown split or an unreadable dataset."""
+    Raises BadInput for an unknown split, an unreadable dataset, or (``verify``) a
+    file changed or missing since the manifest was written."""
+    from faultlab.datasets import manifest
     from faultlab.datasets.layout import Dataset
 
     ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
     if split not in ("test", "all"):
         raise BadInput(f"unknown split {split!r}", field="--split", fix="test or all")
+    if verify:
+        manifest.require_intact(ds.path)
     train = ds.iter_runs("train") if split == "test" else None
     if isinstance(detector, list):
         return score_many(detector, ds.iter_runs(split), train_runs=train, split=split, source=str(ds.path), **kw)

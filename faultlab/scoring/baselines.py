@@ -21,43 +21,61 @@ mean statistic over the run.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from faultlab.errors import BadInput
-from faultlab.scoring.detectors import Detector, alarms_from_steps, as_alarms, empty_alarms
+from faultlab.scoring.detectors import Detector, alarms_from_codes, as_alarms, empty_alarms
+from faultlab.scoring.steparrays import StepArrays, memo, step_arrays
 
 JOB = "job"
 
 
-def _segments(df: pd.DataFrame, k: int) -> pd.DataFrame:
-    return alarms_from_steps(df, k)
+@dataclass(frozen=True)
+class StepStat:
+    """A detector's per-step statistic, one row per (component, step): ``comp`` codes
+    into ``names`` (sorted component names), ``step``, ``t_start``, ``t_end`` (unix s),
+    ``stat`` and ``hot`` (the step is over the detector's threshold)."""
+
+    names: np.ndarray
+    comp: np.ndarray
+    step: np.ndarray
+    t_start: np.ndarray
+    t_end: np.ndarray
+    stat: np.ndarray
+    hot: np.ndarray
+
+    def alarms(self, k: int) -> pd.DataFrame:
+        """Each run of at least ``k`` consecutive hot steps of a component as one alarm
+        (:func:`faultlab.scoring.detectors.alarms_from_codes`)."""
+        return alarms_from_codes(self.comp, self.names, self.step, self.t_start, self.t_end, self.stat, self.hot, k)
+
+    def scores(self) -> pd.DataFrame:
+        """component, ts (the step's t_start) and score (stat; NaN/inf as 0)."""
+        s = np.where(np.isfinite(self.stat), self.stat, 0.0)
+        return pd.DataFrame({"component": self.names[self.comp], "ts": self.t_start, "score": s})
 
 
-def _rank_frame(steps: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({
-        "component": "rank:" + steps["rank"].astype(int).astype(str),
-        "rank": steps["rank"].astype(int).to_numpy(),
-        "peer_group": steps["peer_group"].astype(str).to_numpy(),
-        "step": steps["step"].astype(np.int64).to_numpy(),
-        "t_start": steps["t_start"].astype(float).to_numpy(),
-        "t_end": (steps["t_start"] + steps["step_s"]).astype(float).to_numpy(),
-    })
+def _group_key(a: StepArrays) -> np.ndarray:
+    """One float key per row for (peer group, step); NaN where the peer group is
+    missing (such rows are dropped from the group figures, as pandas groupby does)."""
+    if not a.n:
+        return np.zeros(0)
+    span = int(a.step.max() - a.step.min()) + 1
+    key = (a.peer * span + (a.step - a.step.min())).astype(np.float64)
+    return np.where(a.peer < 0, np.nan, key)
 
 
-def _job_frame(steps: pd.DataFrame) -> pd.DataFrame:
-    """One row per step: the job's step (start: first rank's t_start; end: last rank's
-    t_start + step_s; step_s: median over ranks)."""
-    g = pd.DataFrame({"step": steps["step"].astype(np.int64), "t0": steps["t_start"],
-                      "t1": steps["t_start"] + steps["step_s"], "s": steps["step_s"]}).groupby("step", sort=True)
-    j = pd.DataFrame({"t_start": g["t0"].min(), "t_end": g["t1"].max(), "step_s": g["s"].median()}).reset_index()
-    j["component"] = JOB
-    return j
+def _group_transform(x: np.ndarray, key: np.ndarray, how: str) -> np.ndarray:
+    """Per row, the ``how`` (median | max | min) of ``x`` over its key's rows (pandas
+    groupby: NaN values skipped, NaN keys give NaN)."""
+    return pd.Series(x).groupby(key, sort=False).transform(how).to_numpy(np.float64)
 
 
-def _scores_of(frame: pd.DataFrame) -> pd.DataFrame:
-    s = frame["stat"].astype(float).replace([np.inf, -np.inf], np.nan).fillna(0.0)
-    return pd.DataFrame({"component": frame["component"].to_numpy(), "ts": frame["t_start"].to_numpy(), "score": s.to_numpy()})
+def _rank_stat(a: StepArrays, stat: np.ndarray, hot: np.ndarray) -> StepStat:
+    return StepStat(a.names, a.comp, a.step, a.t_start, a.t_end, stat, hot)
 
 
 class PeerMedianDetector(Detector):
@@ -75,33 +93,51 @@ class PeerMedianDetector(Detector):
         self.threshold = float(threshold)
         self.k = int(k)
 
-    def _frame(self, steps: pd.DataFrame) -> pd.DataFrame:
-        f = _rank_frame(steps)
-        med = steps.groupby([steps["peer_group"].astype(str), steps["step"]], sort=False)["compute_s"].transform("median")
-        f["stat"] = (steps["compute_s"] / med).to_numpy()
-        f["hot"] = f["stat"] > self.threshold
-        return f
+    def _frame(self, steps: pd.DataFrame) -> StepStat:
+        a = step_arrays(steps)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            stat = a.compute_s / _group_transform(a.compute_s, _group_key(a), "median")
+        return _rank_stat(a, stat, stat > self.threshold)
 
     def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
         if steps is None or len(steps) == 0:
             return empty_alarms()
-        return _segments(_memo_frame(self, steps), self.k)
+        return _memo_frame(self, steps).alarms(self.k)
 
     def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        return _scores_of(_memo_frame(self, steps))
+        return _memo_frame(self, steps).scores()
 
 
-def _robust_z(x: np.ndarray, window: int, min_history: int, floor: float) -> np.ndarray:
-    """z of each value against the median and MAD (x 1.4826) of the ``window`` values
-    before it (NaN until ``min_history`` values exist); the MAD is at least ``floor`` x
-    the median (a noise floor: a perfectly steady history would make any blip
-    infinite)."""
+def _robust_z(series: list[np.ndarray], window: int, min_history: int, floor: float) -> list[np.ndarray]:
+    """Per series, the z of each value against the median and MAD (x 1.4826) of the
+    ``window`` values before it (NaN until ``min_history`` values exist); the MAD is at
+    least ``floor`` x the median (a noise floor: a perfectly steady history would make
+    any blip infinite). All series in one pandas rolling pass: each is preceded by
+    ``window`` NaNs, which no window of another series reaches and rolling medians skip
+    (pandas counts only non-NaN values towards ``min_periods``)."""
+    pad = np.full(window, np.nan)
+    x = np.concatenate([p for s in series for p in (pad, np.asarray(s, np.float64))]) if series else np.zeros(0)
     s = pd.Series(x)
     prev = s.shift(1)
     med = prev.rolling(window, min_periods=min_history).median()
     mad = (prev - med).abs().rolling(window, min_periods=min_history).median() * 1.4826
     scale = np.maximum(mad.to_numpy(), floor * np.abs(med.to_numpy()))
-    return ((s - med) / scale).to_numpy()
+    z = ((s - med) / scale).to_numpy()
+    out, at = [], 0
+    for ser in series:
+        at += window
+        out.append(z[at : at + len(ser)])
+        at += len(ser)
+    return out
+
+
+def _job_series(a: StepArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The job's step series, by step: ``(step, t_start, t_end, step_s)`` with t_start
+    the first rank's t_start, t_end the last rank's t_start + step_s and step_s the
+    median over ranks."""
+    g = pd.DataFrame({"t0": a.t_start, "t1": a.t_end, "s": a.step_s}).groupby(a.step, sort=True)
+    t0, t1, s = g["t0"].min(), g["t1"].max(), g["s"].median()
+    return t0.index.to_numpy(np.int64), t0.to_numpy(np.float64), t1.to_numpy(np.float64), s.to_numpy(np.float64)
 
 
 class TemporalZDetector(Detector):
@@ -120,26 +156,34 @@ class TemporalZDetector(Detector):
             raise BadInput("need z > 0, k >= 1, 2 <= min_history <= window, floor >= 0", field="temporal-z")
         self.z, self.k, self.window, self.min_history, self.floor = float(z), int(k), int(window), int(min_history), float(floor)
 
-    def _frame(self, steps: pd.DataFrame) -> pd.DataFrame:
-        ranks = _rank_frame(steps)
-        ranks["x"] = steps["compute_s"].astype(float).to_numpy()
-        ranks = ranks.sort_values(["component", "step"], kind="mergesort").reset_index(drop=True)
-        job = _job_frame(steps).rename(columns={"step_s": "x"})
-        parts = []
-        for _, g in pd.concat([ranks, job], ignore_index=True).groupby("component", sort=True):
-            g = g.sort_values("step", kind="mergesort")
-            parts.append(g.assign(stat=_robust_z(g["x"].to_numpy(), self.window, self.min_history, self.floor)))
-        f = pd.concat(parts, ignore_index=True)
-        f["hot"] = f["stat"] > self.z
-        return f
+    def _frame(self, steps: pd.DataFrame) -> StepStat:
+        """Rows by component (sorted names, the job's among them), each by step."""
+        a = step_arrays(steps)
+        js, j0, j1, jx = _job_series(a)
+        names = np.array(sorted(list(a.names) + [JOB]), dtype=object)
+        job_code = int(np.flatnonzero(names == JOB)[0])
+        rank_code = np.searchsorted(names.astype(str), a.names.astype(str))  # a rank's code among names
+        o = np.lexsort((a.step, a.comp))  # by component, then step (stable)
+        cols = {"comp": [], "step": [], "t0": [], "t1": [], "x": []}
+        for code in range(len(names)):
+            if code == job_code:
+                part = (np.full(len(js), code), js, j0, j1, jx)
+            else:
+                rows = o[a.comp[o] == int(np.flatnonzero(rank_code == code)[0])]
+                part = (np.full(len(rows), code), a.step[rows], a.t_start[rows], a.t_end[rows], a.compute_s[rows])
+            for key, v in zip(cols, part):
+                cols[key].append(v)
+        z = np.concatenate(_robust_z(cols["x"], self.window, self.min_history, self.floor)) if len(names) else np.zeros(0)
+        cat = {key: np.concatenate(v) for key, v in cols.items()}
+        return StepStat(names, cat["comp"].astype(np.int64), cat["step"].astype(np.int64), cat["t0"], cat["t1"], z, z > self.z)
 
     def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
         if steps is None or len(steps) == 0:
             return empty_alarms()
-        return _segments(_memo_frame(self, steps), self.k)
+        return _memo_frame(self, steps).alarms(self.k)
 
     def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        return _scores_of(_memo_frame(self, steps))
+        return _memo_frame(self, steps).scores()
 
 
 class ArrivalLateDetector(Detector):
@@ -157,38 +201,32 @@ class ArrivalLateDetector(Detector):
             raise BadInput("margin must be > 0 and k >= 1", field="arrival-late")
         self.margin, self.k = float(margin), int(k)
 
-    def _frame(self, steps: pd.DataFrame) -> pd.DataFrame:
-        f = _rank_frame(steps)
-        dl = steps["dataloader_s"].fillna(0.0) if "dataloader_s" in steps.columns else 0.0
-        f["arrival"] = (steps["t_start"] + dl + steps["compute_s"]).astype(float).to_numpy()
-        f["step_s"] = steps["step_s"].astype(float).to_numpy()
-        g = f.groupby(["peer_group", "step"], sort=False)
-        f["stat"] = (f["arrival"] - g["arrival"].transform("median")) / g["step_s"].transform("median")
-        last = f["arrival"] == g["arrival"].transform("max")
-        f["hot"] = last & (f["stat"] > self.margin)
-        return f
+    def _frame(self, steps: pd.DataFrame) -> StepStat:
+        a = step_arrays(steps)
+        arrival = a.t_start + a.dataloader_s + a.compute_s
+        key = _group_key(a)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            stat = (arrival - _group_transform(arrival, key, "median")) / _group_transform(a.step_s, key, "median")
+        last = arrival == _group_transform(arrival, key, "max")
+        return _rank_stat(a, stat, last & (stat > self.margin))
 
     def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
         if steps is None or len(steps) == 0:
             return empty_alarms()
-        return _segments(_memo_frame(self, steps), self.k)
+        return _memo_frame(self, steps).alarms(self.k)
 
     def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        return _scores_of(_memo_frame(self, steps))
+        return _memo_frame(self, steps).scores()
 
 
-def _memo_frame(det, steps: pd.DataFrame) -> pd.DataFrame:
-    """``det._frame(steps)``, computed once for the same steps object (detect and
-    scores of one run share it)."""
-    key = (id(steps), len(steps))
-    memo = getattr(det, "_memo", None)
-    if memo is None or memo[0] != key or memo[1] is not steps:
-        det._memo = (key, steps, det._frame(steps))
-    return det._memo[2]
+def _memo_frame(det, steps: pd.DataFrame) -> StepStat:
+    """``det._frame(steps)``, computed once per steps frame while scoring a run
+    (:func:`faultlab.scoring.steparrays.memo`: detect and scores share it)."""
+    return memo(det, "frame", steps, lambda: det._frame(steps))
 
 
 def _components(steps: pd.DataFrame) -> list[str]:
-    return ["rank:" + str(r) for r in sorted(pd.unique(steps["rank"].astype(int)))] + [JOB]
+    return step_arrays(steps).rank_names() + [JOB]
 
 
 class RandomDetector(Detector):
@@ -221,8 +259,7 @@ class RandomDetector(Detector):
     def _run_key(self, steps: pd.DataFrame) -> int:
         import zlib
 
-        rid = str(steps["run_id"].iloc[0]) if "run_id" in steps.columns and len(steps) else ""
-        return zlib.crc32(rid.encode())
+        return zlib.crc32(step_arrays(steps).run_id.encode())
 
     def _draw(self, run_key: int, component: str, win: int) -> tuple[float, float]:
         """(coin, score) of one cell: a function of the seed, run, component and window
@@ -235,8 +272,8 @@ class RandomDetector(Detector):
     def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
         if steps is None or len(steps) == 0:
             return empty_alarms()
-        t_first = float(steps["t_start"].min())
-        t_end = float((steps["t_start"] + steps["step_s"]).max())
+        a = step_arrays(steps)
+        t_first, t_end = float(a.t_start.min()), float(a.t_end.max())
         n_win = max(1, int(np.ceil((t_end - t_first) / self.window_s)))
         key = self._run_key(steps)
         rows = []
@@ -251,9 +288,9 @@ class RandomDetector(Detector):
     def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
         import zlib
 
-        f = _rank_frame(steps)
+        a = step_arrays(steps)
         rng = np.random.default_rng([self.seed, self._run_key(steps), zlib.crc32(b"scores")])
-        return pd.DataFrame({"component": f["component"], "ts": f["t_start"], "score": rng.random(len(f))})
+        return pd.DataFrame({"component": a.component, "ts": a.t_start, "score": rng.random(a.n)})
 
 
 class ConstantDetector(Detector):
@@ -269,13 +306,14 @@ class ConstantDetector(Detector):
     def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
         if steps is None or len(steps) == 0:
             return empty_alarms()
-        t0, t1 = float(steps["t_start"].min()), float((steps["t_start"] + steps["step_s"]).max())
+        a = step_arrays(steps)
+        t0, t1 = float(a.t_start.min()), float(a.t_end.max())
         comps = _components(steps)
         return as_alarms(pd.DataFrame({"component": comps, "start_ts": t0, "end_ts": t1, "score": self.score}))
 
     def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        f = _rank_frame(steps)
-        return pd.DataFrame({"component": f["component"], "ts": f["t_start"], "score": self.score})
+        a = step_arrays(steps)
+        return pd.DataFrame({"component": a.component, "ts": a.t_start, "score": np.full(a.n, self.score)})
 
 
 BUILTIN: dict[str, type[Detector]] = {

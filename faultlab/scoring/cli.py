@@ -93,6 +93,7 @@ def score_cmd(
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="a previous --out file: exit 1 if a metric dropped by more than --max-drop"),
     max_drop: float = typer.Option(0.02, "--max-drop", help="allowed drop per metric (absolute, in the metric's unit)"),
     metric: List[str] = typer.Option([], "--metric", help="metric the gate judges (repeatable; default event_f1 window_f1 window_mcc range_f1 vus_pr acc_at_1)"),
+    verify: bool = typer.Option(True, "--verify/--no-verify", help="check the dataset's files against its MANIFEST.sha256 first (exit 2 naming a changed or missing file); --no-verify scores it as it is"),
 ):
     """Score a detector against labels: window, event, range-based and component
     P/R/F1/MCC, Acc@k, AUC-PR/VUS-PR, latency (replay) and false alarms, each with a
@@ -110,7 +111,7 @@ def score_cmd(
         kw = dict(params=params, mode=mode, by=by, window_s=parse_duration(window, "--window"), tick_s=parse_duration(tick, "--tick"),
                   n_boot=boot, seed=seed)
         if dataset is not None:
-            res = score_dataset(detector, dataset, split=split, **kw)
+            res = score_dataset(detector, dataset, split=split, verify=verify, **kw)
         else:
             if split != "test" and split != "all":
                 raise BadInput(f"unknown split {split!r}", field="--split", fix="test or all")

@@ -124,12 +124,19 @@ class Detector:
 
 def empty_alarms() -> pd.DataFrame:
     """An empty alarms frame (faultlab.schema.ALARMS columns)."""
-    return schema.empty("alarms")
+    return _EMPTY_ALARMS.copy()
+
+
+_EMPTY_ALARMS = schema.empty("alarms")
+_ALARM_COLS = ("component", "start_ts", "end_ts", "score")
 
 
 def as_alarms(df: pd.DataFrame | None) -> pd.DataFrame:
-    """``df`` with exactly the ALARMS columns and dtypes, sorted by start_ts then
-    component. Raises BadInput (field ``alarms``) naming a missing column."""
+    """``df`` with exactly the ALARMS columns and dtypes (component text, the others
+    float64), sorted by start_ts then component (stable). Raises BadInput (field
+    ``alarms``) for a result that is not a DataFrame, a missing column, a
+    non-numeric time or score, or values that cannot be right
+    (:func:`_check_alarm_values`)."""
     if df is None:
         return empty_alarms()
     if not isinstance(df, pd.DataFrame):
@@ -137,40 +144,50 @@ def as_alarms(df: pd.DataFrame | None) -> pd.DataFrame:
                        fix="return a DataFrame with columns component, start_ts, end_ts (unix s) and score")
     if len(df) == 0:
         return empty_alarms()
-    missing = [c for c in ("component", "start_ts", "end_ts", "score") if c not in df.columns]
+    missing = [c for c in _ALARM_COLS if c not in df.columns]
     if missing:
         raise BadInput(f"the detector's alarms miss column(s) {', '.join(missing)}", field="alarms",
                        fix="return component, start_ts, end_ts (unix s) and score")
-    out = df[["component", "start_ts", "end_ts", "score"]].copy()
-    out["component"] = out["component"].astype(str)
+    comp = df["component"]
+    comp = comp.to_numpy(object) if isinstance(comp.dtype, pd.StringDtype) else comp.astype(str).to_numpy(object)
+    num = {}
     for c in ("start_ts", "end_ts", "score"):
+        col = df[c]
         try:
-            out[c] = out[c].astype("float64")
+            num[c] = col.to_numpy(np.float64) if col.dtype == np.float64 else col.astype("float64").to_numpy(np.float64)
         except (TypeError, ValueError):
-            raise BadInput(f"the detector's alarms have a non-numeric {c} ({out[c].iloc[0]!r} ...)", field=f"alarms.{c}",
+            raise BadInput(f"the detector's alarms have a non-numeric {c} ({col.iloc[0]!r} ...)", field=f"alarms.{c}",
                            fix="return numbers: unix seconds for start_ts/end_ts, higher = more suspicious for score") from None
-    _check_alarm_values(out)
-    return out.sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True)
+    return _alarm_frame(comp, num["start_ts"], num["end_ts"], num["score"])
 
 
-def _check_alarm_values(out: pd.DataFrame) -> None:
+def _alarm_frame(comp: np.ndarray, st: np.ndarray, en: np.ndarray, sc: np.ndarray) -> pd.DataFrame:
+    """The ALARMS frame of these arrays (component text, the rest float64), checked
+    (:func:`_check_alarm_values`) and sorted by start_ts then component (stable)."""
+    _check_alarm_values(comp, st, en, sc)
+    _, code = np.unique(comp.astype(str), return_inverse=True)  # string order, as pandas sorts text
+    o = np.lexsort((code.reshape(-1), st))  # by start_ts, then component; stable
+    return pd.DataFrame({"component": pd.array(comp[o], dtype=_EMPTY_ALARMS["component"].dtype),
+                         "start_ts": st[o], "end_ts": en[o], "score": sc[o]})
+
+
+def _check_alarm_values(comp: np.ndarray, st: np.ndarray, en: np.ndarray, sc: np.ndarray) -> None:
     """Refuse (BadInput naming the column and the first bad row) alarms that cannot be
     right: a start or end time that is not a finite, non-negative unix time, an end
     before its start, a score that is NaN. Garbage scored silently would read as a
     detector that simply missed."""
-    st, en, sc = (out[c].to_numpy("float64") for c in ("start_ts", "end_ts", "score"))
-    checks = [
-        ("start_ts", ~np.isfinite(st) | (st < 0), "is not a finite non-negative unix time"),
-        ("end_ts", ~np.isfinite(en) | (en < 0), "is not a finite non-negative unix time"),
-        ("end_ts", en < st, "is before its start_ts"),
-        ("score", np.isnan(sc), "is NaN"),
-    ]
+    with np.errstate(invalid="ignore"):
+        checks = [
+            ("start_ts", ~np.isfinite(st) | (st < 0), "is not a finite non-negative unix time"),
+            ("end_ts", ~np.isfinite(en) | (en < 0), "is not a finite non-negative unix time"),
+            ("end_ts", en < st, "is before its start_ts"),
+            ("score", np.isnan(sc), "is NaN"),
+        ]
     for col, bad, what in checks:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            r = out.iloc[i]
-            raise BadInput(f"{int(bad.sum())} alarm(s) whose {col} {what}, first: component={r['component']} "
-                           f"start_ts={float(r['start_ts'])} end_ts={float(r['end_ts'])} score={float(r['score'])}", field=f"alarms.{col}",
+            raise BadInput(f"{int(bad.sum())} alarm(s) whose {col} {what}, first: component={comp[i]} "
+                           f"start_ts={float(st[i])} end_ts={float(en[i])} score={float(sc[i])}", field=f"alarms.{col}",
                            fix="return unix seconds within the run (see the steps' t_start) with end_ts >= start_ts, and a numeric score")
 
 
@@ -188,24 +205,32 @@ def alarms_from_steps(df: pd.DataFrame, k: int = 3) -> pd.DataFrame:
         raise BadInput(f"k must be >= 1, got {k}", field="k")
     if df.empty or not df["hot"].any():
         return empty_alarms()
-    import numpy as np
-
     codes, names = pd.factorize(df["component"].astype(str), sort=True)
-    step = df["step"].to_numpy(np.int64)
+    return alarms_from_codes(codes, np.asarray(names, dtype=object), df["step"].to_numpy(np.int64), df["t_start"].to_numpy(np.float64),
+                             df["t_end"].to_numpy(np.float64), df["stat"].to_numpy(np.float64), df["hot"].to_numpy(bool), k)
+
+
+def alarms_from_codes(codes: np.ndarray, names: np.ndarray, step: np.ndarray, t_start: np.ndarray, t_end: np.ndarray,
+                      stat: np.ndarray, hot: np.ndarray, k: int = 3) -> pd.DataFrame:
+    """:func:`alarms_from_steps` on arrays (one entry per component-step): ``codes``
+    index ``names`` (the component names), ``step`` int, ``t_start``/``t_end`` unix s,
+    ``stat``, ``hot`` bool. Returns an ALARMS frame. Raises BadInput for ``k < 1``."""
+    if k < 1:
+        raise BadInput(f"k must be >= 1, got {k}", field="k")
+    hot = np.asarray(hot, bool)
+    if not hot.any():
+        return empty_alarms()
     o = np.lexsort((step, codes))
-    c, st, h = codes[o], step[o], df["hot"].to_numpy(bool)[o]
-    t0, t1, stat = (df[x].to_numpy(np.float64)[o] for x in ("t_start", "t_end", "stat"))
+    c, st, h = np.asarray(codes)[o], np.asarray(step)[o], hot[o]
+    t0, t1, sv = (np.asarray(x, np.float64)[o] for x in (t_start, t_end, stat))
     new = np.r_[True, (c[1:] != c[:-1]) | (np.diff(st) != 1) | (h[1:] != h[:-1])]
     seg = np.cumsum(new)[h]
-    if not len(seg):
-        return empty_alarms()
     _, first, n = np.unique(seg, return_index=True, return_counts=True)
     keep = n >= k
-    out = pd.DataFrame({
-        "component": np.asarray(names)[c[h][first]], "start_ts": np.minimum.reduceat(t0[h], first),
-        "end_ts": np.maximum.reduceat(t1[h], first), "score": np.add.reduceat(stat[h], first) / n,
-    })[keep]
-    return as_alarms(out)
+    if not keep.any():
+        return empty_alarms()
+    return _alarm_frame(np.asarray(names, dtype=object)[c[h][first]][keep], np.minimum.reduceat(t0[h], first)[keep],
+                        np.maximum.reduceat(t1[h], first)[keep], (np.add.reduceat(sv[h], first) / n)[keep])
 
 
 def step_frame(steps: pd.DataFrame) -> pd.DataFrame:

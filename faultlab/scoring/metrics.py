@@ -109,18 +109,23 @@ def effect_labels(labels: pd.DataFrame | None) -> pd.DataFrame:
     rows without a finite start_ts/end_ts."""
     if labels is None or len(labels) == 0:
         return pd.DataFrame(columns=["component", "start_ts", "end_ts"])
-    lab = labels
-    if "source" in lab.columns:
-        lab = lab[lab["source"].astype(str) != UNMANIFESTED]
-    lab = lab[np.isfinite(lab["start_ts"].astype(float)) & np.isfinite(lab["end_ts"].astype(float))]
-    return lab.reset_index(drop=True)
+    keep = np.isfinite(labels["start_ts"].to_numpy(np.float64)) & np.isfinite(labels["end_ts"].to_numpy(np.float64))
+    if "source" in labels.columns:
+        keep &= _text(labels["source"]) != UNMANIFESTED
+    return labels.reset_index(drop=True) if keep.all() else labels[keep].reset_index(drop=True)
 
 
 def unmanifested_labels(labels: pd.DataFrame | None) -> pd.DataFrame:
     """The ``injected-unmanifested`` rows (faults that slowed nothing)."""
     if labels is None or len(labels) == 0 or "source" not in labels.columns:
         return pd.DataFrame(columns=["component", "start_ts", "end_ts"])
-    return labels[labels["source"].astype(str) == UNMANIFESTED].reset_index(drop=True)
+    return labels[_text(labels["source"]) == UNMANIFESTED].reset_index(drop=True)
+
+
+def _text(col: pd.Series) -> np.ndarray:
+    """A column as an object array of text (``astype(str)``; a pandas string column
+    as it is, without a copy): the one conversion the metrics make of a text column."""
+    return col.to_numpy(object) if isinstance(col.dtype, pd.StringDtype) else col.astype(str).to_numpy(object)
 
 
 def _check(df: pd.DataFrame | None, name: str, cols: Sequence[str]) -> pd.DataFrame:
@@ -213,6 +218,24 @@ def range_scores(real: tuple[np.ndarray, np.ndarray], pred: tuple[np.ndarray, np
 # -- threshold-free scores: AUC-PR, VUS-PR --------------------------------------------
 
 
+def _argsort_desc(s: np.ndarray) -> np.ndarray:
+    """The indices that sort ``s`` descending, ties in index order: exactly
+    ``np.argsort(-s, kind="mergesort")``, which numpy runs several times slower on
+    floats than its default sort. Without ties the default sort's order is the only
+    one; with ties, the default sort of (dense rank, index) keys, which are unique;
+    with NaN, the stable sort itself."""
+    neg = -np.asarray(s, dtype=np.float64)
+    n = len(neg)
+    o = np.argsort(neg)
+    v = neg[o]
+    if n < 2 or (not np.isnan(v[-1]) and bool((v[1:] != v[:-1]).all())):
+        return o
+    if np.isnan(v[-1]):
+        return np.argsort(neg, kind="mergesort")
+    _, rank = np.unique(neg, return_inverse=True)
+    return np.argsort(rank.reshape(-1).astype(np.int64) * n + np.arange(n))
+
+
 def auc_pr(y: np.ndarray, s: np.ndarray) -> float:
     """Average precision ``sum_n (R_n - R_{n-1}) P_n`` over the distinct score
     thresholds, highest first (as scikit-learn's ``average_precision_score``).
@@ -224,7 +247,7 @@ def auc_pr(y: np.ndarray, s: np.ndarray) -> float:
     P = y.sum()
     if P == 0:
         return float("nan")
-    o = np.argsort(-s, kind="mergesort")
+    o = _argsort_desc(s)
     s, y = s[o], y[o]
     last = np.r_[np.flatnonzero(np.diff(s) != 0), len(s) - 1]  # end of each tie block
     tp = np.cumsum(y)[last]
@@ -286,27 +309,32 @@ def vus_pr(y: np.ndarray, s: np.ndarray, window: int = 10, n_thresholds: int = 2
     if P == 0:
         return float("nan")
     seq = _ranges(y)
-    desc = np.argsort(-s, kind="mergesort")
+    desc = _argsort_desc(s)
     s_desc = s[desc]
     thr = s_desc[np.linspace(0, n - 1, n_thresholds).astype(int)]
     # points with s >= thr: a prefix of the descending order (ties included)
     n_pred = (n - np.searchsorted(np.sort(s), thr, side="left")).astype(np.int64)
-    in_seq = y.astype(bool)
-    aps = []
-    for w in range(window + 1):
-        soft = _soft_labels(y, seq, w)
+    in_seq_desc = y.astype(bool)[desc]
+    W = window + 1
+    # every buffer size at once: row w is buffer w (the sums along a row are the same
+    # sequential cumulative sums as one buffer's on its own)
+    soft_desc = np.stack([_soft_labels(y, seq, w) for w in range(W)])[:, desc]
+    zero = np.zeros((W, 1))
+    c_soft = np.concatenate([zero, np.cumsum(soft_desc, axis=1)], axis=1)
+    c_out = np.concatenate([zero, np.cumsum(np.where(in_seq_desc, 0.0, soft_desc), axis=1)], axis=1)
+    n_segs, existence = np.zeros((W, 1)), np.zeros((W, len(thr)), np.int64)
+    for w in range(W):
         segs = _buffered_segments(seq, w, n)
         seg_max = np.sort(np.array([s[a : b + 1].max() for a, b in segs]))
-        existence = len(segs) - np.searchsorted(seg_max, thr, side="left")  # segments with a point >= thr
-        c_soft = np.r_[0.0, np.cumsum(soft[desc])]
-        c_out = np.r_[0.0, np.cumsum(np.where(in_seq, 0.0, soft)[desc])]
-        tp = c_soft[n_pred]
-        n_labels = P + c_out[n_pred]
-        recall = np.minimum(tp / ((P + n_labels) / 2), 1.0)
-        tpr = recall * existence / len(segs)
-        precision = tp / n_pred
-        ap = np.dot(tpr - np.r_[0.0, tpr[:-1]], precision)
-        aps.append(ap)
+        existence[w] = len(segs) - np.searchsorted(seg_max, thr, side="left")  # segments with a point >= thr
+        n_segs[w] = len(segs)
+    tp = c_soft[:, n_pred]
+    n_labels = P + c_out[:, n_pred]
+    recall = np.minimum(tp / ((P + n_labels) / 2), 1.0)
+    tpr = recall * existence / n_segs
+    precision = tp / n_pred
+    d_tpr = tpr - np.concatenate([zero, tpr[:, :-1]], axis=1)
+    aps = [np.dot(d_tpr[w].copy(), precision[w].copy()) for w in range(W)]
     return float(np.mean(aps))
 
 
@@ -327,30 +355,47 @@ def point_adjusted_hits(truth: np.ndarray, guess: np.ndarray) -> int:
     return hits
 
 
-def score_series(scores: pd.DataFrame, labels: pd.DataFrame, components: Iterable[str], *, effect: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def score_series(scores: pd.DataFrame, labels: pd.DataFrame | None, components: Iterable[str], *, effect: bool = False,
+                 label_ranges: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The run's rank series for AUC-PR / VUS-PR: per component (in ``components``
-    order) its scores sorted by ``ts``, concatenated; a point is positive when an effect
-    label of its component covers its ``ts`` (ends included).
+    order) its scores sorted by ``ts`` (stable), concatenated; a point is positive when
+    an effect label of its component covers its ``ts`` (ends included). NaN scores
+    count 0, +-inf as +-1e300.
 
-    Returns: ``(y, s)`` arrays of equal length."""
+    ``label_ranges``: :func:`label_ranges` of the effect labels, when already made
+    (``labels`` is then not read). Returns: ``(y, s)`` arrays of equal length."""
+    if label_ranges is None:
+        label_ranges = _label_ranges(labels if effect else effect_labels(labels))
+    col = scores["component"]
+    codes, uniq = pd.factorize(col if isinstance(col.dtype, pd.StringDtype) else col.astype(str))
+    code_of = {str(u): i for i, u in enumerate(uniq)}
+    ts_all = scores["ts"].to_numpy(np.float64)
+    s_all = scores["score"].to_numpy(np.float64)
     ys, ss = [], []
-    lab = labels if effect else effect_labels(labels)  # effect=True: already effect labels
-    lab_by = {c: (g["start_ts"].to_numpy(np.float64), g["end_ts"].to_numpy(np.float64)) for c, g in lab.groupby(lab["component"].astype(str))} if len(lab) else {}
-    groups = {str(c): g for c, g in scores.groupby(scores["component"].astype(str), sort=False)}
     for c in components:
-        sc = groups.get(c)
-        if sc is None or sc.empty:
+        i = code_of.get(c)
+        if i is None:
             continue
-        sc = sc.sort_values("ts", kind="mergesort")
-        ts = sc["ts"].to_numpy(np.float64)
+        rows = np.flatnonzero(codes == i)
+        rows = rows[np.argsort(ts_all[rows], kind="mergesort")]
+        ts = ts_all[rows]
         y = np.zeros(len(ts), bool)
-        for a, b in zip(*lab_by.get(c, ((), ()))):
+        for a, b in zip(*label_ranges.get(c, ((), ()))):
             y |= (ts >= a) & (ts <= b)
         ys.append(y)
-        ss.append(np.nan_to_num(sc["score"].to_numpy(np.float64), nan=0.0, posinf=1e300, neginf=-1e300))
+        ss.append(np.nan_to_num(s_all[rows], nan=0.0, posinf=1e300, neginf=-1e300))
     if not ys:
         return np.zeros(0, bool), np.zeros(0)
     return np.concatenate(ys), np.concatenate(ss)
+
+
+def _label_ranges(lab: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """component -> (start_ts, end_ts arrays, in the labels' order) of ``lab``."""
+    if lab is None or not len(lab):
+        return {}
+    c = _text(lab["component"])
+    l0, l1 = lab["start_ts"].to_numpy(np.float64), lab["end_ts"].to_numpy(np.float64)
+    return {k: (l0[c == k], l1[c == k]) for k in set(c.tolist()) if isinstance(k, str)}
 
 
 # -- one run ---------------------------------------------------------------------------
@@ -376,11 +421,17 @@ def prepare_labels(labels: pd.DataFrame | None, injections: pd.DataFrame | None 
     """What :func:`run_stats` derives from a run's labels alone (the same for every
     detector: compute it once per run and pass it as ``prepared``): the checked
     labels, the effect and unmanifested ones, and each effect label's fault type and
-    source. Raises BadInput for labels that miss a column."""
+    source, their columns as arrays (``effect_arrays``, ``unmanifested_arrays``:
+    component, start_ts, end_ts) and :func:`_label_ranges`. Raises BadInput for
+    labels that miss a column."""
     labels_in = _check(labels, "labels", ["component", "start_ts", "end_ts"])
     lab = effect_labels(labels_in)
     ft, src = _label_groups(lab, injections)
-    return {"labels": labels_in, "effect": lab, "unmanifested": unmanifested_labels(labels_in), "fault_type": ft, "source": src}
+    unm = unmanifested_labels(labels_in)
+    return {"labels": labels_in, "effect": lab, "unmanifested": unm, "fault_type": ft, "source": src,
+            "effect_arrays": (_text(lab["component"]), lab["start_ts"].to_numpy(np.float64), lab["end_ts"].to_numpy(np.float64)),
+            "unmanifested_arrays": (_text(unm["component"]), unm["start_ts"].to_numpy(np.float64), unm["end_ts"].to_numpy(np.float64)),
+            "label_ranges": _label_ranges(lab)}
 
 
 def run_stats(
@@ -427,21 +478,23 @@ def run_stats(
         raise BadInput(f"window must be > 0 s, got {window_s}", field="window_s")
     al = _check(alarms, "alarms", ["component", "start_ts", "end_ts", "score"])
     prep = prepared if prepared is not None else prepare_labels(labels, injections)
-    labels_in, lab, unm = prep["labels"], prep["effect"], prep["unmanifested"]
-    al = al[np.isfinite(al["start_ts"].astype(float)) & np.isfinite(al["end_ts"].astype(float))].reset_index(drop=True)
     replay = "raised_ts" in al.columns
 
-    a_c = al["component"].astype(str).to_numpy()
+    a_c = _text(al["component"])
     a0 = al["start_ts"].to_numpy(dtype=np.float64)
     a1 = al["end_ts"].to_numpy(dtype=np.float64)
+    a_s = al["score"].to_numpy(dtype=np.float64)
+    raised = al["raised_ts"].to_numpy(dtype=np.float64) if replay else None
+    fin = np.isfinite(a0) & np.isfinite(a1)
+    if not fin.all():  # alarms without a finite interval are dropped
+        a_c, a0, a1, a_s = a_c[fin], a0[fin], a1[fin], a_s[fin]
+        raised = raised[fin] if replay else None
     if replay:
-        raised = al["raised_ts"].to_numpy(dtype=np.float64)
         a0 = np.maximum(a0, raised)
         a1 = np.maximum(a1, raised)
-    a_s = al["score"].to_numpy(dtype=np.float64)
-    l_c = lab["component"].astype(str).to_numpy()
-    l0 = lab["start_ts"].to_numpy(dtype=np.float64)
-    l1 = lab["end_ts"].to_numpy(dtype=np.float64)
+    n_al = len(a0)
+    l_c, l0, l1 = prep["effect_arrays"]
+    n_lab = len(l0)
 
     universe = sorted(set(map(str, components)) | set(l_c.tolist()) | set(a_c.tolist()))
     if run_span is None:
@@ -462,17 +515,17 @@ def run_stats(
     if t1 <= t0:
         w1 = w0.copy()
     comp_ix = {x: i for i, x in enumerate(universe)}
-    lab_cells = np.zeros((len(lab), n_win), bool)
-    for j in range(len(lab)):
+    lab_cells = np.zeros((n_lab, n_win), bool)
+    for j in range(n_lab):
         lab_cells[j] = _overlap(l0[j], l1[j], w0, w1)
-    al_cells = np.zeros((len(al), n_win), bool)
-    for i in range(len(al)):
+    al_cells = np.zeros((n_al, n_win), bool)
+    for i in range(n_al):
         al_cells[i] = _overlap(a0[i], a1[i], w0, w1)
     truth = np.zeros((len(universe), n_win), bool)
     guess = np.zeros((len(universe), n_win), bool)
-    for j in range(len(lab)):
+    for j in range(n_lab):
         truth[comp_ix[l_c[j]]] |= lab_cells[j]
-    for i in range(len(al)):
+    for i in range(n_al):
         guess[comp_ix[a_c[i]]] |= al_cells[i]
     c["win_tp"] = float((truth & guess).sum())
     c["win_fp"] = float((~truth & guess).sum())
@@ -482,25 +535,25 @@ def run_stats(
 
     # event level (replay: a label may be detected up to late_s after its end)
     same = a_c[:, None] == l_c[None, :]
-    ov = (_overlap(a0[:, None], a1[:, None], l0[None, :], l1[None, :]) & same) if len(al) and len(lab) else np.zeros((len(al), len(lab)), bool)
-    if replay and late_s > 0 and len(al) and len(lab):
+    ov = (_overlap(a0[:, None], a1[:, None], l0[None, :], l1[None, :]) & same) if n_al and n_lab else np.zeros((n_al, n_lab), bool)
+    if replay and late_s > 0 and n_al and n_lab:
         detect = _overlap(a0[:, None], a1[:, None], l0[None, :], l1[None, :] + late_s) & same
     else:
         detect = ov
     alarm_true = detect.any(axis=1)
     label_hit = detect.any(axis=0)
-    c["n_alarms"], c["n_alarms_true"] = float(len(al)), float(alarm_true.sum())
-    c["n_labels"], c["n_labels_recalled"] = float(len(lab)), float(label_hit.sum())
+    c["n_alarms"], c["n_alarms_true"] = float(n_al), float(alarm_true.sum())
+    c["n_labels"], c["n_labels_recalled"] = float(n_lab), float(label_hit.sum())
 
     # latency (replay only)
-    latency = np.full(len(lab), np.nan)
+    latency = np.full(n_lab, np.nan)
     if replay:
         for j in np.flatnonzero(label_hit):
             latency[j] = max(0.0, float(a0[detect[:, j]].min() - l0[j]))
 
     # range-based, per component on merged ranges
-    range_rec = np.zeros(len(lab))
-    for comp in set(l_c.tolist()) | set(a_c.tolist()):
+    range_rec = np.zeros(n_lab)
+    for comp in sorted(set(l_c.tolist()) | set(a_c.tolist())):  # sorted: the sum's order (and last digit) must not depend on str hashing
         li = np.flatnonzero(l_c == comp)
         ai = np.flatnonzero(a_c == comp)
         real = merge_intervals(l0[li], l1[li]) if len(li) else (np.zeros(0), np.zeros(0))
@@ -513,9 +566,9 @@ def run_stats(
     c["range_recall_sum"] = float(range_rec.sum())
 
     # localization
-    acc1, acck = np.zeros(len(lab)), np.zeros(len(lab))
-    for j in range(len(lab)):
-        inside = _overlap(a0, a1, l0[j], l1[j]) if len(al) else np.zeros(0, bool)
+    acc1, acck = np.zeros(n_lab), np.zeros(n_lab)
+    for j in range(n_lab):
+        inside = _overlap(a0, a1, l0[j], l1[j]) if n_al else np.zeros(0, bool)
         best: dict[str, float] = {}
         for cc, s in zip(a_c[inside], a_s[inside]):
             s = float(s) if np.isfinite(s) else -np.inf
@@ -534,24 +587,23 @@ def run_stats(
     c["component_hours"] = len(universe) * max(0.0, t1 - t0) / 3600.0
 
     # faults that slowed nothing: alarmed on?
-    if len(unm):
-        u_c = unm["component"].astype(str).to_numpy()
-        u0, u1 = unm["start_ts"].to_numpy(np.float64), unm["end_ts"].to_numpy(np.float64)
-        c["n_unmanifested"] = float(len(unm))
-        if len(al):
+    u_c, u0, u1 = prep["unmanifested_arrays"]
+    if len(u0):
+        c["n_unmanifested"] = float(len(u0))
+        if n_al:
             hit = _overlap(a0[:, None], a1[:, None], u0[None, :], u1[None, :]) & (a_c[:, None] == u_c[None, :])
             c["unmanifested_alarmed"] = float(hit.any(axis=0).sum())
 
     # continuous scores
     if scores is not None and len(scores):
-        y, s = score_series(scores, lab, [x for x in universe], effect=True)
+        y, s = score_series(scores, None, universe, label_ranges=prep["label_ranges"])
         if y.any():
             c["curve_runs"] = 1.0
             c["auc_pr_sum"] = auc_pr(y, s)
             c["vus_pr_sum"] = vus_pr(y, s, window=vus_window)
 
     win_pos = lab_cells.sum(axis=1).astype(float)
-    win_hit = np.array([(lab_cells[j] & guess[comp_ix[l_c[j]]]).sum() for j in range(len(lab))], dtype=float)
+    win_hit = np.array([(lab_cells[j] & guess[comp_ix[l_c[j]]]).sum() for j in range(n_lab)], dtype=float)
     ft, src = prep["fault_type"], prep["source"]
     per_label = pd.DataFrame({
         "fault_type": ft, "source": src, "recalled": label_hit.astype(float), "acc1": acc1, "acck": acck,
@@ -622,9 +674,11 @@ def score(
 def run_components(steps: pd.DataFrame | None, labels: pd.DataFrame | None = None) -> list[str]:
     """The component universe of a run: ``"rank:N"`` for every rank in ``steps``, the
     ``"job"``, and the components named by effect labels, sorted."""
+    from faultlab.scoring.steparrays import step_arrays
+
     comps: set[str] = set()
     if steps is not None and len(steps):
-        comps |= {f"rank:{int(r)}" for r in pd.unique(steps["rank"])}
+        comps |= set(step_arrays(steps).rank_names())
         comps.add("job")
-    comps |= set(effect_labels(labels)["component"].astype(str).tolist()) if labels is not None else set()
+    comps |= set(_text(effect_labels(labels)["component"]).tolist()) if labels is not None else set()
     return sorted(comps)

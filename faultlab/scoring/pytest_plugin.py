@@ -10,7 +10,9 @@ test suite can score it on a published dataset::
 
 ``faultlab_score(detector, dataset, split="test", **kw)`` returns a
 :class:`faultlab.scoring.api.ScoreResult` (keywords as :func:`score_runs`); results
-are cached per session. ``dataset`` is a folder, or a name looked up in
+are cached per session. The dataset's files are first checked against its
+``MANIFEST.sha256`` (a changed or missing file raises BadInput naming it);
+``verify=False`` scores it as it is. ``dataset`` is a folder, or a name looked up in
 ``--faultlab-datasets DIR``, ``$FAULTLAB_DATASETS``, ``./datasets`` and the
 ``datasets/`` of the faultlab checkout, in that order.
 """
