@@ -1,15 +1,16 @@
 """``faultlab doctor``: which fault types a node supports, and why not.
 
 Every check is read-only or works on throw-away objects of its own (an ifb device
-``flprb<hex>`` created in the node's network namespace and deleted at once), so the
-doctor never touches state it did not create.
+``flprb<hex>`` created in the node's network namespace under its own lease and deleted
+at once: ``faultlab.injectors.probedev``), so the doctor never touches state it did
+not create.
 """
 
 from __future__ import annotations
 
-import secrets
 import sys
 
+from faultlab.errors import NodeError
 from faultlab.nodes import Node
 
 
@@ -30,26 +31,28 @@ def gc_storm_why(facts: dict) -> str:
 
 
 def _try_qdiscs(node: Node) -> dict[str, str | None]:
-    """Try tbf, htb, netem and an ingress redirect on a throw-away ifb device.
+    """Try tbf, htb, netem and an ingress redirect on a throw-away probe device
+    (``faultlab.injectors.probedev``: under its own lease, deleted at once).
     Returns kind -> None (works) or the error line."""
-    dev = "flprb" + secrets.token_hex(4)
+    from faultlab.injectors.probedev import probe_ifb
+
     out: dict[str, str | None] = {}
-    add = node.run(["ip", "link", "add", dev, "type", "ifb"], scope="net")
-    if add.returncode != 0:
-        msg = add.stderr.strip() or "cannot create an ifb device"
-        return {"ifb": msg, "tbf": msg, "htb": msg, "netem": msg}
-    out["ifb"] = None
     try:
-        for kind, args in (
-            ("tbf", ["tbf", "rate", "10mbit", "burst", "16kb", "latency", "50ms"]),
-            ("htb", ["htb", "default", "0"]),
-            ("netem", ["netem", "delay", "1ms"]),
-        ):
-            cp = node.run(["tc", "qdisc", "add", "dev", dev, "root", "handle", "faf0:", *args], scope="net")
-            out[kind] = None if cp.returncode == 0 else (cp.stderr.strip() or f"rc={cp.returncode}")
-            node.run(["tc", "qdisc", "del", "dev", dev, "root"], scope="net")
-    finally:
-        node.run(["ip", "link", "del", dev], scope="net")
+        with probe_ifb(node) as (dev, err):
+            if err:
+                return {"ifb": err, "tbf": err, "htb": err, "netem": err}
+            out["ifb"] = None
+            for kind, args in (
+                ("tbf", ["tbf", "rate", "10mbit", "burst", "16kb", "latency", "50ms"]),
+                ("htb", ["htb", "default", "0"]),
+                ("netem", ["netem", "delay", "1ms"]),
+            ):
+                cp = node.run(["tc", "qdisc", "add", "dev", dev, "root", "handle", "faf0:", *args], scope="net")
+                out[kind] = None if cp.returncode == 0 else (cp.stderr.strip() or f"rc={cp.returncode}")
+                node.run(["tc", "qdisc", "del", "dev", dev, "root"], scope="net")
+    except NodeError as e:  # no lease for the probe device: none is made
+        msg = f"no probe device tried: {e}"
+        return {"ifb": msg, "tbf": msg, "htb": msg, "netem": msg}
     return out
 
 

@@ -11,10 +11,13 @@ Three sources, joined by fault id:
    seen, with its deadline and owner;
 3. faultlab-owned objects (root only, where they are visible): root qdiscs with
    faultlab's reserved handles ``fXXX:``, ``flifb*`` devices, ingress qdiscs whose
-   redirect points at one, and ``faultlab-<fault_id>`` cgroups, in this namespace and
-   every named network namespace. Each is put under the fault whose revert commands
-   name it; those no record and no watchdog names are *orphans* that ``recover``
-   removes.
+   redirect points at one, probe devices ``flprb*`` (``injectors/probedev.py``) and
+   ``faultlab-<fault_id>`` cgroups, in this namespace and every named network
+   namespace. Each is put under the fault whose revert commands name it; those no
+   record and no watchdog names are *orphans* that ``recover`` removes, under an id
+   ``faultlab revert`` takes (``nic-<ifb hex>``, ``nic-f<qdisc handle>``,
+   ``probe-<hex>``). A ``flprb*`` device without faultlab's mark (an ifb with alias
+   ``faultlab-probe``) that no lease names is reported as a problem, never removed.
 
 A fault can be reverted by its owner (the record's or watchdog's uid) and by root
 (root ends another user's fault by telling its watchdog to revert now, so the revert
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faultlab.injectors.lease import LEASE_ID, ROOT_LEASE_DIR, WATCHDOG_NAME, Lease, read_records
+from faultlab.injectors.probedev import PROBE_ALIAS, PROBE_DEV
 
 FAULT_HANDLE = re.compile(r"^f([0-9a-f]{3}):$")
 IFB = re.compile(r"^flifb([0-9a-f]{6})$")
@@ -133,14 +137,17 @@ def find_watchdogs() -> list[Watchdog]:
 
 @dataclass
 class Orphan:
-    """A faultlab-made object: ``kind`` (qdisc, ingress, ifb, cgroup), where (netns or
-    "" for this namespace), what (device, handle, path), the fault id hex it carries."""
+    """A faultlab-made object: ``kind`` (qdisc, ingress, ifb, probe, cgroup), where
+    (netns or "" for this namespace), what (device, handle, path), the fault id hex it
+    carries; ``marked``: a probe device carries faultlab's mark (an ifb device with
+    alias ``faultlab-probe``)."""
 
     kind: str
     netns: str
     what: str
     hexid: str
     dev: str = ""
+    marked: bool = True
 
     def describe(self) -> str:
         where = f"netns {self.netns}" if self.netns else "host"
@@ -156,7 +163,7 @@ class Orphan:
             from faultlab.injectors.nic import DEL_INGRESS_SH
 
             return [[*ns, "sh", "-c", DEL_INGRESS_SH, "sh", self.dev, ifb]]
-        if self.kind == "ifb":
+        if self.kind == "ifb" or (self.kind == "probe" and self.marked):
             return [[*ns, "ip", "link", "del", self.what]]
         if self.kind == "cgroup":
             from faultlab.injectors.cpu import SWEEP_SH
@@ -189,7 +196,7 @@ def find_objects() -> list[Orphan]:
     for ns in spaces:
         pre = ["ip", "netns", "exec", ns] if ns else []
         try:
-            links = json.loads(_run([*pre, "ip", "-j", "link", "show"]) or "[]")
+            links = json.loads(_run([*pre, "ip", "-d", "-j", "link", "show"]) or "[]")
             qds = json.loads(_run([*pre, "tc", "-j", "qdisc", "show"]) or "[]")
         except ValueError:
             continue
@@ -197,6 +204,10 @@ def find_objects() -> list[Orphan]:
             m = IFB.match(lk.get("ifname", ""))
             if m:
                 out.append(Orphan("ifb", ns, lk["ifname"], m.group(1)))
+            m = PROBE_DEV.match(lk.get("ifname", ""))
+            if m:
+                marked = lk.get("ifalias") == PROBE_ALIAS and (lk.get("linkinfo") or {}).get("info_kind") == "ifb"
+                out.append(Orphan("probe", ns, lk["ifname"], m.group(1), marked=marked))
         for q in qds:
             dev = q.get("dev", "")
             m = FAULT_HANDLE.match(q.get("handle", ""))
@@ -306,8 +317,10 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
             v.uid = w.uid
         v.watchdogs.append(w)
     if objects:
-        for o in sorted(find_objects(), key=lambda o: o.kind != "ifb"):  # ifb first: it names the whole id
-            _attach(views, o)
+        for o in sorted(find_objects(), key=_attach_order):
+            why = _attach(views, o)
+            if why:
+                problems.append(why)
     return list(views.values()), problems
 
 
@@ -325,25 +338,72 @@ def _claims(v: FaultView, o: Orphan) -> bool:
         return v.fault_id == Path(o.what).name[len("faultlab-"):] or any(o.what in ln for ln in _lines(v))
     if o.kind == "qdisc":
         h = o.what.split()[0]
-        if o.dev.startswith("flifb"):  # the ifb's own root qdisc goes with the device
+        if _own_dev(o.dev):  # the ifb's (a probe device's) own root qdisc goes with the device
             return any(o.dev in ln and (not o.netns or o.netns in ln) for ln in _lines(v))
         return any(f"handle {h}" in ln and o.dev in ln and (not o.netns or o.netns in ln) for ln in _lines(v))
-    ifb = o.what if o.kind == "ifb" else o.what.split()[-1]
+    ifb = o.what if o.kind in ("ifb", "probe") else o.what.split()[-1]
     return any(ifb in ln and (not o.netns or o.netns in ln) for ln in _lines(v))
 
 
-def _attach(views: dict[str, FaultView], o: Orphan) -> None:
-    """Put ``o`` under the fault whose commands name it (a new orphan fault when none)."""
+def _own_dev(dev: str) -> str | None:
+    """The orphan id of a device faultlab makes (``nic-<hex>`` for ``flifb<hex>``,
+    ``probe-<hex>`` for ``flprb<hex>``), None for any other device."""
+    m = IFB.match(dev)
+    if m:
+        return f"nic-{m.group(1)}"
+    m = PROBE_DEV.match(dev)
+    return f"probe-{m.group(1)}" if m else None
+
+
+def _attach_order(o: Orphan) -> int:
+    """Devices first (each names a whole id), then the qdiscs on them, then the ingress
+    redirects and root qdiscs elsewhere (tied to a device's id where they can be)."""
+    if o.kind in ("ifb", "probe"):
+        return 0
+    if o.kind == "qdisc" and _own_dev(o.dev):
+        return 1
+    return {"ingress": 2, "qdisc": 3}.get(o.kind, 4)
+
+
+def _orphan_id(views: dict[str, FaultView], o: Orphan) -> str:
+    """The id of an orphan object no fault claims; each is a ``LEASE_ID``, so
+    ``faultlab revert`` takes it: a cgroup's own fault id; a device's or a qdisc on it
+    ``nic-<ifb hex>`` / ``probe-<hex>``; an ingress redirect its ifb's; a root qdisc
+    elsewhere the orphan whose ifb carries the same handle (one nic-slow fault's two
+    qdiscs), else ``nic-f<3 hex>`` (its handle ``fXXX:`` as 4 hex digits)."""
+    if o.kind == "cgroup":
+        return Path(o.what).name[len("faultlab-"):]
+    if o.kind in ("ifb", "probe"):
+        return _own_dev(o.what)
+    if o.kind == "ingress":
+        return f"nic-{o.what.split('flifb')[-1]}"
+    own = _own_dev(o.dev)
+    if own:
+        return own
+    h = o.what.split()[0]
+    for v in views.values():
+        if v.orphan and any(x.kind == "qdisc" and x.netns == o.netns and x.what.split()[0] == h and _own_dev(x.dev)
+                            for x in v.objects):
+            return v.fault_id
+    return f"nic-f{o.hexid}"
+
+
+def _attach(views: dict[str, FaultView], o: Orphan) -> str | None:
+    """Put ``o`` under the fault whose commands name it (a new orphan fault when none).
+    Returns a problem line instead for what is not provably faultlab's: a probe
+    device without faultlab's mark, and the qdiscs on it."""
     hit = next((v for v in views.values() if _claims(v, o)), None)
     if hit is None:
-        if o.kind == "cgroup":
-            fid = Path(o.what).name[len("faultlab-"):]
-        else:
-            if o.kind == "ingress":
-                o.hexid = o.what.split("flifb")[-1]
-            fid = f"nic-{o.hexid}"
+        fid = _orphan_id(views, o)
+        if o.kind == "probe" and not o.marked:
+            return (f"{o.describe()}: named like a faultlab probe device but without faultlab's mark "
+                    f"(an ifb device with alias {PROBE_ALIAS}) and no lease names it: not removed "
+                    f"(ip link del {o.what} if it is faultlab's)")
+        if o.kind == "qdisc" and fid.startswith("probe-") and fid not in views:
+            return None  # on an unmarked probe device (reported with it): never touched
         hit = views.setdefault(fid, FaultView(fid, 0))
     hit.objects.append(o)
+    return None
 
 
 def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
@@ -373,7 +433,7 @@ def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
         for w in v.watchdogs:
             w.wait_gone(timeout_s)
     if v.orphan:  # the ingress redirect first (it is told by its ifb), the ifb last
-        order = {"ingress": 0, "qdisc": 1, "ifb": 2, "cgroup": 3}
+        order = {"ingress": 0, "qdisc": 1, "ifb": 2, "probe": 2, "cgroup": 3}
         for o in sorted(v.objects, key=lambda o: order.get(o.kind, 9)):
             for argv in o.revert_argv():
                 _run(argv, timeout=30)

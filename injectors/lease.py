@@ -225,6 +225,7 @@ class Lease:
             except BaseException:
                 _unlink_quietly(d, name)
                 raise
+            _note_watchdog(d, name, record, proc.pid)
             return cls(Path(d.path) / name, record, proc)
 
     def _dir(self) -> safefs.TrustedDir:
@@ -267,22 +268,44 @@ class Lease:
 
         return [w for w in find_watchdogs() if w.fault_id == self.fault_id]
 
+    def own_watchdogs(self) -> list:
+        """The live watchdogs that are this lease's, not just named like it: the PID
+        and start time its record notes (``watchdog_pid``, ``watchdog_starttime``),
+        and in any case run by the record's user (``uid``) and holding its folder. A
+        process of anyone else that merely looks like one (any user can start
+        ``sh -c x faultlab-watchdog ID ...``) is never signalled."""
+        rec = self.record
+        uid = rec.get("uid")
+        pid, start = rec.get("watchdog_pid"), rec.get("watchdog_starttime")
+        out = []
+        for w in self.watchdogs():
+            if isinstance(uid, int) and w.uid != uid:
+                continue
+            if isinstance(pid, int) and not isinstance(pid, bool):
+                if w.pid != pid or (isinstance(start, int) and w.starttime != str(start)):
+                    continue
+            elif w.folder != self.folder:
+                continue
+            out.append(w)
+        return out
+
     def watchdog_pid(self) -> int | None:
+        """The PID of this lease's live watchdog (see :meth:`own_watchdogs`), or None."""
         if self.proc is not None and self.proc.poll() is None:
             return self.proc.pid
-        ws = self.watchdogs()
+        ws = self.own_watchdogs()
         return ws[0].pid if ws else None
 
     def release(self) -> None:
-        """Stop the watchdog (its process group, after checking it is this lease's
-        watchdog) and remove the record. Safe to call twice."""
+        """Stop the watchdog (its process group: this process's own child, or one of
+        :meth:`own_watchdogs`) and remove the record. Safe to call twice."""
         if self.proc is not None and self.proc.poll() is None:
             _kill_group(self.proc.pid)
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-        for w in self.watchdogs():
+        for w in self.own_watchdogs():
             if w.stop():
                 w.wait_gone(5.0)
         try:
@@ -357,6 +380,27 @@ def _write_durable(d: safefs.TrustedDir, name: str, record: dict) -> None:
         _unlink_quietly(d, name)
         raise NodeError(f"lease folder {d.path}: the lease record read back differs from what was written",
                         field="FAULTLAB_LEASE_DIR", fix="check the file system, or point FAULTLAB_LEASE_DIR elsewhere; nothing was applied")
+
+
+def _note_watchdog(d: safefs.TrustedDir, name: str, record: dict, pid: int) -> None:
+    """Add the watchdog's PID and start time (``/proc/PID/stat`` field 22) to the
+    record, so ``release`` signals that process only. Best effort: the record written
+    before stays valid without them (``own_watchdogs`` then matches uid and folder)."""
+    start = _starttime(pid)
+    if start is None:
+        return
+    record.update(watchdog_pid=pid, watchdog_starttime=start)
+    try:
+        d.write_atomic(name, json.dumps(record, sort_keys=True, indent=1), 0o644, durable=False)
+    except OSError:
+        record.pop("watchdog_pid")
+        record.pop("watchdog_starttime")
+
+
+def _starttime(pid: int) -> int | None:
+    from faultlab.benchmarks.agent import proc_starttime
+
+    return proc_starttime(pid)
 
 
 def _unlink_quietly(d: safefs.TrustedDir, name: str) -> None:

@@ -39,7 +39,6 @@ import ipaddress
 import os
 import re
 import json
-import secrets
 
 from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.nodes import Node
@@ -268,16 +267,15 @@ class NicSlow(Injector):
                 f"(its lease record and watchdog are gone)")
 
     def _netem_supported(self) -> tuple[bool, str]:
-        """Try netem on a throw-away ifb device of our own in the node's namespace."""
-        dev = "flprb" + secrets.token_hex(4)
-        add = self.node.run(["ip", "link", "add", dev, "type", "ifb"], scope="net")
-        if add.returncode != 0:
-            return False, f"cannot create a probe ifb device: {add.stderr.strip()}"
-        try:
+        """Try netem on a throw-away probe device of our own in the node's namespace
+        (``injectors/probedev.py``: under its own lease, deleted at once)."""
+        from faultlab.injectors.probedev import probe_ifb
+
+        with probe_ifb(self.node) as (dev, err):
+            if err:
+                return False, f"cannot create a probe ifb device: {err}"
             cp = self.node.run(["tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", "1ms"], scope="net")
             return cp.returncode == 0, cp.stderr.strip()
-        finally:
-            self.node.run(["ip", "link", "del", dev], scope="net")
 
     def probe(self) -> dict:
         if not self.node.has_net_admin():

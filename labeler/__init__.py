@@ -110,6 +110,15 @@ def _span(steps: pd.DataFrame) -> tuple[float, float] | None:
     time, or None when there is none."""
     if not len(steps) or "t_start" not in steps.columns:
         return None
+    t, d = steps["t_start"], steps["step_s"] if "step_s" in steps.columns else None
+    if (isinstance(t.dtype, np.dtype) and t.dtype.kind == "f"
+            and (d is None or (isinstance(d.dtype, np.dtype) and d.dtype.kind == "f"))):  # plain floats: numpy
+        tv = t.to_numpy()
+        with np.errstate(invalid="ignore"):
+            lo = np.nanmin(tv) if not np.isnan(tv).all() else np.nan
+            ends = tv + d.to_numpy() if d is not None else tv
+            hi = np.nanmax(ends) if not np.isnan(ends).all() else np.nan
+        return (float(lo), float(hi)) if np.isfinite(lo) and np.isfinite(hi) else None
     t = pd.to_numeric(steps["t_start"], errors="coerce")
     end = t + pd.to_numeric(steps["step_s"], errors="coerce") if "step_s" in steps.columns else t
     lo, hi = t.min(), end.max()

@@ -363,10 +363,13 @@ def fuse(an: Analysis) -> pd.DataFrame:
     # A rank explains the job's slowdown while it straggles: no job label for those
     # steps. It does not explain a step whose excess dwarfs its own (its compute
     # excess under a quarter of the job's): a slow link at the same time is labeled too.
-    with np.errstate(invalid="ignore"):
-        job_ex = np.asarray(g.job_step, dtype=np.float64) - np.asarray(tv.job_base, dtype=np.float64)
-        rank_ex = np.asarray(g.compute, dtype=np.float64) - np.asarray(pv.median, dtype=np.float64)
-        explained = (rank_label_rows & ~(rank_ex < 0.25 * job_ex[:, None])).any(axis=1)
+    explained = np.zeros(g.S, dtype=bool)
+    held = np.flatnonzero(rank_label_rows.any(axis=1))  # only steps a rank label holds can be explained
+    if held.size:
+        with np.errstate(invalid="ignore"):
+            job_ex = np.asarray(g.job_step[held], dtype=np.float64) - np.asarray(tv.job_base[held], dtype=np.float64)
+            rank_ex = np.asarray(g.compute[held], dtype=np.float64) - np.asarray(pv.median[held], dtype=np.float64)
+            explained[held] = (rank_label_rows[held] & ~(rank_ex < 0.25 * job_ex[:, None])).any(axis=1)
     job_ivs = intervals(an.job_wide_flag & ~_dilate(explained, gap), gap, min_len, **timed)
     if job_ivs:
         low_job = 1.0 + 0.5 * (cfg.temporal_threshold - 1.0)

@@ -9,8 +9,9 @@ dict, and where the format judges whole components, a components summary.
 
 Formats (:data:`FORMATS`):
 
-- ``long``: generic long-format CSV/Parquet, columns ``component, peer_group,
-  timestamp`` (unix s), ``metric, value`` (larger = slower). Labeled with the two views
+- ``long``: generic long-format CSV/TSV/Parquet, columns ``component, peer_group,
+  timestamp`` (unix s), ``metric, value`` (larger = slower), optional ``run_id`` and
+  ``load`` (what the component served; the value is judged at that load). Labeled with the two views
   of the labeler (see :func:`import_long`), plus a component-level judgement: which
   components are *persistently* slow (``components.parquet``, see
   :func:`judge_persistence`).
@@ -36,6 +37,10 @@ import pandas as pd
 from faultlab.errors import BadInput
 
 LONG_COLUMNS = ("component", "peer_group", "timestamp", "metric", "value")
+#: optional columns of the long format: ``run_id``, and ``load`` (what the component
+#: served at that sample, e.g. throughput in bytes/s: the value is judged against its
+#: peer group's value at the same load, see :func:`label_long_components`)
+OPTIONAL_COLUMNS = ("run_id", "load")
 
 
 @dataclass
@@ -174,6 +179,17 @@ class LongConfig:
             same defaults as the ``perseus`` importer's): which components are
             fail-slow (``persistent``), from each component's median peer ratio over
             its time against all the input's components (see :func:`judge_persistence`).
+        load_bins: equal-count load bins of the value-vs-load regression, for inputs
+            with a ``load`` column (the ``perseus`` importer's ``n_bins``). 16.
+        load_min_samples: fewest samples of a peer group (one metric) to fit that
+            regression; a smaller group's values are judged as they are (the
+            ``perseus`` importer's ``min_fit_samples``). 100.
+        level_block_samples: a component's level is the median of the medians of
+            blocks of this many consecutive samples of its peer ratio (the ``perseus``
+            importer's 5-min window of 15-s samples): on a noisy component a slow
+            episode in a quarter of its time would shift the median of single samples
+            by half a sample's noise (1.1x at 24% noise), the median of block medians
+            by far less. 20.
     """
 
     labeler: Any = None
@@ -181,6 +197,9 @@ class LongConfig:
     higher_is_better: tuple[str, ...] = ()
     group_wide_fraction: float = 0.5
     verdict: Any = None
+    load_bins: int = 16
+    load_min_samples: int = 100
+    level_block_samples: int = 20
 
     def __post_init__(self) -> None:
         from faultlab.labeler import _config
@@ -189,6 +208,9 @@ class LongConfig:
         object.__setattr__(self, "higher_is_better", tuple(str(m) for m in self.higher_is_better))
         if self.align_s is not None and not float(self.align_s) >= 0:
             raise BadInput(f"must be >= 0, got {self.align_s!r}", field="align_s")
+        for name in ("load_bins", "load_min_samples", "level_block_samples"):
+            if int(getattr(self, name)) < 1:
+                raise BadInput(f"must be >= 1, got {getattr(self, name)!r}", field=name)
         if not 0.0 < float(self.group_wide_fraction) <= 1.0:
             raise BadInput(f"must be in (0, 1], got {self.group_wide_fraction!r}", field="group_wide_fraction")
         from faultlab.labeler.verdict import VerdictConfig
@@ -198,7 +220,8 @@ class LongConfig:
     def to_dict(self) -> dict:
         return {"labeler": self.labeler.to_dict(), "align_s": self.align_s,
                 "higher_is_better": list(self.higher_is_better), "group_wide_fraction": self.group_wide_fraction,
-                "verdict": self.verdict.to_dict()}
+                "verdict": self.verdict.to_dict(), "load_bins": int(self.load_bins),
+                "load_min_samples": int(self.load_min_samples), "level_block_samples": int(self.level_block_samples)}
 
 
 #: upstream answer files kept beside public datasets: an importer never reads them
@@ -252,7 +275,8 @@ def find_long_file(path: str | Path) -> Path:
 
 
 def read_long(path: str | Path) -> pd.DataFrame:
-    """Read a long-format CSV or Parquet file (only ``LONG_COLUMNS`` and ``run_id``).
+    """Read a long-format CSV or Parquet file (only ``LONG_COLUMNS`` and the
+    :data:`OPTIONAL_COLUMNS` ``run_id``, ``load``).
 
     Raises BadInput for a missing file, an unreadable file or a missing column.
     """
@@ -267,7 +291,7 @@ def read_long(path: str | Path) -> pd.DataFrame:
             if missing:
                 raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="long",
                                fix="a long-format file has columns " + ", ".join(LONG_COLUMNS))
-            cols = list(LONG_COLUMNS) + (["run_id"] if "run_id" in have else [])
+            cols = list(LONG_COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in have]
             strs = [c for c in ("component", "peer_group", "metric", "run_id") if c in cols]
             df = pq.read_table(f, columns=cols, read_dictionary=strs).to_pandas()
         else:
@@ -278,7 +302,7 @@ def read_long(path: str | Path) -> pd.DataFrame:
                 raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="long",
                                fix="a long-format file has columns " + ", ".join(LONG_COLUMNS)
                                + " (comma- or tab-separated)")
-            cols = list(LONG_COLUMNS) + (["run_id"] if "run_id" in head.columns else [])
+            cols = list(LONG_COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in head.columns]
             df = pd.read_csv(f, usecols=cols, sep=sep, dtype={"component": "category", "peer_group": "category",
                                                               "metric": "category"})
     except BadInput:
@@ -317,6 +341,13 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
 
     For each metric the samples become a dense ``(T, C)`` grid (T timestamps, C
     components; NaN where a component has no sample), then:
+
+    - **load** (only for a metric whose rows carry the optional ``load`` column, e.g.
+      a drive's throughput beside its latency): each value is first divided by its
+      peer group's expected value at that load (:func:`_relative_to_load`, the
+      ``perseus`` importer's regression), so a component that is slower because it
+      serves more load than its peers is not read as slow; everything below then
+      judges that ratio;
 
     - **peer view** (:mod:`faultlab.labeler.peer`'s rule): ``ratio = value / median of
       the component's peer group at that timestamp``; flagged when ``ratio >
@@ -372,6 +403,10 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
     met_all, met_names = _codes(df["metric"])
     skips = skips if skips is not None else SkipCount(len(df))
     ok = _keep_rows(ts_all, val_all, comp_all, grp_all, met_all, skips)
+    load_all = _numeric(df, "load", "a plain number, e.g. 5.2e6 (bytes/s), or empty") if "load" in df.columns else None
+    load_metrics: set[int] = set()
+    if load_all is not None:
+        load_metrics = _keep_load_rows(load_all, met_all, ok, skips)
     ts_all = seconds_timestamps(np.where(ok, ts_all, np.nan), skips, "timestamp")
     ok &= np.isfinite(ts_all)
     if ok.any():  # a component's metric sampled twice at one timestamp: the first row is kept
@@ -391,6 +426,9 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
         if metric in cfg.higher_is_better:
             with np.errstate(divide="ignore"):
                 v = np.where(v > 0, 1.0 / v, np.nan)
+        at_load = mcode in load_metrics
+        if at_load:  # the value relative to its peer group's value at the same load
+            v = _relative_to_load(v, load_all[m], grp_all[m], cfg, skips, metric)
         t = ts_all[m]
         align = cfg.align_s if cfg.align_s is not None else _auto_align(t, comp_all[m])
         if align > 0:
@@ -446,9 +484,14 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
             cmad, _ = nanmedian(np.abs(ratio[:, cols] - cm[None, :]), axis=0)
             if (cn > 0).any():
                 sigma[cols] = MAD_TO_SIGMA * float(np.median(cmad[cn > 0]))
-        for j in range(C):  # every peer ratio of the component, for its level
-            rj = ratio[:, j]
-            levels.setdefault(str(u_c[j]), []).append(rj[np.isfinite(rj)])
+        # every peer ratio of the component, for its level; with a load, its value
+        # relative to the group's value at that load already is that ratio (against a
+        # fit that leaves slow samples out): dividing again by the peers' median at each
+        # timestamp would read a healthy drive low beside several slow ones
+        lev = X if at_load else ratio
+        for j in range(C):
+            rj = lev[:, j]
+            levels.setdefault(str(u_c[j]), []).append(_block_medians(rj[np.isfinite(rj)], int(cfg.level_block_samples)))
         with np.errstate(invalid="ignore"):
             pflag = (ratio > lc.peer_threshold) & ((ratio - 1.0) > lc.mad_k * sigma[None, :])
         pflag &= (cnt >= lc.peer_min_ranks) & ~np.isnan(ratio)
@@ -462,7 +505,8 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
 
         def add(component, kind, i0, i1, slowdown, views, thr, n_flag, ev):
             n = i1 - i0 + 1
-            ev.update({"metric": metric, "n_samples": n, "n_flagged": int(n_flag), "threshold": thr})
+            ev.update({"metric": metric, "n_samples": n, "n_flagged": int(n_flag), "threshold": thr,
+                       "relative_to_load": at_load})
             rows.append(label_row(run_id, component, kind, t0[i0], t1[i1], pd.NA, pd.NA, slowdown, views,
                                   _confidence(float(slowdown), thr, n, lc.min_steps, views), ev))
 
@@ -577,8 +621,10 @@ def judge_persistence(components: pd.DataFrame, config: LongConfig | dict | None
     component verdict shared with the ``perseus`` importer
     (:func:`faultlab.labeler.verdict.judge`).
 
-    Each component's ``level`` (the median of its peer ratios over all its samples:
-    value / the leave-one-out median of its peer group at the same timestamp) is judged
+    Each component's ``level`` (the median over its time of its peer ratio, value /
+    the leave-one-out median of its peer group at the same timestamp, or, for a metric
+    with a ``load``, value / the group's value at that load; taken as the median of
+    ``level_block_samples``-sample block medians, see :class:`LongConfig`) is judged
     against the bulk of all the input's components (a robust z-score on a log scale,
     at least ``verdict.z``, and ``level >= verdict.min_level``); its ``share`` (the
     labeled-time fraction, time covered by its own labels / time it has data) is the
@@ -631,6 +677,74 @@ def _keep_rows(ts, val, comp, grp, met, skips: SkipCount) -> np.ndarray:
         neg = ~na & ~inf & (val < 0)
     skips.add("negative value", int(neg.sum()))
     return ~(na | inf | neg)
+
+
+def _block_medians(x: np.ndarray, k: int) -> np.ndarray:
+    """Medians of consecutive blocks of ``k`` values of ``x`` (1-D, finite, in time
+    order); the last block holds the remainder. Empty for an empty ``x``."""
+    n = x.size
+    if n == 0:
+        return x
+    full = (n // k) * k
+    meds = [np.median(x[:full].reshape(-1, k), axis=1)] if full else []
+    if full < n:
+        meds.append(np.array([np.median(x[full:])]))
+    return np.concatenate(meds)
+
+
+def _keep_load_rows(load: np.ndarray, met: np.ndarray, ok: np.ndarray, skips: SkipCount) -> set[int]:
+    """The metrics (codes) whose kept rows carry a ``load`` (any finite one); their kept
+    rows without a usable load are left out (``ok`` cleared in place) and counted: an
+    empty load (n/a), an infinite one, a negative one. Metrics without any load are
+    judged as they are."""
+    have = ok & np.isfinite(load)
+    metrics = set(np.unique(met[have]).tolist()) if have.any() else set()
+    if not metrics:
+        return metrics
+    rows = ok & np.isin(met, np.fromiter(metrics, dtype=np.int64))
+    na = rows & np.isnan(load)
+    skips.add("n/a load (empty or missing) of a metric with a load", int(na.sum()))
+    inf = rows & np.isinf(load)
+    skips.add("infinite load", int(inf.sum()))
+    with np.errstate(invalid="ignore"):
+        neg = rows & ~na & ~inf & (load < 0)
+    skips.add("negative load", int(neg.sum()))
+    ok &= ~(na | inf | neg)
+    return metrics
+
+
+def _relative_to_load(v: np.ndarray, load: np.ndarray, grp: np.ndarray, cfg: LongConfig, skips: SkipCount,
+                      metric: str) -> np.ndarray:
+    """``v`` / its peer group's expected value at the sample's load, per peer group
+    (codes ``grp``): the ``perseus`` importer's binned-median regression
+    (:func:`faultlab.labeler.perseus.relative_to_load`, ``cfg.load_bins`` bins, fitted
+    again without the samples 3 sigma off), over all of the group's samples of the
+    metric. So a component that serves more load than its peers, and is slower for it,
+    is not read as slow (latency grows with throughput). A group with fewer than
+    ``cfg.load_min_samples`` finite samples keeps its values; a note in ``skips`` says
+    how many groups were fitted. NaN where the expected value is not > 0."""
+    from faultlab.labeler.perseus import relative_to_load
+
+    out = v.astype(np.float64, copy=True)
+    fin = np.isfinite(v) & np.isfinite(load)
+    order = np.argsort(grp, kind="stable")
+    gs = grp[order]
+    starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]]) if gs.size else np.zeros(0, dtype=np.int64)
+    ends = np.r_[starts[1:], gs.size]
+    fitted = 0
+    for a, e in zip(starts.tolist(), ends.tolist()):
+        idx = order[a:e]
+        idx = idx[fin[idx]]
+        if idx.size < cfg.load_min_samples:
+            continue
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r, _ = relative_to_load(load[idx], v[idx], int(cfg.load_bins),
+                                    max(int(cfg.load_bins), int(cfg.load_min_samples) // 2))
+        out[idx] = np.where(np.isfinite(r) & (r > 0), r, np.nan)
+        fitted += 1
+    skips.notes.append(f"{metric} judged relative to its peer group's value at the same load "
+                       f"({fitted} of {len(starts)} peer group(s) fitted)")
+    return out
 
 
 def _numeric(df: pd.DataFrame, col: str, fix: str) -> np.ndarray:
@@ -688,7 +802,9 @@ def _ratio(values, base) -> float:
 def import_long(path: str | Path, config: LongConfig | dict | None = None) -> ImportResult:
     """Import a generic long-format file (CSV or Parquet; columns ``component,
     peer_group, timestamp`` [unix s], ``metric, value`` [larger = slower], optional
-    ``run_id``) and label it with :func:`label_long`.
+    ``run_id`` and ``load`` [the load the component served, e.g. bytes/s: the value is
+    judged against its peer group's value at that load]) and label it with
+    :func:`label_long`.
 
     Returns:
         :class:`ImportResult` (``whatif`` None: without a job's step structure no what-if
@@ -872,7 +988,8 @@ def write_outputs(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
     return write_together(out, writers, remove=stale)
 
 
-__all__ = ["COMPONENT_COLUMNS", "FORMATS", "ImportResult", "LONG_COLUMNS", "LongConfig", "OUTPUT_FILES", "SkipCount",
+__all__ = ["COMPONENT_COLUMNS", "FORMATS", "ImportResult", "LONG_COLUMNS", "LongConfig", "OPTIONAL_COLUMNS", "OUTPUT_FILES",
+           "SkipCount",
            "find_long_file", "import_long", "import_pai", "read_pai", "seconds_timestamps",
            "import_path", "json_safe", "judge_persistence", "label_long", "label_long_components", "make_config",
            "read_long", "write_outputs"]

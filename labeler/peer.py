@@ -144,6 +144,17 @@ def sustained(ratio: np.ndarray, k: int, level: np.ndarray) -> np.ndarray:
     if S == 0:
         return out
     level = np.broadcast_to(np.asarray(level, dtype=ratio.dtype), (R,))
+    # a window holds at least (k + 1) // 2 known ratios, more than half of them above:
+    # a rank with fewer steps above its level in the whole run is never flagged (one
+    # pass over the array; the window counts below run only for the other ranks)
+    with np.errstate(invalid="ignore"):
+        n_up = np.count_nonzero(ratio > level[None, :], axis=0)
+    cand = np.flatnonzero(n_up >= (k + 1) // 2 // 2 + 1)
+    if cand.size == 0:
+        return out
+    if cand.size < R:
+        out[:, cand] = sustained(ratio[:, cand], k, level[cand])
+        return out
     h = k // 2
     lo = np.clip(np.arange(S) - h, 0, S)
     hi = np.clip(np.arange(S) - h + k, 0, S)

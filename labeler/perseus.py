@@ -360,6 +360,27 @@ def _fit(tp: np.ndarray, lat: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.n
     return med_tp[o], med_lat[o]
 
 
+def relative_to_load(load: np.ndarray, value: np.ndarray, n_bins: int, min_inliers: int) -> tuple[np.ndarray, float]:
+    """Steps 1-2 on one host-window: ``(r, sigma)``, ``r = value / E(load)`` per sample
+    (a ratio) and ``sigma = 1.4826 x MAD(r)``.
+
+    ``E`` is the binned-median regression of ``value`` on ``load`` (:func:`_fit`, the
+    piecewise-linear curve through ``n_bins`` equal-count bins' medians, flat beyond the
+    outer bins), fitted a second time without the samples more than ``3 sigma`` off the
+    first fit when at least ``min_inliers`` remain (Perseus's outlier removal before
+    the regression). ``load`` and ``value``: float arrays of one length (>= 1); shared
+    with the ``long`` importer's ``load`` column."""
+    ctp, clat = _fit(load, value, n_bins)
+    rr = value / np.interp(load, ctp, clat)
+    sig = MAD_TO_SIGMA * np.median(np.abs(rr - np.median(rr)))
+    inl = np.abs(rr - 1.0) <= 3.0 * sig if sig > 0 else np.ones(len(rr), dtype=bool)
+    if inl.sum() >= min_inliers:
+        ctp, clat = _fit(load[inl], value[inl], n_bins)
+        rr = value / np.interp(load, ctp, clat)
+        sig = MAD_TO_SIGMA * np.median(np.abs(rr - np.median(rr)))
+    return rr, float(sig)
+
+
 def score_samples(s: DriveSamples, cfg: PerseusConfig) -> tuple[np.ndarray, np.ndarray, dict]:
     """Steps 1-2: per sample ``r = latency / expected`` and the bound ``u = 1 + z sigma``.
 
@@ -383,15 +404,7 @@ def score_samples(s: DriveSamples, cfg: PerseusConfig) -> tuple[np.ndarray, np.n
         idx = order[a:e]
         if e - a < cfg.min_fit_samples or len(np.unique(s.drive[idx])) < cfg.min_peer_drives:
             continue
-        tp, lat = s.throughput[idx], s.latency[idx]
-        ctp, clat = _fit(tp, lat, cfg.n_bins)
-        rr = lat / np.interp(tp, ctp, clat)
-        sig = MAD_TO_SIGMA * np.median(np.abs(rr - np.median(rr)))
-        inl = np.abs(rr - 1.0) <= 3.0 * sig if sig > 0 else np.ones(len(rr), dtype=bool)
-        if inl.sum() >= max(cfg.n_bins, cfg.min_fit_samples // 2):
-            ctp, clat = _fit(tp[inl], lat[inl], cfg.n_bins)
-            rr = lat / np.interp(tp, ctp, clat)
-            sig = MAD_TO_SIGMA * np.median(np.abs(rr - np.median(rr)))
+        rr, sig = relative_to_load(s.throughput[idx], s.latency[idx], cfg.n_bins, max(cfg.n_bins, cfg.min_fit_samples // 2))
         r[idx] = rr
         u[idx] = 1.0 + cfg.upper_z * sig
         sigmas.append(sig)
@@ -652,4 +665,4 @@ def import_perseus(path: str | Path, config: PerseusConfig | dict | None = None)
 
 
 __all__ = ["FORMAT", "PerseusConfig", "DriveSamples", "analyze", "find_file", "import_perseus", "labels_from",
-           "periods", "rank_drives", "read_samples", "score_samples", "windows"]
+           "periods", "rank_drives", "read_samples", "relative_to_load", "score_samples", "windows"]

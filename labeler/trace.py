@@ -9,7 +9,12 @@ Input (format name ``straggler-trace``): ``trace-NAME.parquet``, one row per rec
 operation with columns ``dp_rank, stage, rank, step, optype, start_ts, duration,
 seq_id, mc, gmc, mb_id`` (seconds; ``start_ts`` may be relative to the step), and
 ``meta-NAME.yaml`` with the parallelism sizes (``dp_size``, ``pp_size``, ``tp_size``,
-``vpp_size``, ``world_size``, ``trial_name``, ``run_id``).
+``vpp_size``, ``world_size``, ``trial_name``, ``run_id``). Rows left out are counted
+by reason (an empty value, an infinite time, a negative duration, an operation
+recorded twice, an operation type not modeled, a step without the same operations on
+every worker) in ``info["skipped"]``/``import.json`` and one line
+(``info["skipped_line"]``). No timestamp unit is checked: ``start_ts`` is relative
+(seconds from an origin of the recorder's), so no magnitude tells milliseconds apart.
 
 1. **Dependency model** (one per training step, identical for every step and DP rank,
    built from the order of operations in the trace; nodes are ``(stage, optype,
@@ -208,11 +213,7 @@ def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
         raise BadInput(f"{trace_path.name} misses column(s) {', '.join(missing)}", field="trace",
                        fix=f"a straggler trace has columns {', '.join(TRACE_COLUMNS)}")
     df = pq.read_table(trace_path, columns=list(TRACE_COLUMNS)).to_pandas()
-    df["optype"] = df["optype"].astype(str)
-    for c in ("start_ts", "duration"):
-        df[c] = df[c].astype(np.float64)
-    for c in ("dp_rank", "stage", "rank", "step", "seq_id"):
-        df[c] = df[c].astype(np.int64)
+    df, skips = _clean_rows(df)
     meta: dict = {}
     if meta_path is not None:
         try:
@@ -234,7 +235,59 @@ def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
     if int(meta.get("vpp_size", 1)) > 1:
         raise BadInput(f"vpp_size={meta['vpp_size']}: interleaved pipelines are not modeled", field="meta",
                        fix="analyze a trace with vpp_size 1")
+    df.attrs["skips"] = skips
     return df, meta, {"trace": str(trace_path), "meta": str(meta_path) if meta_path else None}
+
+
+#: the key of one recorded operation: a trace holds each once
+OP_KEY = ("dp_rank", "stage", "rank", "step", "optype", "seq_id")
+
+
+def _clean_rows(df: pd.DataFrame):
+    """The trace's rows that can be analyzed, typed (times float64 s, ids int64,
+    ``optype`` str), and a :class:`faultlab.labeler.importers.SkipCount` of the others
+    by their first reason: an empty value in a column the model uses (n/a), an
+    infinite ``start_ts`` or ``duration``, a negative ``duration``, an operation
+    recorded twice (:data:`OP_KEY`; the first row kept). Nothing is dropped in silence:
+    the counts go into ``import.json`` and the CLI's one line."""
+    from faultlab.labeler.importers import SkipCount
+
+    skips = SkipCount(len(df))
+    used = ["dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id"]
+    na = df[used].isna().any(axis=1).to_numpy()
+    skips.add("n/a (empty or missing value)", int(na.sum()))
+    st = pd.to_numeric(df["start_ts"], errors="coerce").to_numpy(np.float64)
+    du = pd.to_numeric(df["duration"], errors="coerce").to_numpy(np.float64)
+    inf = ~na & (np.isinf(st) | np.isinf(du))
+    skips.add("infinite start_ts or duration", int(inf.sum()))
+    with np.errstate(invalid="ignore"):
+        neg = ~na & ~inf & (du < 0)
+    skips.add("negative duration", int(neg.sum()))
+    keep = ~(na | inf | neg)
+    if not keep.all():
+        df = df[keep].reset_index(drop=True)
+    df["optype"] = df["optype"].astype(str)
+    for c in ("start_ts", "duration"):
+        df[c] = df[c].astype(np.float64)
+    for c in ("dp_rank", "stage", "rank", "step", "seq_id"):
+        df[c] = df[c].astype(np.int64)
+    dup = df.duplicated(list(OP_KEY), keep="first").to_numpy()
+    skips.add(f"duplicated ({', '.join(OP_KEY)})", int(dup.sum()))
+    if dup.any():
+        df = df[~dup].reset_index(drop=True)
+    return df, skips
+
+
+def _left_out(df: pd.DataFrame, model: "TraceModel", skips) -> None:
+    """Count, in ``skips``, the rows the model leaves out (:func:`build_model`): of an
+    operation type it does not model, of a step without the same operations on every
+    worker."""
+    known = df["optype"].isin(KNOWN_OPTYPES).to_numpy()
+    if model.ignored_optypes:
+        skips.add(f"of an operation type not modeled ({', '.join(model.ignored_optypes)})", int((~known).sum()))
+    if model.dropped_steps:
+        n = int((known & df["step"].isin(model.dropped_steps).to_numpy()).sum())
+        skips.add(f"of {len(model.dropped_steps)} step(s) without the same operations on every worker", n)
 
 
 # -- the dependency model ---------------------------------------------------------------
@@ -761,7 +814,9 @@ def import_trace(path: str | Path, config: TraceConfig | dict | None = None):
         :class:`faultlab.labeler.importers.ImportResult` with ``labels`` (LABELS
         columns; ``run_id`` = ``TRIAL-RUNID`` from the meta file) and ``whatif`` (the
         :func:`analyze` result plus ``source`` paths; for several traces
-        ``{"traces": {run_id: result}, "slowdown_by_trace": {run_id: S}}``).
+        ``{"traces": {run_id: result}, "slowdown_by_trace": {run_id: S}}``);
+        ``info`` with ``n_rows``, ``skipped`` (the rows left out by reason, see the
+        module docstring; per trace for several) and ``skipped_line``.
 
     Raises:
         BadInput for a missing file or column, a bad config field, or an inconsistent trace.
@@ -779,14 +834,21 @@ def import_trace(path: str | Path, config: TraceConfig | dict | None = None):
                   "traces": traces, "slowdown_by_trace": {k: v.get("slowdown") for k, v in traces.items()}}
         return ImportResult(format=FORMAT, labels=labels, whatif=whatif,
                             info={"n_rows": sum(r.info["n_rows"] for r in parts), "n_traces": len(parts),
-                                  "traces": [str(f) for f in many]})
+                                  "traces": [str(f) for f in many],
+                                  "skipped": {r.whatif["run_id"]: r.info["skipped"] for r in parts},
+                                  "skipped_line": "; ".join(f"{r.whatif['run_id']}: {r.info['skipped_line']}"
+                                                            for r in parts)})
     df, meta, paths = read_trace(path)
+    skips = df.attrs["skips"]
     result, model = analyze(df, meta, cfg)
+    _left_out(df, model, skips)
     run_id = f"{meta.get('trial_name', Path(paths['trace']).stem)}-{meta.get('run_id', 0)}"
     result["run_id"] = run_id
     result["source"] = {"format": FORMAT, **paths}
     labels = labels_from(result, model, run_id)
-    return ImportResult(format=FORMAT, labels=labels, whatif=result, info={"n_rows": int(len(df))})
+    return ImportResult(format=FORMAT, labels=labels, whatif=result,
+                        info={"n_rows": skips.n_rows, "source": paths["trace"], "skipped": skips.to_dict(),
+                              "skipped_line": skips.line()})
 
 
 __all__ = ["FORMAT", "TRACE_COLUMNS", "TraceConfig", "TraceModel", "analyze", "build_model", "find_files",

@@ -6,17 +6,18 @@ Datasets (``../shared/datasets/public/`` relative to the project root):
 
 - ``perseus-cluster_A``: Perseus drive telemetry (FAST'23). Checked against
   ``slow_drives.csv`` (the operators' confirmed fail-slow drives): are both labeled,
-  and the drive-level precision (labeled drives that are confirmed / labeled drives).
-  For ``long`` also its component-level judgement (``components.parquet``): precision
-  and recall of the drives judged ``persistent``, and the ranking by labeled-time
-  fraction: Acc@k (confirmed drives in the top k / min(k, confirmed drives)) and
-  precision@k (confirmed drives in the top k / k).
+  and the drive-level precision and recall of the drive verdict (``perseus``:
+  ``drives.json``; ``long``: the components judged ``persistent`` in
+  ``components.parquet``; both the shared rule of :mod:`faultlab.labeler.verdict`) and
+  the verdict's ranking: Acc@1 and Acc@k (confirmed drives in the top k / k, k = the
+  confirmed drives).
 - ``alibaba-pai-minibatch``: per-worker mini-batch times of two PAI jobs
   (alibaba/clusterdata), read as published by the ``pai-minibatch`` importer: the
   labels per job, against the publisher's prose (job 2: steady offsets, no episode;
   job 3: several stragglers).
 - synthetic drive clusters (:data:`faultlab.labeler.synthetic.CLUSTERS`: 0, 1 and 30%
-  fail-slow drives, with hard negatives, offset drives and noisy hosts) and the two
+  fail-slow drives, with hard negatives, offset drives and noisy hosts; each also
+  drawn from a seed not used while building, ``-s7001``) and the two
   halves of cluster A's hosts (held-out splits): drive-level precision and recall of
   the verdict, Acc@1 and Acc@k of the ranking (k = the confirmed drives), with the
   ``perseus`` and ``long`` importers and the same defaults.
@@ -26,7 +27,8 @@ Datasets (``../shared/datasets/public/`` relative to the project root):
 
 Importers: ``perseus`` and ``straggler-trace`` on their own format; ``long`` on both,
 after converting them here (not timed) to the generic long format: Perseus as
-``component=drive:HOST/DISK, peer_group=HOST, metric=latency``; the trace as
+``component=drive:HOST/DISK, peer_group=HOST, metric=latency, load=throughput`` (and,
+for reference, ``long, no load``: the same without the load column: latency alone); the trace as
 ``component=rank:N, peer_group=stage:S, timestamp=step, metric=compute_s`` (forward +
 backward compute per step). A pair whose format does not fit is ``n/a``.
 
@@ -36,8 +38,9 @@ parent stays small: it imports neither pandas nor pyarrow and converts in childr
 is its own; runtime is from after the imports to the written outputs. The answer files
 are read only here, after the importers ran, never by them.
 
-Exit 1 when a check fails: a confirmed Perseus drive not labeled, S off by 3% or more,
-or the straggling stage not stage 3.
+Exit 1 when a check fails: a confirmed Perseus drive not judged fail-slow by
+``perseus`` or ``long`` (cluster A and both halves), S off by 3% or more, the
+straggling stage not stage 3, or a label on PAI job 2.
 """
 
 from __future__ import annotations
@@ -139,7 +142,12 @@ def prepare_drives(name: str, public: Path, dst: Path) -> Path:
             hosts = set(df["host"].astype(str))
             truth = [t for t in truth if t.split("/", 1)[0] in hosts]
     else:
-        spec = next(c for c in synthetic.CLUSTERS if c.name == name)
+        from dataclasses import replace
+
+        base, _, seed = name.partition("-s")
+        spec = next(c for c in synthetic.CLUSTERS if c.name == base)
+        if seed:  # a held-out seed of the same cluster
+            spec = replace(spec, name=name, seed=int(seed))
         df, truth = synthetic.generate(spec)
     df.to_parquet(dst / "metrics.parquet", index=False)
     (dst / "truth.json").write_text(json.dumps(truth))
@@ -148,7 +156,8 @@ def prepare_drives(name: str, public: Path, dst: Path) -> Path:
 
 #: the drive datasets, in the order printed
 DRIVE_SETS = ("perseus-cluster_A", "perseus-cluster_A-half0", "perseus-cluster_A-half1",
-              "synthetic-none", "synthetic-one", "synthetic-30pct")
+              "synthetic-none", "synthetic-one", "synthetic-30pct",
+              "synthetic-none-s7001", "synthetic-one-s7001", "synthetic-30pct-s7001")
 
 
 def drive_figures(flagged: set, ranked: list[str], truth: set) -> str:
@@ -172,13 +181,17 @@ def perseus_to_long(src: Path, dst: Path) -> Path:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    t = pq.read_table(src / "metrics.parquet", columns=["host", "ts", "disk_id", "latency"])
+    t = pq.read_table(src / "metrics.parquet", columns=["host", "ts", "disk_id", "throughput", "latency"])
     host, disk = pc.cast(t["host"], pa.string()), pc.cast(t["disk_id"], pa.string())
     comp = pc.binary_join_element_wise(pa.scalar("drive:"), host, pa.scalar("/"), disk, "")
     out = pa.table({"component": comp, "peer_group": host, "timestamp": pc.cast(t["ts"], pa.float64()),
-                    "metric": pa.array(["latency"] * t.num_rows), "value": t["latency"]})
+                    "metric": pa.array(["latency"] * t.num_rows), "value": t["latency"],
+                    "load": pc.cast(t["throughput"], pa.float64())})
     f = dst / "perseus-long.parquet"
     pq.write_table(out, f)
+    # the same without the load column: latency alone (a drive serving more throughput
+    # than its peers has a higher latency, and latency alone cannot tell it from a slow one)
+    pq.write_table(out.drop(["load"]), dst / "perseus-long-latency-only.parquet")
     return f
 
 
@@ -225,6 +238,7 @@ def main() -> int:
     ok = True
     rows = []
     details = []
+    real: list[tuple[str, float, float]] = []  # (dataset importer, precision, recall) on the real cluster
     t_all = time.perf_counter()
 
     for name in DRIVE_SETS:
@@ -239,10 +253,11 @@ def main() -> int:
             continue
         truth = set(json.loads((d / "truth.json").read_text()))
         long_in = convert("perseus", d, d)
-        for fmt, path in (("perseus", d), ("long", long_in)):
-            r = run_child(fmt, path, d / f"out.{fmt}")
+        for shown, fmt, path in (("perseus", "perseus", d), ("long", "long", long_in),
+                                 ("long, no load", "long", long_in.with_name("perseus-long-latency-only.parquet"))):
+            r = run_child(fmt, path, d / f"out.{shown.replace(', ', '-').replace(' ', '-')}")
             if "error" in r:
-                rows.append((name, fmt, None, None, None, None, "ERROR " + r["error"]))
+                rows.append((name, shown, None, None, None, None, "ERROR " + r["error"]))
                 ok = False
                 continue
             if fmt == "perseus":
@@ -252,18 +267,25 @@ def main() -> int:
                 ranked = [c["component"].split(":", 1)[1] for c in r["component_rank"]]
                 flagged = {c["component"].split(":", 1)[1] for c in r["component_rank"] if c["persistent"]}
             fig = drive_figures(flagged, ranked, truth)
+            if name.startswith("perseus-cluster_A") and shown != "long, no load":
+                hit = len(flagged & truth)
+                real.append((f"{name} {shown}", hit / len(flagged) if flagged else 0.0, hit / len(truth)))
             if fmt == "perseus" and name == "perseus-cluster_A":
                 ok &= truth <= flagged
                 details.append(f"{name} Perseus ranking (top 6): " + "; ".join(
                     f"#{x['rank']} {x['drive']} share {x['share']:.2f} level {x['level']:.2f} (z {x['level_z']:.1f}) "
                     f"slowdown {x['slowdown']:.2f}{' FAIL-SLOW' if x['failslow'] else ''}{' [confirmed]' if x['drive'] in truth else ''}"
                     for x in r["drives"][:6]))
-            if fmt == "long" and name == "perseus-cluster_A":
+            if shown == "long" and name == "perseus-cluster_A":
                 details.append(f"{name} long component ranking (top 6): " + "; ".join(
                     f"#{i + 1} {c['component']} level {c['level']:.2f} (z {c['level_z']:.1f}) labeled {c['fraction']:.3f}"
                     f"{' FAIL-SLOW' if c['persistent'] else ''}{' [confirmed]' if c['component'].split(':', 1)[1] in truth else ''}"
                     for i, c in enumerate(r["component_rank"][:6])))
-            rows.append((name, fmt, r["runtime_s"], r["peak_rss_mb"], r["n_labels"], len(r["components"]), fig))
+            if shown == "long, no load":
+                fig += " (latency alone, reference only)"
+            elif name.startswith("perseus-cluster_A"):
+                ok &= truth <= flagged  # every confirmed drive judged fail-slow
+            rows.append((name, shown, r["runtime_s"], r["peak_rss_mb"], r["n_labels"], len(r["components"]), fig))
     if persd.exists():
         rows.append(("perseus-cluster_A", "straggler-trace", None, None, None, None, "n/a (not an operation trace)"))
 
@@ -335,6 +357,10 @@ def main() -> int:
     print()
     for d in details:
         print(d)
+    if real:
+        met = all(p >= 0.95 and r >= 0.95 for _, p, r in real)
+        print("\nreal cluster, drive level, target precision >= 0.95 and recall >= 0.95: "
+              + ("met" if met else "NOT met") + " (" + "; ".join(f"{n} P {p:.3f} R {r:.3f}" for n, p, r in real) + ")")
     print(f"\ntotal {time.perf_counter() - t_all:.1f}s; outputs in {work}; checks {'passed' if ok else 'FAILED'}")
     return 0 if ok else 1
 

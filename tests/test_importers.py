@@ -708,6 +708,64 @@ def test_drive_verdict_on_synthetic_clusters(tmp_path, spec):
     assert hit >= 0.95 * len(truth)
     assert [d["drive"] for d in ranking["drives"][:len(truth)]] == ranking["failslow"][:len(truth)]
     assert drives_of(res.labels) <= flagged  # a steady 1.2x drive on a noisy host may have no slow window
+    # the long importer, the same drives in the long format (throughput as the load), the
+    # same verdict rule and defaults
+    long = pd.DataFrame({"component": "drive:" + df["host"] + "/" + df["disk_id"], "peer_group": df["host"],
+                         "timestamp": df["ts"].astype(float), "metric": "latency", "value": df["latency"],
+                         "load": df["throughput"]})
+    long.to_parquet(tmp_path / "long.parquet")
+    comps = importers.import_path("long", tmp_path / "long.parquet").components
+    lflag = {c.split(":", 1)[1] for c in comps.loc[comps["persistent"], "component"]}
+    hit = len(lflag & set(truth))
+    assert len(lflag) - hit == 0, sorted(lflag - set(truth))
+    assert hit >= 0.95 * len(truth)
+
+
+def _loaded_host(n: int = 720, seed: int = 0, slow: float = 1.5) -> pd.DataFrame:
+    """One host of 10 drives sampled every 15 s; a drive's latency grows with the
+    throughput it serves (``base x (0.5 + 0.5 x tp / 20 MB/s)``, 8% noise). ``busy``
+    serves 1.6x its peers' throughput all along (so 1.3x their latency: a healthy drive);
+    ``slow`` serves what its peers serve at ``slow`` x the latency for 70% of its time."""
+    rng = np.random.default_rng(seed)
+    t = 1_700_000_000.0 + 15.0 * np.arange(n)
+    work = 20e6 * (1.0 + 0.3 * np.sin(np.arange(n) / 40.0)) * rng.lognormal(0.0, 0.15, n)
+    rows = []
+    for d in ["busy", "slow"] + [f"d{k}" for k in range(8)]:
+        tp = work * (1.6 if d == "busy" else 1.0) * rng.lognormal(0.0, 0.2, n)
+        lat = 50.0 * (0.5 + 0.5 * tp / 20e6) * rng.lognormal(0.0, 0.08, n)
+        if d == "slow":
+            lat[int(0.15 * n):int(0.85 * n)] *= slow
+        rows.append(pd.DataFrame({"component": d, "peer_group": "host", "timestamp": t, "metric": "latency_ms",
+                                  "value": lat, "load": tp}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_long_load_column_judges_the_value_at_its_load(tmp_path):
+    """With a ``load`` column a drive that is slower only because it serves more than its
+    peers is no fail-slow drive, and the slow one is; without it latency alone reads the
+    busy drive as 1.3x its peers (the ``long, no load`` row of perf/public_datasets.py)."""
+    df = _loaded_host()
+    _, with_load = importers.label_long_components(df)
+    _, without = importers.label_long_components(df.drop(columns="load"))
+    lv = with_load.set_index("component")["level"]
+    assert sorted(with_load.loc[with_load["persistent"], "component"]) == ["slow"]
+    assert 1.4 < lv["slow"] < 1.6 and abs(lv["busy"] - 1.0) < 0.05
+    assert without.set_index("component")["level"]["busy"] > 1.2  # latency alone: the load reads as slowness
+    # read from a file too (CSV keeps the load column), the rows without a load counted
+    bad = df.copy()
+    bad.loc[bad.index[:3], "load"] = np.nan
+    bad.loc[bad.index[3], "load"] = -1.0
+    bad.to_csv(tmp_path / "d.csv", index=False)
+    res = importers.import_path("long", tmp_path / "d.csv")
+    assert res.info["skipped"]["skipped"] == {"n/a load (empty or missing) of a metric with a load": 3, "negative load": 1}
+    assert "latency_ms judged relative to its peer group's value at the same load (1 of 1 peer group(s) fitted)" \
+        in res.info["skipped_line"]
+    assert res.info["persistent"] == ["slow"]
+    ev = json.loads(res.labels.loc[res.labels["component"] == "slow", "evidence"].iloc[0])
+    assert ev["relative_to_load"] is True
+    with pytest.raises(BadInput) as ei:
+        importers.label_long_components(df.assign(load=df["load"].astype(str).where(df.index != 5, "busy")))
+    assert ei.value.field == "load"
 
 
 # -- the public data as upstream publishes it ---------------------------------------------
@@ -820,6 +878,22 @@ def test_long_counts_every_skipped_row_and_reads_tsv(tmp_path):
     assert importers.read_long(g).shape[0] == n + 7
 
 
+def test_long_milliseconds_column_is_converted_and_said(tmp_path):
+    """A whole timestamp column in milliseconds (or microseconds) is converted to
+    seconds and said; the labels are the seconds file's."""
+    df = long_frame(seed=4)
+    secs = importers.import_path("long", (tmp_path / "s.csv") if df.to_csv(tmp_path / "s.csv", index=False) is None else None)
+    for unit, mult in (("milliseconds", 1e3), ("microseconds", 1e6)):
+        f = tmp_path / f"{unit}.csv"
+        df.assign(timestamp=df["timestamp"] * mult).to_csv(f, index=False)
+        res = importers.import_path("long", f)
+        assert f"timestamp converted from {unit} to seconds" in res.info["skipped_line"]
+        assert res.info["skipped"]["n_skipped"] == 0
+        cols = ["component", "start_ts", "end_ts", "slowdown"]
+        assert len(secs.labels) == 1
+        pd.testing.assert_frame_equal(res.labels[cols], secs.labels[cols], rtol=1e-9)
+
+
 def test_perseus_milliseconds_column_is_converted_and_said(tmp_path):
     df = perseus_frame(hosts=1, slow={(0, 2): (1.5, None)}, seed=4)
     df.to_parquet(tmp_path / "s.parquet")
@@ -832,6 +906,40 @@ def test_perseus_milliseconds_column_is_converted_and_said(tmp_path):
     assert b.info["skipped"]["skipped"] == {"negative throughput or latency <= 0": 3}
     assert "ts converted from milliseconds to seconds" in b.info["skipped_line"]
     assert a.info["skipped_line"] == f"skipped no rows of {len(df):,}"
+
+
+@needs_st
+def test_straggler_trace_counts_every_row_it_leaves_out(tmp_path):
+    """The public trace with damaged rows added: an empty duration, a negative one, an
+    infinite start, an operation recorded twice, an operation type the model does not
+    know. Each is counted by reason (one line, import.json), and the what-if is the
+    clean trace's: the rows left out changed nothing."""
+    import shutil
+
+    t = pq.read_table(ST_DIR / "trace-ST.parquet").to_pandas()
+    base = t.iloc[[0]]
+    bad = pd.concat([base.assign(duration=np.nan), base.assign(duration=-0.5), base.assign(start_ts=np.inf),
+                     t.iloc[[5]], base.assign(optype="flash-checkpoint")], ignore_index=True)
+    bad["optype"] = bad["optype"].astype(str)
+    full = pd.concat([t.astype({"optype": str}), bad], ignore_index=True)
+    d = tmp_path / "st"
+    d.mkdir()
+    full.to_parquet(d / "trace-ST.parquet")
+    shutil.copy(ST_DIR / "meta-ST.yaml", d / "meta-ST.yaml")
+    res = importers.import_path("straggler-trace", d)
+    clean = importers.import_path("straggler-trace", ST_DIR)
+    assert clean.info["skipped_line"] == f"skipped no rows of {len(t):,}"
+    sk = res.info["skipped"]
+    assert sk["n_rows"] == len(t) + 5 and sk["n_skipped"] == 5
+    assert sk["skipped"] == {"n/a (empty or missing value)": 1, "infinite start_ts or duration": 1,
+                             "negative duration": 1,
+                             "duplicated (dp_rank, stage, rank, step, optype, seq_id)": 1,
+                             "of an operation type not modeled (flash-checkpoint)": 1}
+    assert res.whatif["slowdown"] == clean.whatif["slowdown"]
+    cp = fl("label", "--import", "straggler-trace", str(d), "--out", str(tmp_path / "o"))
+    assert cp.returncode == 0, cp.stderr
+    assert f"skipped 5 of {len(t) + 5:,} rows: 1 n/a" in cp.stdout
+    assert json.loads((tmp_path / "o" / "import.json").read_text())["skipped"]["n_skipped"] == 5
 
 
 PAI_DIR = PUBLIC / "alibaba-pai-minibatch"

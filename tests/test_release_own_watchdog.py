@@ -1,0 +1,74 @@
+"""Releasing a lease signals its own watchdog only (review r1, finding 15).
+
+``Lease.release`` used to SIGTERM the process group of every process whose argv looked
+like the lease's watchdog, of any user. Now it signals the watchdog the record names
+(PID and start time, written when the watchdog started), run by the record's user.
+Real processes: a real lease with its real ``sh`` watchdog, and two look-alikes with
+the same argv shape (session leaders, as a watchdog is): one of user ``nobody`` and
+one of root that is not the recorded PID."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import time
+
+import pytest
+
+from conftest import needs_root
+from faultlab.injectors.base import Cmd
+from faultlab.injectors.lease import WATCHDOG_NAME, Lease, read_records
+from faultlab.injectors.hostview import find_watchdogs
+from faultlab.nodes import LocalNode
+from test_lifecycle import wait_for
+
+
+def _look_alike(fid: str, *, as_nobody: bool) -> subprocess.Popen:
+    # `sleep 600; :` keeps sh itself alive (no exec of the last command), as a watchdog's sh
+    argv = ["sh", "-c", "sleep 600; :", WATCHDOG_NAME, fid, str(int(time.time()) + 600), "0", "true"]
+    if as_nobody:
+        argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv]
+    return subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL)
+
+
+@needs_root
+def test_release_stops_only_the_recorded_watchdog(tmp_path, no_residue):
+    fid = f"process-{secrets.token_hex(3)}"
+    lease = Lease.create_for(LocalNode("local"), fid, "process-pause", "pid:0", {}, [Cmd(("true",))], time.time() + 120)
+    others = [_look_alike(fid, as_nobody=True), _look_alike(fid, as_nobody=False)]
+    try:
+        assert lease.record["watchdog_pid"] == lease.proc.pid and isinstance(lease.record["watchdog_starttime"], int)
+        assert wait_for(lambda: {w.pid for w in find_watchdogs() if w.fault_id == fid} == {lease.proc.pid, *(p.pid for p in others)}, 10), \
+            "the look-alikes do not look like watchdogs"
+        # a lease read back from its record (another process's release, e.g. faultlab revert)
+        [back] = [le for le in read_records(lease.folder)[0] if le.fault_id == fid]
+        assert [w.pid for w in back.own_watchdogs()] == [lease.proc.pid]
+        back.release()
+        assert wait_for(lambda: lease.proc.poll() is not None, 10), "its own watchdog was not stopped"
+        time.sleep(0.5)
+        assert [p.poll() for p in others] == [None, None], "release signalled a process that only looks like its watchdog"
+        assert not lease.exists()
+    finally:
+        lease.release()
+        for p in others:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+            p.wait()
+
+
+def test_a_record_without_watchdog_fields_matches_by_user_and_folder(tmp_path, no_residue):
+    """A record of an older version (no watchdog_pid): the watchdog is told by its user
+    and the lease folder it holds, never by argv alone."""
+    fid = f"process-{secrets.token_hex(3)}"
+    lease = Lease.create_for(LocalNode("local"), fid, "process-pause", "pid:0", {}, [Cmd(("true",))], time.time() + 120)
+    other = _look_alike(fid, as_nobody=False)  # holds no lease folder descriptor
+    try:
+        old = Lease(lease.path, {k: v for k, v in lease.record.items() if not k.startswith("watchdog_")})
+        assert wait_for(lambda: [w.pid for w in old.own_watchdogs()] == [lease.proc.pid], 10)
+    finally:
+        lease.release()
+        os.killpg(other.pid, 9)
+        other.wait()
+    if lease.proc.poll() is None:
+        pytest.fail("the lease's own watchdog survived its release")
