@@ -39,6 +39,10 @@ _LIST_SH = 'for f in "$1"/*.json; do [ -f "$f" ] && [ ! -L "$f" ] && [ -O "$f" ]
 
 
 def trusted_dir(node) -> PurePosixPath:
+    """The node's lease folder (``node.lease_dir()``, ``/run/faultlab/leases`` on an ssh
+    node), made 0700 when missing and checked in one ``sh`` command on the node: a real
+    folder (no symlink) owned by the login (or sudo) user, not group/other-writable.
+    Returns its path. Raises NodeError (field ``--node``) otherwise."""
     d = node.lease_dir()
     cp = node.run(["sh", "-c", _CHECK_DIR_SH, "sh", str(d)], timeout=node.command_timeout_s)
     if cp.returncode != 0:
@@ -97,6 +101,10 @@ class RemoteLease:
         self.node.write_file(str(self.path), json.dumps(self.record, indent=1))
 
     def renew(self, deadline_ts: float) -> None:
+        """Move the deadline to ``deadline_ts`` (unix s): ``ID.deadline`` on the node
+        (whole seconds, rounded up; the watchdog reads it as digits only at its next
+        poll, <= 5 s) and the record's ``deadline_ts``. Raises NodeError /
+        CalledProcessError when the node cannot be written."""
         self.node.write_file(str(self.path.with_name(f"{self.fault_id}.deadline")), str(int(deadline_ts + 0.999)))
         self.record["deadline_ts"] = deadline_ts
         self._write()
@@ -134,6 +142,11 @@ class RemoteLease:
         self.node.run(["rm", "-f", "--", str(self.path), str(self.path.with_name(f"{self.fault_id}.deadline"))], timeout=30)
 
     def run_revert(self, timeout_s: float = 60.0) -> int:
+        """Run the record's revert lines on the node (each ``sh -c LINE``, at most
+        ``timeout_s`` seconds each), in order, all of them even after a failure.
+        Returns the number that exited non-zero (0: all done). Only for a record whose
+        watchdog is gone (remoteview.revert_remote); the lines passed
+        :func:`valid_remote_record` (strings) when the record was loaded."""
         failed = 0
         for line in self.record.get("revert", []):
             failed += self.node.run(["sh", "-c", line], timeout=timeout_s).returncode != 0

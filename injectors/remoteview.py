@@ -40,6 +40,13 @@ class RemoteFault:
     notes: list[str] = field(default_factory=list)
 
     def row(self) -> dict:
+        """This fault as one row of ``faultlab status --inventory --json``:
+        ``fault_id``, ``type`` (fault type or None when the record is lost), ``node``
+        (``ssh:NAME``), ``target``, ``record`` (bool: the record is there),
+        ``watchdog_alive`` (bool), ``remaining_s`` (int s to the deadline, >= 0; None
+        when unknown), ``controller`` (``HOST:PID`` or None), ``controller_alive``
+        (bool: that PID lives on this host; PID only, no start time). Raises nothing:
+        the record passed :func:`lease_remote.valid_remote_record`."""
         rec = self.lease.record if self.lease else {}
         left = None if self.deadline_ts is None else max(0, round(self.deadline_ts - time.time()))
         alive = bool(self.lease and self.lease.controller_alive())
