@@ -628,6 +628,20 @@ def boot(a: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """One rank: the argv of the module docstring (``parse_args``), then boot (GC
+    timer, agent, torch.distributed rendezvous at ``--master-addr:--master-port``
+    within ``--timeout-s``), training until ``--duration-s`` seconds / ``--steps`` steps
+    / SIGTERM (the stop is agreed by all ranks through the all-reduce buffer, so every
+    rank ends at the same step), a barrier, and teardown.
+
+    Writes ``--out/steps-rank{R}.jsonl`` (one record a step, the schema of the module
+    docstring; buffered and written at most every ``--flush-s`` s, and at the end) and, with
+    ``--data-dir``, shards and checkpoints under ``DATA_DIR/RUN_ID/rank{R}`` (removed at
+    the end); one "up" line and one "done" line on stdout.
+
+    Returns 0 after a clean stop. Run through :func:`run_main` (as ``python -m``):
+    an exception is printed and the process exits 1; Ctrl-C exits 130; a second
+    SIGTERM exits at once with 143; argparse's usage errors exit 2."""
     a = parse_args(argv)
     t_boot, gc_seconds, torch, dist, device, backend, sync = boot(a)
     print(

@@ -464,6 +464,30 @@ def schedule_table(c, schedules: list[dict]):
     return t
 
 
+def _chosen_runs(only: str, n: int) -> range:
+    """``--runs A:B`` as the range of drawn runs (0-based, B capped at ``n``). Raises
+    BadInput (field ``--runs``)."""
+    a, sep, b = only.partition(":")
+    if not sep or not a.isdigit() or not b.isdigit() or int(a) >= int(b):
+        raise BadInput(f"{only!r} is not A:B with A < B", field="--runs", fix="e.g. --runs 0:10")
+    return range(int(a), min(int(b), n))
+
+
+def _earlier_runs(prev: Path) -> list[dict]:
+    """The runs of an earlier chunk's ``campaign.json`` (a JSON object whose ``runs`` is
+    a list of objects, each with a ``schedule`` object). Raises BadInput (field
+    ``campaign.json``) for anything else: unreadable, not JSON, another shape."""
+    fix = f"restore it, give another --out, or remove {prev} to start the manifest anew"
+    try:
+        doc = json.loads(prev.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadInput(f"{prev} could not be read ({type(e).__name__}: {e})", field="campaign.json", fix=fix) from None
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("schedule", {}), dict) for r in runs):
+        raise BadInput(f"{prev} is not a campaign manifest (an object whose runs is a list of run objects)", field="campaign.json", fix=fix)
+    return [{**r, "schedule": r.get("schedule", {})} for r in runs]
+
+
 @app.command()
 def campaign(
     file: Path = typer.Argument(..., help="a campaign YAML file (see examples/)"),
@@ -496,18 +520,20 @@ def campaign(
             out.print(schedule_table(c, schedules))
         return
     base = Path(out_dir or Path("faultlab-runs") / f"{c.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    base.mkdir(parents=True, exist_ok=True)
     manifest = {"campaign": c.name, "seed": c.seed, "runs": []}
     con = err_out if as_json else out
     chosen = range(len(scs))
-    if only is not None:
-        a, sep, b = only.partition(":")
-        if not sep or not a.isdigit() or not b.isdigit() or int(a) >= int(b):
-            _fail(BadInput(f"{only!r} is not A:B with A < B", field="--runs", fix="e.g. --runs 0:10"))
-        chosen = range(int(a), min(int(b), len(scs)))
-        prev = base / "campaign.json"
-        if prev.is_file():  # a later chunk adds to the manifest of the earlier ones
-            manifest["runs"] = [r for r in json.loads(prev.read_text()).get("runs", []) if r.get("schedule", {}).get("name") not in {scs[i].name for i in chosen}]
+    try:  # every input checked before the folder is made: nothing half-applied
+        if only is not None:
+            chosen = _chosen_runs(only, len(scs))
+            prev = base / "campaign.json"
+            if prev.is_file():  # a later chunk adds to the manifest of the earlier ones
+                manifest["runs"] = [r for r in _earlier_runs(prev) if r["schedule"].get("name") not in {scs[i].name for i in chosen}]
+        base.mkdir(parents=True, exist_ok=True)
+    except FaultlabError as e:
+        _fail(e)
+    except OSError as e:
+        _fail(BadInput(f"cannot make {e.filename or base}: {e.strerror or e}", field="--out", fix="give a writable folder"))
     for i, s in enumerate(scs):
         if i not in chosen:
             continue

@@ -14,6 +14,22 @@ from faultlab.errors import NodeError
 from faultlab.nodes import Node
 
 
+def gc_storm_why(facts: dict) -> str:
+    """How gc-storm reaches a rank here, in words: only through the in-workload agent
+    (``faultlab.benchmarks.agent``, started with the workload). Starting the agent in
+    a running interpreter through ``sys.remote_exec`` is not built
+    (``injectors.gc.remote_exec_support`` says why for this node's Python), so it is
+    never reported as available. ``facts``: the node's ``python`` and
+    ``sys_remote_exec`` (from ``_python_facts``)."""
+    from faultlab.injectors.gc import remote_exec_support
+
+    why_not = remote_exec_support(facts.get("python")) if facts.get("sys_remote_exec") else (
+        f"sys.remote_exec needs Python >= 3.14 in the target (this is {facts.get('python')})")
+    if why_not is None:
+        return "through the in-workload agent (faultlab.benchmarks.agent), or started in a running rank through sys.remote_exec"
+    return f"through the in-workload agent (faultlab.benchmarks.agent) only; a rank without it: {why_not}"
+
+
 def _try_qdiscs(node: Node) -> dict[str, str | None]:
     """Try tbf, htb, netem and an ingress redirect on a throw-away probe device
     (``faultlab.injectors.probedev``: under its own lease, deleted at once).
@@ -99,8 +115,7 @@ def diagnose(node: Node) -> dict:
     smi = node.has_program("nvidia-smi")
     facts["nvidia_smi"] = smi
     facts.update(_python_facts(node))
-    gc_why = "through the in-workload agent (faultlab.benchmarks.agent)" + (
-        "; sys.remote_exec available" if facts["sys_remote_exec"] else f"; sys.remote_exec needs Python >= 3.14 in the target (this is {facts['python']})")
+    gc_why = gc_storm_why(facts)
     if facts["python"] is None:
         gc_why = f"no Python for the ranks: {facts['python_error']}"
 

@@ -55,11 +55,39 @@ class RunDir:
     def create(cls, path: str | Path, *, run_id: str, scenario: dict, seed: int | None = None) -> "RunDir":
         """Make the folder, write scenario.yaml and an incomplete meta.json.
 
-        Raises BadInput (field ``--out``) when ``path`` exists and is not empty."""
+        Raises BadInput (field ``--out``) when ``path`` exists and is not empty, or
+        cannot be made or written (an OSError: a read-only or missing parent, no
+        space); a folder this call made is removed again then."""
         rd = cls(path)
-        if rd.path.exists() and any(rd.path.iterdir()):
-            raise BadInput(f"{rd.path} exists and is not empty", field="--out", fix="give a new folder; a run never writes over another")
-        rd.path.mkdir(parents=True, exist_ok=True)
+        try:
+            existed = rd.path.exists()
+            if existed and any(rd.path.iterdir()):
+                raise BadInput(f"{rd.path} exists and is not empty", field="--out", fix="give a new folder; a run never writes over another")
+            rd.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise BadInput(f"cannot make {e.filename or rd.path}: {e.strerror or e}", field="--out", fix="give a writable folder") from None
+        try:
+            rd._write_first_files(run_id, scenario, seed)
+        except OSError as e:
+            rd._remove_first_files(folder_too=not existed)
+            raise BadInput(f"cannot write {e.filename or rd.path}: {e.strerror or e}", field="--out", fix="give a writable folder with free space") from None
+        return rd
+
+    def _remove_first_files(self, *, folder_too: bool) -> None:
+        """Undo a failed ``create``: what it wrote, and the folder when it made it."""
+        for n in ("scenario.yaml", "meta.json", "meta.json.tmp"):
+            try:
+                (self.path / n).unlink(missing_ok=True)
+            except OSError:
+                pass
+        for d in (self.path / "telemetry", self.path) if folder_too else (self.path / "telemetry",):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+    def _write_first_files(self, run_id: str, scenario: dict, seed: int | None) -> None:
+        rd = self
         (rd.path / "telemetry").mkdir(exist_ok=True)
         (rd.path / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
         rd.write_meta(
@@ -75,7 +103,6 @@ class RunDir:
                 "faultlab": _version(),
             }
         )
-        return rd
 
     # -- meta ------------------------------------------------------------------------
     @property

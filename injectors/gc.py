@@ -98,8 +98,10 @@ def parse_number(value, field: str, hi: float, unit: str, example: str) -> float
 
 
 def remote_exec_support(target_python: str | None = None) -> str | None:
-    """None when ``sys.remote_exec`` could start the agent in a target running
-    ``target_python`` (``"3.14"``; None: unknown); else why not, in words."""
+    """Why ``sys.remote_exec`` cannot start the agent in a target running
+    ``target_python`` (``"3.14"``; None: unknown), in words. Today always a reason:
+    the interpreters are too old, or (on Python >= 3.14) that path is not built yet;
+    None is kept for when it is built."""
     if sys.version_info < (3, 14) or not hasattr(sys, "remote_exec"):
         return f"sys.remote_exec needs Python >= 3.14 and faultlab runs Python {platform.python_version()}"
     if target_python:

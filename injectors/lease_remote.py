@@ -1,9 +1,16 @@
 """Leases on a remote node (the ssh backend): the record and the watchdog live there.
 
-The same protocol as faultlab.injectors.lease (watchdog first, then the record; the
-watchdog ``sh`` script itself is shared), with every file operation a command on the
-node, so a fault ends at its deadline even if the controller is SIGKILLed *or the
-network between controller and node is cut*: nothing on the node waits for us.
+The same watchdog ``sh`` loop as faultlab.injectors.lease, with every file operation
+a command on the node, so a fault ends at its deadline even if the controller is
+SIGKILLed *or the network between controller and node is cut*: nothing on the node
+waits for us. The order differs from the local lease's (record, then watchdog): the
+watchdog starts first because its PID goes into the record; when the record cannot be
+written the watchdog is ended at once (its process group, TERM) and the record path
+removed, so a failed lease leaves nothing on the node.
+
+Records read back are untrusted: the same schema check as a local record
+(``lease.valid_record``: fault id, numeric deadline, revert lines all strings) plus
+integer PIDs; anything else is reported (``read_records``' problems), never used.
 
 The lease folder (``/run/faultlab/leases`` on the node) is made 0700 and must be a
 real folder owned by the login (or sudo) user; records are written with a ``umask
@@ -22,7 +29,7 @@ import os
 import time
 from pathlib import Path, PurePosixPath
 
-from faultlab import procid
+from faultlab import procid, safefs
 from faultlab.errors import NodeError
 from faultlab.safefs import read_on_node
 
@@ -32,6 +39,10 @@ _LIST_SH = 'for f in "$1"/*.json; do [ -f "$f" ] && [ ! -L "$f" ] && [ -O "$f" ]
 
 
 def trusted_dir(node) -> PurePosixPath:
+    """The node's lease folder (``node.lease_dir()``, ``/run/faultlab/leases`` on an ssh
+    node), made 0700 when missing and checked in one ``sh`` command on the node: a real
+    folder (no symlink) owned by the login (or sudo) user, not group/other-writable.
+    Returns its path. Raises NodeError (field ``--node``) otherwise."""
     d = node.lease_dir()
     cp = node.run(["sh", "-c", _CHECK_DIR_SH, "sh", str(d)], timeout=node.command_timeout_s)
     if cp.returncode != 0:
@@ -52,21 +63,48 @@ class RemoteLease:
 
     @classmethod
     def create_for(cls, node, lease_id, kind, target, params, revert, deadline_ts, watchdog_sh) -> "RemoteLease":
+        """Start the watchdog on ``node`` (detached ``sh``, running ``revert``, a list
+        of Cmd, at ``deadline_ts``, unix s, rounded up to the second), then write the
+        record naming its PID into the node's trusted lease folder.
+
+        Returns the lease. Raises NodeError when the folder is not trusted or the
+        watchdog cannot start; when the record cannot be written, the watchdog's
+        process group is ended and the record path removed before the error goes on
+        (nothing left on the node)."""
         d = trusted_dir(node)
         path = d / f"{lease_id}.json"
         lines = [c.render(node) for c in revert]
         proc = node.spawn(["sh", "-c", watchdog_sh, "faultlab-watchdog", str(path), str(int(deadline_ts + 0.999)), *lines], new_session=True)
         rec = {"fault_id": lease_id, "fault_type": kind, "node": node.describe(), "node_name": node.name, "target": target,
-               "params": params, "created_ts": time.time(), "deadline_ts": deadline_ts, "controller_pid": os.getpid(),
+               "params": params, "created_ts": time.time(), "deadline_ts": float(deadline_ts), "controller_pid": os.getpid(),
                "controller_starttime": procid.starttime(os.getpid()), "controller": os.uname().nodename, "revert": lines, "watchdog_pid": proc.pid}
         lease = cls(node, path, rec)
-        lease._write()
+        try:
+            lease._write()
+        except BaseException:
+            lease._end_new_watchdog(proc)
+            raise
         return lease
+
+    def _end_new_watchdog(self, proc) -> None:
+        """End the watchdog this process just started (its session's process group:
+        the ``sh -c`` wrapper and the loop) and remove the record path; best effort,
+        for a lease whose record could not be written."""
+        with contextlib.suppress(Exception):
+            self.node.run(["kill", "-TERM", "--", f"-{int(proc.pid)}"], timeout=30)
+        with contextlib.suppress(Exception):
+            proc.wait(10)
+        with contextlib.suppress(Exception):
+            self.node.run(["rm", "-f", "--", str(self.path)], timeout=30)
 
     def _write(self) -> None:
         self.node.write_file(str(self.path), json.dumps(self.record, indent=1))
 
     def renew(self, deadline_ts: float) -> None:
+        """Move the deadline to ``deadline_ts`` (unix s): ``ID.deadline`` on the node
+        (whole seconds, rounded up; the watchdog reads it as digits only at its next
+        poll, <= 5 s) and the record's ``deadline_ts``. Raises NodeError /
+        CalledProcessError when the node cannot be written."""
         self.node.write_file(str(self.path.with_name(f"{self.fault_id}.deadline")), str(int(deadline_ts + 0.999)))
         self.record["deadline_ts"] = deadline_ts
         self._write()
@@ -106,6 +144,11 @@ class RemoteLease:
         self.node.run(["rm", "-f", "--", str(self.path), str(self.path.with_name(f"{self.fault_id}.deadline"))], timeout=30)
 
     def run_revert(self, timeout_s: float = 60.0) -> int:
+        """Run the record's revert lines on the node (each ``sh -c LINE``, at most
+        ``timeout_s`` seconds each), in order, all of them even after a failure.
+        Returns the number that exited non-zero (0: all done). Only for a record whose
+        watchdog is gone (remoteview.revert_remote); the lines passed
+        :func:`valid_remote_record` (strings) when the record was loaded."""
         failed = 0
         for line in self.record.get("revert", []):
             failed += self.node.run(["sh", "-c", line], timeout=timeout_s).returncode != 0
@@ -124,13 +167,36 @@ def _is_watchdog(node, pid: int, path) -> bool:
     return "faultlab-watchdog" in cmd and (str(path) in args or any(str(path) in a.split() for a in args))
 
 
+def open_lock_dir(local_lease_dir: Path) -> safefs.TrustedDir:
+    """The controller's ``node-locks`` folder beside its lease folder
+    (``LEASE_DIR/../node-locks``), opened with the lease folder's checks
+    (``faultlab.safefs``: every component owned by root or us, not writable by others,
+    no symlink) and made private (0700) when missing. Raises NodeError (one line: the
+    folder, what is wrong, the fix; field ``FAULTLAB_LEASE_DIR``)."""
+    from faultlab.injectors.lease import lease_folder_error
+
+    d = Path(local_lease_dir).parent / "node-locks"
+    try:
+        return safefs.open_dir(d, create=True, mode=0o700, private=True)
+    except safefs.UntrustedPath as e:
+        raise NodeError(f"node lock folder {e}", field="FAULTLAB_LEASE_DIR") from None
+    except OSError as e:
+        raise lease_folder_error(e, str(d), "create or open it") from None
+
+
 @contextlib.contextmanager
 def node_lock(node, local_lease_dir: Path):
-    """A controller-side lock per remote node (see the module docstring)."""
-    d = local_lease_dir.parent / "node-locks"
-    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """A controller-side lock per remote node (see the module docstring): ``flock`` on
+    ``NAME.lock`` in :func:`open_lock_dir`'s folder, opened relative to the checked
+    folder's descriptor with ``O_NOFOLLOW``. Raises NodeError (one line) when the
+    folder or the lock file cannot be used."""
     name = hashlib.sha256(f"{node.describe()}@{node.address}:{getattr(node, 'port', '')}".encode()).hexdigest()[:16]
-    fd = os.open(d / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    with open_lock_dir(local_lease_dir) as d:
+        try:
+            fd = os.open(f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=d.fd)
+        except OSError as e:
+            raise NodeError(f"node lock {d.path}/{name}.lock: {e.strerror or e}", field="FAULTLAB_LEASE_DIR",
+                            fix="remove that file (a link or not a regular file), or point FAULTLAB_LEASE_DIR elsewhere") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -139,19 +205,55 @@ def node_lock(node, local_lease_dir: Path):
         os.close(fd)
 
 
-def load_leases(node) -> list[RemoteLease]:
-    """Every lease record in the node's lease folder (owned by the login user, not
-    links), oldest first; malformed records are ignored (never run)."""
+def valid_remote_record(rec, name: str) -> str | None:
+    """Why ``rec`` (parsed JSON of the file ``name``) is not a remote lease record, or
+    None: the local record's checks (``lease.valid_record``: a ``fault_id`` matching
+    LEASE_ID and the file name, a numeric ``deadline_ts``, a list of string revert
+    lines, string fields) and, where present, integer ``watchdog_pid`` /
+    ``controller_pid`` (> 0), a string ``controller`` and a numeric ``created_ts``."""
+    from faultlab.injectors.lease import valid_record
+
+    why = valid_record(rec, name)
+    if why:
+        return why
+    for k in ("watchdog_pid", "controller_pid"):
+        v = rec.get(k)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+            return f"{k} is not a PID"
+    if rec.get("controller") is not None and not isinstance(rec["controller"], str):
+        return "controller is not a string"
+    c = rec.get("created_ts")
+    if c is not None and (not isinstance(c, (int, float)) or isinstance(c, bool)):
+        return "created_ts is not a number"
+    return None
+
+
+def read_records(node) -> tuple[list[RemoteLease], list[str]]:
+    """(leases, problems) of the node's lease folder: every record there (owned by the
+    login user, not links; the whole path checked on the node as it is read) that
+    passes :func:`valid_remote_record`, oldest first; each file that does not is one
+    line in problems (``NODE:PATH: not a lease record (why)``), never acted on."""
     d = node.lease_dir()
     cp = node.run(["sh", "-c", _LIST_SH, "sh", str(d)], timeout=node.command_timeout_s)
-    out = []
+    out, problems = [], []
     for line in cp.stdout.splitlines():
         p = PurePosixPath(line)
         try:  # the whole path checked on the node (owner, mode, no symlink) as it is read
             rec = json.loads(read_on_node(node, str(p)))
-        except (OSError, ValueError):
+        except FileNotFoundError:
             continue
-        if not isinstance(rec, dict) or rec.get("fault_id") != p.stem or not isinstance(rec.get("revert", []), list):
+        except (OSError, ValueError) as e:
+            problems.append(f"{node.describe()}:{p}: not read ({' '.join(str(e).split())[:200]})")
+            continue
+        why = valid_remote_record(rec, p.name)
+        if why:
+            problems.append(f"{node.describe()}:{p}: not a lease record ({why})")
             continue
         out.append(RemoteLease(node, p, rec))
-    return sorted(out, key=lambda le: le.record.get("created_ts", 0))
+    return sorted(out, key=lambda le: le.record.get("created_ts") or 0), problems
+
+
+def load_leases(node) -> list[RemoteLease]:
+    """The valid lease records of the node's lease folder, oldest first (anything else
+    there is ignored, never run; ``faultlab status --inventory`` reports it)."""
+    return read_records(node)[0]

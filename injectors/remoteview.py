@@ -4,7 +4,8 @@
 A remote node's faults are known from the node alone (faultlab.injectors.lease_remote):
 
 - lease records in the node's lease folder (trusted as there: regular files owned by
-  the login user, not links; malformed ones ignored);
+  the login user, not links, passing the local record's schema check; any other file
+  there is a problem line, never acted on);
 - watchdog processes on the node whose argv is ``... faultlab-watchdog RECORD DEADLINE
   LINE...`` with RECORD in that folder, also when their record was lost (the watchdog
   carries its own revert lines, so it can still be told to revert).
@@ -21,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from faultlab.injectors.lease_remote import RemoteLease, load_leases
+from faultlab.injectors.lease_remote import RemoteLease, read_records
 
 _FIND_WATCHDOGS_SH = 'grep -l -a -F -- faultlab-watchdog /proc/[0-9]*/cmdline 2>/dev/null; exit 0'
 
@@ -39,6 +40,13 @@ class RemoteFault:
     notes: list[str] = field(default_factory=list)
 
     def row(self) -> dict:
+        """This fault as one row of ``faultlab status --inventory --json``:
+        ``fault_id``, ``type`` (fault type or None when the record is lost), ``node``
+        (``ssh:NAME``), ``target``, ``record`` (bool: the record is there),
+        ``watchdog_alive`` (bool), ``remaining_s`` (int s to the deadline, >= 0; None
+        when unknown), ``controller`` (``HOST:PID`` or None), ``controller_alive``
+        (bool: that PID lives on this host; PID only, no start time). Raises nothing:
+        the record passed :func:`lease_remote.valid_remote_record`."""
         rec = self.lease.record if self.lease else {}
         left = None if self.deadline_ts is None else max(0, round(self.deadline_ts - time.time()))
         alive = bool(self.lease and self.lease.controller_alive())
@@ -70,16 +78,25 @@ def _watchdogs(node) -> dict[str, tuple[int, float | None]]:
     return out
 
 
-def remote_faults(node) -> list[RemoteFault]:
-    """Every fault on ``node`` (records and watchdogs), oldest record first. Raises
-    NodeError when the node cannot be reached (its host key refused, unreachable)."""
+def remote_view(node) -> tuple[list[RemoteFault], list[str]]:
+    """(faults, problems) on ``node``: every fault (records and watchdogs), oldest
+    record first, and one line per file of the lease folder that is not a valid,
+    trusted record (never acted on; its watchdog, if one lives, still shows as a fault
+    whose record is lost). Raises NodeError when the node cannot be reached (its host
+    key refused, unreachable)."""
     dogs = _watchdogs(node)
     out = []
-    for le in load_leases(node):
+    leases, problems = read_records(node)
+    for le in leases:
         pid, dl = dogs.pop(le.fault_id, (None, None))
         out.append(RemoteFault(node, le.fault_id, le, pid, le.record.get("deadline_ts") or dl))
     out += [RemoteFault(node, fid, None, pid, dl, ["lease record lost: the watchdog still ends it"]) for fid, (pid, dl) in sorted(dogs.items())]
-    return out
+    return out, problems
+
+
+def remote_faults(node) -> list[RemoteFault]:
+    """The faults of :func:`remote_view` (problems left out)."""
+    return remote_view(node)[0]
 
 
 def revert_remote(f: RemoteFault, timeout_s: float = 60.0) -> list[str]:

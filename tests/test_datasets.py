@@ -6,6 +6,7 @@ TimeEval export, and --import of a public trace."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ from faultlab.datasets.layout import Dataset
 from faultlab.datasets.synthetic import make_run
 from faultlab.errors import BadInput
 
-PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "public"
+#: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout (README)
+PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "public")
 
 
 def faultlab(*args, cwd=None):
@@ -36,7 +38,7 @@ def campaign(tmp_path_factory):
 @pytest.fixture()
 def ds(campaign, tmp_path):
     camp_file = tmp_path / "c.yaml"
-    camp_file.write_text("name: c\nruns: 5\n")
+    camp_file.write_text("name: c\nruns: 5\ntypes: {cpu-contention: {}}\n")  # a valid campaign: build checks it (r1 #9)
     p = faultlab("dataset", "build", "--campaign", campaign, "--name", "t-v1", "--split", "test=0.4", "--seed", "3",
                  "--out-root", tmp_path, "--campaign-file", camp_file)
     assert p.returncode == 0, p.stderr
@@ -198,7 +200,7 @@ def test_bad_input_is_refused_and_nothing_is_left(campaign, tmp_path):
     assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x*"))
 
 
-@pytest.mark.skipif(not (PUBLIC / "straggler-trace-ST").is_dir(), reason="public traces not beside this checkout")
+@pytest.mark.skipif(not (PUBLIC / "straggler-trace-ST").is_dir(), reason=f"public traces not found at {PUBLIC}: set FAULTLAB_PUBLIC_DATA (README: Labeling public traces)")
 def test_import_straggler_trace_to_dataset_form(tmp_path):
     p = faultlab("dataset", "build", "--import", "straggler-trace", PUBLIC / "straggler-trace-ST", "--name", "st", "--out-root", tmp_path)
     assert p.returncode == 0, p.stderr
@@ -215,7 +217,7 @@ def test_import_straggler_trace_to_dataset_form(tmp_path):
     assert set(run.steps.peer_group) == {f"stage{k}" for k in up}  # peer group = pipeline stage
 
 
-@pytest.mark.skipif(not (PUBLIC / "perseus-cluster_A" / "metrics.parquet").is_file(), reason="public traces not beside this checkout")
+@pytest.mark.skipif(not (PUBLIC / "perseus-cluster_A" / "metrics.parquet").is_file(), reason=f"public traces not found at {PUBLIC}: set FAULTLAB_PUBLIC_DATA (README: Labeling public traces)")
 def test_import_perseus_to_dataset_form(tmp_path):
     # a slice (4 of the 30 hosts, both confirmed slow drives' hosts among them) copied to tmp
     src = PUBLIC / "perseus-cluster_A"

@@ -120,7 +120,7 @@ def test_remote_lease_records_behind_a_symlinked_folder_are_not_loaded(dnode, pr
     was read with node.read_file and loaded)."""
     from faultlab.injectors import lease_remote
 
-    rec = {"fault_id": "cpu-abc123", "revert": ["touch /tmp/should-never-run"], "created_ts": 1}
+    rec = {"fault_id": "cpu-abc123", "revert": ["touch /tmp/should-never-run"], "created_ts": 1, "deadline_ts": 2}
     (private / "cpu-abc123.json").write_text(json.dumps(rec))
     link = tmp_path / "leases"
     link.symlink_to(private)

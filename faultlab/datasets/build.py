@@ -181,6 +181,49 @@ def _check_replaceable(final: Path) -> None:
                        field="--name", fix="give another name or --out-root, or remove that folder yourself")
 
 
+#: the largest campaign/scenario file accepted into a dataset (bytes)
+MAX_CAMPAIGN_FILE = 1 << 20
+
+
+def check_campaign_files(files) -> list[Path]:
+    """The campaign/scenario files for a dataset's ``campaign/`` folder, each checked
+    with the scenario loader (``faultlab.scenario.load``, a campaign or a scenario) so
+    that only faultlab's own YAML is ever copied into a dataset meant for publishing
+    (``--campaign-file /etc/shadow`` was copied as it was).
+
+    Returns: the paths (``Path``), in order.
+    Raises: BadInput (field ``--campaign-file``) for a missing file, one the loader
+    refuses (its first problem quoted) or two files of the same name."""
+    import yaml
+
+    from faultlab.scenario import Campaign, Scenario, load
+
+    fix = "give the YAML the runs were made from; faultlab scenario validate FILE checks one"
+    keys = set(Scenario.model_fields) | set(Campaign.model_fields)
+    out, seen = [], set()
+    for f in map(Path, files):
+        if not f.is_file():
+            raise BadInput(f"{f} is not a file", field="--campaign-file", fix="give the campaign or scenario YAML the runs were made from")
+        if f.stat().st_size > MAX_CAMPAIGN_FILE:
+            raise BadInput(f"{f} is over {MAX_CAMPAIGN_FILE // 1024} KiB: not a campaign file", field="--campaign-file", fix=fix)
+        try:  # the loader's message quotes keys: shown only once the top level is faultlab's (never a line of another file)
+            top = yaml.safe_load(f.read_bytes())
+        except (OSError, yaml.YAMLError, ValueError):
+            top = None
+        if not isinstance(top, dict) or not set(map(str, top)) <= keys:
+            raise BadInput(f"{f} is not a faultlab campaign or scenario file (not YAML whose top level is a scenario's or campaign's fields)",
+                           field="--campaign-file", fix=fix)
+        try:
+            load(f, "auto")
+        except BadInput as e:
+            raise BadInput(f"{f} is not a valid faultlab campaign or scenario file: {e}", field="--campaign-file", fix=fix) from None
+        if f.name in seen:
+            raise BadInput(f"two files named {f.name}", field="--campaign-file", fix="give each file once, or rename one")
+        seen.add(f.name)
+        out.append(f)
+    return out
+
+
 def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: float = 0.3, seed: int = 0,
           campaign_files=(), relabel: bool = False, description: str = "", license: str = "cc-by-4.0",
           source_note: str = "", force: bool = False, split: dict | None = None) -> Path:
@@ -198,14 +241,17 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
             drawing one; it must name exactly the runs given.
 
     Returns: the dataset folder.
-    Raises: BadInput for a bad name, an existing folder without ``force``, a run
-    without labels, or a table that does not fit the schema.
+    Raises: BadInput for a bad name, an existing folder without ``force``, a campaign
+    file the scenario loader refuses (:func:`check_campaign_files`), an ``out_root``
+    where the folder cannot be made (field ``--out-root``), a run without labels, or a
+    table that does not fit the schema. Nothing is left in ``out_root`` on an error.
     """
     from faultlab.datasets import card, croissant, manifest
     from faultlab.scoring.runs import RunData, read_run_dir
 
     if not name or any(ch not in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_." for ch in name) or name.startswith("."):
         raise BadInput(f"{name!r} is not a dataset name", field="--name", fix="letters, digits, - _ . e.g. faultlab-hw-v1")
+    campaign_files = check_campaign_files(campaign_files)
     out_root = Path(out_root)
     final = out_root / name
     if final.exists() or final.is_symlink():
@@ -214,7 +260,10 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
         _check_replaceable(final)
     tmp = out_root / f".{name}.building"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as e:  # before anything is written: nothing half-applied
+        raise BadInput(f"cannot make {e.filename or tmp}: {e.strerror or e}", field="--out-root", fix="give a writable folder") from None
     try:
         infos, ids = [], []
         cfg = None
@@ -246,8 +295,8 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
                                                    "test_fraction": test_fraction, "seed": seed, "relabeled": bool(relabel)}, indent=1))
         if campaign_files:
             (tmp / "campaign").mkdir()
-            for f in campaign_files:
-                shutil.copy2(f, tmp / "campaign" / Path(f).name)
+            for f in campaign_files:  # contents only: a published file gets the umask's mode, not the source's
+                shutil.copyfile(f, tmp / "campaign" / f.name)
         cfg = _labeler_config()
         meta = card.card_meta(name, infos, split, labeler=cfg, description=description, license=license, source_note=source_note, relabeled=relabel)
         (tmp / "README.md").write_text(card.render(meta))

@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from faultlab.errors import FaultlabError
+from faultlab.errors import BadInput, FaultlabError
 
 app = typer.Typer(no_args_is_help=True, help="Build, verify, describe and export labeled datasets (Parquet by run, card, Croissant).")
 out = Console(soft_wrap=True)
@@ -19,6 +19,19 @@ out = Console(soft_wrap=True)
 def _fail(e: FaultlabError):
     print(f"faultlab: error: {e}", file=sys.stderr)
     raise typer.Exit(e.exit_code)
+
+
+def _os_error(e: OSError, dest: Path, option: str) -> BadInput:
+    """An OSError of a dataset command as one line: naming ``option`` when the file is
+    under ``dest`` (the output), else the input file that could not be read."""
+    f = Path(e.filename) if e.filename else None
+    try:
+        ours = f is None or f.resolve().is_relative_to(Path(dest).resolve())
+    except OSError:
+        ours = True
+    if ours:
+        return BadInput(f"cannot write {f or dest}: {e.strerror or e}", field=option, fix="give a writable folder with free space")
+    return BadInput(f"cannot read {f}: {e.strerror or e}", field="input", fix="check that file and its permissions")
 
 
 @app.command("build")
@@ -39,13 +52,11 @@ def build_cmd(
 ):
     """Build DIR/NAME: Parquet tables by run, seeded split, schema.json, runs.json,
     README.md card, croissant.json, MANIFEST.sha256."""
-    from faultlab.datasets.build import build, collect_runs, import_trace, parse_split
+    from faultlab.datasets.build import build, check_campaign_files, collect_runs, import_trace, parse_split
 
     try:
         frac = parse_split(split)
-        for f in campaign_file:
-            if not f.is_file():
-                raise FaultlabError(f"{f} is not a file", field="--campaign-file")
+        check_campaign_files(campaign_file)  # before runs are read: BadInput, exit 2
         if import_fmt:
             if len(run_dirs or []) != 1 or campaign:
                 raise FaultlabError("--import takes one PATH and no --campaign", field="--import", fix="faultlab dataset build --import perseus PATH --name NAME")
@@ -61,6 +72,8 @@ def build_cmd(
                   description=description, license=license, source_note=note, force=force)
     except FaultlabError as e:
         _fail(e)
+    except OSError as e:  # build removes its half-built folder first
+        _fail(_os_error(e, out_root, "--out-root"))
     size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
     sp = json.loads((p / "splits.json").read_text())
     out.print(f"{p}: {len(sp['train']) + len(sp['test'])} runs ({len(sp['train'])} train, {len(sp['test'])} test), {size / 1e6:.2f} MB", markup=False)
@@ -146,10 +159,13 @@ def export_cmd(
     """Export a dataset for another toolkit."""
     from faultlab.datasets.export import export
 
+    dest = out_dir or dataset.parent / f"{dataset.name}-{fmt}"
     try:
-        idx = export(dataset, out_dir or dataset.parent / f"{dataset.name}-{fmt}", fmt)
+        idx = export(dataset, dest, fmt)
     except FaultlabError as e:
         _fail(e)
+    except OSError as e:
+        _fail(_os_error(e, dest, "--out"))
     out.print(f"{idx}", markup=False)
 
 

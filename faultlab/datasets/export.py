@@ -34,7 +34,8 @@ def _runs_of(y: np.ndarray) -> list[int]:
 def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
     """Write the export into ``out_dir`` (created); returns the index path.
 
-    Raises BadInput for an unknown format."""
+    Raises BadInput for an unknown format (field ``--format``) or an output folder that
+    cannot be made (field ``--out``; nothing written then)."""
     from faultlab.datasets.layout import Dataset
     from faultlab.scoring.metrics import effect_labels
 
@@ -42,7 +43,10 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
         raise BadInput(f"unknown format {fmt!r}", field="--format", fix="one of " + ", ".join(FORMATS))
     ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
     out = Path(out_dir)
-    (out / "multivariate").mkdir(parents=True, exist_ok=True)
+    try:
+        (out / "multivariate").mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # before anything is written: nothing half-applied
+        raise BadInput(f"cannot make {e.filename or out}: {e.strerror or e}", field="--out", fix="give a writable folder") from None
     rows = []
     split_of = {r: s for s in ("train", "test") for r in ds.splits[s]}
     for run in ds.iter_runs("all"):

@@ -164,7 +164,8 @@ class Node:
 
 def lease_dir() -> Path:
     """Where lease records live on this host: $FAULTLAB_LEASE_DIR, else /run/faultlab/leases
-    as root, else $XDG_RUNTIME_DIR/faultlab/leases (or /tmp/faultlab-UID/leases)."""
+    as root, else $XDG_RUNTIME_DIR/faultlab/leases (or ~/.cache/faultlab/leases without
+    it; never a folder under a shared /tmp: ``safefs.private_runtime_base``)."""
     from faultlab.benchmarks.agent import runtime_dir  # stdlib only, shared with the agent
 
     return runtime_dir("FAULTLAB_LEASE_DIR", "leases")

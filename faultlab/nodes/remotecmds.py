@@ -28,11 +28,16 @@ def inventory_targets(inventory: Path | None, node: str | None, all_nodes: bool)
 
 
 def _faults(nodes, fault_id: str | None = None):
-    from faultlab.injectors.remoteview import remote_faults
+    """The faults on ``nodes`` (``fault_id``: only that one); each file of a node's
+    lease folder that is no valid record is a warning line on stderr (never acted on)."""
+    from faultlab.injectors.remoteview import remote_view
 
     out = []
     for n in nodes:
-        out += [f for f in remote_faults(n) if fault_id is None or f.fault_id == fault_id]
+        faults, problems = remote_view(n)
+        for p in problems:
+            print(f"faultlab: warning: {p} (never acted on)", file=sys.stderr)
+        out += [f for f in faults if fault_id is None or f.fault_id == fault_id]
     return out
 
 

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import subprocess
@@ -38,6 +39,15 @@ from faultlab.nodes.ssh_process import RemoteProcess, _drain
 #: where ranks on an ssh node write telemetry (collected back)
 WORK_DIR = "/var/lib/faultlab/work"
 _ENV_PREFIXES = ("FAULTLAB_", "PYTHON", "OMP_", "MKL_", "GLOO_", "TORCH_", "NCCL_")
+
+# paramiko's transport thread logs a failed handshake (no SSH banner, a reset) at ERROR
+# with its traceback; with no handler configured, Python's last-resort handler wrote
+# those ~20 lines to stderr before faultlab's one-line NodeError. Every paramiko
+# failure faultlab meets becomes that NodeError, so paramiko's own log is dropped here
+# (a program that wants it sets ``logging.getLogger("paramiko").propagate = True``).
+_PARAMIKO_LOG = logging.getLogger("paramiko")
+_PARAMIKO_LOG.addHandler(logging.NullHandler())
+_PARAMIKO_LOG.propagate = False
 
 
 @dataclass

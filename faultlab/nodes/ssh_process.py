@@ -44,6 +44,11 @@ class RemoteProcess:
             self._pump.start()
 
     def poll(self) -> int | None:
+        """The exit code, or None while the process runs (``Popen.poll``). Attached:
+        the channel's exit status (255 when the remote side gave none, e.g. killed by
+        a signal or the connection lost). Detached: one ``kill -0 PID`` on the node
+        (at most 10 s); gone reads 0, since its real exit code cannot be known.
+        Raises NodeError when the node cannot be reached (detached only)."""
         if self.returncode is not None:
             return self.returncode
         if self._chan is None:
@@ -58,6 +63,10 @@ class RemoteProcess:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
+        """Poll every 0.05 s until the process ends; returns its exit code (as
+        :meth:`poll`). ``timeout``: seconds (None: no limit); raises
+        ``subprocess.TimeoutExpired`` when it passes (the process is left running).
+        Then waits up to 5 s for the output copy to a file (``stdout=FILE``) to end."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             if deadline is not None and time.monotonic() >= deadline:
@@ -68,12 +77,19 @@ class RemoteProcess:
         return self.returncode
 
     def communicate(self, timeout: float | None = None):
+        """``(stdout bytes, stderr bytes)`` read to EOF (``b""`` for a stream not
+        piped), then :meth:`wait` with ``timeout`` (s). Unlike ``Popen.communicate``
+        the reads come first and are not bounded by ``timeout``; no input is sent."""
         out = self.stdout.read() if self.stdout is not None else b""
         err = self.stderr.read() if self.stderr is not None else b""
         self.wait(timeout)
         return out, err
 
     def send_signal(self, sig: int) -> None:
+        """``kill -SIG PID`` on the node (one command, at most 10 s) unless the
+        process is known to have ended; a node that cannot be reached is ignored
+        (NodeError swallowed: the process then ends with its ranks or its own
+        deadline). ``sig``: a signal number (``signal.SIGTERM``)."""
         if self.returncode is None:
             try:
                 self.node.run(["kill", f"-{int(sig)}", str(self.pid)], timeout=10)

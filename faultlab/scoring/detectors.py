@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from faultlab import schema
-from faultlab.errors import BadInput
+from faultlab.errors import BadInput, FaultlabError
 
 GROUP = "faultlab.detectors"
 
@@ -281,6 +281,42 @@ def _import_from_cwd(mod: str):
     return importlib.import_module(mod)
 
 
+def _instantiate(cls, name: str, params: dict):
+    """``cls(**params)`` with its errors told apart: a parameter the constructor's
+    signature does not have (or a required one missing) is "does not take"; NaN, or a
+    TypeError/ValueError the constructor raises for a parameter it does take, is "refused
+    the value"; anything else it raises is a FaultlabError (exit 1) naming it. All one
+    line. ``cls`` that is not a class (an instance from an entry point) is returned as
+    it is."""
+    import inspect
+
+    if not isinstance(cls, type):
+        return cls
+    try:
+        inspect.signature(cls).bind(**params)
+    except TypeError as e:
+        raise BadInput(f"{name!r} does not take these parameters ({e})", field="--param",
+                       fix="see the detector's docstring for its parameters") from None
+    except ValueError:  # no signature to read: the call itself tells
+        pass
+    shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    for k, v in params.items():
+        if isinstance(v, float) and v != v:
+            raise BadInput(f"{name!r} got {k}=nan, which is no value", field="--param", fix=f"give a number, e.g. --param {k}=2.0")
+    try:
+        return cls(**params)
+    except BadInput:
+        raise
+    except (TypeError, ValueError) as e:
+        raise BadInput(f"{name!r} refused the value(s) {shown}: {' '.join(str(e).split())}", field="--param",
+                       fix="see the detector's docstring for each parameter's type and range") from None
+    except FaultlabError:
+        raise
+    except Exception as e:  # a plugin's constructor that fails: one line naming it
+        raise FaultlabError(f"{name!r} raised in __init__({shown}): {type(e).__name__}: {' '.join(str(e).split())}",
+                            field="detector") from None
+
+
 def load_detector(name: str, **params) -> Detector:
     """Instantiate the detector called ``name`` with keyword ``params``.
 
@@ -294,8 +330,10 @@ def load_detector(name: str, **params) -> Detector:
 
     Raises:
         BadInput (field ``detector``) when the name is unknown (the message lists the
-        known ones), the plugin fails to import, a parameter is not accepted, or it
-        has no ``detect`` method.
+        known ones), the plugin fails to import, or it has no ``detect`` method;
+        BadInput (field ``--param``) for a parameter its constructor does not take, or
+        a value it refuses (NaN, or a TypeError/ValueError of its constructor);
+        FaultlabError when its constructor raises anything else.
     """
     cls = builtin_detectors().get(name)
     if cls is None:
@@ -319,11 +357,7 @@ def load_detector(name: str, **params) -> Detector:
             field="detector",
             fix="known: " + ", ".join(available_detectors()) + "; or module:Class",
         )
-    try:
-        det = cls(**params) if isinstance(cls, type) else cls
-    except TypeError as e:
-        raise BadInput(f"{name!r} does not take these parameters ({e})", field="--param",
-                       fix="see the detector's docstring for its parameters") from e
+    det = _instantiate(cls, name, params)
     if not callable(getattr(det, "detect", None)):
         raise BadInput(f"{name!r} has no detect(steps, host) method", field="detector")
     if not getattr(det, "name", None) or det.name == Detector.name:

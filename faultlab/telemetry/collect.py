@@ -63,6 +63,11 @@ class TelemetryCollector:
             self.collect_once()
 
     def start(self) -> "TelemetryCollector":
+        """Start the background thread (daemon, ``faultlab-collector``) that calls
+        :meth:`collect_once` every ``interval_s`` seconds until :meth:`stop`; no thread
+        when no node collects telemetry (netns and local nodes write straight into
+        the run directory). Returns ``self``; raises nothing (a node's errors go to
+        ``errors``, per node name, and are retried on the next pass)."""
         if self.nodes:
             self._thread = threading.Thread(target=self._loop, name="faultlab-collector", daemon=True)
             self._thread.start()

@@ -132,6 +132,17 @@ def sample(pids, hz):
 
 
 def main(argv=None):
+    """The node sampler's command line: ``--pids 4242,4243 --out FILE --interval 1.0
+    --until EPOCH_S``.
+
+    Appends one JSON line a sample to ``--out`` (its folder made; the record schema is
+    the module docstring's: ``ts``, ``mono``, ``hz``, ``cpu``, ``procs``, ``net``,
+    ``ino``, ``ss``), every ``--interval`` seconds on a monotonic schedule (a late
+    sample does not shift the next ones). Returns 0 when no PID of ``--pids`` or their
+    descendants is alive, or at ``--until`` (unix s); SIGTERM exits 0 too. A bad
+    argument is argparse's usage error (exit 2); a ``--out`` that cannot be opened
+    raises OSError (a traceback on the node's stderr, which nobody reads: the
+    controller then finds no samples)."""
     ap = argparse.ArgumentParser(prog="faultlab-nodesampler")
     ap.add_argument("--pids", required=True, help="comma-separated PIDs on this node")
     ap.add_argument("--out", required=True, help="JSONL file to append to")

@@ -340,6 +340,24 @@ class TcpTracker:
         self._prev_t: float | None = None
 
     def update(self, conns: list[TcpConn], peer_of, now: float) -> list[tuple[str, float]]:
+        """One snapshot of the node's connections -> host-table rows.
+
+        Args:
+            conns: the node's established TCP connections now (``parse_ss`` rows).
+            peer_of: ``TcpConn -> str``, the peer node's name of a connection (e.g.
+                ``"n2"``, from its remote address).
+            now: a monotonic time, s (``time.monotonic()``); rates divide by the
+                difference to the previous call's ``now``.
+
+        Returns: ``[(metric, value)]``, per peer ``tcp_conns:P`` (count),
+        ``tcp_rtt_ms:P``, ``tcp_rttvar_ms:P`` (ms, the mean over the connections
+        that sent since the last call, else over all), ``tcp_cwnd_segs:P``
+        (segments), ``tcp_delivery_rate_bytes_per_s:P`` (bytes/s, summed),
+        ``tcp_retrans_total:P`` (segments, cumulative); from the second call on
+        also ``tcp_tx_bytes_per_s:P``, ``tcp_rx_bytes_per_s:P`` (bytes/s) and
+        ``tcp_retrans_per_s:P`` (segments/s), and the node's ``tcp_retrans_per_s``.
+        A connection seen for the first time counts from 0; a counter that went
+        down counts 0. Raises nothing of its own (``peer_of``'s errors pass)."""
         dt = now - self._prev_t if self._prev_t is not None else None
         rates = dt is not None and dt > 0
         by_peer: dict[str, list[tuple[TcpConn, int, int, int]]] = {}
