@@ -7,7 +7,16 @@
   (the Trace Event Format that ui.perfetto.dev and chrome://tracing load).
 """
 
-from faultlab.report.html import write_report
-from faultlab.report.perfetto import export_trace
+import importlib
+
+# The names are loaded on first use (PEP 562), so that ``faultlab --help`` and every
+# command other than report/export do not import matplotlib and jinja2.
+_LAZY = {"write_report": "faultlab.report.html", "export_trace": "faultlab.report.perfetto"}
 
 __all__ = ["write_report", "export_trace"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,11 +11,23 @@
 - :mod:`faultlab.scoring.cli`: the ``faultlab score`` command.
 """
 
-from faultlab.scoring.api import ScoreResult, replay, replay_run, score_dataset, score_runs, score_table
-from faultlab.scoring.detectors import Detector, available_detectors, load_detector
-from faultlab.scoring.metrics import effect_labels, run_components, run_stats, score
+import importlib
+
+# The names are loaded on first use (PEP 562), so that importing the CLI (every
+# ``faultlab`` command) or the pytest plugin does not import pandas and the metrics.
+_LAZY = {
+    **dict.fromkeys(("ScoreResult", "replay", "replay_run", "score_dataset", "score_runs", "score_table"), "faultlab.scoring.api"),
+    **dict.fromkeys(("Detector", "available_detectors", "load_detector"), "faultlab.scoring.detectors"),
+    **dict.fromkeys(("effect_labels", "run_components", "run_stats", "score"), "faultlab.scoring.metrics"),
+}
 
 __all__ = [
     "Detector", "ScoreResult", "available_detectors", "effect_labels", "load_detector", "replay", "replay_run",
     "run_components", "run_stats", "score", "score_dataset", "score_runs", "score_table",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
