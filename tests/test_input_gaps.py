@@ -16,8 +16,6 @@ exited 1, or said no fix) before its fix (H10):
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,8 +23,8 @@ import pytest
 from faultlab.errors import BadInput
 from faultlab.units import parse_duration, parse_rate
 from faultlab.yamlsafe import DuplicateKey, load as load_yaml
+from test_review_inputs import fl, one_line_error  # the CLI runner and the one-line-error check, shared
 
-FL = [sys.executable, "-m", "faultlab.cli"]
 SCENARIO = """name: t
 seed: 0
 testbed: {backend: local, nodes: 2}
@@ -36,18 +34,6 @@ faults:
 """
 
 
-def fl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*FL, *args], capture_output=True, text=True, timeout=120)
-
-
-def one_line_error(cp: subprocess.CompletedProcess, *names: str) -> str:
-    out = (cp.stdout + cp.stderr).strip()
-    assert "Traceback" not in out, out[-2000:]
-    assert cp.returncode == 2, (cp.returncode, out[-2000:])
-    assert len(out.splitlines()) == 1, out
-    for n in names:
-        assert n in out, out
-    return out
 
 
 def _leases() -> set[str]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from conftest import needs_root
 from test_lifecycle import fl, lease_dir, wait_for
+from test_recover_revert import _cpu_cg
 
 CONTROLLER = """
 import time
@@ -42,13 +43,6 @@ def _netns() -> set[str]:
     return {ln.split()[0] for ln in out.splitlines() if ln.strip()}
 
 
-def _cpu_cg(pid: int) -> str:
-    for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, _, rest = ln.partition(":")
-        ctrls, _, path = rest.partition(":")
-        if "cpu" in ctrls.split(","):
-            return path
-    raise AssertionError(f"no cpu line for {pid}")
 
 
 @needs_root

@@ -22,13 +22,14 @@ def fl(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*FL, *args], capture_output=True, text=True, timeout=120)
 
 
-def one_line_error(cp: subprocess.CompletedProcess, *names: str) -> None:
+def one_line_error(cp: subprocess.CompletedProcess, *names: str) -> str:
     out = (cp.stdout + cp.stderr).strip()
     assert "Traceback" not in out, out[-2000:]
     assert cp.returncode == 2, (cp.returncode, out[-2000:])
     assert len(out.splitlines()) == 1, out
     for n in names:
         assert n in out, out
+    return out
 
 
 @pytest.mark.parametrize("command", [["scenario", "validate"], ["run"], ["campaign", "--dry-run"]])
