@@ -182,19 +182,21 @@ def _state(pid: int) -> str:
 
 
 def _pause_loops_of(pid: int) -> list[int]:
-    """PIDs of live faultlab-pause loops whose target is ``pid``."""
-    found = []
+    """PIDs of live faultlab-pause loops whose target is ``pid``: the loop shells only,
+    not the short-lived subshells each ``$(...)`` in the loop forks (same argv, and
+    their parent is the loop; CI saw one in a snapshot and not in the next)."""
+    found = {}
     for p in os.listdir("/proc"):
         if not p.isdigit():
             continue
         try:
             argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
-            state = _state(int(p))
+            fields = open(f"/proc/{p}/stat").read().rpartition(")")[2].split()
         except OSError:
             continue
-        if b"faultlab-pause" in argv and str(pid).encode() in argv and state != "Z":
-            found.append(int(p))
-    return found
+        if b"faultlab-pause" in argv and str(pid).encode() in argv and fields[0] != "Z":
+            found[int(p)] = int(fields[1])  # its parent's PID
+    return sorted(p for p, parent in found.items() if parent not in found)
 
 
 def test_pause_stops_the_target_repeatedly(busy_loop, no_residue):
