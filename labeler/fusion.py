@@ -14,7 +14,11 @@ and a peer view (a component against its peers) decides *what* was slow:
    step time, see :mod:`faultlab.labeler.whatif`, is still above threshold x baseline)
    and no straggler explains it (steps covered by a rank label are left out: a
    throttled rank also slows its share of the all-reduce, which the what-if step
-   does not remove). E.g. a slow network link slows every rank's comm_s.
+   does not remove). E.g. a slow network link slows every rank's comm_s. A step
+   is also flagged job-wide when the straggler-free step time is *sustainedly* up
+   (the peer view's sustained rule over a second of steps, :func:`_sustained_job`):
+   a rate cap slows its steps in bursts, whose single steps clear the per-step bar
+   only now and then.
 3. **Rank temporal only** (rank label, views ``"temporal"``): a rank's compute_s is up
    against its own history, but not against its peers (most of its group is slowed)
    and no job label covers it.
@@ -286,7 +290,32 @@ def analyze(grid: StepGrid, config=None) -> Analysis:
             & (sim > tv.job_base * config.temporal_threshold)
             & ((sim - tv.job_base) > config.mad_k * np.nan_to_num(tv.job_sigma))
         )
+    jw |= _sustained_job(grid, tv, sim, config)
     return Analysis(grid=grid, temporal=tv, peer=pv, sim=sim, job_wide_flag=jw, config=config)
+
+
+def _sustained_job(grid: StepGrid, tv: TemporalView, sim: np.ndarray, config) -> np.ndarray:
+    """``(S,)`` bool: the job's straggler-free step time (the what-if ``sim``, s) is
+    *sustainedly* above its trailing baseline: the peer view's sustained rule
+    (:func:`faultlab.labeler.peer.sustained`) on ``sim / job_base``, over a centered
+    window of ``min_duration_s`` of steps, at ``max(temporal_threshold, 1 + mad_k x
+    1.2533 sigma / sqrt(k))`` with sigma the robust spread (1.4826 MAD) of that ratio
+    over the run. A slow link that slows a third of the steps by 2x and the rest by
+    1.2x flags only some steps one by one (the unflagged ones feed the baseline);
+    over a second of steps it is plain."""
+    from faultlab.labeler.peer import MEDIAN_SE, sustained, window_steps
+
+    if grid.S == 0:
+        return np.zeros(0, dtype=bool)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.asarray(sim, dtype=np.float64) / np.asarray(tv.job_base, dtype=np.float64)
+    fin = r[np.isfinite(r)]
+    if fin.size == 0:
+        return np.zeros(grid.S, dtype=bool)
+    sigma = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin))))
+    k = window_steps(grid, config)
+    level = max(float(config.temporal_threshold), 1.0 + float(config.mad_k) * sigma * MEDIAN_SE / np.sqrt(k))
+    return sustained(r[:, None], k, np.asarray([level]))[:, 0]
 
 
 def fuse(an: Analysis) -> pd.DataFrame:
