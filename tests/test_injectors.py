@@ -183,6 +183,9 @@ def _state(pid: int) -> str:
 
 def _pause_loops_of(pid: int) -> list[int]:
     """PIDs of live faultlab-pause loops whose target is ``pid``: the loop shells only,
+    matched by the loop's own argv (``sh -c LOOP faultlab-pause PIDFILE PID ...``, see
+    injectors/pause.py START_SH), so not the ``setsid -f sh -c LOOP faultlab-pause ...``
+    wrapper that starts it (faultlab-pause and the PID in its argv too, for a few ms), and
     not the short-lived subshells each ``$(...)`` in the loop forks (same argv, and
     their parent is the loop; CI saw one in a snapshot and not in the next)."""
     found = {}
@@ -194,7 +197,8 @@ def _pause_loops_of(pid: int) -> list[int]:
             fields = open(f"/proc/{p}/stat").read().rpartition(")")[2].split()
         except OSError:
             continue
-        if b"faultlab-pause" in argv and str(pid).encode() in argv and fields[0] != "Z":
+        loop_argv = len(argv) > 5 and argv[:2] == [b"sh", b"-c"] and argv[3] == b"faultlab-pause"
+        if loop_argv and argv[5] == str(pid).encode() and fields[0] != "Z":
             found[int(p)] = int(fields[1])  # its parent's PID
     return sorted(p for p, parent in found.items() if parent not in found)
 
@@ -259,7 +263,7 @@ def test_pause_loop_survives_a_group_kill_of_faultlab(busy_loop, no_residue):
     target keeps cycling and is running (not stopped) once the fault ends."""
     fl = [sys.executable, "-c", "from faultlab.cli import app; app()"]
     p = subprocess.Popen([*fl, "inject", "--type", "process-pause", "--target", str(busy_loop.pid), "--pause", "200ms",
-                          "--period", "300ms", "--duration", "3s", "--grace", "1s", "--json"],
+                          "--period", "300ms", "--duration", "10s", "--grace", "1s", "--json"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         end = time.time() + 30
