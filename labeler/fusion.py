@@ -24,7 +24,8 @@ and a peer view (a component against its peers) decides *what* was slow:
    the all-reduce stall every rank alike and show only as job flags; those that land
    in the rank's compute make it arrive late. Over an episode of job flags, the late
    arrivals vote for the rank; a clear majority makes the whole episode that rank's
-   (see :func:`_intermittent`).
+   (see :func:`_intermittent`). An episode of like stalls nobody arrived late for
+   is one ``job`` label.
 
 Flags become intervals: runs of flagged steps joined across gaps of at most
 ``gap_steps`` unflagged steps or ``gap_s`` seconds, kept when they span at least
@@ -543,113 +544,252 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
     longest stall period recognized: a pause every 3 s leaves 3 s between its stalls),
     with at most ``max_flagged`` of the steps they span flagged (a slow link slows every
     step). Their **stalls** are those steps, not the jitter around them nor another
-    fault's larger stalls. Each stall votes for the rank
-    that arrived latest at the collective (arrival ``t_start + compute_s`` against its
-    peers' median arrival, itself left out) when that lateness is at least
-    ``min_late`` of the stall's excess, above ``mad_k`` robust sigmas of the episode's
-    arrival jitter, and no other rank is more than half as late. The episode is that
-    rank's when it has at least ``min_share`` of the votes and either two votes, or one
-    vote among at least two stalls of the same size (within ``max_spread`` x of each
-    other: the same stall repeated, most of them inside the all-reduce). Then one rank
-    label from its first to its last stall (grown over the stalls that keep the
-    episode's cadence) replaces the ``job`` labels inside it and that rank's labels
-    overlapping it (other ranks' labels stay). ``slowdown`` is what the rank cost the
-    job (job time ratio); the evidence carries the votes.
+    fault's larger stalls. Each stall votes for the rank that arrived latest at the
+    collective (:func:`_stall_votes`). The episode is that rank's when it has at least
+    ``min_share`` of the votes and either two votes, or one vote among at least two
+    stalls of the same size (within ``max_spread`` x of each other: the same stall
+    repeated, most of them inside the all-reduce). Then one rank label from its first
+    to its last voting stall, grown over the stalls that keep the episode's cadence
+    (:func:`_grow_by_cadence`), replaces the ``job`` labels inside it and that rank's
+    labels overlapping it (:func:`_absorb`); another slowdown's ``job`` label in the
+    episode (sustained, as a slow link's, or without a vote for the rank inside,
+    :func:`_other_job_labels`) is kept, bounds the growth and cuts the voting stalls
+    (:func:`_voted_span`). ``slowdown`` is what the
+    rank cost the job (job time ratio); the evidence carries the votes.
+
+    An episode that no rank is named for (every stall inside the all-reduce, nobody
+    late) and that is one stall repeated at one period (at least three stalls, their
+    sizes and the times between them each within ``max_spread`` x) is still a
+    slowdown of the job: it becomes one ``job`` label from its first to its last stall
+    (:func:`_unattributed_episode`) unless labels already hold most of its stalls.
+    Step timings cannot say whose stalls they were; reconciliation may (see
+    :mod:`faultlab.labeler.reconcile`, ``located_by``).
     """
-    g, tv, cfg = an.grid, an.temporal, an.config
+    g = an.grid
     if g.R < 2:
         return rows
     eps = _stall_episodes(an, stall_jump=1.5, max_flagged=max_flagged)
     if not eps:
         return rows
     _, _, cols = g.peer_groups()
-    steps = g.steps
     for st, fl, n_ep in eps:
-        # arrival at the collective: t_start + compute_s, against its peers' median arrival
-        arr = np.asarray(g.t_start[fl], dtype=np.float64) + np.asarray(g.compute[fl], dtype=np.float64)
-        med_arr = np.full_like(arr, np.nan)
-        for c in cols:
-            med_arr[:, c] = loo_median(arr[:, c])
-        late_all = np.where(np.isfinite(arr - med_arr), arr - med_arr, -np.inf)
-        # the noise of arrival times: mad_k robust sigmas of all the episode's lateness
-        # values (most of which are jitter)
-        fin = late_all[np.isfinite(late_all)]
-        noise = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin)))) if fin.size else 0.0
-        late = late_all[np.isin(fl, st)]
-        job_ex = np.asarray(g.job_step[st], dtype=np.float64) - np.asarray(tv.job_base[st], dtype=np.float64)
-        order = np.argsort(-late, axis=1)
-        k = order[:, 0]
-        top = late[np.arange(st.size), k]
-        second = late[np.arange(st.size), order[:, 1]]
-        ok = np.isfinite(top) & (top >= min_late * job_ex) & (second <= 0.5 * top) & (top > cfg.mad_k * noise)
-        votes = np.bincount(k[ok], minlength=g.R)
+        votes, ok, k, job_ex = _stall_votes(an, st, fl, cols, min_late=min_late)
         n_att = int(votes.sum())
         j = int(np.argmax(votes))
         alike = float(np.max(job_ex) / max(float(np.min(job_ex)), 1e-12)) <= max_spread
         if n_att < 1 or votes[j] < min_share * n_att or not (votes[j] >= 2 or alike):
+            rows = _unattributed_episode(an, rows, st, fl, n_ep, n_att, job_ex, max_spread=max_spread)
             continue
-        comp_name = g.component(j)
-        mine = st[ok & (k == j)]  # the stalls that voted for the rank
-        # nothing to do when the rank's own labels already hold (most of) its stalls (a
-        # steady straggler whose job flags are sparse once the job baseline caught up)
-        held = np.zeros(g.S, dtype=bool)
-        for r in rows:
-            if r["component"] == comp_name:
-                held[int(np.searchsorted(steps, r["start_step"])) : int(np.searchsorted(steps, r["end_step"])) + 1] = True
-        if int((~held[st]).sum()) < 1 or float(held[st].mean()) >= 0.5:
-            continue
-        # from the stalls that voted for the rank out over the stalls that keep the
-        # episode's cadence (within 1.5x the median gap between its stalls): a stall
-        # inside the all-reduce is the rank's too when it keeps the rhythm; a blip
-        # farther out is not
-        i0, i1 = int(mine[0]), int(mine[-1])
-        cadence = 1.5 * max(float(np.median(np.diff(st))), 1.0) if st.size > 1 else 1.0
-        for t in st[::-1]:
-            if t < i0 and i0 - t <= cadence:
-                i0 = int(t)
-        for t in st:
-            if t > i1 and t - i1 <= cadence:
-                i1 = int(t)
-        # it replaces the job labels inside its span and the rank's own labels
-        # overlapping it (a slow link elsewhere in the episode keeps its job label)
-        keep, absorbed = [], []
-        for r in rows:
-            r0 = int(np.searchsorted(steps, r["start_step"]))
-            r1 = int(np.searchsorted(steps, r["end_step"]))
-            if r["component"] == comp_name and r0 <= i1 and r1 >= i0:
-                absorbed.append(r)
-                i0, i1 = min(i0, r0), max(i1, r1)
-        for r in rows:
-            r0 = int(np.searchsorted(steps, r["start_step"]))
-            r1 = int(np.searchsorted(steps, r["end_step"]))
-            if any(r is a for a in absorbed):
-                continue
-            if r["component"] == "job" and r0 >= i0 - cfg.gap_steps and r1 <= i1 + cfg.gap_steps:
-                absorbed.append(r)
-            else:
-                keep.append(r)
-        if i1 - i0 + 1 < cfg.min_steps or g.t1[i1] - g.t0[i0] < cfg.min_duration_s:
-            continue
-        sl = slice(i0, i1 + 1)
-        slowdown = an.job_slowdown(i0, i1)
-        ev = {
-            "baseline_s": _nanmed(tv.job_base[sl]),
-            "baseline_kind": "intermittent-stalls",
-            "stalls": int(st.size),
-            "stalls_attributed": n_att,
-            "votes": int(votes[j]),
-            "flagged_fraction": fl.size / n_ep,
-            "median_stall_s": float(np.median(job_ex)),
-            "job_slowdown": slowdown,
-            "job_baseline_s": _nanmed(tv.job_base[sl]),
-            "replaces": sorted({r["component"] for r in absorbed}),
-            "n_steps": i1 - i0 + 1,
-            "threshold": cfg.temporal_threshold,
-        }
-        keep.append(_row(g, comp_name, "rank", i0, i1, slowdown, "temporal+peer",
-                         _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal+peer"), ev))
-        rows = keep
+        rows = _rank_episode(an, rows, j, st, st[ok & (k == j)], fl, n_ep, votes, job_ex, max_flagged=max_flagged)
     return rows
+
+
+def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late: float):
+    """Each stall's vote: the rank that arrived latest at the collective (arrival
+    ``t_start + compute_s`` against its peers' median arrival, itself left out) when
+    that lateness is at least ``min_late`` of the stall's excess (s), above ``mad_k``
+    robust sigmas of the episode's arrival jitter, and no other rank is more than half
+    as late. Returns ``(votes [R], ok [stalls], k [stalls], job_ex [stalls, s])``: the
+    votes per rank, which stalls voted, for whom, and each stall's job excess."""
+    g, tv, cfg = an.grid, an.temporal, an.config
+    arr = np.asarray(g.t_start[fl], dtype=np.float64) + np.asarray(g.compute[fl], dtype=np.float64)
+    med_arr = np.full_like(arr, np.nan)
+    for c in cols:
+        med_arr[:, c] = loo_median(arr[:, c])
+    late_all = np.where(np.isfinite(arr - med_arr), arr - med_arr, -np.inf)
+    # the noise of arrival times: mad_k robust sigmas of all the episode's lateness
+    # values (most of which are jitter)
+    fin = late_all[np.isfinite(late_all)]
+    noise = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin)))) if fin.size else 0.0
+    late = late_all[np.isin(fl, st)]
+    job_ex = np.asarray(g.job_step[st], dtype=np.float64) - np.asarray(tv.job_base[st], dtype=np.float64)
+    order = np.argsort(-late, axis=1)
+    k = order[:, 0]
+    top = late[np.arange(st.size), k]
+    second = late[np.arange(st.size), order[:, 1]]
+    ok = np.isfinite(top) & (top >= min_late * job_ex) & (second <= 0.5 * top) & (top > cfg.mad_k * noise)
+    return np.bincount(k[ok], minlength=g.R), ok, k, job_ex
+
+
+def _span(steps: np.ndarray, r: dict) -> tuple[int, int]:
+    """A label row's first and last grid row."""
+    return int(np.searchsorted(steps, r["start_step"])), int(np.searchsorted(steps, r["end_step"]))
+
+
+def _held(an: Analysis, rows: list[dict], component: str | None) -> np.ndarray:
+    """Grid rows that labels of ``component`` (None: any component) hold [S bool]."""
+    held = np.zeros(an.grid.S, dtype=bool)
+    for r in rows:
+        if component is None or r["component"] == component:
+            r0, r1 = _span(an.grid.steps, r)
+            held[r0 : r1 + 1] = True
+    return held
+
+
+def _sustained(an: Analysis, r0: int, r1: int, max_flagged: float) -> bool:
+    """More than ``max_flagged`` of grid rows ``r0..r1`` flagged job-wide: a sustained
+    slowdown (a slow link slows every step), not the stalls of an intermittent one."""
+    return float(an.job_wide_flag[r0 : r1 + 1].mean()) > max_flagged
+
+
+def _grow_by_cadence(st: np.ndarray, i0: int, i1: int, stops: list[tuple[int, int]]) -> tuple[int, int]:
+    """Grow ``[i0, i1]`` (grid rows) over the stalls ``st`` that keep the episode's
+    cadence (within 1.5x the median gap between its stalls): a stall inside the
+    all-reduce is the rank's too when it keeps the rhythm; a blip farther out is not,
+    nor a stall inside one of ``stops`` (another slowdown's job label)."""
+    cadence = 1.5 * max(float(np.median(np.diff(st))), 1.0) if st.size > 1 else 1.0
+
+    def blocked(t: int) -> bool:
+        return any(a <= t <= b for a, b in stops)
+
+    for t in st[::-1]:
+        if t < i0 and i0 - t <= cadence:
+            if blocked(int(t)):
+                break
+            i0 = int(t)
+    for t in st:
+        if t > i1 and t - i1 <= cadence:
+            if blocked(int(t)):
+                break
+            i1 = int(t)
+    return i0, i1
+
+
+def _absorb(an: Analysis, rows: list[dict], comp_name: str, i0: int, i1: int,
+            stops: list[tuple[int, int]]) -> tuple[list[dict], list[dict], int, int]:
+    """Split ``rows`` into kept and absorbed for a rank label over grid rows ``i0..i1``:
+    the rank's own labels overlapping it are absorbed (and widen it); a ``job`` label
+    inside it is absorbed (the rank's stalls seen job-wide) unless it is one of
+    ``stops`` (another slowdown's, :func:`_other_job_labels`). Returns
+    ``(keep, absorbed, i0, i1)``."""
+    steps, gap = an.grid.steps, an.config.gap_steps
+    absorbed = []
+    for r in rows:
+        r0, r1 = _span(steps, r)
+        if r["component"] == comp_name and r0 <= i1 and r1 >= i0:
+            absorbed.append(r)
+            i0, i1 = min(i0, r0), max(i1, r1)
+    keep = []
+    for r in rows:
+        if any(r is a for a in absorbed):
+            continue
+        r0, r1 = _span(steps, r)
+        if (r["component"] == "job" and (r0, r1) not in stops
+                and r0 >= i0 - gap and r1 <= i1 + gap):
+            absorbed.append(r)
+        else:
+            keep.append(r)
+    return keep, absorbed, i0, i1
+
+
+def _other_job_labels(an: Analysis, rows: list[dict], mine: np.ndarray, max_flagged: float) -> list[tuple[int, int]]:
+    """Grid-row spans of the ``job`` labels in ``rows`` that are another slowdown's, not
+    the voted rank's stalls seen job-wide: sustained (:func:`_sustained`: a slow link
+    slows most steps), or without one of the rank's voting stalls ``mine`` inside."""
+    g, gap = an.grid, an.config.gap_steps
+    out = []
+    for r0, r1 in (_span(g.steps, r) for r in rows if r["component"] == "job"):
+        has_vote = bool(((mine >= r0 - gap) & (mine <= r1 + gap)).any())
+        if _sustained(an, r0, r1, max_flagged) or not has_vote:
+            out.append((r0, r1))
+    return out
+
+
+def _voted_span(mine: np.ndarray, stops: list[tuple[int, int]]) -> tuple[int, int]:
+    """First and last grid row of the voting stalls ``mine`` (sorted), cut at
+    another slowdown's job label (``stops``): of the pieces, the one with the most
+    votes (ties: the earliest). A stray vote on the far side of a slow link does not
+    stretch the rank's label over it."""
+    cuts = [k for k in range(1, mine.size) if any(mine[k - 1] < a and b < mine[k] for a, b in stops)]
+    pieces = np.split(mine, cuts)
+    best = max(pieces, key=lambda p: p.size)  # max keeps the first of equal sizes
+    return int(best[0]), int(best[-1])
+
+
+def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: np.ndarray, fl: np.ndarray,
+                  n_ep: int, votes: np.ndarray, job_ex: np.ndarray, *, max_flagged: float) -> list[dict]:
+    """``rows`` with the episode made rank ``j``'s (see :func:`_intermittent`):
+    ``mine`` are the stalls that voted for it (grid rows)."""
+    g, tv, cfg = an.grid, an.temporal, an.config
+    comp_name = g.component(j)
+    # nothing to do when the rank's own labels already hold (most of) its stalls (a
+    # steady straggler whose job flags are sparse once the job baseline caught up)
+    held = _held(an, rows, comp_name)
+    if int((~held[st]).sum()) < 1 or float(held[st].mean()) >= 0.5:
+        return rows
+    stops = _other_job_labels(an, rows, mine, max_flagged)
+    v0, v1 = _voted_span(mine, stops)
+    i0, i1 = _grow_by_cadence(st, v0, v1, stops)
+    keep, absorbed, i0, i1 = _absorb(an, rows, comp_name, i0, i1, stops)
+    if i1 - i0 + 1 < cfg.min_steps or g.t1[i1] - g.t0[i0] < cfg.min_duration_s:
+        return rows
+    sl = slice(i0, i1 + 1)
+    slowdown = an.job_slowdown(i0, i1)
+    ev = {
+        "baseline_s": _nanmed(tv.job_base[sl]),
+        "baseline_kind": "intermittent-stalls",
+        "stalls": int(st.size),
+        "stalls_attributed": int(votes.sum()),
+        "votes": int(votes[j]),
+        "flagged_fraction": fl.size / n_ep,
+        "median_stall_s": float(np.median(job_ex)),
+        "job_slowdown": slowdown,
+        "job_baseline_s": _nanmed(tv.job_base[sl]),
+        "replaces": sorted({r["component"] for r in absorbed}),
+        "n_steps": i1 - i0 + 1,
+        "threshold": cfg.temporal_threshold,
+    }
+    keep.append(_row(g, comp_name, "rank", i0, i1, slowdown, "temporal+peer",
+                     _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal+peer"), ev))
+    return keep
+
+
+def _repeated(g: StepGrid, st: np.ndarray, job_ex: np.ndarray, max_spread: float, min_stalls: int = 3) -> bool:
+    """One stall repeated at one period: at least ``min_stalls`` stalls (grid rows
+    ``st``) whose excesses ``job_ex`` (s) and the times between their starts (s) are
+    each within ``max_spread`` x of each other (a gap of two periods, where one stall
+    fell in another band, still counts). A duty-cycle pause or a GC timer makes such a
+    series; a busy host's hiccups vary in size or come at random."""
+    if st.size < min_stalls:
+        return False
+    gaps = np.diff(np.asarray(g.t0[st], dtype=np.float64))
+    ex = np.asarray(job_ex, dtype=np.float64)
+    return bool(ex.min() > 0 and ex.max() <= max_spread * ex.min() and gaps.min() > 0
+                and gaps.max() <= max_spread * gaps.min())
+
+
+def _unattributed_episode(an: Analysis, rows: list[dict], st: np.ndarray, fl: np.ndarray, n_ep: int, n_att: int,
+                          job_ex: np.ndarray, *, max_spread: float) -> list[dict]:
+    """``rows`` plus one ``job`` label from the first to the last stall of an episode
+    that no rank is named for, when it is one stall repeated at one period
+    (:func:`_repeated`; see :func:`_intermittent`), unless labels already hold half of
+    its stalls or it is shorter than ``min_steps`` / ``min_duration_s``. ``slowdown``
+    is the job time ratio over it (the floor ``min_slowdown`` applies as to every
+    label)."""
+    g, tv, cfg = an.grid, an.temporal, an.config
+    if not _repeated(g, st, job_ex, max_spread) or float(_held(an, rows, None)[st].mean()) >= 0.5:
+        return rows
+    i0, i1 = int(st[0]), int(st[-1])
+    if i1 - i0 + 1 < cfg.min_steps or g.t1[i1] - g.t0[i0] < cfg.min_duration_s:
+        return rows
+    sl = slice(i0, i1 + 1)
+    slowdown = an.job_slowdown(i0, i1)
+    ev = {
+        "baseline_s": _nanmed(tv.job_base[sl]),
+        "baseline_kind": "intermittent-stalls",
+        "reason": "stalls alike that no rank arrived late for (inside the collective)",
+        "stalls": int(st.size),
+        "stalls_attributed": n_att,
+        "votes": 0,
+        "flagged_fraction": fl.size / n_ep,
+        "median_stall_s": float(np.median(job_ex)),
+        "job_slowdown": slowdown,
+        "n_steps": i1 - i0 + 1,
+        "n_flagged": int(an.job_wide_flag[sl].sum()),
+        "threshold": cfg.temporal_threshold,
+    }
+    return [*rows, _row(g, "job", "job", i0, i1, slowdown, "temporal",
+                        _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal"), ev)]
 
 
 # -- helpers ------------------------------------------------------------------------

@@ -13,6 +13,12 @@ Matching rule. A label matches an injection when
   every rank of the run. For a *job-wide* fault (``nic-slow``: an interface on a
   node, which every rank waits on at the collective) the label is the ``job`` label.
 
+A ``job`` label that matches nothing this way, with exactly one injection in force
+over at least half of it and that injection on one rank, is located by the record:
+it becomes that rank's label (``located_by="injection"`` in its evidence; see
+:func:`locate_job_labels`): stalls inside the all-reduce stall every rank alike, so
+step timings cannot name whose they were.
+
 A label matching several injections takes the one it overlaps longest (ties: earliest
 start, then fault_id); the others are listed in its evidence (``also_matches``).
 Matched labels get ``source="injected"``, ``fault_id``, ``cause=fault_type``; the
@@ -110,6 +116,52 @@ def candidates(inj: dict, rank_nodes: dict[int, str], job_wide_types) -> tuple[s
     if on_node and len(on_node) == len(rank_nodes):
         comps.add("job")
     return comps, f"node:{node}", "node"
+
+
+def locate_job_labels(out: pd.DataFrame, inj_rows: list[dict], slack: float, *, min_share: float = 0.5) -> list[int]:
+    """Name the rank of an unmatched ``job`` label from the one injection in force.
+
+    A duty-cycle pause or a GC stall that lands inside the all-reduce stalls every rank
+    alike: no step timing can say whose it was, so fusion labels the episode ``job``
+    (``source="observed"`` after matching: a ``job`` label matches job-wide faults
+    only). When exactly one injection overlaps such a label (with ``slack`` s on both
+    sides, any fault type), it targets one rank (``target`` ``"rank:N"``), and at least
+    ``min_share`` of the label's time lies inside it, the label becomes that rank's:
+    ``component="rank:N"``, ``component_kind="rank"``, ``source="injected"``, its
+    ``fault_id``/``cause``, and evidence ``located_by="injection"`` with
+    ``observed_component="job"`` (scores can tell these apart from ranks the telemetry
+    named). Two faults in force, or a fault that names no rank, leave the label as it
+    is. ``out`` (the reconciled labels frame, LABELS columns) is changed in place.
+
+    Returns:
+        the indices into ``inj_rows`` of the injections that located a label.
+    """
+    used: list[int] = []
+    for i in np.flatnonzero((out["component"].astype(str) == "job").to_numpy() & (out["source"] == "observed").to_numpy()):
+        ls, le = float(out.at[i, "start_ts"]), float(out.at[i, "end_ts"])
+        hits = []
+        for k, row in enumerate(inj_rows):
+            s = float(row["start_ts"]) if pd.notna(row["start_ts"]) else -np.inf
+            e = float(row["end_ts"]) if pd.notna(row["end_ts"]) else np.inf
+            if ls <= e + slack and le >= s - slack:
+                hits.append((k, max(0.0, min(le, e + slack) - max(ls, s - slack))))
+        if len(hits) != 1:
+            continue
+        k, ov = hits[0]
+        r = target_rank(inj_rows[k].get("target"))
+        if r is None or ov < min_share * max(le - ls, 0.0):
+            continue
+        ev = json.loads(out.at[i, "evidence"]) if isinstance(out.at[i, "evidence"], str) and out.at[i, "evidence"] else {}
+        ev.update({"located_by": "injection", "observed_component": "job",
+                   "located_reason": f"the step timings name no rank; the one injection in force targets rank:{r}"})
+        out.at[i, "component"] = f"rank:{r}"
+        out.at[i, "component_kind"] = "rank"
+        out.at[i, "source"] = "injected"
+        out.at[i, "cause"] = str(inj_rows[k]["fault_type"])
+        out.at[i, "fault_id"] = str(inj_rows[k]["fault_id"])
+        out.at[i, "evidence"] = evidence_json(ev)
+        used.append(k)
+    return used
 
 
 def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis: Analysis | None = None,
@@ -218,6 +270,9 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
     out["cause"] = causes
     out["fault_id"] = fids
     out["evidence"] = evs
+    located = locate_job_labels(out, inj_rows, slack)
+    for k in located:
+        matched_inj[k] = True
 
     extra = []
     for k, row in enumerate(inj_rows):

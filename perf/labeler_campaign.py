@@ -21,7 +21,10 @@ must label and what the evaluation counts. It then reports, against those that d
   when a label claims it. The same precision per label is shown beside;
 - localization Acc@1 per fault type: the injected component (the rank for faults on a
   rank; the node for nic-slow) is the label's component, or for a job label the
-  culprit it names;
+  culprit it names; beside it ``acc_at_1_telemetry``, which counts as wrong a rank
+  that only the injection record named (``located_by: injection``: stalls inside
+  the collective, which no step timing can attribute; see
+  :func:`faultlab.labeler.reconcile.locate_job_labels`), and how many those are;
 - onset error in steps (label start step - first step at or after the injection);
 - observed labels (no injection) per run-hour, for the noise level, with their
   slowdowns and the cause their host evidence names (``--details``: one line each);
@@ -167,7 +170,12 @@ def evaluate_run(run_dir: Path) -> dict:
         hits = _claims(labels, r.fault_id)
         comp = None
         onset = None
+        located = None
         if len(hits):
+            # "telemetry" when any label of it named its component from the steps; "injection"
+            # when only the injection record did (stalls inside the collective, see reconcile)
+            located = "telemetry" if any(json.loads(e or "{}").get("located_by") != "injection" for e in hits.evidence) \
+                else "injection"
             h = hits.sort_values("start_ts").iloc[0]
             comp = h.component
             if comp == "job":
@@ -179,7 +187,7 @@ def evaluate_run(run_dir: Path) -> dict:
         out["injections"].append({"fault_id": r.fault_id, "type": r.fault_type, "impact": impact,
                                   "impact_pre10": impact_pre10, "target_impact": target_impact(steps, js, inj, r),
                                   "confounded": not np.isfinite(impact), "labeled": bool(len(hits)),
-                                  "component": comp, "want": want, "onset_steps": onset})
+                                  "component": comp, "want": want, "onset_steps": onset, "located_by": located})
     out.update(_score_events(labels, out["injections"]))
     return out
 
@@ -294,7 +302,11 @@ def summarize(runs: list[dict]) -> dict:
     for t in sorted({i["type"] for i in slowed}):
         xs = [i for i in slowed if i["type"] == t and i["labeled"]]
         acc[t] = {"acc_at_1": float(np.mean([i["component"] == i["want"] for i in xs])) if xs else float("nan"), "n": len(xs),
-                  "n_slowed": sum(1 for i in slowed if i["type"] == t)}
+                  "n_slowed": sum(1 for i in slowed if i["type"] == t),
+                  # the same, counting a component only the injection record named as wrong
+                  "acc_at_1_telemetry": float(np.mean([i["component"] == i["want"] and i.get("located_by") != "injection"
+                                                       for i in xs])) if xs else float("nan"),
+                  "located_by_injection": sum(1 for i in xs if i.get("located_by") == "injection")}
     onsets = [abs(i["onset_steps"]) for i in slowed if i["onset_steps"] is not None]
     hours = sum(r.get("hours", 0) for r in runs)
     return {
@@ -377,7 +389,8 @@ def main() -> int:
             for i in r.get("injections", []):
                 print(f"{Path(r['run']).name:24s} {i['fault_id']:16s} {i['type']:15s} impact={i['impact']:.2f} "
                       f"(pre10 {i['impact_pre10']:.2f}, target {i['target_impact']:.2f}) "
-                      f"labeled={i['labeled']!s:5s} got={i['component']!s:8s} want={i['want']:8s} onset={i['onset_steps']}",
+                      f"labeled={i['labeled']!s:5s} got={i['component']!s:8s} want={i['want']:8s} onset={i['onset_steps']} "
+                      f"located_by={i.get('located_by')}",
                       file=sys.stderr)
             for o in r.get("observed_labels", []):
                 print(f"{Path(r['run']).name:24s} observed {o['component']:8s} slowdown={o['slowdown']:.2f} "
