@@ -525,7 +525,7 @@ def test_force_fault_with_lost_record_restores_the_foreign_tbf_from_the_watchdog
     try:
         before = raw()
         o = before["options"]
-        cp = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "20mbit", "--force", "--duration", "2s", "--grace", "0s",
+        cp = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "20mbit", "--force", "--duration", "10s", "--grace", "0s",
                 "--detach", "--json")
         assert cp.returncode == 0, cp.stderr
         fid = json.loads(cp.stdout)["fault_id"]
@@ -540,7 +540,7 @@ def test_force_fault_with_lost_record_restores_the_foreign_tbf_from_the_watchdog
         burst = tbf_burst_for_ticks(int(o["rate"]), int(str(o["burst_raw"]), 16))
         want = f"tc qdisc add dev fleth0 root handle 7: tbf rate {int(o['rate']) * 8}bit burst {burst} limit {int(o['limit'])}"
         assert any(a.endswith(want) for a in argv), (want, argv)
-        assert wait_for(lambda: not [w for w in find_watchdogs() if w.fault_id == fid], 20)
+        assert wait_for(lambda: not [w for w in find_watchdogs() if w.fault_id == fid], 30)
         after = raw()
         assert after["handle"] == "7:" and after["options"] == before["options"], (before, after)
         assert not FAULT_QDISC.search(n0.run(["tc", "qdisc", "show"], scope="net").stdout)
