@@ -54,19 +54,23 @@ def lease_dir() -> Path:
 
 def faultlab_procs(lease: str | None = None) -> set[str]:
     """faultlab's own processes (watchdogs, pause loops, stress workers) started with
-    FAULTLAB_LEASE_DIR=``lease`` (default: this session's)."""
+    FAULTLAB_LEASE_DIR=``lease`` (default: this session's). Not the short-lived children
+    a watchdog or loop forks for each ``$(...)`` or background ``sleep``: until they exec
+    they have its argv and environ, so a matched process whose parent is matched too is
+    left out (a leaked child whose parent is gone is still counted)."""
     want = f"FAULTLAB_LEASE_DIR={lease or lease_dir()}".encode()
-    out = set()
+    found: dict[int, tuple[int, str]] = {}
     for p in Path("/proc").iterdir():
         if not p.name.isdigit():
             continue
         try:
             cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             if any(k in cmd for k in MARKERS) and want in (p / "environ").read_bytes().split(b"\0"):
-                out.add(f"{p.name} {cmd[:60]}")
-        except OSError:
+                ppid = int((p / "stat").read_text().rpartition(")")[2].split()[1])
+                found[int(p.name)] = (ppid, cmd[:60])
+        except (OSError, ValueError, IndexError):
             continue
-    return out
+    return {f"{pid} {cmd}" for pid, (ppid, cmd) in found.items() if ppid not in found}
 
 
 def state(extra_lease: str | None = None) -> set[str]:
