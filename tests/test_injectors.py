@@ -147,7 +147,7 @@ def test_revert_twice_is_noop(busy_loop, no_residue):
 
 
 def test_lease_watchdog_reverts_after_controller_sigkill(busy_loop, no_residue):
-    """The controller applies a pause under a 2 s lease with no grace and is SIGKILLed
+    """The controller applies a pause under a 6 s lease with no grace and is SIGKILLed
     at once: the detached watchdog must still end the fault (stop the loop, SIGCONT)
     and remove the lease. The pause loop itself is given 120 s, so only the watchdog's
     revert can end it in time (with the revert lines skipped this test fails: the
@@ -156,7 +156,7 @@ def test_lease_watchdog_reverts_after_controller_sigkill(busy_loop, no_residue):
         "import sys, time\n"
         "from faultlab.injectors import ProcessPause, apply\n"
         "from faultlab.nodes import LocalNode\n"
-        f"a = apply(ProcessPause(LocalNode('local'), {busy_loop.pid}, 0.5, 0.6, 120.0), 2.0, grace_s=0.0)\n"
+        f"a = apply(ProcessPause(LocalNode('local'), {busy_loop.pid}, 0.5, 0.6, 120.0), 6.0, grace_s=0.0)\n"
         "print(a.fault_id, flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -167,7 +167,7 @@ def test_lease_watchdog_reverts_after_controller_sigkill(busy_loop, no_residue):
     ctl.wait()
     leases = load_leases(LocalNode("local"))
     assert [le.fault_id for le in leases] == [fault_id]
-    deadline = time.time() + 15
+    deadline = time.time() + 25
     while time.time() < deadline and load_leases(LocalNode("local")):
         time.sleep(0.2)
     assert not load_leases(LocalNode("local")), "the watchdog removed the lease at the deadline"
@@ -298,7 +298,7 @@ def test_lease_watchdog_reverts_qdisc_after_sigkill(testbed2, no_residue):
         "from faultlab.injectors import NicSlow, apply\n"
         "from faultlab.nodes import NetnsNode\n"
         f"n = NetnsNode(name='n0', netns={n0.netns!r}, iface='fleth0')\n"
-        "a = apply(NicSlow(n, 10e6), 1.0, grace_s=0.0)\n"
+        "a = apply(NicSlow(n, 10e6), 5.0, grace_s=0.0)\n"
         "print(a.fault_id, flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -307,7 +307,7 @@ def test_lease_watchdog_reverts_qdisc_after_sigkill(testbed2, no_residue):
     assert FAULT_QDISC.search(_qdiscs(n0))
     ctl.kill()
     ctl.wait()
-    deadline = time.time() + 15
+    deadline = time.time() + 25
     while time.time() < deadline and FAULT_QDISC.search(_qdiscs(n0)):
         time.sleep(0.2)
     assert not FAULT_QDISC.search(_qdiscs(n0)) and "ingress" not in _qdiscs(n0)
