@@ -14,7 +14,11 @@ and a peer view (a component against its peers) decides *what* was slow:
    step time, see :mod:`faultlab.labeler.whatif`, is still above threshold x baseline)
    and no straggler explains it (steps covered by a rank label are left out: a
    throttled rank also slows its share of the all-reduce, which the what-if step
-   does not remove). E.g. a slow network link slows every rank's comm_s.
+   does not remove). E.g. a slow network link slows every rank's comm_s. A step
+   is also flagged job-wide when the straggler-free step time is *sustainedly* up
+   (the peer view's sustained rule over a second of steps, :func:`_sustained_job`):
+   a rate cap slows its steps in bursts, whose single steps clear the per-step bar
+   only now and then.
 3. **Rank temporal only** (rank label, views ``"temporal"``): a rank's compute_s is up
    against its own history, but not against its peers (most of its group is slowed)
    and no job label covers it.
@@ -286,7 +290,32 @@ def analyze(grid: StepGrid, config=None) -> Analysis:
             & (sim > tv.job_base * config.temporal_threshold)
             & ((sim - tv.job_base) > config.mad_k * np.nan_to_num(tv.job_sigma))
         )
+    jw |= _sustained_job(grid, tv, sim, config)
     return Analysis(grid=grid, temporal=tv, peer=pv, sim=sim, job_wide_flag=jw, config=config)
+
+
+def _sustained_job(grid: StepGrid, tv: TemporalView, sim: np.ndarray, config) -> np.ndarray:
+    """``(S,)`` bool: the job's straggler-free step time (the what-if ``sim``, s) is
+    *sustainedly* above its trailing baseline: the peer view's sustained rule
+    (:func:`faultlab.labeler.peer.sustained`) on ``sim / job_base``, over a centered
+    window of ``min_duration_s`` of steps, at ``max(temporal_threshold, 1 + mad_k x
+    1.2533 sigma / sqrt(k))`` with sigma the robust spread (1.4826 MAD) of that ratio
+    over the run. A slow link that slows a third of the steps by 2x and the rest by
+    1.2x flags only some steps one by one (the unflagged ones feed the baseline);
+    over a second of steps it is plain."""
+    from faultlab.labeler.peer import MEDIAN_SE, sustained, window_steps
+
+    if grid.S == 0:
+        return np.zeros(0, dtype=bool)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.asarray(sim, dtype=np.float64) / np.asarray(tv.job_base, dtype=np.float64)
+    fin = r[np.isfinite(r)]
+    if fin.size == 0:
+        return np.zeros(grid.S, dtype=bool)
+    sigma = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin))))
+    k = window_steps(grid, config)
+    level = max(float(config.temporal_threshold), 1.0 + float(config.mad_k) * sigma * MEDIAN_SE / np.sqrt(k))
+    return sustained(r[:, None], k, np.asarray([level]))[:, 0]
 
 
 def fuse(an: Analysis) -> pd.DataFrame:
@@ -721,27 +750,41 @@ def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: 
     v0, v1 = _voted_span(mine, stops)
     i0, i1 = _grow_by_cadence(st, v0, v1, stops)
     keep, absorbed, i0, i1 = _absorb(an, rows, comp_name, i0, i1, stops)
-    if i1 - i0 + 1 < cfg.min_steps or g.t1[i1] - g.t0[i0] < cfg.min_duration_s:
+    if _too_short(an, i0, i1):
         return rows
-    sl = slice(i0, i1 + 1)
-    slowdown = an.job_slowdown(i0, i1)
-    ev = {
-        "baseline_s": _nanmed(tv.job_base[sl]),
-        "baseline_kind": "intermittent-stalls",
-        "stalls": int(st.size),
-        "stalls_attributed": int(votes.sum()),
-        "votes": int(votes[j]),
-        "flagged_fraction": fl.size / n_ep,
-        "median_stall_s": float(np.median(job_ex)),
-        "job_slowdown": slowdown,
-        "job_baseline_s": _nanmed(tv.job_base[sl]),
-        "replaces": sorted({r["component"] for r in absorbed}),
-        "n_steps": i1 - i0 + 1,
-        "threshold": cfg.temporal_threshold,
-    }
+    slowdown, ev = _episode_evidence(an, i0, i1, st, fl, n_ep, int(votes.sum()), int(votes[j]), job_ex)
+    ev["job_baseline_s"] = ev["baseline_s"]
+    ev["replaces"] = sorted({r["component"] for r in absorbed})
     keep.append(_row(g, comp_name, "rank", i0, i1, slowdown, "temporal+peer",
                      _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal+peer"), ev))
     return keep
+
+
+def _too_short(an: Analysis, i0: int, i1: int) -> bool:
+    """Grid rows ``i0..i1`` span fewer than ``min_steps`` steps or ``min_duration_s`` s."""
+    g, cfg = an.grid, an.config
+    return i1 - i0 + 1 < cfg.min_steps or g.t1[i1] - g.t0[i0] < cfg.min_duration_s
+
+
+def _episode_evidence(an: Analysis, i0: int, i1: int, st: np.ndarray, fl: np.ndarray, n_ep: int, n_att: int,
+                      votes: int, job_ex: np.ndarray) -> tuple[float, dict]:
+    """The slowdown (job time ratio over grid rows ``i0..i1``) and the evidence an
+    intermittent episode's label carries: its stalls, the votes, the flagged fraction
+    of its span, the median stall (s), the baseline (s)."""
+    cfg = an.config
+    slowdown = an.job_slowdown(i0, i1)
+    return slowdown, {
+        "baseline_s": _nanmed(an.temporal.job_base[i0 : i1 + 1]),
+        "baseline_kind": "intermittent-stalls",
+        "stalls": int(st.size),
+        "stalls_attributed": n_att,
+        "votes": votes,
+        "flagged_fraction": fl.size / n_ep,
+        "median_stall_s": float(np.median(job_ex)),
+        "job_slowdown": slowdown,
+        "n_steps": i1 - i0 + 1,
+        "threshold": cfg.temporal_threshold,
+    }
 
 
 def _repeated(g: StepGrid, st: np.ndarray, job_ex: np.ndarray, max_spread: float, min_stalls: int = 3) -> bool:
@@ -770,24 +813,11 @@ def _unattributed_episode(an: Analysis, rows: list[dict], st: np.ndarray, fl: np
     if not _repeated(g, st, job_ex, max_spread) or float(_held(an, rows, None)[st].mean()) >= 0.5:
         return rows
     i0, i1 = int(st[0]), int(st[-1])
-    if i1 - i0 + 1 < cfg.min_steps or g.t1[i1] - g.t0[i0] < cfg.min_duration_s:
+    if _too_short(an, i0, i1):
         return rows
-    sl = slice(i0, i1 + 1)
-    slowdown = an.job_slowdown(i0, i1)
-    ev = {
-        "baseline_s": _nanmed(tv.job_base[sl]),
-        "baseline_kind": "intermittent-stalls",
-        "reason": "stalls alike that no rank arrived late for (inside the collective)",
-        "stalls": int(st.size),
-        "stalls_attributed": n_att,
-        "votes": 0,
-        "flagged_fraction": fl.size / n_ep,
-        "median_stall_s": float(np.median(job_ex)),
-        "job_slowdown": slowdown,
-        "n_steps": i1 - i0 + 1,
-        "n_flagged": int(an.job_wide_flag[sl].sum()),
-        "threshold": cfg.temporal_threshold,
-    }
+    slowdown, ev = _episode_evidence(an, i0, i1, st, fl, n_ep, n_att, 0, job_ex)
+    ev["reason"] = "stalls alike that no rank arrived late for (inside the collective)"
+    ev["n_flagged"] = int(an.job_wide_flag[i0 : i1 + 1].sum())
     return [*rows, _row(g, "job", "job", i0, i1, slowdown, "temporal",
                         _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal"), ev)]
 
