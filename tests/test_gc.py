@@ -248,7 +248,7 @@ def test_double_inject_refused_then_reinject_after_revert(no_residue, child, age
 
 
 def test_agent_ends_storm_at_deadline_without_controller_or_watchdog(no_residue, child, agent_dir):
-    """The controller applies a 2 s storm (with a long grace) and is SIGKILLed; the
+    """The controller applies a 6 s storm (with a long grace) and is SIGKILLed; the
     lease's watchdog is then stopped and its files removed. The agent alone ends the
     storm at the command's deadline and removes the command and status files."""
     c = child()
@@ -256,7 +256,7 @@ def test_agent_ends_storm_at_deadline_without_controller_or_watchdog(no_residue,
         "import time\n"
         "from faultlab.injectors import GcStorm, apply\n"
         "from faultlab.nodes import LocalNode\n"
-        f"a = apply(GcStorm(LocalNode('local'), {c.pid}, 5, 30, 2.0), 2.0, grace_s=120.0)\n"
+        f"a = apply(GcStorm(LocalNode('local'), {c.pid}, 5, 30, 6.0), 6.0, grace_s=120.0)\n"
         "print(a.fault_id, a.evidence['verify']['ok'], flush=True)\n"
         "time.sleep(120)\n"
     )
@@ -272,12 +272,12 @@ def test_agent_ends_storm_at_deadline_without_controller_or_watchdog(no_residue,
     assert not load_leases(LocalNode("local"))
     cmd, st = agent_mod.command_path(agent_dir, c.pid), agent_mod.status_path(agent_dir, c.pid)
     assert cmd.exists()
-    assert _wait(lambda: not cmd.exists() and not st.exists(), 6), "the agent did not end the storm at its deadline"
+    assert _wait(lambda: not cmd.exists() and not st.exists(), 12), "the agent did not end the storm at its deadline"
     t_end = time.time()
-    assert t_end - t_inj < 6
+    assert t_end - t_inj < 10
     last = json.loads((agent_dir / f"{c.pid}.agent").read_text())["last_storm"]
     assert last["fault_id"] == fault_id and last["end"] == "deadline" and last["bursts"] >= 2
-    time.sleep(1.2)
+    assert _wait(lambda: sum(w[0] >= t_end + 0.2 for w in list(c.windows)) >= 4, 15), "the loop printed no windows after the storm"
     assert c.gc_fraction(t_inj, t_end - 0.3) > 0.1, "no GC time in the loop's process under the storm"
     assert c.gc_fraction(t_end + 0.2, time.time()) < 0.02, "GC time after the deadline"
 

@@ -297,7 +297,7 @@ def test_old_driver_query_field_spelling(fake, node):
 
 # -- the lease watchdog -----------------------------------------------------------------
 def test_watchdog_reverts_both_after_controller_sigkill(fake, node, no_residue):
-    """A controller applies a clock cap and a power cap for 1 s with no grace and is
+    """A controller applies a clock cap and a power cap for 6 s with no grace and is
     SIGKILLed: the on-node sh watchdog must run the revert script, which calls the
     stand-in nvidia-smi by its absolute path (-rgc, -pl OLD)."""
     fake.smi("-i", "0", "-pl", "250")
@@ -307,8 +307,8 @@ def test_watchdog_reverts_both_after_controller_sigkill(fake, node, no_residue):
         "from faultlab.injectors import GpuClockCap, GpuPowerCap, apply\n"
         "from faultlab.nodes import LocalNode\n"
         "n = LocalNode('local')\n"
-        "a = apply(GpuClockCap(n, 900, gpu=0), 1.0, grace_s=0.0)\n"
-        "b = apply(GpuPowerCap(n, 200, gpu=0), 1.0, grace_s=0.0)\n"
+        "a = apply(GpuClockCap(n, 900, gpu=0), 6.0, grace_s=0.0)\n"
+        "b = apply(GpuPowerCap(n, 200, gpu=0), 6.0, grace_s=0.0)\n"
         "print(a.fault_id, b.fault_id, a.evidence['verify']['ok'], b.evidence['verify']['ok'], flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -321,7 +321,7 @@ def test_watchdog_reverts_both_after_controller_sigkill(fake, node, no_residue):
     assert len(ids) == 4 and ids[2:] == ["True", "True"], ids
     lines = [line for le in load_leases(node) for line in le.record["revert"]]
     assert sorted(lines) == sorted([f"{SMI} -i 0 -rgc", f"{SMI} -i 0 -pl 250.00"]), "the revert lines name nvidia-smi by its absolute path"
-    deadline = time.time() + 20
+    deadline = time.time() + 30
     while time.time() < deadline and load_leases(node):
         time.sleep(0.2)
     assert not load_leases(node), "the watchdogs removed the leases at the deadline"

@@ -147,7 +147,7 @@ def test_revert_twice_is_noop(busy_loop, no_residue):
 
 
 def test_lease_watchdog_reverts_after_controller_sigkill(busy_loop, no_residue):
-    """The controller applies a pause under a 2 s lease with no grace and is SIGKILLed
+    """The controller applies a pause under a 6 s lease with no grace and is SIGKILLed
     at once: the detached watchdog must still end the fault (stop the loop, SIGCONT)
     and remove the lease. The pause loop itself is given 120 s, so only the watchdog's
     revert can end it in time (with the revert lines skipped this test fails: the
@@ -156,7 +156,7 @@ def test_lease_watchdog_reverts_after_controller_sigkill(busy_loop, no_residue):
         "import sys, time\n"
         "from faultlab.injectors import ProcessPause, apply\n"
         "from faultlab.nodes import LocalNode\n"
-        f"a = apply(ProcessPause(LocalNode('local'), {busy_loop.pid}, 0.5, 0.6, 120.0), 2.0, grace_s=0.0)\n"
+        f"a = apply(ProcessPause(LocalNode('local'), {busy_loop.pid}, 0.5, 0.6, 120.0), 6.0, grace_s=0.0)\n"
         "print(a.fault_id, flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -167,7 +167,7 @@ def test_lease_watchdog_reverts_after_controller_sigkill(busy_loop, no_residue):
     ctl.wait()
     leases = load_leases(LocalNode("local"))
     assert [le.fault_id for le in leases] == [fault_id]
-    deadline = time.time() + 15
+    deadline = time.time() + 25
     while time.time() < deadline and load_leases(LocalNode("local")):
         time.sleep(0.2)
     assert not load_leases(LocalNode("local")), "the watchdog removed the lease at the deadline"
@@ -183,6 +183,9 @@ def _state(pid: int) -> str:
 
 def _pause_loops_of(pid: int) -> list[int]:
     """PIDs of live faultlab-pause loops whose target is ``pid``: the loop shells only,
+    matched by the loop's own argv (``sh -c LOOP faultlab-pause PIDFILE PID ...``, see
+    injectors/pause.py START_SH), so not the ``setsid -f sh -c LOOP faultlab-pause ...``
+    wrapper that starts it (faultlab-pause and the PID in its argv too, for a few ms), and
     not the short-lived subshells each ``$(...)`` in the loop forks (same argv, and
     their parent is the loop; CI saw one in a snapshot and not in the next)."""
     found = {}
@@ -194,7 +197,8 @@ def _pause_loops_of(pid: int) -> list[int]:
             fields = open(f"/proc/{p}/stat").read().rpartition(")")[2].split()
         except OSError:
             continue
-        if b"faultlab-pause" in argv and str(pid).encode() in argv and fields[0] != "Z":
+        loop_argv = len(argv) > 5 and argv[:2] == [b"sh", b"-c"] and argv[3] == b"faultlab-pause"
+        if loop_argv and argv[5] == str(pid).encode() and fields[0] != "Z":
             found[int(p)] = int(fields[1])  # its parent's PID
     return sorted(p for p, parent in found.items() if parent not in found)
 
@@ -259,7 +263,7 @@ def test_pause_loop_survives_a_group_kill_of_faultlab(busy_loop, no_residue):
     target keeps cycling and is running (not stopped) once the fault ends."""
     fl = [sys.executable, "-c", "from faultlab.cli import app; app()"]
     p = subprocess.Popen([*fl, "inject", "--type", "process-pause", "--target", str(busy_loop.pid), "--pause", "200ms",
-                          "--period", "300ms", "--duration", "3s", "--grace", "1s", "--json"],
+                          "--period", "300ms", "--duration", "10s", "--grace", "1s", "--json"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         end = time.time() + 30
@@ -294,7 +298,7 @@ def test_lease_watchdog_reverts_qdisc_after_sigkill(testbed2, no_residue):
         "from faultlab.injectors import NicSlow, apply\n"
         "from faultlab.nodes import NetnsNode\n"
         f"n = NetnsNode(name='n0', netns={n0.netns!r}, iface='fleth0')\n"
-        "a = apply(NicSlow(n, 10e6), 1.0, grace_s=0.0)\n"
+        "a = apply(NicSlow(n, 10e6), 5.0, grace_s=0.0)\n"
         "print(a.fault_id, flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -303,7 +307,7 @@ def test_lease_watchdog_reverts_qdisc_after_sigkill(testbed2, no_residue):
     assert FAULT_QDISC.search(_qdiscs(n0))
     ctl.kill()
     ctl.wait()
-    deadline = time.time() + 15
+    deadline = time.time() + 25
     while time.time() < deadline and FAULT_QDISC.search(_qdiscs(n0)):
         time.sleep(0.2)
     assert not FAULT_QDISC.search(_qdiscs(n0)) and "ingress" not in _qdiscs(n0)

@@ -461,11 +461,11 @@ def test_cpu_stress_default_workers_one_per_allowed_cpu(busy_loop, no_residue):
 def test_stress_workers_end_by_themselves_at_deadline(busy_loop, no_residue):
     """Workers exit at their own deadline even when nobody reverts (the lease watchdog
     here would only act 10 s later)."""
-    active = apply(CpuStress(NODE, [busy_loop.pid], 1.5, workers=1), 1.5, verify=False)
+    active = apply(CpuStress(NODE, [busy_loop.pid], 6, workers=1), 6, verify=False)
     pidfile = active.facts["pidfile"]
     try:
         assert _wait_until(lambda: len(_workers_of(pidfile, "faultlab-stress")) == 1, 5)
-        assert _wait_until(lambda: not _workers_of(pidfile, "faultlab-stress"), 8)
+        assert _wait_until(lambda: not _workers_of(pidfile, "faultlab-stress"), 15)
         assert load_leases(NODE)  # the lease is still there: the workers ended by themselves
     finally:
         assert active.revert() in ("reverted", "expired")

@@ -54,19 +54,23 @@ def lease_dir() -> Path:
 
 def faultlab_procs(lease: str | None = None) -> set[str]:
     """faultlab's own processes (watchdogs, pause loops, stress workers) started with
-    FAULTLAB_LEASE_DIR=``lease`` (default: this session's)."""
+    FAULTLAB_LEASE_DIR=``lease`` (default: this session's). Not the short-lived children
+    a watchdog or loop forks for each ``$(...)`` or background ``sleep``: until they exec
+    they have its argv and environ, so a matched process whose parent is matched too is
+    left out (a leaked child whose parent is gone is still counted)."""
     want = f"FAULTLAB_LEASE_DIR={lease or lease_dir()}".encode()
-    out = set()
+    found: dict[int, tuple[int, str]] = {}
     for p in Path("/proc").iterdir():
         if not p.name.isdigit():
             continue
         try:
             cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             if any(k in cmd for k in MARKERS) and want in (p / "environ").read_bytes().split(b"\0"):
-                out.add(f"{p.name} {cmd[:60]}")
-        except OSError:
+                ppid = int((p / "stat").read_text().rpartition(")")[2].split()[1])
+                found[int(p.name)] = (ppid, cmd[:60])
+        except (OSError, ValueError, IndexError):
             continue
-    return out
+    return {f"{pid} {cmd}" for pid, (ppid, cmd) in found.items() if ppid not in found}
 
 
 def state(extra_lease: str | None = None) -> set[str]:
@@ -525,7 +529,7 @@ def test_force_fault_with_lost_record_restores_the_foreign_tbf_from_the_watchdog
     try:
         before = raw()
         o = before["options"]
-        cp = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "20mbit", "--force", "--duration", "2s", "--grace", "0s",
+        cp = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "20mbit", "--force", "--duration", "10s", "--grace", "0s",
                 "--detach", "--json")
         assert cp.returncode == 0, cp.stderr
         fid = json.loads(cp.stdout)["fault_id"]
@@ -540,7 +544,7 @@ def test_force_fault_with_lost_record_restores_the_foreign_tbf_from_the_watchdog
         burst = tbf_burst_for_ticks(int(o["rate"]), int(str(o["burst_raw"]), 16))
         want = f"tc qdisc add dev fleth0 root handle 7: tbf rate {int(o['rate']) * 8}bit burst {burst} limit {int(o['limit'])}"
         assert any(a.endswith(want) for a in argv), (want, argv)
-        assert wait_for(lambda: not [w for w in find_watchdogs() if w.fault_id == fid], 20)
+        assert wait_for(lambda: not [w for w in find_watchdogs() if w.fault_id == fid], 30)
         after = raw()
         assert after["handle"] == "7:" and after["options"] == before["options"], (before, after)
         assert not FAULT_QDISC.search(n0.run(["tc", "qdisc", "show"], scope="net").stdout)

@@ -101,7 +101,14 @@ def test_residue_sees_one_of_every_kind_faultlab_makes(tmp_path, monkeypatch):
         assert any(f"faultlab-res-{hx}" in r for r in left["iptables"]), left["iptables"]
         assert any("f1e5:" in q for q in left["qdiscs"]), left.get("qdiscs")
         assert any(q.startswith(f"{ns}: ") and "e1e5:" in q for q in left["netns_qdiscs"]), left.get("netns_qdiscs")
-        assert len(left["processes"]) == 2 and len(left["workers"]) == 2, (left.get("processes"), left.get("workers"))
+        # the two loops by PID; any other entry must be a child a loop forked for its
+        # `sleep` and caught before its exec (same argv and environ), not another process
+        cmds = {int(r.split(" ", 1)[0]): r.split(" ", 1)[1] for r in left["processes"]}
+        wd, pl = procs[0].pid, procs[1].pid
+        assert {wd, pl} <= set(cmds), (left["processes"], wd, pl)
+        assert "faultlab-watchdog" in cmds[wd] and "faultlab-pause" in cmds[pl], cmds
+        assert set(cmds.values()) == {cmds[wd], cmds[pl]}, (left["processes"], wd, pl)
+        assert len(left["workers"]) == 2, left.get("workers")
     finally:
         for p in procs:
             p.kill()
