@@ -298,23 +298,27 @@ def _sustained_job(grid: StepGrid, tv: TemporalView, sim: np.ndarray, config) ->
     """``(S,)`` bool: the job's straggler-free step time (the what-if ``sim``, s) is
     *sustainedly* above its trailing baseline: the peer view's sustained rule
     (:func:`faultlab.labeler.peer.sustained`) on ``sim / job_base``, over a centered
-    window of ``min_duration_s`` of steps, at ``max(temporal_threshold, 1 + mad_k x
-    1.2533 sigma / sqrt(k))`` with sigma the robust spread (1.4826 MAD) of that ratio
-    over the run. A slow link that slows a third of the steps by 2x and the rest by
+    window of ``min_duration_s`` of steps (k), at ``max(temporal_threshold, 1 +
+    mad_k x sigma)`` with sigma the robust spread (1.4826 MAD) over the run of that
+    ratio's centered k-step rolling median (not sigma / sqrt(k): step noise on a
+    loaded host is not independent). A slow link that slows a third of the steps by 2x and the rest by
     1.2x flags only some steps one by one (the unflagged ones feed the baseline);
     over a second of steps it is plain."""
-    from faultlab.labeler.peer import MEDIAN_SE, sustained, window_steps
+    from faultlab.labeler.peer import sustained, window_steps
 
     if grid.S == 0:
         return np.zeros(0, dtype=bool)
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.asarray(sim, dtype=np.float64) / np.asarray(tv.job_base, dtype=np.float64)
-    fin = r[np.isfinite(r)]
+    k = window_steps(grid, config)
+    # the spread of the window median itself over the run: host load wanders, so
+    # steps are not independent and sigma / sqrt(k) would understate it
+    rm = pd.Series(np.where(np.isfinite(r), r, np.nan)).rolling(k, center=True, min_periods=(k + 1) // 2).median().to_numpy()
+    fin = rm[np.isfinite(rm)]
     if fin.size == 0:
         return np.zeros(grid.S, dtype=bool)
     sigma = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin))))
-    k = window_steps(grid, config)
-    level = max(float(config.temporal_threshold), 1.0 + float(config.mad_k) * sigma * MEDIAN_SE / np.sqrt(k))
+    level = max(float(config.temporal_threshold), 1.0 + float(config.mad_k) * sigma)
     return sustained(r[:, None], k, np.asarray([level]))[:, 0]
 
 
@@ -587,7 +591,7 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
     rank cost the job (job time ratio); the evidence carries the votes.
 
     An episode that no rank is named for (every stall inside the all-reduce, nobody
-    late) and that is one stall repeated at one period (at least three stalls, their
+    late) and that is one stall repeated at one period (at least four stalls, their
     sizes and the times between them each within ``max_spread`` x) is still a
     slowdown of the job: it becomes one ``job`` label from its first to its last stall
     (:func:`_unattributed_episode`) unless labels already hold most of its stalls.
@@ -607,7 +611,7 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
         j = int(np.argmax(votes))
         alike = float(np.max(job_ex) / max(float(np.min(job_ex)), 1e-12)) <= max_spread
         if n_att < 1 or votes[j] < min_share * n_att or not (votes[j] >= 2 or alike):
-            rows = _unattributed_episode(an, rows, st, fl, n_ep, n_att, job_ex, max_spread=max_spread)
+            rows = _unattributed_episode(an, rows, st, fl, n_ep, n_att, int(votes[j]), job_ex, max_spread=max_spread)
             continue
         rows = _rank_episode(an, rows, j, st, st[ok & (k == j)], fl, n_ep, votes, job_ex, max_flagged=max_flagged)
     return rows
@@ -711,17 +715,27 @@ def _absorb(an: Analysis, rows: list[dict], comp_name: str, i0: int, i1: int,
     return keep, absorbed, i0, i1
 
 
-def _other_job_labels(an: Analysis, rows: list[dict], mine: np.ndarray, max_flagged: float) -> list[tuple[int, int]]:
+def _other_job_labels(an: Analysis, rows: list[dict], mine: np.ndarray, st: np.ndarray,
+                      max_flagged: float) -> list[tuple[int, int]]:
     """Grid-row spans of the ``job`` labels in ``rows`` that are another slowdown's, not
     the voted rank's stalls seen job-wide: sustained (:func:`_sustained`: a slow link
-    slows most steps), or without one of the rank's voting stalls ``mine`` inside."""
+    slows most steps), or without one of the rank's voting stalls ``mine`` inside and
+    not made mostly of the episode's stalls ``st`` (:func:`_mostly_stalls`)."""
     g, gap = an.grid, an.config.gap_steps
     out = []
     for r0, r1 in (_span(g.steps, r) for r in rows if r["component"] == "job"):
         has_vote = bool(((mine >= r0 - gap) & (mine <= r1 + gap)).any())
-        if _sustained(an, r0, r1, max_flagged) or not has_vote:
+        if _sustained(an, r0, r1, max_flagged) or (not has_vote and not _mostly_stalls(an, r0, r1, st)):
             out.append((r0, r1))
     return out
+
+
+def _mostly_stalls(an: Analysis, r0: int, r1: int, st: np.ndarray) -> bool:
+    """At least half of the job-flagged grid rows ``r0..r1`` are the episode's stalls
+    ``st`` (the rank's own stalls inside the all-reduce, dense enough to be one job
+    label): that label is the rank's even without a vote inside."""
+    fl = np.flatnonzero(an.temporal.job_flag[r0 : r1 + 1]) + r0
+    return bool(fl.size) and float(np.isin(fl, st).mean()) >= 0.5
 
 
 def _voted_span(mine: np.ndarray, stops: list[tuple[int, int]]) -> tuple[int, int]:
@@ -746,7 +760,7 @@ def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: 
     held = _held(an, rows, comp_name)
     if int((~held[st]).sum()) < 1 or float(held[st].mean()) >= 0.5:
         return rows
-    stops = _other_job_labels(an, rows, mine, max_flagged)
+    stops = _other_job_labels(an, rows, mine, st, max_flagged)
     v0, v1 = _voted_span(mine, stops)
     i0, i1 = _grow_by_cadence(st, v0, v1, stops)
     keep, absorbed, i0, i1 = _absorb(an, rows, comp_name, i0, i1, stops)
@@ -787,7 +801,7 @@ def _episode_evidence(an: Analysis, i0: int, i1: int, st: np.ndarray, fl: np.nda
     }
 
 
-def _repeated(g: StepGrid, st: np.ndarray, job_ex: np.ndarray, max_spread: float, min_stalls: int = 3) -> bool:
+def _repeated(g: StepGrid, st: np.ndarray, job_ex: np.ndarray, max_spread: float, min_stalls: int = 4) -> bool:
     """One stall repeated at one period: at least ``min_stalls`` stalls (grid rows
     ``st``) whose excesses ``job_ex`` (s) and the times between their starts (s) are
     each within ``max_spread`` x of each other (a gap of two periods, where one stall
@@ -802,21 +816,25 @@ def _repeated(g: StepGrid, st: np.ndarray, job_ex: np.ndarray, max_spread: float
 
 
 def _unattributed_episode(an: Analysis, rows: list[dict], st: np.ndarray, fl: np.ndarray, n_ep: int, n_att: int,
-                          job_ex: np.ndarray, *, max_spread: float) -> list[dict]:
+                          votes: int, job_ex: np.ndarray, *, max_spread: float) -> list[dict]:
     """``rows`` plus one ``job`` label from the first to the last stall of an episode
     that no rank is named for, when it is one stall repeated at one period
-    (:func:`_repeated`; see :func:`_intermittent`), unless labels already hold half of
-    its stalls or it is shorter than ``min_steps`` / ``min_duration_s``. ``slowdown``
+    (:func:`_repeated`; see :func:`_intermittent`), unless a label already lies in its
+    span or it is shorter than ``min_steps`` / ``min_duration_s``. ``votes`` is the
+    top rank's votes (0 when nobody arrived late; else a split vote). ``slowdown``
     is the job time ratio over it (the floor ``min_slowdown`` applies as to every
     label)."""
     g, tv, cfg = an.grid, an.temporal, an.config
-    if not _repeated(g, st, job_ex, max_spread) or float(_held(an, rows, None)[st].mean()) >= 0.5:
-        return rows
     i0, i1 = int(st[0]), int(st[-1])
+    # a label already inside the span is another slowdown's (or this one seen in part):
+    # the episode would claim it or double count its time
+    if not _repeated(g, st, job_ex, max_spread) or _held(an, rows, None)[i0 : i1 + 1].any():
+        return rows
     if _too_short(an, i0, i1):
         return rows
-    slowdown, ev = _episode_evidence(an, i0, i1, st, fl, n_ep, n_att, 0, job_ex)
-    ev["reason"] = "stalls alike that no rank arrived late for (inside the collective)"
+    slowdown, ev = _episode_evidence(an, i0, i1, st, fl, n_ep, n_att, votes, job_ex)
+    ev["reason"] = ("stalls alike that no rank arrived late for (inside the collective)" if n_att == 0 else
+                    "stalls alike whose late arrivals split between ranks (no clear majority)")
     ev["n_flagged"] = int(an.job_wide_flag[i0 : i1 + 1].sum())
     return [*rows, _row(g, "job", "job", i0, i1, slowdown, "temporal",
                         _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal"), ev)]

@@ -118,15 +118,20 @@ def candidates(inj: dict, rank_nodes: dict[int, str], job_wide_types) -> tuple[s
     return comps, f"node:{node}", "node"
 
 
-def locate_job_labels(out: pd.DataFrame, inj_rows: list[dict], slack: float, *, min_share: float = 0.5) -> list[int]:
+def locate_job_labels(out: pd.DataFrame, inj_rows: list[dict], slack: float, run_ranks: set[int] | None = None, *,
+                      min_share: float = 0.5) -> list[int]:
     """Name the rank of an unmatched ``job`` label from the one injection in force.
 
     A duty-cycle pause or a GC stall that lands inside the all-reduce stalls every rank
     alike: no step timing can say whose it was, so fusion labels the episode ``job``
     (``source="observed"`` after matching: a ``job`` label matches job-wide faults
     only). When exactly one injection overlaps such a label (with ``slack`` s on both
-    sides, any fault type), it targets one rank (``target`` ``"rank:N"``), and at least
-    ``min_share`` of the label's time lies inside it, the label becomes that rank's:
+    sides, any fault type), it targets one rank of the run (``target`` ``"rank:N"``,
+    N in ``run_ranks`` when given), it has an end (a fault whose revert failed has
+    none and is not taken as in force for the rest of the run), at least ``min_share``
+    of the label's time lies inside it (with the slack), the label becomes that rank's
+    (beside a label of that rank the telemetry made, if any: the job's slowdown went
+    beyond the rank's own steps, e.g. a GC stall that stalls every rank):
     ``component="rank:N"``, ``component_kind="rank"``, ``source="injected"``, its
     ``fault_id``/``cause``, and evidence ``located_by="injection"`` with
     ``observed_component="job"`` (scores can tell these apart from ranks the telemetry
@@ -149,7 +154,9 @@ def locate_job_labels(out: pd.DataFrame, inj_rows: list[dict], slack: float, *, 
             continue
         k, ov = hits[0]
         r = target_rank(inj_rows[k].get("target"))
-        if r is None or ov < min_share * max(le - ls, 0.0):
+        if r is None or (run_ranks is not None and r not in run_ranks) or pd.isna(inj_rows[k]["end_ts"]):
+            continue
+        if ov < min_share * max(le - ls, 0.0):
             continue
         ev = json.loads(out.at[i, "evidence"]) if isinstance(out.at[i, "evidence"], str) and out.at[i, "evidence"] else {}
         ev.update({"located_by": "injection", "observed_component": "job",
@@ -270,7 +277,7 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
     out["cause"] = causes
     out["fault_id"] = fids
     out["evidence"] = evs
-    located = locate_job_labels(out, inj_rows, slack)
+    located = locate_job_labels(out, inj_rows, slack, set(rank_nodes) if rank_nodes else None)
     for k in located:
         matched_inj[k] = True
 

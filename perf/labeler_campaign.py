@@ -21,10 +21,13 @@ must label and what the evaluation counts. It then reports, against those that d
   when a label claims it. The same precision per label is shown beside;
 - localization Acc@1 per fault type: the injected component (the rank for faults on a
   rank; the node for nic-slow) is the label's component, or for a job label the
-  culprit it names; beside it ``acc_at_1_telemetry``, which counts as wrong a rank
-  that only the injection record named (``located_by: injection``: stalls inside
-  the collective, which no step timing can attribute; see
-  :func:`faultlab.labeler.reconcile.locate_job_labels`), and how many those are;
+  culprit it names (for a fault on a rank only that rank's labels can claim it, so
+  its Acc@1 is 1 by construction); beside it ``acc_at_1_telemetry``, the share
+  whose rank the step timings named, i.e. not only the injection record
+  (``located_by: injection``: stalls inside the collective, which no step timing can
+  attribute; see :func:`faultlab.labeler.reconcile.locate_job_labels`), and how many
+  those are; and ``event_recall_telemetry`` / ``recall_by_type_telemetry``, recall
+  with the faults only the record located counted as missed;
 - onset error in steps (label start step - first step at or after the injection);
 - observed labels (no injection) per run-hour, for the noise level, with their
   slowdowns and the cause their host evidence names (``--details``: one line each);
@@ -288,6 +291,11 @@ def bootstrap_ci(runs: list[dict], n: int = 2000, seed: int = 0) -> dict:
     return out
 
 
+def _by_telemetry(i: dict) -> bool:
+    """A fault some label claimed from the step timings (not only by the record)."""
+    return bool(i["labeled"]) and i.get("located_by") != "injection"
+
+
 def summarize(runs: list[dict]) -> dict:
     injs = [i for r in runs for i in r.get("injections", [])]
     slowed = [i for i in injs if i["impact"] >= SLOWED]
@@ -330,6 +338,10 @@ def summarize(runs: list[dict]) -> dict:
         if any(i["impact_pre10"] >= SLOWED for i in injs) else float("nan"),
         "recall_by_type": {t: float(np.mean([i["labeled"] for i in slowed if i["type"] == t]))
                            for t in sorted({i["type"] for i in slowed})},
+        # the same, a fault whose only claims the injection record located counted as missed
+        "event_recall_telemetry": float(np.mean([_by_telemetry(i) for i in slowed])) if slowed else float("nan"),
+        "recall_by_type_telemetry": {t: float(np.mean([_by_telemetry(i) for i in slowed if i["type"] == t]))
+                                     for t in sorted({i["type"] for i in slowed})},
         "recall_by_impact": _curve(injs),
         "onset_error_steps_max": float(np.max(onsets)) if onsets else float("nan"),
         "onset_within_2_steps": float(np.mean([o <= 2 for o in onsets])) if onsets else float("nan"),

@@ -474,6 +474,41 @@ def test_recorded_rate_cap_whose_flags_split_is_one_job_label():
     assert got.slowdown.max() >= 1.2
 
 
+@pytest.mark.parametrize("every", [8, 6, 4])
+def test_pause_late_at_both_ends_and_inside_the_collective_between_is_one_rank_label(every):
+    """Review s6 #1: a pause on rank:2 that lands in its compute over the episode's
+    first and last six stalls and inside the all-reduce between (phase drift). The
+    stalls between form a job label with no vote inside; it is the rank's own (its
+    flagged steps are the episode's stalls), so one rank label over all of it, as
+    before 997baa1 (which cut it in three)."""
+    s = simulate(n_steps=400)
+    n = len(range(100, 300, every))
+    late = {k for k in range(n) if k < 6 or k > n - 7}
+    for k, t in enumerate(range(100, 300, every)):
+        at = s["step"] == t
+        if k in late:
+            s.loc[at & (s["rank"] == 2), "compute_s"] += 0.25
+        s.loc[at, "step_s"] += 0.25
+    s["comm_s"] = s["step_s"] - s["compute_s"]
+    lab = label(_retime(s))
+    assert lab.component.tolist() == ["rank:2"], lab[["component", "start_step", "end_step"]]
+    assert lab.iloc[0].start_step <= 102 and lab.iloc[0].end_step >= 290
+
+
+def test_job_label_is_not_located_by_a_fault_without_end_or_off_the_run():
+    """Review s6 #2/#3: a fault whose revert failed (no end_ts) is not taken as in
+    force for the rest of the run, and a target rank the run does not have is never
+    named."""
+    s = paused_rank(a=60, b=221, every=40, in_compute_every=0, stall=0.6)
+    t0, t1 = step_time(s, 60) - 0.05, step_end(s, 220) + 0.05
+    no_end = injection("process-1", "process-pause", "n1", "rank:2", t0, float("nan"))
+    lab = label(s, pd.DataFrame([no_end]))
+    assert "job" in set(lab.component) and "located_by" not in "".join(lab.evidence.fillna(""))
+    off = injection("process-2", "process-pause", "n1", "rank:99", t0, t1)
+    lab = label(s, pd.DataFrame([off]))
+    assert sorted(zip(lab.component, lab.source)) == [("job", "observed"), ("rank:99", "injected-unmanifested")]
+
+
 def test_blip_before_a_jobwide_slowdown_does_not_set_its_onset():
     s = simulate(jobwide=(200, 240, 0.2))
     at = s["step"].isin([193, 194])  # a 2-step hiccup, joined only through gap_s
