@@ -94,8 +94,8 @@ import sys, time
 from faultlab import injectors
 from faultlab.nodes.docker import resolve_docker
 node = resolve_docker(sys.argv[1])
-inj = injectors.build("nic-slow", node, target=None, duration_s=2, opts={"--rate": "20mbit"})
-a = injectors.apply(inj, 2, grace_s=1, verify=False)
+inj = injectors.build("nic-slow", node, target=None, duration_s=10, opts={"--rate": "20mbit"})
+a = injectors.apply(inj, 10, grace_s=1, verify=False)
 print(a.lease.path, flush=True)
 time.sleep(600)
 """
