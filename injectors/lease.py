@@ -381,7 +381,7 @@ def _note_watchdog(d: safefs.TrustedDir, name: str, record: dict, pid: int) -> N
     """Add the watchdog's PID and start time (``/proc/PID/stat`` field 22) to the
     record, so ``release`` signals that process only. Best effort: the record written
     before stays valid without them (``own_watchdogs`` then matches uid and folder)."""
-    start = _starttime(pid)
+    start = procid.starttime(pid)
     if start is None:
         return
     record.update(watchdog_pid=pid, watchdog_starttime=start)
@@ -390,12 +390,6 @@ def _note_watchdog(d: safefs.TrustedDir, name: str, record: dict, pid: int) -> N
     except OSError:
         record.pop("watchdog_pid")
         record.pop("watchdog_starttime")
-
-
-def _starttime(pid: int) -> int | None:
-    from faultlab.benchmarks.agent import proc_starttime
-
-    return proc_starttime(pid)
 
 
 def _unlink_quietly(d: safefs.TrustedDir, name: str) -> None:

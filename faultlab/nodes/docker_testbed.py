@@ -37,6 +37,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from faultlab import procid
 from faultlab.errors import BadInput, FaultlabError, NodeError
 from faultlab.nodes.docker import WORK_DIR, DockerNode, node_from_container
 from faultlab.nodes.testbed import _free_subnet, state_dir
@@ -262,7 +263,7 @@ class DockerTestbed:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"backend": "docker", "host_like": self.host_like, "id": self.id, "subnet": str(self.subnet), "pid": os.getpid(),
-                       "starttime": _starttime(os.getpid()), "n_nodes": self.n_nodes, **self._made}, f)
+                       "starttime": procid.starttime(os.getpid()), "n_nodes": self.n_nodes, **self._made}, f)
         os.replace(tmp, p)
 
     @classmethod
@@ -370,9 +371,3 @@ def recover_docker_testbeds(only_dead: bool = True) -> list[str]:
         if not tb.down():
             removed.append(tb.id)
     return removed
-
-
-def _starttime(pid: int):
-    from faultlab.procid import starttime
-
-    return starttime(pid)

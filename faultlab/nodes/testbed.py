@@ -260,7 +260,7 @@ class NetnsTestbed:
 
     def _save(self) -> None:
         """Write the state file (durably, through the checked state folder)."""
-        state = {"id": self.id, "subnet": str(self.subnet), "pid": os.getpid(), "starttime": _starttime(os.getpid()),
+        state = {"id": self.id, "subnet": str(self.subnet), "pid": os.getpid(), "starttime": procid.starttime(os.getpid()),
                  **self._made}
         with safefs.open_dir(state_dir(), create=True, mode=0o755) as d:
             d.write_json(f"{self.id}.json", state, mode=0o644)
@@ -333,10 +333,6 @@ def recover_testbeds(only_dead: bool = True) -> list[str]:
     from faultlab.nodes.docker_testbed import recover_docker_testbeds  # docker and ssh testbeds
 
     return removed + recover_docker_testbeds(only_dead)
-
-
-def _starttime(pid: int) -> Optional[int]:
-    return procid.starttime(pid)
 
 
 def _controller_alive(pid: int, starttime: Optional[int]) -> bool:
