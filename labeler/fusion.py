@@ -18,7 +18,12 @@ and a peer view (a component against its peers) decides *what* was slow:
    is also flagged job-wide when the straggler-free step time is *sustainedly* up
    (the peer view's sustained rule over a second of steps, :func:`_sustained_job`):
    a rate cap slows its steps in bursts, whose single steps clear the per-step bar
-   only now and then.
+   only now and then. A job-wide interval that one rank's compute explains (it
+   computes longer and waits less than its peers, :func:`_interval_straggler`) is
+   that rank's label; when the rank explains less than half of the job's excess
+   time (``MAJORITY``), the rest is a ``job`` label over the same steps too, with
+   ``slowdown`` = 1 + the unexplained share x the job's excess (a host's noise on
+   one rank during a slow link does not take the link's label).
 3. **Rank temporal only** (rank label, views ``"temporal"``): a rank's compute_s is up
    against its own history, but not against its peers (most of its group is slowed)
    and no job label covers it.
@@ -29,7 +34,10 @@ and a peer view (a component against its peers) decides *what* was slow:
    in the rank's compute make it arrive late. Over an episode of job flags, the late
    arrivals vote for the rank; a clear majority makes the whole episode that rank's
    (see :func:`_intermittent`). An episode of like stalls nobody arrived late for
-   is one ``job`` label.
+   is one ``job`` label. A stall that straddles a step boundary (two adjacent
+   flagged steps) is one stall; an episode whose votes come in runs of two ranks or
+   more (one rank's fault, then another's, chained by the period rule) is one
+   episode per run.
 
 Flags become intervals: runs of flagged steps joined across gaps of at most
 ``gap_steps`` unflagged steps or ``gap_s`` seconds, kept when they span at least
@@ -298,12 +306,16 @@ def _sustained_job(grid: StepGrid, tv: TemporalView, sim: np.ndarray, config) ->
     """``(S,)`` bool: the job's straggler-free step time (the what-if ``sim``, s) is
     *sustainedly* above its trailing baseline: the peer view's sustained rule
     (:func:`faultlab.labeler.peer.sustained`) on ``sim / job_base``, over a centered
-    window of ``min_duration_s`` of steps (k), at ``max(temporal_threshold, 1 +
-    mad_k x sigma)`` with sigma the robust spread (1.4826 MAD) over the run of that
-    ratio's centered k-step rolling median (not sigma / sqrt(k): step noise on a
-    loaded host is not independent). A slow link that slows a third of the steps by 2x and the rest by
-    1.2x flags only some steps one by one (the unflagged ones feed the baseline);
-    over a second of steps it is plain."""
+    window of ``min_duration_s`` of steps (k), at ``max(min_slowdown, 1 + mad_k x
+    sigma)`` with sigma the robust spread of that ratio's centered k-step rolling
+    median over the run (not sigma / sqrt(k): step noise on a loaded host is not
+    independent): 1.4826 x the median distance below the median of the values below
+    it (the lower half only: the slowed stretches this rule is for lie above the
+    median, and a run with several faults would widen a two-sided MAD). The level
+    is the labeler's floor, not the per-step bar ``temporal_threshold``: a median
+    over a second of steps is not one noisy step. A slow link that slows a third of
+    the steps by 2x and the rest by 1.2x flags only some steps one by one (the
+    unflagged ones feed the baseline); over a second of steps it is plain."""
     from faultlab.labeler.peer import sustained, window_steps
 
     if grid.S == 0:
@@ -317,8 +329,11 @@ def _sustained_job(grid: StepGrid, tv: TemporalView, sim: np.ndarray, config) ->
     fin = rm[np.isfinite(rm)]
     if fin.size == 0:
         return np.zeros(grid.S, dtype=bool)
-    sigma = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin))))
-    level = max(float(config.temporal_threshold), 1.0 + float(config.mad_k) * sigma)
+    mid = float(np.median(fin))
+    # the spread from the lower half only: slowed stretches (the faults this rule is
+    # for) lie above the median and would widen a two-sided MAD
+    sigma = MAD_TO_SIGMA * float(np.median(mid - fin[fin <= mid]))
+    level = max(float(config.min_slowdown), 1.0 + float(config.mad_k) * sigma)
     return sustained(r[:, None], k, np.asarray([level]))[:, 0]
 
 
@@ -431,6 +446,11 @@ def fuse(an: Analysis) -> pd.DataFrame:
                 "threshold": cfg.peer_threshold,
             }
             add_rank(j, i0, i1, slowdown, "temporal+peer", slowdown, cfg.temporal_threshold, ev)
+            if share < MAJORITY:  # the rank explains less than half: the rest is the job's
+                rest = 1.0 + (1.0 - share) * (slowdown - 1.0)
+                rows.append(_job_row(an, i0, i1, rest, also_straggler=True,
+                                     extra={"straggler": g.component(j), "unexplained_share": 1.0 - share}))
+                job_rows[sl] = True
             continue
         solo = _temporal_culprit(g, tv, sl, job_excess)
         if solo is not None:
@@ -452,25 +472,7 @@ def fuse(an: Analysis) -> pd.DataFrame:
             }
             add_rank(j, i0, i1, t_ratio, "temporal", t_ratio, cfg.temporal_threshold, ev)
             continue
-        slowdown = an.job_slowdown(i0, i1)
-        up = [g.component(j) for j in np.flatnonzero(tv.rank_flag[sl].any(axis=0))]
-        ev = {
-            "baseline_s": _nanmed(tv.job_base[sl]),
-            "baseline_kind": "temporal",
-            "median_step_s": _nanmed(g.job_step[sl]),
-            "job_slowdown": slowdown,
-            "straggler_free_ratio": _ratio(an.sim[sl], tv.job_base[sl]),
-            "compute_ratio": _nanmed(tv.rank_ratio[sl]),
-            "ranks_compute_up": up,
-            "also_straggler": bool(rank_label_rows[sl].any()),
-            "n_steps": i1 - i0 + 1,
-            "n_flagged": int(an.job_wide_flag[sl].sum()),
-            "threshold": cfg.temporal_threshold,
-        }
-        rows.append(
-            _row(g, "job", "job", i0, i1, slowdown, "temporal",
-                 _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev)
-        )
+        rows.append(_job_row(an, i0, i1, an.job_slowdown(i0, i1), also_straggler=bool(rank_label_rows[sl].any())))
         job_rows[sl] = True
 
     # 3. a rank slow against its own history only (most of its group slowed too);
@@ -526,13 +528,65 @@ def fuse(an: Analysis) -> pd.DataFrame:
     return _typed(df)
 
 
-def _stall_episodes(an: Analysis, *, stall_jump: float, max_flagged: float) -> list[tuple[np.ndarray, np.ndarray, int]]:
-    """Episodes of repeated stalls of about one size: ``[(stalls, flagged, n_steps)]``
-    (grid rows of the stalls; of every job-flagged step in their span, for the jitter;
-    the number of steps they span). Job-flagged steps are cut into bands of excess
-    (``job_step`` - baseline, sorted, cut at every jump of ``stall_jump`` x), each band
-    into runs at most ``intermittent_period_s`` seconds apart; a run of at least two
-    stalls that flag at most ``max_flagged`` of its span is an episode."""
+#: a straggler that explains less than this share of a job-wide slowdown's excess
+#: time leaves the rest to a job label of its own
+MAJORITY = 0.5
+
+
+def _job_row(an: Analysis, i0: int, i1: int, slowdown: float, *, also_straggler: bool, extra: dict | None = None) -> dict:
+    """A ``job`` label row over grid rows ``i0..i1`` (views ``"temporal"``) with
+    ``slowdown`` (a ratio) and the job's evidence: baseline and median step time (s),
+    the straggler-free (what-if) ratio, the ranks whose compute rose, whether a rank
+    label holds some of it (``also_straggler``), and ``extra``."""
+    g, tv, cfg = an.grid, an.temporal, an.config
+    sl = slice(i0, i1 + 1)
+    ev = {
+        "baseline_s": _nanmed(tv.job_base[sl]),
+        "baseline_kind": "temporal",
+        "median_step_s": _nanmed(g.job_step[sl]),
+        "job_slowdown": an.job_slowdown(i0, i1),
+        "straggler_free_ratio": _ratio(an.sim[sl], tv.job_base[sl]),
+        "compute_ratio": _nanmed(tv.rank_ratio[sl]),
+        "ranks_compute_up": [g.component(j) for j in np.flatnonzero(tv.rank_flag[sl].any(axis=0))],
+        "also_straggler": also_straggler,
+        "n_steps": i1 - i0 + 1,
+        "n_flagged": int(an.job_wide_flag[sl].sum()),
+        "threshold": cfg.temporal_threshold,
+        **(extra or {}),
+    }
+    return _row(g, "job", "job", i0, i1, slowdown, "temporal",
+                _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal"), ev)
+
+
+def _merge_adjacent(rows: np.ndarray, ex: np.ndarray, longest: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Runs of at most ``longest`` consecutive grid rows (sorted ``rows``, excesses
+    ``ex`` in s) as one stall each: a pause that straddles a step boundary slows two
+    steps by about half each. A longer run is a sustained slowdown (a slow link), not a
+    stall: its rows stay one each. Returns ``(row, excess, n_rows)`` per stall: the row
+    of its largest excess, the sum of its excesses (s), how many rows it spans."""
+    starts = np.flatnonzero(np.r_[True, np.diff(rows) > 1])
+    ends = np.r_[starts[1:], rows.size]
+    long_run = (ends - starts) > longest
+    if long_run.any():  # split long runs back into single rows
+        single = np.zeros(rows.size, dtype=bool)
+        for a, b in zip(starts[long_run], ends[long_run]):
+            single[a:b] = True
+        starts = np.flatnonzero(np.r_[True, np.diff(rows) > 1] | single | np.r_[False, single[:-1]])
+        ends = np.r_[starts[1:], rows.size]
+    rep = np.array([rows[a + int(np.argmax(ex[a:b]))] for a, b in zip(starts, ends)], dtype=rows.dtype)
+    return rep, np.add.reduceat(ex, starts), ends - starts
+
+
+def _stall_episodes(an: Analysis, *, stall_jump: float, max_flagged: float) -> list[tuple[np.ndarray, np.ndarray, int, np.ndarray]]:
+    """Episodes of repeated stalls of about one size: ``[(stalls, flagged, n_steps,
+    excess)]`` (grid rows of the stalls; of every job-flagged step in their span, for
+    the jitter; the number of steps they span; each stall's excess, s). A stall is a
+    job-flagged step, or fewer than ``min_steps`` consecutive ones merged
+    (:func:`_merge_adjacent`). Stalls are
+    cut into bands of excess (``job_step`` - baseline, sorted, cut at every jump of
+    ``stall_jump`` x), each band into runs at most ``intermittent_period_s`` seconds
+    apart; a run of at least two stalls whose steps are at most ``max_flagged`` of
+    its span is an episode."""
     g, tv, cfg = an.grid, an.temporal, an.config
     fl = np.flatnonzero(tv.job_flag)
     if fl.size < 2:
@@ -542,22 +596,25 @@ def _stall_episodes(an: Analysis, *, stall_jump: float, max_flagged: float) -> l
     fl, ex = fl[ok], ex[ok]
     if fl.size < 2:
         return []
-    o = np.argsort(ex, kind="stable")
-    cut = np.flatnonzero(np.diff(np.log(ex[o])) > np.log(stall_jump))
+    rep, sex, nrow = _merge_adjacent(fl, ex, cfg.min_steps - 1)
+    o = np.argsort(sex, kind="stable")
+    cut = np.flatnonzero(np.diff(np.log(sex[o])) > np.log(stall_jump))
     out = []
     for band in np.split(o, cut + 1):
-        rows_b = np.sort(fl[band])
-        if rows_b.size < 2:
+        band = band[np.argsort(rep[band], kind="stable")]
+        if band.size < 2:
             continue
+        rows_b = rep[band]
         gaps = g.t0[rows_b[1:]] - g.t1[rows_b[:-1]]
-        for run in np.split(rows_b, np.flatnonzero(gaps > cfg.intermittent_period_s) + 1):
+        for run in np.split(band, np.flatnonzero(gaps > cfg.intermittent_period_s) + 1):
             if run.size < 2:
                 continue
-            n_ep = int(run[-1] - run[0] + 1)
-            if run.size > max_flagged * n_ep:
+            st = rep[run]
+            n_ep = int(st[-1] - st[0] + 1)
+            if int(nrow[run].sum()) > max_flagged * n_ep:
                 continue
-            span = fl[(fl >= run[0]) & (fl <= run[-1])]
-            out.append((run, span, n_ep))
+            span = fl[(fl >= st[0]) & (fl <= st[-1])]
+            out.append((st, span, n_ep, sex[run]))
     out.sort(key=lambda e: int(e[0][0]))
     return out
 
@@ -605,15 +662,53 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
     if not eps:
         return rows
     _, _, cols = g.peer_groups()
-    for st, fl, n_ep in eps:
-        votes, ok, k, job_ex = _stall_votes(an, st, fl, cols, min_late=min_late)
+    for st, fl, n_ep, job_ex in eps:
+        votes, ok, k, _ = _stall_votes(an, st, fl, cols, min_late=min_late)
         n_att = int(votes.sum())
         j = int(np.argmax(votes))
         alike = float(np.max(job_ex) / max(float(np.min(job_ex)), 1e-12)) <= max_spread
+        runs = [r for r in _vote_runs(st[ok], k[ok]) if r[1].size >= 2]
+        if len({rank for rank, _ in runs}) >= 2:  # several ranks' episodes chained into one
+            rows = _chained_episodes(an, rows, runs, st, fl, n_ep, job_ex, max_flagged=max_flagged)
+            continue
         if n_att < 1 or votes[j] < min_share * n_att or not (votes[j] >= 2 or alike):
             rows = _unattributed_episode(an, rows, st, fl, n_ep, n_att, int(votes[j]), job_ex, max_spread=max_spread)
             continue
         rows = _rank_episode(an, rows, j, st, st[ok & (k == j)], fl, n_ep, votes, job_ex, max_flagged=max_flagged)
+    return rows
+
+
+def _vote_runs(mine: np.ndarray, voter: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """The voting stalls (grid rows ``mine``, sorted, and the rank each voted for,
+    ``voter``) as runs of one rank in time order: ``[(rank, rows)]``. A single stray
+    vote for another rank between two votes of one rank does not cut its run (it is
+    dropped)."""
+    v = np.asarray(voter)
+    if v.size == 0:
+        return []
+    keep = np.ones(v.size, dtype=bool)
+    for i in range(1, v.size - 1):  # a lone vote between two of another rank's
+        if v[i - 1] == v[i + 1] != v[i]:
+            keep[i] = False
+    m, v = np.asarray(mine)[keep], v[keep]
+    cuts = np.flatnonzero(np.diff(v) != 0) + 1
+    return [(int(vv[0]), mm) for mm, vv in zip(np.split(m, cuts), np.split(v, cuts))]
+
+
+def _chained_episodes(an: Analysis, rows: list[dict], runs: list[tuple[int, np.ndarray]], st: np.ndarray,
+                      fl: np.ndarray, n_ep: int, job_ex: np.ndarray, *, max_flagged: float) -> list[dict]:
+    """``rows`` with one rank episode per run of votes (``runs``: ``[(rank, voting
+    rows)]``, at least two votes each, of two ranks or more): the stalls of one
+    rank's fault and then another's, less than ``intermittent_period_s`` apart, make
+    one episode by the band rule, and one majority would hand all of it to one rank.
+    Each run's episode holds the stalls between the neighbouring runs' votes."""
+    R = an.grid.R
+    for n, (rank, mine) in enumerate(runs):
+        lo = runs[n - 1][1][-1] if n else -1
+        hi = runs[n + 1][1][0] if n + 1 < len(runs) else np.iinfo(np.int64).max
+        sub = (st > lo) & (st < hi)
+        votes = np.bincount(np.full(mine.size, rank), minlength=R)
+        rows = _rank_episode(an, rows, rank, st[sub], mine, fl, n_ep, votes, job_ex[sub], max_flagged=max_flagged)
     return rows
 
 
@@ -755,14 +850,15 @@ def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: 
     ``mine`` are the stalls that voted for it (grid rows)."""
     g, tv, cfg = an.grid, an.temporal, an.config
     comp_name = g.component(j)
-    # nothing to do when the rank's own labels already hold (most of) its stalls (a
-    # steady straggler whose job flags are sparse once the job baseline caught up)
     held = _held(an, rows, comp_name)
-    if int((~held[st]).sum()) < 1 or float(held[st].mean()) >= 0.5:
-        return rows
     stops = _other_job_labels(an, rows, mine, st, max_flagged)
-    v0, v1 = _voted_span(mine, stops)
-    i0, i1 = _grow_by_cadence(st, v0, v1, stops)
+    i0, i1 = _grow_by_cadence(st, *_voted_span(mine, stops), stops)
+    # nothing to do when the rank's own labels already hold (most of) the stalls of
+    # its span (a steady straggler whose job flags are sparse once the job baseline
+    # caught up); only the span's: an episode may chain other faults' stalls
+    inside = st[(st >= i0) & (st <= i1)]
+    if int((~held[inside]).sum()) < 1 or float(held[inside].mean()) >= 0.5:
+        return rows
     keep, absorbed, i0, i1 = _absorb(an, rows, comp_name, i0, i1, stops)
     if _too_short(an, i0, i1):
         return rows
