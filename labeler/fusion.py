@@ -20,10 +20,12 @@ and a peer view (a component against its peers) decides *what* was slow:
    a rate cap slows its steps in bursts, whose single steps clear the per-step bar
    only now and then. A job-wide interval that one rank's compute explains (it
    computes longer and waits less than its peers, :func:`_interval_straggler`) is
-   that rank's label; when the rank explains less than half of the job's excess
-   time (``MAJORITY``), the rest is a ``job`` label over the same steps too, with
-   ``slowdown`` = 1 + the unexplained share x the job's excess (a host's noise on
-   one rank during a slow link does not take the link's label).
+   that rank's label; when the rank's extra compute is under half of the job's
+   excess time (``MAJORITY``) and the median straggler-free step is still slowed by
+   ``min_slowdown`` (:func:`_job_wide_rest`), the rest is a ``job`` label over the
+   same steps too, and each label's ``slowdown`` is 1 + its share x the job's
+   excess (a host's noise on one rank during a slow link does not take the link's
+   label; a rank label under the floor is dropped).
 3. **Rank temporal only** (rank label, views ``"temporal"``): a rank's compute_s is up
    against its own history, but not against its peers (most of its group is slowed)
    and no job label covers it.
@@ -305,7 +307,10 @@ def analyze(grid: StepGrid, config=None) -> Analysis:
 def _sustained_job(grid: StepGrid, tv: TemporalView, sim: np.ndarray, config) -> np.ndarray:
     """``(S,)`` bool: the job's straggler-free step time (the what-if ``sim``, s) is
     *sustainedly* above its trailing baseline: the peer view's sustained rule
-    (:func:`faultlab.labeler.peer.sustained`) on ``sim / job_base``, over a centered
+    (:func:`faultlab.labeler.peer.sustained`) on ``sim / job_base`` over its median
+    over the run when that is under 1 (the what-if takes every step's slowest rank's
+    extra compute out, so on a noisy host it sits below the job's baseline at every
+    step, not only in a fault), over a centered
     window of ``min_duration_s`` of steps (k), at ``max(min_slowdown, 1 + mad_k x
     sigma)`` with sigma the robust spread of that ratio's centered k-step rolling
     median over the run (not sigma / sqrt(k): step noise on a loaded host is not
@@ -322,6 +327,12 @@ def _sustained_job(grid: StepGrid, tv: TemporalView, sim: np.ndarray, config) ->
         return np.zeros(0, dtype=bool)
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.asarray(sim, dtype=np.float64) / np.asarray(tv.job_base, dtype=np.float64)
+    # against its own typical level: the what-if takes every step's slowest rank's
+    # extra compute out, so on a noisy host it sits below the job's baseline at
+    # every step (0.85-0.95 on 4 ranks sharing 2 cores), not only in a fault
+    typical = float(np.median(r[np.isfinite(r)])) if np.isfinite(r).any() else 1.0
+    if 0 < typical < 1:
+        r = r / typical
     k = window_steps(grid, config)
     # the spread of the window median itself over the run: host load wanders, so
     # steps are not independent and sigma / sqrt(k) would understate it
@@ -432,7 +443,7 @@ def fuse(an: Analysis) -> pd.DataFrame:
             # one rank's compute over the whole interval stands out from its peers'
             # (a stall that lands in its compute half the time, the other half in the
             # all-reduce that everyone waits in): the rank, not the job
-            j, share, ratio, med_total = culprit
+            j, share, ratio, med_total, own = culprit
             n_ok = int(np.isfinite(g.compute[sl, j]).sum())
             slowdown = an.job_slowdown(i0, i1)  # what the rank cost the job
             ev = {
@@ -440,17 +451,26 @@ def fuse(an: Analysis) -> pd.DataFrame:
                 "baseline_kind": "peer-interval",
                 "peer_compute_ratio": ratio,
                 "share_of_job_excess": share,
-                "job_slowdown": an.job_slowdown(i0, i1),
+                "compute_share_of_job_excess": own,
+                "job_slowdown": slowdown,
                 "job_baseline_s": _nanmed(tv.job_base[sl]),
                 "n_steps": i1 - i0 + 1,
                 "threshold": cfg.peer_threshold,
             }
+            if _job_wide_rest(an, i0, i1, own):
+                # the rank's compute explains under half of the job's excess and the
+                # median step, stragglers removed, is still slowed: both are labeled,
+                # each with its share of the excess (a host's noise on one rank
+                # during a slow link does not take the link's label)
+                rest = 1.0 + (1.0 - own) * (slowdown - 1.0)
+                if rest >= cfg.min_slowdown:
+                    rows.append(_job_row(an, i0, i1, rest, also_straggler=True,
+                                         extra={"straggler": g.component(j), "unexplained_share": 1.0 - own}))
+                    job_rows[sl] = True
+                slowdown = 1.0 + own * (slowdown - 1.0)
+                if slowdown < cfg.min_slowdown:
+                    continue
             add_rank(j, i0, i1, slowdown, "temporal+peer", slowdown, cfg.temporal_threshold, ev)
-            if share < MAJORITY:  # the rank explains less than half: the rest is the job's
-                rest = 1.0 + (1.0 - share) * (slowdown - 1.0)
-                rows.append(_job_row(an, i0, i1, rest, also_straggler=True,
-                                     extra={"straggler": g.component(j), "unexplained_share": 1.0 - share}))
-                job_rows[sl] = True
             continue
         solo = _temporal_culprit(g, tv, sl, job_excess)
         if solo is not None:
@@ -528,8 +548,8 @@ def fuse(an: Analysis) -> pd.DataFrame:
     return _typed(df)
 
 
-#: a straggler that explains less than this share of a job-wide slowdown's excess
-#: time leaves the rest to a job label of its own
+#: a straggler whose extra compute is less than this share of a job-wide interval's
+#: excess time leaves the rest to a job label of its own (:func:`_job_wide_rest`)
 MAJORITY = 0.5
 
 
@@ -558,12 +578,19 @@ def _job_row(an: Analysis, i0: int, i1: int, slowdown: float, *, also_straggler:
                 _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal"), ev)
 
 
+#: the most consecutive job-flagged steps taken as one stall: a pause that straddles
+#: a step boundary slows two steps (more in a row is a sustained slowdown)
+STRADDLE_STEPS = 2
+
+
 def _merge_adjacent(rows: np.ndarray, ex: np.ndarray, longest: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Runs of at most ``longest`` consecutive grid rows (sorted ``rows``, excesses
     ``ex`` in s) as one stall each: a pause that straddles a step boundary slows two
     steps by about half each. A longer run is a sustained slowdown (a slow link), not a
-    stall: its rows stay one each. Returns ``(row, excess, n_rows)`` per stall: the row
-    of its largest excess, the sum of its excesses (s), how many rows it spans."""
+    stall: its rows stay one each. Returns ``(first, last, excess)`` per stall: its
+    first and last grid row and the sum of its excesses (s)."""
+    if rows.size == 0:
+        return rows, rows, np.asarray(ex, dtype=np.float64)
     starts = np.flatnonzero(np.r_[True, np.diff(rows) > 1])
     ends = np.r_[starts[1:], rows.size]
     long_run = (ends - starts) > longest
@@ -573,16 +600,16 @@ def _merge_adjacent(rows: np.ndarray, ex: np.ndarray, longest: int) -> tuple[np.
             single[a:b] = True
         starts = np.flatnonzero(np.r_[True, np.diff(rows) > 1] | single | np.r_[False, single[:-1]])
         ends = np.r_[starts[1:], rows.size]
-    rep = np.array([rows[a + int(np.argmax(ex[a:b]))] for a, b in zip(starts, ends)], dtype=rows.dtype)
-    return rep, np.add.reduceat(ex, starts), ends - starts
+    return rows[starts], rows[ends - 1], np.add.reduceat(ex, starts)
 
 
-def _stall_episodes(an: Analysis, *, stall_jump: float, max_flagged: float) -> list[tuple[np.ndarray, np.ndarray, int, np.ndarray]]:
+def _stall_episodes(an: Analysis, *, stall_jump: float,
+                    max_flagged: float) -> list[tuple[np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]]:
     """Episodes of repeated stalls of about one size: ``[(stalls, flagged, n_steps,
-    excess)]`` (grid rows of the stalls; of every job-flagged step in their span, for
-    the jitter; the number of steps they span; each stall's excess, s). A stall is a
-    job-flagged step, or fewer than ``min_steps`` consecutive ones merged
-    (:func:`_merge_adjacent`). Stalls are
+    excess, last)]`` (each stall's first grid row; every job-flagged step in their
+    span, for the jitter; the number of steps they span; each stall's excess, s;
+    each stall's last grid row). A stall is a job-flagged step, or up to
+    ``STRADDLE_STEPS`` consecutive ones merged (:func:`_merge_adjacent`). Stalls are
     cut into bands of excess (``job_step`` - baseline, sorted, cut at every jump of
     ``stall_jump`` x), each band into runs at most ``intermittent_period_s`` seconds
     apart; a run of at least two stalls whose steps are at most ``max_flagged`` of
@@ -596,25 +623,24 @@ def _stall_episodes(an: Analysis, *, stall_jump: float, max_flagged: float) -> l
     fl, ex = fl[ok], ex[ok]
     if fl.size < 2:
         return []
-    rep, sex, nrow = _merge_adjacent(fl, ex, cfg.min_steps - 1)
+    first, last, sex = _merge_adjacent(fl, ex, STRADDLE_STEPS)
     o = np.argsort(sex, kind="stable")
     cut = np.flatnonzero(np.diff(np.log(sex[o])) > np.log(stall_jump))
     out = []
     for band in np.split(o, cut + 1):
-        band = band[np.argsort(rep[band], kind="stable")]
+        band = band[np.argsort(first[band], kind="stable")]
         if band.size < 2:
             continue
-        rows_b = rep[band]
-        gaps = g.t0[rows_b[1:]] - g.t1[rows_b[:-1]]
+        gaps = g.t0[first[band][1:]] - g.t1[last[band][:-1]]
         for run in np.split(band, np.flatnonzero(gaps > cfg.intermittent_period_s) + 1):
             if run.size < 2:
                 continue
-            st = rep[run]
-            n_ep = int(st[-1] - st[0] + 1)
-            if int(nrow[run].sum()) > max_flagged * n_ep:
+            st, st_last = first[run], last[run]
+            n_ep = int(st_last[-1] - st[0] + 1)
+            if int((st_last - st + 1).sum()) > max_flagged * n_ep:
                 continue
-            span = fl[(fl >= st[0]) & (fl <= st[-1])]
-            out.append((st, span, n_ep, sex[run]))
+            span = fl[(fl >= st[0]) & (fl <= st_last[-1])]
+            out.append((st, span, n_ep, sex[run], st_last))
     out.sort(key=lambda e: int(e[0][0]))
     return out
 
@@ -629,7 +655,7 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
     labels come out late or as an unexplained ``job`` label; per *episode* it is clear.
 
     Episodes (:func:`_stall_episodes`): job-flagged steps (``job_step`` up against its
-    history) of about the same size (the same stall repeated: a band of step excesses
+    history; two adjacent ones are one stall, ``STRADDLE_STEPS``) of about the same size (the same stall repeated: a band of step excesses
     with no jump of 1.5x inside), at most ``intermittent_period_s`` seconds apart (the
     longest stall period recognized: a pause every 3 s leaves 3 s between its stalls),
     with at most ``max_flagged`` of the steps they span flagged (a slow link slows every
@@ -645,7 +671,11 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
     episode (sustained, as a slow link's, or without a vote for the rank inside,
     :func:`_other_job_labels`) is kept, bounds the growth and cuts the voting stalls
     (:func:`_voted_span`). ``slowdown`` is what the
-    rank cost the job (job time ratio); the evidence carries the votes.
+    rank cost the job (job time ratio); the evidence carries the votes. An episode
+    whose votes come in runs of two ranks or more, with the stalls' cadence broken
+    between the runs (one rank's fault, then another's, chained by the period rule),
+    is judged per run instead (:func:`_chained_runs`): each run that is a rank
+    episode by itself gets its own label, over its stalls only.
 
     An episode that no rank is named for (every stall inside the all-reduce, nobody
     late) and that is one stall repeated at one period (at least four stalls, their
@@ -662,63 +692,110 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
     if not eps:
         return rows
     _, _, cols = g.peer_groups()
-    for st, fl, n_ep, job_ex in eps:
-        votes, ok, k, _ = _stall_votes(an, st, fl, cols, min_late=min_late)
+    for st, fl, n_ep, job_ex, last in eps:
+        votes, ok, k, _ = _stall_votes(an, st, fl, cols, min_late=min_late, last=last)
+        chained = _chained_runs(st, ok, k, job_ex, min_share=min_share, max_spread=max_spread)
+        if chained:  # several ranks' episodes chained into one by the period rule
+            for rank, sub in chained:
+                v = np.bincount(k[sub & ok], minlength=g.R)
+                fl_sub = fl[(fl >= st[sub][0]) & (fl <= last[sub][-1])]
+                rows = _rank_episode(an, rows, rank, st[sub], st[sub & ok & (k == rank)], fl_sub,
+                                     int(last[sub][-1] - st[sub][0] + 1), v, job_ex[sub], max_flagged=max_flagged,
+                                     last=last[sub])
+            continue
         n_att = int(votes.sum())
         j = int(np.argmax(votes))
-        alike = float(np.max(job_ex) / max(float(np.min(job_ex)), 1e-12)) <= max_spread
-        runs = [r for r in _vote_runs(st[ok], k[ok]) if r[1].size >= 2]
-        if len({rank for rank, _ in runs}) >= 2:  # several ranks' episodes chained into one
-            rows = _chained_episodes(an, rows, runs, st, fl, n_ep, job_ex, max_flagged=max_flagged)
-            continue
+        alike = _alike(job_ex, max_spread)
         if n_att < 1 or votes[j] < min_share * n_att or not (votes[j] >= 2 or alike):
-            rows = _unattributed_episode(an, rows, st, fl, n_ep, n_att, int(votes[j]), job_ex, max_spread=max_spread)
+            rows = _unattributed_episode(an, rows, st, fl, n_ep, n_att, int(votes[j]), job_ex, max_spread=max_spread,
+                                         last=last)
             continue
-        rows = _rank_episode(an, rows, j, st, st[ok & (k == j)], fl, n_ep, votes, job_ex, max_flagged=max_flagged)
+        rows = _rank_episode(an, rows, j, st, st[ok & (k == j)], fl, n_ep, votes, job_ex, max_flagged=max_flagged,
+                             last=last)
     return rows
+
+
+def _alike(job_ex: np.ndarray, max_spread: float) -> bool:
+    """The stalls' excesses (s) are within ``max_spread`` x of each other."""
+    return float(np.max(job_ex) / max(float(np.min(job_ex)), 1e-12)) <= max_spread
 
 
 def _vote_runs(mine: np.ndarray, voter: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """The voting stalls (grid rows ``mine``, sorted, and the rank each voted for,
-    ``voter``) as runs of one rank in time order: ``[(rank, rows)]``. A single stray
-    vote for another rank between two votes of one rank does not cut its run (it is
-    dropped)."""
+    ``voter``) as runs of one rank in time order: ``[(rank, rows)]``. A run of a
+    single vote between two runs of one other rank is a stray: it is dropped and
+    those two runs are one (left to right, so votes alternating between two ranks
+    end as one run of the first rank and a lone vote)."""
     v = np.asarray(voter)
     if v.size == 0:
         return []
-    keep = np.ones(v.size, dtype=bool)
-    for i in range(1, v.size - 1):  # a lone vote between two of another rank's
-        if v[i - 1] == v[i + 1] != v[i]:
-            keep[i] = False
-    m, v = np.asarray(mine)[keep], v[keep]
+    m = np.asarray(mine)
     cuts = np.flatnonzero(np.diff(v) != 0) + 1
-    return [(int(vv[0]), mm) for mm, vv in zip(np.split(m, cuts), np.split(v, cuts))]
+    runs = [(int(vv[0]), mm) for mm, vv in zip(np.split(m, cuts), np.split(v, cuts))]
+    i = 1
+    while i < len(runs) - 1:
+        if runs[i][1].size == 1 and runs[i - 1][0] == runs[i + 1][0]:
+            runs[i - 1 : i + 2] = [(runs[i - 1][0], np.concatenate([runs[i - 1][1], runs[i + 1][1]]))]
+        else:
+            i += 1
+    return runs
 
 
-def _chained_episodes(an: Analysis, rows: list[dict], runs: list[tuple[int, np.ndarray]], st: np.ndarray,
-                      fl: np.ndarray, n_ep: int, job_ex: np.ndarray, *, max_flagged: float) -> list[dict]:
-    """``rows`` with one rank episode per run of votes (``runs``: ``[(rank, voting
-    rows)]``, at least two votes each, of two ranks or more): the stalls of one
-    rank's fault and then another's, less than ``intermittent_period_s`` apart, make
-    one episode by the band rule, and one majority would hand all of it to one rank.
-    Each run's episode holds the stalls between the neighbouring runs' votes."""
-    R = an.grid.R
+def _chained_runs(st: np.ndarray, ok: np.ndarray, k: np.ndarray, job_ex: np.ndarray, *, min_share: float,
+                  max_spread: float) -> list[tuple[int, np.ndarray]]:
+    """An episode's stalls split between the ranks whose votes come in runs
+    (:func:`_vote_runs`): the stalls of one rank's fault and then another's, less than
+    ``intermittent_period_s`` apart, make one episode by the band rule, and one
+    majority would hand all of it to one rank. Each run of two votes or more holds the
+    stalls up to halfway to the next run's first vote (disjoint), and it counts when
+    it is a rank episode by itself: at least ``min_share`` of the votes among its
+    stalls, and three votes, or two among stalls alike (within ``max_spread`` x).
+    Only where the stalls' cadence breaks between each two runs
+    (:func:`_cadence_breaks`): one pause at one period whose late arrivals happen to
+    split is one fault, judged whole. Returns ``[(rank, stalls mask)]`` of the runs
+    that count (a run that does not is left unlabeled, as a split vote would be),
+    or ``[]`` when the votes do not come in runs of two ranks or more with a break
+    between (the episode is judged whole)."""
+    runs = [r for r in _vote_runs(st[ok], k[ok]) if r[1].size >= 2]
+    if len({rank for rank, _ in runs}) < 2 or not _cadence_breaks(st, runs):
+        return []
+    cuts = [0.5 * (float(runs[n][1][-1]) + float(runs[n + 1][1][0])) for n in range(len(runs) - 1)]
+    lo, hi = [-np.inf, *cuts], [*cuts, np.inf]
+    out = []
     for n, (rank, mine) in enumerate(runs):
-        lo = runs[n - 1][1][-1] if n else -1
-        hi = runs[n + 1][1][0] if n + 1 < len(runs) else np.iinfo(np.int64).max
-        sub = (st > lo) & (st < hi)
-        votes = np.bincount(np.full(mine.size, rank), minlength=R)
-        rows = _rank_episode(an, rows, rank, st[sub], mine, fl, n_ep, votes, job_ex[sub], max_flagged=max_flagged)
-    return rows
+        sub = (st > lo[n]) & (st <= hi[n])
+        n_sub = int((sub & ok).sum())
+        n_mine = int((sub & ok & (k == rank)).sum())
+        if n_mine >= min_share * n_sub and (n_mine >= 3 or (n_mine >= 2 and _alike(job_ex[sub], max_spread))):
+            out.append((rank, sub))
+    return out
 
 
-def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late: float):
+def _cadence_breaks(st: np.ndarray, runs: list[tuple[int, np.ndarray]]) -> bool:
+    """Between each two consecutive runs of votes (``runs``, rows in ``st``'s grid),
+    some gap between stalls (``st``, sorted grid rows) is over 1.5x the episode's
+    median gap (the cadence :func:`_grow_by_cadence` keeps): a second fault starts
+    out of step with the first."""
+    if st.size < 3:
+        return False
+    cadence = 1.5 * max(float(np.median(np.diff(st))), 1.0)
+    for (_, a), (_, b) in zip(runs, runs[1:]):
+        between = st[(st >= a[-1]) & (st <= b[0])]
+        if between.size < 2 or float(np.diff(between).max()) <= cadence:
+            return False
+    return True
+
+
+def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late: float,
+                 last: np.ndarray | None = None):
     """Each stall's vote: the rank that arrived latest at the collective (arrival
     ``t_start + compute_s`` against its peers' median arrival, itself left out) when
-    that lateness is at least ``min_late`` of the stall's excess (s), above ``mad_k``
+    that lateness is at least ``min_late`` of the step's excess (s), above ``mad_k``
     robust sigmas of the episode's arrival jitter, and no other rank is more than half
-    as late. Returns ``(votes [R], ok [stalls], k [stalls], job_ex [stalls, s])``: the
-    votes per rank, which stalls voted, for whom, and each stall's job excess."""
+    as late. A stall of two steps (``last``: each stall's last grid row) votes at
+    either step, at the one where the latest rank was later when both do. Returns
+    ``(votes [R], ok [stalls], k [stalls], job_ex [stalls, s])``: the votes per rank,
+    which stalls voted, for whom, and each stall's first step's job excess."""
     g, tv, cfg = an.grid, an.temporal, an.config
     arr = np.asarray(g.t_start[fl], dtype=np.float64) + np.asarray(g.compute[fl], dtype=np.float64)
     med_arr = np.full_like(arr, np.nan)
@@ -729,13 +806,21 @@ def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late
     # values (most of which are jitter)
     fin = late_all[np.isfinite(late_all)]
     noise = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin)))) if fin.size else 0.0
-    late = late_all[np.isin(fl, st)]
-    job_ex = np.asarray(g.job_step[st], dtype=np.float64) - np.asarray(tv.job_base[st], dtype=np.float64)
-    order = np.argsort(-late, axis=1)
-    k = order[:, 0]
-    top = late[np.arange(st.size), k]
-    second = late[np.arange(st.size), order[:, 1]]
-    ok = np.isfinite(top) & (top >= min_late * job_ex) & (second <= 0.5 * top) & (top > cfg.mad_k * noise)
+
+    def vote_at(rows: np.ndarray):
+        late = late_all[np.isin(fl, rows)]
+        ex = np.asarray(g.job_step[rows], dtype=np.float64) - np.asarray(tv.job_base[rows], dtype=np.float64)
+        order = np.argsort(-late, axis=1)
+        kk = order[:, 0]
+        top = late[np.arange(rows.size), kk]
+        second = late[np.arange(rows.size), order[:, 1]] if late.shape[1] > 1 else np.full(rows.size, -np.inf)
+        return kk, np.isfinite(top) & (top >= min_late * ex) & (second <= 0.5 * top) & (top > cfg.mad_k * noise), top, ex
+
+    k, ok, top, job_ex = vote_at(st)
+    if last is not None and bool((last != st).any()):
+        k2, ok2, top2, _ = vote_at(last)
+        use2 = ok2 & (~ok | (top2 > top))
+        k, ok = np.where(use2, k2, k), ok | ok2
     return np.bincount(k[ok], minlength=g.R), ok, k, job_ex
 
 
@@ -845,14 +930,17 @@ def _voted_span(mine: np.ndarray, stops: list[tuple[int, int]]) -> tuple[int, in
 
 
 def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: np.ndarray, fl: np.ndarray,
-                  n_ep: int, votes: np.ndarray, job_ex: np.ndarray, *, max_flagged: float) -> list[dict]:
+                  n_ep: int, votes: np.ndarray, job_ex: np.ndarray, *, max_flagged: float,
+                  last: np.ndarray | None = None) -> list[dict]:
     """``rows`` with the episode made rank ``j``'s (see :func:`_intermittent`):
-    ``mine`` are the stalls that voted for it (grid rows)."""
+    ``mine`` are the stalls that voted for it (their first grid rows; ``last``: each
+    stall's last row, aligned with ``st``)."""
     g, tv, cfg = an.grid, an.temporal, an.config
     comp_name = g.component(j)
     held = _held(an, rows, comp_name)
     stops = _other_job_labels(an, rows, mine, st, max_flagged)
     i0, i1 = _grow_by_cadence(st, *_voted_span(mine, stops), stops)
+    i1 = _stall_end(st, last, i1)
     # nothing to do when the rank's own labels already hold (most of) the stalls of
     # its span (a steady straggler whose job flags are sparse once the job baseline
     # caught up); only the span's: an episode may chain other faults' stalls
@@ -868,6 +956,15 @@ def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: 
     keep.append(_row(g, comp_name, "rank", i0, i1, slowdown, "temporal+peer",
                      _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal+peer"), ev))
     return keep
+
+
+def _stall_end(st: np.ndarray, last: np.ndarray | None, i1: int) -> int:
+    """Grid row ``i1`` moved to the last row of the stall that starts there (a stall
+    of two steps, ``last`` aligned with the stalls' first rows ``st``)."""
+    if last is None:
+        return i1
+    n = int(np.searchsorted(st, i1))
+    return int(last[n]) if n < st.size and st[n] == i1 else i1
 
 
 def _too_short(an: Analysis, i0: int, i1: int) -> bool:
@@ -912,7 +1009,8 @@ def _repeated(g: StepGrid, st: np.ndarray, job_ex: np.ndarray, max_spread: float
 
 
 def _unattributed_episode(an: Analysis, rows: list[dict], st: np.ndarray, fl: np.ndarray, n_ep: int, n_att: int,
-                          votes: int, job_ex: np.ndarray, *, max_spread: float) -> list[dict]:
+                          votes: int, job_ex: np.ndarray, *, max_spread: float,
+                          last: np.ndarray | None = None) -> list[dict]:
     """``rows`` plus one ``job`` label from the first to the last stall of an episode
     that no rank is named for, when it is one stall repeated at one period
     (:func:`_repeated`; see :func:`_intermittent`), unless a label already lies in its
@@ -921,7 +1019,7 @@ def _unattributed_episode(an: Analysis, rows: list[dict], st: np.ndarray, fl: np
     is the job time ratio over it (the floor ``min_slowdown`` applies as to every
     label)."""
     g, tv, cfg = an.grid, an.temporal, an.config
-    i0, i1 = int(st[0]), int(st[-1])
+    i0, i1 = int(st[0]), _stall_end(st, last, int(st[-1]))
     # a label already inside the span is another slowdown's (or this one seen in part):
     # the episode would claim it or double count its time
     if not _repeated(g, st, job_ex, max_spread) or _held(an, rows, None)[i0 : i1 + 1].any():
@@ -989,8 +1087,11 @@ def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: 
     itself left out) in seconds over the
     interval, must be at least ``min_share`` of the job's excess time
     ``job_excess_s`` (job time - baseline time). Returns ``(column, share, compute
-    ratio to the peer median, peer median compute sum)`` or None: a slow link adds
-    queueing to everyone's all-reduce and leaves no rank with such an excess."""
+    ratio to the peer median, peer median compute sum (s), compute share)`` or None: a
+    slow link adds queueing to everyone's all-reduce and leaves no rank with such an
+    excess. The compute share is the rank's extra compute alone over the job's excess
+    (the share counts the straggler's excess twice: its extra compute, and the wait
+    its peers have and it does not)."""
     if not (job_excess_s > 0):
         return None
     comp = np.nansum(np.asarray(g.compute[sl], dtype=np.float64), axis=0)  # (R,)
@@ -1006,8 +1107,23 @@ def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: 
         k = int(np.nanargmax(excess)) if np.isfinite(excess).any() else 0
         share = float(excess[k] / job_excess_s)
         if share >= min_share and comp[cols][k] > mc[k] and (best is None or share > best[1]):
-            best = (int(cols[k]), share, float(comp[cols][k] / mc[k]) if mc[k] > 0 else float("nan"), float(mc[k]))
+            best = (int(cols[k]), share, float(comp[cols][k] / mc[k]) if mc[k] > 0 else float("nan"), float(mc[k]),
+                    float((comp[cols][k] - mc[k]) / job_excess_s))
     return best
+
+
+def _job_wide_rest(an: Analysis, i0: int, i1: int, own: float) -> bool:
+    """Whether a job-wide interval (grid rows ``i0..i1``) that a straggler's compute
+    explains only in part (``own``: its extra compute over the job's excess time, a
+    fraction) holds a job-wide slowdown of its own: ``own`` is under ``MAJORITY``
+    and the *median* straggler-free step (the what-if ``sim`` over the job's
+    baseline) is at least ``min_slowdown``: a slow link slows most steps, a rank's
+    stalls inside the all-reduce (a pause that lands in its compute one time in
+    five) only a few, which a median leaves out."""
+    sl = slice(i0, i1 + 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = _nanmed(np.asarray(an.sim[sl], dtype=np.float64) / np.asarray(an.temporal.job_base[sl], dtype=np.float64))
+    return own < MAJORITY and np.isfinite(r) and r >= an.config.min_slowdown
 
 
 def _temporal_culprit(g: StepGrid, tv: TemporalView, sl: slice, job_excess_s: float, min_share: float = 0.3):
