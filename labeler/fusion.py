@@ -670,7 +670,7 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
     labels overlapping it (:func:`_absorb`); another slowdown's ``job`` label in the
     episode (sustained, as a slow link's, or without a vote for the rank inside,
     :func:`_other_job_labels`) is kept, bounds the growth and cuts the voting stalls
-    (:func:`_voted_span`). ``slowdown`` is what the
+    (:func:`_voted_spans`). ``slowdown`` is what the
     rank cost the job (job time ratio); the evidence carries the votes. An episode
     whose votes come in runs of two ranks or more, with the stalls' cadence broken
     between the runs (one rank's fault, then another's, chained by the period rule),
@@ -918,15 +918,26 @@ def _mostly_stalls(an: Analysis, r0: int, r1: int, st: np.ndarray) -> bool:
     return bool(fl.size) and float(np.isin(fl, st).mean()) >= 0.5
 
 
-def _voted_span(mine: np.ndarray, stops: list[tuple[int, int]]) -> tuple[int, int]:
-    """First and last grid row of the voting stalls ``mine`` (sorted), cut at
-    another slowdown's job label (``stops``): of the pieces, the one with the most
-    votes (ties: the earliest). A stray vote on the far side of a slow link does not
-    stretch the rank's label over it."""
-    cuts = [k for k in range(1, mine.size) if any(mine[k - 1] < a and b < mine[k] for a, b in stops)]
-    pieces = np.split(mine, cuts)
-    best = max(pieces, key=lambda p: p.size)  # max keeps the first of equal sizes
-    return int(best[0]), int(best[-1])
+def _voted_spans(an: Analysis, mine: np.ndarray, stops: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """First and last grid row of the rank's voting stalls ``mine`` (sorted), one span
+    per group of votes at most ``intermittent_period_s`` apart (two faults of one rank
+    seconds apart, an io throttle then a pause, are two labels, not one over the clean
+    steps between; a group of one vote counts only when no group has two); votes
+    farther apart with another slowdown's job label (``stops``) between stay one group
+    (the slow link's steps, all flagged, hold no vote). Inside a
+    group, cut at another slowdown's job label (``stops``): of the pieces, the one with
+    the most votes (ties: the earliest): a stray vote on the far side of a slow link
+    does not stretch the rank's label over it."""
+    g, period = an.grid, an.config.intermittent_period_s
+    apart = [k for k in range(1, mine.size) if g.t0[mine[k]] - g.t1[mine[k - 1]] > period
+             and not any(mine[k - 1] < b and a < mine[k] for a, b in stops)]
+    spans = []
+    for grp in np.split(mine, apart):
+        cuts = [k for k in range(1, grp.size) if any(grp[k - 1] < a and b < grp[k] for a, b in stops)]
+        best = max(np.split(grp, cuts), key=lambda p: p.size)  # max keeps the first of equal sizes
+        spans.append((best.size, int(best[0]), int(best[-1])))
+    kept = [(a, b) for n, a, b in spans if n >= 2]
+    return kept or [max(spans, key=lambda x: x[0])[1:]]
 
 
 def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: np.ndarray, fl: np.ndarray,
@@ -935,11 +946,21 @@ def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: 
     """``rows`` with the episode made rank ``j``'s (see :func:`_intermittent`):
     ``mine`` are the stalls that voted for it (their first grid rows; ``last``: each
     stall's last row, aligned with ``st``)."""
-    g, tv, cfg = an.grid, an.temporal, an.config
-    comp_name = g.component(j)
-    held = _held(an, rows, comp_name)
+    held = _held(an, rows, an.grid.component(j))
     stops = _other_job_labels(an, rows, mine, st, max_flagged)
-    i0, i1 = _grow_by_cadence(st, *_voted_span(mine, stops), stops)
+    for v0, v1 in _voted_spans(an, mine, stops):
+        rows = _span_label(an, rows, j, st, fl, n_ep, votes, job_ex, v0, v1, stops, held, last)
+    return rows
+
+
+def _span_label(an: Analysis, rows: list[dict], j: int, st: np.ndarray, fl: np.ndarray, n_ep: int,
+                votes: np.ndarray, job_ex: np.ndarray, v0: int, v1: int, stops: list[tuple[int, int]],
+                held: np.ndarray, last: np.ndarray | None) -> list[dict]:
+    """``rows`` with rank ``j``'s label over the voted span ``v0..v1`` (grid rows),
+    grown by the episode's cadence, replacing what it absorbs (see
+    :func:`_rank_episode`)."""
+    g, cfg = an.grid, an.config
+    i0, i1 = _grow_by_cadence(st, v0, v1, stops)
     i1 = _stall_end(st, last, i1)
     # nothing to do when the rank's own labels already hold (most of) the stalls of
     # its span (a steady straggler whose job flags are sparse once the job baseline
@@ -947,13 +968,13 @@ def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: 
     inside = st[(st >= i0) & (st <= i1)]
     if int((~held[inside]).sum()) < 1 or float(held[inside].mean()) >= 0.5:
         return rows
-    keep, absorbed, i0, i1 = _absorb(an, rows, comp_name, i0, i1, stops)
+    keep, absorbed, i0, i1 = _absorb(an, rows, g.component(j), i0, i1, stops)
     if _too_short(an, i0, i1):
         return rows
     slowdown, ev = _episode_evidence(an, i0, i1, st, fl, n_ep, int(votes.sum()), int(votes[j]), job_ex)
     ev["job_baseline_s"] = ev["baseline_s"]
     ev["replaces"] = sorted({r["component"] for r in absorbed})
-    keep.append(_row(g, comp_name, "rank", i0, i1, slowdown, "temporal+peer",
+    keep.append(_row(g, g.component(j), "rank", i0, i1, slowdown, "temporal+peer",
                      _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal+peer"), ev))
     return keep
 

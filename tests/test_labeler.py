@@ -942,3 +942,26 @@ def test_quiet_run_slowed_under_the_floor_has_no_label_and_over_it_one(noise):
     lab = label(simulate(noise=noise, jobwide=(100, 200, 0.014)))
     assert lab.component.tolist() == ["job"], lab[["component", "start_step", "end_step", "slowdown"]]
     assert abs(lab.iloc[0].start_step - 100) <= 2 and abs(lab.iloc[0].end_step - 199) <= 2
+
+
+def test_two_faults_of_one_rank_seconds_apart_are_two_labels():
+    """rank:2 stalled every 8 steps over 60-140 (an io throttle), then, after two stalls
+    inside the all-reduce that nobody is late for, every 8 steps over 230-310 (a
+    pause): one episode by the period rule, but its votes are more than
+    ``intermittent_period_s`` apart with no other slowdown between, so two labels, not
+    one over the clean steps between (dataset hw-v1 run hw-021, re-labeled on
+    548a0ba: one rank:3 label 4.5-17.0 s over an io fault and a pause 3 s apart)."""
+    s = simulate(n_steps=400)
+    stalls = [(t, k % 2 == 0) for k, t in enumerate(range(60, 141, 8))] + [(170, False), (200, False)] + \
+             [(t, k % 2 == 0) for k, t in enumerate(range(230, 311, 8))]
+    for t, late in stalls:
+        at = s["step"] == t
+        if late:
+            s.loc[at & (s["rank"] == 2), "compute_s"] += 0.25
+        s.loc[at, "step_s"] += 0.25
+    s["comm_s"] = s["step_s"] - s["compute_s"]
+    lab = label(_retime(s))
+    r2 = lab[lab.component == "rank:2"].sort_values("start_step")
+    assert len(r2) == 2, lab[["component", "start_step", "end_step"]]
+    assert r2.iloc[0].start_step <= 61 and 139 <= r2.iloc[0].end_step < 170
+    assert 200 < r2.iloc[1].start_step <= 231 and r2.iloc[1].end_step >= 309
