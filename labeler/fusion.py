@@ -918,19 +918,29 @@ def _mostly_stalls(an: Analysis, r0: int, r1: int, st: np.ndarray) -> bool:
     return bool(fl.size) and float(np.isin(fl, st).mean()) >= 0.5
 
 
+#: votes for one rank further apart than this many times their median spacing (start
+#: to start) are two faults of it, not one (a GC storm at 1/s, then another 3 s later)
+CADENCE_BREAK = 3.0
+
+
 def _voted_spans(an: Analysis, mine: np.ndarray, stops: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """First and last grid row of the rank's voting stalls ``mine`` (sorted), one span
-    per group of votes at most ``intermittent_period_s`` apart (two faults of one rank
-    seconds apart, an io throttle then a pause, are two labels, not one over the clean
-    steps between; a group of one vote counts only when no group has two); votes
-    farther apart with another slowdown's job label (``stops``) between stay one group
-    (the slow link's steps, all flagged, hold no vote). Inside a
+    per group of votes at most ``intermittent_period_s`` apart and at most
+    ``CADENCE_BREAK`` x their median spacing (two faults of one rank seconds apart, an
+    io throttle then a pause, are two labels, not one over the clean steps between; a
+    group of one vote counts only when no group has two); votes
+    farther apart with another slowdown's job label (``stops``) over at least half of
+    the steps between stay one group (the slow link's steps, all flagged, hold no
+    vote). Inside a
     group, cut at another slowdown's job label (``stops``): of the pieces, the one with
     the most votes (ties: the earliest): a stray vote on the far side of a slow link
     does not stretch the rank's label over it."""
     g, period = an.grid, an.config.intermittent_period_s
-    apart = [k for k in range(1, mine.size) if g.t0[mine[k]] - g.t1[mine[k - 1]] > period
-             and not any(mine[k - 1] < b and a < mine[k] for a, b in stops)]
+    t = np.asarray(g.t0[mine], dtype=np.float64)
+    cadence = CADENCE_BREAK * float(np.median(np.diff(t))) if mine.size >= 3 else np.inf
+    apart = [k for k in range(1, mine.size)
+             if (g.t0[mine[k]] - g.t1[mine[k - 1]] > period or t[k] - t[k - 1] > cadence)
+             and not any(min(b, mine[k]) - max(a, mine[k - 1]) >= 0.5 * (mine[k] - mine[k - 1]) for a, b in stops)]
     spans = []
     for grp in np.split(mine, apart):
         cuts = [k for k in range(1, grp.size) if any(grp[k - 1] < a and b < grp[k] for a, b in stops)]
@@ -947,6 +957,8 @@ def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: 
     ``mine`` are the stalls that voted for it (their first grid rows; ``last``: each
     stall's last row, aligned with ``st``)."""
     held = _held(an, rows, an.grid.component(j))
+    if int((~held[st]).sum()) < 1 or float(held[st].mean()) >= 0.5:
+        return rows
     stops = _other_job_labels(an, rows, mine, st, max_flagged)
     for v0, v1 in _voted_spans(an, mine, stops):
         rows = _span_label(an, rows, j, st, fl, n_ep, votes, job_ex, v0, v1, stops, held, last)
