@@ -663,7 +663,8 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
     fault's larger stalls. Each stall votes for the rank that arrived latest at the
     collective (:func:`_stall_votes`). The episode is that rank's when it has at least
     ``min_share`` of the votes and either two votes, or one vote among at least two
-    stalls of the same size (within ``max_spread`` x of each other: the same stall
+    stalls of the same size (``min_share`` of them within ``max_spread`` x of their
+    median, :func:`_alike`: the same stall
     repeated, most of them inside the all-reduce). Then one rank label from its first
     to its last voting stall, grown over the stalls that keep the episode's cadence
     (:func:`_grow_by_cadence`), replaces the ``job`` labels inside it and that rank's
@@ -705,7 +706,7 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
             continue
         n_att = int(votes.sum())
         j = int(np.argmax(votes))
-        alike = _alike(job_ex, max_spread)
+        alike = _alike(job_ex, max_spread, min_share)
         if n_att < 1 or votes[j] < min_share * n_att or not (votes[j] >= 2 or alike):
             rows = _unattributed_episode(an, rows, st, fl, n_ep, n_att, int(votes[j]), job_ex, max_spread=max_spread,
                                          last=last)
@@ -715,9 +716,15 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
     return rows
 
 
-def _alike(job_ex: np.ndarray, max_spread: float) -> bool:
-    """The stalls' excesses (s) are within ``max_spread`` x of each other."""
-    return float(np.max(job_ex) / max(float(np.min(job_ex)), 1e-12)) <= max_spread
+def _alike(job_ex: np.ndarray, max_spread: float, min_share: float = 0.8) -> bool:
+    """The stalls are of one size: at least ``min_share`` of their excesses (s) within
+    ``max_spread`` x of their median (one host hiccup in the band does not make a
+    pause's stalls unlike)."""
+    ex = np.asarray(job_ex, dtype=np.float64)
+    med = float(np.median(ex))
+    if not med > 0:
+        return False
+    return float(np.mean((ex <= max_spread * med) & (ex >= med / max_spread))) >= min_share
 
 
 def _vote_runs(mine: np.ndarray, voter: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -766,7 +773,7 @@ def _chained_runs(st: np.ndarray, ok: np.ndarray, k: np.ndarray, job_ex: np.ndar
         sub = (st > lo[n]) & (st <= hi[n])
         n_sub = int((sub & ok).sum())
         n_mine = int((sub & ok & (k == rank)).sum())
-        if n_mine >= min_share * n_sub and (n_mine >= 3 or (n_mine >= 2 and _alike(job_ex[sub], max_spread))):
+        if n_mine >= min_share * n_sub and (n_mine >= 3 or (n_mine >= 2 and _alike(job_ex[sub], max_spread, min_share))):
             out.append((rank, sub))
     return out
 
