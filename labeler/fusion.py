@@ -663,8 +663,8 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
     fault's larger stalls. Each stall votes for the rank that arrived latest at the
     collective (:func:`_stall_votes`). The episode is that rank's when it has at least
     ``min_share`` of the votes and either two votes, or one vote among at least two
-    stalls of the same size (``min_share`` of them within ``max_spread`` x of their
-    median, :func:`_alike`: the same stall
+    stalls of the same size (``min_share`` of them within ``max_spread`` x of each
+    other, :func:`_alike`: the same stall
     repeated, most of them inside the all-reduce). Then one rank label from its first
     to its last voting stall, grown over the stalls that keep the episode's cadence
     (:func:`_grow_by_cadence`), replaces the ``job`` labels inside it and that rank's
@@ -717,14 +717,15 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
 
 
 def _alike(job_ex: np.ndarray, max_spread: float, min_share: float = 0.8) -> bool:
-    """The stalls are of one size: at least ``min_share`` of their excesses (s) within
-    ``max_spread`` x of their median (one host hiccup in the band does not make a
-    pause's stalls unlike)."""
-    ex = np.asarray(job_ex, dtype=np.float64)
-    med = float(np.median(ex))
-    if not med > 0:
+    """The stalls are of one size: some ``min_share`` of their excesses (s, at least
+    two) lie within ``max_spread`` x of each other (largest over smallest); one host
+    hiccup in the band does not make a pause's stalls unlike."""
+    ex = np.sort(np.asarray(job_ex, dtype=np.float64))
+    ex = ex[np.isfinite(ex)]
+    if ex.size < 2 or not ex[0] > 0:
         return False
-    return float(np.mean((ex <= max_spread * med) & (ex >= med / max_spread))) >= min_share
+    m = max(2, int(np.ceil(min_share * ex.size)))
+    return bool(np.min(ex[m - 1 :] / ex[: ex.size - m + 1]) <= max_spread)
 
 
 def _vote_runs(mine: np.ndarray, voter: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -756,7 +757,7 @@ def _chained_runs(st: np.ndarray, ok: np.ndarray, k: np.ndarray, job_ex: np.ndar
     majority would hand all of it to one rank. Each run of two votes or more holds the
     stalls up to halfway to the next run's first vote (disjoint), and it counts when
     it is a rank episode by itself: at least ``min_share`` of the votes among its
-    stalls, and three votes, or two among stalls alike (within ``max_spread`` x).
+    stalls, and three votes, or two among stalls alike (:func:`_alike`).
     Only where the stalls' cadence breaks between each two runs
     (:func:`_cadence_breaks`): one pause at one period whose late arrivals happen to
     split is one fault, judged whole. Returns ``[(rank, stalls mask)]`` of the runs
@@ -948,6 +949,7 @@ def _voted_spans(an: Analysis, mine: np.ndarray, stops: list[tuple[int, int]]) -
     apart = [k for k in range(1, mine.size)
              if (g.t0[mine[k]] - g.t1[mine[k - 1]] > period or t[k] - t[k - 1] > cadence)
              and not any(min(b, mine[k]) - max(a, mine[k - 1]) >= 0.5 * (mine[k] - mine[k - 1]) for a, b in stops)]
+    apart = _cuts_keeping_two(apart, mine.size)
     spans = []
     for grp in np.split(mine, apart):
         cuts = [k for k in range(1, grp.size) if any(grp[k - 1] < a and b < grp[k] for a, b in stops)]
@@ -957,6 +959,18 @@ def _voted_spans(an: Analysis, mine: np.ndarray, stops: list[tuple[int, int]]) -
     return kept or [max(spans, key=lambda x: x[0])[1:]]
 
 
+def _cuts_keeping_two(cuts: list[int], n: int) -> list[int]:
+    """The cut positions (sorted, into ``n`` votes) that leave at least two votes on
+    each side, up to the previous kept cut and the next candidate: a lone vote stays
+    with its neighbours rather than make, or lose, a group of its own."""
+    kept: list[int] = []
+    for i, c in enumerate(cuts):
+        nxt = cuts[i + 1] if i + 1 < len(cuts) else n
+        if c - (kept[-1] if kept else 0) >= 2 and nxt - c >= 2:
+            kept.append(c)
+    return kept
+
+
 def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: np.ndarray, fl: np.ndarray,
                   n_ep: int, votes: np.ndarray, job_ex: np.ndarray, *, max_flagged: float,
                   last: np.ndarray | None = None) -> list[dict]:
@@ -964,8 +978,6 @@ def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: 
     ``mine`` are the stalls that voted for it (their first grid rows; ``last``: each
     stall's last row, aligned with ``st``)."""
     held = _held(an, rows, an.grid.component(j))
-    if int((~held[st]).sum()) < 1 or float(held[st].mean()) >= 0.5:
-        return rows
     stops = _other_job_labels(an, rows, mine, st, max_flagged)
     for v0, v1 in _voted_spans(an, mine, stops):
         rows = _span_label(an, rows, j, st, fl, n_ep, votes, job_ex, v0, v1, stops, held, last)

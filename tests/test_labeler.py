@@ -989,3 +989,40 @@ def test_one_hiccup_among_a_pauses_stalls_does_not_make_them_unlike():
     r2 = lab[lab.component == "rank:2"]
     assert len(r2) == 1 and r2.iloc[0].start_step <= 101 and r2.iloc[0].end_step >= 219, \
         lab[["component", "start_step", "end_step"]]
+
+
+def _with_stalls(s: pd.DataFrame, spec) -> pd.DataFrame:
+    """``s`` with stalls ``spec``: ``(step, late rank or None, seconds)`` each, inside
+    the all-reduce (every rank waits), or in the late rank's compute."""
+    for t, r, x in spec:
+        at = s["step"] == t
+        if r is not None:
+            s.loc[at & (s["rank"] == r), "compute_s"] += x
+        s.loc[at, "step_s"] += x
+    s["comm_s"] = s["step_s"] - s["compute_s"]
+    return _retime(s)
+
+
+def test_a_labeled_fault_does_not_hide_a_second_fault_of_its_rank():
+    """Review s7 (2) #4: a GC-like storm on rank:2 over 60-120 (labeled by the
+    straggler stage), two stalls nobody is late for, then a pause of rank:2 over
+    290-470: one episode by the period rule, whose stalls the first label holds in the
+    main; the second fault is still labeled."""
+    spec = [(t, 2, 0.25) for t in range(60, 121, 3)] + [(170, None, 0.25), (230, None, 0.25)] + \
+           [(t, 2, 0.25) for t in range(290, 471, 10)]
+    lab = label(_with_stalls(simulate(n_steps=520), spec))
+    r2 = lab[lab.component == "rank:2"].sort_values("start_step")
+    assert len(r2) == 2 and r2.iloc[1].start_step <= 291 and r2.iloc[1].end_step >= 469, \
+        lab[["component", "start_step", "end_step"]]
+
+
+def test_stalls_alike_allow_one_hiccup_but_not_a_spread_of_sizes():
+    """Review s7 (2) #1: the stalls are alike when 80% of them lie within 2x of each
+    other (largest over smallest): one hiccup among five pause stalls does not break
+    it, two stalls 3x apart or three spread over 4x are not alike."""
+    from faultlab.labeler.fusion import _alike
+
+    assert _alike(np.array([0.235, 0.256, 0.26, 0.208, 0.072, 0.241]), 2.0)
+    assert not _alike(np.array([0.1, 0.3]), 2.0)
+    assert not _alike(np.array([0.1, 0.2, 0.4]), 2.0)
+    assert not _alike(np.array([0.1, np.nan]), 2.0)
