@@ -927,29 +927,25 @@ def _mostly_stalls(an: Analysis, r0: int, r1: int, st: np.ndarray) -> bool:
 
 
 #: votes for one rank further apart than this many times their median spacing (start
-#: to start) are two faults of it, not one (a GC storm at 1/s, then another 3 s later)
+#: to start) are two faults of it, not one (a GC storm at 2/s, then another 3.8 s later)
 CADENCE_BREAK = 3.0
 
 
 def _voted_spans(an: Analysis, mine: np.ndarray, stops: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """First and last grid row of the rank's voting stalls ``mine`` (sorted), one span
-    per group of votes at most ``intermittent_period_s`` apart and at most
-    ``CADENCE_BREAK`` x their median spacing (two faults of one rank seconds apart, an
-    io throttle then a pause, are two labels, not one over the clean steps between; a
-    group of one vote counts only when no group has two); votes
-    farther apart with another slowdown's job label (``stops``) over at least half of
-    the steps between stay one group (the slow link's steps, all flagged, hold no
-    vote). Inside a
-    group, cut at another slowdown's job label (``stops``): of the pieces, the one with
-    the most votes (ties: the earliest): a stray vote on the far side of a slow link
-    does not stretch the rank's label over it."""
-    g, period = an.grid, an.config.intermittent_period_s
-    t = np.asarray(g.t0[mine], dtype=np.float64)
+    per group of votes: votes more than ``CADENCE_BREAK`` x their median spacing apart
+    (start to start) are two groups (two faults of one rank seconds apart, an io
+    throttle then a pause, are two labels, not one over the clean steps between),
+    unless another slowdown's job label (``stops``) covers at least half of the steps
+    between them (the slow link's steps, all flagged, hold no vote). A group of one
+    vote counts only when no group has two (a lone vote far from the rest is left to
+    the labels already there). Inside a group, cut at another slowdown's job label:
+    of the pieces, the one with the most votes (ties: the earliest): a stray vote on
+    the far side of a slow link does not stretch the rank's label over it."""
+    t = np.asarray(an.grid.t0[mine], dtype=np.float64)
     cadence = CADENCE_BREAK * float(np.median(np.diff(t))) if mine.size >= 3 else np.inf
-    apart = [k for k in range(1, mine.size)
-             if (g.t0[mine[k]] - g.t1[mine[k - 1]] > period or t[k] - t[k - 1] > cadence)
+    apart = [k for k in range(1, mine.size) if t[k] - t[k - 1] > cadence
              and not any(min(b, mine[k]) - max(a, mine[k - 1]) >= 0.5 * (mine[k] - mine[k - 1]) for a, b in stops)]
-    apart = _cuts_keeping_two(apart, mine.size)
     spans = []
     for grp in np.split(mine, apart):
         cuts = [k for k in range(1, grp.size) if any(grp[k - 1] < a and b < grp[k] for a, b in stops)]
@@ -957,18 +953,6 @@ def _voted_spans(an: Analysis, mine: np.ndarray, stops: list[tuple[int, int]]) -
         spans.append((best.size, int(best[0]), int(best[-1])))
     kept = [(a, b) for n, a, b in spans if n >= 2]
     return kept or [max(spans, key=lambda x: x[0])[1:]]
-
-
-def _cuts_keeping_two(cuts: list[int], n: int) -> list[int]:
-    """The cut positions (sorted, into ``n`` votes) that leave at least two votes on
-    each side, up to the previous kept cut and the next candidate: a lone vote stays
-    with its neighbours rather than make, or lose, a group of its own."""
-    kept: list[int] = []
-    for i, c in enumerate(cuts):
-        nxt = cuts[i + 1] if i + 1 < len(cuts) else n
-        if c - (kept[-1] if kept else 0) >= 2 and nxt - c >= 2:
-            kept.append(c)
-    return kept
 
 
 def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: np.ndarray, fl: np.ndarray,
