@@ -598,7 +598,7 @@ def _merge_adjacent(rows: np.ndarray, ex: np.ndarray, longest: int) -> tuple[np.
         single = np.zeros(rows.size, dtype=bool)
         for a, b in zip(starts[long_run], ends[long_run]):
             single[a:b] = True
-        starts = np.flatnonzero(np.r_[True, np.diff(rows) > 1] | single | np.r_[False, single[:-1]])
+        starts = np.flatnonzero(np.r_[True, np.diff(rows) > 1] | single)  # the row after a run starts anew
         ends = np.r_[starts[1:], rows.size]
     return rows[starts], rows[ends - 1], np.add.reduceat(ex, starts)
 
@@ -694,7 +694,7 @@ def _intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max
         return rows
     _, _, cols = g.peer_groups()
     for st, fl, n_ep, job_ex, last in eps:
-        votes, ok, k, _ = _stall_votes(an, st, fl, cols, min_late=min_late, last=last)
+        votes, ok, k = _stall_votes(an, st, fl, cols, min_late=min_late, last=last)
         chained = _chained_runs(st, ok, k, job_ex, min_share=min_share, max_spread=max_spread)
         if chained:  # several ranks' episodes chained into one by the period rule
             for rank, sub in chained:
@@ -802,8 +802,8 @@ def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late
     robust sigmas of the episode's arrival jitter, and no other rank is more than half
     as late. A stall of two steps (``last``: each stall's last grid row) votes at
     either step, at the one where the latest rank was later when both do. Returns
-    ``(votes [R], ok [stalls], k [stalls], job_ex [stalls, s])``: the votes per rank,
-    which stalls voted, for whom, and each stall's first step's job excess."""
+    ``(votes [R], ok [stalls], k [stalls])``: the votes per rank, which stalls voted,
+    for whom."""
     g, tv, cfg = an.grid, an.temporal, an.config
     arr = np.asarray(g.t_start[fl], dtype=np.float64) + np.asarray(g.compute[fl], dtype=np.float64)
     med_arr = np.full_like(arr, np.nan)
@@ -822,14 +822,14 @@ def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late
         kk = order[:, 0]
         top = late[np.arange(rows.size), kk]
         second = late[np.arange(rows.size), order[:, 1]] if late.shape[1] > 1 else np.full(rows.size, -np.inf)
-        return kk, np.isfinite(top) & (top >= min_late * ex) & (second <= 0.5 * top) & (top > cfg.mad_k * noise), top, ex
+        return kk, np.isfinite(top) & (top >= min_late * ex) & (second <= 0.5 * top) & (top > cfg.mad_k * noise), top
 
-    k, ok, top, job_ex = vote_at(st)
+    k, ok, top = vote_at(st)
     if last is not None and bool((last != st).any()):
-        k2, ok2, top2, _ = vote_at(last)
+        k2, ok2, top2 = vote_at(last)
         use2 = ok2 & (~ok | (top2 > top))
         k, ok = np.where(use2, k2, k), ok | ok2
-    return np.bincount(k[ok], minlength=g.R), ok, k, job_ex
+    return np.bincount(k[ok], minlength=g.R), ok, k
 
 
 def _span(steps: np.ndarray, r: dict) -> tuple[int, int]:
