@@ -825,9 +825,10 @@ RECORDED = {
         ("cpu-aa6ca5", "cpu-contention", "n2", "rank:2", 5.997, 11.050),
         ("gc-ad5f61", "gc-storm", "n2", "rank:2", 14.441, 19.117),
         ("cpu-7ea8eb", "cpu-contention", "n0", "rank:0", 22.731, 28.769)]),
-    # 165 ms every 0.6 s after a cap and a cpu fault: the episode chained them, and
-    # rank:0's labels from the cap held half of its stalls (now only the stalls of the
-    # rank's own span count)
+    # 165 ms every 0.6 s after a cap and a cpu fault: labeled at 9195950 too, but lost
+    # once the cap got its job label (the episode chained all three, and rank:0's labels
+    # from the cap held half of its stalls); a guard for the check that counts only the
+    # stalls of the rank's own span
     "pause-165ms-every-603ms": ("process-4c1ced", "rank:0", [
         ("nic-4d5020", "nic-slow", "n2", "fleth0", 10.546, 16.354),
         ("cpu-cdc8b5", "cpu-contention", "n1", "rank:1", 19.940, 24.565),
