@@ -11,8 +11,9 @@ Identity: every process is named by PID *and* start time (field 22 of
 ``/proc/PID/stat``), rechecked right before each signal: the loop checks the target's
 before each SIGSTOP and SIGCONT, the pidfile holds ``LOOP_PID LOOP_STARTTIME`` (digits
 only, anything else is ignored) and the revert signals the loop only when that PID
-still has that start time, so a stale pidfile never signals a process that reused the
-PID. The loop runs in its own session (``setsid``): a SIGKILL of faultlab's process
+still has that start time and the loop's cmdline (``faultlab-pause PIDFILE``), so a
+stale pidfile never signals a process that reused the PID, even one started in the
+same clock tick (start times count 10 ms ticks). The loop runs in its own session (``setsid``): a SIGKILL of faultlab's process
 group (a terminal's, a CI runner's) cannot kill it half-way through a stop and leave
 the target stopped; it still ends itself at the deadline with a SIGCONT.
 
@@ -63,14 +64,18 @@ CONT_SH = ('st=$(cut -d")" -f2- "/proc/$1/stat" 2>/dev/null | cut -d" " -f21); '
 # the loop in a session of its own (util-linux setsid -f: fork, new session)
 START_SH = 'setsid -f sh -c "$1" faultlab-pause "$2" "$3" "$4" "$5" "$6" "$7" </dev/null >/dev/null 2>&1'
 # stop the loop named in its pidfile ("PID STARTTIME", digits only) only while that PID
-# has that start time, and wait (<= 2 s) until it is gone (a zombie or a PID with
-# another start time counts as gone: an init that reaps slowly must not stall the revert)
+# has that start time *and* its cmdline is this loop's (``... faultlab-pause PIDFILE
+# ...``: start times are clock ticks, 10 ms, so two processes started in one tick share
+# one), and wait (<= 2 s) until it is gone (a zombie or a PID that is no longer the loop
+# counts as gone: an init that reaps slowly must not stall the revert)
 STOP_SH = (
     '[ -f "$1" ] || exit 0; p=; s=; read -r p s _ < "$1"; '
     'case "$p" in ""|*[!0-9]*) rm -f "$1"; exit 0;; esac; case "$s" in ""|*[!0-9]*) rm -f "$1"; exit 0;; esac; '
     'now() { cut -d")" -f2- "/proc/$p/stat" 2>/dev/null | cut -d" " -f21; }; '
-    '[ "$(now)" = "$s" ] && kill "$p" 2>/dev/null; i=0; '
-    'while [ $i -lt 40 ]; do [ "$(now)" = "$s" ] || break; '
+    'loop() { c=$(tr "\\0" " " 2>/dev/null < "/proc/$p/cmdline") || return 1; '
+    'case "$c" in *" faultlab-pause $1 "*) [ "$(now)" = "$s" ];; *) return 1;; esac; }; '
+    'loop "$1" && kill "$p" 2>/dev/null; i=0; '
+    'while [ $i -lt 40 ]; do loop "$1" || break; '
     'st=$(cut -d")" -f2 "/proc/$p/stat" 2>/dev/null | cut -d" " -f2); [ "$st" = Z ] && break; '
     'sleep 0.05; i=$((i+1)); done; rm -f "$1"; exit 0'
 )

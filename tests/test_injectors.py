@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FAULT_QDISC, cpu_rate, needs_root
+from faultlab import procid
 from faultlab.errors import BadInput, Refused
 from faultlab.injectors import CpuContention, NicSlow, ProcessPause, apply
 from faultlab.injectors.lease import load_leases
@@ -221,10 +222,15 @@ def test_pause_stops_the_target_repeatedly(busy_loop, no_residue):
         assert active.revert() == "reverted"
 
 
-def test_stale_pause_pidfile_never_signals_another_process(busy_loop, no_residue):
+@pytest.mark.parametrize("same_tick", [False, True], ids=["loop-starttime", "bystander-starttime"])
+def test_stale_pause_pidfile_never_signals_another_process(busy_loop, no_residue, same_tick):
     """The loop dies (SIGKILL), its PID is taken by an unrelated process, the pidfile
     stays: revert must not SIGTERM that process. Before the fix the pidfile held the
-    PID alone and the revert ran ``kill $(cat pidfile)``."""
+    PID alone and the revert ran ``kill $(cat pidfile)``. ``bystander-starttime``: the
+    reused PID also has the recorded start time (start times count 10 ms ticks, so a
+    process started in the loop's tick has the loop's); only the cmdline check tells
+    them apart. CI at 8cba488 failed the first case once that way: the bystander,
+    started right after apply, shared the loop's tick."""
     active = apply(ProcessPause(LocalNode("local"), busy_loop.pid, 0.1, 0.3, 30), 30)
     pidfile = Path(active.facts["pidfile"])
     bystander = subprocess.Popen(["sleep", "60"])
@@ -234,8 +240,9 @@ def test_stale_pause_pidfile_never_signals_another_process(busy_loop, no_residue
         os.kill(loop_pid, signal.SIGKILL)
         while _pause_loops_of(busy_loop.pid):
             time.sleep(0.05)
-        # the PID reused by the bystander; whatever else the pidfile held stays
-        pidfile.write_text(" ".join([str(bystander.pid), *first[1:]]) + "\n")
+        # the PID reused by the bystander; its start time (or the loop's) recorded
+        recorded = str(procid.starttime(bystander.pid)) if same_tick else first[1]
+        pidfile.write_text(" ".join([str(bystander.pid), recorded, *first[2:]]) + "\n")
         assert active.revert() == "reverted"
         time.sleep(0.2)
         assert bystander.poll() is None, "revert signalled a process that reused the loop's PID"
