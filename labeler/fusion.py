@@ -349,7 +349,10 @@ def _sustained_job(grid: StepGrid, tv: TemporalView, sim: np.ndarray, config) ->
 
 
 def fuse(an: Analysis) -> pd.DataFrame:
-    """Turn the flags of an :class:`Analysis` into labels (see module docstring).
+    """Turn the flags of an :class:`Analysis` into labels (see module docstring): the
+    steps 1-4 of the module docstring in order (:func:`_peer_stragglers`,
+    :func:`_job_wide`, :func:`_rank_temporal`, :func:`_intermittent`), each seeing
+    the labels of the steps before it, then the floor ``min_slowdown``.
 
     Returns:
         a labels frame (faultlab.schema.LABELS columns) with ``source="observed"``,
@@ -357,195 +360,280 @@ def fuse(an: Analysis) -> pd.DataFrame:
         Times: ``start_ts`` = earliest t_start of the first step, ``end_ts`` = latest
         ``t_start + step_s`` of the last step (unix s). ``slowdown`` is a ratio.
     """
-    cfg = an.config
-    g, tv, pv = an.grid, an.temporal, an.peer
-    gap, min_len = cfg.gap_steps, cfg.min_steps
-    pace = _nanmed(g.job_step)  # the run's normal step time (s)
-    timed = {"t0": g.t0, "t1": g.t1, "gap_s": cfg.gap_s, "min_s": cfg.min_duration_s,
-             "pace_s": pace if np.isfinite(pace) else 0.0}
-    rows: list[dict] = []
-    rank_label_rows = np.zeros((g.S, g.R), dtype=bool)  # steps each rank's labels hold
-
-    def add_rank(j: int, i0: int, i1: int, slowdown: float, views: str, conf_ratio: float, threshold: float, ev: dict) -> None:
-        if g.dataloader is not None:  # the loader's part of the local time (compute figures include it)
-            ev["median_dataloader_s"] = _nanmed(g.dataloader[i0 : i1 + 1, j])
-        rows.append(_row(g, g.component(j), "rank", i0, i1, slowdown, views,
-                         _confidence(conf_ratio, threshold, i1 - i0 + 1, min_len, views), ev))
-        rank_label_rows[i0 : i1 + 1, j] = True
-
-    # 1. localized stragglers from the peer view
-    for j in np.flatnonzero(pv.flag.any(axis=0)):  # only ranks with a peer flag
-        j = int(j)
-        ivs = intervals(pv.flag[:, j], gap, min_len, **timed)
-        if ivs:  # edges by hysteresis: out to where the smoothed excess ends
-            low = 1.0 + max(0.5 * (cfg.peer_threshold - 1.0), 0.5 * cfg.mad_k * float(pv.sigma[j]) / np.sqrt(5.0))
-            ivs = _grow(ivs, _smoothed_above(pv.ratio[:, j], low), g.S, cfg.temporal_window_steps)
-            ivs = _refine(ivs, _log(pv.ratio[:, j]), cfg.temporal_window_steps)
-        for i0, i1 in ivs:
-            sl = slice(i0, i1 + 1)
-            rank_t = bool(tv.rank_flag[sl, j].any())
-            job_t = bool(tv.job_flag[sl].any())
-            peer_ratio = _nanmed(pv.ratio[sl, j])
-            peer_med = _nanmed(pv.median[sl, j])
-            t_base = _nanmed(tv.rank_base[sl, j])
-            comp_med = _nanmed(g.compute[sl, j])
-            # the rank's own level just before onset (a trailing baseline drifts up
-            # inside a long fault); the peer median when there is no history
-            w0 = max(0, i0 - cfg.temporal_window_steps)
-            pre = _nanmed(g.compute[w0:i0, j]) if i0 - w0 >= cfg.temporal_min_valid_steps else float("nan")
-            if np.isfinite(pre) and pre > 0 and not (np.isfinite(peer_med) and peer_med < pre):
-                baseline, kind = pre, "temporal-pre-onset"
-            else:  # no history, or the history was already slowed: the peers' level
-                baseline, kind = peer_med, "peer"
-            n_ok = int(np.isfinite(g.compute[sl, j]).sum())
-            slowdown = float(np.nansum(g.compute[sl, j]) / (n_ok * baseline)) if baseline and np.isfinite(baseline) and n_ok else peer_ratio
-            views = "temporal+peer" if (rank_t or job_t) else "peer"
-            ev = {
-                "baseline_s": baseline,
-                "baseline_kind": kind,
-                "temporal_baseline_s": t_base,
-                "pre_onset_baseline_s": pre,
-                "peer_median_s": peer_med,
-                "median_compute_s": comp_med,
-                "peer_ratio": peer_ratio,
-                "mean_peer_ratio": _nanmean(pv.ratio[sl, j]),
-                "temporal_ratio": _ratio(g.compute[sl, j], tv.rank_base[sl, j]),
-                "job_slowdown": an.job_slowdown(i0, i1),
-                "job_baseline_s": _nanmed(tv.job_base[sl]),
-                "n_steps": i1 - i0 + 1,
-                "n_flagged": int(pv.flag[sl, j].sum()),
-                "threshold": cfg.peer_threshold,
-            }
-            add_rank(j, i0, i1, slowdown, views, peer_ratio, cfg.peer_threshold, ev)
-
-    # 2. job-wide slowdowns: job step time up even with stragglers removed
-    job_rows = np.zeros(g.S, dtype=bool)
-    # A rank explains the job's slowdown while it straggles: no job label for those
-    # steps. It does not explain a step whose excess dwarfs its own (its compute
-    # excess under a quarter of the job's): a slow link at the same time is labeled too.
-    explained = np.zeros(g.S, dtype=bool)
-    held = np.flatnonzero(rank_label_rows.any(axis=1))  # only steps a rank label holds can be explained
-    if held.size:
-        with np.errstate(invalid="ignore"):
-            job_ex = np.asarray(g.job_step[held], dtype=np.float64) - np.asarray(tv.job_base[held], dtype=np.float64)
-            rank_ex = np.asarray(g.compute[held], dtype=np.float64) - np.asarray(pv.median[held], dtype=np.float64)
-            explained[held] = (rank_label_rows[held] & ~(rank_ex < 0.25 * job_ex[:, None])).any(axis=1)
-    job_ivs = intervals(an.job_wide_flag & ~_dilate(explained, gap), gap, min_len, **timed)
-    if job_ivs:
-        low_job = 1.0 + 0.5 * (cfg.temporal_threshold - 1.0)
-        job_ivs = _grow(job_ivs, _smoothed_above(tv.job_ratio, low_job) & ~explained, g.S, cfg.temporal_window_steps)
-        job_ivs = _refine(job_ivs, _log(tv.job_ratio), cfg.temporal_window_steps, blocked=_dilate(explained, gap))
-    for i0, i1 in job_ivs:
-        sl = slice(i0, i1 + 1)
-        job_excess = float(np.nansum(np.asarray(g.job_step[sl], dtype=np.float64) - np.asarray(tv.job_base[sl], dtype=np.float64)))
-        culprit = _interval_straggler(g, sl, job_excess)
-        if culprit is not None:
-            # one rank's compute over the whole interval stands out from its peers'
-            # (a stall that lands in its compute half the time, the other half in the
-            # all-reduce that everyone waits in): the rank, not the job
-            j, share, ratio, med_total, own = culprit
-            n_ok = int(np.isfinite(g.compute[sl, j]).sum())
-            slowdown = an.job_slowdown(i0, i1)  # what the rank cost the job
-            ev = {
-                "baseline_s": med_total / max(n_ok, 1),
-                "baseline_kind": "peer-interval",
-                "peer_compute_ratio": ratio,
-                "share_of_job_excess": share,
-                "compute_share_of_job_excess": own,
-                "job_slowdown": slowdown,
-                "job_baseline_s": _nanmed(tv.job_base[sl]),
-                "n_steps": i1 - i0 + 1,
-                "threshold": cfg.peer_threshold,
-            }
-            if _job_wide_rest(an, i0, i1, own):
-                # the rank's compute explains under half of the job's excess and the
-                # median step, stragglers removed, is still slowed: both are labeled,
-                # each with its share of the excess (a host's noise on one rank
-                # during a slow link does not take the link's label)
-                rest = 1.0 + (1.0 - own) * (slowdown - 1.0)
-                if rest >= cfg.min_slowdown:
-                    rows.append(_job_row(an, i0, i1, rest, also_straggler=True,
-                                         extra={"straggler": g.component(j), "unexplained_share": 1.0 - own}))
-                    job_rows[sl] = True
-                slowdown = 1.0 + own * (slowdown - 1.0)
-                if slowdown < cfg.min_slowdown:
-                    continue
-            add_rank(j, i0, i1, slowdown, "temporal+peer", slowdown, cfg.temporal_threshold, ev)
-            continue
-        solo = _temporal_culprit(g, tv, sl, job_excess)
-        if solo is not None:
-            # no peer to compare with (a pipeline stage of one rank, a one-rank run):
-            # the one rank whose compute rose against its own history, enough to
-            # explain the job's excess
-            j, share = solo
-            t_ratio = _tratio(g.compute[sl, j], tv.rank_base[sl, j])
-            ev = {
-                "baseline_s": _nanmed(tv.rank_base[sl, j]),
-                "baseline_kind": "temporal",
-                "median_compute_s": _nanmed(g.compute[sl, j]),
-                "temporal_ratio": t_ratio,
-                "share_of_job_excess": share,
-                "job_slowdown": an.job_slowdown(i0, i1),
-                "job_baseline_s": _nanmed(tv.job_base[sl]),
-                "n_steps": i1 - i0 + 1,
-                "threshold": cfg.temporal_threshold,
-            }
-            add_rank(j, i0, i1, t_ratio, "temporal", t_ratio, cfg.temporal_threshold, ev)
-            continue
-        rows.append(_job_row(an, i0, i1, an.job_slowdown(i0, i1), also_straggler=bool(rank_label_rows[sl].any())))
-        job_rows[sl] = True
-
-    # 3. a rank slow against its own history only (most of its group slowed too);
-    # only when the job felt it: a rank's compute rising back to normal after a
-    # period in which it was unusually fast is not a slowdown of anything. When most
-    # ranks are slow at once, that is one job-wide slowdown, labeled once.
-    cands: list[tuple[int, int, int]] = []
-    for j in np.flatnonzero(tv.rank_flag.any(axis=0)):  # only ranks with a temporal flag
-        j = int(j)
-        free = tv.rank_flag[:, j] & ~_dilate(rank_label_rows[:, j] | job_rows, gap)
-        for i0, i1 in intervals(free, gap, min_len, **timed):
-            if an.job_slowdown(i0, i1) >= cfg.temporal_threshold:
-                cands.append((i0, i1, j))
-    for group in _overlap_groups(cands):
-        ranks_in = sorted({j for _, _, j in group})
-        if len(ranks_in) >= max(2, (g.R + 1) // 2):
-            i0, i1 = min(c[0] for c in group), max(c[1] for c in group)
-            sl = slice(i0, i1 + 1)
-            slowdown = an.job_slowdown(i0, i1)
-            ev = {"baseline_s": _nanmed(tv.job_base[sl]), "baseline_kind": "temporal", "job_slowdown": slowdown,
-                  "ranks_compute_up": [g.component(j) for j in ranks_in], "n_steps": i1 - i0 + 1, "threshold": cfg.temporal_threshold}
-            rows.append(_row(g, "job", "job", i0, i1, slowdown, "temporal",
-                             _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev))
-            continue
-        for i0, i1, j in group:
-            sl = slice(i0, i1 + 1)
-            t_ratio = _tratio(g.compute[sl, j], tv.rank_base[sl, j])
-            ev = {
-                "baseline_s": _nanmed(tv.rank_base[sl, j]),
-                "baseline_kind": "temporal",
-                "peer_median_s": _nanmed(pv.median[sl, j]),
-                "median_compute_s": _nanmed(g.compute[sl, j]),
-                "peer_ratio": _nanmed(pv.ratio[sl, j]),
-                "temporal_ratio": t_ratio,
-                "job_slowdown": an.job_slowdown(i0, i1),
-                "n_steps": i1 - i0 + 1,
-                "n_flagged": int(tv.rank_flag[sl, j].sum()),
-                "threshold": cfg.temporal_threshold,
-            }
-            rows.append(
-                _row(g, g.component(j), "rank", i0, i1, t_ratio, "temporal",
-                     _confidence(t_ratio, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev)
-            )
-
-    # 4. intermittent stragglers (stalls of one rank, some attributable per step)
-    rows = _intermittent(an, rows)
-
-    rows = [r for r in rows if r["slowdown"] >= cfg.min_slowdown]
+    acc = _Labels.start(an)
+    _peer_stragglers(acc)
+    _job_wide(acc)
+    _rank_temporal(acc)
+    rows = _intermittent(an, acc.rows)
+    rows = [r for r in rows if r["slowdown"] >= an.config.min_slowdown]
     if not rows:
         return _empty_labels()
     df = pd.DataFrame(rows)
     df = df.sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True)
     return _typed(df)
+
+
+@dataclass
+class _Labels:
+    """The label rows :func:`fuse` has made so far and the grid steps they hold:
+    ``rank_rows`` ``(S, R)`` bool (each rank's labels), ``job_rows`` ``(S,)`` bool (the
+    job labels'); ``timed`` the seconds rules of :func:`intervals` for this run."""
+
+    an: Analysis
+    rows: list
+    rank_rows: np.ndarray
+    job_rows: np.ndarray
+    timed: dict
+
+    @classmethod
+    def start(cls, an: Analysis) -> "_Labels":
+        g, cfg = an.grid, an.config
+        pace = _nanmed(g.job_step)  # the run's normal step time (s)
+        timed = {"t0": g.t0, "t1": g.t1, "gap_s": cfg.gap_s, "min_s": cfg.min_duration_s,
+                 "pace_s": pace if np.isfinite(pace) else 0.0}
+        return cls(an, [], np.zeros((g.S, g.R), dtype=bool), np.zeros(g.S, dtype=bool), timed)
+
+    def add_rank(self, j: int, i0: int, i1: int, slowdown: float, views: str, conf_ratio: float, threshold: float, ev: dict) -> None:
+        """A label of rank column ``j`` over rows ``i0..i1`` (its confidence from
+        ``conf_ratio`` against ``threshold``)."""
+        g = self.an.grid
+        if g.dataloader is not None:  # the loader's part of the local time (compute figures include it)
+            ev["median_dataloader_s"] = _nanmed(g.dataloader[i0 : i1 + 1, j])
+        self.rows.append(_row(g, g.component(j), "rank", i0, i1, slowdown, views,
+                              _confidence(conf_ratio, threshold, i1 - i0 + 1, self.an.config.min_steps, views), ev))
+        self.rank_rows[i0 : i1 + 1, j] = True
+
+    def add_job(self, row: dict, i0: int, i1: int) -> None:
+        """A job label row over rows ``i0..i1``."""
+        self.rows.append(row)
+        self.job_rows[i0 : i1 + 1] = True
+
+
+def _peer_stragglers(acc: _Labels) -> None:
+    """Step 1: localized stragglers from the peer view: each run of a rank's peer
+    flags, its edges grown by hysteresis and its onset refined, is a rank label."""
+    an = acc.an
+    cfg, g, pv = an.config, an.grid, an.peer
+    for j in np.flatnonzero(pv.flag.any(axis=0)):  # only ranks with a peer flag
+        j = int(j)
+        ivs = intervals(pv.flag[:, j], cfg.gap_steps, cfg.min_steps, **acc.timed)
+        if ivs:  # edges by hysteresis: out to where the smoothed excess ends
+            low = 1.0 + max(0.5 * (cfg.peer_threshold - 1.0), 0.5 * cfg.mad_k * float(pv.sigma[j]) / np.sqrt(5.0))
+            ivs = _grow(ivs, _smoothed_above(pv.ratio[:, j], low), g.S, cfg.temporal_window_steps)
+            ivs = _refine(ivs, _log(pv.ratio[:, j]), cfg.temporal_window_steps)
+        for i0, i1 in ivs:
+            _peer_label(acc, j, i0, i1)
+
+
+def _peer_label(acc: _Labels, j: int, i0: int, i1: int) -> None:
+    """The rank label of a peer-view interval: its slowdown against the rank's own
+    level just before onset (a trailing baseline drifts up inside a long fault), or
+    its peers' when it has no clean history."""
+    an = acc.an
+    cfg, g, tv, pv = an.config, an.grid, an.temporal, an.peer
+    sl = slice(i0, i1 + 1)
+    rank_t = bool(tv.rank_flag[sl, j].any())
+    job_t = bool(tv.job_flag[sl].any())
+    peer_ratio = _nanmed(pv.ratio[sl, j])
+    peer_med = _nanmed(pv.median[sl, j])
+    t_base = _nanmed(tv.rank_base[sl, j])
+    comp_med = _nanmed(g.compute[sl, j])
+    w0 = max(0, i0 - cfg.temporal_window_steps)
+    pre = _nanmed(g.compute[w0:i0, j]) if i0 - w0 >= cfg.temporal_min_valid_steps else float("nan")
+    if np.isfinite(pre) and pre > 0 and not (np.isfinite(peer_med) and peer_med < pre):
+        baseline, kind = pre, "temporal-pre-onset"
+    else:  # no history, or the history was already slowed: the peers' level
+        baseline, kind = peer_med, "peer"
+    n_ok = int(np.isfinite(g.compute[sl, j]).sum())
+    slowdown = float(np.nansum(g.compute[sl, j]) / (n_ok * baseline)) if baseline and np.isfinite(baseline) and n_ok else peer_ratio
+    views = "temporal+peer" if (rank_t or job_t) else "peer"
+    ev = {
+        "baseline_s": baseline,
+        "baseline_kind": kind,
+        "temporal_baseline_s": t_base,
+        "pre_onset_baseline_s": pre,
+        "peer_median_s": peer_med,
+        "median_compute_s": comp_med,
+        "peer_ratio": peer_ratio,
+        "mean_peer_ratio": _nanmean(pv.ratio[sl, j]),
+        "temporal_ratio": _ratio(g.compute[sl, j], tv.rank_base[sl, j]),
+        "job_slowdown": an.job_slowdown(i0, i1),
+        "job_baseline_s": _nanmed(tv.job_base[sl]),
+        "n_steps": i1 - i0 + 1,
+        "n_flagged": int(pv.flag[sl, j].sum()),
+        "threshold": cfg.peer_threshold,
+    }
+    acc.add_rank(j, i0, i1, slowdown, views, peer_ratio, cfg.peer_threshold, ev)
+
+
+def _explained(acc: _Labels) -> np.ndarray:
+    """``(S,)`` bool: steps whose job slowdown a rank label explains. A rank explains
+    the job's slowdown while it straggles, but not a step whose excess dwarfs its own
+    (its compute excess under a quarter of the job's): a slow link at the same time
+    is labeled too."""
+    an = acc.an
+    g, tv, pv = an.grid, an.temporal, an.peer
+    explained = np.zeros(g.S, dtype=bool)
+    held = np.flatnonzero(acc.rank_rows.any(axis=1))  # only steps a rank label holds can be explained
+    if held.size:
+        with np.errstate(invalid="ignore"):
+            job_ex = np.asarray(g.job_step[held], dtype=np.float64) - np.asarray(tv.job_base[held], dtype=np.float64)
+            rank_ex = np.asarray(g.compute[held], dtype=np.float64) - np.asarray(pv.median[held], dtype=np.float64)
+            explained[held] = (acc.rank_rows[held] & ~(rank_ex < 0.25 * job_ex[:, None])).any(axis=1)
+    return explained
+
+
+def _job_wide(acc: _Labels) -> None:
+    """Step 2: job-wide slowdowns, the job step time up even with stragglers removed,
+    on steps no rank label explains (:func:`_explained`); each interval is labeled by
+    :func:`_job_interval`."""
+    an = acc.an
+    cfg, g, tv = an.config, an.grid, an.temporal
+    gap = cfg.gap_steps
+    explained = _explained(acc)
+    job_ivs = intervals(an.job_wide_flag & ~_dilate(explained, gap), gap, cfg.min_steps, **acc.timed)
+    if job_ivs:
+        low_job = 1.0 + 0.5 * (cfg.temporal_threshold - 1.0)
+        job_ivs = _grow(job_ivs, _smoothed_above(tv.job_ratio, low_job) & ~explained, g.S, cfg.temporal_window_steps)
+        job_ivs = _refine(job_ivs, _log(tv.job_ratio), cfg.temporal_window_steps, blocked=_dilate(explained, gap))
+    for i0, i1 in job_ivs:
+        _job_interval(acc, i0, i1)
+
+
+def _job_interval(acc: _Labels, i0: int, i1: int) -> None:
+    """One job-wide interval: one rank's label when its compute over the interval
+    explains it (:func:`_straggler_of_interval`), or the one peerless rank whose
+    compute rose (:func:`_solo_of_interval`), else a ``job`` label."""
+    an = acc.an
+    g, tv = an.grid, an.temporal
+    sl = slice(i0, i1 + 1)
+    job_excess = float(np.nansum(np.asarray(g.job_step[sl], dtype=np.float64) - np.asarray(tv.job_base[sl], dtype=np.float64)))
+    if _straggler_of_interval(acc, i0, i1, job_excess) or _solo_of_interval(acc, i0, i1, job_excess):
+        return
+    acc.add_job(_job_row(an, i0, i1, an.job_slowdown(i0, i1), also_straggler=bool(acc.rank_rows[sl].any())), i0, i1)
+
+
+def _straggler_of_interval(acc: _Labels, i0: int, i1: int, job_excess: float) -> bool:
+    """One rank's compute over the whole interval stands out from its peers' (a stall
+    that lands in its compute half the time, the other half in the all-reduce that
+    everyone waits in): the rank's label, not the job's (and, by
+    :func:`_job_wide_rest`, a job label for the rest). True when it took the interval."""
+    an = acc.an
+    cfg, g, tv = an.config, an.grid, an.temporal
+    sl = slice(i0, i1 + 1)
+    culprit = _interval_straggler(g, sl, job_excess)
+    if culprit is None:
+        return False
+    j, share, ratio, med_total, own = culprit
+    n_ok = int(np.isfinite(g.compute[sl, j]).sum())
+    slowdown = an.job_slowdown(i0, i1)  # what the rank cost the job
+    ev = {
+        "baseline_s": med_total / max(n_ok, 1),
+        "baseline_kind": "peer-interval",
+        "peer_compute_ratio": ratio,
+        "share_of_job_excess": share,
+        "compute_share_of_job_excess": own,
+        "job_slowdown": slowdown,
+        "job_baseline_s": _nanmed(tv.job_base[sl]),
+        "n_steps": i1 - i0 + 1,
+        "threshold": cfg.peer_threshold,
+    }
+    if _job_wide_rest(an, i0, i1, own):
+        # the rank's compute explains under half of the job's excess and the median
+        # step, stragglers removed, is still slowed: both are labeled, each with its
+        # share of the excess (a host's noise on one rank during a slow link does not
+        # take the link's label)
+        rest = 1.0 + (1.0 - own) * (slowdown - 1.0)
+        if rest >= cfg.min_slowdown:
+            acc.add_job(_job_row(an, i0, i1, rest, also_straggler=True,
+                                 extra={"straggler": g.component(j), "unexplained_share": 1.0 - own}), i0, i1)
+        slowdown = 1.0 + own * (slowdown - 1.0)
+        if slowdown < cfg.min_slowdown:
+            return True
+    acc.add_rank(j, i0, i1, slowdown, "temporal+peer", slowdown, cfg.temporal_threshold, ev)
+    return True
+
+
+def _solo_of_interval(acc: _Labels, i0: int, i1: int, job_excess: float) -> bool:
+    """No peer to compare with (a pipeline stage of one rank, a one-rank run): the one
+    rank whose compute rose against its own history, enough to explain the job's
+    excess, takes the interval. True when one did."""
+    an = acc.an
+    cfg, g, tv = an.config, an.grid, an.temporal
+    sl = slice(i0, i1 + 1)
+    solo = _temporal_culprit(g, tv, sl, job_excess)
+    if solo is None:
+        return False
+    j, share = solo
+    t_ratio = _tratio(g.compute[sl, j], tv.rank_base[sl, j])
+    ev = {
+        "baseline_s": _nanmed(tv.rank_base[sl, j]),
+        "baseline_kind": "temporal",
+        "median_compute_s": _nanmed(g.compute[sl, j]),
+        "temporal_ratio": t_ratio,
+        "share_of_job_excess": share,
+        "job_slowdown": an.job_slowdown(i0, i1),
+        "job_baseline_s": _nanmed(tv.job_base[sl]),
+        "n_steps": i1 - i0 + 1,
+        "threshold": cfg.temporal_threshold,
+    }
+    acc.add_rank(j, i0, i1, t_ratio, "temporal", t_ratio, cfg.temporal_threshold, ev)
+    return True
+
+
+def _rank_temporal(acc: _Labels) -> None:
+    """Step 3: a rank slow against its own history only (most of its group slowed
+    too), on steps no label holds, and only when the job felt it: a rank's compute
+    rising back to normal after a period in which it was unusually fast is not a
+    slowdown of anything. When most ranks are slow at once, that is one job-wide
+    slowdown, labeled once (:func:`_temporal_group`)."""
+    an = acc.an
+    cfg, tv = an.config, an.temporal
+    cands: list[tuple[int, int, int]] = []
+    for j in np.flatnonzero(tv.rank_flag.any(axis=0)):  # only ranks with a temporal flag
+        j = int(j)
+        free = tv.rank_flag[:, j] & ~_dilate(acc.rank_rows[:, j] | acc.job_rows, cfg.gap_steps)
+        for i0, i1 in intervals(free, cfg.gap_steps, cfg.min_steps, **acc.timed):
+            if an.job_slowdown(i0, i1) >= cfg.temporal_threshold:
+                cands.append((i0, i1, j))
+    for group in _overlap_groups(cands):
+        _temporal_group(acc, group)
+
+
+def _temporal_group(acc: _Labels, group: list[tuple[int, int, int]]) -> None:
+    """Overlapping temporal candidates ``(i0, i1, rank column)``: one ``job`` label
+    when at least half the ranks (and two) are in it, else one rank label each. (These
+    labels do not mark ``rank_rows``/``job_rows``: no later step reads them.)"""
+    an = acc.an
+    cfg, g, tv, pv = an.config, an.grid, an.temporal, an.peer
+    min_len = cfg.min_steps
+    ranks_in = sorted({j for _, _, j in group})
+    if len(ranks_in) >= max(2, (g.R + 1) // 2):
+        i0, i1 = min(c[0] for c in group), max(c[1] for c in group)
+        sl = slice(i0, i1 + 1)
+        slowdown = an.job_slowdown(i0, i1)
+        ev = {"baseline_s": _nanmed(tv.job_base[sl]), "baseline_kind": "temporal", "job_slowdown": slowdown,
+              "ranks_compute_up": [g.component(j) for j in ranks_in], "n_steps": i1 - i0 + 1, "threshold": cfg.temporal_threshold}
+        acc.rows.append(_row(g, "job", "job", i0, i1, slowdown, "temporal",
+                             _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev))
+        return
+    for i0, i1, j in group:
+        sl = slice(i0, i1 + 1)
+        t_ratio = _tratio(g.compute[sl, j], tv.rank_base[sl, j])
+        ev = {
+            "baseline_s": _nanmed(tv.rank_base[sl, j]),
+            "baseline_kind": "temporal",
+            "peer_median_s": _nanmed(pv.median[sl, j]),
+            "median_compute_s": _nanmed(g.compute[sl, j]),
+            "peer_ratio": _nanmed(pv.ratio[sl, j]),
+            "temporal_ratio": t_ratio,
+            "job_slowdown": an.job_slowdown(i0, i1),
+            "n_steps": i1 - i0 + 1,
+            "n_flagged": int(tv.rank_flag[sl, j].sum()),
+            "threshold": cfg.temporal_threshold,
+        }
+        acc.rows.append(_row(g, g.component(j), "rank", i0, i1, t_ratio, "temporal",
+                             _confidence(t_ratio, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev))
 
 
 #: a straggler whose extra compute is less than this share of a job-wide interval's
