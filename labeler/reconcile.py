@@ -175,6 +175,12 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
               config=None) -> pd.DataFrame:
     """Attach causes from the injections table to labels (see module docstring).
 
+    Steps: the injections that were in force (:func:`_usable_injections`), the
+    overlap of each label with each injection it may match (:func:`_overlaps`), each
+    label's cause (:func:`_attach_causes`), job labels located by the record
+    (:func:`locate_job_labels`), a row for each injection nothing matched
+    (:func:`_unmanifested_row`).
+
     Args:
         labels: labels of ONE run (faultlab.schema.LABELS columns), e.g. from
             :func:`faultlab.labeler.fusion.fuse`.
@@ -204,37 +210,61 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
     out["source"] = "observed"
     out["cause"] = "unknown"
     out["fault_id"] = None
-    if injections is None or len(injections) == 0:
+    injections = _usable_injections(injections)
+    if injections is None:
         return out.reset_index(drop=True)
+    run_id, rank_nodes, slack = _run_context(out, analysis, config)
+    inj = injections.sort_values(["start_ts", "fault_id"], kind="mergesort").reset_index(drop=True)
+    inj_rows = inj.to_dict("records")
+    overlap, cand_info = _overlaps(out, inj_rows, rank_nodes, set(config.job_wide_fault_types), slack)
+    matched_inj = _attach_causes(out, overlap, inj_rows)
+    for k in locate_job_labels(out, inj_rows, slack, set(rank_nodes) if rank_nodes else None):
+        matched_inj[k] = True
+    extra = [_unmanifested_row(row, cand_info[k], analysis, rank_nodes, slack, run_id)
+             for k, row in enumerate(inj_rows) if not matched_inj[k]]
+    if extra:
+        out = pd.concat([out, _typed(pd.DataFrame(extra))], ignore_index=True) if len(out) else _typed(pd.DataFrame(extra))
+    out = out.sort_values(["start_ts", "component", "source"], kind="mergesort").reset_index(drop=True)
+    return _typed(out)
+
+
+def _usable_injections(injections: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The injections that were in force, times checked (:func:`_check_times`); None
+    when there are none. One with ``status="unverified"`` (verify did not confirm it
+    and it was reverted at once) is never a cause. Raises BadInput (field
+    ``injections``) for a missing column."""
+    if injections is None or len(injections) == 0:
+        return None
     need = ["fault_id", "fault_type", "node", "target", "start_ts", "end_ts"]
     missing = [c for c in need if c not in injections.columns]
     if missing:
         raise BadInput(f"missing column(s) {', '.join(missing)}", field="injections")
     injections = _check_times(injections)
-    if "status" in injections.columns:  # verify did not confirm it and it was reverted at once: never a cause
+    if "status" in injections.columns:
         injections = injections[injections["status"].astype(str) != "unverified"]
-        if len(injections) == 0:
-            return out.reset_index(drop=True)
+    return injections if len(injections) else None
 
+
+def _run_context(out: pd.DataFrame, analysis: Analysis | None, config) -> tuple[str, dict[int, str], float]:
+    """``(run_id, rank -> node, slack_s)``: the slack is ``match_slack_steps`` x the
+    run's median job step time (s); without an analysis no rank map and no slack."""
     run_id = str(out["run_id"].iloc[0]) if len(out) else ""
-    if analysis is not None:
-        g = analysis.grid
-        run_id = run_id or g.run_id
-        rank_nodes = {int(r): str(n) for r, n in zip(g.ranks, g.nodes)}
-        med_step = float(np.nanmedian(g.job_step)) if g.S and np.isfinite(g.job_step).any() else 0.0
-        slack = config.match_slack_steps * med_step
-    else:
-        rank_nodes = {}
-        slack = 0.0
-    job_wide = set(config.job_wide_fault_types)
+    if analysis is None:
+        return run_id, {}, 0.0
+    g = analysis.grid
+    rank_nodes = {int(r): str(n) for r, n in zip(g.ranks, g.nodes)}
+    med_step = float(np.nanmedian(g.job_step)) if g.S and np.isfinite(g.job_step).any() else 0.0
+    return run_id or g.run_id, rank_nodes, config.match_slack_steps * med_step
 
-    inj = injections.sort_values(["start_ts", "fault_id"], kind="mergesort").reset_index(drop=True)
-    inj_rows = inj.to_dict("records")
+
+def _overlaps(out: pd.DataFrame, inj_rows: list[dict], rank_nodes: dict[int, str], job_wide: set,
+              slack: float) -> tuple[np.ndarray, list]:
+    """``(overlap, cand_info)``: ``overlap`` ``(labels, injections)`` seconds each label
+    overlaps each injection's slackened interval, -1 where the pair does not match (time
+    or component); ``cand_info`` each injection's :func:`candidates`."""
     lab_s = out["start_ts"].to_numpy(dtype=np.float64)
     lab_e = out["end_ts"].to_numpy(dtype=np.float64)
     lab_c = out["component"].astype(str).to_numpy()
-
-    # overlap[label, injection] in seconds; -1 where the pair does not match
     n_l, n_i = len(out), len(inj_rows)
     overlap = np.full((n_l, n_i), -1.0)
     cand_info = []
@@ -248,20 +278,26 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
             ok = np.isin(lab_c, list(comps)) & (lab_s <= hi) & (lab_e >= lo)
             ov = np.minimum(lab_e, hi) - np.maximum(lab_s, lo)
             overlap[:, k] = np.where(ok, np.maximum(ov, 0.0), -1.0)
+    return overlap, cand_info
 
-    matched_inj = np.zeros(n_i, dtype=bool)
+
+def _attach_causes(out: pd.DataFrame, overlap: np.ndarray, inj_rows: list[dict]) -> np.ndarray:
+    """Each label's cause, in place on ``out``: the injection it overlaps longest
+    (ties: earliest start, the injections being sorted, then fault_id), the others in
+    its evidence's ``also_matches``; ``observed``/``unknown`` when none. Returns the
+    ``(injections,)`` bool of those some label matched."""
+    matched_inj = np.zeros(len(inj_rows), dtype=bool)
     sources, causes, fids, evs = [], [], [], []
-    for i in range(n_l):
+    for i in range(len(out)):
         hits = np.flatnonzero(overlap[i] >= 0)
-        ev = json.loads(out.at[i, "evidence"]) if isinstance(out.at[i, "evidence"], str) and out.at[i, "evidence"] else {}
+        raw = out.at[i, "evidence"]
         if hits.size == 0:
             sources.append("observed")
             causes.append("unknown")
             fids.append(None)
-            evs.append(out.at[i, "evidence"])
+            evs.append(raw)
             continue
         matched_inj[hits] = True
-        # longest overlap; ties -> earliest start (the injections are sorted), then fault_id
         best = hits[np.argmax(overlap[i, hits])]
         r = inj_rows[best]
         sources.append("injected")
@@ -269,72 +305,68 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
         fids.append(str(r["fault_id"]))
         others = [str(inj_rows[h]["fault_id"]) for h in hits if h != best]
         if others:
+            ev = json.loads(raw) if isinstance(raw, str) and raw else {}
             ev["also_matches"] = others
             evs.append(evidence_json(ev))
         else:
-            evs.append(out.at[i, "evidence"])
+            evs.append(raw)
     out["source"] = sources
     out["cause"] = causes
     out["fault_id"] = fids
     out["evidence"] = evs
-    located = locate_job_labels(out, inj_rows, slack, set(rank_nodes) if rank_nodes else None)
-    for k in located:
-        matched_inj[k] = True
+    return matched_inj
 
-    extra = []
-    for k, row in enumerate(inj_rows):
-        if matched_inj[k]:
-            continue
-        comps, comp, kind = cand_info[k]
-        s = float(row["start_ts"]) if pd.notna(row["start_ts"]) else float("nan")
-        e = float(row["end_ts"]) if pd.notna(row["end_ts"]) else float("nan")
-        start_step = end_step = pd.NA
-        measured: dict = {"ratio": 1.0, "n_steps": 0}
-        r = target_rank(row.get("target")) if kind == "rank" else None
-        absent = analysis is not None and r is not None and r not in rank_nodes
-        if analysis is not None and np.isfinite(s):
-            g = analysis.grid
-            rows = g.steps_between(s, e if np.isfinite(e) else np.inf)
-            if rows.size:
-                start_step, end_step = int(g.steps[rows[0]]), int(g.steps[rows[-1]])
-            measured = {"ratio": float("nan"), "n_steps": 0} if absent else analysis.measure(comp, rows)
-        elif absent:
-            measured = {"ratio": float("nan"), "n_steps": 0}
-        ev = {
-            "reason": "no label of a matching component overlaps the injection",
-            "candidates": sorted(comps),
-            "measured_ratio": measured.get("ratio"),
-            "n_steps": measured.get("n_steps"),
-            "job_slowdown": measured.get("job_slowdown"),
-            "peer_ratio": measured.get("peer_ratio"),
-            "mean_ratio": measured.get("mean_ratio"),
-            "n_flagged": measured.get("n_flagged", 0),
-            "slack_s": slack,
-        }
-        if absent:
-            ranks = sorted(rank_nodes)
-            ev["reason"] = f"the target {comp} is not in the run: it has no steps, so nothing of it was measured"
-            ev["target_in_run"] = False
-            ev["run_ranks"] = {"n": len(ranks), "min": ranks[0] if ranks else None, "max": ranks[-1] if ranks else None}
-        extra.append(
-            {
-                "run_id": _run_id(row, run_id),
-                "component": comp,
-                "component_kind": kind,
-                "start_ts": s,
-                "end_ts": e,
-                "start_step": start_step,
-                "end_step": end_step,
-                "slowdown": float(measured.get("ratio", 1.0)),  # NaN: the target is not in the run
-                "views": "",
-                "confidence": 0.0,
-                "fault_id": str(row["fault_id"]),
-                "source": "injected-unmanifested",
-                "cause": str(row["fault_type"]),
-                "evidence": evidence_json(ev),
-            }
-        )
-    if extra:
-        out = pd.concat([out, _typed(pd.DataFrame(extra))], ignore_index=True) if len(out) else _typed(pd.DataFrame(extra))
-    out = out.sort_values(["start_ts", "component", "source"], kind="mergesort").reset_index(drop=True)
-    return _typed(out)
+
+def _unmanifested_row(row: dict, cand: tuple, analysis: Analysis | None, rank_nodes: dict[int, str], slack: float,
+                      run_id: str) -> dict:
+    """The ``injected-unmanifested`` row of an injection no label matched: its own
+    times and steps, ``slowdown`` the measured ratio over its interval
+    (:meth:`Analysis.measure`; 1.0 when nothing was measured, NaN when its target rank
+    is not in the run, which its evidence then says)."""
+    comps, comp, kind = cand
+    s = float(row["start_ts"]) if pd.notna(row["start_ts"]) else float("nan")
+    e = float(row["end_ts"]) if pd.notna(row["end_ts"]) else float("nan")
+    start_step = end_step = pd.NA
+    measured: dict = {"ratio": 1.0, "n_steps": 0}
+    r = target_rank(row.get("target")) if kind == "rank" else None
+    absent = analysis is not None and r is not None and r not in rank_nodes
+    if analysis is not None and np.isfinite(s):
+        g = analysis.grid
+        rows = g.steps_between(s, e if np.isfinite(e) else np.inf)
+        if rows.size:
+            start_step, end_step = int(g.steps[rows[0]]), int(g.steps[rows[-1]])
+        measured = {"ratio": float("nan"), "n_steps": 0} if absent else analysis.measure(comp, rows)
+    elif absent:
+        measured = {"ratio": float("nan"), "n_steps": 0}
+    ev = {
+        "reason": "no label of a matching component overlaps the injection",
+        "candidates": sorted(comps),
+        "measured_ratio": measured.get("ratio"),
+        "n_steps": measured.get("n_steps"),
+        "job_slowdown": measured.get("job_slowdown"),
+        "peer_ratio": measured.get("peer_ratio"),
+        "mean_ratio": measured.get("mean_ratio"),
+        "n_flagged": measured.get("n_flagged", 0),
+        "slack_s": slack,
+    }
+    if absent:
+        ranks = sorted(rank_nodes)
+        ev["reason"] = f"the target {comp} is not in the run: it has no steps, so nothing of it was measured"
+        ev["target_in_run"] = False
+        ev["run_ranks"] = {"n": len(ranks), "min": ranks[0] if ranks else None, "max": ranks[-1] if ranks else None}
+    return {
+        "run_id": _run_id(row, run_id),
+        "component": comp,
+        "component_kind": kind,
+        "start_ts": s,
+        "end_ts": e,
+        "start_step": start_step,
+        "end_step": end_step,
+        "slowdown": float(measured.get("ratio", 1.0)),  # NaN: the target is not in the run
+        "views": "",
+        "confidence": 0.0,
+        "fault_id": str(row["fault_id"]),
+        "source": "injected-unmanifested",
+        "cause": str(row["fault_type"]),
+        "evidence": evidence_json(ev),
+    }
