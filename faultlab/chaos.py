@@ -132,8 +132,11 @@ def plan_cycles(rng: random.Random, cycles: int, kills: int, storms: int, damage
     return acts
 
 
-def _full_lease_dir(base: Path) -> tuple[Path, callable]:
-    """A lease folder on a tiny tmpfs filled to the last byte (root only)."""
+def full_lease_dir(base: Path) -> tuple[Path, callable]:
+    """A lease folder ``base/full/leases`` on a 16 KiB tmpfs mounted at ``base/full`` and
+    filled to the last byte, so the first lease write fails with ENOSPC; returns the folder
+    and a callable that unmounts it. Root only (mount); raises ``CalledProcessError`` when
+    the mount fails. Used by the full-folder cycles here and by ``tests/test_lifecycle.py``."""
     m = base / "full"
     m.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k,mode=0700", "tmpfs", str(m)], check=True)
@@ -242,7 +245,7 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damage
     full_dir, unmount = (None, None)
     try:
         if full:
-            full_dir, unmount = _full_lease_dir(state)
+            full_dir, unmount = full_lease_dir(state)
         dirs = [lease_dir] + ([full_dir] if full_dir else [])
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], env=env)
         procs.append(busy)

@@ -380,18 +380,11 @@ def _setup_readonly(base: Path) -> tuple[dict, callable]:
 
 
 def _setup_full(base: Path) -> tuple[dict, callable]:
-    m = base / "full"
-    _mount_tmpfs(m, "16k")
-    (m / "leases").mkdir()
-    fd = os.open(m / "filler", os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(fd, b"\0" * 4096):
-            pass
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return {"FAULTLAB_LEASE_DIR": str(m / "leases")}, lambda: _umount(m)
+    # the chaos campaign's own full folder, so this also checks that it really is full
+    from faultlab.chaos import full_lease_dir
+
+    leases, _ = full_lease_dir(base)
+    return {"FAULTLAB_LEASE_DIR": str(leases)}, lambda: _umount(leases.parent)
 
 
 def _setup_foreign_owner(base: Path) -> tuple[dict, callable]:
