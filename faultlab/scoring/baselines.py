@@ -78,7 +78,31 @@ def _rank_stat(a: StepArrays, stat: np.ndarray, hot: np.ndarray) -> StepStat:
     return StepStat(a.names, a.comp, a.step, a.t_start, a.t_end, stat, hot)
 
 
-class PeerMedianDetector(Detector):
+class StepStatDetector(Detector):
+    """A detector whose alarms and scores come from one per-step statistic: a subclass
+    implements ``_frame(steps) -> StepStat`` and sets ``k``; ``detect`` gives each run of at
+    least ``k`` consecutive hot steps as an alarm (:meth:`StepStat.alarms`), ``scores`` the
+    statistic (:meth:`StepStat.scores`). The frame is computed once per steps frame while
+    scoring a run (:func:`faultlab.scoring.steparrays.memo`: detect and scores share it)."""
+
+    k: int
+
+    def _frame(self, steps: pd.DataFrame) -> StepStat:
+        raise NotImplementedError
+
+    def _memo_frame(self, steps: pd.DataFrame) -> StepStat:
+        return memo(self, "frame", steps, lambda: self._frame(steps))
+
+    def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
+        if steps is None or len(steps) == 0:
+            return empty_alarms()
+        return self._memo_frame(steps).alarms(self.k)
+
+    def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
+        return self._memo_frame(steps).scores()
+
+
+class PeerMedianDetector(StepStatDetector):
     """Alarm on a rank whose ``compute_s / median(compute_s of its peer group at the
     same step)`` exceeds ``threshold`` (ratio, default 1.5) for at least ``k`` (default
     3) consecutive steps; score = the ratio. A deliberately simpler method than the
@@ -98,14 +122,6 @@ class PeerMedianDetector(Detector):
         with np.errstate(divide="ignore", invalid="ignore"):
             stat = a.compute_s / _group_transform(a.compute_s, _group_key(a), "median")
         return _rank_stat(a, stat, stat > self.threshold)
-
-    def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        if steps is None or len(steps) == 0:
-            return empty_alarms()
-        return _memo_frame(self, steps).alarms(self.k)
-
-    def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        return _memo_frame(self, steps).scores()
 
 
 def _robust_z(series: list[np.ndarray], window: int, min_history: int, floor: float) -> list[np.ndarray]:
@@ -140,7 +156,7 @@ def _job_series(a: StepArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return t0.index.to_numpy(np.int64), t0.to_numpy(np.float64), t1.to_numpy(np.float64), s.to_numpy(np.float64)
 
 
-class TemporalZDetector(Detector):
+class TemporalZDetector(StepStatDetector):
     """Robust z-score against a component's own trailing history: per rank of its
     compute_s, and for the job of its step time (median over ranks), each against the
     median and MAD of the previous ``window`` steps (default 50; from ``min_history``
@@ -177,16 +193,8 @@ class TemporalZDetector(Detector):
         cat = {key: np.concatenate(v) for key, v in cols.items()}
         return StepStat(names, cat["comp"].astype(np.int64), cat["step"].astype(np.int64), cat["t0"], cat["t1"], z, z > self.z)
 
-    def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        if steps is None or len(steps) == 0:
-            return empty_alarms()
-        return _memo_frame(self, steps).alarms(self.k)
 
-    def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        return _memo_frame(self, steps).scores()
-
-
-class ArrivalLateDetector(Detector):
+class ArrivalLateDetector(StepStatDetector):
     """The rank that reaches the collective last. Arrival = ``t_start + dataloader_s +
     compute_s`` (unix s; a missing dataloader_s counts 0); lateness = arrival minus the
     peer group's median arrival at the same step, over the step's median step_s. Alarm
@@ -209,20 +217,6 @@ class ArrivalLateDetector(Detector):
             stat = (arrival - _group_transform(arrival, key, "median")) / _group_transform(a.step_s, key, "median")
         last = arrival == _group_transform(arrival, key, "max")
         return _rank_stat(a, stat, last & (stat > self.margin))
-
-    def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        if steps is None or len(steps) == 0:
-            return empty_alarms()
-        return _memo_frame(self, steps).alarms(self.k)
-
-    def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        return _memo_frame(self, steps).scores()
-
-
-def _memo_frame(det, steps: pd.DataFrame) -> StepStat:
-    """``det._frame(steps)``, computed once per steps frame while scoring a run
-    (:func:`faultlab.scoring.steparrays.memo`: detect and scores share it)."""
-    return memo(det, "frame", steps, lambda: det._frame(steps))
 
 
 def _components(steps: pd.DataFrame) -> list[str]:
