@@ -18,6 +18,17 @@ def _fail(err: Exception) -> None:
     raise typer.Exit(getattr(err, "exit_code", 1))
 
 
+def _write(writer, src: Path, out: Optional[Path]) -> Path:
+    """``writer(src, out)`` (returns the path written); a FaultlabError, or an OSError
+    as a bad ``--out``, ends the command with one line (:func:`_fail`)."""
+    try:
+        return writer(src, out)
+    except FaultlabError as e:
+        _fail(e)
+    except OSError as e:
+        _fail(BadInput(f"cannot write {e.filename or out}: {e.strerror or e}", field="--out", fix="give a writable file path"))
+
+
 def report(
     path: Path = typer.Argument(..., metavar="RUN_DIR|DATASET_DIR|SCORES.json",
                                 help="a run directory, a folder of runs (campaign), a dataset folder, or a scores JSON file"),
@@ -32,12 +43,7 @@ def report(
     from faultlab.report.html import write_report
 
     t = time.perf_counter()
-    try:
-        written = write_report(path, out)
-    except FaultlabError as e:
-        _fail(e)
-    except OSError as e:
-        _fail(BadInput(f"cannot write {e.filename or out}: {e.strerror or e}", field="--out", fix="give a writable file path"))
+    written = _write(write_report, path, out)
     print(f"report -> {written} ({written.stat().st_size / 1e6:.2f} MB, {time.perf_counter() - t:.1f}s)")
 
 
@@ -55,12 +61,7 @@ def export(
 
     if format != "perfetto":
         _fail(BadInput(f"unknown format {format!r}", field="--format", fix="use --format perfetto"))
-    try:
-        written = export_trace(run_dir, out)
-    except FaultlabError as e:
-        _fail(e)
-    except OSError as e:
-        _fail(BadInput(f"cannot write {e.filename or out}: {e.strerror or e}", field="--out", fix="give a writable file path"))
+    written = _write(export_trace, run_dir, out)
     print(f"perfetto trace -> {written} ({written.stat().st_size / 1e6:.1f} MB)")
 
 
