@@ -20,7 +20,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Optional  # noqa: E402
+from typing import Annotated, Optional  # noqa: E402
 
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
@@ -141,22 +141,36 @@ def inject(
                                 allow_unverified=allow_unverified, out=out, console=console))
 
 
+#: the options of status, revert and recover that send them to the ssh nodes of an inventory
+NodesInventory = Annotated[Optional[Path], typer.Option("--inventory", metavar="FILE", help="ssh nodes of this inventory instead of this host (with --node or --all-nodes)")]
+NodesNames = Annotated[Optional[str], typer.Option("--node", metavar="NAME[,NAME]", help="with --inventory: these nodes")]
+AllNodes = Annotated[bool, typer.Option("--all-nodes", help="with --inventory: every node of it")]
+
+
+def _on_inventory_nodes(command: str, inventory: Optional[Path], rnode: Optional[str], all_nodes: bool, fault_id: Optional[str],
+                        as_json: bool) -> None:
+    """With --inventory, --node or --all-nodes: run ``command`` (status | revert |
+    recover) on the inventory's ssh nodes (:func:`faultlab.nodes.remotecmds.run`) and
+    exit with its code; otherwise return (the command acts on this host)."""
+    if inventory is not None or rnode or all_nodes:
+        from faultlab.nodes import remotecmds
+
+        raise typer.Exit(remotecmds.run(command, inventory, rnode, all_nodes, fault_id, out, as_json))
+
+
 @app.command()
 def status(
     as_json: bool = typer.Option(False, "--json"),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="ssh nodes of this inventory instead of this host (with --node or --all-nodes)"),
-    rnode: Optional[str] = typer.Option(None, "--node", metavar="NAME[,NAME]", help="with --inventory: these nodes"),
-    all_nodes: bool = typer.Option(False, "--all-nodes", help="with --inventory: every node of it"),
+    inventory: NodesInventory = None,
+    rnode: NodesNames = None,
+    all_nodes: AllNodes = False,
 ):
     """List every faultlab fault in force on this host, whoever started it (lease
     records, watchdogs, and faultlab-made objects no lease accounts for); with
     --inventory, those on its ssh nodes (records and watchdogs there)."""
     from faultlab.faultrun import print_status, status_rows
 
-    if inventory is not None or rnode or all_nodes:
-        from faultlab.nodes import remotecmds
-
-        raise typer.Exit(remotecmds.run("status", inventory, rnode, all_nodes, None, out, as_json))
+    _on_inventory_nodes("status", inventory, rnode, all_nodes, None, as_json)
 
     rows, problems = status_rows()
     from faultlab.nodes.testbed import untrusted_states
@@ -185,9 +199,9 @@ def revert(
     fault_id: Optional[str] = typer.Argument(None, help="the fault to revert (see faultlab status)"),
     all_: bool = typer.Option(False, "--all", help="revert every fault in force on this host, also those a running faultlab holds; never the testbed of a running run (give its testbed-ID)"),
     as_json: bool = typer.Option(False, "--json"),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="ssh nodes of this inventory instead of this host (with --node or --all-nodes)"),
-    rnode: Optional[str] = typer.Option(None, "--node", metavar="NAME[,NAME]", help="with --inventory: these nodes"),
-    all_nodes: bool = typer.Option(False, "--all-nodes", help="with --inventory: every node of it"),
+    inventory: NodesInventory = None,
+    rnode: NodesNames = None,
+    all_nodes: AllNodes = False,
 ):
     """Revert a fault now (or all). Reverting a fault that is already gone is a no-op
     success; a fault of another user is not reverted (exit 3). --all ends every fault,
@@ -202,10 +216,7 @@ def revert(
         _fail(BadInput("give a FAULT_ID or --all, not both", field="FAULT_ID"))
     if fault_id:
         _check_fault_id(fault_id)
-    if inventory is not None or rnode or all_nodes:
-        from faultlab.nodes import remotecmds
-
-        raise typer.Exit(remotecmds.run("revert", inventory, rnode, all_nodes, fault_id, out, as_json))
+    _on_inventory_nodes("revert", inventory, rnode, all_nodes, fault_id, as_json)
     try:
         done, refused, held = revert_faults(None if all_ else fault_id, mode="all")
     except FaultlabError as e:
@@ -217,9 +228,9 @@ def revert(
 @app.command()
 def recover(
     as_json: bool = typer.Option(False, "--json"),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="ssh nodes of this inventory instead of this host (with --node or --all-nodes)"),
-    rnode: Optional[str] = typer.Option(None, "--node", metavar="NAME[,NAME]", help="with --inventory: these nodes"),
-    all_nodes: bool = typer.Option(False, "--all-nodes", help="with --inventory: every node of it"),
+    inventory: NodesInventory = None,
+    rnode: NodesNames = None,
+    all_nodes: AllNodes = False,
 ):
     """Revert every fault left behind on this host: those whose controller is gone
     (its PID and start time), with or without their lease record, and faultlab objects
@@ -231,10 +242,7 @@ def recover(
     from faultlab.faultrun import report_held, report_reverts, revert_faults
     from faultlab.nodes.testbed import recover_testbeds, untrusted_states
 
-    if inventory is not None or rnode or all_nodes:
-        from faultlab.nodes import remotecmds
-
-        raise typer.Exit(remotecmds.run("recover", inventory, rnode, all_nodes, None, out, as_json))
+    _on_inventory_nodes("recover", inventory, rnode, all_nodes, None, as_json)
 
     try:
         done, refused, held = revert_faults(None, mode="recover")
