@@ -71,6 +71,23 @@ def job(tmp_path):
 
 
 # -- local ranks on loopback ---------------------------------------------------------
+def launch_local_pair(tmp_path: Path, job: list, run_id: str, duration_s: float, extra_args: list[str]) -> list:
+    """Ranks 0 and 1 on this host (node "local") over loopback, telemetry in
+    ``tmp_path/tel`` and logs in ``tmp_path/logs``; added to ``job`` (ended at teardown)."""
+    procs = launch_ranks(
+        [(LocalNode(name="local"), 0), (LocalNode(name="local"), 1)],
+        telemetry_dir=tmp_path / "tel",
+        run_id=run_id,
+        master_addr="127.0.0.1",
+        master_port=free_port(),
+        duration_s=duration_s,
+        extra_args=extra_args,
+        log_dir=tmp_path / "logs",
+    )
+    job.extend(procs)
+    return procs
+
+
 def test_two_local_ranks_train_and_record(tmp_path, job):
     tel = tmp_path / "run" / "telemetry"
     nodes = [LocalNode(name="n0"), LocalNode(name="n1")]
@@ -115,55 +132,23 @@ def test_two_local_ranks_train_and_record(tmp_path, job):
 
 
 def test_duration_stop_is_the_same_step_on_every_rank(tmp_path, job):
-    tel = tmp_path / "tel"
-    procs = launch_ranks(
-        [(LocalNode(name="local"), 0), (LocalNode(name="local"), 1)],
-        telemetry_dir=tel,
-        run_id="wl-dur",
-        master_addr="127.0.0.1",
-        master_port=free_port(),
-        duration_s=1.0,
-        extra_args=["--hidden", "128", "--batch", "16"],
-        log_dir=tmp_path / "logs",
-    )
-    job.extend(procs)
+    procs = launch_local_pair(tmp_path, job, "wl-dur", 1.0, ["--hidden", "128", "--batch", "16"])
     assert wait_ranks(procs, timeout_s=120) == {0: 0, 1: 0}
-    recs = check_steps(tel, 2, "wl-dur", {0: "local", 1: "local"})
+    recs = check_steps(tmp_path / "tel", 2, "wl-dur", {0: "local", 1: "local"})
     assert len(recs[0]) >= 1
 
 
 def test_sigterm_to_one_rank_stops_all_at_the_same_step(tmp_path, job):
-    tel = tmp_path / "tel"
-    procs = launch_ranks(
-        [(LocalNode(name="local"), 0), (LocalNode(name="local"), 1)],
-        telemetry_dir=tel,
-        run_id="wl-term",
-        master_addr="127.0.0.1",
-        master_port=free_port(),
-        duration_s=600,
-        extra_args=["--hidden", "128", "--batch", "16"],
-        log_dir=tmp_path / "logs",
-    )
-    job.extend(procs)
-    wait_for_lines(tel / "steps-rank1.jsonl", 5, procs)
+    procs = launch_local_pair(tmp_path, job, "wl-term", 600, ["--hidden", "128", "--batch", "16"])
+    wait_for_lines(tmp_path / "tel" / "steps-rank1.jsonl", 5, procs)
     procs[1].popen.send_signal(signal.SIGTERM)
     assert wait_ranks(procs, timeout_s=120) == {0: 0, 1: 0}
-    check_steps(tel, 2, "wl-term", {0: "local", 1: "local"})
+    check_steps(tmp_path / "tel", 2, "wl-term", {0: "local", 1: "local"})
     assert "stop: SIGTERM" in (tmp_path / "logs" / "rank1.log").read_text()
 
 
 def test_failing_rank_raises_with_its_log(tmp_path, job):
-    procs = launch_ranks(
-        [(LocalNode(name="local"), 0), (LocalNode(name="local"), 1)],
-        telemetry_dir=tmp_path / "tel",
-        run_id="wl-bad",
-        master_addr="127.0.0.1",
-        master_port=free_port(),
-        duration_s=5,
-        extra_args=["--no-such-flag"],
-        log_dir=tmp_path / "logs",
-    )
-    job.extend(procs)
+    procs = launch_local_pair(tmp_path, job, "wl-bad", 5, ["--no-such-flag"])
     with pytest.raises(RankFailure) as ei:
         wait_ranks(procs, timeout_s=120, grace_s=1)
     assert "unrecognized arguments: --no-such-flag" in str(ei.value)
