@@ -17,6 +17,20 @@ FAULT_QDISC = re.compile(r"qdisc \w+ [ef][0-9a-f]{3}: ")
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root (namespaces, qdiscs, cgroups)")
 
 
+def proc_argvs():
+    """Yield ``(pid, argv)`` of every process on this host now: argv is
+    ``/proc/PID/cmdline`` split at NUL bytes (bytes; a trailing b"" after the last
+    argument); a process that ends while it is read is skipped."""
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        yield int(p.name), argv
+
+
 def residue() -> dict[str, set]:
     """What faultlab-made objects exist on this machine right now."""
     out: dict[str, set] = {}
@@ -47,16 +61,10 @@ def residue() -> dict[str, set]:
     out["processes"] = procs
     # stress / mem-bw workers (python3 -I -c CODE MARK PIDFILE ...) of this session's faults
     workers = set()
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            argv = (p / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for pid, argv in proc_argvs():
         if any(a.startswith(b"faultlab-") and a.endswith((b"stress", b"membw", b"mem-bw")) for a in argv) and \
                 any(a.startswith(str(lease_dir).encode()) for a in argv):
-            workers.add(f"{p.name} {' '.join(x.decode(errors='replace') for x in argv[4:6])}")
+            workers.add(f"{pid} {' '.join(x.decode(errors='replace') for x in argv[4:6])}")
     out["workers"] = workers
     # testbed state files of this session
     tb_dir = Path(os.environ["FAULTLAB_STATE_DIR"]) / "testbeds"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, proc_argvs
 from faultlab.errors import FaultlabError
 from faultlab.injectors import CpuContention, apply
 from faultlab.injectors.base import Hooks, run_revert
@@ -41,17 +41,7 @@ def _cpu_cg(pid: int) -> str:
 
 
 def _watchdogs(fault_id: str) -> list[int]:
-    out = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            argv = (p / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if WATCHDOG_NAME.encode() in argv and fault_id.encode() in argv:
-            out.append(int(p.name))
-    return out
+    return [pid for pid, argv in proc_argvs() if WATCHDOG_NAME.encode() in argv and fault_id.encode() in argv]
 
 
 @needs_v1_cpu
