@@ -26,6 +26,7 @@ The issue's seven cases and their tests (each seen failing on the code before th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -483,26 +484,31 @@ def test_as_nobody_a_folder_of_another_user_or_root_is_one_line(command, busy_lo
 
 # -- 7: --force over a foreign tbf restores it byte-exactly ----------------------------------
 
+@contextlib.contextmanager
+def _foreign_tbf(node):
+    """A tbf of another tool at the root of ``node``'s fleth0 (handle 7:, rate 10mbit,
+    burst 32kbit, latency 40ms) for the block; yields a reader of that root qdisc as
+    ``tc -j -raw`` shows it (a dict); the root qdisc is deleted after the block."""
+    node.run(["tc", "qdisc", "add", "dev", "fleth0", "root", "handle", "7:", "tbf", "rate", "10mbit", "burst", "32kbit", "latency", "40ms"],
+             scope="net", check=True)
+    try:
+        yield lambda: json.loads(node.run(["tc", "-j", "-raw", "qdisc", "show", "dev", "fleth0", "root"], scope="net").stdout)[0]
+    finally:
+        node.run(["tc", "qdisc", "del", "dev", "fleth0", "root"], scope="net")
+
+
 @needs_root
 def test_force_restores_foreign_tbf_in_the_kernels_own_units(testbed2, no_residue):
     from faultlab.injectors import NicSlow, apply
 
     n0, _ = testbed2.nodes
-    n0.run(["tc", "qdisc", "add", "dev", "fleth0", "root", "handle", "7:", "tbf", "rate", "10mbit", "burst", "32kbit", "latency", "40ms"],
-           scope="net", check=True)
-
-    def raw():
-        return json.loads(n0.run(["tc", "-j", "-raw", "qdisc", "show", "dev", "fleth0", "root"], scope="net").stdout)[0]
-
-    try:
+    with _foreign_tbf(n0) as raw:
         before = raw()
         for _ in range(3):  # never a byte less per cycle
             assert apply(NicSlow(n0, 20e6, force=True), 30).revert() == "reverted"
             after = raw()
             assert after["handle"] == "7:" and after["options"] == before["options"], (before, after)
         assert before["options"]["burst"] == 4095 and before["options"]["lat"] == 40000
-    finally:
-        n0.run(["tc", "qdisc", "del", "dev", "fleth0", "root"], scope="net")
 
 
 @needs_root
@@ -513,13 +519,7 @@ def test_force_fault_with_lost_record_restores_the_foreign_tbf_from_the_watchdog
     back byte-exact."""
     n0, _ = testbed2.nodes
     ns = n0.netns
-    n0.run(["tc", "qdisc", "add", "dev", "fleth0", "root", "handle", "7:", "tbf", "rate", "10mbit", "burst", "32kbit", "latency", "40ms"],
-           scope="net", check=True)
-
-    def raw():
-        return json.loads(n0.run(["tc", "-j", "-raw", "qdisc", "show", "dev", "fleth0", "root"], scope="net").stdout)[0]
-
-    try:
+    with _foreign_tbf(n0) as raw:
         before = raw()
         o = before["options"]
         cp = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "20mbit", "--force", "--duration", "10s", "--grace", "0s",
@@ -541,8 +541,6 @@ def test_force_fault_with_lost_record_restores_the_foreign_tbf_from_the_watchdog
         after = raw()
         assert after["handle"] == "7:" and after["options"] == before["options"], (before, after)
         assert not FAULT_QDISC.search(n0.run(["tc", "qdisc", "show"], scope="net").stdout)
-    finally:
-        n0.run(["tc", "qdisc", "del", "dev", "fleth0", "root"], scope="net")
 
 
 # -- the hand-over message: when the lease ends it, and what is left ----------------------
