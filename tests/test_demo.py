@@ -12,6 +12,26 @@ import pytest
 from conftest import needs_root, residue
 
 
+def both_faults_labeled(inj: pd.DataFrame, labels: pd.DataFrame):
+    """Check a demo run's two faults (injections and labels frames, the run dir's
+    Parquet): a nic-slow and a cpu-contention, both verified and reverted; the nic-slow
+    found as a job label (source injected, its fault_id, slowdown > 1.3), the
+    cpu-contention as straggler labels of its target rank (all injected, its fault_id).
+    Returns ``(nic, cpu, straggler)``: the two injection rows and the straggler labels."""
+    assert sorted(inj.fault_type) == ["cpu-contention", "nic-slow"]
+    assert (inj.status == "reverted").all() and inj.verified.all()
+    nic, cpu = (inj[inj.fault_type == t].iloc[0] for t in ("nic-slow", "cpu-contention"))
+
+    def overlaps(l, i):
+        return l.start_ts < i.end_ts and l.end_ts > i.start_ts
+
+    job = [l for l in labels.itertuples() if l.component == "job" and overlaps(l, nic)]
+    assert job and job[0].source == "injected" and job[0].fault_id == nic.fault_id and job[0].slowdown > 1.3
+    straggler = [l for l in labels.itertuples() if l.component == cpu.target and overlaps(l, cpu)]
+    assert straggler and all(l.source == "injected" and l.fault_id == cpu.fault_id for l in straggler)
+    return nic, cpu, straggler
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     """The demo, run once for this module: (run dir, completed process, residue before)."""
@@ -31,24 +51,12 @@ def test_demo_end_to_end_labels_both_faults_and_leaves_nothing(demo_run):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["complete"] is True
     inj = pd.read_parquet(out / "injections.parquet")
-    assert sorted(inj.fault_type) == ["cpu-contention", "nic-slow"]
-    assert (inj.status == "reverted").all() and inj.verified.all()
+    labels = pd.read_parquet(out / "labels.parquet")
+    nic, cpu, straggler = both_faults_labeled(inj, labels)
     assert (inj.end_ts > inj.start_ts).all()
-    nic = inj[inj.fault_type == "nic-slow"].iloc[0]
     ev = json.loads(nic.evidence)["verify"]
     assert ev["ingress_measured_bit_per_s"] <= 50e6 * 1.15 and ev["egress_measured_bit_per_s"] <= 50e6 * 1.15
-    cpu = inj[inj.fault_type == "cpu-contention"].iloc[0]
     assert json.loads(cpu.evidence)["at_revert"]["cpu_stat"]["nr_throttled"] > 0
-
-    labels = pd.read_parquet(out / "labels.parquet")
-
-    def overlaps(l, i):
-        return l.start_ts < i.end_ts and l.end_ts > i.start_ts
-
-    job = [l for l in labels.itertuples() if l.component == "job" and overlaps(l, nic)]
-    assert job and job[0].source == "injected" and job[0].fault_id == nic.fault_id and job[0].slowdown > 1.3
-    straggler = [l for l in labels.itertuples() if l.component == cpu.target and overlaps(l, cpu)]
-    assert straggler and all(l.source == "injected" and l.fault_id == cpu.fault_id for l in straggler)
     assert max(l.slowdown for l in straggler) > 1.3
     others = labels[labels.fault_id.isna()]
     assert set(others.source) <= {"observed"} and (others.slowdown > 0).all()

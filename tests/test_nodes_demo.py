@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import docker_residue, residue
+from test_demo import both_faults_labeled
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -24,19 +25,7 @@ def test_demo_on_docker_and_ssh_nodes_labels_both_faults(dockerd, tmp_path, back
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     assert residue() == before and docker_residue(dockerd) == dbefore
     assert json.loads((out / "meta.json").read_text())["complete"] is True
-    inj = pd.read_parquet(out / "injections.parquet")
-    assert sorted(inj.fault_type) == ["cpu-contention", "nic-slow"]
-    assert (inj.status == "reverted").all() and inj.verified.all()
-    labels = pd.read_parquet(out / "labels.parquet")
-    nic, cpu = (inj[inj.fault_type == t].iloc[0] for t in ("nic-slow", "cpu-contention"))
-
-    def overlaps(l, i):
-        return l.start_ts < i.end_ts and l.end_ts > i.start_ts
-
-    job = [l for l in labels.itertuples() if l.component == "job" and overlaps(l, nic)]
-    assert job and job[0].source == "injected" and job[0].fault_id == nic.fault_id and job[0].slowdown > 1.3
-    straggler = [l for l in labels.itertuples() if l.component == cpu.target and overlaps(l, cpu)]
-    assert straggler and all(l.source == "injected" and l.fault_id == cpu.fault_id for l in straggler)
+    both_faults_labeled(pd.read_parquet(out / "injections.parquet"), pd.read_parquet(out / "labels.parquet"))
     # the ranks wrote telemetry on their nodes; the collector brought all of it back
     steps = pd.read_parquet(out / "steps.parquet")
     assert steps["rank"].nunique() == 4 and steps.groupby("rank").size().nunique() == 1
