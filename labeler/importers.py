@@ -339,8 +339,11 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
     """Label a long-format frame with the labeler's two views, per metric, and judge
     each component as a whole.
 
-    For each metric the samples become a dense ``(T, C)`` grid (T timestamps, C
-    components; NaN where a component has no sample), then:
+    The rows are checked and prepared first (:func:`_long_rows`: the columns, numeric
+    timestamps/values/loads, the rows skipped by reason, timestamps in seconds, one row
+    per (component, metric, timestamp)). For each metric (name order) the samples
+    become a dense ``(T, C)`` grid (:func:`_metric_grid`: T timestamps, C components in
+    name order; NaN where a component has no sample), then:
 
     - **load** (only for a metric whose rows carry the optional ``load`` column, e.g.
       a drive's throughput beside its latency): each value is first divided by its
@@ -349,35 +352,39 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
       serves more load than its peers is not read as slow; everything below then
       judges that ratio;
 
-    - **peer view** (:mod:`faultlab.labeler.peer`'s rule): ``ratio = value / median of
-      the component's peer group at that timestamp``; flagged when ``ratio >
-      peer_threshold`` and ``ratio - 1 > mad_k x sigma_g`` (``sigma_g`` = 1.4826 MAD of
-      the group's ratios over the run) with at least ``peer_min_ranks`` components of
-      the group present;
-    - **temporal view** (:func:`faultlab.labeler.temporal.trailing_baseline`): each
-      component against its own trailing robust baseline (window, min_valid,
-      threshold, mad_k, block in samples);
+    - **peer view** (:func:`_peer_view`, :mod:`faultlab.labeler.peer`'s rule): ``ratio
+      = value / median of the component's peer group at that timestamp``; flagged when
+      ``ratio > peer_threshold`` and ``ratio - 1 > mad_k x sigma_g`` (``sigma_g`` =
+      1.4826 MAD of the group's ratios over the run) with at least ``peer_min_ranks``
+      components of the group present;
+    - **temporal view** (:func:`_temporal_view`,
+      :func:`faultlab.labeler.temporal.trailing_baseline`): each component against its
+      own trailing robust baseline (window, min_valid, threshold, mad_k, block in
+      samples);
     - flags become intervals (:func:`faultlab.labeler.fusion.intervals`: ``gap_steps``,
-      ``min_steps``, ``gap_s``, ``min_duration_s``). Labels: (1) peer intervals of a
-      component (``views`` ``"temporal+peer"`` when its temporal flags agree, else
-      ``"peer"``; ``slowdown`` = median value / peer median); (2) ``group:NAME``
+      ``min_steps``, ``gap_s``, ``min_duration_s``). Labels, three steps in this order:
+      (1) :func:`_peer_labels`: peer intervals of a component (``views``
+      ``"temporal+peer"`` when its temporal flags agree, else ``"peer"``; ``slowdown``
+      = median value / peer median); (2) :func:`_group_labels`: ``group:NAME``
       (``component_kind`` ``"peer_group"``, views ``"temporal"``) where at least
-      ``group_wide_fraction`` of a group is up against its own history; (3) a
-      component up against its own history only (``views`` ``"temporal"``) outside
-      those. For (2) and (3) ``slowdown`` = median value / the higher of the trailing
-      baseline and the typical (whole-input median) level, so a value returning to
-      normal after an unusually fast period is no slowdown. Each label needs
-      ``slowdown >= min_slowdown``.
+      ``group_wide_fraction`` of a group is up against its own history; (3)
+      :func:`_own_history_labels`: a component up against its own history only
+      (``views`` ``"temporal"``) outside those. For (2) and (3) ``slowdown`` = median
+      value / the higher of the trailing baseline and the typical (whole-input median)
+      level, so a value returning to normal after an unusually fast period is no
+      slowdown. Each label needs ``slowdown >= min_slowdown``.
 
     Times: ``start_ts`` the first flagged timestamp, ``end_ts`` the last plus the
     median sampling interval (unix s). ``start_step``/``end_step`` are null.
 
-    Components: each sample of a component stands for ``[timestamp, timestamp + the
-    metric's median sampling interval)``; the component's *observed time* is the union
-    of these over all its metrics, its *labeled time* the part of it that its own
-    labels (``component_kind`` ``"component"``, any metric; not ``group:`` labels)
-    cover. Its peer group is the one it has in the first metric (name order). The
-    labeled-time fraction is judged by :func:`judge_persistence`.
+    Components (:func:`_components_summary`): each sample of a component stands for
+    ``[timestamp, timestamp + the metric's median sampling interval)``; the component's
+    *observed time* is the union of these over all its metrics
+    (:func:`_add_observed`), its *labeled time* the part of it that its own labels
+    (``component_kind`` ``"component"``, any metric; not ``group:`` labels) cover. Its
+    peer group is the one it has in the first metric (name order). Its level is
+    gathered per metric by :func:`_add_levels`. The labeled-time fraction is judged by
+    :func:`judge_persistence`.
 
     Returns:
         ``(labels, components)``: labels frame (LABELS columns), sorted by start_ts,
@@ -385,184 +392,476 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
         with data, sorted by ``rank``). Deterministic (whatever the input's row order).
 
     Raises:
-        BadInput for a missing column or non-numeric timestamps/values.
+        BadInput for a missing column, non-numeric timestamps/values/loads or a bad config field.
     """
-    from faultlab.labeler.fusion import _confidence, _dilate, _empty_labels, _typed, intervals, label_row
-    from faultlab.labeler.temporal import MAD_TO_SIGMA, loo_median, nanmedian, trailing_baseline
-
     cfg = make_config(LongConfig, config)
     lc = cfg.labeler
+    skips = skips if skips is not None else SkipCount(len(df))
+    rows = _long_rows(df, skips)
+    label_rows: list[dict] = []
+    cover: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # component -> observed intervals per metric
+    levels: dict[str, list[np.ndarray]] = {}  # component -> its peer ratios, per metric
+    group_of: dict[str, str] = {}
+    for mcode in _metric_order(rows):
+        grid = _metric_grid(rows, mcode, cfg, skips)
+        _add_observed(grid, cover, group_of)
+        peer = _peer_view(grid, lc)
+        _add_levels(grid, peer, cfg, levels)
+        temporal = _temporal_view(grid, lc)
+        sink = _LabelSink(run_id, grid, lc, label_rows)
+        labeled = _peer_labels(grid, peer, temporal, lc, sink)
+        group_wide = _group_labels(grid, temporal, cfg, sink)
+        _own_history_labels(grid, peer, temporal, labeled | group_wide, lc, sink)
+    out = _labels_frame(label_rows)
+    return out, _components_summary(out, cover, group_of, levels, cfg)
+
+
+# -- the steps of label_long_components ------------------------------------------------
+
+
+@dataclass
+class _LongRows:
+    """The rows of a long-format input, as flat arrays of the input's length N, and
+    which of them are kept (:func:`_long_rows`).
+
+    Attributes:
+        ok: (N,) bool, rows kept (valid, finite, not duplicated).
+        ts: (N,) float64 timestamps, unix s (NaN where not usable).
+        val: (N,) float64 values (the metric's unit, larger = slower unless inverted).
+        comp, grp, met: (N,) int64 codes of component, peer group, metric (-1: missing).
+        comp_names, grp_names, met_names: the names (str) of those codes.
+        load: (N,) float64 loads, or None without a ``load`` column.
+        load_metrics: codes of the metrics judged at their load.
+    """
+
+    ok: np.ndarray
+    ts: np.ndarray
+    val: np.ndarray
+    comp: np.ndarray
+    comp_names: list[str]
+    grp: np.ndarray
+    grp_names: list[str]
+    met: np.ndarray
+    met_names: list[str]
+    load: np.ndarray | None
+    load_metrics: set[int]
+
+
+def _long_rows(df: pd.DataFrame, skips: SkipCount) -> _LongRows:
+    """The checked rows of a long-format frame: the columns (:func:`_check_long_columns`),
+    numeric timestamps and values (:func:`_numeric`), the rows left out by reason
+    (:func:`_keep_rows`), the rows of a metric with a load that have none
+    (:func:`_keep_load_rows`), timestamps in seconds (:func:`seconds_timestamps`),
+    and one row per (component, metric, timestamp) (:func:`_drop_duplicates`); every
+    row left out counted in ``skips``.
+
+    Raises:
+        BadInput for a missing column or non-numeric timestamps/values/loads.
+    """
+    _check_long_columns(df)
+    ts = _numeric(df, "timestamp", "unix seconds, e.g. 1700000000.5")
+    val = _numeric(df, "value", "a plain number in the metric's unit, e.g. 12.5 (no unit suffix)")
+    comp, comp_names = _codes(df["component"])
+    grp, grp_names = _codes(df["peer_group"])
+    met, met_names = _codes(df["metric"])
+    ok = _keep_rows(ts, val, comp, grp, met, skips)
+    load = _numeric(df, "load", "a plain number, e.g. 5.2e6 (bytes/s), or empty") if "load" in df.columns else None
+    load_metrics: set[int] = set()
+    if load is not None:
+        load_metrics = _keep_load_rows(load, met, ok, skips)
+    ts = seconds_timestamps(np.where(ok, ts, np.nan), skips, "timestamp")
+    ok &= np.isfinite(ts)
+    _drop_duplicates(comp, met, ts, ok, skips)
+    return _LongRows(ok=ok, ts=ts, val=val, comp=comp, comp_names=comp_names, grp=grp, grp_names=grp_names,
+                     met=met, met_names=met_names, load=load, load_metrics=load_metrics)
+
+
+def _check_long_columns(df: pd.DataFrame) -> None:
+    """BadInput (field ``long``) naming the :data:`LONG_COLUMNS` that ``df`` lacks."""
     missing = [c for c in LONG_COLUMNS if c not in df.columns]
     if missing:
         raise BadInput(f"missing column(s) {', '.join(missing)}", field="long",
                        fix="a long-format frame has columns " + ", ".join(LONG_COLUMNS))
-    ts_all = _numeric(df, "timestamp", "unix seconds, e.g. 1700000000.5")
-    val_all = _numeric(df, "value", "a plain number in the metric's unit, e.g. 12.5 (no unit suffix)")
-    comp_all, comp_names = _codes(df["component"])
-    grp_all, grp_names = _codes(df["peer_group"])
-    met_all, met_names = _codes(df["metric"])
-    skips = skips if skips is not None else SkipCount(len(df))
-    ok = _keep_rows(ts_all, val_all, comp_all, grp_all, met_all, skips)
-    load_all = _numeric(df, "load", "a plain number, e.g. 5.2e6 (bytes/s), or empty") if "load" in df.columns else None
-    load_metrics: set[int] = set()
-    if load_all is not None:
-        load_metrics = _keep_load_rows(load_all, met_all, ok, skips)
-    ts_all = seconds_timestamps(np.where(ok, ts_all, np.nan), skips, "timestamp")
-    ok &= np.isfinite(ts_all)
-    if ok.any():  # a component's metric sampled twice at one timestamp: the first row is kept
+
+
+def _drop_duplicates(comp: np.ndarray, met: np.ndarray, ts: np.ndarray, ok: np.ndarray, skips: SkipCount) -> None:
+    """A component's metric sampled twice at one timestamp (s): the first kept row is
+    kept, the others cleared in ``ok`` ((N,) bool, in place) and counted."""
+    if ok.any():
         idx = np.flatnonzero(ok)
-        key = pd.MultiIndex.from_arrays([comp_all[idx], met_all[idx], ts_all[idx]])
+        key = pd.MultiIndex.from_arrays([comp[idx], met[idx], ts[idx]])
         dup = key.duplicated(keep="first")
         skips.add("duplicated (component, metric, timestamp)", int(dup.sum()))
         ok[idx[dup]] = False
-    rows: list[dict] = []
-    cover: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # component -> observed intervals per metric
-    levels: dict[str, list[np.ndarray]] = {}  # component -> its peer ratios, per metric
-    group_of: dict[str, str] = {}
-    for mcode in sorted(set(np.unique(met_all[ok]).tolist()), key=lambda k: met_names[k]):
-        metric = met_names[mcode]
-        m = ok & (met_all == mcode)
-        v = val_all[m]
-        if metric in cfg.higher_is_better:
-            with np.errstate(divide="ignore"):
-                v = np.where(v > 0, 1.0 / v, np.nan)
-        at_load = mcode in load_metrics
-        if at_load:  # the value relative to its peer group's value at the same load
-            v = _relative_to_load(v, load_all[m], grp_all[m], cfg, skips, metric)
-        t = ts_all[m]
-        align = cfg.align_s if cfg.align_s is not None else _auto_align(t, comp_all[m])
-        if align > 0:
-            t = np.floor(t / align) * align
-        u_t, ti = np.unique(t, return_inverse=True)
-        u_code, ci = np.unique(comp_all[m], return_inverse=True)
-        # components in name order (deterministic whatever the input's order)
-        by_name = np.argsort(np.array([comp_names[k] for k in u_code.tolist()], dtype=object), kind="stable")
-        rank_of = np.empty_like(by_name)
-        rank_of[by_name] = np.arange(len(by_name))
-        ci = rank_of[ci]
-        u_c = np.array([comp_names[k] for k in u_code[by_name].tolist()], dtype=object)
-        T, C = len(u_t), len(u_c)
-        fin = np.isfinite(v)
-        flat = ti[fin] * C + ci[fin]
-        sums = np.bincount(flat, weights=v[fin], minlength=T * C).reshape(T, C)
-        cnts = np.bincount(flat, minlength=T * C).astype(np.float64).reshape(T, C)
-        del flat
-        with np.errstate(invalid="ignore", divide="ignore"):
-            X = np.where(cnts > 0, sums / cnts, np.nan)
-        del sums, cnts
-        # a component's peer group: the first one it was seen with
-        first = np.full(C, -1, dtype=np.int64)
-        order = np.arange(len(ci))[::-1]
-        first[ci[order]] = order
-        groups = np.array([grp_names[k] for k in grp_all[m][first].tolist()], dtype=object)
-        dt = float(np.median(np.diff(u_t))) if T > 1 else 0.0
-        for j in range(C):  # observed time of each component (merged sample intervals)
-            tj = u_t[~np.isnan(X[:, j])]
-            if tj.size:
-                name = str(u_c[j])
-                cover.setdefault(name, []).append(_union(tj, tj + dt))
-                group_of.setdefault(name, str(groups[j]))
-        t0, t1 = u_t, u_t + dt
-        timed = {"t0": t0, "t1": t1, "gap_s": lc.gap_s, "min_s": lc.min_duration_s}
-        # peer view
-        med = np.full((T, C), np.nan)
-        cnt = np.zeros((T, C), dtype=np.int64)
-        sigma = np.zeros(C)
-        for g in sorted(set(groups.tolist())):
-            cols = np.flatnonzero(groups == g)
-            _, gn = nanmedian(X[:, cols], axis=1)
-            med[:, cols] = loo_median(X[:, cols])  # its peers without itself
-            cnt[:, cols] = gn[:, None]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratio = X / med
-        ratio = np.where(np.isfinite(ratio), ratio, np.nan)
-        for g in sorted(set(groups.tolist())):
-            # as the peer view: each component's ratio about its own median over time,
-            # the group's typical one (a component slow all along does not raise it)
-            cols = np.flatnonzero(groups == g)
-            cm, cn = nanmedian(ratio[:, cols], axis=0)
-            cmad, _ = nanmedian(np.abs(ratio[:, cols] - cm[None, :]), axis=0)
-            if (cn > 0).any():
-                sigma[cols] = MAD_TO_SIGMA * float(np.median(cmad[cn > 0]))
-        # every peer ratio of the component, for its level; with a load, its value
-        # relative to the group's value at that load already is that ratio (against a
-        # fit that leaves slow samples out): dividing again by the peers' median at each
-        # timestamp would read a healthy drive low beside several slow ones
-        lev = X if at_load else ratio
-        for j in range(C):
-            rj = lev[:, j]
-            levels.setdefault(str(u_c[j]), []).append(_block_medians(rj[np.isfinite(rj)], int(cfg.level_block_samples)))
-        with np.errstate(invalid="ignore"):
-            pflag = (ratio > lc.peer_threshold) & ((ratio - 1.0) > lc.mad_k * sigma[None, :])
-        pflag &= (cnt >= lc.peer_min_ranks) & ~np.isnan(ratio)
-        # temporal view
-        base, _, tflag = trailing_baseline(X, window=lc.temporal_window_steps, min_valid=lc.temporal_min_valid_steps,
-                                              threshold=lc.temporal_threshold, mad_k=lc.mad_k,
-                                              block=lc.temporal_block_steps)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tratio = X / base
-        labeled = np.zeros((T, C), dtype=bool)
 
-        def add(component, kind, i0, i1, slowdown, views, thr, n_flag, ev):
-            n = i1 - i0 + 1
-            ev.update({"metric": metric, "n_samples": n, "n_flagged": int(n_flag), "threshold": thr,
-                       "relative_to_load": at_load})
-            rows.append(label_row(run_id, component, kind, t0[i0], t1[i1], pd.NA, pd.NA, slowdown, views,
-                                  _confidence(float(slowdown), thr, n, lc.min_steps, views), ev))
 
-        # 1. components slow against their peers
-        for j in range(C):
-            for i0, i1 in intervals(pflag[:, j], lc.gap_steps, lc.min_steps, **timed):
-                sl = slice(i0, i1 + 1)
-                r = _nanmed(ratio[sl, j])
-                views = "temporal+peer" if tflag[sl, j].any() else "peer"
-                labeled[sl, j] = True
-                if r >= lc.min_slowdown:
-                    add(str(u_c[j]), "component", i0, i1, r, views, lc.peer_threshold, pflag[sl, j].sum(),
-                        {"peer_group": str(groups[j]), "peer_ratio": r, "peer_median": _nanmed(med[sl, j]),
-                         "median_value": _nanmed(X[sl, j]), "temporal_ratio": _nanmed(tratio[sl, j])})
-        # 2. a whole group slowed against its own history
-        gw = np.zeros((T, C), dtype=bool)
-        for g in sorted(set(groups.tolist())):
-            cols = np.flatnonzero(groups == g)
-            present = np.sum(~np.isnan(X[:, cols]), axis=1)
-            up = np.sum(tflag[:, cols], axis=1)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                wide = (present >= lc.peer_min_ranks) & (up >= cfg.group_wide_fraction * present) & (up > 0)
-            gw[:, cols] = wide[:, None]
-            gm_now, _ = nanmedian(X[:, cols], axis=1)
-            gm_base, _ = nanmedian(base[:, cols], axis=1)
-            g_typical = _nanmed(gm_now)
-            for i0, i1 in intervals(wide, lc.gap_steps, lc.min_steps, **timed):
-                sl = slice(i0, i1 + 1)
-                r = _ratio(gm_now[sl], [np.nanmax([_nanmed(gm_base[sl]), g_typical])])
-                if np.isfinite(r) and r >= lc.min_slowdown:
-                    add(f"group:{g}", "peer_group", i0, i1, r, "temporal", lc.temporal_threshold, wide[sl].sum(),
-                        {"peer_group": str(g), "n_components": int(len(cols)), "median_value": _nanmed(gm_now[sl]),
-                         "baseline": _nanmed(gm_base[sl])})
-        # 3. a component slow against its own history only; the reference is the higher
-        # of its trailing baseline and its typical level over the whole input (a value
-        # coming back to normal after an unusually fast period is no slowdown)
-        typical, _ = nanmedian(X, axis=0)
-        for j in range(C):
-            free = tflag[:, j] & ~_dilate(labeled[:, j] | gw[:, j], lc.gap_steps)
-            for i0, i1 in intervals(free, lc.gap_steps, lc.min_steps, **timed):
-                sl = slice(i0, i1 + 1)
-                ref = np.nanmax([_nanmed(base[sl, j]), typical[j]])
-                r = _ratio(X[sl, j], [ref])
-                if np.isfinite(r) and r >= lc.min_slowdown:
-                    add(str(u_c[j]), "component", i0, i1, r, "temporal", lc.temporal_threshold, tflag[sl, j].sum(),
-                        {"peer_group": str(groups[j]), "baseline": ref, "trailing_baseline": _nanmed(base[sl, j]),
-                         "typical_value": float(typical[j]), "median_value": _nanmed(X[sl, j]),
-                         "peer_ratio": _nanmed(ratio[sl, j])})
+def _metric_order(rows: _LongRows) -> list[int]:
+    """The codes of the metrics with kept rows, in name order."""
+    return sorted(set(np.unique(rows.met[rows.ok]).tolist()), key=lambda k: rows.met_names[k])
+
+
+@dataclass
+class _Grid:
+    """One metric's samples as a dense ``(T, C)`` grid (:func:`_metric_grid`).
+
+    Attributes:
+        metric: the metric's name.
+        at_load: whether the values are relative to the peer group's value at the
+            sample's load.
+        X: (T, C) float64, the value of component c at timestamp t (the mean of the
+            samples in an aligned bucket; NaN where none).
+        u_t: (T,) float64 timestamps (unix s, aligned), ascending.
+        names: (C,) object, component names in name order.
+        groups: (C,) object, each component's peer group (the first it was seen with).
+        dt: the median sampling interval (s; 0 for one timestamp).
+    """
+
+    metric: str
+    at_load: bool
+    X: np.ndarray
+    u_t: np.ndarray
+    names: np.ndarray
+    groups: np.ndarray
+    dt: float
+
+    @property
+    def t0(self) -> np.ndarray:
+        """(T,) start of each sample's time, unix s."""
+        return self.u_t
+
+    @property
+    def t1(self) -> np.ndarray:
+        """(T,) end of each sample's time (start + ``dt``), unix s."""
+        return self.u_t + self.dt
+
+    def group_columns(self) -> list[tuple[str, np.ndarray]]:
+        """``(peer group, its column indices)`` for each peer group, in name order."""
+        return [(g, np.flatnonzero(self.groups == g)) for g in sorted(set(self.groups.tolist()))]
+
+
+def _metric_grid(rows: _LongRows, mcode: int, cfg: LongConfig, skips: SkipCount) -> _Grid:
+    """The ``(T, C)`` grid of metric ``mcode``: its values (:func:`_metric_values`),
+    timestamps bucketed to ``align_s`` (:func:`_auto_align` when None), components in
+    name order, values in a cell averaged (:func:`_dense`), each component's first peer
+    group (:func:`_first_groups`) and the median sampling interval (s)."""
+    metric = rows.met_names[mcode]
+    m = rows.ok & (rows.met == mcode)
+    at_load = mcode in rows.load_metrics
+    v = _metric_values(rows, m, metric, at_load, cfg, skips)
+    t = rows.ts[m]
+    align = cfg.align_s if cfg.align_s is not None else _auto_align(t, rows.comp[m])
+    if align > 0:
+        t = np.floor(t / align) * align
+    u_t, ti = np.unique(t, return_inverse=True)
+    ci, u_c = _name_ordered(rows.comp[m], rows.comp_names)
+    X = _dense(v, ti, ci, len(u_t), len(u_c))
+    groups = _first_groups(ci, rows.grp[m], rows.grp_names, len(u_c))
+    dt = float(np.median(np.diff(u_t))) if len(u_t) > 1 else 0.0
+    return _Grid(metric=metric, at_load=at_load, X=X, u_t=u_t, names=u_c, groups=groups, dt=dt)
+
+
+def _metric_values(rows: _LongRows, m: np.ndarray, metric: str, at_load: bool, cfg: LongConfig,
+                   skips: SkipCount) -> np.ndarray:
+    """The values of the rows ``m`` ((N,) bool) of one metric, larger = slower: 1 /
+    value for a ``higher_is_better`` metric (NaN where not > 0), then, for a metric
+    with a load, relative to its peer group's value at that load
+    (:func:`_relative_to_load`)."""
+    v = rows.val[m]
+    if metric in cfg.higher_is_better:
+        with np.errstate(divide="ignore"):
+            v = np.where(v > 0, 1.0 / v, np.nan)
+    if at_load:  # the value relative to its peer group's value at the same load
+        v = _relative_to_load(v, rows.load[m], rows.grp[m], cfg, skips, metric)
+    return v
+
+
+def _name_ordered(codes: np.ndarray, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(ci, u_c)``: each sample's column ((n,) int, components in name order:
+    deterministic whatever the input's order) and the (C,) object component names."""
+    u_code, ci = np.unique(codes, return_inverse=True)
+    by_name = np.argsort(np.array([names[k] for k in u_code.tolist()], dtype=object), kind="stable")
+    rank_of = np.empty_like(by_name)
+    rank_of[by_name] = np.arange(len(by_name))
+    u_c = np.array([names[k] for k in u_code[by_name].tolist()], dtype=object)
+    return rank_of[ci], u_c
+
+
+def _dense(v: np.ndarray, ti: np.ndarray, ci: np.ndarray, T: int, C: int) -> np.ndarray:
+    """(T, C) float64: the mean of the finite values ``v`` ((n,)) at row ``ti`` and
+    column ``ci`` of each sample; NaN where a cell has none."""
+    fin = np.isfinite(v)
+    flat = ti[fin] * C + ci[fin]
+    sums = np.bincount(flat, weights=v[fin], minlength=T * C).reshape(T, C)
+    cnts = np.bincount(flat, minlength=T * C).astype(np.float64).reshape(T, C)
+    del flat
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(cnts > 0, sums / cnts, np.nan)
+
+
+def _first_groups(ci: np.ndarray, grp: np.ndarray, grp_names: list[str], C: int) -> np.ndarray:
+    """(C,) object: each column's peer group name, the first one (in row order of the
+    samples ``ci``/``grp``, (n,)) it was seen with."""
+    first = np.full(C, -1, dtype=np.int64)
+    order = np.arange(len(ci))[::-1]
+    first[ci[order]] = order
+    return np.array([grp_names[k] for k in grp[first].tolist()], dtype=object)
+
+
+def _add_observed(grid: _Grid, cover: dict, group_of: dict) -> None:
+    """Add each component's observed time in this metric (its samples' ``[t, t + dt)``
+    merged, unix s) to ``cover`` (component -> list of (starts, ends)), and its peer
+    group to ``group_of`` when it has none yet."""
+    for j in range(len(grid.names)):
+        tj = grid.u_t[~np.isnan(grid.X[:, j])]
+        if tj.size:
+            name = str(grid.names[j])
+            cover.setdefault(name, []).append(_union(tj, tj + grid.dt))
+            group_of.setdefault(name, str(grid.groups[j]))
+
+
+@dataclass
+class _Peer:
+    """The peer view of a grid (:func:`_peer_view`); every array (T, C) unless said.
+
+    Attributes:
+        med: leave-one-out median of the component's peer group (its peers without itself).
+        cnt: int64, components of the group with a value at that timestamp.
+        sigma: (C,) 1.4826 MAD of the group's ratios (the same for a group's columns).
+        ratio: value / ``med`` (NaN where not finite).
+        flag: bool, slow against its peers.
+    """
+
+    med: np.ndarray
+    cnt: np.ndarray
+    sigma: np.ndarray
+    ratio: np.ndarray
+    flag: np.ndarray
+
+
+def _peer_view(grid: _Grid, lc) -> _Peer:
+    """Each value against its peer group's leave-one-out median at the same timestamp
+    (:func:`_peer_medians`); flagged when ``ratio > peer_threshold`` and ``ratio - 1 >
+    mad_k x sigma_g`` (:func:`_group_sigma`) with at least ``peer_min_ranks``
+    components of the group present."""
+    med, cnt = _peer_medians(grid)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = grid.X / med
+    ratio = np.where(np.isfinite(ratio), ratio, np.nan)
+    sigma = _group_sigma(grid, ratio)
+    with np.errstate(invalid="ignore"):
+        flag = (ratio > lc.peer_threshold) & ((ratio - 1.0) > lc.mad_k * sigma[None, :])
+    flag &= (cnt >= lc.peer_min_ranks) & ~np.isnan(ratio)
+    return _Peer(med=med, cnt=cnt, sigma=sigma, ratio=ratio, flag=flag)
+
+
+def _peer_medians(grid: _Grid) -> tuple[np.ndarray, np.ndarray]:
+    """``(med, cnt)``, (T, C) each: the median of each component's peer group without
+    itself, and the count (int64) of the group's components with a value."""
+    from faultlab.labeler.temporal import loo_median, nanmedian
+
+    T, C = grid.X.shape
+    med = np.full((T, C), np.nan)
+    cnt = np.zeros((T, C), dtype=np.int64)
+    for _, cols in grid.group_columns():
+        _, gn = nanmedian(grid.X[:, cols], axis=1)
+        med[:, cols] = loo_median(grid.X[:, cols])  # its peers without itself
+        cnt[:, cols] = gn[:, None]
+    return med, cnt
+
+
+def _group_sigma(grid: _Grid, ratio: np.ndarray) -> np.ndarray:
+    """(C,) per peer group, as the peer view: 1.4826 x the median over the group's
+    components of each one's MAD of its ratio (``(T, C)``) about its own median over
+    time (a component slow all along does not raise it); 0 for a group without a
+    ratio."""
+    from faultlab.labeler.temporal import MAD_TO_SIGMA, nanmedian
+
+    sigma = np.zeros(len(grid.names))
+    for _, cols in grid.group_columns():
+        cm, cn = nanmedian(ratio[:, cols], axis=0)
+        cmad, _ = nanmedian(np.abs(ratio[:, cols] - cm[None, :]), axis=0)
+        if (cn > 0).any():
+            sigma[cols] = MAD_TO_SIGMA * float(np.median(cmad[cn > 0]))
+    return sigma
+
+
+def _add_levels(grid: _Grid, peer: _Peer, cfg: LongConfig, levels: dict) -> None:
+    """Add each component's peer ratios of this metric, as ``level_block_samples``
+    block medians (:func:`_block_medians`), to ``levels`` (component -> list of
+    arrays). With a load, its value relative to the group's value at that load already
+    is that ratio (against a fit that leaves slow samples out): dividing again by the
+    peers' median at each timestamp would read a healthy drive low beside several
+    slow ones."""
+    lev = grid.X if grid.at_load else peer.ratio
+    for j in range(len(grid.names)):
+        rj = lev[:, j]
+        blocks = _block_medians(rj[np.isfinite(rj)], int(cfg.level_block_samples))
+        levels.setdefault(str(grid.names[j]), []).append(blocks)
+
+
+@dataclass
+class _Temporal:
+    """The temporal view of a grid (:func:`_temporal_view`), (T, C) each.
+
+    Attributes:
+        base: the trailing robust baseline (NaN where too few valid samples).
+        flag: bool, up against its own history.
+        ratio: value / ``base``.
+    """
+
+    base: np.ndarray
+    flag: np.ndarray
+    ratio: np.ndarray
+
+
+def _temporal_view(grid: _Grid, lc) -> _Temporal:
+    """Each component against its own trailing robust baseline
+    (:func:`faultlab.labeler.temporal.trailing_baseline`: window, min_valid,
+    threshold, mad_k, block, in samples)."""
+    from faultlab.labeler.temporal import trailing_baseline
+
+    base, _, flag = trailing_baseline(grid.X, window=lc.temporal_window_steps, min_valid=lc.temporal_min_valid_steps,
+                                      threshold=lc.temporal_threshold, mad_k=lc.mad_k, block=lc.temporal_block_steps)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = grid.X / base
+    return _Temporal(base=base, flag=flag, ratio=ratio)
+
+
+class _LabelSink:
+    """The label rows of one metric's grid: :meth:`intervals` turns a (T,) flag column
+    into sample intervals, :meth:`add` appends one LABELS row to ``rows``."""
+
+    def __init__(self, run_id: str, grid: _Grid, lc, rows: list[dict]) -> None:
+        self.run_id, self.grid, self.lc, self.rows = run_id, grid, lc, rows
+        self.t0, self.t1 = grid.t0, grid.t1
+
+    def intervals(self, flags: np.ndarray) -> list[tuple[int, int]]:
+        """Inclusive ``(i0, i1)`` sample intervals of ``flags`` ((T,) bool;
+        :func:`faultlab.labeler.fusion.intervals` with ``gap_steps``, ``min_steps``,
+        ``gap_s``, ``min_duration_s``)."""
+        from faultlab.labeler.fusion import intervals
+
+        lc = self.lc
+        return intervals(flags, lc.gap_steps, lc.min_steps, t0=self.t0, t1=self.t1, gap_s=lc.gap_s,
+                         min_s=lc.min_duration_s)
+
+    def add(self, component: str, kind: str, i0: int, i1: int, slowdown: float, views: str, thr: float, n_flag,
+            ev: dict) -> None:
+        """One label of samples ``i0..i1``: ``start_ts`` = t0[i0], ``end_ts`` = t1[i1]
+        (unix s), ``evidence`` = ``ev`` and the metric, sample counts, threshold and
+        ``relative_to_load``."""
+        from faultlab.labeler.fusion import _confidence, label_row
+
+        lc = self.lc
+        n = i1 - i0 + 1
+        ev.update({"metric": self.grid.metric, "n_samples": n, "n_flagged": int(n_flag), "threshold": thr,
+                   "relative_to_load": self.grid.at_load})
+        self.rows.append(label_row(self.run_id, component, kind, self.t0[i0], self.t1[i1], pd.NA, pd.NA, slowdown,
+                                   views, _confidence(float(slowdown), thr, n, lc.min_steps, views), ev))
+
+
+def _peer_labels(grid: _Grid, peer: _Peer, temporal: _Temporal, lc, sink: _LabelSink) -> np.ndarray:
+    """Label step 1: components slow against their peers. Each interval of a
+    component's peer flags is a label (``views`` ``"temporal+peer"`` when its temporal
+    flags agree, else ``"peer"``; ``slowdown`` = median peer ratio) when ``slowdown >=
+    min_slowdown``. Returns (T, C) bool: the samples in any peer interval (labeled or
+    not), which step 3 leaves alone."""
+    X, ratio = grid.X, peer.ratio
+    labeled = np.zeros(X.shape, dtype=bool)
+    for j in range(X.shape[1]):
+        for i0, i1 in sink.intervals(peer.flag[:, j]):
+            sl = slice(i0, i1 + 1)
+            r = _nanmed(ratio[sl, j])
+            views = "temporal+peer" if temporal.flag[sl, j].any() else "peer"
+            labeled[sl, j] = True
+            if r >= lc.min_slowdown:
+                sink.add(str(grid.names[j]), "component", i0, i1, r, views, lc.peer_threshold, peer.flag[sl, j].sum(),
+                         {"peer_group": str(grid.groups[j]), "peer_ratio": r, "peer_median": _nanmed(peer.med[sl, j]),
+                          "median_value": _nanmed(X[sl, j]), "temporal_ratio": _nanmed(temporal.ratio[sl, j])})
+    return labeled
+
+
+def _group_labels(grid: _Grid, temporal: _Temporal, cfg: LongConfig, sink: _LabelSink) -> np.ndarray:
+    """Label step 2: a whole group slowed against its own history. Where at least
+    ``group_wide_fraction`` of a group's present components (and at least
+    ``peer_min_ranks``) are up against their own history, an interval is a
+    ``group:NAME`` label (``component_kind`` ``"peer_group"``, ``views``
+    ``"temporal"``; ``slowdown`` = the group's median value / the higher of its median
+    baseline and its typical level) when ``slowdown >= min_slowdown``. Returns (T, C)
+    bool: the group-wide samples of each component's group, which step 3 leaves
+    alone."""
+    from faultlab.labeler.temporal import nanmedian
+
+    lc = cfg.labeler
+    X, base = grid.X, temporal.base
+    gw = np.zeros(X.shape, dtype=bool)
+    for g, cols in grid.group_columns():
+        present = np.sum(~np.isnan(X[:, cols]), axis=1)
+        up = np.sum(temporal.flag[:, cols], axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            wide = (present >= lc.peer_min_ranks) & (up >= cfg.group_wide_fraction * present) & (up > 0)
+        gw[:, cols] = wide[:, None]
+        gm_now, _ = nanmedian(X[:, cols], axis=1)
+        gm_base, _ = nanmedian(base[:, cols], axis=1)
+        g_typical = _nanmed(gm_now)
+        for i0, i1 in sink.intervals(wide):
+            sl = slice(i0, i1 + 1)
+            r = _ratio(gm_now[sl], [np.nanmax([_nanmed(gm_base[sl]), g_typical])])
+            if np.isfinite(r) and r >= lc.min_slowdown:
+                sink.add(f"group:{g}", "peer_group", i0, i1, r, "temporal", lc.temporal_threshold, wide[sl].sum(),
+                         {"peer_group": str(g), "n_components": int(len(cols)), "median_value": _nanmed(gm_now[sl]),
+                          "baseline": _nanmed(gm_base[sl])})
+    return gw
+
+
+def _own_history_labels(grid: _Grid, peer: _Peer, temporal: _Temporal, taken: np.ndarray, lc,
+                        sink: _LabelSink) -> None:
+    """Label step 3: a component slow against its own history only: its temporal
+    flags outside ``taken`` ((T, C) bool, the samples of steps 1 and 2, dilated by
+    ``gap_steps``). The reference is the higher of its trailing baseline and its
+    typical level over the whole input (a value coming back to normal after an
+    unusually fast period is no slowdown); a label (``views`` ``"temporal"``) when
+    median value / reference ``>= min_slowdown``."""
+    from faultlab.labeler.fusion import _dilate
+    from faultlab.labeler.temporal import nanmedian
+
+    X, base, tflag = grid.X, temporal.base, temporal.flag
+    typical, _ = nanmedian(X, axis=0)
+    for j in range(X.shape[1]):
+        free = tflag[:, j] & ~_dilate(taken[:, j], lc.gap_steps)
+        for i0, i1 in sink.intervals(free):
+            sl = slice(i0, i1 + 1)
+            ref = np.nanmax([_nanmed(base[sl, j]), typical[j]])
+            r = _ratio(X[sl, j], [ref])
+            if np.isfinite(r) and r >= lc.min_slowdown:
+                sink.add(str(grid.names[j]), "component", i0, i1, r, "temporal", lc.temporal_threshold,
+                         tflag[sl, j].sum(),
+                         {"peer_group": str(grid.groups[j]), "baseline": ref, "trailing_baseline": _nanmed(base[sl, j]),
+                          "typical_value": float(typical[j]), "median_value": _nanmed(X[sl, j]),
+                          "peer_ratio": _nanmed(peer.ratio[sl, j])})
+
+
+def _labels_frame(rows: list[dict]) -> pd.DataFrame:
+    """The LABELS frame of the label rows, sorted by ``start_ts``, ``component``
+    (stable); the empty LABELS frame for none."""
+    from faultlab.labeler.fusion import _empty_labels, _typed
+
     if rows:
-        out = _typed(pd.DataFrame(rows).sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True))
-    else:
-        out = _empty_labels()
-    comps = _component_time(out, cover, group_of)
+        frame = pd.DataFrame(rows).sort_values(["start_ts", "component"], kind="mergesort")
+        return _typed(frame.reset_index(drop=True))
+    return _empty_labels()
+
+
+def _components_summary(labels: pd.DataFrame, cover: dict, group_of: dict, levels: dict,
+                        cfg: LongConfig) -> pd.DataFrame:
+    """The components summary (:data:`COMPONENT_COLUMNS`): observed and labeled time
+    (:func:`_component_time`), each component's ``level`` (the median of its block
+    medians over all its metrics; NaN without any) and the verdict
+    (:func:`judge_persistence`)."""
+    comps = _component_time(labels, cover, group_of)
     comps["level"] = [_nanmed(np.concatenate(levels[c])) if c in levels else float("nan")
                       for c in comps["component"].tolist()]
-    return out, judge_persistence(comps, cfg)
+    return judge_persistence(comps, cfg)
 
 
 #: columns of the components summary (:func:`label_long_components`, ``components.parquet``)

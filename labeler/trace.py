@@ -345,8 +345,47 @@ def build_model(df: pd.DataFrame, meta: dict) -> TraceModel:
     dropped and listed in ``dropped_steps``; operation types the model does not know
     are left out (``ignored_optypes``).
 
+    The steps, in order: :func:`_known_rows` (the modeled operation types),
+    :func:`_relative_start` (each op's start from its step's start),
+    :func:`_complete_steps` (the node set and the steps analyzed),
+    :func:`_analyzed_rows` (their rows), :func:`_node_order` (the nodes in reference
+    order), :func:`_dense` (the ``(N, S, D)`` arrays), :func:`_dependencies` (module
+    docstring, 1.), :func:`_units` (the communication groups), :func:`_toposort`,
+    :func:`_transfer_times` (2.), :func:`_measured_steps`, :func:`_step_bounds` and
+    :func:`_rank_of`.
+
     Raises:
         BadInput when the trace is empty, no step is complete, or the model has a cycle.
+    """
+    df, ignored = _known_rows(df)
+    # the sizes the trace shows (read_trace checked they fit the meta file's)
+    D = int(df["dp_rank"].max()) + 1
+    pp = int(df["stage"].max()) + 1
+    keys = list(zip(df["stage"].to_numpy().tolist(), df["optype"].to_numpy().tolist(), df["seq_id"].to_numpy().tolist()))
+    rel = _relative_start(df)
+    node_keys, good, dropped = _complete_steps(df, keys, D)
+    d, keys, rel = _analyzed_rows(df, keys, rel, good)
+    steps = np.sort(good)
+    nodes = _node_order(node_keys, keys, rel, d)
+    start, dur = _dense(d, keys, rel, nodes.idx, steps, D)
+    _dependencies(nodes, pp)
+    units = _units(nodes, pp, D)
+    order = _toposort(units, nodes.deps, nodes.keys)
+    step_start, step_end = _step_bounds(d, steps)
+    return TraceModel(
+        nodes=nodes.keys, deps=nodes.deps, units=units, order=order, steps=steps, dp_size=D, pp_size=pp,
+        start=start, duration=dur, eff=_transfer_times(start, dur, units), measured=_measured_steps(start, dur),
+        step_start=step_start, step_end=step_end,
+        rank_of=_rank_of(d), dropped_steps=dropped, ignored_optypes=ignored,
+    )
+
+
+def _known_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The rows of an operation type the model knows (:data:`KNOWN_OPTYPES`), and the
+    sorted other types found (``ignored_optypes``).
+
+    Raises:
+        BadInput when the trace has no rows, or no row of a known type.
     """
     if len(df) == 0:
         raise BadInput("the trace has no rows", field="trace")
@@ -355,16 +394,28 @@ def build_model(df: pd.DataFrame, meta: dict) -> TraceModel:
     df = df[known]
     if len(df) == 0:
         raise BadInput(f"the trace has no operation of a known type (found {', '.join(ignored)})", field="trace")
-    # the sizes the trace shows (read_trace checked they fit the meta file's)
-    D = int(df["dp_rank"].max()) + 1
-    pp = int(df["stage"].max()) + 1
-    keys = list(zip(df["stage"].to_numpy().tolist(), df["optype"].to_numpy().tolist(), df["seq_id"].to_numpy().tolist()))
-    # per step start (relative clock)
+    return df, ignored
+
+
+def _relative_start(df: pd.DataFrame) -> np.ndarray:
+    """Each row's ``start_ts`` from its step's earliest ``start_ts`` (seconds, a
+    relative clock), ``(rows,)`` float64."""
     st0 = df.groupby("step")["start_ts"].transform("min").to_numpy()
-    rel = df["start_ts"].to_numpy() - st0
-    # the node set: a step is complete when each of its ops appears once on every DP
-    # rank; the ops of the most common complete step are the nodes, and the steps with
-    # exactly those ops are analyzed (the others are dropped and listed)
+    return df["start_ts"].to_numpy() - st0
+
+
+def _complete_steps(df: pd.DataFrame, keys: list[tuple], D: int) -> tuple[list[tuple], np.ndarray, list[int]]:
+    """The node set and the steps analyzed.
+
+    A step is complete when each of its ops (``keys``, one ``(stage, optype, seq_id)``
+    per row) appears once on every one of the ``D`` DP ranks; the ops of the most
+    common complete step are the nodes, and the steps with exactly those ops are
+    analyzed (the others are dropped and listed). Returns ``(node_keys, good steps
+    (sorted int64), dropped steps (sorted))``.
+
+    Raises:
+        BadInput when no step is complete.
+    """
     inst = pd.DataFrame({"key": keys, "step": df["step"].to_numpy(), "dp": df["dp_rank"].to_numpy()})
     all_steps = np.unique(df["step"].to_numpy())
     g = inst.groupby(["step", "key"], sort=True)["dp"].agg(["size", "nunique"])
@@ -376,23 +427,70 @@ def build_model(df: pd.DataFrame, meta: dict) -> TraceModel:
     if not sigs:
         raise BadInput("no step of the trace has the same operations on every worker", field="trace")
     sig = max(sigs, key=lambda k: (len(sigs[k]), len(k), -min(sigs[k])))
-    node_keys = list(sig)
     good = np.array(sorted(sigs[sig]), dtype=np.int64)
     dropped = sorted(int(s) for s in set(all_steps.tolist()) - set(good.tolist()))
-    sel = np.isin(df["step"].to_numpy(), good)
-    d = df[sel]
-    rel = rel[sel]
-    keys = [k for k, s in zip(keys, sel) if s]
-    steps = np.sort(good)
-    S = len(steps)
+    return list(sig), good, dropped
 
-    # reference order of nodes: median relative start over every replica
+
+def _analyzed_rows(df: pd.DataFrame, keys: list[tuple], rel: np.ndarray, good: np.ndarray) -> tuple[pd.DataFrame, list[tuple], np.ndarray]:
+    """The rows of the ``good`` steps: ``(rows, their keys, their relative start (s))``."""
+    sel = np.isin(df["step"].to_numpy(), good)
+    return df[sel], [k for k, s in zip(keys, sel) if s], rel[sel]
+
+
+@dataclass
+class _Nodes:
+    """The model's nodes while its dependencies are built: ``keys[n] = (stage, optype,
+    seq_id)`` in reference order, ``idx`` their index, ``ref``/``ref_end`` the median
+    relative start/end (s) of each key over every replica, ``mc`` each key's model
+    chunk (its first recorded ``mc``), ``deps[n]`` the nodes ``n`` waits for."""
+
+    keys: list[tuple[int, str, int]]
+    ref: pd.Series
+    ref_end: pd.Series
+    mc: dict = field(default_factory=dict)
+    deps: list[list[int]] = field(init=False)
+    idx: dict = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.idx = {k: i for i, k in enumerate(self.keys)}
+        self.deps = [[] for _ in self.keys]
+
+    def dep(self, v, u) -> None:
+        """``v`` waits for ``u`` (once; never on itself)."""
+        if u is not None and v is not None and u != v and u not in self.deps[v]:
+            self.deps[v].append(u)
+
+    def chain(self, ns, first_deps=()) -> None:
+        """``ns`` in a chain (each waits for the one before), the first for ``first_deps``."""
+        prev = list(first_deps)
+        for n in ns:
+            for u in prev:
+                self.dep(n, u)
+            prev = [n]
+
+    def of(self, stage: int, optype: str) -> list[int]:
+        """The nodes of ``optype`` on ``stage``, by ``seq_id``."""
+        return sorted((self.idx[k] for k in self.keys if k[0] == stage and k[1] == optype), key=lambda n: self.keys[n][2])
+
+
+def _node_order(node_keys: list[tuple], keys: list[tuple], rel: np.ndarray, d: pd.DataFrame) -> _Nodes:
+    """The nodes in reference order: by stage, then the median relative start ``rel``
+    (s) of the op over every replica (then optype, seq_id); with each key's median
+    relative end and its model chunk (``mc`` of its first row)."""
     ref = pd.DataFrame({"key": keys, "rel": rel}).groupby("key")["rel"].median()
     ref_end = pd.DataFrame({"key": keys, "end": rel + d["duration"].to_numpy()}).groupby("key")["end"].median()
     node_keys = sorted(node_keys, key=lambda k: (k[0], float(ref[k]), k[1], k[2]))
-    idx = {k: i for i, k in enumerate(node_keys)}
-    N = len(node_keys)
+    mc = {}
+    for k, m in zip(keys, d["mc"].to_numpy().tolist()):
+        mc.setdefault(k, m)
+    return _Nodes(node_keys, ref, ref_end, mc)
 
+
+def _dense(d: pd.DataFrame, keys: list[tuple], rel: np.ndarray, idx: dict, steps: np.ndarray, D: int) -> tuple[np.ndarray, np.ndarray]:
+    """The relative start and the recorded duration as ``(N, S, D)`` float64 arrays
+    (seconds; NaN where nothing was recorded)."""
+    N, S = len(idx), len(steps)
     ni = np.array([idx[k] for k in keys], dtype=np.int64)
     si = np.searchsorted(steps, d["step"].to_numpy())
     di = d["dp_rank"].to_numpy()
@@ -400,117 +498,179 @@ def build_model(df: pd.DataFrame, meta: dict) -> TraceModel:
     dur = np.full((N, S, D), np.nan)
     start[ni, si, di] = rel
     dur[ni, si, di] = d["duration"].to_numpy()
-    mc = {}
-    for k, m in zip(keys, d["mc"].to_numpy().tolist()):
-        mc.setdefault(k, m)
+    return start, dur
 
-    deps: list[list[int]] = [[] for _ in range(N)]
 
-    def dep(v, u):
-        if u is not None and v is not None and u != v and u not in deps[v]:
-            deps[v].append(u)
-
-    def chain(ns, first_deps=()):
-        prev = list(first_deps)
-        for n in ns:
-            for u in prev:
-                dep(n, u)
-            prev = [n]
-
-    def of(stage, optype):
-        return sorted((idx[k] for k in node_keys if k[0] == stage and k[1] == optype), key=lambda n: node_keys[n][2])
-
-    groups: list[tuple[list[int], bool]] = []
+def _dependencies(nodes: _Nodes, pp: int) -> None:
+    """Every stage's dependencies into ``nodes.deps`` (module docstring, 1.), stage by
+    stage: :func:`_compute_stream`, :func:`_p2p_dependencies`, :func:`_dp_stream`,
+    :func:`_param_gathers`, :func:`_after_last_compute`."""
     for s in range(pp):
-        comp = sorted((idx[k] for k in node_keys if k[0] == s and k[1] in (FWD, BWD)),
-                      key=lambda n: (float(ref[node_keys[n]]), node_keys[n][2], node_keys[n][1]))
-        chain(comp)
-        pos = {n: i for i, n in enumerate(comp)}
-        for t in ("forward", "backward"):
-            comps_t = sorted((n for n in comp if node_keys[n][1] == f"{t}-compute"), key=lambda n: pos[n])
-            recv, send = of(s, f"{t}-recv"), of(s, f"{t}-send")
-            chain(recv)
-            chain(send)
-            off = 1 if len(recv) + 1 == len(comps_t) else 0  # the first recv is sometimes not recorded
-            for k, r in enumerate(recv):
-                if k + off < len(comps_t):
-                    c = comps_t[k + off]
-                    dep(c, r)
-                    if pos[c] > 0:
-                        dep(r, comp[pos[c] - 1])
-            for k, sn in enumerate(send):
-                if k < len(comps_t):
-                    dep(sn, comps_t[k])
-        # data-parallel collectives: one stream; params all-gather feeds its chunk's first forward
-        dpc = sorted((idx[k] for k in node_keys if k[0] == s and k[1] in DP_COLLECTIVES[:2]),
-                     key=lambda n: (float(ref[node_keys[n]]), node_keys[n][2]))
-        chain(dpc)
-        ovlp = any(k[0] == s and k[1] == "separate-grads-all-reduce" for k in node_keys)
-        fwds = [n for n in comp if node_keys[n][1] == FWD]
-        done_mc = set()
-        for ag in reversed(of(s, "params-all-gather")):
-            m = mc.get(node_keys[ag])
-            if m in done_mc:
-                continue
-            done_mc.add(m)
-            cand = [n for n in fwds if mc.get(node_keys[n]) == m] or fwds[:1]
-            if cand:
-                dep(cand[0], ag)
-        rs = of(s, "grads-reduce-scatter")
-        last = max(comp, key=lambda n: (float(ref_end[node_keys[n]]), pos[n])) if comp else None
-        tail = of(s, GC) + of(s, LAYERNORM) + of(s, EMBEDDING)
-        first_deps = [last] if last is not None else []
-        if ovlp:
-            bwds = [n for n in comp if node_keys[n][1] == BWD]
-            done_mc = set()
-            for r in rs:
-                m = mc.get(node_keys[r])
-                if m in done_mc:
-                    continue
-                done_mc.add(m)
-                cand = [n for n in bwds if mc.get(node_keys[n]) == m] or bwds[-1:]
-                if cand:
-                    dep(r, cand[-1])
-            tail += of(s, "separate-grads-all-reduce")
-            first_deps += rs[-1:]
-        else:
-            tail += rs
-        tail += of(s, CLIP) + of(s, OPTIMIZER)
-        chain(tail, first_deps)
+        comp = _compute_stream(nodes, s)
+        _p2p_dependencies(nodes, s, comp)
+        _dp_stream(nodes, s)
+        _param_gathers(nodes, s, comp)
+        _after_last_compute(nodes, s, comp)
 
-    # communication groups
+
+def _compute_stream(nodes: _Nodes, s: int) -> list[int]:
+    """Stage ``s``'s forward/backward compute ops as one stream, a chain in their
+    reference order; returns the stream."""
+    keys, ref = nodes.keys, nodes.ref
+    comp = sorted((nodes.idx[k] for k in keys if k[0] == s and k[1] in (FWD, BWD)),
+                  key=lambda n: (float(ref[keys[n]]), keys[n][2], keys[n][1]))
+    nodes.chain(comp)
+    return comp
+
+
+def _p2p_dependencies(nodes: _Nodes, s: int, comp: list[int]) -> None:
+    """Stage ``s``'s pipeline send/recv, per direction: each of recv and send a chain;
+    the k-th recv feeds the k-th compute of its direction and is posted after the
+    compute just before it in the stream (``comp``); the k-th send follows the k-th
+    compute. When there is one recv fewer than computes the first was not recorded."""
+    pos = {n: i for i, n in enumerate(comp)}
+    for t in ("forward", "backward"):
+        comps_t = sorted((n for n in comp if nodes.keys[n][1] == f"{t}-compute"), key=lambda n: pos[n])
+        recv, send = nodes.of(s, f"{t}-recv"), nodes.of(s, f"{t}-send")
+        nodes.chain(recv)
+        nodes.chain(send)
+        off = 1 if len(recv) + 1 == len(comps_t) else 0  # the first recv is sometimes not recorded
+        for k, r in enumerate(recv):
+            if k + off < len(comps_t):
+                c = comps_t[k + off]
+                nodes.dep(c, r)
+                if pos[c] > 0:
+                    nodes.dep(r, comp[pos[c] - 1])
+        for k, sn in enumerate(send):
+            if k < len(comps_t):
+                nodes.dep(sn, comps_t[k])
+
+
+def _dp_stream(nodes: _Nodes, s: int) -> None:
+    """Stage ``s``'s data-parallel collectives (params all-gather, grads
+    reduce-scatter) as one stream, a chain in reference order."""
+    keys, ref = nodes.keys, nodes.ref
+    dpc = sorted((nodes.idx[k] for k in keys if k[0] == s and k[1] in DP_COLLECTIVES[:2]),
+                 key=lambda n: (float(ref[keys[n]]), keys[n][2]))
+    nodes.chain(dpc)
+
+
+def _param_gathers(nodes: _Nodes, s: int, comp: list[int]) -> None:
+    """The first forward compute (in the stream ``comp``) of each model chunk (``mc``)
+    of stage ``s`` waits for its parameters' all-gather (the chunk's all-gather with
+    the highest ``seq_id``; the stage's first forward when no forward has that chunk)."""
+    fwds = [n for n in comp if nodes.keys[n][1] == FWD]
+    done_mc = set()
+    for ag in reversed(nodes.of(s, "params-all-gather")):
+        m = nodes.mc.get(nodes.keys[ag])
+        if m in done_mc:
+            continue
+        done_mc.add(m)
+        cand = [n for n in fwds if nodes.mc.get(nodes.keys[n]) == m] or fwds[:1]
+        if cand:
+            nodes.dep(cand[0], ag)
+
+
+def _after_last_compute(nodes: _Nodes, s: int, comp: list[int]) -> None:
+    """Stage ``s``'s chain after the compute that ends last: ``gc -> layernorm ->
+    embedding -> grads-reduce-scatter... -> optimizer-clip-main-grad -> optimizer``;
+    with ``separate-grads-all-reduce`` present the reduce-scatters overlap the backward
+    pass instead (:func:`_overlapped_reduce_scatters`) and the separate all-reduce takes
+    their place in the chain, also after the last reduce-scatter."""
+    of = nodes.of
+    pos = {n: i for i, n in enumerate(comp)}
+    ovlp = any(k[0] == s and k[1] == "separate-grads-all-reduce" for k in nodes.keys)
+    rs = of(s, "grads-reduce-scatter")
+    last = max(comp, key=lambda n: (float(nodes.ref_end[nodes.keys[n]]), pos[n])) if comp else None
+    tail = of(s, GC) + of(s, LAYERNORM) + of(s, EMBEDDING)
+    first_deps = [last] if last is not None else []
+    if ovlp:
+        _overlapped_reduce_scatters(nodes, rs, comp)
+        tail += of(s, "separate-grads-all-reduce")
+        first_deps += rs[-1:]
+    else:
+        tail += rs
+    tail += of(s, CLIP) + of(s, OPTIMIZER)
+    nodes.chain(tail, first_deps)
+
+
+def _overlapped_reduce_scatters(nodes: _Nodes, rs: list[int], comp: list[int]) -> None:
+    """Each model chunk's first (by ``seq_id``) grads reduce-scatter of ``rs`` follows
+    the last backward compute (in the stream ``comp``) of its chunk (the stage's last
+    backward when none has that chunk)."""
+    bwds = [n for n in comp if nodes.keys[n][1] == BWD]
+    done_mc = set()
+    for r in rs:
+        m = nodes.mc.get(nodes.keys[r])
+        if m in done_mc:
+            continue
+        done_mc.add(m)
+        cand = [n for n in bwds if nodes.mc.get(nodes.keys[n]) == m] or bwds[-1:]
+        if cand:
+            nodes.dep(r, cand[-1])
+
+
+def _units(nodes: _Nodes, pp: int, D: int) -> list[_Unit]:
+    """The simulation units: the communication groups (:func:`_p2p_groups`,
+    :func:`_allreduce_groups`, :func:`_dp_groups`, then each unpaired send/recv as a
+    communication op of its own), then every other node as a unit of its own."""
+    N = len(nodes.keys)
+    groups = _p2p_groups(nodes, pp) + _allreduce_groups(nodes, D) + _dp_groups(nodes, D)
     in_group = np.zeros(N, dtype=bool)
+    for m, _ in groups:
+        in_group[m] = True
+    unpaired = [([n], False) for n in range(N) if nodes.keys[n][1] in P2P_OPTYPES and not in_group[n]]
+    for m, _ in unpaired:
+        in_group[m] = True
+    groups += unpaired
+    units = [_Unit(sorted(m), True, sync) for m, sync in groups]
+    units += [_Unit([n], False, False) for n in range(N) if not in_group[n]]
+    return units
+
+
+def _p2p_groups(nodes: _Nodes, pp: int) -> list[tuple[list[int], bool]]:
+    """``(members, dp_sync)`` of each send/recv pair: ``forward-send`` k of stage s with
+    ``forward-recv`` k of stage s+1, ``backward-send`` k of stage s with
+    ``backward-recv`` k of stage s-1 (within a DP replica)."""
+    groups = []
     for s in range(pp):
         for t, delta in (("forward", 1), ("backward", -1)):
             peer = s + delta
             if not 0 <= peer < pp:
                 continue
-            send, recv = of(s, f"{t}-send"), of(peer, f"{t}-recv")
+            send, recv = nodes.of(s, f"{t}-send"), nodes.of(peer, f"{t}-recv")
             for a, b in zip(send, recv):
                 groups.append(([a, b], False))
-                in_group[[a, b]] = True
+    return groups
+
+
+def _allreduce_groups(nodes: _Nodes, D: int) -> list[tuple[list[int], bool]]:
+    """``(members, dp_sync)`` per ``seq_id`` of the embedding all-reduce (its stages,
+    within a DP replica) and of the grad-norm all-reduce (``optimizer-clip-main-grad``:
+    every stage, across the DP ranks too when ``D > 1``)."""
+    groups = []
     for optype, sync in ((EMBEDDING, False), (CLIP, D > 1)):
         by_seq: dict[int, list[int]] = {}
-        for k in node_keys:
+        for k in nodes.keys:
             if k[1] == optype:
-                by_seq.setdefault(k[2], []).append(idx[k])
+                by_seq.setdefault(k[2], []).append(nodes.idx[k])
         for seq in sorted(by_seq):
             groups.append((by_seq[seq], sync))
-            in_group[by_seq[seq]] = True
-    if D > 1:
-        for k in node_keys:
-            if k[1] in DP_COLLECTIVES:
-                groups.append(([idx[k]], True))
-                in_group[idx[k]] = True
-    for n in range(N):  # unpaired send/recv: a communication op of its own
-        if node_keys[n][1] in P2P_OPTYPES and not in_group[n]:
-            groups.append(([n], False))
-            in_group[n] = True
-    units = [_Unit(sorted(m), True, sync) for m, sync in groups]
-    units += [_Unit([n], False, False) for n in range(N) if not in_group[n]]
-    order = _toposort(units, deps, node_keys)
+    return groups
 
-    # effective durations: transfer time for grouped ops
+
+def _dp_groups(nodes: _Nodes, D: int) -> list[tuple[list[int], bool]]:
+    """``(members, dp_sync)`` of each DP collective across the DP ranks of its stage
+    (none when ``D == 1``)."""
+    if D <= 1:
+        return []
+    return [([nodes.idx[k]], True) for k in nodes.keys if k[1] in DP_COLLECTIVES]
+
+
+def _transfer_times(start: np.ndarray, dur: np.ndarray, units: list[_Unit]) -> np.ndarray:
+    """The effective durations ``(N, S, D)`` s (module docstring, 2.): the recorded
+    duration for a local op; for a grouped op its transfer time ``end - max(start of
+    its group)`` (over the DP ranks too when DP-synchronized), clipped at 0."""
     end = start + dur
     eff = dur.copy()
     for u in units:
@@ -521,18 +681,30 @@ def build_model(df: pd.DataFrame, meta: dict) -> TraceModel:
             gmax = np.max(gmax, axis=1, keepdims=True)
         for v in u.members:
             eff[v] = np.maximum(end[v] - gmax, 0.0)
-    measured = np.max(np.max(end, axis=2), axis=0) - np.min(np.min(start, axis=2), axis=0)
+    return eff
+
+
+def _measured_steps(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """The measured step times ``(S,)`` s: the latest end minus the earliest start of
+    the step's ops (relative clock), over every node and DP rank."""
+    end = start + dur
+    return np.max(np.max(end, axis=2), axis=0) - np.min(np.min(start, axis=2), axis=0)
+
+
+def _step_bounds(d: pd.DataFrame, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each analyzed step's earliest ``start_ts`` and latest ``start_ts + duration``,
+    ``(S,)`` each, on the trace's own clock."""
     sel_df = pd.DataFrame({"step": d["step"].to_numpy(), "abs": d["start_ts"].to_numpy(), "end": d["start_ts"].to_numpy() + d["duration"].to_numpy()})
     g = sel_df.groupby("step")
+    return g["abs"].min().reindex(steps).to_numpy(), g["end"].max().reindex(steps).to_numpy()
+
+
+def _rank_of(d: pd.DataFrame) -> dict[tuple[int, int], int]:
+    """``{(dp_rank, stage): global rank}`` (the first recorded)."""
     rank_of = {}
     for dp_, st_, rk in d[["dp_rank", "stage", "rank"]].drop_duplicates().itertuples(index=False):
         rank_of.setdefault((int(dp_), int(st_)), int(rk))
-    return TraceModel(
-        nodes=node_keys, deps=deps, units=units, order=order, steps=steps, dp_size=D, pp_size=pp,
-        start=start, duration=dur, eff=eff, measured=measured,
-        step_start=g["abs"].min().reindex(steps).to_numpy(), step_end=g["end"].max().reindex(steps).to_numpy(),
-        rank_of=rank_of, dropped_steps=dropped, ignored_optypes=ignored,
-    )
+    return rank_of
 
 
 def _toposort(units: list[_Unit], deps: list[list[int]], node_keys) -> list[int]:
@@ -649,6 +821,11 @@ def _masks(model: TraceModel) -> dict[str, dict[str, np.ndarray]]:
 def analyze(df: pd.DataFrame, meta: dict, config: TraceConfig | None = None) -> tuple[dict, TraceModel]:
     """What-if analysis of one trace (see the module docstring for the method).
 
+    The steps, in order: :func:`build_model`, :func:`_timelines` (T_replay, T_ideal,
+    S), :func:`_decompose` (S_G and the removal share of every group of
+    :func:`_masks`), :func:`_ms` and :func:`_mw` (the paper's M_S, M_W),
+    :func:`_stragglers` (the labeled components) and :func:`_result` (the document).
+
     Args:
         df: the trace (``TRACE_COLUMNS``), e.g. from :func:`read_trace`.
         meta: ``dp_size``, ``pp_size`` (and optionally ``trial_name``, ``run_id``, ...).
@@ -670,48 +847,123 @@ def analyze(df: pd.DataFrame, meta: dict, config: TraceConfig | None = None) -> 
     """
     cfg = config or TraceConfig()
     model = build_model(df, meta)
+    tl = _timelines(model)
+    masks = _masks(model)
+    dec = _decompose(model, tl, masks)
+    ms = _ms(model, dec)
+    mw = _mw(model, tl, dec, masks, cfg)
+    stragglers = _stragglers(tl.S, dec.decomp, dec.share, model, cfg)
+    return _result(model, meta, cfg, tl, dec, ms, mw, stragglers), model
+
+
+@dataclass(frozen=True)
+class _Timelines:
+    """The timelines of one trace (module docstring, 4.)."""
+
+    ideal: np.ndarray  # (N, S, D) ideal effective durations, s (ideal_durations)
+    per_type: dict[str, float]  # the ideal per operation type, s
+    replay: np.ndarray  # (S,) T_replay, s
+    ideal_t: np.ndarray  # (S,) T_ideal, s
+    measured: np.ndarray  # (S,) measured step time, s
+    A: float  # sum T_replay, s
+    I: float  # sum T_ideal, s
+    M: float  # sum T_measured, s
+    S: float  # A / I (Eq. 1), NaN when I is 0
+    gap: float  # the straggling time A - I, s
+
+
+def _timelines(model: TraceModel) -> _Timelines:
+    """``T_replay`` (the trace's own effective durations replayed), ``T_ideal`` (every
+    op at the ideal of its type, :func:`ideal_durations`), the measured step times,
+    their sums and ``S = sum T_replay / sum T_ideal`` (Eq. 1)."""
     ideal, per_type = ideal_durations(model)
     t_replay = simulate(model, model.eff)
     t_ideal = simulate(model, ideal)
     t_meas = model.measured
     A, I, M = float(t_replay.sum()), float(t_ideal.sum()), float(t_meas.sum())
     S = A / I if I > 0 else float("nan")
-    masks = _masks(model)
+    return _Timelines(ideal, per_type, t_replay, t_ideal, t_meas, A, I, M, S, A - I)
+
+
+@dataclass
+class _Decomposition:
+    """The what-if figures of every group ``G``, ``{dim: {key: value}}`` (dims of
+    :func:`_masks`)."""
+
+    decomp: dict[str, dict[str, float]]  # S_G (Eq. 2, 4), by S_G descending
+    per_step: dict[str, dict[str, dict[str, float]]]  # {dim: {step: {key: S_G of that step}}}
+    share: dict[str, dict[str, float]]  # share_G: the fraction of the straggling time G alone explains
+    rem_s: dict[str, dict[str, float]]  # sum T_replay / sum T_rem,G
+
+
+def _decompose(model: TraceModel, tl: _Timelines, masks: dict[str, dict[str, np.ndarray]]) -> _Decomposition:
+    """For every group of ``masks``: ``S_G = sum T_G / sum T_ideal`` (Eq. 2, 4; also per
+    step), and the removal view: ``sum T_replay / sum T_rem,G`` and ``share_G = (sum
+    T_replay - sum T_rem,G) / (sum T_replay - sum T_ideal)`` (0 when nothing
+    straggles); timelines from :func:`_group_timelines`."""
+    A, I, gap = tl.A, tl.I, tl.gap
     decomp: dict[str, dict[str, float]] = {}
     per_step: dict[str, dict[str, dict[str, float]]] = {}
     share: dict[str, dict[str, float]] = {}
     rem_s: dict[str, dict[str, float]] = {}
-    gap = A - I
     for dim, groups in masks.items():
         decomp[dim], share[dim], rem_s[dim] = {}, {}, {}
         for key, m in groups.items():
-            t_add = simulate(model, np.where(m, model.eff, ideal))
-            t_rem = simulate(model, np.where(m, ideal, model.eff))
+            t_add, t_rem = _group_timelines(model, tl, m)
             decomp[dim][key] = float(t_add.sum()) / I if I > 0 else float("nan")
             rem_s[dim][key] = A / float(t_rem.sum()) if t_rem.sum() > 0 else float("nan")
             share[dim][key] = (A - float(t_rem.sum())) / gap if gap > 0 else 0.0
             for i, st in enumerate(model.steps):
-                per_step.setdefault(dim, {}).setdefault(str(int(st)), {})[key] = float(t_add[i] / t_ideal[i]) if t_ideal[i] > 0 else float("nan")
+                per_step.setdefault(dim, {}).setdefault(str(int(st)), {})[key] = float(t_add[i] / tl.ideal_t[i]) if tl.ideal_t[i] > 0 else float("nan")
         decomp[dim] = dict(sorted(decomp[dim].items(), key=lambda kv: (-kv[1], kv[0])))
-    # the paper's M_S (last stage) and M_W (top workers by min(S_dp, S_stage))
+    return _Decomposition(decomp, per_step, share, rem_s)
+
+
+def _group_timelines(model: TraceModel, tl: _Timelines, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The step times ``(S,)`` s of group ``G`` (mask ``m``, ``(N, S, D)``): ``T_G``
+    (ideal, only G's ops at their recorded durations) and ``T_rem,G`` (the replay,
+    only G's ops made ideal)."""
+    t_add = simulate(model, np.where(m, model.eff, tl.ideal))
+    t_rem = simulate(model, np.where(m, tl.ideal, model.eff))
+    return t_add, t_rem
+
+
+def _ms(model: TraceModel, dec: _Decomposition) -> dict:
+    """The paper's M_S: ``share`` of the last stage (NaN when it has none)."""
     last = str(model.pp_size - 1)
-    ms = {"stage": int(last), "share": share["stage"].get(last, float("nan"))}
-    scores = {}
-    for (j, s), r in model.rank_of.items():
-        scores[r] = min(decomp["dp_rank"].get(str(j), float("nan")), decomp["stage"].get(str(s), float("nan")))
-    n_top = max(1, math.ceil(len(scores) * cfg.mw_top_fraction - 1e-9))
-    top = sorted(scores, key=lambda r: (-scores[r], r))[:n_top]
+    return {"stage": int(last), "share": dec.share["stage"].get(last, float("nan"))}
+
+
+def _mw(model: TraceModel, tl: _Timelines, dec: _Decomposition, masks: dict[str, dict[str, np.ndarray]],
+        cfg: TraceConfig) -> dict:
+    """The paper's M_W: ``share`` of the workers of :func:`_top_workers` made ideal
+    together; ``{"ranks": [global rank], "share": fraction}`` (0 when nothing straggles)."""
+    top = _top_workers(model, dec, cfg)
     m_top = np.zeros_like(model.eff, dtype=bool)
     for r in top:
         m_top |= masks["rank"][str(r)]
-    t_rem_top = simulate(model, np.where(m_top, ideal, model.eff))
-    mw = {"ranks": top, "share": (A - float(t_rem_top.sum())) / gap if gap > 0 else 0.0}
+    t_rem_top = simulate(model, np.where(m_top, tl.ideal, model.eff))
+    return {"ranks": top, "share": (tl.A - float(t_rem_top.sum())) / tl.gap if tl.gap > 0 else 0.0}
 
-    stragglers = _stragglers(S, decomp, share, model, cfg)
+
+def _top_workers(model: TraceModel, dec: _Decomposition, cfg: TraceConfig) -> list[int]:
+    """The ``mw_top_fraction`` of the workers (rounded up, at least one) with the
+    highest ``min(S_dp, S_stage)``, ties by rank."""
+    scores = {}
+    for (j, s), r in model.rank_of.items():
+        scores[r] = min(dec.decomp["dp_rank"].get(str(j), float("nan")), dec.decomp["stage"].get(str(s), float("nan")))
+    n_top = max(1, math.ceil(len(scores) * cfg.mw_top_fraction - 1e-9))
+    return sorted(scores, key=lambda r: (-scores[r], r))[:n_top]
+
+
+def _result(model: TraceModel, meta: dict, cfg: TraceConfig, tl: _Timelines, dec: _Decomposition, ms: dict, mw: dict,
+            stragglers: list[dict]) -> dict:
+    """The JSON-able result document of :func:`analyze` (its keys are listed there)."""
+    A, I, M = tl.A, tl.I, tl.M
     steps = [int(s) for s in model.steps]
-    result = {
+    return {
         "method": "osdi25-whatif-trace",
-        "slowdown": S,
+        "slowdown": tl.S,
         "slowdown_measured": M / I if I > 0 else float("nan"),
         "launch_slowdown": M / A if A > 0 else float("nan"),
         "actual_s": A,
@@ -721,25 +973,24 @@ def analyze(df: pd.DataFrame, meta: dict, config: TraceConfig | None = None) -> 
         "steps": steps,
         "dropped_steps": model.dropped_steps,
         "ignored_optypes": model.ignored_optypes,
-        "per_step_slowdown": {str(s): float(a / b) if b > 0 else float("nan") for s, a, b in zip(steps, t_replay, t_ideal)},
+        "per_step_slowdown": {str(s): float(a / b) if b > 0 else float("nan") for s, a, b in zip(steps, tl.replay, tl.ideal_t)},
         "step_time_s": {
-            "measured": {str(s): float(v) for s, v in zip(steps, t_meas)},
-            "replay": {str(s): float(v) for s, v in zip(steps, t_replay)},
-            "ideal": {str(s): float(v) for s, v in zip(steps, t_ideal)},
+            "measured": {str(s): float(v) for s, v in zip(steps, tl.measured)},
+            "replay": {str(s): float(v) for s, v in zip(steps, tl.replay)},
+            "ideal": {str(s): float(v) for s, v in zip(steps, tl.ideal_t)},
         },
-        "decomposition": decomp,
-        "decomposition_per_step": per_step,
-        "removal_share": share,
-        "removal_slowdown": rem_s,
-        "per_rank": {f"rank:{k}": v for k, v in sorted(decomp["rank"].items(), key=lambda kv: int(kv[0]))},
+        "decomposition": dec.decomp,
+        "decomposition_per_step": dec.per_step,
+        "removal_share": dec.share,
+        "removal_slowdown": dec.rem_s,
+        "per_rank": {f"rank:{k}": v for k, v in sorted(dec.decomp["rank"].items(), key=lambda kv: int(kv[0]))},
         "ms": ms,
         "mw": mw,
-        "ideal_durations_s": per_type,
+        "ideal_durations_s": tl.per_type,
         "stragglers": stragglers,
         "job_meta": {k: v for k, v in meta.items()},
         "config": cfg.to_dict(),
     }
-    return result, model
 
 
 def _stragglers(S: float, decomp: dict, share: dict, model: TraceModel, cfg: TraceConfig) -> list[dict]:

@@ -70,7 +70,7 @@ Undefined ratios are NaN (never an exception).
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -434,6 +434,262 @@ def prepare_labels(labels: pd.DataFrame | None, injections: pd.DataFrame | None 
             "label_ranges": _label_ranges(lab)}
 
 
+class _AlarmArrays(NamedTuple):
+    """One run's usable alarms as arrays, each of shape (n_alarms,): ``comp`` (object,
+    text), ``start`` and ``end`` (unix s; in replay from the raise on), ``score``;
+    ``replay``: the alarms came with ``raised_ts``."""
+
+    comp: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    score: np.ndarray
+    replay: bool
+
+
+class _LabelArrays(NamedTuple):
+    """The effect labels as arrays, each of shape (n_labels,): ``comp`` (object, text),
+    ``start`` and ``end`` (unix s): :func:`prepare_labels`' ``effect_arrays``."""
+
+    comp: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+
+class _Cells(NamedTuple):
+    """The component x window grid of one run: ``label_cells`` (n_labels, n_windows)
+    the windows each label overlaps; ``truth`` / ``guess`` (|U|, n_windows) the cells
+    a label / an alarm of the row's component overlaps; ``row``: component -> row."""
+
+    label_cells: np.ndarray
+    truth: np.ndarray
+    guess: np.ndarray
+    row: dict
+
+
+def _check_settings(k: int, window_s: float) -> None:
+    """Refuse (BadInput) ``k < 1`` for Acc@k and a window that is not ``> 0`` s."""
+    if k < 1:
+        raise BadInput(f"k must be >= 1, got {k}", field="k")
+    if not window_s > 0:
+        raise BadInput(f"window must be > 0 s, got {window_s}", field="window_s")
+
+
+def _alarm_arrays(al: pd.DataFrame) -> _AlarmArrays:
+    """The checked ALARMS frame ``al`` as :class:`_AlarmArrays`: alarms without a finite
+    start_ts/end_ts are dropped; in replay (a ``raised_ts`` column) each alarm is the
+    interval ``[raised_ts, max(end_ts, raised_ts)]``: it counts only from its raise."""
+    replay = "raised_ts" in al.columns
+    a_c = _text(al["component"])
+    a0 = al["start_ts"].to_numpy(dtype=np.float64)
+    a1 = al["end_ts"].to_numpy(dtype=np.float64)
+    a_s = al["score"].to_numpy(dtype=np.float64)
+    raised = al["raised_ts"].to_numpy(dtype=np.float64) if replay else None
+    fin = np.isfinite(a0) & np.isfinite(a1)
+    if not fin.all():
+        a_c, a0, a1, a_s = a_c[fin], a0[fin], a1[fin], a_s[fin]
+        raised = raised[fin] if replay else None
+    if replay:
+        a0 = np.maximum(a0, raised)
+        a1 = np.maximum(a1, raised)
+    return _AlarmArrays(a_c, a0, a1, a_s, replay)
+
+
+def _universe(components: Iterable[str], al: _AlarmArrays, lab: _LabelArrays) -> list[str]:
+    """The component universe ``U``, sorted: ``components`` union the components named
+    by the effect labels and by the alarms."""
+    return sorted(set(map(str, components)) | set(lab.comp.tolist()) | set(al.comp.tolist()))
+
+
+def _span(run_span: tuple[float, float] | None, al: _AlarmArrays, lab: _LabelArrays) -> tuple[float, float]:
+    """``(t0, t1)`` unix s of the run: ``run_span``, else the extent of the alarms and
+    labels (``(0, 0)`` when there are none)."""
+    if run_span is None:
+        starts, ends = np.concatenate([al.start, lab.start]), np.concatenate([al.end, lab.end])
+        run_span = (float(starts.min()), float(ends.max())) if starts.size else (0.0, 0.0)
+    return float(run_span[0]), float(run_span[1])
+
+
+def _component_counts(al: _AlarmArrays, lab: _LabelArrays, universe: list[str]) -> dict:
+    """Component level over ``U``: a component is positive when a label names it,
+    predicted when an alarm names it. Returns ``comp_tp, comp_fp, comp_fn, comp_tn``
+    (ints: numbers of components)."""
+    pos, pred = set(lab.comp.tolist()), set(al.comp.tolist())
+    tp, fp, fn = len(pos & pred), len(pred - pos), len(pos - pred)
+    return {"comp_tp": tp, "comp_fp": fp, "comp_fn": fn, "comp_tn": len(universe) - tp - fp - fn}
+
+
+def _windows(t0: float, t1: float, window_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """The run's windows: ``(w0, w1)``, each (n_windows,) unix s, ``window_s`` long from
+    ``t0``, the last one cut at ``t1``; one point window ``[t0, t0]`` when ``t1 <= t0``."""
+    n_win = max(1, int(math.ceil((t1 - t0) / window_s))) if t1 > t0 else 1
+    w0 = t0 + window_s * np.arange(n_win)
+    w1 = np.minimum(w0 + window_s, max(t1, t0))
+    if t1 <= t0:
+        w1 = w0.copy()
+    return w0, w1
+
+
+def _window_cells(al: _AlarmArrays, lab: _LabelArrays, universe: list[str], windows: tuple[np.ndarray, np.ndarray]) -> _Cells:
+    """The component x window grid (:class:`_Cells`): a cell is true when a label of
+    its component overlaps its window, guessed when an alarm of it does."""
+    w0, w1 = windows
+    n_lab, n_al, n_win = len(lab.start), len(al.start), len(w0)
+    row = {x: i for i, x in enumerate(universe)}
+    lab_cells = np.zeros((n_lab, n_win), bool)
+    for j in range(n_lab):
+        lab_cells[j] = _overlap(lab.start[j], lab.end[j], w0, w1)
+    al_cells = np.zeros((n_al, n_win), bool)
+    for i in range(n_al):
+        al_cells[i] = _overlap(al.start[i], al.end[i], w0, w1)
+    truth = np.zeros((len(universe), n_win), bool)
+    guess = np.zeros((len(universe), n_win), bool)
+    for j in range(n_lab):
+        truth[row[lab.comp[j]]] |= lab_cells[j]
+    for i in range(n_al):
+        guess[row[al.comp[i]]] |= al_cells[i]
+    return _Cells(lab_cells, truth, guess, row)
+
+
+def _window_counts(cells: _Cells) -> dict:
+    """The confusion counts of the grid's cells (``win_tp, win_fp, win_fn, win_tn``,
+    floats) and the point-adjusted true positives ``win_pa_tp``
+    (:func:`point_adjusted_hits`, Xu et al. WWW'18: inflated by design)."""
+    truth, guess = cells.truth, cells.guess
+    return {
+        "win_tp": float((truth & guess).sum()), "win_fp": float((~truth & guess).sum()),
+        "win_fn": float((truth & ~guess).sum()), "win_tn": float((~truth & ~guess).sum()),
+        "win_pa_tp": float(point_adjusted_hits(truth, guess)),
+    }
+
+
+def _detections(al: _AlarmArrays, lab: _LabelArrays, late_s: float) -> np.ndarray:
+    """Event level without point-adjust: the (n_alarms, n_labels) bool matrix of an
+    alarm overlapping a label of its own component; in replay with ``late_s`` > 0 (s)
+    the label counts as lasting ``late_s`` longer (a late alarm still detects it)."""
+    n_al, n_lab = len(al.start), len(lab.start)
+    if not (n_al and n_lab):
+        return np.zeros((n_al, n_lab), bool)
+    same = al.comp[:, None] == lab.comp[None, :]
+    a0, a1 = al.start[:, None], al.end[:, None]
+    if al.replay and late_s > 0:
+        return _overlap(a0, a1, lab.start[None, :], lab.end[None, :] + late_s) & same
+    return _overlap(a0, a1, lab.start[None, :], lab.end[None, :]) & same
+
+
+def _event_counts(detect: np.ndarray) -> dict:
+    """From the (n_alarms, n_labels) detection matrix: ``n_alarms``, ``n_alarms_true``
+    (alarms that detect a label), ``n_labels``, ``n_labels_recalled`` (floats)."""
+    n_al, n_lab = detect.shape
+    return {"n_alarms": float(n_al), "n_alarms_true": float(detect.any(axis=1).sum()),
+            "n_labels": float(n_lab), "n_labels_recalled": float(detect.any(axis=0).sum())}
+
+
+def _latencies(al: _AlarmArrays, lab: _LabelArrays, detect: np.ndarray) -> np.ndarray:
+    """Timeliness (replay only): per label (n_labels,) s, ``max(0, first raise of an
+    alarm detecting it - label start_ts)``; NaN for a label not detected and offline."""
+    latency = np.full(len(lab.start), np.nan)
+    if al.replay:
+        for j in np.flatnonzero(detect.any(axis=0)):
+            latency[j] = max(0.0, float(al.start[detect[:, j]].min() - lab.start[j]))
+    return latency
+
+
+def _range_stats(al: _AlarmArrays, lab: _LabelArrays) -> tuple[np.ndarray, dict]:
+    """Range-based precision and recall (Tatbul et al., "Precision and Recall for Time
+    Series", NeurIPS'18; :func:`range_scores`), per component: each label against the
+    component's merged alarm ranges (recall alpha 0.2), each merged alarm range against
+    the component's merged labels (precision alpha 0).
+
+    Returns: the per-label range recall (n_labels,) in [0, 1] and the counts
+    ``n_ranges``, ``range_precision_sum``, ``range_recall_sum`` (floats)."""
+    l_c, l0, l1 = lab
+    a_c, a0, a1 = al.comp, al.start, al.end
+    range_rec = np.zeros(len(l0))
+    n_ranges, precision_sum = 0.0, 0.0
+    for comp in sorted(set(l_c.tolist()) | set(a_c.tolist())):  # sorted: the sum's order (and last digit) must not depend on str hashing
+        li = np.flatnonzero(l_c == comp)
+        ai = np.flatnonzero(a_c == comp)
+        real = merge_intervals(l0[li], l1[li]) if len(li) else (np.zeros(0), np.zeros(0))
+        pr = merge_intervals(a0[ai], a1[ai]) if len(ai) else (np.zeros(0), np.zeros(0))
+        if len(li):  # per label (labels of a component rarely overlap; each scored on its own)
+            range_rec[li] = range_scores((l0[li], l1[li]), pr, alpha=0.2)
+        if len(pr[0]):
+            n_ranges += len(pr[0])
+            precision_sum += float(range_scores(pr, real, alpha=0.0).sum())
+    return range_rec, {"n_ranges": n_ranges, "range_precision_sum": precision_sum, "range_recall_sum": float(range_rec.sum())}
+
+
+def _localization(al: _AlarmArrays, lab: _LabelArrays, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Acc@1 and Acc@k credit per label (each (n_labels,), in [0, 1]): the components
+    ranked by the largest score of their alarms overlapping the label (NaN scores
+    lowest); ``clip((k - h) / t, 0, 1)`` with ``h`` components strictly higher and ``t``
+    tied with the labeled one; 0 when the labeled component has no overlapping alarm."""
+    n_lab = len(lab.start)
+    acc1, acck = np.zeros(n_lab), np.zeros(n_lab)
+    for j in range(n_lab):
+        inside = _overlap(al.start, al.end, lab.start[j], lab.end[j]) if len(al.start) else np.zeros(0, bool)
+        best: dict[str, float] = {}
+        for cc, s in zip(al.comp[inside], al.score[inside]):
+            s = float(s) if np.isfinite(s) else -np.inf
+            best[cc] = max(best.get(cc, -np.inf), s)
+        if lab.comp[j] not in best:
+            continue
+        s_l = best[lab.comp[j]]
+        higher = sum(1 for v in best.values() if v > s_l)
+        tied = sum(1 for v in best.values() if v == s_l)
+        acc1[j] = float(np.clip((1 - higher) / tied, 0.0, 1.0))
+        acck[j] = float(np.clip((k - higher) / tied, 0.0, 1.0))
+    return acc1, acck
+
+
+def _noise_counts(detect: np.ndarray, universe: list[str], span: tuple[float, float]) -> dict:
+    """``false_alarms``: alarms that detect no label of their component;
+    ``component_hours``: ``|U|`` x the run's span (h). Floats."""
+    t0, t1 = span
+    return {"false_alarms": float((~detect.any(axis=1)).sum()), "component_hours": len(universe) * max(0.0, t1 - t0) / 3600.0}
+
+
+def _unmanifested_counts(al: _AlarmArrays, unmanifested: tuple[np.ndarray, np.ndarray, np.ndarray]) -> dict:
+    """Faults that slowed nothing (``unmanifested_arrays``: component, start_ts, end_ts):
+    ``n_unmanifested`` and ``unmanifested_alarmed``, those overlapped by an alarm of
+    their component (a detector should not alarm on them). Floats."""
+    u_c, u0, u1 = unmanifested
+    out = {"n_unmanifested": 0.0, "unmanifested_alarmed": 0.0}
+    if len(u0):
+        out["n_unmanifested"] = float(len(u0))
+        if len(al.start):
+            hit = _overlap(al.start[:, None], al.end[:, None], u0[None, :], u1[None, :]) & (al.comp[:, None] == u_c[None, :])
+            out["unmanifested_alarmed"] = float(hit.any(axis=0).sum())
+    return out
+
+
+def _curve_counts(scores: pd.DataFrame | None, universe: list[str], label_ranges: dict, vus_window: int) -> dict:
+    """Threshold-free scores of the run's rank series (:func:`score_series`):
+    ``auc_pr_sum`` (average precision, as scikit-learn's ``average_precision_score``)
+    and ``vus_pr_sum`` (:func:`vus_pr`, Paparrizos et al. VLDB'22, as TSB-AD computes
+    it, buffer up to ``vus_window`` points), with ``curve_runs`` 1; all 0 without
+    scores or without a positive point."""
+    out = {"curve_runs": 0.0, "auc_pr_sum": 0.0, "vus_pr_sum": 0.0}
+    if scores is not None and len(scores):
+        y, s = score_series(scores, None, universe, label_ranges=label_ranges)
+        if y.any():
+            out = {"curve_runs": 1.0, "auc_pr_sum": auc_pr(y, s), "vus_pr_sum": vus_pr(y, s, window=vus_window)}
+    return out
+
+
+def _per_label(prep: dict, lab: _LabelArrays, detect: np.ndarray, acc1: np.ndarray, acck: np.ndarray,
+               range_rec: np.ndarray, latency: np.ndarray, cells: _Cells) -> pd.DataFrame:
+    """One row per effect label: ``fault_type``, ``source`` and the :data:`LABEL_KEYS`
+    (``recalled`` 0/1, ``acc1``, ``acck``, ``range_recall``, ``latency_s`` (s, NaN
+    offline), ``win_pos``: its windows, ``win_hit``: those guessed for its component)."""
+    win_pos = cells.label_cells.sum(axis=1).astype(float)
+    win_hit = np.array([(cells.label_cells[j] & cells.guess[cells.row[lab.comp[j]]]).sum() for j in range(len(lab.start))], dtype=float)
+    return pd.DataFrame({
+        "fault_type": prep["fault_type"], "source": prep["source"], "recalled": detect.any(axis=0).astype(float), "acc1": acc1, "acck": acck,
+        "range_recall": range_rec, "latency_s": latency, "win_pos": win_pos, "win_hit": win_hit,
+    })
+
+
 def run_stats(
     alarms: pd.DataFrame | None,
     labels: pd.DataFrame | None,
@@ -449,6 +705,15 @@ def run_stats(
     prepared: dict | None = None,
 ) -> dict:
     """Sufficient statistics of one run (see the module docstring).
+
+    The steps, in order: :func:`_alarm_arrays` (finite alarms; in replay each from its
+    raise), :func:`_universe` and :func:`_span`, then one step per metric family:
+    :func:`_component_counts`, :func:`_window_cells` / :func:`_window_counts`
+    (component x window cells, point-adjusted hits), :func:`_detections` /
+    :func:`_event_counts` (event level), :func:`_latencies`, :func:`_range_stats`
+    (Tatbul), :func:`_localization` (Acc@k), :func:`_noise_counts` (false alarms),
+    :func:`_unmanifested_counts`, :func:`_curve_counts` (AUC-PR, VUS-PR), and
+    :func:`_per_label`.
 
     Args:
         alarms: ALARMS frame; with a ``raised_ts`` column (replay), each alarm counts
@@ -472,143 +737,28 @@ def run_stats(
     Raises:
         BadInput when a frame misses a needed column, ``k < 1`` or ``window_s <= 0``.
     """
-    if k < 1:
-        raise BadInput(f"k must be >= 1, got {k}", field="k")
-    if not window_s > 0:
-        raise BadInput(f"window must be > 0 s, got {window_s}", field="window_s")
-    al = _check(alarms, "alarms", ["component", "start_ts", "end_ts", "score"])
+    _check_settings(k, window_s)
+    al_checked = _check(alarms, "alarms", ["component", "start_ts", "end_ts", "score"])
     prep = prepared if prepared is not None else prepare_labels(labels, injections)
-    replay = "raised_ts" in al.columns
-
-    a_c = _text(al["component"])
-    a0 = al["start_ts"].to_numpy(dtype=np.float64)
-    a1 = al["end_ts"].to_numpy(dtype=np.float64)
-    a_s = al["score"].to_numpy(dtype=np.float64)
-    raised = al["raised_ts"].to_numpy(dtype=np.float64) if replay else None
-    fin = np.isfinite(a0) & np.isfinite(a1)
-    if not fin.all():  # alarms without a finite interval are dropped
-        a_c, a0, a1, a_s = a_c[fin], a0[fin], a1[fin], a_s[fin]
-        raised = raised[fin] if replay else None
-    if replay:
-        a0 = np.maximum(a0, raised)
-        a1 = np.maximum(a1, raised)
-    n_al = len(a0)
-    l_c, l0, l1 = prep["effect_arrays"]
-    n_lab = len(l0)
-
-    universe = sorted(set(map(str, components)) | set(l_c.tolist()) | set(a_c.tolist()))
-    if run_span is None:
-        starts, ends = np.concatenate([a0, l0]), np.concatenate([a1, l1])
-        run_span = (float(starts.min()), float(ends.max())) if starts.size else (0.0, 0.0)
-    t0, t1 = float(run_span[0]), float(run_span[1])
+    al = _alarm_arrays(al_checked)
+    lab = _LabelArrays(*prep["effect_arrays"])
+    universe = _universe(components, al, lab)
+    span = _span(run_span, al, lab)
     c = dict.fromkeys(COUNT_KEYS, 0.0)
-
-    # component level
-    pos, pred = set(l_c.tolist()), set(a_c.tolist())
-    c["comp_tp"], c["comp_fp"], c["comp_fn"] = len(pos & pred), len(pred - pos), len(pos - pred)
-    c["comp_tn"] = len(universe) - c["comp_tp"] - c["comp_fp"] - c["comp_fn"]
-
-    # component x window cells
-    n_win = max(1, int(math.ceil((t1 - t0) / window_s))) if t1 > t0 else 1
-    w0 = t0 + window_s * np.arange(n_win)
-    w1 = np.minimum(w0 + window_s, max(t1, t0))
-    if t1 <= t0:
-        w1 = w0.copy()
-    comp_ix = {x: i for i, x in enumerate(universe)}
-    lab_cells = np.zeros((n_lab, n_win), bool)
-    for j in range(n_lab):
-        lab_cells[j] = _overlap(l0[j], l1[j], w0, w1)
-    al_cells = np.zeros((n_al, n_win), bool)
-    for i in range(n_al):
-        al_cells[i] = _overlap(a0[i], a1[i], w0, w1)
-    truth = np.zeros((len(universe), n_win), bool)
-    guess = np.zeros((len(universe), n_win), bool)
-    for j in range(n_lab):
-        truth[comp_ix[l_c[j]]] |= lab_cells[j]
-    for i in range(n_al):
-        guess[comp_ix[a_c[i]]] |= al_cells[i]
-    c["win_tp"] = float((truth & guess).sum())
-    c["win_fp"] = float((~truth & guess).sum())
-    c["win_fn"] = float((truth & ~guess).sum())
-    c["win_tn"] = float((~truth & ~guess).sum())
-    c["win_pa_tp"] = float(point_adjusted_hits(truth, guess))
-
-    # event level (replay: a label may be detected up to late_s after its end)
-    same = a_c[:, None] == l_c[None, :]
-    ov = (_overlap(a0[:, None], a1[:, None], l0[None, :], l1[None, :]) & same) if n_al and n_lab else np.zeros((n_al, n_lab), bool)
-    if replay and late_s > 0 and n_al and n_lab:
-        detect = _overlap(a0[:, None], a1[:, None], l0[None, :], l1[None, :] + late_s) & same
-    else:
-        detect = ov
-    alarm_true = detect.any(axis=1)
-    label_hit = detect.any(axis=0)
-    c["n_alarms"], c["n_alarms_true"] = float(n_al), float(alarm_true.sum())
-    c["n_labels"], c["n_labels_recalled"] = float(n_lab), float(label_hit.sum())
-
-    # latency (replay only)
-    latency = np.full(n_lab, np.nan)
-    if replay:
-        for j in np.flatnonzero(label_hit):
-            latency[j] = max(0.0, float(a0[detect[:, j]].min() - l0[j]))
-
-    # range-based, per component on merged ranges
-    range_rec = np.zeros(n_lab)
-    for comp in sorted(set(l_c.tolist()) | set(a_c.tolist())):  # sorted: the sum's order (and last digit) must not depend on str hashing
-        li = np.flatnonzero(l_c == comp)
-        ai = np.flatnonzero(a_c == comp)
-        real = merge_intervals(l0[li], l1[li]) if len(li) else (np.zeros(0), np.zeros(0))
-        pr = merge_intervals(a0[ai], a1[ai]) if len(ai) else (np.zeros(0), np.zeros(0))
-        if len(li):  # per label (labels of a component rarely overlap; each scored on its own)
-            range_rec[li] = range_scores((l0[li], l1[li]), pr, alpha=0.2)
-        if len(pr[0]):
-            c["n_ranges"] += len(pr[0])
-            c["range_precision_sum"] += float(range_scores(pr, real, alpha=0.0).sum())
-    c["range_recall_sum"] = float(range_rec.sum())
-
-    # localization
-    acc1, acck = np.zeros(n_lab), np.zeros(n_lab)
-    for j in range(n_lab):
-        inside = _overlap(a0, a1, l0[j], l1[j]) if n_al else np.zeros(0, bool)
-        best: dict[str, float] = {}
-        for cc, s in zip(a_c[inside], a_s[inside]):
-            s = float(s) if np.isfinite(s) else -np.inf
-            best[cc] = max(best.get(cc, -np.inf), s)
-        if l_c[j] not in best:
-            continue
-        s_l = best[l_c[j]]
-        higher = sum(1 for v in best.values() if v > s_l)
-        tied = sum(1 for v in best.values() if v == s_l)
-        acc1[j] = float(np.clip((1 - higher) / tied, 0.0, 1.0))
-        acck[j] = float(np.clip((k - higher) / tied, 0.0, 1.0))
+    c.update(_component_counts(al, lab, universe))
+    cells = _window_cells(al, lab, universe, _windows(*span, window_s))
+    c.update(_window_counts(cells))
+    detect = _detections(al, lab, late_s)
+    c.update(_event_counts(detect))
+    latency = _latencies(al, lab, detect)
+    range_rec, range_counts = _range_stats(al, lab)
+    c.update(range_counts)
+    acc1, acck = _localization(al, lab, k)
     c["acc1_sum"], c["acck_sum"] = float(acc1.sum()), float(acck.sum())
-
-    # noise
-    c["false_alarms"] = float((~alarm_true).sum())
-    c["component_hours"] = len(universe) * max(0.0, t1 - t0) / 3600.0
-
-    # faults that slowed nothing: alarmed on?
-    u_c, u0, u1 = prep["unmanifested_arrays"]
-    if len(u0):
-        c["n_unmanifested"] = float(len(u0))
-        if n_al:
-            hit = _overlap(a0[:, None], a1[:, None], u0[None, :], u1[None, :]) & (a_c[:, None] == u_c[None, :])
-            c["unmanifested_alarmed"] = float(hit.any(axis=0).sum())
-
-    # continuous scores
-    if scores is not None and len(scores):
-        y, s = score_series(scores, None, universe, label_ranges=prep["label_ranges"])
-        if y.any():
-            c["curve_runs"] = 1.0
-            c["auc_pr_sum"] = auc_pr(y, s)
-            c["vus_pr_sum"] = vus_pr(y, s, window=vus_window)
-
-    win_pos = lab_cells.sum(axis=1).astype(float)
-    win_hit = np.array([(lab_cells[j] & guess[comp_ix[l_c[j]]]).sum() for j in range(n_lab)], dtype=float)
-    ft, src = prep["fault_type"], prep["source"]
-    per_label = pd.DataFrame({
-        "fault_type": ft, "source": src, "recalled": label_hit.astype(float), "acc1": acc1, "acck": acck,
-        "range_recall": range_rec, "latency_s": latency, "win_pos": win_pos, "win_hit": win_hit,
-    })
+    c.update(_noise_counts(detect, universe, span))
+    c.update(_unmanifested_counts(al, prep["unmanifested_arrays"]))
+    c.update(_curve_counts(scores, universe, prep["label_ranges"], vus_window))
+    per_label = _per_label(prep, lab, detect, acc1, acck, range_rec, latency, cells)
     return {"counts": c, "labels": per_label, "latencies": latency[np.isfinite(latency)]}
 
 
