@@ -189,8 +189,10 @@ class _Feed:
 
 def _ticks(t0: float, t_last: float, tick_s: float) -> np.ndarray:
     """The replay clock (unix s): ``t0 + tick_s``, ``t0 + 2 tick_s``, ... up to the
-    first tick at or past ``t_last``, the last one at least ``t_last``."""
-    n_ticks = int(np.ceil((t_last - t0) / tick_s))
+    first tick at or past ``t_last``, the last one at least ``t_last``; one tick at
+    least (a run whose every step ends where it starts: before, no tick and an
+    IndexError)."""
+    n_ticks = max(1, int(np.ceil((t_last - t0) / tick_s)))
     ticks = t0 + tick_s * np.arange(1, n_ticks + 1)
     ticks[-1] = max(ticks[-1], t_last)
     return ticks
