@@ -124,7 +124,10 @@ ranks pass a barrier, destroy the process group and leave with ``os._exit`` (glo
 threads can abort the interpreter's own teardown).
 
 The helpers ``draw_sequences``, ``rebalance``, ``step_tokens``, ``GcKnob`` and
-``StepLog`` import nothing heavy; ``faultlab.benchmarks.pipeline`` uses them too.
+``StepLog`` import nothing heavy; ``faultlab.benchmarks.pipeline`` uses them too, and
+the steps of a rank's run: ``boot``, ``print_up`` (the "up" line), ``run_steps`` (the
+step loop), ``StepRecorder`` (one step's record) and ``finish`` (barrier, teardown, the
+"done" line). The ddp rank's model, data and step are :class:`DdpRank`.
 """
 
 from __future__ import annotations
@@ -142,6 +145,7 @@ import sys
 import time
 from itertools import pairwise, repeat
 from pathlib import Path
+from typing import NamedTuple
 
 #: a drawn token count is clipped to at most this many times the median
 MAX_TOKENS_FACTOR = 16
@@ -400,6 +404,8 @@ def check_common_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The rank's argv (the module docstring). Bad values: argparse's one-line usage
+    error, exit status 2."""
     p = argparse.ArgumentParser(prog="python -m faultlab.benchmarks.ddp", description=__doc__.split("\n\n")[0])
     add_common_args(p, peer_group="dp")
     p.add_argument("--hidden", type=int, default=512, help="hidden width of the 256-H-256 MLP")
@@ -627,6 +633,258 @@ def boot(a: argparse.Namespace):
     return t_boot, gc_seconds, torch, dist, device, backend, sync
 
 
+# -- the rank's run: shared by ddp and pipeline ---------------------------------------
+def print_up(who: str, backend: str, t_boot: float, settings: str) -> None:
+    """Print the rank's "up" line, ``[WHO] BACKEND up in X.XXs (iface=IFACE, SETTINGS)``;
+    ``t_boot`` is the perf_counter reading (s) taken before :func:`boot`."""
+    print(
+        f"[{who}] {backend} up in {time.perf_counter() - t_boot:.2f}s "
+        f"(iface={os.environ.get('GLOO_SOCKET_IFNAME', 'default')}, {settings})",
+        flush=True,
+    )
+
+
+def make_gc_knob(a: argparse.Namespace) -> GcKnob | None:
+    """The rank's ``--gc-mode`` straggler (None with ``--gc-mode off``)."""
+    if a.gc_mode == "off":
+        return None
+    return GcKnob(a.gc_mode, a.gc_every, a.gc_garbage_mb, seed=a.seed, rank=a.rank)
+
+
+def seq_pool_rows(a: argparse.Namespace) -> int:
+    """Rows of the data pool that ``--seq-len-tokens`` steps slice their rows from:
+    ``MAX_TOKENS_FACTOR`` × the median (the largest draw), at most 65536 (a step's
+    rows wrap round the pool, ``wrap_index``)."""
+    return min(MAX_TOKENS_FACTOR * a.seq_len_tokens, 1 << 16)
+
+
+def wrap_index(torch, start: int, n: int, pool_rows: int, device):
+    """The index of ``n`` consecutive rows of a pool of ``pool_rows`` rows, from row
+    ``start % pool_rows``, wrapping round at the pool's end: a slice (indexing gives a
+    view) when they do not wrap, else an int64 index tensor on ``device``."""
+    start %= pool_rows
+    if start + n <= pool_rows:
+        return slice(start, start + n)
+    return torch.arange(start, start + n, device=device) % pool_rows
+
+
+class Trained(NamedTuple):
+    """What :func:`run_steps` returns: ``steps`` run; ``why``, this rank's own stop
+    reason in the last step (``stop_reason``; None: it stopped on a peer's vote);
+    ``t_train0``, the perf_counter reading (s) when training began."""
+
+    steps: int
+    why: str | None
+    t_train0: float
+
+
+def run_steps(a: argparse.Namespace, recorder: StepRecorder, gc_knob: GcKnob | None, step_fn) -> Trained:
+    """The step loop of a rank, until the ranks agree to stop.
+
+    Starts ``gc_knob`` (when not None), then per step: this rank's stop vote
+    (``stop_reason``), the step's start ``t0`` (a perf_counter reading, s),
+    ``recorder.begin(step, t0)``, and ``step_fn(recorder, step, t0, want_stop)``, which
+    runs the step, records it with ``recorder.end`` and returns True when the reduced
+    vote says stop after it. ``--duration-s`` counts from the start of this loop. The
+    recorder is closed (its records flushed) on the way out, on an error too; errors
+    of ``step_fn`` propagate."""
+    step = 0
+    why = None
+    if gc_knob is not None:
+        gc_knob.start()
+    t_train0 = time.perf_counter()
+    try:
+        while True:
+            why = stop_reason(a, step, t_train0)
+            t0 = time.perf_counter()
+            recorder.begin(step, t0)
+            stop = step_fn(recorder, step, t0, why is not None)
+            step += 1
+            if stop:
+                break
+    finally:
+        recorder.close()
+    return Trained(step, why, t_train0)
+
+
+def finish(dist, who: str, run: Trained, recorder: StepRecorder, loss_text: str = "") -> None:
+    """Leave with the other ranks: a barrier, destroy the process group, then the "done"
+    line (steps, training seconds, ``recorder.summary()``, ``loss_text``, the stop
+    reason) and, with ``--telemetry-ab``, the A/B line on stdout."""
+    # All ranks leave together: a rank that tears gloo down while its peer is still
+    # finishing the last all-reduce makes the peer abort at exit (seen here ~1 run in
+    # 4 without the barrier: "terminate called without an active exception").
+    dist.barrier()
+    dist.destroy_process_group()
+    why = run.why or "a peer's vote"
+    print(
+        f"[{who}] done: {run.steps} steps in {time.perf_counter() - run.t_train0:.2f}s "
+        f"({recorder.summary()}{loss_text}, stop: {why})",
+        flush=True,
+    )
+    if recorder.ab:
+        print(f"[{who}] {recorder.periods.ab_text()}", flush=True)
+
+
+# -- the ddp rank ----------------------------------------------------------------------
+class DdpRank:
+    """The model, data and gradient buffer of one ddp rank, and its training step.
+
+    The 256-HIDDEN-256 MLP starts from the same weights on every rank (``--seed``),
+    and the targets come from one fixed teacher; each rank draws its own data:
+    with ``--seq-len-tokens`` one pool of ``seq_pool_rows`` rows a step slices its
+    tokens from, else 16 batches of ``--batch`` rows, with ``--data-dir`` written as
+    shard files and read back from disk. Gradients travel in one float32 buffer of
+    all parameters plus one element, the stop vote. ``torch``, ``dist``, ``device``,
+    ``sync`` are :func:`boot`'s. ``close()`` removes the ``--data-dir`` shards. Raises
+    OSError (``safefs.UntrustedPath`` too) when the shard folder cannot be made."""
+
+    def __init__(self, a: argparse.Namespace, torch, dist, device, sync):
+        self.a, self.torch, self.dist, self.device, self.sync = a, torch, dist, device, sync
+        self.seqlen = a.seq_len_tokens is not None
+        teacher = self._build_model()
+        self.pool, self.pool_x, self.pool_y, self.pool_rows = self._build_pool(teacher)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=a.lr)
+        self.loss_fn = torch.nn.MSELoss()
+        self.gc_knob = make_gc_knob(a)
+        self.buf, self.views = self._grad_buffer()
+        self.world = float(a.world_size)
+        self.loss = None  # the last step's unweighted loss (a 0-d tensor)
+        self.disk = None
+        if a.data_dir is not None:  # last: nothing after it can fail and leave the shards
+            from faultlab.benchmarks.diskdata import DiskData
+
+            self.disk = DiskData(a.data_dir, a.run_id, a.rank, [(x.cpu().numpy(), y.cpu().numpy()) for x, y in self.pool])
+
+    def _build_model(self):
+        """Seed torch with ``--seed``, build the MLP on the device; returns the teacher
+        (a 256 × 256 float32 tensor), drawn right after the weights."""
+        torch, a = self.torch, self.a
+        torch.manual_seed(a.seed)
+        self.model = torch.nn.Sequential(
+            torch.nn.Linear(256, a.hidden),
+            torch.nn.ReLU(),
+            torch.nn.Linear(a.hidden, 256),
+        ).to(self.device)
+        return torch.randn(256, 256) / 16.0
+
+    def _build_pool(self, teacher):
+        """The rank's data, from its own generator: ``(pool, pool_x, pool_y,
+        pool_rows)``; with ``--seq-len-tokens`` the row pool (``pool`` empty), else
+        ``pool`` the 16 ``(x, y)`` batches (the rest None)."""
+        torch, a, device = self.torch, self.a, self.device
+        gen = torch.Generator().manual_seed(a.seed * 100003 + a.rank + 1)
+        if self.seqlen:
+            # One pool of rows; a step takes `tokens` consecutive rows of it (wrapping).
+            pool_rows = seq_pool_rows(a)
+            px = torch.randn(pool_rows, 256, generator=gen)
+            return [], px.to(device), torch.tanh(px @ teacher).to(device), pool_rows
+        pool = []
+        for _ in range(16):
+            x = torch.randn(a.batch, 256, generator=gen)
+            pool.append((x.to(device), torch.tanh(x @ teacher).to(device)))
+        return pool, None, None, None
+
+    def _grad_buffer(self):
+        """One float32 buffer for all gradients plus the stop vote (its last element),
+        and per parameter ``(param, view of its slice)``."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        n_grad = sum(p.numel() for p in params)
+        buf = self.torch.zeros(n_grad + 1, dtype=self.torch.float32, device=self.device)
+        views = []
+        off = 0
+        for p in params:
+            views.append((p, buf[off : off + p.numel()]))
+            off += p.numel()
+        return buf, views
+
+    def batch(self, step: int):
+        """The step's batch (the dataloader's work): ``(x, y, tokens, weight)``;
+        ``tokens`` and ``weight`` are None without ``--seq-len-tokens``."""
+        if self.seqlen:
+            return self._seq_batch(step)
+        if self.disk is not None:
+            xn, yn = self.disk.read(step)
+            return self.torch.from_numpy(xn).to(self.device), self.torch.from_numpy(yn).to(self.device), None, None
+        x, y = self.pool[step % len(self.pool)]
+        return x, y, None, None
+
+    def _seq_batch(self, step: int):
+        """This rank's ``step_tokens`` rows of the pool, with the loss weight: its share
+        of the step's tokens × W, so SUM / W of the gradients is the gradient of the
+        mean loss over all tokens."""
+        a = self.a
+        toks = step_tokens(a.seed, step, a.world_size, a.seq_len_tokens, a.seq_len_sigma, a.seqs_per_rank, a.rebalance)
+        n = toks[a.rank]
+        ix = wrap_index(self.torch, step * 7919 + a.rank * 104729, n, self.pool_rows, self.device)
+        return self.pool_x[ix], self.pool_y[ix], n, n * len(toks) / sum(toks)
+
+    def step(self, recorder: StepRecorder, step: int, t0: float, want_stop: bool) -> bool:
+        """One training step from ``t0`` (perf_counter, s): batch, local gradients,
+        the all-reduce of the gradients and the stop votes, the optimizer step, the
+        record. Returns True when some rank voted to stop."""
+        x, y, n_tok, weight = self.batch(step)
+        td = time.perf_counter()
+        self._backward(step, x, y, weight)
+        self.buf[-1] = 1.0 if want_stop else 0.0
+        self.sync()
+        t1 = time.perf_counter()
+        self.dist.all_reduce(self.buf, op=self.dist.ReduceOp.SUM)
+        self.sync()
+        t2 = time.perf_counter()
+        stop = self._apply(step)
+        self.sync()
+        t3 = time.perf_counter()
+        self._record(recorder, step, t0, td, t1, t2, t3, n_tok)
+        return stop
+
+    def _backward(self, step: int, x, y, weight) -> None:
+        """The ``--gc-mode`` garbage, forward, backward (loss × ``weight`` when not
+        None), and the gradients copied into the buffer."""
+        if self.gc_knob is not None:
+            self.gc_knob.step(step)
+        self.model.zero_grad(set_to_none=False)
+        self.loss = self.loss_fn(self.model(x), y)  # printed at the end: the rank's unweighted loss
+        (self.loss * weight if weight is not None else self.loss).backward()
+        for p, v in self.views:
+            v.copy_(p.grad.reshape(-1))
+
+    def _apply(self, step: int) -> bool:
+        """After the all-reduce: read the vote, average the gradients back into the
+        parameters, step the optimizer, checkpoint when due. Returns the stop."""
+        buf = self.buf
+        stop = bool(buf[-1].item() > 0)
+        buf[:-1].div_(self.world)
+        for p, v in self.views:
+            p.grad.copy_(v.view_as(p))
+        self.opt.step()
+        every = self.a.checkpoint_every
+        if self.disk is not None and every and step % every == every - 1:
+            ck = io.BytesIO()
+            self.torch.save(self.model.state_dict(), ck)
+            self.disk.checkpoint(ck.getvalue())
+        return stop
+
+    def _record(self, recorder: StepRecorder, step: int, t0: float, td: float, t1: float, t2: float, t3: float,
+                n_tok: int | None) -> None:
+        """The step's record from its perf_counter readings (s): ``t0`` start, ``td``
+        batch ready, ``t1`` all-reduce begins, ``t2`` it ends, ``t3`` step ends.
+        ``step_s = t3 - t0``, ``comm_s = t2 - t1``; the batch (``td - t0``) is
+        ``dataloader_s`` with ``--seq-len-tokens`` or ``--data-dir`` and part of
+        ``compute_s`` with the in-memory pool."""
+        if self.seqlen:  # the batch draw (dataloader) is not compute
+            recorder.end(step, t3 - t0, (t1 - td) + (t3 - t2), t2 - t1, tokens=n_tok, dataloader_s=td - t0)
+        elif self.disk is not None:  # reading the shard is the dataloader's time
+            recorder.end(step, t3 - t0, (t1 - td) + (t3 - t2), t2 - t1, dataloader_s=td - t0)
+        else:
+            recorder.end(step, t3 - t0, (t1 - t0) + (t3 - t2), t2 - t1)
+
+    def close(self) -> None:
+        """Remove the ``--data-dir`` shards and checkpoint (no-op without)."""
+        if self.disk is not None:
+            self.disk.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     """One rank: the argv of the module docstring (``parse_args``), then boot (GC
     timer, agent, torch.distributed rendezvous at ``--master-addr:--master-port``
@@ -644,138 +902,15 @@ def main(argv: list[str] | None = None) -> int:
     SIGTERM exits at once with 143; argparse's usage errors exit 2."""
     a = parse_args(argv)
     t_boot, gc_seconds, torch, dist, device, backend, sync = boot(a)
-    print(
-        f"[rank {a.rank}/{a.world_size} node {a.node}] {backend} up in {time.perf_counter() - t_boot:.2f}s "
-        f"(iface={os.environ.get('GLOO_SOCKET_IFNAME', 'default')}, hidden={a.hidden}, batch={a.batch}, threads={a.threads}, "
-        f"seq_len={_seqlen_text(a)}, gc={a.gc_mode})",
-        flush=True,
-    )
-
-    # Same initial weights and teacher on every rank; different data per rank.
-    torch.manual_seed(a.seed)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(256, a.hidden),
-        torch.nn.ReLU(),
-        torch.nn.Linear(a.hidden, 256),
-    ).to(device)
-    teacher = torch.randn(256, 256) / 16.0
-    gen = torch.Generator().manual_seed(a.seed * 100003 + a.rank + 1)
-    seqlen = a.seq_len_tokens is not None
-    if seqlen:
-        # One pool of rows; a step takes `tokens` consecutive rows of it (wrapping).
-        pool_rows = min(MAX_TOKENS_FACTOR * a.seq_len_tokens, 1 << 16)
-        px = torch.randn(pool_rows, 256, generator=gen)
-        pool_x, pool_y = px.to(device), torch.tanh(px @ teacher).to(device)
-        pool = []
-    else:
-        pool = []
-        for _ in range(16):
-            x = torch.randn(a.batch, 256, generator=gen)
-            pool.append((x.to(device), torch.tanh(x @ teacher).to(device)))
-    disk = None
-    if a.data_dir is not None:
-        from faultlab.benchmarks.diskdata import DiskData
-
-        disk = DiskData(a.data_dir, a.run_id, a.rank, [(x.cpu().numpy(), y.cpu().numpy()) for x, y in pool])
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr)
-    loss_fn = torch.nn.MSELoss()
-
-    def seq_batch(step: int):
-        toks = step_tokens(a.seed, step, a.world_size, a.seq_len_tokens, a.seq_len_sigma, a.seqs_per_rank, a.rebalance)
-        n = toks[a.rank]
-        start = (step * 7919 + a.rank * 104729) % pool_rows
-        if start + n <= pool_rows:
-            x, y = pool_x[start : start + n], pool_y[start : start + n]
-        else:
-            idx = torch.arange(start, start + n, device=device) % pool_rows
-            x, y = pool_x[idx], pool_y[idx]
-        # weight: this rank's share of the step's tokens, so SUM / W of the gradients
-        # is the gradient of the mean loss over all tokens
-        return x, y, n, n * len(toks) / sum(toks)
-
-    gc_knob = GcKnob(a.gc_mode, a.gc_every, a.gc_garbage_mb, seed=a.seed, rank=a.rank) if a.gc_mode != "off" else None
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    n_grad = sum(p.numel() for p in params)
-    buf = torch.zeros(n_grad + 1, dtype=torch.float32, device=device)  # last element: stop vote
-    views = []
-    off = 0
-    for p in params:
-        views.append((p, buf[off : off + p.numel()]))
-        off += p.numel()
-    world = float(a.world_size)
-
-    recorder = StepRecorder(a, gc_seconds)
-    step = 0
-    why = None
-    if gc_knob is not None:
-        gc_knob.start()
-    t_train0 = time.perf_counter()
+    print_up(f"rank {a.rank}/{a.world_size} node {a.node}", backend, t_boot,
+             f"hidden={a.hidden}, batch={a.batch}, threads={a.threads}, seq_len={_seqlen_text(a)}, gc={a.gc_mode}")
+    rank = DdpRank(a, torch, dist, device, sync)
     try:
-        while True:
-            why = stop_reason(a, step, t_train0)
-            want_stop = why is not None
-            t0 = time.perf_counter()
-            recorder.begin(step, t0)
-            if seqlen:
-                x, y, n_tok, weight = seq_batch(step)
-            elif disk is not None:
-                xn, yn = disk.read(step)
-                x, y = torch.from_numpy(xn).to(device), torch.from_numpy(yn).to(device)
-            else:
-                x, y = pool[step % len(pool)]
-            td = time.perf_counter()
-            if gc_knob is not None:
-                gc_knob.step(step)
-            model.zero_grad(set_to_none=False)
-            loss = loss_fn(model(x), y)  # printed at the end: the rank's unweighted loss
-            (loss * weight if seqlen else loss).backward()
-            for p, v in views:
-                v.copy_(p.grad.reshape(-1))
-            buf[-1] = 1.0 if want_stop else 0.0
-            sync()
-            t1 = time.perf_counter()
-            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
-            sync()
-            t2 = time.perf_counter()
-            stop = bool(buf[-1].item() > 0)
-            buf[:-1].div_(world)
-            for p, v in views:
-                p.grad.copy_(v.view_as(p))
-            opt.step()
-            if disk is not None and a.checkpoint_every and step % a.checkpoint_every == a.checkpoint_every - 1:
-                ck = io.BytesIO()
-                torch.save(model.state_dict(), ck)
-                disk.checkpoint(ck.getvalue())
-            sync()
-            t3 = time.perf_counter()
-            if seqlen:  # the batch draw (dataloader) is not compute
-                recorder.end(step, t3 - t0, (t1 - td) + (t3 - t2), t2 - t1, tokens=n_tok, dataloader_s=td - t0)
-            elif disk is not None:  # reading the shard is the dataloader's time
-                recorder.end(step, t3 - t0, (t1 - td) + (t3 - t2), t2 - t1, dataloader_s=td - t0)
-            else:
-                recorder.end(step, t3 - t0, (t1 - t0) + (t3 - t2), t2 - t1)
-            step += 1
-            if stop:
-                break
+        recorder = StepRecorder(a, gc_seconds)
+        run = run_steps(a, recorder, rank.gc_knob, rank.step)
     finally:
-        recorder.close()
-        if disk is not None:
-            disk.close()
-
-    # All ranks leave together: a rank that tears gloo down while its peer is still
-    # finishing the last all-reduce makes the peer abort at exit (seen here ~1 run in
-    # 4 without the barrier: "terminate called without an active exception").
-    dist.barrier()
-    dist.destroy_process_group()
-    why = why or "a peer's vote"
-    print(
-        f"[rank {a.rank}] done: {step} steps in {time.perf_counter() - t_train0:.2f}s "
-        f"({recorder.summary()}, final loss {loss.item():.4f}, stop: {why})",
-        flush=True,
-    )
-    if recorder.ab:
-        print(f"[rank {a.rank}] {recorder.periods.ab_text()}", flush=True)
+        rank.close()
+    finish(dist, f"rank {a.rank}", run, recorder, f", final loss {rank.loss.item():.4f}")
     return 0
 
 

@@ -62,20 +62,22 @@ with ``os._exit``.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 from faultlab.benchmarks.ddp import (
-    boot,
-    MAX_TOKENS_FACTOR,
-    GcKnob,
     StepRecorder,
     add_common_args,
+    boot,
     check_common_args,
     draw_sequences,
+    finish,
+    make_gc_knob,
+    print_up,
     rebalance,
     run_main,
-    stop_reason,
+    run_steps,
+    seq_pool_rows,
+    wrap_index,
 )
 
 
@@ -106,6 +108,8 @@ def microbatch_rows(a: argparse.Namespace, step: int) -> list[int]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The stage's argv (the module docstring); adds ``layer_counts`` (layers per
+    stage). Bad values: argparse's one-line usage error, exit status 2."""
     p = argparse.ArgumentParser(prog="python -m faultlab.benchmarks.pipeline", description=__doc__.split("\n\n")[0])
     add_common_args(p, peer_group="pp")
     p.add_argument("--stages", type=int, default=None, help="pipeline stages (must equal --world-size; default: it)")
@@ -131,153 +135,183 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    t_boot, gc_seconds, torch, dist, device, backend, sync = boot(a)
-    s, S, M, H = a.rank, a.stages, a.microbatches, a.hidden
-    first, last = s == 0, s == S - 1
-    print(
-        f"[stage {s}/{S} node {a.node}] {backend} up in {time.perf_counter() - t_boot:.2f}s "
-        f"(iface={os.environ.get('GLOO_SOCKET_IFNAME', 'default')}, layers={a.layer_counts}, microbatches={M}, "
-        f"hidden={H}, batch={a.batch}, threads={a.threads}, gc={a.gc_mode})",
-        flush=True,
-    )
+class _StepTimes:
+    """One step's running sums (s): ``compute`` (local work) and ``comm`` (blocked
+    in send/recv and the stop vote)."""
 
-    torch.manual_seed(a.seed * 1009 + s)
-    mods: list = []
-    for i in range(a.layer_counts[s]):
-        mods.append(torch.nn.Linear(H, H))
-        if not (last and i == a.layer_counts[s] - 1):
-            mods.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*mods).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr)
-    loss_fn = torch.nn.MSELoss()
+    __slots__ = ("compute", "comm")
 
-    # The data pool: the same on the first stage (inputs) and the last (targets).
-    if first or last:
+    def __init__(self, compute: float):
+        self.compute, self.comm = compute, 0.0
+
+
+class PipelineStage:
+    """Stage ``--rank`` of the pipeline: its ``--layers[s]`` Linear layers (ReLU
+    between them; none after the last stage's last layer), its optimizer, the data
+    pool (the inputs on the first stage, the targets on the last, both from one
+    generator so the stages agree), and its GPipe training step. ``torch``, ``dist``,
+    ``device``, ``sync`` are :func:`boot`'s."""
+
+    def __init__(self, a: argparse.Namespace, torch, dist, device, sync):
+        self.a, self.torch, self.dist, self.device, self.sync = a, torch, dist, device, sync
+        self.s, self.M, self.H = a.rank, a.microbatches, a.hidden
+        self.first, self.last = self.s == 0, self.s == a.stages - 1
+        self.model = self._build_model()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=a.lr)
+        self.loss_fn = torch.nn.MSELoss()
+        self.pool_x, self.pool_y, self.pool_rows = self._build_pool()
+        self.gc_knob = make_gc_knob(a)
+        self.vote = torch.zeros(1, dtype=torch.float32, device=device)
+        self.outs: list = []  # the last step's outputs (on the last stage: the weighted losses)
+
+    def _build_model(self):
+        """This stage's layers, seeded by ``--seed`` and the stage, on the device."""
+        torch, a, s = self.torch, self.a, self.s
+        torch.manual_seed(a.seed * 1009 + s)
+        mods: list = []
+        for i in range(a.layer_counts[s]):
+            mods.append(torch.nn.Linear(self.H, self.H))
+            if not (self.last and i == a.layer_counts[s] - 1):
+                mods.append(torch.nn.ReLU())
+        return torch.nn.Sequential(*mods).to(self.device)
+
+    def _build_pool(self):
+        """``(pool_x, pool_y, pool_rows)``: the inputs (first stage) and targets (last
+        stage) of the same pool of rows, None where the stage needs none; rows:
+        ``seq_pool_rows`` with ``--seq-len-tokens``, else 16 batches."""
+        if not (self.first or self.last):
+            return None, None, None
+        torch, a, H = self.torch, self.a, self.H
         gen = torch.Generator().manual_seed(a.seed * 100003 + 7)
-        if a.seq_len_tokens is not None:
-            pool_rows = min(MAX_TOKENS_FACTOR * a.seq_len_tokens, 1 << 16)
-        else:
-            pool_rows = 16 * a.batch
+        pool_rows = seq_pool_rows(a) if a.seq_len_tokens is not None else 16 * a.batch
         px = torch.randn(pool_rows, H, generator=gen)
         teacher = torch.randn(H, H, generator=gen) / H**0.5
-        pool_x = px.to(device) if first else None
-        pool_y = torch.tanh(px @ teacher).to(device) if last else None
-        del px
+        pool_x = px.to(self.device) if self.first else None
+        pool_y = torch.tanh(px @ teacher).to(self.device) if self.last else None
+        return pool_x, pool_y, pool_rows
 
-    def rows_at(pool, start: int, n: int):
-        start %= pool_rows
-        if start + n <= pool_rows:
-            return pool[start : start + n]
-        return pool[torch.arange(start, start + n, device=device) % pool_rows]
+    def _rows_at(self, pool, start: int, n: int):
+        """``n`` rows of ``pool`` from row ``start`` (mod the pool's rows, wrapping)."""
+        return pool[wrap_index(self.torch, start, n, self.pool_rows, self.device)]
 
-    gc_knob = GcKnob(a.gc_mode, a.gc_every, a.gc_garbage_mb, seed=a.seed, rank=a.rank) if a.gc_mode != "off" else None
-    vote = torch.zeros(1, dtype=torch.float32, device=device)
+    def step(self, recorder: StepRecorder, step: int, t0: float, want_stop: bool) -> bool:
+        """One GPipe step from ``t0`` (perf_counter, s): the microbatch rows, all
+        forwards, all backwards, the stop vote, the optimizer step, the record.
+        Returns True when some stage voted to stop."""
+        perf = time.perf_counter
+        rows = microbatch_rows(self.a, step)
+        total = sum(rows)
+        td = perf()
+        if self.gc_knob is not None:
+            self.gc_knob.step(step)
+        self.model.zero_grad(set_to_none=False)
+        self.sync()
+        t = _StepTimes(perf() - td)
+        ins, outs, sends = self._forwards(t, rows, total, step * total)
+        self._backwards(t, ins, outs, sends)
+        stop = self._vote(t, sends, want_stop)
+        tc = perf()
+        self.opt.step()
+        self.sync()
+        t3 = perf()
+        t.compute += t3 - tc
+        self.outs = outs
+        if self.a.seq_len_tokens is not None:
+            recorder.end(step, t3 - t0, t.compute, t.comm, tokens=total, dataloader_s=td - t0)
+        else:
+            recorder.end(step, t3 - t0, t.compute, t.comm)
+        return stop
 
-    recorder = StepRecorder(a, gc_seconds)
-    step = 0
-    why = None
-    perf = time.perf_counter
-    if gc_knob is not None:
-        gc_knob.start()
-    t_train0 = perf()
-    try:
-        while True:
-            why = stop_reason(a, step, t_train0)
-            t0 = perf()
-            recorder.begin(step, t0)
-            rows = microbatch_rows(a, step)
-            total = sum(rows)
-            base = step * total
-            td = perf()
-            if gc_knob is not None:
-                gc_knob.step(step)
-            model.zero_grad(set_to_none=False)
-            sync()
-            compute = perf() - td
-            comm = 0.0
-            ins: list = []
-            outs: list = []
-            sends: list = []
-            # -- all forwards
-            for m in range(M):
-                off = base + sum(rows[:m])
-                if first:
-                    x = rows_at(pool_x, off, rows[m])
-                else:
-                    x = torch.empty(rows[m], H, device=device)
-                    tw = perf()
-                    dist.recv(x, src=s - 1, tag=m)
-                    comm += perf() - tw
-                    x.requires_grad_()
-                tc = perf()
-                out = model(x)
-                if last:
-                    out = loss_fn(out, rows_at(pool_y, off, rows[m])) * (rows[m] / total)
-                sync()
-                compute += perf() - tc
-                if not last:
-                    tw = perf()
-                    sends.append(dist.isend(out.detach(), dst=s + 1, tag=m))
-                    comm += perf() - tw
-                ins.append(x)
-                outs.append(out)
-            # -- all backwards, last microbatch first
-            for m in reversed(range(M)):
-                if last:
-                    tc = perf()
-                    outs[m].backward()
-                else:
-                    g = torch.empty_like(outs[m])
-                    tw = perf()
-                    dist.recv(g, src=s + 1, tag=M + m)
-                    comm += perf() - tw
-                    tc = perf()
-                    outs[m].backward(g)
-                sync()
-                compute += perf() - tc
-                if not first:
-                    tw = perf()
-                    sends.append(dist.isend(ins[m].grad, dst=s - 1, tag=M + m))
-                    comm += perf() - tw
-            # -- sends done, stop vote
-            tw = perf()
-            for w in sends:
-                w.wait()
-            vote.fill_(1.0 if why is not None else 0.0)
-            dist.all_reduce(vote, op=dist.ReduceOp.SUM)
-            stop = bool(vote.item() > 0)
-            comm += perf() - tw
-            # -- optimizer
-            tc = perf()
-            opt.step()
-            sync()
-            t3 = perf()
-            compute += t3 - tc
-            if a.seq_len_tokens is not None:
-                recorder.end(step, t3 - t0, compute, comm, tokens=total, dataloader_s=td - t0)
+    def _forwards(self, t: _StepTimes, rows: list[int], total: int, base: int):
+        """All microbatches forward: receive each input from the stage before (the
+        first stage slices the pool from row ``base``), run the layers (the loss, ×
+        the microbatch's share of ``total`` rows, on the last stage), send the output
+        on. Adds to ``t``; returns ``(ins, outs, sends)``."""
+        perf, dist, s = time.perf_counter, self.dist, self.s
+        ins: list = []
+        outs: list = []
+        sends: list = []
+        for m in range(self.M):
+            off = base + sum(rows[:m])
+            if self.first:
+                x = self._rows_at(self.pool_x, off, rows[m])
             else:
-                recorder.end(step, t3 - t0, compute, comm)
-            step += 1
-            if stop:
-                break
-    finally:
-        recorder.close()
+                x = self.torch.empty(rows[m], self.H, device=self.device)
+                tw = perf()
+                dist.recv(x, src=s - 1, tag=m)
+                t.comm += perf() - tw
+                x.requires_grad_()
+            tc = perf()
+            out = self.model(x)
+            if self.last:
+                out = self.loss_fn(out, self._rows_at(self.pool_y, off, rows[m])) * (rows[m] / total)
+            self.sync()
+            t.compute += perf() - tc
+            if not self.last:
+                tw = perf()
+                sends.append(dist.isend(out.detach(), dst=s + 1, tag=m))
+                t.comm += perf() - tw
+            ins.append(x)
+            outs.append(out)
+        return ins, outs, sends
 
-    if last:
-        loss_sum = float(sum(o.item() for o in outs))
-    dist.barrier()
-    dist.destroy_process_group()
-    why = why or "a peer's vote"
-    loss_text = f", final loss {loss_sum:.4f}" if last else ""
-    print(
-        f"[stage {s}] done: {step} steps in {time.perf_counter() - t_train0:.2f}s "
-        f"({recorder.summary()}{loss_text}, stop: {why})",
-        flush=True,
-    )
-    if recorder.ab:
-        print(f"[stage {s}] {recorder.periods.ab_text()}", flush=True)
+    def _backwards(self, t: _StepTimes, ins: list, outs: list, sends: list) -> None:
+        """All microbatches backward, the last first: receive the output's gradient
+        from the stage after, back-propagate, send the input's gradient to the stage
+        before (appended to ``sends``). Adds to ``t``."""
+        perf, dist, s, M = time.perf_counter, self.dist, self.s, self.M
+        for m in reversed(range(M)):
+            if self.last:
+                tc = perf()
+                outs[m].backward()
+            else:
+                g = self.torch.empty_like(outs[m])
+                tw = perf()
+                dist.recv(g, src=s + 1, tag=M + m)
+                t.comm += perf() - tw
+                tc = perf()
+                outs[m].backward(g)
+            self.sync()
+            t.compute += perf() - tc
+            if not self.first:
+                tw = perf()
+                sends.append(dist.isend(ins[m].grad, dst=s - 1, tag=M + m))
+                t.comm += perf() - tw
+
+    def _vote(self, t: _StepTimes, sends: list, want_stop: bool) -> bool:
+        """Wait for the step's sends, then the one-element SUM all-reduce of the stop
+        votes (both in ``t.comm``). Returns True when some stage voted to stop."""
+        tw = time.perf_counter()
+        for w in sends:
+            w.wait()
+        self.vote.fill_(1.0 if want_stop else 0.0)
+        self.dist.all_reduce(self.vote, op=self.dist.ReduceOp.SUM)
+        stop = bool(self.vote.item() > 0)
+        t.comm += time.perf_counter() - tw
+        return stop
+
+    def loss_text(self) -> str:
+        """``", final loss X"`` (the last step's loss) on the last stage, else ``""``."""
+        if not self.last:
+            return ""
+        return f", final loss {float(sum(o.item() for o in self.outs)):.4f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One stage: the argv of the module docstring (``parse_args``), :func:`boot`,
+    training until ``--duration-s`` s / ``--steps`` steps / SIGTERM (agreed by all
+    stages through the stop vote), a barrier and teardown. Writes
+    ``--out/steps-rank{R}.jsonl``; one "up" and one "done" line on stdout. Returns 0
+    after a clean stop; exit statuses as in ``faultlab.benchmarks.ddp`` (``run_main``)."""
+    a = parse_args(argv)
+    t_boot, gc_seconds, torch, dist, device, backend, sync = boot(a)
+    print_up(f"stage {a.rank}/{a.stages} node {a.node}", backend, t_boot,
+             f"layers={a.layer_counts}, microbatches={a.microbatches}, hidden={a.hidden}, batch={a.batch}, "
+             f"threads={a.threads}, gc={a.gc_mode}")
+    stage = PipelineStage(a, torch, dist, device, sync)
+    recorder = StepRecorder(a, gc_seconds)
+    run = run_steps(a, recorder, stage.gc_knob, stage.step)
+    finish(dist, f"stage {a.rank}", run, recorder, stage.loss_text())
     return 0
 
 

@@ -39,7 +39,10 @@ def test_demo_on_docker_and_ssh_nodes_labels_both_faults(dockerd, tmp_path, back
         h = host[host.node == node]
         per = h.groupby("metric")["value"]
         assert per.size()["proc_cpu_util_pct"] >= 20, (node, per.size())
-        assert per.mean()["proc_cpu_util_pct"] > 20 and per.min()["proc_rss_bytes"] > 50e6
+        # a training rank's own CPU, not 0 (a sampler reading the wrong PID); 5%, not
+        # 20%: on a loaded 2-core host four ranks and other work share the CPU (one
+        # rank read under 20% there with everything else right)
+        assert per.mean()["proc_cpu_util_pct"] > 5 and per.min()["proc_rss_bytes"] > 50e6
         assert per.max()["net_tx_bytes_per_s"] > 0 and per.max()["net_rx_bytes_per_s"] > 0
         peers = {m.split(":", 1)[1] for m in per.size().index if m.startswith("tcp_rtt_ms:")}
         assert set(nodes) - {node} <= peers, (node, peers)

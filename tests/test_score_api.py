@@ -470,3 +470,16 @@ def test_a_training_detector_is_fitted_on_the_train_split_only(runs, tmp_path):
     assert all(n > 0 for _, n in Recorder.fitted)  # train labels may be used
     assert sorted(Recorder.detected) == sorted(ds.splits["test"]) and res.n_runs == len(ds.splits["test"])
     assert not set(Recorder.detected) & set(ds.splits["train"])
+
+
+def test_replay_of_a_run_whose_steps_take_no_time_is_one_tick(runs):
+    """Every step ends where it starts (step_s 0 at one t_start): the clock still ticks
+    once and every step is delivered (before: no tick, a bare IndexError)."""
+    import dataclasses
+
+    from faultlab.scoring import replay_run
+
+    r = next(iter(iter_run_dirs(runs[:1])))
+    flat = r.steps.assign(t_start=float(r.steps.t_start.min()), step_s=0.0)
+    _, sc = replay_run(Hindsight(), dataclasses.replace(r, steps=flat, host=r.host.iloc[:0]))
+    assert len(sc) == len(flat)

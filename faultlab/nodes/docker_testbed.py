@@ -26,6 +26,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -170,13 +171,15 @@ class DockerTestbed:
             deadline = time.monotonic() + wait_s
             while True:
                 rc, out = cli.containers.get(node.container).exec_run(["cat", "/etc/ssh/ssh_host_ed25519_key.pub"])
-                if rc == 0 and _listening(node.address, 22):
+                # the key file may exist before ssh-keygen has written it (seen empty on a
+                # loaded host): only a whole "ssh-ed25519 KEY" line counts
+                host_key = _host_key(out) if rc == 0 else None
+                if host_key is not None and _listening(node.address, 22):
                     break
                 if time.monotonic() > deadline:
                     raise NodeError(f"sshd on node {node.name} did not start within {wait_s:g}s", field="testbed")
                 time.sleep(0.2)
-            kind, key = out.decode().split()[:2]
-            lines.append(f"{node.address} {kind} {key}\n")
+            lines.append(f"{node.address} {host_key[0]} {host_key[1]}\n")
         self.known_hosts.write_text("".join(lines))
         os.chmod(self.known_hosts, 0o600)
 
@@ -288,6 +291,15 @@ class DockerTestbed:
         for i in range(tb.n_nodes):
             tb.nodes.append(node_from_container(cli.containers.get(f"fl{tb.id}-n{i}"), name=f"n{i}", work_host=str(tb.folder / f"n{i}")))
         return tb
+
+
+def _host_key(out: bytes) -> tuple[str, str] | None:
+    """``(kind, base64 key)`` of a whole ``ssh-ed25519 KEY [comment]`` public key line,
+    or None for anything else (an empty or half-written file)."""
+    parts = out.decode(errors="replace").split()
+    if len(parts) < 2 or parts[0] != "ssh-ed25519" or not re.fullmatch(r"[A-Za-z0-9+/]+=*", parts[1]):
+        return None
+    return parts[0], parts[1]
 
 
 def _listening(addr: str, port: int) -> bool:

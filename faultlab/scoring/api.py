@@ -113,16 +113,18 @@ def replay_run(det, run: RunData, tick_s: float = 1.0) -> tuple[pd.DataFrame, pd
     """Drive a detector online over one run with a replay clock.
 
     The clock starts at the run's first ``t_start`` and advances by ``tick_s`` (s)
-    up to the last step's end. At each tick ``now`` the detector's ``update`` gets the
-    step rows that *ended* at or before ``now`` (``t_start + step_s <= now``) and host
-    rows with ``ts <= now`` not delivered before (copies: it can neither see nor change
-    anything later). An alarm returned at ``now`` is raised at ``now``; returned again
-    (same component and start_ts), it is the same alarm, extended to the largest
-    end_ts given. An alarm cannot start after ``now`` (refused: :func:`_as_of`); its
-    end_ts is clipped to ``now`` (it stands up to what the clock has shown; returned
-    at a later tick, it extends). After each ``update`` the detector's ``online_scores(now)`` (when it
-    has one) is read, and each point (component, ts) keeps the score it had at the
-    first tick it appeared in: the score the detector gave online, not in hindsight.
+    up to the last step's end (:func:`_ticks`). At each tick ``now`` the detector's
+    ``update`` gets the step rows that *ended* at or before ``now`` (``t_start +
+    step_s <= now``) and host rows with ``ts <= now`` not delivered before (copies: it
+    can neither see nor change anything later; :class:`_Feed`). An alarm returned at
+    ``now`` is raised at ``now``; returned again (same component and start_ts), it is
+    the same alarm, extended to the largest end_ts given (:class:`_RaisedAlarms`). An
+    alarm cannot start after ``now`` (refused: :func:`_as_of`); its end_ts is clipped
+    to ``now`` (it stands up to what the clock has shown; returned at a later tick, it
+    extends). After each ``update`` the detector's ``online_scores(now)`` (when it has
+    one) is read, and each point (component, ts) keeps the score it had at the first
+    tick it appeared in: the score the detector gave online, not in hindsight
+    (:class:`_FrozenScores`).
 
     Returns:
         ``(alarms, scores)``: alarms with the ALARMS columns plus ``raised_ts`` (unix
@@ -136,49 +138,89 @@ def replay_run(det, run: RunData, tick_s: float = 1.0) -> tuple[pd.DataFrame, pd
     if not tick_s > 0:
         raise BadInput(f"tick must be > 0 s, got {tick_s}", field="--tick")
     det = _online(det)
-    steps = run.steps
     no_alarms = as_alarms(None).assign(raised_ts=pd.Series(dtype="float64"))
-    if steps is None or not len(steps):
+    if run.steps is None or not len(run.steps):
         return no_alarms, None
-    end = (steps["t_start"] + steps["step_s"]).to_numpy(float)
-    order = np.argsort(end, kind="mergesort")
-    steps_o = steps.iloc[order].reset_index(drop=True)
-    end_o = end[order]
-    host = run.host if run.host is not None else schema.empty("host")
-    host_o = host.sort_values("ts", kind="mergesort").reset_index(drop=True) if len(host) else host
-    host_ts = host_o["ts"].to_numpy(float) if len(host_o) else np.zeros(0)
+    feed = _Feed(run)
     if callable(getattr(det, "start", None)):
         det.start({"run_id": run.run_id, "components": run.components()})
     online_scores = getattr(det, "online_scores", None)
     frozen = _FrozenScores() if callable(online_scores) else None
-    t0, t_last = float(steps["t_start"].min()), float(end_o[-1])
-    n_ticks = int(np.ceil((t_last - t0) / tick_s))
+    raised = _RaisedAlarms()
+    for now in _ticks(feed.t0, feed.t_last, tick_s):
+        new = feed.until(now)
+        if new is None:
+            continue
+        raised.add(_as_of(as_alarms(det.update(*new, float(now))), float(now)), float(now))
+        if frozen is not None:
+            frozen.add(online_scores(float(now)))
+    return raised.frame(no_alarms), frozen.frame() if frozen is not None else None
+
+
+class _Feed:
+    """A run's step rows in the order they end (``t_start + step_s``, stable) and its
+    host rows in ``ts`` order (stable), handed out once each as the replay clock passes
+    them. ``t0``: the first ``t_start``; ``t_last``: the last step end (unix s)."""
+
+    def __init__(self, run: RunData):
+        steps = run.steps
+        end = (steps["t_start"] + steps["step_s"]).to_numpy(float)
+        order = np.argsort(end, kind="mergesort")
+        self.steps = steps.iloc[order].reset_index(drop=True)
+        self.end = end[order]
+        host = run.host if run.host is not None else schema.empty("host")
+        self.host = host.sort_values("ts", kind="mergesort").reset_index(drop=True) if len(host) else host
+        self.host_ts = self.host["ts"].to_numpy(float) if len(self.host) else np.zeros(0)
+        self.t0, self.t_last = float(steps["t_start"].min()), float(self.end[-1])
+        self.i_s = self.i_h = 0
+
+    def until(self, now: float) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+        """The step rows ended at or before ``now`` and host rows with ``ts <= now`` not
+        handed out before, as copies ``(steps, host)``; None when there is none."""
+        j_s = int(np.searchsorted(self.end, now, side="right"))
+        j_h = int(np.searchsorted(self.host_ts, now, side="right"))
+        if j_s == self.i_s and j_h == self.i_h:
+            return None
+        chunk = self.steps.iloc[self.i_s:j_s].copy()
+        hchunk = self.host.iloc[self.i_h:j_h].copy() if len(self.host) else schema.empty("host")
+        self.i_s, self.i_h = j_s, j_h
+        return chunk, hchunk
+
+
+def _ticks(t0: float, t_last: float, tick_s: float) -> np.ndarray:
+    """The replay clock (unix s): ``t0 + tick_s``, ``t0 + 2 tick_s``, ... up to the
+    first tick at or past ``t_last``, the last one at least ``t_last``; one tick at
+    least (a run whose every step ends where it starts: before, no tick and an
+    IndexError)."""
+    n_ticks = max(1, int(np.ceil((t_last - t0) / tick_s)))
     ticks = t0 + tick_s * np.arange(1, n_ticks + 1)
     ticks[-1] = max(ticks[-1], t_last)
-    seen: dict[tuple[str, float], list] = {}
-    i_s = i_h = 0
-    for now in ticks:
-        j_s = int(np.searchsorted(end_o, now, side="right"))
-        j_h = int(np.searchsorted(host_ts, now, side="right"))
-        if j_s == i_s and j_h == i_h:
-            continue
-        chunk = steps_o.iloc[i_s:j_s].copy()
-        hchunk = host_o.iloc[i_h:j_h].copy() if len(host_o) else schema.empty("host")
-        i_s, i_h = j_s, j_h
-        got = _as_of(as_alarms(det.update(chunk, hchunk, float(now))), float(now))
+    return ticks
+
+
+class _RaisedAlarms:
+    """The distinct alarms of a replay, keyed by (component, start_ts): each raised at
+    the tick it first came back, its end_ts and score the largest given since."""
+
+    def __init__(self):
+        self.seen: dict[tuple[str, float], list] = {}
+
+    def add(self, got: pd.DataFrame, now: float) -> None:
+        """Merge the alarms ``got`` returned at clock ``now`` (unix s)."""
         for r in got.itertuples(index=False):
             key = (r.component, float(r.start_ts))
-            if key in seen:
-                a = seen[key]
+            if key in self.seen:
+                a = self.seen[key]
                 a[2] = max(a[2], float(r.end_ts))
                 a[3] = max(a[3], float(r.score))
             else:
-                seen[key] = [r.component, float(r.start_ts), float(r.end_ts), float(r.score), float(now)]
-        if frozen is not None:
-            frozen.add(online_scores(float(now)))
-    out = pd.DataFrame(list(seen.values()), columns=["component", "start_ts", "end_ts", "score", "raised_ts"])
-    alarms = no_alarms if out.empty else out.sort_values(["raised_ts", "component"], kind="mergesort").reset_index(drop=True)
-    return alarms, frozen.frame() if frozen is not None else None
+                self.seen[key] = [r.component, float(r.start_ts), float(r.end_ts), float(r.score), now]
+
+    def frame(self, empty: pd.DataFrame) -> pd.DataFrame:
+        """The alarms (ALARMS columns plus ``raised_ts``) by raise time then component;
+        ``empty`` when there is none."""
+        out = pd.DataFrame(list(self.seen.values()), columns=["component", "start_ts", "end_ts", "score", "raised_ts"])
+        return empty if out.empty else out.sort_values(["raised_ts", "component"], kind="mergesort").reset_index(drop=True)
 
 
 def _as_of(alarms: pd.DataFrame, now: float) -> pd.DataFrame:
@@ -335,36 +377,74 @@ def score_many(
 
     ``detectors``: a list of names / instances, or of ``(detector, params)`` pairs.
     Other arguments as :func:`score_runs`. Returns one ScoreResult per detector, in order.
+
+    The steps: :func:`_check_mode` and :func:`_check_by`, :func:`_resolve_all`,
+    :func:`_fit_all` (on ``train_runs``), :func:`_score_run` on each run, and
+    :func:`_results` (pooling and bootstrap per detector).
     """
-    if mode not in MODES:
-        raise BadInput(f"unknown mode {mode!r}", field="--mode", fix="offline or replay")
-    if by == "none":
-        by = None
-    if by is not None and by not in BY:
-        raise BadInput(f"unknown breakdown {by!r}", field="--by", fix="fault_type, source or none")
+    _check_mode(mode)
+    by = _check_by(by)
     t_wall = time.perf_counter()
-    dets = []
-    for d in detectors:
-        d, params = d if isinstance(d, tuple) else (d, None)
-        inst = resolve(d, params)
-        dets.append((d if isinstance(d, str) else getattr(inst, "name", type(inst).__name__), inst, dict(params or {})))
-    if train_runs is not None:
-        fitters = [inst for _, inst, _ in dets if callable(getattr(inst, "fit", None))]
-        if fitters:
-            train = list(train_runs) if len(fitters) > 1 else train_runs
-            for inst in fitters:
-                with _detector_errors(inst, "fit", "the train split"):
-                    inst.fit(train)
+    dets = _resolve_all(detectors)
+    _fit_all(dets, train_runs)
     late = window_s if late_s is None else late_s
     stats: list[list] = [[] for _ in dets]
     per_run: list[list] = [[] for _ in dets]
     for run in runs:
         with shared():  # one conversion of the run's tables for every detector and metric
             _score_run(run, dets, mode, stats, per_run, keep_alarms, k=k, window_s=window_s, late=late, tick_s=tick_s, vus_window=vus_window)
-    out = []
     settings = {"window_s": window_s, "late_s": late, "tick_s": tick_s, "k": k, "vus_window": vus_window, "n_boot": n_boot, "seed": seed}
+    return _results(dets, stats, per_run, mode=mode, by=by, split=split, source=source, settings=settings, t_wall=t_wall)
+
+
+def _check_mode(mode: str) -> None:
+    """Refuse (BadInput, ``--mode``) a mode other than :data:`MODES`."""
+    if mode not in MODES:
+        raise BadInput(f"unknown mode {mode!r}", field="--mode", fix="offline or replay")
+
+
+def _check_by(by: str | None) -> str | None:
+    """The breakdown key: None for ``none``/None; BadInput (``--by``) for one not in :data:`BY`."""
+    if by == "none":
+        by = None
+    if by is not None and by not in BY:
+        raise BadInput(f"unknown breakdown {by!r}", field="--by", fix="fault_type, source or none")
+    return by
+
+
+def _resolve_all(detectors) -> list[tuple[str, object, dict]]:
+    """``(name, instance, params)`` of each detector (a name / instance, or a
+    ``(detector, params)`` pair; :func:`resolve`): the name as given, else the
+    instance's ``name``, else its class name."""
+    dets = []
+    for d in detectors:
+        d, params = d if isinstance(d, tuple) else (d, None)
+        inst = resolve(d, params)
+        dets.append((d if isinstance(d, str) else getattr(inst, "name", type(inst).__name__), inst, dict(params or {})))
+    return dets
+
+
+def _fit_all(dets: list, train_runs: Iterable[RunData] | None) -> None:
+    """Fit each detector that has ``fit`` on ``train_runs`` (read once: kept as a list
+    only when more than one detector fits); nothing without train runs."""
+    if train_runs is None:
+        return
+    fitters = [inst for _, inst, _ in dets if callable(getattr(inst, "fit", None))]
+    if fitters:
+        train = list(train_runs) if len(fitters) > 1 else train_runs
+        for inst in fitters:
+            with _detector_errors(inst, "fit", "the train split"):
+                inst.fit(train)
+
+
+def _results(dets: list, stats: list, per_run: list, *, mode: str, by: str | None, split: str, source: str,
+             settings: dict, t_wall: float) -> list[ScoreResult]:
+    """One :class:`ScoreResult` per detector: its runs' statistics pooled, with
+    bootstrap CIs and the ``by`` breakdown (:func:`faultlab.scoring.aggregate.summarize`);
+    ``wall_s``: seconds since ``t_wall`` (``time.perf_counter``) when it is made."""
+    out = []
     for i, (name, _, params) in enumerate(dets):
-        summ = summarize(stats[i], replay=mode == "replay", k=k, by=by, n_boot=n_boot, seed=seed)
+        summ = summarize(stats[i], replay=mode == "replay", k=settings["k"], by=by, n_boot=settings["n_boot"], seed=settings["seed"])
         out.append(ScoreResult(
             detector=str(name), mode=mode, split=split, source=source, n_runs=summ["n_runs"], metrics=summ["metrics"],
             by_key=by, by=summ["by"], counts=summ["counts"], per_run=per_run[i], params=params, settings=settings,
