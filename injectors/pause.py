@@ -61,8 +61,12 @@ rm -f "$1"
 # SIGCONT the target only if the PID still belongs to it ($1 pid, $2 start time)
 CONT_SH = ('st=$(cut -d")" -f2- "/proc/$1/stat" 2>/dev/null | cut -d" " -f21); '
            '[ "$st" = "$2" ] && kill -CONT "$1" 2>/dev/null; exit 0')
-# the loop in a session of its own (util-linux setsid -f: fork, new session)
-START_SH = 'setsid -f sh -c "$1" faultlab-pause "$2" "$3" "$4" "$5" "$6" "$7" </dev/null >/dev/null 2>&1'
+# the loop in a session of its own (util-linux setsid -f: fork, new session); then wait
+# (<= 2 s) until its pidfile is written: setsid -f returns before the loop runs, and a
+# revert in that window (a SIGTERM during inject) found no pidfile, stopped nothing,
+# and the loop went on stopping the target until its deadline
+START_SH = ('setsid -f sh -c "$1" faultlab-pause "$2" "$3" "$4" "$5" "$6" "$7" </dev/null >/dev/null 2>&1 || exit 1; '
+            'i=0; while [ ! -s "$2" ] && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; exit 0')
 # stop the loop named in its pidfile ("PID STARTTIME", digits only) only while that PID
 # has that start time *and* its cmdline is this loop's (``... faultlab-pause PIDFILE
 # ...``: start times are clock ticks, 10 ms, so two processes started in one tick share

@@ -252,6 +252,46 @@ def test_stale_pause_pidfile_never_signals_another_process(busy_loop, no_residue
         bystander.wait()
 
 
+def test_pause_pidfile_names_the_loop_once_inject_returns(busy_loop, no_residue):
+    """``setsid -f`` returns before the loop runs; a revert right after inject (a
+    SIGTERM during inject, or no verify) found no pidfile, stopped nothing and the loop
+    went on stopping the target until its deadline. Inject now returns only once the
+    pidfile names the loop, so such a revert ends it (review s8 #1)."""
+    active = apply(ProcessPause(LocalNode("local"), busy_loop.pid, 0.1, 0.3, 30), 30, verify=False)
+    try:
+        pidfile = Path(active.facts["pidfile"])
+        assert pidfile.exists() and len(pidfile.read_text().split()) == 2
+    finally:
+        assert active.revert() == "reverted"
+    assert not _pause_loops_of(busy_loop.pid) and _state(busy_loop.pid) != "T"
+
+
+def test_stale_pause_pidfile_with_the_loops_cmdline_but_another_start_time(busy_loop, no_residue, tmp_path):
+    """A process whose cmdline is the loop's (``faultlab-pause PIDFILE``) but whose
+    start time is not the recorded one is not the loop: revert must not signal it. The
+    recorded start time is the bystander's own plus one tick, never its own, so only
+    the start-time check can spare it (review s8 #6: both other cases are spared by
+    the cmdline alone)."""
+    active = apply(ProcessPause(LocalNode("local"), busy_loop.pid, 0.1, 0.3, 30), 30)
+    pidfile = Path(active.facts["pidfile"])
+    first = pidfile.read_text().split()
+    os.kill(int(first[0]), signal.SIGKILL)
+    while _pause_loops_of(busy_loop.pid):
+        time.sleep(0.05)
+    # one process (no shell child left behind by kill); its cmdline holds the marker
+    look_alike = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "faultlab-pause", str(pidfile),
+                                   str(busy_loop.pid)])
+    try:
+        pidfile.write_text(f"{look_alike.pid} {procid.starttime(look_alike.pid) + 1}\n")
+        assert active.revert() == "reverted"
+        time.sleep(0.2)
+        assert look_alike.poll() is None, "revert signalled a look-alike whose start time is not the loop's"
+        assert _state(busy_loop.pid) != "T" and not pidfile.exists()
+    finally:
+        look_alike.kill()
+        look_alike.wait()
+
+
 @pytest.mark.parametrize("content", ["-1\n", "1 2; kill -9 1\n", "\n", "abc def\n"])
 def test_pause_pidfile_that_is_not_digits_is_ignored(tmp_path, content):
     """STOP_SH reads the pidfile as digits only: ``-1`` (every process) or shell text
