@@ -293,11 +293,27 @@ class DockerTestbed:
         return tb
 
 
+#: the start of an ssh-ed25519 public key blob (RFC 8709: string "ssh-ed25519", string key)
+_ED25519_BLOB = b"\0\0\0\x0bssh-ed25519\0\0\0\x20"
+
+
 def _host_key(out: bytes) -> tuple[str, str] | None:
-    """``(kind, base64 key)`` of a whole ``ssh-ed25519 KEY [comment]`` public key line,
-    or None for anything else (an empty or half-written file)."""
+    """``(kind, base64 key)`` of a whole ``ssh-ed25519 KEY [comment]\\n`` public key
+    line (the blob decodes to the key type and a 32-byte key, RFC 8709), or None for
+    anything else: an empty, half-written or truncated file."""
+    import base64
+    import binascii
+
+    if not out.endswith(b"\n"):
+        return None
     parts = out.decode(errors="replace").split()
-    if len(parts) < 2 or parts[0] != "ssh-ed25519" or not re.fullmatch(r"[A-Za-z0-9+/]+=*", parts[1]):
+    if len(parts) < 2 or parts[0] != "ssh-ed25519":
+        return None
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if len(blob) != len(_ED25519_BLOB) + 32 or not blob.startswith(_ED25519_BLOB):
         return None
     return parts[0], parts[1]
 
