@@ -483,3 +483,35 @@ def test_replay_of_a_run_whose_steps_take_no_time_is_one_tick(runs):
     flat = r.steps.assign(t_start=float(r.steps.t_start.min()), step_s=0.0)
     _, sc = replay_run(Hindsight(), dataclasses.replace(r, steps=flat, host=r.host.iloc[:0]))
     assert len(sc) == len(flat)
+
+
+class _Counts:
+    """An online detector that only counts the step rows it is handed."""
+
+    name = "counts"
+
+    def __init__(self):
+        self.rows = 0
+
+    def start(self, info):
+        self.rows = 0
+
+    def update(self, steps, host, now):
+        self.rows += len(steps)
+        return empty_alarms()
+
+
+def test_replay_hands_out_a_step_with_no_step_time_or_no_start(runs):
+    """A step row with step_s NaN ends at its t_start; one with no t_start either comes
+    at the last tick: every row is handed out once (before: ValueError, a NaN end)."""
+    import dataclasses
+
+    from faultlab.scoring import replay_run
+
+    r = next(iter(iter_run_dirs(runs[:1])))
+    steps = r.steps.copy()
+    steps.loc[steps.index[5], "step_s"] = np.nan
+    steps.loc[steps.index[9], ["t_start", "step_s"]] = np.nan
+    det = _Counts()
+    alarms, _ = replay_run(det, dataclasses.replace(r, steps=steps))
+    assert det.rows == len(steps) and alarms.empty

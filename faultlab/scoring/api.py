@@ -160,18 +160,27 @@ def replay_run(det, run: RunData, tick_s: float = 1.0) -> tuple[pd.DataFrame, pd
 class _Feed:
     """A run's step rows in the order they end (``t_start + step_s``, stable) and its
     host rows in ``ts`` order (stable), handed out once each as the replay clock passes
-    them. ``t0``: the first ``t_start``; ``t_last``: the last step end (unix s)."""
+    them. ``t0``: the first ``t_start``; ``t_last``: the last step end (unix s). A row
+    with no ``step_s`` ends at its ``t_start``; one with no ``t_start`` either is handed
+    out at the last tick (before: a NaN end made ``t_last`` NaN and the replay raised
+    ValueError)."""
 
     def __init__(self, run: RunData):
         steps = run.steps
-        end = (steps["t_start"] + steps["step_s"]).to_numpy(float)
+        start = steps["t_start"].to_numpy(float)
+        end = start + steps["step_s"].to_numpy(float)
+        end = np.where(np.isfinite(end), end, start)
+        known = np.isfinite(end)
+        first = float(np.min(start[np.isfinite(start)])) if np.isfinite(start).any() else 0.0
+        last = float(np.max(end[known])) if known.any() else first
+        end = np.where(known, end, last)
         order = np.argsort(end, kind="mergesort")
         self.steps = steps.iloc[order].reset_index(drop=True)
         self.end = end[order]
         host = run.host if run.host is not None else schema.empty("host")
         self.host = host.sort_values("ts", kind="mergesort").reset_index(drop=True) if len(host) else host
         self.host_ts = self.host["ts"].to_numpy(float) if len(self.host) else np.zeros(0)
-        self.t0, self.t_last = float(steps["t_start"].min()), float(self.end[-1])
+        self.t0, self.t_last = first, last
         self.i_s = self.i_h = 0
 
     def until(self, now: float) -> tuple[pd.DataFrame, pd.DataFrame] | None:
