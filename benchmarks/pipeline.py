@@ -162,7 +162,7 @@ class PipelineStage:
         self.pool_x, self.pool_y, self.pool_rows = self._build_pool()
         self.gc_knob = make_gc_knob(a)
         self.vote = torch.zeros(1, dtype=torch.float32, device=device)
-        self.outs: list = []  # the last step's outputs (on the last stage: the weighted losses)
+        self.outs: list = []  # the last step's weighted losses, detached (last stage only)
 
     def _build_model(self):
         """This stage's layers, seeded by ``--seed`` and the stage, on the device."""
@@ -199,6 +199,7 @@ class PipelineStage:
         forwards, all backwards, the stop vote, the optimizer step, the record.
         Returns True when some stage voted to stop."""
         perf = time.perf_counter
+        self.outs = []  # the last step's outputs and their graphs go before this step's
         rows = microbatch_rows(self.a, step)
         total = sum(rows)
         td = perf()
@@ -215,7 +216,8 @@ class PipelineStage:
         self.sync()
         t3 = perf()
         t.compute += t3 - tc
-        self.outs = outs
+        # only the last stage's losses, detached (for loss_text): no graph outlives its step
+        self.outs = [o.detach() for o in outs] if self.last else []
         if self.a.seq_len_tokens is not None:
             recorder.end(step, t3 - t0, t.compute, t.comm, tokens=total, dataloader_s=td - t0)
         else:
