@@ -391,3 +391,33 @@ def test_non_root_login_with_sudo_applies_and_reverts_without_sudo_refused(stb, 
     msg = str(e.value)
     assert "\n" not in msg and "sudo -n refused" in msg and "flnone" in msg and "NOPASSWD" in msg and "nothing applied" in msg, msg
     assert not _tbf_on(stb, 0) and ".json" not in _leases_on(stb, 0)
+
+
+def test_a_refused_channel_leaves_the_nodes_other_processes_running(stb, no_residue):
+    """sshd refuses a session beyond its MaxSessions (10 by default) while others run:
+    before, that one refusal closed the whole connection, and every process on its
+    other channels (a rank, a sampler) died with exit 255 (CI at 3aca8ab: a demo's
+    rank died as its cpu-contention inject failed with rc=-1). Now the refused command
+    is retried, then fails alone, one line; the others keep running."""
+    from faultlab.errors import NodeError
+
+    node = _ssh(stb, 0)
+    held = []
+    try:
+        while True:  # open sessions until sshd refuses one (a command fails)
+            try:
+                held.append(node.spawn(["sleep", "120"], stdout=subprocess.PIPE))
+            except NodeError as e:
+                assert "cannot run a command" in str(e) and "\n" not in str(e)
+                break
+            assert len(held) < 64, "sshd never refused a session"
+        assert held and all(p.poll() is None for p in held), "a refused session killed the others"
+        with pytest.raises(NodeError):
+            node.run(["true"])
+        assert all(p.poll() is None for p in held), "a refused command killed the others"
+    finally:
+        for p in held:
+            p.kill()
+        for p in held:
+            p.wait()
+        node.close()

@@ -170,15 +170,34 @@ class SshNode(Node):
         return cp
 
     def _open(self, cmd: str, timeout: float):
-        tr = self.connect().get_transport()
-        try:
-            chan = tr.open_session(timeout=timeout)
-            chan.settimeout(timeout)
-            chan.exec_command(cmd)
-        except Exception as e:
-            self.close()
-            raise NodeError(f"ssh node {self.name}: cannot run a command: {e or type(e).__name__}", field="node") from None
-        return chan
+        """A channel running ``cmd``. One the node refuses (``ChannelException``: e.g.
+        sshd's MaxSessions reached while other commands run) is retried for up to
+        ~2 s and never closes the connection: the ranks and samplers on its other
+        channels live on it (closing it killed them, exit -1). Only a connection that is
+        no longer active is dropped. Raises NodeError naming the node."""
+        import paramiko
+
+        attempt = 0
+        while True:
+            attempt += 1
+            tr = self.connect().get_transport()
+            chan = None
+            try:
+                chan = tr.open_session(timeout=timeout)
+                chan.settimeout(timeout)
+                chan.exec_command(cmd)
+                return chan
+            except paramiko.ChannelException as e:
+                if attempt <= 10 and tr.is_active():
+                    time.sleep(0.2)
+                    continue
+                raise NodeError(f"ssh node {self.name}: cannot run a command: {e or type(e).__name__}", field="node") from None
+            except Exception as e:
+                if chan is not None:
+                    chan.close()
+                if not tr.is_active():
+                    self.close()
+                raise NodeError(f"ssh node {self.name}: cannot run a command: {e or type(e).__name__}", field="node") from None
 
     def spawn(self, argv, *, scope="net", env=None, stdout=None, stderr=None, new_session=False):
         """Start ``argv`` on the node. ``new_session``: fully detached (setsid, stdio
