@@ -222,34 +222,42 @@ def test_pause_stops_the_target_repeatedly(busy_loop, no_residue):
         assert active.revert() == "reverted"
 
 
-@pytest.mark.parametrize("same_tick", [False, True], ids=["loop-starttime", "bystander-starttime"])
-def test_stale_pause_pidfile_never_signals_another_process(busy_loop, no_residue, same_tick):
-    """The loop dies (SIGKILL), its PID is taken by an unrelated process, the pidfile
-    stays: revert must not SIGTERM that process. Before the fix the pidfile held the
-    PID alone and the revert ran ``kill $(cat pidfile)``. ``bystander-starttime``: the
-    reused PID also has the recorded start time (start times count 10 ms ticks, so a
-    process started in the loop's tick has the loop's); only the cmdline check tells
-    them apart. CI at 8cba488 failed the first case once that way: the bystander,
-    started right after apply, shared the loop's tick."""
+@pytest.mark.parametrize("case", ["loop-starttime", "bystander-starttime", "look-alike"])
+def test_stale_pause_pidfile_never_signals_another_process(busy_loop, no_residue, case):
+    """The loop dies (SIGKILL), its PID is taken by another process, the pidfile stays:
+    revert must not SIGTERM that process. Before the fix the pidfile held the PID alone
+    and the revert ran ``kill $(cat pidfile)``.
+
+    - ``loop-starttime``: a ``sleep`` bystander, the loop's start time recorded;
+    - ``bystander-starttime``: the reused PID also has the recorded start time (start
+      times count 10 ms ticks, so a process started in the loop's tick has the
+      loop's); only the cmdline check tells them apart. CI at 8cba488 failed the first
+      case once that way: the bystander, started right after apply, shared the tick;
+    - ``look-alike``: a process with the loop's cmdline (``faultlab-pause PIDFILE``)
+      whose start time is its own plus one tick, never its own: only the start-time
+      check spares it (review s8 #6).
+    """
     active = apply(ProcessPause(LocalNode("local"), busy_loop.pid, 0.1, 0.3, 30), 30)
     pidfile = Path(active.facts["pidfile"])
-    bystander = subprocess.Popen(["sleep", "60"])
+    first = pidfile.read_text().split()
+    os.kill(int(first[0]), signal.SIGKILL)
+    while _pause_loops_of(busy_loop.pid):
+        time.sleep(0.05)
+    # one process each (no shell child left behind by kill)
+    argv = ([sys.executable, "-c", "import time; time.sleep(60)", "faultlab-pause", str(pidfile), str(busy_loop.pid)]
+            if case == "look-alike" else ["sleep", "60"])
+    other = subprocess.Popen(argv)
     try:
-        first = pidfile.read_text().split()
-        loop_pid = int(first[0])
-        os.kill(loop_pid, signal.SIGKILL)
-        while _pause_loops_of(busy_loop.pid):
-            time.sleep(0.05)
-        # the PID reused by the bystander; its start time (or the loop's) recorded
-        recorded = str(procid.starttime(bystander.pid)) if same_tick else first[1]
-        pidfile.write_text(" ".join([str(bystander.pid), recorded, *first[2:]]) + "\n")
+        recorded = {"loop-starttime": first[1], "bystander-starttime": str(procid.starttime(other.pid)),
+                    "look-alike": str(procid.starttime(other.pid) + 1)}[case]
+        pidfile.write_text(f"{other.pid} {recorded}\n")
         assert active.revert() == "reverted"
         time.sleep(0.2)
-        assert bystander.poll() is None, "revert signalled a process that reused the loop's PID"
+        assert other.poll() is None, f"revert signalled a process that is not the loop ({case})"
         assert _state(busy_loop.pid) != "T" and not pidfile.exists()
     finally:
-        bystander.kill()
-        bystander.wait()
+        other.kill()
+        other.wait()
 
 
 def test_pause_pidfile_names_the_loop_once_inject_returns(busy_loop, no_residue):
@@ -264,32 +272,6 @@ def test_pause_pidfile_names_the_loop_once_inject_returns(busy_loop, no_residue)
     finally:
         assert active.revert() == "reverted"
     assert not _pause_loops_of(busy_loop.pid) and _state(busy_loop.pid) != "T"
-
-
-def test_stale_pause_pidfile_with_the_loops_cmdline_but_another_start_time(busy_loop, no_residue, tmp_path):
-    """A process whose cmdline is the loop's (``faultlab-pause PIDFILE``) but whose
-    start time is not the recorded one is not the loop: revert must not signal it. The
-    recorded start time is the bystander's own plus one tick, never its own, so only
-    the start-time check can spare it (review s8 #6: both other cases are spared by
-    the cmdline alone)."""
-    active = apply(ProcessPause(LocalNode("local"), busy_loop.pid, 0.1, 0.3, 30), 30)
-    pidfile = Path(active.facts["pidfile"])
-    first = pidfile.read_text().split()
-    os.kill(int(first[0]), signal.SIGKILL)
-    while _pause_loops_of(busy_loop.pid):
-        time.sleep(0.05)
-    # one process (no shell child left behind by kill); its cmdline holds the marker
-    look_alike = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "faultlab-pause", str(pidfile),
-                                   str(busy_loop.pid)])
-    try:
-        pidfile.write_text(f"{look_alike.pid} {procid.starttime(look_alike.pid) + 1}\n")
-        assert active.revert() == "reverted"
-        time.sleep(0.2)
-        assert look_alike.poll() is None, "revert signalled a look-alike whose start time is not the loop's"
-        assert _state(busy_loop.pid) != "T" and not pidfile.exists()
-    finally:
-        look_alike.kill()
-        look_alike.wait()
 
 
 @pytest.mark.parametrize("content", ["-1\n", "1 2; kill -9 1\n", "\n", "abc def\n"])
