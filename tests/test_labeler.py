@@ -408,6 +408,18 @@ def test_sparse_stalls_inside_the_collective_are_one_job_label(every, stall):
     assert r.slowdown >= 1.2
 
 
+def test_two_alike_stalls_of_a_long_period_pause_are_one_job_label():
+    """A pause of 0.9 s every ~2 s in force for ~4 s stalls the job twice (both inside
+    the all-reduce): 2 stalls alike, one gap. Before (four stalls needed) no label: a
+    ~1.9x slowdown lost (s803-000 of the severity sweeps)."""
+    lab = label(paused_rank(a=60, b=111, every=50, in_compute_every=0, stall=0.9))
+    assert lab.component.tolist() == ["job"], lab[["component", "start_step", "end_step", "slowdown"]]
+    r = lab.iloc[0]
+    ev = json.loads(r.evidence)
+    assert ev["baseline_kind"] == "intermittent-stalls" and ev["stalls"] == 2
+    assert abs(r.start_step - 60) <= 1 and abs(r.end_step - 110) <= 1 and r.slowdown > 1.5
+
+
 def test_lone_stalls_of_different_sizes_are_no_episode():
     """Two stalls 1 s apart, one 3x the other (not the same stall repeated): no label."""
     s = simulate(n_steps=320)
