@@ -408,12 +408,30 @@ def summarize(runs: list[dict]) -> dict:
     }
 
 
-def run_chunk(file: Path, out: Path, seed: int | None, runs: str | None) -> None:
+def _run_one():
+    """faultlab.cli's ``_run_one``, with Ctrl-C raising KeyboardInterrupt again.
+
+    Importing faultlab.cli sets SIGINT to SIG_DFL (the CLI's ``_main`` restores it per
+    command; a library import never runs that), so a Ctrl-C during a chunk killed this
+    process outright: no revert, no testbed teardown, the faults and namespaces left to
+    the on-node watchdog's lease. The runner ends a run on KeyboardInterrupt."""
+    import signal
+
+    from faultlab.cli import _run_one as run_one
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    return run_one
+
+
+def run_chunk(file: Path, out: Path, seed: int | None, runs: str | None) -> int:
     """Run the drawn runs ``runs`` (``"A:B"``, Python slice bounds) of campaign ``file``
     drawn with ``seed`` (its own when None) into ``out/NAME-NNN``; a run whose
-    ``meta.json`` says ``complete`` is skipped. Unlabeled (evaluation relabels)."""
-    from faultlab.cli import _run_one
+    ``meta.json`` says ``complete`` is skipped. Unlabeled (evaluation relabels). A
+    Ctrl-C ends the run in progress (its faults reverted, its testbed down) and the
+    chunk: returns 130 then, else 0."""
     from faultlab.scenario import load
+
+    run_one = _run_one()
 
     c = load(file, "campaign")
     if seed is not None:
@@ -427,9 +445,12 @@ def run_chunk(file: Path, out: Path, seed: int | None, runs: str | None) -> None
             continue
         print(f"run {sc.name}", flush=True)
         try:
-            _run_one(sc, out / sc.name, False)
+            if run_one(sc, out / sc.name, False)["code"] == 130:  # interrupted, torn down
+                print(f"{sc.name} interrupted: the chunk stops here", flush=True)
+                return 130
         except Exception as e:  # unattended: one failed run must not stop the chunk
             print(f"{sc.name} failed: {type(e).__name__}: {e}", flush=True)
+    return 0
 
 
 def main() -> int:
@@ -450,7 +471,8 @@ def main() -> int:
         if a.seed is None and a.runs is None:
             subprocess.run([sys.executable, "-m", "faultlab.cli", "campaign", a.run, "--out", d, "--no-label"], check=False)
         else:
-            run_chunk(Path(a.run), Path(d), a.seed, a.runs)
+            if run_chunk(Path(a.run), Path(d), a.seed, a.runs):
+                return 130
         if a.no_eval:
             return 0
     if not d:

@@ -151,3 +151,21 @@ def test_bootstrap_interval_over_runs_holds_the_figure_and_widens_with_spread():
     mixed = [run(2, 0, [True, True]) for _ in range(5)] + [run(0, 2, [False, False]) for _ in range(5)]
     lo, hi = lc.bootstrap_ci(mixed)["recall"]
     assert lo < 0.5 < hi and hi - lo > 0.3
+
+
+def test_a_chunk_keeps_ctrl_c_a_keyboard_interrupt():
+    # importing faultlab.cli sets SIGINT to SIG_DFL; a chunk must restore Python's
+    # handler, or a Ctrl-C kills the controller with its faults still applied
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, signal, sys\n"
+            f"spec = importlib.util.spec_from_file_location('lc', {str(ROOT / 'perf' / 'labeler_campaign.py')!r})\n"
+            "lc = importlib.util.module_from_spec(spec); spec.loader.exec_module(lc)\n"
+            "import faultlab.cli\n"
+            "assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL\n"
+            "lc._run_one()\n"
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert got.stdout.strip() == "True", got.stderr
