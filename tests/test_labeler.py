@@ -1039,3 +1039,26 @@ def test_stalls_alike_allow_one_hiccup_but_not_a_spread_of_sizes():
     assert not _alike(np.array([0.1, 0.3]), 2.0)
     assert not _alike(np.array([0.1, 0.2, 0.4]), 2.0)
     assert not _alike(np.array([0.1, np.nan]), 2.0)
+
+
+def test_a_job_slowdown_is_a_time_ratio_against_the_expected_step():
+    """Steps that skew right (1 step in 3 a 1.25x hiccup, under the per-step bar): the
+    expected step is ~1.08x the median, so a time ratio against the trailing *median*
+    reads a slowdown of the all-reduce that much high. Against the expected step it
+    reads the true time ratio. (Hiccups big enough to be flagged are left out of the
+    expectation: the correction never exceeds what the unflagged steps show.)"""
+    from faultlab.labeler.fusion import analyze, expected_over_median
+    from faultlab.labeler.temporal import StepGrid
+
+    s = simulate(n_steps=600, jobwide=(300, 400, 0.03))
+    rng = np.random.default_rng(5)
+    hic = rng.random(600) < 1 / 3
+    s.loc[s["step"].isin(np.flatnonzero(hic)), "step_s"] *= 1.25
+    s["comm_s"] = s["step_s"] - s["compute_s"]
+    an = analyze(StepGrid.from_steps(_retime(s)))
+    x = np.asarray(an.grid.job_step, dtype=np.float64)
+    true = x[300:400].mean() / np.r_[x[:290], x[410:]].mean()
+    assert 1.04 < an.job_expected == expected_over_median(x, an.temporal.job_base, an.temporal.job_flag) < 1.2
+    assert abs(an.job_slowdown(300, 399) / true - 1) < 0.04, (an.job_slowdown(300, 399), true)
+    median_only = x[300:400].sum() / np.asarray(an.temporal.job_base[300:400], dtype=np.float64).sum()
+    assert median_only / true > 1.05  # what the median alone read
