@@ -116,6 +116,26 @@ def test_quota_slows_busy_loop_and_revert_restores(busy_loop, no_residue):
 
 
 @needs_root
+def test_a_quota_shows_in_the_host_metrics_as_run_delay(busy_loop, no_residue):
+    # a busy loop held at 10% of a CPU waits ~0.9 s per second, runnable but throttled:
+    # the kernel counts it as run delay (schedstat), and the host sampler reports it
+    from faultlab.telemetry.hostsampler import HostSampler
+
+    active = apply(CpuContention(LocalNode("local"), [busy_loop.pid], 0.1), 30)
+    try:
+        with HostSampler({"n": [busy_loop.pid]}, interval_s=0.25, tcp=False, gpu=False) as hs:
+            time.sleep(1.6)
+        assert active.evidence["verify"]["ok"]
+    finally:
+        assert active.revert() == "reverted"
+    df = hs.frame()
+    delay = df[df.metric == "proc_run_delay_s_per_s"]["value"]
+    assert len(delay) >= 3, df.metric.value_counts()
+    # units: seconds per second of one thread, so at most ~1; throttled most of the time
+    assert 0.5 < delay.median() <= 1.05, delay.tolist()
+
+
+@needs_root
 def test_quota_revert_after_target_restarted(no_residue):
     p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     active = apply(CpuContention(LocalNode("local"), [p.pid], 0.5), 30)

@@ -8,6 +8,13 @@ Every ``interval_s`` seconds, for each node, one row per metric (long format, th
 - ``proc_cpu_util_pct``: CPU used by the node's processes (its PIDs and their
   children), in percent of ONE CPU, so it can exceed 100 (``Process.cpu_percent``).
 - ``proc_rss_bytes``: resident memory of those processes, bytes.
+- ``proc_run_delay_s_per_s``: seconds per second those processes' threads were
+  runnable but not running (waiting for a CPU, or held by a CFS quota: throttled
+  time counts), summed over their threads: field 2 of ``/proc/<pid>/task/*/schedstat``
+  (the kernel's sched_info). A rank held by a cgroup quota at 30% of a core reads
+  ~0.2 s/s while its step timings and its CPU share may not single it out; an idle
+  host reads ~0. From the second sample of a process on; threads that ended between
+  two samples are left out of that interval.
 - ``net_rx_bytes_per_s`` / ``net_tx_bytes_per_s``: bytes/s received/sent on the
   non-loopback interfaces of the node's network namespace, read from
   ``/proc/<pid>/net/dev`` of one of its live PIDs (that file shows the namespace of
@@ -51,7 +58,8 @@ import psutil
 from faultlab.telemetry import tcpstats
 from faultlab.telemetry.gpumetrics import NvmlReader
 
-METRICS = ("cpu_util_pct", "proc_cpu_util_pct", "proc_rss_bytes", "net_rx_bytes_per_s", "net_tx_bytes_per_s")
+METRICS = ("cpu_util_pct", "proc_cpu_util_pct", "proc_rss_bytes", "proc_run_delay_s_per_s", "net_rx_bytes_per_s",
+           "net_tx_bytes_per_s")
 
 _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied, ProcessLookupError, FileNotFoundError, PermissionError)
 
@@ -75,6 +83,22 @@ def read_net_dev(pid: int | str = "self", *, include_loopback: bool = False) -> 
             rx += int(cols[0])
             tx += int(cols[8])
     return rx, tx
+
+
+def read_run_delay(pid: int) -> dict[int, float]:
+    """``{tid: run delay in seconds}`` of every thread of process ``pid``: field 2 of
+    ``/proc/<pid>/task/<tid>/schedstat`` (ns; time runnable but waiting for a CPU,
+    including CFS-throttled time). A thread that ends while it is read is left out.
+
+    Raises FileNotFoundError / ProcessLookupError when the process is gone."""
+    out: dict[int, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                out[int(tid)] = int(f.read().split()[1]) / 1e9
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+    return out
 
 
 class HostSampler:
@@ -137,6 +161,7 @@ class HostSampler:
         self._targets: dict[str, list[int]] = {n: list(p) for n, p in targets.items()}
         self._procs: dict[int, psutil.Process] = {}  # pid -> Process, kept so cpu_percent has a previous reading
         self._net_prev: dict[str, tuple[float, int, int]] = {}  # node -> (monotonic s, rx, tx)
+        self._delay_prev: dict[str, tuple[float, dict[tuple[int, int], float]]] = {}  # node -> (mono s, {(pid, tid): s})
         self._rows: list[tuple[str, float, str, float]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -231,6 +256,28 @@ class HostSampler:
             self._procs[pid] = p
         return p
 
+    def _run_delay_rows(self, node: str, ts: float, pids: list[int]) -> list[tuple[str, float, str, float]]:
+        """The node's ``proc_run_delay_s_per_s`` row: the run delay its processes'
+        threads gathered since the previous sample, over the time between (threads
+        seen in both samples only); none on a node's first sample or with no thread
+        seen twice."""
+        now = time.monotonic()
+        cur: dict[tuple[int, int], float] = {}
+        for pid in pids:
+            try:
+                cur.update({(pid, tid): v for tid, v in read_run_delay(pid).items()})
+            except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+                continue
+        prev = self._delay_prev.get(node)
+        self._delay_prev[node] = (now, cur)
+        if prev is None or now <= prev[0]:
+            return []
+        both = [k for k in cur if k in prev[1]]
+        if not both:
+            return []
+        gained = sum(max(0.0, cur[k] - prev[1][k]) for k in both)
+        return [(node, ts, "proc_run_delay_s_per_s", gained / (now - prev[0]))]
+
     def _sample_node(self, node: str, ts: float, host_cpu: float | None, *, emit: bool) -> None:
         with self._lock:
             pids = list(self._targets.get(node, ()))
@@ -275,6 +322,7 @@ class HostSampler:
         if counted:
             rows.append((node, ts, "proc_cpu_util_pct", cpu_sum))
             rows.append((node, ts, "proc_rss_bytes", float(rss_sum)))
+        rows += self._run_delay_rows(node, ts, list(seen))
 
         # Network of the node's namespace, through any live PID of it.
         now = time.monotonic()
