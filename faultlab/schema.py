@@ -76,7 +76,7 @@ LABELS = pa.schema(
         ("start_step", pa.int64()),
         ("end_step", pa.int64()),
         ("slowdown", pa.float64()),  # ratio of slowed to baseline time
-        ("views", pa.string()),  # "temporal", "peer", "temporal+peer"
+        ("views", pa.string()),  # "temporal", "peer", "temporal+peer", "host+temporal"
         ("confidence", pa.float64()),  # 0..1
         ("fault_id", pa.string()),  # nullable
         ("source", pa.string()),  # injected | observed | injected-unmanifested

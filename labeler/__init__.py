@@ -161,7 +161,10 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
             job-wide slowdowns (``culprit`` in a job label's evidence, see
             :mod:`faultlab.labeler.localize`); with CPU metrics an observed label's
             evidence says what the host showed (``host``, see
-            :mod:`faultlab.labeler.hostcause`).
+            :mod:`faultlab.labeler.hostcause`); with ``proc_run_delay_s_per_s`` a rank
+            whose threads wait for a CPU far longer than its peers' while the job
+            slows is its label (views ``host+temporal``, see
+            :mod:`faultlab.labeler.starved`).
 
     Returns:
         labels frame with the faultlab.schema.LABELS columns (``run_id`` filled;
@@ -180,11 +183,16 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
     from faultlab.labeler.hostcause import attach_host_evidence
     from faultlab.labeler.localize import localize
 
-    return attach_host_evidence(localize(_label(steps, injections, _config(config))[0], host), host, span=_span(steps))
+    return attach_host_evidence(localize(_label(steps, injections, _config(config), host)[0], host), host,
+                                span=_span(steps))
 
 
-def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerConfig) -> tuple[pd.DataFrame, dict]:
-    """:func:`label`, also returning ``{run_id: Analysis}`` of the runs with steps."""
+def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerConfig,
+           host: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict]:
+    """:func:`label`, also returning ``{run_id: Analysis}`` of the runs with steps.
+    ``host`` feeds the host peer view (:mod:`faultlab.labeler.starved`)."""
+    from faultlab.labeler.starved import starved_labels
+
     check_steps(steps)
     inj = injections
     parts = []
@@ -206,6 +214,8 @@ def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerCon
         if an is not None:
             analyses[rid] = an
         labels = fuse(an) if an is not None else fusion._empty_labels()
+        if an is not None and host is not None and len(host):
+            labels = starved_labels(an, _of_run(host, rid), labels)
         run_inj = inj
         if inj is not None and len(inj) and rid and "run_id" in inj.columns:
             # an injection of another run is not this run's cause; one without a run_id
@@ -221,6 +231,15 @@ def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerCon
         return fusion._empty_labels(), analyses
     res = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     return fusion._typed(res.reset_index(drop=True)), analyses
+
+
+def _of_run(table: pd.DataFrame, rid: str) -> pd.DataFrame:
+    """The rows of run ``rid`` (all rows when the table has no ``run_id`` or ``rid``
+    is empty; rows without a run_id belong to every run)."""
+    if not rid or "run_id" not in table.columns:
+        return table
+    r = table["run_id"]
+    return table[r.isna() | (r.map(str) == rid) | (r.map(str) == "")]
 
 
 #: string columns of ``steps`` that :func:`read_steps` reads dictionary-encoded
@@ -361,12 +380,12 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     injections = rd.read_table("injections")
     if len(steps) and "run_id" in steps.columns and steps["run_id"].isna().any():
         steps["run_id"] = steps["run_id"].astype(object).fillna(run_id)
-    labels, analyses = _label(steps, injections, cfg)
+    host = rd.read_table("host")
+    labels, analyses = _label(steps, injections, cfg, host)
     from faultlab.labeler.localize import localize
 
     from faultlab.labeler.hostcause import attach_host_evidence
 
-    host = rd.read_table("host")  # read here: not held while labeling
     labels = attach_host_evidence(localize(labels, host), host, span=_span(steps))
     del host
     if len(labels):

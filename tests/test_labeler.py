@@ -1062,3 +1062,45 @@ def test_a_job_slowdown_is_a_time_ratio_against_the_expected_step():
     assert abs(an.job_slowdown(300, 399) / true - 1) < 0.04, (an.job_slowdown(300, 399), true)
     median_only = x[300:400].sum() / np.asarray(an.temporal.job_base[300:400], dtype=np.float64).sum()
     assert median_only / true > 1.05  # what the median alone read
+
+
+def _starved_run(extra_s: float, delay_target: float, seed: int = 0):
+    """4 ranks, one per node; the all-reduce of every rank slower by ``extra_s`` over
+    steps 300-449 (a quota on rank 2 that gloo's reduction spreads over everyone: no
+    rank stands out); a host table with each node's run delay at 1 Hz, 0.5 s/s (four
+    ranks on two cores) and ``delay_target`` on n2 while the slowdown lasts."""
+    s = simulate(n_steps=700, jobwide=(300, 450, extra_s), seed=seed)
+    s["node"] = [f"n{r}" for r in s["rank"]]
+    t = s.groupby("step")["t_start"].min()
+    rng = np.random.default_rng(seed)
+    rows = []
+    for ts in np.arange(t.iloc[0] + 1, t.iloc[-1], 1.0):
+        on = t.loc[300] <= ts - 0.5 and ts <= t.loc[449]
+        for n in range(4):
+            v = delay_target if (on and n == 2) else 0.5
+            rows.append({"run_id": "run-1", "node": f"n{n}", "ts": float(ts), "metric": "proc_run_delay_s_per_s",
+                         "value": v * rng.uniform(0.9, 1.1)})
+    return s, pd.DataFrame(rows), (float(t.loc[300]), float(t.loc[449]))
+
+
+def test_a_rank_that_waits_for_a_cpu_while_the_job_slows_is_its_label():
+    """The host peer view (labeler/starved.py): a job 1.25x slower with no rank standing
+    out in its step timings, and rank 2's threads runnable but waiting 1.0 s/s against
+    its peers' 0.5: rank 2's label, and reconciliation names the quota on it."""
+    s, host, (t0, t1) = _starved_run(0.01, 1.0)
+    assert "rank:2" not in set(label(s).component)  # the steps alone do not name it
+    inj = pd.DataFrame([injection("cpu-1", "cpu-contention", "n2", "rank:2", t0, t1)])
+    lab = label(s, inj, host=host)
+    r = lab[lab.component == "rank:2"]
+    assert len(r) == 1 and r.iloc[0].source == "injected" and r.iloc[0].views == "host+temporal", lab
+    ev = json.loads(r.iloc[0].evidence)
+    assert ev["baseline_kind"] == "held-around" and ev["run_delay_ratio"] > 1.6
+    assert abs(r.iloc[0].start_ts - t0) < 1.5 and abs(r.iloc[0].end_ts - t1) < 1.5
+    assert 1.15 < r.iloc[0].slowdown < 1.35
+
+
+def test_a_rank_that_waits_while_the_job_does_not_slow_is_no_label():
+    s, host, _ = _starved_run(0.0, 1.0)
+    assert label(s, host=host).empty
+    s, host, _ = _starved_run(0.01, 0.55)  # the job slowed, but no rank waits more than its peers
+    assert "rank:2" not in set(label(s, host=host).component)

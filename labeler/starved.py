@@ -1,0 +1,214 @@
+"""Host peer view: a rank whose threads wait for a CPU far longer than its peers'.
+
+A cgroup CPU quota on one rank of a gloo job can slow the whole job 1.2-1.4x with no
+rank standing out in the step timings (gloo reduces on the throttled rank's CPU, so
+every rank's all-reduce waits alike) and no difference in the ranks' 1 Hz CPU shares;
+the trailing baseline of the temporal view takes the slower level in within a
+window. The kernel does record it: a throttled thread is runnable but not running, and
+that time is its *run delay* (``/proc/PID/task/*/schedstat``, the host metric
+``proc_run_delay_s_per_s`` of :mod:`faultlab.telemetry.hostsampler`).
+
+Per host sample (``ts``, s), each node's run delay per rank (s/s) against the
+leave-one-out median of the other nodes' (its peers without itself). A sample is
+flagged when the ratio exceeds ``peer_threshold`` and the excess exceeds ``mad_k``
+robust sigmas of that node's excess over the run (1.4826 x MAD): the peer view's rule,
+on another signal. Flagged samples at most one interval apart form an interval; one of
+at least two samples and ``min_duration_s`` is a rank label when
+
+- the job was slowed over it: its mean step over the interval against the job's held
+  baseline, the median of the unflagged steps in the ``temporal_window_steps`` before
+  its start and after its end, scaled to the expected step
+  (:attr:`Analysis.job_expected`), reaches ``min_slowdown`` (a rank that waits while
+  the job does not is not a straggler);
+- and no label of that rank already covers any of its steps. A ``job`` label inside it
+  (at least half of its steps: the temporal view's label of the onset, before the
+  trailing baseline took the slower level in) is that slowdown seen in part: the rank
+  label spans both and replaces it. A job label mostly outside is another slowdown's:
+  then no rank label.
+
+Views ``host+temporal``; evidence ``baseline_kind: held-around`` with the run delay of
+the rank and of its peers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from faultlab.labeler.temporal import MAD_TO_SIGMA, loo_median
+
+METRIC = "proc_run_delay_s_per_s"
+
+
+def starved_labels(an, host: pd.DataFrame | None, labels: pd.DataFrame) -> pd.DataFrame:
+    """``labels`` plus the rank labels of the host peer view (see the module
+    docstring) for one run's :class:`faultlab.labeler.fusion.Analysis` ``an``. The
+    ``host`` table of that run (rows of other runs left out by the caller), or None.
+    Unchanged when the host table has no run-delay rows for at least two nodes."""
+    from faultlab.labeler.fusion import _typed
+
+    delay = _per_rank_delay(an.grid, host)
+    if delay is None:
+        return labels
+    rows, absorbed = [], set()
+    for node, t_lo, t_hi, own, peers in _flagged_intervals(delay, an.config):
+        got = _label_of(an, labels.drop(index=list(absorbed)), node, t_lo, t_hi, own, peers)
+        if got is not None:
+            rows.append(got[0])
+            absorbed |= set(got[1])
+    if not rows:
+        return labels
+    add = pd.DataFrame(rows)
+    kept = labels.drop(index=list(absorbed))
+    return _typed(pd.concat([kept, add], ignore_index=True) if len(kept) else add)
+
+
+def _per_rank_delay(g, host: pd.DataFrame | None) -> pd.DataFrame | None:
+    """``ts x node`` run delay per rank (s/s): each node's value over its number of
+    ranks; None with fewer than two nodes that have one."""
+    if host is None or host.empty or "metric" not in host.columns:
+        return None
+    m = host[host["metric"].astype(str) == METRIC]
+    if m.empty:
+        return None
+    piv = m.pivot_table(index="ts", columns="node", values="value", aggfunc="mean").sort_index()
+    nodes, counts = np.unique(np.asarray(g.nodes, dtype=object).astype(str), return_counts=True)
+    per = dict(zip(nodes, counts))
+    piv = piv[[c for c in piv.columns if str(c) in per]]
+    if piv.shape[1] < 2:
+        return None
+    return piv / np.asarray([per[str(c)] for c in piv.columns], dtype=np.float64)[None, :]
+
+
+def _flagged_intervals(delay: pd.DataFrame, cfg) -> list[tuple[str, float, float, float, float]]:
+    """``[(node, t_lo, t_hi, own, peers)]``: runs of flagged samples of one node
+    (``t_lo``: one sampling interval before the first sample, the time it covers;
+    ``t_hi`` the last sample's time, unix s; ``own``/``peers`` their median run delays,
+    s/s)."""
+    x = delay.to_numpy(dtype=np.float64)
+    ts = delay.index.to_numpy(dtype=np.float64)
+    if ts.size < 3:
+        return []
+    peers = loo_median(x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = x / peers
+    excess = x - peers
+    dt = float(np.median(np.diff(ts)))
+    out = []
+    for j, node in enumerate(delay.columns):
+        e = excess[:, j]
+        fin = e[np.isfinite(e)]
+        if fin.size < 3:
+            continue
+        sigma = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin))))
+        flag = (ratio[:, j] > cfg.peer_threshold) & (e > cfg.mad_k * sigma)
+        for a, b in _runs(flag, ts, 1.5 * dt):
+            if b - a + 1 >= 2 and ts[b] - ts[a] + dt >= cfg.min_duration_s:
+                out.append((str(node), ts[a] - dt, ts[b], float(np.nanmedian(x[a : b + 1, j])),
+                            float(np.nanmedian(peers[a : b + 1, j]))))
+    return out
+
+
+def _runs(flag: np.ndarray, ts: np.ndarray, max_gap: float) -> list[tuple[int, int]]:
+    """``[(first, last)]`` index runs of True in ``flag`` whose samples lie at most
+    ``max_gap`` s apart."""
+    idx = np.flatnonzero(flag)
+    if idx.size == 0:
+        return []
+    cut = np.flatnonzero(np.diff(ts[idx]) > max_gap) + 1
+    return [(int(r[0]), int(r[-1])) for r in np.split(idx, cut)]
+
+
+def _label_of(an, labels: pd.DataFrame, node: str, t_lo: float, t_hi: float, own: float,
+              peers: float) -> tuple[dict, list] | None:
+    """``(row, absorbed)``: the rank label of one flagged interval of ``node`` and the
+    index of the ``job`` labels it replaces; None when there is none (not one rank on
+    the node, too few steps, the job not slowed against its held baseline, a label of
+    the rank already there, or a job label mostly outside)."""
+    from faultlab.labeler.fusion import _confidence, _row
+
+    g, cfg = an.grid, an.config
+    cols = np.flatnonzero(np.asarray(g.nodes, dtype=object).astype(str) == node)
+    if cols.size != 1:
+        return None
+    j = int(cols[0])
+    rows = np.flatnonzero((g.t0 >= t_lo) & (g.t0 < t_hi))
+    if rows.size < cfg.min_steps:
+        return None
+    i0, i1 = int(rows[0]), int(rows[-1])
+    component = g.component(j)
+    if _covered(labels, component, int(g.steps[i0]), int(g.steps[i1])):
+        return None
+    absorbed = _inside_jobs(labels, int(g.steps[i0]), int(g.steps[i1]))
+    if absorbed is None:
+        return None
+    if absorbed:
+        s0 = int(pd.to_numeric(labels.loc[absorbed, "start_step"]).min())
+        s1 = int(pd.to_numeric(labels.loc[absorbed, "end_step"]).max())
+        i0 = min(i0, int(np.searchsorted(g.steps, s0)))
+        i1 = max(i1, int(np.searchsorted(g.steps, s1)))
+    base = _held_baseline(an, i0, i1)
+    x = np.asarray(g.job_step[i0 : i1 + 1], dtype=np.float64)
+    if not (base > 0) or not np.isfinite(x).any():
+        return None
+    slowdown = float(np.nanmean(x)) / base
+    if slowdown < cfg.min_slowdown:
+        return None
+    ev = {
+        "baseline_s": base,
+        "baseline_kind": "held-around",
+        "run_delay_s_per_s": own,
+        "peer_run_delay_s_per_s": peers,
+        "run_delay_ratio": own / peers if peers > 0 else float("inf"),
+        "job_slowdown": slowdown,
+        "n_steps": i1 - i0 + 1,
+        "threshold": cfg.peer_threshold,
+        "replaces": [f"job {int(labels.loc[k, 'start_step'])}-{int(labels.loc[k, 'end_step'])}" for k in absorbed],
+    }
+    return _row(g, component, "rank", i0, i1, slowdown, "host+temporal",
+                _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "host+temporal"), ev), absorbed
+
+
+def _covered(labels: pd.DataFrame, component: str, s0: int, s1: int) -> bool:
+    """A label of ``component`` overlaps steps ``s0..s1``."""
+    if labels is None or labels.empty:
+        return False
+    mine = labels["component"].astype(str) == component
+    a = pd.to_numeric(labels["start_step"], errors="coerce")
+    b = pd.to_numeric(labels["end_step"], errors="coerce")
+    return bool((mine & (a <= s1) & (b >= s0)).any())
+
+
+def _inside_jobs(labels: pd.DataFrame, s0: int, s1: int) -> list | None:
+    """The index of the ``job`` labels overlapping steps ``s0..s1`` when each has at
+    least half of its steps inside them; None when one overlapping has not."""
+    if labels is None or labels.empty:
+        return []
+    a = pd.to_numeric(labels["start_step"], errors="coerce")
+    b = pd.to_numeric(labels["end_step"], errors="coerce")
+    over = (labels["component"].astype(str) == "job") & (a <= s1) & (b >= s0)
+    out = []
+    for k in labels.index[over]:
+        n = b[k] - a[k] + 1
+        inside = min(b[k], s1) - max(a[k], s0) + 1
+        if inside < 0.5 * n:
+            return None
+        out.append(k)
+    return out
+
+
+def _held_baseline(an, i0: int, i1: int) -> float:
+    """The job's expected step around grid rows ``i0..i1`` (s): the median of the
+    unflagged job steps among the ``temporal_window_steps`` before ``i0`` and the
+    ``temporal_window_steps`` after ``i1`` (both sides, as the campaign evaluation
+    measures a fault's impact: one side alone follows a burst of host load in it),
+    scaled by ``job_expected``; NaN with fewer than ``temporal_min_valid_steps``."""
+    g, tv, cfg = an.grid, an.temporal, an.config
+    x = np.asarray(g.job_step, dtype=np.float64)
+    ok = np.isfinite(x) & ~np.asarray(tv.job_flag, dtype=bool)
+    w = cfg.temporal_window_steps
+    sel = np.r_[np.arange(max(0, i0 - w), i0), np.arange(i1 + 1, min(g.S, i1 + 1 + w))]
+    sel = sel[ok[sel]]
+    if sel.size < cfg.temporal_min_valid_steps:
+        return float("nan")
+    return float(np.median(x[sel])) * an.job_expected
