@@ -20,7 +20,9 @@ at least two samples and ``min_duration_s`` is a rank label when
   its start and after its end, scaled to the expected step
   (:attr:`Analysis.job_expected`), reaches ``min_slowdown`` (a rank that waits while
   the job does not is not a straggler);
-- and no label of that rank already covers any of its steps. A ``job`` label inside it
+- and no label of that rank already covers any of its steps. The first
+  ``temporal_window_steps`` of the run (its warm-up, slow and uneven on every rank) are
+  no part of an interval. A ``job`` label inside it
   (at least half of its steps: the temporal view's label of the onset, before the
   trailing baseline took the slower level in) is that slowdown seen in part: the rank
   label spans both and replaces it. A job label mostly outside is another slowdown's:
@@ -133,6 +135,9 @@ def _label_of(an, labels: pd.DataFrame, node: str, t_lo: float, t_hi: float, own
         return None
     j = int(cols[0])
     rows = np.flatnonzero((g.t0 >= t_lo) & (g.t0 < t_hi))
+    # the warm-up (the first window of steps, before any trailing baseline: imports,
+    # allocator, the first all-reduces) is slow and uneven on every run, fault or not
+    rows = rows[rows >= cfg.temporal_window_steps]
     if rows.size < cfg.min_steps:
         return None
     i0, i1 = int(rows[0]), int(rows[-1])
