@@ -191,7 +191,10 @@ def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerCon
            host: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict]:
     """:func:`label`, also returning ``{run_id: Analysis}`` of the runs with steps.
     ``host`` feeds the host peer view (:mod:`faultlab.labeler.starved`)."""
-    from faultlab.labeler.starved import starved_labels
+    from faultlab.labeler.starved import METRIC, starved_labels
+
+    if host is not None and len(host) and "metric" in host.columns:
+        host = host[host["metric"].astype(str) == METRIC]  # the rows the host peer view reads
 
     check_steps(steps)
     inj = injections
@@ -380,12 +383,18 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     injections = rd.read_table("injections")
     if len(steps) and "run_id" in steps.columns and steps["run_id"].isna().any():
         steps["run_id"] = steps["run_id"].astype(object).fillna(run_id)
+    from faultlab.labeler.starved import METRIC
+
     host = rd.read_table("host")
-    labels, analyses = _label(steps, injections, cfg, host)
+    delay = host[host["metric"].astype(str) == METRIC] if len(host) else host
+    del host  # the whole table is not held while labeling
+    labels, analyses = _label(steps, injections, cfg, delay)
+    del delay
     from faultlab.labeler.localize import localize
 
     from faultlab.labeler.hostcause import attach_host_evidence
 
+    host = rd.read_table("host")
     labels = attach_host_evidence(localize(labels, host), host, span=_span(steps))
     del host
     if len(labels):

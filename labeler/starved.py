@@ -11,9 +11,11 @@ that time is its *run delay* (``/proc/PID/task/*/schedstat``, the host metric
 Per host sample (``ts``, s), each node's run delay per rank (s/s) against the
 leave-one-out median of the other nodes' (its peers without itself). A sample is
 flagged when the ratio exceeds ``peer_threshold`` and the excess exceeds ``mad_k``
-robust sigmas of that node's excess over the run (1.4826 x MAD): the peer view's rule,
-on another signal. Flagged samples at most one interval apart form an interval; one of
-at least two samples and ``min_duration_s`` is a rank label when
+robust sigmas of that node's excess over the run (1.4826 x MAD) and
+:data:`MIN_EXCESS_S_PER_S`: the peer view's rule, on another signal (the floor: on an
+idle host near-zero delays differ 2x by chance). Flagged samples with at most two
+samples between them (a missed or noisy sample does not cut a fault in two) form an
+interval; one of at least two samples and ``min_duration_s`` is a rank label when
 
 - the job was slowed over it: its mean step over the interval against the job's held
   baseline, the median of the unflagged steps in the ``temporal_window_steps`` before
@@ -40,6 +42,12 @@ import pandas as pd
 from faultlab.labeler.temporal import MAD_TO_SIGMA, loo_median
 
 METRIC = "proc_run_delay_s_per_s"
+#: the least excess run delay over the peers' (s/s per rank) that flags a sample: a
+#: tenth of a core-second waited per second, the least that can delay a rank's steps
+#: by a tenth
+MIN_EXCESS_S_PER_S = 0.1
+#: flagged samples at most this many sampling intervals apart are one interval
+MAX_GAP_SAMPLES = 3
 
 
 def starved_labels(an, host: pd.DataFrame | None, labels: pd.DataFrame) -> pd.DataFrame:
@@ -52,17 +60,16 @@ def starved_labels(an, host: pd.DataFrame | None, labels: pd.DataFrame) -> pd.Da
     delay = _per_rank_delay(an.grid, host)
     if delay is None:
         return labels
-    rows, absorbed = [], set()
+    cur = labels.reset_index(drop=True)
+    changed = False
     for node, t_lo, t_hi, own, peers in _flagged_intervals(delay, an.config):
-        got = _label_of(an, labels.drop(index=list(absorbed)), node, t_lo, t_hi, own, peers)
+        got = _label_of(an, cur, node, t_lo, t_hi, own, peers)
         if got is not None:
-            rows.append(got[0])
-            absorbed |= set(got[1])
-    if not rows:
-        return labels
-    add = pd.DataFrame(rows)
-    kept = labels.drop(index=list(absorbed))
-    return _typed(pd.concat([kept, add], ignore_index=True) if len(kept) else add)
+            row, absorbed = got
+            kept = cur.drop(index=absorbed)
+            cur = pd.concat([kept, pd.DataFrame([row])], ignore_index=True) if len(kept) else pd.DataFrame([row])
+            changed = True
+    return _typed(cur) if changed else labels
 
 
 def _per_rank_delay(g, host: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -103,8 +110,8 @@ def _flagged_intervals(delay: pd.DataFrame, cfg) -> list[tuple[str, float, float
         if fin.size < 3:
             continue
         sigma = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin))))
-        flag = (ratio[:, j] > cfg.peer_threshold) & (e > cfg.mad_k * sigma)
-        for a, b in _runs(flag, ts, 1.5 * dt):
+        flag = (ratio[:, j] > cfg.peer_threshold) & (e > max(cfg.mad_k * sigma, MIN_EXCESS_S_PER_S))
+        for a, b in _runs(flag, ts, (MAX_GAP_SAMPLES + 0.5) * dt):
             if b - a + 1 >= 2 and ts[b] - ts[a] + dt >= cfg.min_duration_s:
                 out.append((str(node), ts[a] - dt, ts[b], float(np.nanmedian(x[a : b + 1, j])),
                             float(np.nanmedian(peers[a : b + 1, j]))))
@@ -142,16 +149,16 @@ def _label_of(an, labels: pd.DataFrame, node: str, t_lo: float, t_hi: float, own
         return None
     i0, i1 = int(rows[0]), int(rows[-1])
     component = g.component(j)
-    if _covered(labels, component, int(g.steps[i0]), int(g.steps[i1])):
-        return None
     absorbed = _inside_jobs(labels, int(g.steps[i0]), int(g.steps[i1]))
     if absorbed is None:
         return None
     if absorbed:
         s0 = int(pd.to_numeric(labels.loc[absorbed, "start_step"]).min())
         s1 = int(pd.to_numeric(labels.loc[absorbed, "end_step"]).max())
-        i0 = min(i0, int(np.searchsorted(g.steps, s0)))
-        i1 = max(i1, int(np.searchsorted(g.steps, s1)))
+        i0 = min(i0, int(np.searchsorted(g.steps, s0, side="left")))
+        i1 = max(i1, int(np.searchsorted(g.steps, s1, side="right")) - 1)
+    if _covered(labels, component, int(g.steps[i0]), int(g.steps[i1])):  # over the span it would take
+        return None
     base = _held_baseline(an, i0, i1)
     x = np.asarray(g.job_step[i0 : i1 + 1], dtype=np.float64)
     if not (base > 0) or not np.isfinite(x).any():

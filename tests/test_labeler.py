@@ -1064,11 +1064,13 @@ def test_a_job_slowdown_is_a_time_ratio_against_the_expected_step():
     assert median_only / true > 1.05  # what the median alone read
 
 
-def _starved_run(extra_s: float, delay_target: float, seed: int = 0):
+def _starved_run(extra_s: float, delay_target: float, seed: int = 0, scale: float = 1.0, dip_at: int | None = None):
     """4 ranks, one per node; the all-reduce of every rank slower by ``extra_s`` over
     steps 300-449 (a quota on rank 2 that gloo's reduction spreads over everyone: no
     rank stands out); a host table with each node's run delay at 1 Hz, 0.5 s/s (four
-    ranks on two cores) and ``delay_target`` on n2 while the slowdown lasts."""
+    ranks on two cores) and ``delay_target`` on n2 while the slowdown lasts; all of it
+    times ``scale``; with ``dip_at`` the sample that many seconds into the slowdown
+    reads like the others (one noisy sample)."""
     s = simulate(n_steps=700, jobwide=(300, 450, extra_s), seed=seed)
     s["node"] = [f"n{r}" for r in s["rank"]]
     t = s.groupby("step")["t_start"].min()
@@ -1076,10 +1078,11 @@ def _starved_run(extra_s: float, delay_target: float, seed: int = 0):
     rows = []
     for ts in np.arange(t.iloc[0] + 1, t.iloc[-1], 1.0):
         on = t.loc[300] <= ts - 0.5 and ts <= t.loc[449]
+        dip = dip_at is not None and abs(ts - t.loc[300] - dip_at) < 0.5
         for n in range(4):
-            v = delay_target if (on and n == 2) else 0.5
+            v = delay_target if (on and n == 2 and not dip) else 0.5
             rows.append({"run_id": "run-1", "node": f"n{n}", "ts": float(ts), "metric": "proc_run_delay_s_per_s",
-                         "value": v * rng.uniform(0.9, 1.1)})
+                         "value": scale * v * rng.uniform(0.9, 1.1)})
     return s, pd.DataFrame(rows), (float(t.loc[300]), float(t.loc[449]))
 
 
@@ -1097,10 +1100,18 @@ def test_a_rank_that_waits_for_a_cpu_while_the_job_slows_is_its_label():
     assert ev["baseline_kind"] == "held-around" and ev["run_delay_ratio"] > 1.6
     assert abs(r.iloc[0].start_ts - t0) < 1.5 and abs(r.iloc[0].end_ts - t1) < 1.5
     assert 1.15 < r.iloc[0].slowdown < 1.35
+    # the temporal view's job label of the onset is that slowdown seen in part: replaced
+    assert "job" not in set(lab.component) and ev["replaces"], lab[["component", "start_step", "end_step"]]
+    # one noisy sample in the middle does not cut it in two
+    s, host, _ = _starved_run(0.01, 1.0, dip_at=2)
+    assert (label(s, inj, host=host).component == "rank:2").sum() == 1
 
 
 def test_a_rank_that_waits_while_the_job_does_not_slow_is_no_label():
     s, host, _ = _starved_run(0.0, 1.0)
     assert label(s, host=host).empty
     s, host, _ = _starved_run(0.01, 0.55)  # the job slowed, but no rank waits more than its peers
+    assert "rank:2" not in set(label(s, host=host).component)
+    # an idle host: 1 ms/s against 0.5 ms/s is 2x, but no wait that could slow a step
+    s, host, _ = _starved_run(0.01, 1.0, scale=1e-3)
     assert "rank:2" not in set(label(s, host=host).component)

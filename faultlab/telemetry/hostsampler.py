@@ -96,7 +96,7 @@ def read_run_delay(pid: int) -> dict[int, float]:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                 out[int(tid)] = int(f.read().split()[1]) / 1e9
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError, ValueError):
             continue
     return out
 
