@@ -109,6 +109,13 @@ def allocate_handles(fault_id: str, taken: set[str]) -> tuple[str, str]:
 # told by the filter.
 DEL_INGRESS_SH = ('tc filter show dev "$1" parent ffff: 2>/dev/null | grep -q "device $2)" '
                   '&& tc qdisc del dev "$1" handle ffff: ingress; exit 0')
+# The ingress qdisc and its redirect in one process ($1 interface, the rest the filter's
+# arguments): the revert knows the qdisc as ours only by its redirect, so a controller
+# killed between two separate commands left an ingress qdisc with no filter that no
+# revert would touch (chaos, seed 7). The controller's death does not stop this shell;
+# a filter that fails takes its qdisc with it (nothing half-applied).
+ADD_INGRESS_SH = ('dev="$1"; shift; tc qdisc add dev "$dev" handle ffff: ingress || exit 1; '
+                  'tc filter add dev "$dev" parent ffff: "$@" || { tc qdisc del dev "$dev" handle ffff: ingress; exit 1; }')
 TBF_LATENCY = "100ms"
 RESTORABLE = frozenset({"tbf", "pfifo", "bfifo"})
 
@@ -388,9 +395,9 @@ class NicSlow(Injector):
             Cmd(("ip", "link", "add", ifb, "type", "ifb"), "net", "ifb device for ingress"),
             Cmd(("ip", "link", "set", ifb, "up"), "net"),
             Cmd(("tc", "qdisc", "add", "dev", ifb, "root", "handle", self.handle, *leaf), "net", "ingress shaping on the ifb"),
-            Cmd(("tc", "qdisc", "add", "dev", dev, "handle", "ffff:", "ingress"), "net"),
-            Cmd(("tc", "filter", "add", "dev", dev, "parent", "ffff:", "protocol", "ip" if self.peer else "all", "prio", "49", "u32", *match,
-                 "action", "mirred", "egress", "redirect", "dev", ifb), "net", "redirect ingress into the ifb"),
+            Cmd(("sh", "-c", ADD_INGRESS_SH, "sh", dev, "protocol", "ip" if self.peer else "all", "prio", "49", "u32", *match,
+                 "action", "mirred", "egress", "redirect", "dev", ifb), "net",
+                "the ingress qdisc and its redirect into the ifb, in one process"),
         ]
         revert += [
             Cmd(("sh", "-c", DEL_INGRESS_SH, "sh", dev, ifb), "net", "the ingress qdisc, if its redirect is ours"),
