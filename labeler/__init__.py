@@ -219,12 +219,9 @@ def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerCon
         labels = fuse(an) if an is not None else fusion._empty_labels()
         if an is not None and host is not None and len(host):
             labels = starved_labels(an, _of_run(host, rid), labels)
-        run_inj = inj
-        if inj is not None and len(inj) and rid and "run_id" in inj.columns:
-            # an injection of another run is not this run's cause; one without a run_id
-            # applies to every run given
-            irid = inj["run_id"]
-            run_inj = inj[irid.isna() | (irid.map(str) == rid) | (irid.map(str) == "")]
+        # an injection of another run is not this run's cause; one without a run_id
+        # applies to every run given
+        run_inj = _of_run(inj, rid) if inj is not None and len(inj) else inj
         out = reconcile.reconcile(labels, run_inj, analysis=an, config=cfg)
         if len(out) and rid:
             out["run_id"] = rid
