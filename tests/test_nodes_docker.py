@@ -161,6 +161,47 @@ def test_testbed_down_after_up_killed_half_way(dockerd, tmp_path):
     assert cp.returncode == 2 and cp.stderr.count("\n") == 1
 
 
+MAKER = """
+import sys, time
+from faultlab.nodes.docker_testbed import DockerTestbed
+tb = DockerTestbed(1, tb_id=sys.argv[1]).up()
+print(tb.bridge, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_testbed_no_state_file_records_is_reaped(dockerd, tmp_path):
+    """A controller SIGKILLed after ``up`` (no lease: a bare DockerTestbed), then its
+    state folder removed (a test's tmp folder; /run after a reboot): neither ``down``
+    nor ``faultlab recover`` can find that testbed by a state file, and every dockerd
+    start made its bridge again. The next ``up`` removes its container, network and
+    bridge; while its maker lives, or while its state file is there, it is left alone."""
+    from faultlab.nodes.docker_testbed import DockerTestbed, reap_orphans
+
+    before = docker_residue(dockerd)
+    flt = {"label": "faultlab.testbed=0fa1"}
+    maker = subprocess.Popen([sys.executable, "-c", MAKER, "0fa1"], env=dict(os.environ, FAULTLAB_STATE_DIR=str(tmp_path / "st")),
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        bridge = maker.stdout.readline().strip()
+        assert bridge == "fl0fa1br" and os.path.exists(f"/sys/class/net/{bridge}")
+        assert "0fa1" not in reap_orphans(dockerd)  # its maker lives
+        maker.send_signal(signal.SIGKILL)
+        maker.wait()
+        assert "0fa1" not in reap_orphans(dockerd)  # its state file is there: `faultlab recover` removes it
+        assert dockerd.networks.list(filters=flt) and dockerd.containers.list(all=True, filters=flt)
+        shutil.rmtree(tmp_path / "st")
+        with DockerTestbed(1) as tb:
+            assert not dockerd.networks.list(filters=flt) and not dockerd.containers.list(all=True, filters=flt)
+            assert not os.path.exists(f"/sys/class/net/{bridge}")
+            assert dockerd.networks.list(filters={"label": f"faultlab.testbed={tb.id}"})  # the new testbed is whole
+    finally:
+        maker.kill()
+        maker.wait()
+        DockerTestbed(1, tb_id="0fa1").down()  # by label, should the test fail half-way
+    assert docker_residue(dockerd) - before == set()
+
+
 def test_container_restart_during_a_fault_leaves_nothing(dtb, no_residue):
     """The container restarts while a nic-slow and a cpu quota are in force: both
     reverts end clean (the namespace and the processes died with the container), no

@@ -13,12 +13,16 @@ at ``.10+i``. Every container:
   (``inventory.yaml`` lists the nodes for ``--backend ssh``);
 - mounts the controller's Python and faultlab read-only (image.workload_mounts) and a
   host folder of the testbed at ``/var/lib/faultlab/work`` (node-local telemetry);
-- carries the labels ``faultlab.testbed=<id>`` and ``faultlab.node=n<i>``.
+- carries the labels ``faultlab.testbed=<id>`` and ``faultlab.node=n<i>``; it and the
+  network also carry the state file's path (``faultlab.state``) and their maker's PID
+  and start time (``faultlab.controller``).
 
 What is made is listed in a state file (``<state>/docker/<id>.json``) before it is
 made, and ``down()`` also removes every container and network labeled with the
 testbed id, so a ``up`` killed half-way leaves nothing ``down`` (or ``faultlab
-recover``) does not remove. The image is kept (it is the cache).
+recover``) does not remove. A testbed whose state file is gone and whose maker is
+dead (its state folder removed after a SIGKILL) is removed by the next ``up`` or
+``faultlab recover`` (:func:`reap_orphans`). The image is kept (it is the cache).
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ from faultlab.nodes.docker import WORK_DIR, DockerNode, node_from_container
 from faultlab.nodes.testbed import _free_subnet, state_dir
 
 LABEL = "faultlab.testbed"
+#: label of a testbed's network and containers: the state file that records them
+STATE_LABEL = "faultlab.state"
+#: label of a testbed's network and containers: ``PID:STARTTIME`` of the process that made them
+CONTROLLER_LABEL = "faultlab.controller"
 
 
 class DockerTestbed:
@@ -109,6 +117,7 @@ class DockerTestbed:
 
         dockerd.ensure_started()
         cli = dockerd.client()
+        reap_orphans(cli)
         img = image.ensure_image(cli)
         mounts = image.workload_mounts()
         self.subnet = _free_subnet()
@@ -141,8 +150,14 @@ class DockerTestbed:
         ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=str(self.subnet), gateway=self.bridge_address)])
         self._made["network"] = self.network
         self._save()
-        cli.networks.create(self.network, driver="bridge", internal=True, ipam=ipam, labels={LABEL: self.id},
+        cli.networks.create(self.network, driver="bridge", internal=True, ipam=ipam, labels=self._labels(),
                             options={"com.docker.network.bridge.name": self.bridge})
+
+    def _labels(self) -> dict[str, str]:
+        """The labels of what this testbed makes: its id, its state file and its maker
+        (for :func:`reap_orphans`)."""
+        st = procid.starttime(os.getpid())
+        return {LABEL: self.id, STATE_LABEL: str(self._state_path().absolute()), CONTROLLER_LABEL: f"{os.getpid()}:{'' if st is None else st}"}
 
     def _make_node(self, cli, img: str, mounts: dict, i: int) -> None:
         name, cname = f"n{i}", f"fl{self.id}-n{i}"
@@ -158,7 +173,7 @@ class DockerTestbed:
         net_cfg = api.create_networking_config({self.network: api.create_endpoint_config(ipv4_address=addr)})
         cid = api.create_container(img, name=cname, hostname=name, host_config=host_cfg, networking_config=net_cfg,
                                    command=self.HOST_LIKE_CMD if self.host_like else None,
-                                   labels={LABEL: self.id, "faultlab.node": name, "faultlab.work_host": str(work)})["Id"]
+                                   labels={**self._labels(), "faultlab.node": name, "faultlab.work_host": str(work)})["Id"]
         pub = self.key_path.with_suffix(".pub").read_bytes()
         api.put_archive(cid, "/", _tar({"root/.ssh/authorized_keys": (pub, 0o600)}, dirs={"root/.ssh": 0o700}))
         api.start(cid)
@@ -387,8 +402,10 @@ def list_docker_testbeds() -> list[dict]:
 
 
 def recover_docker_testbeds(only_dead: bool = True) -> list[str]:
-    """Remove docker testbeds whose controller is gone (all with ``only_dead=False``);
-    returns their ids. Nothing is done when no state file exists (no daemon needed)."""
+    """Remove docker testbeds whose controller is gone (all with ``only_dead=False``),
+    and, when faultlab's daemon answers, the ones no state file records any more
+    (:func:`reap_orphans`); returns their ids. No daemon is started."""
+    from faultlab.nodes import dockerd
     from faultlab.nodes.testbed import _controller_alive
 
     removed = []
@@ -398,4 +415,47 @@ def recover_docker_testbeds(only_dead: bool = True) -> list[str]:
         tb = DockerTestbed.from_state(st)
         if not tb.down():
             removed.append(tb.id)
+    if dockerd.running():
+        removed += reap_orphans(dockerd.client(timeout_s=30))
+    return removed
+
+
+_CONTROLLER_RE = re.compile(r"^([0-9]{1,10}):([0-9]{0,20})$")
+
+
+def _orphaned(labels: dict) -> bool:
+    """Whether a testbed network's labels say nobody owns it any more: its state file
+    is gone and the process that made it is dead (PID and start time,
+    ``faultlab.procid.alive``). False for a network made before these labels existed
+    (nothing to judge by) or with a malformed label."""
+    state, ctl = labels.get(STATE_LABEL), _CONTROLLER_RE.match(labels.get(CONTROLLER_LABEL) or "")
+    if not state or not os.path.isabs(state) or ctl is None:
+        return False
+    start = int(ctl.group(2)) if ctl.group(2) else None
+    return not os.path.lexists(state) and not procid.alive(int(ctl.group(1)), start)
+
+
+def reap_orphans(cli) -> list[str]:
+    """Remove testbed networks nobody owns (:func:`_orphaned`: no state file, maker
+    dead; e.g. a controller SIGKILLed during ``up`` whose state folder was removed
+    afterwards, so neither ``down`` nor ``faultlab recover`` can find it), with the
+    containers the same maker made on them. Each dockerd start would otherwise make
+    their bridge (``fl<id>br``) again. Only objects carrying faultlab's testbed label
+    and the same maker label are touched. Returns the ids of the testbeds removed; one that
+    cannot be removed is left (and tried again next time)."""
+    import docker
+
+    removed: list[str] = []  # testbed ids
+    for net in cli.networks.list(filters={"label": LABEL}):
+        labels = net.attrs.get("Labels") or {}
+        if not _orphaned(labels):
+            continue
+        mine = {"label": [f"{LABEL}={labels[LABEL]}", f"{CONTROLLER_LABEL}={labels[CONTROLLER_LABEL]}"]}
+        try:
+            for c in cli.containers.list(all=True, filters=mine):
+                c.remove(force=True)
+            net.remove()
+            removed.append(labels[LABEL])
+        except docker.errors.APIError:
+            continue
     return removed
