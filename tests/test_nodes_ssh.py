@@ -207,13 +207,25 @@ def test_cli_fanout_unreachable_node_one_line_nothing_applied(stb, tmp_path, no_
         assert ".json" not in _leases_on(stb, i)
 
 
+PINNED_PAIR = """
+import os, subprocess, sys
+loop = "import os, time\\nos.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\\nt = time.time()\\nwhile time.time() - t < 2.5: pass"
+kids = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(2)]
+for k in kids:
+    k.wait()
+"""
+
+
 def test_node_sampler_samples_become_host_rows_untrusted_lines_skipped(tmp_path):
     """The node sampler (the very source sent to ssh nodes, run here as ``python3 -c``)
-    samples a real process tree until it ends; the controller turns the raw lines into
-    host rows and skips lines of the wrong shape (the node is not trusted)."""
+    samples a real process tree (two busy loops pinned to one CPU) until it ends; the
+    controller turns the raw lines into host rows, the CPU the loops used and the run
+    delay they waited for it among them, and skips lines of the wrong shape (the node
+    is not trusted)."""
     from faultlab.telemetry import remote
 
-    busy = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<2.5: pass"])
+    # two busy children pinned to one CPU: each waits for it about half the time
+    busy = subprocess.Popen([sys.executable, "-c", PINNED_PAIR])
     out = tmp_path / "host-n0.jsonl"
     try:
         cp = subprocess.run(remote.sampler_argv([busy.pid], str(out), until=time.time() + 30, interval_s=0.5), timeout=20)
@@ -221,12 +233,17 @@ def test_node_sampler_samples_become_host_rows_untrusted_lines_skipped(tmp_path)
         busy.wait()
     assert cp.returncode == 0  # ended by itself once its PIDs were gone, long before --until
     with open(out, "a") as f:
-        f.write('{"ts": 1, "mono": "x"}\nnot json\n{"ts":1,"mono":1,"hz":100,"cpu":[1,2],"procs":{"1:1":[-5,0]},"net":null,"ino":[],"ss":null}\n')
+        f.write('{"ts": 1, "mono": "x"}\nnot json\n{"ts":1,"mono":1,"hz":100,"cpu":[1,2],"procs":{"1:1":[-5,0]},"net":null,"ino":[],"ss":null}\n'
+                '{"ts":1,"mono":1,"hz":100,"cpu":[1,2],"procs":{"1:1":[5,0]},"delay":{"1:1:1":-3},"net":null,"ino":[],"ss":null}\n'
+                '{"ts":1,"mono":1,"hz":100,"cpu":[1,2],"procs":{"1:1":[5,0]},"delay":[1],"net":null,"ino":[],"ss":null}\n')
     samples = remote.read_samples(out)
     assert len(samples) >= 4 and all(s["procs"] for s in samples)
     df = remote.host_rows(tmp_path, ["n0"], {}, "r1")
     cpu = df[df.metric == "proc_cpu_util_pct"].value
-    assert len(cpu) == len(samples) - 1 and cpu.median() > 50  # a busy loop: ~100% of one CPU
+    assert len(cpu) == len(samples) - 1 and cpu.median() > 50  # two busy loops on one CPU: ~100% of one CPU
+    assert all(len(s["delay"]) >= 3 for s in samples)  # the parent's and both children's threads
+    delay = df[df.metric == "proc_run_delay_s_per_s"].value
+    assert len(delay) == len(cpu) and delay.median() > 0.3  # each waits ~0.5 s/s for the CPU the other holds
     assert set(df.metric) >= {"cpu_util_pct", "proc_rss_bytes", "net_rx_bytes_per_s", "net_tx_bytes_per_s"}
     assert (df.run_id == "r1").all() and (df.node == "n0").all()
 

@@ -18,6 +18,10 @@ run's telemetry folder on the node, which faultlab.telemetry.collect brings back
 - ``net``: [rx, tx] bytes over the non-loopback, non-ifb interfaces of the first live
   PID's network namespace (``/proc/PID/net/dev``, as faultlab.telemetry.hostsampler
   reads it), or null;
+- ``delay``: {"PID:STARTTIME:TID": ns} the run delay of every thread of those
+  processes (field 2 of ``/proc/PID/task/TID/schedstat``: runnable but waiting for a
+  CPU, CFS-throttled time included; the controller makes ``proc_run_delay_s_per_s``
+  of it as the local sampler does);
 - ``ino``: inodes of the sockets open in those processes (``/proc/PID/fd``), and
   ``ss``: the text of ``ss -tinHe state established`` in that namespace (null without
   ss); the controller keeps the connections whose inode is one of ``ino``.
@@ -65,6 +69,24 @@ def _tree(pids):
         if p not in out:
             out[p] = table[p]
             todo.extend(kids.get(p, ()))
+    return out
+
+
+def _delay(tree):
+    """{"PID:STARTTIME:TID": run delay ns} of the threads of the processes ``tree``
+    (a thread that ends while it is read is left out)."""
+    out = {}
+    for pid, st in tree.items():
+        try:
+            tids = os.listdir("/proc/%d/task" % pid)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                    out["%d:%s:%s" % (pid, st[1], tid)] = int(f.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
     return out
 
 
@@ -127,7 +149,7 @@ def sample(pids, hz):
     return {
         "ts": time.time(), "mono": time.monotonic(), "hz": hz, "cpu": _cpu(),
         "procs": {"%d:%s" % (p, st[1]): [st[2], st[3] * os.sysconf("SC_PAGE_SIZE")] for p, st in tree.items()},
-        "net": _net(live[0]), "ino": sorted(set(_inodes(list(tree)))), "ss": _ss(),
+        "delay": _delay(tree), "net": _net(live[0]), "ino": sorted(set(_inodes(list(tree)))), "ss": _ss(),
     }
 
 
@@ -136,8 +158,8 @@ def main(argv=None):
     --until EPOCH_S``.
 
     Appends one JSON line a sample to ``--out`` (its folder made; the record schema is
-    the module docstring's: ``ts``, ``mono``, ``hz``, ``cpu``, ``procs``, ``net``,
-    ``ino``, ``ss``), every ``--interval`` seconds on a monotonic schedule (a late
+    the module docstring's: ``ts``, ``mono``, ``hz``, ``cpu``, ``procs``, ``delay``,
+    ``net``, ``ino``, ``ss``), every ``--interval`` seconds on a monotonic schedule (a late
     sample does not shift the next ones). Returns 0 when no PID of ``--pids`` or their
     descendants is alive, or at ``--until`` (unix s); SIGTERM exits 0 too. A bad
     argument is argparse's usage error (exit 2); a ``--out`` that cannot be opened

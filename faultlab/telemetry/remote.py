@@ -95,6 +95,9 @@ def _valid(rec) -> bool:
         return False
     if net is not None and not (isinstance(net, list) and len(net) == 2 and all(map(_num, net))):
         return False
+    delay = rec.get("delay", {})  # absent in a sample of a node sampler before run delay
+    if not isinstance(delay, dict) or not all(isinstance(v, int) and _num(v) for v in delay.values()):
+        return False
     return isinstance(rec.get("ino", []), list) and isinstance(rec.get("ss"), (str, type(None)))
 
 
@@ -104,6 +107,8 @@ def rows_of(node: str, samples: list[dict], peers: dict[str, str]) -> list[tuple
 
     ``cpu_util_pct`` (node-wide, 0..100), ``proc_cpu_util_pct`` (percent of one CPU;
     a process first seen counts from its start), ``proc_rss_bytes``,
+    ``proc_run_delay_s_per_s`` (s/s, summed over the threads; from samples that carry
+    ``delay``),
     ``net_rx_bytes_per_s``/``net_tx_bytes_per_s``, and the per-peer ``tcp_*`` metrics
     of the connections whose socket the ranks hold (peers named by ``peers``:
     address -> node name)."""
@@ -127,6 +132,8 @@ def rows_of(node: str, samples: list[dict], peers: dict[str, str]) -> list[tuple
         ticks = sum(max(0, v[0] - prev["procs"].get(k, [0, 0])[0]) for k, v in s["procs"].items())
         rows.append((node, ts, "proc_cpu_util_pct", 100.0 * ticks / s["hz"] / dt))
         rows.append((node, ts, "proc_rss_bytes", float(sum(v[1] for v in s["procs"].values()))))
+        if "delay" in s and "delay" in prev:
+            rows.append((node, ts, "proc_run_delay_s_per_s", _run_delay_gained(prev["delay"], s["delay"]) / 1e9 / dt))
         if s["net"] is not None and prev["net"] is not None:
             rows.append((node, ts, "net_rx_bytes_per_s", max(0, s["net"][0] - prev["net"][0]) / dt))
             rows.append((node, ts, "net_tx_bytes_per_s", max(0, s["net"][1] - prev["net"][1]) / dt))
@@ -134,6 +141,13 @@ def rows_of(node: str, samples: list[dict], peers: dict[str, str]) -> list[tuple
             rows += [(node, ts, m, float(v)) for m, v in tcp]
         prev = s
     return rows
+
+
+def _run_delay_gained(before: dict, now: dict) -> int:
+    """ns of run delay gained between two samples, over the threads in both (one that
+    ended or started between them is left out of that interval, as in the local
+    sampler; a counter that went back counts 0)."""
+    return sum(max(0, v - before[k]) for k, v in now.items() if k in before)
 
 
 def host_rows(telemetry_dir: Path, nodes: list[str], peers: dict[str, str], run_id: str | None = None) -> pd.DataFrame:
