@@ -432,7 +432,19 @@ def _orphaned(labels: dict) -> bool:
     if not state or not os.path.isabs(state) or ctl is None:
         return False
     start = int(ctl.group(2)) if ctl.group(2) else None
-    return not os.path.lexists(state) and not procid.alive(int(ctl.group(1)), start)
+    return _gone(state) and not procid.alive(int(ctl.group(1)), start)
+
+
+def _gone(path: str) -> bool:
+    """Whether ``path`` is known not to exist (ENOENT/ENOTDIR); a path we may not look
+    at (EACCES) or any other error is *not* gone."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def reap_orphans(cli) -> list[str]:
@@ -442,7 +454,18 @@ def reap_orphans(cli) -> list[str]:
     containers the same maker made on them. Each dockerd start would otherwise make
     their bridge (``fl<id>br``) again. Only objects carrying faultlab's testbed label
     and the same maker label are touched. Returns the ids of the testbeds removed; one that
-    cannot be removed is left (and tried again next time)."""
+    cannot be removed is left (and tried again next time). Only as root (the state
+    folders are root's: another user cannot tell a live state file from a gone one).
+    Best effort: an error of the daemon ends it and is not raised."""
+    if os.geteuid() != 0:
+        return []
+    try:
+        return _reap(cli)
+    except Exception:  # noqa: BLE001 - a cleanup of leftovers never fails the caller (up, recover)
+        return []
+
+
+def _reap(cli) -> list[str]:
     import docker
 
     removed: list[str] = []  # testbed ids

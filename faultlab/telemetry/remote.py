@@ -81,8 +81,15 @@ def read_samples(path: Path) -> list[dict]:
     return out
 
 
+#: the largest integer a sample may hold (a kernel counter is 64 bits; a bigger one
+#: is not a reading, and math.isfinite of an int past a float's range raises)
+_MAX_INT = 2**64
+
+
 def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return (0 <= v < _MAX_INT) if isinstance(v, int) else (math.isfinite(v) and v >= 0)
 
 
 def _valid(rec) -> bool:
