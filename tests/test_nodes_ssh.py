@@ -235,7 +235,8 @@ def test_node_sampler_samples_become_host_rows_untrusted_lines_skipped(tmp_path)
     with open(out, "a") as f:
         f.write('{"ts": 1, "mono": "x"}\nnot json\n{"ts":1,"mono":1,"hz":100,"cpu":[1,2],"procs":{"1:1":[-5,0]},"net":null,"ino":[],"ss":null}\n'
                 '{"ts":1,"mono":1,"hz":100,"cpu":[1,2],"procs":{"1:1":[5,0]},"delay":{"1:1:1":-3},"net":null,"ino":[],"ss":null}\n'
-                '{"ts":1,"mono":1,"hz":100,"cpu":[1,2],"procs":{"1:1":[5,0]},"delay":[1],"net":null,"ino":[],"ss":null}\n')
+                '{"ts":1,"mono":1,"hz":100,"cpu":[1,2],"procs":{"1:1":[5,0]},"delay":[1],"net":null,"ino":[],"ss":null}\n'
+                '{"ts":1,"mono":1,"hz":100,"cpu":[1,2],"procs":{"1:1":[5,0]},"delay":{"1:1:1":1%s},"net":null,"ino":[],"ss":null}\n' % ("0" * 400))
     samples = remote.read_samples(out)
     assert len(samples) >= 4 and all(s["procs"] for s in samples)
     df = remote.host_rows(tmp_path, ["n0"], {}, "r1")
