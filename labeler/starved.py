@@ -219,9 +219,10 @@ def _held_baseline(an, i0: int, i1: int, labels: pd.DataFrame | None = None) -> 
     """The job's expected step around grid rows ``i0..i1`` (s), as a time: the median
     over blocks of each block's mean job step, the blocks (:data:`BLOCK_S` s or
     :data:`BLOCK_STEPS` steps, whichever is longer) cut from the steps within
-    :data:`AROUND_S` s before ``i0`` and after ``i1`` that no label in ``labels``
-    covers; a block with under half the median block's steps (a side's edge) is left
-    out. Both sides, as the campaign evaluation measures a fault's impact (one side
+    :data:`AROUND_S` s (or ``temporal_window_steps`` median steps, whichever is longer:
+    a job of slow steps) before ``i0`` and after ``i1`` that no label in ``labels``
+    covers, the warm-up (the first ``temporal_window_steps``) left out; a block with
+    under half the median block's steps (a side's edge) is left out. Both sides, as the campaign evaluation measures a fault's impact (one side
     alone follows a burst of host load in it). A *mean* per block, because the
     slowdown it divides is a mean: the hiccups of a loaded host belong to the expected
     step (the median of the temporal view's unflagged steps, even scaled by
@@ -233,7 +234,10 @@ def _held_baseline(an, i0: int, i1: int, labels: pd.DataFrame | None = None) -> 
     x = np.asarray(g.job_step, dtype=np.float64)
     t = np.asarray(g.t0, dtype=np.float64)
     ok = np.isfinite(x) & np.isfinite(t) & ~_label_rows(g, labels)
-    near = ((t >= t[i0] - AROUND_S) & (t < t[i0])) | ((t > t[i1]) & (t <= t[i1] + AROUND_S))
+    ok[: cfg.temporal_window_steps] = False  # the warm-up is no baseline
+    fin = x[np.isfinite(x)]
+    around = max(AROUND_S, cfg.temporal_window_steps * float(np.median(fin))) if fin.size else AROUND_S
+    near = ((t >= t[i0] - around) & (t < t[i0])) | ((t > t[i1]) & (t <= t[i1] + around))
     sel = np.flatnonzero(ok & near)
     if sel.size < cfg.temporal_min_valid_steps:
         return float("nan")
