@@ -247,18 +247,8 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damage
         if full:
             full_dir, unmount = full_lease_dir(state)
         dirs = [lease_dir] + ([full_dir] if full_dir else [])
-        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], env=env)
-        procs.append(busy)
-        agent_pid = None
-        if "gc-storm" in types:
-            code = "import time\nfrom faultlab.benchmarks import agent\nagent.start()\nwhile True:\n    sum(range(10000))\n"
-            ag = subprocess.Popen([sys.executable, "-c", code], env=env)
-            procs.append(ag)
-            agent_pid = ag.pid
-            time.sleep(1.0)
-        t = Targets([n.netns for n in tb.nodes] if tb else [], busy.pid, agent_pid, str(state))
-        actions = plan_cycles(rng, cycles, kills, storms, damaged, full)
-        for i, action in enumerate(actions):
+        t = _start_targets(types, env, tb, state, procs)
+        for i, action in enumerate(plan_cycles(rng, cycles, kills, storms, damaged, full)):
             ftype = rng.choice(types)
             args = _options(ftype, rng, t)
             if args is None:
@@ -267,49 +257,15 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damage
             argv = [*FL, "inject", "--type", ftype, *args, "--duration", f"{duration:.2f}s", "--grace", "0s", "--json"]
             cenv = dict(env, FAULTLAB_LEASE_DIR=str(full_dir)) if action == "full-folder" else env
             p = subprocess.Popen(argv, env=cenv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-            if action == "sigkill":
-                time.sleep(rng.uniform(0.0, duration + 1.5))
-                try:
-                    os.kill(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                report["killed"] += 1
-            elif action == "storm":
-                report["signals_sent"] += _storm(p, rng, duration)
-                report["storms"] += 1
-            elif action.startswith("lease-"):
-                report["damaged"] += _damage_lease(lease_dir, action, p)
-            elif action == "full-folder":
-                report["full_folder"] += 1
-            elif rng.random() < 0.15:
-                time.sleep(rng.uniform(0.5, duration))
-                p.send_signal(signal.SIGTERM)
-            out, err = p.communicate(timeout=180)
+            _perturb(p, action, rng, duration, lease_dir, report)
+            _out, err = p.communicate(timeout=180)
             left_now = sorted(set(x for d in dirs for x in residue(t, d)))
             bad = judge(p.returncode, err, left_now, action)
-            if bad:
-                report["mismatches"].append({"cycle": i, "type": ftype, "action": action, "why": bad})
             # every lease ends by its deadline (at most the duration from now), then the
             # watchdog needs a moment
             left = _wait_clean(t, dirs, time.time() + duration + 8)
-            report["cycles"] += 1
-            report["by_type"][ftype] = report["by_type"].get(ftype, 0) + 1
-            report["by_action"][action] = report["by_action"].get(action, 0) + 1
-            key = f"{action} rc={p.returncode}"
-            report["outcomes"][key] = report["outcomes"].get(key, 0) + 1
-            if before_faultlab_ran(err):
-                report["outcomes"]["interrupted at interpreter start (before faultlab ran)"] = report["outcomes"].get(
-                    "interrupted at interpreter start (before faultlab ran)", 0) + 1
-            if p.returncode == 3 and "verify:" in err:
-                report["unverified"] += 1  # reverted and said so: the measured check failed (a loaded machine)
-            elif action.startswith("lease-") and "FAULTLAB_LEASE_DIR" in err and not left_now:
-                report["outcomes"]["record damaged before read-back (refused, nothing applied)"] = report["outcomes"].get(
-                    "record damaged before read-back (refused, nothing applied)", 0) + 1
-            elif (p.returncode not in (0, -signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT) and action in ("plain", "lease-deleted", "lease-truncated")
-                  and "handed to its lease" not in err):
-                report["errors"].append(f"cycle {i} {ftype} {action} {' '.join(args)}: rc={p.returncode} {err.strip()[-300:]}")
+            _record_cycle(report, i, ftype, action, args, p.returncode, err, left_now, left, bad)
             if left:
-                report["residue"].append({"cycle": i, "type": ftype, "action": action, "left": left})
                 log(f"cycle {i} {ftype} {action}: LEFT {left}")
                 subprocess.run([*FL, "recover"], env=env, capture_output=True)
             else:
@@ -331,6 +287,74 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damage
         subprocess.run(["rm", "-rf", str(state)])
     report["wall_s"] = round(time.time() - t0, 1)
     return report
+
+
+def _start_targets(types: list[str], env: dict, tb, state: Path, procs: list) -> Targets:
+    """The processes faults target, appended to ``procs`` as they start (so a failure
+    half-way still ends them): a busy loop, and for gc-storm a process running the
+    faultlab agent (given a second to start it)."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], env=env)
+    procs.append(busy)
+    agent_pid = None
+    if "gc-storm" in types:
+        code = "import time\nfrom faultlab.benchmarks import agent\nagent.start()\nwhile True:\n    sum(range(10000))\n"
+        ag = subprocess.Popen([sys.executable, "-c", code], env=env)
+        procs.append(ag)
+        agent_pid = ag.pid
+        time.sleep(1.0)
+    return Targets([n.netns for n in tb.nodes] if tb else [], busy.pid, agent_pid, str(state))
+
+
+def _perturb(p: subprocess.Popen, action: str, rng: random.Random, duration: float, lease_dir: Path, report: dict) -> None:
+    """What the cycle's ``action`` does to the running ``faultlab inject`` ``p``: a
+    SIGKILL at a random moment, a signal storm, a damaged lease record; a plain cycle
+    gets a SIGTERM part-way 15% of the time. Counts it in ``report``."""
+    if action == "sigkill":
+        time.sleep(rng.uniform(0.0, duration + 1.5))
+        try:
+            os.kill(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        report["killed"] += 1
+    elif action == "storm":
+        report["signals_sent"] += _storm(p, rng, duration)
+        report["storms"] += 1
+    elif action.startswith("lease-"):
+        report["damaged"] += _damage_lease(lease_dir, action, p)
+    elif action == "full-folder":
+        report["full_folder"] += 1
+    elif rng.random() < 0.15:
+        time.sleep(rng.uniform(0.5, duration))
+        p.send_signal(signal.SIGTERM)
+
+
+def _bump(d: dict, key: str) -> None:
+    d[key] = d.get(key, 0) + 1
+
+
+def _record_cycle(report: dict, i: int, ftype: str, action: str, args: list[str], rc: int, err: str,
+                  left_now: list[str], left: list[str], bad: str | None) -> None:
+    """Count one finished cycle in ``report``: its type, action and exit code, an exit
+    code that does not match the state left (``bad``), an unverified fault, a record
+    damaged before it was read back, an error of a cycle that should have gone clean,
+    and what was ``left`` once its lease had ended."""
+    if bad:
+        report["mismatches"].append({"cycle": i, "type": ftype, "action": action, "why": bad})
+    report["cycles"] += 1
+    _bump(report["by_type"], ftype)
+    _bump(report["by_action"], action)
+    _bump(report["outcomes"], f"{action} rc={rc}")
+    if before_faultlab_ran(err):
+        _bump(report["outcomes"], "interrupted at interpreter start (before faultlab ran)")
+    if rc == 3 and "verify:" in err:
+        report["unverified"] += 1  # reverted and said so: the measured check failed (a loaded machine)
+    elif action.startswith("lease-") and "FAULTLAB_LEASE_DIR" in err and not left_now:
+        _bump(report["outcomes"], "record damaged before read-back (refused, nothing applied)")
+    elif (rc not in (0, -signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT) and action in ("plain", "lease-deleted", "lease-truncated")
+          and "handed to its lease" not in err):
+        report["errors"].append(f"cycle {i} {ftype} {action} {' '.join(args)}: rc={rc} {err.strip()[-300:]}")
+    if left:
+        report["residue"].append({"cycle": i, "type": ftype, "action": action, "left": left})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from rich.console import Console
@@ -28,6 +29,9 @@ from faultlab.errors import BadInput, FaultlabError
 from faultlab.evidence import verify_text
 from faultlab.rundir import RunDir
 from faultlab.scenario import RANK_TYPES, FaultSpec, Scenario
+
+if TYPE_CHECKING:
+    from faultlab.injectors.lease import Lease
 
 
 # The testbed's lease runs out this many seconds after the runner last renewed it
@@ -128,6 +132,23 @@ def workload_args(sc: Scenario) -> list[str]:
     return args
 
 
+@dataclass
+class _Live:
+    """What one run has started so far, for its teardown: each stays None (empty)
+    until that step made it. ``nodes``: the nodes the ranks run on; ``remote_nodes``:
+    those of an inventory or testbed (their node samplers' rows are collected)."""
+
+    nodes: list = field(default_factory=list)
+    remote_nodes: list = field(default_factory=list)
+    master: tuple[str, int] = ("127.0.0.1", 0)
+    testbed: object = None
+    tb_lease: object = None
+    ranks: list = field(default_factory=list)
+    collector: object = None
+    sampler: object = None
+    watch: object = None
+
+
 def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress=True, run_id: str | None = None,
         nodes: list | None = None, allow_unverified: bool = False) -> RunResult:
     """Run scenario ``sc`` into ``out_dir`` (must be new or empty).
@@ -144,154 +165,45 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     instead of bringing up a testbed of ``sc.testbed.backend``; nothing is created or
     removed on them but the ranks, their telemetry folder and the faults.
 
+    Steps: :func:`_bring_up_nodes`, :func:`_start_ranks`, :func:`_wait_first_step`,
+    :func:`_train` (the fault schedule), and in any case :func:`_tear_down`.
+
     Returns a RunResult. Raises BadInput (``--out`` exists, netns without root),
     FaultlabError when the workload fails (after teardown; the run directory stays,
     marked incomplete).
     """
-    from faultlab import injectors
-    from faultlab.benchmarks.launch import free_port, launch_ranks, stop_ranks, wait_ranks
-    from faultlab.telemetry.hostsampler import HostSampler
-    from faultlab.injectors.lease import Lease
-    from faultlab.nodes import LocalNode
-    from faultlab.telemetry.collect import TelemetryCollector
-
-    con = console or Console()
-    root = os.geteuid() == 0
-    if nodes and len(nodes) != sc.testbed.nodes:
-        raise BadInput(f"{len(nodes)} inventory nodes for a scenario of {sc.testbed.nodes}", field="testbed.nodes",
-                       fix="load the scenario with the inventory's node names (faultlab.scenario.load(..., nodes=))")
-    if sc.testbed.backend != "local" and not root and not nodes:
-        raise BadInput(f"backend {sc.testbed.backend} needs root (namespaces, tc, cgroups)", field="testbed.backend", fix="run as root, or use backend: local")
     from faultlab.progress import Progress
     from faultlab.rundir import new_run_id
 
+    _check_run_args(sc, nodes)
+    con = console or Console()
     run_id = run_id or new_run_id(sc.name)
     own = progress is True
     prog = Progress(con) if own else (progress or None)
     rd = RunDir.create(out_dir, run_id=run_id, scenario=sc.model_dump(mode="json"), seed=sc.seed)
     res = RunResult(rd)
     rd.event("run-start", backend=sc.testbed.backend, scenario=sc.name)
-    n = sc.testbed.nodes
-    w = sc.workload
-    due = [
-        _Due(f, i, at, st)
-        for i, f in enumerate(sc.faults)
-        for at, st in f.occurrences()
-    ]
-    testbed = tb_lease = sampler = collector = None
-    nodes_seen: list = []
-    ranks: list = []
+    due = [_Due(f, i, at, st) for i, f in enumerate(sc.faults) for at, st in f.occurrences()]
+    live = _Live()
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     if own:
         prog.__enter__()
     finished = False
     try:
-        if nodes:
-            nodes = nodes_seen = list(nodes)
-            _phase(prog, "connecting to the nodes", f"{len(nodes)} inventory nodes over SSH")
-            for x in nodes:
-                x.connect()
-            master_addr, master_port = nodes[0].address, 29500
-            rd.event("inventory-nodes", nodes=[x.describe() for x in nodes])
-        elif sc.testbed.backend != "local":
-            from faultlab.nodes.backends import make_testbed
-
-            kinds = {"netns": "network-namespace nodes on a bridge", "docker": "docker containers on an internal network",
-                     "ssh": "containers reached over SSH"}
-            _phase(prog, "bringing up the testbed", f"{n} {kinds[sc.testbed.backend]}")
-            testbed = make_testbed(sc.testbed.backend, n).up()
-            tb_lease = testbed_lease(testbed)
-            nodes = nodes_seen = testbed.nodes
-            master_addr, master_port = nodes[0].address, 29500
-            rd.event("testbed-up", bridge=testbed.bridge, subnet=str(testbed.subnet), nodes=[x.describe() for x in nodes])
-        else:
-            nodes = [LocalNode(name=f"n{i}", address="127.0.0.1") for i in range(n)]
-            master_addr, master_port = "127.0.0.1", free_port()
-        module = "faultlab.benchmarks.pipeline" if w.kind == "pipeline" else "faultlab.benchmarks.ddp"
-        _phase(prog, "starting ranks", f"{n} ranks ({w.kind}, gloo); each imports torch and joins the process group")
-        ranks = launch_ranks(
-            [(x, i) for i, x in enumerate(nodes)], telemetry_dir=rd.telemetry_dir(), run_id=run_id,
-            master_addr=master_addr, master_port=master_port, duration_s=w.duration, log_dir=rd.path / "logs",
-            extra_args=workload_args(sc), **({"module": module} if w.kind == "pipeline" else {}),
-        )
-        rd.event("ranks-started", pids={r.rank: r.pid for r in ranks})
-        collector = TelemetryCollector(nodes, run_id, rd.telemetry_dir()).start()
-        from faultlab.telemetry import remote
-
-        for name, err in remote.start_node_samplers(ranks, run_id, until=remote.until_for(w.duration)).items():
-            rd.event("node-sampler-failed", node=name, error=err)
-            con.print(f"  [yellow]no host metrics from node {name}:[/] {err}", markup=True)
-        sampler = HostSampler(
-            {r.node.name: [r.pid] for r in ranks if not getattr(r.node, "remote", False)}, interval_s=1.0, run_id=run_id,
-            netns={x.name: x.netns for x in nodes if getattr(x, "netns", None)},
-            peers={x.address: x.name for x in nodes if x.address and not x.address.startswith("127.")},
-        ).start()
-        watch = _StepWatch(rd.telemetry_dir() / "steps-rank0.jsonl")
-        t_wait = time.time()
-        while watch.first_ts is None:
-            if tb_lease:
-                tb_lease.renew(time.time() + TESTBED_LEASE_S)
-            watch.poll()
-            _check_ranks(ranks)
-            if time.time() - t_wait > 180:
-                raise FaultlabError("ranks did not start training within 180s", field="workload", fix=f"see {rd.path / 'logs'}")
-            if prog:
-                prog.beat(f"waiting for the first training step ({time.time() - t_wait:.0f}s)")
-            time.sleep(0.1)
-        t0 = watch.first_ts
-        rd.event("training-start", t0=t0)
-        rd.update_meta(t0=t0)  # the time origin of every printed and plotted run time
-        total = w.duration
-        last_renew = time.time()
-        _phase(prog, "training", f"{'%gs' % total if total else '%d steps' % w.steps}; times below count from the first training step")
-        while any(r.popen.poll() is None for r in ranks):
-            now = time.time() - t0
-            step = watch.poll()
-            _check_ranks(ranks)
-            for d in due:
-                if d.done or d.error:
-                    continue
-                if d.active is None:
-                    start = (d.at_s is not None and now >= d.at_s) or (d.at_step is not None and step >= d.at_step)
-                    if start:
-                        _start(d, nodes, ranks, testbed, rd, res, con, t0, injectors, allow_unverified)
-                elif time.time() >= d.active.start_ts + d.spec.duration:
-                    _stop(d, rd, res, con, t0)
-            if tb_lease and time.time() - last_renew > 10:
-                tb_lease.renew(time.time() + TESTBED_LEASE_S)
-                last_renew = time.time()
-            if prog:
-                prog.tick(now, step, total_s=total, total_steps=w.steps,
-                          faults=[_in_force(d) for d in due if d.active is not None and not d.done])
-            time.sleep(0.1)
-        _phase(prog, "finishing", "waiting for the ranks to exit, tearing down")
-        wait_ranks(ranks, timeout_s=60)
-        rd.event("ranks-done")
+        _bring_up_nodes(sc, nodes, live, rd, prog)
+        _start_ranks(sc, live, rd, run_id, prog, con)
+        t0 = _wait_first_step(live, rd, prog)
+        _train(sc, live, due, rd, res, con, prog, t0, allow_unverified)
         finished = True
     except (_Stop, KeyboardInterrupt):
         rd.event("interrupted")
         con.print("[red]interrupted[/]: reverting faults and tearing down")
         res.code = 130
     finally:
-        for d in due:
-            if d.active is not None and not d.done:
-                _stop(d, rd, res, con, None)
-        if ranks:
-            stop_ranks(ranks)
-        host = sampler.stop() if sampler else None
-        if collector is not None:
-            collector.stop()
-        if testbed is not None:
-            errs = testbed.down()
-            rd.event("testbed-down", errors=errs)
-            if not errs and tb_lease:
-                tb_lease.release()
+        host = _tear_down(live, due, rd, res, con)
         for s, h in old.items():
             signal.signal(s, h)
-        rd.write_table("steps", rd.read_raw_steps())
-        if host is not None:
-            rd.write_table("host", _with_remote_host(host, rd, nodes_seen, run_id))
-        rd.write_table("injections", pd.DataFrame(res.injections) if res.injections else _empty("injections"))
+        _write_tables(rd, res, host, live.remote_nodes, run_id)
         if prog and finished:
             prog.done()
         if own:
@@ -299,6 +211,166 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     if res.code == 0:
         rd.finish(failed_faults=res.failed_faults)
     return res
+
+
+def _check_run_args(sc: Scenario, nodes: list | None) -> None:
+    """Raise BadInput for inventory nodes that do not match the scenario, or a
+    backend that needs root without it."""
+    if nodes and len(nodes) != sc.testbed.nodes:
+        raise BadInput(f"{len(nodes)} inventory nodes for a scenario of {sc.testbed.nodes}", field="testbed.nodes",
+                       fix="load the scenario with the inventory's node names (faultlab.scenario.load(..., nodes=))")
+    if sc.testbed.backend != "local" and os.geteuid() != 0 and not nodes:
+        raise BadInput(f"backend {sc.testbed.backend} needs root (namespaces, tc, cgroups)", field="testbed.backend", fix="run as root, or use backend: local")
+
+
+def _bring_up_nodes(sc: Scenario, nodes: list | None, live: _Live, rd: RunDir, prog) -> None:
+    """The run's nodes into ``live``: the inventory's (connected), a testbed of the
+    scenario's backend (brought up, with its lease), or local processes."""
+    from faultlab.benchmarks.launch import free_port
+    from faultlab.nodes import LocalNode
+
+    n = sc.testbed.nodes
+    if nodes:
+        live.nodes = live.remote_nodes = list(nodes)
+        _phase(prog, "connecting to the nodes", f"{len(nodes)} inventory nodes over SSH")
+        for x in live.nodes:
+            x.connect()
+        live.master = (live.nodes[0].address, 29500)
+        rd.event("inventory-nodes", nodes=[x.describe() for x in live.nodes])
+    elif sc.testbed.backend != "local":
+        from faultlab.nodes.backends import make_testbed
+
+        kinds = {"netns": "network-namespace nodes on a bridge", "docker": "docker containers on an internal network",
+                 "ssh": "containers reached over SSH"}
+        _phase(prog, "bringing up the testbed", f"{n} {kinds[sc.testbed.backend]}")
+        live.testbed = make_testbed(sc.testbed.backend, n).up()
+        live.tb_lease = testbed_lease(live.testbed)
+        live.nodes = live.remote_nodes = live.testbed.nodes
+        live.master = (live.nodes[0].address, 29500)
+        rd.event("testbed-up", bridge=live.testbed.bridge, subnet=str(live.testbed.subnet), nodes=[x.describe() for x in live.nodes])
+    else:
+        live.nodes = [LocalNode(name=f"n{i}", address="127.0.0.1") for i in range(n)]
+        live.master = ("127.0.0.1", free_port())
+
+
+def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: Console) -> None:
+    """One rank per node, the telemetry collector, the node samplers of ssh nodes
+    (a failure is recorded and printed, not fatal) and the local host sampler."""
+    from faultlab.benchmarks.launch import launch_ranks
+    from faultlab.telemetry import remote
+    from faultlab.telemetry.collect import TelemetryCollector
+    from faultlab.telemetry.hostsampler import HostSampler
+
+    w = sc.workload
+    module = "faultlab.benchmarks.pipeline" if w.kind == "pipeline" else "faultlab.benchmarks.ddp"
+    _phase(prog, "starting ranks", f"{len(live.nodes)} ranks ({w.kind}, gloo); each imports torch and joins the process group")
+    live.ranks = launch_ranks(
+        [(x, i) for i, x in enumerate(live.nodes)], telemetry_dir=rd.telemetry_dir(), run_id=run_id,
+        master_addr=live.master[0], master_port=live.master[1], duration_s=w.duration, log_dir=rd.path / "logs",
+        extra_args=workload_args(sc), **({"module": module} if w.kind == "pipeline" else {}),
+    )
+    rd.event("ranks-started", pids={r.rank: r.pid for r in live.ranks})
+    live.collector = TelemetryCollector(live.nodes, run_id, rd.telemetry_dir()).start()
+    for name, err in remote.start_node_samplers(live.ranks, run_id, until=remote.until_for(w.duration)).items():
+        rd.event("node-sampler-failed", node=name, error=err)
+        con.print(f"  [yellow]no host metrics from node {name}:[/] {err}", markup=True)
+    live.sampler = HostSampler(
+        {r.node.name: [r.pid] for r in live.ranks if not getattr(r.node, "remote", False)}, interval_s=1.0, run_id=run_id,
+        netns={x.name: x.netns for x in live.nodes if getattr(x, "netns", None)},
+        peers={x.address: x.name for x in live.nodes if x.address and not x.address.startswith("127.")},
+    ).start()
+
+
+def _renew(live: _Live) -> None:
+    if live.tb_lease:
+        live.tb_lease.renew(time.time() + TESTBED_LEASE_S)
+
+
+def _wait_first_step(live: _Live, rd: RunDir, prog, timeout_s: float = 180.0) -> float:
+    """Wait until rank 0 records its first training step (renewing the testbed's
+    lease); returns that step's start (unix s), recorded as the run's ``t0``. Raises
+    FaultlabError when a rank dies or none trains within ``timeout_s``."""
+    live.watch = _StepWatch(rd.telemetry_dir() / "steps-rank0.jsonl")
+    t_wait = time.time()
+    while live.watch.first_ts is None:
+        _renew(live)
+        live.watch.poll()
+        _check_ranks(live.ranks)
+        if time.time() - t_wait > timeout_s:
+            raise FaultlabError(f"ranks did not start training within {timeout_s:g}s", field="workload", fix=f"see {rd.path / 'logs'}")
+        if prog:
+            prog.beat(f"waiting for the first training step ({time.time() - t_wait:.0f}s)")
+        time.sleep(0.1)
+    t0 = live.watch.first_ts
+    rd.event("training-start", t0=t0)
+    rd.update_meta(t0=t0)  # the time origin of every printed and plotted run time
+    return t0
+
+
+def _train(sc: Scenario, live: _Live, due: list[_Due], rd: RunDir, res: RunResult, con: Console, prog, t0: float,
+           allow_unverified: bool) -> None:
+    """While the ranks train: start and stop each fault occurrence on schedule
+    (seconds after ``t0`` or a step), renew the testbed's lease every 10 s, report
+    progress; then wait for the ranks to exit. Raises FaultlabError when a rank dies."""
+    from faultlab import injectors
+    from faultlab.benchmarks.launch import wait_ranks
+
+    w = sc.workload
+    last_renew = time.time()
+    _phase(prog, "training", f"{'%gs' % w.duration if w.duration else '%d steps' % w.steps}; times below count from the first training step")
+    while any(r.popen.poll() is None for r in live.ranks):
+        now = time.time() - t0
+        step = live.watch.poll()
+        _check_ranks(live.ranks)
+        for d in due:
+            if d.done or d.error:
+                continue
+            if d.active is None:
+                if (d.at_s is not None and now >= d.at_s) or (d.at_step is not None and step >= d.at_step):
+                    _start(d, live.nodes, live.ranks, live.testbed, rd, res, con, t0, injectors, allow_unverified)
+            elif time.time() >= d.active.start_ts + d.spec.duration:
+                _stop(d, rd, res, con, t0)
+        if time.time() - last_renew > 10:
+            _renew(live)
+            last_renew = time.time()
+        if prog:
+            prog.tick(now, step, total_s=w.duration, total_steps=w.steps,
+                      faults=[_in_force(d) for d in due if d.active is not None and not d.done])
+        time.sleep(0.1)
+    _phase(prog, "finishing", "waiting for the ranks to exit, tearing down")
+    wait_ranks(live.ranks, timeout_s=60)
+    rd.event("ranks-done")
+
+
+def _tear_down(live: _Live, due: list[_Due], rd: RunDir, res: RunResult, con: Console) -> pd.DataFrame | None:
+    """Whatever happened: revert the faults still in force, stop the ranks, the
+    samplers and the collector, take the testbed down (its lease released only when
+    that went clean). Returns the local host sampler's rows (None when it never
+    started)."""
+    from faultlab.benchmarks.launch import stop_ranks
+
+    for d in due:
+        if d.active is not None and not d.done:
+            _stop(d, rd, res, con, None)
+    if live.ranks:
+        stop_ranks(live.ranks)
+    host = live.sampler.stop() if live.sampler else None
+    if live.collector is not None:
+        live.collector.stop()
+    if live.testbed is not None:
+        errs = live.testbed.down()
+        rd.event("testbed-down", errors=errs)
+        if not errs and live.tb_lease:
+            live.tb_lease.release()
+    return host
+
+
+def _write_tables(rd: RunDir, res: RunResult, host: pd.DataFrame | None, remote_nodes: list, run_id: str) -> None:
+    """The run's steps, host (with the ssh nodes' rows) and injections tables."""
+    rd.write_table("steps", rd.read_raw_steps())
+    if host is not None:
+        rd.write_table("host", _with_remote_host(host, rd, remote_nodes, run_id))
+    rd.write_table("injections", pd.DataFrame(res.injections) if res.injections else _empty("injections"))
 
 
 def _with_remote_host(host: pd.DataFrame, rd: RunDir, nodes, run_id: str) -> pd.DataFrame:
