@@ -242,12 +242,18 @@ class Analysis:
     #: (:func:`expected_over_median`)
     job_expected: float = 1.0
 
-    def job_slowdown(self, i0: int, i1: int) -> float:
+    def job_slowdown(self, i0: int, i1: int, skip: np.ndarray | None = None) -> float:
         """Job time over rows ``i0..i1`` / the time its baseline steps would have taken
         (a time ratio: an intermittent stall counts in full, where a median would hide
         it), the baseline being the trailing median scaled to the expected step
-        (``job_expected``)."""
-        return _tratio(self.grid.job_step[i0 : i1 + 1], self.temporal.job_base[i0 : i1 + 1] * self.job_expected)
+        (``job_expected``). ``skip`` ``(S,)`` bool leaves those rows out (steps whose
+        time another label explains); NaN when no row is left."""
+        x = self.grid.job_step[i0 : i1 + 1]
+        base = self.temporal.job_base[i0 : i1 + 1] * self.job_expected
+        if skip is not None:
+            keep = ~np.asarray(skip[i0 : i1 + 1], dtype=bool)
+            x, base = x[keep], base[keep]
+        return _tratio(x, base)
 
     def measure(self, component: str, rows: np.ndarray) -> dict:
         """The measured slowdown of ``component`` over grid rows ``rows`` (for an
@@ -605,16 +611,21 @@ def _rank_temporal(acc: _Labels) -> None:
     """Step 3: a rank slow against its own history only (most of its group slowed
     too), on steps no label holds, and only when the job felt it: a rank's compute
     rising back to normal after a period in which it was unusually fast is not a
-    slowdown of anything. When most ranks are slow at once, that is one job-wide
-    slowdown, labeled once (:func:`_temporal_group`)."""
+    slowdown of anything. "The job felt it" is judged on the steps no label holds yet
+    (of any rank, or the job): a stall another rank's label explains is not this
+    rank's (a rank whose baseline was left low by a fast spell stays flagged for the
+    rest of the run, and one other rank's GC stall inside that span read 1.43x). When
+    most ranks are slow at once, that is one job-wide slowdown, labeled once
+    (:func:`_temporal_group`)."""
     an = acc.an
     cfg, tv = an.config, an.temporal
+    held = acc.rank_rows.any(axis=1) | acc.job_rows  # job time another label already explains
     cands: list[tuple[int, int, int]] = []
     for j in np.flatnonzero(tv.rank_flag.any(axis=0)):  # only ranks with a temporal flag
         j = int(j)
         free = tv.rank_flag[:, j] & ~_dilate(acc.rank_rows[:, j] | acc.job_rows, cfg.gap_steps)
         for i0, i1 in intervals(free, cfg.gap_steps, cfg.min_steps, **acc.timed):
-            if an.job_slowdown(i0, i1) >= cfg.temporal_threshold:
+            if an.job_slowdown(i0, i1, skip=held) >= cfg.temporal_threshold:
                 cands.append((i0, i1, j))
     for group in _overlap_groups(cands):
         _temporal_group(acc, group)

@@ -631,6 +631,24 @@ def test_rank_without_peers_is_labeled_by_its_own_history():
     assert label(simulate(straggler=([0, 1, 2, 3], 100, 200, 2.0))).component.tolist() == ["job"]
 
 
+def test_a_rank_back_to_normal_after_a_fast_spell_is_not_blamed_for_another_ranks_stall():
+    """Rank 1 runs twice as fast for 100 steps, so its trailing baseline is left low and
+    every later step of it is flagged (flagged steps do not feed the baseline); rank 0
+    stalls 1.5 s a step for 8 steps inside that span. The job felt rank 0's stall, which
+    rank 0's own label explains; rank 1 slowed nothing. Judging "the job felt it" over
+    all of rank 1's span gave it a 700-step rank label at 2.0x (seed 1701, run 1: a
+    37 s cpu-contention label of a 1.04x fault, over another rank's GC stall)."""
+    for seed in range(3):
+        s = simulate(n_steps=900, seed=seed)
+        s.loc[(s["rank"] == 1) & s["step"].between(100, 199), "compute_s"] *= 0.5
+        s.loc[(s["rank"] == 0) & s["step"].between(500, 507), "compute_s"] += 1.5
+        s["step_s"] = s["step"].map(s.groupby("step")["compute_s"].max()) + 0.01
+        s["comm_s"] = s["step_s"] - s["compute_s"]
+        lab = label(_retime(s))
+        assert lab.component.tolist() == ["rank:0"], lab[["component", "start_step", "end_step", "slowdown"]]
+        assert (lab.start_step.iloc[0], lab.end_step.iloc[0]) == (500, 507)
+
+
 def test_jobwide_slowdown_present_from_the_first_step():
     """Every rank 2x over steps 0-99 of 300: the trailing baseline starts slowed, so the
     temporal view judges those steps against the run's typical step time."""
