@@ -28,7 +28,8 @@ and a peer view (a component against its peers) decides *what* was slow:
    label; a rank label under the floor is dropped).
 3. **Rank temporal only** (rank label, views ``"temporal"``): a rank's compute_s is up
    against its own history, but not against its peers (most of its group is slowed)
-   and no job label covers it.
+   and no job label covers it, while the job's time over the steps that no label holds
+   reaches ``temporal_threshold``.
 
 4. **Intermittent straggler** (rank label, views ``"temporal+peer"``): a rank
    stalled now and then (a duty-cycle pause, a GC storm). Stalls that land inside
