@@ -749,8 +749,22 @@ def test_observed_labels_carry_the_host_evidence_of_their_cause():
     assert cause(host(70.0, 50.0))["likely_cause"] is None  # the host metrics show no cause
     # host as busy as usual, ranks 30% below their usual CPU: the rest went to others
     assert cause(host(72.0, 35.0))["likely_cause"] == "other processes' CPU"
-    assert cause(host(60.0, 35.0))["likely_cause"] is None  # host idler too: the ranks waited
+    assert cause(host(60.0, 35.0))["likely_cause"] is None  # host idler, the ranks 0.7x: no cause shown
+    assert cause(host(60.0, 20.0))["likely_cause"] == "the ranks waited (their CPU halved)"
     assert attach_host_evidence(lab, None) is lab
+
+    def with_rtt(h, rtt_during, rtt=0.3):  # the worst link's srtt (ms): node n1 toward n0
+        rows = [{"node": "n1", "ts": t, "metric": "tcp_rtt_ms:n0", "value": rtt_during if d else rtt}
+                for t, d in zip(ts, during)]
+        rows += [{"node": "n0", "ts": t, "metric": "tcp_rtt_ms:n1", "value": rtt} for t in ts]
+        return pd.concat([h, pd.DataFrame(rows)], ignore_index=True)
+
+    # a rate cap: the ranks wait on a queue TCP sees (30 ms round trips instead of 0.3)
+    net = cause(with_rtt(host(60.0, 20.0), 30.0))
+    assert net["likely_cause"] == "the network (TCP round trip up)"
+    assert (net["tcp_rtt_ms"], net["tcp_rtt_ms_typical"]) == (30.0, 0.3)
+    assert cause(with_rtt(host(60.0, 20.0), 1.5))["likely_cause"] == "the ranks waited (their CPU halved)"  # < 2 ms up
+    assert cause(with_rtt(host(100.0, 40.0), 30.0))["likely_cause"] == "other processes' CPU"  # CPU first
 
 
 def slow_loader(rank=1, a=100, b=200, loader=0.003, slow_loader_s=0.12, seed=0) -> pd.DataFrame:
