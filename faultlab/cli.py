@@ -602,6 +602,12 @@ def label(
         _fail(BadInput("give the output folder", field="--out", fix="--import FORMAT PATH --out DIR"))
     try:
         res = import_path(import_format, run_dir)
+    except FaultlabError as e:
+        _fail(e)
+    except OSError as e:  # a damaged or unreadable input file (pyarrow's reader errors are OSErrors too)
+        _fail(BadInput(f"cannot read {e.filename or run_dir}: {e.strerror or e}", field="PATH",
+                       fix="give an intact, readable file or folder as published; nothing was written"))
+    try:
         written = write_outputs(res, out_dir)
     except FaultlabError as e:
         _fail(e)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class FaultlabError(Exception):
     """Base of faultlab's errors. ``str(err)`` is one line fit for a terminal.
@@ -21,7 +23,9 @@ class FaultlabError(Exception):
         parts.append(message)
         if fix:
             parts.append(f" ({fix})")
-        super().__init__("".join(parts))
+        # one line, whatever the message quotes (a YAML parser's caret diagram, a
+        # reader's multi-line text)
+        super().__init__(re.sub(r"\s*\n\s*", " ", "".join(parts)).strip())
 
 
 class BadInput(FaultlabError):

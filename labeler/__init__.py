@@ -102,7 +102,7 @@ class LabelerConfig:
 # ``faultlab.labeler.whatif.whatif(steps)`` and ``faultlab.labeler.reconcile.reconcile``)
 from faultlab.labeler import fusion, peer, reconcile, temporal, whatif  # noqa: E402
 from faultlab.labeler.fusion import Analysis, analyze, fuse  # noqa: E402
-from faultlab.labeler.temporal import StepGrid, check_steps  # noqa: E402
+from faultlab.labeler.temporal import StepGrid, check_recorded_steps, check_steps  # noqa: E402
 
 
 def _span(steps: pd.DataFrame) -> tuple[float, float] | None:
@@ -377,6 +377,7 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
                        fix="give a run directory made by faultlab run or faultlab demo")
     run_id = rd.run_id  # reads meta.json: a bad one is named before any work
     steps = read_steps(p) if p.exists() else rd.read_table("steps")  # a fresh frame of our own
+    check_recorded_steps(steps, (p if p.exists() else rd.telemetry_dir()).name)
     injections = rd.read_table("injections")
     if len(steps) and "run_id" in steps.columns and steps["run_id"].isna().any():
         steps["run_id"] = steps["run_id"].astype(object).fillna(run_id)

@@ -154,9 +154,43 @@ def check_step_values(steps: pd.DataFrame) -> None:
     non-numeric, negative or infinite duration, ``t_start`` not increasing with
     ``step``): the checks of :meth:`StepGrid.from_steps`, for readers (scoring, the
     report) that must refuse what ``faultlab label`` refuses rather than fail later
-    with a traceback. An empty frame passes (a run with no steps yet)."""
+    with a traceback, and the checks of :func:`check_recorded_steps` but the one of an
+    empty frame, which passes (a run with no steps yet)."""
     if len(steps):
+        check_recorded_steps(steps)
         StepGrid.from_steps(steps)
+
+
+def check_recorded_steps(steps: pd.DataFrame, name: str = "steps") -> None:
+    """BadInput for a run's recorded steps that no run writes: no rows at all, a
+    negative ``rank``, or a ``(rank, step)`` recorded twice (the grid would keep one of
+    them in silence); ``name`` (the file) is named in the message. Other bad values
+    are named by :meth:`StepGrid.from_steps`."""
+    if not len(steps):
+        raise BadInput(f"{name} holds no step", field="steps",
+                       fix="a run directory whose ranks recorded steps; remove an emptied steps.parquet to rebuild it from telemetry/")
+    if "rank" not in steps.columns or "step" not in steps.columns:
+        return  # the grid names the missing column
+    rank = pd.to_numeric(steps["rank"], errors="coerce")
+    neg = int((rank < 0).sum())
+    if neg:
+        raise BadInput(f"{neg} row(s) of {name} have a negative rank, e.g. {int(rank[rank < 0].iloc[0])}", field="rank",
+                       fix="ranks are numbered from 0")
+    step = pd.to_numeric(steps["step"], errors="coerce")
+    runs = steps["run_id"].nunique(dropna=False) if "run_id" in steps.columns else 1
+    if rank.isna().any() or step.isna().any() or runs > 1:
+        return  # the grid names a null or text rank/step; runs of a frame are checked one by one there
+    r, st = rank.to_numpy(np.int64), step.to_numpy(np.int64)
+    key = st * (int(r.max()) + 1) + r
+    if key.size < 2 or bool((key[1:] > key[:-1]).all()):  # the usual layout: step-major, no repeat possible
+        return
+    u, first = np.unique(key, return_index=True)
+    if u.size < key.size:
+        seen = np.zeros(key.size, dtype=bool)
+        seen[first] = True
+        i = int(np.flatnonzero(~seen)[0])
+        raise BadInput(f"{key.size - u.size} row(s) of {name} repeat a (rank, step) already recorded, e.g. rank "
+                       f"{int(r[i])} step {int(st[i])}", field="step", fix="each rank records each step once")
 
 
 def _codes(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -282,6 +316,23 @@ def _check_seconds(vals: np.ndarray, steps: pd.DataFrame, col: str) -> None:
                    fix=_SECONDS_FIX)
 
 
+#: a start time past this many seconds (the year 5138) is not unix seconds
+MAX_UNIX_S = 1e11
+#: (largest value, unit, divisor) for a start time recorded in a finer unit
+_FINER = ((1e14, "milliseconds", "1e3"), (1e17, "microseconds", "1e6"), (float("inf"), "nanoseconds", "1e9"))
+
+
+def _check_t_start_unit(hi: float) -> None:
+    """BadInput naming ``t_start`` when its latest value ``hi`` cannot be unix seconds
+    (past :data:`MAX_UNIX_S`), with the unit it most likely is: every step would read
+    1000x apart, and the labels would be wrong without a word."""
+    if hi <= MAX_UNIX_S:
+        return
+    unit, div = next((u, d) for top, u, d in _FINER if hi <= top)
+    raise BadInput(f"values up to {hi:.4g} are not unix seconds (they look like {unit})", field="t_start",
+                   fix=f"divide t_start by {div}")
+
+
 def _check_t_start(t: np.ndarray, steps_u: np.ndarray, ranks: np.ndarray) -> None:
     """BadInput naming ``t_start`` when the ``(S, R)`` grid has no finite start time, an
     infinite one, or one that is earlier than the rank's start of an earlier step.
@@ -294,6 +345,7 @@ def _check_t_start(t: np.ndarray, steps_u: np.ndarray, ranks: np.ndarray) -> Non
         raise BadInput("no value: every start time is missing", field="t_start", fix=fix)
     if not (np.isfinite(lo) and np.isfinite(hi)):
         raise BadInput("not finite (inf)", field="t_start", fix=fix)
+    _check_t_start_unit(hi)
     gaps = bool(np.isnan(np.add.reduce(t, axis=None)))  # a missing start anywhere (NaN propagates)
     last = np.full(t.shape[1], -np.inf)
     blk = 1024

@@ -201,7 +201,6 @@ def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
         BadInput for a missing file or column, or a meta file that contradicts the trace.
     """
     import pyarrow.parquet as pq
-    import yaml
 
     trace_path, meta_path = find_files(path)
     try:
@@ -212,16 +211,13 @@ def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
     if missing:
         raise BadInput(f"{trace_path.name} misses column(s) {', '.join(missing)}", field="trace",
                        fix=f"a straggler trace has columns {', '.join(TRACE_COLUMNS)}")
-    df = pq.read_table(trace_path, columns=list(TRACE_COLUMNS)).to_pandas()
-    df, skips = _clean_rows(df)
-    meta: dict = {}
-    if meta_path is not None:
-        try:
-            meta = yaml.safe_load(meta_path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise BadInput(f"{meta_path.name}: not valid YAML ({e})", field="meta") from None
-        if not isinstance(meta, dict):
-            raise BadInput(f"{meta_path.name}: expected a mapping", field="meta")
+    try:
+        df = pq.read_table(trace_path, columns=list(TRACE_COLUMNS)).to_pandas()
+    except Exception as e:  # a damaged body behind an intact footer: pyarrow raises OSError or ArrowInvalid
+        raise BadInput(f"{trace_path} is not a readable Parquet file ({e})", field="PATH",
+                       fix="give the trace as published, undamaged") from None
+    df, skips = _clean_rows(df, trace_path.name)
+    meta = _read_meta(meta_path) if meta_path is not None else {}
     dp_seen = int(df["dp_rank"].max()) + 1 if len(df) else 0
     pp_seen = int(df["stage"].max()) + 1 if len(df) else 0
     if "dp_size" not in meta or "pp_size" not in meta:
@@ -239,38 +235,88 @@ def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
     return df, meta, {"trace": str(trace_path), "meta": str(meta_path) if meta_path else None}
 
 
+#: a meta file is a few lines of sizes and names; anything larger is not one
+MAX_META_BYTES = 1 << 16
+
+
+def _read_meta(meta_path: Path) -> dict:
+    """The meta file as a mapping, read strictly: UTF-8, at most
+    :data:`MAX_META_BYTES`, no YAML aliases (a few hundred bytes of nested aliases
+    expand to gigabytes), no key written twice (:mod:`faultlab.yamlsafe`).
+    Raises BadInput (field ``meta``) naming the file otherwise."""
+    import yaml
+
+    from faultlab import yamlsafe
+
+    fix = "a meta file as StragglerAnalysis writes it (dp_size, pp_size, ... as plain YAML)"
+    raw = meta_path.read_bytes()[: MAX_META_BYTES + 1]
+    if len(raw) > MAX_META_BYTES:
+        raise BadInput(f"{meta_path.name}: over {MAX_META_BYTES} bytes, no meta file", field="meta", fix=fix)
+    try:
+        text = raw.decode("utf-8")
+        if any(isinstance(t, yaml.AliasToken) for t in yaml.scan(text)):
+            raise BadInput(f"{meta_path.name}: holds a YAML alias (*name)", field="meta", fix="write each value out")
+        meta = yamlsafe.load(text) or {}
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{meta_path.name}: not UTF-8 text (byte {e.start})", field="meta", fix=fix) from None
+    except yaml.YAMLError as e:
+        raise BadInput(f"{meta_path.name}: not valid YAML ({e})", field="meta", fix=fix) from None
+    if not isinstance(meta, dict):
+        raise BadInput(f"{meta_path.name}: expected a mapping", field="meta", fix=fix)
+    return meta
+
+
 #: the key of one recorded operation: a trace holds each once
 OP_KEY = ("dp_rank", "stage", "rank", "step", "optype", "seq_id")
 
 
-def _clean_rows(df: pd.DataFrame):
+_IDS = ("dp_rank", "stage", "rank", "step", "seq_id")
+
+
+def _numbers(df: pd.DataFrame, col: str, na: np.ndarray, name: str) -> np.ndarray:
+    """Column ``col`` as float64; BadInput naming the file, column and row for a value
+    that is no number (an empty value is ``na``, counted by the caller)."""
+    v = pd.to_numeric(df[col], errors="coerce").to_numpy(np.float64)
+    bad = np.flatnonzero(np.isnan(v) & ~na)
+    if bad.size:
+        i = int(bad[0])
+        raise BadInput(f"{name}: {bad.size} value(s) are not numbers, e.g. {df[col].iloc[i]!r} at row {i}", field=col,
+                       fix="seconds for start_ts and duration, whole numbers for the ids")
+    return v
+
+
+def _clean_rows(df: pd.DataFrame, name: str = "trace"):
     """The trace's rows that can be analyzed, typed (times float64 s, ids int64,
     ``optype`` str), and a :class:`faultlab.labeler.importers.SkipCount` of the others
     by their first reason: an empty value in a column the model uses (n/a), an
-    infinite ``start_ts`` or ``duration``, a negative ``duration``, an operation
-    recorded twice (:data:`OP_KEY`; the first row kept). Nothing is dropped in silence:
-    the counts go into ``import.json`` and the CLI's one line."""
+    infinite ``start_ts`` or ``duration``, a negative ``duration``, a negative or
+    fractional id, an operation recorded twice (:data:`OP_KEY`; the first row kept).
+    Nothing is dropped in silence: the counts go into ``import.json`` and the CLI's
+    one line. Raises BadInput naming ``name`` (the file), the column and the row for a
+    value that is no number."""
     from faultlab.labeler.importers import SkipCount
 
     skips = SkipCount(len(df))
     used = ["dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id"]
     na = df[used].isna().any(axis=1).to_numpy()
     skips.add("n/a (empty or missing value)", int(na.sum()))
-    st = pd.to_numeric(df["start_ts"], errors="coerce").to_numpy(np.float64)
-    du = pd.to_numeric(df["duration"], errors="coerce").to_numpy(np.float64)
+    st = _numbers(df, "start_ts", na, name)
+    du = _numbers(df, "duration", na, name)
+    ids = np.stack([_numbers(df, c, na, name) for c in _IDS], axis=1)
     inf = ~na & (np.isinf(st) | np.isinf(du))
     skips.add("infinite start_ts or duration", int(inf.sum()))
     with np.errstate(invalid="ignore"):
         neg = ~na & ~inf & (du < 0)
+        bad_id = ~na & ~inf & ~neg & ((ids < 0) | (ids != np.floor(ids)) | ~(np.abs(ids) < 2.0**62)).any(axis=1)
     skips.add("negative duration", int(neg.sum()))
-    keep = ~(na | inf | neg)
+    skips.add(f"a negative, fractional or huge id ({', '.join(_IDS)})", int(bad_id.sum()))
+    keep = ~(na | inf | neg | bad_id)
     if not keep.all():
         df = df[keep].reset_index(drop=True)
     df["optype"] = df["optype"].astype(str)
-    for c in ("start_ts", "duration"):
-        df[c] = df[c].astype(np.float64)
-    for c in ("dp_rank", "stage", "rank", "step", "seq_id"):
-        df[c] = df[c].astype(np.int64)
+    df["start_ts"], df["duration"] = st[keep], du[keep]
+    for k, c in enumerate(_IDS):
+        df[c] = ids[keep, k].astype(np.int64)
     dup = df.duplicated(list(OP_KEY), keep="first").to_numpy()
     skips.add(f"duplicated ({', '.join(OP_KEY)})", int(dup.sum()))
     if dup.any():

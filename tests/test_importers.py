@@ -963,3 +963,61 @@ def test_pai_minibatch_steady_offsets_are_no_episodes():
     assert res.info["skipped"]["n_skipped"] == 1  # one worker sampled twice at one time: said
     single = importers.import_path("pai-minibatch", PAI_DIR / "job_2_norm.csv")
     assert len(single.labels) == 0 and set(single.components["component"]) == {f"worker:{k}" for k in range(10)}
+
+
+def _trace_dir(tmp_path: Path, name: str, edit=None, meta: bytes | None = None) -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    write_trace(d, pipeline_trace())
+    if edit is not None:
+        df = pd.read_parquet(d / "trace-SYN.parquet")
+        edit(df)
+        df.to_parquet(d / "trace-SYN.parquet")
+    if meta is not None:
+        (d / "meta-SYN.yaml").write_bytes(meta)
+    return d
+
+
+def _text_at(col, row, text):
+    def edit(df):
+        df[col] = df[col].astype(str)
+        df.loc[row, col] = text
+    return edit
+
+
+@pytest.mark.parametrize("case,field", [
+    ("dp_rank text", "dp_rank"), ("start_ts text", "start_ts"), ("meta not utf-8", "meta"),
+    ("meta with aliases", "meta"), ("meta not yaml", "meta"), ("body damaged", "PATH")])
+def test_a_bad_trace_is_one_line_naming_the_field_and_nothing_is_written(tmp_path, case, field):
+    """A review found tracebacks (text in an id column, a meta file that is not UTF-8), a
+    meta file of nested YAML aliases expanded into a 2.4 MB whatif.json, a parse error
+    over six lines, and a damaged Parquet body blamed on --out."""
+    bomb = b"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\ndp_size: 2\npp_size: 4\n"
+    make = {
+        "dp_rank text": lambda: _trace_dir(tmp_path, "t", _text_at("dp_rank", 5, "x")),
+        "start_ts text": lambda: _trace_dir(tmp_path, "t", _text_at("start_ts", 5, "abc")),
+        "meta not utf-8": lambda: _trace_dir(tmp_path, "t", meta=b"trial_name: \xff\xfe\ndp_size: 2\npp_size: 4\n"),
+        "meta with aliases": lambda: _trace_dir(tmp_path, "t", meta=bomb),
+        "meta not yaml": lambda: _trace_dir(tmp_path, "t", meta=b"dp_size: [2\npp_size: 4\n"),
+        "body damaged": lambda: _trace_dir(tmp_path, "t"),
+    }
+    d = make[case]()
+    if case == "body damaged":  # keep the footer (the schema reads), spoil the pages
+        raw = bytearray((d / "trace-SYN.parquet").read_bytes())
+        raw[8 : len(raw) // 2] = b"U" * (len(raw) // 2 - 8)
+        (d / "trace-SYN.parquet").write_bytes(bytes(raw))
+    out = tmp_path / "out"
+    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "label", "--import", "straggler-trace", str(d), "--out", str(out)],
+                        capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 2, (cp.returncode, cp.stderr[-1500:])
+    lines = [l for l in cp.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"faultlab: error: {field}: "), cp.stderr[-1500:]
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_negative_id_in_a_trace_is_counted_and_left_out(tmp_path):
+    def neg(df):
+        df.loc[0, "dp_rank"] = -1  # indexed a dense array from its end: S came out NaN
+    res = importers.import_path("straggler-trace", _trace_dir(tmp_path, "t", neg))
+    assert np.isfinite(res.whatif["slowdown"])
+    assert "1 a negative, fractional or huge id" in res.info["skipped_line"]

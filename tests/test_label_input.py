@@ -113,12 +113,22 @@ BAD_RUNS = {
     "text in compute_s": (lambda p, s: _parquet_with(p, s, compute_s=lambda d: d["compute_s"].astype(str).where(
         d["step"] != 50, "slow")), "compute_s"),
     "nullable step with NA": (lambda p, s: _parquet_with(p, s, step=_nullable_step), "step"),
+    # found by a review: each of these was labeled with exit 0 and wrong labels, no word said
+    "t_start in milliseconds": (lambda p, s: _parquet_with(p, s, t_start=lambda d: d["t_start"] * 1e3), "t_start"),
+    "t_start in nanoseconds": (lambda p, s: _parquet_with(p, s, t_start=lambda d: (d["t_start"] * 1e9).astype("int64")),
+                               "t_start"),
+    "a (rank, step) recorded twice": (lambda p, s: make_run(p, pd.concat([s, s.iloc[:100]]), raw_parquet=True), "step"),
+    "a negative rank": (lambda p, s: _parquet_with(p, s, rank=lambda d: d["rank"].where(d["step"] != 9, -1)), "rank"),
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_RUNS))
+#: refused by label only: score and report say "no step telemetry" of their own (field RUN_DIR)
+LABEL_BAD_RUNS = {**BAD_RUNS, "steps.parquet with no row": (lambda p, s: make_run(p, s.iloc[:0], raw_parquet=True), "steps")}
+
+
+@pytest.mark.parametrize("case", sorted(LABEL_BAD_RUNS))
 def test_cli_label_bad_run_is_one_line_exit_2_nothing_written(tmp_path, steps, case):
-    make, field = BAD_RUNS[case]
+    make, field = LABEL_BAD_RUNS[case]
     run = tmp_path / "run"
     make(run, steps)
     cp = fl("label", str(run))
