@@ -188,6 +188,27 @@ def trace_files(path: str | Path) -> list[Path]:
     return sorted(p.glob("trace*.parquet")) if p.is_dir() else [p]
 
 
+def _own_metas(traces: list[Path]) -> None:
+    """BadInput (field PATH) when a trace of a folder of several has no
+    ``meta-NAME.yaml`` of its own: it would be read with another trace's sizes."""
+    for t in traces:
+        name = t.stem[len("trace"):].lstrip("-_")
+        if not name or not any((t.parent / f"meta-{name}{ext}").is_file() for ext in (".yaml", ".yml")):
+            raise BadInput(f"{t.name} has no meta-{name or 'NAME'}.yaml beside it", field="PATH",
+                           fix="in a folder of several traces each trace-NAME.parquet needs its own meta-NAME.yaml")
+
+
+def _distinct_runs(traces: list[Path], run_ids: list[str]) -> None:
+    """BadInput (field meta) when two traces of one folder name the same run (their meta
+    files' ``trial_name`` and ``run_id``): one would hide the other's what-if result."""
+    seen: dict[str, Path] = {}
+    for t, rid in zip(traces, run_ids):
+        if rid in seen:
+            raise BadInput(f"{seen[rid].name} and {t.name} both name run {rid}", field="meta",
+                           fix="give each trace's meta file its own trial_name or run_id")
+        seen[rid] = t
+
+
 def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
     """Read a StragglerAnalysis trace (only the trace and its meta file).
 
@@ -1123,7 +1144,9 @@ def import_trace(path: str | Path, config: TraceConfig | dict | None = None):
     cfg = make_config(TraceConfig, config)
     many = trace_files(path)
     if len(many) > 1:  # StragglerAnalysis' data/ folder as published: every trace in it
+        _own_metas(many)
         parts = [import_trace(f, cfg) for f in many]
+        _distinct_runs(many, [r.whatif["run_id"] for r in parts])
         labels = pd.concat([r.labels for r in parts if len(r.labels)], ignore_index=True) if any(
             len(r.labels) for r in parts) else parts[0].labels
         traces = {r.whatif["run_id"]: r.whatif for r in parts}

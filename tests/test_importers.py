@@ -1021,3 +1021,21 @@ def test_a_negative_id_in_a_trace_is_counted_and_left_out(tmp_path):
     res = importers.import_path("straggler-trace", _trace_dir(tmp_path, "t", neg))
     assert np.isfinite(res.whatif["slowdown"])
     assert "1 a negative, fractional or huge id" in res.info["skipped_line"]
+
+
+def test_a_data_folder_pairs_each_trace_with_its_own_meta_and_run(tmp_path):
+    """A folder of several traces: one without its own meta file was read with another's
+    sizes, and two metas naming the same run made one trace's what-if result vanish."""
+    d = tmp_path / "data"
+    d.mkdir()
+    write_trace(d, pipeline_trace())
+    pipeline_trace(slow={(0, 1): 2.0}).to_parquet(d / "trace-AR.parquet")
+    with pytest.raises(BadInput, match="trace-AR.parquet has no meta-AR.yaml"):
+        importers.import_path("straggler-trace", d)
+    (d / "meta-AR.yaml").write_text((d / "meta-SYN.yaml").read_text())  # the same trial_name and run_id
+    with pytest.raises(BadInput, match="trace-AR.parquet and trace-SYN.parquet both name run SYN-0"):
+        importers.import_path("straggler-trace", d)
+    (d / "meta-AR.yaml").write_text((d / "meta-SYN.yaml").read_text().replace("trial_name: SYN", "trial_name: AR"))
+    res = importers.import_path("straggler-trace", d)
+    assert sorted(res.whatif["slowdown_by_trace"]) == ["AR-0", "SYN-0"]
+    assert res.whatif["slowdown_by_trace"]["AR-0"] > res.whatif["slowdown_by_trace"]["SYN-0"]
