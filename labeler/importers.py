@@ -1118,12 +1118,16 @@ def import_long(path: str | Path, config: LongConfig | dict | None = None) -> Im
     df = read_long(path)
     src = Path(df.attrs.get("source", str(path)))
     run_id = src.name.split(".")[0]
+    ids: list[str] = []
     if "run_id" in df.columns:
         ids = [str(x) for x in pd.unique(df["run_id"].dropna())]
         if len(ids) == 1:
             run_id = ids[0]
     skips = SkipCount(len(df))
-    labels, comps = label_long_components(df, cfg, run_id=run_id, skips=skips)
+    if len(ids) > 1:  # runs are labeled apart: the same component in two runs is two series
+        labels, comps = _label_each_run(df, cfg, run_id, skips)
+    else:
+        labels, comps = label_long_components(df, cfg, run_id=run_id, skips=skips)
     info = {"n_rows": int(len(df)), "n_components": int(df["component"].nunique()),
             "n_metrics": int(df["metric"].nunique()), "source": str(src), "config": cfg.to_dict(),
             "persistent": comps.loc[comps["persistent"], "component"].tolist(),
@@ -1131,9 +1135,37 @@ def import_long(path: str | Path, config: LongConfig | dict | None = None) -> Im
     return ImportResult(format="long", labels=labels, whatif=None, info=info, components=comps)
 
 
+def _label_each_run(df: pd.DataFrame, cfg: "LongConfig", default: str, skips: SkipCount) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`label_long_components` on each ``run_id`` of ``df`` apart (rows without
+    one are run ``default``), each component named ``RUN/component``; the labels and
+    the components summaries (a ``run_id`` column first) of every run, concatenated."""
+    rid = df["run_id"].astype(object).where(df["run_id"].notna(), default).astype(str)
+    labs, comps = [], []
+    for run in sorted(pd.unique(rid).tolist()):
+        d = df[(rid == run).to_numpy()].reset_index(drop=True)
+        d["component"] = run + "/" + d["component"].astype(str)
+        lab, comp = label_long_components(d, cfg, run_id=run, skips=skips)
+        comp.insert(0, "run_id", run)
+        labs.append(lab)
+        comps.append(comp)
+    labels = pd.concat([x for x in labs if len(x)], ignore_index=True) if any(len(x) for x in labs) else labs[0]
+    return labels, pd.concat(comps, ignore_index=True)
+
+
 # -- Alibaba PAI mini-batch times (alibaba/clusterdata, as published) ------------------
 
 PAI_COLUMNS = ("worker", "time", "batch_time_norm")
+
+
+def _pai_numbers(d: pd.DataFrame, col: str, f: Path, fix: str) -> None:
+    """BadInput naming the file, the column and the CSV line of a value of ``col``
+    that is there and no number (an empty one is n/a, counted when labeled)."""
+    v = pd.to_numeric(d[col], errors="coerce")
+    bad = np.flatnonzero(v.isna().to_numpy() & d[col].notna().to_numpy())
+    if bad.size:
+        i = int(bad[0])
+        raise BadInput(f"{f.name}: {bad.size} value(s) are not numbers, e.g. {d[col].iloc[i]!r} at CSV line {i + 2}",
+                       field=col, fix=fix)
 
 
 def read_pai(path: str | Path) -> pd.DataFrame:
@@ -1154,7 +1186,7 @@ def read_pai(path: str | Path) -> pd.DataFrame:
     if not files:
         raise BadInput(f"{p} holds no job_*.csv file", field="PATH",
                        fix="give alibaba/clusterdata's mini-batch-time folder or one job_N_norm.csv")
-    parts = []
+    parts, jobs = [], {}
     for f in files:
         try:
             d = pd.read_csv(f)
@@ -1165,6 +1197,12 @@ def read_pai(path: str | Path) -> pd.DataFrame:
             raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="pai-minibatch",
                            fix="a PAI mini-batch file has columns worker, gpu, time, batch_time_norm")
         job = f.name.split(".")[0].replace("_norm", "")
+        if job in jobs:
+            raise BadInput(f"{jobs[job].name} and {f.name} are both job {job}", field="PATH",
+                           fix="keep one file per job in the folder (job_N_norm.csv as published)")
+        jobs[job] = f
+        for col, fix in (("time", "seconds from the job's start"), ("batch_time_norm", "a number, larger is slower")):
+            _pai_numbers(d, col, f, fix)
         parts.append(pd.DataFrame({"component": "worker:" + d["worker"].astype(str), "peer_group": job,
                                    "timestamp": d["time"], "metric": "batch_time_norm",
                                    "value": d["batch_time_norm"], "run_id": job}))

@@ -1039,3 +1039,32 @@ def test_a_data_folder_pairs_each_trace_with_its_own_meta_and_run(tmp_path):
     res = importers.import_path("straggler-trace", d)
     assert sorted(res.whatif["slowdown_by_trace"]) == ["AR-0", "SYN-0"]
     assert res.whatif["slowdown_by_trace"]["AR-0"] > res.whatif["slowdown_by_trace"]["SYN-0"]
+
+
+@pytest.mark.skipif(not (PAI_DIR / "job_2_norm.csv").exists(), reason="public PAI data not present")
+def test_pai_jobs_stay_apart_in_pai_and_in_long(tmp_path):
+    """A review found two files of one job name merged (the second's rows counted as
+    "duplicated", its labels filed under the other job), a long file holding two runs
+    with the same worker names merged the same way (no label), and a text value named
+    as column ``timestamp`` of no file."""
+    import shutil
+
+    d = tmp_path / "pai"
+    d.mkdir()
+    shutil.copy(PAI_DIR / "job_2_norm.csv", d / "job_2_norm.csv")
+    shutil.copy(PAI_DIR / "job_3_norm.csv", d / "job_2.csv")
+    with pytest.raises(BadInput, match="job_2.csv and job_2_norm.csv are both job job_2"):
+        importers.import_path("pai-minibatch", d)
+    (d / "job_2.csv").unlink()
+    bad = pd.read_csv(PAI_DIR / "job_3_norm.csv").astype({"time": object})
+    bad.loc[100, "time"] = "later"
+    bad.to_csv(d / "job_3_norm.csv", index=False)
+    with pytest.raises(BadInput, match=r"time: job_3_norm.csv: 1 value\(s\) are not numbers, e.g. 'later' at CSV line 102"):
+        importers.import_path("pai-minibatch", d)
+    pai = importers.import_path("pai-minibatch", PAI_DIR)
+    both = importers.read_pai(PAI_DIR)
+    both["component"] = both["component"].str.replace("worker:", "w", regex=False)
+    both.to_csv(tmp_path / "two-runs.csv", index=False)
+    long = importers.import_path("long", tmp_path / "two-runs.csv")
+    assert sorted(long.labels["component"]) == sorted(c.replace("worker:", "w") for c in pai.labels["component"])
+    assert sorted(long.labels["component"]) == ["job_3/w6", "job_3/w7", "job_3/w8"]
