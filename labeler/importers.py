@@ -109,9 +109,11 @@ def seconds_timestamps(ts: np.ndarray, skips: SkipCount, field: str) -> np.ndarr
 
     A column whose median is in milliseconds (or micro-, nanoseconds: above 1e11,
     1e14, 1e17, which unix seconds reach only after the year 5000) is converted, with a
-    note in ``skips``. In a column of seconds, rows in such a unit cannot be told
-    apart from a clock error: they become NaN and are counted (``"timestamps in
-    milliseconds"``). Negative timestamps become NaN and are counted."""
+    note in ``skips``; rows of such a column over 1000x below its median (seconds
+    among milliseconds: they would land in 1970) become NaN and are counted. In a
+    column of seconds, rows in such a unit cannot be told apart from a clock error:
+    they become NaN and are counted (``"timestamps in milliseconds"``). Negative
+    timestamps become NaN and are counted."""
     ts = np.asarray(ts, dtype=np.float64)
     fin = ts[np.isfinite(ts)]
     if fin.size:
@@ -120,6 +122,10 @@ def seconds_timestamps(ts: np.ndarray, skips: SkipCount, field: str) -> np.ndarr
             if med > lim:
                 ts = ts / div
                 skips.notes.append(f"{field} converted from {unit} to seconds (median {med:.6g})")
+                with np.errstate(invalid="ignore"):
+                    coarse = (ts >= 0) & (ts < med / div / 1000.0)
+                skips.add(f"{field} in a coarser unit than the column's {unit}", int(coarse.sum()))
+                ts = np.where(coarse, np.nan, ts)
                 break
         with np.errstate(invalid="ignore"):
             bad = ts > _TS_UNITS[-1][0]

@@ -153,17 +153,23 @@ def kratos_files(path: str | Path) -> list[tuple[str, str, Path]]:
     ``path`` is ``data/`` (every cluster) or one ``cluster_X/`` folder.
 
     Returns ``[(cluster, host, file)]`` sorted, or ``[]`` when ``path`` is not in that
-    layout (no ``*/*.csv`` below it, nor ``*/*/*.csv``)."""
+    layout (no ``*/*.csv`` below it, nor ``*/*/*.csv``; ``.csv.gz`` files count too)."""
     p = Path(path)
     if not p.is_dir() or (p / "metrics.parquet").exists():
         return []
     out = []
-    for f in sorted(p.glob("*/*/*.csv")):  # data/cluster_X/host/day.csv
+    for f in _day_files(p, "*/*/"):  # data/cluster_X/host/day.csv
         out.append((f.parent.parent.name, f.parent.name, f))
     if not out:
-        for f in sorted(p.glob("*/*.csv")):  # cluster_X/host/day.csv
+        for f in _day_files(p, "*/"):  # cluster_X/host/day.csv
             out.append((p.name, f.parent.name, f))
-    return [x for x in out if x[2].name != KRATOS_ANSWER]
+    return [x for x in out if x[2].name not in (KRATOS_ANSWER, KRATOS_ANSWER + ".gz")]
+
+
+def _day_files(p: Path, below: str) -> list[Path]:
+    """The ``.csv`` and gzipped ``.csv.gz`` files ``below`` ``p`` (a glob prefix),
+    sorted (pyarrow's CSV reader opens both; a gzipped day was skipped in silence)."""
+    return sorted([*p.glob(below + "*.csv"), *p.glob(below + "*.csv.gz")])
 
 
 def _read_kratos(files: list[tuple[str, str, Path]]):
@@ -280,7 +286,9 @@ def read_samples(path: str | Path) -> DriveSamples:
             if pa.types.is_timestamp(a.type):  # a timestamp column: unix seconds
                 per_s = {"s": 1, "ms": 1e3, "us": 1e6, "ns": 1e9}[a.type.unit]
                 a = pc.divide(pc.cast(pc.cast(a, pa.int64()), pa.float64()), per_s)
-            a = pc.cast(a, pa.float64())
+            # an integer past 2**53 (nanoseconds since 1970) loses only its last digits
+            # in float64; a safe cast refused it as "not numeric"
+            a = pc.cast(a, pa.float64(), safe=not pa.types.is_integer(a.type))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise BadInput(f"column {col} must be numeric, got {a.type} ({e})", field="metrics") from None
         if a.null_count:

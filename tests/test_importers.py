@@ -1068,3 +1068,34 @@ def test_pai_jobs_stay_apart_in_pai_and_in_long(tmp_path):
     long = importers.import_path("long", tmp_path / "two-runs.csv")
     assert sorted(long.labels["component"]) == sorted(c.replace("worker:", "w") for c in pai.labels["component"])
     assert sorted(long.labels["component"]) == ["job_3/w6", "job_3/w7", "job_3/w8"]
+
+
+def test_perseus_nanoseconds_as_integers_seconds_among_milliseconds_and_gzipped_days(tmp_path):
+    """A review found int64 nanoseconds refused as "not numeric, got int64", seconds
+    among milliseconds kept in silence (they landed in 1970, a fit of their own), and a
+    gzipped kratos day file skipped in silence."""
+    import gzip
+
+    df = perseus_frame(hosts=1, slow={(0, 2): (1.5, None)}, seed=4)
+    ref = importers.import_path("perseus", _parquet(tmp_path / "s.parquet", df))
+    ns = importers.import_path("perseus", _parquet(tmp_path / "ns.parquet", df.assign(ts=(df["ts"] * 1e9).astype("int64"))))
+    assert ns.extra["drives.json"]["failslow"] == ref.extra["drives.json"]["failslow"] == ["host_0/disk2"]
+    assert "ts converted from nanoseconds to seconds" in ns.info["skipped_line"]
+    mixed = df.assign(ts=df["ts"] * 1000.0)
+    mixed.loc[mixed.index[:50], "ts"] = df["ts"].iloc[:50]  # 50 rows still in seconds
+    mx = importers.import_path("perseus", _parquet(tmp_path / "mx.parquet", mixed))
+    assert mx.info["skipped"]["skipped"] == {"ts in a coarser unit than the column's milliseconds": 50}
+    hosts = ["host_20", "host_21", "host_22", "host_23", "host_24", "host_25"]
+    data = _kratos_layout(tmp_path / "k", hosts)
+    plain = importers.import_path("perseus", data)
+    day = sorted((data / "cluster_A" / "host_22").glob("*.csv"))[0]
+    day.with_name(day.name + ".gz").write_bytes(gzip.compress(day.read_bytes()))
+    day.unlink()
+    gz = importers.import_path("perseus", data)
+    assert gz.info["n_samples"] == plain.info["n_samples"]
+    assert gz.extra["drives.json"]["failslow"] == plain.extra["drives.json"]["failslow"]
+
+
+def _parquet(p: Path, df: pd.DataFrame) -> Path:
+    df.to_parquet(p)
+    return p
