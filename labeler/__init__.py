@@ -371,6 +371,9 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     cfg = _config(config)
     rd = RunDir(run_dir)
     p = rd.table_path("steps")
+    if p.is_symlink():  # a dangling one would relabel from telemetry/ without a word; a live one points elsewhere
+        raise BadInput(f"{p} is a symbolic link", field="steps.parquet",
+                       fix="a run directory holds its own steps.parquet; copy the file in, or remove the link to rebuild it from telemetry/")
     if not p.exists() and not rd.telemetry_dir().is_dir():
         what = "has no steps.parquet and no telemetry/ folder" if rd.path.is_dir() else "does not exist"
         raise BadInput(f"{rd.path} is not a run directory: it {what}", field="PATH",

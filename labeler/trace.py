@@ -244,7 +244,7 @@ def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
     if "dp_size" not in meta or "pp_size" not in meta:
         meta = {**meta, "dp_size": meta.get("dp_size", dp_seen), "pp_size": meta.get("pp_size", pp_seen), "inferred": True}
     for k in ("dp_size", "pp_size", "vpp_size", "tp_size"):
-        if k in meta and (not isinstance(meta[k], int) or meta[k] < 1):
+        if k in meta and (not isinstance(meta[k], int) or isinstance(meta[k], bool) or meta[k] < 1):
             raise BadInput(f"{k} must be a positive integer, got {meta[k]!r}", field="meta")
     if len(df) and (dp_seen > meta["dp_size"] or pp_seen > meta["pp_size"]):
         raise BadInput(f"trace has dp_rank up to {dp_seen - 1} and stage up to {pp_seen - 1}, meta says dp_size="

@@ -123,7 +123,19 @@ BAD_RUNS = {
 
 
 #: refused by label only: score and report say "no step telemetry" of their own (field RUN_DIR)
-LABEL_BAD_RUNS = {**BAD_RUNS, "steps.parquet with no row": (lambda p, s: make_run(p, s.iloc[:0], raw_parquet=True), "steps")}
+def _linked_steps(p: Path, steps, dangling: bool):
+    make_run(p, steps)
+    real = p.parent / "elsewhere.parquet"
+    (p / "steps.parquet").rename(real)
+    if dangling:
+        real.unlink()
+    (p / "steps.parquet").symlink_to(real)
+
+
+LABEL_BAD_RUNS = {**BAD_RUNS, "steps.parquet with no row": (lambda p, s: make_run(p, s.iloc[:0], raw_parquet=True), "steps"),
+                  # a dangling link was passed over for telemetry/ without a word
+                  "steps.parquet a dangling link": (lambda p, s: _linked_steps(p, s, True), "steps.parquet"),
+                  "steps.parquet a link": (lambda p, s: _linked_steps(p, s, False), "steps.parquet")}
 
 
 @pytest.mark.parametrize("case", sorted(LABEL_BAD_RUNS))
