@@ -25,7 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from faultlab.errors import FaultlabError
+from faultlab.errors import BadInput, FaultlabError
 from faultlab.progress import Progress
 from faultlab.rundir import RunDir, new_run_id
 from faultlab.schema import json_safe
@@ -62,9 +62,9 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
 
     con = console or Console()
     if n_nodes < 2:
-        raise FaultlabError(f"{n_nodes} node(s)", field="--nodes", fix="give at least 2: a straggler needs peers")
+        raise BadInput(f"{n_nodes} node(s)", field="--nodes", fix="give at least 2: a straggler needs peers")
     if duration_s < 30:
-        raise FaultlabError(f"{duration_s:g}s is too short for two faults and their baselines", field="--duration", fix="give at least 30s")
+        raise BadInput(f"{duration_s:g}s is too short for two faults and their baselines", field="--duration", fix="give at least 30s")
     root = os.geteuid() == 0
     t_wall = time.time()
     run_id = new_run_id("demo")  # one id: the default folder's name and meta.json's run_id

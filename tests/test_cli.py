@@ -59,6 +59,7 @@ BAD = [
     (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "lo", "--duration", "30x"], "--duration"),
     (["inject", "--type", "nic-slow", "--rate", "50mbit", "--target", "lo", "--grace", "soon"], "--grace"),
     (["revert"], "FAULT_ID"),
+    (["demo", "--nodes", "0"], "--nodes"),  # exited 1 (a new user's run found it)
     (["inject", "--type", "cpu-contention", "--cpu-fraction", "0.3", "--target", "1"], "--target"),
     (["inject", "--type", "cpu-contention", "--cpu-fraction", "0.3", "--target", "١"], "--target"),
     (["inject", "--type", "cpu-contention", "--cpu-fraction", "5e-324", "--target", "12345"], "--cpu-fraction"),

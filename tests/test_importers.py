@@ -1070,12 +1070,9 @@ def test_pai_jobs_stay_apart_in_pai_and_in_long(tmp_path):
     assert sorted(long.labels["component"]) == ["job_3/w6", "job_3/w7", "job_3/w8"]
 
 
-def test_perseus_nanoseconds_as_integers_seconds_among_milliseconds_and_gzipped_days(tmp_path):
-    """A review found int64 nanoseconds refused as "not numeric, got int64", seconds
-    among milliseconds kept in silence (they landed in 1970, a fit of their own), and a
-    gzipped kratos day file skipped in silence."""
-    import gzip
-
+def test_perseus_nanoseconds_as_integers_and_seconds_among_milliseconds(tmp_path):
+    """A review found int64 nanoseconds refused as "not numeric, got int64" and seconds
+    among milliseconds kept in silence (they landed in 1970, a fit of their own)."""
     df = perseus_frame(hosts=1, slow={(0, 2): (1.5, None)}, seed=4)
     ref = importers.import_path("perseus", _parquet(tmp_path / "s.parquet", df))
     ns = importers.import_path("perseus", _parquet(tmp_path / "ns.parquet", df.assign(ts=(df["ts"] * 1e9).astype("int64"))))
@@ -1085,6 +1082,13 @@ def test_perseus_nanoseconds_as_integers_seconds_among_milliseconds_and_gzipped_
     mixed.loc[mixed.index[:50], "ts"] = df["ts"].iloc[:50]  # 50 rows still in seconds
     mx = importers.import_path("perseus", _parquet(tmp_path / "mx.parquet", mixed))
     assert mx.info["skipped"]["skipped"] == {"ts in a coarser unit than the column's milliseconds": 50}
+
+
+@needs_perseus
+def test_perseus_reads_gzipped_kratos_days(tmp_path):
+    """A gzipped kratos day file was skipped in silence."""
+    import gzip
+
     hosts = ["host_20", "host_21", "host_22", "host_23", "host_24", "host_25"]
     data = _kratos_layout(tmp_path / "k", hosts)
     plain = importers.import_path("perseus", data)
