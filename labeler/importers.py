@@ -1141,15 +1141,18 @@ def import_long(path: str | Path, config: LongConfig | dict | None = None) -> Im
     return ImportResult(format="long", labels=labels, whatif=None, info=info, components=comps)
 
 
-def _label_each_run(df: pd.DataFrame, cfg: "LongConfig", default: str, skips: SkipCount) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _label_each_run(df: pd.DataFrame, cfg: "LongConfig", default: str, skips: SkipCount, *,
+                    prefix: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`label_long_components` on each ``run_id`` of ``df`` apart (rows without
-    one are run ``default``), each component named ``RUN/component``; the labels and
-    the components summaries (a ``run_id`` column first) of every run, concatenated."""
+    one are run ``default``), each component named ``RUN/component`` when ``prefix``;
+    the labels and the components summaries (a ``run_id`` column first) of every run,
+    concatenated."""
     rid = df["run_id"].astype(object).where(df["run_id"].notna(), default).astype(str)
     labs, comps = [], []
     for run in sorted(pd.unique(rid).tolist()):
         d = df[(rid == run).to_numpy()].reset_index(drop=True)
-        d["component"] = run + "/" + d["component"].astype(str)
+        if prefix:
+            d["component"] = run + "/" + d["component"].astype(str)
         lab, comp = label_long_components(d, cfg, run_id=run, skips=skips)
         comp.insert(0, "run_id", run)
         labs.append(lab)
@@ -1163,15 +1166,18 @@ def _label_each_run(df: pd.DataFrame, cfg: "LongConfig", default: str, skips: Sk
 PAI_COLUMNS = ("worker", "time", "batch_time_norm")
 
 
-def _pai_numbers(d: pd.DataFrame, col: str, f: Path, fix: str) -> None:
-    """BadInput naming the file, the column and the CSV line of a value of ``col``
-    that is there and no number (an empty one is n/a, counted when labeled)."""
-    v = pd.to_numeric(d[col], errors="coerce")
-    bad = np.flatnonzero(v.isna().to_numpy() & d[col].notna().to_numpy())
+def numbers_or_refuse(values: pd.Series, present: np.ndarray, *, field: str, where: str, fix: str,
+                      at=lambda i: f"at row {i}") -> np.ndarray:
+    """``values`` as float64 (NaN where empty). Raises BadInput (``field``) naming
+    ``where`` (the file), the count and the first value that is ``present`` ((N,) bool:
+    not an empty value, which the caller counts as n/a) yet no number, placed by
+    ``at(row)`` (e.g. the CSV line)."""
+    v = pd.to_numeric(values, errors="coerce").to_numpy(np.float64)
+    bad = np.flatnonzero(np.isnan(v) & present)
     if bad.size:
         i = int(bad[0])
-        raise BadInput(f"{f.name}: {bad.size} value(s) are not numbers, e.g. {d[col].iloc[i]!r} at CSV line {i + 2}",
-                       field=col, fix=fix)
+        raise BadInput(f"{where}: {bad.size} value(s) are not numbers, e.g. {values.iloc[i]!r} {at(i)}", field=field, fix=fix)
+    return v
 
 
 def read_pai(path: str | Path) -> pd.DataFrame:
@@ -1208,7 +1214,8 @@ def read_pai(path: str | Path) -> pd.DataFrame:
                            fix="keep one file per job in the folder (job_N_norm.csv as published)")
         jobs[job] = f
         for col, fix in (("time", "seconds from the job's start"), ("batch_time_norm", "a number, larger is slower")):
-            _pai_numbers(d, col, f, fix)
+            numbers_or_refuse(d[col], d[col].notna().to_numpy(), field=col, where=f.name, fix=fix,
+                              at=lambda i: f"at CSV line {i + 2}")
         parts.append(pd.DataFrame({"component": "worker:" + d["worker"].astype(str), "peer_group": job,
                                    "timestamp": d["time"], "metric": "batch_time_norm",
                                    "value": d["batch_time_norm"], "run_id": job}))
@@ -1231,24 +1238,19 @@ def import_pai(path: str | Path, config: LongConfig | dict | None = None) -> Imp
     cfg = make_config(LongConfig, config)
     df = read_pai(path)
     jobs = sorted(pd.unique(df["run_id"]).tolist())
-    labs, comps, per = [], [], {}
     skips = SkipCount(len(df))
+    labels, comps = _label_each_run(df, cfg, jobs[0], skips, prefix=len(jobs) > 1)
+    per = {}
     for job in jobs:
-        d = df[df["run_id"] == job].reset_index(drop=True)
-        if len(jobs) > 1:
-            d["component"] = job + "/" + d["component"]
-        lab, comp = label_long_components(d, cfg, run_id=job, skips=skips)
-        comp.insert(0, "run_id", job)
-        labs.append(lab)
-        comps.append(comp)
+        lab = labels[labels["run_id"].astype(str) == job] if len(labels) else labels
+        comp = comps[comps["run_id"] == job]
         per[job] = {"n_labels": int(len(lab)), "labeled": sorted(set(lab["component"].astype(str))),
                     "failslow": comp.loc[comp["persistent"], "component"].tolist(),
                     "level_by_worker": {str(r.component): round(float(r.level), 4) for r in comp.itertuples()}}
-    labels = pd.concat([x for x in labs if len(x)], ignore_index=True) if any(len(x) for x in labs) else labs[0]
     info = {"n_rows": int(len(df)), "source": df.attrs["source"], "jobs": per, "config": cfg.to_dict(),
             "skipped": skips.to_dict(), "skipped_line": skips.line()}
     return ImportResult(format="pai-minibatch", labels=labels, whatif=None, info=info,
-                        components=pd.concat(comps, ignore_index=True))
+                        components=comps)
 
 
 # -- registry and output ---------------------------------------------------------------

@@ -164,12 +164,7 @@ def find_files(path: str | Path) -> tuple[Path, Path | None]:
         trace = traces[0]
     else:
         trace = p
-    name = trace.stem[len("trace"):].lstrip("-_")
-    meta = None
-    for cand in ([trace.parent / f"meta-{name}.yaml", trace.parent / f"meta-{name}.yml"] if name else []):
-        if cand.exists():
-            meta = cand
-            break
+    meta = _meta_beside(trace)
     if meta is None:
         metas = sorted(trace.parent.glob("meta*.y*ml"))
         if len(metas) == 1:
@@ -188,12 +183,26 @@ def trace_files(path: str | Path) -> list[Path]:
     return sorted(p.glob("trace*.parquet")) if p.is_dir() else [p]
 
 
+def _trace_name(trace: Path) -> str:
+    """``NAME`` of ``trace-NAME.parquet`` ("" for a bare ``trace.parquet``)."""
+    return trace.stem[len("trace"):].lstrip("-_")
+
+
+def _meta_beside(trace: Path) -> Path | None:
+    """``meta-NAME.yaml`` (or ``.yml``) beside ``trace-NAME.parquet``, None when absent."""
+    name = _trace_name(trace)
+    for cand in ([trace.parent / f"meta-{name}.yaml", trace.parent / f"meta-{name}.yml"] if name else []):
+        if cand.exists():
+            return cand
+    return None
+
+
 def _own_metas(traces: list[Path]) -> None:
     """BadInput (field PATH) when a trace of a folder of several has no
     ``meta-NAME.yaml`` of its own: it would be read with another trace's sizes."""
     for t in traces:
-        name = t.stem[len("trace"):].lstrip("-_")
-        if not name or not any((t.parent / f"meta-{name}{ext}").is_file() for ext in (".yaml", ".yml")):
+        if _meta_beside(t) is None:
+            name = _trace_name(t)
             raise BadInput(f"{t.name} has no meta-{name or 'NAME'}.yaml beside it", field="PATH",
                            fix="in a folder of several traces each trace-NAME.parquet needs its own meta-NAME.yaml")
 
@@ -295,15 +304,13 @@ _IDS = ("dp_rank", "stage", "rank", "step", "seq_id")
 
 
 def _numbers(df: pd.DataFrame, col: str, na: np.ndarray, name: str) -> np.ndarray:
-    """Column ``col`` as float64; BadInput naming the file, column and row for a value
-    that is no number (an empty value is ``na``, counted by the caller)."""
-    v = pd.to_numeric(df[col], errors="coerce").to_numpy(np.float64)
-    bad = np.flatnonzero(np.isnan(v) & ~na)
-    if bad.size:
-        i = int(bad[0])
-        raise BadInput(f"{name}: {bad.size} value(s) are not numbers, e.g. {df[col].iloc[i]!r} at row {i}", field=col,
-                       fix="seconds for start_ts and duration, whole numbers for the ids")
-    return v
+    """Column ``col`` as float64 (:func:`faultlab.labeler.importers.numbers_or_refuse`:
+    BadInput naming the file, column and row of a value that is no number; a row with
+    an empty value, ``na``, is counted by the caller)."""
+    from faultlab.labeler.importers import numbers_or_refuse
+
+    return numbers_or_refuse(df[col], ~na, field=col, where=name,
+                             fix="seconds for start_ts and duration, whole numbers for the ids")
 
 
 def _clean_rows(df: pd.DataFrame, name: str = "trace"):
