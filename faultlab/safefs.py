@@ -246,6 +246,21 @@ class TrustedDir:
                 return False
             raise
 
+    def unlink_temporaries(self, name: str) -> list[str]:
+        """Remove the temporaries :meth:`write_atomic` made for ``name``
+        (``.NAME.<12 hex>.tmp``, regular files only) that a writer killed between
+        writing and renaming left behind. Returns the names removed. Call it only
+        when no writer of ``name`` can still be running (its lease released, its
+        watchdog done): a live writer's rename would then fail."""
+        gone = []
+        for n in self.listdir():
+            if not _is_temporary_of(n, check_name(name)):
+                continue
+            st = self.lstat(n)
+            if st is not None and stat.S_ISREG(st.st_mode) and self.unlink(n):
+                gone.append(n)
+        return gone
+
     def rename(self, src: str, dst: str) -> None:
         os.rename(check_name(src), check_name(dst), src_dir_fd=self.fd, dst_dir_fd=self.fd)
 
@@ -254,6 +269,16 @@ class TrustedDir:
         fd = _open_child(self.fd, check_name(name), self._p(name), self.uids, last=True, private=private,
                          create=create, mode=mode)
         return TrustedDir(fd, self._p(name), self.uids)
+
+
+def _is_temporary_of(entry: str, name: str) -> bool:
+    """Whether ``entry`` is a temporary :meth:`TrustedDir.write_atomic` writes for
+    ``name``: ``.NAME.`` then 12 hex digits then ``.tmp``."""
+    prefix = f".{name}."
+    if not (entry.startswith(prefix) and entry.endswith(".tmp")):
+        return False
+    token = entry[len(prefix):-len(".tmp")]
+    return len(token) == 12 and all(c in "0123456789abcdef" for c in token)
 
 
 def _open_child(parent_fd: int, name: str, path: str, uids: frozenset[int], *, last: bool, private: bool,

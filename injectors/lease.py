@@ -71,6 +71,7 @@ while [ "$fire" = 0 ]; do
 done
 for line in "$@"; do sh -c "$line" </dev/null >/dev/null 2>&1; done
 rm -f "$rec" "$renew"
+drop_temporaries
 """
 
 # Positional args: $1 lease id, $2 deadline (unix s), $3 the number of the inherited
@@ -83,7 +84,9 @@ fire=0
 trap 'fire=1' USR1
 id="$1"; dl="$2"; d="/dev/fd/$3"; shift 3
 rec="$d/$id.json"; renew="$d/$id.deadline"
-""" + _WATCHDOG_LOOP
+# what a controller killed mid-write left (safefs.write_atomic: .NAME.<hex>.tmp)
+drop_temporaries() { rm -f -- "$d/.$id.json."HEX12.tmp "$d/.$id.deadline."HEX12.tmp; }
+""".replace("HEX12", "[0-9a-f]" * 12) + _WATCHDOG_LOOP
 
 
 # The watchdog of a lease on a remote (ssh) node, where no descriptor can be passed:
@@ -94,6 +97,8 @@ fire=0
 trap 'fire=1' USR1
 rec="$1"; dl="$2"; shift 2
 renew="${rec%.json}.deadline"
+# what a controller cut off mid-write left (SshNode.write_file: NAME.tmp.<pid>)
+drop_temporaries() { rm -f -- "$rec.tmp."[0-9]* "$renew.tmp."[0-9]*; }
 """ + _WATCHDOG_LOOP
 
 
@@ -299,7 +304,8 @@ class Lease:
 
     def release(self) -> None:
         """Stop the watchdog (its process group: this process's own child, or one of
-        :meth:`own_watchdogs`) and remove the record. Safe to call twice."""
+        :meth:`own_watchdogs`) and remove the record, the deadline file and any
+        temporary of theirs a killed writer left. Safe to call twice."""
         if self.proc is not None and self.proc.poll() is None:
             _kill_group(self.proc.pid)
             try:
@@ -311,8 +317,9 @@ class Lease:
                 w.wait_gone(5.0)
         try:
             with self._dir() as d:
-                d.unlink(f"{self.fault_id}.json")
-                d.unlink(f"{self.fault_id}.deadline")
+                for name in (f"{self.fault_id}.json", f"{self.fault_id}.deadline"):
+                    d.unlink(name)
+                    d.unlink_temporaries(name)
         except (OSError, NodeError):
             pass
 

@@ -137,11 +137,15 @@ class RemoteLease:
 
     def release(self) -> None:
         """Stop the watchdog (its process group, after checking its command line names
-        this record) and remove the record. Safe to call twice."""
+        this record) and remove the record, the deadline file and their temporaries.
+        Safe to call twice."""
         pid = self.record.get("watchdog_pid")
         if pid and _is_watchdog(self.node, pid, self.path):
             self.node.run(["kill", "-TERM", "--", f"-{int(pid)}"], timeout=30)
-        self.node.run(["rm", "-f", "--", str(self.path), str(self.path.with_name(f"{self.fault_id}.deadline"))], timeout=30)
+        # the record, the deadline file and what a writer cut off mid-write left of
+        # either (SshNode.write_file's NAME.tmp.<pid>); the paths are arguments, never code
+        self.node.run(["sh", "-c", 'rm -f -- "$1" "$2" "$1".tmp.[0-9]* "$2".tmp.[0-9]*', "sh", str(self.path),
+                       str(self.path.with_name(f"{self.fault_id}.deadline"))], timeout=30)
 
     def run_revert(self, timeout_s: float = 60.0) -> int:
         """Run the record's revert lines on the node (each ``sh -c LINE``, at most

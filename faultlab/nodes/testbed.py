@@ -243,6 +243,7 @@ class NetnsTestbed:
             try:
                 with safefs.open_dir(state_dir()) as d:
                     d.unlink(f"{self.id}.json")
+                    d.unlink_temporaries(f"{self.id}.json")
             except FileNotFoundError:
                 pass
         self.nodes = []
