@@ -290,13 +290,20 @@ def _testbed_controller_alive(tb_id: str) -> bool:
 def controller_alive(v) -> bool:
     """Whether a live controller (``faultlab inject``/``run``/``demo``/``campaign``)
     still holds fault view ``v``: its record's controller (PID and, where recorded,
-    start time); for a testbed lease whose record is lost, the testbed's state file.
-    A fault with neither (its record lost, or an orphan object) has none."""
-    if v.lease is not None:
-        return v.lease.controller_alive()
-    if v.kind == "testbed":
+    start time); for a testbed lease whose record is lost, the testbed's state file;
+    for another fault whose record is lost, the controller its watchdog's environment
+    names (a watchdog of the fault's own user). An orphan object has none."""
+    if v.lease is None and v.kind == "testbed":
         return _testbed_controller_alive(v.fault_id.split("-", 1)[1])
-    return False
+    return v.controller_alive()
+
+
+def _held_by(v) -> int | None:
+    """The PID of the controller holding ``v``: its record's, or its watchdog's."""
+    pid = (v.record or {}).get("controller_pid")
+    if pid is None:
+        pid = next((w.controller[0] for w in v.watchdogs if w.controller and w.controller_alive()), None)
+    return pid
 
 
 def _pick(v, fault_id: str | None, mode: str) -> str:
@@ -335,7 +342,7 @@ def revert_faults(fault_id: str | None, *, mode: str = "all") -> tuple[list[dict
         row = {"fault_id": v.fault_id, "type": v.kind, "node": (v.record or {}).get("node"), "uid": v.uid,
                "deadline_ts": v.deadline_ts}
         if what == "held":
-            held.append({**row, "controller_pid": (v.record or {}).get("controller_pid")})
+            held.append({**row, "controller_pid": _held_by(v)})
         elif not v.can_revert():
             refused.append(row)
         else:

@@ -79,10 +79,14 @@ class Cmd:
         return shlex.join(node.argv(list(self.argv), self.scope))
 
 
+#: the shell body of ``write_cmd`` (``injectors.revertcheck`` recognizes it)
+WRITE_SH = 'printf "%s\\n" "$1" > "$2"'
+
+
 def write_cmd(path: str, value: str, why: str = "") -> Cmd:
     """A command writing ``value`` to ``path`` (sysfs/cgroupfs files); no string is
     concatenated into shell code: value and path are positional arguments."""
-    return Cmd(("sh", "-c", 'printf "%s\\n" "$1" > "$2"', "sh", value, path), "host", why)
+    return Cmd(("sh", "-c", WRITE_SH, "sh", value, path), "host", why)
 
 
 @dataclass

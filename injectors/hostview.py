@@ -36,7 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faultlab.injectors.lease import LEASE_ID, ROOT_LEASE_DIR, WATCHDOG_NAME, Lease, read_records
+from faultlab import procid
+from faultlab.injectors.lease import CONTROLLER_ENV, LEASE_ID, ROOT_LEASE_DIR, WATCHDOG_NAME, Lease, read_records
 from faultlab.injectors.probedev import PROBE_ALIAS, PROBE_DEV
 
 FAULT_HANDLE = re.compile(r"^f([0-9a-f]{3}):$")
@@ -56,6 +57,17 @@ class Watchdog:
     lines: list[str]
     starttime: str
     folder: str | None = None  # its lease folder (readable only for its owner and root)
+    controller: tuple[int, int] | None = None  # (PID, start time) of the faultlab that started it
+
+    def controller_alive(self) -> bool:
+        """Whether the controller its environment names (``lease.CONTROLLER_ENV``) still
+        runs (PID and start time; a start time of 0, unknown, checks the PID only).
+        Untrusted: a process that merely looks like a watchdog can name any PID, which
+        only makes ``recover`` leave that process alone."""
+        if self.controller is None:
+            return False
+        pid, start = self.controller
+        return procid.alive(pid, start or None)
 
     def _same(self) -> bool:
         w = _watchdog(self.pid)
@@ -121,7 +133,22 @@ def _watchdog(pid: int) -> Watchdog | None:
         folder = os.readlink(p / "fd" / fdn)
     except OSError:
         pass
-    return Watchdog(pid, uid, fid, int(dl), lines, stat[19], folder)
+    return Watchdog(pid, uid, fid, int(dl), lines, stat[19], folder, _controller_of(p))
+
+
+def _controller_of(p: Path) -> tuple[int, int] | None:
+    """(PID, start time) named by ``CONTROLLER_ENV`` in ``/proc/PID/environ`` (readable by
+    its owner and root), digits only; None when absent, unreadable or malformed."""
+    try:
+        env = (p / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    key = CONTROLLER_ENV.encode() + b"="
+    value = next((e[len(key):] for e in env if e.startswith(key)), b"")
+    parts = value.split(b" ")
+    if len(parts) != 2 or not all(x.isdigit() and len(x) <= 20 for x in parts) or int(parts[0]) <= 0:
+        return None
+    return int(parts[0]), int(parts[1])
 
 
 def find_watchdogs() -> list[Watchdog]:
@@ -252,6 +279,13 @@ class FaultView:
         """Objects with no record and no watchdog accounting for them."""
         return self.record is None and not self.watchdogs
 
+    def controller_alive(self) -> bool:
+        """Whether the faultlab that made this fault still runs: its record's controller,
+        or (record lost) the one its watchdog names (a watchdog of the fault's user)."""
+        if self.lease is not None:
+            return bool(self.lease.controller_alive())
+        return any(w.controller_alive() for w in self.watchdogs if w.uid == self.uid)
+
     def can_revert(self) -> bool:
         me = os.geteuid()
         return me == 0 or self.uid == me
@@ -264,7 +298,7 @@ class FaultView:
             "remaining_s": round(dl - time.time(), 1) if dl else None,
             "deadline_ts": dl,
             "record": self.lease.folder if self.lease else None,
-            "controller_alive": bool(self.lease and self.lease.controller_alive()),
+            "controller_alive": self.controller_alive(),
             "watchdog_alive": bool(self.watchdogs), "watchdog_pids": [w.pid for w in self.watchdogs],
             "orphan_objects": [o.describe() for o in self.objects] if self.orphan else [],
             "can_revert": self.can_revert(),
@@ -311,10 +345,9 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
                 continue
             views[le.fault_id] = FaultView(le.fault_id, uid, le.record, le)
     for w in find_watchdogs():
-        v = views.setdefault(w.fault_id, FaultView(w.fault_id, w.uid))
-        if v.uid is None:
-            v.uid = w.uid
-        v.watchdogs.append(w)
+        views.setdefault(w.fault_id, FaultView(w.fault_id)).watchdogs.append(w)
+    for v in views.values():
+        problems += _keep_owners_watchdogs(v)
     _records_of_other_folders(views)
     if objects:
         for o in sorted(find_objects(), key=_attach_order):
@@ -322,6 +355,25 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
             if why:
                 problems.append(why)
     return list(views.values()), problems
+
+
+def _keep_owners_watchdogs(v: "FaultView") -> list[str]:
+    """Settle who owns ``v`` and keep only that user's watchdogs in it. The owner is
+    the record's (the file's uid); with no record, this user when one of the
+    watchdogs is its own, else root when one is root's, else the lowest uid. A process
+    of another user that merely looks like a watchdog of the fault (any user can start
+    ``sh -c x faultlab-watchdog ID ...``) is reported, never signalled. Returns the
+    problem lines."""
+    if not v.watchdogs:
+        return []
+    if v.uid is None:
+        uids = {w.uid for w in v.watchdogs}
+        me = os.geteuid()
+        v.uid = me if me in uids else 0 if 0 in uids else min(uids)
+    others = [w for w in v.watchdogs if w.uid != v.uid]
+    v.watchdogs = [w for w in v.watchdogs if w.uid == v.uid]
+    return [f"process {w.pid} (uid {w.uid}) looks like a watchdog of {v.fault_id}, a fault of uid {v.uid}: "
+            f"not acted on (end it yourself if it is not wanted)" for w in others]
 
 
 def _records_of_other_folders(views: dict[str, "FaultView"]) -> None:
@@ -451,7 +503,7 @@ def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
         except Exception as e:  # a folder gone bad since it was read: the watchdog still ends it
             return [f"{v.fault_id}: {e}"]
         if failed:
-            return failed + still_there(v.fault_id)
+            return failed + still_there(v.fault_id, v.uid)
     elif v.watchdogs:
         for w in v.watchdogs:
             w.fire()
@@ -462,14 +514,16 @@ def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
         for o in sorted(v.objects, key=lambda o: order.get(o.kind, 9)):
             for argv in o.revert_argv():
                 _run(argv, timeout=30)
-    return still_there(v.fault_id)
+    return still_there(v.fault_id, v.uid)
 
 
-def still_there(fault_id: str) -> list[str]:
-    """What of ``fault_id`` is still on the host: a record, a watchdog, objects."""
+def still_there(fault_id: str, uid: int | None = None) -> list[str]:
+    """What of ``fault_id`` is still on the host: a record, a watchdog, objects. With
+    ``uid`` (the fault's owner), a look-alike of another user left under that id is
+    not the fault (``_keep_owners_watchdogs`` reports it)."""
     views, _ = host_view()
     v = next((x for x in views if x.fault_id == fault_id), None)
-    if v is None:
+    if v is None or (uid is not None and v.uid is not None and v.uid != uid):
         return []
     left = []
     if v.record:

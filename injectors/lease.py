@@ -5,10 +5,12 @@ A lease has two halves that do not depend on each other:
 
 - the **record** ``<fault_id>.json`` in the lease folder (``/run/faultlab/leases`` as
   root, or ``$FAULTLAB_LEASE_DIR``): type, node, target, params, deadline (unix s),
-  controller PID and the revert commands (one ``shlex.join``-ed line each). It is
-  written atomically, fsynced and read back *before* the watchdog starts and before
-  anything is applied; any failure there is a one-line ``NodeError`` naming the folder
-  and the fix, and nothing is left (no record, no temporary, no process). It is what
+  controller and watchdog PIDs and the revert commands (one ``shlex.join``-ed line
+  each). It is written atomically, fsynced and read back right *after* the watchdog
+  starts (so a controller killed in between leaves a watchdog, which ends itself, never
+  a record nothing ends) and before anything is applied; any failure there is a
+  one-line ``NodeError`` naming the folder and the fix, and nothing is left (no record,
+  no temporary, no process: the watchdog is stopped). It is what
   ``faultlab status`` shows and ``recover`` runs.
 - the **watchdog**: a detached ``sh`` in its own session that needs only ``sh`` and
   coreutils. Its own argv carries the fault id, the deadline and every revert line,
@@ -19,7 +21,10 @@ A lease has two halves that do not depend on each other:
   (``/dev/fd/N/<id>.deadline``), so a folder swapped later is never read; the value
   is taken only when it is 1 to 12 digits with no leading zero, never evaluated as
   shell code. SIGUSR1 makes it revert now (``recover`` of a fault whose record is
-  lost, a controller handing over on the third Ctrl-C).
+  lost, a controller handing over on the third Ctrl-C). Its environment names the
+  controller (``CONTROLLER_ENV``), so ``recover`` leaves a fault whose record was
+  lost alone while that controller lives. After the revert it removes the record,
+  the deadline file and any temporary of theirs a writer killed mid-write left.
 
 A controller that reverts in time stops the watchdog's process group and removes the
 files itself. ``faultlab.injectors.hostview`` finds watchdogs by their argv
@@ -49,6 +54,10 @@ from faultlab.nodes import Node
 LEASE_ID = re.compile(r"^[a-z]+-[0-9a-f]{4,12}$")
 #: the name of the watchdog's ``$0``, how it is found in /proc
 WATCHDOG_NAME = "faultlab-watchdog"
+#: the watchdog's environment names its controller, "PID STARTTIME" (clock ticks since
+#: boot, 0 when unknown), so a fault whose record was lost is still known to be held
+#: by a live controller (``faultlab recover`` leaves it alone)
+CONTROLLER_ENV = "FAULTLAB_CONTROLLER"
 #: root's lease folder: read by every user's ``faultlab status`` (one view of the host)
 ROOT_LEASE_DIR = "/run/faultlab/leases"
 
@@ -225,13 +234,16 @@ class Lease:
         }
         with open_lease_dir(node) as d:
             name = f"{lease_id}.json"
-            _write_durable(d, name, record)
+            # the watchdog first: a controller killed at any instant after this leaves
+            # nothing the watchdog does not end (before, a kill between the record and
+            # the watchdog left a record that nothing ended)
+            proc = _start_watchdog(node, d, lease_id, deadline, lines)
             try:
-                proc = _start_watchdog(node, d, lease_id, deadline, lines)
+                _note_watchdog(record, proc.pid)
+                _write_durable(d, name, record)
             except BaseException:
-                _unlink_quietly(d, name)
+                _stop_started(proc)
                 raise
-            _note_watchdog(d, name, record, proc.pid)
             return cls(Path(d.path) / name, record, proc)
 
     def _dir(self) -> safefs.TrustedDir:
@@ -384,19 +396,24 @@ def _write_durable(d: safefs.TrustedDir, name: str, record: dict) -> None:
                         field="FAULTLAB_LEASE_DIR", fix="check the file system, or point FAULTLAB_LEASE_DIR elsewhere; nothing was applied")
 
 
-def _note_watchdog(d: safefs.TrustedDir, name: str, record: dict, pid: int) -> None:
+def _note_watchdog(record: dict, pid: int) -> None:
     """Add the watchdog's PID and start time (``/proc/PID/stat`` field 22) to the
-    record, so ``release`` signals that process only. Best effort: the record written
-    before stays valid without them (``own_watchdogs`` then matches uid and folder)."""
+    record, so ``release`` signals that process only. When the start time cannot be
+    read the record stays valid without them (``own_watchdogs`` then matches uid and
+    folder)."""
     start = procid.starttime(pid)
-    if start is None:
-        return
-    record.update(watchdog_pid=pid, watchdog_starttime=start)
+    if start is not None:
+        record.update(watchdog_pid=pid, watchdog_starttime=start)
+
+
+def _stop_started(proc: subprocess.Popen) -> None:
+    """End the watchdog just started for a lease whose record could not be written
+    (its process group), and reap it: no process is left."""
+    _kill_group(proc.pid)
     try:
-        d.write_atomic(name, json.dumps(record, sort_keys=True, indent=1), 0o644, durable=False)
-    except OSError:
-        record.pop("watchdog_pid")
-        record.pop("watchdog_starttime")
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _unlink_quietly(d: safefs.TrustedDir, name: str) -> None:
@@ -407,12 +424,14 @@ def _unlink_quietly(d: safefs.TrustedDir, name: str) -> None:
 
 
 def _start_watchdog(node: Node, d: safefs.TrustedDir, lease_id: str, deadline: int, lines: list[str]) -> subprocess.Popen:
-    """The detached watchdog, holding the checked folder descriptor ``d.fd``. The
-    lease host of every backend here is this host, so it is started locally."""
+    """The detached watchdog, holding the checked folder descriptor ``d.fd``, with this
+    process named in its environment (``CONTROLLER_ENV``). The lease host of every
+    backend here is this host, so it is started locally."""
     argv = node.argv(["sh", "-c", WATCHDOG_SH, WATCHDOG_NAME, lease_id, str(deadline), str(d.fd), *lines], "host")
+    env = dict(os.environ, **{CONTROLLER_ENV: f"{os.getpid()} {procid.starttime(os.getpid()) or 0}"})
     try:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True, pass_fds=(d.fd,))
+                                start_new_session=True, pass_fds=(d.fd,), env=env)
     except OSError as e:
         raise NodeError(f"cannot start the lease watchdog: {e.strerror or e}", field="node", fix="check that sh is installed; nothing was applied") from None
 

@@ -1,8 +1,9 @@
 """Whether a revert line that failed had nothing left to do.
 
 faultlab's revert lines are idempotent in effect, not all in exit status: ``ip link
-del``, ``tc qdisc del ... root handle H``, ``rmdir``, ``ip netns del`` and ``iptables
--D`` fail when their object is already gone (a fault half-applied when its controller
+del``, ``tc qdisc del ... root handle H``, ``rmdir``, ``ip netns del``, ``iptables
+-D`` and a write of a limit into a file of a faultlab cgroup (``write_cmd``) fail
+when their object is already gone (a fault half-applied when its controller
 was killed; a revert the controller finished before it died). A failed line counts
 as done only when it is one of these removals, as faultlab writes them (optionally
 inside ``ip netns exec NS`` or ``nsenter --net=PATH --``), and a read-only look
@@ -65,6 +66,18 @@ def _iptables_rule_gone(rule: list[str]) -> bool:
     return r is not None and r[0] == 1 and "does a matching rule exist" in (r[1] + r[2])
 
 
+def _cgroup_write_gone(cmd: list[str]) -> bool:
+    """``sh -c WRITE sh VALUE PATH`` (``injectors.base.write_cmd``) into a file of a
+    faultlab cgroup (``.../faultlab-<fault id>/FILE``) that is gone: its limits went
+    with it (a fault killed before its cgroup was made, or reverted already)."""
+    from faultlab.injectors.base import WRITE_SH
+
+    if len(cmd) != 6 or cmd[:2] != ["sh", "-c"] or cmd[2] != WRITE_SH or cmd[3] != "sh":
+        return False
+    folder = os.path.dirname(cmd[5])
+    return os.path.isabs(folder) and os.path.basename(folder).startswith("faultlab-") and not os.path.lexists(folder)
+
+
 def already_gone(line: str) -> bool:
     """True when revert ``line`` (a shell line of a lease record) is a removal whose
     object is verifiably not there now; False for every other line (its failure is
@@ -82,6 +95,8 @@ def already_gone(line: str) -> bool:
         return ns_gone or _qdisc_gone(pre, cmd[4], cmd[7])
     if pre:
         return False
+    if _cgroup_write_gone(cmd):
+        return True
     if cmd[0] == "rmdir" and len(cmd) == 2:
         return not os.path.lexists(cmd[1])
     if cmd[:3] == ["ip", "netns", "del"] and len(cmd) == 4 and "/" not in cmd[3]:

@@ -113,3 +113,40 @@ def test_recover_leaves_a_running_injects_fault_and_revert_all_ends_it(busy_loop
             ctl.send_signal(signal.SIGTERM)
             ctl.communicate(timeout=60)
         time.sleep(0.1)
+
+
+@needs_root
+def test_recover_leaves_a_fault_whose_record_was_lost_while_its_controller_lives(busy_loop, no_residue):
+    """The record of a running inject's fault is deleted: only its watchdog is left to
+    say who holds it (its environment names the controller, PID and start time), and
+    ``recover`` leaves it alone until that controller is gone."""
+    if not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():
+        import pytest
+
+        pytest.skip("needs the cgroup v1 cpu controller at /sys/fs/cgroup/cpu")
+    home = _cpu_cg(busy_loop.pid)
+    ctl = subprocess.Popen([*(sys.executable, "-m", "faultlab.cli"), "inject", "--type", "cpu-contention", "--target",
+                            str(busy_loop.pid), "--cpu-fraction", "0.3", "--duration", "120s"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: "/faultlab-" in _cpu_cg(busy_loop.pid) or ctl.poll() is not None, 60), "inject never applied"
+        assert ctl.poll() is None, ctl.communicate()
+        fid = _cpu_cg(busy_loop.pid).rsplit("/faultlab-", 1)[1]
+        (lease_dir() / f"{fid}.json").unlink()
+        row = next(r for r in json.loads(fl("status", "--json").stdout) if r["fault_id"] == fid)
+        assert row["record"] is None and row["watchdog_alive"] and row["controller_alive"], row
+        rc = fl("recover", timeout=120)
+        assert rc.returncode == 0, rc.stdout + rc.stderr
+        assert _cpu_cg(busy_loop.pid).endswith(f"/faultlab-{fid}"), "recover fired the watchdog of a fault a live controller holds"
+        assert f"{fid} (controller PID {ctl.pid})" in rc.stderr and "still holds" in rc.stderr, rc.stderr
+
+        os.kill(ctl.pid, signal.SIGKILL)  # now it is left behind: recover ends it through its watchdog
+        ctl.communicate()
+        rc = fl("recover", timeout=120)
+        assert rc.returncode == 0 and fid in rc.stdout, rc.stdout + rc.stderr
+        assert wait_for(lambda: _cpu_cg(busy_loop.pid) == home, 30), _cpu_cg(busy_loop.pid)
+        assert wait_for(lambda: not any(lease_dir().glob(f"*{fid}*")), 10), list(lease_dir().iterdir())
+    finally:
+        if ctl.poll() is None:
+            ctl.send_signal(signal.SIGTERM)
+            ctl.communicate(timeout=60)

@@ -71,3 +71,31 @@ def test_a_record_without_watchdog_fields_matches_by_user_and_folder(tmp_path, n
         other.wait()
     if lease.proc.poll() is None:
         pytest.fail("the lease's own watchdog survived its release")
+
+
+@needs_root
+def test_revert_of_a_lost_record_signals_the_faults_own_watchdog_not_another_users_look_alike(tmp_path, no_residue):
+    """Root's fault lost its record; a process of nobody's looks like its watchdog (same
+    id). ``faultlab revert ID`` tells root's watchdog to revert and leaves the look-alike
+    alone (its sh dies of a SIGUSR1, so a signal would show); ``status`` names it."""
+    from test_lifecycle import fl
+
+    fid = f"process-{secrets.token_hex(3)}"
+    done = tmp_path / "reverted"
+    lease = Lease.create_for(LocalNode("local"), fid, "process-pause", "pid:0", {}, [Cmd(("touch", str(done)))], time.time() + 120)
+    other = _look_alike(fid, as_nobody=True)
+    try:
+        assert wait_for(lambda: {w.pid for w in find_watchdogs() if w.fault_id == fid} == {lease.proc.pid, other.pid}, 10)
+        lease.path.unlink()
+        st = fl("status")
+        assert f"process {other.pid} (uid " in st.stderr + st.stdout and "not acted on" in st.stderr + st.stdout, st.stdout + st.stderr
+        rc = fl("revert", fid, timeout=120)
+        assert rc.returncode == 0, rc.stdout + rc.stderr
+        assert wait_for(lambda: lease.proc.poll() is not None, 10) and done.exists(), "its own watchdog did not revert"
+        time.sleep(0.5)
+        assert other.poll() is None, "revert signalled another user's process that only looks like the watchdog"
+    finally:
+        lease.release()
+        if other.poll() is None:
+            os.killpg(other.pid, 9)
+        other.wait()

@@ -114,3 +114,26 @@ def test_a_removal_of_what_is_already_gone_is_no_failure(no_residue):
         lease.proc.wait(timeout=10)
     finally:
         lease.release()
+
+
+def test_a_limit_write_into_a_faultlab_cgroup_that_is_gone_is_no_failure(tmp_path, no_residue):
+    """An io-slow or cpu fault killed before its cgroup was made: the revert's first
+    line writes "no limit" into a file of that cgroup, and fails. Its limits went with
+    the cgroup, so the revert counts as done (the chaos run of seed 31 kept such a lease
+    until its deadline). The same write into a missing folder faultlab did not make is
+    a real failure: the lease is kept."""
+    from faultlab.injectors.base import write_cmd
+
+    gone = tmp_path / f"faultlab-io-{secrets.token_hex(3)}" / "blkio.throttle.write_bps_device"
+    other = tmp_path / "not-faultlabs" / "blkio.throttle.write_bps_device"
+    ok = Lease.create_for(NODE, f"io-{secrets.token_hex(3)}", "io-slow", "pid:0", {}, [write_cmd(str(gone), "254:0 0")], time.time() + 120)
+    kept = Lease.create_for(NODE, f"io-{secrets.token_hex(3)}", "io-slow", "pid:0", {}, [write_cmd(str(other), "254:0 0")], time.time() + 120)
+    try:
+        rc = fl("revert", ok.fault_id)
+        assert rc.returncode == 0 and f"{ok.fault_id}: reverted" in rc.stdout, rc.stdout + rc.stderr
+        assert not ok.exists()
+        rc = fl("revert", kept.fault_id)
+        assert rc.returncode == 1 and kept.exists(), rc.stdout + rc.stderr
+    finally:
+        ok.release()
+        kept.release()
