@@ -12,6 +12,7 @@ foreground ``faultlab inject`` holds a real cgroup quota."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -84,20 +85,32 @@ def test_a_running_runs_testbed_survives_recover_and_revert_all(no_residue):
             fl("recover", timeout=120)
 
 
-@needs_root
-def test_recover_leaves_a_running_injects_fault_and_revert_all_ends_it(busy_loop, no_residue):
+@contextlib.contextmanager
+def _running_inject(pid: int):
+    """A foreground ``faultlab inject`` holding a real cgroup v1 cpu quota on ``pid``:
+    yields (the controller, the fault id) once applied; SIGTERM ends it after."""
     if not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():
         import pytest
 
         pytest.skip("needs the cgroup v1 cpu controller at /sys/fs/cgroup/cpu")
-    home = _cpu_cg(busy_loop.pid)
     ctl = subprocess.Popen([*(sys.executable, "-m", "faultlab.cli"), "inject", "--type", "cpu-contention", "--target",
-                            str(busy_loop.pid), "--cpu-fraction", "0.3", "--duration", "120s"],
+                            str(pid), "--cpu-fraction", "0.3", "--duration", "120s"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_for(lambda: "/faultlab-" in _cpu_cg(busy_loop.pid) or ctl.poll() is not None, 60), "inject never applied"
+        assert wait_for(lambda: "/faultlab-" in _cpu_cg(pid) or ctl.poll() is not None, 60), "inject never applied"
         assert ctl.poll() is None, ctl.communicate()
-        fid = _cpu_cg(busy_loop.pid).rsplit("/faultlab-", 1)[1]
+        yield ctl, _cpu_cg(pid).rsplit("/faultlab-", 1)[1]
+    finally:
+        if ctl.poll() is None:
+            ctl.send_signal(signal.SIGTERM)
+            ctl.communicate(timeout=60)
+        time.sleep(0.1)
+
+
+@needs_root
+def test_recover_leaves_a_running_injects_fault_and_revert_all_ends_it(busy_loop, no_residue):
+    home = _cpu_cg(busy_loop.pid)
+    with _running_inject(busy_loop.pid) as (ctl, fid):
         rc = fl("recover", timeout=120)
         assert rc.returncode == 0, rc.stdout + rc.stderr
         assert _cpu_cg(busy_loop.pid).endswith(f"/faultlab-{fid}"), "recover reverted a fault its live controller holds"
@@ -108,11 +121,6 @@ def test_recover_leaves_a_running_injects_fault_and_revert_all_ends_it(busy_loop
         ctl.send_signal(signal.SIGTERM)
         out, err = ctl.communicate(timeout=60)
         assert ctl.returncode == 0, out + err
-    finally:
-        if ctl.poll() is None:
-            ctl.send_signal(signal.SIGTERM)
-            ctl.communicate(timeout=60)
-        time.sleep(0.1)
 
 
 @needs_root
@@ -120,18 +128,8 @@ def test_recover_leaves_a_fault_whose_record_was_lost_while_its_controller_lives
     """The record of a running inject's fault is deleted: only its watchdog is left to
     say who holds it (its environment names the controller, PID and start time), and
     ``recover`` leaves it alone until that controller is gone."""
-    if not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():
-        import pytest
-
-        pytest.skip("needs the cgroup v1 cpu controller at /sys/fs/cgroup/cpu")
     home = _cpu_cg(busy_loop.pid)
-    ctl = subprocess.Popen([*(sys.executable, "-m", "faultlab.cli"), "inject", "--type", "cpu-contention", "--target",
-                            str(busy_loop.pid), "--cpu-fraction", "0.3", "--duration", "120s"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert wait_for(lambda: "/faultlab-" in _cpu_cg(busy_loop.pid) or ctl.poll() is not None, 60), "inject never applied"
-        assert ctl.poll() is None, ctl.communicate()
-        fid = _cpu_cg(busy_loop.pid).rsplit("/faultlab-", 1)[1]
+    with _running_inject(busy_loop.pid) as (ctl, fid):
         (lease_dir() / f"{fid}.json").unlink()
         row = next(r for r in json.loads(fl("status", "--json").stdout) if r["fault_id"] == fid)
         assert row["record"] is None and row["watchdog_alive"] and row["controller_alive"], row
@@ -146,7 +144,3 @@ def test_recover_leaves_a_fault_whose_record_was_lost_while_its_controller_lives
         assert rc.returncode == 0 and fid in rc.stdout, rc.stdout + rc.stderr
         assert wait_for(lambda: _cpu_cg(busy_loop.pid) == home, 30), _cpu_cg(busy_loop.pid)
         assert wait_for(lambda: not any(lease_dir().glob(f"*{fid}*")), 10), list(lease_dir().iterdir())
-    finally:
-        if ctl.poll() is None:
-            ctl.send_signal(signal.SIGTERM)
-            ctl.communicate(timeout=60)
