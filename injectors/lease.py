@@ -241,7 +241,8 @@ class Lease:
             try:
                 _note_watchdog(record, proc.pid)
                 _write_durable(d, name, record)
-            except BaseException:
+            except BaseException:  # also a stop signal landing after the rename
+                _unlink_quietly(d, name)
                 _stop_started(proc)
                 raise
             return cls(Path(d.path) / name, record, proc)
@@ -413,7 +414,10 @@ def _stop_started(proc: subprocess.Popen) -> None:
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
-        pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
 
 
 def _unlink_quietly(d: safefs.TrustedDir, name: str) -> None:
