@@ -33,9 +33,10 @@ def test_the_watchdog_removes_a_killed_writers_temporaries_at_the_deadline(tmp_p
     d = tmp_path / "leases"
     monkeypatch.setenv("FAULTLAB_LEASE_DIR", str(d))
     done = tmp_path / "reverted"
-    lease = Lease.create_for(LocalNode("local"), "nic-abc125", "nic-slow", "x", {}, [Cmd(("touch", str(done)))], time.time() + 2)
+    lease = Lease.create_for(LocalNode("local"), "nic-abc125", "nic-slow", "x", {}, [Cmd(("touch", str(done)))], time.time() + 600)
     _plant(d, "nic-abc125")
-    assert lease.proc.wait(timeout=30) is not None  # the controller "died": the watchdog fires alone
+    lease.hand_over()  # as at its deadline (SIGUSR1: revert now), with the files planted first
+    assert lease.proc.wait(timeout=30) is not None  # the controller "died": the watchdog ends it alone
     assert done.exists()
     assert _left(d, "nic-abc125") == set(), "the watchdog left a file of its lease"
     assert {p.format(id="nic-abc125") for p in NOT_OURS} <= set(os.listdir(d)), "it removed a file not its own"
