@@ -282,8 +282,8 @@ def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verif
     reverts at ``duration_s + grace_s`` if nobody else does.
 
     Probe, plan, lease and inject run under the lease host's lock, so a concurrent
-    inject on the same target sees this fault's lease and is refused. The lease record
-    is durable before the watchdog starts, and both before the first inject command.
+    inject on the same target sees this fault's lease and is refused. The watchdog
+    starts, then the lease record is made durable, both before the first inject command.
     Returns the ActiveFault (call ``.revert()``). On any error during inject or verify,
     or ``hooks.stop_requested()`` between steps, the fault is reverted before the error
     (or ``Interrupted``) propagates: nothing is left half-applied.

@@ -206,8 +206,8 @@ class Lease:
 
     @classmethod
     def create_for(cls, node: Node, lease_id: str, kind: str, target: str, params: dict, revert: list, deadline_ts: float) -> "Lease":
-        """Write the record durably (fsync, read back), then start the watchdog that
-        runs ``revert`` (a list of Cmd) at ``deadline_ts`` (unix s) unless released.
+        """Start the watchdog that runs ``revert`` (a list of Cmd) at ``deadline_ts``
+        (unix s) unless released, then write the record durably (fsync, read back).
         Raises NodeError (one line: the folder and the fix) when the folder cannot be
         used; nothing is left then (no record, no temporary file, no watchdog)."""
         if not LEASE_ID.match(lease_id):

@@ -71,11 +71,12 @@ def _cgroup_write_gone(cmd: list[str]) -> bool:
     faultlab cgroup (``.../faultlab-<fault id>/FILE``) that is gone: its limits went
     with it (a fault killed before its cgroup was made, or reverted already)."""
     from faultlab.injectors.base import WRITE_SH
+    from faultlab.injectors.hostview import CGROUP
 
     if len(cmd) != 6 or cmd[:2] != ["sh", "-c"] or cmd[2] != WRITE_SH or cmd[3] != "sh":
         return False
     folder = os.path.dirname(cmd[5])
-    return os.path.isabs(folder) and os.path.basename(folder).startswith("faultlab-") and not os.path.lexists(folder)
+    return os.path.isabs(folder) and CGROUP.match(os.path.basename(folder)) is not None and not os.path.lexists(folder)
 
 
 def already_gone(line: str) -> bool:
