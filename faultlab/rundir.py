@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from faultlab import schema
+from faultlab import safefs, schema
 from faultlab.errors import BadInput
 
 
@@ -57,13 +57,21 @@ class RunDir:
 
         Raises BadInput (field ``--out``) when ``path`` exists and is not empty, or
         cannot be made or written (an OSError: a read-only or missing parent, no
-        space); a folder this call made is removed again then."""
+        space); a folder this call made is removed again then. The folder is opened
+        (and made) as a trusted folder (faultlab.safefs.open_dir: no symlink on any
+        component, each owned by root or us and not writable by others but a root
+        sticky parent such as /tmp): what the run writes into it later by path can
+        then not be redirected; else UntrustedPath naming the component."""
         rd = cls(path)
         try:
-            existed = rd.path.exists()
-            if existed and any(rd.path.iterdir()):
-                raise BadInput(f"{rd.path} exists and is not empty", field="--out", fix="give a new folder; a run never writes over another")
-            rd.path.mkdir(parents=True, exist_ok=True)
+            existed = os.path.lexists(rd.path)
+            with safefs.open_dir(rd.path, create=True, mode=0o755) as d:
+                if existed and d.listdir():
+                    raise BadInput(f"{rd.path} exists and is not empty", field="--out", fix="give a new folder; a run never writes over another")
+        except safefs.NotAFolder as e:
+            raise BadInput(f"cannot make {rd.path}: {e.path} is not a folder", field="--out", fix="give a writable folder") from None
+        except safefs.UntrustedPath:
+            raise
         except OSError as e:
             raise BadInput(f"cannot make {e.filename or rd.path}: {e.strerror or e}", field="--out", fix="give a writable folder") from None
         try:
@@ -124,9 +132,8 @@ class RunDir:
         return m
 
     def write_meta(self, meta: dict) -> None:
-        tmp = self.path / "meta.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-        os.replace(tmp, self.path / "meta.json")
+        """Replace meta.json (a fresh temporary renamed over it, no link followed)."""
+        safefs.write_file_nofollow(self.path / "meta.json", json.dumps(meta, indent=2, sort_keys=True), 0o644)
 
     def update_meta(self, **fields) -> None:
         m = self.meta
@@ -184,11 +191,12 @@ class RunDir:
         return self.path / f"{name}.parquet"
 
     def write_table(self, name: str, df: pd.DataFrame) -> Path:
-        """Write ``df`` as ``NAME.parquet`` with the schema of table ``name``."""
+        """Write ``df`` as ``NAME.parquet`` with the schema of table ``name`` (a fresh
+        temporary renamed over it, no link followed)."""
         p = self.table_path(name)
-        tmp = p.with_suffix(".parquet.tmp")
-        pq.write_table(schema.to_table(name, df), tmp)
-        os.replace(tmp, p)
+        buf = pa.BufferOutputStream()
+        pq.write_table(schema.to_table(name, df), buf)
+        safefs.write_file_nofollow(p, buf.getvalue().to_pybytes(), 0o644)
         return p
 
     def read_table(self, name: str) -> pd.DataFrame:

@@ -28,7 +28,7 @@ from rich.console import Console
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.evidence import verify_text
 from faultlab.rundir import RunDir
-from faultlab.scenario import RANK_TYPES, FaultSpec, Scenario
+from faultlab.scenario import RANK_TYPES, RUN_ID_MAX, FaultSpec, Scenario, check_run_name
 
 if TYPE_CHECKING:
     from faultlab.injectors.lease import Lease
@@ -178,6 +178,10 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     _check_run_args(sc, nodes)
     con = console or Console()
     run_id = run_id or new_run_id(sc.name)
+    try:
+        check_run_name(run_id, RUN_ID_MAX)  # it names the ranks' telemetry folders on the nodes
+    except ValueError as e:
+        raise BadInput(f"run id {e}", field="run_id") from None
     own = progress is True
     prog = Progress(con) if own else (progress or None)
     rd = RunDir.create(out_dir, run_id=run_id, scenario=sc.model_dump(mode="json"), seed=sc.seed)
@@ -357,6 +361,9 @@ def _tear_down(live: _Live, due: list[_Due], rd: RunDir, res: RunResult, con: Co
     host = live.sampler.stop() if live.sampler else None
     if live.collector is not None:
         live.collector.stop()
+        for (node, name), why in sorted(live.collector.skipped.items()):
+            rd.event("telemetry-skipped", node=node, file=name, why=why)
+            con.print(f"  telemetry {name} of node {node} not copied: {why}", markup=False)
     if live.testbed is not None:
         errs = live.testbed.down()
         rd.event("testbed-down", errors=errs)

@@ -55,6 +55,14 @@ class UntrustedPath(FaultlabError, PermissionError):
         super().__init__(f"{path}: {message}", fix=fix)
 
 
+class TooLarge(UntrustedPath):
+    """A file larger than faultlab reads of it (``path`` names it): skipped, not read."""
+
+
+class NotAFolder(UntrustedPath):
+    """A component of a folder's path is a file, not a folder (and not a link)."""
+
+
 def allowed_uids() -> frozenset[int]:
     """Owners faultlab trusts: root and the acting (effective) user."""
     return frozenset({0, os.geteuid()})
@@ -270,6 +278,139 @@ class TrustedDir:
                          create=create, mode=mode)
         return TrustedDir(fd, self._p(name), self.uids)
 
+    def foreign_subdir(self, name: str) -> "ForeignDir":
+        """Child folder ``name`` that someone faultlab does not trust writes (a
+        container's root, in a folder mounted into the container): opened with
+        ``O_DIRECTORY|O_NOFOLLOW`` relative to this folder, whoever owns it. Raises
+        FileNotFoundError, or UntrustedPath when it is a symlink or no folder."""
+        fd = _open_child(self.fd, check_name(name), self._p(name), None, last=True, private=False, create=False, mode=0)
+        return ForeignDir(fd, self._p(name))
+
+    def remove_tree(self, name: str) -> None:
+        """Remove the folder ``name`` and all in it, every folder opened relative to
+        its parent's descriptor with ``O_NOFOLLOW`` (a link is removed, never followed;
+        one at ``name`` itself is refused: UntrustedPath). Missing is fine; a tree
+        deeper than 64 folders is refused (UntrustedPath)."""
+        try:
+            fd = _open_child(self.fd, check_name(name), self._p(name), None, last=True, private=False, create=False, mode=0)
+        except FileNotFoundError:
+            return
+        try:
+            _remove_contents(fd, self._p(name), 0)
+        finally:
+            os.close(fd)
+        os.rmdir(name, dir_fd=self.fd)
+
+    def append(self, name: str, data: bytes, mode: int = 0o644) -> None:
+        """Append ``data`` to the regular file ``name`` (made with ``mode`` when
+        missing), opened relative to the folder with ``O_NOFOLLOW``: a link or a
+        non-regular file at ``name`` is refused (UntrustedPath), never written through."""
+        p = self._p(name)
+        try:
+            fd = os.open(check_name(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         mode, dir_fd=self.fd)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENXIO):
+                raise UntrustedPath(p, "is a symlink or not a regular file", f"remove it (`rm {p}`)") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                raise UntrustedPath(p, "is not a regular file of one name", f"remove it (`rm {p}`)")
+            if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != mode:
+                os.fchmod(fd, mode)  # umask-independent
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+
+
+class ForeignDir:
+    """A folder written by someone faultlab does not trust (see
+    :meth:`TrustedDir.foreign_subdir`): only regular files are listed and read, each
+    opened relative to the folder's descriptor with ``O_NOFOLLOW``, never a link, and
+    never more than the caller's bounds. A context manager."""
+
+    def __init__(self, fd: int, path: str):
+        self.fd = fd
+        self.path = path
+
+    def __enter__(self) -> "ForeignDir":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self):  # pragma: no cover - a forgotten close
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def regular_files(self) -> list[str]:
+        """Names of the regular files in the folder (``lstat``: links, folders, FIFOs
+        and devices are left out), sorted."""
+        out = []
+        for e in os.scandir(self.fd):
+            try:
+                if e.is_file(follow_symlinks=False):
+                    out.append(e.name)
+            except OSError:
+                continue
+        return sorted(out)
+
+    def read_from(self, name: str, offset: int, max_bytes: int, max_size: int) -> bytes:
+        """At most ``max_bytes`` of the regular file ``name`` from ``offset`` on.
+        Raises UntrustedPath (one line naming the file) when it is a link or not a
+        regular file, TooLarge when it is larger than ``max_size`` bytes,
+        FileNotFoundError when gone."""
+        p = f"{self.path.rstrip('/')}/{name}"
+        try:
+            fd = os.open(check_name(name), _FILE_FLAGS, dir_fd=self.fd)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise UntrustedPath(p, "is a symlink", "faultlab copies only regular files, never through links") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise UntrustedPath(p, "is not a regular file", "faultlab copies only regular files")
+            if st.st_size > max_size:
+                raise TooLarge(p, f"is {st.st_size} bytes, more than the {max_size} faultlab copies of a file",
+                               "it is skipped; keep the run shorter or its records smaller")
+            chunks, left, pos = [], max(0, min(max_bytes, max_size - offset)), offset
+            while left > 0:
+                b = os.pread(fd, min(left, 1 << 20), pos)
+                if not b:
+                    break
+                chunks.append(b)
+                left -= len(b)
+                pos += len(b)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+
+def _remove_contents(fd: int, path: str, depth: int) -> None:
+    if depth > 64:
+        raise UntrustedPath(path, "is nested more than 64 folders deep", f"remove it by hand (`rm -r {path}`)")
+    for e in list(os.scandir(fd)):
+        if e.is_dir(follow_symlinks=False):
+            child = _open_child(fd, e.name, f"{path}/{e.name}", None, last=True, private=False, create=False, mode=0)
+            try:
+                _remove_contents(child, f"{path}/{e.name}", depth + 1)
+            finally:
+                os.close(child)
+            os.rmdir(e.name, dir_fd=fd)
+        else:
+            os.unlink(e.name, dir_fd=fd)
+
 
 def _is_temporary_of(entry: str, name: str) -> bool:
     """Whether ``entry`` is a temporary :meth:`TrustedDir.write_atomic` writes for
@@ -281,8 +422,10 @@ def _is_temporary_of(entry: str, name: str) -> bool:
     return len(token) == 12 and all(c in "0123456789abcdef" for c in token)
 
 
-def _open_child(parent_fd: int, name: str, path: str, uids: frozenset[int], *, last: bool, private: bool,
+def _open_child(parent_fd: int, name: str, path: str, uids: frozenset[int] | None, *, last: bool, private: bool,
                 create: bool, mode: int) -> int:
+    """The descriptor of folder ``name`` in ``parent_fd`` (``O_NOFOLLOW``), checked
+    with :func:`_check_dir_stat` unless ``uids`` is None (any owner, any mode)."""
     try:
         fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     except FileNotFoundError:
@@ -300,9 +443,17 @@ def _open_child(parent_fd: int, name: str, path: str, uids: frozenset[int], *, l
         return fd
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            try:
+                link = stat.S_ISLNK(os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode)
+            except OSError:
+                link = True
+            if not link:
+                raise NotAFolder(path, "is not a folder", f"give a folder path, or remove it (`rm {path}`)") from None
             raise UntrustedPath(path, "is a symlink or not a folder",
                                 f"remove it (`rm {path}`); faultlab never follows links to its folders") from None
         raise
+    if uids is None:
+        return fd
     try:
         _check_dir_stat(path, os.fstat(fd), uids, last=last, private=private)
     except BaseException:
@@ -321,10 +472,17 @@ def open_dir(path: str | os.PathLike, *, create: bool = False, mode: int = 0o700
     Raises UntrustedPath (one line: the path, what is wrong, the fix) or
     FileNotFoundError when a component is missing and ``create`` is False."""
     uids = allowed_uids() if uids is None else frozenset(uids)
+    return TrustedDir(_walk(path, uids, create=create, mode=mode, private=private), "/" + "/".join(_components(path)), uids)
+
+
+def _walk(path: str | os.PathLike, uids: frozenset[int] | None, *, create: bool, mode: int, private: bool) -> int:
+    """The descriptor of ``path`` opened from ``/`` one component at a time with
+    ``O_DIRECTORY|O_NOFOLLOW``, each checked against ``uids`` (None: not checked)."""
     parts = _components(path)
     fd = os.open("/", _DIR_FLAGS)
     try:
-        _check_dir_stat("/", os.fstat(fd), uids, last=not parts, private=private and not parts)
+        if uids is not None:
+            _check_dir_stat("/", os.fstat(fd), uids, last=not parts, private=private and not parts)
         sofar = ""
         for i, name in enumerate(parts):
             sofar += "/" + name
@@ -335,7 +493,31 @@ def open_dir(path: str | os.PathLike, *, create: bool = False, mode: int = 0o700
     except BaseException:
         os.close(fd)
         raise
-    return TrustedDir(fd, "/" + "/".join(parts), uids)
+    return fd
+
+
+def open_dir_nofollow(path: str | os.PathLike, *, create: bool = False, mode: int = 0o755) -> TrustedDir:
+    """Open ``path`` from ``/`` one component at a time with ``O_DIRECTORY|O_NOFOLLOW``,
+    whoever owns its folders: for one write that the caller named the folder of (a
+    report, a trace), made relative to the descriptor, so that no link anywhere on the
+    path is followed and a folder renamed after the walk is never the one written.
+
+    Owners and modes are not checked (use :func:`open_dir` for folders whose content
+    is read back or written by path later); the returned folder's read methods still
+    check files as :class:`TrustedDir` does. ``create``: make missing components
+    (the last with ``mode``). Raises UntrustedPath naming a component that is a
+    symlink or no folder, FileNotFoundError for a missing one."""
+    return TrustedDir(_walk(path, None, create=create, mode=mode, private=False), "/" + "/".join(_components(path)), allowed_uids())
+
+
+def write_file_nofollow(path: str | os.PathLike, data: bytes | str, mode: int = 0o644) -> None:
+    """Write ``path`` atomically with no link followed: its folder opened with
+    :func:`open_dir_nofollow`, a fresh ``O_EXCL`` temporary there, renamed over the
+    name (a link at ``path`` is replaced, never written through). Raises
+    UntrustedPath (a symlink on the path) or OSError."""
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    with open_dir_nofollow(folder) as d:
+        d.write_atomic(check_name(name), data, mode)
 
 
 def check_dir(path: str | os.PathLike, *, private: bool = False) -> None:

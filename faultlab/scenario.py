@@ -62,6 +62,29 @@ PARAM_OPTIONS = {
 RANK_TYPES = {"cpu-contention", "process-pause", "gc-storm", "io-slow", "mem-bw"}
 
 
+#: the longest scenario name (a run id adds ``-YYYYmmdd-HHMMSS-XXXX``, 21 characters)
+RUN_NAME_MAX = 64
+#: the longest run id (faultlab.rundir.new_run_id of the longest name)
+RUN_ID_MAX = RUN_NAME_MAX + 21
+#: the longest campaign name (its runs are ``NAME-RRRR``)
+CAMPAIGN_NAME_MAX = RUN_NAME_MAX - 5
+_RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+def check_run_name(v, max_len: int = RUN_NAME_MAX) -> str:
+    """``v`` when it is a run name: one path component of ``[A-Za-z0-9._-]``, not
+    starting with ``.``, at most ``max_len`` characters. Run folders (``./faultlab-runs/
+    NAME-...``, a campaign's ``OUT/NAME-RRRR``) and node telemetry folders are named by
+    it, so a name with ``/`` or ``..`` would make root create folders elsewhere.
+    Raises ValueError (the message carries the fix)."""
+    if not isinstance(v, str) or not _RUN_NAME.fullmatch(v):
+        raise ValueError(f"{v!r} is not a plain name: give one path component of [A-Za-z0-9._-], "
+                         "not starting with '.', e.g. quickstart-1")
+    if len(v) > max_len:
+        raise ValueError(f"has {len(v)} characters: give at most {max_len} of [A-Za-z0-9._-]")
+    return v
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -233,6 +256,8 @@ class Scenario(_Strict):
     workload: Workload = Workload()
     faults: list[FaultSpec] = []
 
+    _n = field_validator("name", mode="before")(lambda v: check_run_name(v))
+
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo):
         n = self.testbed.nodes
@@ -346,6 +371,8 @@ class Campaign(_Strict):
     start: tuple[float, float] = (10.0, 40.0)
     duration: tuple[float, float] = (5.0, 15.0)
     spacing: float | None = None
+
+    _n = field_validator("name", mode="before")(lambda v: check_run_name(v, CAMPAIGN_NAME_MAX))
 
     @field_validator("spacing", mode="before")
     @classmethod

@@ -18,22 +18,25 @@ run on the docker host (the node's *lease host*, where its watchdog runs).
   host PID (``ExecInspect.Pid``) is what injectors and the host sampler use, and the
   container PID is mapped from ``/proc/PID/status`` ``NSpid`` when needed.
 - Telemetry is written on the node, in ``/var/lib/faultlab/work`` of the container (a
-  host folder of the testbed mounted there); the runner's collector copies it back.
+  host folder of the testbed mounted there); the runner's collector copies it back,
+  reading that folder through descriptors with no link followed (the container's
+  root writes it) and bounded in size (faultlab.telemetry.collect).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import stat
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from faultlab import safefs
 from faultlab.errors import BadInput, NodeError
 from faultlab.nodes.base import Node
+from faultlab.telemetry import collect
 
 #: where ranks in a node container write telemetry (a host folder mounted there)
 WORK_DIR = "/var/lib/faultlab/work"
@@ -79,31 +82,42 @@ class DockerNode(Node):
     def collects_telemetry(self) -> bool:
         return bool(self.work_host)
 
+    def _run_folder(self, run_id: str) -> safefs.ForeignDir:
+        """The host side of the run's telemetry folder: ``work_host`` opened as a
+        trusted folder (root's, closed to others, no symlink on the way), then the
+        run's folder in it with ``O_DIRECTORY|O_NOFOLLOW`` relative to its descriptor.
+        The container's root writes that folder: a symlink it plants there (to a host
+        path) is refused, never followed. Raises FileNotFoundError or UntrustedPath."""
+        with safefs.open_dir(self.work_host or "/nonexistent") as host:
+            return host.foreign_subdir(run_id)
+
     def telemetry_files(self, run_id: str) -> list[str]:
-        """Regular files in the host side of the node's telemetry folder (the folder
-        is written by the container: links and odd names are skipped)."""
-        d = Path(self.work_host or "/nonexistent") / run_id
+        """Regular files in the host side of the node's telemetry folder (links,
+        folders, FIFOs and devices are left out)."""
         try:
-            return [e.name for e in os.scandir(d) if e.is_file(follow_symlinks=False)]
+            with self._run_folder(run_id) as d:
+                return d.regular_files()
         except FileNotFoundError:
             return []
 
     def remove_telemetry(self, run_id: str) -> None:
-        """Remove the host side of the run's folder (written by the container: links
-        are removed, never followed)."""
-        import shutil
-
-        d = Path(self.work_host or "/nonexistent") / run_id
-        if d.is_dir() and not d.is_symlink():
-            shutil.rmtree(d)
+        """Remove the host side of the run's folder (written by the container: every
+        folder opened relative to its parent's descriptor, links removed, never
+        followed)."""
+        try:
+            host = safefs.open_dir(self.work_host or "/nonexistent")
+        except FileNotFoundError:
+            return
+        with host:
+            host.remove_tree(run_id)
 
     def read_telemetry(self, run_id: str, name: str, offset: int) -> bytes:
-        fd = os.open(Path(self.work_host) / run_id / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return b""
-            f.seek(offset)
-            return f.read(64 << 20)
+        """At most collect.CHUNK_BYTES of the regular file ``name`` from ``offset``,
+        read through the run folder's descriptor (:meth:`_run_folder`) with
+        ``O_NOFOLLOW``. Raises safefs.TooLarge for a file over collect.MAX_FILE_BYTES,
+        UntrustedPath for a link or a non-regular file."""
+        with self._run_folder(run_id) as d:
+            return d.read_from(name, offset, collect.CHUNK_BYTES, collect.MAX_FILE_BYTES)
 
     def container_pid(self, host_pid: int) -> int | None:
         """The PID ``host_pid`` has inside the container (last ``NSpid`` field)."""

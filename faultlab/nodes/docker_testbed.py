@@ -28,7 +28,6 @@ dead (its state folder removed after a SIGKILL) is removed by the next ``up`` or
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import re
 import secrets
@@ -42,7 +41,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from faultlab import procid
+from faultlab import procid, safefs
 from faultlab.errors import BadInput, FaultlabError, NodeError
 from faultlab.nodes.docker import WORK_DIR, DockerNode, node_from_container
 from faultlab.nodes.testbed import _free_subnet, state_dir
@@ -89,6 +88,12 @@ class DockerTestbed:
         """Private folder of this testbed: keys, known_hosts, inventory, node volumes."""
         return docker_state_dir() / self.id
 
+    def _open_folder(self) -> safefs.TrustedDir:
+        """The testbed's folder as a trusted private folder (made 0700 when missing):
+        what is written there is written relative to its descriptor, never through a
+        link."""
+        return safefs.open_dir(self.folder, create=True, mode=0o700, private=True)
+
     @property
     def key_path(self) -> Path:
         return self.folder / "id_ed25519"
@@ -122,9 +127,7 @@ class DockerTestbed:
         mounts = image.workload_mounts()
         self.subnet = _free_subnet()
         try:
-            docker_state_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
-            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chmod(self.folder, 0o700)
+            self._open_folder().close()
             self._save()
             self._make_key()
             self._make_network(cli)
@@ -195,8 +198,8 @@ class DockerTestbed:
                     raise NodeError(f"sshd on node {node.name} did not start within {wait_s:g}s", field="testbed")
                 time.sleep(0.2)
             lines.append(f"{node.address} {host_key[0]} {host_key[1]}\n")
-        self.known_hosts.write_text("".join(lines))
-        os.chmod(self.known_hosts, 0o600)
+        with self._open_folder() as d:
+            d.write_atomic(self.known_hosts.name, "".join(lines), 0o600)
 
     def _write_inventory(self) -> None:
         from faultlab.nodes.inventory import Inventory, InventoryNode
@@ -205,7 +208,8 @@ class DockerTestbed:
             n.name: InventoryNode(address=n.address, user="root", key=str(self.key_path), interface="eth0",
                                   labels={"testbed": self.id, "container": f"fl{self.id}-{n.name}"})
             for n in self.nodes})
-        self.inventory_path.write_text(inv.to_yaml())
+        with self._open_folder() as d:
+            d.write_atomic(self.inventory_path.name, inv.to_yaml(), 0o600)
 
     def teardown_cmds(self) -> list:
         """Commands that remove this testbed from a watchdog (sh + the docker CLI); each
@@ -275,14 +279,10 @@ class DockerTestbed:
 
     # -- state -----------------------------------------------------------------------------
     def _save(self) -> None:
-        p = self._state_path()
-        p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = p.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"backend": "docker", "host_like": self.host_like, "id": self.id, "subnet": str(self.subnet), "pid": os.getpid(),
-                       "starttime": procid.starttime(os.getpid()), "n_nodes": self.n_nodes, **self._made}, f)
-        os.replace(tmp, p)
+        with safefs.open_dir(docker_state_dir(), create=True, mode=0o700) as d:
+            d.write_json(self._state_path().name, {"backend": "docker", "host_like": self.host_like, "id": self.id, "subnet": str(self.subnet),
+                                                   "pid": os.getpid(), "starttime": procid.starttime(os.getpid()), "n_nodes": self.n_nodes,
+                                                   **self._made})
 
     @classmethod
     def from_state(cls, state: dict) -> "DockerTestbed":
@@ -381,8 +381,6 @@ def list_docker_testbeds() -> list[dict]:
     """State records of docker testbeds on this host that pass the checks: a trusted
     folder (faultlab.safefs: no links, owned by root or us, closed to others), a
     regular file named by its id, the DockerState schema. Others are skipped."""
-    from faultlab import safefs
-
     out = []
     try:
         d = safefs.open_dir(docker_state_dir())

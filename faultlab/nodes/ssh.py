@@ -32,9 +32,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from faultlab import safefs
 from faultlab.errors import NodeError
 from faultlab.nodes.base import Node
 from faultlab.nodes.ssh_process import RemoteProcess, _drain
+from faultlab.telemetry import collect
 
 #: where ranks on an ssh node write telemetry (collected back)
 WORK_DIR = "/var/lib/faultlab/work"
@@ -84,16 +86,22 @@ class SshNode(Node):
         with self._lock:
             if self._client is not None and self._client.get_transport() and self._client.get_transport().is_active():
                 return self._client
-            kh = Path(os.path.expanduser(self.known_hosts))
+            kh = Path(os.path.abspath(os.path.expanduser(self.known_hosts)))
             c = paramiko.SSHClient()
-            if kh.exists():
-                c.load_host_keys(str(kh))
+            try:
+                load_known_hosts(c.get_host_keys(), kh)
+            except safefs.UntrustedPath as e:
+                c.close()
+                raise NodeError(f"ssh node {self.name}: known_hosts refused, nothing applied: {e}", field="--node") from None
             c.set_missing_host_key_policy(_PinNew(kh) if self.accept_new else paramiko.RejectPolicy())
             where = f"{self.address}:{self.port}"
             try:
                 c.connect(self.address, port=self.port, username=self.user, key_filename=self.key and os.path.expanduser(self.key),
                           timeout=self.connect_timeout_s, banner_timeout=self.connect_timeout_s, auth_timeout=self.connect_timeout_s,
                           allow_agent=False, look_for_keys=False)
+            except safefs.UntrustedPath as e:  # raised by _PinNew: before OSError, which it also is
+                c.close()
+                raise NodeError(f"ssh node {self.name}: known_hosts refused, host key not pinned, nothing applied: {e}", field="--node") from None
             except paramiko.BadHostKeyException:
                 c.close()
                 raise NodeError(f"host key of ssh node {self.name} ({where}) has CHANGED from the one pinned in {kh}: refused, nothing applied",
@@ -265,23 +273,88 @@ class SshNode(Node):
         self.run(["rm", "-rf", "--", f"{WORK_DIR}/{run_id}"], timeout=60, check=True)
 
     def read_telemetry(self, run_id: str, name: str, offset: int) -> bytes:
-        chan = self._open(self.line(["tail", "-c", f"+{offset + 1}", "--", f"{WORK_DIR}/{run_id}/{name}"]), 30)
-        chan.shutdown_write()
-        out, _ = _drain(chan, time.monotonic() + 30)
-        chan.close()
+        """At most collect.CHUNK_BYTES of telemetry file ``name`` from ``offset`` on
+        (``head -c`` on the node bounds what comes back). Raises safefs.TooLarge for
+        a file over collect.MAX_FILE_BYTES (never read), UntrustedPath for a link or
+        a non-regular file, NodeError when the node cannot run the command."""
+        path = f"{WORK_DIR}/{run_id}/{name}"
+        argv = ["sh", "-c", _READ_TELEMETRY_SH, "sh", path, str(int(offset)), str(collect.MAX_FILE_BYTES), str(collect.CHUNK_BYTES)]
+        chan = self._open(self.line(argv), 30)
+        try:
+            chan.shutdown_write()
+            out, err = _drain(chan, time.monotonic() + 30, limit=collect.CHUNK_BYTES)
+            if len(out) > collect.CHUNK_BYTES:
+                raise safefs.UntrustedPath(path, f"on ssh node {self.name}: sent more than the {collect.CHUNK_BYTES} bytes asked for",
+                                           "check the node's sh, tail and head")
+            rc = chan.recv_exit_status()
+        except TimeoutError:
+            raise NodeError(f"reading {path} timed out after 30s on ssh node {self.name}", field="node") from None
+        finally:
+            chan.close()
+        why = err.decode(errors="replace").strip().splitlines()
+        why = why[-1] if why else f"exit {rc}"
+        if rc == 5:
+            raise safefs.TooLarge(path, f"on ssh node {self.name}: {why}", "it is skipped; keep the run shorter or its records smaller")
+        if rc != 0:
+            raise safefs.UntrustedPath(path, f"on ssh node {self.name}: {why}", "faultlab copies only regular files, never through links")
         return out
+
+
+#: $1 a telemetry file, $2 the offset, $3 the largest size read, $4 the most bytes
+#: printed: a link or non-regular file exits 3, one over $3 bytes exits 5 (unread).
+_READ_TELEMETRY_SH = r"""
+f=$1
+[ -L "$f" ] && { echo "is a symlink" >&2; exit 3; }
+[ -f "$f" ] || { echo "is not a regular file" >&2; exit 3; }
+n=$(stat -c %s -- "$f") || exit 3
+[ "$n" -le "$3" ] || { echo "is $n bytes, more than the $3 faultlab copies of a file" >&2; exit 5; }
+tail -c "+$(($2 + 1))" -- "$f" | head -c "$4"
+"""
+
+
+def load_known_hosts(keys, path: Path) -> None:
+    """Add the host keys pinned in ``path`` to ``keys`` (a paramiko ``HostKeys``).
+
+    The file is read through its folder opened as a trusted folder (faultlab.safefs:
+    no symlink on any component, every folder owned by root or us and closed to
+    others) with ``O_NOFOLLOW``, and must be a regular file of root's or ours, not
+    group/other-writable: another user's known_hosts (or a link to one) could
+    otherwise pin the key of a host of their choosing. A missing file or folder pins
+    nothing. Malformed lines are skipped (as ssh does). Raises UntrustedPath."""
+    from paramiko.hostkeys import HostKeyEntry
+
+    try:
+        with safefs.open_dir(path.parent) as d:
+            text = d.read_text(path.name)
+    except FileNotFoundError:
+        return
+    for i, line in enumerate(text.splitlines()):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            e = HostKeyEntry.from_line(line, i + 1)
+        except Exception:  # noqa: BLE001 - an unreadable line pins nothing, as in ssh
+            continue
+        if e is not None:
+            for h in e.hostnames:
+                keys.add(h, e.key.get_name(), e.key)
 
 
 class _PinNew:
     """paramiko policy: pin an *unknown* host key into the known_hosts file (explicit
-    opt-in only). A changed key never reaches a policy (paramiko refuses it)."""
+    opt-in only). A changed key never reaches a policy (paramiko refuses it). The line
+    is appended through the file's trusted folder (made 0700 when missing), to a
+    regular file of ours (made 0600) or to none: a symlink, another user's file or a
+    folder someone else can write is refused (UntrustedPath), never written through."""
 
     def __init__(self, path: Path):
         self.path = path
 
     def missing_host_key(self, client, hostname, key):
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with safefs.open_dir(self.path.parent, create=True, mode=0o700) as d:
+            if d.lstat(self.path.name) is not None:
+                d.check_file(self.path.name)
+            d.append(self.path.name, line.encode(), 0o600)
         client.get_host_keys().add(hostname, key.get_name(), key)
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(self.path, "a") as f:
-            os.chmod(self.path, 0o600)
-            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")

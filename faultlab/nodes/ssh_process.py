@@ -116,9 +116,11 @@ def _copy(src, fd: int) -> None:
         os.close(fd)
 
 
-def _drain(chan, deadline: float) -> tuple[bytes, bytes]:
+def _drain(chan, deadline: float, limit: int | None = None) -> tuple[bytes, bytes]:
     """stdout and stderr of a channel until its EOF (sshd may send the exit status
-    before the last output, so EOF, not the exit status, ends the output)."""
+    before the last output, so EOF, not the exit status, ends the output).
+    ``limit``: stop reading once stdout holds more than that many bytes (returned at
+    once, without the exit status: the caller refuses the output)."""
     out, err = io.BytesIO(), io.BytesIO()
     while True:
         left = deadline - time.monotonic()
@@ -135,6 +137,8 @@ def _drain(chan, deadline: float) -> tuple[bytes, bytes]:
             break
         if data:
             out.write(data)
+            if limit is not None and out.tell() > limit:
+                return out.getvalue(), err.getvalue()
     while not chan.exit_status_ready():  # EOF came; the status follows
         if time.monotonic() > deadline:
             raise TimeoutError

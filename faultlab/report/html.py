@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from faultlab import safefs
 from faultlab.errors import BadInput
 from faultlab.report import plots
 from faultlab.report.data import RunData, is_run_dir, load_run
@@ -60,7 +61,9 @@ def write_report(path: str | Path, out: str | Path | None = None) -> Path:
 
     Raises BadInput (field ``PATH``) when ``path`` is none of those, and BadInput
     naming the file when one of its files cannot be read; OSError when ``out``
-    cannot be written.
+    cannot be written, UntrustedPath when a folder on its path is a symlink. The page
+    is written with no link followed (``safefs.write_file_nofollow``: a fresh
+    temporary in ``out``'s folder, renamed over it).
     """
     p = Path(path)
     if p.is_file():
@@ -73,9 +76,7 @@ def write_report(path: str | Path, out: str | Path | None = None) -> Path:
         what = "does not exist" if not p.exists() else "holds no run directory, dataset or scores file"
         raise BadInput(f"{p} {what}", field="PATH", fix="give a run directory, a folder of runs, a dataset folder or a scores JSON file")
     target = Path(out) if out is not None else default
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(target)
+    safefs.write_file_nofollow(target, html.encode("utf-8"), 0o644)
     return target
 
 

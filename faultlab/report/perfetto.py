@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from faultlab import safefs
 from faultlab.report.data import RunData, load_run
 from faultlab.schema import json_safe
 
@@ -199,11 +200,10 @@ def export_trace(run_dir: str | Path, out: str | Path | None = None) -> Path:
     ``RUN_DIR/trace.json``). Returns the path written.
 
     Raises BadInput (faultlab.report.data.load_run) for a folder that is no run
-    directory; OSError when ``out`` cannot be written."""
+    directory; OSError when ``out`` cannot be written, UntrustedPath when a folder on
+    its path is a symlink (written with ``safefs.write_file_nofollow``: no link
+    followed)."""
     run = load_run(run_dir)
     target = Path(out) if out is not None else Path(run_dir) / "trace.json"
-    tmp = target.with_name(target.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(trace_events(run), f, separators=(",", ":"), allow_nan=False)
-    tmp.replace(target)
+    safefs.write_file_nofollow(target, json.dumps(trace_events(run), separators=(",", ":"), allow_nan=False).encode(), 0o644)
     return target

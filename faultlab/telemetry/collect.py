@@ -9,6 +9,14 @@ SIGKILL therefore leaves a run directory readable up to its last collection, whi
 the run directory's raw-JSONL reader already handles (and the rest stays on the
 node). After the last collection of a run that ends, each node's copy is removed. Only plain file names
 (``[A-Za-z0-9._-]``) are accepted from a node: a node cannot steer where we write.
+
+What a node holds is written by someone faultlab does not trust (a container's root,
+an ssh node's users): nodes hand back regular files only, never through a link
+(``Node.read_telemetry``: a docker node reads its host folder through descriptors,
+faultlab.safefs.ForeignDir), at most CHUNK_BYTES a pass; a file larger than
+MAX_FILE_BYTES is never read: it is a counted skip (``skipped``, one line naming it).
+The copies are appended relative to the descriptor of the run's ``telemetry/``
+folder (opened with no link followed), as regular files of mode 0644.
 """
 
 from __future__ import annotations
@@ -17,7 +25,14 @@ import re
 import threading
 from pathlib import Path
 
+from faultlab import safefs
+
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
+#: the largest telemetry file copied back from a node (bytes): a rank's step records
+#: of a day-long run are some hundred MB; a larger file is skipped, never read
+MAX_FILE_BYTES = 1 << 30
+#: the most bytes of one file read in one pass (the rest comes on the next passes)
+CHUNK_BYTES = 64 << 20
 
 
 class TelemetryCollector:
@@ -32,30 +47,42 @@ class TelemetryCollector:
         self.interval_s = interval_s
         self.offsets: dict[tuple[str, str], int] = {}
         self.errors: dict[str, str] = {}
+        #: (node, file name) -> one line: files not copied (larger than MAX_FILE_BYTES)
+        self.skipped: dict[tuple[str, str], str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def collect_once(self) -> int:
         """One pass over every node; returns the bytes appended."""
         total = 0
-        self.local_dir.mkdir(parents=True, exist_ok=True)
-        for node in self.nodes:
+        if not self.nodes:
+            return total
+        with safefs.open_dir_nofollow(self.local_dir, create=True) as out:
+            for node in self.nodes:
+                try:
+                    total += self._collect_node(node, out)
+                    self.errors.pop(node.name, None)
+                except Exception as e:  # a node that cannot be read now is retried
+                    self.errors[node.name] = f"{type(e).__name__}: {e}"
+        return total
+
+    def _collect_node(self, node, out: safefs.TrustedDir) -> int:
+        total = 0
+        for name in node.telemetry_files(self.run_id):
+            key = (node.name, name)
+            if not _NAME.fullmatch(name) or key in self.skipped:
+                continue
+            off = self.offsets.get(key, 0)
             try:
-                for name in node.telemetry_files(self.run_id):
-                    if not _NAME.fullmatch(name):
-                        continue
-                    key = (node.name, name)
-                    off = self.offsets.get(key, 0)
-                    data = node.read_telemetry(self.run_id, name, off)
-                    cut = data.rfind(b"\n") + 1
-                    if cut:
-                        with open(self.local_dir / name, "ab") as f:
-                            f.write(data[:cut])
-                        self.offsets[key] = off + cut
-                        total += cut
-                self.errors.pop(node.name, None)
-            except Exception as e:  # a node that cannot be read now is retried
-                self.errors[node.name] = f"{type(e).__name__}: {e}"
+                data = node.read_telemetry(self.run_id, name, off)
+            except safefs.TooLarge as e:
+                self.skipped[key] = f"node {node.name}: {e}"
+                continue
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                out.append(name, data[:cut], 0o644)
+                self.offsets[key] = off + cut
+                total += cut
         return total
 
     def _loop(self) -> None:
