@@ -25,6 +25,9 @@ relative to the folder's descriptor without following symlinks; a command file i
 acted on only when it is a regular file owned by root or the process's user (so
 nobody else can start a storm in this process), and every write is a fresh
 ``O_EXCL`` temporary renamed into place (a planted link is never written through).
+A command is taken only with exactly its four keys, a fault id of at most 64 of
+``a-z0-9-``, finite rates in range and a finite unix time (``validate_command``);
+anything else gets an error status naming the field in one bounded line, and no storm.
 
 Files, for a process with PID ``P`` (all JSON, each written atomically by rename):
 
@@ -85,8 +88,10 @@ from __future__ import annotations
 
 import atexit
 import gc
+import math
 import os
 import platform
+import re
 import sys
 import threading
 import time
@@ -151,19 +156,56 @@ def parse_starttime(stat_text: str) -> int | None:
     return procid.parse_starttime(stat_text)
 
 
+#: the keys of a command file, and what its fault id may be: a short name in lower-case
+#: letters, digits and ``-`` (faultlab's own are ``gc-3f9a1c``), safe in one line
+COMMAND_KEYS = ("fault_id", "rate_per_s", "garbage_mb", "deadline_ts")
+FAULT_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+#: the latest unix time taken as one (year 5138): beyond it a number is not a time
+MAX_UNIX_TS = 1e11
+
+
+def _printable(text: str, limit: int = 40) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text[:limit]) + ("..." if len(text) > limit else "")
+
+
+def _number_in(v, lo: float, hi: float, lo_open: bool) -> bool:
+    """Whether ``v`` is an int or float (not a bool), finite, in (lo, hi] or [lo, hi]."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    if isinstance(v, float) and not math.isfinite(v):
+        return False
+    return (lo < v if lo_open else lo <= v) and v <= hi
+
+
+def unix_ts(v) -> float | None:
+    """``v`` as a unix time (s) when it is a finite number in [0, MAX_UNIX_TS], else None."""
+    return float(v) if _number_in(v, 0.0, MAX_UNIX_TS, False) else None
+
+
+def command_fault_id(cmd) -> str | None:
+    """The fault id of a command when it has one of the right shape, else None (what an
+    error status may echo)."""
+    fid = cmd.get("fault_id") if isinstance(cmd, dict) else None
+    return fid if isinstance(fid, str) and FAULT_ID.fullmatch(fid) else None
+
+
 def validate_command(cmd: dict) -> str | None:
-    """None when ``cmd`` is a well-formed gc-storm command, else what is wrong."""
+    """None when ``cmd`` is a well-formed gc-storm command, else what is wrong, in one
+    bounded line naming the field: a JSON object with exactly COMMAND_KEYS, a fault id
+    of the form ``gc-3f9a1c``, finite rates in range and a unix time."""
     if not isinstance(cmd, dict):
         return "command is not a JSON object"
-    if not isinstance(cmd.get("fault_id"), str) or not cmd["fault_id"]:
-        return "fault_id: missing"
+    for key in cmd:
+        if key not in COMMAND_KEYS:
+            return f"{_printable(str(key))}: not a command field (known: {', '.join(COMMAND_KEYS)})"
+    if command_fault_id(cmd) is None:
+        return "fault_id: missing or not a fault id (up to 64 of a-z, 0-9 and -, e.g. gc-3f9a1c)"
     for key, hi in (("rate_per_s", MAX_RATE_PER_S), ("garbage_mb", MAX_GARBAGE_MB)):
         v = cmd.get(key)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= hi):
-            return f"{key}: {v!r} is not in (0, {hi:g}]"
-    d = cmd.get("deadline_ts")
-    if isinstance(d, bool) or not isinstance(d, (int, float)) or d != d:
-        return f"deadline_ts: {d!r} is not a unix time"
+        if not _number_in(v, 0.0, hi, True):
+            return f"{key}: {_printable(repr(v))} is not a number in (0, {hi:g}]"
+    if unix_ts(cmd.get("deadline_ts")) is None:
+        return f"deadline_ts: {_printable(repr(cmd.get('deadline_ts')))} is not a unix time in [0, {MAX_UNIX_TS:g}]"
     return None
 
 
@@ -364,12 +406,12 @@ class Agent:
             if self._td is None:
                 raise safefs.UntrustedPath(str(self.dir), "is no longer a trusted control folder", "restart the workload")
             cmd = self._td.read_json(self._cmd_name)  # UntrustedPath: a link, another user's file
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:
             cmd, err = None, f"unreadable command: {e}"
         else:
             err = validate_command(cmd)
         if err is not None:
-            self._write_status({"state": "error", "error": err, "fault_id": cmd.get("fault_id") if isinstance(cmd, dict) else None})
+            self._write_status({"state": "error", "error": _printable(err, 290), "fault_id": command_fault_id(cmd)})
             self._wait_gone(sig, cmd)
             return
         if time.time() >= cmd["deadline_ts"]:
@@ -381,12 +423,11 @@ class Agent:
         """After an error status: wait until the command file is removed or replaced,
         or until the deadline of ``cmd`` (when it has a valid one: then the expired
         command is removed too), then remove the status file."""
-        deadline = cmd.get("deadline_ts") if isinstance(cmd, dict) else None
-        if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline != deadline:
-            deadline = None
+        deadline = unix_ts(cmd.get("deadline_ts")) if isinstance(cmd, dict) else None
+        fault_id = command_fault_id(cmd)
         while not self._stop.is_set() and self._cmd_sig() == sig:
-            if deadline is not None and time.time() >= deadline:
-                self._remove_expired(str(cmd.get("fault_id")))
+            if deadline is not None and fault_id is not None and time.time() >= deadline:
+                self._remove_expired(fault_id)
                 break
             self._heartbeat()
             self._stop.wait(self.poll_s)
@@ -397,10 +438,11 @@ class Agent:
             return
         try:
             cur = self._td.read_json(self._cmd_name)
-            if isinstance(cur, dict) and cur.get("fault_id") == fault_id and time.time() >= float(cur.get("deadline_ts", 0)):
-                self._td.unlink(self._cmd_name)
-        except (OSError, ValueError, TypeError):
-            pass
+        except (OSError, ValueError, RecursionError):
+            return
+        dl = unix_ts(cur.get("deadline_ts")) if isinstance(cur, dict) else None
+        if command_fault_id(cur) == fault_id and dl is not None and time.time() >= dl:
+            self._unlink(self._cmd_name)
 
     def _unlink_status(self) -> None:
         self._unlink(self._status_name)

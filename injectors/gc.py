@@ -32,7 +32,13 @@ writable by others; no symlink) and refuses otherwise; the agent's files are rea
 without following links and only when owned by those users. The inject and revert
 commands run as the folder's owner (``setpriv --reuid``) when that is not us, so
 root never writes through a path another user controls; the command's temporary is
-a fresh ``mktemp`` file, never a predictable name.
+a fresh ``mktemp`` file, never a predictable name. Every value read from the agent's
+files (written by the target's user, who may write anything there) passes a strict
+schema first (``Heartbeat``, ``StormStatus``, ``StormCommand``: types, finite numbers
+in range, bounded strings, known keys only; ``check_agent_file``): a heartbeat that
+fails makes probe refuse in one line naming the file and the field; a status or final
+summary that fails is one warning line and is never taken as the agent's word (verify
+does not confirm the storm on it, severity does not use it).
 
 Without an agent: Python >= 3.14 has ``sys.remote_exec(pid, script)``, which could
 start the agent inside a running interpreter; ``remote_exec_support()`` detects it,
@@ -59,6 +65,9 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from faultlab import procid, safefs
 from faultlab.benchmarks import agent as agent_mod
@@ -80,6 +89,100 @@ STOP_SH = (
     'while [ -e "$2" ] && [ -d "/proc/$3" ] && [ "$i" -lt "$4" ]; do sleep 0.05; i=$((i+1)); done; '
     '[ -d "/proc/$3" ] || rm -f "$2"; exit 0'
 )
+
+
+# -- what the agent writes, as root reads it --------------------------------------------
+# The heartbeat and status files are written by the target process's user (its agent),
+# who may put anything in them: every value is checked here (strict types, finite
+# numbers in range, bounded strings, known keys only) before root compares, adds or
+# reports it. A file that fails is never acted on: probe refuses in one line, verify,
+# the final evidence and the revert check print one warning line (``_warn``).
+_Seconds = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
+_UnixTs = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
+_Count = Annotated[int, Field(ge=0, le=10**12)]
+_Pid = Annotated[int, Field(ge=1, le=2**22)]  # pid_max is at most 2**22
+_FaultId = Annotated[str, Field(max_length=64, pattern=agent_mod.FAULT_ID.pattern)]
+
+
+class _AgentFile(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class StormStatus(_AgentFile):
+    """A storm's status (``PID.gc-storm.status.json``, and ``last_storm`` in the
+    heartbeat), as ``faultlab.benchmarks.agent`` writes it."""
+
+    state: Literal["running", "error", "ended"]
+    fault_id: Optional[_FaultId] = None
+    error: Optional[Annotated[str, Field(max_length=500)]] = None
+    end: Optional[Literal["revoked", "deadline", "stopped", "error"]] = None
+    pid: Optional[_Pid] = None
+    rate_per_s: Optional[Annotated[float, Field(gt=0, le=agent_mod.MAX_RATE_PER_S, allow_inf_nan=False)]] = None
+    garbage_mb: Optional[Annotated[float, Field(gt=0, le=agent_mod.MAX_GARBAGE_MB, allow_inf_nan=False)]] = None
+    objects_per_burst: Optional[_Count] = None
+    bursts: Optional[_Count] = None
+    deadline_ts: Optional[_UnixTs] = None
+    started_ts: Optional[_UnixTs] = None
+    updated_ts: Optional[_UnixTs] = None
+    ended_ts: Optional[_UnixTs] = None
+    burst_s_total: Optional[_Seconds] = None
+    burst_s_max: Optional[_Seconds] = None
+    collect_s_total: Optional[_Seconds] = None
+    collect_s_max: Optional[_Seconds] = None
+    gc_s_total: Optional[_Seconds] = None
+    elapsed_s: Optional[_Seconds] = None
+    stalled_fraction: Optional[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]] = None
+    achieved_rate_per_s: Optional[Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]] = None
+
+
+class Heartbeat(_AgentFile):
+    """The agent's heartbeat (``PID.agent``)."""
+
+    pid: _Pid
+    heartbeat_ts: _UnixTs
+    starttime: Optional[Annotated[int, Field(ge=0, le=2**63)]] = None
+    python: Optional[Annotated[str, Field(pattern=r"^[0-9A-Za-z.+-]{1,32}$")]] = None
+    agent_version: Optional[Annotated[int, Field(ge=0, le=10**6)]] = None
+    started_ts: Optional[_UnixTs] = None
+    storms_done: Optional[_Count] = None
+    last_storm: Optional[StormStatus] = None
+
+
+class StormCommand(_AgentFile):
+    """A command file (``PID.gc-storm.json``): what ``GcStorm.command`` writes."""
+
+    fault_id: _FaultId
+    rate_per_s: Annotated[float, Field(gt=0, le=agent_mod.MAX_RATE_PER_S, allow_inf_nan=False)]
+    garbage_mb: Annotated[float, Field(gt=0, le=agent_mod.MAX_GARBAGE_MB, allow_inf_nan=False)]
+    deadline_ts: _UnixTs
+
+
+def _printable(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters, anything unprintable as ``?``: a key an
+    attacker chose, safe inside one line."""
+    return "".join(c if c.isprintable() else "?" for c in text[:limit]) + ("..." if len(text) > limit else "")
+
+
+def check_agent_file(model: type[_AgentFile], data, path: str) -> tuple[dict | None, str | None]:
+    """``(values, None)`` when ``data`` (JSON text, or what it parsed to) passes
+    ``model``: a dict of the keys the file holds; else ``(None, problem)``, one line
+    naming ``path`` and the field (never the value). Raises nothing."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except (ValueError, RecursionError) as e:
+            return None, f"{path}: not JSON ({_printable(str(e), 80)})"
+    if not isinstance(data, dict):
+        return None, f"{path}: not a JSON object"
+    try:
+        m = model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors(include_url=False, include_input=False, include_context=False)[0]
+        loc = ".".join(_printable(str(x)) for x in err["loc"]) or "(the file)"
+        return None, f"{path}: field {loc}: {_printable(err['msg'], 120)}"
+    except RecursionError:
+        return None, f"{path}: nested too deeply"
+    return m.model_dump(exclude_unset=True), None
 
 
 def parse_number(value, field: str, hi: float, unit: str, example: str) -> float:
@@ -159,6 +262,7 @@ class GcStorm(Injector):
         self.label = label
         self.agent_dir = str(agent_dir) if agent_dir is not None else None
         self._last_status: dict | None = None
+        self._warned: set[str] = set()
 
     @property
     def target(self) -> str:
@@ -173,7 +277,7 @@ class GcStorm(Injector):
         """Fraction of wall time (0..1) the bursts held the target's interpreter, as
         last measured by the agent; NaN before any measurement."""
         st = self._last_status
-        if st and isinstance(st.get("stalled_fraction"), (int, float)):
+        if st and st.get("stalled_fraction") is not None:
             return float(st["stalled_fraction"])
         return float("nan")
 
@@ -210,19 +314,39 @@ class GcStorm(Injector):
         no symlink on the path). Raises UntrustedPath (one line, path and fix)."""
         return safefs.open_dir(self._dir(), private=True, uids=self._owners())
 
-    def _read_json(self, path: str) -> dict | None:
-        """A JSON object from the control folder, or None when absent, unreadable or
-        untrusted (a symlink, a file of another user)."""
+    def _read_text(self, path: str) -> str | None:
+        """The text of a file in the control folder, or None when absent, unreadable or
+        untrusted (a symlink, a file of another user, over 1 MiB)."""
         try:
             if self._local():
                 p = Path(path)
                 with safefs.open_dir(str(p.parent), private=True, uids=self._owners()) as d:
-                    obj = d.read_json(p.name)
-            else:  # another node (ssh, docker): the same checks, run there (safefs.read_on_node)
-                obj = json.loads(safefs.read_on_node(self.node, path, uids=self._remote_owners()))
+                    return d.read_bytes(p.name).decode("utf-8", errors="replace")
+            # another node (ssh, docker): the same checks, run there (safefs.read_on_node)
+            return safefs.read_on_node(self.node, path, uids=self._remote_owners())
         except (OSError, ValueError):
             return None
-        return obj if isinstance(obj, dict) else None
+
+    def _check(self, model: type[_AgentFile], path: str) -> tuple[dict | None, str | None]:
+        """(values, None) of the agent file ``path`` checked against ``model``;
+        (None, None) when it is absent or untrusted; (None, problem) when it fails."""
+        text = self._read_text(path)
+        if text is None:
+            return None, None
+        return check_agent_file(model, text, path)
+
+    def _read(self, model: type[_AgentFile], path: str) -> dict | None:
+        """The values of the agent file ``path`` when it passes ``model``, else None;
+        a file that fails is one warning line (once per problem), never acted on."""
+        values, problem = self._check(model, path)
+        if problem is not None:
+            self._warn(problem)
+        return values
+
+    def _warn(self, problem: str) -> None:
+        if problem not in self._warned:
+            self._warned.add(problem)
+            print(f"faultlab: warning: gc-storm agent file {problem} (never acted on)", file=sys.stderr)
 
     def _remote_owners(self) -> tuple[int, ...]:
         """Trusted owners on another node besides root and its acting user: the
@@ -284,21 +408,28 @@ class GcStorm(Injector):
         fix = (f"start the agent in the workload (`from faultlab.benchmarks import agent; agent.start()`; "
                f"faultlab.benchmarks.ddp ranks start it unless --agent-dir none) with the same control folder "
                f"as faultlab ({d}, set by FAULTLAB_AGENT_DIR)")
-        hb = self._read_json(hb_path)
+        hb, problem = self._check(Heartbeat, hb_path)
+        if problem is not None:
+            raise Refused(f"the agent heartbeat of process {pid} is not valid, never acted on: {problem}", field="--target",
+                          fix=f"restart the workload's agent; if that does not help, remove {hb_path}")
         if hb is None:
             why = remote_exec_support(target_python_version(self.node, pid))
             raise Refused(f"process {pid} runs no faultlab agent (no heartbeat {hb_path}); {why}", field="--target", fix=fix)
         start = self._starttime()
-        if hb.get("pid") != pid or (start is not None and hb.get("starttime") not in (None, start)):
+        if hb["pid"] != pid or (start is not None and hb.get("starttime") not in (None, start)):
             raise Refused(f"the agent heartbeat {hb_path} was left by an earlier process with PID {pid}", field="--target", fix=fix)
-        age = time.time() - float(hb.get("heartbeat_ts") or 0)
+        age = time.time() - hb["heartbeat_ts"]
         if age > HEARTBEAT_STALE_S:
             raise Refused(f"the agent of process {pid} is not responding (last heartbeat {age:.0f}s ago; stopped or wedged?)",
                           field="--target", fix="check the process is running (not stopped) and retry")
         cmd_path = str(agent_mod.command_path(d, pid))
         st_path = str(agent_mod.status_path(d, pid))
         if self._exists(cmd_path):
-            other = (self._read_json(cmd_path) or {}).get("fault_id", "?")
+            cmd, problem = self._check(StormCommand, cmd_path)
+            if cmd is None:
+                raise Refused(f"process {pid} already has a gc-storm command that is not valid ({problem or cmd_path})",
+                              field="--target", fix=f"end that storm, or remove {cmd_path}")
+            other = cmd["fault_id"]
             raise Refused(f"process {pid} already has a gc-storm ({other})", field="--target", fix=f"revert it first (faultlab revert {other})")
         if self._exists(st_path):
             raise Refused(f"a gc-storm in process {pid} is still ending ({st_path})", field="--target", fix="retry in a few seconds")
@@ -333,7 +464,7 @@ class GcStorm(Injector):
         t0 = time.time()
         st = None
         while time.time() < deadline:
-            st = self._read_json(facts["status_path"])
+            st = self._read(StormStatus, facts["status_path"])
             if st and st.get("fault_id") == self.fault_id:
                 if st.get("state") == "error":
                     return {"ok": False, "error": st.get("error"), "status": st}
@@ -344,11 +475,10 @@ class GcStorm(Injector):
         return {"ok": False, "error": f"no burst reported by the agent within {self._verify_timeout_s():.1f}s", "status": st}
 
     def final_evidence(self, facts: dict) -> dict:
-        st = self._read_json(facts["status_path"])
+        st = self._read(StormStatus, facts["status_path"])
         if not (st and st.get("fault_id") == self.fault_id):
-            hb = self._read_json(facts["heartbeat_path"]) or {}
-            last = hb.get("last_storm")
-            st = last if isinstance(last, dict) and last.get("fault_id") == self.fault_id else None
+            last = (self._read(Heartbeat, facts["heartbeat_path"]) or {}).get("last_storm")
+            st = last if last and last.get("fault_id") == self.fault_id else None
         if st is None:
             return {"status": None}
         self._last_status = st
@@ -362,11 +492,14 @@ class GcStorm(Injector):
         if self._exists(facts["cmd_path"]):
             left.append(f"gc-storm command file {facts['cmd_path']}")
         if self._exists(facts["status_path"]):
-            st = self._read_json(facts["status_path"]) or {}
-            if st.get("fault_id") in (None, self.fault_id):
+            st, problem = self._check(StormStatus, facts["status_path"])
+            if problem is not None:  # whose storm it is cannot be told: it is left
+                self._warn(problem)
+                left.append(f"gc-storm status file {facts['status_path']} that is not valid (it may be this storm's)")
+            elif (st or {}).get("fault_id") in (None, self.fault_id):
                 left.append(f"gc-storm still running in process {self.pid} ({facts['status_path']})")
         if not left:
-            last = (self._read_json(facts["heartbeat_path"]) or {}).get("last_storm")
-            if isinstance(last, dict) and last.get("fault_id") == self.fault_id:
+            last = (self._read(Heartbeat, facts["heartbeat_path"]) or {}).get("last_storm")
+            if last and last.get("fault_id") == self.fault_id:
                 self._last_status = last
         return left

@@ -13,15 +13,25 @@ before each SIGSTOP and SIGCONT, the pidfile holds ``LOOP_PID LOOP_STARTTIME`` (
 only, anything else is ignored) and the revert signals the loop only when that PID
 still has that start time and the loop's cmdline (``faultlab-pause PIDFILE``), so a
 stale pidfile never signals a process that reused the PID, even one started in the
-same clock tick (start times count 10 ms ticks). The loop runs in its own session (``setsid``): a SIGKILL of faultlab's process
-group (a terminal's, a CI runner's) cannot kill it half-way through a stop and leave
-the target stopped; it still ends itself at the deadline with a SIGCONT.
+same clock tick (start times count 10 ms ticks). Every ``/proc/PID/stat`` is read by
+``faultlab.procid`` (``stat_fields`` here, ``STAT_SH`` in the loop and the revert
+lines), after the *last* ``)``: the target names itself (``prctl(PR_SET_NAME)``), and
+a name such as ``x) T 1 (`` must not shift the fields. The loop runs in its own
+session (``setsid``): a SIGKILL of faultlab's process group (a terminal's, a CI
+runner's) cannot kill it half-way through a stop and leave the target stopped; it
+still ends itself at the deadline with a SIGCONT.
+
+Resume: every SIGCONT that ends a stop (the loop's after each pause, at its deadline
+and on SIGTERM; the revert's, which the lease watchdog runs too) is
+``procid.STAT_SH``'s ``proc_resume``: repeated (at most ``procid.RESUME_TRIES``, 50 ms
+apart) until the target is seen in a state other than ``T``. A target that stays
+stopped ends the loop and fails the revert line with one line saying so, so the
+revert reports ``revert-failed`` and the lease is kept, never "reverted".
 
 Limits: ``pause_s >= 10 ms`` and ``period_s >= 100 ms`` (MIN_PAUSE_S, MIN_PERIOD_S).
-Each period the loop starts about eight short processes (``cut``, ``kill``, ``sleep``),
-so a shorter period is not kept as asked, and ``verify`` samples the target's state
-every 10 ms at most, so a shorter stop may never be seen; ``--pause 0.001ms --period
-0.002ms`` was accepted before.
+Each period the loop starts a few short processes (``date``, two ``sleep``), so a
+shorter period is not kept as asked, and ``verify`` samples the target's state
+every 10 ms at most, so a shorter stop may never be seen.
 
 Severity: the paused fraction ``pause_s / period_s``. No root needed for one's own
 processes.
@@ -31,6 +41,7 @@ from __future__ import annotations
 
 import time
 
+from faultlab import procid
 from faultlab.errors import BadInput, Refused
 from faultlab.nodes import Node
 from faultlab.injectors.base import Cmd, Injector, Plan
@@ -40,27 +51,31 @@ MIN_PAUSE_S = 0.01
 MIN_PERIOD_S = 0.1
 
 # $1 pidfile, $2 target pid, $3 pause s, $4 run s, $5 deadline (unix s), $6 the
-# target's start time (field 22 of /proc/PID/stat): the loop stops at once if the PID
-# now belongs to another process (the target exited and the PID was reused).
-LOOP_SH = r"""
-start() { cut -d")" -f2- "/proc/$1/stat" 2>/dev/null | cut -d" " -f21; }
-cont() { [ "$(start "$2")" = "$6" ] && kill -CONT "$2" 2>/dev/null; }
-echo "$$ $(start $$)" > "$1"
+# target's start time (field 22 of /proc/PID/stat, read by procid.STAT_SH's proc_stat):
+# the loop stops at once if the PID now belongs to another process (the target exited
+# and the PID was reused). Every SIGCONT that ends a stop is proc_resume's: repeated
+# until the target is seen running; a target it cannot resume ends the loop (no
+# further SIGSTOP), and the revert's CONT_SH then says so.
+LOOP_SH = procid.STAT_SH + r"""
+proc_stat $$; echo "$$ $ps_start" > "$1"
 sp=""
-trap '[ -n "$sp" ] && kill "$sp" 2>/dev/null; cont "$@"; rm -f "$1"; exit 0' TERM INT HUP
+trap '[ -n "$sp" ] && kill "$sp" 2>/dev/null; proc_resume "$2" "$6"; rm -f "$1"; exit 0' TERM INT HUP
 while [ "$(date +%s)" -lt "$5" ]; do
-  [ "$(start "$2")" = "$6" ] || break
+  proc_stat "$2" && [ "$ps_start" = "$6" ] || break
   kill -STOP "$2" 2>/dev/null || break
   sleep "$3" & sp=$!; wait "$sp"
-  cont "$@"
+  proc_resume "$2" "$6" || break
   sleep "$4" & sp=$!; wait "$sp"
 done
-cont "$@"
+proc_resume "$2" "$6"
 rm -f "$1"
 """
-# SIGCONT the target only if the PID still belongs to it ($1 pid, $2 start time)
-CONT_SH = ('st=$(cut -d")" -f2- "/proc/$1/stat" 2>/dev/null | cut -d" " -f21); '
-           '[ "$st" = "$2" ] && kill -CONT "$1" 2>/dev/null; exit 0')
+# resume the target only if the PID still belongs to it ($1 pid, $2 start time); a
+# target still stopped after procid.RESUME_TRIES SIGCONTs fails the line with one line
+# on stderr (the revert then reports it and keeps the lease)
+CONT_SH = procid.STAT_SH + (
+    'proc_resume "$1" "$2" && exit 0; '
+    'echo "process $1 is still stopped (state $ps_state) after $_ps_n SIGCONTs; resume it: kill -CONT $1" >&2; exit 1')
 # the loop in a session of its own (util-linux setsid -f: fork, new session); then wait
 # (<= 2 s) until its pidfile is written: setsid -f returns before the loop runs, and a
 # revert in that window (a SIGTERM during inject) found no pidfile, stopped nothing,
@@ -72,15 +87,14 @@ START_SH = ('setsid -f sh -c "$1" faultlab-pause "$2" "$3" "$4" "$5" "$6" "$7" <
 # ...``: start times are clock ticks, 10 ms, so two processes started in one tick share
 # one), and wait (<= 2 s) until it is gone (a zombie or a PID that is no longer the loop
 # counts as gone: an init that reaps slowly must not stall the revert)
-STOP_SH = (
+STOP_SH = procid.STAT_SH + (
     '[ -f "$1" ] || exit 0; p=; s=; read -r p s _ < "$1"; '
     'case "$p" in ""|*[!0-9]*) rm -f "$1"; exit 0;; esac; case "$s" in ""|*[!0-9]*) rm -f "$1"; exit 0;; esac; '
-    'now() { cut -d")" -f2- "/proc/$p/stat" 2>/dev/null | cut -d" " -f21; }; '
     'loop() { c=$(tr "\\0" " " 2>/dev/null < "/proc/$p/cmdline") || return 1; '
-    'case "$c" in *" faultlab-pause $1 "*) [ "$(now)" = "$s" ];; *) return 1;; esac; }; '
+    'case "$c" in *" faultlab-pause $1 "*) proc_stat "$p" && [ "$ps_start" = "$s" ];; *) return 1;; esac; }; '
     'loop "$1" && kill "$p" 2>/dev/null; i=0; '
     'while [ $i -lt 40 ]; do loop "$1" || break; '
-    'st=$(cut -d")" -f2 "/proc/$p/stat" 2>/dev/null | cut -d" " -f2); [ "$st" = Z ] && break; '
+    '[ "$ps_state" = Z ] && break; '
     'sleep 0.05; i=$((i+1)); done; rm -f "$1"; exit 0'
 )
 
@@ -136,7 +150,9 @@ class ProcessPause(Injector):
     def probe(self) -> dict:
         if not self.node.exists(f"/proc/{self.pid}"):
             raise BadInput(f"no process {self.pid} on node {self.node.name}", field="--target", fix="give the PID of a running process")
-        fields = self.node.read_file(f"/proc/{self.pid}/stat").rpartition(")")[2].split()
+        fields = self._stat()
+        if fields is None:
+            raise BadInput(f"no process {self.pid} on node {self.node.name}", field="--target", fix="give the PID of a running process")
         if fields[0] in ("T", "t"):
             raise Refused(f"process {self.pid} is already stopped (state {fields[0]}); the pause cycle would resume it",
                           field="--target", fix="continue it first (kill -CONT) or pick another process")
@@ -158,12 +174,17 @@ class ProcessPause(Injector):
         ]
         return Plan(self.fault_id, self.type, self.node.name, self.target, inject, revert, ["target is seen in state T (stopped) within a period"])
 
-    def _state(self) -> str | None:
+    def _stat(self) -> list[str] | None:
+        """The target's ``/proc/PID/stat`` fields from field 3 on (``procid.stat_fields``),
+        read on the node; None when it is gone."""
         try:
-            stat = self.node.read_file(f"/proc/{self.pid}/stat")
+            return procid.stat_fields(self.node.read_file(f"/proc/{self.pid}/stat"))
         except OSError:
             return None
-        return stat.rpartition(")")[2].split()[0]
+
+    def _state(self) -> str | None:
+        fields = self._stat()
+        return fields[0] if fields else None
 
     def verify(self, facts: dict) -> dict:
         deadline = time.time() + 2 * self.period_s + 1
@@ -179,11 +200,8 @@ class ProcessPause(Injector):
     def target_gone(self, facts: dict) -> str | None:
         """The target exited (or its PID now names another process): the loop has
         stopped itself (it checks the start time before every signal)."""
-        try:
-            now = self.node.read_file(f"/proc/{self.pid}/stat").rpartition(")")[2].split()
-        except OSError:
-            now = []
-        if len(now) < 20 or now[19] != facts["starttime"] or now[0] in ("Z", "X"):
+        now = self._stat()
+        if now is None or now[19] != facts["starttime"] or now[0] in ("Z", "X"):
             return f"process {self.pid} exited"
         return None
 
