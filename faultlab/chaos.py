@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,8 @@ class Targets:
     agent_pid: int | None
     io_path: str
     procs: list[subprocess.Popen] = field(default_factory=list)
+    #: the fault ids this run made (see ``_FaultIds``); None: count every faultlab cgroup
+    fault_ids: set[str] | None = None
 
 
 def _options(ftype: str, rng: random.Random, t: Targets) -> list[str] | None:
@@ -68,8 +71,56 @@ def runnable_types() -> list[str]:
     return [t for t in FAULT_TYPES if rep.get(t, {}).get("ok")]
 
 
+#: a faultlab cgroup's name: ``faultlab-<fault id>``
+_CGROUP_ID = re.compile(r"^faultlab-([a-z]+-[0-9a-f]{4,12})$")
+#: a fault id in a controller's output
+_FAULT_ID = re.compile(r"\b([a-z]+-[0-9a-f]{6})\b")
+
+
+def _ours(t: Targets, cg: Path) -> bool:
+    """Whether faultlab cgroup ``cg`` is this run's: its fault id is one the run made
+    (``t.fault_ids``), or it holds one of the run's targets. Another faultlab on the
+    host (a test beside the run) makes cgroups of its own that are not this run's residue."""
+    if t.fault_ids is None:
+        return True
+    m = _CGROUP_ID.match(cg.name)
+    if m and m.group(1) in t.fault_ids:
+        return True
+    for name in ("cgroup.procs", "tasks"):
+        try:
+            pids = (cg / name).read_text().split()
+        except OSError:
+            continue
+        if str(t.busy_pid) in pids or (t.agent_pid and str(t.agent_pid) in pids):
+            return True
+    return False
+
+
+class _FaultIds(threading.Thread):
+    """Collects the fault ids of the records in the run's lease folders every 10 ms
+    into ``ids`` (a record exists from before a fault's first inject command until it
+    is released, so every fault that applied anything is seen); ids named in a
+    controller's output are added by the caller."""
+
+    def __init__(self, dirs: list[Path], ids: set[str]):
+        super().__init__(daemon=True)
+        self.dirs, self.ids, self.done = dirs, ids, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.01):
+            for d in self.dirs:
+                try:
+                    names = os.listdir(d)
+                except OSError:
+                    continue
+                self.ids.update(n.split(".", 1)[0] for n in names if n.endswith(".json") and not n.startswith("."))
+
+
 def residue(t: Targets, lease_dir: Path) -> list[str]:
-    """Everything faultlab-made still present on the targets (empty: clean)."""
+    """Everything faultlab-made still present on the targets (empty: clean): qdiscs and
+    devices in the run's netns nodes, its faultlab cgroups (``_ours``), a stopped or
+    gone target, files in its lease folder, processes started with it as their lease
+    folder, gc-storm agent files."""
     left = []
     for ns in t.netns:
         q = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show"], capture_output=True, text=True).stdout
@@ -79,7 +130,8 @@ def residue(t: Targets, lease_dir: Path) -> list[str]:
         links = subprocess.run(["ip", "-n", ns, "-br", "link"], capture_output=True, text=True).stdout
         left += [f"{ns}: link {ln.split()[0]}" for ln in links.splitlines() if ln.startswith(("flifb", "flprb"))]
     for p in Path("/sys/fs/cgroup").glob("**/faultlab-*"):
-        left.append(f"cgroup {p}")
+        if _ours(t, p):
+            left.append(f"cgroup {p}")
     for pid in (t.busy_pid, t.agent_pid):
         if pid:
             try:
@@ -243,11 +295,15 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damage
     tb = NetnsTestbed(2).up() if "nic-slow" in types else None
     procs: list[subprocess.Popen] = []
     full_dir, unmount = (None, None)
+    ids = None
     try:
         if full:
             full_dir, unmount = full_lease_dir(state)
         dirs = [lease_dir] + ([full_dir] if full_dir else [])
         t = _start_targets(types, env, tb, state, procs)
+        t.fault_ids = set()
+        ids = _FaultIds(dirs, t.fault_ids)
+        ids.start()
         for i, action in enumerate(plan_cycles(rng, cycles, kills, storms, damaged, full)):
             ftype = rng.choice(types)
             args = _options(ftype, rng, t)
@@ -258,7 +314,8 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damage
             cenv = dict(env, FAULTLAB_LEASE_DIR=str(full_dir)) if action == "full-folder" else env
             p = subprocess.Popen(argv, env=cenv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
             _perturb(p, action, rng, duration, lease_dir, report)
-            _out, err = p.communicate(timeout=180)
+            out, err = p.communicate(timeout=180)
+            t.fault_ids.update(_FAULT_ID.findall(out + err))
             left_now = sorted(set(x for d in dirs for x in residue(t, d)))
             bad = judge(p.returncode, err, left_now, action)
             # every lease ends by its deadline (at most the duration from now), then the
@@ -271,6 +328,8 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damage
             else:
                 log(f"cycle {i:3d} {ftype:15s} {action:15s} rc={p.returncode} {'MISMATCH ' + bad if bad else 'clean'}")
     finally:
+        if ids is not None:
+            ids.done.set()
         for p in procs:
             p.kill()
             p.wait()
@@ -350,6 +409,9 @@ def _record_cycle(report: dict, i: int, ftype: str, action: str, args: list[str]
         report["unverified"] += 1  # reverted and said so: the measured check failed (a loaded machine)
     elif action.startswith("lease-") and "FAULTLAB_LEASE_DIR" in err and not left_now:
         _bump(report["outcomes"], "record damaged before read-back (refused, nothing applied)")
+    elif rc == 1 and "ended at its deadline before the fault was in force" in err and not left_now:
+        # a lease shorter than the inject took on a loaded machine: said so, nothing left
+        _bump(report["outcomes"], "lease ended before the fault was in force (reverted, said so)")
     elif (rc not in (0, -signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT) and action in ("plain", "lease-deleted", "lease-truncated")
           and "handed to its lease" not in err):
         report["errors"].append(f"cycle {i} {ftype} {action} {' '.join(args)}: rc={rc} {err.strip()[-300:]}")

@@ -368,6 +368,9 @@ def _what_next(d: dict) -> str:
         return (f"its lease is kept: its watchdog retries at {when(d.get('deadline_ts'))}; "
                 f"fix the cause and run faultlab revert {fid} to retry now")
     if any(x.startswith("lease record") for x in d["left"]):
+        if d.get("uid") not in (None, os.geteuid()):  # root never runs another user's lines as root
+            return (f"its lease record (uid {d['uid']}'s) is kept but no watchdog is left to retry, and its lines are "
+                    f"run only as that user: run faultlab recover as uid {d['uid']}")
         return f"its lease record is kept but no watchdog is left to retry: fix the cause and run faultlab revert {fid}"
     return f"no lease is left to retry it: fix the cause and run faultlab recover (or remove what is listed by hand)"
 

@@ -13,7 +13,10 @@
 ``apply()`` and ``ActiveFault.revert()`` drive the lifecycle with a lease (see
 ``faultlab.injectors.lease``): the lease is written and its watchdog started *before*
 the first inject command runs, so a fault ends even if the controller is SIGKILLed
-between two commands.
+between two commands. Create (probe, lease, inject) and every revert hold the node
+lock (``lease.node_lock``), so a revert from another process never runs between a
+fault's watchdog and its last inject command; a creator whose lease ended under it
+before its deadline undoes what it applied and stops (``RevertedUnder``).
 
 A controller that takes signals (the CLI) passes ``Hooks``: ``apply`` asks
 ``stop_requested()`` before the lease and before each inject command (a signal is
@@ -41,6 +44,12 @@ from faultlab.nodes import Node
 class Interrupted(BaseException):
     """The controller was asked to stop (a signal) before the fault was fully in force;
     ``apply`` reverts what it did and re-raises."""
+
+
+class RevertedUnder(FaultlabError):
+    """The fault was reverted by someone else (``faultlab revert``, ``recover``, a
+    signal to its watchdog) while it was being created: what was applied is undone
+    and the create stops (exit 1)."""
 
 
 class HandOver(BaseException):
@@ -277,6 +286,24 @@ def run_revert(node: Node, cmds: list[Cmd], hooks: Hooks = NO_HOOKS) -> list[str
     return errors
 
 
+def _check_lease_stands(active: ActiveFault, *, at_deadline_too: bool) -> None:
+    """Raise RevertedUnder when the lease's watchdog of ``active`` has ended before its
+    deadline (someone reverted the fault while it was being created), or, with
+    ``at_deadline_too``, at all (a fault applied after its lease ended has nothing left
+    to end it). The caller undoes what was applied."""
+    lease = active.lease
+    if not lease.expired():
+        return
+    deadline = float(lease.record.get("deadline_ts") or 0)
+    if time.time() < deadline:
+        raise RevertedUnder(f"{active.fault_id} was reverted by another faultlab (revert, recover or a signal to its "
+                            f"watchdog) while it was being created", field="lease",
+                            fix="it is not in force; inject it again if it is wanted")
+    if at_deadline_too:
+        raise RevertedUnder(f"the lease of {active.fault_id} ended at its deadline before the fault was in force",
+                            field="lease", fix="give a longer --duration or --grace")
+
+
 def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verify: bool = True, hooks: Hooks = NO_HOOKS) -> ActiveFault:
     """Inject ``injector`` for ``duration_s`` seconds under a lease whose watchdog
     reverts at ``duration_s + grace_s`` if nobody else does.
@@ -284,10 +311,15 @@ def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verif
     Probe, plan, lease and inject run under the lease host's lock, so a concurrent
     inject on the same target sees this fault's lease and is refused. The watchdog
     starts, then the lease record is made durable, both before the first inject command.
+    After the inject commands (still under the lock) and after verify (under it again)
+    the lease's watchdog must still stand: a fault someone reverted while it was being
+    created (``faultlab revert`` waits for the lock, then reverts it whole) is never
+    reported in force; it raises RevertedUnder.
     Returns the ActiveFault (call ``.revert()``). On any error during inject or verify,
     or ``hooks.stop_requested()`` between steps, the fault is reverted before the error
     (or ``Interrupted``) propagates: nothing is left half-applied.
-    Raises BadInput / Refused / NodeError (nothing applied), FaultlabError, Interrupted.
+    Raises BadInput / Refused / NodeError (nothing applied), FaultlabError (RevertedUnder
+    among them), Interrupted.
     """
     from faultlab.injectors.lease import Lease, node_lock
 
@@ -312,6 +344,7 @@ def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verif
                     )
             if hooks.stop_requested():
                 raise Interrupted()
+            _check_lease_stands(active, at_deadline_too=True)
         except BaseException as e:
             e.active = active  # the caller reads how the revert went (status, evidence)
             active._revert_locked(hooks)
@@ -323,6 +356,10 @@ def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verif
             active.evidence["verify"] = injector.verify(facts)
         if hooks.stop_requested():
             raise Interrupted()
+        with node_lock(injector.node):  # a revert holds it from its first command to its release
+            ended = active.lease.expired()
+        if ended:
+            _check_lease_stands(active, at_deadline_too=False)
     except BaseException as e:
         e.active = active
         active.revert(hooks)

@@ -1,25 +1,32 @@
 """One view of the host: every faultlab fault in force, whoever started it, with or
 without its lease record.
 
-Three sources, joined by fault id:
+Three sources, joined by (fault id, owner uid):
 
 1. lease records in the trusted lease folders: this user's (``FAULTLAB_LEASE_DIR`` or
    the default) and root's ``/run/faultlab/leases`` (mode 0755, records 0644: every
-   user's ``status`` sees root's faults);
+   user's ``status`` sees root's faults); as root also every other user's (the folder
+   each watchdog candidate holds, and the users' default folders), read-only, with
+   that user as the trusted owner; a record's owner is its file's uid;
 2. watchdog processes (``/proc/*/cmdline``: ``sh -c ... faultlab-watchdog ID
-   DEADLINE FD LINES...``), of any user: a fault whose record was deleted is still
-   seen, with its deadline and owner;
+   DEADLINE FD LINES...``): argv only finds candidates. A candidate is a fault's own
+   when its uid is the record's owner and its PID and start time are the ones the
+   record names; with no record of its uid, one of this user's or root's is a fault
+   whose record was deleted (still seen, with its deadline); any other is a
+   *look-alike*: reported, never signalled, and it gives no fault a record, objects,
+   tc handles or a controller;
 3. faultlab-owned objects (root only, where they are visible): root qdiscs with
    faultlab's reserved handles ``fXXX:``, ``flifb*`` devices, ingress qdiscs whose
    redirect points at one, probe devices ``flprb*`` (``injectors/probedev.py``) and
    ``faultlab-<fault_id>`` cgroups, in this namespace and every named network
-   namespace. Each is put under the fault whose revert commands name it; those no
+   namespace. Each is put under the fault whose revert commands name it (a fault of
+   root or this user; a cgroup also one of the cgroup folder's owner); those no
    record and no watchdog names are *orphans* that ``recover`` removes, under an id
    ``faultlab revert`` takes (``nic-<ifb hex>``, ``nic-f<qdisc handle>``,
    ``probe-<hex>``). A ``flprb*`` device without faultlab's mark (an ifb with alias
    ``faultlab-probe``) that no lease names is reported as a problem, never removed.
 
-A fault can be reverted by its owner (the record's or watchdog's uid) and by root
+A fault can be reverted by its owner (the record's file uid, or its watchdog's) and by root
 (root ends another user's fault by telling its watchdog to revert now, so the revert
 runs with that user's own privileges). Anyone else is told so, never "nothing in
 force".
@@ -27,17 +34,21 @@ force".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
 import re
 import signal
+from stat import S_ISDIR
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from faultlab import procid
-from faultlab.injectors.lease import CONTROLLER_ENV, LEASE_ID, ROOT_LEASE_DIR, WATCHDOG_NAME, Lease, read_records
+from faultlab.errors import NodeError
+from faultlab.injectors.lease import CONTROLLER_ENV, LEASE_ID, ROOT_LEASE_DIR, WATCHDOG_NAME, Lease, node_lock, read_records
 from faultlab.injectors.probedev import PROBE_ALIAS, PROBE_DEV
 
 FAULT_HANDLE = re.compile(r"^f([0-9a-f]{3}):$")
@@ -74,7 +85,11 @@ class Watchdog:
         return w is not None and w.starttime == self.starttime and w.fault_id == self.fault_id
 
     def fire(self) -> bool:
-        """SIGUSR1: revert now. False when it is gone or not ours to signal."""
+        """SIGUSR1: revert now. False when it is gone, not ours to signal, or does not
+        catch SIGUSR1 (a watchdog traps it: anything else would not revert, only die
+        of it or ignore it), so nobody waits on it."""
+        if not _catches(self.pid, signal.SIGUSR1):
+            return False
         return self._signal(signal.SIGUSR1, group=False)
 
     def stop(self) -> bool:
@@ -136,6 +151,20 @@ def _watchdog(pid: int) -> Watchdog | None:
     return Watchdog(pid, uid, fid, int(dl), lines, stat[19], folder, _controller_of(p))
 
 
+def _catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (``SigCgt`` in
+    ``/proc/PID/status``); False when it is gone or the line is unreadable."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next((ln.split()[1] for ln in status.splitlines() if ln.startswith("SigCgt:") and len(ln.split()) == 2), "")
+    try:
+        return bool(int(mask, 16) >> (sig - 1) & 1)
+    except ValueError:
+        return False
+
+
 def _controller_of(p: Path) -> tuple[int, int] | None:
     """(PID, start time) named by ``CONTROLLER_ENV`` in ``/proc/PID/environ`` (readable by
     its owner and root), digits only; None when absent, unreadable or malformed."""
@@ -175,6 +204,7 @@ class Orphan:
     hexid: str
     dev: str = ""
     marked: bool = True
+    uid: int = 0  # its owner: a cgroup folder's uid; network objects are root's
 
     def describe(self) -> str:
         where = f"netns {self.netns}" if self.netns else "host"
@@ -246,8 +276,12 @@ def find_objects() -> list[Orphan]:
     for base in ("/sys/fs/cgroup",):
         for p in Path(base).glob("**/faultlab-*"):
             m = CGROUP.match(p.name)
-            if m and p.is_dir():
-                out.append(Orphan("cgroup", "", str(p), m.group(1).split("-")[1]))
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            if m and S_ISDIR(st.st_mode):
+                out.append(Orphan("cgroup", "", str(p), m.group(1).split("-")[1], uid=st.st_uid))
     return out
 
 
@@ -285,6 +319,10 @@ class FaultView:
         if self.lease is not None:
             return bool(self.lease.controller_alive())
         return any(w.controller_alive() for w in self.watchdogs if w.uid == self.uid)
+
+    def revert_lines(self) -> list[str]:
+        """Its revert command lines: its record's, then its own watchdogs' argv."""
+        return _lines(self)
 
     def can_revert(self) -> bool:
         me = os.geteuid()
@@ -328,27 +366,68 @@ def lease_folders() -> list[str]:
     return out
 
 
+#: where a non-root user's lease folder is by default (``lease_dir``: under
+#: ``$XDG_RUNTIME_DIR``, which systemd makes ``/run/user/UID``); root reads these too,
+#: and ``HOME/.cache/faultlab/leases`` (the default without it)
+USER_LEASE_GLOB = "/run/user/*/faultlab/leases"
+
+
 def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
     """(faults, problems): every faultlab fault on the host, oldest record first, and
-    the files or folders that could not be trusted (never acted on)."""
-    views: dict[str, FaultView] = {}
+    the files, folders and look-alike processes that could not be trusted (never acted
+    on).
+
+    A fault is keyed by (fault id, owner uid). Its record's owner is the file's uid.
+    Root also reads every other user's lease folder (the one each watchdog candidate
+    holds, and ``USER_LEASE_GLOB``) read-only, trusting root and that user only, so no
+    user's fault is record-less to root. A watchdog candidate (argv) is the fault's own
+    only when its uid is the record's owner and its PID and start time are the ones
+    the record names (a record of an older version without them: the lease folder the
+    candidate holds); with no record of its uid, a candidate of this user's own or of
+    root's (whom every user trusts, as ``safefs`` does) is a fault whose record was
+    lost, and one of any other user is a look-alike: reported, never signalled, and
+    never given a record, objects, tc handles or a controller."""
+    me = os.geteuid()
+    views: dict[tuple[str, int], FaultView] = {}
     problems: list[str] = []
-    for folder in lease_folders():
-        leases, probs = read_records(folder)
-        problems += [p for p in probs if not (folder == ROOT_LEASE_DIR and "No such file" in p)]
+    read: set[str] = set()
+
+    def take(folder: str, owner: int | None = None) -> None:
+        if folder in read:
+            return
+        read.add(folder)
+        leases, probs = read_records(folder, owner=owner)
+        problems.extend(p for p in probs if not (folder == ROOT_LEASE_DIR and "No such file" in p))
         for le in leases:
-            if le.fault_id in views:
-                continue
             try:
                 uid = os.stat(le.path, follow_symlinks=False).st_uid
             except OSError:
                 continue
-            views[le.fault_id] = FaultView(le.fault_id, uid, le.record, le)
-    for w in find_watchdogs():
-        views.setdefault(w.fault_id, FaultView(w.fault_id)).watchdogs.append(w)
-    for v in views.values():
-        problems += _keep_owners_watchdogs(v)
-    _records_of_other_folders(views)
+            views.setdefault((le.fault_id, uid), FaultView(le.fault_id, uid, le.record, le))
+
+    for folder in lease_folders():
+        take(folder)
+    dogs = find_watchdogs()
+    for w in dogs:  # another lease folder a candidate holds: its user's records
+        if w.folder and w.folder.startswith("/") and (w.uid == me or me == 0):
+            take(w.folder, None if w.uid == me else w.uid)
+    if me == 0:
+        for folder, owner in _users_default_folders():
+            take(folder, owner)
+    for w in dogs:
+        v = views.get((w.fault_id, w.uid))
+        if v is not None and v.lease is not None:
+            if _names(v.lease, w):
+                v.watchdogs.append(w)
+                continue
+            why = f"its record names another process ({_named(v.lease)})"
+        elif w.uid in (me, 0):  # a process of this user's or root's: a fault whose record was lost
+            views.setdefault((w.fault_id, w.uid), FaultView(w.fault_id, w.uid)).watchdogs.append(w)
+            continue
+        else:
+            why = f"no lease record of uid {w.uid} names it"
+        problems.append(f"process {w.pid} (uid {w.uid}) looks like a watchdog of {w.fault_id} but is a look-alike: "
+                        f"{why}; not acted on (end it yourself if it is not wanted)")
     if objects:
         for o in sorted(find_objects(), key=_attach_order):
             why = _attach(views, o)
@@ -357,48 +436,40 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
     return list(views.values()), problems
 
 
-def _keep_owners_watchdogs(v: "FaultView") -> list[str]:
-    """Settle who owns ``v`` and keep only that user's watchdogs in it. The owner is
-    the record's (the file's uid); with no record, this user when one of the
-    watchdogs is its own, else root when one is root's, else the lowest uid. A process
-    of another user that merely looks like a watchdog of the fault (any user can start
-    ``sh -c x faultlab-watchdog ID ...``) is reported, never signalled. Returns the
-    problem lines."""
-    if not v.watchdogs:
-        return []
-    if v.uid is None:
-        uids = {w.uid for w in v.watchdogs}
-        me = os.geteuid()
-        v.uid = me if me in uids else 0 if 0 in uids else min(uids)
-    others = [w for w in v.watchdogs if w.uid != v.uid]
-    v.watchdogs = [w for w in v.watchdogs if w.uid == v.uid]
-    return [f"process {w.pid} (uid {w.uid}) looks like a watchdog of {v.fault_id}, a fault of uid {v.uid}: "
-            f"not acted on (end it yourself if it is not wanted)" for w in others]
+def _users_default_folders() -> list[tuple[str, int]]:
+    """(folder, owner uid) of the default lease folders of this host's other users that
+    exist: ``/run/user/UID/faultlab/leases`` and ``HOME/.cache/faultlab/leases`` (see
+    ``nodes.base.lease_dir``). Their trust is checked as they are read."""
+    out = []
+    for folder in sorted(Path("/").glob(USER_LEASE_GLOB.lstrip("/"))):
+        uid = folder.parent.parent.name
+        if uid.isdigit() and int(uid) != 0:
+            out.append((str(folder), int(uid)))
+    try:
+        users = pwd.getpwall()
+    except OSError:
+        users = []
+    for pw in users:
+        folder = os.path.join(pw.pw_dir, ".cache", "faultlab", "leases")
+        if pw.pw_uid != 0 and pw.pw_dir.startswith("/") and os.path.lexists(folder):
+            out.append((folder, pw.pw_uid))
+    return out
 
 
-def _records_of_other_folders(views: dict[str, "FaultView"]) -> None:
-    """A fault whose watchdog holds a lease folder we do not look in (its controller
-    ran with another ``FAULTLAB_LEASE_DIR``) has its record there: read it (through the
-    same trust checks as our own folders: a folder of another user is never read) so
-    ``status`` shows its type, node and target, and ``revert`` runs its lines, instead
-    of calling the record lost (found by H10's probe F)."""
-    known = set(lease_folders())
-    for v in views.values():
-        if v.record is not None:
-            continue
-        for w in v.watchdogs:
-            if not w.folder or not w.folder.startswith("/") or w.folder in known:
-                continue
-            leases, _ = read_records(w.folder)
-            le = next((x for x in leases if x.fault_id == v.fault_id), None)
-            if le is None:
-                continue
-            try:
-                uid = os.stat(le.path, follow_symlinks=False).st_uid
-            except OSError:
-                continue
-            v.record, v.lease, v.uid = le.record, le, uid
-            break
+def _names(lease: Lease, w: Watchdog) -> bool:
+    """Whether ``lease``'s record names watchdog ``w`` (the caller has checked the
+    uid): the PID and start time the record notes (``lease._note_watchdog``); a record
+    without them (an older version) names the watchdog holding its lease folder."""
+    rec = lease.record
+    pid, start = rec.get("watchdog_pid"), rec.get("watchdog_starttime")
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        return w.pid == pid and isinstance(start, int) and not isinstance(start, bool) and w.starttime == str(start)
+    return w.folder == lease.folder
+
+
+def _named(lease: Lease) -> str:
+    pid = lease.record.get("watchdog_pid")
+    return f"PID {pid}" if isinstance(pid, int) and not isinstance(pid, bool) else f"the holder of {lease.folder}"
 
 
 def _lines(v: FaultView) -> list[str]:
@@ -406,6 +477,14 @@ def _lines(v: FaultView) -> list[str]:
     for w in v.watchdogs:
         out += w.lines
     return out
+
+
+def _may_claim(v: FaultView, o: Orphan) -> bool:
+    """Whether fault ``v`` can own object ``o`` at all: a fault of root or of this
+    user, or (a cgroup) of the user owning the cgroup folder. Another user's record or
+    watchdog naming a root-made object never makes it theirs (it stays an orphan that
+    ``recover`` removes)."""
+    return v.uid in (0, os.geteuid()) or (o.kind == "cgroup" and v.uid == o.uid)
 
 
 def _claims(v: FaultView, o: Orphan) -> bool:
@@ -469,7 +548,7 @@ def _attach(views: dict[str, FaultView], o: Orphan) -> str | None:
     """Put ``o`` under the fault whose commands name it (a new orphan fault when none).
     Returns a problem line instead for what is not provably faultlab's: a probe
     device without faultlab's mark, and the qdiscs on it."""
-    hit = next((v for v in views.values() if _claims(v, o)), None)
+    hit = next((v for v in views.values() if _may_claim(v, o) and _claims(v, o)), None)
     if hit is None:
         fid = _orphan_id(views, o)
         if o.kind == "probe" and not o.marked:
@@ -478,7 +557,7 @@ def _attach(views: dict[str, FaultView], o: Orphan) -> str | None:
                     f"(ip link del {o.what} if it is faultlab's)")
         if o.kind == "qdisc" and fid.startswith("probe-") and fid not in views:
             return None  # on an unmarked probe device (reported with it): never touched
-        hit = views.setdefault(fid, FaultView(fid, 0))
+        hit = views.setdefault((fid, 0), FaultView(fid, 0))
     hit.objects.append(o)
     return None
 
@@ -492,6 +571,8 @@ def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
     first in the list returned. A fault with a watchdog but no (readable) record, or
     another user's (as root): its watchdog is told to revert now and awaited. Orphan
     objects: removed one by one. Raises nothing."""
+    if v.lease is None and v.watchdogs:
+        return _revert_unrecorded(v, timeout_s)
     if v.lease is not None and v.uid == os.geteuid():
         from faultlab.injectors.lease import node_lock
 
@@ -505,9 +586,7 @@ def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
         if failed:
             return failed + still_there(v.fault_id, v.uid)
     elif v.watchdogs:
-        for w in v.watchdogs:
-            w.fire()
-        for w in v.watchdogs:
+        for w in [w for w in v.watchdogs if w.fire()]:
             w.wait_gone(timeout_s)
     if v.orphan:  # the ingress redirect first (it is told by its ifb), the ifb last
         order = {"ingress": 0, "qdisc": 1, "ifb": 2, "probe": 2, "cgroup": 3}
@@ -517,19 +596,52 @@ def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
     return still_there(v.fault_id, v.uid)
 
 
+def _revert_unrecorded(v: FaultView, timeout_s: float) -> list[str]:
+    """End a fault seen by its watchdogs alone (``revert_view``), under the node lock of
+    the lease folder our watchdog of it holds: its creator holds that lock from the
+    watchdog's start to its last inject command, so a record written meanwhile is read
+    here and the whole fault is reverted by its lines; otherwise the watchdogs are
+    told to revert now and awaited before the lock is let go. A folder that cannot be
+    locked (gone, not trusted) leaves the signal alone (a creator then finds its lease
+    ended under it and undoes what it applied)."""
+    me = os.geteuid()
+    folder = next((w.folder for w in v.watchdogs if w.uid == me and w.folder and w.folder.startswith("/")), None)
+    with contextlib.ExitStack() as held:
+        le = None
+        if folder:
+            try:
+                held.enter_context(node_lock(_LeaseFolderNode(folder), create=False))
+                le = next((x for x in read_records(folder)[0] if x.fault_id == v.fault_id
+                           and os.stat(x.path, follow_symlinks=False).st_uid == me), None)
+            except (NodeError, OSError):
+                pass
+        if le is not None:  # its creator wrote it while we waited for the lock
+            failed = le.revert_left(timeout_s)
+            if failed:
+                return failed + still_there(v.fault_id, v.uid)
+            le.release()
+        else:
+            for w in v.watchdogs:
+                w.fire()
+            for w in v.watchdogs:
+                w.wait_gone(timeout_s)
+    return still_there(v.fault_id, v.uid)
+
+
 def still_there(fault_id: str, uid: int | None = None) -> list[str]:
     """What of ``fault_id`` is still on the host: a record, a watchdog, objects. With
-    ``uid`` (the fault's owner), a look-alike of another user left under that id is
-    not the fault (``_keep_owners_watchdogs`` reports it)."""
+    ``uid`` (the fault's owner), only that user's fault of this id counts, and the
+    objects of this id that no fault accounts for (orphans, whoever's revert left
+    them); a look-alike is no fault (``host_view`` reports it)."""
     views, _ = host_view()
-    v = next((x for x in views if x.fault_id == fault_id), None)
-    if v is None or (uid is not None and v.uid is not None and v.uid != uid):
-        return []
     left = []
-    if v.record:
-        left.append(f"lease record {v.lease.path if v.lease else ''}")
-    left += [f"watchdog PID {w.pid}" for w in v.watchdogs]
-    left += [o.describe() for o in v.objects]
+    for v in views:
+        if v.fault_id != fault_id or not (uid is None or v.uid == uid or v.orphan):
+            continue
+        if v.record:
+            left.append(f"lease record {v.lease.path if v.lease else ''}")
+        left += [f"watchdog PID {w.pid}" for w in v.watchdogs]
+        left += [o.describe() for o in v.objects]
     return left
 
 

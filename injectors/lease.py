@@ -239,6 +239,7 @@ class Lease:
             # the watchdog left a record that nothing ended)
             proc = _start_watchdog(node, d, lease_id, deadline, lines)
             try:
+                _test_pause_after_watchdog()
                 _note_watchdog(record, proc.pid)
                 _write_durable(d, name, record)
             except BaseException:  # also a stop signal landing after the rename
@@ -275,11 +276,12 @@ class Lease:
 
     def expired(self) -> bool:
         """Whether the watchdog has run (its deadline came, or it was told to revert
-        now): our own watchdog has exited, or (a lease read back) no watchdog of it is
-        alive and its record is gone."""
+        now): our own watchdog has exited, or (a lease read back) none of its own
+        watchdogs (:meth:`own_watchdogs`: a look-alike does not count) is alive and its
+        record is gone."""
         if self.proc is not None:
             return self.proc.poll() is not None
-        return not self.watchdogs() and not self.exists()
+        return not self.own_watchdogs() and not self.exists()
 
     def watchdogs(self) -> list:
         """The live watchdog processes of this lease (see hostview.find_watchdogs)."""
@@ -316,9 +318,19 @@ class Lease:
         return ws[0].pid if ws else None
 
     def release(self) -> None:
-        """Stop the watchdog (its process group: this process's own child, or one of
-        :meth:`own_watchdogs`) and remove the record, the deadline file and any
-        temporary of theirs a killed writer left. Safe to call twice."""
+        """Remove the record, the deadline file and any temporary of theirs a killed
+        writer left, then stop the watchdog (its process group: this process's own
+        child, or one of :meth:`own_watchdogs`). In that order: a controller killed at
+        any instant of it leaves either nothing or a watchdog that runs the (idempotent)
+        revert lines again at its deadline and removes what is left, never a record
+        that nothing removes. Safe to call twice."""
+        try:
+            with self._dir() as d:
+                for name in (f"{self.fault_id}.json", f"{self.fault_id}.deadline"):
+                    d.unlink(name)
+                    d.unlink_temporaries(name)
+        except (OSError, NodeError):
+            pass
         if self.proc is not None and self.proc.poll() is None:
             _kill_group(self.proc.pid)
             try:
@@ -328,13 +340,6 @@ class Lease:
         for w in self.own_watchdogs():
             if w.stop():
                 w.wait_gone(5.0)
-        try:
-            with self._dir() as d:
-                for name in (f"{self.fault_id}.json", f"{self.fault_id}.deadline"):
-                    d.unlink(name)
-                    d.unlink_temporaries(name)
-        except (OSError, NodeError):
-            pass
 
     def hand_over(self) -> int | None:
         """Tell the watchdog to revert now (SIGUSR1) and leave the fault to it. Returns
@@ -407,6 +412,19 @@ def _note_watchdog(record: dict, pid: int) -> None:
         record.update(watchdog_pid=pid, watchdog_starttime=start)
 
 
+#: a test seam: seconds (0-30) ``Lease.create_for`` waits between starting the
+#: watchdog and writing the record, so a test can act inside that window (a revert of
+#: a fault being created); unset, empty or anything else is no wait
+TEST_CREATE_PAUSE_ENV = "FAULTLAB_TEST_CREATE_PAUSE_S"
+
+
+def _test_pause_after_watchdog() -> None:
+    """Wait ``TEST_CREATE_PAUSE_ENV`` seconds (0 to 30; anything else: not at all)."""
+    raw = os.environ.get(TEST_CREATE_PAUSE_ENV, "")
+    if re.fullmatch(r"[0-9]{1,2}(\.[0-9]{1,3})?", raw) and float(raw) <= 30:
+        time.sleep(float(raw))
+
+
 def _stop_started(proc: subprocess.Popen) -> None:
     """End the watchdog just started for a lease whose record could not be written
     (its process group), and reap it: no process is left."""
@@ -441,11 +459,14 @@ def _start_watchdog(node: Node, d: safefs.TrustedDir, lease_id: str, deadline: i
 
 
 @contextlib.contextmanager
-def node_lock(node: Node):
+def node_lock(node: Node, *, create: bool = True):
     """Serialize probe -> lease -> inject, revert and recover on one lease host
     (flock on the lease folder itself: no lock file is left), so two faultlab
     processes never act on a node at once: a second inject sees the first's lease and
-    refuses. Raises NodeError (one line) when the folder cannot be used."""
+    refuses, and a revert never runs between a fault's watchdog start and its last
+    inject command. Not reentrant (a second lock of the same folder in one process
+    waits for the first). Raises NodeError (one line) when the folder cannot be used,
+    FileNotFoundError when it is missing and ``create`` is False."""
     if getattr(node, "remote", False):
         from faultlab.injectors.lease_remote import node_lock as remote_lock
         from faultlab.nodes import lease_dir
@@ -453,7 +474,7 @@ def node_lock(node: Node):
         with remote_lock(node, lease_dir()):
             yield
         return
-    d = open_lease_dir(node)
+    d = open_lease_dir(node, create=create)
     try:
         fcntl.flock(d.fd, fcntl.LOCK_EX)
         yield
@@ -464,14 +485,16 @@ def node_lock(node: Node):
             d.close()
 
 
-def read_records(folder: str) -> tuple[list[Lease], list[str]]:
+def read_records(folder: str, *, owner: int | None = None) -> tuple[list[Lease], list[str]]:
     """(leases, problems) of the records in ``folder``: files that are not valid lease
     records, or not trusted (owner, mode, symlink), are listed in problems and never
-    acted on. A missing folder is empty. Raises nothing for an untrusted folder: it is
-    one problem."""
+    acted on. A missing folder is empty. ``owner``: the user whose folder it is (root
+    reading another user's lease folder): the whole path and the records must then be
+    owned by root or that user, with the same mode and no-symlink checks. Read only.
+    Raises nothing for an untrusted folder: it is one problem."""
     leases, problems = [], []
     try:
-        d = safefs.open_dir(folder)
+        d = safefs.open_dir(folder, uids=None if owner is None else frozenset({0, owner}))
     except FileNotFoundError:
         return leases, problems
     except safefs.UntrustedPath as e:

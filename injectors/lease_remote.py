@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 
 from faultlab import procid, safefs
 from faultlab.errors import NodeError
+from faultlab.injectors.procowner import MINE_SH
 from faultlab.safefs import read_on_node
 
 _CHECK_DIR_SH = ('mkdir -p -m 700 "$1" && [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && '
@@ -167,8 +168,12 @@ def _is_watchdog(node, pid: int, path) -> bool:
     # The PID recorded is the detached ``sh -c LINE`` that ssh spawn starts (its
     # cmdline holds the watchdog's argv joined into one string), or the watchdog itself:
     # either names faultlab-watchdog and this lease's record path.
+    # And it runs as the login user (checked on the node): a reused PID of another
+    # user's process with that argv is never signalled.
     args = cmd.split("\0")
-    return "faultlab-watchdog" in cmd and (str(path) in args or any(str(path) in a.split() for a in args))
+    if not ("faultlab-watchdog" in cmd and (str(path) in args or any(str(path) in a.split() for a in args))):
+        return False
+    return node.run(["sh", "-c", MINE_SH + 'mine "$1"', "sh", str(int(pid))], timeout=30).returncode == 0
 
 
 def open_lock_dir(local_lease_dir: Path) -> safefs.TrustedDir:

@@ -72,24 +72,26 @@ def taken_handles(lease_lines: list[str]) -> set[str]:
 
 
 def host_revert_lines(node: Node) -> list[str]:
-    """Every revert command line faultlab holds on this lease host: in lease records
-    and in the argv of live ``faultlab-watchdog`` processes (which keep their commands
-    even when a record is lost)."""
+    """Every revert command line faultlab holds on this lease host: in the lease
+    records of ``node``'s folder and in the faults of the host view of root and this
+    user (records, and the argv of their own watchdogs, which keep their commands even
+    when a record is lost). Another user's process that only looks like a watchdog
+    (``hostview``: no record of its user names it), or another user's fault, reserves
+    nothing: network objects are root's (``hostview._may_claim``)."""
+    from faultlab.injectors.hostview import host_view
     from faultlab.injectors.lease import load_leases
 
     lines = []
     for le in load_leases(node):
         lines += [str(x) for x in le.record.get("revert", [])]
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if b"faultlab-watchdog" in argv:
-            lines += [a.decode(errors="replace") for a in argv]
+    for v in _trusted_faults(host_view(objects=False)[0]):
+        lines += v.revert_lines()
     return lines
+
+
+def _trusted_faults(views: list) -> list:
+    """The faults of ``views`` (hostview.FaultView) of root or of this user."""
+    return [v for v in views if v.uid in (0, os.geteuid())]
 
 
 def allocate_handles(fault_id: str, taken: set[str]) -> tuple[str, str]:
@@ -263,10 +265,11 @@ class NicSlow(Injector):
         """Why a root qdisc with faultlab's reserved handle blocks this inject: a
         faultlab fault in force (its watchdog ends it), or one whose lease is lost."""
         from faultlab.faultrun import when
-        from faultlab.injectors.hostview import find_watchdogs
+        from faultlab.injectors.hostview import host_view
 
         h = str(q.get("handle"))
-        ws = [w for w in find_watchdogs() if any(f"handle {h}" in ln and self.iface in ln for ln in w.lines)]
+        ws = [w for v in _trusted_faults(host_view(objects=False)[0]) for w in v.watchdogs
+              if any(f"handle {h}" in ln and self.iface in ln for ln in w.lines)]
         where = f"{self.iface} on {self.node.name}"
         if ws:
             return (f"{where} has faultlab's own nic-slow qdisc {q.get('handle')} of fault {ws[0].fault_id} "

@@ -22,9 +22,23 @@ import time
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from faultlab.injectors.lease import node_lock
 from faultlab.injectors.lease_remote import RemoteLease, read_records
+from faultlab.injectors.procowner import MINE_SH
 
-_FIND_WATCHDOGS_SH = 'grep -l -a -F -- faultlab-watchdog /proc/[0-9]*/cmdline 2>/dev/null; exit 0'
+# "PID PPID" of every process of the login user whose argv holds faultlab-watchdog
+# (the uid is checked on the node: another user's process with that argv is a
+# look-alike, never a watchdog)
+_FIND_WATCHDOGS_SH = MINE_SH + r"""
+for f in $(grep -l -a -F -- faultlab-watchdog /proc/[0-9]*/cmdline 2>/dev/null); do
+  p=${f#/proc/}; p=${p%/cmdline}
+  mine "$p" || continue
+  s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+  set -- ${s##*") "}
+  echo "$p $2"
+done
+exit 0
+"""
 
 
 @dataclass
@@ -55,42 +69,58 @@ class RemoteFault:
                 "controller": f"{rec.get('controller')}:{rec.get('controller_pid')}" if rec else None, "controller_alive": alive}
 
 
-def _watchdogs(node) -> dict[str, tuple[int, float | None]]:
-    """fault id -> (PID, deadline) of the watchdog processes on ``node`` for records of
-    its lease folder (argv checked token by token; the detached ``sh -c`` wrapper,
-    whose argv is one joined string, is not matched)."""
+def _watchdogs(node) -> dict[str, list[tuple[int, int, float | None]]]:
+    """fault id -> [(PID, parent PID, deadline)] of the login user's watchdog processes
+    on ``node`` for records of its lease folder (argv checked token by token; the
+    detached ``sh -c`` wrapper, whose argv is one joined string, is not matched), in
+    PID order."""
     d = str(node.lease_dir())
-    out: dict[str, tuple[int, float | None]] = {}
-    for path in node.run(["sh", "-c", _FIND_WATCHDOGS_SH], timeout=node.command_timeout_s).stdout.split():
-        pid = path.split("/")[2]
+    out: dict[str, list[tuple[int, int, float | None]]] = {}
+    for row in node.run(["sh", "-c", _FIND_WATCHDOGS_SH], timeout=node.command_timeout_s).stdout.splitlines():
+        pid, _, ppid = row.partition(" ")
+        if not pid.isdigit() or not ppid.isdigit():
+            continue
         try:
-            args = node.read_file(path).split("\0")
+            args = node.read_file(f"/proc/{pid}/cmdline").split("\0")
         except OSError:
             continue
-        if not pid.isdigit() or "faultlab-watchdog" not in args:
+        if "faultlab-watchdog" not in args:
             continue
         i = args.index("faultlab-watchdog")
         rec = PurePosixPath(args[i + 1]) if i + 1 < len(args) else None
         if rec is None or str(rec.parent) != d or rec.suffix != ".json":
             continue
         dl = args[i + 2] if i + 2 < len(args) else ""
-        out[rec.stem] = (int(pid), float(dl) if dl.isdigit() else None)
-    return out
+        out.setdefault(rec.stem, []).append((int(pid), int(ppid), float(dl) if dl.isdigit() else None))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _its_watchdog(lease: RemoteLease, dogs: list[tuple[int, int, float | None]]) -> tuple[int | None, float | None]:
+    """(PID, deadline) of the watchdog ``lease``'s record names (``watchdog_pid``: the
+    watchdog, or the detached wrapper that started it), among the login user's
+    candidates ``dogs``; a record without one takes the first. (None, None) if none."""
+    want = lease.record.get("watchdog_pid")
+    for pid, ppid, dl in dogs:
+        if want is None or want in (pid, ppid):
+            return pid, dl
+    return None, None
 
 
 def remote_view(node) -> tuple[list[RemoteFault], list[str]]:
     """(faults, problems) on ``node``: every fault (records and watchdogs), oldest
     record first, and one line per file of the lease folder that is not a valid,
     trusted record (never acted on; its watchdog, if one lives, still shows as a fault
-    whose record is lost). Raises NodeError when the node cannot be reached (its host
-    key refused, unreachable)."""
+    whose record is lost). Only the login user's processes are watchdogs (checked on
+    the node); a record's watchdog is the process it names. Raises NodeError when the
+    node cannot be reached (its host key refused, unreachable)."""
     dogs = _watchdogs(node)
     out = []
     leases, problems = read_records(node)
     for le in leases:
-        pid, dl = dogs.pop(le.fault_id, (None, None))
+        pid, dl = _its_watchdog(le, dogs.pop(le.fault_id, []))
         out.append(RemoteFault(node, le.fault_id, le, pid, le.record.get("deadline_ts") or dl))
-    out += [RemoteFault(node, fid, None, pid, dl, ["lease record lost: the watchdog still ends it"]) for fid, (pid, dl) in sorted(dogs.items())]
+    out += [RemoteFault(node, fid, None, ds[0][0], ds[0][2], ["lease record lost: the watchdog still ends it"])
+            for fid, ds in sorted(dogs.items())]
     return out, problems
 
 
@@ -100,8 +130,15 @@ def remote_faults(node) -> list[RemoteFault]:
 
 
 def revert_remote(f: RemoteFault, timeout_s: float = 60.0) -> list[str]:
-    """Revert fault ``f`` now (see the module docstring). Returns what is left
-    (empty when the fault is gone)."""
+    """Revert fault ``f`` now (see the module docstring), under the node's lock
+    (``lease.node_lock``: a create on the node holds it from its watchdog's start to its
+    last inject command, so the watchdog told to revert ends the whole fault). Returns
+    what is left (empty when the fault is gone)."""
+    with node_lock(f.node):
+        return _revert_remote_locked(f, timeout_s)
+
+
+def _revert_remote_locked(f: RemoteFault, timeout_s: float) -> list[str]:
     node = f.node
     if f.watchdog_pid is not None:
         node.run(["kill", "-USR1", str(int(f.watchdog_pid))], timeout=30)

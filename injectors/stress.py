@@ -18,11 +18,13 @@ probe), so workers end even when the controller is SIGKILLed and the lease watch
 fails too. A detached ``sh`` starts them (``nohup``) and writes each worker's PID to
 the pidfile ``<lease dir>/<fault_id>.<kind>.pid`` as it starts it.
 
-Revert kills exactly those PIDs: a PID is signalled (SIGKILL) only while its
+Revert kills exactly those PIDs: a PID is signalled (SIGKILL) only while it runs as
+the user who started the workers (``procowner.MINE_SH``) and its
 ``/proc/PID/cmdline`` still holds the worker marker followed by this fault's pidfile
 path, so a PID reused by another process is never touched; then the pidfile is
-removed. ``reverted()`` scans /proc for any process still carrying the marker and
-pidfile.
+removed. ``reverted()`` scans /proc for any process of that user still carrying the
+marker and pidfile (another user's process with that argv is a look-alike, not a
+worker left behind).
 
 Severity: ``CpuStress``: ``workers / len(cpus)`` (busy workers per target CPU);
 ``MemBw``: ``workers`` (streams beside the target).
@@ -33,9 +35,11 @@ from __future__ import annotations
 import json
 import time
 
+from faultlab import procid
 from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.nodes import Node
 from faultlab.injectors.base import Cmd, Injector, Plan
+from faultlab.injectors.procowner import MINE_SH
 
 MIB = 2**20
 MEM_BUFFER_MIN = 256 * MIB
@@ -74,12 +78,12 @@ done
 exit 0
 """
 
-# $1 pidfile, $2 marker: kill each recorded PID whose cmdline still holds "MARK PIDFILE",
-# wait (<= 3 s) until none does, remove the pidfile.
-STOP_SH = r"""
+# $1 pidfile, $2 marker: kill each recorded PID that runs as this user and whose cmdline
+# still holds "MARK PIDFILE", wait (<= 3 s) until none does, remove the pidfile.
+STOP_SH = MINE_SH + r"""
 pf=$1; mark=$2
 [ -f "$pf" ] || exit 0
-ours() { c=$(tr '\0' ' ' 2>/dev/null < "/proc/$1/cmdline") || return 1; case "$c" in *" $mark $pf "*) return 0;; esac; return 1; }
+ours() { mine "$1" || return 1; c=$(tr '\0' ' ' 2>/dev/null < "/proc/$1/cmdline") || return 1; case "$c" in *" $mark $pf "*) return 0;; esac; return 1; }
 for p in $(cat "$pf"); do ours "$p" && kill -KILL "$p" 2>/dev/null; done
 i=0
 while [ $i -lt 60 ]; do
@@ -92,12 +96,14 @@ rm -f "$pf"
 exit 0
 """
 
-# $1 pidfile, $2 marker: print the PID of every process whose cmdline holds "MARK PIDFILE".
-SCAN_SH = r"""
+# $1 pidfile, $2 marker: print the PID of every process of this user whose cmdline
+# holds "MARK PIDFILE" (another user's process with that argv is not a worker: the
+# workers run as the user who started them).
+SCAN_SH = MINE_SH + r"""
 pf=$1; mark=$2
 for d in /proc/[0-9]*; do
   c=$(tr '\0' ' ' 2>/dev/null < "$d/cmdline") || continue
-  case "$c" in *" $mark $pf "*) echo "${d#/proc/}";; esac
+  case "$c" in *" $mark $pf "*) mine "${d#/proc/}" && echo "${d#/proc/}";; esac
 done
 exit 0
 """
@@ -130,11 +136,10 @@ def _proc_cpu_s(node: Node, pid: int) -> float | None:
     import os
 
     try:
-        stat = node.read_file(f"/proc/{pid}/stat")
+        f = procid.stat_fields(node.read_file(f"/proc/{pid}/stat"))
     except OSError:
         return None
-    f = stat.rpartition(")")[2].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return None if f is None else (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def memcpy_gbps(size: int = 64 * MIB, repeat: int = 3) -> float:

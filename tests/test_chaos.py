@@ -40,3 +40,37 @@ def test_judge_tells_an_interrupt_before_faultlab_ran_from_one_inside_it():
     assert judge(1, _AT_START, [], "storm") is None and judge(-2, _AT_START, [], "storm") is None
     assert judge(1, _AT_START, ["cgroup /sys/fs/cgroup/cpu/faultlab-cpu-abcdef"], "storm")  # something left: never fine
     assert judge(1, inside, [], "storm").startswith("traceback")
+
+
+@needs_root
+def test_residue_counts_only_the_runs_own_faultlab_cgroups(tmp_path):
+    """A faultlab cgroup another faultlab on the host made (a test beside the run) is
+    not the run's residue; one of a fault id the run made, or holding its target, is."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    from faultlab.chaos import Targets, residue
+
+    base = Path("/sys/fs/cgroup/cpu")
+    if not (base / "cpu.cfs_quota_us").exists():
+        pytest.skip("needs the cgroup v1 cpu controller at /sys/fs/cgroup/cpu")
+    fid = f"cpu-{os.urandom(3).hex()}"
+    cg = base / f"faultlab-{fid}"
+    busy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    cg.mkdir()
+    try:
+        t = Targets([], busy.pid, None, str(tmp_path), fault_ids={"cpu-000000"})
+        assert f"cgroup {cg}" not in residue(t, tmp_path / "leases")
+        t.fault_ids.add(fid)
+        assert f"cgroup {cg}" in residue(t, tmp_path / "leases")
+        t.fault_ids.discard(fid)
+        (cg / "cgroup.procs").write_text(str(busy.pid))
+        assert f"cgroup {cg}" in residue(t, tmp_path / "leases")
+    finally:
+        busy.kill()
+        busy.wait()
+        cg.rmdir()

@@ -1,0 +1,22 @@
+"""Whose a process is, told on the node that runs it: ``MINE_SH``, POSIX sh builtins
+only (for the scripts faultlab runs there: the stress workers' stop and scan, the
+remote watchdog scan and check).
+
+A process is this user's when its real and effective uid in ``/proc/PID/status`` are
+the ones ``id -u`` gives there. The owner of ``/proc/PID`` is not used: the kernel
+hands that to root for a non-dumpable process, whoever runs it.
+"""
+
+from __future__ import annotations
+
+#: defines ``me`` (this user's uid) and ``mine PID`` (0 when the process runs as ``me``;
+#: 1 when it is another user's, gone, or its status is unreadable)
+MINE_SH = r"""
+me=$(id -u)
+mine() {
+  while read -r _k _r _e _rest; do
+    [ "$_k" = Uid: ] && { [ "$_r" = "$me" ] && [ "$_e" = "$me" ]; return; }
+  done 2>/dev/null < "/proc/$1/status"
+  return 1
+}
+"""
