@@ -101,16 +101,15 @@ def _components(path: str) -> list[str]:
     return [c for c in absolute.split("/") if c]
 
 
-class TrustedDir:
-    """A folder opened and checked by ``open_dir``; file operations are relative to its
-    descriptor (``fd``). A context manager: closing releases the descriptor."""
+class _DirFd:
+    """A folder held open by its descriptor (``fd``) and named ``path``. A context
+    manager: closing releases the descriptor."""
 
-    def __init__(self, fd: int, path: str, uids: frozenset[int]):
+    def __init__(self, fd: int, path: str):
         self.fd = fd
         self.path = path
-        self.uids = uids
 
-    def __enter__(self) -> "TrustedDir":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
@@ -126,6 +125,15 @@ class TrustedDir:
             self.close()
         except Exception:
             pass
+
+
+class TrustedDir(_DirFd):
+    """A folder opened and checked by ``open_dir``; file operations are relative to its
+    descriptor (``fd``). A context manager: closing releases the descriptor."""
+
+    def __init__(self, fd: int, path: str, uids: frozenset[int]):
+        super().__init__(fd, path)
+        self.uids = uids
 
     def _p(self, name: str) -> str:
         return f"{self.path.rstrip('/')}/{name}"
@@ -326,32 +334,11 @@ class TrustedDir:
             os.close(fd)
 
 
-class ForeignDir:
+class ForeignDir(_DirFd):
     """A folder written by someone faultlab does not trust (see
     :meth:`TrustedDir.foreign_subdir`): only regular files are listed and read, each
     opened relative to the folder's descriptor with ``O_NOFOLLOW``, never a link, and
     never more than the caller's bounds. A context manager."""
-
-    def __init__(self, fd: int, path: str):
-        self.fd = fd
-        self.path = path
-
-    def __enter__(self) -> "ForeignDir":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __del__(self):  # pragma: no cover - a forgotten close
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def regular_files(self) -> list[str]:
         """Names of the regular files in the folder (``lstat``: links, folders, FIFOs
