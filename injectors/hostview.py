@@ -390,12 +390,15 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
     me = os.geteuid()
     views: dict[tuple[str, int], FaultView] = {}
     problems: list[str] = []
-    read: set[str] = set()
+    read: set[tuple[str, int | None]] = set()
 
     def take(folder: str, owner: int | None = None) -> None:
-        if folder in read:
+        # keyed by owner too: a candidate of user A naming user B's folder (read with
+        # A as its trusted owner, and refused) must not keep it from being read as B's
+        key = (os.path.normpath(folder), owner)
+        if key in read:
             return
-        read.add(folder)
+        read.add(key)
         leases, probs = read_records(folder, owner=owner)
         problems.extend(p for p in probs if not (folder == ROOT_LEASE_DIR and "No such file" in p))
         for le in leases:
@@ -574,8 +577,6 @@ def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
     if v.lease is None and v.watchdogs:
         return _revert_unrecorded(v, timeout_s)
     if v.lease is not None and v.uid == os.geteuid():
-        from faultlab.injectors.lease import node_lock
-
         try:
             with node_lock(_LeaseFolderNode(v.lease.folder)):
                 failed = v.lease.revert_left(timeout_s)
@@ -621,9 +622,7 @@ def _revert_unrecorded(v: FaultView, timeout_s: float) -> list[str]:
                 return failed + still_there(v.fault_id, v.uid)
             le.release()
         else:
-            for w in v.watchdogs:
-                w.fire()
-            for w in v.watchdogs:
+            for w in [w for w in v.watchdogs if w.fire()]:  # one not signalled is not awaited
                 w.wait_gone(timeout_s)
     return still_there(v.fault_id, v.uid)
 

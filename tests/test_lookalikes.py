@@ -262,7 +262,9 @@ def test_root_sees_a_users_fault_in_that_users_runtime_folder_and_runs_none_of_i
     (``/run/user/65534/faultlab/leases``), its watchdog gone: root's ``status`` shows it
     as nobody's fault (before: root read no other user's folder, so it was not there);
     root's ``revert`` runs none of its lines (they are nobody's) and says who can end
-    it. The same folder owned by another uid is reported and never read."""
+    it. A look-alike of another uid holding that folder open does not keep root from
+    reading it as nobody's. The same folder owned by another uid is reported and never
+    read."""
     base = Path("/run/user/65534")
     if os.path.lexists(base):
         pytest.skip(f"{base} exists on this host already: not this test's to touch")
@@ -273,7 +275,8 @@ def test_root_sees_a_users_fault_in_that_users_runtime_folder_and_runs_none_of_i
            "revert": [shlex.join(["touch", str(marker)])]}
     try:
         folder = base / "faultlab" / "leases"
-        for d, mode in ((base, 0o700), (base / "faultlab", 0o755), (folder, 0o755)):
+        # base 0755: other users can reach the folder, as they can one under a 0755 home
+        for d, mode in ((base, 0o755), (base / "faultlab", 0o755), (folder, 0o755)):
             d.mkdir(mode=mode)
             os.chown(d, 65534, 65534)
         f = folder / f"{fid}.json"
@@ -286,6 +289,22 @@ def test_root_sees_a_users_fault_in_that_users_runtime_folder_and_runs_none_of_i
         rc = fl("revert", fid, timeout=120)
         assert rc.returncode == 1 and "as uid 65534" in rc.stderr, rc.stdout + rc.stderr
         assert not marker.exists() and f.exists(), "root ran another user's revert line"
+        # a look-alike of another uid holding nobody's folder open (read as its own, and
+        # refused) does not keep root from reading that folder as nobody's
+        holder = subprocess.Popen([*DROP, "sh", "-c", f"exec 3<{shlex.quote(str(folder))}; sleep 300", WATCHDOG_NAME, fid,
+                                   str(int(time.time()) + 300), "3", "true"],
+                                  start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        try:
+            end = time.monotonic() + 30
+            while not os.path.exists(f"/proc/{holder.pid}/fd/3") and time.monotonic() < end:
+                time.sleep(0.05)
+            assert os.readlink(f"/proc/{holder.pid}/fd/3") == str(folder)
+            st = fl("status", "--json")
+            rows = [r for r in json.loads(st.stdout) if r["fault_id"] == fid and r["uid"] == 65534]
+            assert [r["record"] for r in rows] == [str(folder)], (rows, st.stderr)
+        finally:
+            _end(holder)
         os.chown(folder, LOOKALIKE_UID, LOOKALIKE_UID)  # not nobody's: reported, not read
         st = fl("status", "--json")
         assert not [r for r in json.loads(st.stdout) if r["fault_id"] == fid]
