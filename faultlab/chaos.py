@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from faultlab import procid
+
 FL = [sys.executable, "-m", "faultlab.cli"]
 
 
@@ -134,10 +136,8 @@ def residue(t: Targets, lease_dir: Path) -> list[str]:
             left.append(f"cgroup {p}")
     for pid in (t.busy_pid, t.agent_pid):
         if pid:
-            try:
-                st = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-            except OSError:
-                st = "gone"
+            fields = procid.read_stat(pid)
+            st = fields[0] if fields else "gone"
             if st in ("T", "t", "gone"):
                 left.append(f"target {pid} state {st}")
     if lease_dir.exists():

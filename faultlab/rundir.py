@@ -18,11 +18,15 @@ raw telemetry; ``read_steps`` falls back to the raw JSONL when no Parquet was wr
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import platform
 import socket
+import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -168,10 +172,7 @@ class RunDir:
     def event(self, kind: str, **fields) -> dict:
         """Append one event to events.jsonl (flushed and fsynced) and return it."""
         ev = {"ts": time.time(), "event": kind, **fields}
-        with open(self.path / "events.jsonl", "a") as f:
-            f.write(json.dumps(ev, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        safefs.append_file_nofollow(self.path / "events.jsonl", json.dumps(ev, default=str) + "\n")
         return ev
 
     def events(self) -> list[dict]:
@@ -295,49 +296,49 @@ class RunDir:
 
 
 def write_together(folder: str | Path, writers: dict, remove: tuple | list = ()) -> dict[str, Path]:
-    """Write several files into ``folder`` all or nothing.
+    """Write several files into ``folder`` all or nothing, with no link followed.
 
     ``writers`` maps a file name to a function that writes the file's content to the
-    path it is given. Each is first written to ``NAME.tmp`` in ``folder``; only when
-    every one is written are they renamed into place (``os.replace``), then the files
-    named in ``remove`` (stale outputs of an earlier write) are deleted. When a write
-    fails, the temporary files are removed and the error is raised: the folder's
-    files are as before. Returns ``{name: final path}``.
+    path it is given. Each writes into a private temporary folder of this process;
+    only when every one is written are their contents staged in ``folder`` (opened with
+    no symlink on any component, each an ``O_EXCL`` temporary) and renamed into place;
+    then the files named in ``remove`` (stale outputs of an earlier write) are deleted.
+    A folder another user owns can swap nothing under the writers: they never write
+    into it by path. When a write fails, every temporary is removed and the error is
+    raised: the folder's files are as before. Returns ``{name: final path}``.
 
     Raises:
         OSError when the folder cannot be written (``IsADirectoryError`` when a target
-        or a ``NAME.tmp`` is a directory), or what a writer raises.
+        is a directory), UntrustedPath when a component of ``folder`` is a symlink, or
+        what a writer raises.
     """
-    import errno
-
     folder = Path(folder)
-    plan = [(folder / f"{name}.tmp", folder / name, write) for name, write in writers.items()]
-    for _, target, _ in plan:  # a rename onto a directory would fail half-way: refuse first
-        if target.is_dir() and not target.is_symlink():
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(target))
-    started: list[Path] = []
-
-    def clean() -> None:
-        for tmp in started:
-            if tmp.is_symlink() or tmp.is_file():
-                tmp.unlink(missing_ok=True)
-
-    try:
-        for tmp, _, write in plan:
-            if tmp.is_symlink() or tmp.is_file():  # a leftover of a killed writer
-                tmp.unlink()
-            started.append(tmp)
-            write(tmp)
-        for tmp, target, _ in plan:
-            os.replace(tmp, target)
-    except BaseException:
-        clean()
-        raise
-    for name in remove:
-        p = folder / name
-        if p.is_symlink() or p.is_file():
-            p.unlink(missing_ok=True)
-    return {target.name: target for _, target, _ in plan}
+    names = [safefs.check_name(n) for n in writers]
+    with tempfile.TemporaryDirectory(prefix="faultlab-write-") as private, \
+            safefs.open_dir_nofollow(folder) as d:
+        for name in names:  # a rename onto a directory would fail half-way: refuse first
+            st = d.lstat(name)
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "Is a directory", str(folder / name))
+        for name, write in writers.items():
+            write(Path(private) / name)
+        staged: list[tuple[str, str]] = []
+        try:
+            for name in names:
+                staged.append((d.stage(name, (Path(private) / name).read_bytes(), 0o644), name))
+            for tmp, name in staged:
+                os.rename(tmp, name, src_dir_fd=d.fd, dst_dir_fd=d.fd)
+            staged.clear()
+        finally:
+            for tmp, _ in staged:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=d.fd)
+        for name in remove:
+            st = d.lstat(safefs.check_name(name))
+            if st is not None and not stat.S_ISDIR(st.st_mode):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=d.fd)
+    return {name: folder / name for name in names}
 
 
 def unreadable(p: Path, err: BaseException | None = None) -> BadInput:

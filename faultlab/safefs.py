@@ -80,11 +80,16 @@ def _owner_ok(st: os.stat_result, uids: frozenset[int]) -> bool:
     return st.st_uid in uids
 
 
+def _owners_text(uids: frozenset[int]) -> str:
+    """The trusted owners as a person reads them: ``root or uid 1000``."""
+    return " or ".join("root" if u == 0 else f"uid {u}" for u in sorted(uids))
+
+
 def _check_dir_stat(path: str, st: os.stat_result, uids: frozenset[int], *, last: bool, private: bool) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise UntrustedPath(path, "is not a folder", "remove it; faultlab creates its own folders")
     if not _owner_ok(st, uids):
-        raise UntrustedPath(path, f"is owned by uid {st.st_uid}, not root or uid {os.geteuid()}",
+        raise UntrustedPath(path, f"is owned by uid {st.st_uid}, not {_owners_text(uids)}",
                             f"remove it or `chown {os.geteuid()} {path}`; faultlab trusts only its own user's folders")
     writable = st.st_mode & 0o022
     sticky_root = st.st_uid == 0 and st.st_mode & stat.S_ISVTX
@@ -173,7 +178,7 @@ class TrustedDir(_DirFd):
         if not stat.S_ISREG(st.st_mode):
             raise UntrustedPath(p, "is not a regular file", f"remove it (`rm {p}`)")
         if st.st_uid not in self.uids:
-            raise UntrustedPath(p, f"is owned by uid {st.st_uid}, not root or uid {os.geteuid()}",
+            raise UntrustedPath(p, f"is owned by uid {st.st_uid}, not {_owners_text(self.uids)}",
                                 f"remove it (`rm {p}`); faultlab acts only on files its own user wrote")
         if st.st_mode & 0o022:
             raise UntrustedPath(p, f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})",
@@ -218,27 +223,39 @@ class TrustedDir(_DirFd):
         return json.loads(self.read_bytes(name, max_bytes))
 
     # -- writing ---------------------------------------------------------------------
-    def write_atomic(self, name: str, data: bytes | str, mode: int = 0o600, *, durable: bool = True) -> None:
-        """Replace ``name`` with ``data`` atomically: a fresh temporary file (``O_EXCL |
-        O_NOFOLLOW``, never an existing file or link) is written, fsynced, renamed over
-        ``name`` and the folder fsynced (``durable=False`` skips both fsyncs, for
-        frequent heartbeats). Raises OSError (e.g. ENOSPC) with the temporary removed."""
-        check_name(name)
+    def stage(self, name: str, data: bytes | str, mode: int = 0o644, *, durable: bool = True) -> str:
+        """A fresh ``O_EXCL`` temporary in this folder holding ``data`` (fsynced unless
+        ``durable`` is False), named for ``name``; the caller renames it over ``name``
+        or unlinks it. Raises OSError with nothing left."""
         if isinstance(data, str):
             data = data.encode()
-        tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        tmp = f".{check_name(name)}.{secrets.token_hex(6)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o755, dir_fd=self.fd)
         try:
             try:
                 os.fchmod(fd, mode & 0o755)  # umask-independent
                 view = memoryview(data)
                 while view:
-                    n = os.write(fd, view)
-                    view = view[n:]
+                    view = view[os.write(fd, view):]
                 if durable:
                     os.fsync(fd)
             finally:
                 os.close(fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=self.fd)
+            except OSError:
+                pass
+            raise
+        return tmp
+
+    def write_atomic(self, name: str, data: bytes | str, mode: int = 0o600, *, durable: bool = True) -> None:
+        """Replace ``name`` with ``data`` atomically: a fresh temporary file (``O_EXCL |
+        O_NOFOLLOW``, never an existing file or link) is written, fsynced, renamed over
+        ``name`` and the folder fsynced (``durable=False`` skips both fsyncs, for
+        frequent heartbeats). Raises OSError (e.g. ENOSPC) with the temporary removed."""
+        tmp = self.stage(name, data, mode, durable=durable)
+        try:
             os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         except BaseException:
             try:
@@ -309,11 +326,14 @@ class TrustedDir(_DirFd):
             os.close(fd)
         os.rmdir(name, dir_fd=self.fd)
 
-    def append(self, name: str, data: bytes, mode: int = 0o644) -> None:
+    def append(self, name: str, data: bytes | str, mode: int = 0o644) -> None:
         """Append ``data`` to the regular file ``name`` (made with ``mode`` when
-        missing), opened relative to the folder with ``O_NOFOLLOW``: a link or a
-        non-regular file at ``name`` is refused (UntrustedPath), never written through."""
+        missing) and fsync it, opened relative to the folder with ``O_NOFOLLOW``: a link
+        or a non-regular file at ``name`` is refused (UntrustedPath), never written
+        through."""
         p = self._p(name)
+        if isinstance(data, str):
+            data = data.encode()
         try:
             fd = os.open(check_name(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                          mode, dir_fd=self.fd)
@@ -330,6 +350,7 @@ class TrustedDir(_DirFd):
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
+            os.fsync(fd)
         finally:
             os.close(fd)
 
@@ -505,6 +526,14 @@ def write_file_nofollow(path: str | os.PathLike, data: bytes | str, mode: int = 
     folder, name = os.path.split(os.path.abspath(os.fspath(path)))
     with open_dir_nofollow(folder) as d:
         d.write_atomic(check_name(name), data, mode)
+
+
+def append_file_nofollow(path: str | os.PathLike, data: bytes | str, mode: int = 0o644) -> None:
+    """Append ``data`` to ``path`` with no link followed on any component (its folder
+    opened with :func:`open_dir_nofollow`; see :meth:`TrustedDir.append`)."""
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    with open_dir_nofollow(folder) as d:
+        d.append(check_name(name), data, mode)
 
 
 def check_dir(path: str | os.PathLike, *, private: bool = False) -> None:

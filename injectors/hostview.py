@@ -134,11 +134,11 @@ def _watchdog(pid: int) -> Watchdog | None:
     try:
         fid, dl, fdn = argv[4].decode(), argv[5].decode(), argv[6].decode()
         lines = [a.decode() for a in argv[7:-1]] if argv[-1] == b"" else [a.decode() for a in argv[7:]]
-        stat = (p / "stat").read_text().rpartition(")")[2].split()
+        stat = procid.stat_fields((p / "stat").read_text())
         status = (p / "status").read_text()
     except (OSError, UnicodeDecodeError):
         return None
-    if not LEASE_ID.match(fid) or not _DIGITS.match(dl) or not fdn.isdigit():
+    if stat is None or not LEASE_ID.match(fid) or not _DIGITS.match(dl) or not fdn.isdigit():
         return None
     if int(stat[3]) != pid:  # not the session leader: a subshell of the watchdog
         return None

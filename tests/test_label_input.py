@@ -239,22 +239,23 @@ def test_t_start_all_missing_or_going_back_is_named(steps):
 # -- 4. outputs are all or nothing ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("blocked", ["labels.parquet.tmp", "whatif.json.tmp", "whatif.json"])
+@pytest.mark.parametrize("blocked", ["labels.parquet", "whatif.json"])
 def test_label_run_outputs_all_or_nothing(tmp_path, steps, blocked):
+    """An output that cannot be written (a folder where the file goes) leaves every
+    output as it was, and no temporary behind."""
     run = make_run(tmp_path / "run", steps)
     label_run(run)
     before = outputs(run)
     # relabel with an injection: labels.parquet would change
     RunDir(run).write_table("injections", pd.DataFrame(
         [injection("f1", "cpu-contention", "n0", "rank:1", step_time(steps, 100), step_time(steps, 200))]))
-    if blocked == "whatif.json":
-        (run / "whatif.json").unlink()
-        before.pop("whatif.json")
+    (run / blocked).unlink()
+    before.pop(blocked)
     (run / blocked).mkdir()
     with pytest.raises(OSError):
         label_run(run)
     assert outputs(run) == before
-    assert [p.name for p in run.glob("*.tmp")] == ([blocked] if blocked.endswith(".tmp") else [])
+    assert [p.name for p in run.glob("*.tmp")] + [p.name for p in run.glob(".*.tmp")] == []
     line = one_line_error(fl("label", str(run)), "PATH")
     assert "cannot write" in line
     assert outputs(run) == before
@@ -263,15 +264,23 @@ def test_label_run_outputs_all_or_nothing(tmp_path, steps, blocked):
     assert lab.fault_id.dropna().tolist() == ["f1"] and set(outputs(run)) == {"labels.parquet", "whatif.json"}
 
 
-def test_write_together_removes_only_its_own_temp_files(tmp_path):
+def test_write_together_is_all_or_nothing_and_removes_only_its_own_temp_files(tmp_path):
     from faultlab.rundir import write_together
 
     (tmp_path / "b.tmp").mkdir()  # not ours: kept
     (tmp_path / "a").write_text("old")
+
+    def fail(t):
+        raise OSError(28, "No space left on device")
+
     with pytest.raises(OSError):
+        write_together(tmp_path, {"a": lambda t: t.write_text("new"), "b": fail})
+    assert (tmp_path / "a").read_text() == "old" and (tmp_path / "b.tmp").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b.tmp"]
+    (tmp_path / "b").mkdir()  # a target that is a folder: refused before anything is written
+    with pytest.raises(IsADirectoryError):
         write_together(tmp_path, {"a": lambda t: t.write_text("new"), "b": lambda t: t.write_text("new")})
-    assert (tmp_path / "a").read_text() == "old" and not (tmp_path / "a.tmp").exists() and (tmp_path / "b.tmp").is_dir()
-    assert not (tmp_path / "b").exists()
+    assert (tmp_path / "a").read_text() == "old"
 
 
 def test_import_outputs_all_or_nothing_and_no_stale_whatif(tmp_path):
@@ -284,13 +293,13 @@ def test_import_outputs_all_or_nothing_and_no_stale_whatif(tmp_path):
     long = importers.import_path("long", f)
     # components.parquet cannot be written: labels.parquet must stay the trace's
     before = (out / "labels.parquet").read_bytes()
-    (out / "components.parquet.tmp").mkdir()
+    (out / "components.parquet").mkdir()
     with pytest.raises(OSError):
         importers.write_outputs(long, out)
     assert (out / "labels.parquet").read_bytes() == before and (out / "whatif.json").exists()
     line = one_line_error(fl("label", "--import", "long", str(f), "--out", str(out)), "--out")
     assert "cannot write" in line and (out / "labels.parquet").read_bytes() == before
-    (out / "components.parquet.tmp").rmdir()
+    (out / "components.parquet").rmdir()
     # re-used folder: the trace's whatif.json must not survive the long import
     written = importers.write_outputs(long, out)
     assert set(written) == {"labels.parquet", "components.parquet", "import.json"}

@@ -252,3 +252,26 @@ def test_run_folder_is_never_made_through_a_planted_link(user_dir, tmp_path, whe
     named = str(base) if where == "sticky /tmp" else str(user_dir)
     assert "\n" not in msg and f"{named}:" in msg, msg
     assert list(target.iterdir()) == []
+
+
+# -- labeling another user's run folder -------------------------------------------------
+def test_labeling_a_users_run_folder_never_writes_through_planted_links(user_dir, victim, tmp_path):
+    """Root labels a run folder that nobody owns, where nobody planted links at every
+    name root writes (``labels.parquet``, ``whatif.json``, their ``.tmp`` names and
+    ``events.jsonl``): the victim stays as it was; the tables are root's fresh files;
+    the event journal, a link, is refused in one line rather than appended through."""
+    src = make_run(tmp_path / "syn", ranks=2, duration_s=20, label=False)
+    run = user_dir / "run"
+    shutil.copytree(src, run)
+    for p in [run, *run.rglob("*")]:
+        os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
+    (run / "events.jsonl").unlink(missing_ok=True)
+    for name in ("labels.parquet", "labels.parquet.tmp", "whatif.json", "whatif.json.tmp", "events.jsonl"):
+        as_nobody("ln", "-s", str(victim), str(run / name))
+    cp = _cli("label", str(run))
+    assert_unchanged(victim)
+    for name in ("labels.parquet", "whatif.json"):
+        st = os.lstat(run / name)
+        assert stat.S_ISREG(st.st_mode) and st.st_uid == 0 and st.st_nlink == 1, name
+    assert cp.returncode != 0 and "events.jsonl" in cp.stderr and "symlink" in cp.stderr, cp.stdout + cp.stderr
+    assert len(cp.stderr.strip().splitlines()) == 1, cp.stderr
