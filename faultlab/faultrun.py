@@ -334,6 +334,15 @@ def revert_faults(fault_id: str | None, *, mode: str = "all") -> tuple[list[dict
     except FileNotFoundError:
         pass
     views, _ = host_view()
+    me = os.geteuid()
+    if fault_id is not None and any(v.fault_id == fault_id and v.uid == me for v in views):
+        # the id names this user's own fault: another user's record of the same id (any
+        # user can copy a world-readable id) is reported, never acted on
+        others = sorted({v.uid for v in views if v.fault_id == fault_id and v.uid != me})
+        if others:
+            print(f"faultlab: note: uid {', '.join(map(str, others))} also has a fault {fault_id}: not touched "
+                  f"(run faultlab revert {fault_id} as that user)", file=sys.stderr)
+        views = [v for v in views if not (v.fault_id == fault_id and v.uid != me)]
     done, refused, held = [], [], []
     for v in views:
         what = _pick(v, fault_id, mode)

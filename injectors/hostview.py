@@ -69,6 +69,7 @@ class Watchdog:
     starttime: str
     folder: str | None = None  # its lease folder (readable only for its owner and root)
     controller: tuple[int, int] | None = None  # (PID, start time) of the faultlab that started it
+    same_ns: bool = True  # it runs in this process's PID namespace (not a container's)
 
     def controller_alive(self) -> bool:
         """Whether the controller its environment names (``lease.CONTROLLER_ENV``) still
@@ -148,7 +149,21 @@ def _watchdog(pid: int) -> Watchdog | None:
         folder = os.readlink(p / "fd" / fdn)
     except OSError:
         pass
-    return Watchdog(pid, uid, fid, int(dl), lines, stat[19], folder, _controller_of(p))
+    return Watchdog(pid, uid, fid, int(dl), lines, stat[19], folder, _controller_of(p), _same_namespaces(pid))
+
+
+def _same_namespaces(pid: int) -> bool:
+    """Whether process ``pid`` shares this process's PID namespace. A container's root
+    is uid 0 on the host too (no user-namespace remap), so a uid alone cannot tell
+    root's own watchdog from a container process named like one; faultlab starts every
+    local watchdog in its own PID namespace. (The mount namespace is not compared:
+    ``ip netns exec`` gives a faultlab run under it one of its own.)"""
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino == os.stat("/proc/self/ns/pid").st_ino
+    except PermissionError:  # another user's process, seen by a user who cannot revert it anyway
+        return os.geteuid() != 0
+    except OSError:
+        return False
 
 
 def _catches(pid: int, sig: int) -> bool:
@@ -412,7 +427,7 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
         take(folder)
     dogs = find_watchdogs()
     for w in dogs:  # another lease folder a candidate holds: its user's records
-        if w.folder and w.folder.startswith("/") and (w.uid == me or me == 0):
+        if w.folder and w.folder.startswith("/") and (w.uid == me and w.same_ns or me == 0 and w.uid != me):
             take(w.folder, None if w.uid == me else w.uid)
     if me == 0:
         for folder, owner in _users_default_folders():
@@ -424,9 +439,11 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
                 v.watchdogs.append(w)
                 continue
             why = f"its record names another process ({_named(v.lease)})"
-        elif w.uid in (me, 0):  # a process of this user's or root's: a fault whose record was lost
+        elif w.uid in (me, 0) and w.same_ns:  # this user's or root's: a fault whose record was lost
             views.setdefault((w.fault_id, w.uid), FaultView(w.fault_id, w.uid)).watchdogs.append(w)
             continue
+        elif not w.same_ns:
+            why = "it runs in another PID namespace (a container's) and no lease record names it"
         else:
             why = f"no lease record of uid {w.uid} names it"
         problems.append(f"process {w.pid} (uid {w.uid}) looks like a watchdog of {w.fault_id} but is a look-alike: "
@@ -560,9 +577,43 @@ def _attach(views: dict[str, FaultView], o: Orphan) -> str | None:
                     f"(ip link del {o.what} if it is faultlab's)")
         if o.kind == "qdisc" and fid.startswith("probe-") and fid not in views:
             return None  # on an unmarked probe device (reported with it): never touched
+        if o.kind == "cgroup" and _in_container_cgroup(Path(o.what)):
+            return (f"{o.describe()}: named like a faultlab cgroup inside a container's cgroup, and no lease "
+                    f"names it: not removed (a container's root can make it; if it is faultlab's, move its "
+                    f"processes to the parent cgroup and rmdir it)")
         hit = views.setdefault((fid, 0), FaultView(fid, 0))
     hit.objects.append(o)
     return None
+
+
+def _in_container_cgroup(path: Path) -> bool:
+    """Whether cgroup folder ``path`` or a cgroup above it (below the hierarchy's
+    root) holds a process of another PID namespace than this one: a container's
+    cgroup, which its root may write (a private cgroup namespace)."""
+    base = Path("/sys/fs/cgroup")
+    try:
+        mine = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return False
+    for d in (path, *path.parents):
+        if d == base or d.parent == base:  # the root of a v2 or v1 hierarchy: every process is there
+            break
+        try:
+            pids = (d / "cgroup.procs").read_text().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                if os.stat(f"/proc/{pid}/ns/pid").st_ino != mine:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+#: how long root waits for another user's watchdog told to revert: any user can run a
+#: process that looks like a watchdog and ignores the signal, and must not stall root
+OTHER_USER_WAIT_S = 10.0
 
 
 def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
@@ -574,6 +625,8 @@ def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
     first in the list returned. A fault with a watchdog but no (readable) record, or
     another user's (as root): its watchdog is told to revert now and awaited. Orphan
     objects: removed one by one. Raises nothing."""
+    if v.uid != os.geteuid():  # another user's watchdog that does not end is theirs to end
+        timeout_s = min(timeout_s, OTHER_USER_WAIT_S)
     if v.lease is None and v.watchdogs:
         return _revert_unrecorded(v, timeout_s)
     if v.lease is not None and v.uid == os.geteuid():

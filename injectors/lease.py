@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
+import hashlib
 import json
 import os
 import re
@@ -179,6 +179,9 @@ def valid_record(rec, name: str | None = None) -> str | None:
     for k in ("fault_type", "node", "target"):
         if rec.get(k) is not None and not isinstance(rec.get(k), str):
             return f"{k} is not a string"
+    ts = rec.get("created_ts")  # records are sorted by it
+    if ts is not None and (not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts != ts):
+        return "created_ts is not a number"
     return None
 
 
@@ -461,7 +464,9 @@ def _start_watchdog(node: Node, d: safefs.TrustedDir, lease_id: str, deadline: i
 @contextlib.contextmanager
 def node_lock(node: Node, *, create: bool = True):
     """Serialize probe -> lease -> inject, revert and recover on one lease host
-    (flock on the lease folder itself: no lock file is left), so two faultlab
+    (flock on a lock file of the lease folder in the private ``node-locks`` folder
+    beside it, ``lease_remote.held_lock``: a lease folder is readable by every user,
+    a lock there could be held by any of them), so two faultlab
     processes never act on a node at once: a second inject sees the first's lease and
     refuses, and a revert never runs between a fault's watchdog start and its last
     inject command. Not reentrant (a second lock of the same folder in one process
@@ -474,15 +479,12 @@ def node_lock(node: Node, *, create: bool = True):
         with remote_lock(node, lease_dir()):
             yield
         return
-    d = open_lease_dir(node, create=create)
-    try:
-        fcntl.flock(d.fd, fcntl.LOCK_EX)
+    from faultlab.injectors.lease_remote import held_lock
+
+    with open_lease_dir(node, create=create) as d:
+        folder = d.path
+    with held_lock(Path(folder), "local-" + hashlib.sha256(folder.encode()).hexdigest()[:16]):
         yield
-    finally:
-        try:
-            fcntl.flock(d.fd, fcntl.LOCK_UN)
-        finally:
-            d.close()
 
 
 def read_records(folder: str, *, owner: int | None = None) -> tuple[list[Lease], list[str]]:
@@ -513,7 +515,7 @@ def read_records(folder: str, *, owner: int | None = None) -> tuple[list[Lease],
                 rec = d.read_json(name)
             except FileNotFoundError:
                 continue
-            except (safefs.UntrustedPath, ValueError, OSError) as e:
+            except (safefs.UntrustedPath, ValueError, OSError, RecursionError) as e:
                 problems.append(f"{folder}/{name}: not read ({e})")
                 continue
             why = valid_record(rec, name)

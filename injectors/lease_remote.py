@@ -195,11 +195,20 @@ def open_lock_dir(local_lease_dir: Path) -> safefs.TrustedDir:
 
 @contextlib.contextmanager
 def node_lock(node, local_lease_dir: Path):
-    """A controller-side lock per remote node (see the module docstring): ``flock`` on
-    ``NAME.lock`` in :func:`open_lock_dir`'s folder, opened relative to the checked
-    folder's descriptor with ``O_NOFOLLOW``. Raises NodeError (one line) when the
-    folder or the lock file cannot be used."""
+    """A controller-side lock per remote node (see the module docstring): the
+    :func:`held_lock` ``NAME.lock`` of the node's address. Raises NodeError (one line)
+    when the folder or the lock file cannot be used."""
     name = hashlib.sha256(f"{node.describe()}@{node.address}:{getattr(node, 'port', '')}".encode()).hexdigest()[:16]
+    with held_lock(local_lease_dir, name):
+        yield
+
+
+@contextlib.contextmanager
+def held_lock(local_lease_dir: Path, name: str):
+    """``flock`` on ``NAME.lock`` in :func:`open_lock_dir`'s private (0700) folder,
+    opened relative to the checked folder's descriptor with ``O_NOFOLLOW``: no other
+    user can open it, so none can hold the lock. Raises NodeError (one line) when the
+    folder or the lock file cannot be used."""
     with open_lock_dir(local_lease_dir) as d:
         try:
             fd = os.open(f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=d.fd)
