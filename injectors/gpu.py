@@ -55,6 +55,8 @@ from typing import Any
 
 from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.injectors.base import Cmd, Injector, Plan
+from faultlab.injectors.params import Param
+from faultlab.injectors.registry import register
 from faultlab.nodes import Node
 
 #: what ``--query-gpu`` reads (``clocks_event_reasons.*`` is spelled
@@ -185,6 +187,13 @@ def _msg(cp) -> str:
 # -- the common part of both faults ----------------------------------------------------
 class _GpuFault(Injector):
     """A fault on one GPU of a node, through nvidia-smi (see the module doc)."""
+
+    target_help = "GPU index (default 0)"
+
+    @classmethod
+    def support(cls, node: dict) -> dict[str, tuple[bool, str]]:
+        ok = bool(node["nvidia_smi"]) and node["root"]
+        return {cls.type: (ok, "nvidia-smi found" if ok else ("nvidia-smi not found (no NVIDIA driver)" if not node["nvidia_smi"] else "needs root"))}
 
     def __init__(self, node: Node, gpu: int | str | None = 0, *, fault_id: str | None = None, nvidia_smi: str = "nvidia-smi"):
         super().__init__(node, fault_id)
@@ -329,6 +338,7 @@ class _GpuFault(Injector):
 
 
 # -- gpu-clock-cap ---------------------------------------------------------------------
+@register
 class GpuClockCap(_GpuFault):
     """Cap GPU ``gpu``'s SM clock at ``clock_mhz`` MHz with locked graphics clocks
     (``nvidia-smi -i GPU -lgc MIN,MAX``; revert ``-rgc``).
@@ -341,16 +351,15 @@ class GpuClockCap(_GpuFault):
     """
 
     type = "gpu-clock-cap"
-    options = frozenset({"--clock-mhz"})
+    PARAMS = (Param("clock_mhz", "max SM clock in MHz, e.g. 900", "MHZ", parse_mhz, bounds=(1, None), kind="integer", required=True),)
+    color = "#db2b39"
 
     @classmethod
     def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
         """``opts["--clock-mhz"]``: MHz as a string; ``target``: GPU index (default 0).
         ``force`` is accepted and ignored: a lock made by another tool cannot be seen,
         so there is nothing to force past. Raises BadInput naming the field."""
-        from faultlab.injectors import require
-
-        mhz = parse_mhz(require(opts, "--clock-mhz", cls.type), "--clock-mhz")
+        mhz = cls.param("clock_mhz").read(opts, cls.type)
         return cls(node, mhz, gpu=target, fault_id=fault_id)
 
     def __init__(self, node: Node, clock_mhz: int | str, gpu: int | str | None = 0, *, fault_id: str | None = None, nvidia_smi: str = "nvidia-smi"):
@@ -412,6 +421,12 @@ class GpuClockCap(_GpuFault):
         ]
         return Plan(self.fault_id, self.type, self.node.name, self.target, inject, revert, verify)
 
+    @classmethod
+    def verify_sentence(cls, evidence: dict) -> str:
+        after = evidence.get("after") or {}
+        return (f"GPU {evidence.get('gpu_index')} SM clock read back {after.get('clock_sm_mhz')} MHz "
+                f"(checked <= {evidence['lock_range_mhz'][1]} MHz + tolerance)")
+
     def verify(self, facts: dict, wait_s: float = 2.0) -> dict:
         cap = self.clock_mhz + CLOCK_TOLERANCE_MHZ
         after = self._wait(facts, lambda s: s["clock_sm_mhz"] is not None and s["clock_sm_mhz"] <= cap, wait_s)
@@ -441,6 +456,7 @@ class GpuClockCap(_GpuFault):
 
 
 # -- gpu-power-cap ---------------------------------------------------------------------
+@register
 class GpuPowerCap(_GpuFault):
     """Cap GPU ``gpu``'s software power limit at ``power_w`` W (``nvidia-smi -i GPU -pl
     W``); revert restores exactly the ``power.limit`` read before injecting.
@@ -453,16 +469,15 @@ class GpuPowerCap(_GpuFault):
     """
 
     type = "gpu-power-cap"
-    options = frozenset({"--power-w"})
+    PARAMS = (Param("power_w", "power limit in W, e.g. 200", "WATTS", parse_watts, bounds=(0, None), open_low=True, kind="number", required=True),)
+    color = "#7d4e57"
 
     @classmethod
     def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
         """``opts["--power-w"]``: watts as a string; ``target``: GPU index (default 0).
         ``force`` is ignored: a limit found is always restored exactly, never refused.
         Raises BadInput naming the field."""
-        from faultlab.injectors import require
-
-        w = parse_watts(require(opts, "--power-w", cls.type), "--power-w")
+        w = cls.param("power_w").read(opts, cls.type)
         return cls(node, w, gpu=target, fault_id=fault_id)
 
     def __init__(self, node: Node, power_w: float | str, gpu: int | str | None = 0, *, fault_id: str | None = None, nvidia_smi: str = "nvidia-smi"):
@@ -508,6 +523,12 @@ class GpuPowerCap(_GpuFault):
         revert = [Cmd((smi, "-i", g, "-pl", old), "host", f"power limit back to {old} W, as found (idempotent)")]
         verify = [f"power.limit == {fmt_watts(self.power_w)} W (+-{POWER_TOLERANCE_W}) on GPU {g}"]
         return Plan(self.fault_id, self.type, self.node.name, self.target, inject, revert, verify)
+
+    @classmethod
+    def verify_sentence(cls, evidence: dict) -> str:
+        after = evidence.get("after") or {}
+        return (f"GPU {evidence.get('gpu_index')} power limit read back {after.get('power_limit_w')} W "
+                f"(checked = {evidence['requested_w']} W)")
 
     def verify(self, facts: dict, wait_s: float = 2.0) -> dict:
         def at_cap(s):
