@@ -26,7 +26,8 @@ from faultlab.injectors.pause import ProcessPause
 from faultlab.injectors.io import IoSlow
 from faultlab.injectors.mem_bw import MemBw
 from faultlab.injectors.gc import GcStorm
-from faultlab.injectors.gpu import GpuClockCap, GpuPowerCap
+from faultlab.injectors.gpu_clock import GpuClockCap
+from faultlab.injectors.gpu_power import GpuPowerCap
 from faultlab.injectors.cpu_stress import CpuStress
 
 # Types of DESIGN.md not built yet: refused with a clear message, never silently ignored.
