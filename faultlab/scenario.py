@@ -52,6 +52,7 @@ from faultlab.injectors import FAULT_TYPES
 from faultlab.injectors.registry import option_help, params_by_option
 from faultlab.nodes import LocalNode
 from faultlab.units import parse_duration
+from faultlab.yamlsafe import DuplicateKey, load as load_yaml
 
 
 def param_options() -> dict[str, str]:
@@ -522,8 +523,6 @@ def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto
         raise BadInput(f"cannot read {p}: {e.strerror}", field="SCENARIO", fix="give the path of a YAML file") from None
     except UnicodeDecodeError as e:
         raise BadInput(f"{p} is not UTF-8 text (byte {e.start})", field="SCENARIO", fix="give a YAML file saved as UTF-8") from None
-    from faultlab.yamlsafe import DuplicateKey, load as load_yaml
-
     try:
         root = yaml.compose(text)
         data = load_yaml(text)

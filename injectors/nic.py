@@ -42,6 +42,7 @@ import json
 
 from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.nodes import Node
+from faultlab.probe import measure_throughput
 from faultlab.units import parse_duration, parse_rate
 from faultlab.injectors.base import Cmd, Injector, Plan
 from faultlab.injectors.params import Param
@@ -485,8 +486,6 @@ class NicSlow(Injector):
         return None
 
     def verify(self, facts: dict) -> dict:
-        from faultlab.probe import measure_throughput
-
         dev, ifb = facts["iface"], facts["ifb"]
         eg, ing = self._ours(dev), self._ours(ifb)
         ev: dict = {"tc_egress": bool(eg), "tc_ingress": bool(ing)}
