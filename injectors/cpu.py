@@ -48,6 +48,7 @@ def parse_mode(text: str, field: str = "--mode") -> str:
         raise BadInput(f"unknown mode {text!r}", field=field, fix="use quota (a CPU quota on the targets) or stress (busy workers beside them)")
     return mode
 
+
 @register
 class CpuContention(Injector):
     """Leave ``pids`` only ``cpu_fraction`` (0 < f <= 1) of one CPU, over a CFS period
