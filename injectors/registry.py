@@ -12,13 +12,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from faultlab.injectors.base import Injector
+
+#: what a registered type must declare itself (Injector's own raise NotImplementedError)
+DECLARED = ("from_options", "support", "verify_sentence")
 #: --type name -> Injector class, in registration order
 FAULT_TYPES: dict[str, Any] = {}
 
 
 def register(cls):
     """Class decorator: add the Injector class ``cls`` to ``FAULT_TYPES`` under
-    ``cls.type``. Raises ValueError when another class holds that name already."""
+    ``cls.type``. Raises ValueError when another class holds that name already, or
+    when ``cls`` leaves one of ``DECLARED`` to Injector (its doctor row, its verify
+    sentence or its parsing would fail only when first used)."""
+    missing = [m for m in DECLARED if getattr(cls, m).__func__ is getattr(Injector, m).__func__]
+    if missing:
+        raise ValueError(f"fault type {cls.type!r} ({cls.__module__}) does not declare {', '.join(missing)}")
     held = FAULT_TYPES.get(cls.type)
     if held is not None and held is not cls:
         raise ValueError(f"fault type {cls.type!r} is registered twice ({held.__module__} and {cls.__module__})")

@@ -112,3 +112,18 @@ def test_the_toy_injects_and_reverts_like_a_builtin(toy):
     finally:
         target.kill()
         target.wait()
+
+
+def test_a_type_that_leaves_a_declaration_out_is_refused_at_registration():
+    from faultlab.injectors import Injector, register
+
+    class Half(Injector):
+        type = "half-declared"
+
+        @classmethod
+        def from_options(cls, node, **kw):
+            raise NotImplementedError
+
+    with pytest.raises(ValueError, match="'half-declared' .* does not declare support, verify_sentence"):
+        register(Half)
+    assert "half-declared" not in FAULT_TYPES
