@@ -123,6 +123,8 @@ DEL_INGRESS_SH = ('tc filter show dev "$1" parent ffff: 2>/dev/null | grep -q "d
 ADD_INGRESS_SH = ('dev="$1"; shift; tc qdisc add dev "$dev" handle ffff: ingress || exit 1; '
                   'tc filter add dev "$dev" parent ffff: "$@" || { tc qdisc del dev "$dev" handle ffff: ingress; exit 1; }')
 TBF_LATENCY = "100ms"
+#: the lowest rate cap (bit/s) tbf keeps
+MIN_RATE_BIT_PER_S = 8000
 RESTORABLE = frozenset({"tbf", "pfifo", "bfifo"})
 
 
@@ -187,7 +189,7 @@ class NicSlow(Injector):
     type = "nic-slow"
     PARAMS = (
         Param("rate", "the cap, 50mbit (bits/s) or 6mb (bytes/s); one vocabulary for every rate option", "RATE", parse_rate,
-              bounds=(8000, None)),
+              bounds=(MIN_RATE_BIT_PER_S, None)),
         Param("delay", "added latency (netem), e.g. 20ms", "DURATION", parse_delay, bounds=(1e-5, None)),
         Param("jitter", "latency jitter (netem), e.g. 5ms; at most --delay", "DURATION", parse_delay, bounds=(1e-5, None)),
         Param("loss", "packet loss (netem), e.g. 1%", "PERCENT", parse_loss, bounds=(0, 100), open_low=True),
@@ -248,7 +250,7 @@ class NicSlow(Injector):
                  jitter_s: float | None = None, loss_pct: float | None = None, peer: str | None = None,
                  probe_peer: Node | None = None, probe_peer_addr: str | None = None, fault_id: str | None = None, force: bool = False):
         super().__init__(node, fault_id)
-        if rate_bit_per_s is not None and rate_bit_per_s < 8000:
+        if rate_bit_per_s is not None and rate_bit_per_s < MIN_RATE_BIT_PER_S:
             raise BadInput(f"{rate_bit_per_s} bit/s is below 8kbit", field="--rate", fix="give at least 8kbit")
         if rate_bit_per_s is None and delay_s is None and loss_pct is None:
             raise BadInput("nothing to slow", field="--rate", fix="give --rate, --delay or --loss")
