@@ -15,6 +15,7 @@ import signal
 # but inject, which installs its own (faultlab.faultrun.SignalGuard).
 signal.signal(signal.SIGINT, signal.SIG_DFL)
 
+import inspect  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -26,6 +27,12 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from faultlab.errors import BadInput, FaultlabError  # noqa: E402
+# inject's options are generated from the fault types' declarations, so the registry is
+# loaded with the CLI (every other command imports what it needs when it runs)
+from faultlab import injectors  # noqa: E402
+from faultlab.injectors import FAULT_TYPES  # noqa: E402
+from faultlab.injectors.registry import option_help, params_by_option  # noqa: E402
+from faultlab.units import parse_duration  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown", help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
 console = Console(stderr=True)
@@ -56,31 +63,38 @@ def _fail(err: Exception) -> None:
     raise typer.Exit(code)
 
 
+def _param_ident(option: str) -> str:
+    """The Python name of a fault option in ``inject``'s signature (``--cpu-fraction``
+    -> ``opt_cpu_fraction``): apart from inject's own parameters."""
+    return "opt_" + option[2:].replace("-", "_")
+
+
+def _with_fault_options(fn):
+    """``fn``'s signature with its ``**fault_opts`` replaced by one ``typer.Option`` per
+    parameter option of the registered fault types (``Injector.PARAMS``), placed after
+    ``--duration``: the metavar and help are the types' own, an option shared by
+    several types says so (``registry.option_help``). Typer reads the signature."""
+    sig = inspect.signature(fn)
+    own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    fault = [inspect.Parameter(_param_ident(option), inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                               default=typer.Option(None, option, metavar=entries[0][1].metavar, help=option_help(entries)))
+             for option, entries in params_by_option().items()]
+    at = next(i for i, p in enumerate(own) if p.name == "duration") + 1
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own[:at]] + fault + \
+             [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own[at:]]
+    fn.__signature__ = sig.replace(parameters=params)
+    fn.__annotations__ = {**{k: v for k, v in fn.__annotations__.items() if k != "fault_opts"},
+                          **{p.name: Optional[str] for p in fault}}
+    return fn
+
+
 @app.command()
+@_with_fault_options
 def inject(
-    type: str = typer.Option(..., "--type", metavar="TYPE", help="nic-slow | cpu-contention | process-pause | gpu-clock-cap | gpu-power-cap | gc-storm | io-slow | mem-bw"),
+    type: str = typer.Option(..., "--type", metavar="TYPE", help=" | ".join(FAULT_TYPES)),
     node: str = typer.Option("local", "--node", metavar="BACKEND:NAME", help="local (this host), netns:NAME (a network namespace) or docker:CONTAINER; ssh nodes: their inventory names with --inventory; a bare NAME is refused"),
-    target: Optional[str] = typer.Option(None, "--target", metavar="TARGET", help="nic-slow: interface (default: the node's only one); cpu-contention: PIDs 1,2; process-pause: PID"),
+    target: Optional[str] = typer.Option(None, "--target", metavar="TARGET", help="; ".join(f"{t}: {c.target_help}" for t, c in FAULT_TYPES.items() if c.target_help)),
     duration: str = typer.Option("30s", "--duration", metavar="DURATION", help="how long the fault lasts, with a unit: 30s, 500ms, 2m"),
-    rate: Optional[str] = typer.Option(None, "--rate", metavar="RATE", help="nic-slow: the cap, 50mbit (bits/s) or 6mb (bytes/s); one vocabulary for every rate option"),
-    cpu_fraction: Optional[str] = typer.Option(None, "--cpu-fraction", metavar="FRACTION", help="cpu-contention: fraction of one CPU left, in (0, 1]"),
-    pause: Optional[str] = typer.Option(None, "--pause", metavar="DURATION", help="process-pause: stop time per period, e.g. 200ms"),
-    period: Optional[str] = typer.Option(None, "--period", metavar="DURATION", help="process-pause: period, e.g. 1s"),
-    delay: Optional[str] = typer.Option(None, "--delay", metavar="DURATION", help="nic-slow: added latency (netem), e.g. 20ms"),
-    jitter: Optional[str] = typer.Option(None, "--jitter", metavar="DURATION", help="nic-slow: latency jitter (netem), e.g. 5ms"),
-    loss: Optional[str] = typer.Option(None, "--loss", metavar="PERCENT", help="nic-slow: packet loss (netem), e.g. 1%"),
-    peer: Optional[str] = typer.Option(None, "--peer", metavar="IPV4", help="nic-slow: slow only traffic to/from this peer IPv4 address (a slow link)"),
-    mode: Optional[str] = typer.Option(None, "--mode", metavar="MODE", help="cpu-contention: quota (default) or stress"),
-    workers: Optional[str] = typer.Option(None, "--workers", metavar="N", help="cpu-contention --mode stress, mem-bw: number of busy workers"),
-    clock_mhz: Optional[str] = typer.Option(None, "--clock-mhz", metavar="MHZ", help="gpu-clock-cap: max SM clock in MHz, e.g. 900"),
-    power_w: Optional[str] = typer.Option(None, "--power-w", metavar="WATTS", help="gpu-power-cap: power limit in W, e.g. 200"),
-    gc_rate: Optional[str] = typer.Option(None, "--gc-rate", metavar="PER_S", help="gc-storm: full collections per second, e.g. 5"),
-    garbage_mb: Optional[str] = typer.Option(None, "--garbage-mb", metavar="MB", help="gc-storm: MB of cyclic garbage per collection, e.g. 50"),
-    path: Optional[str] = typer.Option(None, "--path", metavar="PATH", help="io-slow: a path on the block device to throttle"),
-    read_bps: Optional[str] = typer.Option(None, "--read-bps", metavar="RATE", help="io-slow: read cap in bytes/s, e.g. 10mb (10 MB/s), 512kb, 1mib"),
-    write_bps: Optional[str] = typer.Option(None, "--write-bps", metavar="RATE", help="io-slow: write cap in bytes/s, e.g. 10mb"),
-    read_iops: Optional[str] = typer.Option(None, "--read-iops", metavar="IOPS", help="io-slow: read cap in IO/s"),
-    write_iops: Optional[str] = typer.Option(None, "--write-iops", metavar="IOPS", help="io-slow: write cap in IO/s"),
     force: bool = typer.Option(False, "--force", help="inject even over state faultlab did not create (it is recorded and restored after)"),
     grace: str = typer.Option("10s", "--grace", metavar="DURATION", help="the on-node watchdog reverts at duration + grace if faultlab is gone"),
     detach: bool = typer.Option(False, "--detach", help="return once the fault is verified; the lease's watchdog reverts it at the deadline"),
@@ -90,23 +104,17 @@ def inject(
     inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="inventory YAML of ssh nodes; --node names them (a,b,c) or --nodes selects by label"),
     nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: every node whose labels match, e.g. rack=3"),
     accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", help="ssh: pin the host key of a node not yet in known_hosts (a changed key is always refused)"),
+    **fault_opts: Optional[str],
 ):
     """Inject one fail-slow fault on a node; stays in the foreground and reverts at the
     end, on Ctrl-C or SIGTERM (and the on-node lease reverts it if faultlab is killed)."""
-    from faultlab import injectors
     from faultlab.nodes import resolve_node
-    from faultlab.units import parse_duration
 
     try:
         injectors.check_type(type)
         duration_s = parse_duration(duration, "--duration")
         grace_s = parse_duration(grace, "--grace", allow_zero=True)
-        opts = {
-            "--rate": rate, "--cpu-fraction": cpu_fraction, "--pause": pause, "--period": period, "--delay": delay,
-            "--jitter": jitter, "--loss": loss, "--peer": peer, "--mode": mode, "--workers": workers,
-            "--clock-mhz": clock_mhz, "--power-w": power_w, "--gc-rate": gc_rate, "--garbage-mb": garbage_mb,
-            "--path": path, "--read-bps": read_bps, "--write-bps": write_bps, "--read-iops": read_iops, "--write-iops": write_iops,
-        }
+        opts = {option: fault_opts.get(_param_ident(option)) for option in params_by_option()}
         if inventory is not None or nodes_sel or "," in node:  # fan-out (issue 12): faultlab.nodes.cli
             from faultlab.nodes.cli import inject_fanout
 

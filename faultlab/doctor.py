@@ -11,30 +11,15 @@ from __future__ import annotations
 import sys
 
 from faultlab.errors import NodeError
+from faultlab.injectors import FAULT_TYPES, cgroups
+from faultlab.injectors.probedev import probe_ifb
 from faultlab.nodes import Node
-
-
-def gc_storm_why(facts: dict) -> str:
-    """How gc-storm reaches a rank here, in words: only through the in-workload agent
-    (``faultlab.benchmarks.agent``, started with the workload). Starting the agent in
-    a running interpreter through ``sys.remote_exec`` is not built
-    (``injectors.gc.remote_exec_support`` says why for this node's Python), so it is
-    never reported as available. ``facts``: the node's ``python`` and
-    ``sys_remote_exec`` (from ``_python_facts``)."""
-    from faultlab.injectors.gc import remote_exec_support
-
-    why_not = remote_exec_support(facts.get("python")) if facts.get("sys_remote_exec") else (
-        f"sys.remote_exec needs Python >= 3.14 in the target (this is {facts.get('python')})")
-    if why_not is None:
-        return "through the in-workload agent (faultlab.benchmarks.agent), or started in a running rank through sys.remote_exec"
-    return f"through the in-workload agent (faultlab.benchmarks.agent) only; a rank without it: {why_not}"
 
 
 def _try_qdiscs(node: Node) -> dict[str, str | None]:
     """Try tbf, htb, netem and an ingress redirect on a throw-away probe device
     (``faultlab.injectors.probedev``: under its own lease, deleted at once).
     Returns kind -> None (works) or the error line."""
-    from faultlab.injectors.probedev import probe_ifb
 
     out: dict[str, str | None] = {}
     try:
@@ -58,7 +43,6 @@ def _try_qdiscs(node: Node) -> dict[str, str | None]:
 
 def _cgroup_facts(node: Node, controller: str) -> tuple[object, str | None, bool]:
     """(hierarchy or None, where faults of ``controller`` nest, writable there)."""
-    from faultlab.injectors import cgroups
 
     h = cgroups.find_hierarchy(node, controller)
     if h is None:
@@ -77,7 +61,7 @@ def _python_facts(node: Node) -> dict:
     with there (``sys.executable``, faultlab.benchmarks.launch)."""
     if not getattr(node, "remote", False):
         try:
-            import pynvml  # noqa: F401  (nvidia-ml-py)
+            import pynvml  # noqa: F401  (nvidia-ml-py: optional, only whether it is there is asked)
 
             nvml = True
         except ImportError:
@@ -95,10 +79,27 @@ def _python_facts(node: Node) -> dict:
 
 def diagnose(node: Node) -> dict:
     """Check ``node`` (any backend: local, netns, docker, ssh); returns ``{"node",
-    "facts": {...}, "types": {type: {"ok": bool, "why": str}}}``. Never raises for a
-    missing tool or privilege: that is a finding. Raises NodeError when the node
-    cannot be reached at all (an ssh node unreachable, its host key refused, sudo
-    refused)."""
+    "facts": {...}, "types": {row: {"ok": bool, "why": str}}}``, one row or more per
+    registered fault type (its ``support``). Never raises for a missing tool or
+    privilege: that is a finding. Raises NodeError when the node cannot be reached at
+    all (an ssh node unreachable, its host key refused, sudo refused)."""
+    facts, checks = node_facts(node)
+    t: dict[str, dict] = {}
+    for cls in FAULT_TYPES.values():
+        for name, (ok, why) in cls.support(checks).items():
+            t[name] = {"ok": bool(ok), "why": why}
+    return {"node": node.describe(), "facts": facts, "types": t}
+
+
+def node_facts(node: Node) -> tuple[dict, dict]:
+    """(the facts the report shows, the facts each fault type's ``support`` reads).
+
+    The second holds the first and: ``root`` (CAP_NET_ADMIN), ``tc``, ``ip``,
+    ``qdiscs`` (kind -> None when it works, else the error line), ``cgroup_cpu`` /
+    ``cgroup_io`` (``vN at PATH`` or None), ``cgroup_cpu_at`` / ``cgroup_io_at`` (where
+    faults nest), ``cgroup_cpu_writable`` / ``cgroup_io_writable``, ``nvidia_smi``,
+    ``python`` (of the ranks; None with ``python_error``), ``nvml``,
+    ``sys_remote_exec``."""
     facts: dict = {"node": node.describe(), "backend": node.kind}
     if hasattr(node, "check_access"):
         facts["access"] = node.check_access()  # ssh: connects (pinned key) and checks sudo -n
@@ -106,44 +107,13 @@ def diagnose(node: Node) -> dict:
     facts["cap_net_admin"] = root
     facts["tc"] = node.has_program("tc")
     facts["ip"] = node.has_program("ip")
-    q = _try_qdiscs(node) if (root and facts["tc"] and facts["ip"]) else {}
-    facts["qdiscs"] = q
+    facts["qdiscs"] = _try_qdiscs(node) if (root and facts["tc"] and facts["ip"]) else {}
     cpu, cpu_at, cpu_w = _cgroup_facts(node, "cpu")
     blk, blk_at, blk_w = _cgroup_facts(node, "blkio")
     facts["cgroup_cpu"] = f"v{cpu.version} at {cpu_at}" if cpu else None
     facts["cgroup_io"] = f"v{blk.version} at {blk_at}" if blk else None
-    smi = node.has_program("nvidia-smi")
-    facts["nvidia_smi"] = smi
+    facts["nvidia_smi"] = node.has_program("nvidia-smi")
     facts.update(_python_facts(node))
-    gc_why = gc_storm_why(facts)
-    if facts["python"] is None:
-        gc_why = f"no Python for the ranks: {facts['python_error']}"
-
-    t: dict[str, dict] = {}
-
-    def put(name, ok, why):
-        t[name] = {"ok": bool(ok), "why": why}
-
-    if not root:
-        net_why = "no CAP_NET_ADMIN: run as root"
-    elif not facts["tc"]:
-        net_why = "tc not found: apt-get install iproute2"
-    elif q.get("tbf") or q.get("ifb"):
-        net_why = f"tbf/ifb failed: {q.get('tbf') or q.get('ifb')}"
-    else:
-        net_why = "tc tbf + ifb work (rate caps both ways; --peer via htb " + ("works)" if q.get("htb") is None else f"fails: {q['htb']})")
-    put("nic-slow", root and facts["tc"] and not q.get("tbf") and not q.get("ifb"), net_why)
-    put("nic-slow --delay/--loss", root and q.get("netem") is None and "netem" in q,
-        "netem works" if q.get("netem") is None and "netem" in q else f"no netem: {q.get('netem', 'not checked: ' + net_why)}")
-    put("cpu-contention", cpu is not None and cpu_w, f"cpu controller {facts['cgroup_cpu']}" if cpu and cpu_w else (
-        "no usable cpu cgroup controller" if not cpu else f"cannot write {cpu_at or 'the cpu cgroup'}: needs root (or sudo) and a writable cgroup"))
-    put("cpu-contention --mode stress", True, "busy workers pinned with sched_setaffinity: no privileges needed")
-    put("process-pause", True, "SIGSTOP/SIGCONT: root, or the target's own user")
-    put("io-slow", blk is not None and blk_w, f"io controller {facts['cgroup_io']}" if blk and blk_w else (
-        "no usable blkio/io cgroup controller" if not blk else f"cannot write {blk_at or 'the io cgroup'}: needs root (or sudo) and a writable cgroup"))
-    put("mem-bw", True, "memory streaming workers: no privileges needed")
-    gpu_ok = bool(smi) and root
-    put("gpu-clock-cap", gpu_ok, "nvidia-smi found" if gpu_ok else ("nvidia-smi not found (no NVIDIA driver)" if not smi else "needs root"))
-    put("gpu-power-cap", gpu_ok, t["gpu-clock-cap"]["why"])
-    put("gc-storm", facts["python"] is not None, gc_why)
-    return {"node": node.describe(), "facts": facts, "types": t}
+    checks = {**facts, "root": root, "cgroup_cpu_at": cpu_at, "cgroup_cpu_writable": bool(cpu_w),
+              "cgroup_io_at": blk_at, "cgroup_io_writable": bool(blk_w), "python_error": facts.get("python_error")}
+    return facts, checks

@@ -28,7 +28,7 @@ from rich.console import Console
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.evidence import verify_text
 from faultlab.rundir import RunDir
-from faultlab.scenario import RANK_TYPES, RUN_ID_MAX, FaultSpec, Scenario, check_run_name
+from faultlab.scenario import RUN_ID_MAX, FaultSpec, Scenario, check_run_name, rank_types
 
 if TYPE_CHECKING:
     from faultlab.injectors.lease import Lease
@@ -425,7 +425,7 @@ def build_injector(spec: FaultSpec, nodes, ranks, testbed, injectors):
     from faultlab.nodes import LocalNode
 
     opts = spec.options()
-    if spec.type in RANK_TYPES:
+    if spec.type in rank_types():
         r = ranks[spec.rank]
         inj = injectors.build(spec.type, r.node, target=str(r.pid), duration_s=spec.duration, opts=opts)
         if hasattr(inj, "label"):
@@ -458,7 +458,7 @@ def _start(d: _Due, nodes, ranks, testbed, rd: RunDir, res: RunResult, con: Cons
     rd.event("inject", fault_id=a.fault_id, index=d.index, type=inj.type, node=inj.node.name, target=a.plan.target,
              params=inj.params, severity=inj.severity, start_ts=a.start_ts, verify=a.evidence.get("verify"))
     v = a.evidence.get("verify", {})
-    con.print(f"  +{a.start_ts - t0:5.1f}s inject {inj.type} on {inj.node.name} ({a.plan.target}); {verify_text(v)}", markup=False)
+    con.print(f"  +{a.start_ts - t0:5.1f}s inject {inj.type} on {inj.node.name} ({a.plan.target}); {verify_text(v, inj)}", markup=False)
     if not v.get("ok") and not allow_unverified:
         _unverified(d, rd, res, con, t0)
 
@@ -478,7 +478,7 @@ def _unverified(d: _Due, rd: RunDir, res: RunResult, con: Console, t0: float) ->
     rd.event("revert", fault_id=a.fault_id, status=a.status, end_ts=a.end_ts, row=row)
     end = "reverted at once" if a.status == "unverified" else f"revert: {status}: left {'; '.join(a.evidence.get('left_behind') or ['?'])}"
     msg = (f"faults[{d.index}] {d.spec.type} on {a.injector.node.name} ({a.plan.target}) was not in force: "
-           f"{verify_text(a.evidence.get('verify'))}; {end} (--allow-unverified keeps such a fault)")
+           f"{verify_text(a.evidence.get('verify'), a.injector)}; {end} (--allow-unverified keeps such a fault)")
     res.failed_faults.append(msg)
     con.print(f"  +{a.end_ts - t0:5.1f}s NOT IN FORCE: {msg}", markup=False)
 

@@ -46,20 +46,24 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from faultlab import injectors
 from faultlab.errors import BadInput, pydantic_fix
+from faultlab.injectors import FAULT_TYPES
+from faultlab.injectors.registry import option_help, params_by_option
+from faultlab.nodes import LocalNode
 from faultlab.units import parse_duration
+from faultlab.yamlsafe import DuplicateKey, load as load_yaml
 
-# scenario parameter name -> CLI option of faultlab.injectors.build
-PARAM_OPTIONS = {
-    "rate": "--rate", "delay": "--delay", "jitter": "--jitter", "loss": "--loss", "peer": "--peer",
-    "cpu_fraction": "--cpu-fraction", "mode": "--mode", "workers": "--workers",
-    "pause": "--pause", "period": "--period",
-    "clock_mhz": "--clock-mhz", "power_w": "--power-w",
-    "gc_rate": "--gc-rate", "garbage_mb": "--garbage-mb",
-    "path": "--path", "read_bps": "--read-bps", "write_bps": "--write-bps", "read_iops": "--read-iops", "write_iops": "--write-iops",
-}
-# fault types whose target is a rank's processes (the others target a node)
-RANK_TYPES = {"cpu-contention", "process-pause", "gc-storm", "io-slow", "mem-bw"}
+
+def param_options() -> dict[str, str]:
+    """Scenario parameter name -> CLI option of ``faultlab.injectors.build``, over every
+    registered fault type (each declares its parameters once: ``Injector.PARAMS``)."""
+    return {p.name: p.option for cls in FAULT_TYPES.values() for p in cls.PARAMS}
+
+
+def rank_types() -> set[str]:
+    """The fault types whose target is a rank's processes (the others target a node)."""
+    return {name for name, cls in FAULT_TYPES.items() if cls.targets == "rank"}
 
 
 #: the longest scenario name (a run id adds ``-YYYYmmdd-HHMMSS-XXXX``, 21 characters)
@@ -209,8 +213,6 @@ class FaultSpec(_Strict):
     @field_validator("type")
     @classmethod
     def _type(cls, v):
-        from faultlab.injectors import FAULT_TYPES
-
         if v not in FAULT_TYPES:
             raise ValueError(f"unknown fault type {v!r} (use one of {', '.join(FAULT_TYPES)})")
         return v
@@ -218,16 +220,17 @@ class FaultSpec(_Strict):
     @field_validator("params")
     @classmethod
     def _params(cls, v):
-        bad = [k for k in v if k not in PARAM_OPTIONS]
+        known = param_options()
+        bad = [k for k in v if k not in known]
         if bad:
-            raise ValueError(f"unknown parameter {bad[0]!r} (known: {', '.join(PARAM_OPTIONS)})")
+            raise ValueError(f"unknown parameter {bad[0]!r} (known: {', '.join(known)})")
         return v
 
     @model_validator(mode="after")
     def _check(self):
         if (self.at is None) == (self.at_step is None):
             raise ValueError("give exactly one of at (e.g. 15s) or at_step")
-        if self.type in RANK_TYPES:
+        if self.type in rank_types():
             if self.rank is None:
                 raise ValueError(f"{self.type} targets a rank's processes: give rank")
         elif self.node is None and self.rank is None:
@@ -236,7 +239,8 @@ class FaultSpec(_Strict):
 
     def options(self) -> dict[str, str]:
         """Parameters as CLI options for ``faultlab.injectors.build``."""
-        return {PARAM_OPTIONS[k]: str(v) for k, v in self.params.items()}
+        known = param_options()
+        return {known[k]: str(v) for k, v in self.params.items()}
 
     def occurrences(self) -> list[tuple[float | None, int | None]]:
         """(at seconds or None, at_step or None) of every repetition."""
@@ -301,15 +305,12 @@ class _FieldError(ValueError):
 def _check_params(f: FaultSpec, i: int) -> None:
     """Parse the parameters as the injector will (units, ranges), on a stand-in node:
     nothing is probed or applied."""
-    from faultlab import injectors
-    from faultlab.nodes import LocalNode
-
-    placeholder = "999999" if f.type in RANK_TYPES else None  # parsed, never probed
+    placeholder = "999999" if f.type in rank_types() else None  # parsed, never probed
     try:
         injectors.build(f.type, LocalNode("validate"), target=placeholder, duration_s=f.duration, opts=f.options())
     except BadInput as e:
         opt = e.field or ""
-        param = next((k for k, o in PARAM_OPTIONS.items() if o == opt), None)
+        param = next((k for k, o in param_options().items() if o == opt), None)
         raise _FieldError(("faults", i, "params", param) if param else ("faults", i, "params"), scenario_words(str(e).split(": ", 1)[-1])) from None
 
 
@@ -321,7 +322,7 @@ def scenario_words(msg: str) -> str:
     """An injector's message with its CLI flags in the scenario file's words:
     ``--pause 200ms`` -> ``pause: 200ms``, ``--rate`` -> ``params.rate``,
     ``--duration`` -> ``duration`` (flags that are no scenario field stay as they are)."""
-    fields = {o: k for k, o in PARAM_OPTIONS.items()}
+    fields = {o: k for k, o in param_options().items()}
 
     def value(m: re.Match) -> str:
         key = fields.get(f"--{m[1]}") or ("duration" if m[1] == "duration" else None)
@@ -392,12 +393,11 @@ class Campaign(_Strict):
     @field_validator("types")
     @classmethod
     def _types(cls, v):
-        from faultlab.injectors import FAULT_TYPES
-
+        known = param_options()
         for k, d in v.items():
             if k not in FAULT_TYPES:
                 raise ValueError(f"unknown fault type {k!r} (use one of {', '.join(FAULT_TYPES)})")
-            bad = [p for p in d.params if p not in PARAM_OPTIONS]
+            bad = [p for p in d.params if p not in known]
             if bad:
                 raise ValueError(f"{k}: unknown parameter {bad[0]!r}")
         return v
@@ -425,7 +425,7 @@ class Campaign(_Strict):
                 if self.base.workload.duration is not None and at + dur > self.base.workload.duration:
                     continue
                 spec: dict = {"type": t, "at": f"{at}s", "duration": f"{dur}s"}
-                if t in RANK_TYPES:
+                if t in rank_types():
                     spec["rank"] = rng.randrange(n_nodes)
                     key = (t, spec["rank"])
                 else:
@@ -467,8 +467,6 @@ def _draw(rng: random.Random, d):
         if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
             v = rng.uniform(lo, hi)
             return round(v, 3) if isinstance(lo, float) or isinstance(hi, float) else int(round(v))
-        import re
-
         m0, m1 = re.fullmatch(r"([\d.]+)(\D+)", str(lo)), re.fullmatch(r"([\d.]+)(\D+)", str(hi))
         if m0 and m1 and m0.group(2) == m1.group(2):
             # 3 significant digits, never in exponent notation (2860ms, not 2.86e+03ms)
@@ -525,8 +523,6 @@ def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto
         raise BadInput(f"cannot read {p}: {e.strerror}", field="SCENARIO", fix="give the path of a YAML file") from None
     except UnicodeDecodeError as e:
         raise BadInput(f"{p} is not UTF-8 text (byte {e.start})", field="SCENARIO", fix="give a YAML file saved as UTF-8") from None
-    from faultlab.yamlsafe import DuplicateKey, load as load_yaml
-
     try:
         root = yaml.compose(text)
         data = load_yaml(text)
@@ -565,5 +561,30 @@ def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto
 
 
 def schema(kind: Literal["scenario", "campaign"] = "scenario") -> dict:
-    """The JSON Schema of a scenario (or campaign) file."""
-    return (Campaign if kind == "campaign" else Scenario).model_json_schema()
+    """The JSON Schema of a scenario (or campaign) file, with the fault types and
+    their parameters of the registry (``FAULT_TYPES``, each type's ``PARAMS``)."""
+    out = (Campaign if kind == "campaign" else Scenario).model_json_schema()
+    defs = out.get("$defs", {})
+    if "FaultSpec" in defs:
+        _fault_spec_schema(defs["FaultSpec"])
+    if "FaultDraw" in defs:
+        defs["FaultDraw"]["properties"]["params"]["propertyNames"] = {"enum": list(param_options())}
+    if kind == "campaign":
+        out["properties"]["types"]["propertyNames"] = {"enum": list(FAULT_TYPES)}
+    return out
+
+
+def _fault_spec_schema(spec: dict) -> None:
+    """Fill a fault's schema from the registry: ``type`` is one of the registered
+    names, ``params`` holds the parameters of that type (one ``if``/``then`` per type)
+    with their own schema (``Param.json_schema``)."""
+    spec["properties"]["type"]["enum"] = list(FAULT_TYPES)
+    params = {entries[0][1].name: {**entries[0][1].json_schema(), "description": option_help(entries)}
+              for entries in params_by_option().values()}
+    spec["properties"]["params"] = {"type": "object", "properties": params, "additionalProperties": False,
+                                    "description": "the fault type's parameters, written as the CLI takes them (rate: 50mbit)"}
+    spec["allOf"] = [{
+        "if": {"properties": {"type": {"const": name}}, "required": ["type"]},
+        "then": {"properties": {"params": {"propertyNames": {"enum": [p.name for p in cls.PARAMS]}}},
+                 **({"required": ["rank"]} if cls.targets == "rank" else {})},
+    } for name, cls in FAULT_TYPES.items()]

@@ -1,55 +1,47 @@
-"""Fault injectors, one module per fault family, and the fault lifecycle.
+"""Fault injectors, one module per fault type, and the fault lifecycle.
 
-``FAULT_TYPES`` maps the CLI ``--type`` name to its injector class; ``build`` turns CLI
-style options (strings with units) into an injector, raising BadInput naming the field.
+Every module of this package is imported here, so each fault type module registers
+itself (``@register``, ``faultlab.injectors.registry``) without being listed: adding a
+fault type is adding its module. ``FAULT_TYPES`` maps the CLI ``--type`` name to its
+injector class; ``build`` turns CLI style options (strings with units) into an
+injector, raising BadInput naming the field.
 """
 
 from __future__ import annotations
 
-import os
+import importlib
+import pkgutil
 
 from faultlab.errors import BadInput
 from faultlab.nodes import Node
 from faultlab.injectors.base import ActiveFault, Cmd, HandOver, Hooks, Injector, Interrupted, Plan, apply
-from faultlab.injectors.cpu import CpuContention
-from faultlab.injectors.gc import GcStorm
-from faultlab.injectors.gpu import GpuClockCap, GpuPowerCap
+from faultlab.injectors.params import Param, parse_pids
+from faultlab.injectors.registry import FAULT_TYPES, register
+
+# the built-in types by name, for importers (this order is FAULT_TYPES' order); any
+# other module of the package registers when _import_all loads it
 from faultlab.injectors.nic import NicSlow
+from faultlab.injectors.cpu import CpuContention
 from faultlab.injectors.pause import ProcessPause
 from faultlab.injectors.io import IoSlow
-from faultlab.injectors.stress import CpuStress, MemBw
-
-FAULT_TYPES: dict[str, type[Injector]] = {
-    NicSlow.type: NicSlow,
-    CpuContention.type: CpuContention,
-    ProcessPause.type: ProcessPause,
-    IoSlow.type: IoSlow,
-    MemBw.type: MemBw,
-    GcStorm.type: GcStorm,
-    GpuClockCap.type: GpuClockCap,
-    GpuPowerCap.type: GpuPowerCap,
-}
+from faultlab.injectors.mem_bw import MemBw
+from faultlab.injectors.gc import GcStorm
+from faultlab.injectors.gpu_clock import GpuClockCap
+from faultlab.injectors.gpu_power import GpuPowerCap
+from faultlab.injectors.cpu_stress import CpuStress
 
 # Types of DESIGN.md not built yet: refused with a clear message, never silently ignored.
 PLANNED_TYPES: tuple[str, ...] = ()
 
 
-def parse_pids(text: str | None, field: str = "--target") -> list[int]:
-    """``"123,456"`` -> [123, 456]. Raises BadInput."""
-    if not text:
-        raise BadInput("missing", field=field, fix="give the target PIDs, e.g. --target 1234,5678")
-    out = []
-    for tok in str(text).replace("pid:", "").split(","):
-        tok = tok.strip()
-        if not (tok.isascii() and tok.isdigit()) or int(tok) <= 0 or len(tok) > 10:
-            raise BadInput(f"{tok!r} is not a PID", field=field, fix="give positive integers, e.g. --target 1234,5678")
-        pid = int(tok)
-        if pid == 1:
-            raise BadInput("PID 1 is the init process: slowing it slows the whole machine", field=field, fix="give the PID of a rank or workload process")
-        if pid == os.getpid():
-            raise BadInput(f"{pid} is faultlab itself", field=field, fix="give the PID of a rank or workload process")
-        out.append(pid)
-    return out
+def _import_all() -> None:
+    """Import every module of this package (sorted by name): fault type modules
+    register themselves as they load."""
+    for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        importlib.import_module(f"{__name__}.{m.name}")
+
+
+_import_all()
 
 
 def build(fault_type: str, node: Node, *, target: str | None, duration_s: float, opts: dict | None = None,
@@ -78,11 +70,6 @@ def check_type(fault_type: str) -> type:
     return FAULT_TYPES[fault_type]
 
 
-def require(opts: dict, name: str, fault_type: str) -> str:
-    """The value of option ``name`` or BadInput naming it."""
-    if opts.get(name) is None:
-        raise BadInput(f"missing for {fault_type}", field=name, fix="see faultlab inject --help")
-    return opts[name]
-
-
-__all__ = ["ActiveFault", "Cmd", "HandOver", "Hooks", "Interrupted", "Injector", "Plan", "apply", "build", "FAULT_TYPES", "NicSlow", "CpuContention", "ProcessPause", "IoSlow", "CpuStress", "MemBw", "GcStorm", "GpuClockCap", "GpuPowerCap"]
+__all__ = ["ActiveFault", "Cmd", "HandOver", "Hooks", "Interrupted", "Injector", "Param", "Plan", "apply", "build", "check_type",
+           "parse_pids", "register", "FAULT_TYPES", "PLANNED_TYPES", "NicSlow", "CpuContention", "ProcessPause", "IoSlow",
+           "CpuStress", "MemBw", "GcStorm", "GpuClockCap", "GpuPowerCap"]

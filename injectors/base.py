@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 
 from faultlab.errors import FaultlabError, NodeError
 from faultlab.nodes import Node
+from faultlab.injectors.params import Param
 
 
 class Interrupted(BaseException):
@@ -130,15 +131,56 @@ def new_fault_id(fault_type: str) -> str:
 class Injector(ABC):
     """One fail-slow fault on one node. Subclasses set ``type`` and implement
     ``probe``, ``plan``, ``verify`` and ``reverted``; they keep their parameters as
-    attributes with explicit units."""
+    attributes with explicit units.
+
+    A fault type also declares, once, what the rest of faultlab reads from it:
+    ``PARAMS`` (its parameters: the CLI's options and the scenario's ``params``),
+    ``targets`` (``node`` or ``rank``) and ``target_help``, ``color`` (the report's),
+    ``support`` (``faultlab doctor``'s rows) and ``verify_sentence`` (its verify
+    evidence in words). ``registry.register`` lists it in ``FAULT_TYPES``."""
 
     type: ClassVar[str]
-    #: CLI options (as typed, e.g. ``"--rate"``) this fault type takes
+    #: the parameters this type takes, each written once
+    PARAMS: ClassVar[tuple[Param, ...]] = ()
+    #: CLI options (as typed, e.g. ``"--rate"``) this fault type takes, from PARAMS
     options: ClassVar[frozenset[str]] = frozenset()
+    #: what it hits: ``node`` (the node itself: a NIC, a GPU) or ``rank`` (a rank's processes)
+    targets: ClassVar[str] = "node"
+    #: what ``--target`` names for this type, in a few words
+    target_help: ClassVar[str] = ""
+    #: its colour in the report's plots and legends
+    color: ClassVar[str] = "#999999"
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if "PARAMS" in cls.__dict__:
+            cls.options = frozenset(p.option for p in cls.PARAMS)
 
     def __init__(self, node: Node, fault_id: str | None = None):
         self.node = node
         self.fault_id = fault_id or new_fault_id(self.type)
+
+    @classmethod
+    def param(cls, name: str) -> Param:
+        """The declared parameter ``name`` (KeyError when the type has none)."""
+        for p in cls.PARAMS:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    @classmethod
+    def support(cls, node: dict) -> dict[str, tuple[bool, str]]:
+        """``faultlab doctor``'s rows for this type on a node: row name (the type,
+        or the type and an option, e.g. ``nic-slow --delay/--loss``) -> (supported,
+        why in a few words). ``node``: the facts ``faultlab.doctor.node_facts``
+        gathered (root, tc, qdiscs, cgroups, nvidia-smi, Python of the ranks)."""
+        raise NotImplementedError(f"{cls.type} declares no support check")
+
+    @classmethod
+    def verify_sentence(cls, evidence: dict) -> str:
+        """What ``verify()``'s ``evidence`` compared, in one line (the measured
+        quantity, its value and its bound), without ``verified:``."""
+        raise NotImplementedError(f"{cls.type} declares no verify sentence")
 
     @classmethod
     def from_options(cls, node: Node, *, target: str | None, duration_s: float, opts: dict, fault_id: str | None = None, force: bool = False) -> "Injector":

@@ -25,7 +25,9 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from faultlab.errors import BadInput, Refused
 from faultlab.nodes import Node
+from faultlab.injectors.base import write_cmd
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,6 @@ def clean_home(home: str, what: str = "--target") -> str:
     absolute path: starts with ``/``, no ``.``/``..``/empty component, no control
     character, not a removed cgroup (`` (deleted)``). Raises Refused otherwise (a
     process outside our cgroup namespace shows ``/../x``)."""
-    from faultlab.errors import Refused
 
     parts = home.split("/")
     bad = (not home.startswith("/") or home.endswith(" (deleted)") or any(c in home for c in "\0\n\r\t")
@@ -112,7 +113,6 @@ def child_path(h: Hierarchy, home: str, name: str) -> str:
     """Absolute path of faultlab cgroup ``name`` (``faultlab-<fault_id>``) inside
     ``home``; Refused when ``home`` is not clean (see :func:`clean_home`) or the result
     would leave the mount; ValueError for a name that is not faultlab's."""
-    from faultlab.errors import Refused
 
     if not FAULT_CGROUP.match(name):
         raise ValueError(f"{name!r} is not a faultlab cgroup name")
@@ -130,7 +130,6 @@ def v2_enable_needed(node: Node, h: Hierarchy, home: str, pids: list[int]) -> bo
     from the no-internal-process rule) or when already enabled. Raises Refused when
     ``home`` lacks the controller (its parent does not delegate it) or holds processes
     that are not ``pids`` (the kernel would refuse to enable it: EBUSY)."""
-    from faultlab.errors import Refused
 
     if h.version != 2 or home.strip("/") == "":
         return False
@@ -161,7 +160,6 @@ def placement(node: Node, h: Hierarchy, pids: list[int], fault_id: str, what: st
     Raises BadInput for a missing process, Refused for a target already under a
     faultlab cgroup, targets in different cgroups, or a home that cannot be nested
     under (see :func:`clean_home`, :func:`v2_enable_needed`)."""
-    from faultlab.errors import Refused
 
     orig = targets_home(node, pids, h, what)
     homes = sorted(set(orig.values()))
@@ -178,7 +176,6 @@ def subtree_cmds(h: Hierarchy, home: str, enable: bool):
     lists of Cmd (both empty unless ``enable``). Inject runs after the targets moved
     out of ``home``; revert runs before they move back (``home`` may hold processes
     again only once the controller is off)."""
-    from faultlab.injectors.base import write_cmd
 
     if not enable:
         return [], []
@@ -190,6 +187,28 @@ def subtree_cmds(h: Hierarchy, home: str, enable: bool):
 #: the controller a faultlab cgroup's fault enabled in its parent (v2), by fault-id prefix
 #: (``faultlab-cpu-…``: cpu-contention, ``faultlab-io-…``: io-slow)
 ORPHAN_CONTROLLER = {"cpu": "cpu", "io": "io"}
+
+# A PID goes back home ($3) only while it is in faultlab's cgroup ($2): never a reused
+# PID, never a process a later fault has moved.
+BACK_SH = 'grep -qx "$1" "$2" 2>/dev/null && printf "%s\\n" "$1" > "$3"; exit 0'
+
+# Move every process still in the faultlab cgroup ($1/cgroup.procs) back to the
+# cgroup the targets came from ($2), or to the hierarchy's root ($3) should that one
+# be gone. Only processes inside faultlab's own cgroup are ever moved: a stale revert
+# (a watchdog firing late) or a reused PID cannot touch anything else. It sweeps again
+# until the cgroup is empty (at most 200 rounds, ~2 s): a target that forks while it
+# is being moved leaves a child born inside faultlab's cgroup after the list was read,
+# and one pass would leave that child throttled and the cgroup busy (EBUSY on rmdir;
+# found by a lifecycle probe). Exit 0 when the cgroup is empty or gone, 1 when
+# processes are still in it.
+SWEEP_SH = ('i=0; while [ "$i" -lt 200 ]; do left=$(cat "$1" 2>/dev/null) || exit 0; [ -z "$left" ] && exit 0; '
+            'for p in $left; do printf "%s\\n" "$p" > "$2" 2>/dev/null || printf "%s\\n" "$p" > "$3" 2>/dev/null; done; '
+            'i=$((i+1)); [ "$i" -gt 5 ] && sleep 0.01; done; exit 1')
+# Remove the (swept) faultlab cgroup $1, retrying for ~2 s while the kernel still
+# counts an exiting task in it (EBUSY); exit 0 when it is gone.
+RMDIR_SH = ('i=0; while [ -d "$1" ]; do rmdir "$1" 2>/dev/null && exit 0; i=$((i+1)); '
+            '[ "$i" -ge 100 ] && exit 1; sleep 0.02; done; exit 0')
+
 
 # Recovery of an orphan v2 faultlab cgroup ($1 its parent, $2 the controller its fault
 # enabled there, $3 its own name) whose record and watchdog are gone: write -$2 to the
@@ -212,7 +231,6 @@ def orphan_revert_argv(cgroup_dir: str, controller: str | None) -> list[list[str
     watchdog): on v2, ``-controller`` back into its parent's subtree_control when
     faultlab wrote it (ORPHAN_DISABLE_SH; nothing on v1), then every process back to
     the parent (never the root: the targets' own limits keep applying) and rmdir."""
-    from faultlab.injectors.cpu import RMDIR_SH, SWEEP_SH
 
     d = PurePosixPath(cgroup_dir)
     home = str(d.parent / "cgroup.procs")
@@ -249,7 +267,6 @@ def targets_home(node: Node, pids: list[int], h: Hierarchy, what: str) -> dict[i
     """``{pid: cgroup path}`` of the target processes in hierarchy ``h``. Raises
     BadInput for a missing process and Refused for a process already under a
     faultlab cgroup (a second fault of the same kind, ``what``, on the same target)."""
-    from faultlab.errors import BadInput, Refused
 
     orig = {}
     for pid in pids:

@@ -29,27 +29,27 @@ import time
 
 from faultlab.errors import BadInput, Refused
 from faultlab.nodes import Node
+from faultlab.units import parse_fraction
 from faultlab.injectors import cgroups
 from faultlab.injectors.base import Cmd, Injector, Plan, write_cmd
+from faultlab.injectors.cgroups import RMDIR_SH, SWEEP_SH
+from faultlab.injectors.cpu_stress import CpuStress
+from faultlab.injectors.params import Param, parse_pids
+from faultlab.injectors.registry import register
+from faultlab.injectors.stress import WORKERS
 
-# Move every process still in the faultlab cgroup ($1/cgroup.procs) back to the
-# cgroup the targets came from ($2), or to the hierarchy's root ($3) should that one
-# be gone. Only processes inside faultlab's own cgroup are ever moved: a stale revert
-# (a watchdog firing late) or a reused PID cannot touch anything else. It sweeps again
-# until the cgroup is empty (at most 200 rounds, ~2 s): a target that forks while it
-# is being moved leaves a child born inside faultlab's cgroup after the list was read,
-# and one pass would leave that child throttled and the cgroup busy (EBUSY on rmdir;
-# found by H10's lifecycle probe D). Exit 0 when the cgroup is empty or gone, 1 when
-# processes are still in it.
-SWEEP_SH = ('i=0; while [ "$i" -lt 200 ]; do left=$(cat "$1" 2>/dev/null) || exit 0; [ -z "$left" ] && exit 0; '
-            'for p in $left; do printf "%s\\n" "$p" > "$2" 2>/dev/null || printf "%s\\n" "$p" > "$3" 2>/dev/null; done; '
-            'i=$((i+1)); [ "$i" -gt 5 ] && sleep 0.01; done; exit 1')
-# Remove the (swept) faultlab cgroup $1, retrying for ~2 s while the kernel still
-# counts an exiting task in it (EBUSY); exit 0 when it is gone.
-RMDIR_SH = ('i=0; while [ -d "$1" ]; do rmdir "$1" 2>/dev/null && exit 0; i=$((i+1)); '
-            '[ "$i" -ge 100 ] && exit 1; sleep 0.02; done; exit 0')
+MODES = ("quota", "stress")
 
 
+def parse_mode(text: str, field: str = "--mode") -> str:
+    """``quota`` or ``stress`` (any case, spaces around ignored). Raises BadInput."""
+    mode = str(text).strip().lower()
+    if mode not in MODES:
+        raise BadInput(f"unknown mode {text!r}", field=field, fix="use quota (a CPU quota on the targets) or stress (busy workers beside them)")
+    return mode
+
+
+@register
 class CpuContention(Injector):
     """Leave ``pids`` only ``cpu_fraction`` (0 < f <= 1) of one CPU, over a CFS period
     of ``period_s`` seconds. Raises BadInput for a missing PID or a bad fraction,
@@ -57,26 +57,44 @@ class CpuContention(Injector):
     usable."""
 
     type = "cpu-contention"
-    options = frozenset({"--cpu-fraction", "--mode", "--workers"})
+    PARAMS = (
+        Param("cpu_fraction", "fraction of one CPU left, in (0, 1]", "FRACTION", parse_fraction, bounds=(0, 1), open_low=True, kind="number"),
+        Param("mode", "quota (default: a CPU quota on the targets) or stress (busy workers beside them)", "MODE", parse_mode, default="quota"),
+        WORKERS,
+    )
+    targets = "rank"
+    target_help = "PIDs 1,2"
+    color = "#f3a712"
 
     @classmethod
     def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
         """``--mode quota`` (default): this class; ``--mode stress``: busy workers
-        beside the targets (faultlab.injectors.stress.CpuStress)."""
-        from faultlab.injectors import parse_pids, require
-        from faultlab.units import parse_fraction
-
-        mode = (opts.get("--mode") or "quota").strip().lower()
+        beside the targets (faultlab.injectors.cpu_stress.CpuStress)."""
+        mode = cls.param("mode").read(opts, cls.type)
         if mode == "stress":
-            from faultlab.injectors.stress import CpuStress
-
             return CpuStress.from_options(node, target=target, duration_s=duration_s, opts=opts, fault_id=fault_id, force=force)
-        if mode != "quota":
-            raise BadInput(f"unknown mode {opts.get('--mode')!r}", field="--mode", fix="use quota (a CPU quota on the targets) or stress (busy workers beside them)")
         if opts.get("--workers") is not None:
             raise BadInput("applies to --mode stress only", field="--workers", fix="add --mode stress, or drop --workers")
-        frac = parse_fraction(require(opts, "--cpu-fraction", cls.type), "--cpu-fraction")
+        frac = cls.param("cpu_fraction").read(opts, cls.type)
+        if frac is None:  # required in quota mode only
+            raise BadInput(f"missing for {cls.type}", field="--cpu-fraction", fix="see faultlab inject --help")
         return cls(node, parse_pids(target), frac, fault_id=fault_id)
+
+    @classmethod
+    def support(cls, node: dict) -> dict[str, tuple[bool, str]]:
+        ok = bool(node["cgroup_cpu"]) and node["cgroup_cpu_writable"]
+        why = f"cpu controller {node['cgroup_cpu']}" if ok else (
+            "no usable cpu cgroup controller" if not node["cgroup_cpu"] else
+            f"cannot write {node['cgroup_cpu_at'] or 'the cpu cgroup'}: needs root (or sudo) and a writable cgroup")
+        return {cls.type: (ok, why), **CpuStress.support(node)}
+
+    @classmethod
+    def verify_sentence(cls, evidence: dict) -> str:
+        if "cpu_stat" not in evidence:  # --mode stress: its workers' evidence
+            return CpuStress.verify_sentence(evidence)
+        st = evidence["cpu_stat"] or {}
+        return (f"{len(evidence.get('pids_in_cgroup') or [])} PID(s) in the fault's cgroup; its CPU quota throttled them in "
+                f"{st.get('nr_throttled', 0)} of {st.get('nr_periods', 0)} CFS periods (checked > 0)")
 
     def __init__(self, node: Node, pids: list[int], cpu_fraction: float, *, period_s: float = 0.01, fault_id: str | None = None, label: str | None = None):
         super().__init__(node, fault_id)

@@ -73,6 +73,8 @@ from faultlab import procid, safefs
 from faultlab.benchmarks import agent as agent_mod
 from faultlab.errors import BadInput, Refused
 from faultlab.injectors.base import Cmd, Injector, Plan
+from faultlab.injectors.params import Param, parse_pids
+from faultlab.injectors.registry import register
 from faultlab.nodes import Node
 
 HEARTBEAT_STALE_S = 10.0
@@ -200,6 +202,16 @@ def parse_number(value, field: str, hi: float, unit: str, example: str) -> float
     return f
 
 
+def parse_gc_rate(value, field: str = "--gc-rate") -> float:
+    """Full collections per second, in (0, MAX_RATE_PER_S]. Raises BadInput."""
+    return parse_number(value, field, agent_mod.MAX_RATE_PER_S, "collections per second", "5")
+
+
+def parse_garbage_mb(value, field: str = "--garbage-mb") -> float:
+    """MB of cyclic garbage per collection, in (0, MAX_GARBAGE_MB]. Raises BadInput."""
+    return parse_number(value, field, agent_mod.MAX_GARBAGE_MB, "MB of garbage per collection", "50")
+
+
 def remote_exec_support(target_python: str | None = None) -> str | None:
     """Why ``sys.remote_exec`` cannot start the agent in a target running
     ``target_python`` (``"3.14"``; None: unknown), in words. Today always a reason:
@@ -224,6 +236,7 @@ def target_python_version(node: Node, pid: int) -> str | None:
     return m.group(1) if m else None
 
 
+@register
 class GcStorm(Injector):
     """Stop-the-world GC bursts in the Python process ``pid`` (which must run the
     agent): ``rate_per_s`` bursts a second (collections/s, (0, 100]), each allocating
@@ -235,27 +248,54 @@ class GcStorm(Injector):
     a stale one) or already has a gc-storm."""
 
     type = "gc-storm"
-    options = frozenset({"--gc-rate", "--garbage-mb"})
+    PARAMS = (
+        Param("gc_rate", "full collections per second, e.g. 5", "PER_S", parse_gc_rate,
+              bounds=(0, agent_mod.MAX_RATE_PER_S), open_low=True, kind="number", required=True),
+        Param("garbage_mb", "MB of cyclic garbage per collection, e.g. 50", "MB", parse_garbage_mb,
+              bounds=(0, agent_mod.MAX_GARBAGE_MB), open_low=True, kind="number", required=True),
+    )
+    targets = "rank"
+    target_help = "PID (a rank running the in-workload agent)"
+    color = "#669bbc"
 
     @classmethod
     def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
         """``--target PID``, ``--gc-rate`` (collections/s), ``--garbage-mb`` (MB per
         collection), both plain numbers. ``force`` changes nothing: a gc-storm
-        touches no foreign state. Raises BadInput naming the field."""
-        from faultlab.injectors import parse_pids
-
-        rate = parse_number(opts.get("--gc-rate"), "--gc-rate", agent_mod.MAX_RATE_PER_S, "collections per second", "5")
-        mb = parse_number(opts.get("--garbage-mb"), "--garbage-mb", agent_mod.MAX_GARBAGE_MB, "MB of garbage per collection", "50")
+        touches no foreign state. Raises BadInput naming the field (a missing one
+        with its example)."""
+        rate, mb = (p.parse(opts.get(p.option), p.option) for p in cls.PARAMS)
         pids = parse_pids(target)
         if len(pids) != 1:
             raise BadInput("gc-storm takes one PID", field="--target", fix="give the PID of one rank")
         return cls(node, pids[0], rate, mb, duration_s, fault_id=fault_id)
 
+    @classmethod
+    def support(cls, node: dict) -> dict[str, tuple[bool, str]]:
+        """Supported where the ranks have a Python: through the in-workload agent
+        (``faultlab.benchmarks.agent``, started with the workload). Starting the agent
+        in a running interpreter through ``sys.remote_exec`` is not built
+        (``remote_exec_support`` says why for the node's Python), so it is never
+        reported as available."""
+        if node["python"] is None:
+            return {cls.type: (False, f"no Python for the ranks: {node['python_error']}")}
+        why_not = remote_exec_support(node["python"]) if node["sys_remote_exec"] else (
+            f"sys.remote_exec needs Python >= 3.14 in the target (this is {node['python']})")
+        if why_not is None:
+            return {cls.type: (True, "through the in-workload agent (faultlab.benchmarks.agent), or started in a running rank through sys.remote_exec")}
+        return {cls.type: (True, f"through the in-workload agent (faultlab.benchmarks.agent) only; a rank without it: {why_not}")}
+
+    @classmethod
+    def verify_sentence(cls, evidence: dict) -> str:
+        if "ack_s" in evidence:
+            return f"the in-workload agent reported a GC burst after {evidence['ack_s']}s"
+        return f"agent: {evidence['error']}"
+
     def __init__(self, node: Node, pid: int, rate_per_s: float, garbage_mb: float, duration_s: float, *,
                  fault_id: str | None = None, label: str | None = None, agent_dir: str | None = None):
         super().__init__(node, fault_id)
-        self.rate_per_s = parse_number(rate_per_s, "--gc-rate", agent_mod.MAX_RATE_PER_S, "collections per second", "5")
-        self.garbage_mb = parse_number(garbage_mb, "--garbage-mb", agent_mod.MAX_GARBAGE_MB, "MB of garbage per collection", "50")
+        self.rate_per_s = parse_gc_rate(rate_per_s)
+        self.garbage_mb = parse_garbage_mb(garbage_mb)
         if not (isinstance(duration_s, (int, float)) and math.isfinite(duration_s) and duration_s > 0):
             raise BadInput(f"{duration_s!r} is not a positive duration", field="--duration", fix="give e.g. --duration 30s")
         self.pid, self.duration_s = int(pid), float(duration_s)

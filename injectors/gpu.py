@@ -1,4 +1,7 @@
-"""``gpu-clock-cap`` and ``gpu-power-cap``: a slow GPU, through ``nvidia-smi``.
+"""A slow GPU through ``nvidia-smi``: what ``gpu-clock-cap`` (``faultlab.injectors.gpu_clock``)
+and ``gpu-power-cap`` (``faultlab.injectors.gpu_power``) share: the GPU fault base
+(``GpuFault``: the GPU index, nvidia-smi found at probe, the state read before, a GPU
+held by another faultlab lease), the query fields and their parsers.
 
 Source: the nvidia-smi(1) manual (https://docs.nvidia.com/deploy/nvidia-smi/index.html),
 ``nvidia-smi --help-query-gpu`` / ``--help-query-supported-clocks``, and the NVML device
@@ -6,21 +9,6 @@ commands behind them (``nvmlDeviceSetGpuLockedClocks``, ``nvmlDeviceResetGpuLock
 ``nvmlDeviceSetPowerManagementLimit``; NVML API reference, "Device Commands"). Both
 need root on the node (NVML answers ``NVML_ERROR_NO_PERMISSION`` otherwise; nvidia-smi
 exits 4).
-
-``gpu-clock-cap`` (:class:`GpuClockCap`): locked graphics clocks,
-``nvidia-smi -i GPU -lgc MIN,MAX`` (MHz; "Volta or newer fully supported devices").
-MIN is the lowest supported graphics clock (``--query-supported-clocks=graphics``), so
-an idle GPU still clocks down and the fault is a *cap*, not a pin; MAX is
-``--clock-mhz``. Revert: ``nvidia-smi -i GPU -rgc`` (idempotent: "resets the gpu clock
-to the default value"). Severity: ``clocks.max.sm before / cap`` (>= 1, larger is
-slower; 2.0 for a cap at half the maximum clock).
-
-``gpu-power-cap`` (:class:`GpuPowerCap`): the software power limit,
-``nvidia-smi -i GPU -pl W`` (W, within ``power.min_limit..power.max_limit``). Revert
-writes back *exactly* the ``power.limit`` read before injecting (the very string
-nvidia-smi printed, e.g. ``250.00``), not ``power.default_limit``: a limit somebody set
-before faultlab came is restored, not clobbered. Severity: ``power.limit before /
-cap`` (>= 1 when the cap lowers the limit).
 
 Ownership and its limits (read before trusting a revert):
 
@@ -48,13 +36,12 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import re
 import time
 from typing import Any
 
 from faultlab.errors import BadInput, NodeError, Refused
-from faultlab.injectors.base import Cmd, Injector, Plan
+from faultlab.injectors.base import Injector
 from faultlab.nodes import Node
 
 #: what ``--query-gpu`` reads (``clocks_event_reasons.*`` is spelled
@@ -74,10 +61,6 @@ QUERY_FIELDS = (
     "power.draw",
     "persistence_mode",
 )
-#: clocks move in steps (about 15 MHz on recent GPUs); a locked clock may read one step above the cap
-CLOCK_TOLERANCE_MHZ = 15
-#: nvidia-smi prints watts with 2 decimals; verify allows this much slack, revert none
-POWER_TOLERANCE_W = 0.5
 _NA = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]"}
 
 
@@ -100,61 +83,6 @@ def parse_gpu_index(target: str | int | None) -> int:
     return int(m.group(1))
 
 
-def parse_mhz(value: str | int | float, field: str = "--clock-mhz") -> int:
-    """A clock in MHz: a whole number > 0 (``"900"``, ``"900MHz"``, ``900``).
-    Raises BadInput naming ``field``."""
-    fix = "give a whole number of MHz, e.g. 900"
-    if isinstance(value, bool) or value is None:
-        raise BadInput(f"{value!r} is not a clock", field=field, fix=fix)
-    if isinstance(value, float):
-        if not math.isfinite(value) or value != int(value):
-            raise BadInput(f"{value!r} is not a whole number of MHz", field=field, fix=fix)
-        value = int(value)
-    if isinstance(value, int):
-        n = value
-    else:
-        s = str(value).strip().lower().removesuffix("mhz").strip()
-        if s.startswith("-"):
-            raise BadInput(f"{value!r} is negative", field=field, fix=fix)
-        if not s.isdigit():
-            raise BadInput(f"{value!r} is not a whole number of MHz", field=field, fix=fix)
-        n = int(s)
-    if n <= 0:
-        raise BadInput(f"{value!r} is not positive", field=field, fix=fix)
-    return n
-
-
-def parse_watts(value: str | int | float, field: str = "--power-w") -> float:
-    """A power limit in W: a number > 0 with at most 2 decimals (``"200"``,
-    ``"212.5"``, ``"200W"``). Raises BadInput naming ``field``."""
-    fix = "give watts, e.g. 200 or 212.5"
-    if isinstance(value, bool) or value is None:
-        raise BadInput(f"{value!r} is not a power", field=field, fix=fix)
-    if isinstance(value, (int, float)):
-        w = float(value)
-        if not math.isfinite(w):
-            raise BadInput(f"{value!r} is not a number", field=field, fix=fix)
-    else:
-        s = str(value).strip().lower().removesuffix("w").strip()
-        if s.startswith("-"):
-            raise BadInput(f"{value!r} is negative", field=field, fix=fix)
-        if not re.fullmatch(r"\d+(?:\.\d*)?|\.\d+", s):
-            raise BadInput(f"{value!r} is not a number of watts", field=field, fix=fix)
-        w = float(s)
-    if w < 0:
-        raise BadInput(f"{value!r} is negative", field=field, fix=fix)
-    if w == 0:
-        raise BadInput(f"{value!r} is not positive", field=field, fix=fix)
-    if abs(round(w, 2) - w) > 1e-9:
-        raise BadInput(f"{value!r} has more than 2 decimals", field=field, fix="nvidia-smi takes watts to 0.01 W, e.g. 212.5")
-    return round(w, 2)
-
-
-def fmt_watts(w: float) -> str:
-    """Watts as given to ``nvidia-smi -pl``: ``200``, ``212.5``."""
-    return str(int(w)) if w == int(w) else f"{w:.2f}".rstrip("0")
-
-
 def _val(text: str | None) -> str | None:
     if text is None:
         return None
@@ -170,12 +98,12 @@ def _num(text: str | None) -> float | None:
     return float(m.group(0)) if m else None
 
 
-def _int(text: str | None) -> int | None:
+def as_int(text: str | None) -> int | None:
     x = _num(text)
     return None if x is None else int(round(x))
 
 
-def _msg(cp) -> str:
+def smi_error(cp) -> str:
     """nvidia-smi prints most errors on stdout: both streams, last non-empty lines."""
     lines = [l.strip() for l in (cp.stdout or "").splitlines() + (cp.stderr or "").splitlines() if l.strip()]
     lines = [l for l in lines if not l.startswith("Terminating early")] or lines
@@ -183,8 +111,16 @@ def _msg(cp) -> str:
 
 
 # -- the common part of both faults ----------------------------------------------------
-class _GpuFault(Injector):
-    """A fault on one GPU of a node, through nvidia-smi (see the module doc)."""
+class GpuFault(Injector):
+    """A fault on one GPU of a node, through nvidia-smi (see the module doc); the
+    base of both GPU fault types."""
+
+    target_help = "GPU index (default 0)"
+
+    @classmethod
+    def support(cls, node: dict) -> dict[str, tuple[bool, str]]:
+        ok = bool(node["nvidia_smi"]) and node["root"]
+        return {cls.type: (ok, "nvidia-smi found" if ok else ("nvidia-smi not found (no NVIDIA driver)" if not node["nvidia_smi"] else "needs root"))}
 
     def __init__(self, node: Node, gpu: int | str | None = 0, *, fault_id: str | None = None, nvidia_smi: str = "nvidia-smi"):
         super().__init__(node, fault_id)
@@ -217,7 +153,7 @@ class _GpuFault(Injector):
         out = (cp.stdout or "") + (cp.stderr or "")
         if cp.returncode == 9 or "couldn't communicate with the NVIDIA driver" in out:
             raise Refused(
-                f"nvidia-smi on node {self.node.name} cannot reach the NVIDIA driver: {_msg(cp)}",
+                f"nvidia-smi on node {self.node.name} cannot reach the NVIDIA driver: {smi_error(cp)}",
                 field="--type", fix="load the NVIDIA driver there (nvidia-smi must work) or pick a node with a GPU",
             )
 
@@ -228,7 +164,7 @@ class _GpuFault(Injector):
             if cp.returncode == 6 or "No devices were found" in (cp.stdout + cp.stderr):
                 return {}
             self._driver_error(cp)
-            raise NodeError(f"nvidia-smi -L failed on node {self.node.name}: {_msg(cp)}", field="node")
+            raise NodeError(f"nvidia-smi -L failed on node {self.node.name}: {smi_error(cp)}", field="node")
         gpus = {}
         for line in cp.stdout.splitlines():
             m = re.match(r"GPU (\d+): (.*?)(?: \(UUID: [^)]*\))?\s*$", line)
@@ -254,7 +190,7 @@ class _GpuFault(Injector):
             self._driver_error(cp)
             if cp.returncode == 6 or "No devices were found" in out:
                 raise BadInput(f"GPU {self.gpu} does not exist on node {self.node.name}", field="--target", fix="see nvidia-smi -L")
-            raise NodeError(f"nvidia-smi --query-gpu failed on node {self.node.name}: {_msg(cp)}", field="node")
+            raise NodeError(f"nvidia-smi --query-gpu failed on node {self.node.name}: {smi_error(cp)}", field="node")
         rows = [r for r in csv.reader(io.StringIO(cp.stdout), skipinitialspace=True) if r]
         if not rows or len(rows[0]) != len(fields):
             raise NodeError(f"unexpected nvidia-smi --query-gpu output on node {self.node.name}: {cp.stdout.strip()[:200]!r}", field="node")
@@ -265,8 +201,8 @@ class _GpuFault(Injector):
         q = self.query(smi)
         return {
             "gpu_name": q["name"],
-            "clock_sm_mhz": _int(q["clocks.sm"]),
-            "clock_max_sm_mhz": _int(q["clocks.max.sm"]),
+            "clock_sm_mhz": as_int(q["clocks.sm"]),
+            "clock_max_sm_mhz": as_int(q["clocks.max.sm"]),
             "applications_clocks_setting": q[REASON_FIELD],
             "power_limit_w": _num(q["power.limit"]),
             "power_limit_text": q["power.limit"],
@@ -326,209 +262,3 @@ class _GpuFault(Injector):
     def final_evidence(self, facts: dict) -> dict:
         s = self._snapshot(facts["nvidia_smi"])
         return {k: s[k] for k in ("clock_sm_mhz", "power_draw_w", "power_limit_w")}
-
-
-# -- gpu-clock-cap ---------------------------------------------------------------------
-class GpuClockCap(_GpuFault):
-    """Cap GPU ``gpu``'s SM clock at ``clock_mhz`` MHz with locked graphics clocks
-    (``nvidia-smi -i GPU -lgc MIN,MAX``; revert ``-rgc``).
-
-    ``clock_mhz`` must lie within the GPU's supported graphics clocks
-    (``--query-supported-clocks``) and ``clocks.max.sm``; ``probe`` raises BadInput
-    (naming ``--clock-mhz`` and the valid range) otherwise, BadInput (``--target``) for a
-    GPU that does not exist, and Refused when nvidia-smi is missing, the driver is not
-    loaded, the node user is not root, or a faultlab clock cap already holds the GPU.
-    """
-
-    type = "gpu-clock-cap"
-    options = frozenset({"--clock-mhz"})
-
-    @classmethod
-    def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
-        """``opts["--clock-mhz"]``: MHz as a string; ``target``: GPU index (default 0).
-        ``force`` is accepted and ignored: a lock made by another tool cannot be seen,
-        so there is nothing to force past. Raises BadInput naming the field."""
-        from faultlab.injectors import require
-
-        mhz = parse_mhz(require(opts, "--clock-mhz", cls.type), "--clock-mhz")
-        return cls(node, mhz, gpu=target, fault_id=fault_id)
-
-    def __init__(self, node: Node, clock_mhz: int | str, gpu: int | str | None = 0, *, fault_id: str | None = None, nvidia_smi: str = "nvidia-smi"):
-        super().__init__(node, gpu, fault_id=fault_id, nvidia_smi=nvidia_smi)
-        self.clock_mhz = parse_mhz(clock_mhz, "--clock-mhz")
-
-    @property
-    def params(self) -> dict:
-        f = self._facts or {}
-        return {
-            "gpu_index": self.gpu,
-            "clock_cap_mhz": self.clock_mhz,
-            "lock_min_mhz": f.get("lock_min_mhz"),
-            "clock_max_before_mhz": f.get("before", {}).get("clock_max_sm_mhz"),
-        }
-
-    @property
-    def severity(self) -> float:
-        """``clocks.max.sm`` before / cap (>= 1; NaN before ``probe``)."""
-        mx = (self._facts or {}).get("before", {}).get("clock_max_sm_mhz")
-        return float(mx) / self.clock_mhz if mx else float("nan")
-
-    def _supported_min(self, smi: str) -> int | None:
-        cp = self._run([smi, "--query-supported-clocks=graphics", "--format=csv,noheader,nounits", "-i", str(self.gpu)])
-        if cp.returncode != 0:
-            return None
-        vals = [_int(l) for l in cp.stdout.splitlines()]
-        vals = [v for v in vals if v]
-        return min(vals) if vals else None
-
-    def probe(self) -> dict:
-        facts = self._probe_common()
-        smi, before = facts["nvidia_smi"], facts["before"]
-        mx = before["clock_max_sm_mhz"]
-        if not mx:
-            raise Refused(f"GPU {self.gpu} on node {self.node.name} does not report clocks.max.sm", field="--target", fix="this GPU's clocks cannot be capped with nvidia-smi; try gpu-power-cap")
-        lo = self._supported_min(smi)
-        rng = f"{lo}..{mx} MHz" if lo else f"at most {mx} MHz"
-        if self.clock_mhz > mx:
-            raise BadInput(f"{self.clock_mhz} MHz is above GPU {self.gpu}'s maximum SM clock ({mx} MHz)", field="--clock-mhz", fix=f"give {rng}")
-        if lo and self.clock_mhz < lo:
-            raise BadInput(f"{self.clock_mhz} MHz is below GPU {self.gpu}'s lowest supported clock ({lo} MHz)", field="--clock-mhz", fix=f"give {rng}")
-        self._check_root()
-        # no supported-clock list (some boards print N/A): pin at the cap
-        facts["clock_min_supported_mhz"] = lo
-        facts["lock_min_mhz"] = lo if lo else self.clock_mhz
-        self._facts = facts
-        return facts
-
-    def plan(self, facts: dict) -> Plan:
-        self._facts = facts
-        smi, g = facts["nvidia_smi"], str(facts["gpu_index"])
-        lo = facts["lock_min_mhz"]
-        inject = [Cmd((smi, "-i", g, "-lgc", f"{lo},{self.clock_mhz}"), "host", f"lock GPU {g} graphics clock to {lo}..{self.clock_mhz} MHz")]
-        revert = [Cmd((smi, "-i", g, "-rgc"), "host", "reset locked graphics clocks (idempotent)")]
-        verify = [
-            f"clocks.sm <= {self.clock_mhz} MHz (+{CLOCK_TOLERANCE_MHZ}) on GPU {g}; the lock itself cannot be read back "
-            "(an idle GPU passes trivially: perf/gpu_check.py measures the slowdown under load)"
-        ]
-        return Plan(self.fault_id, self.type, self.node.name, self.target, inject, revert, verify)
-
-    def verify(self, facts: dict, wait_s: float = 2.0) -> dict:
-        cap = self.clock_mhz + CLOCK_TOLERANCE_MHZ
-        after = self._wait(facts, lambda s: s["clock_sm_mhz"] is not None and s["clock_sm_mhz"] <= cap, wait_s)
-        ok = after["clock_sm_mhz"] is not None and after["clock_sm_mhz"] <= cap
-        keys = ("clock_sm_mhz", "clock_max_sm_mhz", "applications_clocks_setting", "persistence_mode")
-        return {
-            "gpu_index": facts["gpu_index"],
-            "lock_range_mhz": [facts["lock_min_mhz"], self.clock_mhz],
-            "before": {k: facts["before"][k] for k in keys},
-            "after": {k: after[k] for k in keys},
-            "clock_sm_within_cap": ok,
-            "lock_readable": False,
-            "ok": ok,
-        }
-
-    def reverted(self, facts: dict) -> list[str]:
-        """The lock cannot be read, so the (idempotent) reset is issued once more: the
-        GPU counts as left behind when the driver refuses it."""
-        g = str(facts["gpu_index"])
-        try:
-            cp = self._run([facts["nvidia_smi"], "-i", g, "-rgc"])
-        except NodeError as e:
-            return [f"GPU {g} locked clocks (reset not confirmed: {e})"]
-        if cp.returncode != 0:
-            return [f"GPU {g} locked clocks (nvidia-smi -rgc failed: {_msg(cp)})"]
-        return []
-
-
-# -- gpu-power-cap ---------------------------------------------------------------------
-class GpuPowerCap(_GpuFault):
-    """Cap GPU ``gpu``'s software power limit at ``power_w`` W (``nvidia-smi -i GPU -pl
-    W``); revert restores exactly the ``power.limit`` read before injecting.
-
-    ``power_w`` must lie within ``power.min_limit..power.max_limit`` (read in ``probe``;
-    BadInput naming ``--power-w`` and the range otherwise). ``probe`` also raises
-    BadInput for a GPU that does not exist, and Refused when nvidia-smi is missing, the
-    GPU has no settable power limit, the node user is not root, or a faultlab power cap
-    already holds the GPU.
-    """
-
-    type = "gpu-power-cap"
-    options = frozenset({"--power-w"})
-
-    @classmethod
-    def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
-        """``opts["--power-w"]``: watts as a string; ``target``: GPU index (default 0).
-        ``force`` is ignored: a limit found is always restored exactly, never refused.
-        Raises BadInput naming the field."""
-        from faultlab.injectors import require
-
-        w = parse_watts(require(opts, "--power-w", cls.type), "--power-w")
-        return cls(node, w, gpu=target, fault_id=fault_id)
-
-    def __init__(self, node: Node, power_w: float | str, gpu: int | str | None = 0, *, fault_id: str | None = None, nvidia_smi: str = "nvidia-smi"):
-        super().__init__(node, gpu, fault_id=fault_id, nvidia_smi=nvidia_smi)
-        self.power_w = parse_watts(power_w, "--power-w")
-
-    @property
-    def params(self) -> dict:
-        f = self._facts or {}
-        return {"gpu_index": self.gpu, "power_limit_w": self.power_w, "power_limit_before_w": f.get("before", {}).get("power_limit_w")}
-
-    @property
-    def severity(self) -> float:
-        """``power.limit`` before / cap (NaN before ``probe``)."""
-        before = (self._facts or {}).get("before", {}).get("power_limit_w")
-        return float(before) / self.power_w if before else float("nan")
-
-    def probe(self) -> dict:
-        facts = self._probe_common()
-        b = facts["before"]
-        if b["power_limit_w"] is None or not re.fullmatch(r"\d+(?:\.\d+)?", b["power_limit_text"] or ""):
-            raise Refused(
-                f"GPU {self.gpu} on node {self.node.name} reports no settable power limit (power.limit: {b['power_limit_text'] or 'N/A'})",
-                field="--target", fix="this GPU's power limit cannot be changed with nvidia-smi; try gpu-clock-cap",
-            )
-        lo, hi = b["power_min_limit_w"], b["power_max_limit_w"]
-        if lo is None or hi is None:
-            raise Refused(f"GPU {self.gpu} on node {self.node.name} does not report power.min_limit/power.max_limit", field="--target", fix="try gpu-clock-cap")
-        if not (lo <= self.power_w <= hi):
-            raise BadInput(
-                f"{fmt_watts(self.power_w)} W is outside GPU {self.gpu}'s power limit range {lo:.2f}..{hi:.2f} W",
-                field="--power-w", fix=f"give {lo:g}..{hi:g} W",
-            )
-        self._check_root()
-        self._facts = facts
-        return facts
-
-    def plan(self, facts: dict) -> Plan:
-        self._facts = facts
-        smi, g = facts["nvidia_smi"], str(facts["gpu_index"])
-        old = facts["before"]["power_limit_text"]
-        inject = [Cmd((smi, "-i", g, "-pl", fmt_watts(self.power_w)), "host", f"power limit of GPU {g} to {fmt_watts(self.power_w)} W")]
-        revert = [Cmd((smi, "-i", g, "-pl", old), "host", f"power limit back to {old} W, as found (idempotent)")]
-        verify = [f"power.limit == {fmt_watts(self.power_w)} W (+-{POWER_TOLERANCE_W}) on GPU {g}"]
-        return Plan(self.fault_id, self.type, self.node.name, self.target, inject, revert, verify)
-
-    def verify(self, facts: dict, wait_s: float = 2.0) -> dict:
-        def at_cap(s):
-            return s["power_limit_w"] is not None and abs(s["power_limit_w"] - self.power_w) <= POWER_TOLERANCE_W
-
-        after = self._wait(facts, at_cap, wait_s)
-        keys = ("power_limit_w", "power_default_limit_w", "power_draw_w", "clock_sm_mhz", "persistence_mode")
-        return {
-            "gpu_index": facts["gpu_index"],
-            "requested_w": self.power_w,
-            "before": {k: facts["before"][k] for k in keys},
-            "after": {k: after[k] for k in keys},
-            "ok": at_cap(after),
-        }
-
-    def reverted(self, facts: dict) -> list[str]:
-        before = facts["before"]["power_limit_w"]
-        try:
-            now = self._snapshot(facts["nvidia_smi"])["power_limit_w"]
-        except (NodeError, BadInput) as e:
-            return [f"GPU {facts['gpu_index']} power limit (cannot read it back: {e})"]
-        if now is None or abs(now - before) > 0.005:
-            return [f"GPU {facts['gpu_index']} power limit {now} W (was {before} W before the fault)"]
-        return []

@@ -54,14 +54,12 @@ from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.nodes import Node
 from faultlab.injectors import cgroups
 from faultlab.injectors.base import Cmd, Injector, Plan, write_cmd
-from faultlab.injectors.cpu import RMDIR_SH, SWEEP_SH
+from faultlab.injectors.cgroups import BACK_SH, RMDIR_SH, SWEEP_SH
+from faultlab.injectors.params import Param, parse_pids
+from faultlab.injectors.registry import register
 
 # (A PID's cgroup path comes from /proc/PID/cgroup and is checked by
 # cgroups.clean_home before any path is built from it.)
-
-# A PID goes back home ($3) only while it is in faultlab's cgroup ($2): never a reused
-# PID, never a process a later fault has moved.
-back_sh = 'grep -qx "$1" "$2" 2>/dev/null && printf "%s\\n" "$1" > "$3"; exit 0'
 
 # decimal units are SI (10mb = 10 000 000 bytes/s); binary ones are IEC
 _BYTE_UNITS = {
@@ -203,6 +201,7 @@ def _rules_v2(text: str) -> dict[str, dict[str, str]]:
     return out
 
 
+@register
 class IoSlow(Injector):
     """Throttle the I/O of ``pids`` to the disk holding ``path``: ``read_bps`` /
     ``write_bps`` in bytes/s, ``read_iops`` / ``write_iops`` in IO/s (None: no cap;
@@ -214,20 +213,37 @@ class IoSlow(Injector):
     lifted, so there is nothing to force."""
 
     type = "io-slow"
-    options = frozenset({"--path", "--read-bps", "--write-bps", "--read-iops", "--write-iops"})
+    PARAMS = (
+        Param("path", "a path on the block device to throttle", "PATH", required=True),
+        Param("read_bps", "read cap in bytes/s, e.g. 10mb (10 MB/s), 512kb, 1mib", "RATE", parse_bytes_rate, bounds=(1, U64_MAX)),
+        Param("write_bps", "write cap in bytes/s, e.g. 10mb", "RATE", parse_bytes_rate, bounds=(1, U64_MAX)),
+        Param("read_iops", "read cap in IO/s", "IOPS", parse_iops, bounds=(1, U32_MAX), kind="integer"),
+        Param("write_iops", "write cap in IO/s", "IOPS", parse_iops, bounds=(1, U32_MAX), kind="integer"),
+    )
+    targets = "rank"
+    target_help = "PIDs 1,2 (with --path)"
+    color = "#8e6c8a"
 
     @classmethod
     def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
-        from faultlab.injectors import parse_pids, require
-
-        path = require(opts, "--path", cls.type)
-        caps = {}
-        for opt, parse in (("--read-bps", parse_bytes_rate), ("--write-bps", parse_bytes_rate), ("--read-iops", parse_iops), ("--write-iops", parse_iops)):
-            if opts.get(opt) is not None:
-                caps[opt[2:].replace("-", "_")] = parse(opts[opt], opt)
+        path = cls.param("path").read(opts, cls.type)
+        caps = {p.name: p.read(opts, cls.type) for p in cls.PARAMS if p.name in CAPS and opts.get(p.option) is not None}
         if not caps:
             raise BadInput("io-slow needs at least one cap", field="--write-bps", fix="give --read-bps/--write-bps (bytes/s, e.g. 10mb) or --read-iops/--write-iops (IO/s)")
         return cls(node, parse_pids(target), path, **caps, fault_id=fault_id, force=force)
+
+    @classmethod
+    def support(cls, node: dict) -> dict[str, tuple[bool, str]]:
+        ok = bool(node["cgroup_io"]) and node["cgroup_io_writable"]
+        why = f"io controller {node['cgroup_io']}" if ok else (
+            "no usable blkio/io cgroup controller" if not node["cgroup_io"] else
+            f"cannot write {node['cgroup_io_at'] or 'the io cgroup'}: needs root (or sudo) and a writable cgroup")
+        return {cls.type: (ok, why)}
+
+    @classmethod
+    def verify_sentence(cls, evidence: dict) -> str:
+        return (f"{len(evidence.get('pids_in_cgroup') or [])} PID(s) in the fault's cgroup; throttle read back on "
+                f"{evidence.get('device')}: {evidence['limits']} (checked = requested)")
 
     def __init__(self, node: Node, pids: list[int], path: str, *, read_bps: int | None = None, write_bps: int | None = None,
                  read_iops: int | None = None, write_iops: int | None = None, fault_id: str | None = None,
@@ -343,7 +359,7 @@ class IoSlow(Injector):
             # the controller can be enabled only once the targets left their cgroup
             inject += (moves + enable + limit) if enable else (limit + moves)
             clear = [write_cmd(f"{d}/io.max", f"{dev} rbps=max wbps=max riops=max wiops=max", "clear io.max")]
-        revert = clear + disable + [Cmd(("sh", "-c", back_sh, "sh", str(pid), f"{d}/cgroup.procs", h.path(cg).rstrip("/") + "/cgroup.procs"), "host", f"{pid} back")
+        revert = clear + disable + [Cmd(("sh", "-c", BACK_SH, "sh", str(pid), f"{d}/cgroup.procs", h.path(cg).rstrip("/") + "/cgroup.procs"), "host", f"{pid} back")
                                     for pid, cg in facts["orig"].items()]
         back = h.path(home).rstrip("/") + "/cgroup.procs"
         revert.append(Cmd(("sh", "-c", SWEEP_SH, "sh", f"{d}/cgroup.procs", back, back), "host", "sweep the rest back"))

@@ -42,7 +42,11 @@ import json
 
 from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.nodes import Node
+from faultlab.probe import measure_throughput
+from faultlab.units import parse_duration, parse_rate
 from faultlab.injectors.base import Cmd, Injector, Plan
+from faultlab.injectors.params import Param
+from faultlab.injectors.registry import register
 
 # Each fault owns its tc handles: root "fXXX:", netem child "eXXX:". XXX is
 # *allocated* at probe (``allocate_handles``): the first 3 hex digits of the fault id
@@ -119,7 +123,13 @@ DEL_INGRESS_SH = ('tc filter show dev "$1" parent ffff: 2>/dev/null | grep -q "d
 ADD_INGRESS_SH = ('dev="$1"; shift; tc qdisc add dev "$dev" handle ffff: ingress || exit 1; '
                   'tc filter add dev "$dev" parent ffff: "$@" || { tc qdisc del dev "$dev" handle ffff: ingress; exit 1; }')
 TBF_LATENCY = "100ms"
+#: the lowest rate cap (bit/s) tbf keeps
+MIN_RATE_BIT_PER_S = 8000
 RESTORABLE = frozenset({"tbf", "pfifo", "bfifo"})
+
+
+def _mbit(v) -> str:
+    return "?" if v is None else f"{v / 1e6:.1f}"
 
 
 def tc_rate(bit_per_s: float) -> str:
@@ -148,6 +158,20 @@ def parse_loss(text, field: str = "--loss") -> float:
     return v
 
 
+def parse_delay(text, field: str = "--delay") -> float:
+    """A netem delay or jitter in seconds (at least 10 us). Raises BadInput."""
+    return parse_duration(text, field, min_s=1e-5)
+
+
+def parse_peer(text, field: str = "--peer") -> str:
+    """An IPv4 address in its normal form. Raises BadInput."""
+    try:
+        return str(ipaddress.IPv4Address(str(text).strip()))
+    except ValueError:
+        raise BadInput(f"{text!r} is not an IPv4 address", field=field, fix="give the peer's address, e.g. 10.0.0.2") from None
+
+
+@register
 class NicSlow(Injector):
     """Slow ``iface`` of ``node`` in both directions.
 
@@ -163,31 +187,70 @@ class NicSlow(Injector):
     """
 
     type = "nic-slow"
-    options = frozenset({"--rate", "--delay", "--jitter", "--loss", "--peer"})
+    PARAMS = (
+        Param("rate", "the cap, 50mbit (bits/s) or 6mb (bytes/s); one vocabulary for every rate option", "RATE", parse_rate,
+              bounds=(MIN_RATE_BIT_PER_S, None)),
+        Param("delay", "added latency (netem), e.g. 20ms", "DURATION", parse_delay, bounds=(1e-5, None)),
+        Param("jitter", "latency jitter (netem), e.g. 5ms; at most --delay", "DURATION", parse_delay, bounds=(1e-5, None)),
+        Param("loss", "packet loss (netem), e.g. 1%", "PERCENT", parse_loss, bounds=(0, 100), open_low=True),
+        Param("peer", "slow only traffic to/from this peer IPv4 address (a slow link)", "IPV4", parse_peer),
+    )
+    target_help = "interface (default: the node's only one)"
+    color = "#e4572e"
 
     @classmethod
     def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
-        from faultlab.units import parse_duration, parse_rate
-
         if not any(opts.get(k) for k in ("--rate", "--delay", "--loss")):
             raise BadInput("missing for nic-slow", field="--rate", fix="give --rate (e.g. 50mbit), --delay or --loss")
+        given = {p.name: p.read(opts, cls.type) if opts.get(p.option) else None for p in cls.PARAMS if p.name != "peer"}
         return cls(
             node,
-            parse_rate(opts["--rate"], "--rate") if opts.get("--rate") else None,
+            given["rate"],
             iface=target,
-            delay_s=parse_duration(opts["--delay"], "--delay", min_s=1e-5) if opts.get("--delay") else None,
-            jitter_s=parse_duration(opts["--jitter"], "--jitter", min_s=1e-5) if opts.get("--jitter") else None,
-            loss_pct=parse_loss(opts["--loss"]) if opts.get("--loss") else None,
+            delay_s=given["delay"],
+            jitter_s=given["jitter"],
+            loss_pct=given["loss"],
             peer=opts.get("--peer"),
             fault_id=fault_id,
             force=force,
         )
 
+    @classmethod
+    def support(cls, node: dict) -> dict[str, tuple[bool, str]]:
+        q = node["qdiscs"]
+        if not node["root"]:
+            net_why = "no CAP_NET_ADMIN: run as root"
+        elif not node["tc"]:
+            net_why = "tc not found: apt-get install iproute2"
+        elif q.get("tbf") or q.get("ifb"):
+            net_why = f"tbf/ifb failed: {q.get('tbf') or q.get('ifb')}"
+        else:
+            net_why = "tc tbf + ifb work (rate caps both ways; --peer via htb " + ("works)" if q.get("htb") is None else f"fails: {q['htb']})")
+        netem = q.get("netem") is None and "netem" in q
+        return {
+            cls.type: (node["root"] and node["tc"] and not q.get("tbf") and not q.get("ifb"), net_why),
+            f"{cls.type} --delay/--loss": (node["root"] and netem,
+                                           "netem works" if netem else f"no netem: {q.get('netem', 'not checked: ' + net_why)}"),
+        }
+
+    @classmethod
+    def verify_sentence(cls, evidence: dict) -> str:
+        v = evidence
+        parts = [f"tc cap qdiscs {'in place' if v['tc_egress'] and v.get('tc_ingress') else 'MISSING'} on the interface and its ifb"]
+        cap = v.get("cap_bit_per_s")
+        if "ingress_measured_bit_per_s" in v and cap:
+            parts.append(f"a TCP probe to/from the node got {_mbit(v['ingress_measured_bit_per_s'])} Mbit/s in and "
+                         f"{_mbit(v.get('egress_measured_bit_per_s'))} out, checked <= {_mbit(cap * 1.15)} Mbit/s "
+                         f"(the {_mbit(cap)} Mbit/s cap + 15%; training traffic shares the link)")
+        elif cap:
+            parts.append(f"cap {_mbit(cap)} Mbit/s not measured (no probe peer)")
+        return "; ".join(parts)
+
     def __init__(self, node: Node, rate_bit_per_s: float | None, iface: str | None = None, *, delay_s: float | None = None,
                  jitter_s: float | None = None, loss_pct: float | None = None, peer: str | None = None,
                  probe_peer: Node | None = None, probe_peer_addr: str | None = None, fault_id: str | None = None, force: bool = False):
         super().__init__(node, fault_id)
-        if rate_bit_per_s is not None and rate_bit_per_s < 8000:
+        if rate_bit_per_s is not None and rate_bit_per_s < MIN_RATE_BIT_PER_S:
             raise BadInput(f"{rate_bit_per_s} bit/s is below 8kbit", field="--rate", fix="give at least 8kbit")
         if rate_bit_per_s is None and delay_s is None and loss_pct is None:
             raise BadInput("nothing to slow", field="--rate", fix="give --rate, --delay or --loss")
@@ -196,11 +259,7 @@ class NicSlow(Injector):
         if jitter_s is not None and delay_s is not None and jitter_s > delay_s:
             raise BadInput(f"jitter {jitter_s * 1e3:g}ms exceeds the delay {delay_s * 1e3:g}ms", field="--jitter", fix="give a jitter at most the delay")
         if peer is not None:
-            try:
-                ip = ipaddress.IPv4Address(str(peer).strip())
-            except ValueError:
-                raise BadInput(f"{peer!r} is not an IPv4 address", field="--peer", fix="give the peer's address, e.g. 10.0.0.2") from None
-            peer = str(ip)
+            peer = parse_peer(peer)
         self.rate_bit_per_s = float(rate_bit_per_s) if rate_bit_per_s is not None else None
         self.delay_s, self.jitter_s, self.loss_pct = delay_s, jitter_s, loss_pct
         self.peer = peer
@@ -429,8 +488,6 @@ class NicSlow(Injector):
         return None
 
     def verify(self, facts: dict) -> dict:
-        from faultlab.probe import measure_throughput
-
         dev, ifb = facts["iface"], facts["ifb"]
         eg, ing = self._ours(dev), self._ours(ifb)
         ev: dict = {"tc_egress": bool(eg), "tc_ingress": bool(ing)}

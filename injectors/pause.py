@@ -44,7 +44,10 @@ import time
 from faultlab import procid
 from faultlab.errors import BadInput, Refused
 from faultlab.nodes import Node
+from faultlab.units import parse_duration
 from faultlab.injectors.base import Cmd, Injector, Plan
+from faultlab.injectors.params import Param, parse_pids
+from faultlab.injectors.registry import register
 
 #: the shortest stop and period the loop can keep (see the module's docstring)
 MIN_PAUSE_S = 0.01
@@ -99,21 +102,25 @@ STOP_SH = procid.STAT_SH + (
 )
 
 
+@register
 class ProcessPause(Injector):
     """Stop ``pid`` for ``pause_s`` out of every ``period_s`` seconds until the fault's
     deadline (``duration_s`` from inject). Raises BadInput for a missing PID or
     pause_s >= period_s; Refused when a faultlab pause already targets the PID."""
 
     type = "process-pause"
-    options = frozenset({"--pause", "--period"})
+    PARAMS = (
+        Param("pause", "stop time per period, e.g. 200ms (at least 10ms)", "DURATION", parse_duration, bounds=(MIN_PAUSE_S, None), required=True),
+        Param("period", "period, e.g. 1s (at least 100ms)", "DURATION", parse_duration, bounds=(MIN_PERIOD_S, None), required=True),
+    )
+    targets = "rank"
+    target_help = "PID"
+    color = "#a8c686"
 
     @classmethod
     def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
-        from faultlab.injectors import parse_pids, require
-        from faultlab.units import parse_duration
-
-        pause = parse_duration(require(opts, "--pause", cls.type), "--pause")
-        period = parse_duration(require(opts, "--period", cls.type), "--period")
+        pause = cls.param("pause").read(opts, cls.type)
+        period = cls.param("period").read(opts, cls.type)
         pids = parse_pids(target)
         if len(pids) != 1:
             raise BadInput("process-pause takes one PID", field="--target", fix="give one PID")
@@ -131,6 +138,15 @@ class ProcessPause(Injector):
                            fix=f"give at least {MIN_PERIOD_S * 1e3:g}ms, e.g. --period 300ms: the loop starts ~8 processes a period")
         self.pid, self.pause_s, self.period_s, self.duration_s = int(pid), float(pause_s), float(period_s), float(duration_s)
         self.label = label
+
+    @classmethod
+    def support(cls, node: dict) -> dict[str, tuple[bool, str]]:
+        return {cls.type: (True, "SIGSTOP/SIGCONT: root, or the target's own user")}
+
+    @classmethod
+    def verify_sentence(cls, evidence: dict) -> str:
+        return (f"target seen stopped (state T) {'within' if evidence['stopped_seen'] else 'NOT within'} "
+                f"{evidence.get('samples', 0)} samples of /proc/PID/stat")
 
     @property
     def target(self) -> str:

@@ -1,15 +1,12 @@
-"""Stressors beside a target: ``cpu-contention --mode stress`` and ``mem-bw``.
+"""Workers beside a target, the shared machinery of the stressor fault types:
+``cpu-contention --mode stress`` (``faultlab.injectors.cpu_stress``) and ``mem-bw``
+(``faultlab.injectors.mem_bw``).
 
 Both start ``workers`` processes on the node, next to the target processes rather than
 inside them, each pinned to one of the CPUs the targets may run on (the union of their
-``Cpus_allowed_list`` in /proc/PID/status; worker *i* takes CPU ``cpus[i % len]``):
-
-- ``CpuStress`` (``cpu-contention --mode stress``): each worker is a busy loop, so a
-  CPU-bound target sharing a CPU with one worker gets about half of it (Linux CFS
-  shares a CPU fairly between runnable tasks of equal weight).
-- ``MemBw`` (``mem-bw``): each worker copies one half of a buffer larger than the
-  last-level cache (256 MiB, or 4x the LLC size when that is larger) onto the other
-  and back, streaming to and from DRAM, so the target's memory-bound phases slow down.
+``Cpus_allowed_list`` in /proc/PID/status; worker *i* takes CPU ``cpus[i % len]``).
+The worker program has two kinds: ``cpu`` (a busy loop) and ``mem`` (copies one half of
+a buffer onto the other and back, streaming to and from DRAM).
 
 Workers are ``python3 -c`` programs (python3 is the only requirement on the node
 besides ``sh``): each pins itself with ``os.sched_setaffinity`` (and exits at once if
@@ -25,24 +22,21 @@ path, so a PID reused by another process is never touched; then the pidfile is
 removed. ``reverted()`` scans /proc for any process of that user still carrying the
 marker and pidfile (another user's process with that argv is a look-alike, not a
 worker left behind).
-
-Severity: ``CpuStress``: ``workers / len(cpus)`` (busy workers per target CPU);
-``MemBw``: ``workers`` (streams beside the target).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from faultlab import procid
 from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.nodes import Node
 from faultlab.injectors.base import Cmd, Injector, Plan
+from faultlab.injectors.params import Param
 from faultlab.injectors.procowner import MINE_SH
 
-MIB = 2**20
-MEM_BUFFER_MIN = 256 * MIB
 
 # argv: -c MARK PIDFILE CPU DEADLINE KIND BUFFER_BYTES
 WORKER_PY = r"""
@@ -131,10 +125,13 @@ def parse_workers(text, field: str = "--workers") -> int:
     return int(s)
 
 
+#: the worker count, a parameter of both stressors
+WORKERS = Param("workers", "number of busy workers (cpu-contention: with --mode stress)", "N", parse_workers,
+                bounds=(1, 1024), kind="integer")
+
+
 def _proc_cpu_s(node: Node, pid: int) -> float | None:
     """utime + stime of ``pid`` in seconds (None when gone)."""
-    import os
-
     try:
         f = procid.stat_fields(node.read_file(f"/proc/{pid}/stat"))
     except OSError:
@@ -142,21 +139,15 @@ def _proc_cpu_s(node: Node, pid: int) -> float | None:
     return None if f is None else (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def memcpy_gbps(size: int = 64 * MIB, repeat: int = 3) -> float:
-    """Copy bandwidth of this process in GB/s (bytes copied / s, best of ``repeat``
-    copies of ``size`` bytes): cheap evidence, taken in the controller's process."""
-    src = bytearray(size)
-    dst = bytearray(size)
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        dst[:] = src
-        best = min(best, time.perf_counter() - t)
-    return size / best / 1e9
+def busy_sentence(evidence: dict) -> str:
+    """The workers' verify evidence in words: how many were seen busy."""
+    busy = sum(1 for r in (evidence.get("worker_cpu_rate") or {}).values() if (r or 0) > 0.05)
+    return f"{busy} of {len(evidence['workers'])} pinned stress worker(s) seen busy (> 5% of a CPU)"
 
 
-class _Workers(Injector):
-    """Shared machinery: pinned, self-ending, PID-recorded worker processes."""
+class Workers(Injector):
+    """Shared machinery of the stressors: pinned, self-ending, PID-recorded worker
+    processes beside the targets (a subclass sets ``kind``, ``marker``, ``mode``)."""
 
     kind: str = "cpu"  # "cpu" or "mem"; worker program mode and pidfile suffix
     marker: str = "faultlab-stress"
@@ -340,112 +331,3 @@ class _Workers(Injector):
         cp = self.node.run(["sh", "-c", SCAN_SH, "sh", facts["pidfile"], self.marker], timeout=30)
         left += [f"worker process {p}" for p in cp.stdout.split()]
         return left
-
-
-class CpuStress(_Workers):
-    """``cpu-contention --mode stress``: ``workers`` busy-loop processes (default: one
-    per CPU the targets may run on) pinned round-robin to the targets' CPUs for
-    ``duration_s`` seconds. Raises BadInput for no PID, a missing process or a bad
-    worker count; Refused when stress workers of another fault already sit beside a
-    target; NodeError when the node has no python3."""
-
-    type = "cpu-contention"
-    options = frozenset({"--mode", "--workers"})
-    kind = "cpu"
-    marker = "faultlab-stress"
-    mode = "stress"
-
-    @classmethod
-    def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
-        from faultlab.injectors import parse_pids
-
-        if opts.get("--cpu-fraction") is not None:
-            raise BadInput("does not apply to --mode stress", field="--cpu-fraction", fix="drop it, or use --mode quota")
-        workers = parse_workers(opts["--workers"]) if opts.get("--workers") is not None else None
-        return cls(node, parse_pids(target), duration_s, workers=workers, fault_id=fault_id)
-
-    @property
-    def severity(self) -> float:
-        return self.workers / max(1, len(self.cpus) or self.workers)
-
-    def _verify_lines(self, facts):
-        return super()._verify_lines(facts) + ["workers burn CPU; the targets' CPU-s/s during the fault is recorded"]
-
-
-class MemBw(_Workers):
-    """``mem-bw``: ``workers`` memory-streaming processes (default: one per target CPU,
-    at most 4) pinned round-robin to the targets' CPUs for ``duration_s`` seconds,
-    each copying over a ``buffer_bytes`` buffer (256 MiB, or 4x the last-level cache
-    when larger). Raises BadInput for no PID, a missing process or a bad worker
-    count; Refused when the workers would take more than half of the node's
-    MemAvailable, or mem-bw workers of another fault already sit beside a target;
-    NodeError when the node has no python3."""
-
-    type = "mem-bw"
-    options = frozenset({"--workers"})
-    kind = "mem"
-    marker = "faultlab-membw"
-    mode = None
-
-    @classmethod
-    def from_options(cls, node, *, target, duration_s, opts, fault_id=None, force=False):
-        from faultlab.injectors import parse_pids
-
-        workers = parse_workers(opts["--workers"]) if opts.get("--workers") is not None else None
-        return cls(node, parse_pids(target), duration_s, workers=workers, fault_id=fault_id)
-
-    def default_workers(self, cpus: list[int]) -> int:
-        return min(len(cpus), 4)
-
-    @property
-    def severity(self) -> float:
-        return float(self.workers)
-
-    def _llc_bytes(self) -> int:
-        best = 0
-        for idx in range(6):
-            base = f"/sys/devices/system/cpu/cpu{self.cpus[0] if self.cpus else 0}/cache/index{idx}"
-            try:
-                level = int(self.node.read_file(f"{base}/level").strip())
-                size = self.node.read_file(f"{base}/size").strip()
-            except (OSError, ValueError):
-                continue
-            mult = {"K": 1024, "M": MIB, "G": 2**30}.get(size[-1:], 1)
-            try:
-                n = int(size.rstrip("KMG")) * mult
-            except ValueError:
-                continue
-            if level >= 2:
-                best = max(best, n)
-        return best
-
-    def _probe_more(self, facts: dict) -> dict:
-        llc = self._llc_bytes()
-        self.buffer_bytes = max(MEM_BUFFER_MIN, 4 * llc)
-        need = self.workers * self.buffer_bytes
-        try:
-            avail = next(int(line.split()[1]) * 1024 for line in self.node.read_file("/proc/meminfo").splitlines() if line.startswith("MemAvailable:"))
-        except (OSError, StopIteration, ValueError):
-            avail = None
-        if avail is not None and need > avail / 2:
-            raise Refused(
-                f"{self.workers} workers x {self.buffer_bytes // MIB} MiB would take more than half of the {avail // MIB} MiB available on node {self.node.name}",
-                field="--workers", fix="give fewer --workers",
-            )
-        ev = {"buffer_bytes": self.buffer_bytes, "llc_bytes": llc, "mem_available_bytes": avail}
-        if self.node.kind in ("local", "netns"):  # same host as the controller: cheap in-process benchmark
-            ev["memcpy_gbps_before"] = round(memcpy_gbps(), 2)
-        return ev
-
-    def _ready(self, st: dict, facts: dict) -> bool:
-        return st["alive"] and st["pinned"] and st["rss_bytes"] >= 0.9 * facts["buffer_bytes"]
-
-    def _verify_lines(self, facts):
-        return super()._verify_lines(facts) + [f"each worker holds its {facts['buffer_bytes'] // MIB} MiB buffer (VmRSS); controller memcpy GB/s before/during"]
-
-    def verify(self, facts: dict, wait_s: float = 10.0, window_s: float = 1.0) -> dict:
-        ev = super().verify(facts, wait_s, window_s)
-        if "memcpy_gbps_before" in facts:
-            ev["memcpy_gbps_before"] = facts["memcpy_gbps_before"]
-            ev["memcpy_gbps_during"] = round(memcpy_gbps(), 2)
-        return ev

@@ -72,7 +72,7 @@ def import_faultlab():
     """faultlab's injectors: installed, or straight from this checkout."""
     try:
         from faultlab.injectors import apply
-        from faultlab.injectors.gpu import GpuClockCap, GpuPowerCap
+        from faultlab.injectors import GpuClockCap, GpuPowerCap
         from faultlab.injectors.lease import load_leases
         from faultlab.nodes import LocalNode
     except ImportError:
@@ -81,7 +81,7 @@ def import_faultlab():
 
         faultlab.__path__.append(str(ROOT))  # faultlab.injectors lives in ./injectors
         from faultlab.injectors import apply
-        from faultlab.injectors.gpu import GpuClockCap, GpuPowerCap
+        from faultlab.injectors import GpuClockCap, GpuPowerCap
         from faultlab.injectors.lease import load_leases
         from faultlab.nodes import LocalNode
     return apply, GpuClockCap, GpuPowerCap, load_leases, LocalNode

@@ -29,7 +29,7 @@ import pytest
 from conftest import ROOT, needs_root
 from faultlab.errors import Refused
 from faultlab.injectors import CpuContention, IoSlow, apply, cgroups
-from faultlab.injectors.cpu import RMDIR_SH
+from faultlab.injectors.cgroups import RMDIR_SH
 from faultlab.nodes import LocalNode
 
 NODE = LocalNode("local")

@@ -111,13 +111,19 @@ def test_examples_do_what_their_headers_say():
 def test_verified_says_what_was_measured_against_what():
     nic = {"tc_egress": True, "tc_ingress": True, "cap_bit_per_s": 50e6, "ingress_measured_bit_per_s": 15.5e6,
            "egress_measured_bit_per_s": 17.0e6, "throughput_under_cap": True, "ok": True}
-    t = verify_text(nic)
+    t = verify_text(nic, "nic-slow")
     assert t.startswith("verified: tc cap qdiscs in place") and "15.5 Mbit/s in" in t and "17.0 out" in t
     assert "<= 57.5 Mbit/s" in t and "50.0 Mbit/s cap" in t
-    t = verify_text({"pids_in_cgroup": [1], "cpu_stat": {"nr_throttled": 3, "nr_periods": 8}, "ok": True})
+    t = verify_text({"pids_in_cgroup": [1], "cpu_stat": {"nr_throttled": 3, "nr_periods": 8}, "ok": True}, "cpu-contention")
     assert t == "verified: 1 PID(s) in the fault's cgroup; its CPU quota throttled them in 3 of 8 CFS periods (checked > 0)"
-    assert verify_text({"stopped_seen": False, "samples": 40, "ok": False}).startswith("NOT verified: target seen stopped")
-    assert verify_text(None) == "NOT verified: no measurement recorded"
+    assert verify_text({"stopped_seen": False, "samples": 40, "ok": False}, "process-pause").startswith("NOT verified: target seen stopped")
+    assert verify_text(None, "nic-slow") == "NOT verified: no measurement recorded"
+    # a caller without the fault type gets the sentence of the type whose measurement the evidence holds
+    assert verify_text(nic) == verify_text(nic, "nic-slow")
+    assert verify_text({"workers": [{}], "worker_cpu_rate": {"1": 0.9}, "memcpy_gbps_before": 9, "memcpy_gbps_during": 4, "ok": True},
+                       "mem-bw") == "verified: 1 memory-bandwidth worker(s) running; memcpy 9 -> 4 GB/s"
+    assert verify_text({"workers": [{}], "worker_cpu_rate": {"1": 0.9}, "ok": True}, "cpu-contention") == \
+        "verified: 1 of 1 pinned stress worker(s) seen busy (> 5% of a CPU)"
 
 
 @needs_root

@@ -24,7 +24,7 @@ from faultlab.errors import BadInput, Refused
 from faultlab.injectors import FAULT_TYPES, PLANNED_TYPES, CpuContention, CpuStress, IoSlow, MemBw, apply, build
 from faultlab.injectors.io import block_device_of, parse_bytes_rate, parse_iops
 from faultlab.injectors.lease import load_leases
-from faultlab.injectors.cpu import RMDIR_SH
+from faultlab.injectors.cgroups import RMDIR_SH
 from faultlab.injectors.stress import SCAN_SH, STOP_SH, parse_cpu_list
 from faultlab.nodes import LocalNode
 
@@ -180,7 +180,7 @@ def test_io_slow_plan_v2_exact_commands():
     ]
     rv = [c.argv for c in p.revert]
     assert rv[0] == ("sh", "-c", pr, "sh", "259:0 rbps=max wbps=max riops=max wiops=max", f"{d}/io.max")
-    from faultlab.injectors.io import back_sh
+    from faultlab.injectors.cgroups import BACK_SH as back_sh
 
     # each PID goes back only while it is still in faultlab's cgroup
     assert rv[1] == ("sh", "-c", back_sh, "sh", "123", f"{d}/cgroup.procs", "/sys/fs/cgroup/cgroup.procs")

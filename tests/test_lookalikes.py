@@ -190,7 +190,7 @@ def test_a_stress_look_alike_of_another_user_does_not_fail_a_clean_revert(busy_l
     the fault gone (before: the look-alike was a "worker process left", exit 1); the
     look-alike is never signalled."""
     from faultlab import injectors
-    from faultlab.injectors.stress import CpuStress
+    from faultlab.injectors.cpu_stress import CpuStress
     from faultlab.nodes import LocalNode
 
     inj = CpuStress(LocalNode("local"), [busy_loop.pid], 30, workers=1)

@@ -9,6 +9,7 @@ steps (a straggler's spikes stay visible; the caption says so).
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 
 import matplotlib
 
@@ -18,15 +19,29 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from faultlab.injectors import FAULT_TYPES  # noqa: E402
 from faultlab.report.data import RunData  # noqa: E402
 
 MAX_POINTS = 3000
 SMOOTH_STEPS = 15  # the bold line: a centered rolling median over this many steps
 DPI = 90
-FAULT_COLORS = {
-    "nic-slow": "#e4572e", "cpu-contention": "#f3a712", "process-pause": "#a8c686", "gc-storm": "#669bbc",
-    "io-slow": "#8e6c8a", "mem-bw": "#29335c", "gpu-clock-cap": "#db2b39", "gpu-power-cap": "#7d4e57",
-}
+
+
+class _FaultColors(Mapping):
+    """Fault type -> its colour, read from the registry each time (``Injector.color``,
+    declared in the type's module), so a type registered later has its own too."""
+
+    def __getitem__(self, name: str) -> str:
+        return FAULT_TYPES[name].color
+
+    def __iter__(self):
+        return iter(FAULT_TYPES)
+
+    def __len__(self) -> int:
+        return len(FAULT_TYPES)
+
+
+FAULT_COLORS = _FaultColors()
 SOURCE_COLORS = {"injected": "#2a9d8f", "observed": "#577590", "injected-unmanifested": "#bbbbbb"}
 plt.rcParams.update({"font.size": 8, "axes.titlesize": 9, "axes.grid": True, "grid.alpha": 0.3, "figure.dpi": DPI})
 
