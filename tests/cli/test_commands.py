@@ -11,8 +11,10 @@ import time
 
 import pytest
 
-from conftest import FAULT_QDISC, needs_root, residue
-from test_lifecycle import nobody_dir  # noqa: F401  (the fixture: a lease folder owned by nobody)
+from tests.helpers import FAULT_QDISC, as_nobody, faultlab_procs, needs_root, nobody_env, residue, state
+
+
+
 
 FL = [sys.executable, "-m", "faultlab.cli"]
 
@@ -216,7 +218,7 @@ def test_scenario_validate_pause_hint_gives_field_values(tmp_path):
 
 # -- the bad-input corpus, privileges: another user against root's faults ------------------
 # (lease-folder faults: read-only, full tmpfs, another user's, symlink, writable by others,
-# root's folder as nobody: tests/test_lifecycle.py, test_unusable_lease_folder_* and
+# root's folder as nobody: tests/lifecycle/test_fault_always_ends.py, test_unusable_lease_folder_* and
 # test_as_nobody_*; a deleted or truncated record: test_lost_or_corrupt_record_*)
 
 PRIV_BAD = [
@@ -236,7 +238,6 @@ def test_another_user_against_roots_faults_one_line_nothing_applied(argv, words,
     """As nobody, with one of root's faults in force: a one-line error naming what is
     wrong, non-zero exit, no traceback; the host's faultlab state is exactly as before
     (root's fault still in force, nothing of nobody's applied) and no process is left."""
-    from test_lifecycle import as_nobody, faultlab_procs, nobody_env, state
 
     cp = fl("inject", "--type", "cpu-contention", "--target", str(busy_loop.pid), "--cpu-fraction", "0.5", "--duration", "60s", "--detach", "--json")
     assert cp.returncode == 0, cp.stderr

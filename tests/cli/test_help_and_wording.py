@@ -10,17 +10,15 @@ import re
 import subprocess
 import sys
 from importlib.metadata import version
-from pathlib import Path
 
 import pytest
 
-from conftest import needs_root
 from faultlab.errors import BadInput
 from faultlab.evidence import verify_text
 from faultlab.scenario import load
 from faultlab.units import parse_rate
+from tests.helpers import REPO, needs_root
 
-ROOT = Path(__file__).resolve().parent.parent
 FL = [sys.executable, "-m", "faultlab.cli"]
 
 
@@ -81,7 +79,7 @@ def test_node_without_backend_is_refused_with_the_backends():
 
 
 def test_campaign_dry_run_is_a_table_and_json_on_request():
-    f = str(ROOT / "examples" / "hardware-faults.yaml")
+    f = str(REPO / "examples" / "hardware-faults.yaml")
     cp = fl("campaign", f, "--dry-run")
     assert cp.returncode == 0
     head = cp.stdout.splitlines()[:6]
@@ -97,7 +95,7 @@ def test_examples_do_what_their_headers_say():
     """Every fault kind a campaign example's header names is drawn by its schedule."""
     words = {"link slowdowns": "nic-slow", "CPU contention": "cpu-contention", "I/O throttling": "io-slow",
              "intermittent stalls": "process-pause"}
-    for f in sorted((ROOT / "examples").glob("*.yaml")):
+    for f in sorted((REPO / "examples").glob("*.yaml")):
         header = "".join(line for line in f.read_text().splitlines(True) if line.startswith("#"))
         c = load(f)
         if not hasattr(c, "scenarios"):
@@ -124,7 +122,7 @@ def test_verified_says_what_was_measured_against_what():
 def test_readme_namespace_recipe_works_as_written(tmp_path):
     """The README's recipe, run as written (the name swapped for one of ours): both
     ends of the link come up with carrier, and the namespace reaches the host end."""
-    text = (ROOT / "README.md").read_text()
+    text = (REPO / "README.md").read_text()
     m = re.search(r"```sh\n(ip netns add mynode .*?eth0 up)\n", text, re.S)
     assert m, "the recipe block"
     name = f"flrd{os.getpid() % 10000:04d}"

@@ -23,7 +23,7 @@ import pytest
 from faultlab.errors import BadInput
 from faultlab.units import parse_duration, parse_rate
 from faultlab.yamlsafe import DuplicateKey, load as load_yaml
-from test_review_inputs import fl, one_line_error  # the CLI runner and the one-line-error check, shared
+from tests.helpers import fl, one_line_error
 
 SCENARIO = """name: t
 seed: 0

@@ -18,9 +18,10 @@ from faultlab.datasets.build import build, collect_runs, draw_split
 from faultlab.datasets.layout import Dataset
 from faultlab.datasets.synthetic import make_run
 from faultlab.errors import BadInput
+from tests.helpers import REPO
 
 #: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout (README)
-PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "public")
+PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or REPO.parent / "shared" / "datasets" / "public")
 
 
 def faultlab(*args, cwd=None):
@@ -240,14 +241,13 @@ def test_import_perseus_to_dataset_form(tmp_path):
     assert info["runs"] == 1 and info["duration_s"] > 0
 
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", ["faultlab-hw-v1", "faultlab-sw-v1"])
 def test_published_dataset_is_intact_and_chance_sits_at_chance(name):
     from faultlab.scoring.api import score_dataset
 
-    ds = ROOT / "datasets" / name
+    ds = REPO / "datasets" / name
     assert faultlab("dataset", "verify", ds).returncode == 0
     assert sum(f.stat().st_size for f in ds.rglob("*") if f.is_file()) <= 20e6
     assert len(Dataset(ds).run_ids("all")) >= 20 and list((ds / "campaign").glob("*.yaml"))

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, needs_root
 from faultlab.errors import Refused
 from faultlab.injectors import CpuContention, IoSlow, apply, cgroups
 from faultlab.injectors.cpu import RMDIR_SH
 from faultlab.nodes import LocalNode
+from tests.helpers import ROOT, needs_root
 
 NODE = LocalNode("local")
 #: argv prefix: join cgroup folder $1, then exec the rest (a process born in it)

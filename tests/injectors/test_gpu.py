@@ -22,8 +22,8 @@ from faultlab.errors import BadInput, FaultlabError, Refused
 from faultlab.injectors import FAULT_TYPES, GpuClockCap, GpuPowerCap, apply, build
 from faultlab.injectors.lease import load_leases, recover
 from faultlab.nodes import LocalNode
+from tests.helpers import FAKES
 
-FAKES = Path(__file__).resolve().parent / "fakes"
 SMI = str(FAKES / "nvidia-smi")
 
 

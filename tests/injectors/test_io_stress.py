@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cpu_rate
 from faultlab.errors import BadInput, Refused
 from faultlab.injectors import FAULT_TYPES, PLANNED_TYPES, CpuContention, CpuStress, IoSlow, MemBw, apply, build
 from faultlab.injectors.io import block_device_of, parse_bytes_rate, parse_iops
@@ -27,6 +26,7 @@ from faultlab.injectors.lease import load_leases
 from faultlab.injectors.cpu import RMDIR_SH
 from faultlab.injectors.stress import SCAN_SH, STOP_SH, parse_cpu_list
 from faultlab.nodes import LocalNode
+from tests.helpers import ROOT, cpu_rate
 
 NODE = LocalNode("local")
 
@@ -161,7 +161,7 @@ def test_io_slow_plan_v2_exact_commands():
     """cgroup v2 io.max at the root of the hierarchy (no subtree_control write: the root
     is exempt from the no-internal-process rule): the plan only (this machine's v2
     hierarchy has no io controller; the real v2 placement check is
-    tests/test_cgroup_nesting.py::test_v2_nesting_on_the_real_unified_hierarchy)."""
+    tests/injectors/test_cgroup_nesting.py::test_v2_nesting_on_the_real_unified_hierarchy)."""
     inj = IoSlow(NODE, [123, 456], "/data", read_bps=10_000_000, write_iops=200, fault_id="io-abc123")
     facts = {
         "hierarchy": {"version": 2, "mount": "/sys/fs/cgroup", "controller": "io"},

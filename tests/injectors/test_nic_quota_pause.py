@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAULT_QDISC, cpu_rate, needs_root
 from faultlab import procid
 from faultlab.errors import BadInput, Refused
 from faultlab.injectors import CpuContention, NicSlow, ProcessPause, apply
 from faultlab.injectors.lease import load_leases
 from faultlab.nodes import LocalNode
 from faultlab.probe import measure_throughput
+from tests.helpers import FAULT_QDISC, ROOT, cpu_rate, needs_root
 
 
 def _qdiscs(node) -> str:
@@ -161,7 +161,7 @@ def test_revert_twice_is_noop(busy_loop, no_residue):
     """A second ``ActiveFault.revert()`` answers the status it recorded (nothing runs
     again here). That the revert *commands* really run again and still work (what a
     watchdog firing after the controller's revert does) is
-    tests/test_recover_revert.py::test_second_revert_runs_its_commands_again."""
+    tests/lifecycle/test_recover_revert.py::test_second_revert_runs_its_commands_again."""
     active = apply(ProcessPause(LocalNode("local"), busy_loop.pid, 0.1, 0.3, 30), 30)
     assert active.revert() == "reverted"
     assert active.revert() == "reverted"
@@ -375,8 +375,6 @@ def test_failed_inject_leaves_nothing(no_residue):
 
 @pytest.fixture
 def testbed3():
-    from conftest import ROOT
-
     if not ROOT:
         pytest.skip("needs root")
     from faultlab.nodes.testbed import NetnsTestbed
@@ -516,7 +514,7 @@ def test_concurrent_injects_on_one_interface_one_wins_other_refused(testbed2, no
 @needs_root
 @pytest.mark.skipif(not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists(),
                     reason="no cgroup v1 cpu controller at /sys/fs/cgroup/cpu (a v2-only host): the v2 nesting is "
-                           "tests/test_cgroup_nesting.py")
+                           "tests/injectors/test_cgroup_nesting.py")
 def test_quota_nests_in_the_targets_cgroup_keeps_its_limit_and_survives_its_removal(no_residue):
     """The faultlab cgroup is made inside the target's own cgroup: the target's own 20%
     limit still holds under a looser 0.8 fault (a fault only ever slows), and the

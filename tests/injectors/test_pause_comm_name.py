@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_root
 from faultlab import procid
 from faultlab.injectors import ProcessPause, apply
 from faultlab.injectors.lease import load_leases
 from faultlab.injectors.pause import CONT_SH
 from faultlab.nodes import LocalNode
+from tests.helpers import needs_root
 
 #: a command name that shifts every field after it for a first-``)`` parser
 BAD_NAME = b"x) T 1 ("

@@ -5,13 +5,14 @@ evaluation reads tables only; the campaigns themselves run on the real testbed).
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("labeler_campaign", ROOT / "perf" / "labeler_campaign.py")
+from tests.helpers import REPO
+
+
+_spec = importlib.util.spec_from_file_location("labeler_campaign", REPO / "perf" / "labeler_campaign.py")
 lc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lc)
 
@@ -203,7 +204,7 @@ def test_a_chunk_keeps_ctrl_c_a_keyboard_interrupt():
     import sys
 
     code = ("import importlib.util, signal, sys\n"
-            f"spec = importlib.util.spec_from_file_location('lc', {str(ROOT / 'perf' / 'labeler_campaign.py')!r})\n"
+            f"spec = importlib.util.spec_from_file_location('lc', {str(REPO / 'perf' / 'labeler_campaign.py')!r})\n"
             "lc = importlib.util.module_from_spec(spec); spec.loader.exec_module(lc)\n"
             "import faultlab.cli\n"
             "assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL\n"

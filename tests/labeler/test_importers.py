@@ -25,10 +25,10 @@ import pytest
 from faultlab import schema
 from faultlab.errors import BadInput
 from faultlab.labeler import importers, perseus, trace
+from tests.helpers import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
 #: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout
-PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or ROOT.parent / "shared" / "datasets" / "public")
+PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or REPO.parent / "shared" / "datasets" / "public")
 PERSEUS_DIR = PUBLIC / "perseus-cluster_A"
 ST_DIR = PUBLIC / "straggler-trace-ST"
 _WHERE = "set FAULTLAB_PUBLIC_DATA to the folder of the public traces (README: Labeling public traces)"

@@ -20,8 +20,8 @@ from faultlab.errors import BadInput
 from faultlab.labeler import StepGrid, label, label_run
 from faultlab.labeler import importers
 from faultlab.rundir import RunDir
-from test_importers import long_frame, pipeline_trace, write_trace
-from test_labeler import injection, simulate, step_time
+from tests.labeler.test_importers import long_frame, pipeline_trace, write_trace
+from tests.labeler.test_labeler import injection, simulate, step_time
 
 FL = [sys.executable, "-m", "faultlab.cli"]
 

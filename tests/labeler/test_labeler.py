@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,6 +14,7 @@ from faultlab.labeler import LabelerConfig, label, label_run
 from faultlab.labeler.fusion import intervals
 from faultlab.labeler.whatif import whatif
 from faultlab.rundir import RunDir
+from tests.helpers import DATA
 
 T0 = 1_700_000_000.0
 
@@ -477,7 +477,7 @@ def test_recorded_rate_cap_whose_flags_split_is_one_job_label():
     time, the rest 1.2-1.5x); nothing lasted the 1 s minimum and the fault read
     injected-unmanifested. The sustained rule (the window's median over a second)
     makes it one job label."""
-    s = pd.read_csv(Path(__file__).parent / "data" / "nic-slow-448mbit.csv.gz")
+    s = pd.read_csv(DATA / "nic-slow-448mbit.csv.gz")
     s["t_start"] += T0
     nic = injection("nic-1345a2", "nic-slow", "n1", "fleth0", T0 + 26.339, T0 + 31.664, run_id=s.run_id.iloc[0])
     lab = label(s, pd.DataFrame([nic]))
@@ -883,7 +883,7 @@ RECORDED = {
 @pytest.mark.parametrize("fixture", sorted(RECORDED))
 def test_recorded_fault_the_labeler_missed_is_labeled(fixture):
     fid, want, faults = RECORDED[fixture]
-    s = pd.read_csv(Path(__file__).parent / "data" / f"{fixture}.csv.gz")
+    s = pd.read_csv(DATA / f"{fixture}.csv.gz")
     s["t_start"] += T0
     inj = pd.DataFrame([injection(f, t, n, tg, T0 + a, T0 + b, run_id=s.run_id.iloc[0]) for f, t, n, tg, a, b in faults])
     lab = label(s, inj)

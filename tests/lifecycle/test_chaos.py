@@ -6,7 +6,9 @@ state left, zero residue after.
 
 from __future__ import annotations
 
-from conftest import needs_root
+from tests.helpers import needs_root
+
+
 
 
 @needs_root

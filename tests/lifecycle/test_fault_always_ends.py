@@ -32,114 +32,28 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import FAULT_QDISC, needs_root
-
-FL = [sys.executable, "-m", "faultlab.cli"]
-MARKERS = ("faultlab-watchdog", "faultlab-pause", "faultlab-stress", "faultlab-membw")
-
-
-def fl(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([*FL, *args], capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def lease_dir() -> Path:
-    return Path(os.environ["FAULTLAB_LEASE_DIR"])
-
-
-def faultlab_procs(lease: str | None = None) -> set[str]:
-    """faultlab's own processes (watchdogs, pause loops, stress workers) started with
-    FAULTLAB_LEASE_DIR=``lease`` (default: this session's). Not the short-lived children
-    a watchdog or loop forks for each ``$(...)`` or background ``sleep``: until they exec
-    they have its argv and environ, so a matched process whose parent is matched too is
-    left out (a leaked child whose parent is gone is still counted)."""
-    want = f"FAULTLAB_LEASE_DIR={lease or lease_dir()}".encode()
-    found: dict[int, tuple[int, str]] = {}
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if any(k in cmd for k in MARKERS) and want in (p / "environ").read_bytes().split(b"\0"):
-                ppid = int((p / "stat").read_text().rpartition(")")[2].split()[1])
-                found[int(p.name)] = (ppid, cmd[:60])
-        except (OSError, ValueError, IndexError):
-            continue
-    return {f"{pid} {cmd}" for pid, (ppid, cmd) in found.items() if ppid not in found}
-
-
-def state(extra_lease: str | None = None) -> set[str]:
-    """What a fault could leave on the host, as strings: faultlab qdiscs and ifb
-    devices in this and every network namespace, faultlab cgroups, lease files, and
-    every faultlab process (stress workers included) of this session. Namespaces and
-    links of testbeds are not faults and are left out (another session's testbed may
-    come and go)."""
-    out = set()
-    for ns in [""] + [ln.split()[0] for ln in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines() if ln.strip()]:
-        pre = ["ip", "netns", "exec", ns] if ns else []
-        q = subprocess.run([*pre, "tc", "qdisc", "show"], capture_output=True, text=True).stdout
-        out |= {f"{ns}: {ln}" for ln in q.splitlines() if FAULT_QDISC.search(ln) or "ingress" in ln}
-        links = subprocess.run([*pre, "ip", "-br", "link"], capture_output=True, text=True).stdout
-        out |= {f"{ns}: link {ln.split()[0]}" for ln in links.splitlines() if ln.startswith(("flifb", "flprb"))}
-    out |= {f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob("**/faultlab-*")}
-    out |= {f"lease file {p.name}" for p in lease_dir().glob("*")} if lease_dir().exists() else set()
-    out |= {f"process {p}" for p in faultlab_procs() | (faultlab_procs(extra_lease) if extra_lease else set())}
-    return out
-
-
-def wait_for(pred, timeout: float, step: float = 0.1) -> bool:
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return bool(pred())
+from tests.helpers import (
+    FAULT_QDISC,
+    FL,
+    as_nobody,
+    faultlab_procs,
+    fl,
+    lease_dir,
+    needs_root,
+    nobody_env,
+    state,
+    wait_for,
+)
 
 
 def proc_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-
-
-# -- running as another user -------------------------------------------------------------
-
-def _exec_ok_as_nobody(path: str) -> bool:
-    return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "test", "-x", path]).returncode == 0
-
-
-def as_nobody(argv: list[str], env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run ``argv`` as user nobody. When the interpreter is not reachable by nobody
-    (it lives under /root), a private mount namespace shows it at the same path:
-    /root becomes an empty 0755 tmpfs with only the interpreter's tree bound back."""
-    real = os.path.realpath(sys.executable)
-    drop = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "env", *[f"{k}={v}" for k, v in env.items()]]
-    if _exec_ok_as_nobody(real) or not real.startswith("/root/"):
-        return subprocess.run([*drop, *argv], capture_output=True, text=True, timeout=timeout)
-    top = "/root/" + real.split("/")[2]  # e.g. /root/.pyenv
-    script = ('set -e; mount --make-rprivate /; mount --bind "$1" /mnt; mount -t tmpfs -o mode=0755 tmpfs /root; '
-              'mkdir "$1"; mount --move /mnt "$1"; shift; exec "$@"')
-    return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", top, *drop, *argv], capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.fixture
-def nobody_dir():
-    """A lease folder owned by nobody (under the sticky /tmp)."""
-    d = Path(tempfile.mkdtemp(prefix="fl-nobody-"))
-    os.chown(d, 65534, 65534)
-    os.chmod(d, 0o755)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def nobody_env(d: Path) -> dict:
-    return {"FAULTLAB_LEASE_DIR": str(d / "leases"), "FAULTLAB_STATE_DIR": str(d), "HOME": str(d), "PATH": os.environ["PATH"]}
 
 
 # -- 1. signal storms: a revert is not interruptible ---------------------------------------

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_root
 from faultlab.injectors import CpuContention, apply
 from faultlab.injectors.lease import load_leases
 from faultlab.nodes import LocalNode
+from tests.helpers import needs_root
 
 V1_CPU = Path("/sys/fs/cgroup/cpu/cgroup.procs").exists()
 needs_v1_cpu = pytest.mark.skipif(not V1_CPU, reason="needs the cgroup v1 cpu controller at /sys/fs/cgroup/cpu (the v2 sweep is the same script)")

@@ -20,7 +20,7 @@ from faultlab.injectors.base import Cmd
 from faultlab.injectors.hostview import find_watchdogs
 from faultlab.injectors.lease import Lease
 from faultlab.nodes import LocalNode
-from test_lifecycle import wait_for
+from tests.helpers import wait_for
 
 OURS = (".{id}.json.0123456789ab.tmp", ".{id}.deadline.fedcba987654.tmp")
 NOT_OURS = (".{id}.json.short.tmp",  # not 12 hex digits: not a temporary write_atomic makes

@@ -26,9 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_root
 from faultlab.injectors.lease import CONTROLLER_ENV, WATCHDOG_NAME
-from test_lifecycle import as_nobody, fl, nobody_dir, nobody_env, wait_for  # noqa: F401 (fixture)
+from tests.helpers import as_nobody, fl, needs_root, nobody_env, wait_for
 
 LOOKALIKE_UID = 65532
 DROP = ["setpriv", f"--reuid={LOOKALIKE_UID}", f"--regid={LOOKALIKE_UID}", "--clear-groups"]

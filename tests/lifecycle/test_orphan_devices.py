@@ -17,9 +17,8 @@ import sys
 
 import pytest
 
-from conftest import FAULT_QDISC, needs_root
 from faultlab.injectors.lease import LEASE_ID
-from test_lifecycle import fl, lease_dir, wait_for
+from tests.helpers import FAULT_QDISC, fl, lease_dir, needs_root, wait_for
 
 # doctor's own probe, stopped for real once the probe device has its qdisc: the
 # controller prints the device and sleeps until it is SIGKILLed

@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import needs_root
-from test_lifecycle import fl, lease_dir, wait_for
-from test_recover_revert import _cpu_cg
+from tests.helpers import cpu_cgroup, fl, lease_dir, needs_root, wait_for
+
+
 
 CONTROLLER = """
 import time
@@ -97,9 +97,9 @@ def _running_inject(pid: int):
                             str(pid), "--cpu-fraction", "0.3", "--duration", "120s"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_for(lambda: "/faultlab-" in _cpu_cg(pid) or ctl.poll() is not None, 60), "inject never applied"
+        assert wait_for(lambda: "/faultlab-" in cpu_cgroup(pid) or ctl.poll() is not None, 60), "inject never applied"
         assert ctl.poll() is None, ctl.communicate()
-        yield ctl, _cpu_cg(pid).rsplit("/faultlab-", 1)[1]
+        yield ctl, cpu_cgroup(pid).rsplit("/faultlab-", 1)[1]
     finally:
         if ctl.poll() is None:
             ctl.send_signal(signal.SIGTERM)
@@ -109,15 +109,15 @@ def _running_inject(pid: int):
 
 @needs_root
 def test_recover_leaves_a_running_injects_fault_and_revert_all_ends_it(busy_loop, no_residue):
-    home = _cpu_cg(busy_loop.pid)
+    home = cpu_cgroup(busy_loop.pid)
     with _running_inject(busy_loop.pid) as (ctl, fid):
         rc = fl("recover", timeout=120)
         assert rc.returncode == 0, rc.stdout + rc.stderr
-        assert _cpu_cg(busy_loop.pid).endswith(f"/faultlab-{fid}"), "recover reverted a fault its live controller holds"
+        assert cpu_cgroup(busy_loop.pid).endswith(f"/faultlab-{fid}"), "recover reverted a fault its live controller holds"
         assert fid in rc.stderr and "still holds" in rc.stderr, rc.stderr
         rc = fl("revert", "--all", timeout=120)  # the user asks for every fault: it ends
         assert rc.returncode == 0 and fid in rc.stdout, rc.stdout + rc.stderr
-        assert _cpu_cg(busy_loop.pid) == home
+        assert cpu_cgroup(busy_loop.pid) == home
         ctl.send_signal(signal.SIGTERM)
         out, err = ctl.communicate(timeout=60)
         assert ctl.returncode == 0, out + err
@@ -128,19 +128,19 @@ def test_recover_leaves_a_fault_whose_record_was_lost_while_its_controller_lives
     """The record of a running inject's fault is deleted: only its watchdog is left to
     say who holds it (its environment names the controller, PID and start time), and
     ``recover`` leaves it alone until that controller is gone."""
-    home = _cpu_cg(busy_loop.pid)
+    home = cpu_cgroup(busy_loop.pid)
     with _running_inject(busy_loop.pid) as (ctl, fid):
         (lease_dir() / f"{fid}.json").unlink()
         row = next(r for r in json.loads(fl("status", "--json").stdout) if r["fault_id"] == fid)
         assert row["record"] is None and row["watchdog_alive"] and row["controller_alive"], row
         rc = fl("recover", timeout=120)
         assert rc.returncode == 0, rc.stdout + rc.stderr
-        assert _cpu_cg(busy_loop.pid).endswith(f"/faultlab-{fid}"), "recover fired the watchdog of a fault a live controller holds"
+        assert cpu_cgroup(busy_loop.pid).endswith(f"/faultlab-{fid}"), "recover fired the watchdog of a fault a live controller holds"
         assert f"{fid} (controller PID {ctl.pid})" in rc.stderr and "still holds" in rc.stderr, rc.stderr
 
         os.kill(ctl.pid, signal.SIGKILL)  # now it is left behind: recover ends it through its watchdog
         ctl.communicate()
         rc = fl("recover", timeout=120)
         assert rc.returncode == 0 and fid in rc.stdout, rc.stdout + rc.stderr
-        assert wait_for(lambda: _cpu_cg(busy_loop.pid) == home, 30), _cpu_cg(busy_loop.pid)
+        assert wait_for(lambda: cpu_cgroup(busy_loop.pid) == home, 30), cpu_cgroup(busy_loop.pid)
         assert wait_for(lambda: not any(lease_dir().glob(f"*{fid}*")), 10), list(lease_dir().iterdir())

@@ -19,25 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, proc_argvs
 from faultlab.errors import FaultlabError
 from faultlab.injectors import CpuContention, apply
 from faultlab.injectors.base import Hooks, run_revert
 from faultlab.injectors.lease import WATCHDOG_NAME, load_leases
 from faultlab.nodes import LocalNode
+from tests.helpers import FL, ROOT, as_nobody, cpu_cgroup, proc_argvs
 
 NODE = LocalNode("local")
 needs_v1_cpu = pytest.mark.skipif(not ROOT or not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists(),
                                   reason="needs root and the cgroup v1 cpu controller at /sys/fs/cgroup/cpu")
-
-
-def _cpu_cg(pid: int) -> str:
-    for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        num, _, rest = ln.partition(":")
-        ctrls, _, path = rest.partition(":")
-        if "cpu" in ctrls.split(","):
-            return path
-    raise AssertionError(f"no cpu line for {pid}")
 
 
 def _watchdogs(fault_id: str) -> list[int]:
@@ -51,7 +42,7 @@ def test_recover_reverts_the_lease_of_a_sigkilled_controller(busy_loop, no_resid
     process) reverts it now: the target is back in its own cgroup, the faultlab cgroup,
     the record and the watchdog are gone, exit 0."""
     pid = busy_loop.pid
-    home = _cpu_cg(pid)
+    home = cpu_cgroup(pid)
     code = ("import time\nfrom faultlab.injectors import CpuContention, apply\nfrom faultlab.nodes import LocalNode\n"
             f"a = apply(CpuContention(LocalNode('local'), [{pid}], 0.3), 120.0)\nprint(a.fault_id, a.facts['cgroup'], flush=True)\ntime.sleep(300)\n")
     ctl = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -60,13 +51,13 @@ def test_recover_reverts_the_lease_of_a_sigkilled_controller(busy_loop, no_resid
     finally:
         os.kill(ctl.pid, signal.SIGKILL)
         ctl.wait()
-    assert Path(cg).is_dir() and _cpu_cg(pid).endswith(f"/faultlab-{fault_id}")
+    assert Path(cg).is_dir() and cpu_cgroup(pid).endswith(f"/faultlab-{fault_id}")
     assert [le.fault_id for le in load_leases(NODE)] == [fault_id] and _watchdogs(fault_id)
     cp = subprocess.run([sys.executable, "-c", "from faultlab.cli import app; app()", "recover"],
                         capture_output=True, text=True, timeout=120)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert fault_id in cp.stdout and "reverted 1 fault(s)" in cp.stdout, cp.stdout
-    assert _cpu_cg(pid) == home
+    assert cpu_cgroup(pid) == home
     assert not Path(cg).exists()
     assert not load_leases(NODE)
     end = time.time() + 10
@@ -92,7 +83,7 @@ class _KillSecondTargetAtInject(Hooks):
 @needs_v1_cpu
 def test_inject_failing_half_way_undoes_the_commands_that_succeeded(busy_loop, no_residue):
     first = busy_loop
-    home = _cpu_cg(first.pid)
+    home = cpu_cgroup(first.pid)
     second = subprocess.Popen(["sleep", "60"])
     try:
         inj = CpuContention(NODE, [first.pid, second.pid], 0.3)
@@ -102,7 +93,7 @@ def test_inject_failing_half_way_undoes_the_commands_that_succeeded(busy_loop, n
         # the commands before the failing one had taken effect
         assert [c.argv[-2] for c in active.plan.inject if c.argv[-1].endswith("cgroup.procs")] == [str(first.pid), str(second.pid)]
         assert active.status == "reverted"
-        assert _cpu_cg(first.pid) == home, "the target moved by the inject's first steps is back home"
+        assert cpu_cgroup(first.pid) == home, "the target moved by the inject's first steps is back home"
         assert not Path(active.facts["cgroup"]).exists()
         assert not load_leases(NODE)
     finally:
@@ -118,19 +109,19 @@ def test_second_revert_runs_its_commands_again(busy_loop, no_residue):
     running the plan's revert once more really moves the target back and removes the
     cgroup. A second run on a clean host changes nothing."""
     pid = busy_loop.pid
-    home = _cpu_cg(pid)
+    home = cpu_cgroup(pid)
     active = apply(CpuContention(NODE, [pid], 0.3), 30)
     cg = Path(active.facts["cgroup"])
-    assert active.revert() == "reverted" and _cpu_cg(pid) == home and not cg.exists()
+    assert active.revert() == "reverted" and cpu_cgroup(pid) == home and not cg.exists()
     cg.mkdir()
     try:
         (cg / "cgroup.procs").write_text(str(pid))
-        assert _cpu_cg(pid) == str(Path(home) / cg.name)
+        assert cpu_cgroup(pid) == str(Path(home) / cg.name)
         run_revert(NODE, active.plan.revert)
-        assert _cpu_cg(pid) == home, "the second revert moved the target back"
+        assert cpu_cgroup(pid) == home, "the second revert moved the target back"
         assert not cg.exists(), "the second revert removed the cgroup"
         run_revert(NODE, active.plan.revert)  # nothing left to do: nothing else is touched
-        assert _cpu_cg(pid) == home and not cg.exists()
+        assert cpu_cgroup(pid) == home and not cg.exists()
     finally:
         if cg.exists():
             for q in (cg / "cgroup.procs").read_text().split():
@@ -157,7 +148,6 @@ def test_status_and_recover_find_leases_in_the_old_tmp_folder(tmp_path):
     os.chown(work, uid, uid)
     os.chmod(work, 0o755)
     env = {"FAULTLAB_LEASE_DIR": str(work / "leases"), "FAULTLAB_STATE_DIR": str(work), "HOME": str(work), "PATH": os.environ["PATH"]}
-    from test_lifecycle import FL, as_nobody  # (the interpreter made reachable for nobody)
 
     assert pwd.getpwnam("nobody").pw_uid == uid
     marker = work / "reverted"

@@ -16,12 +16,11 @@ import time
 
 import pytest
 
-from conftest import needs_root
 from faultlab.injectors.base import Cmd
 from faultlab.injectors.lease import WATCHDOG_NAME, Lease, read_records
 from faultlab.injectors.hostview import find_watchdogs
 from faultlab.nodes import LocalNode
-from test_lifecycle import wait_for
+from tests.helpers import fl, needs_root, wait_for
 
 
 def _look_alike(fid: str, *, as_nobody: bool) -> subprocess.Popen:
@@ -78,7 +77,6 @@ def test_revert_of_a_lost_record_signals_the_faults_own_watchdog_not_another_use
     """Root's fault lost its record; a process of nobody's looks like its watchdog (same
     id). ``faultlab revert ID`` tells root's watchdog to revert and leaves the look-alike
     alone (its sh dies of a SIGUSR1, so a signal would show); ``status`` names it."""
-    from test_lifecycle import fl
 
     fid = f"process-{secrets.token_hex(3)}"
     done = tmp_path / "reverted"

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import left_since, needs_root, residue
+from tests.helpers import left_since, needs_root, residue
+
+
 
 
 def test_residue_sees_stress_workers_state_and_agent_files(tmp_path, monkeypatch):

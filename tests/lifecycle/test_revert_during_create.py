@@ -21,11 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_root
 from faultlab.injectors.hostview import find_watchdogs
 from faultlab.injectors.lease import TEST_CREATE_PAUSE_ENV
-from test_lifecycle import FL, fl, lease_dir, wait_for
-from test_recover_revert import _cpu_cg
+from tests.helpers import FL, cpu_cgroup, fl, lease_dir, needs_root, wait_for
 
 DURATION_S = 6
 
@@ -45,7 +43,7 @@ def _gone_watchdog_rows(fid: str) -> list[dict]:
 def test_a_revert_during_create_ends_the_whole_fault_or_the_create_says_so(busy_loop, no_residue, detach):
     if not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():
         pytest.skip("needs the cgroup v1 cpu controller at /sys/fs/cgroup/cpu")
-    home = _cpu_cg(busy_loop.pid)
+    home = cpu_cgroup(busy_loop.pid)
     env = dict(os.environ, **{TEST_CREATE_PAUSE_ENV: "3"})
     argv = [*FL, "inject", "--type", "cpu-contention", "--target", str(busy_loop.pid), "--cpu-fraction", "0.3",
             "--duration", f"{DURATION_S}s", "--grace", "2s", *(["--detach"] if detach else [])]
@@ -66,7 +64,7 @@ def test_a_revert_during_create_ends_the_whole_fault_or_the_create_says_so(busy_
         while time.time() < stop_at:
             if ctl.poll() is not None:  # a little longer: what it left shows
                 stop_at = min(stop_at, time.time() + 2)
-            if _cpu_cg(busy_loop.pid).endswith(f"/faultlab-{fid}"):
+            if cpu_cgroup(busy_loop.pid).endswith(f"/faultlab-{fid}"):
                 in_cgroup.append(round(time.time(), 1))
             if not no_watchdog and not in_cgroup:
                 no_watchdog += _gone_watchdog_rows(fid)
@@ -74,7 +72,7 @@ def test_a_revert_during_create_ends_the_whole_fault_or_the_create_says_so(busy_
         out, err = ctl.communicate(timeout=120)
         assert not in_cgroup, f"the target was put back in faultlab-{fid} after the revert said reverted (rc={ctl.returncode}, {err!r})"
         assert not no_watchdog, f"status showed {fid} with its watchdog gone: {no_watchdog}"
-        assert _cpu_cg(busy_loop.pid) == home
+        assert cpu_cgroup(busy_loop.pid) == home
         if ctl.returncode != 0:  # the creator stopped: one line, naming the fault and why
             lines = [ln for ln in err.splitlines() if ln.strip()]
             assert len(lines) == 1 and fid in lines[0] and "reverted" in lines[0], err

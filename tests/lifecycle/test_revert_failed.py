@@ -21,7 +21,7 @@ import time
 from faultlab.injectors.base import Cmd
 from faultlab.injectors.lease import Lease, load_leases, recover
 from faultlab.nodes import LocalNode
-from test_lifecycle import fl, lease_dir, wait_for
+from tests.helpers import fl, lease_dir, wait_for
 
 NODE = LocalNode("local")
 

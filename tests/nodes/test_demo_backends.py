@@ -10,8 +10,9 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import docker_residue, residue
-from test_demo import both_faults_labeled
+from tests.helpers import docker_residue, residue
+from tests.runner.test_demo import both_faults_labeled
+
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-from tests.conftest import docker_residue
+from tests.helpers import docker_residue
+
+
 
 pytestmark = pytest.mark.root
 

@@ -1,7 +1,7 @@
 """faultlab report: the HTML page of a run, a folder of runs and a scores file.
 
 A synthetic run (faultlab.report.synthetic: drawn step times, real labels) keeps these
-fast and root-free; tests/test_demo.py opens the report of a real demo run in
+fast and root-free; tests/runner/test_demo.py opens the report of a real demo run in
 Chromium. Render time and size of a 4-rank 5-minute run: perf/report_render.py.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from browser_check import check_report
+from tests.browser_check import check_report
 from faultlab.report import write_report
 from faultlab.report.synthetic import make_run
 

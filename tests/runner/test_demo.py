@@ -9,7 +9,9 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import needs_root, residue
+from tests.helpers import needs_root, residue
+
+
 
 
 def both_faults_labeled(inj: pd.DataFrame, labels: pd.DataFrame):
@@ -74,7 +76,7 @@ def test_demo_report_opens_in_headless_chromium_without_errors_or_network(demo_r
     """The demo ends by writing report.html and printing its path; Chromium loads it
     with no console error and no request beyond the file and its data: images; every
     plot shows pixels (not blank)."""
-    from browser_check import check_report
+    from tests.browser_check import check_report
 
     out, cp, _ = demo_run
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]

@@ -10,15 +10,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import needs_root, residue
 from faultlab.errors import BadInput
 from faultlab.scenario import Campaign, Scenario, load
+from tests.helpers import REPO, needs_root, residue
 
-ROOT_DIR = Path(__file__).resolve().parents[1]
 FL = [sys.executable, "-m", "faultlab.cli"]
 
 GOOD = """\
@@ -118,7 +116,7 @@ def test_schema_is_json_schema():
 
 
 def test_examples_are_valid():
-    files = sorted((ROOT_DIR / "examples").glob("*.yaml"))
+    files = sorted((REPO / "examples").glob("*.yaml"))
     assert files
     for f in files:
         load(f)

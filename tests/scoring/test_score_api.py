@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,6 +21,7 @@ from faultlab.errors import BadInput
 from faultlab.scoring import Detector, replay, score_runs
 from faultlab.scoring.detectors import as_alarms, empty_alarms, load_detector
 from faultlab.scoring.runs import iter_run_dirs, read_run_dir
+from tests.helpers import REPO
 
 PY = sys.executable
 
@@ -371,7 +371,7 @@ def test_a_plugin_package_is_found_by_its_entry_point_name(runs, tmp_path):
     # if the test dies); the scoring processes get it on PYTHONPATH, where
     # importlib.metadata finds its entry point
     site = tmp_path / "site"
-    examples = Path(__file__).resolve().parents[1] / "examples" / "detectors"
+    examples = REPO / "examples" / "detectors"
     pip = [PY, "-m", "pip", "--disable-pip-version-check", "-q", "install", "--no-deps", "--target", str(site)]
     for src in (pkg, examples / "pyod-iforest", examples / "ruptures-pelt"):
         r = subprocess.run(pip + [str(src)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -391,7 +391,7 @@ def test_a_plugin_package_is_found_by_its_entry_point_name(runs, tmp_path):
 
 
 def test_example_plugins_score(runs):
-    root = Path(__file__).resolve().parents[1] / "examples" / "detectors"
+    root = REPO / "examples" / "detectors"
     sys.path[:0] = [str(root / "pyod-iforest"), str(root / "ruptures-pelt")]
     try:
         rs = list(iter_run_dirs(runs[:3]))

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import REPO
+
+
 FL = [sys.executable, "-m", "faultlab.cli"]
-REPO = Path(__file__).resolve().parent.parent
 DATASET = REPO / "datasets" / "faultlab-sw-v1"
 
 

@@ -24,13 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_root
 from faultlab import procid
 from faultlab.benchmarks import agent as agent_mod
 from faultlab.injectors import gc as gc_mod
 from faultlab.injectors.lease import load_leases
 from faultlab.nodes import LocalNode
-from test_lifecycle import as_nobody
+from tests.helpers import as_nobody, needs_root
 
 pytestmark = needs_root
 

@@ -17,7 +17,7 @@ import pytest
 from faultlab.nodes.docker import WORK_DIR
 from faultlab.telemetry import collect
 from faultlab.telemetry.collect import TelemetryCollector
-from tests.conftest import docker_residue
+from tests.helpers import docker_residue
 
 pytestmark = pytest.mark.root
 

@@ -14,9 +14,9 @@ import os
 import numpy as np
 import pytest
 
-from conftest import needs_root
 from faultlab.benchmarks.diskdata import DiskData
 from faultlab.safefs import UntrustedPath
+from tests.helpers import needs_root
 
 NOBODY = 65534
 SHARDS = [(np.ones((4, 2), np.float32), np.zeros((4, 1), np.float32))]

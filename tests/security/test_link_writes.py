@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from faultlab.report.synthetic import make_run
-from tests.conftest import docker_residue
+from tests.helpers import docker_residue
 
 ROOT = os.geteuid() == 0
 NOBODY = 65534

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT
 from faultlab.benchmarks.diskdata import DiskData
 from faultlab.benchmarks.launch import free_port, launch_ranks, stop_ranks, wait_ranks
 from faultlab.errors import BadInput
@@ -18,6 +17,7 @@ from faultlab.injectors import IoSlow, apply
 from faultlab.injectors.io import block_device_of
 from faultlab.nodes import LocalNode
 from faultlab.rundir import RunDir
+from tests.helpers import ROOT
 
 NODE = LocalNode("local")
 
