@@ -107,7 +107,7 @@ def inject(
             "--clock-mhz": clock_mhz, "--power-w": power_w, "--gc-rate": gc_rate, "--garbage-mb": garbage_mb,
             "--path": path, "--read-bps": read_bps, "--write-bps": write_bps, "--read-iops": read_iops, "--write-iops": write_iops,
         }
-        if inventory is not None or nodes_sel or "," in node:  # fan-out (issue 12): faultlab.nodes.cli
+        if inventory is not None or nodes_sel or "," in node:  # fan-out over several nodes: faultlab.nodes.cli
             from faultlab.nodes.cli import inject_fanout
 
             return inject_fanout(type=type, node=node, nodes_sel=nodes_sel, inventory=inventory, accept_new=accept_new_host_key, target=target,
@@ -319,7 +319,7 @@ def demo(
 scenario_app = typer.Typer(no_args_is_help=True, help="Scenario files: validate them, print their JSON Schema.")
 app.add_typer(scenario_app, name="scenario")
 
-from faultlab.nodes.cli import testbed_app  # noqa: E402  (issue 12: testbeds of every backend)
+from faultlab.nodes.cli import testbed_app  # noqa: E402  (testbeds of every backend)
 
 app.add_typer(testbed_app, name="testbed")
 

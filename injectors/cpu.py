@@ -39,7 +39,7 @@ from faultlab.injectors.base import Cmd, Injector, Plan, write_cmd
 # until the cgroup is empty (at most 200 rounds, ~2 s): a target that forks while it
 # is being moved leaves a child born inside faultlab's cgroup after the list was read,
 # and one pass would leave that child throttled and the cgroup busy (EBUSY on rmdir;
-# found by H10's lifecycle probe D). Exit 0 when the cgroup is empty or gone, 1 when
+# tests/lifecycle/test_forking_targets.py). Exit 0 when the cgroup is empty or gone, 1 when
 # processes are still in it.
 SWEEP_SH = ('i=0; while [ "$i" -lt 200 ]; do left=$(cat "$1" 2>/dev/null) || exit 0; [ -z "$left" ] && exit 0; '
             'for p in $left; do printf "%s\\n" "$p" > "$2" 2>/dev/null || printf "%s\\n" "$p" > "$3" 2>/dev/null; done; '
