@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from faultlab.datasets.synthetic import make_run
 from faultlab.nodes import dockerd as docker_daemon
 from faultlab.nodes.testbed import NetnsTestbed
 from tests.helpers import ROOT, left_since, residue
@@ -44,16 +45,26 @@ def no_residue():
     assert not left, f"left behind: {left}"
 
 
-@pytest.fixture
-def testbed2():
-    """Two netns nodes on a faultlab bridge, torn down afterwards."""
+def _netns_testbed(n: int):
     if not ROOT:
         pytest.skip("needs root")
-    tb = NetnsTestbed(2).up()
+    tb = NetnsTestbed(n).up()
     try:
         yield tb
     finally:
         assert tb.down() == []
+
+
+@pytest.fixture
+def testbed2():
+    """Two netns nodes on a faultlab bridge, torn down afterwards."""
+    yield from _netns_testbed(2)
+
+
+@pytest.fixture
+def testbed3():
+    """Three netns nodes on a faultlab bridge, torn down afterwards."""
+    yield from _netns_testbed(3)
 
 
 @pytest.fixture
@@ -92,3 +103,9 @@ def nobody_dir():
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def two_runs(tmp_path) -> list[str]:
+    """Two synthetic runs (their folders, as strings) to build datasets from."""
+    return [str(make_run(tmp_path / f"r{i}", f"r{i}", seed=i)) for i in range(2)]

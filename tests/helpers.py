@@ -4,6 +4,7 @@ error check."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -15,7 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from faultlab.nodes import dockerd
+from faultlab.errors import BadInput
+from faultlab.injectors.io import block_device_of
+from faultlab.nodes import LocalNode, dockerd
 from faultlab.nodes.image import IMAGE
 
 #: the tests' folder, the repository root, recorded step tables and stand-in programs
@@ -23,12 +26,55 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 DATA = TESTS / "data"
 FAKES = TESTS / "fakes"
+EXAMPLES = REPO / "examples"
+#: the published software-straggler dataset of this repository (tests skip without it)
+SW_DATASET = REPO / "datasets" / "faultlab-sw-v1"
+#: an example campaign
+EXAMPLE_CAMPAIGN = EXAMPLES / "software-stragglers.yaml"
 #: whether this session runs as root (namespaces, qdiscs, cgroups, other users)
 ROOT = os.geteuid() == 0
 #: a qdisc line of a faultlab fault (handles fXXX:/eXXX:, see faultlab.injectors.nic)
 FAULT_QDISC = re.compile(r"qdisc \w+ [ef][0-9a-f]{3}: ")
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root (namespaces, qdiscs, cgroups)")
 
+
+# -- the CLI as a user runs it -------------------------------------------------------------
+
+#: the faultlab CLI as a command line, run by this interpreter
+FL = [sys.executable, "-m", "faultlab.cli"]
+
+
+def fl(*args, env: dict | None = None, timeout: float = 120, cwd=None) -> subprocess.CompletedProcess:
+    """Run ``faultlab ARGS`` and capture its output as text; ``env`` adds to this
+    process's environment."""
+    return subprocess.run([*FL, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env=None if env is None else {**os.environ, **env})
+
+
+def one_line_error(cp: subprocess.CompletedProcess, *names: str, code: int = 2) -> str:
+    """Assert that a CLI run was refused the way faultlab refuses bad input: exit
+    ``code``, no traceback, one line of output naming each of ``names``; returns it."""
+    out = (cp.stdout + cp.stderr).strip()
+    assert "Traceback" not in out, out[-2000:]
+    assert cp.returncode == code, (cp.returncode, out[-2000:])
+    assert len(out.splitlines()) == 1, out
+    for n in names:
+        assert n in out, out
+    return out
+
+
+def wait_for(pred, timeout: float, step: float = 0.1) -> bool:
+    """Poll ``pred()`` every ``step`` seconds until it is true or ``timeout`` seconds
+    have passed; returns its last value as a bool."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return bool(pred())
+
+
+# -- the residue check: what faultlab-made objects exist now -------------------------------
 
 def proc_argvs():
     """Yield ``(pid, argv)`` of every process on this host now: argv is
@@ -132,12 +178,19 @@ def left_since(before: dict[str, set], settle_s: float = 2.0) -> dict[str, set]:
         time.sleep(0.1)
 
 
-def cpu_rate(pid: int, seconds: float = 1.5) -> float:
-    """CPU-seconds per second the process used over ``seconds`` (user+system)."""
-    p = psutil.Process(pid)
-    c0 = sum(p.cpu_times()[:2])
-    time.sleep(seconds)
-    return (sum(p.cpu_times()[:2]) - c0) / seconds
+# -- docker testbeds -----------------------------------------------------------------------
+
+@contextlib.contextmanager
+def docker_testbed(cli, tb):
+    """Bring the docker-backed testbed ``tb`` up and yield it; take it down afterwards and
+    assert that nothing of it is left (containers, networks, images)."""
+    before = docker_residue(cli)
+    tb.up()
+    try:
+        yield tb
+    finally:
+        assert tb.down() == []
+        assert docker_residue(cli) - before == set()
 
 
 def docker_residue(cli) -> set[str]:
@@ -149,41 +202,38 @@ def docker_residue(cli) -> set[str]:
     return out
 
 
-#: the faultlab CLI as a command line, run by this interpreter
-FL = [sys.executable, "-m", "faultlab.cli"]
+# -- processes, cgroups and disks of this host ---------------------------------------------
+
+def cpu_rate(pid: int, seconds: float = 1.5) -> float:
+    """CPU-seconds per second the process used over ``seconds`` (user+system)."""
+    p = psutil.Process(pid)
+    c0 = sum(p.cpu_times()[:2])
+    time.sleep(seconds)
+    return (sum(p.cpu_times()[:2]) - c0) / seconds
 
 
-def fl(*args, env: dict | None = None, timeout: float = 120, cwd=None) -> subprocess.CompletedProcess:
-    """Run ``faultlab ARGS`` and capture its output as text; ``env`` adds to this
-    process's environment."""
-    return subprocess.run([*FL, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                          env=None if env is None else {**os.environ, **env})
+def cpu_cgroup(pid: int) -> str:
+    """The cgroup v1 cpu controller path of process ``pid`` (as /proc/PID/cgroup names it)."""
+    for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        num, _, rest = ln.partition(":")
+        ctrls, _, path = rest.partition(":")
+        if "cpu" in ctrls.split(","):
+            return path
+    raise AssertionError(f"no cpu line for {pid}")
 
 
-def wait_for(pred, timeout: float, step: float = 0.1) -> bool:
-    """Poll ``pred()`` every ``step`` seconds until it is true or ``timeout`` seconds
-    have passed; returns its last value as a bool."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return bool(pred())
+def real_disk_dir() -> Path | None:
+    """A writable folder of this host on a real block device (for direct I/O), or None."""
+    for d in ("/var/tmp", "/tmp", "/root"):
+        try:
+            block_device_of(LocalNode("local"), d)
+            return Path(d)
+        except BadInput:
+            continue
+    return None
 
 
-def one_line_error(cp: subprocess.CompletedProcess, *names: str, code: int = 2) -> str:
-    """Assert that a CLI run was refused the way faultlab refuses bad input: exit
-    ``code``, no traceback, one line of output naming each of ``names``; returns it."""
-    out = (cp.stdout + cp.stderr).strip()
-    assert "Traceback" not in out, out[-2000:]
-    assert cp.returncode == code, (cp.returncode, out[-2000:])
-    assert len(out.splitlines()) == 1, out
-    for n in names:
-        assert n in out, out
-    return out
-
-
-# -- faults and leases of this session -------------------------------------------------
+# -- faults and leases of this session -----------------------------------------------------
 
 #: argv words of faultlab's own processes (watchdogs, pause loops, stress and mem-bw workers)
 MARKERS = ("faultlab-watchdog", "faultlab-pause", "faultlab-stress", "faultlab-membw")
@@ -234,17 +284,7 @@ def state(extra_lease: str | None = None) -> set[str]:
     return out
 
 
-def cpu_cgroup(pid: int) -> str:
-    """The cgroup v1 cpu controller path of process ``pid`` (as /proc/PID/cgroup names it)."""
-    for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        num, _, rest = ln.partition(":")
-        ctrls, _, path = rest.partition(":")
-        if "cpu" in ctrls.split(","):
-            return path
-    raise AssertionError(f"no cpu line for {pid}")
-
-
-# -- running as another user -------------------------------------------------------------
+# -- running as another user ---------------------------------------------------------------
 
 def _exec_ok_as_nobody(path: str) -> bool:
     return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "test", "-x", path]).returncode == 0

@@ -6,21 +6,27 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from tests.helpers import FAULT_QDISC, as_nobody, faultlab_procs, needs_root, nobody_env, residue, state
+from tests.helpers import (
+    EXAMPLE_CAMPAIGN,
+    EXAMPLES,
+    FAULT_QDISC,
+    FL,
+    SW_DATASET,
+    as_nobody,
+    faultlab_procs,
+    fl,
+    needs_root,
+    nobody_env,
+    one_line_error,
+    residue,
+    state,
+)
 
-
-
-
-FL = [sys.executable, "-m", "faultlab.cli"]
-
-
-def fl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([*FL, *args], capture_output=True, text=True, timeout=timeout)
 
 
 BAD = [
@@ -171,8 +177,8 @@ def test_without_net_admin_a_clear_eperm_error_never_false_success(testbed2):
 
 @pytest.mark.parametrize("node", ["netns:fl-no-such-ns", "fl-bare", "ssh:gpu-07", "a,b"])
 def test_unknown_type_is_named_before_the_node(node):
-    """A typo in --type is the error named whatever --node says (it used to be the
-    node: `--type bogus --node netns:x` said only that the namespace is missing)."""
+    """A typo in --type is the error named whatever --node says (`--type bogus --node
+    netns:x` names the type, not only the missing namespace)."""
     cp = fl("inject", "--type", "nic-slowww", "--node", node, "--rate", "5mbit", "--dry-run")
     lines = [l for l in cp.stderr.splitlines() if l.strip()]
     assert cp.returncode == 2 and len(lines) == 1, cp.stderr
@@ -261,3 +267,43 @@ def test_another_user_against_roots_faults_one_line_nothing_applied(argv, words,
         assert open(f"/proc/{busy_loop.pid}/stat").read().rpartition(")")[2].split()[0] != "T"
     finally:
         assert fl("revert", fid).returncode == 0
+
+
+def _unwritable(tmp_path, kind: str) -> Path:
+    if kind == "proc":
+        return Path("/proc/faultlab-nope/x")
+    (tmp_path / "afile").write_text("x")
+    return tmp_path / "afile" / "x"
+
+
+QUICK = EXAMPLES / "quickstart.yaml"
+
+
+@pytest.mark.parametrize("kind", ["proc", "under-a-file"])
+@pytest.mark.parametrize("command", ["export", "build", "run", "campaign"])
+def test_unwritable_output_folder_is_one_line(tmp_path, two_runs, command, kind):
+    """An output folder that cannot be made (dataset export --out, dataset build
+    --out-root, run --out, campaign --out): one line naming the option, exit 2,
+    nothing made (no FileNotFoundError / NotADirectoryError traceback)."""
+    bad = _unwritable(tmp_path, kind)
+    args = {"export": ["dataset", "export", str(SW_DATASET), "--out", str(bad)],
+            "build": ["dataset", "build", *two_runs, "--name", "ds", "--out-root", str(bad)],
+            "run": ["run", str(QUICK), "--backend", "local", "--out", str(bad)],
+            "campaign": ["campaign", str(EXAMPLE_CAMPAIGN), "--runs", "0:1", "--out", str(bad)]}[command]
+    one_line_error(fl(*args), {"build": "--out-root"}.get(command, "--out"), "cannot make")
+    assert not bad.exists()
+
+
+def test_doctor_never_calls_sys_remote_exec_available(monkeypatch):
+    """doctor never calls sys.remote_exec "available" for gc-storm, even on a node whose
+    Python has it: starting the agent that way is not built (injectors/gc.py refuses
+    it). The node's Python facts are set to a Python 3.14 with sys.remote_exec (no such
+    interpreter on this machine: this stands in for one); the rest of diagnose runs
+    for real on this host."""
+    from faultlab import doctor
+    from faultlab.nodes import LocalNode
+
+    monkeypatch.setattr(doctor, "_python_facts", lambda node: {"python": "3.14.0", "nvml": False, "sys_remote_exec": True})
+    why = doctor.diagnose(LocalNode("local"))["types"]["gc-storm"]["why"]
+    assert "available" not in why, why
+    assert "in-workload agent" in why and "only" in why and "sys.remote_exec" in why, why

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from importlib.metadata import version
 
 import pytest
@@ -17,14 +16,14 @@ from faultlab.errors import BadInput
 from faultlab.evidence import verify_text
 from faultlab.scenario import load
 from faultlab.units import parse_rate
-from tests.helpers import REPO, needs_root
-
-FL = [sys.executable, "-m", "faultlab.cli"]
+from tests.helpers import REPO, fl, needs_root
 
 
-def fl(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*FL, *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "COLUMNS": "72", **(env or {})})
+
+@pytest.fixture(autouse=True)
+def _narrow_terminal(monkeypatch):
+    """Help is read as a 72-column terminal shows it (wrapping at word boundaries)."""
+    monkeypatch.setenv("COLUMNS", "72")
 
 
 def test_version():

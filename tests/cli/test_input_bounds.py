@@ -1,16 +1,15 @@
-"""The adversarial review's open bad-input findings (H6 #6-#9), each a one-line error
-naming the field and the fix, exit 2, nothing applied. Each case was accepted (or
-exited 1, or said no fix) before its fix (H10):
+"""Input out of bounds or ambiguous is a one-line error naming the field and the fix,
+exit 2, nothing applied:
 
-- a scenario or inventory YAML with a key written twice was read silently, the last
-  one winning (``seed: 0`` then ``seed: 5``);
-- ``--duration 0.00001ms`` (a 10 ns fault) and ``--pause 0.001ms --period 0.002ms``
-  were accepted: durations are now >= 1 ms, a pause >= 10 ms, a period >= 100 ms;
-- ``--duration "10 ms"`` was accepted while ``--rate "100 mbit"`` was refused: one
-  vocabulary, a space before the unit is refused in both;
-- ``testbed up --nodes 0`` exited 1;
-- pydantic's bound messages (``rank: -1``: "Input should be greater than or equal to
-  0") named no fix; ``testbed.nodes: true`` read as 1.
+- a scenario or inventory YAML with a key written twice (``seed: 0`` then
+  ``seed: 5``) is refused, never read with the last one winning;
+- durations are >= 1 ms, a pause >= 10 ms, a period >= 100 ms (``--duration
+  0.00001ms``, a 10 ns fault, is refused);
+- durations and rates speak one vocabulary: a space before the unit (``"10 ms"``,
+  ``"100 mbit"``) is refused in both;
+- ``testbed up --nodes 0`` is bad input (exit 2);
+- a value out of its bounds (``rank: -1``) names the fix, not only pydantic's bound;
+  ``testbed.nodes: true`` is not read as 1.
 """
 
 from __future__ import annotations

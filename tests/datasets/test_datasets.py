@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -18,14 +17,10 @@ from faultlab.datasets.build import build, collect_runs, draw_split
 from faultlab.datasets.layout import Dataset
 from faultlab.datasets.synthetic import make_run
 from faultlab.errors import BadInput
-from tests.helpers import REPO
+from tests.helpers import EXAMPLE_CAMPAIGN, REPO, SW_DATASET, fl, one_line_error
 
 #: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout (README)
 PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or REPO.parent / "shared" / "datasets" / "public")
-
-
-def faultlab(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "faultlab.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +34,8 @@ def campaign(tmp_path_factory):
 @pytest.fixture()
 def ds(campaign, tmp_path):
     camp_file = tmp_path / "c.yaml"
-    camp_file.write_text("name: c\nruns: 5\ntypes: {cpu-contention: {}}\n")  # a valid campaign: build checks it (r1 #9)
-    p = faultlab("dataset", "build", "--campaign", campaign, "--name", "t-v1", "--split", "test=0.4", "--seed", "3",
+    camp_file.write_text("name: c\nruns: 5\ntypes: {cpu-contention: {}}\n")  # a valid campaign: build checks it
+    p = fl("dataset", "build", "--campaign", campaign, "--name", "t-v1", "--split", "test=0.4", "--seed", "3",
                  "--out-root", tmp_path, "--campaign-file", camp_file)
     assert p.returncode == 0, p.stderr
     return tmp_path / "t-v1"
@@ -59,32 +54,25 @@ def test_layout_split_and_tables(ds, campaign):
     assert (ds / "data" / "steps" / "run=c1" / "part-0.parquet").is_file()
     schema = json.loads((ds / "schema.json").read_text())
     assert {c["name"] for c in schema["tables"]["steps"]} >= {"t_start", "compute_s", "step_s"}
-    info = json.loads(faultlab("dataset", "info", ds, "--json").stdout)
+    info = json.loads(fl("dataset", "info", ds, "--json").stdout)
     assert info["runs"] == 5 and info["fault_types"] == {"cpu-contention": 3, "io-slow": 2}
 
 
 def test_verify_names_a_flipped_byte_and_a_missing_file(ds):
-    assert faultlab("dataset", "verify", ds).returncode == 0
+    assert fl("dataset", "verify", ds).returncode == 0
     part = ds / "data" / "labels" / "run=c2" / "part-0.parquet"
     b = bytearray(part.read_bytes())
     b[len(b) // 2] ^= 0x01
     part.write_bytes(bytes(b))
-    p = faultlab("dataset", "verify", ds)
+    p = fl("dataset", "verify", ds)
     assert p.returncode == 1 and "changed: data/labels/run=c2/part-0.parquet" in p.stderr
     (ds / "schema.json").unlink()
-    p = faultlab("dataset", "verify", ds)
+    p = fl("dataset", "verify", ds)
     assert p.returncode == 1 and "missing: schema.json" in p.stderr
 
 
 def _score(ds, *extra):
-    return faultlab("score", "--detector", "peer-median", "--dataset", ds, "--split", "all", "--boot", "0", "--json", *extra)
-
-
-def _one_line_exit_2(p, *names):
-    err = p.stderr.strip()
-    assert p.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, (p.returncode, err)
-    for n in names:
-        assert n in err, err
+    return fl("score", "--detector", "peer-median", "--dataset", ds, "--split", "all", "--boot", "0", "--json", *extra)
 
 
 def test_score_refuses_a_dataset_that_differs_from_its_manifest(ds):
@@ -95,30 +83,30 @@ def test_score_refuses_a_dataset_that_differs_from_its_manifest(ds):
     assert _score(ds).returncode == 0
     schema_json = (ds / "schema.json").read_text()
     (ds / "schema.json").write_text("{}")  # still valid JSON: decodes, and scoring never reads it
-    _one_line_exit_2(_score(ds), "--dataset", "schema.json is changed since MANIFEST.sha256", "--no-verify")
+    one_line_error(_score(ds), "--dataset", "schema.json is changed since MANIFEST.sha256", "--no-verify")
     assert _score(ds, "--no-verify").returncode == 0  # the documented way to score it as it is
     (ds / "schema.json").write_text(schema_json)
     runs = json.loads((ds / "runs.json").read_text())
     runs[0]["n_labels"] += 1
     (ds / "runs.json").write_text(json.dumps(runs, indent=1))  # a changed row that still decodes
-    _one_line_exit_2(_score(ds), "runs.json is changed")
+    one_line_error(_score(ds), "runs.json is changed")
     part = ds / "data" / "labels" / "run=c1" / "part-0.parquet"
     lab = pq.read_table(part).to_pandas()
     lab["end_ts"] = lab["end_ts"] + 30.0  # a label row moved: a valid Parquet file
     pq.write_table(schema.to_table("labels", lab), part)
-    _one_line_exit_2(_score(ds), "data/labels/run=c1/part-0.parquet, runs.json are changed")
+    one_line_error(_score(ds), "data/labels/run=c1/part-0.parquet, runs.json are changed")
     (ds / "croissant.json").unlink()
-    _one_line_exit_2(_score(ds), "runs.json are changed; croissant.json is missing since MANIFEST.sha256")
+    one_line_error(_score(ds), "runs.json are changed; croissant.json is missing since MANIFEST.sha256")
 
 
 def test_build_says_when_a_run_is_given_twice(campaign, tmp_path):
-    p = faultlab("dataset", "build", campaign / "run-0", campaign / "run-1", campaign / "run-0" / ".." / "run-0",
+    p = fl("dataset", "build", campaign / "run-0", campaign / "run-1", campaign / "run-0" / ".." / "run-0",
                  "--campaign", campaign, "--name", "dup", "--out-root", tmp_path)
     assert p.returncode == 0, p.stderr
     note = [line for line in p.stderr.splitlines() if "given more than once" in line]
     assert len(note) == 1 and "3 run folder(s) given more than once, built once" in note[0], p.stderr
     assert sorted(Dataset(tmp_path / "dup").run_ids("all")) == [f"c{i}" for i in range(5)]
-    p = faultlab("dataset", "build", campaign / "run-0", campaign / "run-1", "--name", "nodup", "--out-root", tmp_path)
+    p = fl("dataset", "build", campaign / "run-0", campaign / "run-1", "--name", "nodup", "--out-root", tmp_path)
     assert p.returncode == 0 and "more than once" not in p.stderr
 
 
@@ -158,40 +146,40 @@ def test_relabel_rebuilds_in_place_with_this_labeler(ds):
     # stale labels: as if an older labeler had found nothing in c1
     pq.write_table(schema.to_table("labels", schema.empty("labels")), ds / "data" / "labels" / "run=c1" / "part-0.parquet")
     assert Dataset(ds).read_run("c1").labels.empty
-    p = faultlab("dataset", "relabel", ds, "--note", "re-labeled in a test")
+    p = fl("dataset", "relabel", ds, "--note", "re-labeled in a test")
     assert p.returncode == 0, p.stderr
     assert "re-labeled 5 runs" in p.stdout
     after = Dataset(ds)
     got = after.read_run("c1").labels
     assert len(got) == len(want) and list(got.component) == list(want.component)
     assert after.splits == before.splits and (ds / "campaign" / "c.yaml").is_file()
-    assert faultlab("dataset", "verify", ds).returncode == 0  # a new manifest of the new files
+    assert fl("dataset", "verify", ds).returncode == 0  # a new manifest of the new files
     card = (ds / "README.md").read_text()
     assert "re-labeled in a test" in card and "re-labeled when the dataset was built" in card
     runs = json.loads((ds / "runs.json").read_text())
     assert [r["run_id"] for r in runs] == [f"c{i}" for i in range(5)] and runs[1]["n_labels"] == len(want)
     assert not list(ds.parent.glob(".t-v1*"))  # no building folder left
-    p = faultlab("dataset", "relabel", ds.parent / "none")
+    p = fl("dataset", "relabel", ds.parent / "none")
     assert p.returncode == 2 and "--dataset" in p.stderr
 
 
 def test_timeeval_export(ds, tmp_path):
-    p = faultlab("dataset", "export", ds, "--format", "timeeval", "--out", tmp_path / "te")
+    p = fl("dataset", "export", ds, "--format", "timeeval", "--out", tmp_path / "te")
     assert p.returncode == 0, p.stderr
     idx = pd.read_csv(tmp_path / "te" / "datasets.csv")
     assert len(idx) == 5 * 4 and {"collection_name", "dataset_name", "test_path", "input_type", "contamination"} <= set(idx.columns)
     one = pd.read_csv(tmp_path / "te" / idx.test_path.iloc[0])
     assert list(one.columns[:1]) == ["timestamp"] and one.columns[-1] == "is_anomaly"
     assert idx.num_anomalies.sum() >= 5  # each run's straggler
-    assert faultlab("dataset", "export", ds, "--format", "nope").returncode == 2
+    assert fl("dataset", "export", ds, "--format", "nope").returncode == 2
 
 
 def test_bad_input_is_refused_and_nothing_is_left(campaign, tmp_path):
     with pytest.raises(BadInput, match="--split"):
         draw_split(["a", "b"], 1.5, 0)
-    p = faultlab("dataset", "build", "--campaign", campaign, "--name", "../x", "--out-root", tmp_path)
+    p = fl("dataset", "build", "--campaign", campaign, "--name", "../x", "--out-root", tmp_path)
     assert p.returncode == 2 and "--name" in p.stderr
-    p = faultlab("dataset", "build", "--campaign", tmp_path / "none", "--name", "x", "--out-root", tmp_path)
+    p = fl("dataset", "build", "--campaign", tmp_path / "none", "--name", "x", "--out-root", tmp_path)
     assert p.returncode == 2 and "--campaign" in p.stderr
     unlabeled = tmp_path / "u"
     make_run(unlabeled, "u", seed=1)
@@ -203,13 +191,13 @@ def test_bad_input_is_refused_and_nothing_is_left(campaign, tmp_path):
 
 @pytest.mark.skipif(not (PUBLIC / "straggler-trace-ST").is_dir(), reason=f"public traces not found at {PUBLIC}: set FAULTLAB_PUBLIC_DATA (README: Labeling public traces)")
 def test_import_straggler_trace_to_dataset_form(tmp_path):
-    p = faultlab("dataset", "build", "--import", "straggler-trace", PUBLIC / "straggler-trace-ST", "--name", "st", "--out-root", tmp_path)
+    p = fl("dataset", "build", "--import", "straggler-trace", PUBLIC / "straggler-trace-ST", "--name", "st", "--out-root", tmp_path)
     assert p.returncode == 0, p.stderr
     d = Dataset(tmp_path / "st")
     run = d.read_run(d.run_ids("all")[0])
     assert run.steps["rank"].nunique() > 1 and (run.steps.step_s > 0).all() and len(run.labels)
-    assert faultlab("dataset", "verify", tmp_path / "st").returncode == 0
-    p = faultlab("score", "--detector", "arrival-late", "--dataset", tmp_path / "st", "--split", "all", "--json", "--boot", "0")
+    assert fl("dataset", "verify", tmp_path / "st").returncode == 0
+    p = fl("score", "--detector", "arrival-late", "--dataset", tmp_path / "st", "--split", "all", "--json", "--boot", "0")
     assert p.returncode == 0, p.stderr
     # the labels name the stage the upstream what-if analysis blames most (result-ST.json)
     up = json.loads((PUBLIC / "straggler-trace-ST" / "result-ST.json").read_text())["blocking_decompose_by_stage"]
@@ -226,9 +214,9 @@ def test_import_perseus_to_dataset_form(tmp_path):
     (tmp_path / "slice").mkdir()
     pd.read_parquet(src / "metrics.parquet", filters=[("host", "in", keep)]).to_parquet(tmp_path / "slice" / "metrics.parquet")
     (tmp_path / "slice" / "slow_drives.csv").write_bytes((src / "slow_drives.csv").read_bytes())
-    p = faultlab("dataset", "build", "--import", "perseus", tmp_path / "slice", "--name", "px", "--out-root", tmp_path)
+    p = fl("dataset", "build", "--import", "perseus", tmp_path / "slice", "--name", "px", "--out-root", tmp_path)
     assert p.returncode == 0, p.stderr
-    assert faultlab("dataset", "verify", tmp_path / "px").returncode == 0
+    assert fl("dataset", "verify", tmp_path / "px").returncode == 0
     d = Dataset(tmp_path / "px")
     run = d.read_run(d.run_ids("all")[0])
     assert run.steps.empty and run.injections.empty  # drive metrics only; nothing was injected
@@ -237,10 +225,8 @@ def test_import_perseus_to_dataset_form(tmp_path):
     drives = set(run.labels.component)
     assert {"drive:host_22/disk11", "drive:host_25/disk8"} <= drives
     assert {c.removeprefix("drive:") for c in drives} <= set(run.host.node)
-    info = json.loads(faultlab("dataset", "info", tmp_path / "px", "--json").stdout)
+    info = json.loads(fl("dataset", "info", tmp_path / "px", "--json").stdout)
     assert info["runs"] == 1 and info["duration_s"] > 0
-
-
 
 
 @pytest.mark.parametrize("name", ["faultlab-hw-v1", "faultlab-sw-v1"])
@@ -248,7 +234,7 @@ def test_published_dataset_is_intact_and_chance_sits_at_chance(name):
     from faultlab.scoring.api import score_dataset
 
     ds = REPO / "datasets" / name
-    assert faultlab("dataset", "verify", ds).returncode == 0
+    assert fl("dataset", "verify", ds).returncode == 0
     assert sum(f.stat().st_size for f in ds.rglob("*") if f.is_file()) <= 20e6
     assert len(Dataset(ds).run_ids("all")) >= 20 and list((ds / "campaign").glob("*.yaml"))
     res = score_dataset([("random", {"draws": 20}), "constant", "peer-median", "temporal-z", "arrival-late"], ds,
@@ -258,3 +244,96 @@ def test_published_dataset_is_intact_and_chance_sits_at_chance(name):
     assert const.window_mcc == 0.0
     best = max(real, key=lambda r: r.window_mcc)
     assert best.ci("window_mcc")[0] > max(rnd.ci("window_mcc")[1], const.ci("window_mcc")[1]), best.detector
+
+
+@pytest.fixture
+def dataset(tmp_path) -> Path:
+    if not (SW_DATASET / "splits.json").is_file():
+        pytest.skip(f"no published dataset at {SW_DATASET}")
+    d = tmp_path / "ds"
+    shutil.copytree(SW_DATASET, d)
+    return d
+
+
+def test_verify_manifest_not_utf8(dataset):
+    (dataset / "MANIFEST.sha256").write_bytes(b"garbage\n\xff\n")
+    one_line_error(fl("dataset", "verify", str(dataset)), "MANIFEST.sha256")
+
+
+@pytest.mark.parametrize("content", [b"[1, 2", b"\xff\xfe", b'{"runs": 1}', b"[1, 2]"])
+@pytest.mark.parametrize("command", [["dataset", "info"], ["score", "--detector", "constant", "--split", "all", "--dataset"]])
+def test_damaged_runs_json(dataset, content, command):
+    (dataset / "runs.json").write_bytes(content)
+    one_line_error(fl(*command, str(dataset)), "runs.json")
+
+
+@pytest.mark.parametrize("what", ["folder", "symlink", "file"])
+def test_build_force_never_removes_what_is_not_a_dataset(tmp_path, what):
+    """`--force` over a folder of the user's (`--out-root / --name etc --force` must not
+    remove /etc): refused, exit 2, the folder and its files kept; an earlier dataset is
+    still replaced."""
+    from faultlab.datasets.synthetic import make_run
+
+    runs = [make_run(tmp_path / f"r{i}", f"r{i}", seed=i) for i in range(2)]
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "precious.txt").write_text("keep me")
+    if what == "folder":
+        (out / "ds").mkdir()
+        (out / "ds" / "precious.txt").write_text("keep me")
+    elif what == "symlink":
+        (out / "ds").symlink_to(mine)
+    else:
+        (out / "ds").write_text("keep me")
+    cp = fl("dataset", "build", *map(str, runs), "--name", "ds", "--out-root", str(out), "--force")
+    one_line_error(cp, "--name", "not a faultlab dataset")
+    assert (mine / "precious.txt").read_text() == "keep me"
+    if what == "folder":
+        assert (out / "ds" / "precious.txt").read_text() == "keep me"
+    # an earlier dataset is still replaced by --force
+    ok = fl("dataset", "build", *map(str, runs), "--name", "ds2", "--out-root", str(out))
+    assert ok.returncode == 0, ok.stderr
+    again = fl("dataset", "build", *map(str, runs), "--name", "ds2", "--out-root", str(out), "--force")
+    assert again.returncode == 0, again.stderr
+
+
+SHADOW_LIKE = "root:$6$s3cr3tSALT$h4shh4shh4sh:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n"
+
+
+@pytest.mark.parametrize("case", ["missing", "shadow-like", "not-faultlab", "bad-fault", "twice"])
+def test_campaign_file_must_be_a_faultlab_campaign_or_scenario(tmp_path, two_runs, case):
+    """--campaign-file takes only a faultlab campaign or scenario (never, say,
+    ``/etc/shadow`` copied into a dataset meant for publishing): each is checked with
+    the scenario loader; a missing, foreign or bad one is one line naming
+    --campaign-file, exit 2, no dataset made, and never a line of the refused file in
+    the message."""
+    f = tmp_path / "c.yaml"
+    extra = []
+    if case == "shadow-like":
+        f.write_text(SHADOW_LIKE)
+    elif case == "not-faultlab":
+        f.write_text("apiVersion: v1\nkind: Pod\n")
+    elif case == "bad-fault":
+        f.write_text("name: x\nfaults: [{type: bogus, at: 1s, duration: 1s}]\n")
+    elif case == "twice":
+        shutil.copy(EXAMPLE_CAMPAIGN, f)
+        extra = ["--campaign-file", str(f)]
+    cp = fl("dataset", "build", *two_runs, "--name", "ds", "--out-root", str(tmp_path / "out"), "--campaign-file", str(f), *extra)
+    one_line_error(cp, "--campaign-file", "c.yaml")
+    assert "s3cr3t" not in cp.stderr and "h4sh" not in cp.stderr
+    if case == "bad-fault":
+        assert "bogus" in cp.stderr  # the loader's own reason, for a file that is faultlab's
+    assert not (tmp_path / "out").exists()
+
+
+def test_campaign_file_accepted_is_copied_with_a_published_mode(tmp_path, two_runs):
+    f = tmp_path / "sw.yaml"
+    shutil.copy(EXAMPLE_CAMPAIGN, f)
+    f.chmod(0o640)
+    cp = fl("dataset", "build", *two_runs, "--name", "ds", "--out-root", str(tmp_path / "out"), "--campaign-file", str(f))
+    assert cp.returncode == 0, cp.stderr
+    got = tmp_path / "out" / "ds" / "campaign" / "sw.yaml"
+    assert got.read_bytes() == EXAMPLE_CAMPAIGN.read_bytes()
+    assert got.stat().st_mode & 0o044 == 0o044  # readable by all, as the dataset's other files

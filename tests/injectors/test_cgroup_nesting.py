@@ -1,4 +1,4 @@
-"""Issue 9, finding 5: a cgroup fault must only slow. The faultlab cgroup is made
+"""A cgroup fault must only slow. The faultlab cgroup is made
 inside the target's *own* cgroup (v1 and v2), so every limit the target already had
 still holds during the fault.
 
@@ -187,8 +187,8 @@ def test_v2_nesting_on_the_real_unified_hierarchy(unified_hugetlb, no_residue):
     *child* of that cgroup, enables the controller there only once the cgroup is
     empty, and the cgroup's limit still holds (the kernel refuses a huge page that the
     same process gets at the root). Revert puts it back and restores
-    cgroup.subtree_control exactly. Before the fix the child sat at the hierarchy's
-    root, the page was allocated and this test failed."""
+    cgroup.subtree_control exactly. (A child at the hierarchy's root would get the
+    page.)"""
     h, own, have_page = unified_hugetlb
     base = Path(h.path(own))
     (base / "hugetlb.2MB.max").write_text("0\n")
@@ -325,12 +325,11 @@ def _start_in(base: Path, own: str):
 @needs_v2
 def test_v2_orphan_recovery_gives_back_the_controller_faultlab_enabled(unified_hugetlb, monkeypatch, no_residue):
     """A nested v2 fault whose lease record and watchdog are lost: ``recover`` finds
-    its cgroup as an orphan (hostview.Orphan). Before the fix its commands were only
-    the sweep and rmdir: the parent kept faultlab's ``+hugetlb`` in its
-    subtree_control, so the kernel refused every move back (no internal processes),
-    the target stayed in faultlab's cgroup and the cgroup stayed. Now ``-hugetlb`` goes
-    back first (only there: a non-root domain cgroup whose one child is faultlab's), and
-    the parent ends exactly as found. (hugetlb stands in for cpu, ORPHAN_CONTROLLER
+    its cgroup as an orphan (hostview.Orphan), and its revert gives ``-hugetlb`` back
+    first (only there: a non-root domain cgroup whose one child is faultlab's): with
+    faultlab's ``+hugetlb`` left in the parent's subtree_control the kernel would refuse
+    every move back (no internal processes) and the target and the cgroup would stay.
+    The parent ends exactly as found. (hugetlb stands in for cpu, ORPHAN_CONTROLLER
     patched to match: this kernel offers no cpu controller in v2.)"""
     from faultlab.injectors.hostview import Orphan
 

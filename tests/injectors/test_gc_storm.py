@@ -27,6 +27,7 @@ from faultlab.errors import BadInput, Refused
 from faultlab.injectors import FAULT_TYPES, PLANNED_TYPES, GcStorm, apply, build
 from faultlab.injectors.lease import load_leases
 from faultlab.nodes import LocalNode
+from tests.helpers import needs_root, wait_for
 
 # A workload: the agent plus a pure-Python loop printing "unix_ts iterations max_iter_s
 # gc_s" every 0.2 s (gc_s: seconds in garbage collection in that window, from the
@@ -128,15 +129,6 @@ def _files(d: Path) -> set[str]:
     return {p.name for p in d.iterdir()} if d.exists() else set()
 
 
-def _wait(pred, timeout_s: float, step: float = 0.05) -> bool:
-    end = time.time() + timeout_s
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return bool(pred())
-
-
 # -- the agent alone -----------------------------------------------------------------
 def test_agent_heartbeat_and_stop_remove_files(child, agent_dir):
     c = child()
@@ -162,18 +154,18 @@ def test_agent_reports_malformed_command_and_clears_it(child, agent_dir):
     cmd = agent_mod.command_path(agent_dir, c.pid)
     cmd.write_text(json.dumps({"fault_id": "gc-bad", "rate_per_s": 500, "garbage_mb": 1, "deadline_ts": time.time() + 30}))
     st = agent_mod.status_path(agent_dir, c.pid)
-    assert _wait(st.exists, 3)
+    assert wait_for(st.exists, 3)
     s = json.loads(st.read_text())
     assert s["state"] == "error" and "rate_per_s" in s["error"] and s["fault_id"] == "gc-bad"
     cmd.unlink()
-    assert _wait(lambda: not st.exists(), 3)
+    assert wait_for(lambda: not st.exists(), 3)
     # nobody withdraws a bad command: the agent drops it at its deadline
     cmd.write_text(json.dumps({"fault_id": "gc-bad2", "rate_per_s": 5, "garbage_mb": -1, "deadline_ts": time.time() + 1.0}))
-    assert _wait(st.exists, 3)
-    assert _wait(lambda: not cmd.exists() and not st.exists(), 4)
+    assert wait_for(st.exists, 3)
+    assert wait_for(lambda: not cmd.exists() and not st.exists(), 4)
     # an expired command is removed without a storm
     cmd.write_text(json.dumps({"fault_id": "gc-old", "rate_per_s": 5, "garbage_mb": 1, "deadline_ts": time.time() - 1}))
-    assert _wait(lambda: not cmd.exists(), 3)
+    assert wait_for(lambda: not cmd.exists(), 3)
     assert not st.exists()
     assert json.loads((agent_dir / f"{c.pid}.agent").read_text())["storms_done"] == 0
 
@@ -272,12 +264,12 @@ def test_agent_ends_storm_at_deadline_without_controller_or_watchdog(no_residue,
     assert not load_leases(LocalNode("local"))
     cmd, st = agent_mod.command_path(agent_dir, c.pid), agent_mod.status_path(agent_dir, c.pid)
     assert cmd.exists()
-    assert _wait(lambda: not cmd.exists() and not st.exists(), 12), "the agent did not end the storm at its deadline"
+    assert wait_for(lambda: not cmd.exists() and not st.exists(), 12), "the agent did not end the storm at its deadline"
     t_end = time.time()
     assert t_end - t_inj < 10
     last = json.loads((agent_dir / f"{c.pid}.agent").read_text())["last_storm"]
     assert last["fault_id"] == fault_id and last["end"] == "deadline" and last["bursts"] >= 2
-    assert _wait(lambda: sum(w[0] >= t_end + 0.2 for w in list(c.windows)) >= 4, 15), "the loop printed no windows after the storm"
+    assert wait_for(lambda: sum(w[0] >= t_end + 0.2 for w in list(c.windows)) >= 4, 15), "the loop printed no windows after the storm"
     assert c.gc_fraction(t_inj, t_end - 0.3) > 0.1, "no GC time in the loop's process under the storm"
     assert c.gc_fraction(t_end + 0.2, time.time()) < 0.02, "GC time after the deadline"
 
@@ -381,7 +373,7 @@ def test_gc_storm_on_rank1_stalls_the_job(no_residue, tmp_path, agent_dir):
     active = None
     try:
         r1 = tel / "steps-rank1.jsonl"
-        assert _wait(lambda: r1.exists() and len(r1.read_text().splitlines()) >= 40, 90), "rank 1 did not reach step 40"
+        assert wait_for(lambda: r1.exists() and len(r1.read_text().splitlines()) >= 40, 90), "rank 1 did not reach step 40"
         assert (agent_dir / f"{procs[1].pid}.agent").exists() and (agent_dir / f"{procs[0].pid}.agent").exists()
         inj = GcStorm(LocalNode("n1"), procs[1].pid, 3, 5, 30, label="rank:1")
         active = apply(inj, 30)
@@ -422,7 +414,6 @@ def test_gc_storm_on_rank1_stalls_the_job(no_residue, tmp_path, agent_dir):
 
 
 # -- trust: the control folder, planted links, other users' commands -------------------
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="simulating another user (chown to nobody) needs root")
 
 
 @pytest.fixture
@@ -442,8 +433,8 @@ def _nobody() -> tuple[int, int]:
 
 @pytest.mark.parametrize("how", ["mode-0777", "symlink", "mode-0755"] + (["owner-nobody"] if os.geteuid() == 0 else []))
 def test_agent_refuses_an_untrusted_control_folder(tmp_path, how):
-    """Before the fix the agent accepted any existing folder (any owner or mode): here
-    another user could plant commands. Now start() raises (an OSError) and writes nothing."""
+    """A control folder another user could plant commands in (wrong owner or mode, a
+    symlink) is refused: start() raises (an OSError) and writes nothing."""
     d = tmp_path / "agents"
     if how == "symlink":
         real = tmp_path / "real"
@@ -466,8 +457,8 @@ def test_agent_refuses_an_untrusted_control_folder(tmp_path, how):
 
 
 def test_agent_never_writes_through_a_planted_tmp_link(child, agent_dir, tmp_path):
-    """Before the fix the heartbeat was written to the predictable ``PID.agent.tmp``
-    with O_TRUNC, following a link planted there (a 0600 file was overwritten)."""
+    """A link planted at the heartbeat's temporary name ``PID.agent.tmp`` is never
+    followed: the 0600 file it points at keeps its content."""
     c = child()
     victim = tmp_path / "victim"
     victim.write_text("keep")
@@ -476,7 +467,7 @@ def test_agent_never_writes_through_a_planted_tmp_link(child, agent_dir, tmp_pat
         (agent_dir / name).symlink_to(victim)
     hb = agent_dir / f"{c.pid}.agent"
     ts0 = json.loads(hb.read_text())["heartbeat_ts"]
-    assert _wait(lambda: json.loads(hb.read_text())["heartbeat_ts"] > ts0, 5)  # a new heartbeat was written
+    assert wait_for(lambda: json.loads(hb.read_text())["heartbeat_ts"] > ts0, 5)  # a new heartbeat was written
     assert victim.read_text() == "keep"
     for name in (f"{c.pid}.agent.tmp", f"{c.pid}.gc-storm.status.json.tmp"):
         (agent_dir / name).unlink()
@@ -491,11 +482,11 @@ def test_agent_ignores_a_command_file_of_another_user(child, agent_dir):
     cmd.write_text(json.dumps({"fault_id": "gc-evil1", "rate_per_s": 5, "garbage_mb": 1, "deadline_ts": time.time() + 30}))
     os.chown(cmd, _nobody()[0], -1)
     st = agent_mod.status_path(agent_dir, c.pid)
-    assert _wait(st.exists, 3)
+    assert wait_for(st.exists, 3)
     s = json.loads(st.read_text())
     assert s["state"] == "error" and "owned by uid" in s["error"], s
     cmd.unlink()
-    assert _wait(lambda: not st.exists(), 3)
+    assert wait_for(lambda: not st.exists(), 3)
     assert json.loads((agent_dir / f"{c.pid}.agent").read_text())["storms_done"] == 0
 
 
@@ -506,15 +497,16 @@ def test_agent_ignores_a_symlinked_command(child, agent_dir, tmp_path):
     cmd = agent_mod.command_path(agent_dir, c.pid)
     cmd.symlink_to(target)
     st = agent_mod.status_path(agent_dir, c.pid)
-    assert _wait(st.exists, 3)
+    assert wait_for(st.exists, 3)
     assert "symlink" in json.loads(st.read_text())["error"]
     cmd.unlink()
-    assert _wait(lambda: not st.exists(), 3)
+    assert wait_for(lambda: not st.exists(), 3)
 
 
 def test_injector_never_writes_through_a_planted_tmp_link(no_residue, child, agent_dir, tmp_path):
-    """Before the fix root's inject wrote ``PID.gc-storm.json.tmp`` with a shell
-    redirection, following a link planted there (a root 0600 file was overwritten)."""
+    """A link planted at the command file's temporary name ``PID.gc-storm.json.tmp``
+    is never followed by root's inject: the root 0600 file it points at keeps its
+    content."""
     c = child()
     victim = tmp_path / "victim"
     victim.write_text("keep")

@@ -22,7 +22,7 @@ from faultlab.errors import BadInput, FaultlabError, Refused
 from faultlab.injectors import FAULT_TYPES, GpuClockCap, GpuPowerCap, apply, build
 from faultlab.injectors.lease import load_leases, recover
 from faultlab.nodes import LocalNode
-from tests.helpers import FAKES
+from tests.helpers import FAKES, FL
 
 SMI = str(FAKES / "nvidia-smi")
 
@@ -123,7 +123,7 @@ def test_power_cap_plan_exact_commands(fake, node):
 
 def test_cli_dry_run_prints_the_plan(fake):
     cp = subprocess.run(
-        [sys.executable, "-m", "faultlab.cli", "inject", "--type", "gpu-clock-cap", "--clock-mhz", "1200", "--target", "0",
+        [*FL, "inject", "--type", "gpu-clock-cap", "--clock-mhz", "1200", "--target", "0",
          "--duration", "10s", "--node", "local", "--dry-run", "--json"],
         capture_output=True, text=True, timeout=60,
     )

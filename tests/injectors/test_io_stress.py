@@ -26,7 +26,7 @@ from faultlab.injectors.lease import load_leases
 from faultlab.injectors.cpu import RMDIR_SH
 from faultlab.injectors.stress import SCAN_SH, STOP_SH, parse_cpu_list
 from faultlab.nodes import LocalNode
-from tests.helpers import ROOT, cpu_rate
+from tests.helpers import ROOT, cpu_rate, real_disk_dir, wait_for
 
 NODE = LocalNode("local")
 
@@ -102,17 +102,6 @@ def test_build_options(busy_loop):
 
 # -- the device behind a path --------------------------------------------------------------
 
-def _real_disk_dir() -> Path | None:
-    """A writable folder on a real block device here (for direct I/O), or None."""
-    for d in ("/var/tmp", "/tmp", "/root"):
-        try:
-            block_device_of(NODE, d)
-            return Path(d)
-        except BadInput:
-            continue
-    return None
-
-
 def test_path_on_fs_without_block_device():
     for path, fs in (("/dev/shm", "tmpfs"), ("/proc/self", "proc")):
         if not Path(path).exists():
@@ -125,7 +114,7 @@ def test_path_on_fs_without_block_device():
 
 
 def test_path_on_real_disk_is_whole_disk():
-    d = _real_disk_dir()
+    d = real_disk_dir()
     if d is None:
         pytest.skip("no filesystem on a block device here")
     dev = block_device_of(NODE, str(d))
@@ -211,7 +200,7 @@ def _timed(p: subprocess.Popen, timeout: float = 60) -> float:
 
 @pytest.fixture
 def disk_dir(tmp_path):
-    d = _real_disk_dir()
+    d = real_disk_dir()
     if d is None:
         pytest.skip("no filesystem on a real block device here: the end-to-end io-slow check is missing")
     work = Path(d) / f"faultlab-io-test-{os.getpid()}-{time.monotonic_ns()}"
@@ -313,8 +302,9 @@ def test_io_slow_v1_nests_and_keeps_the_targets_own_cap(disk_dir, no_residue):
     looser 50 MB/s io-slow: the faultlab cgroup is made inside the target's cgroup and
     (v1 blk-throttle is flat) carries a copy of its rules, so 4 MiB still take about
     2 s, as without the fault; a read cap of the target's cgroup on the same disk is
-    copied too. Revert: back in its cgroup, whose rules are untouched. Before the fix
-    the faultlab cgroup sat at the blkio root and the write took a tenth of that."""
+    copied too. Revert: back in its cgroup, whose rules are untouched. (A faultlab
+    cgroup at the blkio root would drop the target's cap: the write would take a tenth
+    of that.)"""
     own = Path(f"/sys/fs/cgroup/blkio/fltest-own-{os.getpid()}")
     own.mkdir()
     dev = block_device_of(NODE, str(disk_dir))["dev"]
@@ -324,8 +314,8 @@ def test_io_slow_v1_nests_and_keeps_the_targets_own_cap(disk_dir, no_residue):
         (own / "blkio.throttle.read_bps_device").write_text(f"{dev} 7000000\n")
         pw = _dd_child(["if=/dev/zero", f"of={f}", "bs=1M", "count=4", "oflag=direct"])
         (own / "cgroup.procs").write_text(str(pw.pid))
-        # force=True: the code before the fix refused a cgroup with limits of its own
-        # unless forced, then moved the target to the blkio root; now it has no effect
+        # force=True has no effect on nesting: a cgroup with limits of its own is nested
+        # into, never left for the blkio root
         active = apply(IoSlow(NODE, [pw.pid], str(disk_dir), write_bps=50_000_000, force=True), 60)
         try:
             took = _timed(pw)
@@ -369,15 +359,6 @@ def _sigkill_controller(code: str) -> str:
     return fault_id
 
 
-def _wait_until(cond, timeout: float = 15.0) -> bool:
-    end = time.time() + timeout
-    while time.time() < end:
-        if cond():
-            return True
-        time.sleep(0.2)
-    return cond()
-
-
 def _workers_of(pidfile: str, marker: str) -> list[str]:
     return subprocess.run(["sh", "-c", SCAN_SH, "sh", pidfile, marker], capture_output=True, text=True).stdout.split()
 
@@ -393,7 +374,7 @@ def test_io_slow_ends_after_controller_sigkill(disk_dir, no_residue):
             "print(a.fault_id, flush=True)\ntime.sleep(60)\n"
         )
         cg = Path(f"/sys/fs/cgroup/blkio/faultlab-{fid}")
-        assert _wait_until(lambda: not cg.exists() and not load_leases(NODE)), (cg.exists(), load_leases(NODE))
+        assert wait_for(lambda: not cg.exists() and not load_leases(NODE), 15), (cg.exists(), load_leases(NODE))
         assert Path(f"/proc/{p.pid}/cgroup").read_text() == cg0
     finally:
         p.kill()
@@ -408,7 +389,7 @@ def test_workers_end_after_controller_sigkill(busy_loop, no_residue, cls, kind, 
         "print(a.fault_id, flush=True)\ntime.sleep(60)\n"
     )
     pidfile = str(Path(os.environ["FAULTLAB_LEASE_DIR"]) / f"{fid}.{kind}.pid")
-    assert _wait_until(lambda: not _workers_of(pidfile, marker) and not load_leases(NODE) and not Path(pidfile).exists()), (
+    assert wait_for(lambda: not _workers_of(pidfile, marker) and not load_leases(NODE) and not Path(pidfile).exists(), 15), (
         _workers_of(pidfile, marker), load_leases(NODE), Path(pidfile).exists())
 
 
@@ -464,8 +445,8 @@ def test_stress_workers_end_by_themselves_at_deadline(busy_loop, no_residue):
     active = apply(CpuStress(NODE, [busy_loop.pid], 6, workers=1), 6, verify=False)
     pidfile = active.facts["pidfile"]
     try:
-        assert _wait_until(lambda: len(_workers_of(pidfile, "faultlab-stress")) == 1, 5)
-        assert _wait_until(lambda: not _workers_of(pidfile, "faultlab-stress"), 15)
+        assert wait_for(lambda: len(_workers_of(pidfile, "faultlab-stress")) == 1, 5)
+        assert wait_for(lambda: not _workers_of(pidfile, "faultlab-stress"), 15)
         assert load_leases(NODE)  # the lease is still there: the workers ended by themselves
     finally:
         assert active.revert() in ("reverted", "expired")

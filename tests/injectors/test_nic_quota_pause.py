@@ -19,7 +19,7 @@ from faultlab.injectors import CpuContention, NicSlow, ProcessPause, apply
 from faultlab.injectors.lease import load_leases
 from faultlab.nodes import LocalNode
 from faultlab.probe import measure_throughput
-from tests.helpers import FAULT_QDISC, ROOT, cpu_rate, needs_root
+from tests.helpers import FAULT_QDISC, FL, cpu_rate, needs_root
 
 
 def _qdiscs(node) -> str:
@@ -245,17 +245,17 @@ def test_pause_stops_the_target_repeatedly(busy_loop, no_residue):
 @pytest.mark.parametrize("case", ["loop-starttime", "bystander-starttime", "look-alike"])
 def test_stale_pause_pidfile_never_signals_another_process(busy_loop, no_residue, case):
     """The loop dies (SIGKILL), its PID is taken by another process, the pidfile stays:
-    revert must not SIGTERM that process. Before the fix the pidfile held the PID alone
-    and the revert ran ``kill $(cat pidfile)``.
+    revert must not SIGTERM that process: the pidfile holds the loop's PID and start
+    time, and the revert signals only a process that has both and the loop's cmdline.
 
     - ``loop-starttime``: a ``sleep`` bystander, the loop's start time recorded;
     - ``bystander-starttime``: the reused PID also has the recorded start time (start
       times count 10 ms ticks, so a process started in the loop's tick has the
-      loop's); only the cmdline check tells them apart. CI at 8cba488 failed the first
-      case once that way: the bystander, started right after apply, shared the tick;
+      loop's); only the cmdline check tells them apart (a bystander started right
+      after apply can share the tick);
     - ``look-alike``: a process with the loop's cmdline (``faultlab-pause PIDFILE``)
       whose start time is its own plus one tick, never its own: only the start-time
-      check spares it (review s8 #6).
+      check spares it.
     """
     active = apply(ProcessPause(LocalNode("local"), busy_loop.pid, 0.1, 0.3, 30), 30)
     pidfile = Path(active.facts["pidfile"])
@@ -281,10 +281,10 @@ def test_stale_pause_pidfile_never_signals_another_process(busy_loop, no_residue
 
 
 def test_pause_pidfile_names_the_loop_once_inject_returns(busy_loop, no_residue):
-    """``setsid -f`` returns before the loop runs; a revert right after inject (a
-    SIGTERM during inject, or no verify) found no pidfile, stopped nothing and the loop
-    went on stopping the target until its deadline. Inject now returns only once the
-    pidfile names the loop, so such a revert ends it (review s8 #1)."""
+    """``setsid -f`` returns before the loop runs, so inject returns only once the
+    pidfile names the loop: a revert right after inject (a SIGTERM during inject, or no
+    verify) finds the pidfile and ends the loop, which would otherwise go on stopping
+    the target until its deadline."""
     active = apply(ProcessPause(LocalNode("local"), busy_loop.pid, 0.1, 0.3, 30), 30, verify=False)
     try:
         pidfile = Path(active.facts["pidfile"])
@@ -371,19 +371,6 @@ def test_failed_inject_leaves_nothing(no_residue):
     with pytest.raises(BadInput, match="no process"):
         apply(CpuContention(LocalNode("local"), [2**22 + 17], 0.5), 10)
     assert not load_leases(LocalNode("local"))
-
-
-@pytest.fixture
-def testbed3():
-    if not ROOT:
-        pytest.skip("needs root")
-    from faultlab.nodes.testbed import NetnsTestbed
-
-    tb = NetnsTestbed(3).up()
-    try:
-        yield tb
-    finally:
-        assert tb.down() == []
 
 
 @needs_root
@@ -474,7 +461,7 @@ def test_netem_delay_plan_and_kernel_probe(testbed2, no_residue):
         active.revert()
 
 
-# -- the failures an adversarial review found, each a test ----------------------------
+# -- stale reverts, concurrent injects, nesting and teardown ----------------------------
 
 
 @needs_root
@@ -501,7 +488,7 @@ def test_stale_revert_of_one_fault_never_touches_a_later_fault(testbed2, no_resi
 @needs_root
 def test_concurrent_injects_on_one_interface_one_wins_other_refused(testbed2, no_residue):
     n0, _ = testbed2.nodes
-    argv = [sys.executable, "-m", "faultlab.cli", "inject", "--type", "nic-slow", "--node", f"netns:{n0.netns}", "--rate", "10mbit", "--duration", "4s", "--json"]
+    argv = [*FL, "inject", "--type", "nic-slow", "--node", f"netns:{n0.netns}", "--rate", "10mbit", "--duration", "4s", "--json"]
     procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
     outs = [p.communicate(timeout=60) for p in procs]
     codes = sorted(p.returncode for p in procs)
@@ -611,8 +598,8 @@ def test_tc_handles_are_allocated_not_derived():
 def test_two_faults_sharing_three_hex_digits_never_share_a_handle(testbed2, no_residue):
     """Fault A's state is gone but its watchdog (holding its revert commands) still
     lives, its record lost; fault B, whose id shares A's first three hex digits, goes
-    on the same interface. Before the fix B got A's handle ``fabc:`` and A's late
-    revert deleted B's root qdisc (the comment said it "can never")."""
+    on the same interface. B gets a handle of its own, never A's ``fabc:``, so A's
+    late revert cannot delete B's root qdisc."""
     n0, _ = testbed2.nodes
     a = apply(NicSlow(n0, 10e6, fault_id="nic-abc123"), 60)
     b = None
@@ -631,3 +618,35 @@ def test_two_faults_sharing_three_hex_digits_never_share_a_handle(testbed2, no_r
         if b is not None:
             assert b.revert() == "reverted"
         a.lease.release()
+
+
+def test_foreground_pause_ends_when_its_target_exits(no_residue):
+    """The target of a 60 s foreground pause is SIGKILLed: the loop stops itself, and
+    the inject says so and ends within seconds, exit 0, nothing left (never a fault
+    held on nothing for the full 60 s)."""
+    target = subprocess.Popen(["sleep", "300"])
+    inj = subprocess.Popen([*FL, "inject", "--type", "process-pause", "--target", str(target.pid),
+                            "--pause", "100ms", "--period", "300ms", "--duration", "60s"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = ""
+        while not said.startswith("injected "):  # the CLI's progress lines go to stderr
+            line = inj.stderr.readline()
+            assert line, "inject ended before it printed 'injected'"
+            said = line
+        target.kill()
+        target.wait()
+        t0 = time.time()
+        out, err = inj.communicate(timeout=20)
+        assert inj.returncode == 0, (out, err)
+        assert time.time() - t0 < 10
+        told = " ".join(err.split())  # rich wraps lines at 80 columns in a pipe
+        assert f"process {target.pid} exited" in told and "ending it" in told, err
+        assert out.strip().endswith(": reverted"), out
+    finally:
+        if inj.poll() is None:
+            inj.terminate()
+            inj.communicate(timeout=30)
+        if target.poll() is None:
+            target.kill()
+            target.wait()

@@ -3,7 +3,7 @@
 ``/proc/PID/stat`` puts the command name (up to 15 bytes the process chooses, with
 ``prctl(PR_SET_NAME)``) between parentheses as field 2, so a name such as
 ``x) T 1 (`` reads, to a parser that splits at the *first* ``)``, as other fields: a
-start time that no longer matches, so no SIGCONT. The target here toggles its name
+start time that does not match the recorded one, so no SIGCONT. The target here toggles its name
 between a plain one and such a one many times a millisecond, so it is sometimes
 stopped while it holds the bad name (it cannot change a name while stopped). The
 pause loop, the revert, the watchdog and the loop's own end must all still resume it;

@@ -12,6 +12,7 @@ import pandas as pd
 from tests.helpers import REPO
 
 
+
 _spec = importlib.util.spec_from_file_location("labeler_campaign", REPO / "perf" / "labeler_campaign.py")
 lc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lc)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import pytest
 from faultlab import schema
 from faultlab.errors import BadInput
 from faultlab.labeler import importers, perseus, trace
-from tests.helpers import REPO
+from tests.helpers import FL, REPO, fl
 
 #: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout
 PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or REPO.parent / "shared" / "datasets" / "public")
@@ -37,11 +36,6 @@ needs_perseus = pytest.mark.skipif(not (PERSEUS_DIR / "metrics.parquet").exists(
 needs_st = pytest.mark.skipif(not (ST_DIR / "trace-ST.parquet").exists(),
                               reason=f"public StragglerAnalysis trace not found at {ST_DIR}: {_WHERE}")
 LABEL_COLS = [f.name for f in schema.LABELS]
-FL = [sys.executable, "-m", "faultlab.cli"]
-
-
-def fl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*FL, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def drives_of(labels: pd.DataFrame) -> set[str]:
@@ -989,9 +983,10 @@ def _text_at(col, row, text):
     ("dp_rank text", "dp_rank"), ("start_ts text", "start_ts"), ("meta not utf-8", "meta"),
     ("meta with aliases", "meta"), ("meta not yaml", "meta"), ("body damaged", "PATH")])
 def test_a_bad_trace_is_one_line_naming_the_field_and_nothing_is_written(tmp_path, case, field):
-    """A review found tracebacks (text in an id column, a meta file that is not UTF-8), a
-    meta file of nested YAML aliases expanded into a 2.4 MB whatif.json, a parse error
-    over six lines, and a damaged Parquet body blamed on --out."""
+    """Each bad trace is one line naming the field, nothing written: text in an id
+    column, a meta file that is not UTF-8 (no traceback), a meta file of nested YAML
+    aliases (never expanded into a 2.4 MB whatif.json), a parse error (one line, not
+    six), and a damaged Parquet body (named as PATH, not blamed on --out)."""
     bomb = b"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\ndp_size: 2\npp_size: 4\n"
     make = {
         "dp_rank text": lambda: _trace_dir(tmp_path, "t", _text_at("dp_rank", 5, "x")),
@@ -1007,7 +1002,7 @@ def test_a_bad_trace_is_one_line_naming_the_field_and_nothing_is_written(tmp_pat
         raw[8 : len(raw) // 2] = b"U" * (len(raw) // 2 - 8)
         (d / "trace-SYN.parquet").write_bytes(bytes(raw))
     out = tmp_path / "out"
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "label", "--import", "straggler-trace", str(d), "--out", str(out)],
+    cp = subprocess.run([*FL, "label", "--import", "straggler-trace", str(d), "--out", str(out)],
                         capture_output=True, text=True, timeout=120)
     assert cp.returncode == 2, (cp.returncode, cp.stderr[-1500:])
     lines = [l for l in cp.stderr.splitlines() if l.strip()]
@@ -1024,8 +1019,9 @@ def test_a_negative_id_in_a_trace_is_counted_and_left_out(tmp_path):
 
 
 def test_a_data_folder_pairs_each_trace_with_its_own_meta_and_run(tmp_path):
-    """A folder of several traces: one without its own meta file was read with another's
-    sizes, and two metas naming the same run made one trace's what-if result vanish."""
+    """A folder of several traces: each is read with its own meta file's sizes (never
+    another trace's), and two metas naming the same run keep both traces' what-if
+    results."""
     d = tmp_path / "data"
     d.mkdir()
     write_trace(d, pipeline_trace())
@@ -1043,10 +1039,10 @@ def test_a_data_folder_pairs_each_trace_with_its_own_meta_and_run(tmp_path):
 
 @pytest.mark.skipif(not (PAI_DIR / "job_2_norm.csv").exists(), reason="public PAI data not present")
 def test_pai_jobs_stay_apart_in_pai_and_in_long(tmp_path):
-    """A review found two files of one job name merged (the second's rows counted as
-    "duplicated", its labels filed under the other job), a long file holding two runs
-    with the same worker names merged the same way (no label), and a text value named
-    as column ``timestamp`` of no file."""
+    """Two files of one job name are refused naming both (never merged, the second's
+    rows counted as "duplicated" and its labels filed under the other job), a long file
+    holding two runs with the same worker names keeps them apart, and a text value is
+    named with its file and CSV line."""
     import shutil
 
     d = tmp_path / "pai"
@@ -1071,8 +1067,9 @@ def test_pai_jobs_stay_apart_in_pai_and_in_long(tmp_path):
 
 
 def test_perseus_nanoseconds_as_integers_and_seconds_among_milliseconds(tmp_path):
-    """A review found int64 nanoseconds refused as "not numeric, got int64" and seconds
-    among milliseconds kept in silence (they landed in 1970, a fit of their own)."""
+    """int64 nanoseconds are converted to seconds (not refused as "not numeric, got
+    int64"), and seconds among milliseconds are skipped and counted, never kept in
+    silence (in 1970, a fit of their own)."""
     df = perseus_frame(hosts=1, slow={(0, 2): (1.5, None)}, seed=4)
     ref = importers.import_path("perseus", _parquet(tmp_path / "s.parquet", df))
     ns = importers.import_path("perseus", _parquet(tmp_path / "ns.parquet", df.assign(ts=(df["ts"] * 1e9).astype("int64"))))
@@ -1086,7 +1083,7 @@ def test_perseus_nanoseconds_as_integers_and_seconds_among_milliseconds(tmp_path
 
 @needs_perseus
 def test_perseus_reads_gzipped_kratos_days(tmp_path):
-    """A gzipped kratos day file was skipped in silence."""
+    """A gzipped kratos day file is read like a plain one, never skipped in silence."""
     import gzip
 
     hosts = ["host_20", "host_21", "host_22", "host_23", "host_24", "host_25"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,20 +21,15 @@ from faultlab.labeler import importers
 from faultlab.rundir import RunDir
 from tests.labeler.test_importers import long_frame, pipeline_trace, write_trace
 from tests.labeler.test_labeler import injection, simulate, step_time
-
-FL = [sys.executable, "-m", "faultlab.cli"]
-
-
-def fl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*FL, *args], capture_output=True, text=True, timeout=120)
+from tests.helpers import fl, one_line_error
 
 
-def one_line_error(cp: subprocess.CompletedProcess, field: str) -> str:
-    assert cp.returncode == 2, (cp.returncode, cp.stdout, cp.stderr[-2000:])
-    lines = [l for l in cp.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1, cp.stderr[-2000:]
-    assert lines[0].startswith(f"faultlab: error: {field}: "), lines[0]
-    return lines[0]
+
+def field_error(cp: subprocess.CompletedProcess, field: str) -> str:
+    """The one-line refusal (exit 2) of a CLI run, which names ``field`` first."""
+    line = one_line_error(cp)
+    assert line.startswith(f"faultlab: error: {field}: "), line
+    return line
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +107,7 @@ BAD_RUNS = {
     "text in compute_s": (lambda p, s: _parquet_with(p, s, compute_s=lambda d: d["compute_s"].astype(str).where(
         d["step"] != 50, "slow")), "compute_s"),
     "nullable step with NA": (lambda p, s: _parquet_with(p, s, step=_nullable_step), "step"),
-    # found by a review: each of these was labeled with exit 0 and wrong labels, no word said
+    # each of these would be labeled silently, exit 0, with wrong labels
     "t_start in milliseconds": (lambda p, s: _parquet_with(p, s, t_start=lambda d: d["t_start"] * 1e3), "t_start"),
     "t_start in nanoseconds": (lambda p, s: _parquet_with(p, s, t_start=lambda d: (d["t_start"] * 1e9).astype("int64")),
                                "t_start"),
@@ -144,7 +138,7 @@ def test_cli_label_bad_run_is_one_line_exit_2_nothing_written(tmp_path, steps, c
     run = tmp_path / "run"
     make(run, steps)
     cp = fl("label", str(run))
-    one_line_error(cp, field)
+    field_error(cp, field)
     assert not (run / "labels.parquet").exists() and not (run / "whatif.json").exists()
     assert not list(run.glob("*.tmp"))
 
@@ -153,7 +147,7 @@ def test_cli_label_refuses_a_folder_that_is_no_run_directory(tmp_path):
     d = tmp_path / "notes"
     d.mkdir()
     (d / "notes.txt").write_text("hi")
-    line = one_line_error(fl("label", str(d)), "PATH")
+    line = field_error(fl("label", str(d)), "PATH")
     assert "run directory" in line and "faultlab run" in line
     assert sorted(p.name for p in d.iterdir()) == ["notes.txt"]  # nothing written into it
     with pytest.raises(BadInput) as ei:
@@ -255,7 +249,7 @@ def test_label_run_outputs_all_or_nothing(tmp_path, steps, blocked):
         label_run(run)
     assert outputs(run) == before
     assert [p.name for p in run.glob("*.tmp")] == ([blocked] if blocked.endswith(".tmp") else [])
-    line = one_line_error(fl("label", str(run)), "PATH")
+    line = field_error(fl("label", str(run)), "PATH")
     assert "cannot write" in line
     assert outputs(run) == before
     (run / blocked).rmdir()
@@ -288,7 +282,7 @@ def test_import_outputs_all_or_nothing_and_no_stale_whatif(tmp_path):
     with pytest.raises(OSError):
         importers.write_outputs(long, out)
     assert (out / "labels.parquet").read_bytes() == before and (out / "whatif.json").exists()
-    line = one_line_error(fl("label", "--import", "long", str(f), "--out", str(out)), "--out")
+    line = field_error(fl("label", "--import", "long", str(f), "--out", str(out)), "--out")
     assert "cannot write" in line and (out / "labels.parquet").read_bytes() == before
     (out / "components.parquet.tmp").rmdir()
     # re-used folder: the trace's whatif.json must not survive the long import
@@ -347,7 +341,7 @@ def test_long_still_refuses_the_perseus_answer_file(tmp_path):
 @pytest.mark.parametrize("case", sorted(BAD_RUNS))
 def test_cli_score_and_report_refuse_a_bad_run_as_label_does(tmp_path, steps, case, command):
     """What ``faultlab label`` refuses, ``score --run`` and ``report`` refuse the same
-    way (they used to crash with a traceback, exit 1, on a text ``rank``)."""
+    way: one line, exit 2, never a traceback (a text ``rank`` included)."""
     from faultlab import schema
 
     make, field = BAD_RUNS[case]
@@ -359,5 +353,5 @@ def test_cli_score_and_report_refuse_a_bad_run_as_label_does(tmp_path, steps, ca
         cp = fl("score", "--detector", "peer-median", "--boot", "0", "--run", str(run), "--out", str(tmp_path / "s.json"))
     else:
         cp = fl("report", str(run))
-    one_line_error(cp, field)
+    field_error(cp, field)
     assert sorted(p.name for p in run.iterdir()) == before and not (tmp_path / "s.json").exists()

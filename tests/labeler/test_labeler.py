@@ -397,8 +397,7 @@ def test_stalls_nobody_can_be_blamed_for_stay_a_job_label():
 def test_sparse_stalls_inside_the_collective_are_one_job_label(every, stall):
     """A pause every 0.8-3 s whose every stall lands inside the all-reduce: nobody is
     late, so no rank can be named, and the stalls are too sparse for a run of job
-    flags. Before: no label at all (a 1.4x job slowdown lost). Now one job label from
-    the first stall to the last."""
+    flags. Still a 1.4x job slowdown: one job label from the first stall to the last."""
     lab = label(paused_rank(a=60, b=60 + 4 * every + 1, every=every, in_compute_every=0, stall=stall))
     assert lab.component.tolist() == ["job"], lab[["component", "start_step", "end_step", "slowdown"]]
     r = lab.iloc[0]
@@ -410,8 +409,8 @@ def test_sparse_stalls_inside_the_collective_are_one_job_label(every, stall):
 
 def test_two_alike_stalls_of_a_long_period_pause_are_one_job_label():
     """A pause of 0.9 s every ~2 s in force for ~4 s stalls the job twice (both inside
-    the all-reduce): 2 stalls alike, one gap. Before (four stalls needed) no label: a
-    ~1.9x slowdown lost (s803-000 of the severity sweeps)."""
+    the all-reduce): 2 stalls alike, one gap, are enough for one job label of the
+    ~1.9x slowdown (as in s803-000 of the severity sweeps)."""
     lab = label(paused_rank(a=60, b=111, every=50, in_compute_every=0, stall=0.9))
     assert lab.component.tolist() == ["job"], lab[["component", "start_step", "end_step", "slowdown"]]
     r = lab.iloc[0]
@@ -432,7 +431,7 @@ def test_lone_stalls_of_different_sizes_are_no_episode():
 def test_slow_link_inside_an_intermittent_episode_keeps_its_job_label():
     """rank:2 paused every 20 steps (half the stalls in its compute) from step 60 to
     260, and a slow link (+60 ms on every all-reduce) over steps 150-190 inside that
-    episode. Before: the rank's label absorbed the link's job label. Now both stay."""
+    episode: the rank's label does not absorb the link's job label, both stay."""
     s = paused_rank(a=60, b=260, every=20, in_compute_every=2, stall=0.3)
     s.loc[s["step"].between(150, 190), "step_s"] += 0.06
     s["comm_s"] = s["step_s"] - s["compute_s"]
@@ -488,11 +487,10 @@ def test_recorded_rate_cap_whose_flags_split_is_one_job_label():
 
 @pytest.mark.parametrize("every", [8, 6, 4])
 def test_pause_late_at_both_ends_and_inside_the_collective_between_is_one_rank_label(every):
-    """Review s6 #1: a pause on rank:2 that lands in its compute over the episode's
-    first and last six stalls and inside the all-reduce between (phase drift). The
-    stalls between form a job label with no vote inside; it is the rank's own (its
-    flagged steps are the episode's stalls), so one rank label over all of it, as
-    before 997baa1 (which cut it in three)."""
+    """A pause on rank:2 that lands in its compute over the episode's first and last
+    six stalls and inside the all-reduce between (phase drift). The stalls between
+    form a job label with no vote inside; it is the rank's own (its flagged steps are
+    the episode's stalls), so one rank label over all of it, never three."""
     s = simulate(n_steps=400)
     n = len(range(100, 300, every))
     late = {k for k in range(n) if k < 6 or k > n - 7}
@@ -508,7 +506,7 @@ def test_pause_late_at_both_ends_and_inside_the_collective_between_is_one_rank_l
 
 
 def test_job_label_is_not_located_by_a_fault_without_end_or_off_the_run():
-    """Review s6 #2/#3: a fault whose revert failed (no end_ts) is not taken as in
+    """A fault whose revert failed (no end_ts) is not taken as in
     force for the rest of the run, and a target rank the run does not have is never
     named."""
     s = paused_rank(a=60, b=221, every=40, in_compute_every=0, stall=0.6)
@@ -790,8 +788,8 @@ def slow_loader(rank=1, a=100, b=200, loader=0.003, slow_loader_s=0.12, seed=0) 
 def test_dataloader_wait_is_the_ranks_local_time():
     # io-slow on rank 1's disk: its compute_s stays, its dataloader_s grows 40x and
     # every peer waits for it in the all-reduce. Counted as local time it is one
-    # straggler label (before: the rank's compute_s even fell against its peers' and
-    # the fault read injected-unmanifested beside an unexplained job label).
+    # straggler label (its compute_s alone even falls against its peers', which would
+    # read the fault as injected-unmanifested beside an unexplained job label).
     steps = slow_loader()
     inj = pd.DataFrame([injection("io-1", "io-slow", "n0", "rank:1", step_time(steps, 100), step_end(steps, 199))])
     lab = label(steps, inj)
@@ -840,39 +838,37 @@ def test_sustained_window_matches_a_brute_force_count(nan_fraction):
         assert (got[i] == want).all()
 
 
-# -- recorded runs the labeler missed before (session 7), cut to the fault and its context --
+# -- recorded runs whose faults are hard to label, cut to the fault and its context --------
 #: (fixture, fault_id, the component its injected label must name) and every fault
 #: recorded in the fixture's time span (fault_id, type, node, target, start, end; s
 #: from the run's first step). Runs of examples/labeler-sweep-*.yaml, seeds 503 and
 #: 602-603, 4 ranks on 2 cores (gloo).
 RECORDED = {
-    # a 385 Mbit/s cap: rank:1's compute noise took 40% of the job's excess and the
-    # whole interval became rank:1's (now the rest is a job label), and the sustained
-    # rule's level came from a spread widened by the run's other faults (now the
-    # lower half's spread)
+    # a 385 Mbit/s cap: rank:1's compute noise takes 40% of the job's excess (the rest
+    # must stay a job label, not become rank:1's), and the run's other faults widen the
+    # spread the sustained rule's level comes from (the lower half's spread keeps it)
     "nic-slow-385mbit": ("nic-00920c", "job", [
         ("nic-278972", "nic-slow", "n3", "fleth0", 10.269, 16.020),
         ("nic-348752", "nic-slow", "n3", "fleth0", 21.110, 26.188),
         ("nic-00920c", "nic-slow", "n0", "fleth0", 30.077, 37.004)]),
     # a 484 Mbit/s cap at 1.44x: the window median of the straggler-free ratio held at
-    # 1.2-1.26 for 3 s, under the per-step bar 1.3 (now the floor min_slowdown)
+    # 1.2-1.26 for 3 s, under a per-step bar of 1.3 (the bar is the floor min_slowdown)
     "nic-slow-484mbit": ("nic-02cf6a", "job", [("nic-02cf6a", "nic-slow", "n2", "fleth0", 29.310, 34.102)]),
-    # 527 ms every 2.5 s: the first pause straddled two steps (about 280 ms each), so
-    # the stalls were not alike and one vote named no one (now adjacent stall steps
-    # are one stall)
+    # 527 ms every 2.5 s: the first pause straddles two steps (about 280 ms each); the
+    # stalls are alike and its vote names the rank only when adjacent stall steps are
+    # one stall
     "pause-527ms-every-2500ms": ("process-78a7a4", "rank:1", [
         ("process-2fdb90", "process-pause", "n0", "rank:0", 14.510, 18.603),
         ("process-78a7a4", "process-pause", "n1", "rank:1", 23.419, 29.457)]),
-    # a GC storm on rank:2 between two cpu faults: one stall episode chained all
-    # three and rank:0's 34 votes outvoted rank:2's 5 (now one episode per run of votes)
+    # a GC storm on rank:2 between two cpu faults: one stall episode chains all three,
+    # and rank:0's 34 votes would outvote rank:2's 5 (one episode per run of votes)
     "gc-storm-after-rank0-fault": ("gc-ad5f61", "rank:2", [
         ("cpu-aa6ca5", "cpu-contention", "n2", "rank:2", 5.997, 11.050),
         ("gc-ad5f61", "gc-storm", "n2", "rank:2", 14.441, 19.117),
         ("cpu-7ea8eb", "cpu-contention", "n0", "rank:0", 22.731, 28.769)]),
-    # 165 ms every 0.6 s after a cap and a cpu fault: labeled at 9195950 too, but lost
-    # once the cap got its job label (the episode chained all three, and rank:0's labels
-    # from the cap held half of its stalls); a guard for the check that counts only the
-    # stalls of the rank's own span
+    # 165 ms every 0.6 s after a cap and a cpu fault: the episode chains all three and
+    # rank:0's labels from the cap hold half of its stalls once the cap has its job
+    # label; a guard for the check that counts only the stalls of the rank's own span
     "pause-165ms-every-603ms": ("process-4c1ced", "rank:0", [
         ("nic-4d5020", "nic-slow", "n2", "fleth0", 10.546, 16.354),
         ("cpu-cdc8b5", "cpu-contention", "n1", "rank:1", 19.940, 24.565),
@@ -898,9 +894,8 @@ def test_a_stall_that_straddles_two_steps_is_one_stall(first):
     """A 0.5 s pause of rank:2 every 60 steps, landing in the all-reduce each time, but
     the first one split over two steps (``first`` s in the rank's compute, the rest
     in the next step) and the rank late for it: the stalls are alike once the two
-    steps are one, so the one late arrival names the rank (before: not alike, and one
-    vote named nobody); the vote counts at either step (review s7 #8: at 0.2/0.3 it
-    was lost at the larger step)."""
+    steps are one, so the one late arrival names the rank; the vote counts at either
+    step (at 0.2/0.3 the larger step holds it)."""
     s = simulate(n_steps=400)
     for k, t in enumerate(range(100, 340, 60)):
         at = s["step"] == t
@@ -920,7 +915,7 @@ def test_two_ranks_stalls_chained_into_one_episode_are_two_labels():
     """rank:0 stalled every 10 steps over 60-140, then rank:2 over 165-245 (out of
     step with rank:0's cadence), half of each's stalls in its compute: one band of
     stalls less than a period apart, but two runs of votes, so two rank labels that
-    do not overlap (before: the majority took all of it)."""
+    do not overlap (never one label of the majority over all of it)."""
     s = simulate(n_steps=320)
     for rank, a, b in ((0, 60, 141), (2, 165, 246)):
         for k, t in enumerate(range(a, b, 10)):
@@ -938,7 +933,7 @@ def test_two_ranks_stalls_chained_into_one_episode_are_two_labels():
 
 @pytest.mark.parametrize("k", [4, 5, 6])
 def test_a_pause_that_lands_in_its_compute_now_and_then_gets_no_job_twin(k):
-    """Review s7 #1: one rank paused every 5 steps, one stall in ``k`` in its compute
+    """One rank paused every 5 steps, one stall in ``k`` in its compute
     (the rest inside the all-reduce): its compute explains under half of each
     job-wide interval's excess, but the median straggler-free step is not slowed (no
     slow link): rank labels only, no job label beside them."""
@@ -947,10 +942,10 @@ def test_a_pause_that_lands_in_its_compute_now_and_then_gets_no_job_twin(k):
 
 
 def test_a_slow_link_with_a_mild_straggler_is_the_jobs_label():
-    """Review s7 #2/#3: +15 ms on every all-reduce and rank:1 1.2x slower over steps
+    """+15 ms on every all-reduce and rank:1 1.2x slower over steps
     100-250: the rank's extra compute is under a third of the job's excess, so the
-    job label holds the rest (before: the rank took the whole interval at the job's
-    slowdown and the link had no label)."""
+    job label holds the rest (the rank does not take the whole interval at the job's
+    slowdown, and the link has its label)."""
     lab = label(simulate(n_steps=400, jobwide=(100, 250, 0.015), straggler=(1, 100, 250, 1.2)))
     job = lab[lab.component == "job"]
     assert len(job) == 1 and abs(job.iloc[0].start_step - 100) <= 2 and abs(job.iloc[0].end_step - 249) <= 2, lab
@@ -959,7 +954,7 @@ def test_a_slow_link_with_a_mild_straggler_is_the_jobs_label():
 
 @pytest.mark.parametrize("late", [{270: 1, 280: 1, 290: 1}, {100: 0, 120: 0, 260: 1, 280: 1}])
 def test_one_pause_whose_late_arrivals_split_is_not_two_ranks(late):
-    """Review s7 #6: one pause at one period whose late arrivals split between ranks
+    """One pause at one period whose late arrivals split between ranks
     (a few stalls where another rank happens to be the late one) keeps its cadence
     across the split: it is one fault, judged whole (the majority's, or a job label
     when no rank has one), never two ranks' labels."""
@@ -980,7 +975,7 @@ def test_one_pause_whose_late_arrivals_split_is_not_two_ranks(late):
 
 @pytest.mark.parametrize("noise", [0.0, 0.005])
 def test_quiet_run_slowed_under_the_floor_has_no_label_and_over_it_one(noise):
-    """Review s7 #12: on a quiet host the sustained rule's spread is 0 (or nearly),
+    """On a quiet host the sustained rule's spread is 0 (or nearly),
     so its level is the floor ``min_slowdown`` itself: a job 1.1x slower for 100 steps
     gets no label, 1.35x gets one job label over those steps."""
     assert label(simulate(noise=noise, jobwide=(100, 200, 0.004))).empty  # +4 ms on ~40 ms steps
@@ -1049,7 +1044,7 @@ def _with_stalls(s: pd.DataFrame, spec) -> pd.DataFrame:
 
 
 def test_a_labeled_fault_does_not_hide_a_second_fault_of_its_rank():
-    """Review s7 (2) #4: a GC-like storm on rank:2 over 60-120 (labeled by the
+    """A GC-like storm on rank:2 over 60-120 (labeled by the
     straggler stage), two stalls nobody is late for, then a pause of rank:2 over
     290-470: one episode by the period rule, whose stalls the first label holds in the
     main; the second fault is still labeled."""
@@ -1062,7 +1057,7 @@ def test_a_labeled_fault_does_not_hide_a_second_fault_of_its_rank():
 
 
 def test_stalls_alike_allow_one_hiccup_but_not_a_spread_of_sizes():
-    """Review s7 (2) #1: the stalls are alike when 80% of them lie within 2x of each
+    """The stalls are alike when 80% of them lie within 2x of each
     other (largest over smallest): one hiccup among five pause stalls does not break
     it, two stalls 3x apart or three spread over 4x are not alike."""
     from faultlab.labeler.fusion import _alike
@@ -1151,9 +1146,9 @@ def test_a_rank_that_waits_for_a_cpu_while_the_job_slows_is_its_label():
 def test_a_rank_that_waits_is_judged_against_the_expected_step_hiccups_included():
     """A loaded host: every 8th step 60 ms slower, so the mean step (what a time
     ratio divides by) lies ~1.18x above the median. A quota that slows the job 1.07x
-    in time is no label, though against the median of the unflagged steps it read
-    1.26x (the held baseline was that median: cpu-contention faults of 1.02-1.07x
-    were labeled 1.20-1.28x on a campaign); one that slows it 1.25x is still rank 2's."""
+    in time is no label, though against the median of the unflagged steps it reads
+    1.26x (a baseline held at that median labels cpu-contention faults of 1.02-1.07x
+    as 1.20-1.28x); one that slows it 1.25x is still rank 2's."""
     s, host, (t0, t1) = _starved_run(0.0035, 1.0, hiccup_s=0.06)
     inj = pd.DataFrame([injection("cpu-1", "cpu-contention", "n2", "rank:2", t0, t1)])
     x = s.groupby("step")["step_s"].first().to_numpy()

@@ -11,6 +11,8 @@ from tests.helpers import needs_root
 
 
 
+
+
 @needs_root
 def test_chaos_short_run_leaves_zero_residue():
     from faultlab.chaos import run_chaos

@@ -1,4 +1,4 @@
-"""A fault always ends, and faultlab never says otherwise (issue 8): signal storms,
+"""A fault always ends, and faultlab never says otherwise: signal storms,
 lost or truncated lease records, watchdogs that never evaluate what they read,
 privileges, unusable lease folders, verify failures, an exact --force restore.
 
@@ -8,8 +8,7 @@ Tests that act as another user run the CLI as ``nobody`` (``setpriv``); where th
 Python interpreter lives under a folder only root may enter (``/root/.pyenv``), a
 private mount namespace makes that one path readable for the child only.
 
-The issue's seven cases and their tests (each seen failing on the code before the fix,
-6bec202; see the commit that added this list):
+The ways a fault could outlive what faultlab says, and the tests that guard each:
 
 1. a second signal aborts the revert: ``test_signal_storm_never_leaves_a_fault_behind_an_exit_0``,
    ``test_three_signals_as_the_revert_begins``
@@ -50,6 +49,7 @@ from tests.helpers import (
     state,
     wait_for,
 )
+
 
 
 def proc_state(pid: int) -> str:
@@ -147,7 +147,7 @@ def test_lost_or_corrupt_record_still_ends_the_fault_and_is_seen(testbed2, no_re
     # faultlab's own qdisc is never called foreign
     again = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "10mbit", "--duration", "5s")
     assert again.returncode == 3 and "faultlab's own" in again.stderr and "did not create" not in again.stderr, again.stderr
-    assert "at the latest at " in again.stderr and " UTC (in " in again.stderr and "unix" not in again.stderr, again.stderr  # when, in words (H10 probe C)
+    assert "at the latest at " in again.stderr and " UTC (in " in again.stderr and "unix" not in again.stderr, again.stderr  # when, in words
     q = lambda: subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show"], capture_output=True, text=True).stdout  # noqa: E731
     assert FAULT_QDISC.search(q())
     # the deadline (20 s) plus the watchdog's 5 s poll, with room for a loaded machine
@@ -185,7 +185,7 @@ def test_orphans_without_record_or_watchdog_are_shown_and_recovered(testbed2, bu
     assert proc_state(busy_loop.pid) != "T"
 
 
-# -- issue 9, item 3: the watchdog never evaluates file content, never follows a swap ---
+# -- the watchdog never evaluates file content, never follows a swap ---------------------
 
 @pytest.mark.parametrize("shell", ["sh", "bash"])
 def test_watchdog_reads_deadline_as_digits_only(tmp_path, shell):
@@ -228,7 +228,7 @@ def test_watchdog_of_a_swapped_folder_keeps_its_own(tmp_path, monkeypatch):
     assert done.exists(), "the watchdog obeyed the swapped-in folder"
 
 
-# -- 3 (issue 8 case 3) and 5: verify failing is a failed inject ---------------------------
+# -- 3 and 5: verify failing is a failed inject -------------------------------------------
 
 @needs_root
 def test_unverifiable_pause_as_another_user_exits_3_and_reverts(busy_loop, nobody_dir):
@@ -492,7 +492,7 @@ def test_hand_over_says_when_the_lease_ends_it_and_what_is_left(busy_loop, no_re
     assert wait_for(lambda: not any(lease_dir().glob("*")), 10)
 
 
-# -- issue item: verify failing in a scenario run ------------------------------------------
+# -- verify failing in a scenario run --------------------------------------------------------
 
 @needs_root
 @pytest.mark.parametrize("allow", [False, True])
@@ -549,3 +549,30 @@ def test_run_reverts_an_unverified_fault_at_once_and_records_it(tmp_path, allow,
             d.active.revert()  # a no-op when the step already reverted it
         sleeper.kill()
         sleeper.wait()
+
+
+def test_status_reads_the_record_of_a_fault_in_another_lease_folder(busy_loop, tmp_path, no_residue):
+    """A detached pause made with ``FAULTLAB_LEASE_DIR=OTHER``: the default ``status``
+    finds it by its watchdog and reads the record in OTHER (same trust checks): node
+    and target shown, never "lease record lost"; it names the folder, and ``revert``
+    ends it."""
+    other = tmp_path / "other-leases"
+    other.mkdir(mode=0o700)
+    cp = fl("inject", "--type", "process-pause", "--target", str(busy_loop.pid), "--pause", "100ms", "--period", "500ms",
+             "--duration", "60s", "--detach", "--json", env={"FAULTLAB_LEASE_DIR": str(other)})
+    assert cp.returncode == 0, cp.stderr
+    fid = json.loads(cp.stdout)["fault_id"]
+    try:
+        st = fl("status", "--json")
+        row = next(r for r in json.loads(st.stdout) if r["fault_id"] == fid)
+        assert row["record"] == str(other), row
+        assert row["type"] == "process-pause" and row["target"] == f"pid:{busy_loop.pid}", row
+        text = fl("status").stdout
+        line = next(ln for ln in text.splitlines() if ln.startswith(fid))
+        assert "record lost" not in line and f"record in {other}" in line and f"pid:{busy_loop.pid}" in line, line
+    finally:
+        rv = fl("revert", fid)
+    assert rv.returncode == 0, rv.stdout + rv.stderr
+    assert not list(other.iterdir()), "the record and the pause pidfile are gone"
+    time.sleep(0.3)
+    assert Path(f"/proc/{busy_loop.pid}/stat").read_text().rpartition(")")[2].split()[0] != "T"

@@ -8,7 +8,7 @@ so another user's fault has its record, and a look-alike of a third user is repo
 as one, never signalled, never given the fault's objects, tc handles or controller.
 
 Real processes of real users: a fault of ``nobody`` (65534) made by faultlab itself,
-look-alikes of uid 65532 (lower: the old owner guess picked the lowest uid) started
+look-alikes of uid 65532 (lower than the owner's, so a guess by lowest uid fails) started
 with ``setpriv``, real cgroups, a real netns testbed and real stress workers."""
 
 from __future__ import annotations
@@ -138,8 +138,8 @@ def test_recover_is_not_held_off_by_a_look_alike_naming_a_live_controller(nobody
 def test_an_orphan_cgroup_claimed_by_a_look_alike_is_still_removed(no_residue):
     """An orphan ``faultlab-cpu-*`` cgroup (no record, no watchdog) and a look-alike of
     uid 65532 carrying its id and naming its path: ``revert ID`` removes the cgroup and
-    says so; before, the look-alike was taken for its watchdog and the cgroup stayed
-    while revert said "reverted"."""
+    says so; the look-alike is never taken for its watchdog (which would leave the
+    cgroup while revert said "reverted")."""
     base = Path("/sys/fs/cgroup/cpu")
     if not (base / "cgroup.procs").exists():
         pytest.skip("needs the cgroup v1 cpu hierarchy")
@@ -162,8 +162,8 @@ def test_an_orphan_cgroup_claimed_by_a_look_alike_is_still_removed(no_residue):
 @needs_root
 def test_a_look_alike_listing_every_tc_handle_reserves_none(testbed2, no_residue):
     """A look-alike of uid 65532 whose argv names all 4,096 ``handle fXXX:``: root's
-    nic-slow still gets a handle and runs (before: exit 3, "all 4096 faultlab tc
-    handles are held", while status listed no fault)."""
+    nic-slow still gets a handle and runs (never exit 3, "all 4096 faultlab tc
+    handles are held", while status lists no fault)."""
     lines = [f"tc qdisc del dev x root handle f{h:03x}:" for h in range(4096)]
     fake = _look_alike(f"nic-{secrets.token_hex(3)}", *lines)
     try:
@@ -186,7 +186,7 @@ def _watchdog_pids_any() -> set[int]:
 def test_a_stress_look_alike_of_another_user_does_not_fail_a_clean_revert(busy_loop, no_residue):
     """Real stress workers beside a target; a process of uid 65532 carrying the worker
     marker and this fault's pidfile path: the revert ends the real workers and reports
-    the fault gone (before: the look-alike was a "worker process left", exit 1); the
+    the fault gone (the look-alike is no "worker process left", no exit 1); the
     look-alike is never signalled."""
     from faultlab import injectors
     from faultlab.injectors.stress import CpuStress
@@ -215,7 +215,7 @@ def test_a_remote_nodes_watchdog_is_the_login_users_not_a_look_alike(tmp_path, m
     the node's lease record and its real remote watchdog, and look-alikes of uid 65532
     naming the same record path started before and after it. ``revert_remote`` tells
     the real watchdog to revert (its marker appears, record gone) and never signals a
-    look-alike (before: the last PID matching the path won, any uid)."""
+    look-alike (not the last PID matching the path, of any uid)."""
     from faultlab.injectors.base import Cmd
     from faultlab.injectors.lease import REMOTE_WATCHDOG_SH
     from faultlab.injectors.lease_remote import RemoteLease
@@ -259,7 +259,7 @@ def _fake_remote(rec: Path) -> subprocess.Popen:
 def test_root_sees_a_users_fault_in_that_users_runtime_folder_and_runs_none_of_its_lines(tmp_path, no_residue):
     """A record of nobody's in nobody's default lease folder
     (``/run/user/65534/faultlab/leases``), its watchdog gone: root's ``status`` shows it
-    as nobody's fault (before: root read no other user's folder, so it was not there);
+    as nobody's fault (root reads other users' folders, read-only);
     root's ``revert`` runs none of its lines (they are nobody's) and says who can end
     it. A look-alike of another uid holding that folder open does not keep root from
     reading it as nobody's. The same folder owned by another uid is reported and never

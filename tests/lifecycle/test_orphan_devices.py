@@ -1,5 +1,5 @@
 """Probe devices and orphan nic objects are seen, removed and named so that
-``faultlab revert`` takes the name (review r1, findings 7 and 8).
+``faultlab revert`` takes the name.
 
 Real network namespaces (``testbed2``), real ifb devices and qdiscs: a controller
 process stopped for real in the middle of doctor's qdisc probe and SIGKILLed there; a

@@ -1,7 +1,6 @@
 """``faultlab.procid``: a process named by PID and start time, and the lease's
-``controller_alive`` using it (H10: before, ``Lease.controller_alive`` checked the PID
-only, so a lease whose controller had died read "held by its controller" as soon as
-any process reused that PID)."""
+``controller_alive`` using it (a PID alone would read a lease whose controller has
+died as "held by its controller" as soon as any process reuses that PID)."""
 
 from __future__ import annotations
 
@@ -48,9 +47,9 @@ def _lease(rec: dict) -> Lease:
 
 
 def test_lease_controller_alive_refuses_a_reused_pid():
-    """The controller's PID now belongs to another process (here: this test process,
-    with a start time that is not the recorded one): not alive. Before the fix
-    (``os.kill(pid, 0)`` only) this read as alive."""
+    """The controller's PID belongs to another process (here: this test process, with
+    a start time that is not the recorded one): not alive (``os.kill(pid, 0)`` alone
+    would say alive)."""
     me, st = os.getpid(), procid.starttime(os.getpid())
     assert _lease({"controller_pid": me, "controller_starttime": st}).controller_alive()
     assert not _lease({"controller_pid": me, "controller_starttime": st - 1}).controller_alive()

@@ -1,5 +1,4 @@
-"""``faultlab recover`` and ``revert --all`` leave what a running faultlab holds alone
-(review r1, finding 1).
+"""``faultlab recover`` and ``revert --all`` leave what a running faultlab holds alone.
 
 ``recover`` reverts only what is left behind: leases whose controller is gone (its
 PID and start time), lost records, orphan objects. ``revert --all`` ends every fault,
@@ -21,7 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.helpers import cpu_cgroup, fl, lease_dir, needs_root, wait_for
+from tests.helpers import FL, cpu_cgroup, fl, lease_dir, needs_root, wait_for
+
 
 
 
@@ -93,7 +93,7 @@ def _running_inject(pid: int):
         import pytest
 
         pytest.skip("needs the cgroup v1 cpu controller at /sys/fs/cgroup/cpu")
-    ctl = subprocess.Popen([*(sys.executable, "-m", "faultlab.cli"), "inject", "--type", "cpu-contention", "--target",
+    ctl = subprocess.Popen([*FL, "inject", "--type", "cpu-contention", "--target",
                             str(pid), "--cpu-fraction", "0.3", "--duration", "120s"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -1,4 +1,4 @@
-"""Issue 9, tests that can fail: ``faultlab recover`` of a lease whose controller was
+"""``faultlab recover`` of a lease whose controller was
 SIGKILLed, an inject that fails half-way after earlier commands took effect, and a
 second revert that really runs its commands again (the watchdog re-runs a plan's
 revert after the controller did, so every revert command must be idempotent and
@@ -130,10 +130,10 @@ def test_second_revert_runs_its_commands_again(busy_loop, no_residue):
 
 
 @pytest.mark.skipif(not ROOT or not Path("/usr/bin/setpriv").exists(), reason="needs root (to act as nobody) and setpriv")
-def test_status_and_recover_find_leases_in_the_old_tmp_folder(tmp_path):
-    """Versions before the trusted runtime folders kept a non-root user's leases in
-    /tmp/faultlab-UID/leases. ``status`` and ``recover`` (as that user, nobody here)
-    still look there, with the same trust checks: a record of the user's own there is
+def test_status_and_recover_find_leases_in_the_legacy_tmp_folder(tmp_path):
+    """A non-root user's leases may sit in the legacy folder /tmp/faultlab-UID/leases
+    (that of faultlab versions without trusted runtime folders): ``status`` and
+    ``recover`` (as that user, nobody here) look there too, with the same trust checks: a record of the user's own there is
     shown and recovered (its revert line runs, the record goes); the same folder owned
     by someone else is reported and never acted on."""
     import shlex

@@ -1,8 +1,8 @@
-"""Releasing a lease signals its own watchdog only (review r1, finding 15).
+"""Releasing a lease signals its own watchdog only.
 
-``Lease.release`` used to SIGTERM the process group of every process whose argv looked
-like the lease's watchdog, of any user. Now it signals the watchdog the record names
-(PID and start time, written when the watchdog started), run by the record's user.
+``Lease.release`` signals the watchdog the record names (PID and start time, written
+when the watchdog started), run by the record's user; never a process of any user whose
+argv merely looks like the lease's watchdog.
 Real processes: a real lease with its real ``sh`` watchdog, and two look-alikes with
 the same argv shape (session leaders, as a watchdog is): one of user ``nobody`` and
 one of root that is not the recorded PID."""

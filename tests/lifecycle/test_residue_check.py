@@ -16,6 +16,8 @@ from tests.helpers import left_since, needs_root, residue
 
 
 
+
+
 def test_residue_sees_stress_workers_state_and_agent_files(tmp_path, monkeypatch):
     agent_dir = tmp_path / "agents"
     agent_dir.mkdir(mode=0o700)

@@ -1,5 +1,4 @@
-"""A revert whose commands fail keeps the lease, and says what happens next truly
-(review r1, finding 2).
+"""A revert whose commands fail keeps the lease, and says what happens next truly.
 
 ``faultlab revert``/``recover`` (``hostview.revert_view``) and ``lease.recover`` stop
 the watchdog and delete the record only when no revert line failed for real; a

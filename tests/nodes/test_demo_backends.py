@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
-from tests.helpers import docker_residue, residue
 from tests.runner.test_demo import both_faults_labeled
+from tests.helpers import FL, docker_residue, residue
 
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -21,7 +20,7 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 def test_demo_on_docker_and_ssh_nodes_labels_both_faults(dockerd, tmp_path, backend):
     before, dbefore = residue(), docker_residue(dockerd)
     out = tmp_path / "run"
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "demo", "--backend", backend, "--out", str(out), "--duration", "40s"],
+    cp = subprocess.run([*FL, "demo", "--backend", backend, "--out", str(out), "--duration", "40s"],
                         capture_output=True, text=True, timeout=300)
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     assert residue() == before and docker_residue(dockerd) == dbefore

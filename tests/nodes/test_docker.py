@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from tests.helpers import docker_residue
-
+from faultlab.nodes.docker_testbed import DockerTestbed
+from tests.helpers import FL, docker_residue, docker_testbed
 
 
 pytestmark = pytest.mark.root
@@ -23,15 +23,8 @@ pytestmark = pytest.mark.root
 @pytest.fixture(scope="module")
 def dtb(dockerd):
     """Two docker nodes, removed afterwards (nothing of them left)."""
-    from faultlab.nodes.docker_testbed import DockerTestbed
-
-    before = docker_residue(dockerd)
-    tb = DockerTestbed(2).up()
-    try:
+    with docker_testbed(dockerd, DockerTestbed(2)) as tb:
         yield tb
-    finally:
-        assert tb.down() == []
-        assert docker_residue(dockerd) - before == set()
 
 
 def _qdiscs(node) -> str:
@@ -138,7 +131,7 @@ def test_testbed_down_after_up_killed_half_way(dockerd, tmp_path):
     before = docker_residue(dockerd)
     state_before = host_state()
     links_before = set(os.listdir("/sys/class/net"))
-    up = subprocess.Popen([sys.executable, "-m", "faultlab.cli", "testbed", "up", "--backend", "docker", "--nodes", "6", "--name", "b0d0"],
+    up = subprocess.Popen([*FL, "testbed", "up", "--backend", "docker", "--nodes", "6", "--name", "b0d0"],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     st = state_dir() / "docker" / "b0d0.json"
     deadline = time.monotonic() + 120
@@ -152,14 +145,14 @@ def test_testbed_down_after_up_killed_half_way(dockerd, tmp_path):
     up.send_signal(signal.SIGKILL)
     up.wait()
     assert dockerd.containers.list(all=True, filters={"label": "faultlab.testbed=b0d0"}), "the killed up made containers"
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "testbed", "down", "--name", "b0d0"], capture_output=True, text=True)
+    cp = subprocess.run([*FL, "testbed", "down", "--name", "b0d0"], capture_output=True, text=True)
     assert cp.returncode == 0, cp.stderr
     assert docker_residue(dockerd) - before == set()  # containers, networks, images other than the node image
     assert {x for x in set(os.listdir("/sys/class/net")) - links_before if x.startswith("fl")} == set()
     assert host_state() == state_before  # no namespace, no iptables rule (faultlab's dockerd runs --iptables=false)
     assert dockerd.images.get(IMAGE) and tarball().exists()  # the cached node image stays
     assert not st.exists()
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "testbed", "down", "--name", "b0d0"], capture_output=True, text=True)
+    cp = subprocess.run([*FL, "testbed", "down", "--name", "b0d0"], capture_output=True, text=True)
     assert cp.returncode == 2 and cp.stderr.count("\n") == 1
 
 
@@ -231,13 +224,13 @@ def test_doctor_on_a_docker_node(dtb, no_residue):
     host (a throw-away ifb there), CPU faults nest in the container's own cgroup."""
     n0 = dtb.nodes[0]
     name = subprocess.run(["docker", "-H", _host(), "inspect", "-f", "{{.Name}}", n0.container], capture_output=True, text=True).stdout.strip().lstrip("/")
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "doctor", "--node", f"docker:{name}", "--json"], capture_output=True, text=True, timeout=120)
+    cp = subprocess.run([*FL, "doctor", "--node", f"docker:{name}", "--json"], capture_output=True, text=True, timeout=120)
     assert cp.returncode == 0, cp.stderr
     rep = json.loads(cp.stdout)
     assert rep["facts"]["backend"] == "docker" and rep["types"]["nic-slow"]["ok"], rep
     assert rep["types"]["cpu-contention"]["ok"] and n0.container in rep["facts"]["cgroup_cpu"], rep["facts"]
     assert "flprb" not in n0.run(["ip", "link"], scope="net").stdout
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "doctor", "--node", "docker:no-such-container"], capture_output=True, text=True, timeout=60)
+    cp = subprocess.run([*FL, "doctor", "--node", "docker:no-such-container"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 2 and cp.stderr.count("\n") == 1 and "no-such-container" in cp.stderr, cp.stderr
 
 
@@ -284,7 +277,7 @@ def test_sigkill_of_the_runner_on_docker_nodes_run_readable_nothing_left(dockerd
     before = docker_residue(dockerd)
     (tmp_path / "s.yaml").write_text(RUN)
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "faultlab.cli", "run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-label"],
+    proc = subprocess.Popen([*FL, "run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-label"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 180
     injected = False
@@ -319,8 +312,8 @@ def _ed25519_line(comment: bytes = b" root@n0") -> bytes:
                                   _ed25519_line()[:40] + b"\n", _ed25519_line().rstrip(b"\n")])
 def test_a_half_written_host_key_is_not_pinned(text):
     """The node's host key file is read while sshd starts: an empty, half-written or
-    truncated file (CI at 60ed7b2 on a loaded host read it empty and the demo died with
-    a ValueError traceback) is not a key; the wait goes on until a whole line is there
+    truncated file (as a loaded host may read it) is not a key, never a ValueError
+    traceback; the wait goes on until a whole line is there
     (a 32-byte ed25519 key, its line ended)."""
     from faultlab.nodes.docker_testbed import _host_key
 

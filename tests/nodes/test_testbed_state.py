@@ -16,9 +16,8 @@ from typer.testing import CliRunner
 
 from faultlab.cli import app
 from faultlab.nodes.testbed import NetnsTestbed, load_states, recover_testbeds, state_dir, untrusted_states
+from tests.helpers import needs_root
 
-ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(not ROOT, reason="needs root (namespaces; chown to another user)")
 
 
 @pytest.fixture
@@ -65,8 +64,8 @@ def _plant(d, name: str, obj) -> str:
 
 
 def test_id_with_a_path_deletes_nothing(sdir, tmp_path, dead_pid):
-    """Before the fix, ``"id": "../../x/victim"`` made recover unlink
-    ``state_dir/../../x/victim.json`` (a root-only file)."""
+    """A state file whose ``"id"`` is a path (``"../../x/victim"``) never makes
+    recover unlink ``state_dir/../../x/victim.json`` (a root-only file)."""
     victim = tmp_path / "x" / "victim.json"
     victim.parent.mkdir()
     victim.write_text("root only")
@@ -81,8 +80,8 @@ def test_id_with_a_path_deletes_nothing(sdir, tmp_path, dead_pid):
 
 @needs_root
 def test_another_users_state_file_is_not_acted_on(sdir, dead_pid, real_netns):
-    """Before the fix a file planted by another user made root's recover run
-    ``ip netns del`` on the names in it."""
+    """A state file planted by another user never makes root's recover run ``ip netns
+    del`` on the names in it."""
     tb_id = secrets.token_hex(2)
     ns = real_netns(f"fl{tb_id}n0")
     path = _plant(sdir, f"{tb_id}.json", {"id": tb_id, "subnet": "10.213.7.0/24", "pid": dead_pid,

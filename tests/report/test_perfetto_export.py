@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import defaultdict
 
 import jsonschema
 import pytest
 
 from faultlab.report.synthetic import make_run
+from tests.helpers import FL
 
 # The subset of the Trace Event Format faultlab writes (ph X, C, i, M): every event has
 # ph, ts (whole microseconds, >= 0), pid and tid; a slice has a duration; metadata names a
@@ -58,7 +58,7 @@ TRACE_SCHEMA = {
 def trace(tmp_path_factory):
     run = make_run(tmp_path_factory.mktemp("exp") / "run", ranks=4, duration_s=40)
     out = run / "trace.json"
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "export", str(run), "--format", "perfetto", "--out", str(out)],
+    cp = subprocess.run([*FL, "export", str(run), "--format", "perfetto", "--out", str(out)],
                         capture_output=True, text=True, timeout=120)
     assert cp.returncode == 0, cp.stderr
     assert f"perfetto trace -> {out}" in cp.stdout
@@ -124,7 +124,7 @@ def test_check_trace_catches_crossing_slices():
 
 
 def test_export_refuses_a_folder_that_is_no_run(tmp_path):
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "export", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    cp = subprocess.run([*FL, "export", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 2 and "RUN_DIR:" in cp.stderr and cp.stderr.count("\n") == 1
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "export", str(tmp_path), "--format", "json"], capture_output=True, text=True, timeout=60)
+    cp = subprocess.run([*FL, "export", str(tmp_path), "--format", "json"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 2 and "--format" in cp.stderr

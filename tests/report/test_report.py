@@ -12,7 +12,6 @@ import io
 import json
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from PIL import Image
 from tests.browser_check import check_report
 from faultlab.report import write_report
 from faultlab.report.synthetic import make_run
+from tests.helpers import FL
 
 
 @pytest.fixture(scope="module")
@@ -51,15 +51,15 @@ def test_run_report_is_self_contained_with_plots_and_tables(run):
 
 
 def test_report_cli_prints_path_and_refuses_bad_input_in_one_line(run, tmp_path):
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "report", str(run), "--out", str(tmp_path / "r.html")],
+    cp = subprocess.run([*FL, "report", str(run), "--out", str(tmp_path / "r.html")],
                         capture_output=True, text=True, timeout=120)
     assert cp.returncode == 0 and f"report -> {tmp_path / 'r.html'}" in cp.stdout, cp.stderr
     for bad in (tmp_path / "missing", tmp_path):
-        cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "report", str(bad)], capture_output=True, text=True, timeout=60)
+        cp = subprocess.run([*FL, "report", str(bad)], capture_output=True, text=True, timeout=60)
         assert cp.returncode == 2 and cp.stderr.count("\n") == 1 and "PATH:" in cp.stderr, cp.stderr
     junk = tmp_path / "junk.json"
     junk.write_text('{"nothing": 1}')
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "report", str(junk)], capture_output=True, text=True, timeout=60)
+    cp = subprocess.run([*FL, "report", str(junk)], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 2 and "holds no score rows" in cp.stderr
 
 
@@ -141,8 +141,8 @@ def test_dataset_folder_gets_a_thumbnail_per_run_and_its_card(tmp_path):
 @pytest.mark.parametrize("kind", ["dataset", "folder of runs"])
 def test_collection_with_no_readable_run_is_refused_not_an_empty_page(tmp_path, kind):
     """Every run unreadable (a junk steps partition; a truncated steps.parquet): one
-    line naming PATH and the run, exit 2, no report.html (it used to write an empty
-    page and exit 0). A collection with some readable runs still lists the others as
+    line naming PATH and the run, exit 2, no report.html (never an empty page and exit
+    0). A collection with some readable runs still lists the others as
     problems on its page."""
     p = tmp_path / "c"
     if kind == "dataset":
@@ -152,15 +152,15 @@ def test_collection_with_no_readable_run_is_refused_not_an_empty_page(tmp_path, 
     else:
         run = make_run(p / "r0", ranks=2, duration_s=30, seed=0)
         (run / "steps.parquet").write_bytes((run / "steps.parquet").read_bytes()[:100])
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "report", str(p)], capture_output=True, text=True, timeout=60)
+    cp = subprocess.run([*FL, "report", str(p)], capture_output=True, text=True, timeout=60)
     lines = [l for l in cp.stderr.splitlines() if l.strip()]
     assert cp.returncode == 2 and len(lines) == 1 and lines[0].startswith("faultlab: error: PATH: ") and "r0" in lines[0], cp.stderr
     assert not (p / "report.html").exists() and not list(p.glob("*.tmp"))
 
 
 def test_time_origin_row_shows_no_made_up_figure(run):
-    """The run page's time-origin row said "... since the first training step
-    (+12.3s)" on every page: a fixed example that read as a measured offset."""
+    """The run page's time-origin row shows no fixed example such as "... since the
+    first training step (+12.3s)", which would read as a measured offset."""
     html = write_report(run).read_text()
     row = re.search(r"<dt>time origin</dt><dd>(.*?)</dd>", html).group(1)
     assert "(+12.3s)" not in row and "since the first training step" in row, row

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
-from tests.helpers import needs_root, residue
+from tests.helpers import FL, needs_root, residue
+
+
 
 
 
@@ -39,7 +40,7 @@ def demo_run(tmp_path_factory):
     """The demo, run once for this module: (run dir, completed process, residue before)."""
     before = residue()
     out = tmp_path_factory.mktemp("demo") / "run"
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "demo", "--out", str(out), "--duration", "40s"],
+    cp = subprocess.run([*FL, "demo", "--out", str(out), "--duration", "40s"],
                         capture_output=True, text=True, timeout=300)
     return out, cp, before
 

@@ -14,6 +14,7 @@ import pandas as pd
 from rich.console import Console
 
 from faultlab.progress import Progress
+from tests.helpers import FL
 
 SCENARIO = """\
 name: prog
@@ -31,7 +32,7 @@ faults:
 
 def test_run_prints_phases_heartbeat_report_and_keeps_one_run_id_and_time_origin(tmp_path):
     (tmp_path / "s.yaml").write_text(SCENARIO)
-    cp = subprocess.run([sys.executable, "-m", "faultlab.cli", "run", "s.yaml", "--json"], cwd=tmp_path,
+    cp = subprocess.run([*FL, "run", "s.yaml", "--json"], cwd=tmp_path,
                         capture_output=True, text=True, timeout=240)
     assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
     summary = json.loads(cp.stdout)  # with --json stdout holds only the summary; progress went to stderr

@@ -8,16 +8,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from faultlab.errors import BadInput
 from faultlab.scenario import Campaign, Scenario, load
-from tests.helpers import REPO, needs_root, residue
+from tests.helpers import EXAMPLE_CAMPAIGN, FL, REPO, fl, needs_root, one_line_error, residue
 
-FL = [sys.executable, "-m", "faultlab.cli"]
 
 GOOD = """\
 name: t
@@ -217,3 +215,29 @@ def test_campaign_bad_spacing(tmp_path, value, word):
     p = _write(tmp_path, CAMPAIGN.replace("faults_per_run: [1, 3]", f"faults_per_run: [1, 3]\nspacing: {value}"), "b.yaml")
     cp = subprocess.run([*FL, "scenario", "validate", str(p)], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 2 and "spacing" in cp.stderr and word in cp.stderr.lower(), cp.stderr
+
+
+@pytest.mark.parametrize("command", [["scenario", "validate"], ["run"], ["campaign", "--dry-run"]])
+def test_scenario_not_utf8(tmp_path, command):
+    p = tmp_path / "s.yaml"
+    p.write_bytes(b"name: x\xff\xfe\nseed: 0\n")
+    cp = fl(*command, str(p))
+    one_line_error(cp, "SCENARIO", "UTF-8")
+
+
+@pytest.mark.parametrize("content", [b"[1, 2", b"\xff\xfe", b"[1, 2]", b'{"runs": 3}', b'{"runs": [1]}', b'{"runs": [{"schedule": 5}]}'])
+def test_damaged_campaign_json_is_one_line_before_anything_runs(tmp_path, content):
+    """``campaign --runs A:B`` into a folder whose campaign.json is damaged: one line
+    naming campaign.json, exit 2, before a run starts (no run folder made), never a
+    JSONDecodeError / AttributeError."""
+    out = tmp_path / "camp"
+    out.mkdir()
+    (out / "campaign.json").write_bytes(content)
+    one_line_error(fl("campaign", str(EXAMPLE_CAMPAIGN), "--runs", "0:1", "--out", str(out)), "campaign.json")
+    assert sorted(p.name for p in out.iterdir()) == ["campaign.json"]
+
+
+def test_bad_runs_range_makes_no_campaign_folder(tmp_path):
+    """``--runs 1:0`` is refused before the --out folder is made."""
+    one_line_error(fl("campaign", str(EXAMPLE_CAMPAIGN), "--runs", "1:0", "--out", str(tmp_path / "c")), "--runs")
+    assert not (tmp_path / "c").exists()

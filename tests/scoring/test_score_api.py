@@ -21,13 +21,9 @@ from faultlab.errors import BadInput
 from faultlab.scoring import Detector, replay, score_runs
 from faultlab.scoring.detectors import as_alarms, empty_alarms, load_detector
 from faultlab.scoring.runs import iter_run_dirs, read_run_dir
-from tests.helpers import REPO
+from tests.helpers import REPO, fl
 
 PY = sys.executable
-
-
-def faultlab(*args, cwd=None, env=None):
-    return subprocess.run([PY, "-m", "faultlab.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -292,33 +288,33 @@ def test_breakdown_by_fault_type_and_source(runs, tmp_path):
 
 def test_cli_json_out_and_unknown_detector(runs, tmp_path):
     args = [a for r in runs for a in ("--run", r)]
-    p = faultlab("score", "--detector", "peer-median", *args, "--out", tmp_path / "s.json", "--json", "--boot", "200")
+    p = fl("score", "--detector", "peer-median", *args, "--out", tmp_path / "s.json", "--json", "--boot", "200")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["n_runs"] == 6 and d["metrics"]["event_f1"]["value"] == 1.0 and len(d["metrics"]["event_f1"]["ci"]) == 2
     assert json.loads((tmp_path / "s.json").read_text())["metrics"] == d["metrics"]
-    p = faultlab("score", "--detector", "no-such", *args)
+    p = fl("score", "--detector", "no-such", *args)
     assert p.returncode == 2 and "unknown detector 'no-such'" in p.stderr
     for name in ("peer-median", "temporal-z", "arrival-late", "random", "constant"):
         assert name in p.stderr
-    p = faultlab("score", "--detector", "peer-median", "--param", "threshold", *args)
+    p = fl("score", "--detector", "peer-median", "--param", "threshold", *args)
     assert p.returncode == 2 and "--param" in p.stderr
 
 
 def test_gate_fails_on_a_worse_threshold_passes_on_itself_and_on_improvement(runs, tmp_path):
     args = [a for r in runs for a in ("--run", r)]
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
-    assert faultlab("score", "--detector", "peer-median", *args, "--out", good, "--boot", "200").returncode == 0
+    assert fl("score", "--detector", "peer-median", *args, "--out", good, "--boot", "200").returncode == 0
     # a threshold far too high misses the 3x stragglers
-    assert faultlab("score", "--detector", "peer-median", "--param", "threshold=4", *args, "--out", bad, "--boot", "200").returncode == 0
-    p = faultlab("score", "--detector", "peer-median", "--param", "threshold=4", *args, "--baseline", good, "--boot", "200")
+    assert fl("score", "--detector", "peer-median", "--param", "threshold=4", *args, "--out", bad, "--boot", "200").returncode == 0
+    p = fl("score", "--detector", "peer-median", "--param", "threshold=4", *args, "--baseline", good, "--boot", "200")
     assert p.returncode == 1
     assert "gate FAILED" in p.stderr and "dropped  event_f1" in p.stderr and "[" in p.stderr  # each metric with its CI
-    p = faultlab("score", "--detector", "peer-median", *args, "--baseline", good, "--boot", "200")
+    p = fl("score", "--detector", "peer-median", *args, "--baseline", good, "--boot", "200")
     assert p.returncode == 0 and "gate passed" in p.stderr
-    p = faultlab("score", "--detector", "peer-median", *args, "--baseline", bad, "--boot", "200", "--metric", "event_f1")
+    p = fl("score", "--detector", "peer-median", *args, "--baseline", bad, "--boot", "200", "--metric", "event_f1")
     assert p.returncode == 0 and "improved: event_f1" in p.stderr
-    p = faultlab("score", "--detector", "peer-median", *args, "--baseline", tmp_path / "nope.json")
+    p = fl("score", "--detector", "peer-median", *args, "--baseline", tmp_path / "nope.json")
     assert p.returncode == 2 and "--baseline" in p.stderr
 
 
@@ -345,7 +341,7 @@ class Slow(Detector):
 
 def test_module_class_without_installing(runs, tmp_path):
     (tmp_path / "mydet.py").write_text(PLUGIN)
-    p = faultlab("score", "--detector", "mydet:Slow", "--param", "ratio=1.5", "--run", runs[0], "--json", "--boot", "0", cwd=tmp_path)
+    p = fl("score", "--detector", "mydet:Slow", "--param", "ratio=1.5", "--run", runs[0], "--json", "--boot", "0", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["metrics"]["event_recall"]["value"] == 1.0
 
@@ -377,16 +373,16 @@ def test_a_plugin_package_is_found_by_its_entry_point_name(runs, tmp_path):
         r = subprocess.run(pip + [str(src)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    p = faultlab("score", "--detector", "nope", "--run", runs[0], env=env)
+    p = fl("score", "--detector", "nope", "--run", runs[0], env=env)
     for name in ("tmp-slow", "pyod-iforest", "ruptures-pelt"):
         assert name in p.stderr  # listed among the known detectors
-    p = faultlab("score", "--detector", "tmp-slow", "--run", runs[0], "--run", runs[1], "--json", "--boot", "0", cwd=runs[0].parent, env=env)
+    p = fl("score", "--detector", "tmp-slow", "--run", runs[0], "--run", runs[1], "--json", "--boot", "0", cwd=runs[0].parent, env=env)
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["detector"] == "tmp-slow" and d["metrics"]["event_recall"]["value"] == 1.0
-    p = faultlab("score", "--detector", "ruptures-pelt", "--run", runs[0], "--json", "--boot", "0", cwd=tmp_path, env=env)
+    p = fl("score", "--detector", "ruptures-pelt", "--run", runs[0], "--json", "--boot", "0", cwd=tmp_path, env=env)
     assert p.returncode == 0 and json.loads(p.stdout)["metrics"]["event_recall"]["value"] == 1.0, p.stderr
-    p = faultlab("score", "--detector", "tmp-slow", "--run", runs[0], cwd=tmp_path)
+    p = fl("score", "--detector", "tmp-slow", "--run", runs[0], cwd=tmp_path)
     assert p.returncode == 2  # not installed here: unknown
 
 
@@ -474,7 +470,7 @@ def test_a_training_detector_is_fitted_on_the_train_split_only(runs, tmp_path):
 
 def test_replay_of_a_run_whose_steps_take_no_time_is_one_tick(runs):
     """Every step ends where it starts (step_s 0 at one t_start): the clock still ticks
-    once and every step is delivered (before: no tick, a bare IndexError)."""
+    once and every step is delivered (never no tick and an IndexError)."""
     import dataclasses
 
     from faultlab.scoring import replay_run
@@ -503,7 +499,7 @@ class _Counts:
 
 def test_replay_hands_out_a_step_with_no_step_time_or_no_start(runs):
     """A step row with step_s NaN ends at its t_start; one with no t_start either comes
-    at the last tick: every row is handed out once (before: ValueError, a NaN end)."""
+    at the last tick: every row is handed out once (no ValueError, no NaN end)."""
     import dataclasses
 
     from faultlab.scoring import replay_run

@@ -272,7 +272,7 @@ def test_load_detector_builtins_entry_points_and_specs(monkeypatch):
     assert load_detector("peer-median", threshold=2.0).threshold == 2.0
     assert isinstance(load_detector("random", seed=3), RandomDetector)
     assert isinstance(load_detector("faultlab.scoring.baselines:ConstantDetector"), ConstantDetector)
-    assert isinstance(load_detector("faultlab.detectors:ConstantDetector"), ConstantDetector)  # the old path
+    assert isinstance(load_detector("faultlab.detectors:ConstantDetector"), ConstantDetector)  # the name kept for existing imports
     with pytest.raises(BadInput, match="unknown detector"):
         load_detector("no-such-detector")
 

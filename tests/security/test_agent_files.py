@@ -29,11 +29,10 @@ from faultlab.benchmarks import agent as agent_mod
 from faultlab.injectors import gc as gc_mod
 from faultlab.injectors.lease import load_leases
 from faultlab.nodes import LocalNode
-from tests.helpers import as_nobody, needs_root
+from tests.helpers import FL, as_nobody, needs_root
 
 pytestmark = needs_root
 
-FL = [sys.executable, "-m", "faultlab.cli"]
 NOBODY = 65534
 HUGE_INT = "1" + "0" * 400
 HUGE_STR = "x" * 100_000

@@ -25,8 +25,8 @@ def hostile_cwd(tmp_path, monkeypatch):
 
 
 def test_probe_ignores_a_fake_faultlab_in_cwd(hostile_cwd):
-    """Before the fix ``python -m faultlab.probe`` ran the fake package (marker
-    written, the probe failed)."""
+    """``python -m faultlab.probe`` never runs the fake package (no marker written,
+    the probe measures)."""
     node = LocalNode("local")
     r = measure_throughput(node, node, "127.0.0.1", 2_000_000, timeout_s=20)
     assert r["bytes"] == 2_000_000 and r["bit_per_s"] > 0
@@ -34,8 +34,8 @@ def test_probe_ignores_a_fake_faultlab_in_cwd(hostile_cwd):
 
 
 def test_ranks_ignore_a_fake_faultlab_in_cwd(hostile_cwd, tmp_path):
-    """Before the fix a rank (``python -m faultlab.benchmarks.ddp``) imported the fake
-    package and exited 7."""
+    """A rank (``python -m faultlab.benchmarks.ddp``) never imports the fake package
+    (which would exit 7)."""
     procs = launch_ranks([(LocalNode(name="local"), 0)], telemetry_dir=tmp_path / "tel", run_id="iso",
                          master_addr="127.0.0.1", master_port=free_port(), duration_s=None,
                          extra_args=["--steps", "2", "--hidden", "32", "--batch", "4", "--agent-dir", "none"],

@@ -14,10 +14,11 @@ import stat
 
 import pytest
 
+from faultlab.nodes.backends import SshTestbed
 from faultlab.nodes.docker import WORK_DIR
 from faultlab.telemetry import collect
 from faultlab.telemetry.collect import TelemetryCollector
-from tests.helpers import docker_residue
+from tests.helpers import docker_testbed
 
 pytestmark = pytest.mark.root
 
@@ -28,15 +29,8 @@ SECRET = b'{"secret": "root only"}\n'
 def stb(dockerd):
     """One host-like node: ``stb.nodes[0]`` over ssh, ``stb.inner.nodes[0]`` as a
     docker node; removed afterwards."""
-    from faultlab.nodes.backends import SshTestbed
-
-    before = docker_residue(dockerd)
-    tb = SshTestbed(1).up()
-    try:
+    with docker_testbed(dockerd, SshTestbed(1)) as tb:
         yield tb
-    finally:
-        assert tb.down() == []
-        assert docker_residue(dockerd) - before == set()
 
 
 def in_container(stb, *argv: str) -> None:

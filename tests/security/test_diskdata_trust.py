@@ -1,6 +1,5 @@
-"""The disk-backed data path never lets another user steer where root writes (review
-r1, finding 3 of its MEDIUM list): ``benchmarks/diskdata.py`` opens its folders through
-``faultlab.safefs``.
+"""The disk-backed data path never lets another user steer where root writes:
+``benchmarks/diskdata.py`` opens its folders through ``faultlab.safefs``.
 
 Real folders, real owners: a shared sticky folder like ``/var/tmp`` (root, 1777) in
 which user ``nobody`` (65534) planted the data folder, a symlink to a victim folder,

@@ -13,17 +13,16 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from faultlab.nodes.backends import SshTestbed
 from faultlab.report.synthetic import make_run
-from tests.helpers import docker_residue
+from tests.helpers import ROOT, docker_testbed, fl
 
-ROOT = os.geteuid() == 0
 NOBODY = 65534
 pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root (to act as nobody) and setpriv")
 
@@ -66,10 +65,6 @@ def run_dir(tmp_path_factory):
     return make_run(tmp_path_factory.mktemp("links-run") / "syn-run", ranks=2, duration_s=20)
 
 
-def _cli(*args, cwd=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "faultlab.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
-
-
 # -- reports and traces -----------------------------------------------------------------
 @pytest.mark.parametrize("what", ["report", "export"])
 def test_report_and_trace_never_write_through_a_planted_tmp_link(run_dir, user_dir, victim, what):
@@ -81,7 +76,7 @@ def test_report_and_trace_never_write_through_a_planted_tmp_link(run_dir, user_d
     as_nobody("ln", "-s", str(victim), str(out) + ".tmp")
     as_nobody("ln", "-s", str(victim), str(out))
     args = ["report", str(run_dir), "--out", str(out)] if what == "report" else ["export", str(run_dir), "--format", "perfetto", "--out", str(out)]
-    cp = _cli(*args)
+    cp = fl(*args)
     assert cp.returncode == 0, cp.stderr
     assert_unchanged(victim)
     st = os.lstat(out)
@@ -95,7 +90,7 @@ def test_report_refuses_a_folder_reached_through_a_link_one_line(run_dir, user_d
     target = tmp_path / "root-folder"
     target.mkdir(mode=0o700)
     as_nobody("ln", "-s", str(target), str(user_dir / "link"))
-    cp = _cli("report", str(run_dir), "--out", str(user_dir / "link" / "report.html"))
+    cp = fl("report", str(run_dir), "--out", str(user_dir / "link" / "report.html"))
     assert cp.returncode != 0
     line = cp.stderr.strip()
     assert "\n" not in line and f"{user_dir}/link" in line and "symlink" in line, cp.stderr
@@ -106,15 +101,8 @@ def test_report_refuses_a_folder_reached_through_a_link_one_line(run_dir, user_d
 @pytest.fixture(scope="module")
 def stb(dockerd):
     """One ssh node (sshd in a host-like container), removed afterwards."""
-    from faultlab.nodes.backends import SshTestbed
-
-    before = docker_residue(dockerd)
-    tb = SshTestbed(1).up()
-    try:
+    with docker_testbed(dockerd, SshTestbed(1)) as tb:
         yield tb
-    finally:
-        assert tb.down() == []
-        assert docker_residue(dockerd) - before == set()
 
 
 def _plant_known_hosts(case: str, user_dir: Path, own: Path, victim: Path) -> Path:
@@ -207,7 +195,7 @@ def test_run_refuses_a_scenario_name_that_is_not_one_plain_name(tmp_path, kind):
     sc = _scenario(tmp_path / "sc.yaml", name)
     try:
         for args in (["scenario", "validate", str(sc)], ["run", str(sc), "--no-label"]):
-            cp = _cli(*args, cwd=cwd)
+            cp = fl(*args, cwd=cwd)
             assert cp.returncode != 0, (args, cp.stdout, cp.stderr)
             line = cp.stderr.strip()
             assert "\n" not in line and "name" in line and "[A-Za-z0-9._-]" in line, cp.stderr

@@ -89,8 +89,8 @@ def dnode(dockerd):
 def test_docker_node_gc_storm_refuses_a_planted_heartbeat_symlink(dnode, private, tmp_path, no_residue):
     """A rank-like process in a docker node's container; its agent folder holds a
     heartbeat that is a symlink (to a well-formed, fresh heartbeat elsewhere). The
-    gc-storm probe on the docker node must refuse it (before: node.read_file followed
-    the link and the probe accepted the heartbeat)."""
+    gc-storm probe on the docker node must refuse it (the read never follows the link,
+    so the heartbeat behind it is never accepted)."""
     from faultlab.benchmarks import agent as agent_mod
     from faultlab.injectors.gc import GcStorm
 
@@ -116,8 +116,7 @@ def test_docker_node_gc_storm_refuses_a_planted_heartbeat_symlink(dnode, private
 def test_remote_lease_records_behind_a_symlinked_folder_are_not_loaded(dnode, private, tmp_path, monkeypatch):
     """lease_remote.load_leases on a docker node whose lease folder is reached through
     a symlink: the record (well-formed, revert lines and all) is never loaded, so
-    recover never runs its lines (before: _LIST_SH followed the folder link, the record
-    was read with node.read_file and loaded)."""
+    recover never runs its lines (the listing never follows the folder link)."""
     from faultlab.injectors import lease_remote
 
     rec = {"fault_id": "cpu-abc123", "revert": ["touch /tmp/should-never-run"], "created_ts": 1, "deadline_ts": 2}

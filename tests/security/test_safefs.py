@@ -10,9 +10,8 @@ import pytest
 
 from faultlab import safefs
 from faultlab.safefs import UntrustedPath, open_dir
+from tests.helpers import needs_root
 
-ROOT = os.geteuid() == 0
-needs_root = pytest.mark.skipif(not ROOT, reason="chown to another user needs root")
 
 
 def nobody() -> int:

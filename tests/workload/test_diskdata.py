@@ -12,27 +12,15 @@ import pytest
 
 from faultlab.benchmarks.diskdata import DiskData
 from faultlab.benchmarks.launch import free_port, launch_ranks, stop_ranks, wait_ranks
-from faultlab.errors import BadInput
 from faultlab.injectors import IoSlow, apply
-from faultlab.injectors.io import block_device_of
 from faultlab.nodes import LocalNode
 from faultlab.rundir import RunDir
-from tests.helpers import ROOT
+from tests.helpers import ROOT, real_disk_dir
 
 NODE = LocalNode("local")
 
 
-def _disk_dir() -> Path | None:
-    for d in ("/var/tmp", "/tmp", "/root"):
-        try:
-            block_device_of(NODE, d)
-            return Path(d)
-        except BadInput:
-            continue
-    return None
-
-
-DISK = _disk_dir()
+DISK = real_disk_dir()
 needs_throttle = pytest.mark.skipif(DISK is None or not ROOT or not Path("/sys/fs/cgroup/blkio/blkio.throttle.read_bps_device").exists(),
                                     reason="needs root, a real block device and cgroup v1 blk-throttle")
 

@@ -26,8 +26,8 @@ from faultlab.telemetry import tcpstats
 from faultlab.telemetry.gpumetrics import NvmlReader
 from faultlab.telemetry.hostsampler import HostSampler
 from faultlab.telemetry.tcpstats import PeerResolver, TcpConn, TcpTracker, parse_endpoint, parse_rate_bit_per_s, parse_ss, split_metric
+from tests.helpers import ROOT
 
-ROOT = os.geteuid() == 0
 needs_ss = pytest.mark.skipif(shutil.which("ss") is None, reason="needs iproute2's ss")
 
 # `ss -tinHe state established` on this machine: a loopback sender (bbr) and its receiver.
