@@ -5,7 +5,7 @@ revert), some with the lease record deleted or truncated while the fault runs, s
 into a full lease folder; each exit code is checked against the state left at that
 moment (``judge``), and the residue after every lease has ended must be empty.
 
-Used by ``tests/test_chaos.py`` (a short run in CI) and ``perf/chaos.py`` (200 cycles:
+Used by ``tests/lifecycle/test_chaos.py`` (a short run in CI) and ``perf/chaos.py`` (200 cycles:
 50 with SIGKILL, 50 storms). Targets are test hosts of its own: a 2-node netns testbed, a
 busy-loop process, and (for gc-storm) a process running the in-workload agent.
 Everything it starts it ends by PID.
@@ -188,7 +188,7 @@ def full_lease_dir(base: Path) -> tuple[Path, callable]:
     """A lease folder ``base/full/leases`` on a 16 KiB tmpfs mounted at ``base/full`` and
     filled to the last byte, so the first lease write fails with ENOSPC; returns the folder
     and a callable that unmounts it. Root only (mount); raises ``CalledProcessError`` when
-    the mount fails. Used by the full-folder cycles here and by ``tests/test_lifecycle.py``."""
+    the mount fails. Used by the full-folder cycles here and by ``tests/lifecycle/test_fault_always_ends.py``."""
     m = base / "full"
     m.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k,mode=0700", "tmpfs", str(m)], check=True)

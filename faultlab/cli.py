@@ -115,7 +115,7 @@ def inject(
         duration_s = parse_duration(duration, "--duration")
         grace_s = parse_duration(grace, "--grace", allow_zero=True)
         opts = {option: fault_opts.get(_param_ident(option)) for option in params_by_option()}
-        if inventory is not None or nodes_sel or "," in node:  # fan-out (issue 12): faultlab.nodes.cli
+        if inventory is not None or nodes_sel or "," in node:  # fan-out over several nodes: faultlab.nodes.cli
             from faultlab.nodes.cli import inject_fanout
 
             return inject_fanout(type=type, node=node, nodes_sel=nodes_sel, inventory=inventory, accept_new=accept_new_host_key, target=target,
@@ -327,7 +327,7 @@ def demo(
 scenario_app = typer.Typer(no_args_is_help=True, help="Scenario files: validate them, print their JSON Schema.")
 app.add_typer(scenario_app, name="scenario")
 
-from faultlab.nodes.cli import testbed_app  # noqa: E402  (issue 12: testbeds of every backend)
+from faultlab.nodes.cli import testbed_app  # noqa: E402  (testbeds of every backend)
 
 app.add_typer(testbed_app, name="testbed")
 

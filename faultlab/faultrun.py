@@ -210,7 +210,7 @@ def run_inject(inj, n, plan, *, duration_s: float, grace_s: float, detach: bool,
                 gone = inj.target_gone(active.facts)
             except Exception:  # a check must never end the hold by itself
                 gone = None
-            if gone:  # nothing left to slow: end it now, and say so (H10 probe G)
+            if gone:  # nothing left to slow: end it now, and say so
                 active.evidence["target_gone"] = {"why": gone, "ts": time.time(), "after_s": round(time.time() - active.start_ts, 1)}
                 if not as_json:
                     console.print(f"{active.fault_id}: {gone} {active.evidence['target_gone']['after_s']:g}s into the fault; ending it", markup=False)

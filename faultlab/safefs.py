@@ -13,7 +13,7 @@ write through their link. This module is the one place that opens such folders:
   not writable by group or others; a root-owned *sticky* folder (``/tmp``) is allowed
   as a parent only (others can create names in it but not rename or remove ours);
 * files are then opened relative to that descriptor with ``O_NOFOLLOW`` (a symlink at
-  the last component is refused too), must be regular files of an allowed owner, not
+  the last component is refused as well), must be regular files of an allowed owner, not
   group/other-writable, and small; writes are atomic (a new temporary file created with
   ``O_EXCL``, fsync, rename, fsync of the folder).
 

@@ -22,7 +22,7 @@ RATE_FIX = "write 50mbit for bits/s or 6mb for bytes/s (units: bit, kbit, mbit, 
 _NUM = r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"  # ASCII digits only: '５０mbit' is refused
 MAX_DURATION_S = 7 * 24 * 3600.0  # a fault longer than a week is a typo
 #: the shortest duration any option takes (a timer, a tc or sleep granularity below it
-#: is noise; 0.00001ms was accepted before as a 10 ns fault)
+#: is noise; 0.00001ms would be a 10 ns fault)
 MIN_DURATION_S = 1e-3
 MAX_RATE_BIT_S = 400e9
 
@@ -77,7 +77,7 @@ def parse_rate(text: str, field: str = "rate") -> float:
     ``b/kb/mb/gb`` (SI) and ``kib/mib/gib`` (IEC) are *bytes* per second, as for
     io-slow's ``--read-bps``. ``bps/kbps/mbps/gbps`` are refused: tc reads them as
     bytes/s, ss and iperf print them as bits/s. A space inside (``"100 mbit"``), a
-    bare number or an unknown unit is refused too, each being a common typo. Raises
+    bare number or an unknown unit is refused as well, each being a common typo. Raises
     BadInput naming ``field`` and the fix.
     """
     if isinstance(text, (int, float)) and not isinstance(text, bool):

@@ -238,8 +238,8 @@ class Lease:
         with open_lease_dir(node) as d:
             name = f"{lease_id}.json"
             # the watchdog first: a controller killed at any instant after this leaves
-            # nothing the watchdog does not end (before, a kill between the record and
-            # the watchdog left a record that nothing ended)
+            # nothing the watchdog does not end (a record written first would be left,
+            # ended by nothing, by a kill between the record and the watchdog)
             proc = _start_watchdog(node, d, lease_id, deadline, lines)
             try:
                 _test_pause_after_watchdog()

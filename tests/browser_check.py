@@ -1,6 +1,7 @@
-"""The checks a report must pass in a real browser (used by test_report and
-test_demo): loaded in headless Chromium, no console error, no request beyond the
-page's own file and its ``data:`` images, every image decoded and not blank."""
+"""The checks a report must pass in a real browser (used by tests/report/test_report.py
+and tests/runner/test_demo.py): loaded in headless Chromium, no console error, no
+request beyond the page's own file and its ``data:`` images, every image decoded and
+not blank."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cdp import Browser, chromium_path, pixel_std
+from tests.cdp import Browser, chromium_path, pixel_std
 
 #: grey-level standard deviation below which a rendered image counts as blank (a
 #: plot with axes, lines and text is ~40; a single-colour square is 0)

@@ -162,7 +162,7 @@ class _Feed:
     host rows in ``ts`` order (stable), handed out once each as the replay clock passes
     them. ``t0``: the first ``t_start``; ``t_last``: the last step end (unix s). A row
     with no ``step_s`` ends at its ``t_start``; one with no ``t_start`` either is handed
-    out at the last tick (before: a NaN end made ``t_last`` NaN and the replay raised
+    out at the last tick (a NaN end would make ``t_last`` NaN and the replay raise
     ValueError)."""
 
     def __init__(self, run: RunData):

@@ -1,0 +1,339 @@
+"""faultlab dataset build|verify|info|export: the folder layout, the seeded split,
+MANIFEST.sha256 naming a flipped or missing file, croissant.json validated by
+mlcroissant, the card's YAML header read by huggingface_hub's card classes (offline),
+TimeEval export, and --import of a public trace."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from faultlab.datasets.build import build, collect_runs, draw_split
+from faultlab.datasets.layout import Dataset
+from faultlab.datasets.synthetic import make_run
+from faultlab.errors import BadInput
+from tests.helpers import EXAMPLE_CAMPAIGN, REPO, SW_DATASET, fl, one_line_error
+
+#: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout (README)
+PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or REPO.parent / "shared" / "datasets" / "public")
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    root = tmp_path_factory.mktemp("camp")
+    for i in range(5):
+        make_run(root / f"run-{i}", f"c{i}", seed=i, fault_type=["cpu-contention", "io-slow"][i % 2])
+    return root
+
+
+@pytest.fixture()
+def ds(campaign, tmp_path):
+    camp_file = tmp_path / "c.yaml"
+    camp_file.write_text("name: c\nruns: 5\ntypes: {cpu-contention: {}}\n")  # a valid campaign: build checks it
+    p = fl("dataset", "build", "--campaign", campaign, "--name", "t-v1", "--split", "test=0.4", "--seed", "3",
+                 "--out-root", tmp_path, "--campaign-file", camp_file)
+    assert p.returncode == 0, p.stderr
+    return tmp_path / "t-v1"
+
+
+def test_layout_split_and_tables(ds, campaign):
+    for f in ("README.md", "croissant.json", "schema.json", "splits.json", "runs.json", "MANIFEST.sha256", "campaign/c.yaml"):
+        assert (ds / f).is_file(), f
+    d = Dataset(ds)
+    assert sorted(d.run_ids("all")) == [f"c{i}" for i in range(5)] and len(d.splits["test"]) == 2
+    assert d.splits == {k: v for k, v in draw_split([f"c{i}" for i in range(5)], 0.4, 3).items() if k in ("train", "test")}
+    assert draw_split(list("abcdef"), 0.3, 1) == draw_split(list("fedcba"), 0.3, 1)  # seeded, order-free
+    run = d.read_run("c1")
+    src = pd.read_parquet(campaign / "run-1" / "labels.parquet")
+    assert len(run.labels) == len(src) and set(run.injections.fault_type) == {"io-slow"}
+    assert (ds / "data" / "steps" / "run=c1" / "part-0.parquet").is_file()
+    schema = json.loads((ds / "schema.json").read_text())
+    assert {c["name"] for c in schema["tables"]["steps"]} >= {"t_start", "compute_s", "step_s"}
+    info = json.loads(fl("dataset", "info", ds, "--json").stdout)
+    assert info["runs"] == 5 and info["fault_types"] == {"cpu-contention": 3, "io-slow": 2}
+
+
+def test_verify_names_a_flipped_byte_and_a_missing_file(ds):
+    assert fl("dataset", "verify", ds).returncode == 0
+    part = ds / "data" / "labels" / "run=c2" / "part-0.parquet"
+    b = bytearray(part.read_bytes())
+    b[len(b) // 2] ^= 0x01
+    part.write_bytes(bytes(b))
+    p = fl("dataset", "verify", ds)
+    assert p.returncode == 1 and "changed: data/labels/run=c2/part-0.parquet" in p.stderr
+    (ds / "schema.json").unlink()
+    p = fl("dataset", "verify", ds)
+    assert p.returncode == 1 and "missing: schema.json" in p.stderr
+
+
+def _score(ds, *extra):
+    return fl("score", "--detector", "peer-median", "--dataset", ds, "--split", "all", "--boot", "0", "--json", *extra)
+
+
+def test_score_refuses_a_dataset_that_differs_from_its_manifest(ds):
+    import pyarrow.parquet as pq
+
+    from faultlab import schema
+
+    assert _score(ds).returncode == 0
+    schema_json = (ds / "schema.json").read_text()
+    (ds / "schema.json").write_text("{}")  # still valid JSON: decodes, and scoring never reads it
+    one_line_error(_score(ds), "--dataset", "schema.json is changed since MANIFEST.sha256", "--no-verify")
+    assert _score(ds, "--no-verify").returncode == 0  # the documented way to score it as it is
+    (ds / "schema.json").write_text(schema_json)
+    runs = json.loads((ds / "runs.json").read_text())
+    runs[0]["n_labels"] += 1
+    (ds / "runs.json").write_text(json.dumps(runs, indent=1))  # a changed row that still decodes
+    one_line_error(_score(ds), "runs.json is changed")
+    part = ds / "data" / "labels" / "run=c1" / "part-0.parquet"
+    lab = pq.read_table(part).to_pandas()
+    lab["end_ts"] = lab["end_ts"] + 30.0  # a label row moved: a valid Parquet file
+    pq.write_table(schema.to_table("labels", lab), part)
+    one_line_error(_score(ds), "data/labels/run=c1/part-0.parquet, runs.json are changed")
+    (ds / "croissant.json").unlink()
+    one_line_error(_score(ds), "runs.json are changed; croissant.json is missing since MANIFEST.sha256")
+
+
+def test_build_says_when_a_run_is_given_twice(campaign, tmp_path):
+    p = fl("dataset", "build", campaign / "run-0", campaign / "run-1", campaign / "run-0" / ".." / "run-0",
+                 "--campaign", campaign, "--name", "dup", "--out-root", tmp_path)
+    assert p.returncode == 0, p.stderr
+    note = [line for line in p.stderr.splitlines() if "given more than once" in line]
+    assert len(note) == 1 and "3 run folder(s) given more than once, built once" in note[0], p.stderr
+    assert sorted(Dataset(tmp_path / "dup").run_ids("all")) == [f"c{i}" for i in range(5)]
+    p = fl("dataset", "build", campaign / "run-0", campaign / "run-1", "--name", "nodup", "--out-root", tmp_path)
+    assert p.returncode == 0 and "more than once" not in p.stderr
+
+
+def test_croissant_validates_with_mlcroissant(ds):
+    import mlcroissant as mlc  # a test extra: missing, the test fails (never skips)
+    d = mlc.Dataset(jsonld=str(ds / "croissant.json"))
+    assert {r.name for r in d.metadata.record_sets} == {"steps", "host", "injections", "labels"}
+    recs = list(d.records("labels"))  # the FileSet globs and the fields resolve against the Parquet files
+    assert len(recs) == sum(len(Dataset(ds).read_run(r).labels) for r in Dataset(ds).run_ids("all"))
+
+
+def test_card_header_parses_with_huggingface_hub(ds):
+    import huggingface_hub as hf  # a test extra: missing, the test fails (never skips)
+    card = hf.DatasetCard.load(ds / "README.md")
+    data = card.data.to_dict()
+    assert data["license"] == "cc-by-4.0" and data["task_categories"]
+    cfg = {c["config_name"]: c for c in data["configs"]}
+    assert set(cfg) == {"steps", "host", "injections", "labels"}
+    splits = {f["split"]: f["path"] for f in cfg["labels"]["data_files"]}
+    assert len(splits["test"]) == 2 and all(p.startswith("data/labels/run=") for p in splits["train"])
+    feats = {i["config_name"]: i["features"] for i in data["dataset_info"]}
+    assert {"name": "compute_s", "dtype": "float64"} in feats["steps"]
+    for section in ("## Motivation", "## Composition", "## Collection process", "## Labeling", "## Uses", "## Limits"):
+        assert section in card.text
+    assert "temporal_threshold" in card.text  # the labeler's configuration
+
+
+def test_relabel_rebuilds_in_place_with_this_labeler(ds):
+    import pyarrow.parquet as pq
+
+    from faultlab import schema
+    from faultlab.labeler import label
+
+    before = Dataset(ds)
+    run = before.read_run("c1")
+    want = label(run.steps, injections=run.injections, host=run.host)
+    # stale labels: as if an older labeler had found nothing in c1
+    pq.write_table(schema.to_table("labels", schema.empty("labels")), ds / "data" / "labels" / "run=c1" / "part-0.parquet")
+    assert Dataset(ds).read_run("c1").labels.empty
+    p = fl("dataset", "relabel", ds, "--note", "re-labeled in a test")
+    assert p.returncode == 0, p.stderr
+    assert "re-labeled 5 runs" in p.stdout
+    after = Dataset(ds)
+    got = after.read_run("c1").labels
+    assert len(got) == len(want) and list(got.component) == list(want.component)
+    assert after.splits == before.splits and (ds / "campaign" / "c.yaml").is_file()
+    assert fl("dataset", "verify", ds).returncode == 0  # a new manifest of the new files
+    card = (ds / "README.md").read_text()
+    assert "re-labeled in a test" in card and "re-labeled when the dataset was built" in card
+    runs = json.loads((ds / "runs.json").read_text())
+    assert [r["run_id"] for r in runs] == [f"c{i}" for i in range(5)] and runs[1]["n_labels"] == len(want)
+    assert not list(ds.parent.glob(".t-v1*"))  # no building folder left
+    p = fl("dataset", "relabel", ds.parent / "none")
+    assert p.returncode == 2 and "--dataset" in p.stderr
+
+
+def test_timeeval_export(ds, tmp_path):
+    p = fl("dataset", "export", ds, "--format", "timeeval", "--out", tmp_path / "te")
+    assert p.returncode == 0, p.stderr
+    idx = pd.read_csv(tmp_path / "te" / "datasets.csv")
+    assert len(idx) == 5 * 4 and {"collection_name", "dataset_name", "test_path", "input_type", "contamination"} <= set(idx.columns)
+    one = pd.read_csv(tmp_path / "te" / idx.test_path.iloc[0])
+    assert list(one.columns[:1]) == ["timestamp"] and one.columns[-1] == "is_anomaly"
+    assert idx.num_anomalies.sum() >= 5  # each run's straggler
+    assert fl("dataset", "export", ds, "--format", "nope").returncode == 2
+
+
+def test_bad_input_is_refused_and_nothing_is_left(campaign, tmp_path):
+    with pytest.raises(BadInput, match="--split"):
+        draw_split(["a", "b"], 1.5, 0)
+    p = fl("dataset", "build", "--campaign", campaign, "--name", "../x", "--out-root", tmp_path)
+    assert p.returncode == 2 and "--name" in p.stderr
+    p = fl("dataset", "build", "--campaign", tmp_path / "none", "--name", "x", "--out-root", tmp_path)
+    assert p.returncode == 2 and "--campaign" in p.stderr
+    unlabeled = tmp_path / "u"
+    make_run(unlabeled, "u", seed=1)
+    (unlabeled / "labels.parquet").unlink()
+    with pytest.raises(BadInput, match="labels.parquet"):
+        build(collect_runs([unlabeled]), "x", tmp_path)
+    assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x*"))
+
+
+@pytest.mark.skipif(not (PUBLIC / "straggler-trace-ST").is_dir(), reason=f"public traces not found at {PUBLIC}: set FAULTLAB_PUBLIC_DATA (README: Labeling public traces)")
+def test_import_straggler_trace_to_dataset_form(tmp_path):
+    p = fl("dataset", "build", "--import", "straggler-trace", PUBLIC / "straggler-trace-ST", "--name", "st", "--out-root", tmp_path)
+    assert p.returncode == 0, p.stderr
+    d = Dataset(tmp_path / "st")
+    run = d.read_run(d.run_ids("all")[0])
+    assert run.steps["rank"].nunique() > 1 and (run.steps.step_s > 0).all() and len(run.labels)
+    assert fl("dataset", "verify", tmp_path / "st").returncode == 0
+    p = fl("score", "--detector", "arrival-late", "--dataset", tmp_path / "st", "--split", "all", "--json", "--boot", "0")
+    assert p.returncode == 0, p.stderr
+    # the labels name the stage the upstream what-if analysis blames most (result-ST.json)
+    up = json.loads((PUBLIC / "straggler-trace-ST" / "result-ST.json").read_text())["blocking_decompose_by_stage"]
+    worst = max(up, key=up.get)
+    assert f"stage:{worst}" in set(run.labels.component)
+    assert set(run.steps.peer_group) == {f"stage{k}" for k in up}  # peer group = pipeline stage
+
+
+@pytest.mark.skipif(not (PUBLIC / "perseus-cluster_A" / "metrics.parquet").is_file(), reason=f"public traces not found at {PUBLIC}: set FAULTLAB_PUBLIC_DATA (README: Labeling public traces)")
+def test_import_perseus_to_dataset_form(tmp_path):
+    # a slice (4 of the 30 hosts, both confirmed slow drives' hosts among them) copied to tmp
+    src = PUBLIC / "perseus-cluster_A"
+    keep = ["host_1", "host_2", "host_22", "host_25"]
+    (tmp_path / "slice").mkdir()
+    pd.read_parquet(src / "metrics.parquet", filters=[("host", "in", keep)]).to_parquet(tmp_path / "slice" / "metrics.parquet")
+    (tmp_path / "slice" / "slow_drives.csv").write_bytes((src / "slow_drives.csv").read_bytes())
+    p = fl("dataset", "build", "--import", "perseus", tmp_path / "slice", "--name", "px", "--out-root", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert fl("dataset", "verify", tmp_path / "px").returncode == 0
+    d = Dataset(tmp_path / "px")
+    run = d.read_run(d.run_ids("all")[0])
+    assert run.steps.empty and run.injections.empty  # drive metrics only; nothing was injected
+    assert set(run.host.metric) == {"latency", "throughput_bytes_per_s"} and run.host.node.nunique() == 48
+    # the operators' confirmed slow drives are labeled, and each label's drive is a host-table node
+    drives = set(run.labels.component)
+    assert {"drive:host_22/disk11", "drive:host_25/disk8"} <= drives
+    assert {c.removeprefix("drive:") for c in drives} <= set(run.host.node)
+    info = json.loads(fl("dataset", "info", tmp_path / "px", "--json").stdout)
+    assert info["runs"] == 1 and info["duration_s"] > 0
+
+
+@pytest.mark.parametrize("name", ["faultlab-hw-v1", "faultlab-sw-v1"])
+def test_published_dataset_is_intact_and_chance_sits_at_chance(name):
+    from faultlab.scoring.api import score_dataset
+
+    ds = REPO / "datasets" / name
+    assert fl("dataset", "verify", ds).returncode == 0
+    assert sum(f.stat().st_size for f in ds.rglob("*") if f.is_file()) <= 20e6
+    assert len(Dataset(ds).run_ids("all")) >= 20 and list((ds / "campaign").glob("*.yaml"))
+    res = score_dataset([("random", {"draws": 20}), "constant", "peer-median", "temporal-z", "arrival-late"], ds,
+                        split="all", by=None, n_boot=1000)
+    rnd, const, real = res[0], res[1], res[2:]
+    assert abs(rnd.window_mcc) <= 0.05 and rnd.ci("window_mcc")[0] <= 0 <= rnd.ci("window_mcc")[1]
+    assert const.window_mcc == 0.0
+    best = max(real, key=lambda r: r.window_mcc)
+    assert best.ci("window_mcc")[0] > max(rnd.ci("window_mcc")[1], const.ci("window_mcc")[1]), best.detector
+
+
+@pytest.fixture
+def dataset(tmp_path) -> Path:
+    if not (SW_DATASET / "splits.json").is_file():
+        pytest.skip(f"no published dataset at {SW_DATASET}")
+    d = tmp_path / "ds"
+    shutil.copytree(SW_DATASET, d)
+    return d
+
+
+def test_verify_manifest_not_utf8(dataset):
+    (dataset / "MANIFEST.sha256").write_bytes(b"garbage\n\xff\n")
+    one_line_error(fl("dataset", "verify", str(dataset)), "MANIFEST.sha256")
+
+
+@pytest.mark.parametrize("content", [b"[1, 2", b"\xff\xfe", b'{"runs": 1}', b"[1, 2]"])
+@pytest.mark.parametrize("command", [["dataset", "info"], ["score", "--detector", "constant", "--split", "all", "--dataset"]])
+def test_damaged_runs_json(dataset, content, command):
+    (dataset / "runs.json").write_bytes(content)
+    one_line_error(fl(*command, str(dataset)), "runs.json")
+
+
+@pytest.mark.parametrize("what", ["folder", "symlink", "file"])
+def test_build_force_never_removes_what_is_not_a_dataset(tmp_path, what):
+    """`--force` over a folder of the user's (`--out-root / --name etc --force` must not
+    remove /etc): refused, exit 2, the folder and its files kept; an earlier dataset is
+    still replaced."""
+    from faultlab.datasets.synthetic import make_run
+
+    runs = [make_run(tmp_path / f"r{i}", f"r{i}", seed=i) for i in range(2)]
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "precious.txt").write_text("keep me")
+    if what == "folder":
+        (out / "ds").mkdir()
+        (out / "ds" / "precious.txt").write_text("keep me")
+    elif what == "symlink":
+        (out / "ds").symlink_to(mine)
+    else:
+        (out / "ds").write_text("keep me")
+    cp = fl("dataset", "build", *map(str, runs), "--name", "ds", "--out-root", str(out), "--force")
+    one_line_error(cp, "--name", "not a faultlab dataset")
+    assert (mine / "precious.txt").read_text() == "keep me"
+    if what == "folder":
+        assert (out / "ds" / "precious.txt").read_text() == "keep me"
+    # an earlier dataset is still replaced by --force
+    ok = fl("dataset", "build", *map(str, runs), "--name", "ds2", "--out-root", str(out))
+    assert ok.returncode == 0, ok.stderr
+    again = fl("dataset", "build", *map(str, runs), "--name", "ds2", "--out-root", str(out), "--force")
+    assert again.returncode == 0, again.stderr
+
+
+SHADOW_LIKE = "root:$6$s3cr3tSALT$h4shh4shh4sh:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n"
+
+
+@pytest.mark.parametrize("case", ["missing", "shadow-like", "not-faultlab", "bad-fault", "twice"])
+def test_campaign_file_must_be_a_faultlab_campaign_or_scenario(tmp_path, two_runs, case):
+    """--campaign-file takes only a faultlab campaign or scenario (never, say,
+    ``/etc/shadow`` copied into a dataset meant for publishing): each is checked with
+    the scenario loader; a missing, foreign or bad one is one line naming
+    --campaign-file, exit 2, no dataset made, and never a line of the refused file in
+    the message."""
+    f = tmp_path / "c.yaml"
+    extra = []
+    if case == "shadow-like":
+        f.write_text(SHADOW_LIKE)
+    elif case == "not-faultlab":
+        f.write_text("apiVersion: v1\nkind: Pod\n")
+    elif case == "bad-fault":
+        f.write_text("name: x\nfaults: [{type: bogus, at: 1s, duration: 1s}]\n")
+    elif case == "twice":
+        shutil.copy(EXAMPLE_CAMPAIGN, f)
+        extra = ["--campaign-file", str(f)]
+    cp = fl("dataset", "build", *two_runs, "--name", "ds", "--out-root", str(tmp_path / "out"), "--campaign-file", str(f), *extra)
+    one_line_error(cp, "--campaign-file", "c.yaml")
+    assert "s3cr3t" not in cp.stderr and "h4sh" not in cp.stderr
+    if case == "bad-fault":
+        assert "bogus" in cp.stderr  # the loader's own reason, for a file that is faultlab's
+    assert not (tmp_path / "out").exists()
+
+
+def test_campaign_file_accepted_is_copied_with_a_published_mode(tmp_path, two_runs):
+    f = tmp_path / "sw.yaml"
+    shutil.copy(EXAMPLE_CAMPAIGN, f)
+    f.chmod(0o640)
+    cp = fl("dataset", "build", *two_runs, "--name", "ds", "--out-root", str(tmp_path / "out"), "--campaign-file", str(f))
+    assert cp.returncode == 0, cp.stderr
+    got = tmp_path / "out" / "ds" / "campaign" / "sw.yaml"
+    assert got.read_bytes() == EXAMPLE_CAMPAIGN.read_bytes()
+    assert got.stat().st_mode & 0o044 == 0o044  # readable by all, as the dataset's other files

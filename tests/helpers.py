@@ -1,0 +1,309 @@
+"""Helpers shared by the test modules: root-only marks, the residue check (what
+faultlab-made objects exist now), the CLI as a subprocess, polling and the one-line
+error check."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from faultlab.errors import BadInput
+from faultlab.injectors.io import block_device_of
+from faultlab.nodes import LocalNode, dockerd
+from faultlab.nodes.image import IMAGE
+
+#: the tests' folder, the repository root, recorded step tables and stand-in programs
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+DATA = TESTS / "data"
+FAKES = TESTS / "fakes"
+EXAMPLES = REPO / "examples"
+#: the published software-straggler dataset of this repository (tests skip without it)
+SW_DATASET = REPO / "datasets" / "faultlab-sw-v1"
+#: an example campaign
+EXAMPLE_CAMPAIGN = EXAMPLES / "software-stragglers.yaml"
+#: whether this session runs as root (namespaces, qdiscs, cgroups, other users)
+ROOT = os.geteuid() == 0
+#: a qdisc line of a faultlab fault (handles fXXX:/eXXX:, see faultlab.injectors.nic)
+FAULT_QDISC = re.compile(r"qdisc \w+ [ef][0-9a-f]{3}: ")
+needs_root = pytest.mark.skipif(not ROOT, reason="needs root (namespaces, qdiscs, cgroups)")
+
+
+# -- the CLI as a user runs it -------------------------------------------------------------
+
+#: the faultlab CLI as a command line, run by this interpreter
+FL = [sys.executable, "-m", "faultlab.cli"]
+
+
+def fl(*args, env: dict | None = None, timeout: float = 120, cwd=None) -> subprocess.CompletedProcess:
+    """Run ``faultlab ARGS`` and capture its output as text; ``env`` adds to this
+    process's environment."""
+    return subprocess.run([*FL, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env=None if env is None else {**os.environ, **env})
+
+
+def one_line_error(cp: subprocess.CompletedProcess, *names: str, code: int = 2) -> str:
+    """Assert that a CLI run was refused the way faultlab refuses bad input: exit
+    ``code``, no traceback, one line of output naming each of ``names``; returns it."""
+    out = (cp.stdout + cp.stderr).strip()
+    assert "Traceback" not in out, out[-2000:]
+    assert cp.returncode == code, (cp.returncode, out[-2000:])
+    assert len(out.splitlines()) == 1, out
+    for n in names:
+        assert n in out, out
+    return out
+
+
+def wait_for(pred, timeout: float, step: float = 0.1) -> bool:
+    """Poll ``pred()`` every ``step`` seconds until it is true or ``timeout`` seconds
+    have passed; returns its last value as a bool."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return bool(pred())
+
+
+# -- the residue check: what faultlab-made objects exist now -------------------------------
+
+def proc_argvs():
+    """Yield ``(pid, argv)`` of every process on this host now: argv is
+    ``/proc/PID/cmdline`` split at NUL bytes (bytes; a trailing b"" after the last
+    argument); a process that ends while it is read is skipped."""
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        yield int(p.name), argv
+
+
+def residue() -> dict[str, set]:
+    """What faultlab-made objects exist on this machine right now."""
+    out: dict[str, set] = {}
+    cp = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    out["netns"] = {l.split()[0] for l in cp.stdout.splitlines() if l.startswith("fl")}
+    out["links"] = {p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith("fl")}
+    cp = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True)
+    out["qdiscs"] = {l for l in cp.stdout.splitlines() if FAULT_QDISC.search(l) or "ingress" in l}
+    out["cgroups"] = {str(p) for p in Path("/sys/fs/cgroup").glob("**/faultlab-*")}
+    lease_dir = Path(os.environ["FAULTLAB_LEASE_DIR"])
+    out["leases"] = {p.name for p in lease_dir.glob("*")} if lease_dir.exists() else set()
+    me = os.getpid()
+    procs = set()
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == me:
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(k in cmd for k in ("faultlab-watchdog", "faultlab-pause", "faultlab.benchmarks", "faultlab.probe")):
+            try:  # only processes of this test session (other sessions may run beside it)
+                mine = f"FAULTLAB_LEASE_DIR={lease_dir}".encode() in (p / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if mine:
+                procs.add(f"{p.name} {cmd[:80]}")
+    out["processes"] = procs
+    # stress / mem-bw workers (python3 -I -c CODE MARK PIDFILE ...) of this session's faults
+    workers = set()
+    for pid, argv in proc_argvs():
+        if any(a.startswith(b"faultlab-") and a.endswith((b"stress", b"membw", b"mem-bw")) for a in argv) and \
+                any(a.startswith(str(lease_dir).encode()) for a in argv):
+            workers.add(f"{pid} {' '.join(x.decode(errors='replace') for x in argv[4:6])}")
+    out["workers"] = workers
+    # testbed state files of this session
+    tb_dir = Path(os.environ["FAULTLAB_STATE_DIR"]) / "testbeds"
+    # (state files, also in a backend's subfolder such as docker/; an empty folder is no state)
+    out["testbed_state"] = {str(p.relative_to(tb_dir)) for p in tb_dir.rglob("*") if not p.is_dir()} if tb_dir.exists() else set()
+    # agent command/status files: the folder tests point FAULTLAB_AGENT_DIR at, and the default
+    agent_dirs = {Path("/run/faultlab/agents")}
+    if os.environ.get("FAULTLAB_AGENT_DIR"):
+        agent_dirs.add(Path(os.environ["FAULTLAB_AGENT_DIR"]))
+    out["agent_files"] = {str(p) for d in agent_dirs if d.is_dir() for pat in ("*.gc-storm*", "*.agent", "*.agent.tmp*")
+                          for p in d.glob(pat)}
+    # iptables rules faultlab adds (testbed FORWARD ACCEPT, commented faultlab-<id>)
+    cp = subprocess.run(["iptables", "-S"], capture_output=True, text=True) if shutil.which("iptables") else None
+    out["iptables"] = {l for l in cp.stdout.splitlines() if "faultlab" in l} if cp and cp.returncode == 0 else set()
+    # qdiscs inside namespaces (nic-slow on a netns node shapes its interface there)
+    nsq = set()
+    for ns in out["netns"]:
+        cp = subprocess.run(["tc", "-n", ns, "qdisc", "show"], capture_output=True, text=True)
+        nsq |= {f"{ns}: {l}" for l in cp.stdout.splitlines() if FAULT_QDISC.search(l) or "ingress" in l}
+    out["netns_qdiscs"] = nsq
+    # docker testbed containers and networks (label faultlab.testbed) on faultlab's own
+    # dockerd, when it is up (the cached node image is not residue)
+    out["docker"] = _docker_objects()
+    return out
+
+
+def _docker_objects() -> set[str]:
+    if os.environ.get("FAULTLAB_DOCKER_HOST") is None and not dockerd.SOCKET.exists():
+        return set()
+    try:
+        cli = dockerd.client(timeout_s=10)
+    except Exception:  # a daemon that does not answer holds nothing we can see
+        return set()
+    try:
+        flt = {"label": "faultlab.testbed"}
+        out = {f"container {c.name}" for c in cli.containers.list(all=True, filters=flt)}
+        return out | {f"network {n.name}" for n in cli.networks.list(filters=flt)}
+    finally:
+        cli.close()
+
+
+def left_since(before: dict[str, set], settle_s: float = 2.0) -> dict[str, set]:
+    """What exists now of faultlab's that did not in ``before`` (a ``residue()``).
+    A process just signalled may take a moment to exit: what is left is looked at
+    again for up to ``settle_s`` seconds, and only what stays counts."""
+    end = time.monotonic() + settle_s
+    while True:
+        after = residue()
+        left = {k: after[k] - before[k] for k in after if after[k] - before[k]}
+        if not left or time.monotonic() >= end:
+            return left
+        time.sleep(0.1)
+
+
+# -- docker testbeds -----------------------------------------------------------------------
+
+@contextlib.contextmanager
+def docker_testbed(cli, tb):
+    """Bring the docker-backed testbed ``tb`` up and yield it; take it down afterwards and
+    assert that nothing of it is left (containers, networks, images)."""
+    before = docker_residue(cli)
+    tb.up()
+    try:
+        yield tb
+    finally:
+        assert tb.down() == []
+        assert docker_residue(cli) - before == set()
+
+
+def docker_residue(cli) -> set[str]:
+    """faultlab testbed containers and networks, and images other than the node image."""
+    flt = {"label": "faultlab.testbed"}
+    out = {f"container {c.name}" for c in cli.containers.list(all=True, filters=flt)}
+    out |= {f"network {n.name}" for n in cli.networks.list(filters=flt)}
+    out |= {f"image {t}" for i in cli.images.list() for t in (i.tags or [i.id]) if t != IMAGE}
+    return out
+
+
+# -- processes, cgroups and disks of this host ---------------------------------------------
+
+def cpu_rate(pid: int, seconds: float = 1.5) -> float:
+    """CPU-seconds per second the process used over ``seconds`` (user+system)."""
+    p = psutil.Process(pid)
+    c0 = sum(p.cpu_times()[:2])
+    time.sleep(seconds)
+    return (sum(p.cpu_times()[:2]) - c0) / seconds
+
+
+def cpu_cgroup(pid: int) -> str:
+    """The cgroup v1 cpu controller path of process ``pid`` (as /proc/PID/cgroup names it)."""
+    for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        num, _, rest = ln.partition(":")
+        ctrls, _, path = rest.partition(":")
+        if "cpu" in ctrls.split(","):
+            return path
+    raise AssertionError(f"no cpu line for {pid}")
+
+
+def real_disk_dir() -> Path | None:
+    """A writable folder of this host on a real block device (for direct I/O), or None."""
+    for d in ("/var/tmp", "/tmp", "/root"):
+        try:
+            block_device_of(LocalNode("local"), d)
+            return Path(d)
+        except BadInput:
+            continue
+    return None
+
+
+# -- faults and leases of this session -----------------------------------------------------
+
+#: argv words of faultlab's own processes (watchdogs, pause loops, stress and mem-bw workers)
+MARKERS = ("faultlab-watchdog", "faultlab-pause", "faultlab-stress", "faultlab-membw")
+
+
+def lease_dir() -> Path:
+    """This session's lease folder (FAULTLAB_LEASE_DIR)."""
+    return Path(os.environ["FAULTLAB_LEASE_DIR"])
+
+
+def faultlab_procs(lease: str | None = None) -> set[str]:
+    """faultlab's own processes (watchdogs, pause loops, stress workers) started with
+    FAULTLAB_LEASE_DIR=``lease`` (default: this session's). Not the short-lived children
+    a watchdog or loop forks for each ``$(...)`` or background ``sleep``: until they exec
+    they have its argv and environ, so a matched process whose parent is matched too is
+    left out (a leaked child whose parent is gone is still counted)."""
+    want = f"FAULTLAB_LEASE_DIR={lease or lease_dir()}".encode()
+    found: dict[int, tuple[int, str]] = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if any(k in cmd for k in MARKERS) and want in (p / "environ").read_bytes().split(b"\0"):
+                ppid = int((p / "stat").read_text().rpartition(")")[2].split()[1])
+                found[int(p.name)] = (ppid, cmd[:60])
+        except (OSError, ValueError, IndexError):
+            continue
+    return {f"{pid} {cmd}" for pid, (ppid, cmd) in found.items() if ppid not in found}
+
+
+def state(extra_lease: str | None = None) -> set[str]:
+    """What a fault could leave on the host, as strings: faultlab qdiscs and ifb
+    devices in this and every network namespace, faultlab cgroups, lease files, and
+    every faultlab process (stress workers included) of this session. Namespaces and
+    links of testbeds are not faults and are left out (another session's testbed may
+    come and go)."""
+    out = set()
+    for ns in [""] + [ln.split()[0] for ln in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines() if ln.strip()]:
+        pre = ["ip", "netns", "exec", ns] if ns else []
+        q = subprocess.run([*pre, "tc", "qdisc", "show"], capture_output=True, text=True).stdout
+        out |= {f"{ns}: {ln}" for ln in q.splitlines() if FAULT_QDISC.search(ln) or "ingress" in ln}
+        links = subprocess.run([*pre, "ip", "-br", "link"], capture_output=True, text=True).stdout
+        out |= {f"{ns}: link {ln.split()[0]}" for ln in links.splitlines() if ln.startswith(("flifb", "flprb"))}
+    out |= {f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob("**/faultlab-*")}
+    out |= {f"lease file {p.name}" for p in lease_dir().glob("*")} if lease_dir().exists() else set()
+    out |= {f"process {p}" for p in faultlab_procs() | (faultlab_procs(extra_lease) if extra_lease else set())}
+    return out
+
+
+# -- running as another user ---------------------------------------------------------------
+
+def _exec_ok_as_nobody(path: str) -> bool:
+    return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "test", "-x", path]).returncode == 0
+
+
+def as_nobody(argv: list[str], env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run ``argv`` as user nobody. When the interpreter is not reachable by nobody
+    (it lives under /root), a private mount namespace shows it at the same path:
+    /root becomes an empty 0755 tmpfs with only the interpreter's tree bound back."""
+    real = os.path.realpath(sys.executable)
+    drop = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "env", *[f"{k}={v}" for k, v in env.items()]]
+    if _exec_ok_as_nobody(real) or not real.startswith("/root/"):
+        return subprocess.run([*drop, *argv], capture_output=True, text=True, timeout=timeout)
+    top = "/root/" + real.split("/")[2]  # e.g. /root/.pyenv
+    script = ('set -e; mount --make-rprivate /; mount --bind "$1" /mnt; mount -t tmpfs -o mode=0755 tmpfs /root; '
+              'mkdir "$1"; mount --move /mnt "$1"; shift; exec "$@"')
+    return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", top, *drop, *argv], capture_output=True, text=True, timeout=timeout)
+
+
+def nobody_env(d: Path) -> dict:
+    """The environment of a faultlab run as nobody whose lease and state folders are under ``d``."""
+    return {"FAULTLAB_LEASE_DIR": str(d / "leases"), "FAULTLAB_STATE_DIR": str(d), "HOME": str(d), "PATH": os.environ["PATH"]}

@@ -1,0 +1,166 @@
+"""faultlab report: the HTML page of a run, a folder of runs and a scores file.
+
+A synthetic run (faultlab.report.synthetic: drawn step times, real labels) keeps these
+fast and root-free; tests/runner/test_demo.py opens the report of a real demo run in
+Chromium. Render time and size of a 4-rank 5-minute run: perf/report_render.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import subprocess
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.browser_check import check_report
+from faultlab.report import write_report
+from faultlab.report.synthetic import make_run
+from tests.helpers import FL
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("rep") / "syn-run", ranks=4, duration_s=60)
+
+
+def _images(html: str) -> dict[str, bytes]:
+    return {k: base64.b64decode(v) for k, v in re.findall(r'id="plot-(\w+)"[^>]*src="data:image/png;base64,([^"]+)"', html)}
+
+
+def test_run_report_is_self_contained_with_plots_and_tables(run):
+    out = write_report(run)
+    assert out == run / "report.html"
+    html = out.read_text()
+    imgs = _images(html)
+    assert set(imgs) == {"timeline", "whatif", "host", "scores"}
+    for name, png in imgs.items():
+        a = np.asarray(Image.open(io.BytesIO(png)).convert("L"), dtype=float)
+        assert a.shape[0] > 100 and a.std() > 5, name
+    assert "<script" not in html and not re.search(r'(src|href)="(https?:)?//', html), "nothing loaded from the network"
+    for fid in ("nic-000001", "cpu-000002"):  # the faults table
+        assert fid in html
+    assert "S_w rank:1" in html and "peer-median" in html
+    # the labels table: the injected job slowdown and rank 1's straggling, with their slowdown
+    assert re.search(r"<td>job</td>.*?<td class=\"num\">\d+\.\d\dx</td>.*?<td>injected</td>", html)
+    assert re.search(r"<td>rank:1</td>.*?<td class=\"num\">\d+\.\d\dx</td>.*?<td>injected</td>", html)
+
+
+def test_report_cli_prints_path_and_refuses_bad_input_in_one_line(run, tmp_path):
+    cp = subprocess.run([*FL, "report", str(run), "--out", str(tmp_path / "r.html")],
+                        capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0 and f"report -> {tmp_path / 'r.html'}" in cp.stdout, cp.stderr
+    for bad in (tmp_path / "missing", tmp_path):
+        cp = subprocess.run([*FL, "report", str(bad)], capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 2 and cp.stderr.count("\n") == 1 and "PATH:" in cp.stderr, cp.stderr
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"nothing": 1}')
+    cp = subprocess.run([*FL, "report", str(junk)], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 2 and "holds no score rows" in cp.stderr
+
+
+def test_folder_of_runs_gets_thumbnails_and_pooled_scores_with_ci(tmp_path):
+    for i in range(3):
+        make_run(tmp_path / f"run-{i:03d}", ranks=3, duration_s=40, seed=i)
+    html = write_report(tmp_path).read_text()
+    assert html.count('class="plot thumb"') == 3
+    assert "bootstrap 95% CI" in html
+    # peer-median's precision is 0.9 in every synthetic run: mean 0.900, CI [0.900, 0.900]
+    assert "0.900 [0.900, 0.900]" in html
+
+
+def test_scores_file_report(run, tmp_path):
+    out = write_report(run / "metrics.json", tmp_path / "scores.html")
+    html = out.read_text()
+    assert "peer-median" in html and "random" in html and "constant" in html and "plot-scores" in html
+
+
+def test_report_in_headless_chromium(run, tmp_path):
+    res = check_report(write_report(run), tmp_path / "shot.png")
+    assert len([i for i in res["images"] if "plot" in i["cls"]]) == 4
+
+
+def test_browser_check_catches_a_blank_plot_and_a_network_request(tmp_path):
+    """The browser check can fail: a blank image, and a page that fetches a URL."""
+    buf = io.BytesIO()
+    Image.new("RGB", (400, 300), "white").save(buf, format="PNG")
+    uri = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    blank = tmp_path / "blank.html"
+    blank.write_text(f'<!DOCTYPE html><html><body><h1>x</h1><img class="plot" id="plot-x" src="{uri}"></body></html>')
+    with pytest.raises(AssertionError, match="blank"):
+        check_report(blank, tmp_path / "b.png")
+    fetch = tmp_path / "fetch.html"
+    fetch.write_text('<!DOCTYPE html><html><body><h1>x</h1><img class="plot" src="http://127.0.0.1:65500/x.png"></body></html>')
+    with pytest.raises(AssertionError, match="network requests"):
+        check_report(fetch, tmp_path / "f.png")
+
+
+def test_report_of_a_run_without_labels_or_host_metrics(tmp_path):
+    p = make_run(tmp_path / "bare", ranks=2, duration_s=30, label=False)
+    (p / "host.parquet").unlink()
+    (p / "metrics.json").unlink()
+    html = write_report(p).read_text()
+    assert "No labels" in html and "No scores" in html and "plot-timeline" in html and "plot-host" not in html
+    assert json.loads((p / "meta.json").read_text())["complete"] is True
+
+
+def test_scores_file_of_faultlab_score_shape(tmp_path):
+    """The JSON `faultlab score --out` writes: flat `rows` with METRIC_ci, and `by` groups."""
+    doc = {"detector": "peer-median", "n_runs": 5, "by_key": "cause",
+           "metrics": {"precision": {"value": 0.8, "ci": [0.7, 0.9]}},
+           "rows": [{"detector": "peer-median", "precision": 0.8, "precision_ci": [0.7, 0.9], "recall": 0.5, "recall_ci": [0.4, 0.6]}],
+           "by": {"nic-slow": {"n_labels": 4, "metrics": {"recall": {"value": 0.75, "ci": [0.5, 1.0]}}}}}
+    f = tmp_path / "score.json"
+    f.write_text(json.dumps(doc))
+    html = write_report(f).read_text()
+    assert "0.800 [0.700, 0.900]" in html and "0.500 [0.400, 0.600]" in html
+    assert "by cause" in html and "<th>cause</th>" in html and "0.750 [0.500, 1.000]" in html
+
+
+def test_dataset_folder_gets_a_thumbnail_per_run_and_its_card(tmp_path):
+    """A dataset folder (data/<table>/run=<id>/part-0.parquet, README.md card, the
+    layout of faultlab.datasets)."""
+    import shutil
+
+    ds = tmp_path / "ds"
+    for i in range(2):
+        run = make_run(tmp_path / f"r{i}", ranks=2, duration_s=30, seed=i)
+        for table in ("steps", "host", "injections", "labels"):
+            d = ds / "data" / table / f"run=r{i}"
+            d.mkdir(parents=True)
+            shutil.copy(run / f"{table}.parquet", d / "part-0.parquet")
+    (ds / "README.md").write_text("---\nlicense: cc-by-4.0\n---\n# A test dataset\nTwo synthetic runs.\n")
+    html = write_report(ds).read_text()
+    assert html.count('class="plot thumb"') == 2 and "A test dataset" in html and "license: cc-by-4.0" not in html
+
+
+@pytest.mark.parametrize("kind", ["dataset", "folder of runs"])
+def test_collection_with_no_readable_run_is_refused_not_an_empty_page(tmp_path, kind):
+    """Every run unreadable (a junk steps partition; a truncated steps.parquet): one
+    line naming PATH and the run, exit 2, no report.html (never an empty page and exit
+    0). A collection with some readable runs still lists the others as
+    problems on its page."""
+    p = tmp_path / "c"
+    if kind == "dataset":
+        d = p / "data" / "steps" / "run=r0"
+        d.mkdir(parents=True)
+        (d / "part-0.parquet").write_bytes(b"junk")
+    else:
+        run = make_run(p / "r0", ranks=2, duration_s=30, seed=0)
+        (run / "steps.parquet").write_bytes((run / "steps.parquet").read_bytes()[:100])
+    cp = subprocess.run([*FL, "report", str(p)], capture_output=True, text=True, timeout=60)
+    lines = [l for l in cp.stderr.splitlines() if l.strip()]
+    assert cp.returncode == 2 and len(lines) == 1 and lines[0].startswith("faultlab: error: PATH: ") and "r0" in lines[0], cp.stderr
+    assert not (p / "report.html").exists() and not list(p.glob("*.tmp"))
+
+
+def test_time_origin_row_shows_no_made_up_figure(run):
+    """The run page's time-origin row shows no fixed example such as "... since the
+    first training step (+12.3s)", which would read as a measured offset."""
+    html = write_report(run).read_text()
+    row = re.search(r"<dt>time origin</dt><dd>(.*?)</dd>", html).group(1)
+    assert "(+12.3s)" not in row and "since the first training step" in row, row

@@ -1,0 +1,243 @@
+"""Scenario and campaign files: malformed ones are refused before anything starts,
+naming file, line and field; campaigns are deterministic in their seed; a runner
+killed with SIGKILL leaves a readable, incomplete run and no faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from faultlab.errors import BadInput
+from faultlab.scenario import Campaign, Scenario, load
+from tests.helpers import EXAMPLE_CAMPAIGN, FL, REPO, fl, needs_root, one_line_error, residue
+
+
+GOOD = """\
+name: t
+testbed: {backend: netns, nodes: 4}
+workload: {kind: ddp, duration: 60s}
+faults:
+  - type: nic-slow
+    node: n2
+    at: 12s
+    duration: 10s
+    params: {rate: 50mbit}
+  - type: cpu-contention
+    rank: 1
+    at: 30s
+    duration: 10s
+    params: {cpu_fraction: 0.3}
+"""
+
+BAD = [
+    # (what to replace in GOOD, with what, expected line, expected field fragment, message fragment)
+    ("nodes: 4", "nodes: four", 2, "testbed.nodes", "integer"),
+    ("type: nic-slow", "type: nic-slo", 5, "faults[0].type", "unknown fault type"),
+    ("duration: 10s\n    params: {rate", "duration: -10s\n    params: {rate", 8, "faults[0].duration", "negative"),
+    ("duration: 10s\n    params: {rate", "duration: 10\n    params: {rate", 8, "faults[0].duration", "no unit"),
+    ("node: n2", "node: n9", 6, "faults[0].node", "does not exist"),
+    ("rank: 1", "rank: 7", 11, "faults[1].rank", "does not exist"),
+    ("{rate: 50mbit}", "{rate: 100 mbps}", 9, "faults[0].params.rate", "space before its unit"),
+    ("{rate: 50mbit}", "{rate: 50mbit, colour: red}", 9, "faults[0].params", "unknown parameter"),
+    ("{cpu_fraction: 0.3}", "{cpu_fraction: 1.7}", 14, "faults[1].params.cpu_fraction", "outside"),
+    ("at: 30s", "at: 55s", 12, "faults[1].at", "after the run"),
+    ("workload: {kind: ddp, duration: 60s}", "workload: {kind: ddp, duration: 60s, batchsize: 3}", 3, "workload.batchsize", "unknown field"),
+    ("    at: 12s\n", "", 5, "faults[0]", "exactly one of at"),
+    ("rank: 1", "node: n1", 10, "faults[1]", "give rank"),
+]
+
+
+def _write(tmp_path, text, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_good_scenario_loads(tmp_path):
+    sc = load(_write(tmp_path, GOOD))
+    assert isinstance(sc, Scenario) and sc.faults[0].duration == 10.0 and sc.faults[1].options() == {"--cpu-fraction": "0.3"}
+
+
+@pytest.mark.parametrize("old,new,line,field,msg", BAD, ids=[b[3] + ":" + b[4] for b in BAD])
+def test_malformed_scenario_names_file_line_field(tmp_path, old, new, line, field, msg):
+    assert old in GOOD
+    p = _write(tmp_path, GOOD.replace(old, new, 1))
+    with pytest.raises(BadInput) as e:
+        load(p)
+    text = str(e.value)
+    assert text.startswith(f"{p}:{line}: {field}"), text
+    assert msg in text, text
+
+
+def test_overlapping_same_kind_faults_on_one_target_are_refused(tmp_path):
+    extra = "  - type: cpu-contention\n    rank: 1\n    at: 35s\n    duration: 10s\n    params: {cpu_fraction: 0.5}\n"
+    p = _write(tmp_path, GOOD + extra)
+    with pytest.raises(BadInput, match=r"s.yaml:15: faults\[2\]: overlaps faults\[1\]"):
+        load(p)
+    # another kind on the same rank at the same time is fine
+    ok = extra.replace("cpu-contention", "process-pause").replace("{cpu_fraction: 0.5}", "{pause: 100ms, period: 500ms}")
+    assert len(load(_write(tmp_path, GOOD + ok, "ok.yaml")).faults) == 3
+
+
+def test_repeat_that_overlaps_itself_is_refused(tmp_path):
+    p = _write(tmp_path, GOOD.replace("    at: 12s\n", "    at: 12s\n    repeat: {every: 5s, times: 3}\n"))
+    with pytest.raises(BadInput, match="repeat.every"):
+        load(p)
+
+
+def test_cli_validate_exit_2_one_line_and_nothing_started(tmp_path):
+    before = residue()
+    p = _write(tmp_path, GOOD.replace("node: n2", "node: n9"))
+    for argv in (["scenario", "validate", str(p)], ["run", str(p), "--out", str(tmp_path / "out")]):
+        cp = subprocess.run([*FL, *argv], capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 2, cp.stderr
+        assert cp.stderr.count("\n") == 1 and f"{p}:6: faults[0].node" in cp.stderr
+    assert not (tmp_path / "out").exists()
+    assert residue() == before
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    p = _write(tmp_path, GOOD.replace("nodes: 4}", "nodes: 4"))
+    with pytest.raises(BadInput, match=r"s.yaml:\d+: not valid YAML"):
+        load(p)
+
+
+def test_schema_is_json_schema():
+    cp = subprocess.run([*FL, "scenario", "schema"], capture_output=True, text=True, timeout=60)
+    sch = json.loads(cp.stdout)
+    assert sch["type"] == "object" and {"testbed", "workload", "faults"} <= set(sch["properties"])
+
+
+def test_examples_are_valid():
+    files = sorted((REPO / "examples").glob("*.yaml"))
+    assert files
+    for f in files:
+        load(f)
+
+
+CAMPAIGN = """\
+name: c
+seed: 42
+runs: 20
+base:
+  testbed: {backend: netns, nodes: 4}
+  workload: {duration: 60s}
+faults_per_run: [1, 3]
+start: [5s, 40s]
+duration: [5s, 15s]
+types:
+  nic-slow: {weight: 1, params: {rate: {low: 10mbit, high: 100mbit}}}
+  cpu-contention: {weight: 2, params: {cpu_fraction: {low: 0.2, high: 0.6}}}
+  process-pause: {params: {pause: [100ms, 200ms], period: [500ms]}}
+"""
+
+
+def test_campaign_same_seed_same_schedule_and_valid(tmp_path):
+    p = _write(tmp_path, CAMPAIGN, "c.yaml")
+    c = load(p)
+    assert isinstance(c, Campaign)
+    a = [s.model_dump() for s in c.scenarios()]
+    b = [s.model_dump() for s in load(p).scenarios()]
+    assert a == b and len(a) == 20
+    other = [s.model_dump() for s in load(_write(tmp_path, CAMPAIGN.replace("seed: 42", "seed: 43"), "d.yaml")).scenarios()]
+    assert other != a
+    n_faults = sum(len(s["faults"]) for s in a)
+    assert 20 <= n_faults <= 60
+    cp1 = subprocess.run([*FL, "campaign", str(p), "--dry-run", "--json"], capture_output=True, text=True, timeout=60)
+    cp2 = subprocess.run([*FL, "campaign", str(p), "--dry-run", "--json"], capture_output=True, text=True, timeout=60)
+    assert cp1.returncode == 0 and cp1.stdout == cp2.stdout and len(json.loads(cp1.stdout)) == 20
+
+
+@needs_root
+def test_sigkill_of_runner_leaves_readable_incomplete_run_and_no_faults(tmp_path):
+    """The runner is killed with SIGKILL while a fault is in force: the run directory
+    stays readable and says incomplete; the fault's lease ends it and the testbed's
+    lease removes the namespaces."""
+    sc = GOOD.replace("duration: 60s", "duration: 40s").replace("at: 12s", "at: 3s").replace("duration: 10s\n    params: {rate", "duration: 6s\n    params: {rate")
+    p = _write(tmp_path, sc)
+    out = tmp_path / "run"
+    before = residue()
+    env = dict(os.environ)
+    proc = subprocess.Popen([*FL, "run", str(p), "--out", str(out), "--no-label"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.time() + 120
+    injected = False
+    while time.time() < deadline and not injected:
+        if (out / "events.jsonl").exists():
+            injected = any(json.loads(l)["event"] == "inject" for l in (out / "events.jsonl").read_text().splitlines() if l.strip())
+        time.sleep(0.2)
+    assert injected, proc.stdout.read() if proc.poll() is not None else "no inject"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    from faultlab.rundir import RunDir
+
+    rd = RunDir(out)
+    assert rd.meta["complete"] is False
+    steps = rd.read_table("steps")
+    assert len(steps) > 0 and steps["rank"].nunique() == 4
+    assert any(e["event"] == "inject" for e in rd.events())
+    inj = rd.read_table("injections")
+    assert len(inj) >= 1 and inj.iloc[0].fault_type == "nic-slow" and inj.iloc[0].status in ("expired", "reverted")
+    # the fault ends by its lease (6 s + 15 s grace), the testbed by its own lease
+    # (its deadline is the run's expected end), the ranks by their own duration
+    end = time.time() + 150
+    while time.time() < end and residue() != before:
+        time.sleep(1)
+    assert residue() == before, {k: residue()[k] - before[k] for k in before}
+
+
+def test_campaign_spacing_keeps_faults_apart(tmp_path):
+    text = CAMPAIGN.replace("faults_per_run: [1, 3]", "faults_per_run: [2, 2]\nspacing: 3s")
+    c = load(_write(tmp_path, text, "s.yaml"))
+    assert c.spacing == 3.0
+    scs = c.scenarios()
+    assert [s.model_dump() for s in scs] == [s.model_dump() for s in c.scenarios()]
+    n = 0
+    for s in scs:
+        spans = sorted((f.at, f.at + f.duration) for f in s.faults)
+        n += len(spans)
+        for (a0, b0), (a1, b1) in zip(spans, spans[1:]):
+            assert a1 >= b0 + 3.0, spans
+    assert n >= 30
+    # without spacing the same campaign overlaps faults somewhere
+    loose = load(_write(tmp_path, CAMPAIGN.replace("faults_per_run: [1, 3]", "faults_per_run: [2, 2]"), "l.yaml")).scenarios()
+    assert any(
+        a1 < b0 for s in loose for (a0, b0), (a1, b1) in zip(*(lambda sp: (sp, sp[1:]))(sorted((f.at, f.at + f.duration) for f in s.faults)))
+    )
+
+
+@pytest.mark.parametrize("value,word", [("-2s", "negative"), ("3", "no unit")])
+def test_campaign_bad_spacing(tmp_path, value, word):
+    p = _write(tmp_path, CAMPAIGN.replace("faults_per_run: [1, 3]", f"faults_per_run: [1, 3]\nspacing: {value}"), "b.yaml")
+    cp = subprocess.run([*FL, "scenario", "validate", str(p)], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 2 and "spacing" in cp.stderr and word in cp.stderr.lower(), cp.stderr
+
+
+@pytest.mark.parametrize("command", [["scenario", "validate"], ["run"], ["campaign", "--dry-run"]])
+def test_scenario_not_utf8(tmp_path, command):
+    p = tmp_path / "s.yaml"
+    p.write_bytes(b"name: x\xff\xfe\nseed: 0\n")
+    cp = fl(*command, str(p))
+    one_line_error(cp, "SCENARIO", "UTF-8")
+
+
+@pytest.mark.parametrize("content", [b"[1, 2", b"\xff\xfe", b"[1, 2]", b'{"runs": 3}', b'{"runs": [1]}', b'{"runs": [{"schedule": 5}]}'])
+def test_damaged_campaign_json_is_one_line_before_anything_runs(tmp_path, content):
+    """``campaign --runs A:B`` into a folder whose campaign.json is damaged: one line
+    naming campaign.json, exit 2, before a run starts (no run folder made), never a
+    JSONDecodeError / AttributeError."""
+    out = tmp_path / "camp"
+    out.mkdir()
+    (out / "campaign.json").write_bytes(content)
+    one_line_error(fl("campaign", str(EXAMPLE_CAMPAIGN), "--runs", "0:1", "--out", str(out)), "campaign.json")
+    assert sorted(p.name for p in out.iterdir()) == ["campaign.json"]
+
+
+def test_bad_runs_range_makes_no_campaign_folder(tmp_path):
+    """``--runs 1:0`` is refused before the --out folder is made."""
+    one_line_error(fl("campaign", str(EXAMPLE_CAMPAIGN), "--runs", "1:0", "--out", str(tmp_path / "c")), "--runs")
+    assert not (tmp_path / "c").exists()
