@@ -89,12 +89,16 @@ def test_dataset_build_refuses_an_out_root_reached_through_a_link(run_dir, user_
 
 
 # nobody's side of the swap: once root's building folder appears in nobody's folder $1,
-# move it away and link its name to root's folder $2; then serve meta.json $3 through
-# the FIFO $4 (root's build blocks reading it until the swap is done)
+# move it away and link its name to root's folder $2; then answer root's read of the
+# FIFO $4 (blocked until now) with meta.json $3, which also takes the FIFO's name for
+# every later read
 _SWAP = textwrap.dedent("""\
     while [ ! -d "$1/.ds.building" ]; do sleep 0.005; done
     mv "$1/.ds.building" "$1/moved" && ln -s "$2" "$1/.ds.building"
-    while :; do cat "$3" > "$4"; done
+    exec 4>"$4"
+    cp "$3" "$4.new" && mv "$4.new" "$4"
+    cat "$3" >&4
+    exec 4>&-
 """)
 
 
@@ -121,7 +125,8 @@ def test_dataset_build_never_writes_through_a_building_folder_swapped_for_a_link
         with pytest.raises(FaultlabError) as e:
             build([run], "ds", user_dir)
     finally:
-        os.killpg(swap.pid, signal.SIGKILL)
+        if swap.poll() is None:
+            os.killpg(swap.pid, signal.SIGKILL)
         swap.wait()
     assert list(target.iterdir()) == []
     assert "\n" not in str(e.value) and "replaced" in str(e.value), e.value
