@@ -26,6 +26,7 @@ from typing import Annotated, Optional  # noqa: E402
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
+from faultlab import safefs  # noqa: E402
 from faultlab.errors import BadInput, FaultlabError  # noqa: E402
 # inject's options are generated from the fault types' declarations, so the registry is
 # loaded with the CLI (every other command imports what it needs when it runs)
@@ -560,7 +561,12 @@ def campaign(
             info = {"run_dir": str(base / s.name), "code": 1, "error": f"{type(e).__name__}: {e}"}
             con.print(f"[red]{s.name} failed:[/] {type(e).__name__}: {e}", markup=False) if not isinstance(e, FaultlabError) else con.print(f"[red]{s.name} failed:[/] {e}")
         manifest["runs"].append({**info, "schedule": schedules[i]})
-        (base / "campaign.json").write_text(json.dumps(manifest, indent=1))
+        try:  # a fresh file renamed over the name: a link planted there is replaced, never written through
+            safefs.write_file_nofollow(base / "campaign.json", json.dumps(manifest, indent=1), 0o644)
+        except FaultlabError as e:
+            _fail(e)
+        except OSError as e:
+            _fail(BadInput(f"cannot write {base / 'campaign.json'}: {e.strerror or e}", field="--out", fix="give a writable folder"))
     bad = [r for r in manifest["runs"] if r["code"]]
     try:  # the campaign's page: a thumbnail per run, the scores pooled with bootstrap CIs
         from faultlab.report import write_report

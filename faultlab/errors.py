@@ -1,8 +1,23 @@
-"""Errors with a one-line message that names the field and the fix."""
+"""Errors with a one-line message that names the field and the fix, and
+:func:`printable`, the one way text another party wrote reaches a terminal."""
 
 from __future__ import annotations
 
 import re
+
+
+def printable(text, limit: int | None = None) -> str:
+    """``text`` (made a ``str``) safe inside one terminal line: every character that is
+    not printable (a newline, ESC and the other control characters, a bidirectional
+    override) becomes ``?``; longer than ``limit`` characters, it is cut there and ends
+    in ``...``. For what other users, processes or files chose (a file name, a
+    record's field, an agent's error), so they cannot forge lines or send escape
+    sequences to the terminal of whoever runs faultlab."""
+    text = str(text)
+    cut = limit is not None and len(text) > limit
+    if cut:
+        text = text[:limit]
+    return "".join(c if c.isprintable() else "?" for c in text) + ("..." if cut else "")
 
 
 class FaultlabError(Exception):
@@ -24,8 +39,8 @@ class FaultlabError(Exception):
         if fix:
             parts.append(f" ({fix})")
         # one line, whatever the message quotes (a YAML parser's caret diagram, a
-        # reader's multi-line text)
-        super().__init__(re.sub(r"\s*\n\s*", " ", "".join(parts)).strip())
+        # reader's multi-line text, a value another user wrote)
+        super().__init__(printable(re.sub(r"\s*\n\s*", " ", "".join(parts)).strip()))
 
 
 class BadInput(FaultlabError):

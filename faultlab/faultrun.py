@@ -26,7 +26,7 @@ import signal
 import sys
 import time
 
-from faultlab.errors import FaultlabError, Refused
+from faultlab.errors import FaultlabError, Refused, printable
 from faultlab.injectors.base import HandOver, Hooks, Interrupted
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -174,7 +174,7 @@ def run_inject(inj, n, plan, *, duration_s: float, grace_s: float, detach: bool,
             code, msg = outcome(act) if act is not None else (0, None)
             if act is not None and code == 0:
                 msg = f"what was applied of {act.fault_id} is reverted: nothing is left"
-            print(f"faultlab: error: {e}" + (f"; {msg}" if msg else ""), file=sys.stderr)
+            print(printable(f"faultlab: error: {e}" + (f"; {msg}" if msg else "")), file=sys.stderr)
             return code or getattr(e, "exit_code", 1)
         info = _info(active, inj, n, plan)
         if not _verified(active) and not allow_unverified:
@@ -186,7 +186,7 @@ def run_inject(inj, n, plan, *, duration_s: float, grace_s: float, detach: bool,
             err = Refused(f"{active.fault_id} was not in force on {n.describe()} ({plan.target}): measured {_measured(active)}; "
                           f"{'it was reverted' if code == 0 else msg}", field="verify",
                           fix="check the target and privileges; --allow-unverified keeps a fault verify cannot confirm")
-            print(f"faultlab: error: {err}", file=sys.stderr)
+            print(f"faultlab: error: {err}", file=sys.stderr)  # a FaultlabError: printable
             return 3 if code == 0 else code
         if detach:
             info["status"] = "active"
@@ -237,7 +237,7 @@ def _finish(active, info, guard: SignalGuard, out, as_json: bool, *, interrupted
     else:
         out.print(f"{active.fault_id}: {status}", markup=False)
     if msg:
-        print(f"faultlab: error: {msg}", file=sys.stderr)
+        print(printable(f"faultlab: error: {msg}"), file=sys.stderr)
     return code
 
 
@@ -247,12 +247,14 @@ def status_rows() -> tuple[list[dict], list[str]]:
     from faultlab.injectors.hostview import host_view
 
     views, problems = host_view()
-    return [v.row() for v in views], problems
+    return [v.row() for v in views], [printable(p) for p in problems]
 
 
 def print_status(rows: list[dict], problems: list[str], out) -> None:
+    """Print the problems (stderr) and one line a fault; every line through
+    ``printable``: file names, folders and record fields are other users' text."""
     for p in problems:
-        print(f"faultlab: warning: {p} (never acted on)", file=sys.stderr)
+        print(printable(f"faultlab: warning: {p} (never acted on)"), file=sys.stderr)
     if not rows:
         out.print("no faults in force", markup=False)
     from faultlab.injectors.hostview import lease_folders
@@ -261,14 +263,14 @@ def print_status(rows: list[dict], problems: list[str], out) -> None:
     for r in rows:
         who = "" if r["uid"] in (None, os.geteuid()) else f"  (uid {r['uid']}{'' if r['can_revert'] else ': not yours to revert'})"
         if r["orphan_objects"]:
-            out.print(f"{r['fault_id']}  {r['type']}  NO LEASE: {', '.join(r['orphan_objects'])}  (faultlab recover removes it){who}", markup=False)
+            out.print(printable(f"{r['fault_id']}  {r['type']}  NO LEASE: {', '.join(r['orphan_objects'])}  (faultlab recover removes it){who}"), markup=False)
             continue
         held = "held by its controller" if r["controller_alive"] else "left to its lease"
         wd = f"watchdog reverts it at the latest in {r['remaining_s']}s" if r["watchdog_alive"] else "WATCHDOG GONE: run faultlab recover"
         rec = "" if r["record"] else "  (lease record lost: the watchdog still ends it)"
         if r["record"] and r["record"] not in folders:  # another FAULTLAB_LEASE_DIR's
             rec = f"  (record in {r['record']})"
-        out.print(f"{r['fault_id']}  {r['type']}  {r['node'] or '-'}  {r['target'] or '-'}  {wd}  {held}{rec}{who}", markup=False)
+        out.print(printable(f"{r['fault_id']}  {r['type']}  {r['node'] or '-'}  {r['target'] or '-'}  {wd}  {held}{rec}{who}"), markup=False)
 
 
 def _testbed_controller_alive(tb_id: str) -> bool:
@@ -365,8 +367,8 @@ def report_held(held: list[dict]) -> None:
     them (not an error)."""
     if held:
         who = ", ".join(f"{h['fault_id']} (controller PID {h['controller_pid'] or '?'})" for h in held)
-        print(f"faultlab: note: left {len(held)} fault(s) alone that a running faultlab still holds: {who} "
-              f"(give the id to faultlab revert to end one now)", file=sys.stderr)
+        print(printable(f"faultlab: note: left {len(held)} fault(s) alone that a running faultlab still holds: {who} "
+                        f"(give the id to faultlab revert to end one now)"), file=sys.stderr)
 
 
 def _what_next(d: dict) -> str:
@@ -385,23 +387,24 @@ def _what_next(d: dict) -> str:
 
 
 def report_reverts(done: list[dict], refused: list[dict], fault_id: str | None, out, as_json: bool, *, quiet_empty: bool = False) -> int:
-    """Print the outcome of ``revert_faults``; returns the exit code (1 something left,
-    3 a fault of another user, 0 otherwise)."""
+    """Print the outcome of ``revert_faults``, every line through ``printable`` (what
+    is left names other users' files); returns the exit code (1 something left, 3 a
+    fault of another user, 0 otherwise)."""
     if as_json:
         out.print_json(json.dumps(done + [{**r, "refused": "owned by another user"} for r in refused]))
     else:
         if not done and not refused and not quiet_empty:
             out.print(f"no fault {fault_id + ' ' if fault_id else ''}in force on this host (already reverted, expired, or never injected: see faultlab status)", markup=False)
         for d in done:
-            out.print(f"{d['fault_id']}: {'reverted' if not d['left'] else 'NOT reverted: left ' + '; '.join(d['left'])}", markup=False)
+            out.print(printable(f"{d['fault_id']}: {'reverted' if not d['left'] else 'NOT reverted: left ' + '; '.join(d['left'])}"), markup=False)
     code = 0
     for d in done:
         if d["left"]:
-            print(f"faultlab: error: revert: {d['fault_id']} not fully reverted (see above); {_what_next(d)}", file=sys.stderr)
+            print(printable(f"faultlab: error: revert: {d['fault_id']} not fully reverted (see above); {_what_next(d)}"), file=sys.stderr)
             code = 1
     if refused:
         who = ", ".join(f"{r['fault_id']} (uid {r['uid']})" for r in refused)
-        print(f"faultlab: error: revert: cannot revert {len(refused)} fault(s) of another user: {who} "
-              f"(run faultlab as root or as that user)", file=sys.stderr)
+        print(printable(f"faultlab: error: revert: cannot revert {len(refused)} fault(s) of another user: {who} "
+                        f"(run faultlab as root or as that user)"), file=sys.stderr)
         code = 3
     return code

@@ -71,7 +71,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from faultlab import procid, safefs
 from faultlab.benchmarks import agent as agent_mod
-from faultlab.errors import BadInput, Refused
+from faultlab.errors import BadInput, Refused, printable
 from faultlab.injectors.base import Cmd, Injector, Plan
 from faultlab.injectors.params import Param, parse_pids
 from faultlab.injectors.registry import register
@@ -159,12 +159,6 @@ class StormCommand(_AgentFile):
     deadline_ts: _UnixTs
 
 
-def _printable(text: str, limit: int = 40) -> str:
-    """``text`` cut to ``limit`` characters, anything unprintable as ``?``: a key an
-    attacker chose, safe inside one line."""
-    return "".join(c if c.isprintable() else "?" for c in text[:limit]) + ("..." if len(text) > limit else "")
-
-
 def check_agent_file(model: type[_AgentFile], data, path: str) -> tuple[dict | None, str | None]:
     """``(values, None)`` when ``data`` (JSON text, or what it parsed to) passes
     ``model``: a dict of the keys the file holds; else ``(None, problem)``, one line
@@ -173,15 +167,15 @@ def check_agent_file(model: type[_AgentFile], data, path: str) -> tuple[dict | N
         try:
             data = json.loads(data)
         except (ValueError, RecursionError) as e:
-            return None, f"{path}: not JSON ({_printable(str(e), 80)})"
+            return None, f"{path}: not JSON ({printable(e, 80)})"
     if not isinstance(data, dict):
         return None, f"{path}: not a JSON object"
     try:
         m = model.model_validate(data)
     except ValidationError as e:
         err = e.errors(include_url=False, include_input=False, include_context=False)[0]
-        loc = ".".join(_printable(str(x)) for x in err["loc"]) or "(the file)"
-        return None, f"{path}: field {loc}: {_printable(err['msg'], 120)}"
+        loc = ".".join(printable(x, 40) for x in err["loc"]) or "(the file)"
+        return None, f"{path}: field {loc}: {printable(err['msg'], 120)}"
     except RecursionError:
         return None, f"{path}: nested too deeply"
     return m.model_dump(exclude_unset=True), None
@@ -506,8 +500,9 @@ class GcStorm(Injector):
         while time.time() < deadline:
             st = self._read(StormStatus, facts["status_path"])
             if st and st.get("fault_id") == self.fault_id:
-                if st.get("state") == "error":
-                    return {"ok": False, "error": st.get("error"), "status": st}
+                if st.get("state") == "error":  # its user's words: one printable line
+                    err = st.get("error")
+                    return {"ok": False, "error": None if err is None else printable(err, 500), "status": st}
                 if st.get("bursts", 0) >= 1:
                     self._last_status = st
                     return {"ok": True, "ack_s": round(time.time() - t0, 3), "status": st}

@@ -8,21 +8,31 @@ seeded split by run (:func:`draw_split`), then ``runs.json``, ``splits.json``,
 ``schema.json``, the campaign files, the card (:mod:`faultlab.datasets.card`),
 ``croissant.json`` (:mod:`faultlab.datasets.croissant`) and last ``MANIFEST.sha256``
 (:mod:`faultlab.datasets.manifest`).
+
+The output root may be a folder other users write (a shared ``/tmp`` folder): it is
+opened from ``/`` with no symlink on any component, the temporary folder is made in
+it and held by its descriptor, and every file and folder of the dataset is made
+relative to its parent's descriptor (:class:`_Tree`), so that no name another user
+swaps or links redirects what is written.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
 import random
 import shutil
 from collections import Counter
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from faultlab import schema
-from faultlab.datasets.layout import TABLES, part_path
+from faultlab import safefs, schema
+from faultlab.datasets.layout import TABLES, open_output, part_path
 from faultlab.errors import BadInput
 
 #: per table column, its meaning and unit (schema.json, the card and croissant.json)
@@ -150,9 +160,33 @@ def _run_info(rd_path: Path, run, campaign: str | None) -> dict:
     }
 
 
-def write_run(root: Path, run) -> int:
-    """Write one run's four tables as ``data/<table>/run=<id>/part-0.parquet``; returns
-    bytes written. Raises BadInput naming the table whose columns do not fit."""
+class _Tree:
+    """A folder being built, held by its descriptor (``root``): each file is written
+    relative to its folder's descriptor (folders made or opened one by one with no
+    link followed) as a fresh temporary renamed into place; ``digests`` keeps each
+    file's SHA-256 for the manifest."""
+
+    def __init__(self, root: safefs.TrustedDir):
+        self.root = root
+        self.digests: dict[str, str] = {}
+
+    def put(self, rel: str, data: bytes | str) -> int:
+        """Write ``data`` as ``rel`` (a relative ``a/b/name`` path); returns its size."""
+        data = data.encode() if isinstance(data, str) else data
+        parts = PurePosixPath(rel).parts
+        with contextlib.ExitStack() as held:
+            d = self.root
+            for name in parts[:-1]:
+                d = held.enter_context(d.subdir(name, create=True, mode=0o755))
+            d.write_atomic(safefs.check_name(parts[-1]), data, 0o644, durable=False)
+        self.digests[PurePosixPath(*parts).as_posix()] = hashlib.sha256(data).hexdigest()
+        return len(data)
+
+
+def write_run(tree: _Tree, run) -> int:
+    """Write one run's four tables as ``data/<table>/run=<id>/part-0.parquet`` into
+    ``tree``; returns bytes written. Raises BadInput naming the table whose columns do
+    not fit, UntrustedPath for a run id that is not one plain name."""
     total = 0
     for t in TABLES:
         df = getattr(run, t)
@@ -165,10 +199,9 @@ def write_run(root: Path, run) -> int:
             tbl = schema.to_table(t, df)
         except (ValueError, TypeError) as e:
             raise BadInput(f"run {run.run_id}: {t} does not fit faultlab.schema ({e})", field=t) from None
-        p = part_path(root, t, run.run_id)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(tbl, p, compression="zstd")
-        total += p.stat().st_size
+        buf = pa.BufferOutputStream()
+        pq.write_table(tbl, buf, compression="zstd")
+        total += tree.put(part_path(Path(), t, run.run_id).as_posix(), buf.getvalue().to_pybytes())
     return total
 
 
@@ -246,69 +279,98 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
     where the folder cannot be made (field ``--out-root``), a run without labels, or a
     table that does not fit the schema. Nothing is left in ``out_root`` on an error.
     """
-    from faultlab.datasets import card, croissant, manifest
-    from faultlab.scoring.runs import RunData, read_run_dir
-
     if not name or any(ch not in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_." for ch in name) or name.startswith("."):
         raise BadInput(f"{name!r} is not a dataset name", field="--name", fix="letters, digits, - _ . e.g. faultlab-hw-v1")
     campaign_files = check_campaign_files(campaign_files)
     out_root = Path(out_root)
     final = out_root / name
-    if final.exists() or final.is_symlink():
-        if not force:
-            raise BadInput(f"{final} exists", field="--name", fix="give another name, or --force to replace it")
-        _check_replaceable(final)
-    tmp = out_root / f".{name}.building"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir(parents=True)
-    except OSError as e:  # before anything is written: nothing half-applied
-        raise BadInput(f"cannot make {e.filename or tmp}: {e.strerror or e}", field="--out-root", fix="give a writable folder") from None
-    try:
-        infos, ids = [], []
-        cfg = None
-        for p in runs:
-            if isinstance(p, RunData):  # an imported trace
-                run, p = p, Path(str(p.meta.get("source", p.run_id)))
-            elif relabel:
-                p = Path(p)
-                run = _relabeled(p)
-            else:
-                p = Path(p)
-                run = read_run_dir(p)
-            if run.run_id in ids:
-                raise BadInput(f"run_id {run.run_id} appears twice ({p})", field="RUN_DIRS", fix="give each run once")
-            write_run(tmp, run)
-            ids.append(run.run_id)
-            infos.append(_run_info(p, run, p.parent.name))
-            del run
-        if split is not None:
-            if sorted(split["train"] + split["test"]) != sorted(ids):
-                raise BadInput("the split to keep does not name exactly the runs given", field="splits.json", fix="rebuild with faultlab dataset build")
-            split = {"seed": seed, "test_fraction": test_fraction, "train": sorted(split["train"]), "test": sorted(split["test"])}
-        else:
-            split = draw_split(ids, test_fraction, seed) if len(ids) >= 2 else {"seed": seed, "test_fraction": test_fraction, "train": ids, "test": []}
-        (tmp / "runs.json").write_text(json.dumps(infos, indent=1, default=str))
-        (tmp / "splits.json").write_text(json.dumps(split, indent=1))
-        (tmp / "schema.json").write_text(json.dumps(schema_doc(), indent=1))
-        (tmp / "build.json").write_text(json.dumps({"name": name, "description": description, "license": license, "note": source_note,
-                                                   "test_fraction": test_fraction, "seed": seed, "relabeled": bool(relabel)}, indent=1))
-        if campaign_files:
-            (tmp / "campaign").mkdir()
-            for f in campaign_files:  # contents only: a published file gets the umask's mode, not the source's
-                shutil.copyfile(f, tmp / "campaign" / f.name)
-        cfg = _labeler_config()
-        meta = card.card_meta(name, infos, split, labeler=cfg, description=description, license=license, source_note=source_note, relabeled=relabel)
-        (tmp / "README.md").write_text(card.render(meta))
-        (tmp / "croissant.json").write_text(json.dumps(croissant.build(meta), indent=1))
-        manifest.write(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    building = f".{name}.building"
+    with open_output(out_root, "--out-root") as parent:
+        if parent.lstat(name) is not None:
+            if not force:
+                raise BadInput(f"{final} exists", field="--name", fix="give another name, or --force to replace it")
+            _check_replaceable(final)
+        tree = _Tree(_fresh_folder(parent, building))
+        try:
+            with tree.root:
+                _write_dataset(tree, runs, name, test_fraction=test_fraction, seed=seed, campaign_files=campaign_files,
+                               relabel=relabel, description=description, license=license, source_note=source_note, split=split)
+                _check_still_there(parent, building, tree.root)
+            if parent.lstat(name) is not None:
+                parent.remove_tree(name)
+            parent.rename(building, name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                parent.remove_tree(building)
+            raise
     return final
+
+
+def _fresh_folder(parent: safefs.TrustedDir, name: str) -> safefs.TrustedDir:
+    """An empty folder ``name`` of ours in ``parent`` (one left by a failed build
+    removed first), held by its descriptor. Raises BadInput when it cannot be made,
+    UntrustedPath when a link or another user's folder takes its name meanwhile."""
+    path = f"{parent.path.rstrip('/')}/{name}"
+    try:
+        parent.remove_tree(name)
+        return parent.subdir(name, create=True, mode=0o755)
+    except safefs.UntrustedPath:
+        raise
+    except OSError as e:  # before anything is written: nothing half-applied
+        raise BadInput(f"cannot make {path}: {e.strerror or e}", field="--out-root", fix="give a writable folder") from None
+
+
+def _check_still_there(parent: safefs.TrustedDir, name: str, held: safefs.TrustedDir) -> None:
+    """Raise UntrustedPath unless ``name`` in ``parent`` is still the folder ``held``:
+    whoever may write ``parent`` can move it away and put something else there, which
+    is then never renamed into the dataset's place."""
+    st, mine = parent.lstat(name), os.fstat(held.fd)
+    if st is None or (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
+        raise safefs.UntrustedPath(held.path, "was moved or replaced while the dataset was written into it",
+                                   "build into a folder that only you can write (--out-root)")
+
+
+def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: int, campaign_files: list[Path], relabel: bool,
+                   description: str, license: str, source_note: str, split: dict | None) -> None:
+    """Write every file of the dataset ``name`` into ``tree`` (see :func:`build`),
+    ``MANIFEST.sha256`` last."""
+    from faultlab.datasets import card, croissant, manifest
+    from faultlab.scoring.runs import RunData, read_run_dir
+
+    infos, ids = [], []
+    for p in runs:
+        if isinstance(p, RunData):  # an imported trace
+            run, p = p, Path(str(p.meta.get("source", p.run_id)))
+        elif relabel:
+            p = Path(p)
+            run = _relabeled(p)
+        else:
+            p = Path(p)
+            run = read_run_dir(p)
+        if run.run_id in ids:
+            raise BadInput(f"run_id {run.run_id} appears twice ({p})", field="RUN_DIRS", fix="give each run once")
+        write_run(tree, run)
+        ids.append(run.run_id)
+        infos.append(_run_info(p, run, p.parent.name))
+        del run
+    if split is not None:
+        if sorted(split["train"] + split["test"]) != sorted(ids):
+            raise BadInput("the split to keep does not name exactly the runs given", field="splits.json", fix="rebuild with faultlab dataset build")
+        split = {"seed": seed, "test_fraction": test_fraction, "train": sorted(split["train"]), "test": sorted(split["test"])}
+    else:
+        split = draw_split(ids, test_fraction, seed) if len(ids) >= 2 else {"seed": seed, "test_fraction": test_fraction, "train": ids, "test": []}
+    tree.put("runs.json", json.dumps(infos, indent=1, default=str))
+    tree.put("splits.json", json.dumps(split, indent=1))
+    tree.put("schema.json", json.dumps(schema_doc(), indent=1))
+    tree.put("build.json", json.dumps({"name": name, "description": description, "license": license, "note": source_note,
+                                       "test_fraction": test_fraction, "seed": seed, "relabeled": bool(relabel)}, indent=1))
+    for f in campaign_files:  # contents only: a published file gets mode 0644, not the source's
+        tree.put(f"campaign/{safefs.check_name(f.name)}", f.read_bytes())
+    cfg = _labeler_config()
+    meta = card.card_meta(name, infos, split, labeler=cfg, description=description, license=license, source_note=source_note, relabeled=relabel)
+    tree.put("README.md", card.render(meta))
+    tree.put("croissant.json", json.dumps(croissant.build(meta), indent=1))
+    tree.put(manifest.NAME, manifest.text(tree.digests))
 
 
 def relabel(dataset: str | Path, *, note: str | None = None) -> Path:

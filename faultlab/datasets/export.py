@@ -11,11 +11,13 @@ mean, stddev, trend, stationarity, period_size)."""
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from faultlab import safefs
 from faultlab.errors import BadInput
 
 CHANNELS = ("compute_s", "comm_s", "step_s", "gc_s", "dataloader_s")
@@ -32,21 +34,35 @@ def _runs_of(y: np.ndarray) -> list[int]:
 
 
 def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
-    """Write the export into ``out_dir`` (created); returns the index path.
+    """Write the export into ``out_dir`` (created); returns the index path. Each file
+    is written relative to its folder's descriptor, the folders opened from ``/`` with
+    no symlink followed, as a fresh file renamed over its name: a link someone planted
+    in ``out_dir`` is replaced, never written through.
 
     Raises BadInput for an unknown format (field ``--format``) or an output folder that
-    cannot be made (field ``--out``; nothing written then)."""
-    from faultlab.datasets.layout import Dataset
-    from faultlab.scoring.metrics import effect_labels
+    cannot be made (field ``--out``; nothing written then), UntrustedPath (one line)
+    when a component of ``out_dir`` or ``multivariate/`` is a symlink."""
+    from faultlab.datasets.layout import Dataset, open_output
 
     if fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}", field="--format", fix="one of " + ", ".join(FORMATS))
     ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
     out = Path(out_dir)
-    try:
-        (out / "multivariate").mkdir(parents=True, exist_ok=True)
-    except OSError as e:  # before anything is written: nothing half-applied
-        raise BadInput(f"cannot make {e.filename or out}: {e.strerror or e}", field="--out", fix="give a writable folder") from None
+    with open_output(out / "multivariate", "--out") as folder:  # before anything is written: nothing half-applied
+        rows = _write_runs(ds, folder)
+    index = io.StringIO(newline="")
+    w = csv.DictWriter(index, fieldnames=list(INDEX_COLUMNS) + ["faultlab_split"])
+    w.writeheader()
+    w.writerows(rows)
+    safefs.write_file_nofollow(out / "datasets.csv", index.getvalue(), 0o644)
+    return out / "datasets.csv"
+
+
+def _write_runs(ds, folder: safefs.TrustedDir) -> list[dict]:
+    """Write one CSV per run and rank of ``ds`` into ``folder`` (``multivariate/``);
+    returns their rows of the index."""
+    from faultlab.scoring.metrics import effect_labels
+
     rows = []
     split_of = {r: s for s in ("train", "test") for r in ds.splits[s]}
     for run in ds.iter_runs("all"):
@@ -62,7 +78,7 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
             df = pd.DataFrame({"timestamp": ts, **{c: g[c].fillna(0.0).to_numpy(float) for c in chans}, "is_anomaly": y.astype(int)})
             name = f"{run.run_id}-rank{int(rank)}"
             rel = f"multivariate/{name}.test.csv"
-            df.to_csv(out / rel, index=False)
+            folder.write_atomic(safefs.check_name(f"{name}.test.csv"), df.to_csv(index=False), 0o644, durable=False)
             lens = _runs_of(y)
             vals = df[chans].to_numpy(float)
             rows.append({
@@ -75,9 +91,4 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
                 "stddev": float(vals.std()) if vals.size else 0.0, "trend": "", "stationarity": "", "period_size": "",
                 "faultlab_split": split_of.get(run.run_id, ""),
             })
-    idx = out / "datasets.csv"
-    with open(idx, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(INDEX_COLUMNS) + ["faultlab_split"])
-        w.writeheader()
-        w.writerows(rows)
-    return idx
+    return rows

@@ -23,11 +23,29 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from faultlab import schema
+from faultlab import safefs, schema
 from faultlab.errors import BadInput
 
 TABLES = ("steps", "host", "injections", "labels")
 SPLITS = ("train", "test")
+
+
+def open_output(path: Path, field: str) -> safefs.TrustedDir:
+    """The output folder ``path`` of a dataset command, made when missing and opened
+    from ``/`` with no symlink on any component (``safefs.open_dir_nofollow``): what is
+    written relative to it cannot be redirected by a name someone else swaps or links.
+
+    Raises BadInput (``field``) when it cannot be made (a component is a file, no
+    permission, a read-only file system): nothing is written then; UntrustedPath (one
+    line naming it) when a component is a symlink."""
+    try:
+        return safefs.open_dir_nofollow(path, create=True, mode=0o755)
+    except safefs.NotAFolder as e:
+        raise BadInput(f"cannot make {path}: {e.path} is not a folder", field=field, fix="give a writable folder") from None
+    except safefs.UntrustedPath:
+        raise
+    except OSError as e:
+        raise BadInput(f"cannot make {path}: {e.strerror or e}", field=field, fix="give a writable folder") from None
 
 
 def part_path(root: Path, table: str, run_id: str) -> Path:

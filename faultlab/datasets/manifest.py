@@ -5,7 +5,7 @@ too."""
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from faultlab.errors import BadInput
 
@@ -24,13 +24,12 @@ def sha256(p: Path) -> str:
     return h.hexdigest()
 
 
-def write(root: str | Path) -> Path:
-    """Write the manifest of ``root``; returns its path."""
-    root = Path(root)
-    lines = [f"{sha256(p)}  {p.relative_to(root).as_posix()}" for p in _files(root)]
-    out = root / NAME
-    out.write_text("\n".join(lines) + "\n")
-    return out
+def text(digests: dict[str, str]) -> str:
+    """The manifest of the files ``digests`` names (``{relative/path: hex digest}``, as
+    written; hidden files left out as :func:`verify` leaves them out), sorted by path.
+    The caller writes it as ``NAME`` in the dataset folder."""
+    keep = [rel for rel in digests if not any(part.startswith(".") for part in PurePosixPath(rel).parts) and PurePosixPath(rel).name != NAME]
+    return "\n".join(f"{digests[rel]}  {rel}" for rel in sorted(keep, key=PurePosixPath)) + "\n"
 
 
 def read(root: Path) -> dict[str, str]:

@@ -14,6 +14,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from faultlab import safefs
 from faultlab.errors import BadInput, FaultlabError
 
 TABLE_METRICS = (
@@ -123,9 +124,12 @@ def score_cmd(
         print(f"faultlab: error: {e}", file=sys.stderr)
         raise typer.Exit(e.exit_code)
     if out_file:
-        try:
-            out_file.parent.mkdir(parents=True, exist_ok=True)
-            out_file.write_text(json.dumps(d, indent=2))
+        try:  # no link followed: the folder opened from / component by component, a fresh file renamed over the name
+            with safefs.open_dir_nofollow(out_file.parent, create=True) as folder:
+                folder.write_atomic(safefs.check_name(out_file.name), json.dumps(d, indent=2), 0o644)
+        except safefs.UntrustedPath as e:
+            print(f"faultlab: error: --out: {e}", file=sys.stderr)
+            raise typer.Exit(2)
         except OSError as e:
             print(f"faultlab: error: --out: cannot write {out_file} ({e.strerror or e}) (give a writable path, e.g. scores.json)", file=sys.stderr)
             raise typer.Exit(2)

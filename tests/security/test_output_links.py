@@ -1,0 +1,132 @@
+"""Root never writes an output file through a link another user planted: ``score
+--out``, ``dataset export --out``, ``dataset build --out-root`` and a campaign's
+``campaign.json``.
+
+The other user is ``nobody`` (uid 65534, ``setpriv``) who owns the folder root was
+asked to write into (under the sticky ``/tmp``) and plants links there; the victim is
+a root-only file (or folder) in root's own temporary folder. Each write is made as
+root by the real code and the victim is checked unchanged; the output is root's own
+fresh file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from faultlab.datasets.synthetic import make_run
+from tests.security.test_link_writes import NOBODY, ROOT, as_nobody, assert_unchanged, run_dir, user_dir, victim  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root (to act as nobody) and setpriv")
+
+REPO = Path(__file__).resolve().parents[2]
+DATASET = REPO / "datasets" / "faultlab-sw-v1"
+CAMPAIGN = REPO / "examples" / "software-stragglers.yaml"
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "faultlab.cli", *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def _roots_own(p: Path) -> None:
+    st = os.lstat(p)
+    assert stat.S_ISREG(st.st_mode) and st.st_uid == 0 and st.st_nlink == 1, (p, oct(st.st_mode), st.st_uid)
+
+
+def _export_names(tmp_path: Path) -> list[str]:
+    """The files ``dataset export`` writes for DATASET (relative paths), from an export
+    into a folder of root's."""
+    cp = _cli("dataset", "export", DATASET, "--out", tmp_path / "probe")
+    assert cp.returncode == 0, cp.stderr
+    return sorted(p.relative_to(tmp_path / "probe").as_posix() for p in (tmp_path / "probe").rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("command", ["score", "dataset export", "campaign"])
+def test_an_output_file_is_never_written_through_a_planted_link(command, run_dir, user_dir, victim, tmp_path):
+    """nobody links every name the command writes in their folder (and ``NAME.tmp``)
+    to root's file: root's command replaces each link by a fresh file of its own and
+    the victim stays as it was."""
+    out = user_dir / "out"
+    as_nobody("mkdir", "-p", str(out / "multivariate"))
+    if command == "score":
+        names = ["scores.json"]
+        args = ["score", "--detector", "peer-median", "--run", run_dir, "--out", out / "scores.json", "--boot", "50"]
+    elif command == "dataset export":
+        names = _export_names(tmp_path)
+        args = ["dataset", "export", DATASET, "--out", out]
+    else:
+        names = ["campaign.json"]
+        args = ["campaign", CAMPAIGN, "--out", out]  # each run is refused (nobody's folder); campaign.json is still written
+    for n in names:
+        as_nobody("ln", "-s", str(victim), str(out / n))
+        as_nobody("ln", "-s", str(victim), str(out / f"{n}.tmp"))
+    cp = _cli(*args)
+    assert cp.returncode == (1 if command == "campaign" else 0), cp.stdout + cp.stderr
+    assert_unchanged(victim)
+    for n in names:
+        _roots_own(out / n)
+
+
+def test_dataset_build_refuses_an_out_root_reached_through_a_link(run_dir, user_dir, tmp_path):
+    """``--out-root USERDIR/link`` with ``link -> a root folder`` planted by nobody:
+    refused in one line naming the link; nothing is made in the root folder."""
+    target = tmp_path / "root-folder"
+    target.mkdir(mode=0o700)
+    as_nobody("ln", "-s", str(target), str(user_dir / "link"))
+    cp = _cli("dataset", "build", run_dir, "--name", "ds", "--out-root", user_dir / "link")
+    assert cp.returncode != 0
+    line = cp.stderr.strip()
+    assert "\n" not in line and f"{user_dir}/link" in line and "symlink" in line, cp.stderr
+    assert list(target.iterdir()) == []
+
+
+# nobody's side of the swap: once root's building folder appears in nobody's folder $1,
+# move it away and link its name to root's folder $2; then answer root's read of the
+# FIFO $4 (blocked until now) with meta.json $3, which also takes the FIFO's name for
+# every later read
+_SWAP = textwrap.dedent("""\
+    while [ ! -d "$1/.ds.building" ]; do sleep 0.005; done
+    mv "$1/.ds.building" "$1/moved" && ln -s "$2" "$1/.ds.building"
+    exec 4>"$4"
+    cp "$3" "$4.new" && mv "$4.new" "$4"
+    cat "$3" >&4
+    exec 4>&-
+""")
+
+
+def test_dataset_build_never_writes_through_a_building_folder_swapped_for_a_link(user_dir, tmp_path):
+    """nobody owns the output root and a run folder whose ``meta.json`` is a FIFO: while
+    root's build waits on it, nobody moves root's building folder away and links its
+    name to a root folder. Nothing is written into the root folder; the build stops
+    with one line saying its folder was replaced."""
+    from faultlab.datasets.build import build
+    from faultlab.errors import FaultlabError
+
+    target = tmp_path / "root-folder"
+    target.mkdir(mode=0o700)
+    run = user_dir / "run"
+    shutil.copytree(make_run(tmp_path / "src", "r0", seed=0), run)
+    meta = user_dir / "meta.json"
+    shutil.move(run / "meta.json", meta)
+    for p in [run, meta, *run.rglob("*")]:
+        os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
+    as_nobody("mkfifo", "-m", "0644", str(run / "meta.json"))
+    swap = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sh", "-c", _SWAP, "sh",
+                             str(user_dir), str(target), str(meta), str(run / "meta.json")], start_new_session=True)
+    try:
+        with pytest.raises(FaultlabError) as e:
+            build([run], "ds", user_dir)
+    finally:
+        if swap.poll() is None:
+            os.killpg(swap.pid, signal.SIGKILL)
+        swap.wait()
+    assert list(target.iterdir()) == []
+    assert "\n" not in str(e.value) and "replaced" in str(e.value), e.value

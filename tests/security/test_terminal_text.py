@@ -1,0 +1,114 @@
+"""Text another user wrote never reaches root's terminal as it is: no escape sequence,
+no line of theirs.
+
+Every string faultlab prints that someone else chose (a file or folder name in their
+lease folder, a record's ``node``/``target``/``fault_type``, the gc agent's ``error``)
+goes through ``faultlab.errors.printable``: a newline, ESC and the other unprintable
+characters become ``?``. The other user is ``nobody`` (uid 65534, ``setpriv``); root
+runs the real CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import needs_root
+from faultlab import procid
+from faultlab.errors import FaultlabError, printable
+from tests.security.test_agent_files import GOOD_HEARTBEAT, _inject, fake_agent, nobody_folder  # noqa: F401 (fixtures)
+from tests.security.test_link_writes import NOBODY, as_nobody, user_dir  # noqa: F401 (fixture)
+
+#: what another user writes: erase the line, go up one, return, then lines of theirs
+EVIL = "\x1b[2K\x1b[1A\rforged: all clear\nfaultlab: note: nothing is in force\x1b]0;title\x07"
+
+
+def _assert_clean(text: str) -> None:
+    """No escape sequence, no carriage return, and no line that another user began."""
+    assert "\x1b" not in text and "\r" not in text and "\x07" not in text, repr(text)
+    for line in text.splitlines():
+        assert not line.startswith(("forged:", "faultlab: note: nothing is in force")), repr(text)
+
+
+def _cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "faultlab.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_printable_makes_any_text_one_plain_line():
+    assert printable("eth0" + EVIL) == "eth0?[2K?[1A?forged: all clear?faultlab: note: nothing is in force?]0;title?"
+    assert printable("a\u202eb\tc") == "a?b?c"  # a bidirectional override, a tab
+    assert printable("x" * 10, 4) == "xxxx..." and printable("xxxx", 4) == "xxxx"
+    assert printable(ValueError("bad\nvalue")) == "bad?value"
+    err = FaultlabError("file x" + EVIL, field="f", fix="fix\x1b[0m it")
+    assert "\x1b" not in str(err) and "\r" not in str(err) and "\n" not in str(err), repr(str(err))
+
+
+@pytest.fixture
+def users_fault(user_dir):
+    """A fault of nobody's that names another user's text everywhere: its lease folder
+    (named with a newline and ESC) holds a file whose name forges a line and the
+    fault's record, whose ``node``, ``target`` and ``fault_type`` hold ``EVIL``; its
+    watchdog (nobody's, holding the folder) sleeps. Yields the fault id."""
+    fid = f"nic-{secrets.token_hex(3)}"
+    folder = user_dir / f"leases{EVIL}"
+    as_nobody("mkdir", "-m", "0755", str(folder))
+    as_nobody("touch", str(folder / f"x{EVIL}.json"))
+    deadline = int(time.time()) + 300
+    wd = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sh", "-c",
+                           'exec 3<"$1"; exec sh -c "sleep 300; :" faultlab-watchdog "$2" "$3" 3', "sh", str(folder), fid, str(deadline)],
+                          start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.time() + 10
+        while b"faultlab-watchdog" not in open(f"/proc/{wd.pid}/cmdline", "rb").read():
+            assert time.time() < end, "the watchdog stand-in did not start"
+            time.sleep(0.05)
+        rec = folder / f"{fid}.json"
+        rec.write_text(json.dumps({"fault_id": fid, "fault_type": f"nic-slow{EVIL}", "deadline_ts": deadline, "revert": [],
+                                   "node": f"n1{EVIL}", "target": f"eth0{EVIL}", "uid": NOBODY, "created_ts": time.time(),
+                                   "watchdog_pid": wd.pid, "watchdog_starttime": procid.starttime(wd.pid)}))
+        os.chmod(rec, 0o644)
+        os.chown(rec, NOBODY, NOBODY)
+        yield fid
+    finally:
+        os.killpg(wd.pid, signal.SIGKILL)
+        wd.wait()
+
+
+@needs_root
+@pytest.mark.parametrize("command", ["status", "status --json", "revert"])
+def test_status_and_revert_print_other_users_text_as_plain_lines(users_fault, command):
+    """Root's ``status`` (and its ``--json`` warnings) and ``revert ID`` of nobody's
+    fault name nobody's fault, file and folder, each on one line of faultlab's with
+    no escape sequence and no line of nobody's."""
+    args = {"status": ["status"], "status --json": ["status", "--json"], "revert": ["revert", users_fault]}[command]
+    cp = _cli(*args)
+    assert "Traceback" not in cp.stderr, cp.stderr
+    _assert_clean(cp.stdout)
+    _assert_clean(cp.stderr)
+    text = cp.stdout + cp.stderr
+    assert users_fault in text and "forged: all clear" in text, text  # named, but inside faultlab's lines
+    if command == "status":
+        line = next(ln for ln in cp.stdout.splitlines() if ln.startswith(users_fault))
+        assert "eth0?[2K?[1A?forged" in line and "n1?[2K" in line, line
+    if command == "revert":
+        assert cp.returncode == 1 and f"{users_fault}: NOT reverted" in cp.stdout, text
+
+
+@needs_root
+def test_the_gc_agents_error_is_one_plain_line_in_roots_verify_error(fake_agent, nobody_folder, no_residue):
+    """The agent (as nobody) answers root's gc-storm with an error status whose
+    ``error`` holds escape sequences and lines: root's one-line verify error quotes it
+    with neither; the storm is reverted (exit 3)."""
+    agent = fake_agent(GOOD_HEARTBEAT, json.dumps({"state": "error", "fault_id": "@FID@", "error": EVIL}))
+    cp = _inject(agent.pid, nobody_folder)
+    assert cp.returncode == 3, (cp.returncode, cp.stdout, cp.stderr[-2000:])
+    _assert_clean(cp.stderr)
+    errors = [ln for ln in cp.stderr.splitlines() if ln.startswith("faultlab: error:")]
+    assert len(errors) == 1 and "agent: ?[2K?[1A?forged: all clear" in errors[0], cp.stderr
