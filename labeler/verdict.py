@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 
 from faultlab.errors import BadInput
+from faultlab.labeler.config import make_config
 
-MAD_TO_SIGMA = 1.4826
 
 #: columns :func:`judge` adds
 VERDICT_COLUMNS = ("level_z", "share_z", "bulk_level", "bulk_share", "failslow", "rank")
@@ -114,8 +114,6 @@ def judge(components: pd.DataFrame, config: VerdictConfig | dict | None = None, 
     Raises:
         BadInput naming a missing column or a bad config field.
     """
-    from faultlab.labeler.importers import make_config
-
     cfg = make_config(VerdictConfig, config)
     missing = [c for c in ("level", "share") if c not in components.columns]
     if missing:

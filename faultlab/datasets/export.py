@@ -37,7 +37,7 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
     Raises BadInput for an unknown format (field ``--format``) or an output folder that
     cannot be made (field ``--out``; nothing written then)."""
     from faultlab.datasets.layout import Dataset
-    from faultlab.scoring.metrics import effect_labels
+    from faultlab.rundata import effect_labels
 
     if fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}", field="--format", fix="one of " + ", ".join(FORMATS))
