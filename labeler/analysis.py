@@ -144,7 +144,7 @@ def _sustained_job(grid: StepGrid, tv: TemporalView, sim: np.ndarray, config) ->
     # against its own typical level: the what-if takes every step's slowest rank's
     # extra compute out, so on a noisy host it sits below the job's baseline at
     # every step (0.85-0.95 on 4 ranks sharing 2 cores), not only in a fault
-    typical = float(np.median(r[np.isfinite(r)])) if np.isfinite(r).any() else 1.0
+    typical = median(r[np.isfinite(r)]) if np.isfinite(r).any() else 1.0
     if 0 < typical < 1:
         r = r / typical
     k = window_steps(grid, config)
@@ -154,9 +154,9 @@ def _sustained_job(grid: StepGrid, tv: TemporalView, sim: np.ndarray, config) ->
     fin = rm[np.isfinite(rm)]
     if fin.size == 0:
         return np.zeros(grid.S, dtype=bool)
-    mid = float(np.median(fin))
+    mid = median(fin)
     # the spread from the lower half only: slowed stretches (the faults this rule is
     # for) lie above the median and would widen a two-sided MAD
-    sigma = MAD_TO_SIGMA * float(np.median(mid - fin[fin <= mid]))
+    sigma = MAD_TO_SIGMA * median(mid - fin[fin <= mid])
     level = max(float(config.min_slowdown), 1.0 + float(config.mad_k) * sigma)
     return sustained(r[:, None], k, np.asarray([level]))[:, 0]

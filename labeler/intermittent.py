@@ -18,7 +18,7 @@ import numpy as np
 from faultlab.labeler.analysis import Analysis
 from faultlab.labeler.grid import StepGrid
 from faultlab.labeler.labelrows import grid_row, label_confidence
-from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median
+from faultlab.labeler.stats import loo_median, mad_sigma, median
 
 
 #: the most consecutive job-flagged steps taken as one stall: a pause that straddles
@@ -230,7 +230,7 @@ def _cadence_breaks(st: np.ndarray, runs: list[tuple[int, np.ndarray]]) -> bool:
     out of step with the first."""
     if st.size < 3:
         return False
-    cadence = 1.5 * max(float(np.median(np.diff(st))), 1.0)
+    cadence = 1.5 * max(median(np.diff(st)), 1.0)
     for (_, a), (_, b) in zip(runs, runs[1:]):
         between = st[(st >= a[-1]) & (st <= b[0])]
         if between.size < 2 or float(np.diff(between).max()) <= cadence:
@@ -257,7 +257,7 @@ def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late
     # the noise of arrival times: mad_k robust sigmas of all the episode's lateness
     # values (most of which are jitter)
     fin = late_all[np.isfinite(late_all)]
-    noise = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin)))) if fin.size else 0.0
+    noise = mad_sigma(fin) if fin.size else 0.0
 
     def vote_at(rows: np.ndarray):
         late = late_all[np.isin(fl, rows)]
@@ -302,7 +302,7 @@ def _grow_by_cadence(st: np.ndarray, i0: int, i1: int, stops: list[tuple[int, in
     cadence (within 1.5x the median gap between its stalls): a stall inside the
     all-reduce is the rank's too when it keeps the rhythm; a blip farther out is not,
     nor a stall inside one of ``stops`` (another slowdown's job label)."""
-    cadence = 1.5 * max(float(np.median(np.diff(st))), 1.0) if st.size > 1 else 1.0
+    cadence = 1.5 * max(median(np.diff(st)), 1.0) if st.size > 1 else 1.0
 
     def blocked(t: int) -> bool:
         return any(a <= t <= b for a, b in stops)
@@ -504,7 +504,7 @@ def _unattributed_episode(an: Analysis, rows: list[dict], st: np.ndarray, fl: np
     top rank's votes (0 when nobody arrived late; else a split vote). ``slowdown``
     is the job time ratio over it (the floor ``min_slowdown`` applies as to every
     label)."""
-    g, tv, cfg = an.grid, an.temporal, an.config
+    g, cfg = an.grid, an.config
     i0, i1 = int(st[0]), _stall_end(st, last, int(st[-1]))
     # a label already inside the span is another slowdown's (or this one seen in part):
     # the episode would claim it or double count its time

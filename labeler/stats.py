@@ -118,6 +118,13 @@ def mean(a) -> float:
     return float(a.mean()) if a.size else float("nan")
 
 
+def mad_sigma(a) -> float:
+    """The robust sigma of ``a`` (any shape, NaN ignored): 1.4826 x the median absolute
+    deviation from its :func:`median` (NaN when no value is left)."""
+    a = np.asarray(a, dtype=np.float64).ravel()
+    return MAD_TO_SIGMA * median(np.abs(a - median(a)))
+
+
 def median_ratio(values, base) -> float:
     """Median of ``values`` / median of ``base`` (NaN when either is missing or 0)."""
     v, b = median(values), median(base)

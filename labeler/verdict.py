@@ -40,6 +40,7 @@ import pandas as pd
 
 from faultlab.errors import BadInput
 from faultlab.labeler.config import make_config
+from faultlab.labeler.stats import median
 
 
 #: columns :func:`judge` adds
@@ -85,7 +86,7 @@ def _robust_z(x: np.ndarray, floor: float) -> tuple[np.ndarray, float]:
     fin = x[np.isfinite(x)]
     if fin.size == 0:
         return np.zeros_like(x), float("nan")
-    c = float(np.median(fin))
+    c = median(fin)
     sig = max((c - float(np.percentile(fin, 25))) / 0.6745, floor)
     return (x - c) / sig, c
 

@@ -48,7 +48,7 @@ import numpy as np
 
 from faultlab.labeler.config import LabelerConfig
 from faultlab.labeler.grid import StepGrid
-from faultlab.labeler.stats import MAD_TO_SIGMA, nanmedian
+from faultlab.labeler.stats import MAD_TO_SIGMA, median, nanmedian
 
 
 @dataclass
@@ -102,7 +102,7 @@ def peer_view(grid: StepGrid, config=None) -> PeerView:
             mad, _ = nanmedian(np.abs(vals - m.astype(vals.dtype)[None, :]), axis=0)
             ok = n > 0
             if ok.any():
-                sigma[c] = MAD_TO_SIGMA * float(np.median(mad[ok]))
+                sigma[c] = MAD_TO_SIGMA * median(mad[ok])
     dt = ratio.dtype.type
     with np.errstate(invalid="ignore"):
         # NaN ratios compare False: never flagged

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from faultlab.labeler.labelrows import grid_row, label_confidence, typed_labels
-from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median
+from faultlab.labeler.stats import loo_median, mad_sigma
 
 METRIC = "proc_run_delay_s_per_s"
 #: the least excess run delay over the peers' (s/s per rank) that flags a sample: a
@@ -114,7 +114,7 @@ def _flagged_intervals(delay: pd.DataFrame, cfg) -> list[tuple[str, float, float
         fin = e[np.isfinite(e)]
         if fin.size < 3:
             continue
-        sigma = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin))))
+        sigma = mad_sigma(fin)
         flag = (ratio[:, j] > cfg.peer_threshold) & (e > max(cfg.mad_k * sigma, MIN_EXCESS_S_PER_S))
         for a, b in _runs(flag, ts, (MAX_GAP_SAMPLES + 0.5) * dt):
             if b - a + 1 >= 2 and ts[b] - ts[a] + dt >= cfg.min_duration_s:

@@ -17,7 +17,7 @@ from faultlab.labeler.importers.long.config import LongConfig
 from faultlab.labeler.importers.long.read import LongRows
 from faultlab.labeler.importers.perseus import relative_to_load
 from faultlab.labeler.intervals import union
-from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, nanmedian, trailing_baseline
+from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median, nanmedian, trailing_baseline
 
 
 @dataclass
@@ -197,7 +197,7 @@ def _group_sigma(grid: LongGrid, ratio: np.ndarray) -> np.ndarray:
         cm, cn = nanmedian(ratio[:, cols], axis=0)
         cmad, _ = nanmedian(np.abs(ratio[:, cols] - cm[None, :]), axis=0)
         if (cn > 0).any():
-            sigma[cols] = MAD_TO_SIGMA * float(np.median(cmad[cn > 0]))
+            sigma[cols] = MAD_TO_SIGMA * median(cmad[cn > 0])
     return sigma
 
 

@@ -137,15 +137,6 @@ class TraceConfig:
         return asdict(self)
 
 
-# -- reading --------------------------------------------------------------------------
-
-
-# -- the dependency model ---------------------------------------------------------------
-
-
-# -- the analysis ---------------------------------------------------------------------
-
-
 def analyze(df: pd.DataFrame, meta: dict, config: TraceConfig | None = None) -> tuple[dict, TraceModel]:
     """What-if analysis of one trace (see the module docstring for the method).
 
