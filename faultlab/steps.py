@@ -10,6 +10,7 @@ labeler). Every error is a :class:`~faultlab.errors.BadInput` naming the column.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -207,21 +208,29 @@ def _check_seconds(vals: np.ndarray, steps: pd.DataFrame, col: str) -> None:
                    fix=_SECONDS_FIX)
 
 
-#: a start time past this many seconds (the year 5138) is not unix seconds
+#: a unix time past this many seconds (the year 5138) is not unix seconds
 MAX_UNIX_S = 1e11
-#: (largest value, unit, divisor) for a start time recorded in a finer unit
-_FINER = ((1e14, "milliseconds", "1e3"), (1e17, "microseconds", "1e6"), (float("inf"), "nanoseconds", "1e9"))
+#: ``(above this, divisor, unit)`` of a unix time recorded in a finer unit than
+#: seconds, finest first (shared with the importers' timestamps)
+FINER_UNITS = ((1e17, 1e9, "nanoseconds"), (1e14, 1e6, "microseconds"), (MAX_UNIX_S, 1e3, "milliseconds"))
+
+
+def finer_unit(x: float) -> tuple[float, str] | None:
+    """``(divisor, unit)`` of a unix time ``x`` that is past :data:`MAX_UNIX_S` (the
+    finer unit it most likely is in, :data:`FINER_UNITS`); None for seconds or NaN."""
+    return next(((div, unit) for lim, div, unit in FINER_UNITS if x > lim), None)
 
 
 def _check_t_start_unit(hi: float) -> None:
     """BadInput naming ``t_start`` when its latest value ``hi`` cannot be unix seconds
     (past :data:`MAX_UNIX_S`), with the unit it most likely is: every step would read
     1000x apart, and the labels would be wrong without a word."""
-    if hi <= MAX_UNIX_S:
+    finer = finer_unit(hi)
+    if finer is None:
         return
-    unit, div = next((u, d) for top, u, d in _FINER if hi <= top)
+    div, unit = finer
     raise BadInput(f"values up to {hi:.4g} are not unix seconds (they look like {unit})", field="t_start",
-                   fix=f"divide t_start by {div}")
+                   fix=f"divide t_start by 1e{round(math.log10(div))}")
 
 
 def _check_t_start(t: np.ndarray, steps_u: np.ndarray, ranks: np.ndarray) -> None:

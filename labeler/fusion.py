@@ -123,7 +123,7 @@ class _Labels:
         if g.dataloader is not None:  # the loader's part of the local time (compute figures include it)
             ev["median_dataloader_s"] = median(g.dataloader[i0 : i1 + 1, j])
         self.rows.append(grid_row(g, g.component(j), "rank", i0, i1, slowdown, views,
-                              label_confidence(conf_ratio, threshold, i1 - i0 + 1, self.an.config.min_steps, views), ev))
+                                  label_confidence(conf_ratio, threshold, i1 - i0 + 1, self.an.config.min_steps, views), ev))
         self.rank_rows[i0 : i1 + 1, j] = True
 
     def add_job(self, row: dict, i0: int, i1: int) -> None:
@@ -343,7 +343,7 @@ def _temporal_group(acc: _Labels, group: list[tuple[int, int, int]]) -> None:
         ev = {"baseline_s": median(tv.job_base[sl]), "baseline_kind": "temporal", "job_slowdown": slowdown,
               "ranks_compute_up": [g.component(j) for j in ranks_in], "n_steps": i1 - i0 + 1, "threshold": cfg.temporal_threshold}
         acc.rows.append(grid_row(g, "job", "job", i0, i1, slowdown, "temporal",
-                             label_confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev))
+                                 label_confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev))
         return
     for i0, i1, j in group:
         sl = slice(i0, i1 + 1)
@@ -361,7 +361,7 @@ def _temporal_group(acc: _Labels, group: list[tuple[int, int, int]]) -> None:
             "threshold": cfg.temporal_threshold,
         }
         acc.rows.append(grid_row(g, g.component(j), "rank", i0, i1, t_ratio, "temporal",
-                             label_confidence(t_ratio, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev))
+                                 label_confidence(t_ratio, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev))
 
 
 #: a straggler whose extra compute is less than this share of a job-wide interval's
@@ -391,7 +391,7 @@ def _job_row(an: Analysis, i0: int, i1: int, slowdown: float, *, also_straggler:
         **(extra or {}),
     }
     return grid_row(g, "job", "job", i0, i1, slowdown, "temporal",
-                label_confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal"), ev)
+                    label_confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal"), ev)
 
 
 # -- helpers ------------------------------------------------------------------------

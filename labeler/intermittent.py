@@ -89,7 +89,7 @@ def _stall_episodes(an: Analysis, *, stall_jump: float,
 
 
 def intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max_flagged: float = 0.5,
-                  min_late: float = 0.5, max_spread: float = 2.0) -> list[dict]:
+                 min_late: float = 0.5, max_spread: float = 2.0) -> list[dict]:
     """Labels for an *intermittent* straggler: a rank stalled now and then (a process
     paused in a duty cycle, a GC storm). A stall that lands in the rank's compute (or
     between its steps) makes it arrive late at the all-reduce (attributable per step);
@@ -434,7 +434,7 @@ def _span_label(an: Analysis, rows: list[dict], j: int, st: np.ndarray, fl: np.n
     ev["job_baseline_s"] = ev["baseline_s"]
     ev["replaces"] = sorted({r["component"] for r in absorbed})
     keep.append(grid_row(g, g.component(j), "rank", i0, i1, slowdown, "temporal+peer",
-                     label_confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal+peer"), ev))
+                         label_confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal+peer"), ev))
     return keep
 
 
@@ -517,4 +517,4 @@ def _unattributed_episode(an: Analysis, rows: list[dict], st: np.ndarray, fl: np
                     "stalls alike whose late arrivals split between ranks (no clear majority)")
     ev["n_flagged"] = int(an.job_wide_flag[i0 : i1 + 1].sum())
     return [*rows, grid_row(g, "job", "job", i0, i1, slowdown, "temporal",
-                        label_confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal"), ev)]
+                            label_confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal"), ev)]

@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 
 from faultlab.errors import BadInput
+from faultlab.labeler.stats import median
+from faultlab.steps import MAX_UNIX_S, finer_unit
 
 
 @dataclass
@@ -72,15 +74,12 @@ class SkipCount:
         return {"n_rows": self.n_rows, "n_skipped": self.total, "skipped": dict(self.reasons), "notes": list(self.notes)}
 
 
-#: timestamps above these are in the next unit (unix seconds reach 1e10 only in 2286)
-_TS_UNITS = ((1e17, 1e9, "nanoseconds"), (1e14, 1e6, "microseconds"), (1e11, 1e3, "milliseconds"))
-
-
 def seconds_timestamps(ts: np.ndarray, skips: SkipCount, field: str) -> np.ndarray:
     """Unix timestamps in seconds from ``ts`` (float64; NaN kept).
 
     A column whose median is in milliseconds (or micro-, nanoseconds: above 1e11,
-    1e14, 1e17, which unix seconds reach only after the year 5000) is converted, with a
+    1e14, 1e17, which unix seconds reach only after the year 5000;
+    :func:`faultlab.steps.finer_unit`, the check of a run's ``t_start``) is converted, with a
     note in ``skips``; rows of such a column over 1000x below its median (seconds
     among milliseconds: they would land in 1970) become NaN and are counted. In a
     column of seconds, rows in such a unit cannot be told apart from a clock error:
@@ -89,18 +88,18 @@ def seconds_timestamps(ts: np.ndarray, skips: SkipCount, field: str) -> np.ndarr
     ts = np.asarray(ts, dtype=np.float64)
     fin = ts[np.isfinite(ts)]
     if fin.size:
-        med = float(np.median(fin))
-        for lim, div, unit in _TS_UNITS:
-            if med > lim:
-                ts = ts / div
-                skips.notes.append(f"{field} converted from {unit} to seconds (median {med:.6g})")
-                with np.errstate(invalid="ignore"):
-                    coarse = (ts >= 0) & (ts < med / div / 1000.0)
-                skips.add(f"{field} in a coarser unit than the column's {unit}", int(coarse.sum()))
-                ts = np.where(coarse, np.nan, ts)
-                break
+        med = median(fin)
+        finer = finer_unit(med)
+        if finer is not None:
+            div, unit = finer
+            ts = ts / div
+            skips.notes.append(f"{field} converted from {unit} to seconds (median {med:.6g})")
+            with np.errstate(invalid="ignore"):
+                coarse = (ts >= 0) & (ts < med / div / 1000.0)
+            skips.add(f"{field} in a coarser unit than the column's {unit}", int(coarse.sum()))
+            ts = np.where(coarse, np.nan, ts)
         with np.errstate(invalid="ignore"):
-            bad = ts > _TS_UNITS[-1][0]
+            bad = ts > MAX_UNIX_S
             neg = ts < 0
         if bad.any() or neg.any():
             skips.add(f"{field} in milliseconds or larger units among seconds", int(bad.sum()))

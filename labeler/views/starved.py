@@ -181,7 +181,7 @@ def _label_of(an, labels: pd.DataFrame, node: str, t_lo: float, t_hi: float, own
         "replaces": [f"job {int(labels.loc[k, 'start_step'])}-{int(labels.loc[k, 'end_step'])}" for k in absorbed],
     }
     return grid_row(g, component, "rank", i0, i1, slowdown, "host+temporal",
-                label_confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "host+temporal"), ev), absorbed
+                    label_confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "host+temporal"), ev), absorbed
 
 
 def _covered(labels: pd.DataFrame, component: str, s0: int, s1: int) -> bool:

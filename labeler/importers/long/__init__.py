@@ -157,7 +157,7 @@ def import_long(path: str | Path, config: LongConfig | dict | None = None) -> Im
 
 
 def label_each_run(df: pd.DataFrame, cfg: "LongConfig", default: str, skips: SkipCount, *,
-                    prefix: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   prefix: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`label_long_components` on each ``run_id`` of ``df`` apart (rows without
     one are run ``default``), each component named ``RUN/component`` when ``prefix``;
     the labels and the components summaries (a ``run_id`` column first) of every run,

@@ -18,7 +18,7 @@ from faultlab.labeler.verdict import judge
 
 
 def components_summary(labels: pd.DataFrame, cover: dict, group_of: dict, levels: dict,
-                        cfg: LongConfig) -> pd.DataFrame:
+                       cfg: LongConfig) -> pd.DataFrame:
     """The components summary (:data:`COMPONENT_COLUMNS`): observed and labeled time
     (:func:`_component_time`), each component's ``level`` (the median of its block
     medians over all its metrics; NaN without any) and the verdict

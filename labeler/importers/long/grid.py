@@ -255,7 +255,7 @@ def _block_medians(x: np.ndarray, k: int) -> np.ndarray:
 
 
 def values_at_load(v: np.ndarray, load: np.ndarray, grp: np.ndarray, cfg: LongConfig, skips: SkipCount,
-                      metric: str) -> np.ndarray:
+                   metric: str) -> np.ndarray:
     """``v`` / its peer group's expected value at the sample's load, per peer group
     (codes ``grp``): the ``perseus`` importer's binned-median regression
     (:func:`faultlab.labeler.importers.perseus.relative_to_load`, ``cfg.load_bins`` bins, fitted

@@ -99,7 +99,7 @@ def group_labels(grid: LongGrid, temporal: LongTemporal, cfg: LongConfig, sink: 
 
 
 def own_history_labels(grid: LongGrid, peer: LongPeer, temporal: LongTemporal, taken: np.ndarray, lc,
-                        sink: LabelSink) -> None:
+                       sink: LabelSink) -> None:
     """Label step 3: a component slow against its own history only: its temporal
     flags outside ``taken`` ((T, C) bool, the samples of steps 1 and 2, dilated by
     ``gap_steps``). The reference is the higher of its trailing baseline and its
