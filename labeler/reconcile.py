@@ -50,6 +50,7 @@ from faultlab.errors import BadInput
 from faultlab.labeler.analysis import Analysis
 from faultlab.labeler.config import LabelerConfig
 from faultlab.labeler.labelrows import evidence_json, typed_labels
+from faultlab.labeler.stats import median
 
 def _check_times(injections: pd.DataFrame) -> pd.DataFrame:
     """``injections`` with ``start_ts``/``end_ts`` as float64 (NaN where unknown).
@@ -253,7 +254,7 @@ def _run_context(out: pd.DataFrame, analysis: Analysis | None, config) -> tuple[
         return run_id, {}, 0.0
     g = analysis.grid
     rank_nodes = {int(r): str(n) for r, n in zip(g.ranks, g.nodes)}
-    med_step = float(np.nanmedian(g.job_step)) if g.S and np.isfinite(g.job_step).any() else 0.0
+    med_step = median(g.job_step) if g.S and np.isfinite(g.job_step).any() else 0.0
     return run_id or g.run_id, rank_nodes, config.match_slack_steps * med_step
 
 

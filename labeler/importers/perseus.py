@@ -71,7 +71,7 @@ from faultlab.errors import BadInput
 from faultlab.labeler.config import make_config
 from faultlab.labeler.importers.common import ImportResult, SkipCount, seconds_timestamps
 from faultlab.labeler.labelrows import empty_labels, label_confidence, label_row, typed_labels
-from faultlab.labeler.stats import MAD_TO_SIGMA
+from faultlab.labeler.stats import mad_sigma, median
 from faultlab.labeler.verdict import VerdictConfig, judge
 
 FORMAT = "perseus"
@@ -361,7 +361,7 @@ def _fit(tp: np.ndarray, lat: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.n
     n = ends - starts
     lat_s = lat[order]
     med_lat = 0.5 * (lat_s[starts + (n - 1) // 2] + lat_s[starts + n // 2])
-    med_tp = np.array([np.median(tp[order[a:e]]) for a, e in zip(starts, ends)])
+    med_tp = np.array([median(tp[order[a:e]]) for a, e in zip(starts, ends)])
     o = np.argsort(med_tp, kind="mergesort")
     return med_tp[o], med_lat[o]
 
@@ -378,12 +378,12 @@ def relative_to_load(load: np.ndarray, value: np.ndarray, n_bins: int, min_inlie
     with the ``long`` importer's ``load`` column."""
     ctp, clat = _fit(load, value, n_bins)
     rr = value / np.interp(load, ctp, clat)
-    sig = MAD_TO_SIGMA * np.median(np.abs(rr - np.median(rr)))
+    sig = mad_sigma(rr)
     inl = np.abs(rr - 1.0) <= 3.0 * sig if sig > 0 else np.ones(len(rr), dtype=bool)
     if inl.sum() >= min_inliers:
         ctp, clat = _fit(load[inl], value[inl], n_bins)
         rr = value / np.interp(load, ctp, clat)
-        sig = MAD_TO_SIGMA * np.median(np.abs(rr - np.median(rr)))
+        sig = mad_sigma(rr)
     return rr, float(sig)
 
 
@@ -415,7 +415,7 @@ def score_samples(s: DriveSamples, cfg: PerseusConfig) -> tuple[np.ndarray, np.n
         u[idx] = 1.0 + cfg.upper_z * sig
         sigmas.append(sig)
     return r, u, {"n_fits": len(sigmas), "n_unfit_samples": int(np.isnan(r).sum()),
-                  "sigma_median": float(np.median(sigmas)) if sigmas else float("nan")}
+                  "sigma_median": median(sigmas) if sigmas else float("nan")}
 
 
 @dataclass
@@ -495,7 +495,7 @@ def periods(w: Windows, cfg: PerseusConfig) -> pd.DataFrame:
     for i0, i1 in zip(a.tolist(), b.tolist()):
         seg = w.r_sorted[w.lo[i0]:w.hi[i1]]
         rows.append((int(w.drive[i0]), int(w.widx[i0]), int(w.widx[i1]), i1 - i0 + 1, int(slow_cum[i1 + 1] - slow_cum[i0]),
-                     float(np.median(seg)) if seg.size else float("nan")))
+                     median(seg) if seg.size else float("nan")))
     p = pd.DataFrame(rows, columns=cols[:-2])
     p["duration_s"] = (p["w1"] - p["w0"] + 1) * cfg.window_s
     p["kept"] = (p["duration_s"] >= cfg.min_period_s) & (p["slowdown"] >= cfg.min_slowdown)

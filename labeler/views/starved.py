@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from faultlab.labeler.labelrows import grid_row, label_confidence, typed_labels
-from faultlab.labeler.stats import loo_median, mad_sigma
+from faultlab.labeler.stats import loo_median, mad_sigma, median
 
 METRIC = "proc_run_delay_s_per_s"
 #: the least excess run delay over the peers' (s/s per rank) that flags a sample: a
@@ -107,7 +107,7 @@ def _flagged_intervals(delay: pd.DataFrame, cfg) -> list[tuple[str, float, float
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = x / peers
     excess = x - peers
-    dt = float(np.median(np.diff(ts)))
+    dt = median(np.diff(ts))
     out = []
     for j, node in enumerate(delay.columns):
         e = excess[:, j]
@@ -118,8 +118,8 @@ def _flagged_intervals(delay: pd.DataFrame, cfg) -> list[tuple[str, float, float
         flag = (ratio[:, j] > cfg.peer_threshold) & (e > max(cfg.mad_k * sigma, MIN_EXCESS_S_PER_S))
         for a, b in _runs(flag, ts, (MAX_GAP_SAMPLES + 0.5) * dt):
             if b - a + 1 >= 2 and ts[b] - ts[a] + dt >= cfg.min_duration_s:
-                out.append((str(node), ts[a] - dt, ts[b], float(np.nanmedian(x[a : b + 1, j])),
-                            float(np.nanmedian(peers[a : b + 1, j]))))
+                out.append((str(node), ts[a] - dt, ts[b], median(x[a : b + 1, j]),
+                            median(peers[a : b + 1, j])))
     return out
 
 
@@ -233,13 +233,13 @@ def _held_baseline(an, i0: int, i1: int, labels: pd.DataFrame | None = None) -> 
     ok = np.isfinite(x) & np.isfinite(t) & ~_label_rows(g, labels)
     ok[: cfg.temporal_window_steps] = False  # the warm-up is no baseline
     fin = x[np.isfinite(x)]
-    around = max(AROUND_S, cfg.temporal_window_steps * float(np.median(fin))) if fin.size else AROUND_S
+    around = max(AROUND_S, cfg.temporal_window_steps * median(fin)) if fin.size else AROUND_S
     near = ((t >= t[i0] - around) & (t < t[i0])) | ((t > t[i1]) & (t <= t[i1] + around))
     sel = np.flatnonzero(ok & near)
     if sel.size < cfg.temporal_min_valid_steps:
         return float("nan")
     ts, xs = t[sel], x[sel]
-    step = float(np.median(np.diff(ts))) if ts.size > 1 else 0.0
+    step = median(np.diff(ts)) if ts.size > 1 else 0.0
     blocks = np.floor((ts - ts.min()) / max(BLOCK_S, BLOCK_STEPS * step)).astype(np.int64)
     grp = pd.Series(xs).groupby(blocks)
     n, means = grp.size(), grp.mean()

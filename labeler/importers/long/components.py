@@ -50,7 +50,7 @@ def _component_time(labels: pd.DataFrame, cover: dict, group_of: dict) -> pd.Dat
             # |labels ∩ observed| = |labels| + |observed| - |labels ∪ observed|
             labeled = total_length(ls, le) + observed - total_length(np.concatenate([ls, obs_s]), np.concatenate([le, obs_e]))
             labeled = min(max(labeled, 0.0), observed)
-            n, med = len(g), float(np.median(g["slowdown"].to_numpy(np.float64)))
+            n, med = len(g), median(g["slowdown"].to_numpy(np.float64))
         else:
             labeled, n, med = 0.0, 0, float("nan")
         recs.append({"component": name, "peer_group": group_of[name], "observed_s": observed, "labeled_s": labeled,

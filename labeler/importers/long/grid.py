@@ -76,7 +76,7 @@ def metric_grid(rows: LongRows, mcode: int, cfg: LongConfig, skips: SkipCount) -
     ci, u_c = _name_ordered(rows.comp[m], rows.comp_names)
     X = _dense(v, ti, ci, len(u_t), len(u_c))
     groups = _first_groups(ci, rows.grp[m], rows.grp_names, len(u_c))
-    dt = float(np.median(np.diff(u_t))) if len(u_t) > 1 else 0.0
+    dt = median(np.diff(u_t)) if len(u_t) > 1 else 0.0
     return LongGrid(metric=metric, at_load=at_load, X=X, u_t=u_t, names=u_c, groups=groups, dt=dt)
 
 
@@ -248,9 +248,9 @@ def _block_medians(x: np.ndarray, k: int) -> np.ndarray:
     if n == 0:
         return x
     full = (n // k) * k
-    meds = [np.median(x[:full].reshape(-1, k), axis=1)] if full else []
+    meds = [nanmedian(x[:full].reshape(-1, k), axis=1)[0]] if full else []
     if full < n:
-        meds.append(np.array([np.median(x[full:])]))
+        meds.append(np.array([median(x[full:])]))
     return np.concatenate(meds)
 
 
@@ -299,4 +299,4 @@ def _auto_align(t: np.ndarray, comp: np.ndarray) -> float:
     tc, cc = t[order], comp[order]
     d = np.diff(tc)
     same = (np.diff(cc) == 0) & (d > 0)
-    return float(np.median(d[same])) if same.any() else 0.0
+    return median(d[same]) if same.any() else 0.0

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from faultlab.errors import BadInput
+from faultlab.labeler.stats import median
 
 FWD, BWD = "forward-compute", "backward-compute"
 P2P_OPTYPES = ("forward-send", "forward-recv", "backward-send", "backward-recv")
@@ -530,7 +531,7 @@ def ideal_durations(model: TraceModel) -> tuple[np.ndarray, dict[str, float]]:
         m = ot == t
         vals = model.eff[m].ravel()
         vals = vals[np.isfinite(vals)]
-        v = float(np.median(vals) if t in COMM_OPTYPES else np.mean(vals)) if vals.size else 0.0
+        v = (median(vals) if t in COMM_OPTYPES else float(np.mean(vals))) if vals.size else 0.0
         out[m] = v
         per[t] = v
     return out, per
