@@ -64,21 +64,20 @@ from __future__ import annotations
 import argparse
 import time
 
-from faultlab.benchmarks.ddp import (
-    StepRecorder,
+from faultlab.benchmarks.harness import (
     add_common_args,
     boot,
     check_common_args,
-    draw_sequences,
     finish,
     make_gc_knob,
     print_up,
-    rebalance,
     run_main,
     run_steps,
     seq_pool_rows,
     wrap_index,
 )
+from faultlab.benchmarks.knobs import draw_sequences, rebalance
+from faultlab.benchmarks.steplog import StepRecorder
 
 
 def parse_layers(text: str | None, stages: int) -> list[int]:

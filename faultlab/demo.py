@@ -152,7 +152,7 @@ def _score(rd: RunDir, steps, host, labels, inj):
     run has none over runs)."""
     from faultlab.scoring import table
     from faultlab.scoring.api import score_many
-    from faultlab.scoring.runs import RunData as Run
+    from faultlab.rundata import RunData as Run
 
     run = Run(str(rd.run_id), steps, host, labels, inj, rd.meta)
     specs = [(d, {"draws": 20} if d == "random" else None) for d in DETECTORS]  # random: its chance level, not one draw

@@ -2,13 +2,20 @@
 
 Pipeline (per run), after SlowSight's two views and the OSDI'25 what-if analysis:
 
-1. :mod:`~faultlab.labeler.temporal`: each series against its own trailing robust
-   baseline (the job step time; each rank's compute_s);
-2. :mod:`~faultlab.labeler.peer`: each rank's compute_s against its peer group's
+1. :mod:`~faultlab.labeler.views.temporal`: each series against its own trailing
+   robust baseline (the job step time; each rank's compute_s);
+2. :mod:`~faultlab.labeler.views.peer`: each rank's compute_s against its peer group's
    median at the same step;
-3. :mod:`~faultlab.labeler.whatif`: job time with the stragglers removed;
-4. :mod:`~faultlab.labeler.fusion`: flags -> intervals -> rank / job labels;
+3. :mod:`~faultlab.labeler.whatif`: job time with the stragglers removed
+   (:mod:`~faultlab.labeler.analysis` holds the three for a run);
+4. :mod:`~faultlab.labeler.fusion`: flags -> intervals -> rank / job labels
+   (:mod:`~faultlab.labeler.intervals`, :mod:`~faultlab.labeler.intermittent`);
+   :mod:`~faultlab.labeler.views.starved`: the host peer view (run delay);
 5. :mod:`~faultlab.labeler.reconcile`: labels x injections -> source, fault_id, cause.
+
+Under them: :mod:`~faultlab.labeler.config` (settings), :mod:`~faultlab.labeler.grid`
+(the step x rank grid), :mod:`~faultlab.labeler.stats` (the robust statistics) and
+:mod:`~faultlab.labeler.labelrows` (label rows).
 
 Public API: :class:`LabelerConfig`, :func:`label`, :func:`label_run`, :func:`read_steps`,
 :func:`faultlab.labeler.whatif.whatif`, :func:`faultlab.labeler.reconcile.reconcile`.
@@ -18,91 +25,29 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from faultlab import schema
 from faultlab.errors import BadInput
+from faultlab.labeler import reconcile, whatif
+from faultlab.labeler.analysis import Analysis, analyze
+from faultlab.labeler.config import LabelerConfig, labeler_config
+from faultlab.labeler.fusion import fuse
+from faultlab.labeler.grid import StepGrid
+from faultlab.labeler.labelrows import empty_labels, typed_labels
+from faultlab.labeler.hostcause import attach_host_evidence
+from faultlab.labeler.localize import localize
+from faultlab.labeler.views.starved import METRIC, starved_labels
+from faultlab.rundir import RunDir, unreadable, write_together
 from faultlab.schema import json_safe
+from faultlab.steps import OPTIONAL_STEP_COLUMNS, STEP_COLUMNS, check_recorded_steps, check_steps
 
-
-@dataclass(frozen=True)
-class LabelerConfig:
-    """Defaults of the labeler. Units: ``*_steps`` count training steps; thresholds are
-    ratios (value / baseline); ``mad_k`` is a multiple of the robust sigma
-    (1.4826 x MAD).
-
-    Attributes:
-        temporal_window_steps: trailing window of the temporal baseline (steps). 50.
-        temporal_min_valid_steps: fewest unflagged steps in the window to refresh the
-            baseline; with fewer (deep in a long fault) it is held. Also the warm-up
-            length, which uses the median of the first window. 10.
-        temporal_block_steps: the temporal baseline is refreshed every this many steps
-            (a speed knob: flags are still per step). 5.
-        temporal_threshold: temporal flag when value / baseline exceeds it. 1.3.
-        peer_threshold: peer flag when compute_s / peer median exceeds it. 1.3.
-        peer_min_ranks: fewest ranks with data in the peer group for a peer flag. 2.
-        mad_k: a flag also needs value - baseline > mad_k x sigma (noise floor). 4.0.
-        gap_steps: flagged runs separated by at most this many unflagged steps merge. 2.
-        min_steps: shortest interval kept (first..last step inclusive). 3.
-        min_slowdown: a label's slowdown (ratio to its baseline over the whole
-            interval) must reach this, else it is no slowdown and is dropped. 1.2.
-        gap_s: flagged runs separated by at most this many seconds also merge. 0.3.
-        min_duration_s: shortest interval kept, in seconds (a fail-slow condition
-            outlasts a scheduler hiccup). 1.0.
-        match_slack_steps: reconciliation time slack, in median job step times. 3.0.
-        intermittent_period_s: the longest stall period (seconds) at which an
-            intermittent straggler (a duty-cycle pause, GC storms) is recognized: job
-            flags up to this far apart form one episode whose stalls vote for a rank
-            (see :func:`faultlab.labeler.fusion._intermittent`). 3.5.
-        job_wide_fault_types: fault types whose effect is job-wide (they match the
-            ``job`` label, not a rank). ("nic-slow",).
-    """
-
-    temporal_window_steps: int = 50
-    temporal_min_valid_steps: int = 10
-    temporal_block_steps: int = 5
-    temporal_threshold: float = 1.3
-    peer_threshold: float = 1.3
-    peer_min_ranks: int = 2
-    mad_k: float = 4.0
-    gap_steps: int = 2
-    min_steps: int = 3
-    gap_s: float = 0.3
-    min_slowdown: float = 1.2
-    min_duration_s: float = 1.0
-    match_slack_steps: float = 3.0
-    intermittent_period_s: float = 3.5
-    job_wide_fault_types: tuple[str, ...] = ("nic-slow",)
-
-    def __post_init__(self) -> None:
-        for name in ("temporal_window_steps", "temporal_min_valid_steps", "temporal_block_steps",
-                     "peer_min_ranks", "min_steps"):
-            if int(getattr(self, name)) < 1:
-                raise BadInput(f"must be >= 1, got {getattr(self, name)!r}", field=name)
-        for name in ("gap_steps", "mad_k", "match_slack_steps", "gap_s", "min_duration_s", "intermittent_period_s"):
-            if float(getattr(self, name)) < 0:
-                raise BadInput(f"must be >= 0, got {getattr(self, name)!r}", field=name)
-        for name in ("temporal_threshold", "peer_threshold"):
-            if not float(getattr(self, name)) > 1.0:
-                raise BadInput(f"must be > 1.0 (a ratio), got {getattr(self, name)!r}", field=name)
-        object.__setattr__(self, "job_wide_fault_types", tuple(self.job_wide_fault_types))
-
-    def to_dict(self) -> dict:
-        """The config as a JSON-able dict."""
-        d = asdict(self)
-        d["job_wide_fault_types"] = list(self.job_wide_fault_types)
-        return d
-
-
-# submodules import LabelerConfig lazily; import them after it is defined
-# (the submodules ``whatif`` and ``reconcile`` keep their module names here: call
-# ``faultlab.labeler.whatif.whatif(steps)`` and ``faultlab.labeler.reconcile.reconcile``)
-from faultlab.labeler import fusion, peer, reconcile, temporal, whatif  # noqa: E402
-from faultlab.labeler.fusion import Analysis, analyze, fuse  # noqa: E402
-from faultlab.labeler.temporal import StepGrid, check_recorded_steps, check_steps  # noqa: E402
+__all__ = ["Analysis", "LabelerConfig", "StepGrid", "analyze", "fuse", "label", "label_run", "read_steps"]
 
 
 def _span(steps: pd.DataFrame) -> tuple[float, float] | None:
@@ -123,20 +68,6 @@ def _span(steps: pd.DataFrame) -> tuple[float, float] | None:
     end = t + pd.to_numeric(steps["step_s"], errors="coerce") if "step_s" in steps.columns else t
     lo, hi = t.min(), end.max()
     return (float(lo), float(hi)) if np.isfinite(lo) and np.isfinite(hi) else None
-
-
-def _config(config) -> LabelerConfig:
-    if config is None:
-        return LabelerConfig()
-    if isinstance(config, LabelerConfig):
-        return config
-    if isinstance(config, dict):
-        unknown = sorted(set(config) - set(LabelerConfig.__dataclass_fields__))
-        if unknown:
-            raise BadInput(f"unknown field(s) {', '.join(unknown)}", field="config",
-                           fix="see faultlab.labeler.LabelerConfig")
-        return LabelerConfig(**config)
-    raise BadInput(f"expected LabelerConfig or dict, got {type(config).__name__}", field="config")
 
 
 def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config: LabelerConfig | dict | None = None,
@@ -164,7 +95,7 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
             :mod:`faultlab.labeler.hostcause`); with ``proc_run_delay_s_per_s`` a rank
             whose threads wait for a CPU far longer than its peers' while the job
             slows is its label (views ``host+temporal``, see
-            :mod:`faultlab.labeler.starved`).
+            :mod:`faultlab.labeler.views.starved`).
 
     Returns:
         labels frame with the faultlab.schema.LABELS columns (``run_id`` filled;
@@ -180,19 +111,14 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
         column, a ``start_ts``/``end_ts`` that is no number, or an ``end_ts`` before
         its ``start_ts`` (see :func:`faultlab.labeler.reconcile.reconcile`).
     """
-    from faultlab.labeler.hostcause import attach_host_evidence
-    from faultlab.labeler.localize import localize
-
-    return attach_host_evidence(localize(_label(steps, injections, _config(config), host)[0], host), host,
+    return attach_host_evidence(localize(_label(steps, injections, labeler_config(config), host)[0], host), host,
                                 span=_span(steps))
 
 
 def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerConfig,
            host: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict]:
     """:func:`label`, also returning ``{run_id: Analysis}`` of the runs with steps.
-    ``host`` feeds the host peer view (:mod:`faultlab.labeler.starved`)."""
-    from faultlab.labeler.starved import METRIC, starved_labels
-
+    ``host`` feeds the host peer view (:mod:`faultlab.labeler.views.starved`)."""
     if host is not None and len(host) and "metric" in host.columns:
         host = host[host["metric"].astype(str) == METRIC]  # the rows the host peer view reads
 
@@ -216,7 +142,7 @@ def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerCon
         del s
         if an is not None:
             analyses[rid] = an
-        labels = fuse(an) if an is not None else fusion._empty_labels()
+        labels = fuse(an) if an is not None else empty_labels()
         if an is not None and host is not None and len(host):
             labels = starved_labels(an, _of_run(host, rid), labels)
         # an injection of another run is not this run's cause; one without a run_id
@@ -228,9 +154,9 @@ def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerCon
         parts.append(out)
     parts = [p for p in parts if len(p)]
     if not parts:
-        return fusion._empty_labels(), analyses
+        return empty_labels(), analyses
     res = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    return fusion._typed(res.reset_index(drop=True)), analyses
+    return typed_labels(res.reset_index(drop=True)), analyses
 
 
 def _of_run(table: pd.DataFrame, rid: str) -> pd.DataFrame:
@@ -266,10 +192,6 @@ def read_steps(path: str | os.PathLike) -> pd.DataFrame:
         BadInput naming the file (field ``steps.parquet``, or the file's name) when it
         is not a readable Parquet file (corrupt, truncated, unreadable).
     """
-    import pyarrow as pa
-
-    from faultlab.rundir import unreadable
-
     try:
         return _read_steps(path)
     except (pa.ArrowException, OSError, ValueError) as e:
@@ -278,11 +200,6 @@ def read_steps(path: str | os.PathLike) -> pd.DataFrame:
 
 def _read_steps(path: str | os.PathLike) -> pd.DataFrame:
     """:func:`read_steps` without the translation of reader errors."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from faultlab.labeler.temporal import OPTIONAL_STEP_COLUMNS, STEP_COLUMNS
-
     pf = pq.ParquetFile(path)
     sch = pf.schema_arrow
     cols = [c for c in STEP_COLUMNS + OPTIONAL_STEP_COLUMNS if c in sch.names]
@@ -363,12 +280,7 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
         is changed then), or ``events.jsonl`` cannot be appended to (after both are
         written).
     """
-    import pyarrow.parquet as pq
-
-    from faultlab import schema
-    from faultlab.rundir import RunDir, write_together
-
-    cfg = _config(config)
+    cfg = labeler_config(config)
     rd = RunDir(run_dir)
     p = rd.table_path("steps")
     if p.is_symlink():  # a dangling one would relabel from telemetry/ without a word; a live one points elsewhere
@@ -384,17 +296,11 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     injections = rd.read_table("injections")
     if len(steps) and "run_id" in steps.columns and steps["run_id"].isna().any():
         steps["run_id"] = steps["run_id"].astype(object).fillna(run_id)
-    from faultlab.labeler.starved import METRIC
-
     host = rd.read_table("host")
     delay = host[host["metric"].astype(str) == METRIC] if len(host) else host
     del host  # the whole table is not held while labeling
     labels, analyses = _label(steps, injections, cfg, delay)
     del delay
-    from faultlab.labeler.localize import localize
-
-    from faultlab.labeler.hostcause import attach_host_evidence
-
     host = rd.read_table("host")
     labels = attach_host_evidence(localize(labels, host), host, span=_span(steps))
     del host

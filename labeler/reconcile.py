@@ -47,7 +47,10 @@ import numpy as np
 import pandas as pd
 
 from faultlab.errors import BadInput
-from faultlab.labeler.fusion import Analysis, _typed, evidence_json
+from faultlab.labeler.analysis import Analysis
+from faultlab.labeler.config import LabelerConfig
+from faultlab.labeler.labelrows import evidence_json, typed_labels
+from faultlab.labeler.stats import median
 
 def _check_times(injections: pd.DataFrame) -> pd.DataFrame:
     """``injections`` with ``start_ts``/``end_ts`` as float64 (NaN where unknown).
@@ -187,7 +190,7 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
         injections: the injections table of the same run (may be None or empty);
             needs ``fault_id``, ``fault_type``, ``node``, ``target``, ``start_ts``,
             ``end_ts`` (unix s).
-        analysis: the run's :class:`~faultlab.labeler.fusion.Analysis`, for the rank
+        analysis: the run's :class:`~faultlab.labeler.analysis.Analysis`, for the rank
             -> node map, the time slack and the measured ratio of unmanifested faults
             (without it: no slack, node-targeted faults match nothing, ratio 1.0).
         config: :class:`faultlab.labeler.LabelerConfig` (defaults when None).
@@ -203,10 +206,8 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
         docstring.
     """
     if config is None:
-        from faultlab.labeler import LabelerConfig
-
         config = LabelerConfig()
-    out = _typed(labels.copy())
+    out = typed_labels(labels.copy())
     out["source"] = "observed"
     out["cause"] = "unknown"
     out["fault_id"] = None
@@ -223,9 +224,9 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
     extra = [_unmanifested_row(row, cand_info[k], analysis, rank_nodes, slack, run_id)
              for k, row in enumerate(inj_rows) if not matched_inj[k]]
     if extra:
-        out = pd.concat([out, _typed(pd.DataFrame(extra))], ignore_index=True) if len(out) else _typed(pd.DataFrame(extra))
+        out = pd.concat([out, typed_labels(pd.DataFrame(extra))], ignore_index=True) if len(out) else typed_labels(pd.DataFrame(extra))
     out = out.sort_values(["start_ts", "component", "source"], kind="mergesort").reset_index(drop=True)
-    return _typed(out)
+    return typed_labels(out)
 
 
 def _usable_injections(injections: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -253,7 +254,7 @@ def _run_context(out: pd.DataFrame, analysis: Analysis | None, config) -> tuple[
         return run_id, {}, 0.0
     g = analysis.grid
     rank_nodes = {int(r): str(n) for r, n in zip(g.ranks, g.nodes)}
-    med_step = float(np.nanmedian(g.job_step)) if g.S and np.isfinite(g.job_step).any() else 0.0
+    med_step = median(g.job_step) if g.S and np.isfinite(g.job_step).any() else 0.0
     return run_id or g.run_id, rank_nodes, config.match_slack_steps * med_step
 
 

@@ -2,7 +2,7 @@
 drive verdict (:mod:`faultlab.labeler.verdict`) on data nobody tuned it on.
 
 Each cluster is generated in code from a seed, in the Perseus metrics layout
-(:mod:`faultlab.labeler.perseus`: ``cluster, host, ts, disk_id, throughput,
+(:mod:`faultlab.labeler.importers.perseus`: ``cluster, host, ts, disk_id, throughput,
 latency``): hosts of ``drives_per_host`` drives, one sample every 15 s for
 ``hours_per_day`` hours a day (as the Perseus dataset). Per host a base latency, a
 shared workload (throughput) and a noise level; latency grows with throughput

@@ -39,8 +39,9 @@ import numpy as np
 import pandas as pd
 
 from faultlab.errors import BadInput
+from faultlab.labeler.config import make_config
+from faultlab.labeler.stats import median
 
-MAD_TO_SIGMA = 1.4826
 
 #: columns :func:`judge` adds
 VERDICT_COLUMNS = ("level_z", "share_z", "bulk_level", "bulk_share", "failslow", "rank")
@@ -85,7 +86,7 @@ def _robust_z(x: np.ndarray, floor: float) -> tuple[np.ndarray, float]:
     fin = x[np.isfinite(x)]
     if fin.size == 0:
         return np.zeros_like(x), float("nan")
-    c = float(np.median(fin))
+    c = median(fin)
     sig = max((c - float(np.percentile(fin, 25))) / 0.6745, floor)
     return (x - c) / sig, c
 
@@ -114,8 +115,6 @@ def judge(components: pd.DataFrame, config: VerdictConfig | dict | None = None, 
     Raises:
         BadInput naming a missing column or a bad config field.
     """
-    from faultlab.labeler.importers import make_config
-
     cfg = make_config(VerdictConfig, config)
     missing = [c for c in ("level", "share") if c not in components.columns]
     if missing:

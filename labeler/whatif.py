@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from faultlab.errors import BadInput
-from faultlab.labeler.temporal import StepGrid, check_steps
+from faultlab.labeler.grid import StepGrid
+from faultlab.steps import check_steps
 
 
 def simulate_job(grid: StepGrid) -> np.ndarray:

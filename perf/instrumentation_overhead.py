@@ -78,7 +78,7 @@ def bookkeeping_cost_s(n: int = 20000, flush_s: float = 0.5) -> float:
     """Seconds per step of the instrumented loop's bookkeeping (timestamps, GC timer
     reads, the record, its share of the batched encoding and write), without torch."""
     from faultlab.benchmarks import agent
-    from faultlab.benchmarks.ddp import StepLog
+    from faultlab.benchmarks.steplog import StepLog
 
     agent.install_gc_timer()
     with tempfile.TemporaryDirectory() as tmp:

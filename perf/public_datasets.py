@@ -100,7 +100,7 @@ def child(fmt: str, path: str, out: str) -> None:
         doc["vm_hwm_mb"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024.0
     except (OSError, StopIteration):
         pass
-    from faultlab.labeler.importers import json_safe
+    from faultlab.schema import json_safe
 
     print(json.dumps(json_safe(doc)))
 

@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from faultlab import safefs, schema
 from faultlab.datasets.layout import TABLES, open_output, part_path
 from faultlab.errors import BadInput
+from faultlab.rundata import RunData, read_run_dir
 
 #: per table column, its meaning and unit (schema.json, the card and croissant.json)
 COLUMN_DOCS = {
@@ -334,8 +335,7 @@ def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: 
                    description: str, license: str, source_note: str, split: dict | None) -> None:
     """Write every file of the dataset ``name`` into ``tree`` (see :func:`build`),
     ``MANIFEST.sha256`` last."""
-    from faultlab.datasets import card, croissant, manifest
-    from faultlab.scoring.runs import RunData, read_run_dir
+    from faultlab.datasets import card, croissant, manifest  # croissant imports build: a cycle at module level
 
     infos, ids = [], []
     for p in runs:
@@ -445,7 +445,6 @@ def _relabel_run(run):
 
 def _relabeled(p: Path):
     from faultlab.labeler import label
-    from faultlab.scoring.runs import RunData
     from faultlab.rundir import RunDir
 
     rd = RunDir(p)
@@ -467,7 +466,7 @@ IMPORT_FORMATS = ("perseus", "straggler-trace")
 
 
 def import_trace(fmt: str, path: str | Path):
-    """A public trace as one dataset run (:class:`faultlab.scoring.runs.RunData`):
+    """A public trace as one dataset run (:class:`faultlab.rundata.RunData`):
     labels from faultlab's importer of ``fmt`` (``faultlab label --import``), telemetry
     mapped to the tables: ``straggler-trace`` (OSDI'25 operation traces) to ``steps``
     (per rank and step: t_start = its first operation's start, compute_s = its
@@ -480,7 +479,6 @@ def import_trace(fmt: str, path: str | Path):
     import pandas as pd
 
     from faultlab.labeler.importers import import_path
-    from faultlab.scoring.runs import RunData
 
     if fmt not in IMPORT_FORMATS:
         raise BadInput(f"unknown format {fmt!r}", field="--import", fix="one of " + ", ".join(IMPORT_FORMATS))
@@ -489,7 +487,7 @@ def import_trace(fmt: str, path: str | Path):
     run_id = str(labels["run_id"].iloc[0]) if len(labels) and "run_id" in labels.columns and labels["run_id"].notna().any() else Path(path).name
     steps, host = schema.empty("steps"), schema.empty("host")
     if fmt == "straggler-trace":
-        from faultlab.labeler.trace import read_trace
+        from faultlab.labeler.importers.trace import read_trace
 
         tr, _, _ = read_trace(path)
         comm = tr["optype"].str.contains("send|recv|all-reduce|all-gather|reduce-scatter", regex=True)
@@ -502,7 +500,7 @@ def import_trace(fmt: str, path: str | Path):
                               "compute_s": st["compute_s"], "comm_s": st["comm_s"], "step_s": st["t_end"] - st["t_start"],
                               "gc_s": float("nan"), "tokens": float("nan"), "dataloader_s": float("nan")})
     else:
-        from faultlab.labeler.perseus import read_samples
+        from faultlab.labeler.importers.perseus import read_samples
 
         s = read_samples(path)
         node = np.array(s.drive_names, dtype=object)[s.drive]  # HOST/DRIVE, as the labels' drive:HOST/DRIVE

@@ -43,6 +43,7 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
     cannot be made (field ``--out``; nothing written then), UntrustedPath (one line)
     when a component of ``out_dir`` or ``multivariate/`` is a symlink."""
     from faultlab.datasets.layout import Dataset, open_output
+    from faultlab.rundata import effect_labels
 
     if fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}", field="--format", fix="one of " + ", ".join(FORMATS))

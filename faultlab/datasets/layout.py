@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from faultlab import safefs, schema
 from faultlab.errors import BadInput
+from faultlab.rundata import RunData
 
 TABLES = ("steps", "host", "injections", "labels")
 SPLITS = ("train", "test")
@@ -101,10 +102,8 @@ class Dataset:
         return self._runs_info
 
     def read_run(self, run_id: str):
-        """The :class:`faultlab.scoring.runs.RunData` of one run. Raises BadInput naming
+        """The :class:`faultlab.rundata.RunData` of one run. Raises BadInput naming
         the file that is missing or cannot be read."""
-        from faultlab.scoring.runs import RunData
-
         frames = {}
         for t in TABLES:
             p = part_path(self.path, t, run_id)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from faultlab.errors import BadInput
-from faultlab.labeler.temporal import check_step_values
 from faultlab.rundir import RunDir
+from faultlab.steps import check_step_values
 
 
 @dataclass

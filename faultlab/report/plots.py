@@ -153,7 +153,7 @@ def whatif(run: RunData) -> bytes | None:
     time with every straggler made ideal (OSDI'25 what-if analysis, via
     faultlab.labeler.whatif.simulate_job), and S_w per rank. None without compute
     data."""
-    from faultlab.labeler.temporal import StepGrid
+    from faultlab.labeler.grid import StepGrid
     from faultlab.labeler.whatif import simulate_job
 
     grid = StepGrid.from_steps(run.steps)

@@ -22,10 +22,10 @@ import pandas as pd
 
 from faultlab import schema
 from faultlab.errors import BadInput, FaultlabError
+from faultlab.rundata import RunData
 from faultlab.scoring.aggregate import summarize
 from faultlab.scoring.detectors import as_alarms, load_detector
-from faultlab.scoring.metrics import derive, prepare_labels, run_stats
-from faultlab.scoring.runs import RunData
+from faultlab.scoring.metrics import derive, prepare_labels, run_components, run_stats
 from faultlab.scoring.steparrays import shared
 
 MODES = ("offline", "replay")
@@ -143,7 +143,7 @@ def replay_run(det, run: RunData, tick_s: float = 1.0) -> tuple[pd.DataFrame, pd
         return no_alarms, None
     feed = _Feed(run)
     if callable(getattr(det, "start", None)):
-        det.start({"run_id": run.run_id, "components": run.components()})
+        det.start({"run_id": run.run_id, "components": run_components(run.steps, run.labels)})
     online_scores = getattr(det, "online_scores", None)
     frozen = _FrozenScores() if callable(online_scores) else None
     raised = _RaisedAlarms()
@@ -468,7 +468,7 @@ def _score_run(run: RunData, dets: list, mode: str, stats: list, per_run: list, 
     append each one's :func:`run_stats` (the mean of its draws) to ``stats[i]`` and its
     per-run figures to ``per_run[i]``. The run's labels are prepared once for all."""
     span = run.span()
-    comps = run.components()
+    comps = run_components(run.steps, run.labels)
     prep = prepare_labels(run.labels, run.injections)  # the same for every detector
     for i, (name, det, _) in enumerate(dets):
         draws = []

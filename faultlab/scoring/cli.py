@@ -101,7 +101,7 @@ def score_cmd(
     95% bootstrap CI over runs; optionally gate on a previous score."""
     from faultlab.scoring import gate
     from faultlab.scoring.api import score_dataset, score_runs
-    from faultlab.scoring.runs import iter_run_dirs
+    from faultlab.rundata import iter_run_dirs
     from faultlab.units import parse_duration
 
     con = Console(stderr=as_json)

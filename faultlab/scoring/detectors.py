@@ -7,7 +7,7 @@ faultlab.schema.STEPS / HOST) and emits alarms (faultlab.schema.ALARMS:
 
 - ``detect(steps, host) -> alarms`` (required): offline, the whole run at once.
 - ``fit(train_runs)`` (optional): called once with the train split's runs
-  (:class:`faultlab.scoring.runs.RunData`, labels included) before the test split is
+  (:class:`faultlab.rundata.RunData`, labels included) before the test split is
   scored; never with a test run.
 - ``scores(steps, host) -> frame`` (optional): a continuous score per rank per step
   (columns ``component``, ``ts`` [unix s, the step's ``t_start``], ``score``), for

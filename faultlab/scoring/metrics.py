@@ -76,8 +76,8 @@ import numpy as np
 import pandas as pd
 
 from faultlab.errors import BadInput
+from faultlab.rundata import effect_labels, text_values, unmanifested_labels
 
-UNMANIFESTED = "injected-unmanifested"
 
 #: the additive statistics of one run (every entry a float)
 COUNT_KEYS = (
@@ -102,30 +102,6 @@ def _overlap(a0, a1, b0, b1) -> np.ndarray:
     a_pt = (a0 == a1) & (b0 <= a0) & (a0 <= b1)
     b_pt = (b0 == b1) & (a0 <= b0) & (b0 <= a1)
     return pos | a_pt | b_pt
-
-
-def effect_labels(labels: pd.DataFrame | None) -> pd.DataFrame:
-    """Labels that describe a real slowdown: drops ``injected-unmanifested`` rows and
-    rows without a finite start_ts/end_ts."""
-    if labels is None or len(labels) == 0:
-        return pd.DataFrame(columns=["component", "start_ts", "end_ts"])
-    keep = np.isfinite(labels["start_ts"].to_numpy(np.float64)) & np.isfinite(labels["end_ts"].to_numpy(np.float64))
-    if "source" in labels.columns:
-        keep &= _text(labels["source"]) != UNMANIFESTED
-    return labels.reset_index(drop=True) if keep.all() else labels[keep].reset_index(drop=True)
-
-
-def unmanifested_labels(labels: pd.DataFrame | None) -> pd.DataFrame:
-    """The ``injected-unmanifested`` rows (faults that slowed nothing)."""
-    if labels is None or len(labels) == 0 or "source" not in labels.columns:
-        return pd.DataFrame(columns=["component", "start_ts", "end_ts"])
-    return labels[_text(labels["source"]) == UNMANIFESTED].reset_index(drop=True)
-
-
-def _text(col: pd.Series) -> np.ndarray:
-    """A column as an object array of text (``astype(str)``; a pandas string column
-    as it is, without a copy): the one conversion the metrics make of a text column."""
-    return col.to_numpy(object) if isinstance(col.dtype, pd.StringDtype) else col.astype(str).to_numpy(object)
 
 
 def _check(df: pd.DataFrame | None, name: str, cols: Sequence[str]) -> pd.DataFrame:
@@ -393,7 +369,7 @@ def _label_ranges(lab: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]
     """component -> (start_ts, end_ts arrays, in the labels' order) of ``lab``."""
     if lab is None or not len(lab):
         return {}
-    c = _text(lab["component"])
+    c = text_values(lab["component"])
     l0, l1 = lab["start_ts"].to_numpy(np.float64), lab["end_ts"].to_numpy(np.float64)
     return {k: (l0[c == k], l1[c == k]) for k in set(c.tolist()) if isinstance(k, str)}
 
@@ -429,8 +405,8 @@ def prepare_labels(labels: pd.DataFrame | None, injections: pd.DataFrame | None 
     ft, src = _label_groups(lab, injections)
     unm = unmanifested_labels(labels_in)
     return {"labels": labels_in, "effect": lab, "unmanifested": unm, "fault_type": ft, "source": src,
-            "effect_arrays": (_text(lab["component"]), lab["start_ts"].to_numpy(np.float64), lab["end_ts"].to_numpy(np.float64)),
-            "unmanifested_arrays": (_text(unm["component"]), unm["start_ts"].to_numpy(np.float64), unm["end_ts"].to_numpy(np.float64)),
+            "effect_arrays": (text_values(lab["component"]), lab["start_ts"].to_numpy(np.float64), lab["end_ts"].to_numpy(np.float64)),
+            "unmanifested_arrays": (text_values(unm["component"]), unm["start_ts"].to_numpy(np.float64), unm["end_ts"].to_numpy(np.float64)),
             "label_ranges": _label_ranges(lab)}
 
 
@@ -479,7 +455,7 @@ def _alarm_arrays(al: pd.DataFrame) -> _AlarmArrays:
     start_ts/end_ts are dropped; in replay (a ``raised_ts`` column) each alarm is the
     interval ``[raised_ts, max(end_ts, raised_ts)]``: it counts only from its raise."""
     replay = "raised_ts" in al.columns
-    a_c = _text(al["component"])
+    a_c = text_values(al["component"])
     a0 = al["start_ts"].to_numpy(dtype=np.float64)
     a1 = al["end_ts"].to_numpy(dtype=np.float64)
     a_s = al["score"].to_numpy(dtype=np.float64)
@@ -830,5 +806,5 @@ def run_components(steps: pd.DataFrame | None, labels: pd.DataFrame | None = Non
     if steps is not None and len(steps):
         comps |= set(step_arrays(steps).rank_names())
         comps.add("job")
-    comps |= set(_text(effect_labels(labels)["component"]).tolist()) if labels is not None else set()
+    comps |= set(text_values(effect_labels(labels)["component"]).tolist()) if labels is not None else set()
     return sorted(comps)

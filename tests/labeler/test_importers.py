@@ -23,7 +23,11 @@ import pytest
 
 from faultlab import schema
 from faultlab.errors import BadInput
-from faultlab.labeler import importers, perseus, trace
+from faultlab.labeler import importers
+from faultlab.labeler.config import make_config
+from faultlab.labeler.importers import perseus, trace
+from faultlab.labeler.importers.long.grid import _auto_align
+from faultlab.schema import json_safe
 from tests.helpers import FL, REPO, fl
 
 #: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout
@@ -213,7 +217,7 @@ def test_trace_folder_without_meta(tmp_path):
 
 def test_bad_config_field_is_named():
     with pytest.raises(BadInput) as ei:
-        importers.make_config(perseus.PerseusConfig, {"window_secs": 60})
+        make_config(perseus.PerseusConfig, {"window_secs": 60})
     assert "window_secs" in str(ei.value)
     with pytest.raises(BadInput) as ei:
         perseus.PerseusConfig(min_slowdown=0.9)
@@ -655,7 +659,7 @@ def test_trace_deterministic(tmp_path):
     b = importers.import_path("straggler-trace", p)
     assert len(a.labels) > 0  # equal frames, not two empty ones
     pd.testing.assert_frame_equal(a.labels, b.labels)
-    assert json.dumps(importers.json_safe(a.whatif), sort_keys=True) == json.dumps(importers.json_safe(b.whatif), sort_keys=True)
+    assert json.dumps(json_safe(a.whatif), sort_keys=True) == json.dumps(json_safe(b.whatif), sort_keys=True)
     shuffled = pipeline_trace(slow={(0, 2): 1.4}, seed=2).sample(frac=1.0, random_state=3)
     c = trace.analyze(shuffled, {"dp_size": 2, "pp_size": 4})[0]
     assert abs(c["slowdown"] - a.whatif["slowdown"]) < 1e-12
@@ -679,9 +683,9 @@ def test_long_components_sampling_on_their_own_clocks_still_have_peers():
     df["timestamp"] = df["timestamp"] + 0.1 * df["component"].str[1:].astype(int)
     assert list(importers.label_long(df)["component"]) == ["c2"]
     assert len(importers.label_long(df, {"align_s": 0})) == 0
-    assert importers._auto_align(df["timestamp"].to_numpy(), df["component"].str[1:].astype(int).to_numpy()) == pytest.approx(10.0)
+    assert _auto_align(df["timestamp"].to_numpy(), df["component"].str[1:].astype(int).to_numpy()) == pytest.approx(10.0)
     shared = long_frame(comps=6)  # shared timestamps: exact comparison
-    assert importers._auto_align(shared["timestamp"].to_numpy(), shared["component"].str[1:].astype(int).to_numpy()) == 0.0
+    assert _auto_align(shared["timestamp"].to_numpy(), shared["component"].str[1:].astype(int).to_numpy()) == 0.0
 
 
 @pytest.mark.parametrize("spec", __import__("faultlab.labeler.synthetic", fromlist=["CLUSTERS"]).CLUSTERS,

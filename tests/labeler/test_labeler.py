@@ -11,7 +11,7 @@ import pytest
 from faultlab import schema
 from faultlab.errors import BadInput
 from faultlab.labeler import LabelerConfig, label, label_run
-from faultlab.labeler.fusion import intervals
+from faultlab.labeler.intervals import intervals
 from faultlab.labeler.whatif import whatif
 from faultlab.rundir import RunDir
 from tests.helpers import DATA
@@ -605,7 +605,7 @@ def test_clock_skew_between_hosts_is_removed():
         s.loc[s["rank"] == 3, "t_start"] += skew
         got = label(s)
         assert [(r.component, r.start_step, r.end_step) for r in got.itertuples()] == want, skew
-    from faultlab.labeler.temporal import StepGrid
+    from faultlab.labeler.grid import StepGrid
 
     s = base.copy()
     s.loc[s["rank"] == 3, "t_start"] += 3600.0
@@ -691,7 +691,7 @@ def test_two_rank_peer_group_reads_the_full_straggler_factor(groups):
 
 
 def test_loo_median_matches_the_median_of_the_others():
-    from faultlab.labeler.temporal import loo_median
+    from faultlab.labeler.stats import loo_median
 
     rng = np.random.default_rng(3)
     for width in range(1, 6):
@@ -824,7 +824,7 @@ def test_sustained_straggler_under_per_step_noise(seed):
 
 @pytest.mark.parametrize("nan_fraction", [0.0, 0.1])
 def test_sustained_window_matches_a_brute_force_count(nan_fraction):
-    from faultlab.labeler.peer import sustained
+    from faultlab.labeler.views.peer import sustained
 
     rng = np.random.default_rng(5)
     x = (rng.random((50, 300)) * 2).astype(np.float32)
@@ -1060,7 +1060,7 @@ def test_stalls_alike_allow_one_hiccup_but_not_a_spread_of_sizes():
     """The stalls are alike when 80% of them lie within 2x of each
     other (largest over smallest): one hiccup among five pause stalls does not break
     it, two stalls 3x apart or three spread over 4x are not alike."""
-    from faultlab.labeler.fusion import _alike
+    from faultlab.labeler.intermittent import _alike
 
     assert _alike(np.array([0.235, 0.256, 0.26, 0.208, 0.072, 0.241]), 2.0)
     assert not _alike(np.array([0.1, 0.3]), 2.0)
@@ -1074,8 +1074,8 @@ def test_a_job_slowdown_is_a_time_ratio_against_the_expected_step():
     reads a slowdown of the all-reduce that much high. Against the expected step it
     reads the true time ratio. (Hiccups big enough to be flagged are left out of the
     expectation: the correction never exceeds what the unflagged steps show.)"""
-    from faultlab.labeler.fusion import analyze, expected_over_median
-    from faultlab.labeler.temporal import StepGrid
+    from faultlab.labeler.analysis import analyze, expected_over_median
+    from faultlab.labeler.grid import StepGrid
 
     s = simulate(n_steps=600, jobwide=(300, 400, 0.03))
     rng = np.random.default_rng(5)
@@ -1123,7 +1123,7 @@ def _starved_run(extra_s: float, delay_target: float, seed: int = 0, scale: floa
 
 
 def test_a_rank_that_waits_for_a_cpu_while_the_job_slows_is_its_label():
-    """The host peer view (labeler/starved.py): a job 1.25x slower with no rank standing
+    """The host peer view (labeler/views/starved.py): a job 1.25x slower with no rank standing
     out in its step timings, and rank 2's threads runnable but waiting 1.0 s/s against
     its peers' 0.5: rank 2's label, and reconciliation names the quota on it."""
     s, host, (t0, t1) = _starved_run(0.01, 1.0)

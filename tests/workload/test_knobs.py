@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faultlab.benchmarks import ddp, pipeline
+from faultlab.benchmarks import ddp, knobs, pipeline, steplog
 from faultlab.benchmarks.launch import free_port, launch_ranks, stop_ranks, wait_ranks
 
 from faultlab.nodes import LocalNode
@@ -82,51 +82,51 @@ def med(rows: list[dict], key: str) -> float:
 
 # -- pure helpers ----------------------------------------------------------------------
 def test_draw_sequences_is_deterministic_lognormal_and_clipped():
-    a = ddp.draw_sequences(3, 7, 4, 512, 0.8, 8)
-    assert a == ddp.draw_sequences(3, 7, 4, 512, 0.8, 8)  # every rank computes the same
-    assert a != ddp.draw_sequences(3, 8, 4, 512, 0.8, 8) and a != ddp.draw_sequences(4, 7, 4, 512, 0.8, 8)
+    a = knobs.draw_sequences(3, 7, 4, 512, 0.8, 8)
+    assert a == knobs.draw_sequences(3, 7, 4, 512, 0.8, 8)  # every rank computes the same
+    assert a != knobs.draw_sequences(3, 8, 4, 512, 0.8, 8) and a != knobs.draw_sequences(4, 7, 4, 512, 0.8, 8)
     assert len(a) == 4 and all(len(s) == 8 and min(s) >= 1 for s in a)
-    totals = [t for step in range(400) for t in ddp.step_tokens(0, step, 2, 512, 0.8)]
+    totals = [t for step in range(400) for t in knobs.step_tokens(0, step, 2, 512, 0.8)]
     assert 0.85 * 512 < statistics.median(totals) < 1.15 * 512
     logs = np.log(totals)
     assert 0.7 < float(np.std(logs)) < 0.9  # the lognormal's shape
     assert max(totals) <= 16 * 512 and min(totals) >= 8
-    assert ddp.step_tokens(0, 5, 3, 300, 0.0) == [300, 300, 300]
-    assert ddp.draw_sequences(0, 0, 2, 1, 0.0, 1) == [[1], [1]]
+    assert knobs.step_tokens(0, 5, 3, 300, 0.0) == [300, 300, 300]
+    assert knobs.draw_sequences(0, 0, 2, 1, 0.0, 1) == [[1], [1]]
     for bad in ((0, 512, 0.8, 8), (2, 0, 0.8, 8), (2, 512, -0.1, 8), (2, 512, 0.8, 0)):
         with pytest.raises(ValueError):
-            ddp.draw_sequences(0, 0, *bad)
+            knobs.draw_sequences(0, 0, *bad)
 
 
 def test_rebalance_is_greedy_and_keeps_every_sequence():
-    seqs = ddp.draw_sequences(1, 2, 4, 1024, 1.0, 8)
-    out = ddp.rebalance(seqs)
+    seqs = knobs.draw_sequences(1, 2, 4, 1024, 1.0, 8)
+    out = knobs.rebalance(seqs)
     assert sorted(n for s in out for n in s) == sorted(n for s in seqs for n in s)
     loads = [sum(s) for s in out]
     assert max(loads) - min(loads) <= max(n for s in seqs for n in s)
     assert max(loads) / min(loads) < max(map(sum, seqs)) / min(map(sum, seqs))
-    assert ddp.rebalance([[5, 1], [1, 1]]) == [[5], [1, 1, 1]]
-    spread = [max(t) / min(t) for t in (ddp.step_tokens(0, s, 2, 1024, 0.8, 8, rebalanced=True) for s in range(200))]
+    assert knobs.rebalance([[5, 1], [1, 1]]) == [[5], [1, 1, 1]]
+    spread = [max(t) / min(t) for t in (knobs.step_tokens(0, s, 2, 1024, 0.8, 8, rebalanced=True) for s in range(200))]
     assert statistics.mean(spread) < 1.15
 
 
 def test_gc_knob_rank_periods_differ_and_planned_steps_align():
-    knobs = [ddp.GcKnob("uncoordinated", 50, 20, seed=0, rank=r) for r in range(8)]
-    factors = [k.period_factor for k in knobs]
+    gcs = [knobs.GcKnob("uncoordinated", 50, 20, seed=0, rank=r) for r in range(8)]
+    factors = [k.period_factor for k in gcs]
     assert all(0.6 <= f <= 1.4 for f in factors)
     assert min(abs(a - b) for i, a in enumerate(factors) for b in factors[i + 1:]) > 0.02
-    assert len({k.gen2_threshold for k in knobs}) == 8
-    p = ddp.GcKnob("planned", 5, 1, seed=0, rank=3)
+    assert len({k.gen2_threshold for k in gcs}) == 8
+    p = knobs.GcKnob("planned", 5, 1, seed=0, rank=3)
     assert [s for s in range(20) if p.planned_step(s)] == [4, 9, 14, 19]
-    assert not knobs[0].planned_step(49)
+    assert not gcs[0].planned_step(49)
     for bad in (("sometimes", 5, 1), ("planned", 0, 1), ("planned", 5, 0), ("planned", 5, 5000)):
         with pytest.raises(ValueError):
-            ddp.GcKnob(*bad)
+            knobs.GcKnob(*bad)
 
 
 def test_steplog_writes_the_first_record_at_once_then_batches(tmp_path):
     path = tmp_path / "s.jsonl"
-    with ddp.StepLog(path, flush_s=3600) as log:
+    with steplog.StepLog(path, flush_s=3600) as log:
         log.add({"step": 0, "x": 1.5})
         assert path.read_text() == '{"step": 0, "x": 1.5}\n'  # a watcher sees training start
         log.add({"step": 1})
@@ -136,11 +136,11 @@ def test_steplog_writes_the_first_record_at_once_then_batches(tmp_path):
         assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [0, 1, 2]
         log.add({"step": 3})
     assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [0, 1, 2, 3]  # close flushes
-    with ddp.StepLog(path, flush_s=0) as log:
+    with steplog.StepLog(path, flush_s=0) as log:
         log.add({"step": 4})
         assert path.read_text().endswith('{"step": 4}\n')
     with pytest.raises(ValueError):
-        ddp.StepLog(path, flush_s=-1)
+        steplog.StepLog(path, flush_s=-1)
 
 
 def test_bad_knob_arguments_exit_2(capsys):
@@ -164,7 +164,7 @@ def test_bad_knob_arguments_exit_2(capsys):
                                     "--layers", "1,4", "--seq-len-tokens", "64", "--seq-len-sigma", "0.5", "--rebalance",
                                     "--gc-mode", "planned", "--gc-every", "10", "--gc-garbage-mb", "1"])
     assert a.layer_counts == [1, 4] and a.peer_group == "pp"
-    assert pipeline.microbatch_rows(a, 0) == ddp.step_tokens(3, 0, 4, 64, 0.5, 8, rebalanced=True)
+    assert pipeline.microbatch_rows(a, 0) == knobs.step_tokens(3, 0, 4, 64, 0.5, 8, rebalanced=True)
     assert ddp.parse_args(base).peer_group == "dp"
 
 
@@ -197,7 +197,7 @@ def test_seq_len_tokens_are_the_shared_draw_and_drive_compute(seqlen_runs):
         for r, rows in recs.items():
             for row in rows:
                 assert set(row) == SEQ_KEYS
-                assert row["tokens"] == ddp.step_tokens(5, row["step"], 2, 1024, 0.8, 8, rebalanced=reb)[r]
+                assert row["tokens"] == knobs.step_tokens(5, row["step"], 2, 1024, 0.8, 8, rebalanced=reb)[r]
                 assert 0 <= row["dataloader_s"] < row["step_s"]
     toks = [row["tokens"] for rows in plain.values() for row in rows[WARMUP:]]
     comp = [row["compute_s"] for rows in plain.values() for row in rows[WARMUP:]]

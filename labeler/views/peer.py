@@ -13,7 +13,7 @@ For rank ``r`` in group ``g`` at step ``t``::
     peer_median[t, r] = median(compute_s[t, g \\ {r}])     (seconds; leave-one-out)
     ratio[t, r]       = compute_s[t, r] / peer_median[t, r]
 
-The reference leaves the rank itself out (:func:`faultlab.labeler.temporal.loo_median`):
+The reference leaves the rank itself out (:func:`faultlab.labeler.stats.loo_median`):
 with two ranks in a group a median that includes the straggler is the pair's mean, and
 a 2x straggler would read 1.33x. A rank with no peer left at a step (its group's
 other ranks have no record there, or it is alone in its group) has no peer ratio
@@ -46,7 +46,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from faultlab.labeler.temporal import MAD_TO_SIGMA, StepGrid, nanmedian
+from faultlab.labeler.config import LabelerConfig
+from faultlab.labeler.grid import StepGrid
+from faultlab.labeler.stats import MAD_TO_SIGMA, median, nanmedian
 
 
 @dataclass
@@ -71,7 +73,7 @@ def peer_view(grid: StepGrid, config=None) -> PeerView:
     (leave-one-out: the rank itself excluded).
 
     Args:
-        grid: the run as a :class:`faultlab.labeler.temporal.StepGrid`.
+        grid: the run as a :class:`faultlab.labeler.grid.StepGrid`.
         config: a :class:`faultlab.labeler.LabelerConfig` (defaults when None); uses
             ``peer_threshold``, ``mad_k``, ``peer_min_ranks``.
 
@@ -80,8 +82,6 @@ def peer_view(grid: StepGrid, config=None) -> PeerView:
         deterministic.
     """
     if config is None:
-        from faultlab.labeler import LabelerConfig
-
         config = LabelerConfig()
     med = grid.peer_median()
     _, count, gidx = grid.group_stats()  # (S, G) ranks with data per group
@@ -102,7 +102,7 @@ def peer_view(grid: StepGrid, config=None) -> PeerView:
             mad, _ = nanmedian(np.abs(vals - m.astype(vals.dtype)[None, :]), axis=0)
             ok = n > 0
             if ok.any():
-                sigma[c] = MAD_TO_SIGMA * float(np.median(mad[ok]))
+                sigma[c] = MAD_TO_SIGMA * median(mad[ok])
     dt = ratio.dtype.type
     with np.errstate(invalid="ignore"):
         # NaN ratios compare False: never flagged

@@ -39,7 +39,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from faultlab.labeler.temporal import MAD_TO_SIGMA, loo_median
+from faultlab.labeler.labelrows import grid_row, label_confidence, typed_labels
+from faultlab.labeler.stats import loo_median, mad_sigma, median
 
 METRIC = "proc_run_delay_s_per_s"
 #: the least excess run delay over the peers' (s/s per rank) that flags a sample: a
@@ -58,11 +59,9 @@ BLOCK_STEPS = 20
 
 def starved_labels(an, host: pd.DataFrame | None, labels: pd.DataFrame) -> pd.DataFrame:
     """``labels`` plus the rank labels of the host peer view (see the module
-    docstring) for one run's :class:`faultlab.labeler.fusion.Analysis` ``an``. The
+    docstring) for one run's :class:`faultlab.labeler.analysis.Analysis` ``an``. The
     ``host`` table of that run (rows of other runs left out by the caller), or None.
     Unchanged when the host table has no run-delay rows for at least two nodes."""
-    from faultlab.labeler.fusion import _typed
-
     delay = _per_rank_delay(an.grid, host)
     if delay is None:
         return labels
@@ -75,7 +74,7 @@ def starved_labels(an, host: pd.DataFrame | None, labels: pd.DataFrame) -> pd.Da
             kept = cur.drop(index=absorbed)
             cur = pd.concat([kept, pd.DataFrame([row])], ignore_index=True) if len(kept) else pd.DataFrame([row])
             changed = True
-    return _typed(cur) if changed else labels
+    return typed_labels(cur) if changed else labels
 
 
 def _per_rank_delay(g, host: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -108,19 +107,19 @@ def _flagged_intervals(delay: pd.DataFrame, cfg) -> list[tuple[str, float, float
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = x / peers
     excess = x - peers
-    dt = float(np.median(np.diff(ts)))
+    dt = median(np.diff(ts))
     out = []
     for j, node in enumerate(delay.columns):
         e = excess[:, j]
         fin = e[np.isfinite(e)]
         if fin.size < 3:
             continue
-        sigma = MAD_TO_SIGMA * float(np.median(np.abs(fin - np.median(fin))))
+        sigma = mad_sigma(fin)
         flag = (ratio[:, j] > cfg.peer_threshold) & (e > max(cfg.mad_k * sigma, MIN_EXCESS_S_PER_S))
         for a, b in _runs(flag, ts, (MAX_GAP_SAMPLES + 0.5) * dt):
             if b - a + 1 >= 2 and ts[b] - ts[a] + dt >= cfg.min_duration_s:
-                out.append((str(node), ts[a] - dt, ts[b], float(np.nanmedian(x[a : b + 1, j])),
-                            float(np.nanmedian(peers[a : b + 1, j]))))
+                out.append((str(node), ts[a] - dt, ts[b], median(x[a : b + 1, j]),
+                            median(peers[a : b + 1, j])))
     return out
 
 
@@ -140,8 +139,6 @@ def _label_of(an, labels: pd.DataFrame, node: str, t_lo: float, t_hi: float, own
     index of the ``job`` labels it replaces; None when there is none (not one rank on
     the node, too few steps, the job not slowed against its held baseline, a label of
     the rank already there, or a job label mostly outside)."""
-    from faultlab.labeler.fusion import _confidence, _row
-
     g, cfg = an.grid, an.config
     cols = np.flatnonzero(np.asarray(g.nodes, dtype=object).astype(str) == node)
     if cols.size != 1:
@@ -183,8 +180,8 @@ def _label_of(an, labels: pd.DataFrame, node: str, t_lo: float, t_hi: float, own
         "threshold": cfg.peer_threshold,
         "replaces": [f"job {int(labels.loc[k, 'start_step'])}-{int(labels.loc[k, 'end_step'])}" for k in absorbed],
     }
-    return _row(g, component, "rank", i0, i1, slowdown, "host+temporal",
-                _confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "host+temporal"), ev), absorbed
+    return grid_row(g, component, "rank", i0, i1, slowdown, "host+temporal",
+                    label_confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "host+temporal"), ev), absorbed
 
 
 def _covered(labels: pd.DataFrame, component: str, s0: int, s1: int) -> bool:
@@ -236,13 +233,13 @@ def _held_baseline(an, i0: int, i1: int, labels: pd.DataFrame | None = None) -> 
     ok = np.isfinite(x) & np.isfinite(t) & ~_label_rows(g, labels)
     ok[: cfg.temporal_window_steps] = False  # the warm-up is no baseline
     fin = x[np.isfinite(x)]
-    around = max(AROUND_S, cfg.temporal_window_steps * float(np.median(fin))) if fin.size else AROUND_S
+    around = max(AROUND_S, cfg.temporal_window_steps * median(fin)) if fin.size else AROUND_S
     near = ((t >= t[i0] - around) & (t < t[i0])) | ((t > t[i1]) & (t <= t[i1] + around))
     sel = np.flatnonzero(ok & near)
     if sel.size < cfg.temporal_min_valid_steps:
         return float("nan")
     ts, xs = t[sel], x[sel]
-    step = float(np.median(np.diff(ts))) if ts.size > 1 else 0.0
+    step = median(np.diff(ts)) if ts.size > 1 else 0.0
     blocks = np.floor((ts - ts.min()) / max(BLOCK_S, BLOCK_STEPS * step)).astype(np.int64)
     grp = pd.Series(xs).groupby(blocks)
     n, means = grp.size(), grp.mean()

@@ -62,12 +62,20 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from faultlab.errors import BadInput
+from faultlab.labeler.config import make_config
+from faultlab.labeler.importers.common import ImportResult, SkipCount, seconds_timestamps
+from faultlab.labeler.labelrows import empty_labels, label_confidence, label_row, typed_labels
+from faultlab.labeler.stats import mad_sigma, median
+from faultlab.labeler.verdict import VerdictConfig, judge
 
 FORMAT = "perseus"
 REQUIRED = ("host", "ts", "disk_id", "throughput", "latency")
-MAD_TO_SIGMA = 1.4826
 
 
 @dataclass(frozen=True)
@@ -113,9 +121,6 @@ class PerseusConfig:
             raise BadInput("gap_windows and min_period_s must be >= 0", field="gap_windows")
         if not float(self.min_slowdown) >= 1.0:
             raise BadInput(f"must be >= 1.0 (a ratio), got {self.min_slowdown!r}", field="min_slowdown")
-        from faultlab.labeler.importers import make_config
-        from faultlab.labeler.verdict import VerdictConfig
-
         object.__setattr__(self, "verdict", make_config(VerdictConfig, self.verdict))
 
     def to_dict(self) -> dict:
@@ -177,8 +182,6 @@ def _read_kratos(files: list[tuple[str, str, Path]]):
     kratos-failslow CSV files (pyarrow.csv, one file at a time).
 
     Raises BadInput naming the file for an unreadable CSV or a missing column."""
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
 
     parts = []
     need = ("ts", "disk_id", "throughput", "latency")
@@ -235,11 +238,6 @@ def read_samples(path: str | Path) -> DriveSamples:
     Raises:
         BadInput for a missing file, an unreadable file or a missing column.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from faultlab.labeler.importers import SkipCount, seconds_timestamps
 
     kfiles = kratos_files(path)
     if kfiles:  # the layout as upstream publishes it
@@ -363,7 +361,7 @@ def _fit(tp: np.ndarray, lat: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.n
     n = ends - starts
     lat_s = lat[order]
     med_lat = 0.5 * (lat_s[starts + (n - 1) // 2] + lat_s[starts + n // 2])
-    med_tp = np.array([np.median(tp[order[a:e]]) for a, e in zip(starts, ends)])
+    med_tp = np.array([median(tp[order[a:e]]) for a, e in zip(starts, ends)])
     o = np.argsort(med_tp, kind="mergesort")
     return med_tp[o], med_lat[o]
 
@@ -380,12 +378,12 @@ def relative_to_load(load: np.ndarray, value: np.ndarray, n_bins: int, min_inlie
     with the ``long`` importer's ``load`` column."""
     ctp, clat = _fit(load, value, n_bins)
     rr = value / np.interp(load, ctp, clat)
-    sig = MAD_TO_SIGMA * np.median(np.abs(rr - np.median(rr)))
+    sig = mad_sigma(rr)
     inl = np.abs(rr - 1.0) <= 3.0 * sig if sig > 0 else np.ones(len(rr), dtype=bool)
     if inl.sum() >= min_inliers:
         ctp, clat = _fit(load[inl], value[inl], n_bins)
         rr = value / np.interp(load, ctp, clat)
-        sig = MAD_TO_SIGMA * np.median(np.abs(rr - np.median(rr)))
+        sig = mad_sigma(rr)
     return rr, float(sig)
 
 
@@ -417,7 +415,7 @@ def score_samples(s: DriveSamples, cfg: PerseusConfig) -> tuple[np.ndarray, np.n
         u[idx] = 1.0 + cfg.upper_z * sig
         sigmas.append(sig)
     return r, u, {"n_fits": len(sigmas), "n_unfit_samples": int(np.isnan(r).sum()),
-                  "sigma_median": float(np.median(sigmas)) if sigmas else float("nan")}
+                  "sigma_median": median(sigmas) if sigmas else float("nan")}
 
 
 @dataclass
@@ -497,7 +495,7 @@ def periods(w: Windows, cfg: PerseusConfig) -> pd.DataFrame:
     for i0, i1 in zip(a.tolist(), b.tolist()):
         seg = w.r_sorted[w.lo[i0]:w.hi[i1]]
         rows.append((int(w.drive[i0]), int(w.widx[i0]), int(w.widx[i1]), i1 - i0 + 1, int(slow_cum[i1 + 1] - slow_cum[i0]),
-                     float(np.median(seg)) if seg.size else float("nan")))
+                     median(seg) if seg.size else float("nan")))
     p = pd.DataFrame(rows, columns=cols[:-2])
     p["duration_s"] = (p["w1"] - p["w0"] + 1) * cfg.window_s
     p["kept"] = (p["duration_s"] >= cfg.min_period_s) & (p["slowdown"] >= cfg.min_slowdown)
@@ -568,8 +566,6 @@ def rank_drives(s: DriveSamples, w: Windows, p: pd.DataFrame, cfg: PerseusConfig
         "slowdown": sd,
         "median_r": med_r,
     })
-    from faultlab.labeler.verdict import judge
-
     cl = [s.host_names[h].split("/", 1)[0] if "/" in s.host_names[h] else "" for h in s.drive_host.tolist()]
     df["cluster"] = cl
     df["level"] = np.where(observed > 0, med_r, np.nan)
@@ -598,10 +594,8 @@ def analyze(s: DriveSamples, config: PerseusConfig | None = None) -> tuple[pd.Da
 
 def labels_from(drives: pd.DataFrame, p: pd.DataFrame, cfg: PerseusConfig, run_id: str = "") -> pd.DataFrame:
     """Labels (faultlab.schema.LABELS columns): the kept periods of fail-slow drives."""
-    from faultlab.labeler.fusion import _confidence, _empty_labels, _typed, label_row
-
     if not len(p):
-        return _empty_labels()
+        return empty_labels()
     fs = drives[drives["failslow"]].set_index("drive")
     kept = p[p["kept"] & p["name"].isin(fs.index)]
     min_len = max(1, int(round(cfg.min_period_s / cfg.window_s)))
@@ -628,11 +622,11 @@ def labels_from(drives: pd.DataFrame, p: pd.DataFrame, cfg: PerseusConfig, run_i
             "threshold": cfg.min_slowdown,
         }
         rows.append(label_row(run_id, f"drive:{row.name}", "drive", row.start_ts, row.end_ts, pd.NA, pd.NA, row.slowdown, "peer",
-                              _confidence(float(row.slowdown), cfg.min_slowdown, int(row.n_windows), min_len, "peer"), ev))
+                              label_confidence(float(row.slowdown), cfg.min_slowdown, int(row.n_windows), min_len, "peer"), ev))
     if not rows:
-        return _empty_labels()
+        return empty_labels()
     df = pd.DataFrame(rows).sort_values(["start_ts", "component"], kind="mergesort").reset_index(drop=True)
-    return _typed(df)
+    return typed_labels(df)
 
 
 def import_perseus(path: str | Path, config: PerseusConfig | dict | None = None):
@@ -651,8 +645,6 @@ def import_perseus(path: str | Path, config: PerseusConfig | dict | None = None)
     Raises:
         BadInput for a missing file or column or a bad config field.
     """
-    from faultlab.labeler.importers import ImportResult, make_config
-
     cfg = make_config(PerseusConfig, config)
     s = read_samples(path)
     drives, p, stats = analyze(s, cfg)

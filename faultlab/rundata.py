@@ -1,5 +1,7 @@
-"""The runs a detector is scored on: one :class:`RunData` per run, read one at a time
-(scoring streams run by run, so memory stays flat as a dataset grows).
+"""A run's tables as scoring, datasets and the report read them: one :class:`RunData`
+per run, read one at a time (scoring streams run by run, so memory stays flat as a
+dataset grows). Its steps are checked as ``faultlab label`` checks them
+(:func:`faultlab.steps.check_step_values`), without importing the labeler.
 
 Sources: run directories (faultlab.rundir: ``steps.parquet``, ``host.parquet``,
 ``injections.parquet``, ``labels.parquet``) and dataset folders
@@ -13,11 +15,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import pandas as pd
 
 from faultlab import schema
 from faultlab.errors import BadInput
-from faultlab.labeler.temporal import check_step_values
+from faultlab.rundir import RunDir
+from faultlab.steps import check_step_values
+
+
+#: the ``source`` of a label for a fault that slowed nothing
+UNMANIFESTED = "injected-unmanifested"
+
+
+def effect_labels(labels: pd.DataFrame | None) -> pd.DataFrame:
+    """Labels that describe a real slowdown: drops ``injected-unmanifested`` rows and
+    rows without a finite start_ts/end_ts."""
+    if labels is None or len(labels) == 0:
+        return pd.DataFrame(columns=["component", "start_ts", "end_ts"])
+    keep = np.isfinite(labels["start_ts"].to_numpy(np.float64)) & np.isfinite(labels["end_ts"].to_numpy(np.float64))
+    if "source" in labels.columns:
+        keep &= text_values(labels["source"]) != UNMANIFESTED
+    return labels.reset_index(drop=True) if keep.all() else labels[keep].reset_index(drop=True)
+
+
+def unmanifested_labels(labels: pd.DataFrame | None) -> pd.DataFrame:
+    """The ``injected-unmanifested`` rows (faults that slowed nothing)."""
+    if labels is None or len(labels) == 0 or "source" not in labels.columns:
+        return pd.DataFrame(columns=["component", "start_ts", "end_ts"])
+    return labels[text_values(labels["source"]) == UNMANIFESTED].reset_index(drop=True)
+
+
+def text_values(col: pd.Series) -> np.ndarray:
+    """A column as an object array of text (``astype(str)``; a pandas string column
+    as it is, without a copy): the one conversion scoring makes of a text column."""
+    return col.to_numpy(object) if isinstance(col.dtype, pd.StringDtype) else col.astype(str).to_numpy(object)
 
 
 @dataclass
@@ -30,12 +62,6 @@ class RunData:
     labels: pd.DataFrame
     injections: pd.DataFrame
     meta: dict = field(default_factory=dict)
-
-    def components(self) -> list[str]:
-        """``rank:N`` of every rank, ``job``, and any component a label names."""
-        from faultlab.scoring.metrics import run_components
-
-        return run_components(self.steps, self.labels)
 
     def span(self) -> tuple[float, float] | None:
         """(first ``t_start``, last ``t_start + step_s``) in unix s, None without steps."""
@@ -51,8 +77,6 @@ def read_run_dir(path: str | Path) -> RunData:
     Raises BadInput naming the folder when it is no run directory or has no
     ``labels.parquet`` (fix: ``faultlab label DIR``), or naming the file that cannot
     be read."""
-    from faultlab.rundir import RunDir
-
     p = Path(path)
     if not p.is_dir() or not ((p / "steps.parquet").exists() or (p / "telemetry").is_dir()):
         raise BadInput(f"{p} is not a run directory (no steps.parquet, no telemetry/)", field="--run",
@@ -73,4 +97,5 @@ def iter_run_dirs(paths) -> Iterator[RunData]:
 
 
 def empty_run(run_id: str) -> RunData:
+    """A run with no rows in any table."""
     return RunData(run_id, schema.empty("steps"), schema.empty("host"), schema.empty("labels"), schema.empty("injections"))

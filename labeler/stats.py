@@ -1,0 +1,275 @@
+"""Robust statistics of the labeler, one of each, used by every view and importer:
+the NaN-ignoring median (:func:`nanmedian`, and :func:`median` of any values as one
+number), the leave-one-out median of peers (:func:`loo_median`), the MAD-to-sigma
+scale, and the robust trailing baseline (:func:`trailing_baseline`: the median of the
+preceding window with flagged values left out, a MAD noise floor).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from faultlab.errors import BadInput
+
+
+#: scale factor from MAD to the standard deviation of a normal distribution
+MAD_TO_SIGMA = 1.4826
+
+
+def nanmedian(a: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Median along ``axis`` ignoring NaN, vectorized (one sort, no Python loop).
+
+    ``a`` may be float32 or float64 (other dtypes are converted to float64); it is
+    sorted in its own dtype, along a contiguous copy of ``axis``. The median of an
+    even count is ``0.5 * (lo + hi)`` of the two middle values, computed in float64.
+
+    Returns ``(median, count)``: the float64 median (NaN where a slice has no finite
+    value) and the int64 number of non-NaN values per slice, both with ``axis``
+    removed.
+    """
+    a = np.asarray(a)
+    if a.dtype != np.float32 and a.dtype != np.float64:
+        a = a.astype(np.float64)
+    s = np.array(np.moveaxis(a, axis, -1), order="C")  # own copy, sorted axis contiguous
+    L = s.shape[-1]
+    if L == 0:
+        return np.full(s.shape[:-1], np.nan), np.zeros(s.shape[:-1], dtype=np.int64)
+    s.sort(axis=-1)  # NaN sorts last
+    if not np.isnan(s[..., -1]).any():  # no NaN at all: fixed middle positions
+        n = np.full(s.shape[:-1], L, dtype=np.int64)
+        return 0.5 * (s[..., (L - 1) // 2].astype(np.float64) + s[..., L // 2]), n
+    n = L - np.count_nonzero(np.isnan(s), axis=-1).astype(np.int64)
+    lo = np.clip((n - 1) // 2, 0, None)
+    hi = np.clip(n // 2, 0, None)
+    lo_v = np.take_along_axis(s, lo[..., None], axis=-1)[..., 0].astype(np.float64)
+    hi_v = np.take_along_axis(s, hi[..., None], axis=-1)[..., 0]
+    med = np.where(n > 0, 0.5 * (lo_v + hi_v), np.nan)
+    return med, n
+
+
+def loo_median(x: np.ndarray) -> np.ndarray:
+    """Leave-one-out median of each row's members: ``out[i, j]`` = the median of row
+    ``i`` of ``x`` without ``x[i, j]`` (NaN ignored), i.e. each member's peers without
+    itself. A member that is NaN gets the median of the others (all of the row); a
+    member with no other value in its row gets NaN (no peer left: the caller falls
+    back to its own history).
+
+    Why: with two ranks in a peer group the median is their mean, and a 2x straggler
+    reads ``2 / 1.5 = 1.33x``; against the other rank alone it reads 2x.
+
+    Method: one sort per row (NaN last); with ``k`` other values the median of the
+    rest uses sorted positions ``lo = (k-1)//2`` and ``hi = k//2`` of the rest, which
+    are ``s[lo]``/``s[hi]`` when the member sorts above them and ``s[lo+1]``/``s[hi+1]``
+    when below; ties give the same multiset whichever copy is removed.
+
+    Args:
+        x: ``(S, n)`` float32 or float64 (other dtypes are converted to float64).
+
+    Returns:
+        ``(S, n)`` in the dtype of ``x`` (float64 for other dtypes).
+    """
+    x = np.asarray(x)
+    if x.dtype != np.float32 and x.dtype != np.float64:
+        x = x.astype(np.float64)
+    S, L = x.shape
+    if L == 0:
+        return x.copy()
+    s = np.sort(x, axis=1)  # NaN last
+    nan_x = np.isnan(x)
+    any_nan = bool(nan_x.any())
+    if not any_nan:  # every row full: fixed positions (a slice, no gather)
+        k = np.full(S, L - 1)
+        lo, hi = max((L - 2) // 2, 0), (L - 1) // 2
+        s_lo, s_hi = s[:, lo : lo + 1], s[:, hi : hi + 1]
+        s_lo1, s_hi1 = s[:, min(lo + 1, L - 1) : min(lo + 1, L - 1) + 1], s[:, min(hi + 1, L - 1) : min(hi + 1, L - 1) + 1]
+    else:
+        k = L - np.count_nonzero(nan_x, axis=1) - 1  # (S,) others, for a member that has a value
+        lo_i = np.clip((k - 1) // 2, 0, L - 1)[:, None]
+        hi_i = np.clip(k // 2, 0, L - 1)[:, None]
+
+        def at(i):
+            return np.take_along_axis(s, np.minimum(i, L - 1), axis=1)
+
+        s_lo, s_hi, s_lo1, s_hi1 = at(lo_i), at(hi_i), at(lo_i + 1), at(hi_i + 1)
+    half = x.dtype.type(0.5)
+    with np.errstate(invalid="ignore"):
+        out = np.where(x > s_hi, half * (s_lo + s_hi),
+                       np.where(x <= s_lo, half * (s_lo1 + s_hi1), half * (s_lo + s_hi1)))
+    if any_nan:  # a member without a value: the plain median of the row
+        med, _ = nanmedian(x, axis=1)
+        out = np.where(nan_x, med.astype(x.dtype)[:, None], out)
+    if L < 2 or any_nan:
+        out[(k < 1)[:, None] & ~nan_x] = np.nan  # no peer left
+    return out.astype(x.dtype, copy=False)
+
+
+def median(a) -> float:
+    """The median of ``a`` (any shape, any numbers) as one float64, NaN ignored (NaN
+    when no value is left): :func:`nanmedian` of the flattened values."""
+    a = np.asarray(a, dtype=np.float64).ravel()
+    m, n = nanmedian(a, axis=0)
+    return float(m) if n else float("nan")
+
+
+def mean(a) -> float:
+    """The mean of ``a`` (any shape) as one float64, NaN ignored (NaN when none left)."""
+    a = np.asarray(a, dtype=np.float64).ravel()
+    a = a[~np.isnan(a)]
+    return float(a.mean()) if a.size else float("nan")
+
+
+def mad_sigma(a) -> float:
+    """The robust sigma of ``a`` (any shape, NaN ignored): 1.4826 x the median absolute
+    deviation from its :func:`median` (NaN when no value is left)."""
+    a = np.asarray(a, dtype=np.float64).ravel()
+    return MAD_TO_SIGMA * median(np.abs(a - median(a)))
+
+
+def median_ratio(values, base) -> float:
+    """Median of ``values`` / median of ``base`` (NaN when either is missing or 0)."""
+    v, b = median(values), median(base)
+    if not (np.isfinite(v) and np.isfinite(b)) or b <= 0:
+        return float("nan")
+    return v / b
+
+
+def time_ratio(values, base) -> float:
+    """Time ratio: sum of ``values`` / sum of ``base`` over the entries where both are
+    known (NaN when none). The slowdown of time, which a median would understate for
+    intermittent stalls."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    b = np.asarray(base, dtype=np.float64).ravel()
+    ok = np.isfinite(v) & np.isfinite(b)
+    tb = float(b[ok].sum())
+    return float(v[ok].sum()) / tb if ok.any() and tb > 0 else float("nan")
+
+
+def _window_stats(win: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | int]:
+    """Median, MAD (both in the dtype of ``win``) and non-NaN count of each row of
+    ``win`` ``(C, w)``, ignoring NaN; a row without values gives NaN. The median of an
+    even count is the mean of the two middle values (computed in float64); the MAD is
+    taken about the median as stored. The count is an int when no row holds a NaN."""
+    dt = win.dtype
+    w = win.shape[1]
+    srt = np.sort(win, axis=1)  # NaN last
+    lo, hi = (w - 1) // 2, w // 2
+    med = (0.5 * (srt[:, lo].astype(np.float64) + srt[:, hi])).astype(dt)
+    dev = np.abs(win - med[:, None])
+    dev.sort(axis=1)
+    mad = (0.5 * (dev[:, lo].astype(np.float64) + dev[:, hi])).astype(dt)
+    rows = np.flatnonzero(np.isnan(srt[:, -1]))
+    if rows.size == 0:
+        return med, mad, w
+    # rows holding a NaN (no record, or a flagged step left out): redo with their count
+    srt = srt[rows]
+    n_r = w - np.count_nonzero(np.isnan(srt), axis=1)
+    lo_r = np.clip((n_r - 1) // 2, 0, None)[:, None]
+    hi_r = np.clip(n_r // 2, 0, None)[:, None]
+
+    def mid(a):
+        return 0.5 * (np.take_along_axis(a, lo_r, axis=1)[:, 0].astype(np.float64) + np.take_along_axis(a, hi_r, axis=1)[:, 0])
+
+    med_r = mid(srt).astype(dt)
+    med_r[n_r == 0] = np.nan
+    dev = np.abs(win[rows] - med_r[:, None])
+    dev.sort(axis=1)
+    mad_r = mid(dev).astype(dt)
+    mad_r[n_r == 0] = np.nan
+    med[rows] = med_r
+    mad[rows] = mad_r
+    n = np.full(win.shape[0], w, dtype=np.int64)
+    n[rows] = n_r
+    return med, mad, n
+
+
+def trailing_baseline_t(
+    Xt: np.ndarray, *, window: int, min_valid: int, threshold: float, mad_k: float, block: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`trailing_baseline` on the transposed layout: ``Xt`` ``(C, S)`` (a series
+    per row, time along the contiguous axis), float32 or float64. Returns ``(C, S)``
+    baseline, sigma (dtype of ``Xt``) and flags (bool).
+
+    The feedback (flagged steps leave the baseline) makes block ``k`` depend on the
+    flags of the blocks before it, so blocks run in order, each vectorized over all C
+    series: per block, one sort of the ``(C, window)`` trailing window for the median
+    and one for the MAD (a few hundred KB, in cache).
+    """
+    C, S = Xt.shape
+    dt = Xt.dtype
+    nb = -(-S // block)
+    bb = np.full((nb, C), np.nan, dtype=dt)
+    ss = np.full((nb, C), np.nan, dtype=dt)
+    flags = np.zeros((C, S), dtype=bool)
+    if S == 0 or C == 0:
+        return np.full((C, S), np.nan, dtype=dt), np.full((C, S), np.nan, dtype=dt), flags
+    feed = Xt.copy()  # the values allowed to feed the baseline (flagged ones -> NaN)
+    # warm-up baseline: median of the first `window` rows
+    cur_b, cur_s, _ = _window_stats(Xt[:, :window])
+    cur_s = (cur_s * MAD_TO_SIGMA).astype(dt)
+    thr_b = cur_b * dt.type(threshold)
+    floor = dt.type(mad_k) * np.nan_to_num(cur_s)
+    for k in range(nb):
+        s0 = k * block
+        if s0 >= min_valid:
+            med, mad, n = _window_stats(feed[:, max(0, s0 - window) : s0])
+            mad = (mad * MAD_TO_SIGMA).astype(dt)
+            if isinstance(n, int):
+                if n >= min_valid:
+                    cur_b, cur_s = med, mad
+            else:
+                ok = n >= min_valid
+                cur_b = np.where(ok, med, cur_b)
+                cur_s = np.where(ok, mad, cur_s)
+            thr_b = cur_b * dt.type(threshold)
+            floor = dt.type(mad_k) * np.nan_to_num(cur_s)
+        blk = Xt[:, s0 : s0 + block]
+        # a NaN value or baseline compares False: never flagged
+        f = (blk > thr_b[:, None]) & ((blk - cur_b[:, None]) > floor[:, None])
+        bb[k] = cur_b
+        ss[k] = cur_s
+        if f.any():
+            flags[:, s0 : s0 + block] = f
+            feed[:, s0 : s0 + block][f] = np.nan
+    del feed
+    base = np.repeat(bb.T, block, axis=1)[:, :S]
+    sig = np.repeat(ss.T, block, axis=1)[:, :S]
+    return base, sig, flags
+
+
+def trailing_baseline(
+    X: np.ndarray,
+    *,
+    window: int,
+    min_valid: int,
+    threshold: float,
+    mad_k: float,
+    block: int = 1,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flag values above a robust trailing baseline, column by column (vectorized over columns).
+
+    Args:
+        X: ``(S, C)`` float array, rows in time order; NaN = no value. float32 is
+            computed in float32, anything else in float64.
+        window: number of preceding rows the baseline is the median of (steps).
+        min_valid: fewest unflagged values in the window to refresh the baseline;
+            with fewer the previous baseline is kept (also the warm-up length).
+        threshold: ratio ``value / baseline`` above which a row may be flagged.
+        mad_k: the value must also exceed the baseline by ``mad_k * 1.4826 * MAD``.
+        block: the baseline is refreshed every ``block`` rows (1 = every row).
+
+    Returns:
+        ``(baseline, sigma, flags)``: baseline and robust sigma ``(S, C)`` in the
+        unit (and float dtype) of ``X``, and the boolean ``(S, C)`` flags (possibly
+        transposed views of ``(C, S)`` arrays). Deterministic.
+
+    Raises:
+        BadInput when a parameter is out of range.
+    """
+    if window < 1 or min_valid < 1 or block < 1:
+        raise BadInput("window, min_valid and block must be >= 1", field="temporal")
+    X = np.asarray(X)
+    dt = np.float32 if X.dtype == np.float32 else np.float64
+    Xt = np.ascontiguousarray(X.T, dtype=dt)
+    base, sig, flags = trailing_baseline_t(Xt, window=window, min_valid=min_valid, threshold=threshold,
+                                            mad_k=mad_k, block=block)
+    return base.T, sig.T, flags.T
