@@ -76,6 +76,16 @@ def check_name(name: str) -> str:
     return name
 
 
+def parse_json(data: bytes | str, what: str):
+    """``json.loads(data)``, where a value nested too deeply for the parser
+    (RecursionError) or too large to hold (MemoryError) is a ValueError naming ``what``
+    (a file, a line), as bad JSON is: input someone else wrote never ends in a traceback."""
+    try:
+        return json.loads(data)
+    except (RecursionError, MemoryError) as e:
+        raise ValueError(f"{what}: JSON nested too deeply or too large to read ({type(e).__name__})") from None
+
+
 def _owner_ok(st: os.stat_result, uids: frozenset[int]) -> bool:
     return st.st_uid in uids
 
@@ -219,8 +229,8 @@ class TrustedDir(_DirFd):
 
     def read_json(self, name: str, max_bytes: int = MAX_READ_BYTES):
         """The parsed JSON of ``name`` (any JSON value: validate it before use). Raises
-        FileNotFoundError, UntrustedPath, or ValueError for bad JSON."""
-        return json.loads(self.read_bytes(name, max_bytes))
+        FileNotFoundError, UntrustedPath, or ValueError for bad or too deeply nested JSON."""
+        return parse_json(self.read_bytes(name, max_bytes), self._p(name))
 
     # -- writing ---------------------------------------------------------------------
     def stage(self, name: str, data: bytes | str, mode: int = 0o644, *, durable: bool = True) -> str:

@@ -525,10 +525,10 @@ def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto
         raise BadInput(f"cannot read {p}: {e.strerror}", field="SCENARIO", fix="give the path of a YAML file") from None
     except UnicodeDecodeError as e:
         raise BadInput(f"{p} is not UTF-8 text (byte {e.start})", field="SCENARIO", fix="give a YAML file saved as UTF-8") from None
-    from faultlab.yamlsafe import DuplicateKey, load as load_yaml
+    from faultlab.yamlsafe import DuplicateKey, compose as compose_yaml, load as load_yaml
 
     try:
-        root = yaml.compose(text)
+        root = compose_yaml(text)
         data = load_yaml(text)
     except DuplicateKey as e:
         raise BadInput(f"{p}:{e.line}: duplicated key {e.key!r} (also at line {e.first_line})",
