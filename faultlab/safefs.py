@@ -371,16 +371,20 @@ class ForeignDir(_DirFd):
     opened relative to the folder's descriptor with ``O_NOFOLLOW``, never a link, and
     never more than the caller's bounds. A context manager."""
 
-    def regular_files(self) -> list[str]:
+    def regular_files(self, limit: int | None = None) -> list[str]:
         """Names of the regular files in the folder (``lstat``: links, folders, FIFOs
-        and devices are left out), sorted."""
+        and devices are left out), sorted; at most ``limit`` of them (the first the
+        folder lists: a folder of countless names costs no more than that)."""
         out = []
-        for e in os.scandir(self.fd):
-            try:
-                if e.is_file(follow_symlinks=False):
-                    out.append(e.name)
-            except OSError:
-                continue
+        with os.scandir(self.fd) as it:
+            for e in it:
+                if limit is not None and len(out) >= limit:
+                    break
+                try:
+                    if e.is_file(follow_symlinks=False):
+                        out.append(e.name)
+                except OSError:
+                    continue
         return sorted(out)
 
     def read_from(self, name: str, offset: int, max_bytes: int, max_size: int) -> bytes:

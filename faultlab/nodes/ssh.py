@@ -271,9 +271,11 @@ class SshNode(Node):
         return f"{WORK_DIR}/{run_id}"
 
     def telemetry_files(self, run_id: str) -> list[str]:
-        cp = self.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; for f in *; do [ -f "$f" ] && [ ! -L "$f" ] && printf "%s\\n" "$f"; done; exit 0',
-                       "sh", f"{WORK_DIR}/{run_id}"], timeout=30)
-        return [x for x in cp.stdout.splitlines() if x and x != "*"]
+        """Regular files of the run's telemetry folder on the node (no link), at most
+        collect.MAX_FILES + 1 of them."""
+        cp = self.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; for f in *; do [ -f "$f" ] && [ ! -L "$f" ] && printf "%s\\n" "$f"; done | head -n "$2"; exit 0',
+                       "sh", f"{WORK_DIR}/{run_id}", str(collect.MAX_FILES + 1)], timeout=30, limit=(collect.MAX_FILES + 1) * 256)
+        return [x for x in cp.stdout.splitlines()[:collect.MAX_FILES + 1] if x and x != "*"]
 
     def remove_telemetry(self, run_id: str) -> None:
         self.run(["rm", "-rf", "--", f"{WORK_DIR}/{run_id}"], timeout=60, check=True)
