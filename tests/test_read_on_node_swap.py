@@ -107,3 +107,33 @@ def test_node_run_limit_kills_and_cuts_a_flood(node):
     assert cp.returncode == -9 and len(cp.stderr) == (1 << 16) + 1
     cp = node.run(["sh", "-c", "printf 12345; echo oops >&2; exit 3"], timeout=20, limit=5)
     assert (cp.returncode, cp.stdout, cp.stderr) == (3, "12345", "oops\n")
+
+
+def test_an_ssh_nodes_run_is_bounded_and_read_on_node_works_there(dockerd, no_residue):
+    """On a real ssh node: a flood on stdout or stderr is cut just past ``limit`` (the
+    channel closed, returncode -9); read_on_node reads a trusted file there and
+    refuses a link."""
+    from faultlab.nodes.backends import SshTestbed
+    from faultlab.nodes.dockerd import client
+    from tests.conftest import docker_residue
+
+    before = docker_residue(dockerd)
+    tb = SshTestbed(1).up()
+    try:
+        node = tb.nodes[0]
+        cp = node.run(["sh", "-c", "cat /dev/zero"], timeout=60, limit=1 << 20)
+        assert cp.returncode == -9 and len(cp.stdout) == (1 << 20) + 1
+        cp = node.run(["sh", "-c", "cat /dev/zero >&2"], timeout=60, limit=1 << 16)
+        assert cp.returncode == -9 and len(cp.stderr) <= (1 << 16) + 1
+        cp = node.run(["sh", "-c", "printf 12345; exit 3"], timeout=60, limit=5)
+        assert (cp.returncode, cp.stdout) == (3, "12345")
+        rc, out = client().containers.get(tb.inner.nodes[0].container).exec_run(
+            ["sh", "-c", "mkdir -m 0700 /root/rt && printf '{\"a\": 1}' > /root/rt/ok.json && ln -s /etc/shadow /root/rt/l.json"])
+        assert rc == 0, out
+        assert safefs.read_on_node(node, "/root/rt/ok.json") == '{"a": 1}'
+        with pytest.raises(safefs.UntrustedPath, match="l.json: is a symlink"):
+            safefs.read_on_node(node, "/root/rt/l.json")
+    finally:
+        tb.nodes[0].close()
+        assert tb.down() == []
+        assert docker_residue(dockerd) - before == set()
