@@ -128,8 +128,8 @@ class RunDir:
             return {}
         fix = "restore it, or remove it and the folder name becomes the run_id"
         try:
-            m = json.loads(p.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            m = safefs.parse_json(p.read_text(), str(p))
+        except (OSError, ValueError) as e:  # ValueError: bad UTF-8, bad or too deeply nested JSON
             raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field="meta.json", fix=fix) from None
         if not isinstance(m, dict):
             raise BadInput(f"{p} holds a JSON {type(m).__name__}, not an object", field="meta.json", fix=fix)
@@ -182,8 +182,8 @@ class RunDir:
         out = []
         for line in p.read_text().splitlines():
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
+                out.append(safefs.parse_json(line, f"{p} line {len(out) + 1}"))
+            except ValueError:
                 break  # a torn last line of a killed run
         return out
 
@@ -268,6 +268,9 @@ class RunDir:
                     rec = json.loads(line)
                 except json.JSONDecodeError:
                     break
+                except (RecursionError, MemoryError):
+                    raise BadInput(f"{p.name} line {i} is JSON nested too deeply or too large to read", field=field,
+                                   fix="one JSON object a line, with the faultlab.schema.STEPS columns") from None
                 if not isinstance(rec, dict):
                     raise BadInput(f"{p.name} line {i} is a JSON {type(rec).__name__}, not a step record", field=field,
                                    fix="one JSON object a line, with the faultlab.schema.STEPS columns")

@@ -76,6 +76,16 @@ def check_name(name: str) -> str:
     return name
 
 
+def parse_json(data: bytes | str, what: str):
+    """``json.loads(data)``, where a value nested too deeply for the parser
+    (RecursionError) or too large to hold (MemoryError) is a ValueError naming ``what``
+    (a file, a line), as bad JSON is: input someone else wrote never ends in a traceback."""
+    try:
+        return json.loads(data)
+    except (RecursionError, MemoryError) as e:
+        raise ValueError(f"{what}: JSON nested too deeply or too large to read ({type(e).__name__})") from None
+
+
 def _owner_ok(st: os.stat_result, uids: frozenset[int]) -> bool:
     return st.st_uid in uids
 
@@ -219,8 +229,8 @@ class TrustedDir(_DirFd):
 
     def read_json(self, name: str, max_bytes: int = MAX_READ_BYTES):
         """The parsed JSON of ``name`` (any JSON value: validate it before use). Raises
-        FileNotFoundError, UntrustedPath, or ValueError for bad JSON."""
-        return json.loads(self.read_bytes(name, max_bytes))
+        FileNotFoundError, UntrustedPath, or ValueError for bad or too deeply nested JSON."""
+        return parse_json(self.read_bytes(name, max_bytes), self._p(name))
 
     # -- writing ---------------------------------------------------------------------
     def stage(self, name: str, data: bytes | str, mode: int = 0o644, *, durable: bool = True) -> str:
@@ -361,16 +371,20 @@ class ForeignDir(_DirFd):
     opened relative to the folder's descriptor with ``O_NOFOLLOW``, never a link, and
     never more than the caller's bounds. A context manager."""
 
-    def regular_files(self) -> list[str]:
+    def regular_files(self, limit: int | None = None) -> list[str]:
         """Names of the regular files in the folder (``lstat``: links, folders, FIFOs
-        and devices are left out), sorted."""
+        and devices are left out), sorted; at most ``limit`` of them (the first the
+        folder lists: a folder of countless names costs no more than that)."""
         out = []
-        for e in os.scandir(self.fd):
-            try:
-                if e.is_file(follow_symlinks=False):
-                    out.append(e.name)
-            except OSError:
-                continue
+        with os.scandir(self.fd) as it:
+            for e in it:
+                if limit is not None and len(out) >= limit:
+                    break
+                try:
+                    if e.is_file(follow_symlinks=False):
+                        out.append(e.name)
+                except OSError:
+                    continue
         return sorted(out)
 
     def read_from(self, name: str, offset: int, max_bytes: int, max_size: int) -> bytes:
@@ -553,63 +567,98 @@ def private_runtime_base() -> str:
     return os.path.join(os.path.expanduser("~"), ".cache")
 
 
-# -- the same checks on another node (ssh, docker), where no descriptor can be held ------
+# -- the same checks on another node (ssh, docker), through descriptors held there ------
 #
-# $1 the file, $2... trusted uids besides 0 and the node's own effective uid. Walks the
-# path from / one component at a time: none may be a symlink, each must be owned by a
-# trusted uid and not group/other-writable (a root-owned sticky folder such as /tmp is
-# allowed except as the file's own folder, which must be 0700-or-stricter when $PRIV
-# is 1); the file must be a regular file, not group/other-writable, at most 1 MiB. Then
-# prints it. Exit 4: a component is missing; 3: untrusted (the reason on stderr). The
-# check and the read are one command on the node: a swap needs an owner of a folder on
-# the path, which the walk has just refused.
-REMOTE_READ_SH = r"""
-f=$1; shift
-uids=" 0 $(id -u) $* "
-case "$f" in /*) ;; *) echo "$f: not an absolute path" >&2; exit 3;; esac
-bad() { echo "$1" >&2; exit 3; }
-wr() { case "$1" in *[2367]?|*[2367]) return 0;; esac; return 1; }
-parent=${f%/*}; [ -n "$parent" ] || parent=/
-rest=${f#/}; cur=
-while [ -n "$rest" ]; do
-  c=${rest%%/*}
-  case "$rest" in */*) rest=${rest#*/};; *) rest=;; esac
-  [ -n "$c" ] || continue
-  case "$c" in .|..) bad "$f: has a . or .. component";; esac
-  cur="$cur/$c"
-  [ -L "$cur" ] && bad "$cur: is a symlink"
-  [ -e "$cur" ] || exit 4
-  m=$(stat -c '%u %a' -- "$cur") || exit 4
-  u=${m% *}; a=${m#* }
-  case "$uids" in *" $u "*) ;; *) bad "$cur: is owned by uid $u, not a trusted user";; esac
-  if [ "$cur" = "$f" ]; then
-    [ -f "$cur" ] || bad "$cur: is not a regular file"
-    wr "$a" && bad "$cur: is writable by group or others (mode $a)"
-  elif wr "$a"; then
-    sticky=0; case "$a" in [1357]???) sticky=1;; esac
-    { [ "$u" = 0 ] && [ "$sticky" = 1 ] && [ "$cur" != "$parent" ]; } || bad "$cur: is writable by group or others (mode $a)"
-  elif [ "$cur" = "$parent" ] && [ "$PRIV" = 1 ]; then
-    case "$a" in *00) ;; *) bad "$cur: is readable by group or others (mode $a); it must be 0700";; esac
-  fi
-done
-[ "$(stat -c %s -- "$f")" -le 1048576 ] || bad "$f: is larger than 1 MiB"
-exec cat -- "$f"
+# Run there as ``python3 -I -S -c REMOTE_READ_PY FILE LIMIT PRIV UID...`` (standard library
+# only; the node's own python3, which its ranks and host sampler use too). argv: the
+# file, the most bytes read, PRIV (1: the file's folder must be 0700-or-stricter), and
+# trusted uids besides 0 and the node's own effective uid. Opens the path from / one
+# component at a time relative to the parent's descriptor, folders with
+# O_DIRECTORY|O_NOFOLLOW and the file with O_NOFOLLOW|O_NONBLOCK (a FIFO never blocks),
+# and checks each *opened* object with fstat: owned by a trusted uid, not group/other-
+# writable (a root-owned sticky folder such as /tmp is allowed except as the file's own
+# folder); the file regular, with one link, at most LIMIT bytes. Then reads that same
+# descriptor, at most LIMIT bytes, and prints it. A name swapped for a link or another
+# file between the checks and the read is never what is read: the checks are of what
+# was opened. Exit 4: a component is missing; 3: untrusted (the reason on stderr).
+REMOTE_READ_PY = r"""
+import os, stat, sys
+f, limit, priv = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+uids = {0, os.geteuid(), *map(int, sys.argv[4:])}
+def bad(msg):
+    sys.stderr.write(msg + "\n")
+    sys.exit(3)
+if not f.startswith("/"):
+    bad(f"{f}: not an absolute path")
+parts = [c for c in f.split("/") if c]
+if not parts or any(c in (".", "..") for c in parts):
+    bad(f"{f}: has a . or .. component, or no file name")
+fd, cur = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), ""
+for i, c in enumerate(parts):
+    cur += "/" + c
+    last = i == len(parts) - 1
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK | os.O_NOCTTY if last else os.O_DIRECTORY)
+    try:
+        nfd = os.open(c, flags, dir_fd=fd)
+    except OSError as e:
+        try:
+            link = stat.S_ISLNK(os.lstat(c, dir_fd=fd).st_mode)
+        except OSError:
+            link = False
+        if link:
+            bad(f"{cur}: is a symlink")
+        if isinstance(e, (FileNotFoundError, NotADirectoryError)):
+            sys.exit(4)
+        bad(f"{cur}: cannot be opened ({e.strerror})")
+    os.close(fd)
+    fd = nfd
+    st = os.fstat(fd)
+    a = stat.S_IMODE(st.st_mode)
+    if st.st_uid not in uids:
+        bad(f"{cur}: is owned by uid {st.st_uid}, not a trusted user")
+    if last:
+        if not stat.S_ISREG(st.st_mode):
+            bad(f"{cur}: is not a regular file")
+        if a & 0o022:
+            bad(f"{cur}: is writable by group or others (mode {a:o})")
+        if st.st_nlink != 1:
+            bad(f"{cur}: has {st.st_nlink} hard links, not one")
+        if st.st_size > limit:
+            bad(f"{cur}: is larger than {limit} bytes")
+    elif a & 0o022:
+        if not (st.st_uid == 0 and a & 0o1000 and i < len(parts) - 2):
+            bad(f"{cur}: is writable by group or others (mode {a:o})")
+    elif priv and i == len(parts) - 2 and a & 0o077:
+        bad(f"{cur}: is readable by group or others (mode {a:o}); it must be 0700")
+data = b""
+while len(data) <= limit:
+    b = os.read(fd, limit + 1 - len(data))
+    if not b:
+        break
+    data += b
+if len(data) > limit:
+    bad(f"{cur}: is larger than {limit} bytes")
+view = memoryview(data)
+while view:
+    view = view[os.write(1, view):]
 """
 
 
 def read_on_node(node, path: str, *, uids=(), private: bool = True) -> str:
-    """The text of ``path`` on ``node`` (any backend: the checks run there, in one
-    ``sh`` command; see REMOTE_READ_SH) when the whole path is trusted: owned by root,
-    the node's acting user or one of ``uids``, no symlink, no group/other-writable
-    folder (but a root sticky one above the file's own), the file's folder 0700 when
-    ``private``. Raises FileNotFoundError when something on the path is missing,
-    UntrustedPath (one line) when a check fails."""
-    argv = ["env", f"PRIV={1 if private else 0}", "sh", "-c", REMOTE_READ_SH, "sh", str(path), *[str(int(u)) for u in uids]]
-    cp = node.run(argv, timeout=getattr(node, "command_timeout_s", 30))
+    """The text of ``path`` on ``node`` (any backend: the checks run there, on the
+    descriptors that are read; see REMOTE_READ_PY) when the whole path is trusted:
+    owned by root, the node's acting user or one of ``uids``, no symlink, no
+    group/other-writable folder (but a root sticky one above the file's own), the
+    file's folder 0700 when ``private``, the file regular, one link, at most
+    MAX_READ_BYTES. The node's output is bounded too (``Node.run(limit=)``). Raises
+    FileNotFoundError when something on the path is missing, UntrustedPath (one line)
+    when a check fails."""
+    argv = ["python3", "-I", "-S", "-c", REMOTE_READ_PY, str(path), str(MAX_READ_BYTES), "1" if private else "0", *[str(int(u)) for u in uids]]
+    cp = node.run(argv, timeout=getattr(node, "command_timeout_s", 30), limit=MAX_READ_BYTES)
     if cp.returncode == 4:
         raise FileNotFoundError(errno.ENOENT, "no such file", str(path))
     if cp.returncode != 0:
-        why = (cp.stderr or "").strip().splitlines()
-        raise UntrustedPath(str(path), f"on node {getattr(node, 'name', '?')}: {why[-1] if why else f'check failed (exit {cp.returncode})'}",
+        why = (cp.stderr or "").strip().splitlines() or [f"sent more than {MAX_READ_BYTES} bytes, or was killed (exit {cp.returncode})"]
+        raise UntrustedPath(str(path), f"on node {getattr(node, 'name', '?')}: {why[-1]}",
                             "remove it; faultlab reads only files in its own private folders, never through links")
     return cp.stdout

@@ -52,7 +52,7 @@ from faultlab.injectors import FAULT_TYPES
 from faultlab.injectors.registry import option_help, params_by_option
 from faultlab.nodes import LocalNode
 from faultlab.units import parse_duration
-from faultlab.yamlsafe import DuplicateKey, load as load_yaml
+from faultlab.yamlsafe import DuplicateKey, compose as compose_yaml, load as load_yaml
 
 
 def param_options() -> dict[str, str]:
@@ -524,7 +524,7 @@ def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto
     except UnicodeDecodeError as e:
         raise BadInput(f"{p} is not UTF-8 text (byte {e.start})", field="SCENARIO", fix="give a YAML file saved as UTF-8") from None
     try:
-        root = yaml.compose(text)
+        root = compose_yaml(text)
         data = load_yaml(text)
     except DuplicateKey as e:
         raise BadInput(f"{p}:{e.line}: duplicated key {e.key!r} (also at line {e.first_line})",

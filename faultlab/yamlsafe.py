@@ -5,6 +5,8 @@
 run. :func:`load` is ``safe_load`` (same tags, no Python objects) that refuses a
 duplicated key, naming it and both lines. Keys brought in by a merge (``<<: *base``)
 may be overridden, as YAML says; only keys written twice in one mapping are refused.
+Text nested too deeply for the parser (its recursion) is a ``TooDeep`` YAML error,
+reported like any other bad YAML.
 """
 
 from __future__ import annotations
@@ -20,6 +22,14 @@ class DuplicateKey(yaml.constructor.ConstructorError):
     def __init__(self, key, line: int, first_line: int, mark):
         self.key, self.line, self.first_line = key, line, first_line
         super().__init__(None, None, f"duplicated key {key!r} (also at line {first_line})", mark)
+
+
+class TooDeep(yaml.YAMLError):
+    """The text nests deeper than the parser can follow (RecursionError) or is too
+    large to hold (MemoryError)."""
+
+    def __init__(self, err: BaseException):
+        super().__init__(f"nested too deeply or too large to read ({type(err).__name__})")
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -43,6 +53,18 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
 
 def load(text: str):
-    """``yaml.safe_load(text)`` refusing duplicated keys. Raises DuplicateKey (a
-    ``yaml.YAMLError``) or any other ``yaml.YAMLError``."""
-    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    """``yaml.safe_load(text)`` refusing duplicated keys. Raises DuplicateKey or
+    TooDeep (both ``yaml.YAMLError``) or any other ``yaml.YAMLError``."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except (RecursionError, MemoryError) as e:
+        raise TooDeep(e) from None
+
+
+def compose(text: str):
+    """``yaml.compose(text)`` (the node tree, with line marks). Raises TooDeep or any
+    other ``yaml.YAMLError``."""
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except (RecursionError, MemoryError) as e:
+        raise TooDeep(e) from None

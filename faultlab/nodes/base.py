@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,20 +57,20 @@ class Node:
         timeout: float = 30.0,
         input: bytes | None = None,
         check: bool = False,
+        limit: int | None = None,
     ) -> subprocess.CompletedProcess:
         """Run ``argv`` on the node and wait at most ``timeout`` seconds.
 
-        Returns the CompletedProcess (stdout/stderr as text). Raises NodeError when
-        the program is missing, the command times out, or ``check`` and rc != 0.
+        Returns the CompletedProcess (stdout/stderr as text). ``limit``: the most bytes
+        of stdout (and of stderr) taken; a command that writes more is killed, its
+        output cut just past ``limit`` and its returncode -9, so what another party
+        controls never fills memory. Raises NodeError when the program is missing, the
+        command times out, or ``check`` and rc != 0.
         """
         full = self.argv(argv, scope)
         try:
-            cp = subprocess.run(
-                full,
-                input=input,
-                capture_output=True,
-                timeout=timeout,
-            )
+            cp = (subprocess.run(full, input=input, capture_output=True, timeout=timeout) if limit is None
+                  else run_bounded(full, input=input, timeout=timeout, limit=limit))
         except FileNotFoundError:
             raise NodeError(f"{full[0]!r} not found on node {self.name}", field="node", fix=f"install {full[0]} there") from None
         except subprocess.TimeoutExpired:
@@ -160,6 +162,47 @@ class Node:
 
     def describe(self) -> str:
         return f"{self.kind}:{self.name}"
+
+
+def run_bounded(full: list[str], *, input: bytes | None, timeout: float, limit: int) -> subprocess.CompletedProcess:
+    """``subprocess.run(full, capture_output=True)`` taking at most ``limit`` + 1 bytes
+    of stdout and of stderr: past that the process is killed and its returncode is
+    -9 whatever it exits with. Raises FileNotFoundError, subprocess.TimeoutExpired (the
+    process killed)."""
+    with subprocess.Popen(full, stdin=subprocess.PIPE if input else subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+        over = threading.Event()
+        outs: dict[int, bytes] = {}
+
+        def take(stream, key: int) -> None:
+            buf = bytearray()
+            while chunk := stream.read1(65536):
+                buf += chunk
+                if len(buf) > limit:
+                    over.set()
+                    p.kill()
+                    break
+            outs[key] = bytes(buf[:limit + 1])
+
+        readers = [threading.Thread(target=take, args=(p.stdout, 1), daemon=True),
+                   threading.Thread(target=take, args=(p.stderr, 2), daemon=True)]
+        for t in readers:
+            t.start()
+        if input:
+            try:
+                p.stdin.write(input)
+            except BrokenPipeError:
+                pass
+            p.stdin.close()
+        try:
+            rc = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise
+        finally:
+            for t in readers:
+                t.join(5)
+    return subprocess.CompletedProcess(full, -signal.SIGKILL if over.is_set() else rc, outs.get(1, b""), outs.get(2, b""))
 
 
 def lease_dir() -> Path:

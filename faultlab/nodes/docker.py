@@ -40,6 +40,10 @@ from faultlab.telemetry import collect
 
 #: where ranks in a node container write telemetry (a host folder mounted there)
 WORK_DIR = "/var/lib/faultlab/work"
+#: the most bytes of a rank's output (``docker exec`` stdout and stderr) written to its
+#: log on the host: a rank prints some lines a minute and a traceback or two, a few MB a
+#: day; the container's root chooses what it prints, so the rest is read and dropped
+MAX_LOG_BYTES = 64 << 20
 #: environment variables passed into a rank's ``docker exec`` (the host's others stay out)
 _ENV_PREFIXES = ("FAULTLAB_", "PYTHON", "OMP_", "MKL_", "GLOO_", "TORCH_", "NCCL_")
 
@@ -93,10 +97,10 @@ class DockerNode(Node):
 
     def telemetry_files(self, run_id: str) -> list[str]:
         """Regular files in the host side of the node's telemetry folder (links,
-        folders, FIFOs and devices are left out)."""
+        folders, FIFOs and devices are left out), at most collect.MAX_FILES + 1."""
         try:
             with self._run_folder(run_id) as d:
-                return d.regular_files()
+                return d.regular_files(limit=collect.MAX_FILES + 1)
         except FileNotFoundError:
             return []
 
@@ -134,8 +138,10 @@ class ContainerProcess:
     """A process started with ``docker exec`` (SDK), shaped like ``subprocess.Popen``
     for faultlab.benchmarks.launch: ``pid`` (host PID), ``poll``, ``wait``,
     ``send_signal``, ``terminate``, ``kill``, ``returncode``. Output goes to ``stdout``
-    (a file; its descriptor is duplicated, the caller may close it). Signals go to
-    the host PID, which only this exec started."""
+    (a file; its descriptor is duplicated, the caller may close it), at most
+    MAX_LOG_BYTES and then one line saying the rest was dropped (the stream is still
+    read to its end, so the rank never blocks on a full pipe). Signals go to the host
+    PID, which only this exec started."""
 
     def __init__(self, cli, container: str, argv: list[str], env: dict, stdout=None):
         self.args = list(argv)
@@ -161,10 +167,19 @@ class ContainerProcess:
             time.sleep(0.02)
 
     def _copy(self, stream) -> None:
+        left = MAX_LOG_BYTES
         try:
             for chunk in stream:
-                if self._fd is not None and chunk:
-                    os.write(self._fd, chunk)
+                if self._fd is None or not chunk or left < 0:
+                    continue
+                if len(chunk) > left:
+                    chunk = chunk[:left] + f"\n[faultlab: output past {MAX_LOG_BYTES} bytes dropped]\n".encode()
+                    left = -1
+                else:
+                    left -= len(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(self._fd, view):]
         except Exception:
             pass
         finally:

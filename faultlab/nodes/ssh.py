@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import shlex
 import subprocess
 import threading
@@ -157,7 +158,9 @@ class SshNode(Node):
         return shlex.join([*pre, *envs, *argv])
 
     # -- the node interface ----------------------------------------------------------------
-    def run(self, argv, *, scope="host", timeout=None, input=None, check=False) -> subprocess.CompletedProcess:
+    def run(self, argv, *, scope="host", timeout=None, input=None, check=False, limit=None) -> subprocess.CompletedProcess:
+        """Node.run over the connection; ``limit``: past that many bytes of stdout the
+        channel is closed, the output cut and the returncode -9."""
         timeout = self.command_timeout_s if timeout is None else timeout
         cmd = self.line(list(argv))
         chan = self._open(cmd, timeout)
@@ -165,11 +168,14 @@ class SshNode(Node):
             if input:
                 chan.sendall(input)
             chan.shutdown_write()
-            out, err = _drain(chan, time.monotonic() + timeout)
+            out, err = _drain(chan, time.monotonic() + timeout, limit=limit)
         except TimeoutError:
             chan.close()
             raise NodeError(f"{' '.join(list(argv)[:4])} ... timed out after {timeout:g}s on ssh node {self.name}", field="node") from None
-        rc = chan.recv_exit_status()
+        if limit is not None and (len(out) > limit or len(err) > limit):
+            out, err, rc = out[:limit + 1], err[:limit + 1], -signal.SIGKILL
+        else:
+            rc = chan.recv_exit_status()
         chan.close()
         cp = subprocess.CompletedProcess(list(argv), rc, out.decode(errors="replace"), err.decode(errors="replace"))
         if check and rc != 0:
@@ -265,9 +271,11 @@ class SshNode(Node):
         return f"{WORK_DIR}/{run_id}"
 
     def telemetry_files(self, run_id: str) -> list[str]:
-        cp = self.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; for f in *; do [ -f "$f" ] && [ ! -L "$f" ] && printf "%s\\n" "$f"; done; exit 0',
-                       "sh", f"{WORK_DIR}/{run_id}"], timeout=30)
-        return [x for x in cp.stdout.splitlines() if x and x != "*"]
+        """Regular files of the run's telemetry folder on the node (no link), at most
+        collect.MAX_FILES + 1 of them."""
+        cp = self.run(["sh", "-c", 'cd "$1" 2>/dev/null || exit 0; for f in *; do [ -f "$f" ] && [ ! -L "$f" ] && printf "%s\\n" "$f"; done | head -n "$2"; exit 0',
+                       "sh", f"{WORK_DIR}/{run_id}", str(collect.MAX_FILES + 1)], timeout=30, limit=(collect.MAX_FILES + 1) * 256)
+        return [x for x in cp.stdout.splitlines()[:collect.MAX_FILES + 1] if x and x != "*"]
 
     def remove_telemetry(self, run_id: str) -> None:
         self.run(["rm", "-rf", "--", f"{WORK_DIR}/{run_id}"], timeout=60, check=True)

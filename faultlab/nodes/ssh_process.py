@@ -119,8 +119,8 @@ def _copy(src, fd: int) -> None:
 def _drain(chan, deadline: float, limit: int | None = None) -> tuple[bytes, bytes]:
     """stdout and stderr of a channel until its EOF (sshd may send the exit status
     before the last output, so EOF, not the exit status, ends the output).
-    ``limit``: stop reading once stdout holds more than that many bytes (returned at
-    once, without the exit status: the caller refuses the output)."""
+    ``limit``: stop reading once stdout or stderr holds more than that many bytes
+    (returned at once, without the exit status: the caller refuses the output)."""
     out, err = io.BytesIO(), io.BytesIO()
     while True:
         left = deadline - time.monotonic()
@@ -131,8 +131,10 @@ def _drain(chan, deadline: float, limit: int | None = None) -> tuple[bytes, byte
             data = chan.recv(65536)
         except socket.timeout:
             data = None
-        while chan.recv_stderr_ready():
+        while chan.recv_stderr_ready() and (limit is None or err.tell() <= limit):
             err.write(chan.recv_stderr(65536))
+        if limit is not None and err.tell() > limit:
+            return out.getvalue(), err.getvalue()
         if data == b"":
             break
         if data:

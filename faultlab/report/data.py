@@ -8,12 +8,12 @@ same origin every printed time of the demo and the runner uses.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from faultlab import safefs
 from faultlab.errors import BadInput
 from faultlab.rundir import RunDir
 from faultlab.steps import check_step_values
@@ -92,6 +92,6 @@ def _json(p: Path):
     if not p.exists():
         return None
     try:
-        return json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return safefs.parse_json(p.read_text(), str(p))
+    except (OSError, ValueError) as e:  # ValueError: bad UTF-8, bad or too deeply nested JSON
         raise BadInput(f"{p} could not be read as JSON ({type(e).__name__}: {e})", field=p.name, fix="restore or remove it") from None

@@ -14,7 +14,6 @@ Three inputs, told apart by what the path holds:
 from __future__ import annotations
 
 import base64
-import json
 import math
 import time
 from pathlib import Path
@@ -296,8 +295,8 @@ def _dataset_card(p: Path) -> str | None:
 # -- a scores file ---------------------------------------------------------------------
 def _read_json(f: Path):
     try:
-        return json.loads(f.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return safefs.parse_json(f.read_text(), str(f))
+    except (OSError, ValueError) as e:  # ValueError: bad UTF-8, bad or too deeply nested JSON
         raise BadInput(f"{f} could not be read as JSON ({type(e).__name__}: {e})", field="PATH", fix="give a scores JSON file (metrics.json)") from None
 
 

@@ -10,11 +10,11 @@ passes and says so.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from faultlab import safefs
 from faultlab.errors import BadInput
 
 DEFAULT_METRICS = ("event_f1", "window_f1", "window_mcc", "range_f1", "vus_pr", "acc_at_1")
@@ -45,8 +45,8 @@ def load_baseline(path: str | Path) -> dict:
     ``--baseline``) when it cannot be read or has no metrics."""
     p = Path(path)
     try:
-        d = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        d = safefs.parse_json(p.read_text(), str(p))
+    except (OSError, ValueError) as e:  # ValueError: bad UTF-8, bad or too deeply nested JSON
         raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field="--baseline",
                        fix="give a file written by faultlab score --out") from None
     if not isinstance(d, dict) or not isinstance(d.get("metrics"), dict):

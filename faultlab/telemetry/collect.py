@@ -15,6 +15,10 @@ an ssh node's users): nodes hand back regular files only, never through a link
 (``Node.read_telemetry``: a docker node reads its host folder through descriptors,
 faultlab.safefs.ForeignDir), at most CHUNK_BYTES a pass; a file larger than
 MAX_FILE_BYTES is never read: it is a counted skip (``skipped``, one line naming it).
+So is a file whose next MAX_LINE_BYTES hold no newline, the files of a node past its
+first MAX_FILES (one line for them all), and whatever comes once a node has had
+NODE_BUDGET_BYTES copied or the run RUN_BUDGET_BYTES: the disk root writes is bounded,
+whatever a node plants.
 The copies are appended relative to the descriptor of the run's ``telemetry/``
 folder (opened with no link followed), as regular files of mode 0644.
 """
@@ -33,6 +37,20 @@ _NAME = re.compile(r"[A-Za-z0-9._-]+")
 MAX_FILE_BYTES = 1 << 30
 #: the most bytes of one file read in one pass (the rest comes on the next passes)
 CHUNK_BYTES = 64 << 20
+#: the longest line copied (bytes): a step record is well under 1 KiB and a host
+#: sample a few KiB; a file whose next MAX_LINE_BYTES hold no newline is skipped, so a
+#: file of one endless line is read once, not every pass
+MAX_LINE_BYTES = 1 << 20
+#: the most telemetry files copied from one node: one per rank and the host sampler's;
+#: a node with more (names that cost its writer nothing) gets the first ones copied
+MAX_FILES = 256
+#: the most bytes copied from one node in a run: a few ranks' day-long step records
+#: (each under MAX_FILE_BYTES) and the host samples; sparse files cost a node nothing
+#: and the copies are dense, so the node's writer must not choose how much root writes
+NODE_BUDGET_BYTES = 8 << 30
+#: the most bytes copied from all nodes of a run: the run directory's disk, not the
+#: node count, is the limit
+RUN_BUDGET_BYTES = 32 << 30
 
 
 class TelemetryCollector:
@@ -40,15 +58,23 @@ class TelemetryCollector:
     ``stop()`` (a final collection), or ``collect_once()``. Errors of one node (its
     network cut, its container gone) are counted in ``errors`` and retried next time."""
 
-    def __init__(self, nodes, run_id: str, local_dir: str | Path, interval_s: float = 0.5):
+    def __init__(self, nodes, run_id: str, local_dir: str | Path, interval_s: float = 0.5, *,
+                 node_budget: int = NODE_BUDGET_BYTES, run_budget: int = RUN_BUDGET_BYTES):
         self.nodes = [n for n in nodes if n.collects_telemetry]
         self.run_id = run_id
         self.local_dir = Path(local_dir)
         self.interval_s = interval_s
         self.offsets: dict[tuple[str, str], int] = {}
         self.errors: dict[str, str] = {}
-        #: (node, file name) -> one line: files not copied (larger than MAX_FILE_BYTES)
+        #: (node, file name) -> one line: files not copied, or not to their end (too
+        #: large, a line too long, past a node's MAX_FILES, past a budget)
         self.skipped: dict[tuple[str, str], str] = {}
+        self.node_budget, self.run_budget = node_budget, run_budget
+        #: bytes copied, per node name and in all
+        self.copied: dict[str, int] = {}
+        self.copied_total = 0
+        #: nodes whose budget (or the run's) is spent: not read again
+        self.spent: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -67,8 +93,11 @@ class TelemetryCollector:
         return total
 
     def _collect_node(self, node, out: safefs.TrustedDir) -> int:
+        if node.name in self.spent:
+            return 0
         total = 0
-        for name in node.telemetry_files(self.run_id):
+        names = self._first_files(node.name, node.telemetry_files(self.run_id))
+        for name in names:
             key = (node.name, name)
             if not _NAME.fullmatch(name) or key in self.skipped:
                 continue
@@ -78,12 +107,34 @@ class TelemetryCollector:
             except safefs.TooLarge as e:
                 self.skipped[key] = f"node {node.name}: {e}"
                 continue
-            cut = data.rfind(b"\n") + 1
+            if len(data) >= MAX_LINE_BYTES and data.find(b"\n", 0, MAX_LINE_BYTES) < 0:
+                self.skipped[key] = f"node {node.name}: {name} has a line longer than {MAX_LINE_BYTES} bytes at byte {off}; copied up to there"
+                continue
+            left = max(0, min(self.node_budget - self.copied.get(node.name, 0), self.run_budget - self.copied_total))
+            cut = data.rfind(b"\n", 0, left) + 1
             if cut:
                 out.append(name, data[:cut], 0o644)
                 self.offsets[key] = off + cut
+                self.copied[node.name] = self.copied.get(node.name, 0) + cut
+                self.copied_total += cut
                 total += cut
+            if len(data) > left:
+                self.spent.add(node.name)
+                self.skipped[key] = (f"node {node.name}: {name} copied up to byte {off + cut}: the telemetry budget "
+                                     f"({self.node_budget} bytes a node, {self.run_budget} a run) is spent; nothing more of the node is copied")
+                break
         return total
+
+    def _first_files(self, node: str, names: list[str]) -> list[str]:
+        """The first MAX_FILES of ``names``, those already being copied first; the
+        rest are one skipped line for the node."""
+        if len(names) <= MAX_FILES:
+            return names
+        known = {n for (nd, n) in self.offsets if nd == node}
+        names = sorted(known & set(names)) + sorted(set(names) - known)
+        self.skipped[(node, f"(files past the first {MAX_FILES})")] = (f"node {node} has more than {MAX_FILES} telemetry files: "
+                                                                 f"{names[MAX_FILES]} and the ones after it are not copied")
+        return names[:MAX_FILES]
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
