@@ -2,7 +2,7 @@
 
 Every check is read-only or works on throw-away objects of its own (an ifb device
 ``flprb<hex>`` created in the node's network namespace under its own lease and deleted
-at once: ``faultlab.injectors.probedev``), so the doctor never touches state it did
+at once: ``faultlab.lifecycle.probedev``), so the doctor never touches state it did
 not create.
 """
 
@@ -32,9 +32,9 @@ def gc_storm_why(facts: dict) -> str:
 
 def _try_qdiscs(node: Node) -> dict[str, str | None]:
     """Try tbf, htb, netem and an ingress redirect on a throw-away probe device
-    (``faultlab.injectors.probedev``: under its own lease, deleted at once).
+    (``faultlab.lifecycle.probedev``: under its own lease, deleted at once).
     Returns kind -> None (works) or the error line."""
-    from faultlab.injectors.probedev import probe_ifb
+    from faultlab.lifecycle.probedev import probe_ifb
 
     out: dict[str, str | None] = {}
     try:

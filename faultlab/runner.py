@@ -31,7 +31,7 @@ from faultlab.rundir import RunDir
 from faultlab.scenario import RANK_TYPES, RUN_ID_MAX, FaultSpec, Scenario, check_run_name
 
 if TYPE_CHECKING:
-    from faultlab.injectors.lease import Lease
+    from faultlab.lifecycle.lease import Lease
 
 
 # The testbed's lease runs out this many seconds after the runner last renewed it
@@ -103,7 +103,7 @@ def testbed_lease(testbed) -> "Lease":
     """The lease of a testbed this process brought up (``testbed-<id>``, type
     ``testbed``): its watchdog tears the testbed down ``TESTBED_LEASE_S`` after the
     last renewal; ``faultlab recover`` leaves it alone while this process lives."""
-    from faultlab.injectors.lease import Lease
+    from faultlab.lifecycle.lease import Lease
     from faultlab.nodes import LocalNode
 
     return Lease.create_for(LocalNode("local"), f"testbed-{testbed.id}", "testbed", testbed.bridge,

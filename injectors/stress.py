@@ -39,7 +39,7 @@ from faultlab import procid
 from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.nodes import Node
 from faultlab.injectors.base import Cmd, Injector, Plan
-from faultlab.injectors.procowner import MINE_SH
+from faultlab.lifecycle.procowner import MINE_SH
 
 MIB = 2**20
 MEM_BUFFER_MIN = 256 * MIB

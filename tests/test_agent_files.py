@@ -28,7 +28,7 @@ from conftest import needs_root
 from faultlab import procid
 from faultlab.benchmarks import agent as agent_mod
 from faultlab.injectors import gc as gc_mod
-from faultlab.injectors.lease import load_leases
+from faultlab.lifecycle.lease import load_leases
 from faultlab.nodes import LocalNode
 from test_lifecycle import as_nobody
 

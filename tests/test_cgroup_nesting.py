@@ -332,7 +332,7 @@ def test_v2_orphan_recovery_gives_back_the_controller_faultlab_enabled(unified_h
     back first (only there: a non-root domain cgroup whose one child is faultlab's), and
     the parent ends exactly as found. (hugetlb stands in for cpu, ORPHAN_CONTROLLER
     patched to match: this kernel offers no cpu controller in v2.)"""
-    from faultlab.injectors.hostview import Orphan
+    from faultlab.lifecycle.hostview import Orphan
 
     monkeypatch.setattr(cgroups, "ORPHAN_CONTROLLER", {"cpu": "hugetlb", "io": "io"}, raising=False)
     h, own, _ = unified_hugetlb
@@ -360,7 +360,7 @@ def test_v2_orphan_recovery_leaves_a_controller_another_child_uses(unified_huget
     """The parent also has a child that is not faultlab's: the controller may be the
     user's now, so it is not written; the sweep back then fails (the kernel refuses)
     and the target stays under its own cgroup's subtree, never at the root."""
-    from faultlab.injectors.hostview import Orphan
+    from faultlab.lifecycle.hostview import Orphan
 
     monkeypatch.setattr(cgroups, "ORPHAN_CONTROLLER", {"cpu": "hugetlb", "io": "io"}, raising=False)
     h, own, _ = unified_hugetlb

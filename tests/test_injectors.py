@@ -17,7 +17,7 @@ from conftest import FAULT_QDISC, cpu_rate, needs_root
 from faultlab import procid
 from faultlab.errors import BadInput, Refused
 from faultlab.injectors import CpuContention, NicSlow, ProcessPause, apply
-from faultlab.injectors.lease import load_leases
+from faultlab.lifecycle.lease import load_leases
 from faultlab.nodes import LocalNode
 from faultlab.probe import measure_throughput
 
@@ -483,7 +483,7 @@ def test_netem_delay_plan_and_kernel_probe(testbed2, no_residue):
 def test_stale_revert_of_one_fault_never_touches_a_later_fault(testbed2, no_residue):
     """Fault A is reverted by hand but its lease's revert lines run late (a watchdog
     of a killed controller): fault B on the same interface must survive them."""
-    from faultlab.injectors.lease import Lease
+    from faultlab.lifecycle.lease import Lease
 
     n0, _ = testbed2.nodes
     a = apply(NicSlow(n0, 10e6), 30)

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import needs_root
 from faultlab.injectors import CpuContention, apply
-from faultlab.injectors.lease import load_leases
+from faultlab.lifecycle.lease import load_leases
 from faultlab.nodes import LocalNode
 
 V1_CPU = Path("/sys/fs/cgroup/cpu/cgroup.procs").exists()

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from conftest import FAULT_QDISC, needs_root
-from faultlab.injectors.lease import LEASE_ID
+from faultlab.lifecycle.lease import LEASE_ID
 from test_lifecycle import fl, lease_dir, wait_for
 
 # doctor's own probe, stopped for real once the probe device has its qdisc: the

@@ -25,7 +25,7 @@ import pytest
 from conftest import needs_root
 from faultlab import procid
 from faultlab.injectors import ProcessPause, apply
-from faultlab.injectors.lease import load_leases
+from faultlab.lifecycle.lease import load_leases
 from faultlab.injectors.pause import CONT_SH
 from faultlab.nodes import LocalNode
 

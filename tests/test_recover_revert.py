@@ -23,7 +23,7 @@ from conftest import ROOT, proc_argvs
 from faultlab.errors import FaultlabError
 from faultlab.injectors import CpuContention, apply
 from faultlab.injectors.base import Hooks, run_revert
-from faultlab.injectors.lease import WATCHDOG_NAME, load_leases
+from faultlab.lifecycle.lease import WATCHDOG_NAME, load_leases
 from faultlab.nodes import LocalNode
 
 NODE = LocalNode("local")

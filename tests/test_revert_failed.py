@@ -19,7 +19,7 @@ import sys
 import time
 
 from faultlab.injectors.base import Cmd
-from faultlab.injectors.lease import Lease, load_leases, recover
+from faultlab.lifecycle.lease import Lease, load_leases, recover
 from faultlab.nodes import LocalNode
 from test_lifecycle import fl, lease_dir, wait_for
 
@@ -61,7 +61,7 @@ def test_failed_revert_without_watchdog_keeps_the_record_and_says_none_retries(t
     """The controller is gone and so is the watchdog: ``recover`` keeps the record
     (the only trace of the fault) and says nothing will retry by itself."""
     fixed = tmp_path / "fixed"
-    code = ("import time, sys\nfrom faultlab.injectors.base import Cmd\nfrom faultlab.injectors.lease import Lease\n"
+    code = ("import time, sys\nfrom faultlab.injectors.base import Cmd\nfrom faultlab.lifecycle.lease import Lease\n"
             "from faultlab.nodes import LocalNode\n"
             f"le = Lease.create_for(LocalNode('local'), 'process-{secrets.token_hex(3)}', 'process-pause', 'pid:0', {{}}, "
             f"[Cmd(('test', '-e', {str(fixed)!r}))], time.time() + 120)\nprint(le.fault_id, le.proc.pid, flush=True)\n")

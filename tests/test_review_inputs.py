@@ -322,7 +322,7 @@ def test_campaign_file_accepted_is_copied_with_a_published_mode(tmp_path, two_ru
 
 def _node_on(folder: Path):
     """This host as a lease host whose lease folder is ``folder``: the remote lease code
-    (injectors/lease_remote.py, remoteview.py) runs every command through ``node.run``,
+    (lifecycle/lease_remote.py, remoteview.py) runs every command through ``node.run``,
     so it runs here for real as it would on an ssh node (its folder checks, records,
     watchdog processes, reverts); only the transport differs."""
     from pathlib import PurePosixPath
@@ -370,7 +370,7 @@ def test_remote_lease_records_get_the_local_schema_check(private_leases, capsys)
 
     from rich.console import Console
 
-    from faultlab.injectors.remoteview import remote_faults, remote_view, revert_remote
+    from faultlab.lifecycle.remoteview import remote_faults, remote_view, revert_remote
     from faultlab.nodes import remotecmds
 
     for fid, (over, _why) in BAD_REMOTE.items():
@@ -415,8 +415,8 @@ def test_remote_lease_whose_record_cannot_be_written_leaves_no_watchdog(private_
     import time as _t
 
     from faultlab.injectors.base import Cmd
-    from faultlab.injectors.lease import REMOTE_WATCHDOG_SH
-    from faultlab.injectors.lease_remote import RemoteLease
+    from faultlab.lifecycle.lease import REMOTE_WATCHDOG_SH
+    from faultlab.lifecycle.lease_remote import RemoteLease
 
     rec = private_leases / "cpu-bbbb01.json"
     rec.mkdir()
@@ -444,7 +444,7 @@ def test_node_lock_folder_gets_the_lease_folder_checks(tmp_path, case):
     import os
 
     from faultlab.errors import NodeError
-    from faultlab.injectors.lease_remote import node_lock
+    from faultlab.lifecycle.lease_remote import node_lock
     from faultlab.nodes.ssh import SshNode
 
     os.chmod(tmp_path, 0o755)

@@ -107,14 +107,14 @@ def inventory_schema():
 
 def inject_fanout(*, type, node, nodes_sel, inventory, accept_new, target, duration_s, grace_s, opts, force, detach, dry_run, as_json, out) -> None:
     """``faultlab inject`` on many nodes (``--node a,b,c`` or ``--nodes rack=3``, with
-    ``--inventory``): all or nothing (faultlab.nodes.fanout), then in the foreground
+    ``--inventory``): all or nothing (faultlab.lifecycle.fanout), then in the foreground
     until the end (Ctrl-C / SIGTERM revert every node), or ``--detach``."""
     import signal
     import time
 
     from faultlab import injectors
     from faultlab.nodes import inventory as inv_mod
-    from faultlab.nodes.fanout import apply_all, revert_all
+    from faultlab.lifecycle.fanout import apply_all, revert_all
     from faultlab.nodes.resolve import resolve_node
 
     try:

@@ -13,10 +13,10 @@
 - Every command is an argv joined with ``shlex.join`` into one remote shell line,
   prefixed with ``sudo -n --`` when ``sudo`` (the login user is not root).
 - The node *is* its own lease host: ``argv()`` returns the argv unchanged, so revert
-  lines rendered for the lease run in the node's own ``sh`` (faultlab.injectors.lease
+  lines rendered for the lease run in the node's own ``sh`` (faultlab.lifecycle.lease
   keeps the record and the watchdog there; they need only sh and coreutils).
 - Connections are shared by the threads of one controller (one transport a node; a
-  paramiko transport multiplexes channels); ``faultlab.nodes.fanout`` bounds how
+  paramiko transport multiplexes channels); ``faultlab.lifecycle.fanout`` bounds how
   many nodes are connected at once (sshd's ``MaxStartups`` drops unauthenticated
   connections beyond 10 by default).
 """

@@ -71,7 +71,7 @@ def _cgroup_write_gone(cmd: list[str]) -> bool:
     faultlab cgroup (``.../faultlab-<fault id>/FILE``) that is gone: its limits went
     with it (a fault killed before its cgroup was made, or reverted already)."""
     from faultlab.injectors.base import WRITE_SH
-    from faultlab.injectors.hostview import CGROUP
+    from faultlab.lifecycle.hostview import CGROUP
 
     if len(cmd) != 6 or cmd[:2] != ["sh", "-c"] or cmd[2] != WRITE_SH or cmd[3] != "sh":
         return False

@@ -39,7 +39,7 @@ def probe_ifb(node: Node) -> Iterator[tuple[str, str | None]]:
     watchdog retries at the deadline). Raises NodeError (one line) when the lease
     cannot be written; nothing is made then."""
     from faultlab.injectors.base import Cmd
-    from faultlab.injectors.lease import Lease
+    from faultlab.lifecycle.lease import Lease
 
     hexid = secrets.token_hex(4)
     dev = f"flprb{hexid}"

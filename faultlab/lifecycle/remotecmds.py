@@ -1,6 +1,6 @@
 """``faultlab status|revert|recover --inventory FILE (--node a,b | --all-nodes)``: the
 faults on ssh nodes, seen, reverted and recovered on the nodes themselves
-(faultlab.injectors.remoteview). Exit codes as on this host: 0 nothing left, 1
+(faultlab.lifecycle.remoteview). Exit codes as on this host: 0 nothing left, 1
 something left (named), 2 bad input; an unreachable node or a refused host key is a
 one-line error naming the node (exit 1), with nothing done on it.
 """
@@ -30,7 +30,7 @@ def inventory_targets(inventory: Path | None, node: str | None, all_nodes: bool)
 def _faults(nodes, fault_id: str | None = None):
     """The faults on ``nodes`` (``fault_id``: only that one); each file of a node's
     lease folder that is no valid record is a warning line on stderr (never acted on)."""
-    from faultlab.injectors.remoteview import remote_view
+    from faultlab.lifecycle.remoteview import remote_view
 
     out = []
     for n in nodes:
@@ -59,7 +59,7 @@ def status(nodes, out, as_json: bool) -> int:
 
 def revert(nodes, fault_id: str | None, out, as_json: bool, *, verb: str = "revert") -> int:
     """Revert ``fault_id`` (None: every fault) on ``nodes``; returns the exit code."""
-    from faultlab.injectors.remoteview import revert_remote
+    from faultlab.lifecycle.remoteview import revert_remote
 
     done = [{"fault_id": f.fault_id, "node": f.node.describe(), "left": revert_remote(f)} for f in _faults(nodes, fault_id)]
     if as_json:

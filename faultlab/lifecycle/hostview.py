@@ -17,7 +17,7 @@ Three sources, joined by (fault id, owner uid):
    tc handles or a controller;
 3. faultlab-owned objects (root only, where they are visible): root qdiscs with
    faultlab's reserved handles ``fXXX:``, ``flifb*`` devices, ingress qdiscs whose
-   redirect points at one, probe devices ``flprb*`` (``injectors/probedev.py``) and
+   redirect points at one, probe devices ``flprb*`` (``lifecycle/probedev.py``) and
    ``faultlab-<fault_id>`` cgroups, in this namespace and every named network
    namespace. Each is put under the fault whose revert commands name it (a fault of
    root or this user; a cgroup also one of the cgroup folder's owner); those no
@@ -48,8 +48,8 @@ from pathlib import Path
 
 from faultlab import procid
 from faultlab.errors import NodeError
-from faultlab.injectors.lease import CONTROLLER_ENV, LEASE_ID, ROOT_LEASE_DIR, WATCHDOG_NAME, Lease, node_lock, read_records
-from faultlab.injectors.probedev import PROBE_ALIAS, PROBE_DEV
+from faultlab.lifecycle.lease import CONTROLLER_ENV, LEASE_ID, ROOT_LEASE_DIR, WATCHDOG_NAME, Lease, node_lock, read_records
+from faultlab.lifecycle.probedev import PROBE_ALIAS, PROBE_DEV
 
 FAULT_HANDLE = re.compile(r"^f([0-9a-f]{3}):$")
 IFB = re.compile(r"^flifb([0-9a-f]{6})$")

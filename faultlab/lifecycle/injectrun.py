@@ -244,7 +244,7 @@ def _finish(active, info, guard: SignalGuard, out, as_json: bool, *, interrupted
 # -- status / revert / recover over the whole host -------------------------------------
 
 def status_rows() -> tuple[list[dict], list[str]]:
-    from faultlab.injectors.hostview import host_view
+    from faultlab.lifecycle.hostview import host_view
 
     views, problems = host_view()
     return [v.row() for v in views], problems
@@ -255,7 +255,7 @@ def print_status(rows: list[dict], problems: list[str], out) -> None:
         print(f"faultlab: warning: {p} (never acted on)", file=sys.stderr)
     if not rows:
         out.print("no faults in force", markup=False)
-    from faultlab.injectors.hostview import lease_folders
+    from faultlab.lifecycle.hostview import lease_folders
 
     folders = set(lease_folders())
     for r in rows:
@@ -325,8 +325,8 @@ def revert_faults(fault_id: str | None, *, mode: str = "all") -> tuple[list[dict
     only what no live controller holds (PID + start time, see ``controller_alive``).
     Returns (done: one dict a fault with ``left`` empty when gone, refused: faults of
     other users, held: faults left alone because a live controller holds them)."""
-    from faultlab.injectors.hostview import host_view, revert_view
-    from faultlab.injectors.lease import open_lease_dir
+    from faultlab.lifecycle.hostview import host_view, revert_view
+    from faultlab.lifecycle.lease import open_lease_dir
     from faultlab.nodes import LocalNode
 
     try:  # this user's lease folder must be trusted before anything is run from it

@@ -27,7 +27,7 @@ A lease has two halves that do not depend on each other:
   the deadline file and any temporary of theirs a writer killed mid-write left.
 
 A controller that reverts in time stops the watchdog's process group and removes the
-files itself. ``faultlab.injectors.hostview`` finds watchdogs by their argv
+files itself. ``faultlab.lifecycle.hostview`` finds watchdogs by their argv
 (``faultlab-watchdog ID DEADLINE FD LINES...``), so a fault with no record is still
 seen and ended.
 """
@@ -213,7 +213,7 @@ class Lease:
         if not LEASE_ID.match(lease_id):
             raise NodeError(f"lease id {lease_id!r} is not of the form type-hex", field="fault_id")
         if getattr(node, "remote", False):  # ssh: record and watchdog on the node
-            from faultlab.injectors.lease_remote import RemoteLease
+            from faultlab.lifecycle.lease_remote import RemoteLease
 
             return RemoteLease.create_for(node, lease_id, kind, target, params, revert, deadline_ts, REMOTE_WATCHDOG_SH)
         lines = [c.render(node) for c in revert]
@@ -285,7 +285,7 @@ class Lease:
 
     def watchdogs(self) -> list:
         """The live watchdog processes of this lease (see hostview.find_watchdogs)."""
-        from faultlab.injectors.hostview import find_watchdogs
+        from faultlab.lifecycle.hostview import find_watchdogs
 
         return [w for w in find_watchdogs() if w.fault_id == self.fault_id]
 
@@ -361,10 +361,10 @@ class Lease:
 
     def revert_left(self, timeout_s: float = 60.0) -> list[str]:
         """Run the recorded revert lines now, each with ``timeout_s`` (s). Returns one
-        line per command that failed for real (``faultlab.injectors.revertcheck``: a
+        line per command that failed for real (``faultlab.lifecycle.revertcheck``: a
         failed removal whose object is already gone is no failure); empty when the
         fault is gone. The caller releases the lease only then. Raises nothing."""
-        from faultlab.injectors.revertcheck import already_gone
+        from faultlab.lifecycle.revertcheck import already_gone
 
         left = []
         for line in self.record.get("revert", []):
@@ -468,7 +468,7 @@ def node_lock(node: Node, *, create: bool = True):
     waits for the first). Raises NodeError (one line) when the folder cannot be used,
     FileNotFoundError when it is missing and ``create`` is False."""
     if getattr(node, "remote", False):
-        from faultlab.injectors.lease_remote import node_lock as remote_lock
+        from faultlab.lifecycle.lease_remote import node_lock as remote_lock
         from faultlab.nodes import lease_dir
 
         with remote_lock(node, lease_dir()):
@@ -528,7 +528,7 @@ def load_leases(node: Node) -> list[Lease]:
     """Every valid, trusted lease record in ``node``'s lease folder, oldest first
     (anything else there is ignored, never run; ``faultlab status`` reports it)."""
     if getattr(node, "remote", False):
-        from faultlab.injectors.lease_remote import load_leases as load_remote
+        from faultlab.lifecycle.lease_remote import load_leases as load_remote
 
         return load_remote(node)
     return read_records(str(node.lease_dir()))[0]
@@ -539,7 +539,7 @@ def recover(node: Node, fault_id: str | None = None) -> list[dict]:
     run its revert lines; when none failed for real, stop its watchdog and remove its
     files; otherwise keep both (the watchdog retries at the deadline) and list what
     failed in ``left``. Returns one dict a lease. Raises NodeError (one line) for an
-    unusable folder. (``faultlab.injectors.hostview.revert_view`` also ends faults
+    unusable folder. (``faultlab.lifecycle.hostview.revert_view`` also ends faults
     without a record.)"""
     done = []
     if not getattr(node, "remote", False) and not node.lease_dir().exists():
