@@ -108,7 +108,7 @@ def inject(
             "--path": path, "--read-bps": read_bps, "--write-bps": write_bps, "--read-iops": read_iops, "--write-iops": write_iops,
         }
         if inventory is not None or nodes_sel or "," in node:  # fan-out (issue 12): faultlab.nodes.cli
-            from faultlab.nodes.cli import inject_fanout
+            from faultlab.lifecycle.fanout import inject_fanout
 
             return inject_fanout(type=type, node=node, nodes_sel=nodes_sel, inventory=inventory, accept_new=accept_new_host_key, target=target,
                                  duration_s=duration_s, grace_s=grace_s, opts=opts, force=force, detach=detach, dry_run=dry_run, as_json=as_json, out=out)
@@ -168,7 +168,7 @@ def status(
     """List every faultlab fault in force on this host, whoever started it (lease
     records, watchdogs, and faultlab-made objects no lease accounts for); with
     --inventory, those on its ssh nodes (records and watchdogs there)."""
-    from faultlab.lifecycle.injectrun import print_status, status_rows
+    from faultlab.lifecycle.commands import print_status, status_rows
 
     _on_inventory_nodes("status", inventory, rnode, all_nodes, None, as_json)
 
@@ -208,7 +208,7 @@ def revert(
     also one a running faultlab inject/run holds (it finds it ended), but leaves the
     testbed of a running run alone (a FAULT_ID testbed-ID tears it down). With
     --inventory, on its ssh nodes (the watchdog there is told to revert now)."""
-    from faultlab.lifecycle.injectrun import report_held, report_reverts, revert_faults
+    from faultlab.lifecycle.commands import report_held, report_reverts, revert_faults
 
     if not fault_id and not all_:
         _fail(BadInput("give a FAULT_ID or --all", field="FAULT_ID", fix="see faultlab status"))
@@ -239,7 +239,7 @@ def recover(
     Files failing a trust or schema check are reported, never acted on (exit 1). With
     --inventory, every fault left on its ssh nodes (records, and watchdogs whose
     record was lost)."""
-    from faultlab.lifecycle.injectrun import report_held, report_reverts, revert_faults
+    from faultlab.lifecycle.commands import report_held, report_reverts, revert_faults
     from faultlab.nodes.testbed import recover_testbeds, untrusted_states
 
     _on_inventory_nodes("recover", inventory, rnode, all_nodes, None, as_json)

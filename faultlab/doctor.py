@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from faultlab.errors import NodeError
-from faultlab.nodes import Node
+from faultlab.nodes import LEASE_HERE, Node
 
 
 def gc_storm_why(facts: dict) -> str:
@@ -75,7 +75,7 @@ def _python_facts(node: Node) -> dict:
     """Python version, NVML and ``sys.remote_exec`` where the ranks run: this process
     for nodes on this host; for a remote node the interpreter the ranks are started
     with there (``sys.executable``, faultlab.benchmarks.launch)."""
-    if not getattr(node, "remote", False):
+    if node.lease_host() == LEASE_HERE:
         try:
             import pynvml  # noqa: F401  (nvidia-ml-py)
 

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import json
 import secrets
-import shlex
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from faultlab.errors import FaultlabError, NodeError
+from faultlab.lifecycle.cmd import WRITE_SH, Cmd, write_cmd  # noqa: F401  (part of this module's API)
 from faultlab.nodes import Node
 
 
@@ -73,29 +73,6 @@ class Hooks:
 
 
 NO_HOOKS = Hooks()
-
-
-@dataclass(frozen=True)
-class Cmd:
-    """One command of a plan: an argv run on the node in ``scope`` ("net" or "host")."""
-
-    argv: tuple[str, ...]
-    scope: str = "host"
-    why: str = ""
-
-    def render(self, node: Node) -> str:
-        """The shell line that runs this command from the node's lease host."""
-        return shlex.join(node.argv(list(self.argv), self.scope))
-
-
-#: the shell body of ``write_cmd`` (``lifecycle.revertcheck`` recognizes it)
-WRITE_SH = 'printf "%s\\n" "$1" > "$2"'
-
-
-def write_cmd(path: str, value: str, why: str = "") -> Cmd:
-    """A command writing ``value`` to ``path`` (sysfs/cgroupfs files); no string is
-    concatenated into shell code: value and path are positional arguments."""
-    return Cmd(("sh", "-c", WRITE_SH, "sh", value, path), "host", why)
 
 
 @dataclass

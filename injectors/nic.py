@@ -264,7 +264,7 @@ class NicSlow(Injector):
     def _own_handle_msg(self, q: dict) -> str:
         """Why a root qdisc with faultlab's reserved handle blocks this inject: a
         faultlab fault in force (its watchdog ends it), or one whose lease is lost."""
-        from faultlab.lifecycle.injectrun import when
+        from faultlab.timefmt import when
         from faultlab.lifecycle.hostview import host_view
 
         h = str(q.get("handle"))

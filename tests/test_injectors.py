@@ -573,9 +573,9 @@ def test_testbed_lease_teardown_ends_processes_that_ignore_sigterm(no_residue):
             assert time.time() < deadline, "the process never joined the namespace"
             time.sleep(0.05)
         t0 = time.time()
-        for c in tb.teardown_cmds():  # as the watchdog runs them: each may find its object gone
-            cp = subprocess.run(list(c.argv), capture_output=True, text=True, timeout=60)
-            assert cp.returncode == 0 or "Cannot find device" in cp.stderr, (c.argv, cp.stderr)
+        for argv in tb.teardown_argv():  # as the watchdog runs them: each may find its object gone
+            cp = subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+            assert cp.returncode == 0 or "Cannot find device" in cp.stderr, (argv, cp.stderr)
         assert stuck.wait(timeout=10) == -signal.SIGKILL
         assert time.time() - t0 < 15
         assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.count(n0.netns) == 0

@@ -17,7 +17,7 @@ import pytest
 
 from faultlab import safefs
 from faultlab.injectors.base import Cmd
-from faultlab.lifecycle.hostview import find_watchdogs
+from faultlab.lifecycle.watchdog import find_watchdogs
 from faultlab.lifecycle.lease import Lease
 from faultlab.nodes import LocalNode
 from test_lifecycle import wait_for

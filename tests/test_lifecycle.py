@@ -275,7 +275,7 @@ def test_orphans_without_record_or_watchdog_are_shown_and_recovered(testbed2, bu
 
 @pytest.mark.parametrize("shell", ["sh", "bash"])
 def test_watchdog_reads_deadline_as_digits_only(tmp_path, shell):
-    from faultlab.lifecycle.lease import WATCHDOG_SH
+    from faultlab.lifecycle.watchdog import WATCHDOG_SH
 
     if not shutil.which(shell):
         pytest.skip(f"no {shell}")
@@ -528,7 +528,7 @@ def test_force_fault_with_lost_record_restores_the_foreign_tbf_from_the_watchdog
         fid = json.loads(cp.stdout)["fault_id"]
         assert raw()["handle"] != "7:"
         (lease_dir() / f"{fid}.json").unlink()
-        from faultlab.lifecycle.hostview import find_watchdogs
+        from faultlab.lifecycle.watchdog import find_watchdogs
         from faultlab.injectors.nic import tbf_burst_for_ticks
 
         wd = [w for w in find_watchdogs() if w.fault_id == fid]

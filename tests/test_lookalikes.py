@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs_root
-from faultlab.lifecycle.lease import CONTROLLER_ENV, WATCHDOG_NAME
+from faultlab.lifecycle.watchdog import CONTROLLER_ENV, WATCHDOG_NAME
 from test_lifecycle import as_nobody, fl, nobody_dir, nobody_env, wait_for  # noqa: F401 (fixture)
 
 LOOKALIKE_UID = 65532
@@ -83,7 +83,7 @@ def _alive(pid: int) -> bool:
 
 
 def _watchdog_pids(fid: str) -> set[int]:
-    from faultlab.lifecycle.hostview import find_watchdogs
+    from faultlab.lifecycle.watchdog import find_watchdogs
 
     return {w.pid for w in find_watchdogs() if w.fault_id == fid}
 
@@ -178,7 +178,7 @@ def test_a_look_alike_listing_every_tc_handle_reserves_none(testbed2, no_residue
 
 
 def _watchdog_pids_any() -> set[int]:
-    from faultlab.lifecycle.hostview import find_watchdogs
+    from faultlab.lifecycle.watchdog import find_watchdogs
 
     return {w.pid for w in find_watchdogs()}
 
@@ -218,7 +218,7 @@ def test_a_remote_nodes_watchdog_is_the_login_users_not_a_look_alike(tmp_path, m
     the real watchdog to revert (its marker appears, record gone) and never signals a
     look-alike (before: the last PID matching the path won, any uid)."""
     from faultlab.injectors.base import Cmd
-    from faultlab.lifecycle.lease import REMOTE_WATCHDOG_SH
+    from faultlab.lifecycle.watchdog import REMOTE_WATCHDOG_SH
     from faultlab.lifecycle.lease_remote import RemoteLease
     from faultlab.lifecycle.remoteview import remote_view, revert_remote
     from faultlab.nodes import LocalNode

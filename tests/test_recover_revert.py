@@ -23,7 +23,8 @@ from conftest import ROOT, proc_argvs
 from faultlab.errors import FaultlabError
 from faultlab.injectors import CpuContention, apply
 from faultlab.injectors.base import Hooks, run_revert
-from faultlab.lifecycle.lease import WATCHDOG_NAME, load_leases
+from faultlab.lifecycle.lease import load_leases
+from faultlab.lifecycle.watchdog import WATCHDOG_NAME
 from faultlab.nodes import LocalNode
 
 NODE = LocalNode("local")

@@ -18,8 +18,9 @@ import pytest
 
 from conftest import needs_root
 from faultlab.injectors.base import Cmd
-from faultlab.lifecycle.lease import WATCHDOG_NAME, Lease, read_records
-from faultlab.lifecycle.hostview import find_watchdogs
+from faultlab.lifecycle.lease import Lease, read_records
+from faultlab.lifecycle.watchdog import WATCHDOG_NAME
+from faultlab.lifecycle.watchdog import find_watchdogs
 from faultlab.nodes import LocalNode
 from test_lifecycle import wait_for
 

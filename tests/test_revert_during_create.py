@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs_root
-from faultlab.lifecycle.hostview import find_watchdogs
+from faultlab.lifecycle.watchdog import find_watchdogs
 from faultlab.lifecycle.lease import TEST_CREATE_PAUSE_ENV
 from test_lifecycle import FL, fl, lease_dir, wait_for
 from test_recover_revert import _cpu_cg

@@ -1,7 +1,7 @@
 """A revert whose commands fail keeps the lease, and says what happens next truly
 (review r1, finding 2).
 
-``faultlab revert``/``recover`` (``hostview.revert_view``) and ``lease.recover`` stop
+``faultlab revert``/``recover`` (``hostrevert.revert_view``) and ``lease.recover`` stop
 the watchdog and delete the record only when no revert line failed for real; a
 removal whose object is already gone (a half-applied fault) is no failure. Real
 leases (record, ``sh`` watchdog) in this session's lease folder, real revert lines

@@ -415,7 +415,7 @@ def test_remote_lease_whose_record_cannot_be_written_leaves_no_watchdog(private_
     import time as _t
 
     from faultlab.injectors.base import Cmd
-    from faultlab.lifecycle.lease import REMOTE_WATCHDOG_SH
+    from faultlab.lifecycle.watchdog import REMOTE_WATCHDOG_SH
     from faultlab.lifecycle.lease_remote import RemoteLease
 
     rec = private_leases / "cpu-bbbb01.json"

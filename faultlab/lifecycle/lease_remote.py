@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from faultlab import procid, safefs
 from faultlab.errors import NodeError
 from faultlab.lifecycle.procowner import MINE_SH
+from faultlab.lifecycle.record import lease_folder_error, valid_record
 from faultlab.safefs import read_on_node
 
 _CHECK_DIR_SH = ('mkdir -p -m 700 "$1" && [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && '
@@ -182,8 +183,6 @@ def open_lock_dir(local_lease_dir: Path) -> safefs.TrustedDir:
     (``faultlab.safefs``: every component owned by root or us, not writable by others,
     no symlink) and made private (0700) when missing. Raises NodeError (one line: the
     folder, what is wrong, the fix; field ``FAULTLAB_LEASE_DIR``)."""
-    from faultlab.lifecycle.lease import lease_folder_error
-
     d = Path(local_lease_dir).parent / "node-locks"
     try:
         return safefs.open_dir(d, create=True, mode=0o700, private=True)
@@ -220,8 +219,6 @@ def valid_remote_record(rec, name: str) -> str | None:
     LEASE_ID and the file name, a numeric ``deadline_ts``, a list of string revert
     lines, string fields) and, where present, integer ``watchdog_pid`` /
     ``controller_pid`` (> 0), a string ``controller`` and a numeric ``created_ts``."""
-    from faultlab.lifecycle.lease import valid_record
-
     why = valid_record(rec, name)
     if why:
         return why

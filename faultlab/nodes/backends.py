@@ -25,7 +25,7 @@ class SshTestbed:
         self.inner = DockerTestbed(n_nodes, tb_id, host_like=True)
         self.nodes: list = []
 
-    def __getattr__(self, name):  # id, bridge, subnet, bridge_address, teardown_cmds, paths
+    def __getattr__(self, name):  # id, bridge, subnet, bridge_address, teardown_argv, paths
         return getattr(self.inner, name)
 
     def up(self) -> "SshTestbed":

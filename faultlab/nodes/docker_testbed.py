@@ -211,17 +211,16 @@ class DockerTestbed:
         with self._open_folder() as d:
             d.write_atomic(self.inventory_path.name, inv.to_yaml(), 0o600)
 
-    def teardown_cmds(self) -> list:
-        """Commands that remove this testbed from a watchdog (sh + the docker CLI); each
-        is idempotent."""
-        from faultlab.injectors.base import Cmd
+    def teardown_argv(self) -> list[tuple[str, ...]]:
+        """The commands (argv: sh + the docker CLI, run on this host) that remove this
+        testbed from a watchdog; each is idempotent."""
         from faultlab.nodes.dockerd import docker_host
 
         h = ["docker", "-H", docker_host()]
-        cmds = [Cmd((*h, "rm", "-f", c)) for c in self._made["containers"]]
+        cmds = [(*h, "rm", "-f", c) for c in self._made["containers"]]
         if self._made.get("network"):
-            cmds.append(Cmd((*h, "network", "rm", self._made["network"])))
-        cmds += [Cmd(("rm", "-rf", "--", str(self.folder))), Cmd(("rm", "-f", "--", str(self._state_path())))]
+            cmds.append((*h, "network", "rm", self._made["network"]))
+        cmds += [("rm", "-rf", "--", str(self.folder)), ("rm", "-f", "--", str(self._state_path()))]
         return cmds
 
     def down(self) -> list[str]:

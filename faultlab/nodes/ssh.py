@@ -29,12 +29,12 @@ import shlex
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from faultlab import safefs
 from faultlab.errors import NodeError
-from faultlab.nodes.base import Node
+from faultlab.nodes.base import LEASE_ON_NODE, Node
 from faultlab.nodes.ssh_process import RemoteProcess, _drain
 from faultlab.telemetry import collect
 
@@ -66,7 +66,6 @@ class SshNode(Node):
     sudo: bool = False
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 60.0
-    remote: bool = field(default=True, init=False)
     collects_telemetry = True
 
     def __post_init__(self):
@@ -76,6 +75,10 @@ class SshNode(Node):
 
     def describe(self) -> str:
         return f"ssh:{self.name}"
+
+    def lease_host(self) -> str:
+        """The node itself: record and watchdog live on the node."""
+        return LEASE_ON_NODE
 
     # -- connection ----------------------------------------------------------------------
     def connect(self):
