@@ -153,7 +153,7 @@ def _on_inventory_nodes(command: str, inventory: Optional[Path], rnode: Optional
     recover) on the inventory's ssh nodes (:func:`faultlab.lifecycle.remotecmds.run`) and
     exit with its code; otherwise return (the command acts on this host)."""
     if inventory is not None or rnode or all_nodes:
-        from faultlab.nodes import remotecmds
+        from faultlab.lifecycle import remotecmds
 
         raise typer.Exit(remotecmds.run(command, inventory, rnode, all_nodes, fault_id, out, as_json))
 
@@ -240,7 +240,8 @@ def recover(
     --inventory, every fault left on its ssh nodes (records, and watchdogs whose
     record was lost)."""
     from faultlab.lifecycle.commands import report_held, report_reverts, revert_faults
-    from faultlab.nodes.testbed import recover_testbeds, untrusted_states
+    from faultlab.nodes.backends import recover_testbeds
+    from faultlab.nodes.testbed import untrusted_states
 
     _on_inventory_nodes("recover", inventory, rnode, all_nodes, None, as_json)
 

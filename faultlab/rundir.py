@@ -18,12 +18,15 @@ raw telemetry; ``read_steps`` falls back to the raw JSONL when no Parquet was wr
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
+import secrets
 import socket
 import sys
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import pandas as pd
@@ -39,8 +42,6 @@ def new_run_id(name: str) -> str:
     """A run id: ``NAME-YYYYmmdd-HHMMSS-XXXX`` (local time, 4 random hex digits so
     runs started in the same second differ). Made once per run: the default run
     folder is named by it and meta.json and every table carry it."""
-    import secrets
-
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
@@ -308,8 +309,6 @@ def write_together(folder: str | Path, writers: dict, remove: tuple | list = ())
         OSError when the folder cannot be written (``IsADirectoryError`` when a target
         or a ``NAME.tmp`` is a directory), or what a writer raises.
     """
-    import errno
-
     folder = Path(folder)
     plan = [(folder / f"{name}.tmp", folder / name, write) for name, write in writers.items()]
     for _, target, _ in plan:  # a rename onto a directory would fail half-way: refuse first
@@ -355,8 +354,6 @@ def unreadable(p: Path, err: BaseException | None = None) -> BadInput:
 
 def _version() -> str:
     try:
-        from importlib.metadata import version
-
         return version("faultlab")
     except Exception:
         return "unknown"

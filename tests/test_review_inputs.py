@@ -371,7 +371,7 @@ def test_remote_lease_records_get_the_local_schema_check(private_leases, capsys)
     from rich.console import Console
 
     from faultlab.lifecycle.remoteview import remote_faults, remote_view, revert_remote
-    from faultlab.nodes import remotecmds
+    from faultlab.lifecycle import remotecmds
 
     for fid, (over, _why) in BAD_REMOTE.items():
         (private_leases / f"{fid}.json").write_text(_json.dumps(_record(fid, **over)))

@@ -15,7 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from faultlab.cli import app
-from faultlab.nodes.testbed import NetnsTestbed, load_states, recover_testbeds, state_dir, untrusted_states
+from faultlab.nodes.backends import recover_testbeds
+from faultlab.nodes.testbed import NetnsTestbed, load_states, state_dir, untrusted_states
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root (namespaces; chown to another user)")

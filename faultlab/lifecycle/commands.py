@@ -9,12 +9,13 @@ import json
 import os
 import sys
 
+from faultlab import procid
 from faultlab.lifecycle.hostrevert import revert_view
 from faultlab.lifecycle.hostview import host_view, lease_folders
 from faultlab.lifecycle.lease import open_lease_dir
 from faultlab.nodes import LocalNode
 from faultlab.nodes.docker_testbed import list_docker_testbeds
-from faultlab.nodes.testbed import _controller_alive, load_states
+from faultlab.nodes.testbed import load_states
 from faultlab.timefmt import when
 
 
@@ -50,10 +51,10 @@ def _testbed_controller_alive(tb_id: str) -> bool:
     trusted state file names it."""
     for st in load_states()[0]:
         if st.id == tb_id:
-            return _controller_alive(st.pid, st.starttime)
+            return procid.alive(st.pid, st.starttime)
     for st in list_docker_testbeds():
         if st["id"] == tb_id:
-            return _controller_alive(st["pid"], st.get("starttime"))
+            return procid.alive(st["pid"], st.get("starttime"))
     return False
 
 

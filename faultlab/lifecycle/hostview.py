@@ -46,9 +46,10 @@ from pathlib import Path
 
 from faultlab.lifecycle.lease import Lease, read_records
 from faultlab.lifecycle.names import CGROUP, FAULT_HANDLE, IFB
+from faultlab.lifecycle.probedev import PROBE_ALIAS, PROBE_DEV
 from faultlab.lifecycle.record import ROOT_LEASE_DIR
 from faultlab.lifecycle.watchdog import Watchdog, find_watchdogs
-from faultlab.lifecycle.probedev import PROBE_ALIAS, PROBE_DEV
+from faultlab.nodes import lease_dir
 
 
 
@@ -192,8 +193,6 @@ def lease_folders() -> list[str]:
     read with the same trust checks as the others (safefs: every component owned by
     root or this user, not group/other-writable but the sticky /tmp, no symlink): a
     folder planted there by someone else is reported, never acted on."""
-    from faultlab.nodes import lease_dir
-
     out = [str(lease_dir())]
     if ROOT_LEASE_DIR not in out:
         out.append(ROOT_LEASE_DIR)

@@ -47,9 +47,10 @@ from pathlib import Path
 
 from faultlab import procid, safefs
 from faultlab.errors import NodeError
-from faultlab.lifecycle.record import LEASE_ID, ROOT_LEASE_DIR, lease_folder_error, valid_record
-from faultlab.lifecycle.watchdog import CONTROLLER_ENV, REMOTE_WATCHDOG_SH, WATCHDOG_NAME, WATCHDOG_SH, find_watchdogs
 from faultlab.lifecycle.lease_remote import RemoteLease, load_leases as load_remote, node_lock as remote_lock
+from faultlab.lifecycle.record import LEASE_ID, ROOT_LEASE_DIR, lease_folder_error, valid_record
+from faultlab.lifecycle.revertcheck import already_gone
+from faultlab.lifecycle.watchdog import CONTROLLER_ENV, REMOTE_WATCHDOG_SH, WATCHDOG_NAME, WATCHDOG_SH, find_watchdogs
 from faultlab.nodes import LEASE_HERE, LEASE_ON_NODE, Node, lease_dir
 
 def open_lease_dir(node: Node, *, create: bool = True) -> safefs.TrustedDir:
@@ -259,8 +260,6 @@ class Lease:
         line per command that failed for real (``faultlab.lifecycle.revertcheck``: a
         failed removal whose object is already gone is no failure); empty when the
         fault is gone. The caller releases the lease only then. Raises nothing."""
-        from faultlab.lifecycle.revertcheck import already_gone
-
         left = []
         for line in self.record.get("revert", []):
             try:

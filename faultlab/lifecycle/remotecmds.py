@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 
 from faultlab.errors import BadInput, FaultlabError
+from faultlab.lifecycle.remoteview import remote_view, revert_remote
+from faultlab.nodes import inventory as inv_mod
 
 
 def inventory_targets(inventory: Path | None, node: str | None, all_nodes: bool) -> list:
     """The ssh nodes named by ``--node a,b`` or ``--all-nodes`` in ``inventory``.
     Raises BadInput naming the field."""
-    from faultlab.nodes import inventory as inv_mod
-
     if inventory is None:
         raise BadInput("--node NAME / --all-nodes name inventory nodes", field="--inventory", fix="add --inventory FILE")
     if bool(node) == bool(all_nodes):
@@ -30,8 +30,6 @@ def inventory_targets(inventory: Path | None, node: str | None, all_nodes: bool)
 def _faults(nodes, fault_id: str | None = None):
     """The faults on ``nodes`` (``fault_id``: only that one); each file of a node's
     lease folder that is no valid record is a warning line on stderr (never acted on)."""
-    from faultlab.lifecycle.remoteview import remote_view
-
     out = []
     for n in nodes:
         faults, problems = remote_view(n)
@@ -59,8 +57,6 @@ def status(nodes, out, as_json: bool) -> int:
 
 def revert(nodes, fault_id: str | None, out, as_json: bool, *, verb: str = "revert") -> int:
     """Revert ``fault_id`` (None: every fault) on ``nodes``; returns the exit code."""
-    from faultlab.lifecycle.remoteview import revert_remote
-
     done = [{"fault_id": f.fault_id, "node": f.node.describe(), "left": revert_remote(f)} for f in _faults(nodes, fault_id)]
     if as_json:
         out.print_json(json.dumps(done))

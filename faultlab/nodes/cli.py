@@ -13,7 +13,11 @@ from typing import Optional
 
 import typer
 
+from faultlab import procid
 from faultlab.errors import BadInput, FaultlabError
+
+# The CLI imports this module to register ``faultlab testbed``: the backends are
+# imported inside each command, so ``faultlab --help`` stays fast.
 
 testbed_app = typer.Typer(no_args_is_help=True, help="Bring testbeds of netns, docker or ssh nodes up and down.")
 
@@ -81,13 +85,13 @@ def down(name: str = typer.Option(..., "--name", help="testbed id (see `faultlab
 def status(as_json: bool = typer.Option(False, "--json", help="machine-readable output")):
     """Testbeds on this host, with their backend, nodes and controller."""
     from faultlab.nodes.docker_testbed import list_docker_testbeds
-    from faultlab.nodes.testbed import _controller_alive, load_states
+    from faultlab.nodes.testbed import load_states
 
-    rows = [{"id": st.id, "backend": "netns", "nodes": len(st.netns), "controller_alive": _controller_alive(st.pid, st.starttime)}
+    rows = [{"id": st.id, "backend": "netns", "nodes": len(st.netns), "controller_alive": procid.alive(st.pid, st.starttime)}
             for st in load_states()[0]]
     for st in list_docker_testbeds():
         rows.append({"id": st["id"], "backend": "ssh" if st["host_like"] else "docker", "nodes": len(st["containers"]),
-                     "controller_alive": _controller_alive(st["pid"], st.get("starttime"))})
+                     "controller_alive": procid.alive(st["pid"], st.get("starttime"))})
     if as_json:
         print(json.dumps(rows, indent=1))
         return

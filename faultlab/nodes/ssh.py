@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 from faultlab import safefs
 from faultlab.errors import NodeError
 from faultlab.nodes.base import LEASE_ON_NODE, Node
-from faultlab.nodes.ssh_process import RemoteProcess, _drain
+from faultlab.nodes.ssh_process import RemoteProcess, drain
 from faultlab.telemetry import collect
 
 #: where ranks on an ssh node write telemetry (collected back)
@@ -84,7 +84,7 @@ class SshNode(Node):
     def connect(self):
         """The connected paramiko client (connecting once). Raises NodeError naming the
         node: unknown or changed host key, auth failure, timeout, unreachable."""
-        import paramiko
+        import paramiko  # optional dependency (faultlab[ssh]): only ssh nodes need it
 
         with self._lock:
             if self._client is not None and self._client.get_transport() and self._client.get_transport().is_active():
@@ -168,7 +168,7 @@ class SshNode(Node):
             if input:
                 chan.sendall(input)
             chan.shutdown_write()
-            out, err = _drain(chan, time.monotonic() + timeout)
+            out, err = drain(chan, time.monotonic() + timeout)
         except TimeoutError:
             chan.close()
             raise NodeError(f"{' '.join(list(argv)[:4])} ... timed out after {timeout:g}s on ssh node {self.name}", field="node") from None
@@ -186,7 +186,7 @@ class SshNode(Node):
         ~2 s and never closes the connection: the ranks and samplers on its other
         channels live on it (closing it killed them, exit -1). Only a connection that is
         no longer active is dropped. Raises NodeError naming the node."""
-        import paramiko
+        import paramiko  # optional dependency (faultlab[ssh]): only ssh nodes need it
 
         attempt = 0
         while True:
@@ -285,7 +285,7 @@ class SshNode(Node):
         chan = self._open(self.line(argv), 30)
         try:
             chan.shutdown_write()
-            out, err = _drain(chan, time.monotonic() + 30, limit=collect.CHUNK_BYTES)
+            out, err = drain(chan, time.monotonic() + 30, limit=collect.CHUNK_BYTES)
             if len(out) > collect.CHUNK_BYTES:
                 raise safefs.UntrustedPath(path, f"on ssh node {self.name}: sent more than the {collect.CHUNK_BYTES} bytes asked for",
                                            "check the node's sh, tail and head")
@@ -324,7 +324,7 @@ def load_known_hosts(keys, path: Path) -> None:
     group/other-writable: another user's known_hosts (or a link to one) could
     otherwise pin the key of a host of their choosing. A missing file or folder pins
     nothing. Malformed lines are skipped (as ssh does). Raises UntrustedPath."""
-    from paramiko.hostkeys import HostKeyEntry
+    from paramiko.hostkeys import HostKeyEntry  # optional dependency (faultlab[ssh])
 
     try:
         with safefs.open_dir(path.parent) as d:

@@ -317,25 +317,16 @@ def _validation_summary(e: ValidationError) -> str:
     return f"{loc}: {err.get('msg')}"
 
 
-def recover_testbeds(only_dead: bool = True) -> list[str]:
-    """Tear down testbeds whose controller is gone (all of them when ``only_dead`` is
-    False), from state files that pass ``load_states``' checks only. Returns the ids
-    removed; ``untrusted_states()`` names the files skipped."""
+def recover_netns_testbeds(only_dead: bool = True) -> list[str]:
+    """Tear down netns testbeds whose controller is gone (all of them when
+    ``only_dead`` is False), from state files that pass ``load_states``' checks only.
+    Returns the ids removed; ``untrusted_states()`` names the files skipped."""
     removed = []
     states, _bad = load_states()
     for st in states:
-        if only_dead and _controller_alive(st.pid, st.starttime):
+        if only_dead and procid.alive(st.pid, st.starttime):
             continue
         tb = NetnsTestbed.from_state(st)
         if not tb.down():
             removed.append(tb.id)
-    from faultlab.nodes.docker_testbed import recover_docker_testbeds  # docker and ssh testbeds
-
-    return removed + recover_docker_testbeds(only_dead)
-
-
-def _controller_alive(pid: int, starttime: Optional[int]) -> bool:
-    """Whether the controller that wrote a state file still runs: its PID exists and
-    (when recorded) has the same start time, so a reused PID does not keep a dead
-    testbed forever (``faultlab.procid.alive``)."""
-    return procid.alive(pid, starttime)
+    return removed
