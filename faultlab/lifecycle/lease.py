@@ -27,7 +27,7 @@ A lease has two halves that do not depend on each other:
   the deadline file and any temporary of theirs a writer killed mid-write left.
 
 A controller that reverts in time stops the watchdog's process group and removes the
-files itself. ``faultlab.lifecycle.hostview`` finds watchdogs by their argv
+files itself. ``watchdog.find_watchdogs`` finds watchdogs by their argv
 (``faultlab-watchdog ID DEADLINE FD LINES...``), so a fault with no record is still
 seen and ended.
 """

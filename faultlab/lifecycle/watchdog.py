@@ -87,7 +87,7 @@ class Watchdog:
     controller: tuple[int, int] | None = None  # (PID, start time) of the faultlab that started it
 
     def controller_alive(self) -> bool:
-        """Whether the controller its environment names (``lease.CONTROLLER_ENV``) still
+        """Whether the controller its environment names (``CONTROLLER_ENV``) still
         runs (PID and start time; a start time of 0, unknown, checks the PID only).
         Untrusted: a process that merely looks like a watchdog can name any PID, which
         only makes ``recover`` leave that process alone."""

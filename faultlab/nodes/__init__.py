@@ -10,7 +10,6 @@ from faultlab.nodes.base import LEASE_HERE, LEASE_ON_NODE, Node, lease_dir
 from faultlab.nodes.local import LocalNode
 from faultlab.nodes.netns import NetnsNode, netns_list
 from faultlab.nodes.resolve import resolve_node
-from faultlab.nodes.backends import recover_testbeds
 from faultlab.nodes.testbed import NetnsTestbed
 
-__all__ = ["Node", "LEASE_HERE", "LEASE_ON_NODE", "LocalNode", "NetnsNode", "lease_dir", "netns_list", "resolve_node", "NetnsTestbed", "recover_testbeds"]
+__all__ = ["Node", "LEASE_HERE", "LEASE_ON_NODE", "LocalNode", "NetnsNode", "lease_dir", "netns_list", "resolve_node", "NetnsTestbed"]
