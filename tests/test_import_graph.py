@@ -148,6 +148,18 @@ def test_nodes_import_neither_fault_types_nor_workload():
     assert not bad, "faultlab.nodes imports upward: " + "; ".join(bad)
 
 
+def test_no_module_asks_a_node_for_a_remote_flag():
+    """Where a node's leases live is the node's answer (``node.lease_host()``), never
+    a guessed attribute: no ``getattr(x, "remote", ...)`` in the package."""
+    found = []
+    for module, path in module_files().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "remote"):
+                found.append(f"{module}:{node.lineno}")
+    assert not found, "asks for a remote flag: " + ", ".join(found)
+
+
 @pytest.mark.xfail(raises=KnownCyclesLeft, strict=False, reason="cycles left in modules other work owns: see KNOWN_CYCLES")
 def test_no_import_cycles():
     graph = import_graph()
