@@ -1,7 +1,7 @@
 """``faultlab status``, ``revert`` and ``recover`` on this host, over the host view
-(``faultlab.lifecycle.hostview``, ended by ``hostrevert``): what is in force, whoever started it; a revert of one
-fault or all; ``recover`` only what no live controller holds (PID and start time), and
-``revert --all`` never a running run's testbed."""
+(``views.in_force``: ``faultlab.lifecycle.hostview``): what is in force, whoever
+started it; a revert of one fault or all; ``recover`` only what no live controller
+holds (PID and start time), and ``revert --all`` never a running run's testbed."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import os
 import sys
 
 from faultlab import procid
-from faultlab.lifecycle.hostrevert import revert_view
-from faultlab.lifecycle.hostview import host_view, lease_folders
+from faultlab.lifecycle.hostview import lease_folders
+from faultlab.lifecycle.views import end, in_force
 from faultlab.lifecycle.lease import open_lease_dir
 from faultlab.nodes import LocalNode
 from faultlab.nodes.docker_testbed import list_docker_testbeds
@@ -21,7 +21,7 @@ from faultlab.timefmt import when
 
 def status_rows() -> tuple[list[dict], list[str]]:
     """The faults in force on this host as rows, and the problems met finding them."""
-    views, problems = host_view()
+    views, problems = in_force()
     return [v.row() for v in views], problems
 
 
@@ -100,7 +100,7 @@ def revert_faults(fault_id: str | None, *, mode: str = "all") -> tuple[list[dict
         open_lease_dir(LocalNode("local"), create=False).close()
     except FileNotFoundError:
         pass
-    views, _ = host_view()
+    views, _ = in_force()
     done, refused, held = [], [], []
     for v in views:
         what = _pick(v, fault_id, mode)
@@ -113,7 +113,7 @@ def revert_faults(fault_id: str | None, *, mode: str = "all") -> tuple[list[dict
         elif not v.can_revert():
             refused.append(row)
         else:
-            row["left"] = revert_view(v)
+            row["left"] = end(v)
             done.append(row)
     return done, refused, held
 
