@@ -99,6 +99,7 @@ from itertools import repeat
 from pathlib import Path
 
 from faultlab import procid, safefs
+from faultlab.safefs import runtime_dir
 
 AGENT_VERSION = 1
 POLL_S = 0.05
@@ -116,17 +117,6 @@ HEARTBEAT_SUFFIX = ".agent"
 
 
 # -- paths ---------------------------------------------------------------------------
-def runtime_dir(env_var: str, name: str) -> Path:
-    """A faultlab folder on this host: ``$ENV_VAR`` when set, else ``/run/faultlab/NAME``
-    as root, else ``$XDG_RUNTIME_DIR/faultlab/NAME`` (or ``~/.cache/faultlab/NAME``;
-    never a predictable name under a shared /tmp: ``safefs.private_runtime_base``).
-    Standard library only (the agent runs inside training processes)."""
-    env = os.environ.get(env_var)
-    if env:
-        return Path(env)
-    return Path(safefs.private_runtime_base()) / "faultlab" / name
-
-
 def default_dir() -> Path:
     """The control folder: ``runtime_dir("FAULTLAB_AGENT_DIR", "agents")``."""
     return runtime_dir("FAULTLAB_AGENT_DIR", "agents")

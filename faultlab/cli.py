@@ -12,7 +12,7 @@ import signal
 
 # A Ctrl-C while faultlab is still starting (nothing applied yet) ends it quietly, not
 # with a KeyboardInterrupt traceback; _main restores Python's handler for every command
-# but inject, which installs its own (faultlab.faultrun.SignalGuard).
+# but inject, which installs its own (faultlab.lifecycle.injectrun.SignalGuard).
 signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 import inspect  # noqa: E402
@@ -117,7 +117,7 @@ def inject(
         grace_s = parse_duration(grace, "--grace", allow_zero=True)
         opts = {option: fault_opts.get(_param_ident(option)) for option in params_by_option()}
         if inventory is not None or nodes_sel or "," in node:  # fan-out over several nodes: faultlab.nodes.cli
-            from faultlab.nodes.cli import inject_fanout
+            from faultlab.lifecycle.fanout import inject_fanout
 
             return inject_fanout(type=type, node=node, nodes_sel=nodes_sel, inventory=inventory, accept_new=accept_new_host_key, target=target,
                                  duration_s=duration_s, grace_s=grace_s, opts=opts, force=force, detach=detach, dry_run=dry_run, as_json=as_json, out=out)
@@ -144,7 +144,7 @@ def inject(
             for line in p["revert"]:
                 out.print(line, markup=False, soft_wrap=True)
         return
-    from faultlab.faultrun import run_inject
+    from faultlab.lifecycle.injectrun import run_inject
 
     raise typer.Exit(run_inject(inj, n, plan, duration_s=duration_s, grace_s=grace_s, detach=detach, as_json=as_json,
                                 allow_unverified=allow_unverified, out=out, console=console))
@@ -159,10 +159,10 @@ AllNodes = Annotated[bool, typer.Option("--all-nodes", help="with --inventory: e
 def _on_inventory_nodes(command: str, inventory: Optional[Path], rnode: Optional[str], all_nodes: bool, fault_id: Optional[str],
                         as_json: bool) -> None:
     """With --inventory, --node or --all-nodes: run ``command`` (status | revert |
-    recover) on the inventory's ssh nodes (:func:`faultlab.nodes.remotecmds.run`) and
+    recover) on the inventory's ssh nodes (:func:`faultlab.lifecycle.remotecmds.run`) and
     exit with its code; otherwise return (the command acts on this host)."""
     if inventory is not None or rnode or all_nodes:
-        from faultlab.nodes import remotecmds
+        from faultlab.lifecycle import remotecmds
 
         raise typer.Exit(remotecmds.run(command, inventory, rnode, all_nodes, fault_id, out, as_json))
 
@@ -177,7 +177,7 @@ def status(
     """List every faultlab fault in force on this host, whoever started it (lease
     records, watchdogs, and faultlab-made objects no lease accounts for); with
     --inventory, those on its ssh nodes (records and watchdogs there)."""
-    from faultlab.faultrun import print_status, status_rows
+    from faultlab.lifecycle.commands import print_status, status_rows
 
     _on_inventory_nodes("status", inventory, rnode, all_nodes, None, as_json)
 
@@ -196,7 +196,7 @@ def status(
 def _check_fault_id(fault_id: str) -> None:
     """Exit 2 unless ``fault_id`` has the form of a fault id (``LEASE_ID``: letters, a
     dash, 4-12 hex digits, e.g. ``nic-3f9a1c``); a path or a typo is never looked up."""
-    from faultlab.injectors.lease import LEASE_ID
+    from faultlab.lifecycle.lease import LEASE_ID
 
     if not LEASE_ID.fullmatch(fault_id):
         _fail(BadInput(f"{fault_id!r} is not a fault id (TYPE-HEX: lower-case letters, a dash, 4-12 hex digits, e.g. nic-3f9a1c)",
@@ -217,7 +217,7 @@ def revert(
     also one a running faultlab inject/run holds (it finds it ended), but leaves the
     testbed of a running run alone (a FAULT_ID testbed-ID tears it down). With
     --inventory, on its ssh nodes (the watchdog there is told to revert now)."""
-    from faultlab.faultrun import report_held, report_reverts, revert_faults
+    from faultlab.lifecycle.commands import report_held, report_reverts, revert_faults
 
     if not fault_id and not all_:
         _fail(BadInput("give a FAULT_ID or --all", field="FAULT_ID", fix="see faultlab status"))
@@ -248,8 +248,9 @@ def recover(
     Files failing a trust or schema check are reported, never acted on (exit 1). With
     --inventory, every fault left on its ssh nodes (records, and watchdogs whose
     record was lost)."""
-    from faultlab.faultrun import report_held, report_reverts, revert_faults
-    from faultlab.nodes.testbed import recover_testbeds, untrusted_states
+    from faultlab.lifecycle.commands import report_held, report_reverts, revert_faults
+    from faultlab.nodes.backends import recover_testbeds
+    from faultlab.nodes.testbed import untrusted_states
 
     _on_inventory_nodes("recover", inventory, rnode, all_nodes, None, as_json)
 

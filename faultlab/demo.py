@@ -26,10 +26,16 @@ from rich.console import Console
 from rich.table import Table
 
 from faultlab.errors import BadInput, FaultlabError
+from faultlab.labeler import label_run
 from faultlab.progress import Progress
+from faultlab.report import write_report
 from faultlab.rundir import RunDir, new_run_id
+from faultlab.runner import run
 from faultlab.schema import json_safe
 from faultlab.scenario import Scenario
+from faultlab.scoring import load_detector, table
+from faultlab.scoring.api import score_many
+from faultlab.rundata import RunData as Run
 
 
 def demo_scenario(n_nodes: int, duration_s: float, root: bool, backend: str = "netns") -> Scenario:
@@ -58,8 +64,6 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
     ``duration_s`` is the training time in seconds (the faults are placed at fixed
     fractions of it). Raises FaultlabError for a failed stage (after teardown).
     """
-    from faultlab.runner import run
-
     con = console or Console()
     if n_nodes < 2:
         raise BadInput(f"{n_nodes} node(s)", field="--nodes", fix="give at least 2: a straggler needs peers")
@@ -86,9 +90,6 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
 
 
 def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress) -> int:
-    from faultlab.labeler import label_run
-    from faultlab.scoring import load_detector
-
     steps = rd.read_table("steps")
     host = rd.read_table("host")
     inj = rd.read_table("injections")
@@ -105,8 +106,6 @@ def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress) -> int:
     rd.finish(wall_s=time.time() - t_wall)
     rd.event("run-complete")
     prog.phase("writing the report", "report.html")
-    from faultlab.report import write_report
-
     report = write_report(rd.path)
     prog.done()
 
@@ -150,10 +149,6 @@ def _score(rd: RunDir, steps, host, labels, inj):
     """The honest score table of this run (faultlab.scoring.table, as the README's) and
     the metrics.json rows (every metric offline, latency from the replay; no CI: one
     run has none over runs)."""
-    from faultlab.scoring import table
-    from faultlab.scoring.api import score_many
-    from faultlab.rundata import RunData as Run
-
     run = Run(str(rd.run_id), steps, host, labels, inj, rd.meta)
     specs = [(d, {"draws": 20} if d == "random" else None) for d in DETECTORS]  # random: its chance level, not one draw
     off = score_many(specs, [run], by=None, n_boot=0)

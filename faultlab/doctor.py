@@ -2,7 +2,7 @@
 
 Every check is read-only or works on throw-away objects of its own (an ifb device
 ``flprb<hex>`` created in the node's network namespace under its own lease and deleted
-at once: ``faultlab.injectors.probedev``), so the doctor never touches state it did
+at once: ``faultlab.lifecycle.probedev``), so the doctor never touches state it did
 not create.
 """
 
@@ -12,13 +12,13 @@ import sys
 
 from faultlab.errors import NodeError
 from faultlab.injectors import FAULT_TYPES, cgroups
-from faultlab.injectors.probedev import probe_ifb
-from faultlab.nodes import Node
+from faultlab.lifecycle.probedev import probe_ifb
+from faultlab.nodes import LEASE_HERE, Node
 
 
 def _try_qdiscs(node: Node) -> dict[str, str | None]:
     """Try tbf, htb, netem and an ingress redirect on a throw-away probe device
-    (``faultlab.injectors.probedev``: under its own lease, deleted at once).
+    (``faultlab.lifecycle.probedev``: under its own lease, deleted at once).
     Returns kind -> None (works) or the error line."""
 
     out: dict[str, str | None] = {}
@@ -59,7 +59,7 @@ def _python_facts(node: Node) -> dict:
     """Python version, NVML and ``sys.remote_exec`` where the ranks run: this process
     for nodes on this host; for a remote node the interpreter the ranks are started
     with there (``sys.executable``, faultlab.benchmarks.launch)."""
-    if not getattr(node, "remote", False):
+    if node.lease_host() == LEASE_HERE:
         try:
             import pynvml  # noqa: F401  (nvidia-ml-py: optional, only whether it is there is asked)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import subprocess
 import sys
 import time
 
@@ -62,8 +63,6 @@ def measure_throughput(sender, receiver, receiver_addr: str, nbytes: int, timeou
 
     Raises NodeError when the sink does not start or the transfer fails.
     """
-    import subprocess
-
     py = sys.executable  # -P below: the caller's cwd (anyone's folder) is not on sys.path
     sink = receiver.spawn([py, "-P", "-m", "faultlab.probe", "sink", "--bind", receiver_addr, "--timeout", str(timeout_s)], scope="net", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

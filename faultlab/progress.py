@@ -22,6 +22,7 @@ import sys
 import time
 
 from rich.console import Console
+from rich.progress import BarColumn, Progress as RichProgress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 HEARTBEAT_S = 10.0
 
@@ -55,8 +56,6 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self.live:
-            from rich.progress import BarColumn, Progress as RichProgress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
             self._rich = RichProgress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24),
                                       TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
                                       console=self.console, transient=True)

@@ -23,11 +23,13 @@ import errno
 import json
 import os
 import platform
+import secrets
 import socket
 import stat
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import pandas as pd
@@ -43,8 +45,6 @@ def new_run_id(name: str) -> str:
     """A run id: ``NAME-YYYYmmdd-HHMMSS-XXXX`` (local time, 4 random hex digits so
     runs started in the same second differ). Made once per run: the default run
     folder is named by it and meta.json and every table carry it."""
-    import secrets
-
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
@@ -359,8 +359,6 @@ def unreadable(p: Path, err: BaseException | None = None) -> BadInput:
 
 def _version() -> str:
     try:
-        from importlib.metadata import version
-
         return version("faultlab")
     except Exception:
         return "unknown"

@@ -20,19 +20,24 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 from rich.console import Console
 
+from faultlab import injectors, schema
+from faultlab.benchmarks.launch import free_port, launch_ranks, log_tail, stop_ranks, wait_ranks
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.evidence import verify_text
-from faultlab.rundir import RunDir
+from faultlab.lifecycle.cmd import Cmd
+from faultlab.lifecycle.lease import Lease
+from faultlab.nodes import LEASE_HERE, LEASE_ON_NODE, LocalNode
+from faultlab.nodes.backends import make_testbed
+from faultlab.progress import Progress
+from faultlab.rundir import RunDir, new_run_id
 from faultlab.scenario import RUN_ID_MAX, FaultSpec, Scenario, check_run_name, rank_types
-
-if TYPE_CHECKING:
-    from faultlab.injectors.lease import Lease
-
+from faultlab.telemetry import remote
+from faultlab.telemetry.collect import TelemetryCollector
+from faultlab.telemetry.hostsampler import HostSampler
 
 # The testbed's lease runs out this many seconds after the runner last renewed it
 # (every 10 s while it lives): a SIGKILLed runner's testbed is gone within ~30 s.
@@ -103,11 +108,9 @@ def testbed_lease(testbed) -> "Lease":
     """The lease of a testbed this process brought up (``testbed-<id>``, type
     ``testbed``): its watchdog tears the testbed down ``TESTBED_LEASE_S`` after the
     last renewal; ``faultlab recover`` leaves it alone while this process lives."""
-    from faultlab.injectors.lease import Lease
-    from faultlab.nodes import LocalNode
-
     return Lease.create_for(LocalNode("local"), f"testbed-{testbed.id}", "testbed", testbed.bridge,
-                            {"nodes": len(testbed.nodes)}, testbed.teardown_cmds(), time.time() + TESTBED_LEASE_S)
+                            {"nodes": len(testbed.nodes)}, [Cmd(argv) for argv in testbed.teardown_argv()],
+                            time.time() + TESTBED_LEASE_S)
 
 
 def workload_args(sc: Scenario) -> list[str]:
@@ -172,9 +175,6 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     FaultlabError when the workload fails (after teardown; the run directory stays,
     marked incomplete).
     """
-    from faultlab.progress import Progress
-    from faultlab.rundir import new_run_id
-
     _check_run_args(sc, nodes)
     con = console or Console()
     run_id = run_id or new_run_id(sc.name)
@@ -230,9 +230,6 @@ def _check_run_args(sc: Scenario, nodes: list | None) -> None:
 def _bring_up_nodes(sc: Scenario, nodes: list | None, live: _Live, rd: RunDir, prog) -> None:
     """The run's nodes into ``live``: the inventory's (connected), a testbed of the
     scenario's backend (brought up, with its lease), or local processes."""
-    from faultlab.benchmarks.launch import free_port
-    from faultlab.nodes import LocalNode
-
     n = sc.testbed.nodes
     if nodes:
         live.nodes = live.remote_nodes = list(nodes)
@@ -242,8 +239,6 @@ def _bring_up_nodes(sc: Scenario, nodes: list | None, live: _Live, rd: RunDir, p
         live.master = (live.nodes[0].address, 29500)
         rd.event("inventory-nodes", nodes=[x.describe() for x in live.nodes])
     elif sc.testbed.backend != "local":
-        from faultlab.nodes.backends import make_testbed
-
         kinds = {"netns": "network-namespace nodes on a bridge", "docker": "docker containers on an internal network",
                  "ssh": "containers reached over SSH"}
         _phase(prog, "bringing up the testbed", f"{n} {kinds[sc.testbed.backend]}")
@@ -260,11 +255,6 @@ def _bring_up_nodes(sc: Scenario, nodes: list | None, live: _Live, rd: RunDir, p
 def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: Console) -> None:
     """One rank per node, the telemetry collector, the node samplers of ssh nodes
     (a failure is recorded and printed, not fatal) and the local host sampler."""
-    from faultlab.benchmarks.launch import launch_ranks
-    from faultlab.telemetry import remote
-    from faultlab.telemetry.collect import TelemetryCollector
-    from faultlab.telemetry.hostsampler import HostSampler
-
     w = sc.workload
     module = "faultlab.benchmarks.pipeline" if w.kind == "pipeline" else "faultlab.benchmarks.ddp"
     _phase(prog, "starting ranks", f"{len(live.nodes)} ranks ({w.kind}, gloo); each imports torch and joins the process group")
@@ -279,7 +269,7 @@ def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: 
         rd.event("node-sampler-failed", node=name, error=err)
         con.print(f"  [yellow]no host metrics from node {name}:[/] {err}", markup=True)
     live.sampler = HostSampler(
-        {r.node.name: [r.pid] for r in live.ranks if not getattr(r.node, "remote", False)}, interval_s=1.0, run_id=run_id,
+        {r.node.name: [r.pid] for r in live.ranks if r.node.lease_host() == LEASE_HERE}, interval_s=1.0, run_id=run_id,
         netns={x.name: x.netns for x in live.nodes if getattr(x, "netns", None)},
         peers={x.address: x.name for x in live.nodes if x.address and not x.address.startswith("127.")},
     ).start()
@@ -316,9 +306,6 @@ def _train(sc: Scenario, live: _Live, due: list[_Due], rd: RunDir, res: RunResul
     """While the ranks train: start and stop each fault occurrence on schedule
     (seconds after ``t0`` or a step), renew the testbed's lease every 10 s, report
     progress; then wait for the ranks to exit. Raises FaultlabError when a rank dies."""
-    from faultlab import injectors
-    from faultlab.benchmarks.launch import wait_ranks
-
     w = sc.workload
     last_renew = time.time()
     _phase(prog, "training", f"{'%gs' % w.duration if w.duration else '%d steps' % w.steps}; times below count from the first training step")
@@ -351,8 +338,6 @@ def _tear_down(live: _Live, due: list[_Due], rd: RunDir, res: RunResult, con: Co
     samplers and the collector, take the testbed down (its lease released only when
     that went clean). Returns the local host sampler's rows (None when it never
     started)."""
-    from faultlab.benchmarks.launch import stop_ranks
-
     for d in due:
         if d.active is not None and not d.done:
             _stop(d, rd, res, con, None)
@@ -383,9 +368,7 @@ def _write_tables(rd: RunDir, res: RunResult, host: pd.DataFrame | None, remote_
 def _with_remote_host(host: pd.DataFrame, rd: RunDir, nodes, run_id: str) -> pd.DataFrame:
     """The local sampler's rows plus those the node samplers of ssh nodes wrote (see
     faultlab.telemetry.remote), in time order."""
-    from faultlab.telemetry import remote
-
-    names = [x.name for x in nodes if getattr(x, "remote", False)]
+    names = [x.name for x in nodes if x.lease_host() == LEASE_ON_NODE]
     if not names:
         return host
     peers = {x.address: x.name for x in nodes if x.address}
@@ -405,16 +388,12 @@ def _in_force(d: _Due) -> str:
 
 
 def _empty(name):
-    from faultlab import schema
-
     return schema.empty(name)
 
 
 def _check_ranks(ranks) -> None:
     for r in ranks:
         if r.popen.poll() not in (None, 0):
-            from faultlab.benchmarks.launch import log_tail
-
             raise FaultlabError(f"rank {r.rank} died with {r.popen.returncode}: {log_tail(r.log_path, 5)}", field="workload")
 
 
@@ -422,8 +401,6 @@ def build_injector(spec: FaultSpec, nodes, ranks, testbed, injectors):
     """The injector of ``spec`` on the run's nodes and ranks: rank faults target the
     rank's PID (label ``rank:N``), node faults the node (a rank given for a node
     fault means the node that rank runs on)."""
-    from faultlab.nodes import LocalNode
-
     opts = spec.options()
     if spec.type in rank_types():
         r = ranks[spec.rank]
@@ -438,7 +415,7 @@ def build_injector(spec: FaultSpec, nodes, ranks, testbed, injectors):
             inj.probe_peer, inj.probe_peer_addr = LocalNode("host"), testbed.bridge_address
         else:  # inventory nodes: measure against another node of the run
             other = next((x for x in nodes if x is not node and getattr(x, "address", None)), None)
-            if other is not None and getattr(node, "remote", False):
+            if other is not None and node.lease_host() == LEASE_ON_NODE:
                 inj.probe_peer, inj.probe_peer_addr = other, other.address
     return inj
 

@@ -35,6 +35,7 @@ import json
 import os
 import secrets
 import stat
+from pathlib import Path
 
 from faultlab.errors import FaultlabError
 
@@ -565,6 +566,17 @@ def private_runtime_base() -> str:
     if xdg and os.path.isabs(xdg):
         return xdg
     return os.path.join(os.path.expanduser("~"), ".cache")
+
+
+def runtime_dir(env_var: str, name: str) -> Path:
+    """A faultlab folder on this host: ``$ENV_VAR`` when set, else ``/run/faultlab/NAME``
+    as root, else ``$XDG_RUNTIME_DIR/faultlab/NAME`` (or ``~/.cache/faultlab/NAME``;
+    never a predictable name under a shared /tmp: ``private_runtime_base``). Lease
+    folders and the agent's control folder."""
+    env = os.environ.get(env_var)
+    if env:
+        return Path(env)
+    return Path(private_runtime_base()) / "faultlab" / name
 
 
 # -- the same checks on another node (ssh, docker), through descriptors held there ------

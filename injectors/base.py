@@ -11,7 +11,7 @@
 - ``reverted()`` checks that nothing faultlab made is left.
 
 ``apply()`` and ``ActiveFault.revert()`` drive the lifecycle with a lease (see
-``faultlab.injectors.lease``): the lease is written and its watchdog started *before*
+``faultlab.lifecycle.lease``): the lease is written and its watchdog started *before*
 the first inject command runs, so a fault ends even if the controller is SIGKILLed
 between two commands. Create (probe, lease, inject) and every revert hold the node
 lock (``lease.node_lock``), so a revert from another process never runs between a
@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import json
 import secrets
-import shlex
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from faultlab.errors import FaultlabError, NodeError
+from faultlab.lifecycle.cmd import WRITE_SH, Cmd, write_cmd  # noqa: F401  (part of this module's API)
 from faultlab.nodes import Node
 from faultlab.injectors.params import Param
 
@@ -59,7 +59,7 @@ class HandOver(BaseException):
 
 
 class Hooks:
-    """What a controller learns of a lifecycle (no-ops here; see faultlab.faultrun)."""
+    """What a controller learns of a lifecycle (no-ops here; see faultlab.lifecycle.injectrun)."""
 
     def stop_requested(self) -> bool:
         """True when the controller was asked to stop (apply then reverts)."""
@@ -74,29 +74,6 @@ class Hooks:
 
 
 NO_HOOKS = Hooks()
-
-
-@dataclass(frozen=True)
-class Cmd:
-    """One command of a plan: an argv run on the node in ``scope`` ("net" or "host")."""
-
-    argv: tuple[str, ...]
-    scope: str = "host"
-    why: str = ""
-
-    def render(self, node: Node) -> str:
-        """The shell line that runs this command from the node's lease host."""
-        return shlex.join(node.argv(list(self.argv), self.scope))
-
-
-#: the shell body of ``write_cmd`` (``injectors.revertcheck`` recognizes it)
-WRITE_SH = 'printf "%s\\n" "$1" > "$2"'
-
-
-def write_cmd(path: str, value: str, why: str = "") -> Cmd:
-    """A command writing ``value`` to ``path`` (sysfs/cgroupfs files); no string is
-    concatenated into shell code: value and path are positional arguments."""
-    return Cmd(("sh", "-c", WRITE_SH, "sh", value, path), "host", why)
 
 
 @dataclass
@@ -253,7 +230,7 @@ class ActiveFault:
         is still there, listed in ``evidence["left_behind"]``; the lease is kept, so
         its watchdog retries at the deadline and ``faultlab recover`` can retry now) or
         ``handed-to-lease`` (``hooks`` raised HandOver: the watchdog reverts it now)."""
-        from faultlab.injectors.lease import node_lock
+        from faultlab.lifecycle.lease import node_lock
 
         if self.status is not None:
             return self.status
@@ -363,7 +340,7 @@ def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verif
     Raises BadInput / Refused / NodeError (nothing applied), FaultlabError (RevertedUnder
     among them), Interrupted.
     """
-    from faultlab.injectors.lease import Lease, node_lock
+    from faultlab.lifecycle.lease import Lease, node_lock
 
     hooks.phase("setup")
     with node_lock(injector.node):

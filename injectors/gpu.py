@@ -215,7 +215,7 @@ class GpuFault(Injector):
 
     def _held_by(self) -> str | None:
         """The id of a faultlab fault of this type already on this GPU (its lease)."""
-        from faultlab.injectors.lease import load_leases
+        from faultlab.lifecycle.lease import load_leases
 
         for le in load_leases(self.node):
             r = le.record

@@ -35,7 +35,7 @@ from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.nodes import Node
 from faultlab.injectors.base import Cmd, Injector, Plan
 from faultlab.injectors.params import Param
-from faultlab.injectors.procowner import MINE_SH
+from faultlab.lifecycle.procowner import MINE_SH
 
 
 # argv: -c MARK PIDFILE CPU DEADLINE KIND BUFFER_BYTES

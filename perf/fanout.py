@@ -8,7 +8,7 @@ brings up an ssh testbed of N host-like containers (faultlab.nodes.backends), th
 1 node and for all N, times with fresh connections (each round builds new SshNode
 objects, so connecting, host-key checking and authenticating are counted): probe,
 lease (record + watchdog on each node), inject, then revert and the removal checks,
-through faultlab.nodes.fanout (at most --max-parallel nodes at once). Prints the
+through faultlab.lifecycle.fanout (at most --max-parallel nodes at once). Prints the
 median wall time of each and the ratio; target: N=16 within 5 s on a 2-core machine.
 Tears everything down.
 """
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def one_round(tb, k: int, max_parallel: int) -> tuple[float, float]:
     from faultlab import injectors
     from faultlab.nodes.backends import ssh_nodes_of
-    from faultlab.nodes.fanout import apply_all, revert_all
+    from faultlab.lifecycle.fanout import apply_all, revert_all
 
     nodes = ssh_nodes_of(tb.inner)[:k]
     t0 = time.perf_counter()

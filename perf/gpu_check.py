@@ -73,7 +73,7 @@ def import_faultlab():
     try:
         from faultlab.injectors import apply
         from faultlab.injectors import GpuClockCap, GpuPowerCap
-        from faultlab.injectors.lease import load_leases
+        from faultlab.lifecycle.lease import load_leases
         from faultlab.nodes import LocalNode
     except ImportError:
         sys.path.insert(0, str(ROOT))
@@ -82,7 +82,7 @@ def import_faultlab():
         faultlab.__path__.append(str(ROOT))  # faultlab.injectors lives in ./injectors
         from faultlab.injectors import apply
         from faultlab.injectors import GpuClockCap, GpuPowerCap
-        from faultlab.injectors.lease import load_leases
+        from faultlab.lifecycle.lease import load_leases
         from faultlab.nodes import LocalNode
     return apply, GpuClockCap, GpuPowerCap, load_leases, LocalNode
 

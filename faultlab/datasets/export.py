@@ -43,7 +43,6 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
     cannot be made (field ``--out``; nothing written then), UntrustedPath (one line)
     when a component of ``out_dir`` or ``multivariate/`` is a symlink."""
     from faultlab.datasets.layout import Dataset, open_output
-    from faultlab.rundata import effect_labels
 
     if fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}", field="--format", fix="one of " + ", ".join(FORMATS))
@@ -62,7 +61,7 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
 def _write_runs(ds, folder: safefs.TrustedDir) -> list[dict]:
     """Write one CSV per run and rank of ``ds`` into ``folder`` (``multivariate/``);
     returns their rows of the index."""
-    from faultlab.scoring.metrics import effect_labels
+    from faultlab.rundata import effect_labels
 
     rows = []
     split_of = {r: s for s in ("train", "test") for r in ds.splits[s]}

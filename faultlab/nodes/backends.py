@@ -10,6 +10,9 @@ cluster is reached through an inventory file instead (faultlab.nodes.inventory).
 from __future__ import annotations
 
 from faultlab.errors import BadInput
+from faultlab.nodes.docker_testbed import DockerTestbed, recover_docker_testbeds
+from faultlab.nodes.ssh import SshNode
+from faultlab.nodes.testbed import NetnsTestbed, recover_netns_testbeds
 
 BACKENDS = ("netns", "docker", "ssh")
 
@@ -20,12 +23,10 @@ class SshTestbed:
     backend = "ssh"
 
     def __init__(self, n_nodes: int = 4, tb_id: str | None = None):
-        from faultlab.nodes.docker_testbed import DockerTestbed
-
         self.inner = DockerTestbed(n_nodes, tb_id, host_like=True)
         self.nodes: list = []
 
-    def __getattr__(self, name):  # id, bridge, subnet, bridge_address, teardown_cmds, paths
+    def __getattr__(self, name):  # id, bridge, subnet, bridge_address, teardown_argv, paths
         return getattr(self.inner, name)
 
     def up(self) -> "SshTestbed":
@@ -52,8 +53,6 @@ class SshTestbed:
 
 def ssh_nodes_of(tb) -> list:
     """SshNodes of a docker testbed's containers (its key and known_hosts)."""
-    from faultlab.nodes.ssh import SshNode
-
     return [SshNode(name=n.name, address=n.address, iface="eth0", user="root", key=str(tb.key_path), known_hosts=str(tb.known_hosts))
             for n in tb.nodes]
 
@@ -61,13 +60,16 @@ def ssh_nodes_of(tb) -> list:
 def make_testbed(backend: str, n_nodes: int, tb_id: str | None = None):
     """An (un-started) testbed of ``backend``. Raises BadInput naming ``--backend``."""
     if backend == "netns":
-        from faultlab.nodes.testbed import NetnsTestbed
-
         return NetnsTestbed(n_nodes, tb_id)
     if backend == "docker":
-        from faultlab.nodes.docker_testbed import DockerTestbed
-
         return DockerTestbed(n_nodes, tb_id)
     if backend == "ssh":
         return SshTestbed(n_nodes, tb_id)
     raise BadInput(f"unknown backend {backend!r}", field="--backend", fix=f"give one of {', '.join(BACKENDS)}")
+
+
+def recover_testbeds(only_dead: bool = True) -> list[str]:
+    """Tear down the testbeds of every backend whose controller is gone (all of them
+    when ``only_dead`` is False), from state files that pass their checks only.
+    Returns the ids removed; ``testbed.untrusted_states()`` names the files skipped."""
+    return recover_netns_testbeds(only_dead) + recover_docker_testbeds(only_dead)

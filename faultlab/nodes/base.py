@@ -28,7 +28,16 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from faultlab import safefs
 from faultlab.errors import NodeError
+
+#: ``Node.lease_host()`` of a node whose lease host is this host: its lease records in
+#: this host's lease folder, its watchdog a process here (its processes and cgroups are
+#: visible here: local, netns and docker nodes)
+LEASE_HERE = "here"
+#: ``Node.lease_host()`` of a node that is its own lease host: record and watchdog on
+#: the node, reached through ``run`` (an ssh node: a cut network does not stop a revert)
+LEASE_ON_NODE = "node"
 
 
 @dataclass
@@ -152,6 +161,11 @@ class Node:
         """Whether the node's commands may write in ``path`` (cgroup folders)."""
         return os.access(path, os.W_OK)
 
+    def lease_host(self) -> str:
+        """Where this node's leases live and its ranks are sampled: ``LEASE_HERE`` (this
+        host) or ``LEASE_ON_NODE`` (the node itself)."""
+        return LEASE_HERE
+
     def lease_dir(self) -> Path:
         """Folder for lease records on the lease host (root: /run/faultlab/leases)."""
         return lease_dir()
@@ -209,6 +223,4 @@ def lease_dir() -> Path:
     """Where lease records live on this host: $FAULTLAB_LEASE_DIR, else /run/faultlab/leases
     as root, else $XDG_RUNTIME_DIR/faultlab/leases (or ~/.cache/faultlab/leases without
     it; never a folder under a shared /tmp: ``safefs.private_runtime_base``)."""
-    from faultlab.benchmarks.agent import runtime_dir  # stdlib only, shared with the agent
-
-    return runtime_dir("FAULTLAB_LEASE_DIR", "leases")
+    return safefs.runtime_dir("FAULTLAB_LEASE_DIR", "leases")

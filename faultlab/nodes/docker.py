@@ -36,6 +36,7 @@ from pathlib import Path
 from faultlab import safefs
 from faultlab.errors import BadInput, NodeError
 from faultlab.nodes.base import Node
+from faultlab.nodes.dockerd import client
 from faultlab.telemetry import collect
 
 #: where ranks in a node container write telemetry (a host folder mounted there)
@@ -74,8 +75,6 @@ class DockerNode(Node):
     def spawn_workload(self, argv: list[str], *, env: dict | None = None, stdout=None, stderr=None) -> "ContainerProcess":
         """Start a rank inside the container; returns a Popen-like handle whose ``pid``
         is the rank's host PID."""
-        from faultlab.nodes.dockerd import client
-
         keep = {k: v for k, v in (env or os.environ).items() if k.startswith(_ENV_PREFIXES)}
         return ContainerProcess(client(), self.container, argv, keep, stdout)
 
@@ -246,9 +245,7 @@ def node_from_container(ct, name: str | None = None, work_host: str | None = Non
 def resolve_docker(name: str) -> DockerNode:
     """``docker:NAME``: the running container NAME (id or name) of faultlab's daemon.
     A faultlab testbed container is named by its node name in tables (``n0``)."""
-    import docker as docker_sdk
-
-    from faultlab.nodes.dockerd import client
+    import docker as docker_sdk  # optional dependency (faultlab[docker]): only docker nodes need it
 
     try:
         ct = client().containers.get(name)

@@ -27,6 +27,9 @@ dead (its state folder removed after a SIGKILL) is removed by the next ``up`` or
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 import ipaddress
 import os
 import re
@@ -34,6 +37,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 
@@ -43,7 +47,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faultlab import procid, safefs
 from faultlab.errors import BadInput, FaultlabError, NodeError
+from faultlab.nodes import dockerd, image
 from faultlab.nodes.docker import WORK_DIR, DockerNode, node_from_container
+from faultlab.nodes.dockerd import docker_host
+from faultlab.nodes.inventory import Inventory, InventoryNode
 from faultlab.nodes.testbed import _free_subnet, state_dir
 
 LABEL = "faultlab.testbed"
@@ -118,8 +125,6 @@ class DockerTestbed:
     def up(self, progress=None) -> "DockerTestbed":
         if os.geteuid() != 0:
             raise FaultlabError("docker nodes need root (nsenter, cgroups)", field="--backend", fix="run as root")
-        from faultlab.nodes import dockerd, image
-
         dockerd.ensure_started()
         cli = dockerd.client()
         reap_orphans(cli)
@@ -148,7 +153,7 @@ class DockerTestbed:
                 raise FaultlabError(f"ssh-keygen failed: {cp.stderr.strip()}", field="testbed", fix="apt-get install openssh-client")
 
     def _make_network(self, cli) -> None:
-        import docker
+        import docker  # optional dependency (faultlab[docker]): only docker testbeds need it
 
         ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=str(self.subnet), gateway=self.bridge_address)])
         self._made["network"] = self.network
@@ -202,8 +207,6 @@ class DockerTestbed:
             d.write_atomic(self.known_hosts.name, "".join(lines), 0o600)
 
     def _write_inventory(self) -> None:
-        from faultlab.nodes.inventory import Inventory, InventoryNode
-
         inv = Inventory(known_hosts=str(self.known_hosts), nodes={
             n.name: InventoryNode(address=n.address, user="root", key=str(self.key_path), interface="eth0",
                                   labels={"testbed": self.id, "container": f"fl{self.id}-{n.name}"})
@@ -211,30 +214,25 @@ class DockerTestbed:
         with self._open_folder() as d:
             d.write_atomic(self.inventory_path.name, inv.to_yaml(), 0o600)
 
-    def teardown_cmds(self) -> list:
-        """Commands that remove this testbed from a watchdog (sh + the docker CLI); each
-        is idempotent."""
-        from faultlab.injectors.base import Cmd
-        from faultlab.nodes.dockerd import docker_host
-
+    def teardown_argv(self) -> list[tuple[str, ...]]:
+        """The commands (argv: sh + the docker CLI, run on this host) that remove this
+        testbed from a watchdog; each is idempotent."""
         h = ["docker", "-H", docker_host()]
-        cmds = [Cmd((*h, "rm", "-f", c)) for c in self._made["containers"]]
+        cmds = [(*h, "rm", "-f", c) for c in self._made["containers"]]
         if self._made.get("network"):
-            cmds.append(Cmd((*h, "network", "rm", self._made["network"])))
-        cmds += [Cmd(("rm", "-rf", "--", str(self.folder))), Cmd(("rm", "-f", "--", str(self._state_path())))]
+            cmds.append((*h, "network", "rm", self._made["network"]))
+        cmds += [("rm", "-rf", "--", str(self.folder)), ("rm", "-f", "--", str(self._state_path()))]
         return cmds
 
     def down(self) -> list[str]:
         """Remove every container and the network of this testbed (those recorded and
         those labeled with its id), its folder and state file. Returns the errors."""
-        from faultlab.nodes import dockerd
-
         errors: list[str] = []
         try:
             cli = dockerd.client(timeout_s=30)
         except FaultlabError as e:
             return [str(e)] if self._made["containers"] or self._made["network"] else self._forget([])
-        import docker
+        import docker  # optional dependency (faultlab[docker]): only docker testbeds need it
 
         flt = {"label": f"{LABEL}={self.id}"}
         cts = {c.id: c for c in cli.containers.list(all=True, filters=flt)}
@@ -296,8 +294,6 @@ class DockerTestbed:
     @classmethod
     def attach(cls, tb_id: str) -> "DockerTestbed":
         """The running testbed ``tb_id`` (its nodes looked up). Raises FaultlabError."""
-        from faultlab.nodes import dockerd
-
         st = next((x for x in list_docker_testbeds() if x["id"] == tb_id), None)
         if st is None:
             raise FaultlabError(f"no docker testbed {tb_id!r}", field="--name", fix="see `faultlab testbed status`")
@@ -316,9 +312,6 @@ def _host_key(out: bytes) -> tuple[str, str] | None:
     """``(kind, base64 key)`` of a whole ``ssh-ed25519 KEY [comment]\\n`` public key
     line (the blob decodes to the key type and a 32-byte key, RFC 8709), or None for
     anything else: an empty, half-written or truncated file."""
-    import base64
-    import binascii
-
     if not out.endswith(b"\n"):
         return None
     parts = out.decode(errors="replace").split()
@@ -342,9 +335,6 @@ def _listening(addr: str, port: int) -> bool:
 
 
 def _tar(files: dict[str, tuple[bytes, int]], dirs: dict[str, int]) -> bytes:
-    import io
-    import tarfile
-
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as t:
         for d, mode in dirs.items():
@@ -403,12 +393,9 @@ def recover_docker_testbeds(only_dead: bool = True) -> list[str]:
     """Remove docker testbeds whose controller is gone (all with ``only_dead=False``),
     and, when faultlab's daemon answers, the ones no state file records any more
     (:func:`reap_orphans`); returns their ids. No daemon is started."""
-    from faultlab.nodes import dockerd
-    from faultlab.nodes.testbed import _controller_alive
-
     removed = []
     for st in list_docker_testbeds():
-        if only_dead and _controller_alive(st["pid"], st.get("starttime")):
+        if only_dead and procid.alive(st["pid"], st.get("starttime")):
             continue
         tb = DockerTestbed.from_state(st)
         if not tb.down():
@@ -464,7 +451,7 @@ def reap_orphans(cli) -> list[str]:
 
 
 def _reap(cli) -> list[str]:
-    import docker
+    import docker  # optional dependency (faultlab[docker]): only docker testbeds need it
 
     removed: list[str] = []  # testbed ids
     for net in cli.networks.list(filters={"label": LABEL}):

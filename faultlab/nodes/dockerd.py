@@ -37,7 +37,7 @@ def client(timeout_s: float = 60.0):
     """A docker SDK client of faultlab's daemon. Raises FaultlabError (with the fix)
     when the SDK is missing or the daemon does not answer."""
     try:
-        import docker
+        import docker  # optional dependency (faultlab[docker]): a missing SDK is one line below
     except ImportError:
         raise FaultlabError("the docker SDK is not installed", field="--backend", fix="pip install 'faultlab[docker]'") from None
     try:

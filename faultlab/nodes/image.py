@@ -28,7 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import faultlab
 from faultlab.errors import FaultlabError
+from faultlab.nodes.dockerd import docker_host
 
 REVISION = 2
 IMAGE = f"faultlab/node:bookworm-{REVISION}"
@@ -77,7 +79,7 @@ def ensure_image(client) -> str:
     """The node image tag, importing it from the cached tarball (built first when
     missing). Idempotent; the image is kept between testbeds (``testbed down``
     leaves it)."""
-    import docker
+    import docker  # optional dependency (faultlab[docker]): only docker testbeds need it
 
     try:
         client.images.get(IMAGE)
@@ -96,8 +98,6 @@ def ensure_image(client) -> str:
 
 
 def _host() -> str:
-    from faultlab.nodes.dockerd import docker_host
-
     return docker_host()
 
 
@@ -106,8 +106,6 @@ def workload_mounts() -> dict[str, dict]:
     faultlab: the interpreter prefixes and faultlab's source folder, at the same
     paths. Raises FaultlabError when the interpreter lives in ``/usr`` (mounting it
     would hide the container's own system)."""
-    import faultlab
-
     src = Path(faultlab.__file__).resolve().parent.parent
     paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), src}
     for p in list(paths):

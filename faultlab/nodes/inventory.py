@@ -21,6 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from faultlab.errors import BadInput, pydantic_fix
+from faultlab.nodes.ssh import SshNode
+from faultlab.yamlsafe import DuplicateKey, load as load_yaml
 
 
 class InventoryNode(BaseModel):
@@ -85,8 +87,6 @@ class Inventory(BaseModel):
 def load(path: str | Path) -> Inventory:
     """Read and validate an inventory file. Raises BadInput naming file and field."""
     p = Path(path)
-    from faultlab.yamlsafe import DuplicateKey, load as load_yaml
-
     try:
         data = load_yaml(p.read_text())
     except DuplicateKey as e:
@@ -115,8 +115,6 @@ def schema() -> dict:
 
 def ssh_nodes(inv: Inventory, names: list[str], *, accept_new: bool = False) -> list:
     """SshNodes of the named inventory nodes (defaults filled in)."""
-    from faultlab.nodes.ssh import SshNode
-
     d = inv.defaults
     out = []
     for name in names:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from faultlab.errors import BadInput
 from faultlab.nodes.base import Node
+from faultlab.nodes.docker import resolve_docker
 from faultlab.nodes.local import LocalNode
 from faultlab.nodes.netns import NetnsNode, netns_list
 
@@ -31,8 +32,6 @@ def resolve_node(spec: str) -> Node:
         hint = f" (a network namespace {spec!r} exists: netns:{spec})" if spec in netns_list() else ""
         raise BadInput(f"{spec!r} names no backend{hint}", field="--node", fix=f"give BACKEND:NAME; backends: {backends}")
     if kind == "docker":
-        from faultlab.nodes.docker import resolve_docker
-
         return resolve_docker(rest)
     if kind == "netns":
         if rest not in netns_list():

@@ -13,10 +13,10 @@
 - Every command is an argv joined with ``shlex.join`` into one remote shell line,
   prefixed with ``sudo -n --`` when ``sudo`` (the login user is not root).
 - The node *is* its own lease host: ``argv()`` returns the argv unchanged, so revert
-  lines rendered for the lease run in the node's own ``sh`` (faultlab.injectors.lease
+  lines rendered for the lease run in the node's own ``sh`` (faultlab.lifecycle.lease
   keeps the record and the watchdog there; they need only sh and coreutils).
 - Connections are shared by the threads of one controller (one transport a node; a
-  paramiko transport multiplexes channels); ``faultlab.nodes.fanout`` bounds how
+  paramiko transport multiplexes channels); ``faultlab.lifecycle.fanout`` bounds how
   many nodes are connected at once (sshd's ``MaxStartups`` drops unauthenticated
   connections beyond 10 by default).
 """
@@ -30,13 +30,13 @@ import shlex
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from faultlab import safefs
 from faultlab.errors import NodeError
-from faultlab.nodes.base import Node
-from faultlab.nodes.ssh_process import RemoteProcess, _drain
+from faultlab.nodes.base import LEASE_ON_NODE, Node
+from faultlab.nodes.ssh_process import RemoteProcess, drain
 from faultlab.telemetry import collect
 
 #: where ranks on an ssh node write telemetry (collected back)
@@ -67,7 +67,6 @@ class SshNode(Node):
     sudo: bool = False
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 60.0
-    remote: bool = field(default=True, init=False)
     collects_telemetry = True
 
     def __post_init__(self):
@@ -78,11 +77,15 @@ class SshNode(Node):
     def describe(self) -> str:
         return f"ssh:{self.name}"
 
+    def lease_host(self) -> str:
+        """The node itself: record and watchdog live on the node."""
+        return LEASE_ON_NODE
+
     # -- connection ----------------------------------------------------------------------
     def connect(self):
         """The connected paramiko client (connecting once). Raises NodeError naming the
         node: unknown or changed host key, auth failure, timeout, unreachable."""
-        import paramiko
+        import paramiko  # optional dependency (faultlab[ssh]): only ssh nodes need it
 
         with self._lock:
             if self._client is not None and self._client.get_transport() and self._client.get_transport().is_active():
@@ -168,7 +171,7 @@ class SshNode(Node):
             if input:
                 chan.sendall(input)
             chan.shutdown_write()
-            out, err = _drain(chan, time.monotonic() + timeout, limit=limit)
+            out, err = drain(chan, time.monotonic() + timeout, limit=limit)
         except TimeoutError:
             chan.close()
             raise NodeError(f"{' '.join(list(argv)[:4])} ... timed out after {timeout:g}s on ssh node {self.name}", field="node") from None
@@ -189,7 +192,7 @@ class SshNode(Node):
         ~2 s and never closes the connection: the ranks and samplers on its other
         channels live on it (closing it killed them, exit -1). Only a connection that is
         no longer active is dropped. Raises NodeError naming the node."""
-        import paramiko
+        import paramiko  # optional dependency (faultlab[ssh]): only ssh nodes need it
 
         attempt = 0
         while True:
@@ -290,7 +293,7 @@ class SshNode(Node):
         chan = self._open(self.line(argv), 30)
         try:
             chan.shutdown_write()
-            out, err = _drain(chan, time.monotonic() + 30, limit=collect.CHUNK_BYTES)
+            out, err = drain(chan, time.monotonic() + 30, limit=collect.CHUNK_BYTES)
             if len(out) > collect.CHUNK_BYTES:
                 raise safefs.UntrustedPath(path, f"on ssh node {self.name}: sent more than the {collect.CHUNK_BYTES} bytes asked for",
                                            "check the node's sh, tail and head")
@@ -329,7 +332,7 @@ def load_known_hosts(keys, path: Path) -> None:
     group/other-writable: another user's known_hosts (or a link to one) could
     otherwise pin the key of a host of their choosing. A missing file or folder pins
     nothing. Malformed lines are skipped (as ssh does). Raises UntrustedPath."""
-    from paramiko.hostkeys import HostKeyEntry
+    from paramiko.hostkeys import HostKeyEntry  # optional dependency (faultlab[ssh])
 
     try:
         with safefs.open_dir(path.parent) as d:

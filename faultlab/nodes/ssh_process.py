@@ -2,7 +2,7 @@
 
 ``RemoteProcess`` is a process on an ssh node shaped like ``subprocess.Popen``
 (attached to a paramiko channel, or detached and polled with ``kill -0``);
-``_drain`` reads a channel's stdout and stderr to its EOF within a deadline.
+``drain`` reads a channel's stdout and stderr to its EOF within a deadline.
 """
 
 from __future__ import annotations
@@ -13,12 +13,8 @@ import socket
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING
-
 from faultlab.errors import NodeError
-
-if TYPE_CHECKING:
-    from faultlab.nodes.ssh import SshNode
+from faultlab.nodes.base import Node
 
 
 class RemoteProcess:
@@ -26,7 +22,7 @@ class RemoteProcess:
     launcher and the throughput probe: ``pid`` (on the node), ``poll``, ``wait``,
     ``communicate``, ``send_signal``, ``kill``, ``stdout`` (with ``stdout=PIPE``)."""
 
-    def __init__(self, node: SshNode, pid: int, chan, stdout, out_file=None):
+    def __init__(self, node: Node, pid: int, chan, stdout, out_file=None):
         self.node, self.pid, self._chan = node, pid, chan
         self.returncode: int | None = None
         self.args = []
@@ -116,7 +112,7 @@ def _copy(src, fd: int) -> None:
         os.close(fd)
 
 
-def _drain(chan, deadline: float, limit: int | None = None) -> tuple[bytes, bytes]:
+def drain(chan, deadline: float, limit: int | None = None) -> tuple[bytes, bytes]:
     """stdout and stderr of a channel until its EOF (sshd may send the exit status
     before the last output, so EOF, not the exit status, ends the output).
     ``limit``: stop reading once stdout or stderr holds more than that many bytes

@@ -204,22 +204,20 @@ class NetnsTestbed:
             self._made["iptables"] = rule
             self._save()
 
-    def teardown_cmds(self) -> list:
-        """The commands that remove this testbed (for a lease whose watchdog tears
-        it down if the controller dies); each is idempotent."""
-        from faultlab.injectors.base import Cmd
-
+    def teardown_argv(self) -> list[tuple[str, ...]]:
+        """The commands (argv, run on this host) that remove this testbed, for a lease
+        whose watchdog tears it down if the controller dies; each is idempotent."""
         cmds = []
         if self._made.get("iptables"):
-            cmds.append(Cmd(("iptables", "-D", *self._made["iptables"])))
+            cmds.append(("iptables", "-D", *self._made["iptables"]))
         # Processes left in our namespaces (ranks of a killed runner) end first:
         # SIGTERM, up to 5 s to exit, then SIGKILL (a rank blocked in a collective
         # whose peers are gone only notices SIGTERM at its next step, which may be
         # its collective timeout away). Only PIDs inside namespaces faultlab made.
-        cmds.append(Cmd(("sh", "-c", _END_NETNS_PIDS_SH, "sh", *reversed(self._made["netns"]))))
-        cmds += [Cmd(("ip", "netns", "del", ns)) for ns in reversed(self._made["netns"])]
-        cmds += [Cmd(("ip", "link", "del", link)) for link in reversed(self._made["links"])]
-        cmds.append(Cmd(("rm", "-f", str(self._state_path()))))
+        cmds.append(("sh", "-c", _END_NETNS_PIDS_SH, "sh", *reversed(self._made["netns"])))
+        cmds += [("ip", "netns", "del", ns) for ns in reversed(self._made["netns"])]
+        cmds += [("ip", "link", "del", link) for link in reversed(self._made["links"])]
+        cmds.append(("rm", "-f", str(self._state_path())))
         return cmds
 
     def down(self) -> list[str]:
@@ -319,25 +317,16 @@ def _validation_summary(e: ValidationError) -> str:
     return f"{loc}: {err.get('msg')}"
 
 
-def recover_testbeds(only_dead: bool = True) -> list[str]:
-    """Tear down testbeds whose controller is gone (all of them when ``only_dead`` is
-    False), from state files that pass ``load_states``' checks only. Returns the ids
-    removed; ``untrusted_states()`` names the files skipped."""
+def recover_netns_testbeds(only_dead: bool = True) -> list[str]:
+    """Tear down netns testbeds whose controller is gone (all of them when
+    ``only_dead`` is False), from state files that pass ``load_states``' checks only.
+    Returns the ids removed; ``untrusted_states()`` names the files skipped."""
     removed = []
     states, _bad = load_states()
     for st in states:
-        if only_dead and _controller_alive(st.pid, st.starttime):
+        if only_dead and procid.alive(st.pid, st.starttime):
             continue
         tb = NetnsTestbed.from_state(st)
         if not tb.down():
             removed.append(tb.id)
-    from faultlab.nodes.docker_testbed import recover_docker_testbeds  # docker and ssh testbeds
-
-    return removed + recover_docker_testbeds(only_dead)
-
-
-def _controller_alive(pid: int, starttime: Optional[int]) -> bool:
-    """Whether the controller that wrote a state file still runs: its PID exists and
-    (when recorded) has the same start time, so a reused PID does not keep a dead
-    testbed forever (``faultlab.procid.alive``)."""
-    return procid.alive(pid, starttime)
+    return removed

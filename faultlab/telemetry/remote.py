@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from faultlab.nodes.base import LEASE_ON_NODE
 from faultlab.telemetry import tcpstats
 
 #: the collected file of node NAME: ``host-NAME.jsonl`` (in the run's telemetry folder)
@@ -45,11 +46,11 @@ def sampler_argv(pids: list[int], out: str, *, until: float, interval_s: float =
 
 def start_node_samplers(ranks, run_id: str, *, until: float, interval_s: float = 1.0) -> dict[str, str]:
     """Start one node sampler per ssh node of ``ranks`` (faultlab.benchmarks.launch
-    RankProcs; nodes with ``remote`` set). Returns {node name: error} for nodes where
+    RankProcs; nodes that are their own lease host, ``LEASE_ON_NODE``). Returns {node name: error} for nodes where
     it could not start (the run goes on without their host rows)."""
     by_node: dict[str, tuple] = {}
     for r in ranks:
-        if getattr(r.node, "remote", False):
+        if r.node.lease_host() == LEASE_ON_NODE:
             by_node.setdefault(r.node.name, (r.node, []))[1].append(r.pid)
     errors = {}
     for name, (node, pids) in by_node.items():

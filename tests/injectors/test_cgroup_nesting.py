@@ -331,7 +331,8 @@ def test_v2_orphan_recovery_gives_back_the_controller_faultlab_enabled(unified_h
     every move back (no internal processes) and the target and the cgroup would stay.
     The parent ends exactly as found. (hugetlb stands in for cpu, ORPHAN_CONTROLLER
     patched to match: this kernel offers no cpu controller in v2.)"""
-    from faultlab.injectors.hostview import Orphan
+    from faultlab.lifecycle.hostrevert import orphan_argv
+    from faultlab.lifecycle.hostview import Orphan
 
     monkeypatch.setattr(cgroups, "ORPHAN_CONTROLLER", {"cpu": "hugetlb", "io": "io"}, raising=False)
     h, own, _ = unified_hugetlb
@@ -342,7 +343,7 @@ def test_v2_orphan_recovery_gives_back_the_controller_faultlab_enabled(unified_h
         d = _nest_with_plan(h, own, p.pid)
         assert "hugetlb" in (base / "cgroup.subtree_control").read_text().split()
         orphan = Orphan("cgroup", "", d, Path(d).name.split("-")[-1])
-        for argv in orphan.revert_argv():
+        for argv in orphan_argv(orphan):
             subprocess.run(argv, capture_output=True, timeout=30)
         assert _v2_line(p.pid) == own, "the target is back in its own cgroup"
         assert (base / "cgroup.subtree_control").read_text() == sc0
@@ -359,7 +360,8 @@ def test_v2_orphan_recovery_leaves_a_controller_another_child_uses(unified_huget
     """The parent also has a child that is not faultlab's: the controller may be the
     user's now, so it is not written; the sweep back then fails (the kernel refuses)
     and the target stays under its own cgroup's subtree, never at the root."""
-    from faultlab.injectors.hostview import Orphan
+    from faultlab.lifecycle.hostrevert import orphan_argv
+    from faultlab.lifecycle.hostview import Orphan
 
     monkeypatch.setattr(cgroups, "ORPHAN_CONTROLLER", {"cpu": "hugetlb", "io": "io"}, raising=False)
     h, own, _ = unified_hugetlb
@@ -368,7 +370,7 @@ def test_v2_orphan_recovery_leaves_a_controller_another_child_uses(unified_huget
     try:
         d = _nest_with_plan(h, own, p.pid)
         (base / "users-own").mkdir()
-        for argv in Orphan("cgroup", "", d, Path(d).name.split("-")[-1]).revert_argv():
+        for argv in orphan_argv(Orphan("cgroup", "", d, Path(d).name.split("-")[-1])):
             subprocess.run(argv, capture_output=True, timeout=30)
         assert "hugetlb" in (base / "cgroup.subtree_control").read_text().split()
         assert _v2_line(p.pid) == f"{own}/{Path(d).name}"

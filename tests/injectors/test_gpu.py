@@ -20,7 +20,7 @@ import pytest
 
 from faultlab.errors import BadInput, FaultlabError, Refused
 from faultlab.injectors import FAULT_TYPES, GpuClockCap, GpuPowerCap, apply, build
-from faultlab.injectors.lease import load_leases, recover
+from faultlab.lifecycle.lease import load_leases, recover
 from faultlab.nodes import LocalNode
 from tests.helpers import FAKES, FL
 

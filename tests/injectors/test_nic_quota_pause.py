@@ -16,7 +16,7 @@ import pytest
 from faultlab import procid
 from faultlab.errors import BadInput, Refused
 from faultlab.injectors import CpuContention, NicSlow, ProcessPause, apply
-from faultlab.injectors.lease import load_leases
+from faultlab.lifecycle.lease import load_leases
 from faultlab.nodes import LocalNode
 from faultlab.probe import measure_throughput
 from tests.helpers import FAULT_QDISC, FL, cpu_rate, needs_root
@@ -468,7 +468,7 @@ def test_netem_delay_plan_and_kernel_probe(testbed2, no_residue):
 def test_stale_revert_of_one_fault_never_touches_a_later_fault(testbed2, no_residue):
     """Fault A is reverted by hand but its lease's revert lines run late (a watchdog
     of a killed controller): fault B on the same interface must survive them."""
-    from faultlab.injectors.lease import Lease
+    from faultlab.lifecycle.lease import Lease
 
     n0, _ = testbed2.nodes
     a = apply(NicSlow(n0, 10e6), 30)
@@ -558,9 +558,9 @@ def test_testbed_lease_teardown_ends_processes_that_ignore_sigterm(no_residue):
             assert time.time() < deadline, "the process never joined the namespace"
             time.sleep(0.05)
         t0 = time.time()
-        for c in tb.teardown_cmds():  # as the watchdog runs them: each may find its object gone
-            cp = subprocess.run(list(c.argv), capture_output=True, text=True, timeout=60)
-            assert cp.returncode == 0 or "Cannot find device" in cp.stderr, (c.argv, cp.stderr)
+        for argv in tb.teardown_argv():  # as the watchdog runs them: each may find its object gone
+            cp = subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+            assert cp.returncode == 0 or "Cannot find device" in cp.stderr, (argv, cp.stderr)
         assert stuck.wait(timeout=10) == -signal.SIGKILL
         assert time.time() - t0 < 15
         assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.count(n0.netns) == 0

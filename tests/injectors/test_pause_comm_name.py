@@ -24,7 +24,7 @@ import pytest
 
 from faultlab import procid
 from faultlab.injectors import ProcessPause, apply
-from faultlab.injectors.lease import load_leases
+from faultlab.lifecycle.lease import load_leases
 from faultlab.injectors.pause import CONT_SH
 from faultlab.nodes import LocalNode
 from tests.helpers import needs_root

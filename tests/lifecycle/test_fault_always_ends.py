@@ -189,7 +189,7 @@ def test_orphans_without_record_or_watchdog_are_shown_and_recovered(testbed2, bu
 
 @pytest.mark.parametrize("shell", ["sh", "bash"])
 def test_watchdog_reads_deadline_as_digits_only(tmp_path, shell):
-    from faultlab.injectors.lease import WATCHDOG_SH
+    from faultlab.lifecycle.watchdog import WATCHDOG_SH
 
     if not shutil.which(shell):
         pytest.skip(f"no {shell}")
@@ -212,7 +212,7 @@ def test_watchdog_reads_deadline_as_digits_only(tmp_path, shell):
 
 def test_watchdog_of_a_swapped_folder_keeps_its_own(tmp_path, monkeypatch):
     from faultlab.injectors.base import Cmd
-    from faultlab.injectors.lease import Lease
+    from faultlab.lifecycle.lease import Lease
     from faultlab.nodes import LocalNode
 
     parent = tmp_path / "p"
@@ -442,7 +442,7 @@ def test_force_fault_with_lost_record_restores_the_foreign_tbf_from_the_watchdog
         fid = json.loads(cp.stdout)["fault_id"]
         assert raw()["handle"] != "7:"
         (lease_dir() / f"{fid}.json").unlink()
-        from faultlab.injectors.hostview import find_watchdogs
+        from faultlab.lifecycle.watchdog import find_watchdogs
         from faultlab.injectors.nic import tbf_burst_for_ticks
 
         wd = [w for w in find_watchdogs() if w.fault_id == fid]
@@ -467,7 +467,7 @@ def test_hand_over_says_when_the_lease_ends_it_and_what_is_left(busy_loop, no_re
     commands it left; the watchdog (told SIGUSR1) then ends the fault."""
     import re
 
-    from faultlab.faultrun import outcome
+    from faultlab.lifecycle.injectrun import outcome
     from faultlab.injectors import HandOver, Hooks, apply, build
     from faultlab.nodes import LocalNode
 
@@ -505,7 +505,7 @@ def test_run_reverts_an_unverified_fault_at_once_and_records_it(tmp_path, allow,
     from rich.console import Console
 
     from faultlab import injectors
-    from faultlab.injectors.hostview import host_view
+    from faultlab.lifecycle.hostview import host_view
     from faultlab.labeler.reconcile import reconcile
     from faultlab.nodes import LocalNode
     from faultlab.rundir import RunDir

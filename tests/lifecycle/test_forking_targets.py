@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from faultlab.injectors import CpuContention, apply
-from faultlab.injectors.lease import load_leases
+from faultlab.lifecycle.lease import load_leases
 from faultlab.nodes import LocalNode
 from tests.helpers import needs_root
 

@@ -17,8 +17,8 @@ import pytest
 
 from faultlab import safefs
 from faultlab.injectors.base import Cmd
-from faultlab.injectors.hostview import find_watchdogs
-from faultlab.injectors.lease import Lease
+from faultlab.lifecycle.watchdog import find_watchdogs
+from faultlab.lifecycle.lease import Lease
 from faultlab.nodes import LocalNode
 from tests.helpers import wait_for
 
@@ -81,7 +81,7 @@ def test_unlink_temporaries_removes_only_regular_files_named_as_its_temporaries(
 KILLED_RELEASER = r"""
 import os, signal, sys, time
 from faultlab import safefs
-from faultlab.injectors import lease as L
+from faultlab.lifecycle import lease as L
 from faultlab.injectors.base import Cmd
 from faultlab.nodes import LocalNode
 

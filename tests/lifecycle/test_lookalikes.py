@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from faultlab.injectors.lease import CONTROLLER_ENV, WATCHDOG_NAME
+from faultlab.lifecycle.watchdog import CONTROLLER_ENV, WATCHDOG_NAME
 from tests.helpers import as_nobody, fl, needs_root, nobody_env, wait_for
 
 LOOKALIKE_UID = 65532
@@ -37,7 +37,7 @@ DROP = ["setpriv", f"--reuid={LOOKALIKE_UID}", f"--regid={LOOKALIKE_UID}", "--cl
 _USERS_FAULT = """
 import sys, time
 from faultlab.injectors.base import Cmd
-from faultlab.injectors.lease import Lease
+from faultlab.lifecycle.lease import Lease
 from faultlab.nodes import LocalNode
 le = Lease.create_for(LocalNode("local"), sys.argv[1], "process-pause", "pid:0", {}, [Cmd(("touch", sys.argv[2]))], time.time() + 300)
 print(le.proc.pid, flush=True)
@@ -82,7 +82,7 @@ def _alive(pid: int) -> bool:
 
 
 def _watchdog_pids(fid: str) -> set[int]:
-    from faultlab.injectors.hostview import find_watchdogs
+    from faultlab.lifecycle.watchdog import find_watchdogs
 
     return {w.pid for w in find_watchdogs() if w.fault_id == fid}
 
@@ -177,7 +177,7 @@ def test_a_look_alike_listing_every_tc_handle_reserves_none(testbed2, no_residue
 
 
 def _watchdog_pids_any() -> set[int]:
-    from faultlab.injectors.hostview import find_watchdogs
+    from faultlab.lifecycle.watchdog import find_watchdogs
 
     return {w.pid for w in find_watchdogs()}
 
@@ -211,15 +211,15 @@ def test_a_stress_look_alike_of_another_user_does_not_fail_a_clean_revert(busy_l
 
 @needs_root
 def test_a_remote_nodes_watchdog_is_the_login_users_not_a_look_alike(tmp_path, monkeypatch, no_residue):
-    """The ssh node's view (injectors/remoteview.py), run against this host as the node:
+    """The ssh node's view (lifecycle/remoteview.py), run against this host as the node:
     the node's lease record and its real remote watchdog, and look-alikes of uid 65532
     naming the same record path started before and after it. ``revert_remote`` tells
     the real watchdog to revert (its marker appears, record gone) and never signals a
     look-alike (not the last PID matching the path, of any uid)."""
     from faultlab.injectors.base import Cmd
-    from faultlab.injectors.lease import REMOTE_WATCHDOG_SH
-    from faultlab.injectors.lease_remote import RemoteLease
-    from faultlab.injectors.remoteview import remote_view, revert_remote
+    from faultlab.lifecycle.watchdog import REMOTE_WATCHDOG_SH
+    from faultlab.lifecycle.lease_remote import RemoteLease
+    from faultlab.lifecycle.remoteview import remote_view, revert_remote
     from faultlab.nodes import LocalNode
 
     node = LocalNode("local")

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from faultlab.injectors.lease import LEASE_ID
+from faultlab.lifecycle.lease import LEASE_ID
 from tests.helpers import FAULT_QDISC, fl, lease_dir, needs_root, wait_for
 
 # doctor's own probe, stopped for real once the probe device has its qdisc: the

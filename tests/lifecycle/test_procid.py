@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from faultlab import procid
-from faultlab.injectors.lease import Lease
+from faultlab.lifecycle.lease import Lease
 
 
 def test_parse_starttime_reads_field_22_after_the_last_paren():

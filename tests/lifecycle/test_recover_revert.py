@@ -22,7 +22,8 @@ import pytest
 from faultlab.errors import FaultlabError
 from faultlab.injectors import CpuContention, apply
 from faultlab.injectors.base import Hooks, run_revert
-from faultlab.injectors.lease import WATCHDOG_NAME, load_leases
+from faultlab.lifecycle.lease import load_leases
+from faultlab.lifecycle.watchdog import WATCHDOG_NAME
 from faultlab.nodes import LocalNode
 from tests.helpers import FL, ROOT, as_nobody, cpu_cgroup, proc_argvs
 

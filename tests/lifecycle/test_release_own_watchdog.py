@@ -17,8 +17,9 @@ import time
 import pytest
 
 from faultlab.injectors.base import Cmd
-from faultlab.injectors.lease import WATCHDOG_NAME, Lease, read_records
-from faultlab.injectors.hostview import find_watchdogs
+from faultlab.lifecycle.lease import Lease, read_records
+from faultlab.lifecycle.watchdog import WATCHDOG_NAME
+from faultlab.lifecycle.watchdog import find_watchdogs
 from faultlab.nodes import LocalNode
 from tests.helpers import fl, needs_root, wait_for
 

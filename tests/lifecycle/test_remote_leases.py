@@ -19,17 +19,21 @@ from rich.console import Console
 
 from faultlab.errors import NodeError
 from faultlab.injectors.base import Cmd
-from faultlab.injectors.lease import REMOTE_WATCHDOG_SH
-from faultlab.injectors.lease_remote import RemoteLease, node_lock
-from faultlab.injectors.remoteview import remote_faults, remote_view, revert_remote
-from faultlab.nodes import LocalNode, remotecmds
+from faultlab.lifecycle.watchdog import REMOTE_WATCHDOG_SH
+from faultlab.lifecycle.lease_remote import RemoteLease, node_lock
+from faultlab.lifecycle.remoteview import remote_faults, remote_view, revert_remote
+from faultlab.lifecycle import remotecmds
+from faultlab.nodes import LEASE_ON_NODE, LocalNode
 from faultlab.nodes.ssh import SshNode
 
 
 def _node_on(folder: Path):
-    """This host as a lease host whose lease folder is ``folder``."""
+    """This host as its own lease host whose lease folder is ``folder``: the ssh nodes'
+    lease code (``lease_remote``, ``remoteview``) runs every command through
+    ``node.run``, so it runs here for real; only the transport differs."""
     n = LocalNode("local")
     n.lease_dir = lambda: PurePosixPath(str(folder))
+    n.lease_host = lambda: LEASE_ON_NODE
     n.command_timeout_s = 30
     return n
 

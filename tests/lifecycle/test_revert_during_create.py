@@ -7,7 +7,7 @@ in the fault's cgroup again and ``status`` never shows the fault without its wat
 
 Real processes: a real ``faultlab inject`` of a cgroup v1 cpu quota on a busy loop,
 with the window between its watchdog's start and its record widened by the test seam
-``FAULTLAB_TEST_CREATE_PAUSE_S`` (``injectors/lease.py``), and a real concurrent
+``FAULTLAB_TEST_CREATE_PAUSE_S`` (``lifecycle/lease.py``), and a real concurrent
 ``faultlab revert ID``."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from faultlab.injectors.hostview import find_watchdogs
-from faultlab.injectors.lease import TEST_CREATE_PAUSE_ENV
+from faultlab.lifecycle.watchdog import find_watchdogs
+from faultlab.lifecycle.lease import TEST_CREATE_PAUSE_ENV
 from tests.helpers import FL, cpu_cgroup, fl, lease_dir, needs_root, wait_for
 
 DURATION_S = 6

@@ -1,6 +1,6 @@
 """A revert whose commands fail keeps the lease, and says what happens next truly.
 
-``faultlab revert``/``recover`` (``hostview.revert_view``) and ``lease.recover`` stop
+``faultlab revert``/``recover`` (``hostrevert.revert_view``) and ``lease.recover`` stop
 the watchdog and delete the record only when no revert line failed for real; a
 removal whose object is already gone (a half-applied fault) is no failure. Real
 leases (record, ``sh`` watchdog) in this session's lease folder, real revert lines
@@ -18,7 +18,7 @@ import sys
 import time
 
 from faultlab.injectors.base import Cmd
-from faultlab.injectors.lease import Lease, load_leases, recover
+from faultlab.lifecycle.lease import Lease, load_leases, recover
 from faultlab.nodes import LocalNode
 from tests.helpers import fl, lease_dir, wait_for
 
@@ -60,7 +60,7 @@ def test_failed_revert_without_watchdog_keeps_the_record_and_says_none_retries(t
     """The controller is gone and so is the watchdog: ``recover`` keeps the record
     (the only trace of the fault) and says nothing will retry by itself."""
     fixed = tmp_path / "fixed"
-    code = ("import time, sys\nfrom faultlab.injectors.base import Cmd\nfrom faultlab.injectors.lease import Lease\n"
+    code = ("import time, sys\nfrom faultlab.injectors.base import Cmd\nfrom faultlab.lifecycle.lease import Lease\n"
             "from faultlab.nodes import LocalNode\n"
             f"le = Lease.create_for(LocalNode('local'), 'process-{secrets.token_hex(3)}', 'process-pause', 'pid:0', {{}}, "
             f"[Cmd(('test', '-e', {str(fixed)!r}))], time.time() + 120)\nprint(le.fault_id, le.proc.pid, flush=True)\n")

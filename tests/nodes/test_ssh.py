@@ -105,7 +105,7 @@ def test_fanout_unreachable_node_fails_within_timeout_nothing_applied(stb, no_re
     """One node of the fan-out does not answer: the error names it within its connect
     timeout, and the node that was applied is reverted (no qdisc, no lease)."""
     from faultlab import injectors
-    from faultlab.nodes.fanout import FanoutError, apply_all
+    from faultlab.lifecycle.fanout import FanoutError, apply_all
 
     dead = _ssh(stb, 1, name="ghost", address=str(stb.subnet.network_address + 250), connect_timeout_s=2.0)
     injs = [injectors.build("nic-slow", n, target="eth0", duration_s=30, opts={"--rate": "50mbit"}) for n in (stb.nodes[0], dead)]
@@ -345,7 +345,7 @@ def test_status_revert_recover_of_faults_on_an_ssh_node(stb, tmp_path, no_residu
     rows = {r["fault_id"]: r for r in json.loads(fl("status", "--inventory", inv, "--all-nodes", "--json").stdout)}
     assert set(rows) == {lost, dead}, rows
     me = _ssh(stb, 1)
-    from faultlab.injectors.remoteview import remote_faults
+    from faultlab.lifecycle.remoteview import remote_faults
 
     f = next(x for x in remote_faults(me) if x.fault_id == dead)
     me.run(["kill", "-9", str(f.watchdog_pid)])

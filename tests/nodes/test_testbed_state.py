@@ -15,7 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from faultlab.cli import app
-from faultlab.nodes.testbed import NetnsTestbed, load_states, recover_testbeds, state_dir, untrusted_states
+from faultlab.nodes.backends import recover_testbeds
+from faultlab.nodes.testbed import NetnsTestbed, load_states, state_dir, untrusted_states
 from tests.helpers import needs_root
 
 

@@ -27,7 +27,7 @@ import pytest
 from faultlab import procid
 from faultlab.benchmarks import agent as agent_mod
 from faultlab.injectors import gc as gc_mod
-from faultlab.injectors.lease import load_leases
+from faultlab.lifecycle.lease import load_leases
 from faultlab.nodes import LocalNode
 from tests.helpers import FL, as_nobody, needs_root
 

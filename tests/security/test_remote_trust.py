@@ -1,7 +1,7 @@
 """Files read back on another node (ssh, docker) get the same trust checks as on this
 host (faultlab.safefs.read_on_node: owner and mode of the whole path, no symlink,
 checked on the node in the same command that reads): agent heartbeats and commands
-(injectors/gc.py) and lease records (injectors/lease_remote.py)."""
+(injectors/gc.py) and lease records (lifecycle/lease_remote.py)."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_remote_lease_records_behind_a_symlinked_folder_are_not_loaded(dnode, pr
     """lease_remote.load_leases on a docker node whose lease folder is reached through
     a symlink: the record (well-formed, revert lines and all) is never loaded, so
     recover never runs its lines (the listing never follows the folder link)."""
-    from faultlab.injectors import lease_remote
+    from faultlab.lifecycle import lease_remote
 
     rec = {"fault_id": "cpu-abc123", "revert": ["touch /tmp/should-never-run"], "created_ts": 1, "deadline_ts": 2}
     (private / "cpu-abc123.json").write_text(json.dumps(rec))

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from faultlab.injectors.lease import WATCHDOG_NAME
-from faultlab.injectors.procowner import MINE_SH
+from faultlab.lifecycle.watchdog import WATCHDOG_NAME
+from faultlab.lifecycle.procowner import MINE_SH
 from tests.helpers import fl, needs_root, wait_for
 
 pytestmark = [needs_root, pytest.mark.skipif(not shutil.which("unshare") or not shutil.which("setpriv"),
@@ -200,7 +200,7 @@ def test_revert_of_roots_fault_leaves_another_users_record_of_the_same_id_alone(
     other is not touched, exits 0 and returns without waiting on nobody's process."""
     marker = shared_lease_dir.parent / "reverted"
     fid = "process-5a3e1d"
-    code = ("import sys, time\nfrom faultlab.injectors.base import Cmd\nfrom faultlab.injectors.lease import Lease\n"
+    code = ("import sys, time\nfrom faultlab.injectors.base import Cmd\nfrom faultlab.lifecycle.lease import Lease\n"
             "from faultlab.nodes import LocalNode\n"
             "le = Lease.create_for(LocalNode('local'), sys.argv[1], 'process-pause', 'pid:0', {}, "
             "[Cmd(('touch', sys.argv[2]))], time.time() + 300)\nprint(le.proc.pid, flush=True)\n")

@@ -27,7 +27,7 @@ A lease has two halves that do not depend on each other:
   the deadline file and any temporary of theirs a writer killed mid-write left.
 
 A controller that reverts in time stops the watchdog's process group and removes the
-files itself. ``faultlab.injectors.hostview`` finds watchdogs by their argv
+files itself. ``watchdog.find_watchdogs`` finds watchdogs by their argv
 (``faultlab-watchdog ID DEADLINE FD LINES...``), so a fault with no record is still
 seen and ended.
 """
@@ -35,7 +35,6 @@ seen and ended.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
@@ -48,87 +47,11 @@ from pathlib import Path
 
 from faultlab import procid, safefs
 from faultlab.errors import NodeError
-from faultlab.nodes import Node
-
-#: lease ids: fault ids (``nic-3f9a1c``) and testbed leases (``testbed-1a2b``)
-LEASE_ID = re.compile(r"^[a-z]+-[0-9a-f]{4,12}$")
-#: the name of the watchdog's ``$0``, how it is found in /proc
-WATCHDOG_NAME = "faultlab-watchdog"
-#: the watchdog's environment names its controller, "PID STARTTIME" (clock ticks since
-#: boot, 0 when unknown), so a fault whose record was lost is still known to be held
-#: by a live controller (``faultlab recover`` leaves it alone)
-CONTROLLER_ENV = "FAULTLAB_CONTROLLER"
-#: root's lease folder: read by every user's ``faultlab status`` (one view of the host)
-ROOT_LEASE_DIR = "/run/faultlab/leases"
-
-# The watchdog's body, shared by the local and the remote form: $rec the record, $renew
-# the renewed-deadline file, $dl the deadline, "$@" the revert lines. It runs the lines
-# at the deadline (or on SIGUSR1) whether or not the record is still there.
-_WATCHDOG_LOOP = r"""
-while [ "$fire" = 0 ]; do
-  new=$(cat "$renew" 2>/dev/null)
-  case "$new" in
-    [1-9]*) case "$new" in *[!0-9]*|?????????????*) ;; *) dl="$new" ;; esac ;;
-  esac
-  now=$(date +%s)
-  [ "$now" -ge "$dl" ] && break
-  left=$(( dl - now ))
-  [ "$left" -gt 5 ] && left=5
-  sleep "$left" </dev/null & sp=$!
-  wait "$sp"
-  kill "$sp" 2>/dev/null
-done
-for line in "$@"; do sh -c "$line" </dev/null >/dev/null 2>&1; done
-rm -f "$rec" "$renew"
-drop_temporaries
-"""
-
-# Positional args: $1 lease id, $2 deadline (unix s), $3 the number of the inherited
-# descriptor of the lease folder, $4... revert lines (each shlex.join-ed). A renewed
-# deadline is read through the descriptor, digits only (1-12, no leading zero: never
-# octal, never an expression), so `$(( ))` only ever sees a plain number.
-WATCHDOG_SH = r"""
-trap '' HUP INT
-fire=0
-trap 'fire=1' USR1
-id="$1"; dl="$2"; d="/dev/fd/$3"; shift 3
-rec="$d/$id.json"; renew="$d/$id.deadline"
-# what a controller killed mid-write left (safefs.write_atomic: .NAME.<hex>.tmp)
-drop_temporaries() { rm -f -- "$d/.$id.json."HEX12.tmp "$d/.$id.deadline."HEX12.tmp; }
-""".replace("HEX12", "[0-9a-f]" * 12) + _WATCHDOG_LOOP
-
-
-# The watchdog of a lease on a remote (ssh) node, where no descriptor can be passed:
-# $1 record path, $2 deadline, $3... revert lines.
-REMOTE_WATCHDOG_SH = r"""
-trap '' HUP INT
-fire=0
-trap 'fire=1' USR1
-rec="$1"; dl="$2"; shift 2
-renew="${rec%.json}.deadline"
-# what a controller cut off mid-write left (SshNode.write_file: NAME.tmp.<pid>)
-drop_temporaries() { rm -f -- "$rec.tmp."[0-9]* "$renew.tmp."[0-9]*; }
-""" + _WATCHDOG_LOOP
-
-
-def _fix_for(err: OSError, folder: str) -> str:
-    e = err.errno
-    if e == errno.ENOSPC or e == errno.EDQUOT:
-        return f"free space in {folder}, or point FAULTLAB_LEASE_DIR at a folder with room; nothing was applied"
-    if e == errno.EROFS:
-        return f"{folder} is on a read-only mount: remount it read-write or point FAULTLAB_LEASE_DIR at a writable private folder; nothing was applied"
-    if e in (errno.EACCES, errno.EPERM):
-        return f"run as the folder's owner (root for {ROOT_LEASE_DIR}) or point FAULTLAB_LEASE_DIR at a private folder of yours; nothing was applied"
-    return f"point FAULTLAB_LEASE_DIR at a writable private folder; nothing was applied"
-
-
-def lease_folder_error(err: OSError, folder: str, what: str) -> NodeError:
-    """The one-line error for a lease folder that cannot be used (``what`` failed)."""
-    why = err.strerror or str(err)
-    name = errno.errorcode.get(err.errno or 0, "")
-    return NodeError(f"lease folder {folder}: cannot {what}: {why}{f' ({name})' if name else ''}",
-                     field="FAULTLAB_LEASE_DIR", fix=_fix_for(err, folder))
-
+from faultlab.lifecycle.lease_remote import RemoteLease, held_lock, load_leases as load_remote, node_lock as remote_lock
+from faultlab.lifecycle.record import LEASE_ID, ROOT_LEASE_DIR, lease_folder_error, valid_record
+from faultlab.lifecycle.revertcheck import already_gone
+from faultlab.lifecycle.watchdog import CONTROLLER_ENV, REMOTE_WATCHDOG_SH, WATCHDOG_NAME, WATCHDOG_SH, find_watchdogs
+from faultlab.nodes import LEASE_HERE, LEASE_ON_NODE, Node, lease_dir
 
 def open_lease_dir(node: Node, *, create: bool = True) -> safefs.TrustedDir:
     """The node's lease folder opened through ``faultlab.safefs`` (every component of
@@ -157,32 +80,6 @@ def trusted_lease_dir(node: Node) -> Path:
     """The lease folder's path after the checks of ``open_lease_dir``."""
     with open_lease_dir(node) as d:
         return Path(d.path)
-
-
-def valid_record(rec, name: str | None = None) -> str | None:
-    """Why ``rec`` (parsed JSON) is not a lease record, or None when it is one: a
-    dict with a ``fault_id`` matching LEASE_ID (and the file name), string fields,
-    a numeric deadline, and a list of string revert lines."""
-    if not isinstance(rec, dict):
-        return "not a JSON object"
-    fid = rec.get("fault_id")
-    if not isinstance(fid, str) or not LEASE_ID.match(fid):
-        return "no valid fault_id"
-    if name is not None and name != f"{fid}.json":
-        return f"its fault_id {fid} does not match its file name"
-    dl = rec.get("deadline_ts")
-    if not isinstance(dl, (int, float)) or isinstance(dl, bool):
-        return "no numeric deadline_ts"
-    rv = rec.get("revert", [])
-    if not isinstance(rv, list) or not all(isinstance(x, str) for x in rv):
-        return "revert is not a list of command lines"
-    for k in ("fault_type", "node", "target"):
-        if rec.get(k) is not None and not isinstance(rec.get(k), str):
-            return f"{k} is not a string"
-    ts = rec.get("created_ts")  # records are sorted by it
-    if ts is not None and (not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts != ts):
-        return "created_ts is not a number"
-    return None
 
 
 @dataclass
@@ -215,9 +112,7 @@ class Lease:
         used; nothing is left then (no record, no temporary file, no watchdog)."""
         if not LEASE_ID.match(lease_id):
             raise NodeError(f"lease id {lease_id!r} is not of the form type-hex", field="fault_id")
-        if getattr(node, "remote", False):  # ssh: record and watchdog on the node
-            from faultlab.injectors.lease_remote import RemoteLease
-
+        if node.lease_host() == LEASE_ON_NODE:  # record and watchdog on the node
             return RemoteLease.create_for(node, lease_id, kind, target, params, revert, deadline_ts, REMOTE_WATCHDOG_SH)
         lines = [c.render(node) for c in revert]
         deadline = int(deadline_ts + 0.999)
@@ -287,9 +182,7 @@ class Lease:
         return not self.own_watchdogs() and not self.exists()
 
     def watchdogs(self) -> list:
-        """The live watchdog processes of this lease (see hostview.find_watchdogs)."""
-        from faultlab.injectors.hostview import find_watchdogs
-
+        """The live watchdog processes of this lease (see ``watchdog.find_watchdogs``)."""
         return [w for w in find_watchdogs() if w.fault_id == self.fault_id]
 
     def own_watchdogs(self) -> list:
@@ -364,11 +257,9 @@ class Lease:
 
     def revert_left(self, timeout_s: float = 60.0) -> list[str]:
         """Run the recorded revert lines now, each with ``timeout_s`` (s). Returns one
-        line per command that failed for real (``faultlab.injectors.revertcheck``: a
+        line per command that failed for real (``faultlab.lifecycle.revertcheck``: a
         failed removal whose object is already gone is no failure); empty when the
         fault is gone. The caller releases the lease only then. Raises nothing."""
-        from faultlab.injectors.revertcheck import already_gone
-
         left = []
         for line in self.record.get("revert", []):
             try:
@@ -466,21 +357,16 @@ def node_lock(node: Node, *, create: bool = True):
     """Serialize probe -> lease -> inject, revert and recover on one lease host
     (flock on a lock file of the lease folder in the private ``node-locks`` folder
     beside it, ``lease_remote.held_lock``: a lease folder is readable by every user,
-    a lock there could be held by any of them), so two faultlab
-    processes never act on a node at once: a second inject sees the first's lease and
+    a lock there could be held by any of them), so two faultlab processes never act
+    on a node at once: a second inject sees the first's lease and
     refuses, and a revert never runs between a fault's watchdog start and its last
     inject command. Not reentrant (a second lock of the same folder in one process
     waits for the first). Raises NodeError (one line) when the folder cannot be used,
     FileNotFoundError when it is missing and ``create`` is False."""
-    if getattr(node, "remote", False):
-        from faultlab.injectors.lease_remote import node_lock as remote_lock
-        from faultlab.nodes import lease_dir
-
+    if node.lease_host() == LEASE_ON_NODE:
         with remote_lock(node, lease_dir()):
             yield
         return
-    from faultlab.injectors.lease_remote import held_lock
-
     with open_lease_dir(node, create=create) as d:
         folder = d.path
     with held_lock(Path(folder), "local-" + hashlib.sha256(folder.encode()).hexdigest()[:16]):
@@ -529,9 +415,7 @@ def read_records(folder: str, *, owner: int | None = None) -> tuple[list[Lease],
 def load_leases(node: Node) -> list[Lease]:
     """Every valid, trusted lease record in ``node``'s lease folder, oldest first
     (anything else there is ignored, never run; ``faultlab status`` reports it)."""
-    if getattr(node, "remote", False):
-        from faultlab.injectors.lease_remote import load_leases as load_remote
-
+    if node.lease_host() == LEASE_ON_NODE:
         return load_remote(node)
     return read_records(str(node.lease_dir()))[0]
 
@@ -541,10 +425,10 @@ def recover(node: Node, fault_id: str | None = None) -> list[dict]:
     run its revert lines; when none failed for real, stop its watchdog and remove its
     files; otherwise keep both (the watchdog retries at the deadline) and list what
     failed in ``left``. Returns one dict a lease. Raises NodeError (one line) for an
-    unusable folder. (``faultlab.injectors.hostview.revert_view`` also ends faults
+    unusable folder. (``faultlab.lifecycle.hostrevert.revert_view`` also ends faults
     without a record.)"""
     done = []
-    if not getattr(node, "remote", False) and not node.lease_dir().exists():
+    if node.lease_host() == LEASE_HERE and not node.lease_dir().exists():
         return done
     with node_lock(node):
         leases = load_leases(node)

@@ -1,8 +1,9 @@
 """``faultlab status|revert|recover --inventory FILE (--node a,b | --all-nodes)``: the
 faults on ssh nodes, seen, reverted and recovered on the nodes themselves
-(faultlab.injectors.remoteview). Exit codes as on this host: 0 nothing left, 1
-something left (named), 2 bad input; an unreachable node or a refused host key is a
-one-line error naming the node (exit 1), with nothing done on it.
+(``views.in_force``: ``faultlab.lifecycle.remoteview``). Exit codes as on this host:
+0 nothing left, 1 something left (named), 2 bad input; an unreachable node or a
+refused host key is a one-line error naming the node (exit 1), with nothing done on
+it.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import sys
 from pathlib import Path
 
 from faultlab.errors import BadInput, FaultlabError
+from faultlab.lifecycle.views import end, in_force
+from faultlab.nodes import inventory as inv_mod
 
 
 def inventory_targets(inventory: Path | None, node: str | None, all_nodes: bool) -> list:
     """The ssh nodes named by ``--node a,b`` or ``--all-nodes`` in ``inventory``.
     Raises BadInput naming the field."""
-    from faultlab.nodes import inventory as inv_mod
-
     if inventory is None:
         raise BadInput("--node NAME / --all-nodes name inventory nodes", field="--inventory", fix="add --inventory FILE")
     if bool(node) == bool(all_nodes):
@@ -30,11 +31,9 @@ def inventory_targets(inventory: Path | None, node: str | None, all_nodes: bool)
 def _faults(nodes, fault_id: str | None = None):
     """The faults on ``nodes`` (``fault_id``: only that one); each file of a node's
     lease folder that is no valid record is a warning line on stderr (never acted on)."""
-    from faultlab.injectors.remoteview import remote_view
-
     out = []
     for n in nodes:
-        faults, problems = remote_view(n)
+        faults, problems = in_force(n)
         for p in problems:
             print(f"faultlab: warning: {p} (never acted on)", file=sys.stderr)
         out += [f for f in faults if fault_id is None or f.fault_id == fault_id]
@@ -59,9 +58,7 @@ def status(nodes, out, as_json: bool) -> int:
 
 def revert(nodes, fault_id: str | None, out, as_json: bool, *, verb: str = "revert") -> int:
     """Revert ``fault_id`` (None: every fault) on ``nodes``; returns the exit code."""
-    from faultlab.injectors.remoteview import revert_remote
-
-    done = [{"fault_id": f.fault_id, "node": f.node.describe(), "left": revert_remote(f)} for f in _faults(nodes, fault_id)]
+    done = [{"fault_id": f.fault_id, "node": f.node.describe(), "left": end(f)} for f in _faults(nodes, fault_id)]
     if as_json:
         out.print_json(json.dumps(done))
     elif not done:

@@ -1,7 +1,7 @@
 """Faults in force on remote (ssh) nodes: what ``faultlab status|revert|recover
 --inventory FILE --node NAME`` (or ``--all-nodes``) see and do.
 
-A remote node's faults are known from the node alone (faultlab.injectors.lease_remote):
+A remote node's faults are known from the node alone (faultlab.lifecycle.lease_remote):
 
 - lease records in the node's lease folder (trusted as there: regular files owned by
   the login user, not links, passing the local record's schema check; any other file
@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from faultlab.injectors.lease import node_lock
-from faultlab.injectors.lease_remote import RemoteLease, read_records
-from faultlab.injectors.procowner import MINE_SH
+from faultlab.lifecycle.lease import node_lock
+from faultlab.lifecycle.lease_remote import RemoteLease, read_records
+from faultlab.lifecycle.procowner import MINE_SH
 
 # "PID PPID" of every process of the login user whose argv holds faultlab-watchdog
 # (the uid is checked on the node: another user's process with that argv is a

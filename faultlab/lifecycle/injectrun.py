@@ -1,6 +1,5 @@
-"""The fault commands of the CLI: ``inject`` (run one fault in the foreground or
-detached), ``status``, ``revert`` and ``recover``, and the signal handling that makes a
-revert uninterruptible.
+"""The CLI's ``inject`` run: one fault in the foreground or detached, and the signal
+handling that makes a revert uninterruptible.
 
 Signals (SIGINT, SIGTERM, SIGHUP) during ``inject``:
 
@@ -22,30 +21,24 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 import time
 
+from faultlab import injectors
 from faultlab.errors import FaultlabError, Refused, printable
+from faultlab.evidence import verify_text
 from faultlab.injectors.base import HandOver, Hooks, Interrupted
+from faultlab.timefmt import when
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def when(ts: float | None) -> str:
-    """``HH:MM:SS UTC (in Ns)`` for a unix time ``ts`` (s), wall clock in UTC and
-    seconds from now; ``an unknown time`` without one."""
-    if not ts:
-        return "an unknown time"
-    return f"{time.strftime('%H:%M:%S UTC', time.gmtime(ts))} (in {max(0.0, ts - time.time()):.0f}s)"
 
 
 def commands_left(active, done: int | None) -> str:
     """The revert commands of ``active`` not yet run when ``done`` of them had run
     (None: unknown, all), as ``K of M revert command(s) not run: ARGV; ...`` (the
     first three shown)."""
-    import shlex
-
     cmds = active.plan.revert
     rest = cmds[done:] if isinstance(done, int) else cmds
     shown = "; ".join(shlex.join(c.argv) for c in rest[:3]) + ("; ..." if len(rest) > 3 else "")
@@ -120,14 +113,10 @@ def _verified(active) -> bool:
 
 
 def _vtext(active) -> str:
-    from faultlab.evidence import verify_text
-
     return verify_text(active.evidence.get("verify"))
 
 
 def _measured(active) -> str:
-    from faultlab.evidence import verify_text
-
     return verify_text(active.evidence.get("verify")).split(": ", 1)[-1]
 
 
@@ -158,8 +147,6 @@ def run_inject(inj, n, plan, *, duration_s: float, grace_s: float, detach: bool,
                allow_unverified: bool, out, console) -> int:
     """Apply ``inj`` on node ``n`` and hold it (see the module docstring); returns the
     exit code. Errors are printed as one line on stderr."""
-    from faultlab import injectors
-
     with SignalGuard(quiet=as_json) as guard:
         try:
             active = injectors.apply(inj, duration_s, grace_s=0.0 if detach else grace_s, hooks=guard)
@@ -238,173 +225,4 @@ def _finish(active, info, guard: SignalGuard, out, as_json: bool, *, interrupted
         out.print(f"{active.fault_id}: {status}", markup=False)
     if msg:
         print(printable(f"faultlab: error: {msg}"), file=sys.stderr)
-    return code
-
-
-# -- status / revert / recover over the whole host -------------------------------------
-
-def status_rows() -> tuple[list[dict], list[str]]:
-    from faultlab.injectors.hostview import host_view
-
-    views, problems = host_view()
-    return [v.row() for v in views], [printable(p) for p in problems]
-
-
-def print_status(rows: list[dict], problems: list[str], out) -> None:
-    """Print the problems (stderr) and one line a fault; every line through
-    ``printable``: file names, folders and record fields are other users' text."""
-    for p in problems:
-        print(printable(f"faultlab: warning: {p} (never acted on)"), file=sys.stderr)
-    if not rows:
-        out.print("no faults in force", markup=False)
-    from faultlab.injectors.hostview import lease_folders
-
-    folders = set(lease_folders())
-    for r in rows:
-        who = "" if r["uid"] in (None, os.geteuid()) else f"  (uid {r['uid']}{'' if r['can_revert'] else ': not yours to revert'})"
-        if r["orphan_objects"]:
-            out.print(printable(f"{r['fault_id']}  {r['type']}  NO LEASE: {', '.join(r['orphan_objects'])}  (faultlab recover removes it){who}"), markup=False)
-            continue
-        held = "held by its controller" if r["controller_alive"] else "left to its lease"
-        wd = f"watchdog reverts it at the latest in {r['remaining_s']}s" if r["watchdog_alive"] else "WATCHDOG GONE: run faultlab recover"
-        rec = "" if r["record"] else "  (lease record lost: the watchdog still ends it)"
-        if r["record"] and r["record"] not in folders:  # another FAULTLAB_LEASE_DIR's
-            rec = f"  (record in {r['record']})"
-        out.print(printable(f"{r['fault_id']}  {r['type']}  {r['node'] or '-'}  {r['target'] or '-'}  {wd}  {held}{rec}{who}"), markup=False)
-
-
-def _testbed_controller_alive(tb_id: str) -> bool:
-    """Whether the controller of testbed ``tb_id`` still runs, by its state file (the
-    PID and start time it recorded: a netns or a docker/ssh testbed); False when no
-    trusted state file names it."""
-    from faultlab.nodes.docker_testbed import list_docker_testbeds
-    from faultlab.nodes.testbed import _controller_alive, load_states
-
-    for st in load_states()[0]:
-        if st.id == tb_id:
-            return _controller_alive(st.pid, st.starttime)
-    for st in list_docker_testbeds():
-        if st["id"] == tb_id:
-            return _controller_alive(st["pid"], st.get("starttime"))
-    return False
-
-
-def controller_alive(v) -> bool:
-    """Whether a live controller (``faultlab inject``/``run``/``demo``/``campaign``)
-    still holds fault view ``v``: its record's controller (PID and, where recorded,
-    start time); for a testbed lease whose record is lost, the testbed's state file;
-    for another fault whose record is lost, the controller its watchdog's environment
-    names (a watchdog of the fault's own user). An orphan object has none."""
-    if v.lease is None and v.kind == "testbed":
-        return _testbed_controller_alive(v.fault_id.split("-", 1)[1])
-    return v.controller_alive()
-
-
-def _held_by(v) -> int | None:
-    """The PID of the controller holding ``v``: its record's, or its watchdog's."""
-    pid = (v.record or {}).get("controller_pid")
-    if pid is None:
-        pid = next((w.controller[0] for w in v.watchdogs if w.controller and w.controller_alive()), None)
-    return pid
-
-
-def _pick(v, fault_id: str | None, mode: str) -> str:
-    """What ``revert_faults`` does with view ``v``: "revert", "skip" (not asked for) or
-    "held" (a live controller holds it and this mode leaves it alone)."""
-    if fault_id is not None:
-        return "revert" if v.fault_id == fault_id else "skip"
-    if mode == "recover" and controller_alive(v):
-        return "held"
-    if mode == "all" and v.kind == "testbed" and controller_alive(v):
-        return "held"
-    return "revert"
-
-
-def revert_faults(fault_id: str | None, *, mode: str = "all") -> tuple[list[dict], list[dict], list[dict]]:
-    """Revert ``fault_id``, or (None) every fault on the host this user may revert:
-    ``mode="all"`` (``revert --all``) every fault, also ones a live controller holds
-    (it finds them ended), but never the testbed of a live run; ``mode="recover"``
-    only what no live controller holds (PID + start time, see ``controller_alive``).
-    Returns (done: one dict a fault with ``left`` empty when gone, refused: faults of
-    other users, held: faults left alone because a live controller holds them)."""
-    from faultlab.injectors.hostview import host_view, revert_view
-    from faultlab.injectors.lease import open_lease_dir
-    from faultlab.nodes import LocalNode
-
-    try:  # this user's lease folder must be trusted before anything is run from it
-        open_lease_dir(LocalNode("local"), create=False).close()
-    except FileNotFoundError:
-        pass
-    views, _ = host_view()
-    me = os.geteuid()
-    if fault_id is not None and any(v.fault_id == fault_id and v.uid == me for v in views):
-        # the id names this user's own fault: another user's record of the same id (any
-        # user can copy a world-readable id) is reported, never acted on
-        others = sorted({v.uid for v in views if v.fault_id == fault_id and v.uid != me})
-        if others:
-            print(f"faultlab: note: uid {', '.join(map(str, others))} also has a fault {fault_id}: not touched "
-                  f"(run faultlab revert {fault_id} as that user)", file=sys.stderr)
-        views = [v for v in views if not (v.fault_id == fault_id and v.uid != me)]
-    done, refused, held = [], [], []
-    for v in views:
-        what = _pick(v, fault_id, mode)
-        if what == "skip":
-            continue
-        row = {"fault_id": v.fault_id, "type": v.kind, "node": (v.record or {}).get("node"), "uid": v.uid,
-               "deadline_ts": v.deadline_ts}
-        if what == "held":
-            held.append({**row, "controller_pid": _held_by(v)})
-        elif not v.can_revert():
-            refused.append(row)
-        else:
-            row["left"] = revert_view(v)
-            done.append(row)
-    return done, refused, held
-
-
-def report_held(held: list[dict]) -> None:
-    """One stderr line naming the faults left alone because a live controller holds
-    them (not an error)."""
-    if held:
-        who = ", ".join(f"{h['fault_id']} (controller PID {h['controller_pid'] or '?'})" for h in held)
-        print(printable(f"faultlab: note: left {len(held)} fault(s) alone that a running faultlab still holds: {who} "
-                        f"(give the id to faultlab revert to end one now)"), file=sys.stderr)
-
-
-def _what_next(d: dict) -> str:
-    """What happens to a fault ``revert_faults`` could not fully revert, from what is
-    left of it (``d["left"]``: its watchdog, its record)."""
-    fid = d["fault_id"]
-    if any(x.startswith("watchdog PID") for x in d["left"]):
-        return (f"its lease is kept: its watchdog retries at {when(d.get('deadline_ts'))}; "
-                f"fix the cause and run faultlab revert {fid} to retry now")
-    if any(x.startswith("lease record") for x in d["left"]):
-        if d.get("uid") not in (None, os.geteuid()):  # root never runs another user's lines as root
-            return (f"its lease record (uid {d['uid']}'s) is kept but no watchdog is left to retry, and its lines are "
-                    f"run only as that user: run faultlab recover as uid {d['uid']}")
-        return f"its lease record is kept but no watchdog is left to retry: fix the cause and run faultlab revert {fid}"
-    return f"no lease is left to retry it: fix the cause and run faultlab recover (or remove what is listed by hand)"
-
-
-def report_reverts(done: list[dict], refused: list[dict], fault_id: str | None, out, as_json: bool, *, quiet_empty: bool = False) -> int:
-    """Print the outcome of ``revert_faults``, every line through ``printable`` (what
-    is left names other users' files); returns the exit code (1 something left, 3 a
-    fault of another user, 0 otherwise)."""
-    if as_json:
-        out.print_json(json.dumps(done + [{**r, "refused": "owned by another user"} for r in refused]))
-    else:
-        if not done and not refused and not quiet_empty:
-            out.print(f"no fault {fault_id + ' ' if fault_id else ''}in force on this host (already reverted, expired, or never injected: see faultlab status)", markup=False)
-        for d in done:
-            out.print(printable(f"{d['fault_id']}: {'reverted' if not d['left'] else 'NOT reverted: left ' + '; '.join(d['left'])}"), markup=False)
-    code = 0
-    for d in done:
-        if d["left"]:
-            print(printable(f"faultlab: error: revert: {d['fault_id']} not fully reverted (see above); {_what_next(d)}"), file=sys.stderr)
-            code = 1
-    if refused:
-        who = ", ".join(f"{r['fault_id']} (uid {r['uid']})" for r in refused)
-        print(printable(f"faultlab: error: revert: cannot revert {len(refused)} fault(s) of another user: {who} "
-                        f"(run faultlab as root or as that user)"), file=sys.stderr)
-        code = 3
     return code

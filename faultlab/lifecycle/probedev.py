@@ -20,6 +20,8 @@ import secrets
 import time
 from typing import Iterator
 
+from faultlab.lifecycle.cmd import Cmd
+from faultlab.lifecycle.lease import Lease
 from faultlab.nodes import Node
 
 #: a probe device's name: ``flprb`` and 8 hex digits (its lease is ``probe-<hex>``)
@@ -38,9 +40,6 @@ def probe_ifb(node: Node) -> Iterator[tuple[str, str | None]]:
     is deleted and the lease released (the lease is kept when the delete fails: its
     watchdog retries at the deadline). Raises NodeError (one line) when the lease
     cannot be written; nothing is made then."""
-    from faultlab.injectors.base import Cmd
-    from faultlab.injectors.lease import Lease
-
     hexid = secrets.token_hex(4)
     dev = f"flprb{hexid}"
     delete = Cmd(("ip", "link", "del", dev), "net", "the throw-away probe device")

@@ -1,6 +1,6 @@
 """Leases on a remote node (the ssh backend): the record and the watchdog live there.
 
-The same watchdog ``sh`` loop as faultlab.injectors.lease, with every file operation
+The same watchdog ``sh`` loop as faultlab.lifecycle.lease, with every file operation
 a command on the node, so a fault ends at its deadline even if the controller is
 SIGKILLed *or the network between controller and node is cut*: nothing on the node
 waits for us. The order differs from the local lease's (record, then watchdog): the
@@ -31,7 +31,8 @@ from pathlib import Path, PurePosixPath
 
 from faultlab import procid, safefs
 from faultlab.errors import NodeError
-from faultlab.injectors.procowner import MINE_SH
+from faultlab.lifecycle.procowner import MINE_SH
+from faultlab.lifecycle.record import lease_folder_error, valid_record
 from faultlab.safefs import read_on_node
 
 _CHECK_DIR_SH = ('mkdir -p -m 700 "$1" && [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && '
@@ -182,8 +183,6 @@ def open_lock_dir(local_lease_dir: Path) -> safefs.TrustedDir:
     (``faultlab.safefs``: every component owned by root or us, not writable by others,
     no symlink) and made private (0700) when missing. Raises NodeError (one line: the
     folder, what is wrong, the fix; field ``FAULTLAB_LEASE_DIR``)."""
-    from faultlab.injectors.lease import lease_folder_error
-
     d = Path(local_lease_dir).parent / "node-locks"
     try:
         return safefs.open_dir(d, create=True, mode=0o700, private=True)
@@ -229,8 +228,6 @@ def valid_remote_record(rec, name: str) -> str | None:
     LEASE_ID and the file name, a numeric ``deadline_ts``, a list of string revert
     lines, string fields) and, where present, integer ``watchdog_pid`` /
     ``controller_pid`` (> 0), a string ``controller`` and a numeric ``created_ts``."""
-    from faultlab.injectors.lease import valid_record
-
     why = valid_record(rec, name)
     if why:
         return why

@@ -17,7 +17,7 @@ Three sources, joined by (fault id, owner uid):
    tc handles or a controller;
 3. faultlab-owned objects (root only, where they are visible): root qdiscs with
    faultlab's reserved handles ``fXXX:``, ``flifb*`` devices, ingress qdiscs whose
-   redirect points at one, probe devices ``flprb*`` (``injectors/probedev.py``) and
+   redirect points at one, probe devices ``flprb*`` (``lifecycle/probedev.py``) and
    ``faultlab-<fault_id>`` cgroups, in this namespace and every named network
    namespace. Each is put under the fault whose revert commands name it (a fault of
    root or this user; a cgroup also one of the cgroup folder's owner); those no
@@ -34,176 +34,23 @@ force".
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pwd
 import re
-import signal
 from stat import S_ISDIR
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faultlab import procid
-from faultlab.errors import NodeError
-from faultlab.injectors.lease import CONTROLLER_ENV, LEASE_ID, ROOT_LEASE_DIR, WATCHDOG_NAME, Lease, node_lock, read_records
-from faultlab.injectors.probedev import PROBE_ALIAS, PROBE_DEV
+from faultlab.lifecycle.lease import Lease, read_records
+from faultlab.lifecycle.names import CGROUP, FAULT_HANDLE, IFB
+from faultlab.lifecycle.probedev import PROBE_ALIAS, PROBE_DEV
+from faultlab.lifecycle.record import ROOT_LEASE_DIR
+from faultlab.lifecycle.watchdog import Watchdog, find_watchdogs
+from faultlab.nodes import lease_dir
 
-FAULT_HANDLE = re.compile(r"^f([0-9a-f]{3}):$")
-IFB = re.compile(r"^flifb([0-9a-f]{6})$")
-CGROUP = re.compile(r"^faultlab-([a-z]+-[0-9a-f]{6})$")
-_DIGITS = re.compile(r"^[1-9][0-9]{0,11}$")
-
-
-@dataclass
-class Watchdog:
-    """A live lease watchdog found in /proc."""
-
-    pid: int
-    uid: int
-    fault_id: str
-    deadline_ts: int
-    lines: list[str]
-    starttime: str
-    folder: str | None = None  # its lease folder (readable only for its owner and root)
-    controller: tuple[int, int] | None = None  # (PID, start time) of the faultlab that started it
-    same_ns: bool = True  # it runs in this process's PID namespace (not a container's)
-
-    def controller_alive(self) -> bool:
-        """Whether the controller its environment names (``lease.CONTROLLER_ENV``) still
-        runs (PID and start time; a start time of 0, unknown, checks the PID only).
-        Untrusted: a process that merely looks like a watchdog can name any PID, which
-        only makes ``recover`` leave that process alone."""
-        if self.controller is None:
-            return False
-        pid, start = self.controller
-        return procid.alive(pid, start or None)
-
-    def _same(self) -> bool:
-        w = _watchdog(self.pid)
-        return w is not None and w.starttime == self.starttime and w.fault_id == self.fault_id
-
-    def fire(self) -> bool:
-        """SIGUSR1: revert now. False when it is gone, not ours to signal, or does not
-        catch SIGUSR1 (a watchdog traps it: anything else would not revert, only die
-        of it or ignore it), so nobody waits on it."""
-        if not _catches(self.pid, signal.SIGUSR1):
-            return False
-        return self._signal(signal.SIGUSR1, group=False)
-
-    def stop(self) -> bool:
-        """SIGTERM to its process group (it started its own session)."""
-        return self._signal(signal.SIGTERM, group=True)
-
-    def _signal(self, sig: int, *, group: bool) -> bool:
-        try:
-            fd = os.pidfd_open(self.pid)
-        except OSError:
-            return False
-        try:
-            if not self._same():  # the PID was reused since it was found
-                return False
-            if group:
-                os.killpg(self.pid, sig)
-            else:
-                signal.pidfd_send_signal(fd, sig)
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
-        finally:
-            os.close(fd)
-
-    def wait_gone(self, timeout_s: float) -> bool:
-        end = time.time() + timeout_s
-        while time.time() < end:
-            if not self._same():
-                return True
-            time.sleep(0.1)
-        return not self._same()
-
-
-def _watchdog(pid: int) -> Watchdog | None:
-    p = Path(f"/proc/{pid}")
-    try:
-        argv = (p / "cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    if len(argv) < 7 or argv[1] != b"-c" or argv[3] != WATCHDOG_NAME.encode():
-        return None
-    try:
-        fid, dl, fdn = argv[4].decode(), argv[5].decode(), argv[6].decode()
-        lines = [a.decode() for a in argv[7:-1]] if argv[-1] == b"" else [a.decode() for a in argv[7:]]
-        stat = procid.stat_fields((p / "stat").read_text())
-        status = (p / "status").read_text()
-    except (OSError, UnicodeDecodeError):
-        return None
-    if stat is None or not LEASE_ID.match(fid) or not _DIGITS.match(dl) or not fdn.isdigit():
-        return None
-    if int(stat[3]) != pid:  # not the session leader: a subshell of the watchdog
-        return None
-    uid = next((int(ln.split()[2]) for ln in status.splitlines() if ln.startswith("Uid:")), -1)
-    folder = None
-    try:
-        folder = os.readlink(p / "fd" / fdn)
-    except OSError:
-        pass
-    return Watchdog(pid, uid, fid, int(dl), lines, stat[19], folder, _controller_of(p), _same_namespaces(pid))
-
-
-def _same_namespaces(pid: int) -> bool:
-    """Whether process ``pid`` shares this process's PID namespace. A container's root
-    is uid 0 on the host too (no user-namespace remap), so a uid alone cannot tell
-    root's own watchdog from a container process named like one; faultlab starts every
-    local watchdog in its own PID namespace. (The mount namespace is not compared:
-    ``ip netns exec`` gives a faultlab run under it one of its own.)"""
-    try:
-        return os.stat(f"/proc/{pid}/ns/pid").st_ino == os.stat("/proc/self/ns/pid").st_ino
-    except PermissionError:  # another user's process, seen by a user who cannot revert it anyway
-        return os.geteuid() != 0
-    except OSError:
-        return False
-
-
-def _catches(pid: int, sig: int) -> bool:
-    """Whether process ``pid`` has a handler for ``sig`` (``SigCgt`` in
-    ``/proc/PID/status``); False when it is gone or the line is unreadable."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    mask = next((ln.split()[1] for ln in status.splitlines() if ln.startswith("SigCgt:") and len(ln.split()) == 2), "")
-    try:
-        return bool(int(mask, 16) >> (sig - 1) & 1)
-    except ValueError:
-        return False
-
-
-def _controller_of(p: Path) -> tuple[int, int] | None:
-    """(PID, start time) named by ``CONTROLLER_ENV`` in ``/proc/PID/environ`` (readable by
-    its owner and root), digits only; None when absent, unreadable or malformed."""
-    try:
-        env = (p / "environ").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    key = CONTROLLER_ENV.encode() + b"="
-    value = next((e[len(key):] for e in env if e.startswith(key)), b"")
-    parts = value.split(b" ")
-    if len(parts) != 2 or not all(x.isdigit() and len(x) <= 20 for x in parts) or int(parts[0]) <= 0:
-        return None
-    return int(parts[0]), int(parts[1])
-
-
-def find_watchdogs() -> list[Watchdog]:
-    """Every live lease watchdog on this host, of any user."""
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            w = _watchdog(int(p.name))
-            if w is not None:
-                out.append(w)
-    return out
 
 
 @dataclass
@@ -225,30 +72,7 @@ class Orphan:
         where = f"netns {self.netns}" if self.netns else "host"
         return f"{self.kind} {self.what} ({where})"
 
-    def revert_argv(self) -> list[list[str]]:
-        """The commands that remove it (touching only this faultlab object)."""
-        ns = ["ip", "netns", "exec", self.netns] if self.netns else []
-        if self.kind == "qdisc":
-            return [[*ns, "tc", "qdisc", "del", "dev", self.dev, "root", "handle", self.what.split()[0]]]
-        if self.kind == "ingress":
-            ifb = self.what.split()[-1]
-            from faultlab.injectors.nic import DEL_INGRESS_SH
-
-            return [[*ns, "sh", "-c", DEL_INGRESS_SH, "sh", self.dev, ifb]]
-        if self.kind == "ifb" or (self.kind == "probe" and self.marked):
-            return [[*ns, "ip", "link", "del", self.what]]
-        if self.kind == "cgroup":
-            from faultlab.injectors.cgroups import ORPHAN_CONTROLLER, orphan_revert_argv
-
-            # v2: the controller its fault enabled in the parent goes off again first;
-            # then back to the cgroup that holds it, never to the root (the targets'
-            # own limits must keep applying: a faultlab cgroup is made inside theirs)
-            prefix = Path(self.what).name[len("faultlab-"):].split("-")[0]
-            return orphan_revert_argv(self.what, ORPHAN_CONTROLLER.get(prefix))
-        return []
-
-
-def _run(argv: list[str], timeout: float = 15) -> str:
+def run_quietly(argv: list[str], timeout: float = 15) -> str:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout).stdout
     except (OSError, subprocess.TimeoutExpired):
@@ -256,7 +80,7 @@ def _run(argv: list[str], timeout: float = 15) -> str:
 
 
 def _netns_names() -> list[str]:
-    return [ln.split()[0] for ln in _run(["ip", "netns", "list"]).splitlines() if ln.strip()]
+    return [ln.split()[0] for ln in run_quietly(["ip", "netns", "list"]).splitlines() if ln.strip()]
 
 
 def find_objects() -> list[Orphan]:
@@ -267,8 +91,8 @@ def find_objects() -> list[Orphan]:
     for ns in spaces:
         pre = ["ip", "netns", "exec", ns] if ns else []
         try:
-            links = json.loads(_run([*pre, "ip", "-d", "-j", "link", "show"]) or "[]")
-            qds = json.loads(_run([*pre, "tc", "-j", "qdisc", "show"]) or "[]")
+            links = json.loads(run_quietly([*pre, "ip", "-d", "-j", "link", "show"]) or "[]")
+            qds = json.loads(run_quietly([*pre, "tc", "-j", "qdisc", "show"]) or "[]")
         except ValueError:
             continue
         for lk in links:
@@ -285,7 +109,7 @@ def find_objects() -> list[Orphan]:
             if q.get("root") and m:
                 out.append(Orphan("qdisc", ns, f"{q['handle']} {q.get('kind')} on {dev}", m.group(1), dev))
             if q.get("kind") == "ingress":
-                flt = _run([*pre, "tc", "filter", "show", "dev", dev, "parent", "ffff:"])
+                flt = run_quietly([*pre, "tc", "filter", "show", "dev", dev, "parent", "ffff:"])
                 for ifb in set(re.findall(r"device (flifb[0-9a-f]{6})\)", flt)):
                     out.append(Orphan("ingress", ns, f"ffff: on {dev} -> {ifb}", IFB.match(ifb).group(1), dev))
     for base in ("/sys/fs/cgroup",):
@@ -369,8 +193,6 @@ def lease_folders() -> list[str]:
     read with the same trust checks as the others (safefs: every component owned by
     root or this user, not group/other-writable but the sticky /tmp, no symlink): a
     folder planted there by someone else is reported, never acted on."""
-    from faultlab.nodes import lease_dir
-
     out = [str(lease_dir())]
     if ROOT_LEASE_DIR not in out:
         out.append(ROOT_LEASE_DIR)
@@ -531,6 +353,31 @@ def _own_dev(dev: str) -> str | None:
     return f"probe-{m.group(1)}" if m else None
 
 
+def _in_container_cgroup(path: Path) -> bool:
+    """Whether cgroup folder ``path`` or a cgroup above it (below the hierarchy's
+    root) holds a process of another PID namespace than this one: a container's
+    cgroup, which its root may write (a private cgroup namespace)."""
+    base = Path("/sys/fs/cgroup")
+    try:
+        mine = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return False
+    for d in (path, *path.parents):
+        if d == base or d.parent == base:  # the root of a v2 or v1 hierarchy: every process is there
+            break
+        try:
+            pids = (d / "cgroup.procs").read_text().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                if os.stat(f"/proc/{pid}/ns/pid").st_ino != mine:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def _attach_order(o: Orphan) -> int:
     """Devices first (each names a whole id), then the qdiscs on them, then the ingress
     redirects and root qdiscs elsewhere (tied to a device's id where they can be)."""
@@ -584,124 +431,3 @@ def _attach(views: dict[str, FaultView], o: Orphan) -> str | None:
         hit = views.setdefault((fid, 0), FaultView(fid, 0))
     hit.objects.append(o)
     return None
-
-
-def _in_container_cgroup(path: Path) -> bool:
-    """Whether cgroup folder ``path`` or a cgroup above it (below the hierarchy's
-    root) holds a process of another PID namespace than this one: a container's
-    cgroup, which its root may write (a private cgroup namespace)."""
-    base = Path("/sys/fs/cgroup")
-    try:
-        mine = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return False
-    for d in (path, *path.parents):
-        if d == base or d.parent == base:  # the root of a v2 or v1 hierarchy: every process is there
-            break
-        try:
-            pids = (d / "cgroup.procs").read_text().split()
-        except OSError:
-            continue
-        for pid in pids:
-            try:
-                if os.stat(f"/proc/{pid}/ns/pid").st_ino != mine:
-                    return True
-            except OSError:
-                continue
-    return False
-
-
-#: how long root waits for another user's watchdog told to revert: any user can run a
-#: process that looks like a watchdog and ignores the signal, and must not stall root
-OTHER_USER_WAIT_S = 10.0
-
-
-def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
-    """End one fault of the host view; returns what is still there (empty: gone).
-
-    A recorded fault of our own: its revert lines; only when none failed for real
-    (``Lease.revert_left``) are its watchdog stopped and its files removed, otherwise
-    both are kept (the watchdog retries at the deadline) and the failed commands come
-    first in the list returned. A fault with a watchdog but no (readable) record, or
-    another user's (as root): its watchdog is told to revert now and awaited. Orphan
-    objects: removed one by one. Raises nothing."""
-    if v.uid != os.geteuid():  # another user's watchdog that does not end is theirs to end
-        timeout_s = min(timeout_s, OTHER_USER_WAIT_S)
-    if v.lease is None and v.watchdogs:
-        return _revert_unrecorded(v, timeout_s)
-    if v.lease is not None and v.uid == os.geteuid():
-        try:
-            with node_lock(_LeaseFolderNode(v.lease.folder)):
-                failed = v.lease.revert_left(timeout_s)
-                if not failed:
-                    v.lease.release()
-        except Exception as e:  # a folder gone bad since it was read: the watchdog still ends it
-            return [f"{v.fault_id}: {e}"]
-        if failed:
-            return failed + still_there(v.fault_id, v.uid)
-    elif v.watchdogs:
-        for w in [w for w in v.watchdogs if w.fire()]:
-            w.wait_gone(timeout_s)
-    if v.orphan:  # the ingress redirect first (it is told by its ifb), the ifb last
-        order = {"ingress": 0, "qdisc": 1, "ifb": 2, "probe": 2, "cgroup": 3}
-        for o in sorted(v.objects, key=lambda o: order.get(o.kind, 9)):
-            for argv in o.revert_argv():
-                _run(argv, timeout=30)
-    return still_there(v.fault_id, v.uid)
-
-
-def _revert_unrecorded(v: FaultView, timeout_s: float) -> list[str]:
-    """End a fault seen by its watchdogs alone (``revert_view``), under the node lock of
-    the lease folder our watchdog of it holds: its creator holds that lock from the
-    watchdog's start to its last inject command, so a record written meanwhile is read
-    here and the whole fault is reverted by its lines; otherwise the watchdogs are
-    told to revert now and awaited before the lock is let go. A folder that cannot be
-    locked (gone, not trusted) leaves the signal alone (a creator then finds its lease
-    ended under it and undoes what it applied)."""
-    me = os.geteuid()
-    folder = next((w.folder for w in v.watchdogs if w.uid == me and w.folder and w.folder.startswith("/")), None)
-    with contextlib.ExitStack() as held:
-        le = None
-        if folder:
-            try:
-                held.enter_context(node_lock(_LeaseFolderNode(folder), create=False))
-                le = next((x for x in read_records(folder)[0] if x.fault_id == v.fault_id
-                           and os.stat(x.path, follow_symlinks=False).st_uid == me), None)
-            except (NodeError, OSError):
-                pass
-        if le is not None:  # its creator wrote it while we waited for the lock
-            failed = le.revert_left(timeout_s)
-            if failed:
-                return failed + still_there(v.fault_id, v.uid)
-            le.release()
-        else:
-            for w in [w for w in v.watchdogs if w.fire()]:  # one not signalled is not awaited
-                w.wait_gone(timeout_s)
-    return still_there(v.fault_id, v.uid)
-
-
-def still_there(fault_id: str, uid: int | None = None) -> list[str]:
-    """What of ``fault_id`` is still on the host: a record, a watchdog, objects. With
-    ``uid`` (the fault's owner), only that user's fault of this id counts, and the
-    objects of this id that no fault accounts for (orphans, whoever's revert left
-    them); a look-alike is no fault (``host_view`` reports it)."""
-    views, _ = host_view()
-    left = []
-    for v in views:
-        if v.fault_id != fault_id or not (uid is None or v.uid == uid or v.orphan):
-            continue
-        if v.record:
-            left.append(f"lease record {v.lease.path if v.lease else ''}")
-        left += [f"watchdog PID {w.pid}" for w in v.watchdogs]
-        left += [o.describe() for o in v.objects]
-    return left
-
-
-class _LeaseFolderNode:
-    """A stand-in node whose lease folder is ``folder`` (for node_lock)."""
-
-    def __init__(self, folder: str):
-        self._folder = folder
-
-    def lease_dir(self) -> Path:
-        return Path(self._folder)

@@ -21,6 +21,9 @@ import os
 import shlex
 import subprocess
 
+from faultlab.lifecycle.cmd import WRITE_SH
+from faultlab.lifecycle.names import CGROUP
+
 _NETNS_DIR = "/run/netns"
 
 
@@ -67,12 +70,9 @@ def _iptables_rule_gone(rule: list[str]) -> bool:
 
 
 def _cgroup_write_gone(cmd: list[str]) -> bool:
-    """``sh -c WRITE sh VALUE PATH`` (``injectors.base.write_cmd``) into a file of a
+    """``sh -c WRITE sh VALUE PATH`` (``cmd.write_cmd``) into a file of a
     faultlab cgroup (``.../faultlab-<fault id>/FILE``) that is gone: its limits went
     with it (a fault killed before its cgroup was made, or reverted already)."""
-    from faultlab.injectors.base import WRITE_SH
-    from faultlab.injectors.hostview import CGROUP
-
     if len(cmd) != 6 or cmd[:2] != ["sh", "-c"] or cmd[2] != WRITE_SH or cmd[3] != "sh":
         return False
     folder = os.path.dirname(cmd[5])
