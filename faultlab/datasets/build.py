@@ -32,48 +32,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from faultlab import safefs, schema
-from faultlab.datasets.layout import TABLES, open_output, part_path
+from faultlab.datasets import card, croissant, manifest
+from faultlab.datasets.layout import COLUMN_DOCS, TABLES, open_output, part_path
 from faultlab.errors import BadInput
 from faultlab.rundata import RunData, read_run_dir
-
-#: per table column, its meaning and unit (schema.json, the card and croissant.json)
-COLUMN_DOCS = {
-    "run_id": "run identifier (one run = one training job)",
-    "rank": "global rank of the training process",
-    "node": "testbed node the rank ran on",
-    "peer_group": "ranks that do the same work (data-parallel group or pipeline stage)",
-    "step": "training step (0-based)",
-    "t_start": "unix time (s) the step began on the rank",
-    "compute_s": "forward + backward + optimizer (+ checkpoint) time, s, local work only",
-    "comm_s": "time inside the gradient all-reduce incl. waiting for peers, s",
-    "step_s": "whole step, s",
-    "gc_s": "Python GC time during the step, s (NaN if not measured)",
-    "tokens": "tokens the rank processed (sequence-length knob), NaN otherwise",
-    "dataloader_s": "building / reading the step's batch, s (NaN if not measured)",
-    "ts": "unix time (s) of the sample",
-    "metric": "metric name, unit in the name (cpu_util_pct, net_tx_bytes_per_s, tcp_rtt_ms:n2 ...)",
-    "value": "metric value, in the unit its name gives",
-    "fault_id": "identifier of the injected fault",
-    "fault_type": "fault type (nic-slow, cpu-contention, process-pause, io-slow, mem-bw, gc-storm, ...)",
-    "target": "what on the node was hit (interface, rank, PIDs)",
-    "start_ts": "unix time (s) the interval began",
-    "end_ts": "unix time (s) the interval ended",
-    "params": "fault parameters, JSON with units in the keys",
-    "severity": "type-specific severity of the fault",
-    "status": "how the fault ended: reverted | expired | revert-failed",
-    "verified": "the measured check said the fault was in force",
-    "evidence": "JSON: the measurements behind the row",
-    "component": "what was slowed: rank:N, node:NAME or job",
-    "component_kind": "rank | node | job",
-    "start_step": "first step of the label",
-    "end_step": "last step of the label",
-    "slowdown": "ratio of slowed to baseline time (1.0 = not slowed)",
-    "views": "labeler views that flagged it: temporal, peer, temporal+peer",
-    "confidence": "labeler confidence, 0..1",
-    "source": "injected (matches a fault) | observed (no fault) | injected-unmanifested (a fault that slowed nothing)",
-    "cause": "fault type or inferred cause, or unknown",
-}
-
 
 def collect_runs(run_dirs=(), campaigns=(), duplicates: list | None = None) -> list[Path]:
     """Run directories given directly and those inside campaign folders (children with
@@ -335,7 +297,6 @@ def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: 
                    description: str, license: str, source_note: str, split: dict | None) -> None:
     """Write every file of the dataset ``name`` into ``tree`` (see :func:`build`),
     ``MANIFEST.sha256`` last."""
-    from faultlab.datasets import card, croissant, manifest  # croissant imports build: a cycle at module level
 
     infos, ids = [], []
     for p in runs:

@@ -5,7 +5,7 @@ the tests with ``mlcroissant`` (offline)."""
 
 from __future__ import annotations
 
-from faultlab.datasets.layout import TABLES
+from faultlab.datasets.layout import COLUMN_DOCS, TABLES
 
 CONTEXT = {
     "@language": "en", "@vocab": "https://schema.org/", "citeAs": "cr:citeAs", "column": "cr:column",
@@ -25,8 +25,6 @@ LICENSES = {"cc-by-4.0": "https://creativecommons.org/licenses/by/4.0/", "apache
 
 def build(meta: dict) -> dict:
     """The Croissant document of a dataset described by ``meta`` (card.card_meta)."""
-    from faultlab.datasets.build import COLUMN_DOCS
-
     dist, records = [], []
     for t in TABLES:
         fs = f"{t}-files"

@@ -1,7 +1,8 @@
 """Scoring straggler detectors against labels (``faultlab score``).
 
-- :mod:`faultlab.scoring.detectors`: the detector plugin API and how a detector is
-  found by name (built-ins, entry points ``faultlab.detectors``, ``module:Class``).
+- :mod:`faultlab.scoring.detectors`: the detector plugin API.
+- :mod:`faultlab.scoring.lookup`: how a detector is found by name (built-ins, entry
+  points ``faultlab.detectors``, ``module:Class``).
 - :mod:`faultlab.scoring.baselines`: ``peer-median``, ``temporal-z``,
   ``arrival-late``, ``random``, ``constant``.
 - :mod:`faultlab.scoring.metrics`: per-run statistics and the metric definitions.
@@ -17,7 +18,8 @@ import importlib
 # ``faultlab`` command) or the pytest plugin does not import pandas and the metrics.
 _LAZY = {
     **dict.fromkeys(("ScoreResult", "replay", "replay_run", "score_dataset", "score_runs", "score_table"), "faultlab.scoring.api"),
-    **dict.fromkeys(("Detector", "available_detectors", "load_detector"), "faultlab.scoring.detectors"),
+    "Detector": "faultlab.scoring.detectors",
+    **dict.fromkeys(("available_detectors", "load_detector"), "faultlab.scoring.lookup"),
     **dict.fromkeys(("effect_labels", "run_components", "run_stats", "score"), "faultlab.scoring.metrics"),
 }
 

@@ -24,7 +24,8 @@ from faultlab import schema
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.rundata import RunData
 from faultlab.scoring.aggregate import summarize
-from faultlab.scoring.detectors import as_alarms, load_detector
+from faultlab.scoring.detectors import as_alarms
+from faultlab.scoring.lookup import load_detector
 from faultlab.scoring.metrics import derive, prepare_labels, run_components, run_stats
 from faultlab.scoring.steparrays import shared
 

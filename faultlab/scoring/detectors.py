@@ -1,4 +1,4 @@
-"""The straggler-detector plugin API, and how a detector is found by name.
+"""The straggler-detector plugin API.
 
 A detector reads telemetry of one run (the ``steps`` and ``host`` tables,
 faultlab.schema.STEPS / HOST) and emits alarms (faultlab.schema.ALARMS:
@@ -33,20 +33,19 @@ Plugins are classes in any installed package, registered as entry points in the
     [project.entry-points."faultlab.detectors"]
     my-detector = "mypkg.detect:MyDetector"
 
-:func:`load_detector` finds built-in names first (:mod:`faultlab.scoring.baselines`),
-then entry points, then a ``"module:Class"`` spec. See docs/detectors.md.
+:func:`faultlab.scoring.lookup.load_detector` finds built-in names first
+(:mod:`faultlab.scoring.baselines`), then entry points, then a ``"module:Class"``
+spec. See docs/detectors.md.
 """
 
 from __future__ import annotations
 
-import importlib
-from importlib.metadata import entry_points
 
 import numpy as np
 import pandas as pd
 
 from faultlab import schema
-from faultlab.errors import BadInput, FaultlabError
+from faultlab.errors import BadInput
 
 GROUP = "faultlab.detectors"
 
@@ -249,120 +248,3 @@ def step_frame(steps: pd.DataFrame) -> pd.DataFrame:
     med = f.groupby(["peer_group", "step"], sort=False)["compute_s"].transform("median")
     f["peer_ratio"] = f["compute_s"] / med
     return f
-
-
-def builtin_detectors() -> dict[str, type]:
-    """Short name -> class of the baselines shipped with faultlab."""
-    from faultlab.scoring import baselines
-
-    return dict(baselines.BUILTIN)
-
-
-def available_detectors() -> dict[str, str]:
-    """Name -> ``module:Class`` of every detector :func:`load_detector` can find by name."""
-    out = {n: f"{c.__module__}:{c.__qualname__}" for n, c in builtin_detectors().items()}
-    for ep in entry_points(group=GROUP):
-        out.setdefault(ep.name, ep.value)
-    return dict(sorted(out.items()))
-
-
-def _import_from_cwd(mod: str):
-    """Import ``mod``; if it is not found, again with the current folder on sys.path
-    (a ``faultlab`` console script does not have it), as ``python -m`` would."""
-    import os
-    import sys
-
-    try:
-        return importlib.import_module(mod)
-    except ModuleNotFoundError as e:
-        if e.name != mod.split(".")[0] or os.getcwd() in sys.path:
-            raise
-    sys.path.append(os.getcwd())
-    return importlib.import_module(mod)
-
-
-def _instantiate(cls, name: str, params: dict):
-    """``cls(**params)`` with its errors told apart: a parameter the constructor's
-    signature does not have (or a required one missing) is "does not take"; NaN, or a
-    TypeError/ValueError the constructor raises for a parameter it does take, is "refused
-    the value"; anything else it raises is a FaultlabError (exit 1) naming it. All one
-    line. ``cls`` that is not a class (an instance from an entry point) is returned as
-    it is."""
-    import inspect
-
-    if not isinstance(cls, type):
-        return cls
-    try:
-        inspect.signature(cls).bind(**params)
-    except TypeError as e:
-        raise BadInput(f"{name!r} does not take these parameters ({e})", field="--param",
-                       fix="see the detector's docstring for its parameters") from None
-    except ValueError:  # no signature to read: the call itself tells
-        pass
-    shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
-    for k, v in params.items():
-        if isinstance(v, float) and v != v:
-            raise BadInput(f"{name!r} got {k}=nan, which is no value", field="--param", fix=f"give a number, e.g. --param {k}=2.0")
-    try:
-        return cls(**params)
-    except BadInput:
-        raise
-    except (TypeError, ValueError) as e:
-        raise BadInput(f"{name!r} refused the value(s) {shown}: {' '.join(str(e).split())}", field="--param",
-                       fix="see the detector's docstring for each parameter's type and range") from None
-    except FaultlabError:
-        raise
-    except Exception as e:  # a plugin's constructor that fails: one line naming it
-        raise FaultlabError(f"{name!r} raised in __init__({shown}): {type(e).__name__}: {' '.join(str(e).split())}",
-                            field="detector") from None
-
-
-def load_detector(name: str, **params) -> Detector:
-    """Instantiate the detector called ``name`` with keyword ``params``.
-
-    Lookup order: built-in names (``peer-median``, ``temporal-z``, ``arrival-late``,
-    ``random``, ``constant``), entry points of the ``faultlab.detectors`` group
-    (``importlib.metadata.entry_points``), then a ``"package.module:ClassName"`` spec
-    (imported from ``sys.path``: no install needed).
-
-    Returns:
-        a :class:`Detector` instance (or any object with a ``detect`` method).
-
-    Raises:
-        BadInput (field ``detector``) when the name is unknown (the message lists the
-        known ones), the plugin fails to import, or it has no ``detect`` method;
-        BadInput (field ``--param``) for a parameter its constructor does not take, or
-        a value it refuses (NaN, or a TypeError/ValueError of its constructor);
-        FaultlabError when its constructor raises anything else.
-    """
-    cls = builtin_detectors().get(name)
-    if cls is None:
-        for ep in entry_points(group=GROUP):
-            if ep.name == name:
-                try:
-                    cls = ep.load()
-                except Exception as e:  # a broken plugin must say which one
-                    raise BadInput(f"plugin {name!r} ({ep.value}) failed to import: {e}", field="detector") from e
-                break
-    if cls is None and ":" in name:
-        mod, _, attr = name.partition(":")
-        try:
-            cls = getattr(_import_from_cwd(mod), attr)
-        except (ImportError, AttributeError) as e:
-            raise BadInput(f"cannot import {name!r}: {e}", field="detector",
-                           fix="give package.module:ClassName importable from the current folder or sys.path") from e
-    if cls is None:
-        raise BadInput(
-            f"unknown detector {name!r}",
-            field="detector",
-            fix="known: " + ", ".join(available_detectors()) + "; or module:Class",
-        )
-    det = _instantiate(cls, name, params)
-    if not callable(getattr(det, "detect", None)):
-        raise BadInput(f"{name!r} has no detect(steps, host) method", field="detector")
-    if not getattr(det, "name", None) or det.name == Detector.name:
-        try:
-            det.name = name
-        except AttributeError:
-            pass
-    return det

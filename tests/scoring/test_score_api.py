@@ -19,7 +19,8 @@ import pytest
 from faultlab.datasets.synthetic import make_run
 from faultlab.errors import BadInput
 from faultlab.scoring import Detector, replay, score_runs
-from faultlab.scoring.detectors import as_alarms, empty_alarms, load_detector
+from faultlab.scoring.detectors import as_alarms, empty_alarms
+from faultlab.scoring.lookup import load_detector
 from faultlab.rundata import iter_run_dirs, read_run_dir
 from tests.helpers import REPO, fl
 

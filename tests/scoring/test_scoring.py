@@ -11,9 +11,11 @@ import pandas as pd
 import pytest
 
 from faultlab.scoring import detectors as det_mod
+from faultlab.scoring import lookup
 from faultlab.errors import BadInput
 from faultlab.scoring.baselines import ConstantDetector, PeerMedianDetector, RandomDetector
-from faultlab.scoring.detectors import Detector, load_detector
+from faultlab.scoring.detectors import Detector
+from faultlab.scoring.lookup import load_detector
 from faultlab.labeler import label
 from faultlab.scoring import run_components, score, score_table
 
@@ -290,10 +292,10 @@ def test_load_detector_builtins_entry_points_and_specs(monkeypatch):
 
     monkeypatch.setattr(det_mod, "_test_plug", Plug, raising=False)
     fake = EntryPoint(name="plug", value="faultlab.scoring.detectors:_test_plug", group="faultlab.detectors")
-    monkeypatch.setattr(det_mod, "entry_points", lambda group: [fake] if group == "faultlab.detectors" else [])
+    monkeypatch.setattr(lookup, "entry_points", lambda group: [fake] if group == "faultlab.detectors" else [])
     d = load_detector("plug")
     assert isinstance(d, Plug) and d.name == "plug"
-    assert "plug" in det_mod.available_detectors()
+    assert "plug" in lookup.available_detectors()
 
 
 def test_run_components_and_job_labels(run):

@@ -16,28 +16,8 @@ import ast
 import tomllib
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-
-#: cycles still left among modules other work owns (the fault types and their package
-#: ``__init__``; the labeler's package and its views; the labeler's importers; the
-#: scoring detectors and baselines; dataset build and croissant). ``test_no_import_cycles``
-#: is xfail while a cycle inside one of these is left, and fails on any other cycle.
-KNOWN_CYCLES: list[set[str]] = [
-    {"faultlab.datasets.build", "faultlab.datasets.croissant"},
-    {"faultlab.injectors", "faultlab.injectors.cgroups", "faultlab.injectors.cpu", "faultlab.injectors.gc",
-     "faultlab.injectors.gpu", "faultlab.injectors.io", "faultlab.injectors.pause", "faultlab.injectors.stress"},
-    {"faultlab.labeler", "faultlab.labeler.fusion", "faultlab.labeler.peer", "faultlab.labeler.reconcile",
-     "faultlab.labeler.starved", "faultlab.labeler.temporal", "faultlab.labeler.whatif"},
-    {"faultlab.labeler.importers", "faultlab.labeler.perseus", "faultlab.labeler.trace", "faultlab.labeler.verdict"},
-    {"faultlab.scoring.baselines", "faultlab.scoring.detectors"},
-]
-
-
-class KnownCyclesLeft(AssertionError):
-    """Only cycles inside ``KNOWN_CYCLES`` are left."""
-
 
 def package_dirs() -> dict[str, Path]:
     """Package name -> folder, from pyproject's ``package-dir`` (``faultlab.injectors``
@@ -160,11 +140,8 @@ def test_no_module_asks_a_node_for_a_remote_flag():
     assert not found, "asks for a remote flag: " + ", ".join(found)
 
 
-@pytest.mark.xfail(raises=KnownCyclesLeft, strict=False, reason="cycles left in modules other work owns: see KNOWN_CYCLES")
 def test_no_import_cycles():
+    """No cycle in the package's import graph, function-level imports included."""
     graph = import_graph()
     found = cycles(graph)
-    unknown = [c for c in found if not any(set(c) <= k for k in KNOWN_CYCLES)]
-    assert not unknown, "import cycles:\n" + "\n".join(_describe(c, graph) for c in unknown)
-    if found:
-        raise KnownCyclesLeft("known import cycles left:\n" + "\n".join(_describe(c, graph) for c in found))
+    assert not found, "import cycles:\n" + "\n".join(_describe(c, graph) for c in found)
