@@ -16,8 +16,8 @@ import ast
 import tomllib
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[2]
+
 
 def package_dirs() -> dict[str, Path]:
     """Package name -> folder, from pyproject's ``package-dir`` (``faultlab.injectors``
