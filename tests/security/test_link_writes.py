@@ -256,7 +256,7 @@ def test_labeling_a_users_run_folder_never_writes_through_planted_links(user_dir
     (run / "events.jsonl").unlink(missing_ok=True)
     for name in ("labels.parquet", "labels.parquet.tmp", "whatif.json", "whatif.json.tmp", "events.jsonl"):
         as_nobody("ln", "-s", str(victim), str(run / name))
-    cp = _cli("label", str(run))
+    cp = fl("label", str(run))
     assert_unchanged(victim)
     for name in ("labels.parquet", "whatif.json"):
         st = os.lstat(run / name)

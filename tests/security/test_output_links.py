@@ -16,13 +16,13 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from faultlab.datasets.synthetic import make_run
+from tests.helpers import fl
 from tests.security.test_link_writes import NOBODY, ROOT, as_nobody, assert_unchanged, run_dir, user_dir, victim  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root (to act as nobody) and setpriv")
@@ -30,10 +30,6 @@ pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason=
 REPO = Path(__file__).resolve().parents[2]
 DATASET = REPO / "datasets" / "faultlab-sw-v1"
 CAMPAIGN = REPO / "examples" / "software-stragglers.yaml"
-
-
-def _cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "faultlab.cli", *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
 def _roots_own(p: Path) -> None:
@@ -44,7 +40,7 @@ def _roots_own(p: Path) -> None:
 def _export_names(tmp_path: Path) -> list[str]:
     """The files ``dataset export`` writes for DATASET (relative paths), from an export
     into a folder of root's."""
-    cp = _cli("dataset", "export", DATASET, "--out", tmp_path / "probe")
+    cp = fl("dataset", "export", DATASET, "--out", tmp_path / "probe", timeout=300)
     assert cp.returncode == 0, cp.stderr
     return sorted(p.relative_to(tmp_path / "probe").as_posix() for p in (tmp_path / "probe").rglob("*") if p.is_file())
 
@@ -68,7 +64,7 @@ def test_an_output_file_is_never_written_through_a_planted_link(command, run_dir
     for n in names:
         as_nobody("ln", "-s", str(victim), str(out / n))
         as_nobody("ln", "-s", str(victim), str(out / f"{n}.tmp"))
-    cp = _cli(*args)
+    cp = fl(*args, timeout=300)
     assert cp.returncode == (1 if command == "campaign" else 0), cp.stdout + cp.stderr
     assert_unchanged(victim)
     for n in names:
@@ -81,7 +77,7 @@ def test_dataset_build_refuses_an_out_root_reached_through_a_link(run_dir, user_
     target = tmp_path / "root-folder"
     target.mkdir(mode=0o700)
     as_nobody("ln", "-s", str(target), str(user_dir / "link"))
-    cp = _cli("dataset", "build", run_dir, "--name", "ds", "--out-root", user_dir / "link")
+    cp = fl("dataset", "build", run_dir, "--name", "ds", "--out-root", user_dir / "link", timeout=300)
     assert cp.returncode != 0
     line = cp.stderr.strip()
     assert "\n" not in line and f"{user_dir}/link" in line and "symlink" in line, cp.stderr

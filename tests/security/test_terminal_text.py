@@ -15,12 +15,11 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.helpers import needs_root
+from tests.helpers import fl, needs_root
 from faultlab import procid
 from faultlab.errors import FaultlabError, printable
 from tests.security.test_agent_files import GOOD_HEARTBEAT, _inject, fake_agent, nobody_folder  # noqa: F401 (fixtures)
@@ -35,10 +34,6 @@ def _assert_clean(text: str) -> None:
     assert "\x1b" not in text and "\r" not in text and "\x07" not in text, repr(text)
     for line in text.splitlines():
         assert not line.startswith(("forged:", "faultlab: note: nothing is in force")), repr(text)
-
-
-def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "faultlab.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_printable_makes_any_text_one_plain_line():
@@ -88,7 +83,7 @@ def test_status_and_revert_print_other_users_text_as_plain_lines(users_fault, co
     fault name nobody's fault, file and folder, each on one line of faultlab's with
     no escape sequence and no line of nobody's."""
     args = {"status": ["status"], "status --json": ["status", "--json"], "revert": ["revert", users_fault]}[command]
-    cp = _cli(*args)
+    cp = fl(*args)
     assert "Traceback" not in cp.stderr, cp.stderr
     _assert_clean(cp.stdout)
     _assert_clean(cp.stderr)
