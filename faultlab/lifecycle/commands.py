@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 from faultlab import procid
 from faultlab.errors import printable
+from faultlab.lifecycle.hostrevert import OTHER_USER_WAIT_S
 from faultlab.lifecycle.hostview import lease_folders
 from faultlab.lifecycle.views import end, in_force
 from faultlab.lifecycle.lease import open_lease_dir
@@ -114,6 +116,7 @@ def revert_faults(fault_id: str | None, *, mode: str = "all") -> tuple[list[dict
                   f"(run faultlab revert {fault_id} as that user)", file=sys.stderr)
         views = [v for v in views if not (v.fault_id == fault_id and v.uid != me)]
     done, refused, held = [], [], []
+    others_wait_s = OTHER_USER_WAIT_S
     for v in views:
         what = _pick(v, fault_id, mode)
         if what == "skip":
@@ -124,6 +127,11 @@ def revert_faults(fault_id: str | None, *, mode: str = "all") -> tuple[list[dict
             held.append({**row, "controller_pid": _held_by(v)})
         elif not v.can_revert():
             refused.append(row)
+        elif v.uid != me:  # one wait for all other users' watchdogs: look-alikes must not add up
+            t0 = time.monotonic()
+            row["left"] = end(v, timeout_s=others_wait_s)
+            others_wait_s = max(0.0, others_wait_s - (time.monotonic() - t0))
+            done.append(row)
         else:
             row["left"] = end(v)
             done.append(row)

@@ -332,8 +332,10 @@ def _may_claim(v: FaultView, o: Orphan) -> bool:
 def _claims(v: FaultView, o: Orphan) -> bool:
     """Whether fault ``v``'s revert commands name object ``o`` (tc handles are
     allocated per fault, not derived from its id: the commands are the truth)."""
-    if o.kind == "cgroup":
-        return v.fault_id == Path(o.what).name[len("faultlab-"):] or any(o.what in ln for ln in _lines(v))
+    if o.kind == "cgroup":  # by name only outside a container's cgroup, where anyone's root may name one
+        if any(o.what in ln for ln in _lines(v)):
+            return True
+        return v.fault_id == Path(o.what).name[len("faultlab-"):] and not _in_container_cgroup(Path(o.what))
     if o.kind == "qdisc":
         h = o.what.split()[0]
         if _own_dev(o.dev):  # the ifb's (a probe device's) own root qdisc goes with the device
@@ -354,19 +356,22 @@ def _own_dev(dev: str) -> str | None:
 
 
 def _in_container_cgroup(path: Path) -> bool:
-    """Whether cgroup folder ``path`` or a cgroup above it (below the hierarchy's
-    root) holds a process of another PID namespace than this one: a container's
-    cgroup, which its root may write (a private cgroup namespace)."""
+    """Whether cgroup folder ``path`` lies in a subtree that holds a process of another
+    PID namespace than this one: a container's cgroup, which its root may write (a
+    private cgroup namespace), and where it can make a folder and empty it. Every
+    cgroup above ``path`` below the hierarchy's root is looked at with all of its
+    subtree, so an empty folder made beside the container's processes counts too."""
     base = Path("/sys/fs/cgroup")
     try:
         mine = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         return False
-    for d in (path, *path.parents):
-        if d == base or d.parent == base:  # the root of a v2 or v1 hierarchy: every process is there
-            break
+    tops = [d for d in (path, *path.parents) if d != base and d.parent != base and base in d.parents]
+    if not tops:
+        return False
+    for procs in tops[-1].rglob("cgroup.procs"):  # the highest one's subtree holds every other's
         try:
-            pids = (d / "cgroup.procs").read_text().split()
+            pids = procs.read_text().split()
         except OSError:
             continue
         for pid in pids:

@@ -176,10 +176,20 @@ def _same_namespaces(pid: int) -> bool:
     ``ip netns exec`` gives a faultlab run under it one of its own.)"""
     try:
         return os.stat(f"/proc/{pid}/ns/pid").st_ino == os.stat("/proc/self/ns/pid").st_ino
-    except PermissionError:  # another user's process, seen by a user who cannot revert it anyway
-        return os.geteuid() != 0
+    except PermissionError:  # another user's process: its status (world-readable) says
+        return _nspid_depth(pid) == _nspid_depth("self")
     except OSError:
         return False
+
+
+def _nspid_depth(pid: int | str) -> int:
+    """How many PID namespaces, from the one /proc shows down, process ``pid`` is
+    in (the fields of ``NSpid:`` in ``/proc/PID/status``); 0 when unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((len(ln.split()) - 1 for ln in f if ln.startswith("NSpid:")), 0)
+    except OSError:
+        return 0
 
 
 def _catches(pid: int, sig: int) -> bool:

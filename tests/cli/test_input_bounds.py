@@ -22,7 +22,7 @@ import pytest
 from faultlab.errors import BadInput
 from faultlab.units import parse_duration, parse_rate
 from faultlab.yamlsafe import DuplicateKey, load as load_yaml
-from tests.helpers import fl, one_line_error
+from tests.helpers import EXAMPLES, fl, one_line_error
 
 SCENARIO = """name: t
 seed: 0
@@ -142,3 +142,17 @@ def test_pydantic_errors_name_their_fix(tmp_path, old, new, field, fix):
     p = tmp_path / "s.yaml"
     p.write_text(SCENARIO.replace(old, new))
     one_line_error(fl("scenario", "validate", str(p)), field, fix)
+
+
+def test_a_yaml_alias_bomb_is_refused_in_one_line_at_once(tmp_path):
+    """A scenario whose one parameter is nine levels of aliases (9^9 values from a few
+    hundred bytes) is refused by ``scenario validate`` in one line, exit 2, at once."""
+    inner = "&a0 [1,1,1,1,1,1,1,1,1]"
+    for i in range(1, 9):
+        inner = f"&a{i} [{inner}, " + ", ".join([f"*a{i - 1}"] * 8) + "]"
+    src = (EXAMPLES / "quickstart.yaml").read_text()
+    assert "params: {rate: 50mbit}" in src
+    f = tmp_path / "bomb.yaml"
+    f.write_text(src.replace("params: {rate: 50mbit}", "params: {rate: " + inner + "}"))
+    cp = fl("scenario", "validate", str(f), timeout=60)
+    assert cp.returncode == 2 and "aliases" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1, cp.stderr

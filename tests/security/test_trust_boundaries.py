@@ -21,7 +21,7 @@ import pytest
 
 from faultlab.lifecycle.watchdog import WATCHDOG_NAME
 from faultlab.lifecycle.procowner import MINE_SH
-from tests.helpers import fl, needs_root, wait_for
+from tests.helpers import as_nobody, fl, needs_root, wait_for
 
 pytestmark = [needs_root, pytest.mark.skipif(not shutil.which("unshare") or not shutil.which("setpriv"),
                                              reason="needs unshare and setpriv (util-linux)")]
@@ -86,6 +86,9 @@ def test_a_containers_root_process_named_like_a_watchdog_is_a_look_alike():
         assert time.monotonic() - t0 < 30 and "no fault nic-0ddba1" in rv.stdout + rv.stderr, \
             rv.stdout + rv.stderr
         assert Path(f"/proc/{pid}").exists(), "root signalled a container's process"
+        seen = as_nobody([sys.executable, "-c", "from faultlab.lifecycle.watchdog import find_watchdogs\n"
+                          f"print([w.same_ns for w in find_watchdogs() if w.fault_id == {fid!r}])"], {"PATH": os.environ["PATH"]})
+        assert seen.stdout.strip() == "[False]", seen.stdout + seen.stderr  # nobody's view: not root's either
         mine = subprocess.run(["sh", "-c", MINE_SH + 'mine "$1"', "sh", str(pid)], timeout=30)
         assert mine.returncode == 1
         assert subprocess.run(["sh", "-c", MINE_SH + 'mine "$1"', "sh", str(os.getpid())], timeout=30).returncode == 0
@@ -98,16 +101,20 @@ def _cgroup_base() -> Path:
     return Path("/sys/fs/cgroup") if v2 else Path("/sys/fs/cgroup/cpu")
 
 
-def test_a_faultlab_named_cgroup_made_inside_a_containers_cgroup_is_never_removed(no_residue):
+@pytest.mark.parametrize("where", ["beside-its-processes", "processes-in-a-sibling"])
+def test_a_faultlab_named_cgroup_made_inside_a_containers_cgroup_is_never_removed(where, no_residue):
     """A cgroup ``faultlab-cpu-0f0f0f`` that a container's root made inside its own
-    cgroup (a process of another PID namespace lives there) and no lease names: root's
-    ``status`` names it as not faultlab's to remove, lists no orphan fault for it, and
-    ``recover`` leaves it (and the container's process) where they are."""
+    cgroup (processes of another PID namespace live there, or in a sibling cgroup it
+    moved them to) and no lease names: root's ``status`` names it as not faultlab's to
+    remove, lists no orphan fault for it, and ``recover`` leaves it (and the
+    container's processes) where they are."""
     base = _cgroup_base()
     if not os.access(base, os.W_OK):
         pytest.skip(f"{base} is not writable here")
     ctr = base / f"fltest-ctr-{os.getpid()}"
     ctr.mkdir()
+    home = ctr / "sib" if where == "processes-in-a-sibling" else ctr
+    home.mkdir(exist_ok=True)
     p = _in_new_namespaces("sleep", "300")
     planted = ctr / "faultlab-cpu-0f0f0f"
     try:
@@ -115,7 +122,7 @@ def test_a_faultlab_named_cgroup_made_inside_a_containers_cgroup_is_never_remove
                                     os.stat(f"/proc/{c}/ns/pid").st_ino != os.stat("/proc/self/ns/pid").st_ino
                                     for c in _children(p.pid)), 30)
         for c in _children(p.pid):
-            (ctr / "cgroup.procs").write_text(str(c))
+            (home / "cgroup.procs").write_text(str(c))
         planted.mkdir()
         st = fl("status", "--json")
         assert not [r for r in json.loads(st.stdout) if str(planted) in " ".join(r.get("orphan_objects", []))], st.stdout
@@ -124,9 +131,11 @@ def test_a_faultlab_named_cgroup_made_inside_a_containers_cgroup_is_never_remove
         assert planted.is_dir(), "recover removed a cgroup a container made"
     finally:
         _end(p)
-        wait_for(lambda: not (ctr / "cgroup.procs").read_text().split(), 10)
+        wait_for(lambda: not (home / "cgroup.procs").read_text().split(), 10)
         if planted.exists():
             planted.rmdir()
+        if home != ctr:
+            home.rmdir()
         ctr.rmdir()
 
 
@@ -231,4 +240,44 @@ def test_revert_of_roots_fault_leaves_another_users_record_of_the_same_id_alone(
         assert fake.poll() is None and f.exists()
     finally:
         _end(fake)
+        shutil.rmtree(theirs)
+
+
+def test_other_users_look_alike_faults_cost_root_one_short_wait_in_all(shared_lease_dir):
+    """Three faults of nobody's, each a record naming a process of nobody's that looks
+    like its watchdog and ignores SIGUSR1: root's ``revert --all`` waits for them once
+    (``OTHER_USER_WAIT_S`` in all, not each), and leaves them to nobody."""
+    from faultlab.lifecycle.hostrevert import OTHER_USER_WAIT_S
+
+    theirs = Path(tempfile.mkdtemp(prefix="fl-nobody-", dir="/tmp"))
+    os.chmod(theirs, 0o755)
+    (theirs / "leases").mkdir(mode=0o755)
+    os.chown(theirs, 65534, 65534)
+    os.chown(theirs / "leases", 65534, 65534)
+    fakes = []
+    try:
+        for k in range(3):
+            fid = f"process-5a3e2{k}"
+            fake = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c",
+                                     f"exec 3<{theirs / 'leases'}; trap : USR1; while :; do sleep 1; done", WATCHDOG_NAME,
+                                     fid, str(int(time.time()) + 300), "3", "true"],
+                                    start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            fakes.append(fake)
+            assert wait_for(lambda: os.path.exists(f"/proc/{fake.pid}/fd/3"), 30)
+            start = int(Path(f"/proc/{fake.pid}/stat").read_text().rpartition(")")[2].split()[19])
+            rec = {"fault_id": fid, "deadline_ts": time.time() + 300, "revert": ["true"], "created_ts": time.time(),
+                   "watchdog_pid": fake.pid, "watchdog_starttime": start}
+            f = theirs / "leases" / f"{fid}.json"
+            f.write_text(json.dumps(rec))
+            os.chown(f, 65534, 65534)
+        env = dict(os.environ, FAULTLAB_LEASE_DIR=str(shared_lease_dir))
+        t0 = time.monotonic()
+        rv = fl("revert", "--all", env=env, timeout=300)
+        took = time.monotonic() - t0
+        assert took < OTHER_USER_WAIT_S + 15, (took, rv.stdout, rv.stderr)
+        assert all(f.poll() is None for f in fakes), "root ended a process of nobody's that only looks like a watchdog"
+    finally:
+        for f in fakes:
+            _end(f)
         shutil.rmtree(theirs)
