@@ -181,9 +181,18 @@ def open_lock_dir(local_lease_dir: Path) -> safefs.TrustedDir:
     """The controller's ``node-locks`` folder beside its lease folder
     (``LEASE_DIR/../node-locks``), opened with the lease folder's checks
     (``faultlab.safefs``: every component owned by root or us, not writable by others,
-    no symlink) and made private (0700) when missing. Raises NodeError (one line: the
-    folder, what is wrong, the fix; field ``FAULTLAB_LEASE_DIR``)."""
+    no symlink) and made private (0700) when missing. A lease folder whose parent others
+    may write (``/tmp``) gets it in this user's private runtime folder instead
+    (``/run/faultlab/node-locks`` as root), where nobody else can make that name first.
+    Raises NodeError (one line: the folder, what is wrong, the fix; field
+    ``FAULTLAB_LEASE_DIR``)."""
     d = Path(local_lease_dir).parent / "node-locks"
+    try:
+        shared = os.lstat(d.parent).st_mode & 0o022
+    except OSError:
+        shared = 0
+    if shared:
+        d = Path(safefs.private_runtime_base()) / "faultlab" / "node-locks"
     try:
         return safefs.open_dir(d, create=True, mode=0o700, private=True)
     except safefs.UntrustedPath as e:

@@ -281,3 +281,27 @@ def test_other_users_look_alike_faults_cost_root_one_short_wait_in_all(shared_le
         for f in fakes:
             _end(f)
         shutil.rmtree(theirs)
+
+
+def test_a_lease_folder_right_under_tmp_takes_no_lock_folder_another_user_can_make_first(busy_loop, no_residue):
+    """A lease folder directly under the shared /tmp, where nobody has made
+    ``/tmp/node-locks`` first: root's ``inject`` still runs (its node lock lives in
+    root's private runtime folder), and nothing of root's lands in nobody's folder."""
+    locks = Path("/tmp/node-locks")
+    made = not locks.exists()
+    if made:
+        subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "mkdir", "-m", "0777", str(locks)],
+                       check=True, timeout=30)
+    assert locks.stat().st_uid != 0
+    leases = Path(tempfile.mkdtemp(prefix="fl-leases-", dir="/tmp"))
+    try:
+        before = sorted(p.name for p in locks.iterdir()) if os.access(locks, os.R_OK) else None
+        cp = fl("inject", "--type", "process-pause", "--pause", "100ms", "--period", "1s", "--target",
+                str(busy_loop.pid), "--duration", "2s", env={"FAULTLAB_LEASE_DIR": str(leases)}, timeout=120)
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        if before is not None:
+            assert sorted(p.name for p in locks.iterdir()) == before
+    finally:
+        shutil.rmtree(leases)
+        if made:
+            shutil.rmtree(locks)
