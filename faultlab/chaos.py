@@ -13,6 +13,7 @@ Everything it starts it ends by PID.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -27,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faultlab import procid
+from faultlab.doctor import diagnose
+from faultlab.injectors import FAULT_TYPES
+from faultlab.nodes import LocalNode, NetnsTestbed
 
 FL = [sys.executable, "-m", "faultlab.cli"]
 
@@ -65,9 +69,6 @@ def _options(ftype: str, rng: random.Random, t: Targets) -> list[str] | None:
 
 def runnable_types() -> list[str]:
     """Fault types registered and supported on this machine (per ``faultlab doctor``)."""
-    from faultlab.doctor import diagnose
-    from faultlab.injectors import FAULT_TYPES
-    from faultlab.nodes import LocalNode
 
     rep = diagnose(LocalNode("local"))["types"]
     return [t for t in FAULT_TYPES if rep.get(t, {}).get("ok")]
@@ -280,7 +281,6 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damage
     not match the state left, see ``judge``), the residue left once every lease has
     ended (must be empty), errors, and wall time (s). Needs root for nic-slow, cgroup
     types and the full folder (types the machine cannot run are skipped)."""
-    from faultlab.nodes import NetnsTestbed
 
     rng = random.Random(seed)
     types = types or runnable_types()
@@ -420,7 +420,6 @@ def _record_cycle(report: dict, i: int, ftype: str, action: str, args: list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cycles", type=int, default=200)

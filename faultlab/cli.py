@@ -28,8 +28,9 @@ from rich.console import Console  # noqa: E402
 
 from faultlab import safefs  # noqa: E402
 from faultlab.errors import BadInput, FaultlabError  # noqa: E402
-# inject's options are generated from the fault types' declarations, so the registry is
-# loaded with the CLI (every other command imports what it needs when it runs)
+# Lazy imports: inject's options are generated from the fault types' declarations, so the
+# registry is loaded with the CLI; every other command imports what it needs inside its
+# function when it runs, so ``faultlab --help`` stays fast.
 from faultlab import injectors  # noqa: E402
 from faultlab.injectors import FAULT_TYPES  # noqa: E402
 from faultlab.injectors.registry import option_help, params_by_option  # noqa: E402
