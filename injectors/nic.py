@@ -83,9 +83,11 @@ def host_revert_lines(node: Node) -> list[str]:
     """Every revert command line faultlab holds on this lease host: in the lease
     records of ``node``'s folder and in the faults of the host view of root and this
     user (records, and the argv of their own watchdogs, which keep their commands even
-    when a record is lost). Another user's process that only looks like a watchdog
-    (``hostview``: no record of its user names it), or another user's fault, reserves
-    nothing: network objects are root's (``hostview._may_claim``)."""
+    when a record is lost).
+
+    Another user's process that only looks like a watchdog (``hostview``: no record of
+    its user names it), or another user's fault, reserves nothing: network objects are
+    root's (``hostview._may_claim``)."""
 
     lines = []
     for le in load_leases(node):
@@ -538,12 +540,13 @@ class NicSlow(Injector):
 
 def restore_args(q: dict) -> list[str]:
     """Arguments of ``tc qdisc add dev DEV ...`` that rebuild, exactly, a root qdisc
-    shown by ``tc -j -raw qdisc show`` as ``q`` (kinds in RESTORABLE). tbf is written
-    back in the kernel's own units: the rate in bit/s from its bytes/s, ``limit`` in
-    bytes, and a burst in bytes chosen so that the kernel's bucket in scheduler ticks
-    (``burst_raw``) comes out the same (``tbf_burst_for_ticks``): writing back the
-    rounded ``burst`` tc prints would lose a byte or two each cycle. Raises Refused
-    otherwise."""
+    shown by ``tc -j -raw qdisc show`` as ``q`` (kinds in RESTORABLE).
+
+    tbf is written back in the kernel's own units: the rate in bit/s from its bytes/s,
+    ``limit`` in bytes, and a burst in bytes chosen so that the kernel's bucket in
+    scheduler ticks (``burst_raw``) comes out the same (``tbf_burst_for_ticks``):
+    writing back the rounded ``burst`` tc prints would lose a byte or two each cycle.
+    Raises Refused for a qdisc it cannot rebuild exactly."""
     kind, handle, o = q.get("kind"), q.get("handle"), q.get("options", {})
     known = {"tbf": {"rate", "burst", "burst_raw", "lat", "limit"}, "pfifo": {"limit"}, "bfifo": {"limit"}}.get(kind, set())
     extra = sorted(k for k in o if k not in known)

@@ -1,12 +1,13 @@
-"""``faultlab dataset export DIR --format timeeval``: the dataset as TimeEval inputs
-(Wenig, Schmidl, Papenbrock, "TimeEval: A Benchmarking Toolkit for Time Series Anomaly
-Detection", VLDB'22 demo): one CSV per run and rank, ``timestamp`` (the step's
+"""``faultlab dataset export DIR --format timeeval``: the dataset as TimeEval inputs.
+
+TimeEval: Wenig, Schmidl, Papenbrock, "TimeEval: A Benchmarking Toolkit for Time Series
+Anomaly Detection", VLDB'22 demo. One CSV per run and rank, ``timestamp`` (the step's
 ``t_start``, unix s), the rank's step-time columns as channels, ``is_anomaly`` (1 where
 an effect label of the rank or of the job covers the step); and TimeEval's
 ``datasets.csv`` index (collection_name, dataset_name, train_path, test_path,
-dataset_type, datetime_index, split_at, train_type, train_is_normal, input_type,
-length, dimensions, contamination, num_anomalies, min/median/max_anomaly_length,
-mean, stddev, trend, stationarity, period_size)."""
+dataset_type, datetime_index, split_at, train_type, train_is_normal, input_type, length,
+dimensions, contamination, num_anomalies, min/median/max_anomaly_length, mean, stddev,
+trend, stationarity, period_size)."""
 
 from __future__ import annotations
 

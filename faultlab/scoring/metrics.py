@@ -273,10 +273,11 @@ def _soft_labels(y: np.ndarray, ranges: list[tuple[int, int]], window: int) -> n
 def vus_pr(y: np.ndarray, s: np.ndarray, window: int = 10, n_thresholds: int = 250) -> float:
     """Volume under the range-based precision-recall surface (VUS-PR; Paparrizos et
     al., "Volume Under the Surface", VLDB'22), computed as TSB-AD (Liu & Paparrizos,
-    NeurIPS'24) does: for each buffer size ``w`` in 0..``window`` points, range-based
-    precision and recall (soft buffered labels, existence reward) at ``n_thresholds``
-    thresholds taken at evenly spaced ranks of the sorted scores; the area under each
-    PR curve; their mean.
+    NeurIPS'24) does.
+
+    For each buffer size ``w`` in 0..``window`` points, range-based precision and recall
+    (soft buffered labels, existence reward) at ``n_thresholds`` thresholds taken at
+    evenly spaced ranks of the sorted scores; the area under each PR curve; their mean.
 
     Args: y (n,) 0/1 labels; s (n,) scores; window: the largest buffer (points).
     Returns: VUS-PR in [0, 1]; NaN without a positive point.
@@ -403,8 +404,9 @@ def prepare_labels(labels: pd.DataFrame | None, injections: pd.DataFrame | None 
     detector: compute it once per run and pass it as ``prepared``): the checked
     labels, the effect and unmanifested ones, and each effect label's fault type and
     source, their columns as arrays (``effect_arrays``, ``unmanifested_arrays``:
-    component, start_ts, end_ts) and :func:`_label_ranges`. Raises BadInput for
-    labels that miss a column."""
+    component, start_ts, end_ts) and :func:`_label_ranges`.
+
+    Raises BadInput for labels that miss a column."""
     labels_in = _check(labels, "labels", ["component", "start_ts", "end_ts"])
     lab = effect_labels(labels_in)
     ft, src = _label_groups(lab, injections)
