@@ -1,5 +1,5 @@
-"""The detector API (:mod:`faultlab.scoring.detectors`) and the baselines
-(:mod:`faultlab.scoring.baselines`) under the short import path ``faultlab.detectors``."""
+"""Moved to :mod:`faultlab.scoring.detectors` (API) and
+:mod:`faultlab.scoring.baselines`; this name stays so existing imports keep working."""
 
 from faultlab.scoring.baselines import *  # noqa: F401,F403
 from faultlab.scoring.baselines import BUILTIN  # noqa: F401
