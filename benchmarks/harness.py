@@ -1,10 +1,10 @@
-"""The rank harness shared by the ddp and pipeline workloads: their common flags
-(:func:`add_common_args`, :func:`check_common_args`), starting a rank (:func:`boot`:
-thread settings, the in-workload agent, torch.distributed, the SIGTERM handler), the
-step loop that stops every rank at the same step (:func:`run_steps`,
-:func:`stop_reason`), leaving together (:func:`finish`) and the process exit
-(:func:`run_main`). Each workload brings its own model and step.
-"""
+"""The rank harness shared by the ddp and pipeline workloads.
+
+It holds their common flags (:func:`add_common_args`, :func:`check_common_args`),
+starting a rank (:func:`boot`: thread settings, the in-workload agent,
+torch.distributed, the SIGTERM handler), the step loop that stops every rank at the same
+step (:func:`run_steps`, :func:`stop_reason`), leaving together (:func:`finish`) and the
+process exit (:func:`run_main`). Each workload brings its own model and step."""
 
 from __future__ import annotations
 

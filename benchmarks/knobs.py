@@ -2,9 +2,9 @@
 only: sequence-length imbalance (:func:`draw_sequences`, the same draw on every rank;
 :func:`rebalance`, the greedy mitigation; :func:`step_tokens`) and Python GC
 (:class:`GcKnob`: uncoordinated or planned full collections over per-step cyclic
-garbage). The module docstring of :mod:`faultlab.benchmarks.ddp` says what each does
-to a job.
-"""
+garbage).
+
+The module docstring of :mod:`faultlab.benchmarks.ddp` says what each does to a job."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
 """Chaos test of the injectors themselves: randomized inject / verify / revert cycles
-through the real CLI, some with the controller killed by SIGKILL at a random moment,
-some with signal storms (1-5 SIGINT/SIGTERM at random moments of inject, verify and
-revert), some with the lease record deleted or truncated while the fault runs, some
-into a full lease folder; each exit code is checked against the state left at that
-moment (``judge``), and the residue after every lease has ended must be empty.
+through the real CLI.
+
+Some cycles have the controller killed by SIGKILL at a random moment, some signal
+storms (1-5 SIGINT/SIGTERM at random moments of inject, verify and revert), some the
+lease record deleted or truncated while the fault runs, some a full lease folder; each
+exit code is checked against the state left at that moment (``judge``), and the residue
+after every lease has ended must be empty.
 
 Used by ``tests/lifecycle/test_chaos.py`` (a short run in CI) and ``perf/chaos.py`` (200 cycles:
 50 with SIGKILL, 50 storms). Targets are test hosts of its own: a 2-node netns testbed, a
@@ -13,6 +15,7 @@ Everything it starts it ends by PID.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -27,6 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faultlab import procid
+from faultlab.doctor import diagnose
+from faultlab.injectors import FAULT_TYPES
+from faultlab.nodes import LocalNode, NetnsTestbed
 
 FL = [sys.executable, "-m", "faultlab.cli"]
 
@@ -65,9 +71,6 @@ def _options(ftype: str, rng: random.Random, t: Targets) -> list[str] | None:
 
 def runnable_types() -> list[str]:
     """Fault types registered and supported on this machine (per ``faultlab doctor``)."""
-    from faultlab.doctor import diagnose
-    from faultlab.injectors import FAULT_TYPES
-    from faultlab.nodes import LocalNode
 
     rep = diagnose(LocalNode("local"))["types"]
     return [t for t in FAULT_TYPES if rep.get(t, {}).get("ok")]
@@ -240,9 +243,11 @@ def before_faultlab_ran(err: str) -> bool:
     """Whether ``err`` is Python's own KeyboardInterrupt from before faultlab's code
     could install a handler (interpreter start: ``site``, ``.pth`` files, ``runpy``
     finding ``faultlab.cli``): a traceback ending in ``KeyboardInterrupt`` with no
-    frame in faultlab's sources. Nothing can have been applied then; the exit is
-    non-zero (1 or -SIGINT). A SIGINT that comes once ``faultlab.cli`` runs ends it
-    quietly (SIG_DFL until the inject's own handlers)."""
+    frame in faultlab's sources.
+
+    Nothing can have been applied then; the exit is non-zero (1 or -SIGINT). A SIGINT
+    that comes once ``faultlab.cli`` runs ends it quietly (SIG_DFL until the inject's
+    own handlers)."""
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     return bool(lines) and lines[-1].strip() == "KeyboardInterrupt" and "Traceback" in err and not _OWN_CODE.search(err)
 
@@ -275,12 +280,13 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damage
     """Run ``cycles`` random fault cycles through the CLI: ``kills`` with the controller
     SIGKILLed at a random moment, ``storms`` with 1-5 SIGINT/SIGTERM at random moments,
     ``damaged`` with the lease record deleted or truncated while the fault runs,
-    ``full`` into a full lease folder (see ``plan_cycles``). Returns a report: cycles
-    per type and action, outcomes (exit codes), ``mismatches`` (an exit code that does
-    not match the state left, see ``judge``), the residue left once every lease has
-    ended (must be empty), errors, and wall time (s). Needs root for nic-slow, cgroup
-    types and the full folder (types the machine cannot run are skipped)."""
-    from faultlab.nodes import NetnsTestbed
+    ``full`` into a full lease folder (see ``plan_cycles``).
+
+    Returns a report: cycles per type and action, outcomes (exit codes), ``mismatches``
+    (an exit code that does not match the state left, see ``judge``), the residue left
+    once every lease has ended (must be empty), errors, and wall time (s). Needs root
+    for nic-slow, cgroup types and the full folder (types the machine cannot run are
+    skipped)."""
 
     rng = random.Random(seed)
     types = types or runnable_types()
@@ -420,7 +426,6 @@ def _record_cycle(report: dict, i: int, ftype: str, action: str, args: list[str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cycles", type=int, default=200)

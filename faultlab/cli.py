@@ -28,8 +28,9 @@ from rich.console import Console  # noqa: E402
 
 from faultlab import safefs  # noqa: E402
 from faultlab.errors import BadInput, FaultlabError  # noqa: E402
-# inject's options are generated from the fault types' declarations, so the registry is
-# loaded with the CLI (every other command imports what it needs when it runs)
+# Lazy imports: inject's options are generated from the fault types' declarations, so the
+# registry is loaded with the CLI; every other command imports what it needs inside its
+# function when it runs, so ``faultlab --help`` stays fast.
 from faultlab import injectors  # noqa: E402
 from faultlab.injectors import FAULT_TYPES  # noqa: E402
 from faultlab.injectors.registry import option_help, params_by_option  # noqa: E402
@@ -243,11 +244,12 @@ def recover(
 ):
     """Revert every fault left behind on this host: those whose controller is gone
     (its PID and start time), with or without their lease record, and faultlab objects
-    no lease accounts for; remove testbeds whose controller is gone. A fault or testbed
-    a running faultlab still holds is left alone (named; faultlab revert ID ends it).
-    Files failing a trust or schema check are reported, never acted on (exit 1). With
-    --inventory, every fault left on its ssh nodes (records, and watchdogs whose
-    record was lost)."""
+    no lease accounts for; remove testbeds whose controller is gone.
+
+    A fault or testbed a running faultlab still holds is left alone (named; faultlab
+    revert ID ends it). Files failing a trust or schema check are reported, never acted
+    on (exit 1). With --inventory, every fault left on its ssh nodes (records, and
+    watchdogs whose record was lost)."""
     from faultlab.lifecycle.commands import report_held, report_reverts, revert_faults
     from faultlab.nodes.backends import recover_testbeds
     from faultlab.nodes.testbed import untrusted_states
@@ -591,9 +593,11 @@ def label(
     """Label a run directory (writes labels.parquet and whatif.json there), or import
     public data: --import FORMAT PATH --out DIR writes DIR/labels.parquet (and
     DIR/whatif.json where a what-if slowdown applies, DIR/components.parquet where the
-    format judges whole components: long). Outputs are written all or nothing. Bad
-    input (a folder that is no run directory, an unreadable or malformed file or
-    column) and an unwritable output folder are one line, exit 2."""
+    format judges whole components: long).
+
+    Outputs are written all or nothing. Bad input (a folder that is no run directory, an
+    unreadable or malformed file or column) and an unwritable output folder are one
+    line, exit 2."""
     if import_format is None:
         from faultlab.labeler import label_run
 

@@ -10,9 +10,11 @@ def printable(text, limit: int | None = None) -> str:
     """``text`` (made a ``str``) safe inside one terminal line: every character that is
     not printable (a newline, ESC and the other control characters, a bidirectional
     override) becomes ``?``; longer than ``limit`` characters, it is cut there and ends
-    in ``...``. For what other users, processes or files chose (a file name, a
-    record's field, an agent's error), so they cannot forge lines or send escape
-    sequences to the terminal of whoever runs faultlab."""
+    in ``...``.
+
+    For what other users, processes or files chose (a file name, a record's field, an
+    agent's error), so they cannot forge lines or send escape sequences to the terminal
+    of whoever runs faultlab."""
     text = str(text)
     cut = limit is not None and len(text) > limit
     if cut:

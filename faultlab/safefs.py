@@ -662,9 +662,10 @@ def read_on_node(node, path: str, *, uids=(), private: bool = True) -> str:
     owned by root, the node's acting user or one of ``uids``, no symlink, no
     group/other-writable folder (but a root sticky one above the file's own), the
     file's folder 0700 when ``private``, the file regular, one link, at most
-    MAX_READ_BYTES. The node's output is bounded too (``Node.run(limit=)``). Raises
-    FileNotFoundError when something on the path is missing, UntrustedPath (one line)
-    when a check fails."""
+    MAX_READ_BYTES.
+
+    The node's output is bounded too (``Node.run(limit=)``). Raises FileNotFoundError
+    when something on the path is missing, UntrustedPath (one line) when a check fails."""
     argv = ["python3", "-I", "-S", "-c", REMOTE_READ_PY, str(path), str(MAX_READ_BYTES), "1" if private else "0", *[str(int(u)) for u in uids]]
     cp = node.run(argv, timeout=getattr(node, "command_timeout_s", 30), limit=MAX_READ_BYTES)
     if cp.returncode == 4:

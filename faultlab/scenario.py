@@ -357,11 +357,12 @@ class Campaign(_Strict):
     """Many runs with randomized faults, seeded: ``runs`` scenarios derived from
     ``base`` with ``faults_per_run`` faults each, types drawn by weight from ``types``,
     targets uniformly, start and duration uniformly from ``start`` and ``duration``
-    (seconds), never two faults of one kind on one target at once. ``spacing``
-    (seconds, optional) keeps any two faults of a run at least that far apart (end of
-    one to start of the next, any kind, any target): isolated faults, so the slowdown
-    each caused can be measured on its own (an evaluation campaign); None allows
-    overlapping faults."""
+    (seconds), never two faults of one kind on one target at once.
+
+    ``spacing`` (seconds, optional) keeps any two faults of a run at least that far
+    apart (end of one to start of the next, any kind, any target): isolated faults, so
+    the slowdown each caused can be measured on its own (an evaluation campaign); None
+    allows overlapping faults."""
 
     name: str = "campaign"
     seed: int = 0

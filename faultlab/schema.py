@@ -15,6 +15,9 @@ Tables (see docs/architecture.md):
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pyarrow as pa
 
 SCHEMA_VERSION = "1"
@@ -129,9 +132,7 @@ def to_table(name: str, df) -> pa.Table:
 def json_safe(x):
     """``x`` made fit for strict JSON: NaN/inf as None, numpy scalars as Python
     numbers, mapping keys as str; lists, tuples and dicts converted recursively."""
-    import math
 
-    import numpy as np
 
     if isinstance(x, dict):
         return {str(k): json_safe(v) for k, v in x.items()}

@@ -42,11 +42,13 @@ def check_steps(steps: pd.DataFrame) -> None:
 
 def check_step_values(steps: pd.DataFrame) -> None:
     """Raise BadInput naming the column of a ``steps`` frame that the labeler would
-    refuse (a missing column, a null, fractional or non-numeric ``rank``/``step``, a
+    refuse.
+
+    Refused: a missing column, a null, fractional or non-numeric ``rank``/``step``, a
     non-numeric, negative or infinite duration, ``t_start`` not increasing with
-    ``step``): the checks of :func:`dense_steps`, for readers (scoring, the report)
-    that must refuse what ``faultlab label`` refuses rather than fail later with a
-    traceback, and the checks of :func:`check_recorded_steps` but the one of an empty
+    ``step``. These are the checks of :func:`dense_steps`, for readers (scoring, the
+    report) that must refuse what ``faultlab label`` refuses rather than fail later with
+    a traceback, and the checks of :func:`check_recorded_steps` but the one of an empty
     frame, which passes (a run with no steps yet)."""
     if len(steps):
         check_recorded_steps(steps)

@@ -38,8 +38,9 @@ from typing import Any, ClassVar
 
 from faultlab.errors import FaultlabError, NodeError
 from faultlab.lifecycle.cmd import WRITE_SH, Cmd, write_cmd  # noqa: F401  (part of this module's API)
-from faultlab.nodes import Node
 from faultlab.injectors.params import Param
+from faultlab.lifecycle.lease import Lease, node_lock
+from faultlab.nodes import Node
 
 
 class Interrupted(BaseException):
@@ -230,7 +231,6 @@ class ActiveFault:
         is still there, listed in ``evidence["left_behind"]``; the lease is kept, so
         its watchdog retries at the deadline and ``faultlab recover`` can retry now) or
         ``handed-to-lease`` (``hooks`` raised HandOver: the watchdog reverts it now)."""
-        from faultlab.lifecycle.lease import node_lock
 
         if self.status is not None:
             return self.status
@@ -340,7 +340,6 @@ def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verif
     Raises BadInput / Refused / NodeError (nothing applied), FaultlabError (RevertedUnder
     among them), Interrupted.
     """
-    from faultlab.lifecycle.lease import Lease, node_lock
 
     hooks.phase("setup")
     with node_lock(injector.node):

@@ -157,6 +157,7 @@ def placement(node: Node, h: Hierarchy, pids: list[int], fault_id: str, what: st
     """Where the faultlab cgroup of fault ``fault_id`` goes: ``{"home": cgroup of the
     targets, "cgroup": absolute path of its faultlab child, "enable": bool (v2: the
     controller must be enabled in home's subtree_control), "orig": {pid: home}}``.
+
     Raises BadInput for a missing process, Refused for a target already under a
     faultlab cgroup, targets in different cgroups, or a home that cannot be nested
     under (see :func:`clean_home`, :func:`v2_enable_needed`)."""

@@ -42,6 +42,7 @@ from typing import Any
 
 from faultlab.errors import BadInput, NodeError, Refused
 from faultlab.injectors.base import Injector
+from faultlab.lifecycle.lease import load_leases
 from faultlab.nodes import Node
 
 #: what ``--query-gpu`` reads (``clocks_event_reasons.*`` is spelled
@@ -215,7 +216,6 @@ class GpuFault(Injector):
 
     def _held_by(self) -> str | None:
         """The id of a faultlab fault of this type already on this GPU (its lease)."""
-        from faultlab.lifecycle.lease import load_leases
 
         for le in load_leases(self.node):
             r = le.record

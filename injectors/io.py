@@ -205,12 +205,13 @@ def _rules_v2(text: str) -> dict[str, dict[str, str]]:
 class IoSlow(Injector):
     """Throttle the I/O of ``pids`` to the disk holding ``path``: ``read_bps`` /
     ``write_bps`` in bytes/s, ``read_iops`` / ``write_iops`` in IO/s (None: no cap;
-    at least one is required). Raises BadInput for no PID, no cap or a non-positive
-    cap (and, at probe, for a missing process or a path with no block device);
-    Refused when no blkio/io controller is usable, a target is already under a
-    faultlab cgroup, or its cgroup cannot be nested under (cgroups.placement).
-    ``force`` is accepted and has no effect: the targets' own limits are kept, never
-    lifted, so there is nothing to force."""
+    at least one is required).
+
+    Raises BadInput for no PID, no cap or a non-positive cap (and, at probe, for a
+    missing process or a path with no block device); Refused when no blkio/io controller
+    is usable, a target is already under a faultlab cgroup, or its cgroup cannot be
+    nested under (cgroups.placement). ``force`` is accepted and has no effect: the
+    targets' own limits are kept, never lifted, so there is nothing to force."""
 
     type = "io-slow"
     PARAMS = (

@@ -40,10 +40,12 @@ class MemBw(Workers):
     """``mem-bw``: ``workers`` memory-streaming processes (default: one per target CPU,
     at most 4) pinned round-robin to the targets' CPUs for ``duration_s`` seconds,
     each copying over a ``buffer_bytes`` buffer (256 MiB, or 4x the last-level cache
-    when larger). Raises BadInput for no PID, a missing process or a bad worker
-    count; Refused when the workers would take more than half of the node's
-    MemAvailable, or mem-bw workers of another fault already sit beside a target;
-    NodeError when the node has no python3."""
+    when larger).
+
+    Raises BadInput for no PID, a missing process or a bad worker count; Refused when
+    the workers would take more than half of the node's MemAvailable, or mem-bw workers
+    of another fault already sit beside a target; NodeError when the node has no
+    python3."""
 
     type = "mem-bw"
     PARAMS = (WORKERS,)

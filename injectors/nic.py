@@ -47,6 +47,10 @@ from faultlab.units import parse_duration, parse_rate
 from faultlab.injectors.base import Cmd, Injector, Plan
 from faultlab.injectors.params import Param
 from faultlab.injectors.registry import register
+from faultlab.lifecycle.hostview import host_view
+from faultlab.lifecycle.lease import load_leases
+from faultlab.lifecycle.probedev import probe_ifb
+from faultlab.timefmt import when
 
 # Each fault owns its tc handles: root "fXXX:", netem child "eXXX:". XXX is
 # *allocated* at probe (``allocate_handles``): the first 3 hex digits of the fault id
@@ -79,11 +83,11 @@ def host_revert_lines(node: Node) -> list[str]:
     """Every revert command line faultlab holds on this lease host: in the lease
     records of ``node``'s folder and in the faults of the host view of root and this
     user (records, and the argv of their own watchdogs, which keep their commands even
-    when a record is lost). Another user's process that only looks like a watchdog
-    (``hostview``: no record of its user names it), or another user's fault, reserves
-    nothing: network objects are root's (``hostview._may_claim``)."""
-    from faultlab.lifecycle.hostview import host_view
-    from faultlab.lifecycle.lease import load_leases
+    when a record is lost).
+
+    Another user's process that only looks like a watchdog (``hostview``: no record of
+    its user names it), or another user's fault, reserves nothing: network objects are
+    root's (``hostview._may_claim``)."""
 
     lines = []
     for le in load_leases(node):
@@ -323,8 +327,6 @@ class NicSlow(Injector):
     def _own_handle_msg(self, q: dict) -> str:
         """Why a root qdisc with faultlab's reserved handle blocks this inject: a
         faultlab fault in force (its watchdog ends it), or one whose lease is lost."""
-        from faultlab.timefmt import when
-        from faultlab.lifecycle.hostview import host_view
 
         h = str(q.get("handle"))
         ws = [w for v in _trusted_faults(host_view(objects=False)[0]) for w in v.watchdogs
@@ -339,7 +341,6 @@ class NicSlow(Injector):
     def _netem_supported(self) -> tuple[bool, str]:
         """Try netem on a throw-away probe device of our own in the node's namespace
         (``lifecycle/probedev.py``: under its own lease, deleted at once)."""
-        from faultlab.lifecycle.probedev import probe_ifb
 
         with probe_ifb(self.node) as (dev, err):
             if err:
@@ -369,7 +370,6 @@ class NicSlow(Injector):
             )
         qd = self._qdiscs(self.iface)
         foreign_root = None
-        from faultlab.lifecycle.lease import load_leases
 
         mine = [le for le in load_leases(self.node) if le.record.get("fault_type") == self.type
                 and le.record.get("node") == self.node.describe() and str(le.record.get("target", "")).split("->")[0] == self.iface]
@@ -540,12 +540,13 @@ class NicSlow(Injector):
 
 def restore_args(q: dict) -> list[str]:
     """Arguments of ``tc qdisc add dev DEV ...`` that rebuild, exactly, a root qdisc
-    shown by ``tc -j -raw qdisc show`` as ``q`` (kinds in RESTORABLE). tbf is written
-    back in the kernel's own units: the rate in bit/s from its bytes/s, ``limit`` in
-    bytes, and a burst in bytes chosen so that the kernel's bucket in scheduler ticks
-    (``burst_raw``) comes out the same (``tbf_burst_for_ticks``): writing back the
-    rounded ``burst`` tc prints would lose a byte or two each cycle. Raises Refused
-    otherwise."""
+    shown by ``tc -j -raw qdisc show`` as ``q`` (kinds in RESTORABLE).
+
+    tbf is written back in the kernel's own units: the rate in bit/s from its bytes/s,
+    ``limit`` in bytes, and a burst in bytes chosen so that the kernel's bucket in
+    scheduler ticks (``burst_raw``) comes out the same (``tbf_burst_for_ticks``):
+    writing back the rounded ``burst`` tc prints would lose a byte or two each cycle.
+    Raises Refused for a qdisc it cannot rebuild exactly."""
     kind, handle, o = q.get("kind"), q.get("handle"), q.get("options", {})
     known = {"tbf": {"rate", "burst", "burst_raw", "lat", "limit"}, "pfifo": {"limit"}, "bfifo": {"limit"}}.get(kind, set())
     extra = sorted(k for k in o if k not in known)

@@ -27,13 +27,14 @@ _JSON_TYPES = {"text": "string", "number": ["number", "string"], "integer": ["in
 
 @dataclass(frozen=True)
 class Param:
-    """One parameter of a fault type: ``name`` (scenario key, ``snake_case``),
-    ``help`` (one line, without the type's name), ``metavar`` (the CLI's), ``parse``
-    (``(text, option) -> value``, raising BadInput naming ``option``; None keeps the
-    text), ``default`` (the parsed value when not given), ``bounds`` (``(low, high)``
-    of the parsed value, either None for open; ``open_low``: low itself is outside),
-    ``kind`` (``text``, ``number`` or ``integer``: how a scenario file may write it)
-    and ``required``."""
+    """One parameter of a fault type.
+
+    Fields: ``name`` (scenario key, ``snake_case``), ``help`` (one line, without the
+    type's name), ``metavar`` (the CLI's), ``parse`` (``(text, option) -> value``,
+    raising BadInput naming ``option``; None keeps the text), ``default`` (the parsed
+    value when not given), ``bounds`` (``(low, high)`` of the parsed value, either None
+    for open; ``open_low``: low itself is outside), ``kind`` (``text``, ``number`` or
+    ``integer``: how a scenario file may write it) and ``required``."""
 
     name: str
     help: str

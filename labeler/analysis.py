@@ -108,12 +108,14 @@ def analyze(grid: StepGrid, config=None) -> Analysis:
 def expected_over_median(x: np.ndarray, base: np.ndarray, flag: np.ndarray) -> float:
     """The expected step over its trailing-median baseline: the mean of ``x / base``
     over the unflagged steps (``x``, ``base`` ``(S,)`` s; ``flag`` ``(S,)`` bool), at
-    least 1 (1.0 with no such step). Step times skew right, so their mean, the time
-    a step is expected to take, lies above their median (1.01-1.09, median 1.03, over
-    the 46 runs of the 801-806 sweeps and the fault-free campaign): a slowdown as a
-    time ratio against the median alone reads that much high, and a fault that slowed
-    the job 1.15x could read 1.2x, the floor. Flagged steps are left out, so the
-    correction is never more than the unflagged steps show."""
+    least 1 (1.0 with no such step).
+
+    Step times skew right, so their mean, the time a step is expected to take, lies
+    above their median (1.01-1.09, median 1.03, over the 46 runs of the 801-806 sweeps
+    and the fault-free campaign): a slowdown as a time ratio against the median alone
+    reads that much high, and a fault that slowed the job 1.15x could read 1.2x, the
+    floor. Flagged steps are left out, so the correction is never more than the
+    unflagged steps show."""
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.asarray(x, dtype=np.float64) / np.asarray(base, dtype=np.float64)
     ok = np.isfinite(r) & ~np.asarray(flag, dtype=bool)

@@ -91,11 +91,13 @@ def _stall_episodes(an: Analysis, *, stall_jump: float,
 def intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max_flagged: float = 0.5,
                  min_late: float = 0.5, max_spread: float = 2.0) -> list[dict]:
     """Labels for an *intermittent* straggler: a rank stalled now and then (a process
-    paused in a duty cycle, a GC storm). A stall that lands in the rank's compute (or
-    between its steps) makes it arrive late at the all-reduce (attributable per step);
-    one that lands inside the all-reduce stalls every rank alike (not attributable per
-    step: those steps become job-wide flags). Per step the evidence is split, so the
-    labels come out late or as an unexplained ``job`` label; per *episode* it is clear.
+    paused in a duty cycle, a GC storm).
+
+    A stall that lands in the rank's compute (or between its steps) makes it arrive late
+    at the all-reduce (attributable per step); one that lands inside the all-reduce
+    stalls every rank alike (not attributable per step: those steps become job-wide
+    flags). Per step the evidence is split, so the labels come out late or as an
+    unexplained ``job`` label; per *episode* it is clear.
 
     Episodes (:func:`_stall_episodes`): job-flagged steps (``job_step`` up against its
     history; two adjacent ones are one stall, ``STRADDLE_STEPS``) of about the same size (the same stall repeated: a band of step excesses

@@ -24,18 +24,27 @@ import json
 import os
 import random
 import shutil
+import tempfile
 from collections import Counter
 from pathlib import Path, PurePosixPath
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 from faultlab import safefs, schema
 from faultlab.datasets import card, croissant, manifest
-from faultlab.datasets.layout import COLUMN_DOCS, TABLES, open_output, part_path
+from faultlab.datasets.layout import COLUMN_DOCS, TABLES, Dataset, open_output, part_path
 from faultlab.errors import BadInput
+from faultlab.labeler import LabelerConfig, label
+from faultlab.labeler.importers import import_path
+from faultlab.labeler.importers.perseus import read_samples
+from faultlab.labeler.importers.trace import read_trace
 from faultlab.rundata import RunData, read_run_dir
+from faultlab.rundir import RunDir
+from faultlab.scenario import Campaign, Scenario, load
 
 def collect_runs(run_dirs=(), campaigns=(), duplicates: list | None = None) -> list[Path]:
     """Run directories given directly and those inside campaign folders (children with
@@ -190,9 +199,7 @@ def check_campaign_files(files) -> list[Path]:
     Returns: the paths (``Path``), in order.
     Raises: BadInput (field ``--campaign-file``) for a missing file, one the loader
     refuses (its first problem quoted) or two files of the same name."""
-    import yaml
 
-    from faultlab.scenario import Campaign, Scenario, load
 
     fix = "give the YAML the runs were made from; faultlab scenario validate FILE checks one"
     keys = set(Scenario.model_fields) | set(Campaign.model_fields)
@@ -351,9 +358,7 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
     Raises: BadInput for a folder that is no dataset, a run's table that is missing
     or unreadable, or what the labeler raises for a bad table.
     """
-    import tempfile
 
-    from faultlab.datasets.layout import Dataset
 
     ds = Dataset(dataset)
     st = build_settings(ds.path)
@@ -376,7 +381,6 @@ def build_settings(path: Path) -> dict:
     """The card texts and split settings a dataset was built with: ``build.json``, or
     for a folder built before it, the description of ``croissant.json``, the license
     of the card's YAML header and the split's seed and fraction (note empty)."""
-    import yaml
 
     p = path / "build.json"
     if p.is_file():
@@ -398,15 +402,12 @@ def build_settings(path: Path) -> dict:
 def _relabel_run(run):
     """``run`` (RunData) with labels from this checkout's labeler (steps, injections
     and host as given)."""
-    from faultlab.labeler import label
 
     run.labels = label(run.steps, injections=run.injections, host=run.host)
     return run
 
 
 def _relabeled(p: Path):
-    from faultlab.labeler import label
-    from faultlab.rundir import RunDir
 
     rd = RunDir(p)
     steps, inj, host = rd.read_table("steps"), rd.read_table("injections"), rd.read_table("host")
@@ -415,7 +416,6 @@ def _relabeled(p: Path):
 
 
 def _labeler_config() -> dict:
-    from faultlab.labeler import LabelerConfig
 
     try:
         return LabelerConfig().to_dict()
@@ -437,9 +437,7 @@ def import_trace(fmt: str, path: str | Path):
     ``throughput_bytes_per_s``). Injections are empty: nothing was injected.
 
     Raises BadInput for an unknown format or what the importer raises."""
-    import pandas as pd
 
-    from faultlab.labeler.importers import import_path
 
     if fmt not in IMPORT_FORMATS:
         raise BadInput(f"unknown format {fmt!r}", field="--import", fix="one of " + ", ".join(IMPORT_FORMATS))
@@ -448,7 +446,6 @@ def import_trace(fmt: str, path: str | Path):
     run_id = str(labels["run_id"].iloc[0]) if len(labels) and "run_id" in labels.columns and labels["run_id"].notna().any() else Path(path).name
     steps, host = schema.empty("steps"), schema.empty("host")
     if fmt == "straggler-trace":
-        from faultlab.labeler.importers.trace import read_trace
 
         tr, _, _ = read_trace(path)
         comm = tr["optype"].str.contains("send|recv|all-reduce|all-gather|reduce-scatter", regex=True)
@@ -461,7 +458,6 @@ def import_trace(fmt: str, path: str | Path):
                               "compute_s": st["compute_s"], "comm_s": st["comm_s"], "step_s": st["t_end"] - st["t_start"],
                               "gc_s": float("nan"), "tokens": float("nan"), "dataloader_s": float("nan")})
     else:
-        from faultlab.labeler.importers.perseus import read_samples
 
         s = read_samples(path)
         node = np.array(s.drive_names, dtype=object)[s.drive]  # HOST/DRIVE, as the labels' drive:HOST/DRIVE

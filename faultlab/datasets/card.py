@@ -6,6 +6,7 @@ from ``templates/card.md.j2``."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import jinja2
@@ -13,6 +14,7 @@ import yaml
 
 from faultlab import schema
 from faultlab.datasets.layout import TABLES
+from faultlab.rundir import _version
 
 HF_DTYPE = {"string": "string", "int32": "int32", "int64": "int64", "double": "float64", "bool": "bool"}
 
@@ -46,7 +48,6 @@ def hf_header(meta: dict) -> dict:
 def card_meta(name: str, infos: list[dict], split: dict, *, labeler: dict, description: str = "", license: str = "cc-by-4.0",
               source_note: str = "", relabeled: bool = False) -> dict:
     """Everything the card and croissant.json say, from the runs' infos (runs.json)."""
-    from faultlab.rundir import _version
 
     ft = Counter(t for i in infos for t in i["fault_types"])
     src = Counter()
@@ -64,7 +65,6 @@ def card_meta(name: str, infos: list[dict], split: dict, *, labeler: dict, descr
 
 
 def _today() -> str:
-    import time
 
     return time.strftime("%Y-%m-%d", time.gmtime())
 

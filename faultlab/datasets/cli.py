@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import List, Optional
 
@@ -11,6 +12,9 @@ import typer
 from rich.console import Console
 
 from faultlab.errors import BadInput, FaultlabError
+
+# Lazy imports: the CLI imports this module to register ``faultlab dataset``; each command
+# imports what it runs (pyarrow, the labeler) inside its function, so ``faultlab --help`` stays fast.
 
 app = typer.Typer(no_args_is_help=True, help="Build, verify, describe and export labeled datasets (Parquet by run, card, Croissant).")
 out = Console(soft_wrap=True)
@@ -126,7 +130,6 @@ def verify_cmd(dataset: Path = typer.Argument(..., help="a dataset folder")):
 @app.command("info")
 def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"), as_json: bool = typer.Option(False, "--json")):
     """Runs, splits, fault types and labels of a dataset."""
-    from collections import Counter
 
     from faultlab.datasets.layout import Dataset
 

@@ -1,12 +1,13 @@
-"""``faultlab dataset export DIR --format timeeval``: the dataset as TimeEval inputs
-(Wenig, Schmidl, Papenbrock, "TimeEval: A Benchmarking Toolkit for Time Series Anomaly
-Detection", VLDB'22 demo): one CSV per run and rank, ``timestamp`` (the step's
+"""``faultlab dataset export DIR --format timeeval``: the dataset as TimeEval inputs.
+
+TimeEval: Wenig, Schmidl, Papenbrock, "TimeEval: A Benchmarking Toolkit for Time Series
+Anomaly Detection", VLDB'22 demo. One CSV per run and rank, ``timestamp`` (the step's
 ``t_start``, unix s), the rank's step-time columns as channels, ``is_anomaly`` (1 where
 an effect label of the rank or of the job covers the step); and TimeEval's
 ``datasets.csv`` index (collection_name, dataset_name, train_path, test_path,
-dataset_type, datetime_index, split_at, train_type, train_is_normal, input_type,
-length, dimensions, contamination, num_anomalies, min/median/max_anomaly_length,
-mean, stddev, trend, stationarity, period_size)."""
+dataset_type, datetime_index, split_at, train_type, train_is_normal, input_type, length,
+dimensions, contamination, num_anomalies, min/median/max_anomaly_length, mean, stddev,
+trend, stationarity, period_size)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ import numpy as np
 import pandas as pd
 
 from faultlab import safefs
+from faultlab.datasets.layout import Dataset, open_output
 from faultlab.errors import BadInput
+from faultlab.rundata import effect_labels
 
 CHANNELS = ("compute_s", "comm_s", "step_s", "gc_s", "dataloader_s")
 INDEX_COLUMNS = ("collection_name", "dataset_name", "train_path", "test_path", "dataset_type", "datetime_index", "split_at",
@@ -42,7 +45,6 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
     Raises BadInput for an unknown format (field ``--format``) or an output folder that
     cannot be made (field ``--out``; nothing written then), UntrustedPath (one line)
     when a component of ``out_dir`` or ``multivariate/`` is a symlink."""
-    from faultlab.datasets.layout import Dataset, open_output
 
     if fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}", field="--format", fix="one of " + ", ".join(FORMATS))
@@ -61,7 +63,6 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
 def _write_runs(ds, folder: safefs.TrustedDir) -> list[dict]:
     """Write one CSV per run and rank of ``ds`` into ``folder`` (``multivariate/``);
     returns their rows of the index."""
-    from faultlab.rundata import effect_labels
 
     rows = []
     split_of = {r: s for s in ("train", "test") for r in ds.splits[s]}

@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 
 from faultlab import schema
+from faultlab.labeler import label
+from faultlab.rundir import RunDir
 
 T0 = 1_700_000_000.0
 
@@ -42,8 +44,6 @@ def make_run(path: str | Path, run_id: str, *, seed: int = 0, fault_type: str = 
              n_steps: int = 300, factor: float = 3.0, slow: bool = True) -> Path:
     """Write a labeled run directory at ``path`` (labels from faultlab's labeler);
     the straggler's rank, onset and length are drawn from ``seed``."""
-    from faultlab.labeler import label
-    from faultlab.rundir import RunDir
 
     rng = np.random.default_rng(seed + 1000)
     r = int(rng.integers(0, n_ranks))

@@ -99,6 +99,7 @@ def revert_faults(fault_id: str | None, *, mode: str = "all") -> tuple[list[dict
     ``mode="all"`` (``revert --all``) every fault, also ones a live controller holds
     (it finds them ended), but never the testbed of a live run; ``mode="recover"``
     only what no live controller holds (PID + start time, see ``controller_alive``).
+
     Returns (done: one dict a fault with ``left`` empty when gone, refused: faults of
     other users, held: faults left alone because a live controller holds them)."""
     try:  # this user's lease folder must be trusted before anything is run from it

@@ -216,10 +216,11 @@ class Lease:
     def release(self) -> None:
         """Remove the record, the deadline file and any temporary of theirs a killed
         writer left, then stop the watchdog (its process group: this process's own
-        child, or one of :meth:`own_watchdogs`). In that order: a controller killed at
-        any instant of it leaves either nothing or a watchdog that runs the (idempotent)
-        revert lines again at its deadline and removes what is left, never a record
-        that nothing removes. Safe to call twice."""
+        child, or one of :meth:`own_watchdogs`).
+
+        In that order: a controller killed at any instant of it leaves either nothing or
+        a watchdog that runs the (idempotent) revert lines again at its deadline and
+        removes what is left, never a record that nothing removes. Safe to call twice."""
         try:
             with self._dir() as d:
                 for name in (f"{self.fault_id}.json", f"{self.fault_id}.deadline"):
@@ -354,13 +355,14 @@ def _start_watchdog(node: Node, d: safefs.TrustedDir, lease_id: str, deadline: i
 
 @contextlib.contextmanager
 def node_lock(node: Node, *, create: bool = True):
-    """Serialize probe -> lease -> inject, revert and recover on one lease host
-    (flock on a lock file of the lease folder in the private ``node-locks`` folder
-    beside it, ``lease_remote.held_lock``: a lease folder is readable by every user,
-    a lock there could be held by any of them), so two faultlab processes never act
-    on a node at once: a second inject sees the first's lease and
-    refuses, and a revert never runs between a fault's watchdog start and its last
-    inject command. Not reentrant (a second lock of the same folder in one process
+    """Serialize probe -> lease -> inject, revert and recover on one lease host, so two
+    faultlab processes never act on a node at once.
+
+    It is a flock on a lock file of the lease folder in the private ``node-locks``
+    folder beside it (``lease_remote.held_lock``: a lease folder is readable by every
+    user, a lock there could be held by any of them). A second inject sees the first's
+    lease and refuses, and a revert never runs between a fault's watchdog start and its
+    last inject command. Not reentrant (a second lock of the same folder in one process
     waits for the first). Raises NodeError (one line) when the folder cannot be used,
     FileNotFoundError when it is missing and ``create`` is False."""
     if node.lease_host() == LEASE_ON_NODE:
@@ -376,10 +378,12 @@ def node_lock(node: Node, *, create: bool = True):
 def read_records(folder: str, *, owner: int | None = None) -> tuple[list[Lease], list[str]]:
     """(leases, problems) of the records in ``folder``: files that are not valid lease
     records, or not trusted (owner, mode, symlink), are listed in problems and never
-    acted on. A missing folder is empty. ``owner``: the user whose folder it is (root
-    reading another user's lease folder): the whole path and the records must then be
-    owned by root or that user, with the same mode and no-symlink checks. Read only.
-    Raises nothing for an untrusted folder: it is one problem."""
+    acted on.
+
+    A missing folder is empty. ``owner``: the user whose folder it is (root reading
+    another user's lease folder): the whole path and the records must then be owned by
+    root or that user, with the same mode and no-symlink checks. Read only. Raises
+    nothing for an untrusted folder: it is one problem."""
     leases, problems = [], []
     try:
         d = safefs.open_dir(folder, uids=None if owner is None else frozenset({0, owner}))
@@ -424,9 +428,10 @@ def recover(node: Node, fault_id: str | None = None) -> list[dict]:
     """Revert every lease recorded in ``node``'s lease folder (or only ``fault_id``):
     run its revert lines; when none failed for real, stop its watchdog and remove its
     files; otherwise keep both (the watchdog retries at the deadline) and list what
-    failed in ``left``. Returns one dict a lease. Raises NodeError (one line) for an
-    unusable folder. (``faultlab.lifecycle.hostrevert.revert_view`` also ends faults
-    without a record.)"""
+    failed in ``left``.
+
+    Returns one dict a lease. Raises NodeError (one line) for an unusable folder.
+    (``faultlab.lifecycle.hostrevert.revert_view`` also ends faults without a record.)"""
     done = []
     if node.lease_host() == LEASE_HERE and not node.lease_dir().exists():
         return done

@@ -36,10 +36,11 @@ PROBE_LEASE_S = 60.0
 def probe_ifb(node: Node) -> Iterator[tuple[str, str | None]]:
     """Make a probe ifb device in ``node``'s network namespace, under its own lease;
     yields ``(device, error)``: error is None when the device exists, else the line
-    that says why it could not be made (then there is no device). On exit the device
-    is deleted and the lease released (the lease is kept when the delete fails: its
-    watchdog retries at the deadline). Raises NodeError (one line) when the lease
-    cannot be written; nothing is made then."""
+    that says why it could not be made (then there is no device).
+
+    On exit the device is deleted and the lease released (the lease is kept when the
+    delete fails: its watchdog retries at the deadline). Raises NodeError (one line)
+    when the lease cannot be written; nothing is made then."""
     hexid = secrets.token_hex(4)
     dev = f"flprb{hexid}"
     delete = Cmd(("ip", "link", "del", dev), "net", "the throw-away probe device")

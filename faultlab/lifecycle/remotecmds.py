@@ -1,10 +1,10 @@
 """``faultlab status|revert|recover --inventory FILE (--node a,b | --all-nodes)``: the
 faults on ssh nodes, seen, reverted and recovered on the nodes themselves
-(``views.in_force``: ``faultlab.lifecycle.remoteview``). Exit codes as on this host:
-0 nothing left, 1 something left (named), 2 bad input; an unreachable node or a
-refused host key is a one-line error naming the node (exit 1), with nothing done on
-it.
-"""
+(``views.in_force``: ``faultlab.lifecycle.remoteview``).
+
+Exit codes as on this host: 0 nothing left, 1 something left (named), 2 bad input; an
+unreachable node or a refused host key is a one-line error naming the node (exit 1),
+with nothing done on it."""
 
 from __future__ import annotations
 

@@ -54,9 +54,10 @@ class RemoteFault:
     notes: list[str] = field(default_factory=list)
 
     def row(self) -> dict:
-        """This fault as one row of ``faultlab status --inventory --json``:
-        ``fault_id``, ``type`` (fault type or None when the record is lost), ``node``
-        (``ssh:NAME``), ``target``, ``record`` (bool: the record is there),
+        """This fault as one row of ``faultlab status --inventory --json``.
+
+        Keys: ``fault_id``, ``type`` (fault type or None when the record is lost),
+        ``node`` (``ssh:NAME``), ``target``, ``record`` (bool: the record is there),
         ``watchdog_alive`` (bool), ``remaining_s`` (int s to the deadline, >= 0; None
         when unknown), ``controller`` (``HOST:PID`` or None), ``controller_alive``
         (bool: that PID lives on this host; PID only, no start time). Raises nothing:
@@ -110,9 +111,11 @@ def remote_view(node) -> tuple[list[RemoteFault], list[str]]:
     """(faults, problems) on ``node``: every fault (records and watchdogs), oldest
     record first, and one line per file of the lease folder that is not a valid,
     trusted record (never acted on; its watchdog, if one lives, still shows as a fault
-    whose record is lost). Only the login user's processes are watchdogs (checked on
-    the node); a record's watchdog is the process it names. Raises NodeError when the
-    node cannot be reached (its host key refused, unreachable)."""
+    whose record is lost).
+
+    Only the login user's processes are watchdogs (checked on the node); a record's
+    watchdog is the process it names. Raises NodeError when the node cannot be reached
+    (its host key refused, unreachable)."""
     dogs = _watchdogs(node)
     out = []
     leases, problems = read_records(node)

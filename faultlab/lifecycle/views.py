@@ -1,9 +1,11 @@
 """What is in force where a node's leases live, through one interface for this host
 and ssh nodes: ``in_force(node)`` gives the faults (each with ``fault_id`` and
 ``row()``) and the problem lines met finding them, ``end(fault)`` reverts one and
-returns what is still there. This host's view is host-wide (``hostview``: every
-user's faults and faultlab's objects no lease accounts for); an ssh node's is the
-node's own (``remoteview``: its records and watchdogs)."""
+returns what is still there.
+
+This host's view is host-wide (``hostview``: every user's faults and faultlab's objects
+no lease accounts for); an ssh node's is the node's own (``remoteview``: its records and
+watchdogs)."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ import typer
 from faultlab import procid
 from faultlab.errors import BadInput, FaultlabError
 
-# The CLI imports this module to register ``faultlab testbed``: the backends are
-# imported inside each command, so ``faultlab --help`` stays fast.
+# Lazy imports: the CLI imports this module to register ``faultlab testbed``; the backends
+# are imported inside each command, so ``faultlab --help`` stays fast.
 
 testbed_app = typer.Typer(no_args_is_help=True, help="Bring testbeds of netns, docker or ssh nodes up and down.")
 

@@ -136,11 +136,12 @@ class DockerNode(Node):
 class ContainerProcess:
     """A process started with ``docker exec`` (SDK), shaped like ``subprocess.Popen``
     for faultlab.benchmarks.launch: ``pid`` (host PID), ``poll``, ``wait``,
-    ``send_signal``, ``terminate``, ``kill``, ``returncode``. Output goes to ``stdout``
-    (a file; its descriptor is duplicated, the caller may close it), at most
-    MAX_LOG_BYTES and then one line saying the rest was dropped (the stream is still
-    read to its end, so the rank never blocks on a full pipe). Signals go to the host
-    PID, which only this exec started."""
+    ``send_signal``, ``terminate``, ``kill``, ``returncode``.
+
+    Output goes to ``stdout`` (a file; its descriptor is duplicated, the caller may
+    close it), at most MAX_LOG_BYTES and then one line saying the rest was dropped (the
+    stream is still read to its end, so the rank never blocks on a full pipe). Signals
+    go to the host PID, which only this exec started."""
 
     def __init__(self, cli, container: str, argv: list[str], env: dict, stdout=None):
         self.args = list(argv)

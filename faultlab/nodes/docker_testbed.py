@@ -436,12 +436,14 @@ def reap_orphans(cli) -> list[str]:
     """Remove testbed networks nobody owns (:func:`_orphaned`: no state file, maker
     dead; e.g. a controller SIGKILLed during ``up`` whose state folder was removed
     afterwards, so neither ``down`` nor ``faultlab recover`` can find it), with the
-    containers the same maker made on them. Each dockerd start would otherwise make
-    their bridge (``fl<id>br``) again. Only objects carrying faultlab's testbed label
-    and the same maker label are touched. Returns the ids of the testbeds removed; one that
-    cannot be removed is left (and tried again next time). Only as root (the state
-    folders are root's: another user cannot tell a live state file from a gone one).
-    Best effort: an error of the daemon ends it and is not raised."""
+    containers the same maker made on them.
+
+    Each dockerd start would otherwise make their bridge (``fl<id>br``) again. Only
+    objects carrying faultlab's testbed label and the same maker label are touched.
+    Returns the ids of the testbeds removed; one that cannot be removed is left (and
+    tried again next time). Only as root (the state folders are root's: another user
+    cannot tell a live state file from a gone one). Best effort: an error of the daemon
+    ends it and is not raised."""
     if os.geteuid() != 0:
         return []
     try:

@@ -12,6 +12,9 @@ import typer
 
 from faultlab.errors import BadInput, FaultlabError
 
+# Lazy imports: the CLI imports this module to register its commands; matplotlib and
+# jinja2 are imported inside each command, so ``faultlab --help`` stays fast.
+
 
 def _fail(err: Exception) -> None:
     print(f"faultlab: error: {err}", file=sys.stderr)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from faultlab import safefs
+from faultlab import safefs, schema
 from faultlab.errors import BadInput
 from faultlab.report import plots
 from faultlab.report.data import RunData, is_run_dir, load_run
@@ -196,7 +196,6 @@ def find_runs(p: Path) -> list[Path]:
 
 def _dataset_run(p: Path, part: Path) -> RunData:
     """One run of a dataset folder, from its partitions ``data/TABLE/run=ID/``."""
-    from faultlab import schema
 
     run_id = part.name.split("=", 1)[1]
 

@@ -20,6 +20,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from faultlab.injectors import FAULT_TYPES  # noqa: E402
+from faultlab.labeler.grid import StepGrid  # noqa: E402
+from faultlab.labeler.whatif import simulate_job  # noqa: E402
 from faultlab.report.data import RunData  # noqa: E402
 
 MAX_POINTS = 3000
@@ -153,8 +155,6 @@ def whatif(run: RunData) -> bytes | None:
     time with every straggler made ideal (OSDI'25 what-if analysis, via
     faultlab.labeler.whatif.simulate_job), and S_w per rank. None without compute
     data."""
-    from faultlab.labeler.grid import StepGrid
-    from faultlab.labeler.whatif import simulate_job
 
     grid = StepGrid.from_steps(run.steps)
     sim = simulate_job(grid)

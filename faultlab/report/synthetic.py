@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from faultlab.labeler import label_run
 from faultlab.rundir import RunDir
 
 
@@ -51,7 +52,6 @@ def make_run(path: str | Path, ranks: int = 4, duration_s: float = 300.0, seed: 
     rd.write_table("injections", inj)
     rd.update_meta(t0=t0)
     if label:
-        from faultlab.labeler import label_run
 
         label_run(rd.path)
     rd.write_table("alarms", pd.DataFrame({

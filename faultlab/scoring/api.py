@@ -21,12 +21,14 @@ import numpy as np
 import pandas as pd
 
 from faultlab import schema
+from faultlab.datasets import manifest
+from faultlab.datasets.layout import Dataset
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.rundata import RunData
 from faultlab.scoring.aggregate import summarize
-from faultlab.scoring.detectors import as_alarms
+from faultlab.scoring.detectors import Detector, as_alarms
 from faultlab.scoring.lookup import load_detector
-from faultlab.scoring.metrics import derive, prepare_labels, run_components, run_stats
+from faultlab.scoring.metrics import COUNT_KEYS, derive, prepare_labels, run_components, run_stats, score
 from faultlab.scoring.steparrays import shared
 
 MODES = ("offline", "replay")
@@ -91,7 +93,6 @@ def _online(det):
     class's re-run-``detect``-on-what-was-seen form."""
     if callable(getattr(det, "update", None)):
         return det
-    from faultlab.scoring.detectors import Detector
 
     class _Adapter(Detector):
         name = getattr(det, "name", "detector")
@@ -511,7 +512,6 @@ def mean_stats(draws: list[dict]) -> dict:
     per-label figures averaged, latencies pooled. Pooled counts then give the
     metrics of the mean confusion table: the chance level itself rather than one
     sample of it (which on a few hundred cells spreads by several hundredths of MCC)."""
-    from faultlab.scoring.metrics import COUNT_KEYS
 
     first_only = {"curve_runs", "auc_pr_sum", "vus_pr_sum"}
     counts = {k: (draws[0]["counts"][k] if k in first_only else float(np.mean([d["counts"][k] for d in draws]))) for k in COUNT_KEYS}
@@ -533,8 +533,6 @@ def score_dataset(detector, dataset, split: str = "test", *, verify: bool = True
 
     Raises BadInput for an unknown split, an unreadable dataset, or (``verify``) a
     file changed or missing since the manifest was written."""
-    from faultlab.datasets import manifest
-    from faultlab.datasets.layout import Dataset
 
     ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
     if split not in ("test", "all"):
@@ -555,7 +553,6 @@ def score_table(steps: pd.DataFrame, host: pd.DataFrame | None, labels: pd.DataF
 
     Returns: a DataFrame, one row per detector (column ``detector`` first).
     Raises: BadInput for an unknown detector or a malformed table."""
-    from faultlab.scoring.metrics import run_components, score
 
     if isinstance(detector_names, str):
         detector_names = [detector_names]

@@ -21,6 +21,7 @@ mean statistic over the run.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -251,15 +252,11 @@ class RandomDetector(Detector):
         return RandomDetector(seed=self.seed + int(j), p=self.p, window_s=self.window_s)
 
     def _run_key(self, steps: pd.DataFrame) -> int:
-        import zlib
-
         return zlib.crc32(step_arrays(steps).run_id.encode())
 
     def _draw(self, run_key: int, component: str, win: int) -> tuple[float, float]:
         """(coin, score) of one cell: a function of the seed, run, component and window
         only, so a replay (which sees the run grow) draws the same cells."""
-        import zlib
-
         u = np.random.default_rng([self.seed, run_key, zlib.crc32(component.encode()), int(win)]).random(2)
         return float(u[0]), float(u[1])
 
@@ -280,8 +277,6 @@ class RandomDetector(Detector):
         return as_alarms(pd.DataFrame(rows, columns=["component", "start_ts", "end_ts", "score"]))
 
     def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
-        import zlib
-
         a = step_arrays(steps)
         rng = np.random.default_rng([self.seed, self._run_key(steps), zlib.crc32(b"scores")])
         return pd.DataFrame({"component": a.component, "ts": a.t_start, "score": rng.random(a.n)})

@@ -17,6 +17,9 @@ from rich.table import Table
 from faultlab import safefs
 from faultlab.errors import BadInput, FaultlabError
 
+# Lazy imports: the CLI imports this module to register ``faultlab score``; scoring
+# (pandas, numpy) is imported inside the command, so ``faultlab --help`` stays fast.
+
 TABLE_METRICS = (
     ("window_precision", "window P"), ("window_recall", "window R"), ("window_f1", "window F1"),
     ("window_f1_point_adjusted", "window F1 point-adjusted (inflated: Kim et al. AAAI'22)"), ("window_mcc", "window MCC"),

@@ -65,6 +65,10 @@ resamples them cheaply (:mod:`faultlab.scoring.aggregate`). The metrics (keys of
   component / (``|U|`` x run span in hours).
 
 Undefined ratios are NaN (never an exception).
+
+The module runs past 800 lines and is still one idea: the metrics above all count
+over the same cells, overlap rule and sufficient statistics, so their definitions
+and their counting code stay side by side.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ import pandas as pd
 
 from faultlab.errors import BadInput
 from faultlab.rundata import effect_labels, text_values, unmanifested_labels
+from faultlab.scoring.steparrays import step_arrays
 
 
 #: the additive statistics of one run (every entry a float)
@@ -268,10 +273,11 @@ def _soft_labels(y: np.ndarray, ranges: list[tuple[int, int]], window: int) -> n
 def vus_pr(y: np.ndarray, s: np.ndarray, window: int = 10, n_thresholds: int = 250) -> float:
     """Volume under the range-based precision-recall surface (VUS-PR; Paparrizos et
     al., "Volume Under the Surface", VLDB'22), computed as TSB-AD (Liu & Paparrizos,
-    NeurIPS'24) does: for each buffer size ``w`` in 0..``window`` points, range-based
-    precision and recall (soft buffered labels, existence reward) at ``n_thresholds``
-    thresholds taken at evenly spaced ranks of the sorted scores; the area under each
-    PR curve; their mean.
+    NeurIPS'24) does.
+
+    For each buffer size ``w`` in 0..``window`` points, range-based precision and recall
+    (soft buffered labels, existence reward) at ``n_thresholds`` thresholds taken at
+    evenly spaced ranks of the sorted scores; the area under each PR curve; their mean.
 
     Args: y (n,) 0/1 labels; s (n,) scores; window: the largest buffer (points).
     Returns: VUS-PR in [0, 1]; NaN without a positive point.
@@ -398,8 +404,9 @@ def prepare_labels(labels: pd.DataFrame | None, injections: pd.DataFrame | None 
     detector: compute it once per run and pass it as ``prepared``): the checked
     labels, the effect and unmanifested ones, and each effect label's fault type and
     source, their columns as arrays (``effect_arrays``, ``unmanifested_arrays``:
-    component, start_ts, end_ts) and :func:`_label_ranges`. Raises BadInput for
-    labels that miss a column."""
+    component, start_ts, end_ts) and :func:`_label_ranges`.
+
+    Raises BadInput for labels that miss a column."""
     labels_in = _check(labels, "labels", ["component", "start_ts", "end_ts"])
     lab = effect_labels(labels_in)
     ft, src = _label_groups(lab, injections)
@@ -800,7 +807,6 @@ def score(
 def run_components(steps: pd.DataFrame | None, labels: pd.DataFrame | None = None) -> list[str]:
     """The component universe of a run: ``"rank:N"`` for every rank in ``steps``, the
     ``"job"``, and the components named by effect labels, sorted."""
-    from faultlab.scoring.steparrays import step_arrays
 
     comps: set[str] = set()
     if steps is not None and len(steps):

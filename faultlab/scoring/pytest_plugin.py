@@ -63,6 +63,7 @@ class _Scorer:
         self._cache: dict = {}
 
     def __call__(self, detector, dataset, split: str = "test", **kw):
+        # lazy: pytest loads this plugin in every session; scoring (pandas) only when a test scores
         from faultlab.scoring.api import score_dataset
 
         path = find_dataset(str(dataset), self._config.getoption("--faultlab-datasets"))

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rich.table import Table
+
 #: (metric key, column title, mode it is read from)
 COLUMNS = (
     ("event_f1", "event F1", "offline"),
@@ -92,7 +94,6 @@ def markdown(rs: list[Row], dataset: str | None = None) -> list[str]:
 def rich_table(rs: list[Row], title: str):
     """A rich Table of the rows, its caption saying what one run cannot show and that
     point-adjusted F1 is inflated."""
-    from rich.table import Table
 
     notes = [NOTE_PA]
     if rs and min(r.n_runs for r in rs) < 2:

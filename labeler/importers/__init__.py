@@ -82,15 +82,16 @@ OUTPUT_FILES = ("labels.parquet", "whatif.json", "components.parquet", "drives.j
 
 
 def write_outputs(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
-    """Write ``labels.parquet`` (faultlab.schema.LABELS), ``import.json`` (the format and
-    the result's ``info``: source, counts, the rows skipped by reason), ``whatif.json``
-    when the result has one, ``components.parquet`` when it has a components summary, and the result's
-    extra JSON files into ``out_dir`` (created), all or nothing
-    (:func:`faultlab.rundir.write_together`): every file goes to a temporary file
-    first and all are renamed into place only when all are written; the
-    :data:`OUTPUT_FILES` of an earlier import that this result does not have (a
-    ``whatif.json`` when this one has no what-if, ...) are removed in the same step.
-    Returns ``{file name: path}``.
+    """Write the result's files into ``out_dir`` (created), all or nothing.
+
+    The files: ``labels.parquet`` (faultlab.schema.LABELS), ``import.json`` (the format
+    and the result's ``info``: source, counts, the rows skipped by reason),
+    ``whatif.json`` when the result has one, ``components.parquet`` when it has a
+    components summary, and the result's extra JSON files. All or nothing
+    (:func:`faultlab.rundir.write_together`): every file goes to a temporary file first
+    and all are renamed into place only when all are written; the :data:`OUTPUT_FILES`
+    of an earlier import that this result does not have (a ``whatif.json`` when this one
+    has no what-if, ...) are removed in the same step. Returns ``{file name: path}``.
 
     Raises:
         OSError when the folder cannot be written; its files are then as before.

@@ -20,10 +20,12 @@ PAI_COLUMNS = ("worker", "time", "batch_time_norm")
 
 def read_pai(path: str | Path) -> pd.DataFrame:
     """Per-worker mini-batch times of PAI training jobs as alibaba/clusterdata publishes
-    them (``cluster-trace-gpu-v2020/mini-batch-time/job_N_norm.csv``: an unnamed index,
-    ``worker``, ``gpu`` (percent of one GPU requested), ``time`` (s from the job's
-    start), ``batch_time_norm`` (the mini-batch time normalized to 0-1000 per job: a
-    duration, larger is slower)), as a long-format frame: ``component`` ``worker:N``,
+    them, as a long-format frame.
+
+    The input (``cluster-trace-gpu-v2020/mini-batch-time/job_N_norm.csv``: an unnamed
+    index, ``worker``, ``gpu`` (percent of one GPU requested), ``time`` (s from the
+    job's start), ``batch_time_norm`` (the mini-batch time normalized to 0-1000 per job:
+    a duration, larger is slower)). The frame: ``component`` ``worker:N``,
     ``peer_group`` the job (its workers do the same work), ``timestamp`` = ``time``,
     ``metric`` ``batch_time_norm``, ``run_id`` the job. ``path`` is one file or a folder
     of ``job_*.csv`` files (every job; each job its own peer group).
@@ -66,8 +68,10 @@ def import_pai(path: str | Path, config: LongConfig | dict | None = None) -> Imp
     """Import PAI mini-batch times (:func:`read_pai`) and label them like any long-format
     input (:func:`label_long_components`, the same defaults): each job separately
     (``run_id`` the job; a worker's ``component`` is ``JOB/worker:N`` when the input
-    holds several jobs). A worker steadily slower than its peers by less than the peer
-    threshold (1.3x) is no episode; a straggler episode is a peer (or temporal) label.
+    holds several jobs).
+
+    A worker steadily slower than its peers by less than the peer threshold (1.3x) is no
+    episode; a straggler episode is a peer (or temporal) label.
 
     Returns:
         :class:`ImportResult` (format ``pai-minibatch``): labels of every job, the

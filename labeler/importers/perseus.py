@@ -503,14 +503,15 @@ def periods(w: Windows, cfg: PerseusConfig) -> pd.DataFrame:
 
 
 def rank_drives(s: DriveSamples, w: Windows, p: pd.DataFrame, cfg: PerseusConfig) -> pd.DataFrame:
-    """Step 5: one row per drive, sorted by rank: ``drive`` (name), ``host``,
-    ``observed_s`` (windows with samples x window_s), ``slow_s`` (those inside kept
-    periods), ``share`` (slow_s / observed_s), ``max_window_share`` (the largest share
-    within one fit window), ``n_periods`` (kept), ``slowdown`` (duration-weighted mean of
-    its kept periods' slowdowns, else its median window ``r``), ``median_r``,
-    ``cluster`` (the host name's prefix when the input holds several clusters, else
-    ""), ``level`` (= ``median_r``) and the verdict's columns
-    (:data:`faultlab.labeler.verdict.VERDICT_COLUMNS`: ``level_z``, ``share_z``,
+    """Step 5: one row per drive, sorted by rank.
+
+    Columns: ``drive`` (name), ``host``, ``observed_s`` (windows with samples x
+    window_s), ``slow_s`` (those inside kept periods), ``share`` (slow_s / observed_s),
+    ``max_window_share`` (the largest share within one fit window), ``n_periods``
+    (kept), ``slowdown`` (duration-weighted mean of its kept periods' slowdowns, else
+    its median window ``r``), ``median_r``, ``cluster`` (the host name's prefix when the
+    input holds several clusters, else ""), ``level`` (= ``median_r``) and the verdict's
+    columns (:data:`faultlab.labeler.verdict.VERDICT_COLUMNS`: ``level_z``, ``share_z``,
     ``bulk_level``, ``bulk_share``, ``failslow``, ``rank``; 1 = most suspect)."""
     nd = len(s.drive_names)
     nwin = len(w.drive)

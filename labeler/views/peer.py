@@ -136,8 +136,9 @@ def sustained(ratio: np.ndarray, k: int, level: np.ndarray) -> np.ndarray:
     """``(S, R)`` bool: the centered window of ``k`` steps around each step has more
     than half of its known ratios above ``level`` (a window cut short by the run's
     ends counts its missing steps as not above) (``(R,)``, per rank) and at least
-    ``(k + 1) // 2`` known ratios: the window's median is above the level. NaN ratios
-    are unknown. O(S x R) with cumulative sums, 256 ranks at a time (bounded
+    ``(k + 1) // 2`` known ratios: the window's median is above the level.
+
+    NaN ratios are unknown. O(S x R) with cumulative sums, 256 ranks at a time (bounded
     temporaries)."""
     S, R = ratio.shape
     out = np.zeros((S, R), dtype=bool)

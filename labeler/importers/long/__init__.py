@@ -1,9 +1,10 @@
 """The ``long`` importer: generic long-format tables (``component, peer_group,
 timestamp, metric, value``, optional ``run_id`` and ``load``; CSV/TSV/Parquet) labeled
 with the labeler's own views, statistics, interval rules and label rows, plus the
-component verdict (``components.parquet``). Modules: :mod:`.config`, :mod:`.read`,
-:mod:`.grid` (the grid and its views), :mod:`.labels`, :mod:`.components`.
-"""
+component verdict (``components.parquet``).
+
+Modules: :mod:`.config`, :mod:`.read`, :mod:`.grid` (the grid and its views),
+:mod:`.labels`, :mod:`.components`."""
 
 from __future__ import annotations
 

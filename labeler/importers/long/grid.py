@@ -1,10 +1,10 @@
-"""One metric of a long-format input as a dense timestamp x component grid
-(:func:`metric_grid`, values judged at their load where the rows carry one:
-:func:`values_at_load`), and the labeler's two views on it: against the peer group
-(:func:`long_peer_view`, the leave-one-out median of :mod:`faultlab.labeler.stats`) and
-against the component's own history (:func:`long_temporal_view`, the labeler's
-trailing baseline).
-"""
+"""One metric of a long-format input as a dense timestamp x component grid, and the
+labeler's two views on it.
+
+The grid: :func:`metric_grid`, values judged at their load where the rows carry one:
+:func:`values_at_load`. The views: against the peer group (:func:`long_peer_view`, the
+leave-one-out median of :mod:`faultlab.labeler.stats`) and against the component's own
+history (:func:`long_temporal_view`, the labeler's trailing baseline)."""
 
 from __future__ import annotations
 
@@ -204,10 +204,11 @@ def _group_sigma(grid: LongGrid, ratio: np.ndarray) -> np.ndarray:
 def add_levels(grid: LongGrid, peer: LongPeer, cfg: LongConfig, levels: dict) -> None:
     """Add each component's peer ratios of this metric, as ``level_block_samples``
     block medians (:func:`_block_medians`), to ``levels`` (component -> list of
-    arrays). With a load, its value relative to the group's value at that load already
-    is that ratio (against a fit that leaves slow samples out): dividing again by the
-    peers' median at each timestamp would read a healthy drive low beside several
-    slow ones."""
+    arrays).
+
+    With a load, its value relative to the group's value at that load already is that
+    ratio (against a fit that leaves slow samples out): dividing again by the peers'
+    median at each timestamp would read a healthy drive low beside several slow ones."""
     lev = grid.X if grid.at_load else peer.ratio
     for j in range(len(grid.names)):
         rj = lev[:, j]
@@ -260,8 +261,10 @@ def values_at_load(v: np.ndarray, load: np.ndarray, grp: np.ndarray, cfg: LongCo
     (codes ``grp``): the ``perseus`` importer's binned-median regression
     (:func:`faultlab.labeler.importers.perseus.relative_to_load`, ``cfg.load_bins`` bins, fitted
     again without the samples 3 sigma off), over all of the group's samples of the
-    metric. So a component that serves more load than its peers, and is slower for it,
-    is not read as slow (latency grows with throughput). A group with fewer than
+    metric.
+
+    So a component that serves more load than its peers, and is slower for it, is not
+    read as slow (latency grows with throughput). A group with fewer than
     ``cfg.load_min_samples`` finite samples keeps its values; a note in ``skips`` says
     how many groups were fitted. NaN where the expected value is not > 0."""
     out = v.astype(np.float64, copy=True)

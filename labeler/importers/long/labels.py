@@ -68,14 +68,14 @@ def peer_labels(grid: LongGrid, peer: LongPeer, temporal: LongTemporal, lc, sink
 
 
 def group_labels(grid: LongGrid, temporal: LongTemporal, cfg: LongConfig, sink: LabelSink) -> np.ndarray:
-    """Label step 2: a whole group slowed against its own history. Where at least
-    ``group_wide_fraction`` of a group's present components (and at least
+    """Label step 2: a whole group slowed against its own history.
+
+    Where at least ``group_wide_fraction`` of a group's present components (and at least
     ``peer_min_ranks``) are up against their own history, an interval is a
-    ``group:NAME`` label (``component_kind`` ``"peer_group"``, ``views``
-    ``"temporal"``; ``slowdown`` = the group's median value / the higher of its median
-    baseline and its typical level) when ``slowdown >= min_slowdown``. Returns (T, C)
-    bool: the group-wide samples of each component's group, which step 3 leaves
-    alone."""
+    ``group:NAME`` label (``component_kind`` ``"peer_group"``, ``views`` ``"temporal"``;
+    ``slowdown`` = the group's median value / the higher of its median baseline and its
+    typical level) when ``slowdown >= min_slowdown``. Returns (T, C) bool: the
+    group-wide samples of each component's group, which step 3 leaves alone."""
     lc = cfg.labeler
     X, base = grid.X, temporal.base
     gw = np.zeros(X.shape, dtype=bool)
@@ -102,10 +102,12 @@ def own_history_labels(grid: LongGrid, peer: LongPeer, temporal: LongTemporal, t
                        sink: LabelSink) -> None:
     """Label step 3: a component slow against its own history only: its temporal
     flags outside ``taken`` ((T, C) bool, the samples of steps 1 and 2, dilated by
-    ``gap_steps``). The reference is the higher of its trailing baseline and its
-    typical level over the whole input (a value coming back to normal after an
-    unusually fast period is no slowdown); a label (``views`` ``"temporal"``) when
-    median value / reference ``>= min_slowdown``."""
+    ``gap_steps``).
+
+    The reference is the higher of its trailing baseline and its typical level over the
+    whole input (a value coming back to normal after an unusually fast period is no
+    slowdown); a label (``views`` ``"temporal"``) when median value / reference ``>=
+    min_slowdown``."""
     X, base, tflag = grid.X, temporal.base, temporal.flag
     typical, _ = nanmedian(X, axis=0)
     for j in range(X.shape[1]):

@@ -146,12 +146,13 @@ class LongRows:
 
 
 def long_rows(df: pd.DataFrame, skips: SkipCount) -> LongRows:
-    """The checked rows of a long-format frame: the columns (:func:`_check_long_columns`),
-    numeric timestamps and values (:func:`_numeric`), the rows left out by reason
-    (:func:`_keep_rows`), the rows of a metric with a load that have none
-    (:func:`_keep_load_rows`), timestamps in seconds (:func:`seconds_timestamps`),
-    and one row per (component, metric, timestamp) (:func:`_drop_duplicates`); every
-    row left out counted in ``skips``.
+    """The checked rows of a long-format frame, every row left out counted in ``skips``.
+
+    The checks, in order: the columns (:func:`_check_long_columns`), numeric timestamps
+    and values (:func:`_numeric`), the rows left out by reason (:func:`_keep_rows`), the
+    rows of a metric with a load that have none (:func:`_keep_load_rows`), timestamps in
+    seconds (:func:`seconds_timestamps`), and one row per (component, metric, timestamp)
+    (:func:`_drop_duplicates`).
 
     Raises:
         BadInput for a missing column or non-numeric timestamps/values/loads.

@@ -1,9 +1,9 @@
 """The dependency model of one training step of a DP x PP trace (:func:`build_model`
 -> :class:`TraceModel`: compute streams, pipeline send/recv, data-parallel collectives,
 communication groups), its simulation over every step and DP rank (:func:`simulate`)
-and the ideal duration of each operation type (:func:`ideal_durations`). The package
-docstring of :mod:`faultlab.labeler.importers.trace` gives the method.
-"""
+and the ideal duration of each operation type (:func:`ideal_durations`).
+
+The package docstring of :mod:`faultlab.labeler.importers.trace` gives the method."""
 
 from __future__ import annotations
 
@@ -493,10 +493,12 @@ def _toposort(units: list[_Unit], deps: list[list[int]], node_keys) -> list[int]
 
 def simulate(model: TraceModel, eff: np.ndarray) -> np.ndarray:
     """Simulated step times ``(S,)`` in seconds for effective durations ``eff``
-    ``(N, S, D)`` (seconds): every op starts when its dependencies end (a root at the
-    step start), a communication group ends for each member at the group's latest start
-    (over the DP ranks too when DP-synchronized) plus the member's duration; the step
-    ends with its last ``optimizer`` op (the last op of any kind when there is none)."""
+    ``(N, S, D)`` (seconds).
+
+    Every op starts when its dependencies end (a root at the step start), a
+    communication group ends for each member at the group's latest start (over the DP
+    ranks too when DP-synchronized) plus the member's duration; the step ends with its
+    last ``optimizer`` op (the last op of any kind when there is none)."""
     N, S, D = eff.shape
     start = np.zeros((N, S, D))
     end = np.zeros((N, S, D))
