@@ -34,9 +34,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from faultlab import safefs, schema
+from faultlab import safefs, schema, yamlsafe
 from faultlab.datasets import card, croissant, manifest
-from faultlab.datasets.layout import COLUMN_DOCS, TABLES, Dataset, open_output, part_path
+from faultlab.datasets.layout import COLUMN_DOCS, FIX, TABLES, Dataset, open_output, part_path, read_build, read_croissant, read_splits
 from faultlab.errors import BadInput
 from faultlab.labeler import LabelerConfig, label
 from faultlab.labeler.importers import import_path
@@ -210,10 +210,12 @@ def check_campaign_files(files) -> list[Path]:
         if f.stat().st_size > MAX_CAMPAIGN_FILE:
             raise BadInput(f"{f} is over {MAX_CAMPAIGN_FILE // 1024} KiB: not a campaign file", field="--campaign-file", fix=fix)
         try:  # the loader's message quotes keys: shown only once the top level is faultlab's (never a line of another file)
-            top = yaml.safe_load(f.read_bytes())
+            top = _top_keys(f)
+        except yamlsafe.TooDeep as e:
+            raise BadInput(f"{f} is not a faultlab campaign or scenario file (YAML {e})", field="--campaign-file", fix=fix) from None
         except (OSError, yaml.YAMLError, ValueError):
             top = None
-        if not isinstance(top, dict) or not set(map(str, top)) <= keys:
+        if top is None or not top <= keys:
             raise BadInput(f"{f} is not a faultlab campaign or scenario file (not YAML whose top level is a scenario's or campaign's fields)",
                            field="--campaign-file", fix=fix)
         try:
@@ -225,6 +227,16 @@ def check_campaign_files(files) -> list[Path]:
         seen.add(f.name)
         out.append(f)
     return out
+
+
+def _top_keys(f: Path) -> set[str] | None:
+    """The keys at the top of the YAML file ``f`` (None when its top is no mapping),
+    read from its node tree: nothing else of the file is built. Raises OSError,
+    ``yamlsafe.TooDeep`` or another ``yaml.YAMLError``."""
+    root = yamlsafe.compose(f.read_bytes())
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    return {str(k.value) for k, _ in root.value if k.tag != "tag:yaml.org,2002:merge"}
 
 
 def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: float = 0.3, seed: int = 0,
@@ -380,23 +392,33 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
 def build_settings(path: Path) -> dict:
     """The card texts and split settings a dataset was built with: ``build.json``, or
     for a folder built before it, the description of ``croissant.json``, the license
-    of the card's YAML header and the split's seed and fraction (note empty)."""
+    of the card's YAML header and the split's seed and fraction (note empty).
 
-    p = path / "build.json"
-    if p.is_file():
-        d = json.loads(p.read_text())
+    Raises BadInput naming a file that cannot be read or has the wrong shape."""
+    if (path / "build.json").is_file():
+        d = read_build(path)
         return {k: d.get(k, v) for k, v in (("description", ""), ("license", "cc-by-4.0"), ("note", ""), ("test_fraction", 0.3), ("seed", 0))}
-    sp = json.loads((path / "splits.json").read_text())
-    desc = ""
-    if (path / "croissant.json").is_file():
-        desc = json.loads((path / "croissant.json").read_text()).get("description", "")
-    lic = "cc-by-4.0"
-    card = path / "README.md"
-    if card.is_file():
-        text = card.read_text()
-        if text.startswith("---"):
-            lic = (yaml.safe_load(text.split("---", 2)[1]) or {}).get("license", lic)
-    return {"description": desc, "license": lic, "note": "", "test_fraction": float(sp.get("test_fraction", 0.3)), "seed": int(sp.get("seed", 0))}
+    sp = read_splits(path)
+    desc = read_croissant(path).get("description", "") if (path / "croissant.json").is_file() else ""
+    return {"description": desc, "license": _card_license(path / "README.md"), "note": "",
+            "test_fraction": float(sp.get("test_fraction", 0.3)), "seed": sp.get("seed") or 0}
+
+
+def _card_license(card_path: Path, default: str = "cc-by-4.0") -> str:
+    """The ``license`` of the card's YAML header (``default`` without a card, a header
+    or a license). Raises BadInput naming the card when its header cannot be read."""
+    if not card_path.is_file():
+        return default
+    try:
+        text = card_path.read_text()
+        head = yamlsafe.load(text.split("---", 2)[1]) if text.startswith("---") else {}
+    except (OSError, ValueError, yaml.YAMLError) as e:  # bad UTF-8 is a ValueError; too deep a yamlsafe.TooDeep
+        raise BadInput(f"{card_path}: its YAML header could not be read ({type(e).__name__})", field=card_path.name, fix=FIX) from None
+    head = head or {}
+    lic = head.get("license", default) if isinstance(head, dict) else None
+    if not isinstance(lic, str):
+        raise BadInput(f"{card_path}: its YAML header is not a mapping with a string license", field=card_path.name, fix=FIX)
+    return lic
 
 
 def _relabel_run(run):

@@ -57,6 +57,7 @@ def build_cmd(
     """Build DIR/NAME: Parquet tables by run, seeded split, schema.json, runs.json,
     README.md card, croissant.json, MANIFEST.sha256."""
     from faultlab.datasets.build import build, check_campaign_files, collect_runs, import_trace, parse_split
+    from faultlab.datasets.layout import read_splits
 
     try:
         frac = parse_split(split)
@@ -79,7 +80,7 @@ def build_cmd(
     except OSError as e:  # build removes its half-built folder first
         _fail(_os_error(e, out_root, "--out-root"))
     size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
-    sp = json.loads((p / "splits.json").read_text())
+    sp = read_splits(p)
     out.print(f"{p}: {len(sp['train']) + len(sp['test'])} runs ({len(sp['train'])} train, {len(sp['test'])} test), {size / 1e6:.2f} MB", markup=False)
 
 
@@ -92,18 +93,20 @@ def relabel_cmd(
     in place (same runs, split and campaign files; new labels, runs.json, card,
     croissant.json, MANIFEST.sha256)."""
     from faultlab.datasets.build import relabel
+    from faultlab.datasets.layout import read_runs
 
     for d in datasets:
         try:
             p = relabel(d, note=note)
+            runs = read_runs(p)
         except FaultlabError as e:
             _fail(e)
         size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
         src = {}
-        for r in json.loads((p / "runs.json").read_text()):
+        for r in runs:
             for k, v in r.get("labels_by_source", {}).items():
                 src[k] = src.get(k, 0) + v
-        out.print(f"{p}: re-labeled {len(json.loads((p / 'runs.json').read_text()))} runs, labels by source {src}, {size / 1e6:.2f} MB", markup=False)
+        out.print(f"{p}: re-labeled {len(runs)} runs, labels by source {src}, {size / 1e6:.2f} MB", markup=False)
 
 
 @app.command("verify")

@@ -42,13 +42,15 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
     no symlink followed, as a fresh file renamed over its name: a link someone planted
     in ``out_dir`` is replaced, never written through.
 
-    Raises BadInput for an unknown format (field ``--format``) or an output folder that
-    cannot be made (field ``--out``; nothing written then), UntrustedPath (one line)
+    Raises BadInput for an unknown format (field ``--format``), a malformed dataset
+    file (naming it) or an output folder that cannot be made (field ``--out``; nothing
+    written then), UntrustedPath (one line)
     when a component of ``out_dir`` or ``multivariate/`` is a symlink."""
 
     if fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}", field="--format", fix="one of " + ", ".join(FORMATS))
     ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
+    ds.runs_info()  # a malformed runs.json is refused before anything is written
     out = Path(out_dir)
     with open_output(out / "multivariate", "--out") as folder:  # before anything is written: nothing half-applied
         rows = _write_runs(ds, folder)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -92,25 +92,105 @@ def part_path(root: Path, table: str, run_id: str) -> Path:
     return root / "data" / table / f"run={run_id}" / "part-0.parquet"
 
 
+#: what to do about a dataset file that cannot be read or has the wrong shape
+FIX = "rebuild the dataset with faultlab dataset build, or restore it (faultlab dataset verify names what changed)"
+
+
+def _read_json(path: Path, shape_ok: Callable[[object], bool], shape: str):
+    """The JSON of the dataset file ``path`` when ``shape_ok`` accepts it. Raises
+    BadInput (field: the file's name) naming the file when it cannot be read, is not
+    JSON, nests too deeply or is too large to parse, or is not ``shape``."""
+    try:
+        data = safefs.parse_json(path.read_bytes(), str(path))
+    except json.JSONDecodeError as e:
+        raise BadInput(f"{path} is not JSON ({e})", field=path.name, fix=FIX) from None
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{path} is not UTF-8 text (byte {e.start})", field=path.name, fix=FIX) from None
+    except ValueError as e:  # parse_json's: too deep or too large, naming the file
+        raise BadInput(str(e), field=path.name, fix=FIX) from None
+    except OSError as e:
+        raise BadInput(f"{path} could not be read ({e.strerror or e})", field=path.name, fix=FIX) from None
+    if not shape_ok(data):
+        raise BadInput(f"{path} is not {shape}", field=path.name, fix=FIX)
+    return data
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _integer(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _strings(v) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _splits_ok(d) -> bool:
+    return (isinstance(d, dict) and all(_strings(d.get(s)) for s in SPLITS)
+            and (d.get("seed") is None or _integer(d.get("seed")))
+            and _number(d.get("test_fraction", 0.3)))
+
+
+def _run_ok(r) -> bool:
+    return (isinstance(r, dict) and isinstance(r.get("run_id"), str) and _strings(r.get("fault_types", []))
+            and isinstance(r.get("labels_by_source", {}), dict)
+            and all(isinstance(k, str) and _number(v) for k, v in r.get("labels_by_source", {}).items())
+            and _number(r.get("duration_s", 0)))
+
+
+def _build_ok(d) -> bool:
+    return (isinstance(d, dict) and all(isinstance(d.get(k, ""), str) for k in ("description", "license", "note"))
+            and _number(d.get("test_fraction", 0.3)) and _integer(d.get("seed", 0)))
+
+
+def read_splits(path: Path) -> dict:
+    """``splits.json`` of the dataset folder ``path``: an object with lists of run ids
+    ``train`` and ``test``, an integer ``seed`` (or null) and a number
+    ``test_fraction``. Raises BadInput naming the file otherwise."""
+    return _read_json(Path(path) / "splits.json", _splits_ok,
+                      "an object with lists of run ids 'train' and 'test', an integer 'seed' and a number 'test_fraction'")
+
+
+def read_runs(path: Path) -> list[dict]:
+    """``runs.json`` of the dataset folder ``path``: a list of run objects, each with a
+    string ``run_id`` and, where present, a list of strings ``fault_types``, an object
+    of counts ``labels_by_source`` and a number ``duration_s``. Raises BadInput naming
+    the file otherwise."""
+    return _read_json(Path(path) / "runs.json", lambda d: isinstance(d, list) and all(map(_run_ok, d)),
+                      "a list of run objects (run_id, fault_types, labels_by_source, duration_s)")
+
+
+def read_build(path: Path) -> dict:
+    """``build.json`` of the dataset folder ``path``: an object whose ``description``,
+    ``license`` and ``note`` are strings, ``test_fraction`` a number and ``seed`` an
+    integer, where present. Raises BadInput naming the file otherwise."""
+    return _read_json(Path(path) / "build.json", _build_ok,
+                      "an object of strings description, license, note, a number test_fraction and an integer seed")
+
+
+def read_croissant(path: Path) -> dict:
+    """``croissant.json`` of the dataset folder ``path``: an object whose
+    ``description``, where present, is a string. Raises BadInput naming the file
+    otherwise."""
+    return _read_json(Path(path) / "croissant.json", lambda d: isinstance(d, dict) and isinstance(d.get("description", ""), str),
+                      "an object with a string 'description'")
+
+
 class Dataset:
     """A dataset folder at ``path``.
 
-    Raises BadInput (field ``--dataset``) when the folder has no ``splits.json`` or
-    it is malformed."""
+    Raises BadInput (field ``--dataset``) when the folder has no ``splits.json``, and
+    naming the file when it is malformed (:func:`read_splits`)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        p = self.path / "splits.json"
-        if not p.is_file():
+        if not (self.path / "splits.json").is_file():
             raise BadInput(f"{self.path} is not a faultlab dataset (no splits.json)", field="--dataset",
                            fix="give a folder written by faultlab dataset build")
-        try:
-            sp = json.loads(p.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field="splits.json") from None
-        if not isinstance(sp, dict) or not all(isinstance(sp.get(s), list) for s in SPLITS):
-            raise BadInput(f"{p} needs lists 'train' and 'test'", field="splits.json", fix="rebuild with faultlab dataset build")
-        self.splits = {s: [str(x) for x in sp[s]] for s in SPLITS}
+        sp = read_splits(self.path)
+        self.splits = {s: list(sp[s]) for s in SPLITS}
         self.seed = sp.get("seed")
 
     @property
@@ -126,18 +206,10 @@ class Dataset:
         return list(self.splits[split])
 
     def runs_info(self) -> list[dict]:
-        """runs.json (read once)."""
+        """runs.json (read once; none when the file is missing). Raises BadInput
+        naming it when it is malformed (:func:`read_runs`)."""
         if not hasattr(self, "_runs_info"):
-            p = self.path / "runs.json"
-            try:
-                info = json.loads(p.read_text()) if p.is_file() else []
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field="runs.json",
-                               fix="restore it (faultlab dataset verify names every changed file) or rebuild the dataset") from None
-            if not isinstance(info, list) or not all(isinstance(r, dict) for r in info):
-                raise BadInput(f"{p} is not a list of run objects", field="runs.json",
-                               fix="restore it (faultlab dataset verify names every changed file) or rebuild the dataset")
-            self._runs_info = info
+            self._runs_info = read_runs(self.path) if (self.path / "runs.json").is_file() else []
         return self._runs_info
 
     def read_run(self, run_id: str):

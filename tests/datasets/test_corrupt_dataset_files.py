@@ -1,0 +1,82 @@
+"""A dataset folder handed over by someone else (downloaded, another user's) whose
+``splits.json``, ``runs.json`` or ``build.json`` nests 200,000 deep or has the wrong
+type: every dataset command that reads the file refuses it in one line naming it,
+exit 2, no traceback, nothing written; a ``--campaign-file`` of deeply nested YAML
+likewise."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import SW_DATASET, fl, one_line_error
+
+NESTED = b"[" * 200_000
+
+#: per file, its contents to try: nested too deeply, a list where an object is
+#: expected, a number where a list (or a string) is
+CONTENTS = {
+    "splits.json": {"nested": NESTED, "list-for-object": b'[1, "x", null]', "number-for-list": b'{"seed": 0, "train": 5, "test": []}'},
+    "runs.json": {"nested": NESTED, "list-for-object": b"[[1, 2]]",
+                  "number-for-list": b'[{"run_id": "x", "fault_types": 3}]'},
+    "build.json": {"nested": NESTED, "list-for-object": b'[1, "x", null]', "number-for-string": b'{"description": 5}'},
+}
+
+#: the commands that read each file (info and export read no build.json; score
+#: verifies the manifest first, which names the changed file)
+COMMANDS = {
+    "info": ["dataset", "info"],
+    "score": ["score", "--detector", "constant", "--split", "all", "--dataset"],
+    "score-no-verify": ["score", "--detector", "constant", "--split", "all", "--no-verify", "--dataset"],
+    "relabel": ["dataset", "relabel"],
+    "export": ["dataset", "export", "--format", "timeeval", "--out", "{out}"],
+}
+READS = {"splits.json": list(COMMANDS), "runs.json": list(COMMANDS), "build.json": ["score", "relabel"]}
+
+CASES = [(f, kind, cmd) for f, kinds in CONTENTS.items() for kind in kinds for cmd in READS[f]]
+
+
+@pytest.fixture
+def dataset(tmp_path) -> Path:
+    if not (SW_DATASET / "splits.json").is_file():
+        pytest.skip(f"no published dataset at {SW_DATASET}")
+    d = tmp_path / "ds"
+    shutil.copytree(SW_DATASET, d)
+    return d
+
+
+def _digests(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("name,kind,command", CASES, ids=[f"{f}-{k}-{c}" for f, k, c in CASES])
+def test_corrupt_dataset_file_is_one_line(dataset, tmp_path, name, kind, command):
+    (dataset / name).write_bytes(CONTENTS[name][kind])
+    before = _digests(tmp_path)
+    out = tmp_path / "export"
+    args = [a.format(out=out) for a in COMMANDS[command]]
+    line = one_line_error(fl(*args, dataset), name)
+    if kind == "nested" and command not in ("score",):  # score: the manifest names the file first
+        assert "nested too deeply" in line, line
+    assert _digests(tmp_path) == before  # nothing written, nothing removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
+
+@pytest.fixture
+def one_run(tmp_path) -> Path:
+    from faultlab.datasets.synthetic import make_run
+
+    return make_run(tmp_path / "runs" / "r1", "r1", seed=1)
+
+
+@pytest.mark.parametrize("text", ["[" * 200_000, "name: x\nruns: 2\nbase: " + "{a: " * 200_000], ids=["top", "in-a-field"])
+def test_campaign_file_nested_too_deeply_is_one_line(tmp_path, one_run, text):
+    f = tmp_path / "camp.yaml"
+    f.write_text(text)
+    cp = fl("dataset", "build", one_run, "--name", "ds", "--out-root", tmp_path / "out", "--campaign-file", f)
+    line = one_line_error(cp, "--campaign-file", "camp.yaml")
+    assert "nested too deeply" in line, line
+    assert not (tmp_path / "out").exists()
