@@ -10,7 +10,7 @@
    by the cgroup's throttling counters). Without root: ``process-pause`` on one rank.
 4. A run directory (steps, host, injections as Parquet; meta.json; events.jsonl),
    labeled by the labeler, and the baseline detectors scored against the labels
-   beside a random and a constant detector, in the same honest table as the README's
+   beside a random and a constant detector, in the same honest table as docs/evaluation.md's
    (faultlab.scoring.table; one run, so no CI over runs, and the table says so).
 5. Everything torn down, also on error or Ctrl-C.
 """
@@ -146,7 +146,7 @@ DETECTORS = ("peer-median", "temporal-z", "arrival-late", "random", "constant")
 
 
 def _score(rd: RunDir, steps, host, labels, inj):
-    """The honest score table of this run (faultlab.scoring.table, as the README's) and
+    """The honest score table of this run (faultlab.scoring.table, as in docs/evaluation.md) and
     the metrics.json rows (every metric offline, latency from the replay; no CI: one
     run has none over runs)."""
     run = Run(str(rd.run_id), steps, host, labels, inj, rd.meta)
@@ -158,7 +158,7 @@ def _score(rd: RunDir, steps, host, labels, inj):
         row = {"detector": o.detector, **{k: v["value"] for k, v in o.metrics.items()}}
         row.update({k: r.metrics[k]["value"] for k in ("latency_median_s", "latency_p95_s")})
         rows.append(row)
-    t = table.rich_table(table.rows(list(DETECTORS), off, rep), "detector scores vs labels (metrics.json; the README's table, on one run)")
+    t = table.rich_table(table.rows(list(DETECTORS), off, rep), "detector scores vs labels (metrics.json; the table of docs/evaluation.md, on one run)")
     return t, rows
 
 

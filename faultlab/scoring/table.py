@@ -1,6 +1,6 @@
 """The honest score table: every detector beside the random and constant ones, the
 headline metrics each with its 95% bootstrap CI over runs. One definition, used by
-the README's table (``perf/dataset_table.py``) and by ``faultlab demo``'s summary.
+the table of docs/evaluation.md (``perf/dataset_table.py``) and by ``faultlab demo``'s summary.
 
 Columns (:data:`COLUMNS`): event F1 (no point-adjust), window F1 and beside it the
 point-adjusted window F1 (marked inflated: Kim et al., AAAI'22), window-level MCC
