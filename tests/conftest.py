@@ -31,9 +31,23 @@ def _isolated_state(tmp_path_factory):
 @pytest.fixture(scope="session", autouse=True)
 def _no_residue_after_session(_isolated_state):
     before = residue()
+    dockerd_before = _dockerd_running()
     yield
     left = left_since(before)
+    if _dockerd_running() and not dockerd_before:  # the session started it: it stops it
+        docker_daemon.stop()
+        left["dockerd"] = {"faultlab's dockerd, started by this session and left running (stopped now)"}
     assert not left, f"the test session left faultlab state behind: {left}"
+
+
+def _dockerd_running() -> bool:
+    """Whether faultlab's own dockerd answers (False where it cannot: no root, no SDK)."""
+    if not ROOT or not shutil.which("dockerd"):
+        return False
+    try:
+        return docker_daemon.running()
+    except Exception:  # the docker SDK missing: no daemon of faultlab's can be asked
+        return False
 
 
 @pytest.fixture
