@@ -7,12 +7,11 @@ likewise."""
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import SW_DATASET, fl, one_line_error
+from tests.helpers import fl, one_line_error
 
 NESTED = b"[" * 200_000
 
@@ -37,15 +36,6 @@ COMMANDS = {
 READS = {"splits.json": list(COMMANDS), "runs.json": list(COMMANDS), "build.json": ["score", "relabel"]}
 
 CASES = [(f, kind, cmd) for f, kinds in CONTENTS.items() for kind in kinds for cmd in READS[f]]
-
-
-@pytest.fixture
-def dataset(tmp_path) -> Path:
-    if not (SW_DATASET / "splits.json").is_file():
-        pytest.skip(f"no published dataset at {SW_DATASET}")
-    d = tmp_path / "ds"
-    shutil.copytree(SW_DATASET, d)
-    return d
 
 
 def _digests(root: Path) -> dict[str, str]:

@@ -17,7 +17,7 @@ from faultlab.datasets.build import build, collect_runs, draw_split
 from faultlab.datasets.layout import Dataset
 from faultlab.datasets.synthetic import make_run
 from faultlab.errors import BadInput
-from tests.helpers import EXAMPLE_CAMPAIGN, REPO, SW_DATASET, fl, one_line_error
+from tests.helpers import EXAMPLE_CAMPAIGN, REPO, fl, one_line_error
 
 #: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout (README)
 PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or REPO.parent / "shared" / "datasets" / "public")
@@ -244,15 +244,6 @@ def test_published_dataset_is_intact_and_chance_sits_at_chance(name):
     assert const.window_mcc == 0.0
     best = max(real, key=lambda r: r.window_mcc)
     assert best.ci("window_mcc")[0] > max(rnd.ci("window_mcc")[1], const.ci("window_mcc")[1]), best.detector
-
-
-@pytest.fixture
-def dataset(tmp_path) -> Path:
-    if not (SW_DATASET / "splits.json").is_file():
-        pytest.skip(f"no published dataset at {SW_DATASET}")
-    d = tmp_path / "ds"
-    shutil.copytree(SW_DATASET, d)
-    return d
 
 
 def test_verify_manifest_not_utf8(dataset):
