@@ -74,6 +74,16 @@ def wait_for(pred, timeout: float, step: float = 0.1) -> bool:
     return bool(pred())
 
 
+def holds_open(pid: int, fd: int, path) -> bool:
+    """Whether process ``pid``'s descriptor ``fd`` names ``path`` now. A launcher such as
+    ``setpriv`` briefly holds other files (``/etc/passwd``) on low descriptors before it
+    execs, so a test waits for this, not for the descriptor to exist."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}") == str(path)
+    except OSError:
+        return False
+
+
 # -- the residue check: what faultlab-made objects exist now -------------------------------
 
 def proc_argvs():

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from faultlab.lifecycle.watchdog import CONTROLLER_ENV, WATCHDOG_NAME
-from tests.helpers import as_nobody, fl, needs_root, nobody_env, wait_for
+from tests.helpers import as_nobody, fl, holds_open, needs_root, nobody_env, wait_for
 
 LOOKALIKE_UID = 65532
 DROP = ["setpriv", f"--reuid={LOOKALIKE_UID}", f"--regid={LOOKALIKE_UID}", "--clear-groups"]
@@ -295,10 +295,7 @@ def test_root_sees_a_users_fault_in_that_users_runtime_folder_and_runs_none_of_i
                                   start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         try:
-            end = time.monotonic() + 30
-            while not os.path.exists(f"/proc/{holder.pid}/fd/3") and time.monotonic() < end:
-                time.sleep(0.05)
-            assert os.readlink(f"/proc/{holder.pid}/fd/3") == str(folder)
+            assert wait_for(lambda: holds_open(holder.pid, 3, folder), 30), os.listdir(f"/proc/{holder.pid}/fd")
             st = fl("status", "--json")
             rows = [r for r in json.loads(st.stdout) if r["fault_id"] == fid and r["uid"] == 65534]
             assert [r["record"] for r in rows] == [str(folder)], (rows, st.stderr)

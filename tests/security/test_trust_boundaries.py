@@ -21,7 +21,7 @@ import pytest
 
 from faultlab.lifecycle.watchdog import WATCHDOG_NAME
 from faultlab.lifecycle.procowner import MINE_SH
-from tests.helpers import as_nobody, fl, needs_root, wait_for
+from tests.helpers import as_nobody, fl, holds_open, needs_root, wait_for
 
 pytestmark = [needs_root, pytest.mark.skipif(not shutil.which("unshare") or not shutil.which("setpriv"),
                                              reason="needs unshare and setpriv (util-linux)")]
@@ -227,7 +227,7 @@ def test_revert_of_roots_fault_leaves_another_users_record_of_the_same_id_alone(
                              str(int(time.time()) + 300), "3", "true"],
                             start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        assert wait_for(lambda: os.path.exists(f"/proc/{fake.pid}/fd/3"), 30)
+        assert wait_for(lambda: holds_open(fake.pid, 3, theirs / "leases"), 30)
         rec = {"fault_id": fid, "deadline_ts": time.time() + 300, "revert": ["true"], "created_ts": time.time(),
                "watchdog_pid": fake.pid, "watchdog_starttime": int(Path(f"/proc/{fake.pid}/stat").read_text().rpartition(")")[2].split()[19])}
         f = theirs / "leases" / f"{fid}.json"
@@ -264,7 +264,7 @@ def test_other_users_look_alike_faults_cost_root_one_short_wait_in_all(shared_le
                                     start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
             fakes.append(fake)
-            assert wait_for(lambda: os.path.exists(f"/proc/{fake.pid}/fd/3"), 30)
+            assert wait_for(lambda: holds_open(fake.pid, 3, theirs / "leases"), 30)
             start = int(Path(f"/proc/{fake.pid}/stat").read_text().rpartition(")")[2].split()[19])
             rec = {"fault_id": fid, "deadline_ts": time.time() + 300, "revert": ["true"], "created_ts": time.time(),
                    "watchdog_pid": fake.pid, "watchdog_starttime": start}
