@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from faultlab import procid, safefs
 from faultlab.errors import BadInput, FaultlabError, NodeError
-from faultlab.nodes import dockerd, image
+from faultlab.nodes import dockerd, image, node_cgroups
 from faultlab.nodes.docker import WORK_DIR, DockerNode, node_from_container
 from faultlab.nodes.dockerd import docker_host
 from faultlab.nodes.inventory import Inventory, InventoryNode
@@ -67,17 +67,15 @@ class DockerTestbed:
 
     backend = "docker"
 
-    #: PID 1 of a host-like node: the cpu and blkio hierarchies remounted writable
-    #: (docker mounts them read-only), then per-container host keys and sshd
-    HOST_LIKE_CMD = ["/bin/sh", "-c", "for c in cpu blkio; do umount /sys/fs/cgroup/$c && "
-                     "mount -t cgroup -o rw,nosuid,nodev,noexec,$c cgroup /sys/fs/cgroup/$c; done; "
-                     "ssh-keygen -A >/dev/null && mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e"]
-
     def __init__(self, n_nodes: int = 4, tb_id: str | None = None, host_like: bool = False):
         """``host_like``: containers that stand in for real hosts reached over SSH:
-        NET_ADMIN and SYS_ADMIN, a private cgroup namespace with writable cpu/blkio
-        hierarchies, so root in them can do what root on a host does (tc, cgroups).
-        Plain docker nodes (the default) get no capability: faults come from the host."""
+        NET_ADMIN (tc in their own network namespace) and a private cgroup namespace
+        whose cpu/blkio hierarchies the host remounts writable (faultlab.nodes.node_cgroups),
+        so root in them can do what root on a host does to inject faults; never
+        SYS_ADMIN (with it their root, host uid 0, could remount the read-only binds).
+        Plain docker nodes (the default) get no capability: faults come from the host.
+        Neither kind gets MKNOD (a device node in the host folder mounted at WORK_DIR
+        would be a host device file)."""
         self.host_like = host_like
         if n_nodes < 1 or n_nodes > 64:
             raise BadInput(f"{n_nodes} nodes", field="--nodes", fix="give 1 to 64 docker nodes")
@@ -176,16 +174,19 @@ class DockerTestbed:
         api = cli.api
         self._made["containers"].append(cname)
         self._save()
-        extra = {"cap_add": ["NET_ADMIN", "SYS_ADMIN"], "cgroupns": "private"} if self.host_like else {}
-        host_cfg = api.create_host_config(binds=binds, network_mode=self.network, init=False, **extra)
+        extra = {"cap_add": ["NET_ADMIN"], "cgroupns": "private"} if self.host_like else {}
+        host_cfg = api.create_host_config(binds=binds, network_mode=self.network, init=False, cap_drop=["MKNOD"], **extra)
         net_cfg = api.create_networking_config({self.network: api.create_endpoint_config(ipv4_address=addr)})
         cid = api.create_container(img, name=cname, hostname=name, host_config=host_cfg, networking_config=net_cfg,
-                                   command=self.HOST_LIKE_CMD if self.host_like else None,
                                    labels={**self._labels(), "faultlab.node": name, "faultlab.work_host": str(work)})["Id"]
         pub = self.key_path.with_suffix(".pub").read_bytes()
         api.put_archive(cid, "/", _tar({"root/.ssh/authorized_keys": (pub, 0o600)}, dirs={"root/.ssh": 0o700}))
         api.start(cid)
-        self.nodes.append(node_from_container(cli.containers.get(cid), name=name, work_host=str(work)))
+        ct = cli.containers.get(cid)
+        node = node_from_container(ct, name=name, work_host=str(work))
+        if self.host_like:
+            node_cgroups.make_writable(ct, node.init_pid)
+        self.nodes.append(node)
 
     def _wait_sshd(self, cli, wait_s: float = 60.0) -> None:
         """Wait until each node's sshd listens and record its ed25519 host key."""

@@ -1,0 +1,132 @@
+"""A host-like testbed node's root cannot write a host file nor run code as host root.
+
+The nodes of ``--backend ssh`` testbeds are containers whose root is uid 0 on the host
+(faultlab's dockerd has no user-namespace remap), with faultlab's source and the
+controller's Python bind-mounted read-only. A real node (one container of a real
+SshTestbed) tries the known ways out as its root, both as a login over ssh (what a
+workload or a user of the node runs) and as ``docker exec`` (the container's full
+configured capabilities): remount a bind read-write and write into it, write it
+directly, mount the host's disk or a device node of it, mount a cgroup hierarchy
+(``release_agent``: a command the host's kernel runs as root), remount ``/proc/sys``
+or ``/sys`` read-write (``core_pattern``, ``uevent_helper``: the same), and a user
+namespace to try the remount from. Every attempt must fail and the host's files stay
+as they were. The attempts that write into ``/proc/sys`` or ``/sys`` write back the
+value they read, so an attempt that works changes nothing on the host.
+
+The node still does what faults need: its root makes cgroups under the cpu and blkio
+hierarchies and holds CAP_NET_ADMIN (in its own network namespace), not
+CAP_SYS_ADMIN.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import faultlab
+from faultlab.nodes.backends import SshTestbed
+from faultlab.nodes.docker import WORK_DIR
+from tests.helpers import docker_testbed
+
+pytestmark = pytest.mark.root
+
+#: faultlab's source folder and the controller's Python prefix: bind-mounted into nodes
+SRC = Path(faultlab.__file__).resolve().parent.parent
+PREFIX = Path(sys.base_prefix).resolve()
+MARK = f".fl-escape-{os.getpid()}"
+CAP_SYS_ADMIN, CAP_NET_ADMIN = 21, 12
+
+
+def _attempts() -> dict[str, str]:
+    """Name -> sh script that exits 0 only when the attempt got through."""
+    dev = os.stat(SRC).st_dev
+    maj, mnr = os.major(dev), os.minor(dev)
+    write_back = 'v=$(cat "$1") && printf "%s\\n" "$v" > "$1"'
+    return {
+        "write the source bind": f"echo x > {SRC}/{MARK}",
+        "remount the source bind rw": f"mount -o remount,bind,rw {SRC} && echo x > {SRC}/{MARK}",
+        "remount the python prefix rw": f"mount -o remount,bind,rw {PREFIX} && echo x > {PREFIX}/{MARK}",
+        "remount from a user namespace": (f"unshare --user --map-root-user --mount sh -c "
+                                          f"'mount -o remount,bind,rw {SRC} && echo x > {SRC}/{MARK}'"),
+        "read a device node of the host disk": f"mknod /tmp/fl-disk b {maj} {mnr}; head -c 512 /tmp/fl-disk > /dev/null",
+        "mount the host disk": (f"mknod /tmp/fl-disk2 b {maj} {mnr}; mkdir -p /mnt/fl-disk && mount /tmp/fl-disk2 /mnt/fl-disk "
+                                f"&& echo x > /mnt/fl-disk{SRC}/{MARK}"),
+        "make a device node in the host folder mounted at WORK_DIR": f"mknod {WORK_DIR}/fl-disk b {maj} {mnr}",
+        "mount a cgroup v1 hierarchy": "mkdir -p /mnt/fl-cg1 && mount -t cgroup -o none,name=flx cgroup /mnt/fl-cg1",
+        "mount the cgroup v2 hierarchy": "mkdir -p /mnt/fl-cg2 && mount -t cgroup2 none /mnt/fl-cg2",
+        "write a release_agent": ("for f in /sys/fs/cgroup/*/release_agent /mnt/*/release_agent; do [ -e \"$f\" ] && "
+                                  f"sh -c '{write_back}' sh \"$f\" && exit 0; done; exit 1"),
+        "remount /proc/sys rw": "mount -o remount,rw /proc/sys",
+        "write core_pattern": f"sh -c '{write_back}' sh /proc/sys/kernel/core_pattern",
+        "remount /sys rw": "mount -o remount,rw /sys",
+        "write uevent_helper": f"sh -c '{write_back}' sh /sys/kernel/uevent_helper",
+    }
+
+
+def _digest(paths: list[Path]) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+
+
+@pytest.fixture(scope="module")
+def stb(dockerd):
+    """One host-like node: ``stb.nodes[0]`` over ssh, ``stb.inner.nodes[0]`` as docker sees it."""
+    with docker_testbed(dockerd, SshTestbed(1)) as tb:
+        yield tb
+
+
+@pytest.fixture
+def host_files():
+    """Files of the host that a node sees read-only: unchanged afterwards, and no marker
+    left in the bound folders (removed, and the test failed, when one appears)."""
+    watched = [Path(faultlab.__file__).resolve(), Path(os.__file__).resolve()]
+    before = _digest(watched)
+    yield
+    marks = [p for p in (SRC / MARK, PREFIX / MARK) if p.exists()]
+    for p in marks:
+        p.unlink()
+    assert not marks, f"a node's root wrote host files: {marks}"
+    assert _digest(watched) == before
+
+
+def _exec(stb, script: str) -> tuple[int, str]:
+    """Run ``script`` with ``docker exec`` (the container's configured capabilities)."""
+    from faultlab.nodes.dockerd import client
+
+    rc, out = client().containers.get(stb.inner.nodes[0].container).exec_run(["sh", "-c", script])
+    return rc, out.decode(errors="replace")
+
+
+def _ssh(stb, script: str) -> tuple[int, str]:
+    """Run ``script`` as the node's root logged in over ssh."""
+    cp = stb.nodes[0].run(["sh", "-c", script], timeout=30)
+    return cp.returncode, cp.stdout + cp.stderr
+
+
+@pytest.mark.parametrize("via", ["ssh", "docker exec"])
+def test_a_nodes_root_cannot_write_host_files_nor_reach_host_root(stb, via, host_files):
+    run = _ssh if via == "ssh" else _exec
+    got_through = {}
+    for name, script in _attempts().items():
+        rc, out = run(stb, script)
+        if rc == 0:
+            got_through[name] = out.strip()[-200:]
+    assert not got_through, f"as the node's root over {via}, these got through: {got_through}"
+
+
+def test_the_node_keeps_what_faults_need_and_no_cap_sys_admin(stb):
+    """Its root makes (and removes) a cgroup in the cpu and blkio hierarchies; its
+    capabilities hold NET_ADMIN, and no SYS_ADMIN even in the bounding set, over ssh
+    and through ``docker exec``."""
+    for run in (_ssh, _exec):
+        rc, out = run(stb, "grep -E '^Cap(Eff|Bnd):' /proc/self/status")
+        assert rc == 0, out
+        caps = {line.split(":")[0]: int(line.split()[1], 16) for line in out.splitlines() if line.startswith("Cap")}
+        assert caps["CapEff"] & (1 << CAP_NET_ADMIN), out
+        assert not caps["CapBnd"] & (1 << CAP_SYS_ADMIN), out
+    rc, out = _ssh(stb, "for c in cpu blkio; do mkdir /sys/fs/cgroup/$c/fl-probe && echo $$ > /sys/fs/cgroup/$c/fl-probe/cgroup.procs "
+                        "&& echo $$ > /sys/fs/cgroup/$c/cgroup.procs && rmdir /sys/fs/cgroup/$c/fl-probe || exit 1; done")
+    assert rc == 0, out
