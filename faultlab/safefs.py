@@ -53,7 +53,8 @@ class UntrustedPath(FaultlabError, PermissionError):
 
     def __init__(self, path: str, message: str, fix: str):
         self.path = path
-        super().__init__(f"{path}: {message}", fix=fix)
+        self.reason = f"{path}: {message}"  # what is wrong, without the fix
+        super().__init__(self.reason, fix=fix)
 
 
 class TooLarge(UntrustedPath):

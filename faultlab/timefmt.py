@@ -1,13 +1,30 @@
-"""Times as faultlab's messages show them: wall clock in UTC and seconds from now."""
+"""Times as faultlab's messages show them: wall clock in UTC and the time from now."""
 
 from __future__ import annotations
 
+import math
 import time
+
+#: past this many seconds away the date is shown too, and the time from now in days
+DAY_S = 86400
 
 
 def when(ts: float | None) -> str:
-    """``HH:MM:SS UTC (in Ns)`` for a unix time ``ts`` (s), wall clock in UTC and
-    seconds from now; ``an unknown time`` without one."""
-    if not ts:
+    """A unix time ``ts`` (s) in words: ``HH:MM:SS UTC (in Ns)`` when it falls on
+    today's UTC date, ``YYYY-MM-DD HH:MM:SS UTC (in N days)`` otherwise; ``an unknown
+    time`` without one, ``a time out of range (VALUE)`` for one no calendar holds (not
+    finite, past year 9999: a deadline another user wrote). Raises nothing."""
+    if ts is None or ts == 0:
         return "an unknown time"
-    return f"{time.strftime('%H:%M:%S UTC', time.gmtime(ts))} (in {max(0.0, ts - time.time()):.0f}s)"
+    try:
+        if not math.isfinite(ts):
+            raise ValueError(ts)
+        t = time.gmtime(ts)
+        if t.tm_year > 9999:
+            raise ValueError(ts)
+    except (OverflowError, OSError, ValueError, TypeError):
+        return f"a time out of range ({ts!r:.24})"
+    left = max(0.0, ts - time.time())
+    today = time.gmtime()[:3] == t[:3]
+    clock = time.strftime("%H:%M:%S UTC" if today else "%Y-%m-%d %H:%M:%S UTC", t)
+    return f"{clock} (in {left:.0f}s)" if left < DAY_S else f"{clock} (in {left / DAY_S:.0f} days)"

@@ -43,7 +43,7 @@ def print_status(rows: list[dict], problems: list[str], out) -> None:
             out.print(printable(f"{r['fault_id']}  {r['type']}  NO LEASE: {', '.join(r['orphan_objects'])}  (faultlab recover removes it){who}"), markup=False)
             continue
         held = "held by its controller" if r["controller_alive"] else "left to its lease"
-        wd = f"watchdog reverts it at the latest in {r['remaining_s']}s" if r["watchdog_alive"] else "WATCHDOG GONE: run faultlab recover"
+        wd = f"watchdog reverts it at the latest at {when(r['deadline_ts'])}" if r["watchdog_alive"] else "WATCHDOG GONE: run faultlab recover"
         rec = "" if r["record"] else "  (lease record lost: the watchdog still ends it)"
         if r["record"] and r["record"] not in folders:  # another FAULTLAB_LEASE_DIR's
             rec = f"  (record in {r['record']})"

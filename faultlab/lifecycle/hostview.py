@@ -229,14 +229,14 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
     problems: list[str] = []
     read: set[tuple[str, int | None]] = set()
 
-    def take(folder: str, owner: int | None = None) -> None:
+    def take(folder: str, owner: int | None = None, held_by: Watchdog | None = None) -> None:
         # keyed by owner too: a candidate of user A naming user B's folder (read with
         # A as its trusted owner, and refused) must not keep it from being read as B's
         key = (os.path.normpath(folder), owner)
         if key in read:
             return
         read.add(key)
-        leases, probs = read_records(folder, owner=owner)
+        leases, probs = read_records(folder, owner=owner, held_by=None if held_by is None else f"process {held_by.pid} (uid {held_by.uid})")
         problems.extend(p for p in probs if not (folder == ROOT_LEASE_DIR and "No such file" in p))
         for le in leases:
             try:
@@ -247,13 +247,13 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
 
     for folder in lease_folders():
         take(folder)
+    if me == 0:  # faultlab's folders of other users first: a problem there comes with its fix
+        for folder, owner in _users_default_folders():
+            take(folder, owner)
     dogs = find_watchdogs()
     for w in dogs:  # another lease folder a candidate holds: its user's records
         if w.folder and w.folder.startswith("/") and (w.uid == me and w.same_ns or me == 0 and w.uid != me):
-            take(w.folder, None if w.uid == me else w.uid)
-    if me == 0:
-        for folder, owner in _users_default_folders():
-            take(folder, owner)
+            take(w.folder, None if w.uid == me else w.uid, held_by=None if w.uid == me else w)
     for w in dogs:
         v = views.get((w.fault_id, w.uid))
         if v is not None and v.lease is not None:

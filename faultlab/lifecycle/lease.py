@@ -375,21 +375,31 @@ def node_lock(node: Node, *, create: bool = True):
         yield
 
 
-def read_records(folder: str, *, owner: int | None = None) -> tuple[list[Lease], list[str]]:
+def read_records(folder: str, *, owner: int | None = None, held_by: str | None = None) -> tuple[list[Lease], list[str]]:
     """(leases, problems) of the records in ``folder``: files that are not valid lease
     records, or not trusted (owner, mode, symlink), are listed in problems and never
     acted on.
 
     A missing folder is empty. ``owner``: the user whose folder it is (root reading
     another user's lease folder): the whole path and the records must then be owned by
-    root or that user, with the same mode and no-symlink checks. Read only. Raises
-    nothing for an untrusted folder: it is one problem."""
+    root or that user, with the same mode and no-symlink checks. ``held_by``: the
+    folder is known only as the one a process holds (``process PID (uid U)``), not as
+    one of faultlab's paths: its problems name that process and carry no fix (a
+    look-alike may hold ``/tmp`` or ``/etc``: an ``rm`` or ``chmod`` of it would be
+    wrong). Read only. Raises nothing for an untrusted folder: it is one problem."""
     leases, problems = [], []
+
+    def why(e: safefs.UntrustedPath) -> str:
+        return str(e) if held_by is None else e.reason
+
     try:
         d = safefs.open_dir(folder, uids=None if owner is None else frozenset({0, owner}))
     except FileNotFoundError:
         return leases, problems
     except safefs.UntrustedPath as e:
+        if held_by is not None:
+            return leases, [f"lease folder {why(e)}: held by {held_by}, which looks like a watchdog; "
+                            "not a folder faultlab made, so not read (nothing to change there)"]
         return leases, [f"lease folder {e}"]
     except OSError as e:
         return leases, [f"lease folder {folder}: {e.strerror or e}"]
@@ -405,7 +415,10 @@ def read_records(folder: str, *, owner: int | None = None) -> tuple[list[Lease],
                 rec = d.read_json(name)
             except FileNotFoundError:
                 continue
-            except (safefs.UntrustedPath, ValueError, OSError, RecursionError) as e:
+            except safefs.UntrustedPath as e:
+                problems.append(f"{folder}/{name}: not read ({why(e)})")
+                continue
+            except (ValueError, OSError, RecursionError) as e:
                 problems.append(f"{folder}/{name}: not read ({e})")
                 continue
             why = valid_record(rec, name)

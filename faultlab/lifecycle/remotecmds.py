@@ -15,6 +15,7 @@ from pathlib import Path
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.lifecycle.views import end, in_force
 from faultlab.nodes import inventory as inv_mod
+from faultlab.timefmt import when
 
 
 def inventory_targets(inventory: Path | None, node: str | None, all_nodes: bool) -> list:
@@ -49,7 +50,7 @@ def status(nodes, out, as_json: bool) -> int:
     if not rows:
         out.print(f"no faults in force on {', '.join(n.describe() for n in nodes)}", markup=False)
     for r in rows:
-        wd = f"watchdog reverts it at the latest in {r['remaining_s']}s" if r["watchdog_alive"] else "WATCHDOG GONE: run faultlab recover"
+        wd = f"watchdog reverts it at the latest at {when(r['deadline_ts'])}" if r["watchdog_alive"] else "WATCHDOG GONE: run faultlab recover"
         held = "held by its controller" if r["controller_alive"] else f"left to its lease (controller {r['controller'] or 'unknown'})"
         rec = "" if r["record"] else "  (lease record lost: the watchdog still ends it)"
         out.print(f"{r['fault_id']}  {r['type'] or '-'}  {r['node']}  {r['target'] or '-'}  {wd}  {held}{rec}", markup=False)

@@ -59,7 +59,7 @@ class RemoteFault:
         Keys: ``fault_id``, ``type`` (fault type or None when the record is lost),
         ``node`` (``ssh:NAME``), ``target``, ``record`` (bool: the record is there),
         ``watchdog_alive`` (bool), ``remaining_s`` (int s to the deadline, >= 0; None
-        when unknown), ``controller`` (``HOST:PID`` or None), ``controller_alive``
+        when unknown), ``deadline_ts`` (unix time s, or None), ``controller`` (``HOST:PID`` or None), ``controller_alive``
         (bool: that PID lives on this host; PID only, no start time). Raises nothing:
         the record passed :func:`lease_remote.valid_remote_record`."""
         rec = self.lease.record if self.lease else {}
@@ -67,6 +67,7 @@ class RemoteFault:
         alive = bool(self.lease and self.lease.controller_alive())
         return {"fault_id": self.fault_id, "type": rec.get("fault_type"), "node": self.node.describe(), "target": rec.get("target"),
                 "record": self.lease is not None, "watchdog_alive": self.watchdog_pid is not None, "remaining_s": left,
+                "deadline_ts": self.deadline_ts,
                 "controller": f"{rec.get('controller')}:{rec.get('controller_pid')}" if rec else None, "controller_alive": alive}
 
 

@@ -307,3 +307,25 @@ def test_root_sees_a_users_fault_in_that_users_runtime_folder_and_runs_none_of_i
         assert f"{folder}: is owned by uid {LOOKALIKE_UID}" in st.stderr, st.stderr
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@needs_root
+@pytest.mark.parametrize("held", ["/tmp", "/dev/null", "/var/tmp"])
+def test_a_look_alike_holding_a_system_folder_gets_no_advice_to_change_it(held, no_residue):
+    """A look-alike of uid 65532 holds a system path on its lease-folder descriptor:
+    root's ``status`` says the path is not a lease folder it trusts and names the
+    process, and advises no ``rm``/``chmod``/``chown`` of it (faultlab did not make it)."""
+    fid = f"process-{secrets.token_hex(3)}"
+    holder = subprocess.Popen([*DROP, "sh", "-c", f"exec 3<{shlex.quote(held)}; sleep 300", WATCHDOG_NAME, fid,
+                               str(int(time.time()) + 300), "3", "true"],
+                              start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: holds_open(holder.pid, 3, held), 30), os.listdir(f"/proc/{holder.pid}/fd")
+        st = fl("status")
+        lines = [ln for ln in st.stderr.splitlines() if f"lease folder {held}" in ln]
+        assert lines and all(f"held by process {holder.pid} (uid {LOOKALIKE_UID})" in ln for ln in lines), st.stderr
+        for ln in st.stderr.splitlines():
+            assert not any(f"`{verb} " in ln and held in ln for verb in ("rm", "chmod", "chown")), ln
+        assert f"process {holder.pid} (uid {LOOKALIKE_UID})" in st.stderr and "look-alike" in st.stderr
+    finally:
+        _end(holder)

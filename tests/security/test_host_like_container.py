@@ -130,3 +130,28 @@ def test_the_node_keeps_what_faults_need_and_no_cap_sys_admin(stb):
     rc, out = _ssh(stb, "for c in cpu blkio; do mkdir /sys/fs/cgroup/$c/fl-probe && echo $$ > /sys/fs/cgroup/$c/fl-probe/cgroup.procs "
                         "&& echo $$ > /sys/fs/cgroup/$c/cgroup.procs && rmdir /sys/fs/cgroup/$c/fl-probe || exit 1; done")
     assert rc == 0, out
+
+
+@pytest.mark.parametrize("fault", ["cpu-contention", "io-slow"])
+def test_cgroup_faults_still_inject_and_revert_inside_the_node(stb, fault, no_residue):
+    """The faults that make cgroups in the node (its cpu and blkio hierarchies, written
+    by its root over ssh) apply, verify and revert there; doctor on the node finds them
+    supported."""
+    from faultlab import injectors
+    from faultlab.doctor import diagnose
+
+    node = stb.nodes[0]
+    assert diagnose(node)["types"][fault]["ok"]
+    rc, out = _exec(stb, "sleep 120 > /dev/null 2>&1 & echo $!")
+    assert rc == 0, out
+    pid = out.strip()
+    opts = {"--cpu-fraction": "0.3"} if fault == "cpu-contention" else {"--path": WORK_DIR, "--read-bps": "5mb"}
+    a = injectors.apply(injectors.build(fault, node, target=pid, duration_s=30, opts=opts), 30)
+    try:
+        rc, cg = _ssh(stb, f"cat /proc/{pid}/cgroup")
+        assert f"faultlab-{a.fault_id}" in cg, cg
+    finally:
+        assert a.revert() == "reverted"
+        _exec(stb, f"kill {pid}")
+    rc, cg = _ssh(stb, f"ls /sys/fs/cgroup/cpu /sys/fs/cgroup/blkio")
+    assert "faultlab-" not in cg
