@@ -104,8 +104,9 @@ def _host() -> str:
 def workload_mounts() -> dict[str, dict]:
     """Read-only bind mounts that let a container run the controller's Python and
     faultlab: the interpreter prefixes and faultlab's source folder, at the same
-    paths. Raises FaultlabError when the interpreter lives in ``/usr`` (mounting it
-    would hide the container's own system)."""
+    paths. They stay read-only because no node holds CAP_SYS_ADMIN (its root, host
+    uid 0, could remount them; see docs/security.md). Raises FaultlabError when the
+    interpreter lives in ``/usr`` (mounting it would hide the container's own system)."""
     src = Path(faultlab.__file__).resolve().parent.parent
     paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), src}
     for p in list(paths):
