@@ -119,14 +119,15 @@ def test_a_nodes_root_cannot_write_host_files_nor_reach_host_root(stb, via, host
 
 def test_the_node_keeps_what_faults_need_and_no_cap_sys_admin(stb):
     """Its root makes (and removes) a cgroup in the cpu and blkio hierarchies; its
-    capabilities hold NET_ADMIN, and no SYS_ADMIN even in the bounding set, over ssh
-    and through ``docker exec``."""
+    capabilities hold NET_ADMIN, and no SYS_ADMIN even in the bounding set, under a
+    seccomp filter, over ssh and through ``docker exec``."""
     for run in (_ssh, _exec):
-        rc, out = run(stb, "grep -E '^Cap(Eff|Bnd):' /proc/self/status")
+        rc, out = run(stb, "grep -E '^(Cap(Eff|Bnd)|Seccomp):' /proc/self/status")
         assert rc == 0, out
         caps = {line.split(":")[0]: int(line.split()[1], 16) for line in out.splitlines() if line.startswith("Cap")}
         assert caps["CapEff"] & (1 << CAP_NET_ADMIN), out
         assert not caps["CapBnd"] & (1 << CAP_SYS_ADMIN), out
+        assert "Seccomp:\t2" in out, out  # docker's default profile: no mount, unshare or setns without SYS_ADMIN
     rc, out = _ssh(stb, "for c in cpu blkio; do mkdir /sys/fs/cgroup/$c/fl-probe && echo $$ > /sys/fs/cgroup/$c/fl-probe/cgroup.procs "
                         "&& echo $$ > /sys/fs/cgroup/$c/cgroup.procs && rmdir /sys/fs/cgroup/$c/fl-probe || exit 1; done")
     assert rc == 0, out
