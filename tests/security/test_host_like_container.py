@@ -53,8 +53,7 @@ def _attempts() -> dict[str, str]:
         "remount from a user namespace": (f"unshare --user --map-root-user --mount sh -c "
                                           f"'mount -o remount,bind,rw {SRC} && echo x > {SRC}/{MARK}'"),
         "read a device node of the host disk": f"mknod /tmp/fl-disk b {maj} {mnr}; head -c 512 /tmp/fl-disk > /dev/null",
-        "mount the host disk": (f"mknod /tmp/fl-disk2 b {maj} {mnr}; mkdir -p /mnt/fl-disk && mount /tmp/fl-disk2 /mnt/fl-disk "
-                                f"&& echo x > /mnt/fl-disk{SRC}/{MARK}"),
+        "mount the host disk": f"mknod /tmp/fl-disk2 b {maj} {mnr}; mkdir -p /mnt/fl-disk && mount -o ro /tmp/fl-disk2 /mnt/fl-disk",
         "make a device node in the host folder mounted at WORK_DIR": f"mknod {WORK_DIR}/fl-disk b {maj} {mnr}",
         "mount a cgroup v1 hierarchy": "mkdir -p /mnt/fl-cg1 && mount -t cgroup -o none,name=flx cgroup /mnt/fl-cg1",
         "mount the cgroup v2 hierarchy": "mkdir -p /mnt/fl-cg2 && mount -t cgroup2 none /mnt/fl-cg2",
