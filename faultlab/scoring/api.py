@@ -359,7 +359,8 @@ def score_runs(detector, runs: Iterable[RunData], *, params: dict | None = None,
     Args:
         detector: a name, ``module:Class`` or an instance; ``params`` its keyword
             arguments.
-        train_runs: given, and the detector has ``fit``, it is fitted on them first.
+        train_runs: given, and the detector has ``fit``, it is fitted on them first
+            (runs, or a callable giving a fresh iterable of runs for each fitter).
         mode: ``offline`` or ``replay`` (latency is measured only in replay).
         by: ``fault_type``, ``source`` or None/``none``: the breakdown of label-side figures.
         window_s: cell width (s) of the window-level metrics; late_s: replay tolerance
@@ -442,17 +443,19 @@ def _resolve_all(detectors) -> list[tuple[str, object, dict]]:
     return dets
 
 
-def _fit_all(dets: list, train_runs: Iterable[RunData] | None) -> None:
-    """Fit each detector that has ``fit`` on ``train_runs`` (read once: kept as a list
-    only when more than one detector fits); nothing without train runs."""
+def _fit_all(dets: list, train_runs) -> None:
+    """Fit each detector that has ``fit`` on ``train_runs``: an iterable of runs (read
+    once: kept as a list only when more than one detector fits), or a callable that
+    gives a fresh iterable (each fitter reads the runs one at a time again: memory
+    stays one run); nothing without train runs."""
     if train_runs is None:
         return
     fitters = [inst for _, inst, _ in dets if callable(getattr(inst, "fit", None))]
-    if fitters:
-        train = list(train_runs) if len(fitters) > 1 else train_runs
-        for inst in fitters:
-            with _detector_errors(inst, "fit", "the train split"):
-                inst.fit(train)
+    if fitters and not callable(train_runs) and len(fitters) > 1:
+        train_runs = list(train_runs)
+    for inst in fitters:
+        with _detector_errors(inst, "fit", "the train split"):
+            inst.fit(train_runs() if callable(train_runs) else train_runs)
 
 
 def _results(dets: list, stats: list, per_run: list, *, mode: str, by: str | None, split: str, source: str,
@@ -549,7 +552,7 @@ def score_dataset(detector, dataset, split: str = "test", *, verify: bool = True
     if verify:
         manifest.require_intact(ds.path)
     digest = manifest.digest(ds.path) if (ds.path / manifest.NAME).is_file() else None
-    train = ds.iter_runs("train") if split == "test" else None
+    train = (lambda: ds.iter_runs("train")) if split == "test" else None
     many = isinstance(detector, list)
     specs = detector if many else [(detector, kw.pop("params", None))]
     results = score_many(specs, ds.iter_runs(split), train_runs=train, split=split, source=str(ds.path), **kw)

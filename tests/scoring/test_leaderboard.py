@@ -215,3 +215,15 @@ def test_gate_refuses_another_dataset_split_or_window_and_judges_the_same_settin
     p = fl("score", "--detector", "peer-median", "--dataset", b, "--split", "all", "--boot", "200", "--baseline", base, "--allow-mismatch", "--json")
     assert p.returncode in (0, 1) and "compared despite a mismatch" in p.stderr
     assert json.loads(p.stdout)["gate"]["mismatches_allowed"][0].startswith("dataset:")
+
+
+def test_brief_table_has_a_row_per_detector_and_a_column_per_dataset(datasets):
+    from faultlab.scoring.leaderboard import compute, render
+
+    board = compute.build(list(datasets), ["peer-median", "constant"], split="all", n_boot=100)
+    lines = render.brief_markdown(board).splitlines()
+    assert lines[0] == "| detector | tiny-a (8 runs) | tiny-b (4 runs) |" and len(lines) == 4
+    assert lines[2].startswith("| peer-median | #1 ") and lines[3].startswith("| constant (alarms everything) | #2 0.00 [0.00, 0.00] |")
+    assert all(board.datasets[i].rows[0].vs_next["better"] for i in range(2)) and " > |" in lines[2]
+    md = render.markdown(board)
+    assert md.count("| rank | detector | window MCC | vs next (paired) |") == 2 and "tiny-b: 4 runs (all split), offline" in md

@@ -43,6 +43,7 @@ def leaderboard_cmd(
     seed: int = typer.Option(0, "--seed", help="seed of the bootstrap"),
     out: Optional[Path] = typer.Option(None, "--out", help="folder to write leaderboard.md, leaderboard.json (the scores file) and leaderboard.html into"),
     as_json: bool = typer.Option(False, "--json", help="print leaderboard.json instead of the tables"),
+    brief: bool = typer.Option(False, "--brief", help="print one short table of every dataset (window MCC, the paired mark, event F1), as in the README"),
     verify: Optional[Path] = typer.Option(None, "--verify", help="a submitted leaderboard.json: re-score it with its own settings; exit 1 naming the first number that differs"),
 ):
     """Rank detectors on datasets: window MCC (ranks), event F1, VUS-PR, Acc@1,
@@ -73,7 +74,7 @@ def leaderboard_cmd(
     except FaultlabError as e:
         print(f"faultlab: error: {e}", file=sys.stderr)
         raise typer.Exit(e.exit_code)
-    print(js if as_json else md)
+    print(js if as_json else render.brief_markdown(board) if brief else md)
     if out is not None:
         print(f"wrote {', '.join(str(out / n) for n in OUT_FILES)}", file=sys.stderr)
 

@@ -84,6 +84,33 @@ def markdown(board: Board, heading: str = "###") -> str:
     return "\n".join(lines)
 
 
+def brief_markdown(board: Board) -> str:
+    """One short table of every dataset (the README's): a row per detector (by its
+    mean rank over the datasets, then name), a column per dataset whose cell is the
+    detector's rank there, its window MCC with the CI and the paired mark against the
+    next rank of that dataset (``#1 0.56 [0.18, 0.80] >``; ``-`` where it was not
+    scored)."""
+    where: dict[str, dict] = {}
+    for i, db in enumerate(board.datasets):
+        for r in db.rows:
+            where.setdefault(r.label, {})[i] = r
+    n = len(board.datasets)
+    order = sorted(where, key=lambda lab: (sum(where[lab][i].rank if i in where[lab] else 1e9 for i in range(n)) / max(n, 1), lab))
+    lines = ["| detector | " + " | ".join(f"{db.name} ({db.n_runs} runs)" for db in board.datasets) + " |", "|---|" + "---|" * n]
+    for lab in order:
+        cells = []
+        for i in range(n):
+            r = where[lab].get(i)
+            if r is None:
+                cells.append("-")
+                continue
+            m = r.metrics.get(RANK_BY) or {}
+            sym = "" if r.vs_next is None else MARK_BETTER if r.vs_next["better"] else MARK_NOT
+            cells.append(f"#{r.rank} {cell(m.get('value', math.nan), m.get('ci'), r.n_runs)} {sym}".rstrip())
+        lines.append(f"| {lab} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def to_json(board: Board) -> str:
     """leaderboard.json: strict JSON (NaN as null) of :meth:`Board.to_dict`."""
     return json.dumps(board.to_dict(), indent=1)
