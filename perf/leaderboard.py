@@ -7,7 +7,8 @@ two published datasets at 1x and 4x the runs, printed side by side with their ra
 (each copy's run id suffixed ``-cN`` in the folder names, splits.json, runs.json and
 every table's ``run_id`` column; a fresh MANIFEST.sha256), so the work grows 4x and
 everything else stays the same. Each leaderboard runs as the real CLI in its own
-process; its wall time and peak RSS (``os.wait4``'s ``ru_maxrss``) are measured. The
+process; its wall time, CPU time (user + system: what a shared machine's load does
+not inflate) and peak RSS (``os.wait4``'s ``ru_maxrss``) are measured. The
 leaderboard keeps only per-run counts, so peak memory should stay flat (4x/1x ~ 1)
 while time grows ~4x. Target: every detector offline at 1x in <= 120 s.
 """
@@ -60,8 +61,8 @@ def copy_times(src: Path, dst: Path, n: int) -> Path:
     return dst
 
 
-def measure(datasets: list[Path], split: str, mode: str, out: Path) -> tuple[float, float, dict]:
-    """(wall s, peak RSS MiB, leaderboard.json) of one ``faultlab leaderboard`` process."""
+def measure(datasets: list[Path], split: str, mode: str, out: Path) -> tuple[float, float, float, dict]:
+    """(wall s, CPU s, peak RSS MiB, leaderboard.json) of one ``faultlab leaderboard`` process."""
     argv = [sys.executable, "-m", "faultlab.cli", "leaderboard", "--split", split, "--mode", mode, "--out", str(out)]
     for d in datasets:
         argv += ["--dataset", str(d)]
@@ -73,7 +74,7 @@ def measure(datasets: list[Path], split: str, mode: str, out: Path) -> tuple[flo
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         sys.exit(f"faultlab leaderboard failed ({p.returncode}): {err.decode()[-2000:]}")
-    return wall, usage.ru_maxrss / 1024.0, json.loads((out / "leaderboard.json").read_text())
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0, json.loads((out / "leaderboard.json").read_text())
 
 
 def main() -> int:
@@ -88,16 +89,16 @@ def main() -> int:
         tmp = Path(tmp)
         four = [copy_times(d, tmp / "x4" / d.name, 4) for d in a.datasets]
         for scale, sets in (("1x", a.datasets), ("4x", four)):
-            wall, rss, board = measure(sets, a.split, a.mode, tmp / f"out-{scale}")
+            wall, cpu, rss, board = measure(sets, a.split, a.mode, tmp / f"out-{scale}")
             runs = sum(d["n_runs"] for d in board["datasets"])
             dets = len(board["datasets"][0]["rows"])
-            rows.append((scale, runs, dets, wall, rss))
+            rows.append((scale, runs, dets, wall, cpu, rss))
     print(f"faultlab leaderboard, {a.mode}, {a.split} split, on {', '.join(d.name for d in a.datasets)} (one process each, this machine: {os.cpu_count()} cores)")
-    print(f"{'scale':6} {'runs':>5} {'detectors':>9} {'wall s':>8} {'peak RSS MiB':>13}")
-    for scale, runs, dets, wall, rss in rows:
-        print(f"{scale:6} {runs:5d} {dets:9d} {wall:8.1f} {rss:13.0f}")
-    (_, r1, _, w1, m1), (_, r4, _, w4, m4) = rows
-    print(f"ratio 4x/1x: runs {r4 / r1:.2f}, wall {w4 / w1:.2f}, peak RSS {m4 / m1:.2f}")
+    print(f"{'scale':6} {'runs':>5} {'detectors':>9} {'wall s':>8} {'CPU s':>7} {'peak RSS MiB':>13}")
+    for scale, runs, dets, wall, cpu, rss in rows:
+        print(f"{scale:6} {runs:5d} {dets:9d} {wall:8.1f} {cpu:7.1f} {rss:13.0f}")
+    (_, r1, _, w1, c1, m1), (_, r4, _, w4, c4, m4) = rows
+    print(f"ratio 4x/1x: runs {r4 / r1:.2f}, wall {w4 / w1:.2f}, CPU {c4 / c1:.2f}, peak RSS {m4 / m1:.2f}")
     print(f"1x wall {w1:.1f} s vs target {TARGET_S:.0f} s: {'met' if w1 <= TARGET_S else 'MISSED'}")
     return 0
 

@@ -44,7 +44,7 @@ def leaderboard_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="folder to write leaderboard.md, leaderboard.json (the scores file) and leaderboard.html into"),
     as_json: bool = typer.Option(False, "--json", help="print leaderboard.json instead of the tables"),
     brief: bool = typer.Option(False, "--brief", help="print one short table of every dataset (window MCC, the paired mark, event F1), as in the README"),
-    verify: Optional[Path] = typer.Option(None, "--verify", help="a submitted leaderboard.json: re-score it with its own settings; exit 1 naming the first number that differs"),
+    verify: Optional[Path] = typer.Option(None, "--verify", help="a submitted leaderboard.json: re-score it with its own detectors and settings (the other options are not used); exit 1 naming the first number that differs"),
 ):
     """Rank detectors on datasets: window MCC (ranks), event F1, VUS-PR, Acc@1,
     latency (replay) and false alarms per component-hour, each with its 95% CI; a
@@ -54,6 +54,9 @@ def leaderboard_cmd(
 
     try:
         if verify is not None:
+            if detector or out is not None or as_json or brief:
+                raise BadInput("--verify re-scores the file with its own detectors and settings", field="--verify",
+                               fix="give --verify FILE alone, or with --dataset DIR to find a dataset it names")
             boards = verifying.verify(verify, dataset)
             print(f"{verify}: reproduced: {sum(len(b.rows) for b in boards)} rows on {', '.join(b.name for b in boards)}, every number the same")
             return

@@ -101,14 +101,17 @@ class Board:
                                  "datasets": [d.to_dict() for d in self.datasets]})
 
 
-def detector_specs(names=None) -> list[tuple[str, dict]]:
-    """``(name, params)`` of each detector to rank: ``names`` (default: every detector
-    the lookup knows, :func:`faultlab.scoring.lookup.available_detectors`: built-ins and
-    entry points), each with its :data:`DEFAULT_PARAMS`; a name given twice once."""
+def detector_specs(detectors=None) -> list[tuple[str, dict]]:
+    """``(name, params)`` of each detector to rank: ``detectors`` (names, or
+    ``(name, params)`` pairs; default: every detector the lookup knows,
+    :func:`faultlab.scoring.lookup.available_detectors`: built-ins and entry points), a
+    bare name with its :data:`DEFAULT_PARAMS`; the same detector and parameters given
+    twice once."""
     out: list[tuple[str, dict]] = []
-    for n in names or available_detectors():
-        if n not in [s[0] for s in out]:
-            out.append((n, dict(DEFAULT_PARAMS.get(n, {}))))
+    for d in detectors or available_detectors():
+        spec = d if isinstance(d, tuple) else (d, dict(DEFAULT_PARAMS.get(d, {})))
+        if spec not in out:
+            out.append(spec)
     return out
 
 
@@ -161,7 +164,7 @@ def build(datasets, detectors=None, *, on_dataset=None, **settings) -> Board:
 
     Raises BadInput for a bad setting, an unknown detector or a changed dataset;
     FaultlabError naming the detector and run for a detector that raises."""
-    specs = [d if isinstance(d, tuple) else (d, dict(DEFAULT_PARAMS.get(d, {}))) for d in detectors] if detectors else detector_specs()
+    specs = detector_specs(detectors)
     board = Board(settings_of(**settings))
     for ds in datasets:
         db = dataset_board(ds, specs, board.settings)
