@@ -227,3 +227,28 @@ def test_brief_table_has_a_row_per_detector_and_a_column_per_dataset(datasets):
     assert all(board.datasets[i].rows[0].vs_next["better"] for i in range(2)) and " > |" in lines[2]
     md = render.markdown(board)
     assert md.count("| rank | detector | window MCC | vs next (paired) |") == 2 and "tiny-b: 4 runs (all split), offline" in md
+
+
+class _Fits:
+    """Records the run ids ``fit`` was given and alarms on nothing."""
+
+    def __init__(self):
+        self.seen = []
+
+    def fit(self, train_runs):
+        self.seen = [r.run_id for r in train_runs]
+
+    def detect(self, steps, host=None):
+        return None
+
+
+def test_every_fitting_detector_reads_the_train_split_afresh_and_never_a_test_run(datasets):
+    from faultlab.datasets.layout import Dataset
+    from faultlab.scoring.api import score_dataset
+
+    a, _ = datasets
+    ds = Dataset(a)
+    one, two = _Fits(), _Fits()
+    res = score_dataset([one, two], a, n_boot=0, by=None)
+    assert one.seen == two.seen == ds.run_ids("train") and not set(one.seen) & set(ds.run_ids("test"))
+    assert res[0].n_runs == len(ds.run_ids("test")) and res[0].dataset_digest
