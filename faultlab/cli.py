@@ -658,6 +658,9 @@ def label(
 from faultlab.scoring.cli import register as _register_score  # noqa: E402
 
 _register_score(app)
+from faultlab.scoring.leaderboard.cli import register as _register_leaderboard  # noqa: E402
+
+_register_leaderboard(app)
 from faultlab.datasets.cli import register as _register_dataset  # noqa: E402
 
 _register_dataset(app)

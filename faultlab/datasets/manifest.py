@@ -32,6 +32,17 @@ def text(digests: dict[str, str]) -> str:
     return "\n".join(f"{digests[rel]}  {rel}" for rel in sorted(keep, key=PurePosixPath)) + "\n"
 
 
+def digest(root: str | Path) -> str:
+    """The dataset's identity: the sha256 (hex) of its ``MANIFEST.sha256`` file, which
+    names every file's digest, so two folders with the same files have the same
+    digest wherever they lie. Raises BadInput (field ``MANIFEST.sha256``) when it is
+    missing."""
+    p = Path(root) / NAME
+    if not p.is_file():
+        raise BadInput(f"{p} is missing", field=NAME, fix="rebuild the dataset, or restore the file")
+    return sha256(p)
+
+
 def read(root: Path) -> dict[str, str]:
     """relative path -> hex digest. Raises BadInput (field ``MANIFEST.sha256``) when
     it is missing or a line is malformed."""

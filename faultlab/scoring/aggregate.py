@@ -19,8 +19,10 @@ from faultlab.scoring.metrics import COUNT_KEYS, derive
 GROUP_METRICS = ("event_recall", "window_recall", "range_recall", "acc_at_1", "acc_at_k", "latency_median_s", "latency_p95_s")
 
 
-def _multiplicity(n_runs: int, n_boot: int, seed: int) -> np.ndarray:
-    """(n_boot, n_runs): how often each run is drawn in each resample (float counts)."""
+def multiplicity(n_runs: int, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, n_runs): how often each run is drawn in each resample (float counts).
+    The same ``seed`` gives the same resamples: a paired comparison of two detectors
+    scored on the same runs uses one matrix for both."""
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n_runs, size=(n_boot, n_runs))
     flat = (np.arange(n_boot)[:, None] * n_runs + idx).ravel()
@@ -41,7 +43,8 @@ def _wquantile(values: np.ndarray, run_of: np.ndarray, C: np.ndarray, q: float) 
     return out
 
 
-def _ci(samples: np.ndarray) -> list[float]:
+def percentile_ci(samples: np.ndarray) -> list[float]:
+    """The 2.5th..97.5th percentile of the finite ``samples`` ([nan, nan] when none is)."""
     s = np.asarray(samples, dtype=float)
     s = s[np.isfinite(s)]
     if s.size == 0:
@@ -51,7 +54,7 @@ def _ci(samples: np.ndarray) -> list[float]:
 
 
 def _with_ci(point: dict, boot: dict) -> dict:
-    return {m: {"value": float(v), "ci": _ci(boot[m]) if m in boot else [float("nan")] * 2} for m, v in point.items()}
+    return {m: {"value": float(v), "ci": percentile_ci(boot[m]) if m in boot else [float("nan")] * 2} for m, v in point.items()}
 
 
 def _group_point(g: pd.DataFrame, replay: bool) -> dict:
@@ -117,7 +120,7 @@ def summarize(stats: list[dict], *, replay: bool, k: int = 3, by: str | None = N
     if not replay:
         point["latency_median_s"] = point["latency_p95_s"] = float("nan")
     boot: dict = {}
-    C = _multiplicity(R, n_boot, seed) if R and n_boot > 0 else None
+    C = multiplicity(R, n_boot, seed) if R and n_boot > 0 else None
     if C is not None:
         SB = C @ S
         boot = derive({key: SB[:, i] for i, key in enumerate(COUNT_KEYS)}, None, k=k)

@@ -33,6 +33,8 @@ from faultlab.scoring.steparrays import shared
 
 MODES = ("offline", "replay")
 BY = ("fault_type", "source", "none")
+#: the splits a dataset is scored on (:func:`score_dataset`)
+SPLITS = ("test", "train", "all")
 
 
 @dataclass
@@ -41,7 +43,10 @@ class ScoreResult:
 
     ``metrics``: name -> ``{"value", "ci": [lo, hi]}`` (95% bootstrap over runs);
     ``by``: group -> ``{"n_labels", "metrics"}``; attribute access gives a value:
-    ``result.event_f1``. ``to_dict()`` is what ``--json`` / ``--out`` write."""
+    ``result.event_f1``. ``to_dict()`` is what ``--json`` / ``--out`` write.
+    ``dataset_digest``: the scored dataset's :func:`faultlab.datasets.manifest.digest`
+    (None for run directories). ``run_counts``: (runs, ``len(COUNT_KEYS)``) each run's
+    additive counts in run order (for a paired bootstrap; not written out)."""
 
     detector: str
     mode: str
@@ -56,6 +61,8 @@ class ScoreResult:
     params: dict = field(default_factory=dict)
     settings: dict = field(default_factory=dict)
     wall_s: float = 0.0
+    dataset_digest: str | None = None
+    run_counts: np.ndarray | None = field(default=None, repr=False)
 
     def __getattr__(self, name: str):
         m = self.__dict__.get("metrics") or {}
@@ -70,7 +77,7 @@ class ScoreResult:
     def to_dict(self) -> dict:
         return schema.json_safe({
             "detector": self.detector, "params": self.params, "mode": self.mode, "split": self.split,
-            "source": self.source, "n_runs": self.n_runs, "settings": self.settings, "metrics": self.metrics,
+            "source": self.source, "dataset_digest": self.dataset_digest, "n_runs": self.n_runs, "settings": self.settings, "metrics": self.metrics,
             "by_key": self.by_key, "by": self.by, "counts": self.counts, "per_run": self.per_run, "wall_s": self.wall_s,
             "rows": [self.row()],
         })
@@ -352,7 +359,8 @@ def score_runs(detector, runs: Iterable[RunData], *, params: dict | None = None,
     Args:
         detector: a name, ``module:Class`` or an instance; ``params`` its keyword
             arguments.
-        train_runs: given, and the detector has ``fit``, it is fitted on them first.
+        train_runs: given, and the detector has ``fit``, it is fitted on them first
+            (runs, or a callable giving a fresh iterable of runs for each fitter).
         mode: ``offline`` or ``replay`` (latency is measured only in replay).
         by: ``fault_type``, ``source`` or None/``none``: the breakdown of label-side figures.
         window_s: cell width (s) of the window-level metrics; late_s: replay tolerance
@@ -435,17 +443,19 @@ def _resolve_all(detectors) -> list[tuple[str, object, dict]]:
     return dets
 
 
-def _fit_all(dets: list, train_runs: Iterable[RunData] | None) -> None:
-    """Fit each detector that has ``fit`` on ``train_runs`` (read once: kept as a list
-    only when more than one detector fits); nothing without train runs."""
+def _fit_all(dets: list, train_runs) -> None:
+    """Fit each detector that has ``fit`` on ``train_runs``: an iterable of runs (read
+    once: kept as a list only when more than one detector fits), or a callable that
+    gives a fresh iterable (each fitter reads the runs one at a time again: memory
+    stays one run); nothing without train runs."""
     if train_runs is None:
         return
     fitters = [inst for _, inst, _ in dets if callable(getattr(inst, "fit", None))]
-    if fitters:
-        train = list(train_runs) if len(fitters) > 1 else train_runs
-        for inst in fitters:
-            with _detector_errors(inst, "fit", "the train split"):
-                inst.fit(train)
+    if fitters and not callable(train_runs) and len(fitters) > 1:
+        train_runs = list(train_runs)
+    for inst in fitters:
+        with _detector_errors(inst, "fit", "the train split"):
+            inst.fit(train_runs() if callable(train_runs) else train_runs)
 
 
 def _results(dets: list, stats: list, per_run: list, *, mode: str, by: str | None, split: str, source: str,
@@ -460,6 +470,7 @@ def _results(dets: list, stats: list, per_run: list, *, mode: str, by: str | Non
             detector=str(name), mode=mode, split=split, source=source, n_runs=summ["n_runs"], metrics=summ["metrics"],
             by_key=by, by=summ["by"], counts=summ["counts"], per_run=per_run[i], params=params, settings=settings,
             wall_s=time.perf_counter() - t_wall,
+            run_counts=np.array([[st["counts"][key] for key in COUNT_KEYS] for st in stats[i]], dtype=float).reshape(len(stats[i]), len(COUNT_KEYS)),
         ))
     return out
 
@@ -526,24 +537,28 @@ def mean_stats(draws: list[dict]) -> dict:
 
 def score_dataset(detector, dataset, split: str = "test", *, verify: bool = True, **kw):
     """Score ``detector`` (or a list of detectors: then a list of results, from one
-    pass) on a dataset folder's ``split`` (test | all). With ``test`` a detector that
-    has ``fit`` is fitted on the train split only. ``verify`` (default): first check
-    every file against the dataset's ``MANIFEST.sha256``
-    (:func:`faultlab.datasets.manifest.require_intact`); False scores it as it is.
+    pass) on a dataset folder's ``split``: ``test`` (the default: a detector that has
+    ``fit`` is fitted on the train split only), ``train`` or ``all`` (no fitting: no
+    run is left unseen to fit on). ``verify`` (default): first check every file against
+    the dataset's ``MANIFEST.sha256`` (:func:`faultlab.datasets.manifest.require_intact`);
+    False scores it as it is. Each result carries the dataset's digest.
 
     Raises BadInput for an unknown split, an unreadable dataset, or (``verify``) a
     file changed or missing since the manifest was written."""
 
     ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
-    if split not in ("test", "all"):
-        raise BadInput(f"unknown split {split!r}", field="--split", fix="test or all")
+    if split not in SPLITS:
+        raise BadInput(f"unknown split {split!r}", field="--split", fix="test, train or all")
     if verify:
         manifest.require_intact(ds.path)
-    train = ds.iter_runs("train") if split == "test" else None
-    if isinstance(detector, list):
-        return score_many(detector, ds.iter_runs(split), train_runs=train, split=split, source=str(ds.path), **kw)
-    params = kw.pop("params", None)
-    return score_many([(detector, params)], ds.iter_runs(split), train_runs=train, split=split, source=str(ds.path), **kw)[0]
+    digest = manifest.digest(ds.path) if (ds.path / manifest.NAME).is_file() else None
+    train = (lambda: ds.iter_runs("train")) if split == "test" else None
+    many = isinstance(detector, list)
+    specs = detector if many else [(detector, kw.pop("params", None))]
+    results = score_many(specs, ds.iter_runs(split), train_runs=train, split=split, source=str(ds.path), **kw)
+    for r in results:
+        r.dataset_digest = digest
+    return results if many else results[0]
 
 
 def score_table(steps: pd.DataFrame, host: pd.DataFrame | None, labels: pd.DataFrame, detector_names, *,

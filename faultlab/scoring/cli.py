@@ -85,7 +85,7 @@ def score_cmd(
     param: List[str] = typer.Option([], "--param", help="detector parameter KEY=VALUE (repeatable)"),
     dataset: Optional[Path] = typer.Option(None, "--dataset", help="a dataset folder (faultlab dataset build)"),
     run: List[Path] = typer.Option([], "--run", help="a labeled run directory (repeatable)"),
-    split: str = typer.Option("test", "--split", help="test (fit on train, score test) | all; run directories are always all"),
+    split: str = typer.Option("test", "--split", help="test (the default: fit on train, score test) | train | all (no fitting); run directories are always all"),
     mode: str = typer.Option("offline", "--mode", help="offline (whole run at once) | replay (online, a clock; measures latency)"),
     by: str = typer.Option("fault_type", "--by", help="breakdown of label-side figures: fault_type | source | none"),
     window: str = typer.Option("10s", "--window", help="cell width of the window-level metrics"),
@@ -97,6 +97,7 @@ def score_cmd(
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="a previous --out file: exit 1 if a metric dropped by more than --max-drop"),
     max_drop: float = typer.Option(0.02, "--max-drop", help="allowed drop per metric (absolute, in the metric's unit)"),
     metric: List[str] = typer.Option([], "--metric", help="metric the gate judges (repeatable; default event_f1 window_f1 window_mcc range_f1 vus_pr acc_at_1)"),
+    allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help="compare with a baseline scored on another dataset, split, mode, window, tick or parameters (refused by default, exit 2); the output says so"),
     verify: bool = typer.Option(True, "--verify/--no-verify", help="check the dataset's files against its MANIFEST.sha256 first (exit 2 naming a changed or missing file); --no-verify scores it as it is"),
 ):
     """Score a detector against labels: window, event, range-based and component
@@ -122,14 +123,18 @@ def score_cmd(
             res = score_runs(detector, iter_run_dirs(run), split="all", source=", ".join(map(str, run)), **kw)
         d = res.to_dict()
         base = gate.load_baseline(baseline) if baseline else None
+        allowed = gate.require_comparable(d, base, baseline, allow_mismatch) if base else []
         verdicts = gate.compare(d, base, max_drop, metric) if base else []
+        if base is not None:
+            d["gate"] = gate.verdict(verdicts, baseline, max_drop, allowed)
     except FaultlabError as e:
         print(f"faultlab: error: {e}", file=sys.stderr)
         raise typer.Exit(e.exit_code)
     if out_file:
+        d_out = {k: v for k, v in d.items() if k != "gate"}  # a score, the baseline of a later run: not this run's verdict
         try:  # no link followed: the folder opened from / component by component, a fresh file renamed over the name
             with safefs.open_dir_nofollow(out_file.parent, create=True) as folder:
-                folder.write_atomic(safefs.check_name(out_file.name), json.dumps(d, indent=2), 0o644)
+                folder.write_atomic(safefs.check_name(out_file.name), json.dumps(d_out, indent=2), 0o644)
         except safefs.UntrustedPath as e:
             print(f"faultlab: error: --out: {e}", file=sys.stderr)
             raise typer.Exit(2)
@@ -142,6 +147,8 @@ def score_cmd(
         print_result(d, con)
     if base is not None:
         err = Console(stderr=True, soft_wrap=True)  # one verdict per line, never folded at the terminal width
+        if allowed:
+            err.print(f"gate: compared despite a mismatch (--allow-mismatch): {'; '.join(allowed)}", markup=False, highlight=False)
         dropped = [v for v in verdicts if v.status == "dropped"]
         for v in verdicts:
             err.print(v.line(), markup=False, highlight=False)

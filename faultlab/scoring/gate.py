@@ -6,6 +6,13 @@ A metric *drops* when it got worse than the baseline's value by more than
 higher for latency and false alarms. Every metric is judged; the gate fails (exit 1)
 when any dropped and names each with both values and both 95% CIs. An improvement
 passes and says so.
+
+A baseline is compared only with a score made the same way (:func:`mismatches`): the
+same dataset (by manifest digest; run directories by their run ids), split, mode,
+window, replay tick and tolerance, Acc@k's k, VUS buffer, and, for the same detector,
+the same parameters. Anything else is refused in one line naming what differs
+(:func:`require_comparable`, exit 2) unless the caller allows the mismatch, and then
+the verdict says it was compared anyway (:func:`verdict`).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from faultlab import safefs
+from faultlab import safefs, schema
 from faultlab.errors import BadInput
 
 DEFAULT_METRICS = ("event_f1", "window_f1", "window_mcc", "range_f1", "vus_pr", "acc_at_1")
@@ -38,6 +45,79 @@ class Verdict:
             return f"[{f(c[0])}, {f(c[1])}]" if c else "[-]"
 
         return f"{self.status:8s} {self.metric}: {f(self.before)} {ci(self.ci_before)} -> {f(self.after)} {ci(self.ci_after)}"
+
+
+#: the settings two scores must share, and the modes each matters in
+SETTINGS = (("window_s", ("offline", "replay")), ("k", ("offline", "replay")), ("vus_window", ("offline", "replay")),
+            ("tick_s", ("replay",)), ("late_s", ("replay",)))
+
+
+def _dataset_of(d: dict) -> tuple[str, str]:
+    """(kind, identity) of the data a score was made on: its dataset's manifest digest,
+    else its sorted run ids (``per_run``), else its source path."""
+    if d.get("dataset_digest"):
+        return "digest", str(d["dataset_digest"])
+    ids = sorted(str(r.get("run_id")) for r in d.get("per_run") or [] if isinstance(r, dict))
+    if ids:
+        return "runs", ",".join(ids)
+    return "source", str(d.get("source", ""))
+
+
+def _show_dataset(d: dict) -> str:
+    kind, ident = _dataset_of(d)
+    name = Path(str(d.get("source") or "?")).name or "?"
+    if kind == "digest":
+        return f"{name} (manifest digest {ident[:12]})"
+    if kind == "runs":
+        return f"{len(ident.split(','))} runs of {d.get('source') or '?'}"
+    return name
+
+
+def mismatches(current: dict, baseline: dict) -> list[str]:
+    """What differs between how ``current`` and ``baseline`` (ScoreResult.to_dict()
+    forms) were scored, one phrase each (``split: baseline all, this test``); empty
+    when they are comparable. The dataset is compared by manifest digest when both
+    have one, else by run ids; the detector parameters only when both name the same
+    detector (the gate compares a detector with another one too)."""
+    out = []
+    if _dataset_of(current)[0] == _dataset_of(baseline)[0] and _dataset_of(current) != _dataset_of(baseline):
+        out.append(f"dataset: baseline {_show_dataset(baseline)}, this {_show_dataset(current)}")
+    elif _dataset_of(current)[0] != _dataset_of(baseline)[0]:
+        out.append(f"dataset: baseline {_show_dataset(baseline)}, this {_show_dataset(current)} (not comparable by the same key)")
+    for key in ("split", "mode"):
+        if baseline.get(key) != current.get(key):
+            out.append(f"{key}: baseline {baseline.get(key)}, this {current.get(key)}")
+    bs, cs = baseline.get("settings") or {}, current.get("settings") or {}
+    for key, modes in SETTINGS:
+        if current.get("mode") in modes and bs.get(key) != cs.get(key):
+            out.append(f"{key}: baseline {bs.get(key, 'not recorded')}, this {cs.get(key)}")
+    if baseline.get("detector") == current.get("detector") and (baseline.get("params") or {}) != (current.get("params") or {}):
+        out.append(f"{current.get('detector')} parameters: baseline {baseline.get('params') or {}}, this {current.get('params') or {}}")
+    return out
+
+
+def require_comparable(current: dict, baseline: dict, path, allow: bool = False) -> list[str]:
+    """The :func:`mismatches` of ``current`` against the baseline file ``path``.
+
+    Raises BadInput (exit 2, field ``--baseline``) naming each mismatch in one line,
+    unless ``allow``: then returns them (the caller says it compared anyway)."""
+    found = mismatches(current, baseline)
+    if found and not allow:
+        raise BadInput(f"{path} was scored differently: {'; '.join(found)}", field="--baseline",
+                       fix="score the baseline again with the same settings, or pass --allow-mismatch to compare anyway")
+    return found
+
+
+def verdict(verdicts: list, baseline_path, max_drop: float, allowed: list[str]) -> dict:
+    """The gate's outcome as ``--json`` carries it: ``verdict`` (passed | failed),
+    ``baseline``, ``max_drop``, ``mismatches_allowed`` (what differed and was compared
+    anyway) and per metric its ``status``, ``before``, ``after``, ``ci_before``,
+    ``ci_after``."""
+    failed = any(v.status == "dropped" for v in verdicts)
+    return schema.json_safe({"verdict": "failed" if failed else "passed", "baseline": str(baseline_path), "max_drop": max_drop,
+            "mismatches_allowed": list(allowed),
+            "metrics": [{"metric": v.metric, "status": v.status, "before": v.before, "after": v.after,
+                         "ci_before": v.ci_before, "ci_after": v.ci_after} for v in verdicts]})
 
 
 def load_baseline(path: str | Path) -> dict:

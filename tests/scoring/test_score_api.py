@@ -308,12 +308,16 @@ def test_gate_fails_on_a_worse_threshold_passes_on_itself_and_on_improvement(run
     assert fl("score", "--detector", "peer-median", *args, "--out", good, "--boot", "200").returncode == 0
     # a threshold far too high misses the 3x stragglers
     assert fl("score", "--detector", "peer-median", "--param", "threshold=4", *args, "--out", bad, "--boot", "200").returncode == 0
+    # other parameters of the same detector: refused unless the mismatch is allowed, then said
     p = fl("score", "--detector", "peer-median", "--param", "threshold=4", *args, "--baseline", good, "--boot", "200")
+    assert p.returncode == 2 and "peer-median parameters" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    p = fl("score", "--detector", "peer-median", "--param", "threshold=4", *args, "--baseline", good, "--boot", "200", "--allow-mismatch")
     assert p.returncode == 1
     assert "gate FAILED" in p.stderr and "dropped  event_f1" in p.stderr and "[" in p.stderr  # each metric with its CI
+    assert "compared despite a mismatch" in p.stderr and "threshold" in p.stderr
     p = fl("score", "--detector", "peer-median", *args, "--baseline", good, "--boot", "200")
     assert p.returncode == 0 and "gate passed" in p.stderr
-    p = fl("score", "--detector", "peer-median", *args, "--baseline", bad, "--boot", "200", "--metric", "event_f1")
+    p = fl("score", "--detector", "peer-median", *args, "--baseline", bad, "--boot", "200", "--metric", "event_f1", "--allow-mismatch")
     assert p.returncode == 0 and "improved: event_f1" in p.stderr
     p = fl("score", "--detector", "peer-median", *args, "--baseline", tmp_path / "nope.json")
     assert p.returncode == 2 and "--baseline" in p.stderr

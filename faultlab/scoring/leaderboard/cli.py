@@ -1,0 +1,87 @@
+"""``faultlab leaderboard``: rank every detector on every dataset, or re-score a
+submitted scores file (``--verify``); registered in faultlab/cli.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from faultlab import safefs
+from faultlab.errors import BadInput, FaultlabError
+
+# Lazy imports: the CLI imports this module to register the command; scoring (numpy,
+# pandas) and the page (matplotlib, jinja2) are imported inside it, so
+# ``faultlab --help`` stays fast.
+
+OUT_FILES = ("leaderboard.md", "leaderboard.json", "leaderboard.html")
+
+
+def _write(out: Path, texts: dict[str, str]) -> None:
+    """Write each ``name -> text`` into the folder ``out`` (made; no link followed on
+    any component; each file atomically). Raises BadInput (``--out``) when it cannot."""
+    try:
+        with safefs.open_dir_nofollow(out, create=True) as folder:
+            for name, text in texts.items():
+                folder.write_atomic(name, text, 0o644)
+    except safefs.UntrustedPath as e:
+        raise BadInput(str(e), field="--out", fix="give a folder with no symlink on its path") from None
+    except OSError as e:
+        raise BadInput(f"cannot write into {out} ({e.strerror or e})", field="--out", fix="give a writable folder") from None
+
+
+def leaderboard_cmd(
+    dataset: List[Path] = typer.Option([], "--dataset", help="a dataset folder (repeatable); with --verify, where to find a dataset the file names"),
+    detector: List[str] = typer.Option([], "--detector", help="a detector to rank (repeatable; default: every built-in and installed one)"),
+    mode: str = typer.Option("offline", "--mode", help="offline (whole run at once) | replay (online, a clock; measures latency)"),
+    split: str = typer.Option("test", "--split", help="test (the default, as faultlab score: fit on train, score test) | train | all (no fitting)"),
+    window: str = typer.Option("10s", "--window", help="cell width of the window-level metrics"),
+    tick: str = typer.Option("1s", "--tick", help="replay clock step"),
+    boot: int = typer.Option(1000, "--boot", min=0, help="bootstrap resamples for the CIs and the paired comparison (0: none)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the bootstrap"),
+    out: Optional[Path] = typer.Option(None, "--out", help="folder to write leaderboard.md, leaderboard.json (the scores file) and leaderboard.html into"),
+    as_json: bool = typer.Option(False, "--json", help="print leaderboard.json instead of the tables"),
+    brief: bool = typer.Option(False, "--brief", help="print one short table of every dataset (window MCC, the paired mark, event F1), as in the README"),
+    verify: Optional[Path] = typer.Option(None, "--verify", help="a submitted leaderboard.json: re-score it with its own detectors and settings (the other options are not used); exit 1 naming the first number that differs"),
+):
+    """Rank detectors on datasets: window MCC (ranks), event F1, VUS-PR, Acc@1,
+    latency (replay) and false alarms per component-hour, each with its 95% CI; a
+    paired bootstrap over runs marks each row better than the next or not."""
+    from faultlab.scoring.leaderboard import compute, render, verify as verifying
+    from faultlab.units import parse_duration
+
+    try:
+        if verify is not None:
+            if detector or out is not None or as_json or brief:
+                raise BadInput("--verify re-scores the file with its own detectors and settings", field="--verify",
+                               fix="give --verify FILE alone, or with --dataset DIR to find a dataset it names")
+            boards = verifying.verify(verify, dataset)
+            print(f"{verify}: reproduced: {sum(len(b.rows) for b in boards)} rows on {', '.join(b.name for b in boards)}, every number the same")
+            return
+        if not dataset:
+            raise BadInput("give at least one --dataset DIR", field="--dataset", fix="e.g. --dataset datasets/faultlab-hw-v1")
+        window_s, tick_s = parse_duration(window, "--window"), parse_duration(tick, "--tick")
+
+        def progress(db):
+            print(f"{db.name}: {db.n_runs} runs, {len(db.rows)} detectors scored in {db.wall_s:.1f} s", file=sys.stderr, flush=True)
+
+        board = compute.build(dataset, detector or None, on_dataset=progress, mode=mode, split=split, window_s=window_s,
+                              tick_s=tick_s, n_boot=boot, seed=seed)
+        md, js = render.markdown(board), render.to_json(board)
+        if out is not None:
+            from faultlab.scoring.leaderboard.html import html  # lazy: matplotlib only when a page is written
+
+            _write(out, {"leaderboard.md": "# faultlab leaderboard\n\n" + md, "leaderboard.json": js, "leaderboard.html": html(board)})
+    except FaultlabError as e:
+        print(f"faultlab: error: {e}", file=sys.stderr)
+        raise typer.Exit(e.exit_code)
+    print(js if as_json else render.brief_markdown(board) if brief else md)
+    if out is not None:
+        print(f"wrote {', '.join(str(out / n) for n in OUT_FILES)}", file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``leaderboard`` to the faultlab CLI."""
+    app.command("leaderboard")(leaderboard_cmd)

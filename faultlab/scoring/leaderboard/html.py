@@ -1,0 +1,68 @@
+"""leaderboard.html: one self-contained page (jinja2 template, inline CSS, plots as
+SVG ``data:`` URIs, no script, nothing loaded from the network): per dataset its table
+(:mod:`.render`'s cells and marks) and a plot of each detector's window MCC and event
+F1 with their 95% CIs, so overlapping intervals are seen at a glance.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+
+import jinja2
+import matplotlib
+
+matplotlib.use("Agg")  # no display: the page is rendered headless
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from faultlab.scoring.leaderboard.compute import Board, DatasetBoard  # noqa: E402
+from faultlab.scoring.leaderboard.render import LEGEND, row_cells, dataset_title, header  # noqa: E402
+
+#: (metric, axis title) of each panel of a dataset's plot
+PLOTTED = (("window_mcc", "window MCC (ranks)"), ("event_f1", "event F1"))
+
+
+def _svg_uri(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def ci_plot(db: DatasetBoard) -> str:
+    """The SVG (data URI) of one dataset: per panel of :data:`PLOTTED`, each detector
+    (rank order, best on top) as its value and 95% CI bar; a detector whose figure is
+    undefined is left out of that panel."""
+    n = len(db.rows)
+    fig, axes = plt.subplots(1, len(PLOTTED), figsize=(4.2 * len(PLOTTED), 0.35 * n + 1.0), sharey=True, squeeze=False)
+    ys = list(range(n))[::-1]
+    for ax, (key, title) in zip(axes[0], PLOTTED):
+        for y, r in zip(ys, db.rows):
+            m = r.metrics.get(key) or {}
+            v, ci = m.get("value"), m.get("ci") or [None, None]
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                continue
+            lo = v if ci[0] is None or math.isnan(ci[0]) else ci[0]
+            hi = v if ci[1] is None or math.isnan(ci[1]) else ci[1]
+            ax.errorbar([v], [y], xerr=[[v - lo], [hi - v]], fmt="o", color="#555" if r.detector in ("random", "constant") else "#1f5f8b",
+                        capsize=3, ms=4)
+        ax.axvline(0.0, color="#aaa", lw=0.8)
+        ax.set_title(title, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(ys, [r.label for r in db.rows], fontsize=8)
+    return _svg_uri(fig)
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.PackageLoader("faultlab.scoring.leaderboard", "templates"),
+                              autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
+
+
+def html(board: Board) -> str:
+    """The page's HTML text (every value another party chose, such as a plugin's name,
+    is escaped by the template)."""
+    sets = [{"title": dataset_title(db, board.settings), "digest": db.digest or "-", "header": header(),
+             "rows": [[str(r.rank), r.label] + row_cells(r) for r in db.rows], "plot": ci_plot(db)} for db in board.datasets]
+    return _env().get_template("leaderboard.html.j2").render(legend=LEGEND, settings=board.settings, datasets=sets)
