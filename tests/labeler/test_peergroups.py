@@ -16,6 +16,7 @@ from faultlab.labeler.grid import StepGrid
 from faultlab.labeler.importers import import_path, label_long_components
 from faultlab.labeler.peergroups import read_mapping, split_levels
 from faultlab.rundir import RunDir
+from tests.helpers import fl, one_line_error
 from tests.labeler.test_importers import PUBLIC
 from tests.labeler.test_labeler import simulate
 
@@ -125,6 +126,13 @@ def test_label_run_records_the_groups_and_the_cli_prints_them(tmp_path):
     label_run(rd.path)
     g = json.loads((rd.path / "whatif.json").read_text())["peer_groups"]
     assert [x["size"] for x in g] == [4, 4] and 1.9 < g[1]["vs_fastest"] < 2.1 and g[0]["source"] == "discovered"
+    (tmp_path / "m.json").write_text(json.dumps({str(r): "a" if r < 4 else "b" for r in range(8)}))
+    cp = fl("label", str(rd.path), "--peer-groups", str(tmp_path / "m.json"))
+    assert cp.returncode == 0, cp.stderr
+    assert "peer group a (mapping, 4): 1.00x the fastest; rank:0, rank:1, rank:2, rank:3" in cp.stdout
+    assert "peer group b (mapping, 4): 2.0" in cp.stdout
+    (tmp_path / "none.json").write_text(json.dumps({"rank:99": "a"}))
+    one_line_error(fl("label", str(rd.path), "--peer-groups", str(tmp_path / "none.json")), "--peer-groups")
     (tmp_path / "m.csv").write_text("component,group\nrank:0,a\nrank:1,b\n")
     assert read_mapping(tmp_path / "m.csv") == {"rank:0": "a", "rank:1": "b"}
     (tmp_path / "m.json").write_text("[1, 2]")
