@@ -19,18 +19,22 @@ Discovery (:func:`split_levels`): each rank's *level* is the
 median of its local time (``compute_s + dataloader_s``; a long input's value) over the
 calmest stretch (:func:`calm_rows`: the block of ``temporal_window_steps`` steps in
 which the ranks, each against its own median over the run, are fastest together: a
-rank's temporary slowness, a fault, lies outside it). The sorted levels are cut at
-each gap ``lo -> hi`` between neighbours that
+rank's temporary slowness, a fault, lies outside it). On the log of the levels
+(hardware differences are ratios), the sorted levels are cut at each gap between
+neighbours that
 
-- is *far beyond the spread within the two sides*: ``(hi - lo) / sigma >=
-  group_gap_sigmas`` (6), ``sigma`` the pooled MAD-sigma of the levels about their own
-  side's median (1.4826 x the median of the absolute deviations of both sides
-  together), and at least the noise of one level: how far a rank's level wanders
-  against the job's over the run (:func:`level_wander`; with 2 + 2 ranks the spread
-  of four levels alone is no estimate);
-- is *large enough to matter*: ``hi / lo >= group_min_gap`` (1.05); with very long
-  runs the levels of identical ranks are so precise that a 1% difference of two
-  hosts would pass the first test alone;
+- is *large enough to matter*: a ratio of at least ``group_min_gap`` (1.05); with
+  very long runs the levels of identical ranks are so precise that a 1% difference
+  of two hosts would pass the next test alone;
+- is *far beyond the spread within the sides*: at least ``group_gap_sigmas`` (6)
+  x ``sigma``, the pooled MAD-sigma of the log levels about their own side's median
+  (1.4826 x the median of the absolute deviations of all sides together), and at
+  least the noise of one level: how far a rank's level wanders against the job's
+  over the run (:func:`level_wander`); or, for a ratio of at least
+  ``peer_threshold`` (1.3: a difference the peer view would flag as a straggler),
+  ``mad_k`` (4) x ``sigma``, the labeler's noise multiple for one flag: with 2 + 2
+  ranks on a busy host two ranks of one kind can differ by 20%, and four levels
+  give a poor ``sigma``;
 - leaves *at least two ranks on each side*: one rank unlike all the others is the
   persistent straggler the peer view is there to see, never a group of its own.
 
@@ -39,8 +43,8 @@ dropped until every cut left passes. A job of identical ranks stays one group, a
 its labels are those of the labeler without this module.
 
 The same rule then runs on the dataloader part of the local time within each group
-(the gap in seconds of dataloader time measured against the lower side's local
-time): two roles with the same step time, one waiting on its loader and one
+(as a fraction of the group's typical local time, the steps ``group_min_gap - 1``
+and ``peer_threshold - 1``): two roles with the same step time, one waiting on its loader and one
 computing, are different kinds of peers. ``comm_s`` is not used: in synchronous
 training it is the wait for the slowest, the mirror of local time, not a property of
 the rank.
@@ -163,37 +167,41 @@ def level_wander(X: np.ndarray, window: int) -> float:
 MIN_BLOCK = 5
 
 
-def split_levels(values: np.ndarray, ref: np.ndarray, *, sigmas: float, min_gap: float,
-                 floor: float = 0.0) -> np.ndarray:
+def split_levels(values: np.ndarray, *, sigmas: float, min_step: float, floor: float = 0.0,
+                 wide: tuple[float, float] | None = None) -> np.ndarray:
     """(n,) int group index (0 = lowest values) of ``values`` (n,) by the rule of the
-    module docstring.
+    module docstring, in relative units (the log of a level; a part of the local time
+    as a fraction of it).
 
-    Candidate cuts are the gaps between sorted neighbours ``lo < hi`` with ``(hi -
-    lo) / ref_lo >= min_gap - 1`` (``ref_lo`` the ``ref`` of the ``lo`` value: the
-    value itself for a level, its local time for a part of it). Then, until nothing
-    changes: a side of one value loses the smaller of its cuts (no group of one);
-    ``sigma`` is the pooled MAD-sigma of the values about their own side's median (at
-    least ``floor``, in the unit of ``values``); a cut whose gap is under ``sigmas``
-    x ``sigma`` is dropped. Dropping a cut only merges sides, so ``sigma`` never
-    shrinks and the loop ends. Pooling over the finest sides (not two halves) keeps
-    equally spaced groups (four pipeline stages) from inflating each other's spread.
-    NaN values join group 0 (the caller places them)."""
+    Candidate cuts are the gaps between sorted neighbours of at least ``min_step``.
+    Then, until nothing changes: a side of one value loses the smaller of its cuts (no
+    group of one); ``sigma`` is the pooled MAD-sigma of the values about their own
+    side's median, at least ``floor``; a cut stays when its gap is at least
+    ``sigmas`` x ``sigma``, or, with ``wide = (step, k)``, at least ``step`` and
+    ``k`` x ``sigma``. Dropping a cut only merges sides, so ``sigma`` never shrinks
+    and the loop ends. Pooling over the finest sides (not two halves) keeps equally
+    spaced groups (four pipeline stages) from inflating each other's spread. NaN
+    values join group 0 (the caller places them)."""
     values = np.asarray(values, dtype=np.float64)
-    ref = np.asarray(ref, dtype=np.float64)
     out = np.zeros(values.size, dtype=np.int64)
-    ok = np.flatnonzero(np.isfinite(values) & np.isfinite(ref))
+    ok = np.flatnonzero(np.isfinite(values))
     order = ok[np.argsort(values[ok], kind="stable")]
-    v, r = values[order], ref[order]
+    v = values[order]
     n = v.size
     floor = float(floor) if np.isfinite(floor) else 0.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cuts = [c for c in range(1, n) if r[c - 1] > 0 and (v[c] - v[c - 1]) / r[c - 1] >= min_gap - 1.0]
+    cuts = [c for c in range(1, n) if v[c] - v[c - 1] >= min_step]
     while True:
         cuts = _no_group_of_one(v, cuts)
         edges = [0, *cuts, n]
         dev = np.concatenate([np.abs(v[a:b] - median(v[a:b])) for a, b in zip(edges[:-1], edges[1:])]) if n else v
         sigma = max(MAD_TO_SIGMA * median(dev) if dev.size else 0.0, floor)
-        keep = [c for c in cuts if sigma <= 0 or (v[c] - v[c - 1]) / sigma >= sigmas]
+
+        def passes(gap: float) -> bool:
+            if sigma <= 0:
+                return True
+            return gap >= sigmas * sigma or (wide is not None and gap >= wide[0] and gap >= wide[1] * sigma)
+
+        keep = [c for c in cuts if passes(v[c] - v[c - 1])]
         if keep == cuts:
             break
         cuts = keep
@@ -220,15 +228,17 @@ def _no_group_of_one(v: np.ndarray, cuts: list[int]) -> list[int]:
         cuts.remove(c)
 
 
-def discover(X: np.ndarray, declared: np.ndarray, *, window: int, sigmas: float, min_gap: float,
+def discover(X: np.ndarray, declared: np.ndarray, config, *,
              part: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
     """Discovered groups within each declared group: ``(groups, level, calm)``.
 
     Args:
         X: ``(S, C)`` local time per step (row) and rank (column), NaN = no value.
         declared: (C,) the declared group of each column.
-        window: the calm stretch's length (rows).
-        sigmas, min_gap: the cut's two tests (see :func:`split_levels`).
+        config: a :class:`faultlab.labeler.LabelerConfig`: ``temporal_window_steps``
+            (the calm stretch's length), ``group_gap_sigmas`` and ``group_min_gap``
+            (a cut), ``peer_threshold`` and ``mad_k`` (a wide cut; see
+            :func:`split_levels` and the module docstring).
         part: ``(S, C)`` the dataloader part of ``X``, or None.
 
     Returns:
@@ -236,6 +246,7 @@ def discover(X: np.ndarray, declared: np.ndarray, *, window: int, sigmas: float,
         group ``NAME`` is cut; ``NAME`` where not), (C,) levels, the calm rows.
     """
     declared = np.asarray([str(g) for g in declared], dtype=object)
+    window = int(config.temporal_window_steps)
     i0, i1 = calm_rows(X, window)
     level, _ = nanmedian(X[i0 : i1 + 1], axis=0) if X.shape[0] else (np.full(X.shape[1], np.nan), None)
     run_level, _ = nanmedian(X, axis=0) if X.shape[0] else (np.full(X.shape[1], np.nan), None)
@@ -243,14 +254,20 @@ def discover(X: np.ndarray, declared: np.ndarray, *, window: int, sigmas: float,
     groups = declared.copy()
     for name in sorted(set(declared.tolist())):
         cols = np.flatnonzero(declared == name)
-        floor = level_wander(X[:, cols], window) * median(level[cols])  # the noise of a level (s)
-        idx = split_levels(level[cols], level[cols], sigmas=sigmas, min_gap=min_gap, floor=floor)
+        wander = level_wander(X[:, cols], window)  # the noise of a level, relative
+        with np.errstate(invalid="ignore", divide="ignore"):
+            logs = np.where(level[cols] > 0, np.log(level[cols]), np.nan)
+        idx = split_levels(logs, sigmas=float(config.group_gap_sigmas), min_step=float(np.log(config.group_min_gap)),
+                           floor=wander, wide=(float(np.log(config.peer_threshold)), float(config.mad_k)))
         if part_level is not None:  # the same rule on the loader's part, within each group
             sub = np.zeros_like(idx)
             nxt = 0
             for k in range(int(idx.max()) + 1 if idx.size else 0):
                 m = idx == k
-                s = split_levels(part_level[cols[m]], level[cols[m]], sigmas=sigmas, min_gap=min_gap, floor=floor)
+                scale = median(level[cols[m]])
+                frac = part_level[cols[m]] / scale if scale > 0 else np.full(int(m.sum()), np.nan)
+                s = split_levels(frac, sigmas=float(config.group_gap_sigmas), min_step=float(config.group_min_gap) - 1.0,
+                                 floor=wander, wide=(float(config.peer_threshold) - 1.0, float(config.mad_k)))
                 sub[m] = nxt + s
                 nxt += int(s.max()) + 1 if s.size else 0
             idx = sub
@@ -321,8 +338,7 @@ def assign_groups(X: np.ndarray, names, declared, config, *, mapping: dict | Non
         i0, i1 = calm_rows(X, window)
         level = nanmedian(X[i0 : i1 + 1], axis=0)[0] if X.shape[0] else np.full(len(names), np.nan)
         return PeerGroups(declared, "declared", level, (i0, i1), declared)
-    groups, level, calm = discover(X, declared, window=window, sigmas=float(config.group_gap_sigmas),
-                                   min_gap=float(config.group_min_gap), part=part)
+    groups, level, calm = discover(X, declared, config, part=part)
     src = "discovered" if len(set(groups.tolist())) > 1 else "one"
     return PeerGroups(groups, src, level, calm, declared)
 

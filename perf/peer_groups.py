@@ -7,9 +7,10 @@ For every run of the published datasets (``datasets/*/``) and every PAI mini-bat
 (``DIR/alibaba-pai-minibatch``, default ``$FAULTLAB_PUBLIC_DATA`` or
 ``../shared/datasets/public``): the groups :func:`faultlab.labeler.peergroups.discover`
 finds with the defaults, and the *critical* ``group_gap_sigmas``: the largest value at
-which the job would still be cut (found by bisection with the rule itself; 0 when no
-gap passes ``group_min_gap`` at all). A job whose critical value is under the default
-(6) stays one group. For the published runs it also labels each run with this
+which the job would still be cut (found by bisection with the rule itself, the wide
+cut at ``peer_threshold`` and ``mad_k`` as in the defaults; 0 when no gap passes
+``group_min_gap`` at all). A job whose critical value is under the default (6)
+stays one group unless a wide cut holds (then it reads 1000). For the published runs it also labels each run with this
 checkout and says whether the labels equal the stored ones (a job of one group must
 label as before).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +39,7 @@ def critical_sigmas(X: np.ndarray, cfg: LabelerConfig) -> float:
     decl = np.array(["g"] * X.shape[1], dtype=object)
 
     def cut(k: float) -> bool:
-        g, _, _ = discover(X, decl, window=cfg.temporal_window_steps, sigmas=k, min_gap=cfg.group_min_gap)
+        g, _, _ = discover(X, decl, replace(cfg, group_gap_sigmas=k))
         return len(set(g.tolist())) > 1
 
     if not cut(0.0):
@@ -83,8 +85,7 @@ def main() -> None:
     for f in sorted(pai.glob("job_*_norm.csv")) if pai.is_dir() else []:
         df = pd.read_csv(f)
         X = df.pivot_table(index="time", columns="worker", values="batch_time_norm").to_numpy(np.float64)
-        g, lv, calm = discover(X, np.array(["job"] * X.shape[1], dtype=object), window=cfg.temporal_window_steps,
-                               sigmas=cfg.group_gap_sigmas, min_gap=cfg.group_min_gap)
+        g, lv, calm = discover(X, np.array(["job"] * X.shape[1], dtype=object), cfg)
         groups = {k: [j for j in range(X.shape[1]) if g[j] == k] for k in sorted(set(g.tolist()))}
         print(f"PAI {f.stem}: critical group_gap_sigmas {critical_sigmas(X, cfg):.2f}; calm samples {calm[0]}-{calm[1]}; "
               f"groups (worker columns) {groups}")

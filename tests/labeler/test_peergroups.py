@@ -101,18 +101,22 @@ def test_declared_groups_and_a_mapping_win_and_a_lone_rank_says_so(tmp_path):
 
 
 def test_split_levels_rule():
-    """The cut: far beyond the spread within the sides, at least group_min_gap, two
-    values a side; never a group of one."""
+    """The cut, on log levels: far beyond the spread within the sides, at least
+    group_min_gap; a gap of peer_threshold or more at mad_k sigmas; two values a
+    side, never a group of one."""
     cfg = LabelerConfig()
-    kw = dict(sigmas=cfg.group_gap_sigmas, min_gap=cfg.group_min_gap)
-    lv = np.array([1.0, 1.01, 0.99, 1.0, 2.0, 2.02, 1.98])
-    assert split_levels(lv, lv, **kw).tolist() == [0, 0, 0, 0, 1, 1, 1]
-    one = np.array([1.0, 1.01, 0.99, 1.0, 1.0, 3.0])  # one rank far off: no group of one
-    assert split_levels(one, one, **kw).tolist() == [0] * 6
-    small = np.array([1.0, 1.001, 1.03, 1.031])  # precise levels, 3% apart: under group_min_gap
-    assert split_levels(small, small, **kw).tolist() == [0] * 4
-    spread = np.linspace(1.0, 1.4, 10)  # a continuum: no gap far beyond the spread
-    assert split_levels(spread, spread, **kw).tolist() == [0] * 10
+
+    def cut(levels):
+        return split_levels(np.log(levels), sigmas=cfg.group_gap_sigmas, min_step=np.log(cfg.group_min_gap),
+                            wide=(np.log(cfg.peer_threshold), cfg.mad_k)).tolist()
+
+    assert cut([1.0, 1.01, 0.99, 1.0, 2.0, 2.02, 1.98]) == [0, 0, 0, 0, 1, 1, 1]
+    assert cut([1.0, 1.01, 0.99, 1.0, 1.0, 3.0]) == [0] * 6  # one rank far off: no group of one
+    assert cut([1.0, 1.001, 1.03, 1.031]) == [0] * 4  # precise levels, 3% apart: under group_min_gap
+    assert cut(np.linspace(1.0, 1.4, 10)) == [0] * 10  # a continuum: no gap far beyond the spread
+    # 2 + 2 ranks 20% apart within each kind: 1.15x apart is no group, 1.9x is
+    assert cut([1.0, 1.2, 1.38, 1.65]) == [0] * 4
+    assert cut([1.0, 1.2, 2.28, 2.74]) == [0, 0, 1, 1]
 
 
 def test_label_run_records_the_groups_and_the_cli_prints_them(tmp_path):
