@@ -41,11 +41,13 @@ class LabelerConfig:
             (see :func:`faultlab.labeler.intermittent.intermittent`). 3.5.
         job_wide_fault_types: fault types whose effect is job-wide (they match the
             ``job`` label, not a rank). ("nic-slow",).
-        group_gap_sigmas: peer groups are discovered by cutting the sorted ranks'
-            typical local times only at a gap at least this many pooled MAD-sigmas of
-            the levels within the two sides (:mod:`faultlab.labeler.peergroups`). 6.0.
-        group_min_gap: ... and at least this ratio of the upper level to the lower
-            (a difference that matters to a peer view). 1.05.
+        group_gap_sigmas: peer groups are discovered by cutting the ranks' sorted
+            log typical local times only at a gap of at least this many pooled
+            MAD-sigmas of the levels within the sides (or, for a gap of
+            ``peer_threshold`` or more, ``mad_k`` of them; see
+            :mod:`faultlab.labeler.peergroups`). 6.0.
+        group_min_gap: ... and of at least this ratio of the upper level to the
+            lower (a difference that matters to a peer view). 1.05.
     """
 
     temporal_window_steps: int = 50
