@@ -9,7 +9,7 @@ Run one process per rank::
         [--agent-dir DIR|none] [--no-telemetry] [--flush-s 0.5]
         [--seq-len-tokens N [--seq-len-sigma S] [--seqs-per-rank K] [--rebalance]]
         [--gc-mode off|uncoordinated|planned [--gc-every N] [--gc-garbage-mb MB]]
-        [--data-dir DIR [--checkpoint-every N]]
+        [--data-dir DIR [--checkpoint-every N]] [--compute-repeat N]
 
 The model is a 256-HIDDEN-256 MLP trained with SGD on synthetic data (a fixed pool
 of batches per rank, targets from a fixed random teacher shared by all ranks).
@@ -164,7 +164,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=64, help="samples per rank per step (ignored with --seq-len-tokens)")
     p.add_argument("--data-dir", default=None, help="disk-backed data path: the rank's batches are shards read from disk each step (dataloader_s), under DIR/RUN_ID/rankR/")
     p.add_argument("--checkpoint-every", type=int, default=0, help="with --data-dir: write a checkpoint every N steps (O_DIRECT + fsync; counted in compute_s); 0: never")
+    p.add_argument("--compute-repeat", type=int, default=1, help="forward + backward N times a step, each on 1/N of the loss (the same mean gradient): a rank N times slower by design, an older hardware generation")
     a = p.parse_args(argv)
+    if not 1 <= a.compute_repeat <= 16:
+        p.error("--compute-repeat must be in 1..16")
     if a.checkpoint_every < 0:
         p.error("--checkpoint-every must be >= 0")
     if a.data_dir is not None and a.seq_len_tokens is not None:
@@ -288,12 +291,15 @@ class DdpRank:
 
     def _backward(self, step: int, x, y, weight) -> None:
         """The ``--gc-mode`` garbage, forward, backward (loss × ``weight`` when not
-        None), and the gradients copied into the buffer."""
+        None; ``--compute-repeat`` times, each on that share of the loss), and the
+        gradients copied into the buffer."""
         if self.gc_knob is not None:
             self.gc_knob.step(step)
         self.model.zero_grad(set_to_none=False)
-        self.loss = self.loss_fn(self.model(x), y)  # printed at the end: the rank's unweighted loss
-        (self.loss * weight if weight is not None else self.loss).backward()
+        k = self.a.compute_repeat  # N passes on 1/N of the loss: the same gradient, N times the work
+        for _ in range(k):
+            self.loss = self.loss_fn(self.model(x), y)  # printed at the end: the rank's unweighted loss
+            ((self.loss * weight if weight is not None else self.loss) / k).backward()
         for p, v in self.views:
             v.copy_(p.grad.reshape(-1))
 

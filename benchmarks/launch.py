@@ -110,6 +110,7 @@ def launch_ranks(
     peer_group: str | None = None,
     env: dict | None = None,
     module: str = "faultlab.benchmarks.ddp",
+    rank_args: dict[int, Sequence[str]] | None = None,
 ) -> list[RankProc]:
     """Start one rank of the workload ``module`` per ``(node, rank)`` placement.
 
@@ -120,7 +121,9 @@ def launch_ranks(
 
     ``duration_s``: training time in seconds (None: leave it to ``extra_args``, e.g.
     ``["--steps", "40"]``; with neither, a rank trains 60 s). ``extra_args`` are
-    appended to every rank's argv (``--hidden``, ``--batch``, ``--threads``, ...).
+    appended to every rank's argv (``--hidden``, ``--batch``, ``--threads``, ...);
+    ``rank_args`` ``{rank: argv}`` after them to that rank's alone (a node group's
+    ``--compute-repeat`` and ``--peer-group``: the last of a flag wins).
     ``world_size`` defaults to ``len(placements)``. Each rank's stdout and stderr go
     to ``log_dir/rank{R}.log``; telemetry to ``telemetry_dir/steps-rank{R}.jsonl``.
     ``master_addr``/``master_port``: where rank 0 listens (rank 0 must be placed on
@@ -173,6 +176,7 @@ def launch_ranks(
             if ifaces[key]:
                 argv += ["--iface", ifaces[key]]
             argv += [str(x) for x in extra_args]
+            argv += [str(x) for x in (rank_args or {}).get(rank, ())]
             log_path = log_dir / f"rank{rank}.log"
             with open(log_path, "ab") as log:
                 popen = node.spawn_workload(argv, env=run_env, stdout=log, stderr=subprocess.STDOUT)

@@ -589,15 +589,25 @@ def label(
     run_dir: Path = typer.Argument(..., metavar="PATH", help="a run directory; with --import, the file or dataset folder to import"),
     import_format: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="import public fail-slow data instead: long | perseus | straggler-trace"),
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="with --import: folder for labels.parquet (and whatif.json, components.parquet)"),
+    peer_groups_file: Optional[Path] = typer.Option(None, "--peer-groups", metavar="FILE", help="the ranks' peer groups: a JSON object or a CSV component,group (a run directory, or --import long | pai-minibatch); default: declared, else discovered"),
 ):
     """Label a run directory (writes labels.parquet and whatif.json there), or import
     public data: --import FORMAT PATH --out DIR writes DIR/labels.parquet (and
     DIR/whatif.json where a what-if slowdown applies, DIR/components.parquet where the
-    format judges whole components: long).
+    format judges whole components: long). Prints the peer groups the peer view used
+    (--peer-groups FILE, else the declared ones, else discovered).
 
     Outputs are written all or nothing. Bad input (a folder that is no run directory, an
     unreadable or malformed file or column) and an unwritable output folder are one
     line, exit 2."""
+    mapping = None
+    if peer_groups_file is not None:
+        from faultlab.labeler.peergroups import read_mapping
+
+        try:
+            mapping = read_mapping(peer_groups_file)
+        except FaultlabError as e:
+            _fail(e)
     if import_format is None:
         from faultlab.labeler import label_run
 
@@ -607,20 +617,28 @@ def label(
             what = "is not a directory" if run_dir.exists() else "does not exist"
             _fail(BadInput(f"{run_dir} {what}", field="PATH", fix="give a run directory, or --import FORMAT PATH --out DIR for public data"))
         try:
-            labels = label_run(run_dir)
+            labels = label_run(run_dir, peer_groups=mapping)
         except FaultlabError as e:
             _fail(e)
         except OSError as e:  # labels.parquet and whatif.json are then both as before
             _fail(BadInput(f"cannot write {e.filename or run_dir}: {e.strerror or e}", field="PATH",
                            fix="check the folder's permissions and free space; nothing half-written is left"))
         out.print(f"{len(labels)} label(s) -> {run_dir / 'labels.parquet'}")
+        try:
+            groups = json.loads((run_dir / "whatif.json").read_text()).get("peer_groups") or []
+        except (OSError, ValueError):
+            groups = []
+        _print_groups(groups)
         return
     from faultlab.labeler.importers import import_path, write_outputs
 
     if out_dir is None:
         _fail(BadInput("give the output folder", field="--out", fix="--import FORMAT PATH --out DIR"))
+    if mapping is not None and import_format not in ("long", "pai-minibatch"):
+        _fail(BadInput(f"--peer-groups does not apply to --import {import_format}", field="--peer-groups",
+                       fix="give it with a run directory or --import long | pai-minibatch"))
     try:
-        res = import_path(import_format, run_dir)
+        res = import_path(import_format, run_dir, None if mapping is None else {"peer_groups": mapping})
     except FaultlabError as e:
         _fail(e)
     except OSError as e:  # a damaged or unreadable input file (pyarrow's reader errors are OSErrors too)
@@ -651,8 +669,23 @@ def label(
         shown = ", ".join(pers[:8]) + (f", ... ({len(pers) - 8} more)" if len(pers) > 8 else "")
         out.print(f"  persistently slow: {shown or 'none'} ({len(res.components)} component(s) judged) "
                   f"-> {written['components.parquet']}", markup=False)
+    if res.components is not None and "group_members" in res.components.columns:
+        c = res.components.drop_duplicates("peer_group").sort_values(["group_vs_fastest", "peer_group"])
+        _print_groups([{"group": r.peer_group, "members": str(r.group_members).split(","), "vs_fastest": r.group_vs_fastest,
+                        "source": r.group_source} for r in c.itertuples()])
     for name in sorted(set(written) - {"labels.parquet", "whatif.json", "components.parquet"}):
         out.print(f"  {name} -> {written[name]}", markup=False)
+
+
+def _print_groups(groups: list[dict]) -> None:
+    """One line per peer group the labeler used (``PeerGroups.summary`` rows): its
+    name, size, first members and its typical local time against the fastest group's."""
+    for g in groups:
+        mem = list(g.get("members") or [])
+        shown = ", ".join(mem[:6]) + (f", ... ({len(mem) - 6} more)" if len(mem) > 6 else "")
+        vs = g.get("vs_fastest")
+        ratio = f"{vs:.2f}x the fastest" if isinstance(vs, (int, float)) and vs == vs else "level unknown"
+        out.print(f"  peer group {g.get('group')} ({g.get('source')}, {len(mem)}): {ratio}; {shown}", markup=False)
 
 
 from faultlab.scoring.cli import register as _register_score  # noqa: E402

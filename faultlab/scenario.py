@@ -5,6 +5,8 @@ A **scenario** is one run: a testbed, a workload and a fault schedule::
     name: quickstart
     seed: 0
     testbed: {backend: netns, nodes: 4}        # netns (root) or local
+    # testbed.node_groups: [{nodes: [2, 3], compute_repeat: 2, labels: {gpu: v100}}]
+    #   nodes slower by design for the whole run (labels: their declared peer group)
     workload:
       kind: ddp                                 # ddp | pipeline
       duration: 60s                             # or steps: 2000
@@ -104,14 +106,48 @@ def _dur(v, info) -> float:
         raise ValueError(str(e).split(": ", 1)[-1]) from None
 
 
+class NodeGroup(_Strict):
+    """Nodes that differ from the rest for the whole run, by design (a heterogeneous
+    testbed: an older hardware generation, another role): ``nodes`` (the testbed's
+    node indices, ``n0`` = 0), ``compute_repeat`` (the rank on such a node does its
+    forward + backward that many times a step, on that share of the loss each: the
+    same gradient, that many times the compute; ddp) and ``labels`` (e.g. ``{gpu:
+    v100}``: written as the ranks' ``peer_group``, ``gpu=v100``, so the labeler takes
+    the group as declared; without labels it must find the group itself)."""
+
+    nodes: list[int] = Field(..., min_length=1, description="node indices (0 = n0)")
+    compute_repeat: int = Field(1, ge=1, le=16, description="forward + backward passes a step (ddp)")
+    labels: dict[str, str] = Field({}, description="node labels, e.g. {gpu: v100}: the ranks' declared peer group")
+
+    def peer_group(self) -> str | None:
+        """The declared peer group of the group's ranks (``k=v,...`` of the labels,
+        sorted), or None without labels."""
+        return ",".join(f"{k}={v}" for k, v in sorted(self.labels.items())) or None
+
+
 class Testbed(_Strict):
     """Where the ranks run: ``netns`` (one network-namespace node per rank; root),
     ``docker`` (one container per rank, faults from the docker host; root), ``ssh``
     (containers of a docker testbed reached over SSH with pinned host keys; root) or
-    ``local`` (plain local processes on loopback)."""
+    ``local`` (plain local processes on loopback). ``node_groups``: nodes made
+    permanently different (:class:`NodeGroup`)."""
 
     backend: Literal["netns", "docker", "ssh", "local"] = "netns"
     nodes: int = Field(4, ge=2, le=64, strict=True, description="number of nodes, one rank each (a whole number: true is refused)")
+    node_groups: list[NodeGroup] = []
+
+    def rank_args(self) -> dict[int, list[str]]:
+        """``{rank: argv}`` of the ranks in a node group (one rank per node: rank i
+        runs on node i): ``--compute-repeat`` and, with labels, ``--peer-group``."""
+        out: dict[int, list[str]] = {}
+        for g in self.node_groups:
+            args = ["--compute-repeat", str(g.compute_repeat)] if g.compute_repeat > 1 else []
+            if g.peer_group():
+                args += ["--peer-group", g.peer_group()]
+            for i in g.nodes:
+                if args:
+                    out[i] = list(args)
+        return out
 
 
 class SeqLen(_Strict):
@@ -265,6 +301,7 @@ class Scenario(_Strict):
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo):
         n = self.testbed.nodes
+        _check_node_groups(self.testbed, self.workload)
         given = (info.context or {}).get("nodes")  # inventory node names (load(..., nodes=))
         names = set(given) if given else {f"n{i}" for i in range(n)}
         where = "the inventory has" if given else "the testbed has"
@@ -294,6 +331,21 @@ class Scenario(_Strict):
                         raise _FieldError(("faults", i), f"overlaps faults[{j}]: two {f.type} faults on {key[1]} at once (the second would be refused)")
                 spans.setdefault(key, []).append((at, at + f.duration, i))
         return self
+
+
+def _check_node_groups(tb: Testbed, w: Workload) -> None:
+    """Each node group's nodes exist and no node is in two groups; a compute_repeat
+    needs a ddp workload."""
+    seen: dict[int, int] = {}
+    for k, g in enumerate(tb.node_groups):
+        for i in g.nodes:
+            if not 0 <= i < tb.nodes:
+                raise _FieldError(("testbed", "node_groups", k, "nodes"), f"node {i} does not exist (the testbed has nodes 0..{tb.nodes - 1})")
+            if i in seen:
+                raise _FieldError(("testbed", "node_groups", k, "nodes"), f"node {i} is in node_groups[{seen[i]}] too")
+            seen[i] = k
+        if g.compute_repeat > 1 and w.kind != "ddp":
+            raise _FieldError(("testbed", "node_groups", k, "compute_repeat"), "compute_repeat needs workload kind ddp")
 
 
 class _FieldError(ValueError):

@@ -71,7 +71,7 @@ def _span(steps: pd.DataFrame) -> tuple[float, float] | None:
 
 
 def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config: LabelerConfig | dict | None = None,
-          host: pd.DataFrame | None = None) -> pd.DataFrame:
+          host: pd.DataFrame | None = None, peer_groups: dict | None = None) -> pd.DataFrame:
     """Label the slow intervals of one or more runs and reconcile them with injections.
 
     Method: SlowSight-style temporal view + peer view, fused into intervals, with the
@@ -96,6 +96,10 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
             whose threads wait for a CPU far longer than its peers' while the job
             slows is its label (views ``host+temporal``, see
             :mod:`faultlab.labeler.views.starved`).
+        peer_groups: ``{component or rank number: group}`` or None: the ranks' peer
+            groups; without it the steps' ``peer_group`` when it holds more than one,
+            else the groups discovered from the ranks' typical local time
+            (:mod:`faultlab.labeler.peergroups`).
 
     Returns:
         labels frame with the faultlab.schema.LABELS columns (``run_id`` filled;
@@ -111,12 +115,12 @@ def label(steps: pd.DataFrame, injections: pd.DataFrame | None = None, *, config
         column, a ``start_ts``/``end_ts`` that is no number, or an ``end_ts`` before
         its ``start_ts`` (see :func:`faultlab.labeler.reconcile.reconcile`).
     """
-    return attach_host_evidence(localize(_label(steps, injections, labeler_config(config), host)[0], host), host,
-                                span=_span(steps))
+    return attach_host_evidence(localize(_label(steps, injections, labeler_config(config), host, peer_groups)[0], host),
+                                host, span=_span(steps))
 
 
 def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerConfig,
-           host: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict]:
+           host: pd.DataFrame | None = None, peer_groups: dict | None = None) -> tuple[pd.DataFrame, dict]:
     """:func:`label`, also returning ``{run_id: Analysis}`` of the runs with steps.
     ``host`` feeds the host peer view (:mod:`faultlab.labeler.views.starved`)."""
     if host is not None and len(host) and "metric" in host.columns:
@@ -138,7 +142,7 @@ def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerCon
             s = steps
         else:
             s = steps.iloc[np.flatnonzero(np.isin(codes, np.flatnonzero(ustr == rid)))]
-        an = analyze(StepGrid.from_steps(s), cfg) if len(s) else None
+        an = analyze(StepGrid.from_steps(s), cfg, peer_groups=peer_groups) if len(s) else None
         del s
         if an is not None:
             analyses[rid] = an
@@ -252,12 +256,18 @@ def _read_steps(path: str | os.PathLike) -> pd.DataFrame:
     return pd.DataFrame(data, copy=False)
 
 
-def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None = None) -> pd.DataFrame:
+def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None = None,
+              peer_groups: dict | None = None) -> pd.DataFrame:
     """Label one run directory: read ``steps`` (with :func:`read_steps` when
     ``steps.parquet`` exists, else the raw telemetry through
     :class:`faultlab.rundir.RunDir`) and ``injections``, write ``labels.parquet`` and
     ``whatif.json`` (the :func:`~faultlab.labeler.whatif.whatif` dict plus the config
-    used), append a ``labeled`` event to ``events.jsonl``, and return the labels frame.
+    used, and under ``peer_groups`` the groups the peer view used:
+    :meth:`faultlab.labeler.peergroups.PeerGroups.summary`, each group's members and
+    its typical local time against the fastest group's, the persistent difference
+    between groups that is heterogeneity, not a fail-slow label), append a
+    ``labeled`` event to ``events.jsonl``, and return the labels frame.
+    ``peer_groups`` is :func:`label`'s.
 
     The two files are written together (:func:`faultlab.rundir.write_together`): both
     to temporary files first, then renamed; when one cannot be written, neither is
@@ -299,7 +309,7 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     host = rd.read_table("host")
     delay = host[host["metric"].astype(str) == METRIC] if len(host) else host
     del host  # the whole table is not held while labeling
-    labels, analyses = _label(steps, injections, cfg, delay)
+    labels, analyses = _label(steps, injections, cfg, delay, peer_groups)
     del delay
     host = rd.read_table("host")
     labels = attach_host_evidence(localize(labels, host), host, span=_span(steps))
@@ -307,7 +317,10 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     if len(labels):
         labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", run_id)
     if len(steps) and len(analyses) == 1 and steps["run_id"].nunique() <= 1:
-        wi = whatif.whatif_grid(next(iter(analyses.values())).grid)
+        an = next(iter(analyses.values()))
+        wi = whatif.whatif_grid(an.grid)
+        wi["peer_groups"] = an.groups.summary([an.grid.component(j) for j in range(an.grid.R)])
+        del an
     else:
         wi = {"method": "osdi25-whatif-dp", "run_id": run_id, "slowdown": float("nan"), "per_rank": {},
               "actual_s": 0.0, "simulated_s": 0.0, "n_steps": 0}

@@ -13,6 +13,7 @@ import pandas as pd
 from faultlab.labeler.config import LabelerConfig
 from faultlab.labeler.grid import StepGrid
 from faultlab.labeler.labelrows import jsonable
+from faultlab.labeler.peergroups import PeerGroups, assign_groups
 from faultlab.labeler.stats import MAD_TO_SIGMA, mean, median, median_ratio, time_ratio
 from faultlab.labeler.views.peer import PeerView, peer_view, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, temporal_view
@@ -33,6 +34,8 @@ class Analysis:
     #: the run's expected job step over its baseline, mean over the unflagged steps
     #: (:func:`expected_over_median`)
     job_expected: float = 1.0
+    #: the peer groups the views used (:func:`faultlab.labeler.peergroups.assign_groups`)
+    groups: PeerGroups | None = None
 
     def job_slowdown(self, i0: int, i1: int, skip: np.ndarray | None = None) -> float:
         """Job time over rows ``i0..i1`` / the time its baseline steps would have taken
@@ -85,10 +88,20 @@ class Analysis:
         return int(hit[0]) if hit.size else None
 
 
-def analyze(grid: StepGrid, config=None) -> Analysis:
-    """Run the temporal view, the peer view and the what-if simulation on one run."""
+def analyze(grid: StepGrid, config=None, *, peer_groups: dict | None = None) -> Analysis:
+    """Run the temporal view, the peer view and the what-if simulation on one run,
+    after setting the grid's peer groups (in place, :meth:`StepGrid.regroup`): a
+    ``peer_groups`` mapping (component or rank number -> group), the declared ones
+    when more than one, else discovered (:func:`faultlab.labeler.peergroups.assign_groups`).
+
+    Raises:
+        BadInput (field ``--peer-groups``) for a mapping that names no rank."""
     if config is None:
         config = LabelerConfig()
+    pg = assign_groups(grid.compute, [grid.component(j) for j in range(grid.R)], grid.groups, config,
+                       mapping=peer_groups, part=grid.dataloader)
+    if pg.source in ("discovered", "mapping"):
+        grid.regroup(pg.groups)
     tv = temporal_view(grid, config)
     pv = peer_view(grid, config)
     sim = simulate_job(grid)
@@ -102,7 +115,7 @@ def analyze(grid: StepGrid, config=None) -> Analysis:
         )
     jw |= _sustained_job(grid, tv, sim, config)
     return Analysis(grid=grid, temporal=tv, peer=pv, sim=sim, job_wide_flag=jw, config=config,
-                    job_expected=expected_over_median(grid.job_step, tv.job_base, tv.job_flag))
+                    job_expected=expected_over_median(grid.job_step, tv.job_base, tv.job_flag), groups=pg)
 
 
 def expected_over_median(x: np.ndarray, base: np.ndarray, flag: np.ndarray) -> float:

@@ -41,6 +41,13 @@ class LabelerConfig:
             (see :func:`faultlab.labeler.intermittent.intermittent`). 3.5.
         job_wide_fault_types: fault types whose effect is job-wide (they match the
             ``job`` label, not a rank). ("nic-slow",).
+        group_gap_sigmas: peer groups are discovered by cutting the ranks' sorted
+            log typical local times only at a gap of at least this many pooled
+            MAD-sigmas of the levels within the sides (or, for a gap of
+            ``peer_threshold`` or more, ``mad_k`` of them; see
+            :mod:`faultlab.labeler.peergroups`). 6.0.
+        group_min_gap: ... and of at least this ratio of the upper level to the
+            lower (a difference that matters to a peer view). 1.05.
     """
 
     temporal_window_steps: int = 50
@@ -58,16 +65,18 @@ class LabelerConfig:
     match_slack_steps: float = 3.0
     intermittent_period_s: float = 3.5
     job_wide_fault_types: tuple[str, ...] = ("nic-slow",)
+    group_gap_sigmas: float = 6.0
+    group_min_gap: float = 1.05
 
     def __post_init__(self) -> None:
         for name in ("temporal_window_steps", "temporal_min_valid_steps", "temporal_block_steps",
                      "peer_min_ranks", "min_steps"):
             if int(getattr(self, name)) < 1:
                 raise BadInput(f"must be >= 1, got {getattr(self, name)!r}", field=name)
-        for name in ("gap_steps", "mad_k", "match_slack_steps", "gap_s", "min_duration_s", "intermittent_period_s"):
+        for name in ("group_gap_sigmas", "gap_steps", "mad_k", "match_slack_steps", "gap_s", "min_duration_s", "intermittent_period_s"):
             if float(getattr(self, name)) < 0:
                 raise BadInput(f"must be >= 0, got {getattr(self, name)!r}", field=name)
-        for name in ("temporal_threshold", "peer_threshold"):
+        for name in ("temporal_threshold", "peer_threshold", "group_min_gap"):
             if not float(getattr(self, name)) > 1.0:
                 raise BadInput(f"must be > 1.0 (a ratio), got {getattr(self, name)!r}", field=name)
         object.__setattr__(self, "job_wide_fault_types", tuple(self.job_wide_fault_types))

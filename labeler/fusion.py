@@ -122,6 +122,7 @@ class _Labels:
         g = self.an.grid
         if g.dataloader is not None:  # the loader's part of the local time (compute figures include it)
             ev["median_dataloader_s"] = median(g.dataloader[i0 : i1 + 1, j])
+        alone_note(g, j, ev)
         self.rows.append(grid_row(g, g.component(j), "rank", i0, i1, slowdown, views,
                                   label_confidence(conf_ratio, threshold, i1 - i0 + 1, self.an.config.min_steps, views), ev))
         self.rank_rows[i0 : i1 + 1, j] = True
@@ -360,6 +361,7 @@ def _temporal_group(acc: _Labels, group: list[tuple[int, int, int]]) -> None:
             "n_flagged": int(tv.rank_flag[sl, j].sum()),
             "threshold": cfg.temporal_threshold,
         }
+        alone_note(g, j, ev)
         acc.rows.append(grid_row(g, g.component(j), "rank", i0, i1, t_ratio, "temporal",
                                  label_confidence(t_ratio, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev))
 
@@ -395,6 +397,17 @@ def _job_row(an: Analysis, i0: int, i1: int, slowdown: float, *, also_straggler:
 
 
 # -- helpers ------------------------------------------------------------------------
+
+
+def alone_note(g: StepGrid, j: int, ev: dict) -> None:
+    """A rank alone in its peer group, in a job of several groups, has no peer: the
+    label's evidence says so (``peers``) and that only its own history (the temporal
+    view) judged it. In place on ``ev``; nothing for a rank with peers or a job of
+    one group."""
+    grp = g.groups[j]
+    if int(np.count_nonzero(g.groups == grp)) == 1 and len(set(g.groups.tolist())) > 1:
+        ev["peer_group"] = str(grp)
+        ev["peers"] = "none: alone in its peer group, judged by the temporal view only"
 
 
 def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: float = 0.3):

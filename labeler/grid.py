@@ -117,6 +117,12 @@ class StepGrid:
         return cls(run_id=d.run_id, steps=d.steps, ranks=d.ranks, nodes=d.nodes, groups=d.groups, t_start=d.t_start,
                    compute=d.compute, comm=d.comm, step_s=d.step_s, dataloader=d.dataloader)
 
+    def regroup(self, groups: np.ndarray) -> None:
+        """Set each rank's peer group (``(R,)`` names, e.g. the groups
+        :mod:`faultlab.labeler.peergroups` found) and drop the cached group medians."""
+        self.groups = np.asarray([str(g) for g in groups], dtype=object)
+        self._group_median = self._group_stats = self._peer_median = None
+
     def peer_groups(self) -> tuple[list[str], np.ndarray, list]:
         """``(names, gidx, cols)``: the sorted peer group names, ``(R,)`` the index of
         each rank's group in ``names``, and per group its rank columns (a slice when

@@ -5,6 +5,7 @@ killed with SIGKILL leaves a readable, incomplete run and no faults."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -241,3 +242,19 @@ def test_bad_runs_range_makes_no_campaign_folder(tmp_path):
     """``--runs 1:0`` is refused before the --out folder is made."""
     one_line_error(fl("campaign", str(EXAMPLE_CAMPAIGN), "--runs", "1:0", "--out", str(tmp_path / "c")), "--runs")
     assert not (tmp_path / "c").exists()
+
+
+def test_node_groups_make_rank_args_and_bad_ones_are_named(tmp_path):
+    """A node group gives its ranks --compute-repeat and, with labels, their declared
+    peer group; a node that does not exist, a node in two groups and a compute_repeat
+    on a pipeline are named with the field."""
+    tb = ("testbed:\n  backend: local\n  nodes: 4\n  node_groups:\n"
+          "    - {nodes: [2, 3], compute_repeat: 2, labels: {gpu: v100, role: learner}}\n    - {nodes: [0], compute_repeat: 1}\n")
+    sc = load(_write(tmp_path, "name: h\n" + tb + "workload: {kind: ddp, duration: 20s}\n"))
+    assert sc.testbed.rank_args() == {r: ["--compute-repeat", "2", "--peer-group", "gpu=v100,role=learner"] for r in (2, 3)}
+    for old, new, field in (("nodes: [2, 3]", "nodes: [2, 4]", "testbed.node_groups[0].nodes"),
+                            ("nodes: [0]", "nodes: [3]", "testbed.node_groups[1].nodes"),
+                            ("kind: ddp", "kind: pipeline, stages: 4", "testbed.node_groups[0].compute_repeat")):
+        text = ("name: h\n" + tb + "workload: {kind: ddp, duration: 20s}\n").replace(old, new)
+        with pytest.raises(BadInput, match=re.escape(field)):
+            load(_write(tmp_path, text, "bad.yaml"))

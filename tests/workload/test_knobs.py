@@ -341,3 +341,26 @@ def test_sigkilled_rank_leaves_whole_records_up_to_its_last_batch(tmp_path):
         assert text.endswith("\n")
         rows = [json.loads(line) for line in text.splitlines()]
         assert len(rows) > 1 and [row["step"] for row in rows] == list(range(len(rows)))
+
+
+def test_compute_repeat_makes_one_rank_slower_by_design(tmp_path):
+    """launch_ranks' rank_args reach one rank alone: with --compute-repeat 3 its
+    compute is about three times its peer's (more than 1.5x here, on a shared host),
+    and --compute-repeat out of 1..16 is refused."""
+    tel = tmp_path / "tel"
+    procs = launch_ranks([(LocalNode(name=f"n{r}"), r) for r in range(2)], telemetry_dir=tel, run_id="rep",
+                         master_addr="127.0.0.1", master_port=free_port(), duration_s=None,
+                         extra_args=["--steps", "40", "--hidden", "512", "--batch", "256"], log_dir=tmp_path / "logs",
+                         rank_args={1: ["--compute-repeat", "3", "--peer-group", "older"]})
+    try:
+        assert wait_ranks(procs, timeout_s=150) == {0: 0, 1: 0}
+    finally:
+        stop_ranks(procs, grace_s=1)
+    recs = read_steps(tel, 2)
+    c0 = statistics.median(r["compute_s"] for r in recs[0][WARMUP:])
+    c1 = statistics.median(r["compute_s"] for r in recs[1][WARMUP:])
+    assert c1 > 1.5 * c0, (c0, c1)
+    assert {r["peer_group"] for r in recs[1]} == {"older"} and {r["peer_group"] for r in recs[0]} == {"dp"}
+    base = ["--rank", "0", "--world-size", "2", "--master-addr", "127.0.0.1", "--master-port", "1", "--out", "x", "--run-id", "r"]
+    with pytest.raises(SystemExit):
+        ddp.parse_args(base + ["--compute-repeat", "0"])

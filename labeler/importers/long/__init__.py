@@ -25,6 +25,7 @@ from faultlab.labeler.importers.long.grid import (
     metric_grid,
 )
 from faultlab.labeler.importers.long.labels import LabelSink, group_labels, labels_frame, own_history_labels, peer_labels
+from faultlab.labeler.peergroups import assign_groups
 from faultlab.labeler.importers.long.read import LONG_COLUMNS, OPTIONAL_COLUMNS, find_long_file, long_rows, metric_order, read_long
 
 __all__ = ["COMPONENT_COLUMNS", "LONG_COLUMNS", "LongConfig", "OPTIONAL_COLUMNS", "find_long_file", "import_long",
@@ -90,6 +91,13 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
     gathered per metric by :func:`add_levels`. The labeled-time fraction is judged by
     :func:`judge_persistence`.
 
+    Peer groups (:func:`faultlab.labeler.peergroups.assign_groups`, per metric): a
+    ``peer_groups`` mapping of the config, else the input's ``peer_group`` when it
+    holds more than one, else the groups discovered from the components' typical
+    values; every view above then works within them. A persistent difference between
+    groups is no label: ``components.parquet`` gives each component's group, its
+    members and its typical value against the fastest group's (``group_vs_fastest``).
+
     Returns:
         ``(labels, components)``: labels frame (LABELS columns), sorted by start_ts,
         component; components frame (:data:`COMPONENT_COLUMNS`, one row per component
@@ -106,8 +114,14 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
     cover: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}  # component -> observed intervals per metric
     levels: dict[str, list[np.ndarray]] = {}  # component -> its peer ratios, per metric
     group_of: dict[str, str] = {}
+    hetero: list[dict] = []  # the peer groups of the first metric, fastest first
     for mcode in metric_order(rows):
         grid = metric_grid(rows, mcode, cfg, skips)
+        pg = assign_groups(grid.X, grid.names, grid.groups, lc, mapping=cfg.peer_groups)
+        if pg.source in ("discovered", "mapping"):
+            grid.groups = pg.groups
+        if not hetero:
+            hetero = pg.summary(grid.names)
         add_observed(grid, cover, group_of)
         peer = long_peer_view(grid, lc)
         add_levels(grid, peer, cfg, levels)
@@ -117,7 +131,7 @@ def label_long_components(df: pd.DataFrame, config: LongConfig | dict | None = N
         group_wide = group_labels(grid, temporal, cfg, sink)
         own_history_labels(grid, peer, temporal, labeled | group_wide, lc, sink)
     out = labels_frame(label_rows)
-    return out, components_summary(out, cover, group_of, levels, cfg)
+    return out, components_summary(out, cover, group_of, levels, cfg, hetero)
 
 
 def import_long(path: str | Path, config: LongConfig | dict | None = None) -> ImportResult:

@@ -18,21 +18,30 @@ from faultlab.labeler.verdict import judge
 
 
 def components_summary(labels: pd.DataFrame, cover: dict, group_of: dict, levels: dict,
-                       cfg: LongConfig) -> pd.DataFrame:
+                       cfg: LongConfig, groups: list[dict] | None = None) -> pd.DataFrame:
     """The components summary (:data:`COMPONENT_COLUMNS`): observed and labeled time
     (:func:`_component_time`), each component's ``level`` (the median of its block
-    medians over all its metrics; NaN without any) and the verdict
-    (:func:`judge_persistence`)."""
+    medians over all its metrics; NaN without any), the verdict
+    (:func:`judge_persistence`) and its peer group's heterogeneity from ``groups``
+    (:meth:`faultlab.labeler.peergroups.PeerGroups.summary`): ``group_members``
+    (comma-separated), ``group_vs_fastest`` (the group's typical value over the
+    fastest group's, a ratio; 1.0 for a job of one group), ``group_source``."""
     comps = _component_time(labels, cover, group_of)
     comps["level"] = [median(np.concatenate(levels[c])) if c in levels else float("nan")
                       for c in comps["component"].tolist()]
+    by_group = {r["group"]: r for r in (groups or [])}
+    g = [by_group.get(str(x), {}) for x in comps["peer_group"].tolist()]
+    comps["group_members"] = [",".join(r.get("members", [])) for r in g]
+    comps["group_vs_fastest"] = [float(r.get("vs_fastest", float("nan"))) for r in g]
+    comps["group_source"] = [str(r.get("source", "")) for r in g]
     return judge_persistence(comps, cfg)
 
 
 #: columns of the components summary (:func:`label_long_components`, ``components.parquet``)
 COMPONENT_COLUMNS = ("component", "peer_group", "observed_s", "labeled_s", "labeled_fraction", "n_labels",
                      "median_slowdown", "level", "share", "group_size", "level_z", "share_z", "bulk_level",
-                     "bulk_share", "failslow", "persistent", "rank")
+                     "bulk_share", "failslow", "persistent", "rank", "group_members", "group_vs_fastest",
+                     "group_source")
 
 
 def _component_time(labels: pd.DataFrame, cover: dict, group_of: dict) -> pd.DataFrame:

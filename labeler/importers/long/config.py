@@ -49,6 +49,11 @@ class LongConfig:
             episode in a quarter of its time would shift the median of single samples
             by half a sample's noise (1.1x at 24% noise), the median of block medians
             by far less. 20.
+        peer_groups: ``{component: group}`` (``faultlab label --peer-groups FILE``):
+            the components' peer groups, over the input's ``peer_group``; None (the
+            default): the input's groups when it declares more than one, else the
+            groups discovered from the components' typical values
+            (:mod:`faultlab.labeler.peergroups`).
     """
 
     labeler: Any = None
@@ -59,6 +64,7 @@ class LongConfig:
     load_bins: int = 16
     load_min_samples: int = 100
     level_block_samples: int = 20
+    peer_groups: Any = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labeler", labeler_config(self.labeler))
@@ -71,9 +77,13 @@ class LongConfig:
         if not 0.0 < float(self.group_wide_fraction) <= 1.0:
             raise BadInput(f"must be in (0, 1], got {self.group_wide_fraction!r}", field="group_wide_fraction")
         object.__setattr__(self, "verdict", make_config(VerdictConfig, self.verdict))
+        if self.peer_groups is not None and not isinstance(self.peer_groups, dict):
+            raise BadInput(f"expected a mapping component -> group, got {type(self.peer_groups).__name__}",
+                           field="peer_groups")
 
     def to_dict(self) -> dict:
         return {"labeler": self.labeler.to_dict(), "align_s": self.align_s,
                 "higher_is_better": list(self.higher_is_better), "group_wide_fraction": self.group_wide_fraction,
                 "verdict": self.verdict.to_dict(), "load_bins": int(self.load_bins),
-                "load_min_samples": int(self.load_min_samples), "level_block_samples": int(self.level_block_samples)}
+                "load_min_samples": int(self.load_min_samples), "level_block_samples": int(self.level_block_samples),
+                "peer_groups": dict(self.peer_groups) if self.peer_groups else None}
