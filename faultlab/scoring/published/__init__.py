@@ -1,0 +1,17 @@
+"""Published straggler / fail-slow detectors, reimplemented from their papers, by
+short name (``faultlab score --detector NAME``); one module per method:
+
+- ``falcon`` (:mod:`.falcon`): Greyhound / FALCON, USENIX ATC'25 (BOCPD on each
+  rank's iteration time; :mod:`.bocpd` is the change-point model).
+
+Every detector declares its parameters once (:mod:`.params`): name, the paper's
+default, unit and source; ``--param`` is checked against them.
+"""
+
+from __future__ import annotations
+
+from faultlab.scoring.published.falcon import FalconDetector
+
+BUILTIN = {
+    "falcon": FalconDetector,
+}
