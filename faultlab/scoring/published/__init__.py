@@ -3,6 +3,8 @@ short name (``faultlab score --detector NAME``); one module per method:
 
 - ``falcon`` (:mod:`.falcon`): Greyhound / FALCON, USENIX ATC'25 (BOCPD on each
   rank's iteration time; :mod:`.bocpd` is the change-point model).
+- ``nvrx`` (:mod:`.nvrx`): the NVIDIA Resiliency Extension's straggler scores
+  (relative and individual section performance per report interval).
 
 Every detector declares its parameters once (:mod:`.params`): name, the paper's
 default, unit and source; ``--param`` is checked against them.
@@ -11,7 +13,9 @@ default, unit and source; ``--param`` is checked against them.
 from __future__ import annotations
 
 from faultlab.scoring.published.falcon import FalconDetector
+from faultlab.scoring.published.nvrx import NvrxDetector
 
 BUILTIN = {
     "falcon": FalconDetector,
+    "nvrx": NvrxDetector,
 }
