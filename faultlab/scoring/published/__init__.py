@@ -5,6 +5,8 @@ short name (``faultlab score --detector NAME``); one module per method:
   rank's iteration time; :mod:`.bocpd` is the change-point model).
 - ``nvrx`` (:mod:`.nvrx`): the NVIDIA Resiliency Extension's straggler scores
   (relative and individual section performance per report interval).
+- ``iaso`` (:mod:`.iaso`): IASO, ATC'19 (peer-ratio multiplicative fail-slow score),
+  ported from storage nodes to ranks.
 
 Every detector declares its parameters once (:mod:`.params`): name, the paper's
 default, unit and source; ``--param`` is checked against them.
@@ -13,9 +15,11 @@ default, unit and source; ``--param`` is checked against them.
 from __future__ import annotations
 
 from faultlab.scoring.published.falcon import FalconDetector
+from faultlab.scoring.published.iaso import IasoDetector
 from faultlab.scoring.published.nvrx import NvrxDetector
 
 BUILTIN = {
     "falcon": FalconDetector,
     "nvrx": NvrxDetector,
+    "iaso": IasoDetector,
 }
