@@ -12,13 +12,13 @@ it is dropped).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-from scipy.special import gammaln
 
 
 def logsumexp(a: np.ndarray) -> float:
-    """log(sum(exp(a))) of a 1-D array, stable (scipy's costs more than the whole
-    update at these sizes)."""
+    """log(sum(exp(a))) of a 1-D array, stable."""
     m = float(a.max())
     return m + float(np.log(np.exp(a - m).sum()))
 
@@ -45,7 +45,8 @@ class BOCPD:
         self.alpha = alpha0 + r / 2
         df = 2 * self.alpha
         self.df = df
-        self.const = gammaln((df + 1) / 2) - gammaln(df / 2) - 0.5 * np.log(np.pi * df)
+        lgamma = np.vectorize(math.lgamma)
+        self.const = lgamma((df + 1) / 2) - lgamma(df / 2) - 0.5 * np.log(np.pi * df)
         self.scale_k = (self.kappa + 1.0) / (self.alpha * self.kappa)
         self.log_r = np.zeros(1)
         self.mu = np.array([self.mu0])
