@@ -7,6 +7,8 @@ short name (``faultlab score --detector NAME``); one module per method:
   (relative and individual section performance per report interval).
 - ``iaso`` (:mod:`.iaso`): IASO, ATC'19 (peer-ratio multiplicative fail-slow score),
   ported from storage nodes to ranks.
+- ``perseus`` (:mod:`.perseus`): Perseus, FAST'23 (PCA + DBSCAN, polynomial upper
+  bound, duration x severity), ported from drives to ranks.
 
 Every detector declares its parameters once (:mod:`.params`): name, the paper's
 default, unit and source; ``--param`` is checked against them.
@@ -17,9 +19,11 @@ from __future__ import annotations
 from faultlab.scoring.published.falcon import FalconDetector
 from faultlab.scoring.published.iaso import IasoDetector
 from faultlab.scoring.published.nvrx import NvrxDetector
+from faultlab.scoring.published.perseus import PerseusDetector
 
 BUILTIN = {
     "falcon": FalconDetector,
     "nvrx": NvrxDetector,
     "iaso": IasoDetector,
+    "perseus": PerseusDetector,
 }
