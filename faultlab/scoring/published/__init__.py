@@ -9,6 +9,9 @@ short name (``faultlab score --detector NAME``); one module per method:
   ported from storage nodes to ranks.
 - ``perseus`` (:mod:`.perseus`): Perseus, FAST'23 (PCA + DBSCAN, polynomial upper
   bound, duration x severity), ported from drives to ranks.
+- ``minder`` and ``minder-mahalanobis`` (:mod:`.minder`; the LSTM-VAE in
+  :mod:`.minder_vae`): Minder, NSDI'25 (per-node host metrics, dissimilarity from
+  peers, continuity, metric priority).
 
 Every detector declares its parameters once (:mod:`.params`): name, the paper's
 default, unit and source; ``--param`` is checked against them.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 from faultlab.scoring.published.falcon import FalconDetector
 from faultlab.scoring.published.iaso import IasoDetector
+from faultlab.scoring.published.minder import MinderDetector, MinderMahalanobisDetector
 from faultlab.scoring.published.nvrx import NvrxDetector
 from faultlab.scoring.published.perseus import PerseusDetector
 
@@ -26,4 +30,6 @@ BUILTIN = {
     "nvrx": NvrxDetector,
     "iaso": IasoDetector,
     "perseus": PerseusDetector,
+    "minder": MinderDetector,
+    "minder-mahalanobis": MinderMahalanobisDetector,
 }
