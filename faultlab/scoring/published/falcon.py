@@ -47,6 +47,7 @@ from faultlab import schema
 from faultlab.scoring.detectors import as_alarms, empty_alarms
 from faultlab.scoring.published.bocpd import BOCPD
 from faultlab.scoring.published.params import Param, PublishedDetector, params_doc
+from faultlab.scoring.steparrays import memo
 
 
 def _pos(v) -> bool:
@@ -246,11 +247,16 @@ class FalconDetector(PublishedDetector):
             return empty_alarms()
         return as_alarms(pd.DataFrame(rows, columns=["component", "start_ts", "end_ts", "score"]))
 
-    def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
+    def _offline(self, steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(alarms, scores) of a whole run: the online form fed every step at once."""
         self.start({})
+        alarms = self.update(steps, schema.empty("host"), float("inf"))
+        return alarms, self.online_scores(float("inf"))
+
+    def detect(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
         if steps is None or len(steps) == 0:
             return empty_alarms()
-        return self.update(steps, schema.empty("host"), float("inf"))
+        return memo(self, "falcon", steps, lambda: self._offline(steps))[0]
 
     def online_scores(self, now: float) -> pd.DataFrame | None:
         if not hasattr(self, "_ranks"):
@@ -261,5 +267,4 @@ class FalconDetector(PublishedDetector):
     def scores(self, steps: pd.DataFrame, host: pd.DataFrame | None = None) -> pd.DataFrame:
         """Each step's iteration time over the rank's baseline when it arrived (0 before
         the rank's period and scale are known)."""
-        self.detect(steps, host)
-        return self.online_scores(float("inf"))
+        return memo(self, "falcon", steps, lambda: self._offline(steps))[1]

@@ -38,10 +38,13 @@ def params_doc(params: tuple[Param, ...], presets: dict[str, dict] | None = None
     """The parameter table as docstring text: one line per parameter (name, default
     and unit, where the default comes from, what it does), then the presets."""
     lines = ["", "Parameters (``--param NAME=VALUE``; default, unit, source):", ""]
+    if presets:
+        first = next(iter(presets))
+        lines.append(f"- ``preset`` = {first!r} [name] (ours): a named set of defaults, one of {', '.join(presets)}")
     for p in params:
         lines.append(f"- ``{p.name}`` = {p.default!r} [{p.unit}] ({p.source}): {p.help}")
     for name, values in (presets or {}).items():
-        shown = ", ".join(f"{k}={v!r}" for k, v in values.items())
+        shown = ", ".join(f"{k}={v!r}" for k, v in values.items()) or "the defaults above"
         lines.append(f"- preset ``{name}``: {shown}")
     return "\n".join(lines) + "\n"
 
