@@ -46,7 +46,7 @@ METRICS = ("proc_cpu_util_pct", "proc_run_delay_s_per_s", "net_tx_bytes_per_s", 
            "tcp_retrans_per_s", "gpu_")
 
 PARAMS = (
-    Param("sample_s", 1.0, "s", "paper: second-level metrics", "grid step the host samples are put on", lambda v: v > 0),
+    Param("sample_s", 1.0, "s", "ours (faultlab samples host metrics about once a second)", "grid step the host samples are put on", lambda v: v > 0),
     Param("window", 3, "samples", "ours (the paper's window is longer; faultlab's runs last ~22 s)", "samples per window",
           lambda v: v >= 1),
     Param("stride", 3, "samples", "ours (windows side by side: a blip is in one window)", "samples between window ends",

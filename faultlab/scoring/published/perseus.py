@@ -89,9 +89,9 @@ def upper_bound(x: np.ndarray, y: np.ndarray, keep: np.ndarray, degree: int, z: 
     its residuals there."""
     xs, ys = x[keep], y[keep]
     deg = min(degree, max(len(np.unique(xs)) - 1, 0))
-    coef = np.polyfit(xs, ys, deg)
-    resid = ys - np.polyval(coef, xs)
-    return np.polyval(coef, x) + z * float(resid.std())
+    fit = np.polynomial.Polynomial.fit(xs, ys, deg)  # on a scaled domain: well conditioned at millisecond loads
+    resid = ys - fit(xs)
+    return fit(x) + z * float(resid.std())
 
 
 def level(value: np.ndarray, edges: list[float]) -> np.ndarray:
