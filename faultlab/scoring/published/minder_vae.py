@@ -12,6 +12,8 @@ deterministic.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 from torch import nn
@@ -38,20 +40,27 @@ class LstmVae(nn.Module):
     def denoise(self, w: np.ndarray) -> np.ndarray:
         """(n, nodes, window) normalized windows -> their reconstructions, same shape."""
         flat = torch.as_tensor(w.reshape(-1, w.shape[-1]), dtype=torch.float32)
-        with torch.no_grad():
+        with one_thread(), torch.no_grad():
             rec, _, _ = self(flat, sample=False)
         return rec.numpy().astype(np.float64).reshape(w.shape)
 
 
 def train_vaes(data: dict[str, np.ndarray], *, latent: int, hidden: int, epochs: int, seed: int) -> dict[str, LstmVae]:
     """One trained :class:`LstmVae` per metric of ``data`` (metric -> (n, window)
-    normalized windows). Trains on one thread: these models are tiny, and more
-    threads only contend (measured on 2 cores: 94 s on two threads, 8 s on one)."""
+    normalized windows), trained on one thread (:func:`one_thread`)."""
     torch.manual_seed(seed)
+    with one_thread():
+        return {m: _train(x, latent, hidden, epochs) for m, x in data.items()}
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread inside the block: these models are tiny, and more threads
+    only contend (measured on 2 shared cores: fit 94 s on two threads, 8 s on one)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return {m: _train(x, latent, hidden, epochs) for m, x in data.items()}
+        yield
     finally:
         torch.set_num_threads(threads)
 
