@@ -56,7 +56,8 @@ def train_vaes(data: dict[str, np.ndarray], *, latent: int, hidden: int, epochs:
 @contextlib.contextmanager
 def one_thread():
     """torch on one thread inside the block: these models are tiny, and more threads
-    only contend (measured on 2 shared cores: fit 94 s on two threads, 8 s on one)."""
+    only contend for the cores (thread start-up and synchronization outweigh the
+    work of a few thousand short windows)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
