@@ -15,13 +15,14 @@ import sys
 from importlib.metadata import entry_points
 
 from faultlab.errors import BadInput, FaultlabError
-from faultlab.scoring import baselines
+from faultlab.scoring import baselines, published
 from faultlab.scoring.detectors import GROUP, Detector
 
 
 def builtin_detectors() -> dict[str, type]:
-    """Short name -> class of the baselines shipped with faultlab."""
-    return dict(baselines.BUILTIN)
+    """Short name -> class of the detectors shipped with faultlab: the baselines and
+    the published methods (:mod:`faultlab.scoring.published`)."""
+    return {**baselines.BUILTIN, **published.BUILTIN}
 
 
 def available_detectors() -> dict[str, str]:
@@ -81,8 +82,9 @@ def _instantiate(cls, name: str, params: dict):
 def load_detector(name: str, **params) -> Detector:
     """Instantiate the detector called ``name`` with keyword ``params``.
 
-    Lookup order: built-in names (``peer-median``, ``temporal-z``, ``arrival-late``,
-    ``random``, ``constant``), entry points of the ``faultlab.detectors`` group
+    Lookup order: built-in names (the baselines ``peer-median``, ``temporal-z``,
+    ``arrival-late``, ``random``, ``constant`` and the published methods of
+    :mod:`faultlab.scoring.published`), entry points of the ``faultlab.detectors`` group
     (``importlib.metadata.entry_points``), then a ``"package.module:ClassName"`` spec
     (imported from ``sys.path``: no install needed).
 
