@@ -26,7 +26,7 @@ from typing import Annotated, Optional  # noqa: E402
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from faultlab import safefs  # noqa: E402
+from faultlab import cliopts, safefs  # noqa: E402
 from faultlab.errors import BadInput, FaultlabError  # noqa: E402
 # Lazy imports: inject's options are generated from the fault types' declarations, so the
 # registry is loaded with the CLI; every other command imports what it needs inside its
@@ -36,7 +36,7 @@ from faultlab.injectors import FAULT_TYPES  # noqa: E402
 from faultlab.injectors.registry import option_help, params_by_option  # noqa: E402
 from faultlab.units import parse_duration  # noqa: E402
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown", help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
+app = typer.Typer(context_settings=cliopts.CONTEXT_SETTINGS, no_args_is_help=True, rich_markup_mode="markdown", help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
 console = Console(stderr=True)
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 #: progress and event lines when stdout carries --json
@@ -667,52 +667,10 @@ from faultlab.report.cli import register as _register_report  # noqa: E402
 _register_report(app)
 
 
-def _with_metavars(cmd):
-    """Every option and argument of every command shows a metavar: its own, else its
-    name in capitals (``--window WINDOW``, ``FAULT_ID``); flags show none (typer would
-    print ``<bool>``, ``<str>``)."""
-    for p in cmd.params:  # typer's own options and arguments (it vendors click): duck-typed
-        kind = getattr(p, "param_type_name", "")
-        if kind == "option" and p.metavar is None:
-            p.metavar = "" if p.is_flag else p.name.upper()
-        elif kind == "argument":
-            if p.metavar is None:
-                p.metavar = p.name.upper()
-            p.display_type_rich = lambda ctx: None  # the metavar says it; no `<str>` column beside it
-    for sub in getattr(cmd, "commands", {}).values():
-        _with_metavars(sub)
-    return cmd
-
-
-def usage_line(err) -> str:
-    """One line for a usage error typer found (a range, a type, a missing or unknown
-    option): ``faultlab: error: --repeat: Input should be greater than or equal to 1
-    (see faultlab run --help)``, the option or argument named first; never typer's
-    boxed multi-line form."""
-    p = getattr(err, "param", None)
-    ctx = getattr(err, "ctx", None)
-    msg = " ".join(err.format_message().split())
-    if p is not None and type(err).__name__ == "BadParameter":
-        name = p.opts[0] if getattr(p, "param_type_name", "") == "option" and p.opts else (p.metavar or p.name.upper())
-        msg = f"{name}: {' '.join(str(err.message).split())}"
-    where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-    return f"faultlab: error: {msg}{where}"
-
-
 def main() -> None:  # pragma: no cover
-    """The ``faultlab`` entry point: the typer app as a click command, metavars filled
-    in; usage errors are one line (``usage_line``), exit 2."""
-    cmd = _with_metavars(typer.main.get_command(app))
-    try:
-        rv = cmd.main(prog_name="faultlab", standalone_mode=False)
-    except typer.TyperException as e:  # click's usage errors (typer vendors click)
-        if type(e).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
-            print(usage_line(e), file=sys.stderr)
-        sys.exit(getattr(e, "exit_code", 2))
-    except typer.Abort:
-        print("faultlab: aborted", file=sys.stderr)
-        sys.exit(1)
-    sys.exit(rv if isinstance(rv, int) else 0)
+    """The ``faultlab`` entry point: the typer app as a click command, run with the
+    conventions every command shares (:func:`faultlab.cliopts.run`)."""
+    cliopts.run(typer.main.get_command(app))
 
 
 if __name__ == "__main__":  # pragma: no cover
