@@ -316,12 +316,14 @@ def demo(
 ):
     """The whole loop on this machine: a netns (or docker, ssh) testbed, real DDP-style training, a
     nic-slow and a cpu-contention fault, labels, a scored baseline detector."""
-    from faultlab.demo import run_demo
-    from faultlab.units import parse_duration
+    from faultlab.nodes import extras
 
     try:
         if backend not in ("netns", "docker", "ssh"):
             raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker or ssh")
+        extras.require(backend)  # before the demo's modules load: one line, at once
+        from faultlab.demo import run_demo
+
         code = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), console=out, backend=backend)
     except FaultlabError as e:
         _fail(e)
@@ -409,7 +411,7 @@ def run_cmd(
     try:
         inv_nodes = _inventory_nodes(inventory, nodes_sel, backend)
         sc = load(scenario, "scenario", nodes=[x.name for x in inv_nodes] if inv_nodes else None)
-        sc = _with_backend(sc, backend)
+        sc = _with_backend(sc, backend, inventory=inv_nodes is not None)
         from faultlab.rundir import new_run_id
 
         run_id = new_run_id(sc.name) if repeat == 1 else None  # the default folder is named by the run id
@@ -444,13 +446,20 @@ def _inventory_nodes(inventory: Path | None, selector: str | None, backend: str 
     return run_nodes(inventory, selector)
 
 
-def _with_backend(sc, backend: str | None):
-    """``sc`` with its testbed backend replaced by ``--backend`` (checked)."""
-    if backend is None:
-        return sc
-    if backend not in ("netns", "docker", "ssh", "local"):
-        raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker, ssh or local")
-    return sc.model_copy(update={"testbed": sc.testbed.model_copy(update={"backend": backend})})
+def _with_backend(sc, backend: str | None, inventory: bool = False):
+    """``sc`` with its testbed backend replaced by ``--backend`` (checked), whose Python
+    packages are installed (BadInput naming the extra to install, before anything
+    starts); on ``inventory`` nodes no testbed is made (their ssh package is checked
+    with the inventory)."""
+    from faultlab.nodes import extras
+
+    if backend is not None:
+        if backend not in ("netns", "docker", "ssh", "local"):
+            raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker, ssh or local")
+        sc = sc.model_copy(update={"testbed": sc.testbed.model_copy(update={"backend": backend})})
+    if not inventory:
+        extras.require(sc.testbed.backend)
+    return sc
 
 
 def _faults_with_units(sc) -> list[dict]:
@@ -529,7 +538,7 @@ def campaign(
         inv_nodes = _inventory_nodes(inventory, nodes_sel, backend)
         names = [x.name for x in inv_nodes] if inv_nodes else None
         c = load(file, "campaign", nodes=names)
-        scs = [_with_backend(s, backend) for s in c.scenarios(names)]
+        scs = [_with_backend(s, backend, inventory=inv_nodes is not None) for s in c.scenarios(names)]
     except FaultlabError as e:
         _fail(e)
     schedules = [{"name": s.name, "seed": s.seed, "faults": _faults_with_units(s)} for s in scs]

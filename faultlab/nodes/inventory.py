@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from faultlab.errors import BadInput, pydantic_fix
+from faultlab.nodes import extras
 from faultlab.nodes.ssh import SshNode
 from faultlab.yamlsafe import DuplicateKey, load as load_yaml
 
@@ -114,7 +115,9 @@ def schema() -> dict:
 
 
 def ssh_nodes(inv: Inventory, names: list[str], *, accept_new: bool = False) -> list:
-    """SshNodes of the named inventory nodes (defaults filled in)."""
+    """SshNodes of the named inventory nodes (defaults filled in). Raises BadInput
+    naming ``--inventory`` when paramiko (faultlab[ssh]) is not installed."""
+    extras.require("inventory", field="--inventory")
     d = inv.defaults
     out = []
     for name in names:
