@@ -53,6 +53,16 @@ def renamed(old: str, new: str):
     return notice
 
 
+def select_option():
+    """``--select KEY=VALUE``: inventory nodes by label (``--nodes N`` is always a count)."""
+    return typer.Option(None, "--select", metavar="KEY=VALUE", help="with --inventory: only the nodes whose labels match, e.g. rack=3 (several: rack=3,role=gpu)")
+
+
+def select_old_option():
+    """The old spelling of ``--select``, hidden; a notice when used."""
+    return typer.Option(None, "--nodes", hidden=True, callback=renamed("--nodes KEY=VALUE", "--select KEY=VALUE"))
+
+
 def _no_metavar_on_help(cmd) -> None:
     """The help option click makes per command (``-h, --help``) shows no metavar (typer
     would print ``<bool>`` beside it)."""

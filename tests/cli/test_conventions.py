@@ -87,7 +87,9 @@ def test_bash_completion_completes_a_subcommand():
 
 
 def test_show_completion_in_bash():
-    cp = subprocess.run(["bash", "-c", " ".join(map(str, FL)) + " --show-completion"], capture_output=True, text=True, timeout=60)
+    # "; exit $?": bash runs faultlab as its child (a lone command would be exec'd in its
+    # place), so the shell faultlab finds above it is bash
+    cp = subprocess.run(["bash", "-c", " ".join(map(str, FL)) + " --show-completion; exit $?"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0 and "complete -o default -F" in cp.stdout, cp.stderr
 
 
@@ -108,3 +110,32 @@ def test_status_json_into_head():
     cp = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
     assert cp.stdout.strip() in ("0", "141"), (cp.stdout, cp.stderr)
     assert "Traceback" not in cp.stderr and "Exception ignored" not in cp.stderr, cp.stderr
+
+
+QUIET_SCENARIO = """\
+name: quiet
+seed: 0
+testbed: {backend: local, nodes: 2}
+workload: {kind: ddp, duration: 8s, hidden: 64, batch: 32}
+"""
+
+
+def test_quiet_run_prints_only_its_run_directory(tmp_path):
+    (tmp_path / "s.yaml").write_text(QUIET_SCENARIO)
+    cp = subprocess.run([*FL, "run", "s.yaml", "--quiet", "--out", "r", "--no-label"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    assert cp.stdout.splitlines() == ["r"] and cp.stderr == "", (cp.stdout, cp.stderr)
+    assert (tmp_path / "r" / "steps.parquet").is_file()
+
+
+def test_renamed_options_still_work_with_a_notice(tmp_path):
+    """``--nodes KEY=VALUE`` (a selector, now ``--select``) and ``dataset build
+    --out-root`` (now ``--out``) are hidden aliases: the same effect, one notice line."""
+    for old, new in ((["run", "s.yaml", "--nodes", "rack=1"], ["run", "s.yaml", "--select", "rack=1"]),):
+        a, b = fl(*old, cwd=tmp_path), fl(*new, cwd=tmp_path)
+        assert a.returncode == b.returncode == 2
+        notice, *rest = a.stderr.splitlines()
+        assert notice.startswith("faultlab: note: --nodes KEY=VALUE is now --select") and rest == b.stderr.splitlines(), (a.stderr, b.stderr)
+    cp = fl("dataset", "build", tmp_path / "none", "--name", "x", "--out-root", tmp_path / "o")
+    assert cp.stderr.splitlines()[0].startswith("faultlab: note: --out-root is now --out"), cp.stderr
+    assert "--out-root" not in fl("dataset", "build", "--help").stdout
