@@ -88,6 +88,8 @@ class DockerTestbed:
         self.subnet: ipaddress.IPv4Network | None = None
         self.nodes: list[DockerNode] = []
         self._made: dict = {"containers": [], "network": None}
+        #: whether up() started faultlab's dockerd (it outlives the testbed: see dockerd.left_running)
+        self.started_dockerd = False
 
     # -- paths -------------------------------------------------------------------------
     @property
@@ -125,7 +127,7 @@ class DockerTestbed:
     def up(self, progress=None) -> "DockerTestbed":
         if os.geteuid() != 0:
             raise FaultlabError("docker nodes need root (nsenter, cgroups)", field="--backend", fix="run as root")
-        started = dockerd.ensure_started()
+        started = self.started_dockerd = dockerd.ensure_started()
         try:
             cli = dockerd.client()
             reap_orphans(cli)

@@ -102,6 +102,12 @@ def ensure_started(wait_s: float = 60.0) -> bool:
     raise FaultlabError(f"dockerd did not answer within {wait_s:g}s (stopped again)", field="--backend", fix=f"see {RUN_DIR / 'dockerd.log'}")
 
 
+def left_running() -> str:
+    """The line said when a command started faultlab's dockerd and leaves it running
+    (for the next testbed): that it does, and how to stop it."""
+    return f"faultlab's dockerd, started for this command, is left running (stop it: kill $(cat {PIDFILE}))"
+
+
 def _our_pid() -> int | None:
     """The PID of faultlab's own dockerd (from its PID file, checked to be a live
     dockerd on our socket), None when there is none."""

@@ -139,3 +139,36 @@ def test_renamed_options_still_work_with_a_notice(tmp_path):
     cp = fl("dataset", "build", tmp_path / "none", "--name", "x", "--out-root", tmp_path / "o")
     assert cp.stderr.splitlines()[0].startswith("faultlab: note: --out-root is now --out"), cp.stderr
     assert "--out-root" not in fl("dataset", "build", "--help").stdout
+
+
+def _commands(cmd, prefix=()):
+    yield prefix, cmd
+    for name, sub in sorted(getattr(cmd, "commands", {}).items()):
+        yield from _commands(sub, prefix + (name,))
+
+
+def test_every_json_option_says_what_it_prints():
+    import typer
+
+    from faultlab.cli import app
+
+    seen = []
+    for path, cmd in _commands(typer.main.get_command(app)):
+        for p in cmd.params:
+            if "--json" in getattr(p, "opts", []):
+                seen.append(path)
+                assert (p.help or "").strip(), f"faultlab {' '.join(path)} --json has no help"
+    assert {("status",), ("revert",), ("recover",), ("dataset", "info"), ("dataset", "verify")} <= set(seen), seen
+
+
+def test_label_import_help_lists_every_format():
+    import typer
+
+    from faultlab.cli import app
+    from faultlab.labeler.importers import FORMATS
+
+    label = typer.main.get_command(app).commands["label"]
+    helptext = next(p.help for p in label.params if "--import" in getattr(p, "opts", []))
+    assert len(FORMATS) >= 4
+    for name in FORMATS:
+        assert name in helptext, (name, helptext)
