@@ -172,3 +172,17 @@ def test_label_import_help_lists_every_format():
     assert len(FORMATS) >= 4
     for name in FORMATS:
         assert name in helptext, (name, helptext)
+
+
+def test_install_completion_writes_a_script_bash_sources(tmp_path):
+    """``faultlab --install-completion`` from bash (HOME in a temporary folder): the
+    script is written, ~/.bashrc sources it, and a bash that sources it has faultlab's
+    completion function registered."""
+    env = {**os.environ, "HOME": str(tmp_path)}
+    cmd = " ".join(map(str, FL)) + " --install-completion; exit $?"
+    cp = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60, env=env)
+    assert cp.returncode == 0, cp.stderr
+    script = tmp_path / ".bash_completions" / "faultlab.sh"
+    assert script.is_file() and str(script) in (tmp_path / ".bashrc").read_text()
+    cp = subprocess.run(["bash", "-c", f"source '{script}' && complete -p faultlab"], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0 and "_faultlab_completion" in cp.stdout, (cp.stdout, cp.stderr)
