@@ -26,7 +26,7 @@ from typing import Annotated, Optional  # noqa: E402
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from faultlab import safefs  # noqa: E402
+from faultlab import cliopts, safefs  # noqa: E402
 from faultlab.errors import BadInput, FaultlabError  # noqa: E402
 # Lazy imports: inject's options are generated from the fault types' declarations, so the
 # registry is loaded with the CLI; every other command imports what it needs inside its
@@ -34,9 +34,10 @@ from faultlab.errors import BadInput, FaultlabError  # noqa: E402
 from faultlab import injectors  # noqa: E402
 from faultlab.injectors import FAULT_TYPES  # noqa: E402
 from faultlab.injectors.registry import option_help, params_by_option  # noqa: E402
+from faultlab.importformats import formats_help  # noqa: E402  (names only: no pandas)
 from faultlab.units import parse_duration  # noqa: E402
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown", help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
+app = typer.Typer(context_settings=cliopts.CONTEXT_SETTINGS, no_args_is_help=True, rich_markup_mode="markdown", help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
 console = Console(stderr=True)
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 #: progress and event lines when stdout carries --json
@@ -103,8 +104,9 @@ def inject(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the exact commands (inject, verify, revert) and apply nothing"),
     allow_unverified: bool = typer.Option(False, "--allow-unverified", help="keep a fault whose measured check fails (default: revert it, exit 3)"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="inventory YAML of ssh nodes; --node names them (a,b,c) or --nodes selects by label"),
-    nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: every node whose labels match, e.g. rack=3"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="inventory YAML of ssh nodes; --node names them (a,b,c) or --select picks them by label"),
+    nodes_sel: Optional[str] = cliopts.select_option(),
+    nodes_sel_old: Optional[str] = cliopts.select_old_option(),
     accept_new_host_key: bool = typer.Option(False, "--accept-new-host-key", help="ssh: pin the host key of a node not yet in known_hosts (a changed key is always refused)"),
     **fault_opts: Optional[str],
 ):
@@ -117,6 +119,7 @@ def inject(
         duration_s = parse_duration(duration, "--duration")
         grace_s = parse_duration(grace, "--grace", allow_zero=True)
         opts = {option: fault_opts.get(_param_ident(option)) for option in params_by_option()}
+        nodes_sel = nodes_sel or nodes_sel_old
         if inventory is not None or nodes_sel or "," in node:  # fan-out over several nodes: faultlab.nodes.cli
             from faultlab.lifecycle.fanout import inject_fanout
 
@@ -170,7 +173,7 @@ def _on_inventory_nodes(command: str, inventory: Optional[Path], rnode: Optional
 
 @app.command()
 def status(
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="the faults in force as a JSON list on stdout (problems found go to stderr)"),
     inventory: NodesInventory = None,
     rnode: NodesNames = None,
     all_nodes: AllNodes = False,
@@ -208,7 +211,7 @@ def _check_fault_id(fault_id: str) -> None:
 def revert(
     fault_id: Optional[str] = typer.Argument(None, help="the fault to revert (see faultlab status)"),
     all_: bool = typer.Option(False, "--all", help="revert every fault in force on this host, also those a running faultlab holds; never the testbed of a running run (give its testbed-ID)"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="the faults reverted (and those refused, owned by another user) as a JSON list on stdout"),
     inventory: NodesInventory = None,
     rnode: NodesNames = None,
     all_nodes: AllNodes = False,
@@ -237,7 +240,7 @@ def revert(
 
 @app.command()
 def recover(
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: faults reverted, refused and held, testbeds removed, state files skipped"),
     inventory: NodesInventory = None,
     rnode: NodesNames = None,
     all_nodes: AllNodes = False,
@@ -313,16 +316,19 @@ def demo(
     nodes: int = typer.Option(4, "--nodes", metavar="N", help="number of nodes (one rank each)"),
     duration: str = typer.Option("60s", "--duration", metavar="DURATION", help="training time"),
     backend: str = typer.Option("netns", "--backend", metavar="BACKEND", help="netns | docker | ssh (containers reached over SSH)"),
+    quiet: cliopts.Quiet = False,
 ):
     """The whole loop on this machine: a netns (or docker, ssh) testbed, real DDP-style training, a
     nic-slow and a cpu-contention fault, labels, a scored baseline detector."""
-    from faultlab.demo import run_demo
-    from faultlab.units import parse_duration
+    from faultlab.nodes import extras
 
     try:
         if backend not in ("netns", "docker", "ssh"):
             raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker or ssh")
-        code = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), console=out, backend=backend)
+        extras.require(backend)  # before the demo's modules load: one line, at once
+        from faultlab.demo import run_demo
+
+        code = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), console=cliopts.progress_console(quiet, out), backend=backend)
     except FaultlabError as e:
         _fail(e)
     raise typer.Exit(code)
@@ -379,8 +385,8 @@ def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefi
         labels = label_run(out_dir)
         info["labels"] = len(labels)
         con.print(f"{out_dir}: {sum(r.get('status') != 'unverified' for r in res.injections)} fault(s) in force, {len(labels)} label(s)", markup=False)
-    for f in res.failed_faults:
-        con.print(f"faultlab: error: {f}", markup=False)
+    for f in res.failed_faults:  # an error is shown with --quiet too
+        (err_out if con.quiet else con).print(f"faultlab: error: {f}", markup=False)
     from faultlab.report import write_report
 
     try:
@@ -399,23 +405,26 @@ def run_cmd(
     label_it: bool = typer.Option(True, "--label/--no-label", help="label each run when it ends"),
     backend: Optional[str] = typer.Option(None, "--backend", metavar="BACKEND", help="override the scenario's testbed backend: netns | docker | ssh | local"),
     inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="run on these ssh nodes (one rank each, in file order) instead of a testbed; faults' node: names inventory nodes"),
-    nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: only the nodes whose labels match, e.g. rack=3"),
+    nodes_sel: Optional[str] = cliopts.select_option(),
+    nodes_sel_old: Optional[str] = cliopts.select_old_option(),
     as_json: bool = typer.Option(False, "--json", help="print each run's summary as JSON on stdout; progress goes to stderr"),
     allow_unverified: bool = typer.Option(False, "--allow-unverified", help="keep a fault whose measured check fails (default: revert it at once, record it as unverified)"),
+    quiet: cliopts.Quiet = False,
 ):
-    """Run one scenario: testbed, workload, fault schedule; a run directory per run."""
+    """Run one scenario: testbed, workload, fault schedule; a run directory per run
+    (with --quiet, only each run directory is printed)."""
     from faultlab.scenario import Scenario, load
 
     try:
-        inv_nodes = _inventory_nodes(inventory, nodes_sel, backend)
+        inv_nodes = _inventory_nodes(inventory, nodes_sel or nodes_sel_old, backend)
         sc = load(scenario, "scenario", nodes=[x.name for x in inv_nodes] if inv_nodes else None)
-        sc = _with_backend(sc, backend)
+        sc = _with_backend(sc, backend, inventory=inv_nodes is not None)
         from faultlab.rundir import new_run_id
 
         run_id = new_run_id(sc.name) if repeat == 1 else None  # the default folder is named by the run id
         base = Path(out_dir or Path("faultlab-runs") / (run_id or f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"))
         codes, infos = [], []
-        con = err_out if as_json else out
+        con = cliopts.progress_console(quiet, err_out if as_json else out)
         for i in range(repeat):
             s_i = sc if repeat == 1 else Scenario.model_validate({**sc.model_dump(mode="json"), "seed": sc.seed + i,
                                                                   "workload": {**sc.model_dump(mode="json")["workload"], "duration": f"{sc.workload.duration}s" if sc.workload.duration else None},
@@ -428,6 +437,9 @@ def run_cmd(
         _fail(e)
     if as_json:
         print(json.dumps(infos[0] if repeat == 1 else infos, indent=1))
+    elif quiet:
+        for info in infos:
+            out.print(info["run_dir"], markup=False)
     raise typer.Exit(max(codes))
 
 
@@ -435,7 +447,7 @@ def _inventory_nodes(inventory: Path | None, selector: str | None, backend: str 
     """The inventory's ssh nodes for ``run``/``campaign --inventory`` (None without one)."""
     if inventory is None:
         if selector:
-            raise BadInput("a label selection needs an inventory", field="--nodes", fix="add --inventory FILE")
+            raise BadInput("a label selection needs an inventory", field="--select", fix="add --inventory FILE")
         return None
     if backend not in (None, "ssh"):
         raise BadInput(f"--inventory names ssh nodes, not {backend}", field="--backend", fix="drop --backend, or give --backend ssh")
@@ -444,13 +456,20 @@ def _inventory_nodes(inventory: Path | None, selector: str | None, backend: str 
     return run_nodes(inventory, selector)
 
 
-def _with_backend(sc, backend: str | None):
-    """``sc`` with its testbed backend replaced by ``--backend`` (checked)."""
-    if backend is None:
-        return sc
-    if backend not in ("netns", "docker", "ssh", "local"):
-        raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker, ssh or local")
-    return sc.model_copy(update={"testbed": sc.testbed.model_copy(update={"backend": backend})})
+def _with_backend(sc, backend: str | None, inventory: bool = False):
+    """``sc`` with its testbed backend replaced by ``--backend`` (checked), whose Python
+    packages are installed (BadInput naming the extra to install, before anything
+    starts); on ``inventory`` nodes no testbed is made (their ssh package is checked
+    with the inventory)."""
+    from faultlab.nodes import extras
+
+    if backend is not None:
+        if backend not in ("netns", "docker", "ssh", "local"):
+            raise BadInput(f"unknown backend {backend!r}", field="--backend", fix="give netns, docker, ssh or local")
+        sc = sc.model_copy(update={"testbed": sc.testbed.model_copy(update={"backend": backend})})
+    if not inventory:
+        extras.require(sc.testbed.backend)
+    return sc
 
 
 def _faults_with_units(sc) -> list[dict]:
@@ -518,18 +537,21 @@ def campaign(
     only: Optional[str] = typer.Option(None, "--runs", metavar="A:B", help="run only the drawn runs A..B-1 (0-based; chunks of a long campaign into one --out)"),
     backend: Optional[str] = typer.Option(None, "--backend", metavar="BACKEND", help="override the base scenario's testbed backend: netns | docker | ssh | local"),
     inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="run on these ssh nodes (one rank each) instead of a testbed; faults are drawn on their names"),
-    nodes_sel: Optional[str] = typer.Option(None, "--nodes", metavar="KEY=VALUE", help="with --inventory: only the nodes whose labels match"),
+    nodes_sel: Optional[str] = cliopts.select_option(),
+    nodes_sel_old: Optional[str] = cliopts.select_old_option(),
     allow_unverified: bool = typer.Option(False, "--allow-unverified", help="keep faults whose measured check fails (default: revert each at once, record it as unverified)"),
+    quiet: cliopts.Quiet = False,
 ):
-    """Run a randomized campaign unattended: seeded, so the same seed gives the same schedules."""
+    """Run a randomized campaign unattended: seeded, so the same seed gives the same
+    schedules (with --quiet, only the closing line is printed)."""
     from faultlab.scenario import load
 
     inv_nodes = None
     try:
-        inv_nodes = _inventory_nodes(inventory, nodes_sel, backend)
+        inv_nodes = _inventory_nodes(inventory, nodes_sel or nodes_sel_old, backend)
         names = [x.name for x in inv_nodes] if inv_nodes else None
         c = load(file, "campaign", nodes=names)
-        scs = [_with_backend(s, backend) for s in c.scenarios(names)]
+        scs = [_with_backend(s, backend, inventory=inv_nodes is not None) for s in c.scenarios(names)]
     except FaultlabError as e:
         _fail(e)
     schedules = [{"name": s.name, "seed": s.seed, "faults": _faults_with_units(s)} for s in scs]
@@ -541,7 +563,7 @@ def campaign(
         return
     base = Path(out_dir or Path("faultlab-runs") / f"{c.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     manifest = {"campaign": c.name, "seed": c.seed, "runs": []}
-    con = err_out if as_json else out
+    con = cliopts.progress_console(quiet, err_out if as_json else out)
     chosen = range(len(scs))
     try:  # every input checked before the folder is made: nothing half-applied
         if only is not None:
@@ -562,7 +584,8 @@ def campaign(
             info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con, nodes=inv_nodes, allow_unverified=allow_unverified)
         except Exception as e:  # unattended: one failed run must not stop the campaign
             info = {"run_dir": str(base / s.name), "code": 1, "error": f"{type(e).__name__}: {e}"}
-            con.print(f"[red]{s.name} failed:[/] {type(e).__name__}: {e}", markup=False) if not isinstance(e, FaultlabError) else con.print(f"[red]{s.name} failed:[/] {e}")
+            what = str(e) if isinstance(e, FaultlabError) else f"{type(e).__name__}: {e}"
+            (err_out if con.quiet else con).print(f"{s.name} failed: {what}", markup=False)  # shown with --quiet too
         manifest["runs"].append({**info, "schedule": schedules[i]})
         try:  # a fresh file renamed over the name: a link planted there is replaced, never written through
             safefs.write_file_nofollow(base / "campaign.json", json.dumps(manifest, indent=1), 0o644)
@@ -577,7 +600,7 @@ def campaign(
         manifest["report"] = str(write_report(base))
     except FaultlabError as e:
         con.print(f"no campaign report: {e}", markup=False)
-    con.print(f"campaign {c.name}: {len(manifest['runs']) - len(bad)}/{len(scs)} runs complete -> {base}"
+    (err_out if as_json else out).print(f"campaign {c.name}: {len(manifest['runs']) - len(bad)}/{len(scs)} runs complete -> {base}"
               + (f"; report: {manifest['report']}" if "report" in manifest else ""), markup=False)
     if as_json:
         print(json.dumps(manifest, indent=1))
@@ -587,7 +610,7 @@ def campaign(
 @app.command()
 def label(
     run_dir: Path = typer.Argument(..., metavar="PATH", help="a run directory; with --import, the file or dataset folder to import"),
-    import_format: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="import public fail-slow data instead: long | perseus | straggler-trace"),
+    import_format: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="import public fail-slow data instead: " + formats_help()),
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="with --import: folder for labels.parquet (and whatif.json, components.parquet)"),
     peer_groups_file: Optional[Path] = typer.Option(None, "--peer-groups", metavar="FILE", help="the ranks' peer groups: a JSON object or a CSV component,group (a run directory, or --import long | pai-minibatch); default: declared, else discovered"),
 ):
@@ -703,52 +726,10 @@ from faultlab.report.cli import register as _register_report  # noqa: E402
 _register_report(app)
 
 
-def _with_metavars(cmd):
-    """Every option and argument of every command shows a metavar: its own, else its
-    name in capitals (``--window WINDOW``, ``FAULT_ID``); flags show none (typer would
-    print ``<bool>``, ``<str>``)."""
-    for p in cmd.params:  # typer's own options and arguments (it vendors click): duck-typed
-        kind = getattr(p, "param_type_name", "")
-        if kind == "option" and p.metavar is None:
-            p.metavar = "" if p.is_flag else p.name.upper()
-        elif kind == "argument":
-            if p.metavar is None:
-                p.metavar = p.name.upper()
-            p.display_type_rich = lambda ctx: None  # the metavar says it; no `<str>` column beside it
-    for sub in getattr(cmd, "commands", {}).values():
-        _with_metavars(sub)
-    return cmd
-
-
-def usage_line(err) -> str:
-    """One line for a usage error typer found (a range, a type, a missing or unknown
-    option): ``faultlab: error: --repeat: Input should be greater than or equal to 1
-    (see faultlab run --help)``, the option or argument named first; never typer's
-    boxed multi-line form."""
-    p = getattr(err, "param", None)
-    ctx = getattr(err, "ctx", None)
-    msg = " ".join(err.format_message().split())
-    if p is not None and type(err).__name__ == "BadParameter":
-        name = p.opts[0] if getattr(p, "param_type_name", "") == "option" and p.opts else (p.metavar or p.name.upper())
-        msg = f"{name}: {' '.join(str(err.message).split())}"
-    where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-    return f"faultlab: error: {msg}{where}"
-
-
 def main() -> None:  # pragma: no cover
-    """The ``faultlab`` entry point: the typer app as a click command, metavars filled
-    in; usage errors are one line (``usage_line``), exit 2."""
-    cmd = _with_metavars(typer.main.get_command(app))
-    try:
-        rv = cmd.main(prog_name="faultlab", standalone_mode=False)
-    except typer.TyperException as e:  # click's usage errors (typer vendors click)
-        if type(e).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
-            print(usage_line(e), file=sys.stderr)
-        sys.exit(getattr(e, "exit_code", 2))
-    except typer.Abort:
-        print("faultlab: aborted", file=sys.stderr)
-        sys.exit(1)
-    sys.exit(rv if isinstance(rv, int) else 0)
+    """The ``faultlab`` entry point: the typer app as a click command, run with the
+    conventions every command shares (:func:`faultlab.cliopts.run`)."""
+    cliopts.run(typer.main.get_command(app))
 
 
 if __name__ == "__main__":  # pragma: no cover

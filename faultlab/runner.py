@@ -31,6 +31,7 @@ from faultlab.evidence import verify_text
 from faultlab.lifecycle.cmd import Cmd
 from faultlab.lifecycle.lease import Lease
 from faultlab.nodes import LEASE_HERE, LEASE_ON_NODE, LocalNode
+from faultlab.nodes import dockerd
 from faultlab.nodes.backends import make_testbed
 from faultlab.progress import Progress
 from faultlab.rundir import RunDir, new_run_id
@@ -355,6 +356,8 @@ def _tear_down(live: _Live, due: list[_Due], rd: RunDir, res: RunResult, con: Co
         rd.event("testbed-down", errors=errs)
         if not errs and live.tb_lease:
             live.tb_lease.release()
+        if getattr(live.testbed, "started_dockerd", False):
+            con.print(dockerd.left_running(), markup=False)
     return host
 
 

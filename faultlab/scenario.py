@@ -455,6 +455,15 @@ class Campaign(_Strict):
                 raise ValueError(f"{k}: unknown parameter {bad[0]!r}")
         return v
 
+    @model_validator(mode="after")
+    def _draws(self):
+        """Every fault type's parameters, at each end of each draw, parse as the injector
+        will (:func:`_check_draws`): a required one missing is refused here, naming
+        ``types.TYPE.params.PARAM``, not when a run is drawn."""
+        for t, d in self.types.items():
+            _check_draws(t, d.params, self.duration[0])
+        return self
+
     def scenarios(self, nodes: list[str] | None = None) -> list[Scenario]:
         """The ``runs`` scenarios, deterministic in ``seed``. ``nodes``: the node names
         drawn from (an inventory's, in order; default the testbed's ``n0..``), one rank
@@ -500,8 +509,76 @@ class Campaign(_Strict):
             data["workload"]["duration"] = f"{data['workload']['duration']}s" if data["workload"]["duration"] is not None else None
             if nodes:
                 data["testbed"] = {**data["testbed"], "backend": "ssh", "nodes": n_nodes}
-            out.append(Scenario.model_validate(_with_units(data), context={"nodes": node_names} if nodes else None))
+            try:
+                out.append(Scenario.model_validate(_with_units(data), context={"nodes": node_names} if nodes else None))
+            except ValidationError as e:
+                raise DrawnError(e, data) from None
         return out
+
+
+class DrawnError(BadInput):
+    """A scenario drawn from a campaign that does not validate, as one line naming
+    the campaign's field (``loc``) that drew it: a fault's parameter is
+    ``types.TYPE.params.PARAM``, its node or rank ``base.testbed.nodes``, its start
+    ``start``, its duration ``duration``, the rest ``base.FIELD``."""
+
+    def __init__(self, e: ValidationError, data: dict):
+        err = e.errors()[0]
+        loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith(("function-", "tagged-union"))))
+        ctx = err.get("ctx", {}).get("error")
+        if isinstance(ctx, _FieldError):
+            loc = loc + ctx.loc
+        self.loc = _campaign_loc(loc, data)
+        self.message = f"{err['msg'].removeprefix('Value error, ')} (in the drawn run {data['name']})"
+        super().__init__(self.message, field=_fmt_loc(self.loc), fix=pydantic_fix(err, "see `faultlab scenario schema --campaign`"))
+
+
+def _campaign_loc(loc: tuple, data: dict) -> tuple:
+    """The campaign field that drew the scenario field at ``loc`` (see DrawnError)."""
+    if len(loc) >= 2 and loc[0] == "faults" and isinstance(loc[1], int) and loc[1] < len(data["faults"]):
+        t = data["faults"][loc[1]]["type"]
+        rest = loc[2:]
+        if rest[:1] == ("params",):
+            return ("types", t, *rest)
+        if rest[:1] in (("node",), ("rank",)):
+            return ("base", "testbed", "nodes")
+        if rest[:1] == ("at",):
+            return ("start",)
+        if rest[:1] == ("duration",):
+            return ("duration",)
+        return ("types", t)
+    return ("base", *loc)
+
+
+def _draw_ends(d) -> list:
+    """The values a draw can give at its ends: every choice of a list, ``low`` and
+    ``high`` of a range, a constant itself."""
+    if isinstance(d, list):
+        return list(d) or [None]
+    if isinstance(d, dict) and set(d) == {"low", "high"}:
+        return [d["low"], d["high"]]
+    return [d]
+
+
+def _check_draws(fault_type: str, params: dict, duration_s: float) -> None:
+    """Parse ``fault_type``'s drawn ``params`` as the injector will, on a stand-in node
+    (nothing probed or applied): every parameter at its first value, then each in turn
+    at each of its other ends. Raises _FieldError at ``types.TYPE.params[.PARAM]``."""
+    first = {p: _draw_ends(d)[0] for p, d in params.items()}
+    sets = [first] + [{**first, p: v} for p, d in params.items() for v in _draw_ends(d)[1:]]
+    known = param_options()
+    placeholder = "999999" if fault_type in rank_types() else None  # parsed, never probed
+    for ps in sets:
+        opts = {known[k]: str(v) for k, v in ps.items() if v is not None}
+        try:
+            injectors.build(fault_type, LocalNode("validate"), target=placeholder, duration_s=duration_s, opts=opts)
+        except BadInput as e:
+            param = next((k for k, o in known.items() if o == (e.field or "")), None)
+            where = ("types", fault_type, "params", param) if param else ("types", fault_type, "params")
+            msg = scenario_words(str(e).split(": ", 1)[-1])
+            if param and param not in ps:
+                msg = f"{fault_type} needs {param}, and none is drawn (add {param}: [VALUE] to types.{fault_type}.params)"
+            raise _FieldError(where, msg) from None
 
 
 def _with_units(data: dict) -> dict:
@@ -597,7 +674,14 @@ def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto
         if isinstance(tgt, dict) and isinstance(tgt.get("testbed", {}), dict):
             tgt["testbed"] = {**tgt.get("testbed", {}), "backend": "ssh", "nodes": len(nodes)}
     try:
-        return model.model_validate(data, context={"nodes": list(nodes)} if nodes else None)
+        sc = model.model_validate(data, context={"nodes": list(nodes)} if nodes else None)
+        if isinstance(sc, Campaign):  # the runs it draws are checked too, named by the campaign field that drew them
+            try:
+                sc.scenarios(nodes)
+            except DrawnError as d:
+                line = _line_of(root, d.loc)
+                raise BadInput(d.message, field=f"{p}:{line}: {_fmt_loc(d.loc)}" if line else f"{p}: {_fmt_loc(d.loc)}", fix=d.fix) from None
+        return sc
     except ValidationError as e:
         err = e.errors()[0]
         loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith(("function-", "tagged-union"))))

@@ -180,10 +180,10 @@ def write_run(tree: _Tree, run) -> int:
 def _check_replaceable(final: Path) -> None:
     """``--force`` replaces only an earlier faultlab dataset: a real folder (no
     symlink) holding ``splits.json`` and ``MANIFEST.sha256``. Anything else (a folder
-    of the user's, ``--out-root / --name etc``) is refused: BadInput, nothing removed."""
+    of the user's, ``--out / --name etc``) is refused: BadInput, nothing removed."""
     if final.is_symlink() or not final.is_dir() or not (final / "splits.json").is_file() or not (final / "MANIFEST.sha256").is_file():
         raise BadInput(f"{final} exists and is not a faultlab dataset (no splits.json and MANIFEST.sha256); --force replaces only a dataset",
-                       field="--name", fix="give another name or --out-root, or remove that folder yourself")
+                       field="--name", fix="give another name or --out, or remove that folder yourself")
 
 
 #: the largest campaign/scenario file accepted into a dataset (bytes)
@@ -258,7 +258,7 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
     Returns: the dataset folder.
     Raises: BadInput for a bad name, an existing folder without ``force``, a campaign
     file the scenario loader refuses (:func:`check_campaign_files`), an ``out_root``
-    where the folder cannot be made (field ``--out-root``), a run without labels, or a
+    where the folder cannot be made (field ``--out``), a run without labels, or a
     table that does not fit the schema. Nothing is left in ``out_root`` on an error.
     """
     if not name or any(ch not in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_." for ch in name) or name.startswith("."):
@@ -267,7 +267,7 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
     out_root = Path(out_root)
     final = out_root / name
     building = f".{name}.building"
-    with open_output(out_root, "--out-root") as parent:
+    with open_output(out_root, "--out") as parent:
         if parent.lstat(name) is not None:
             if not force:
                 raise BadInput(f"{final} exists", field="--name", fix="give another name, or --force to replace it")
@@ -299,7 +299,7 @@ def _fresh_folder(parent: safefs.TrustedDir, name: str) -> safefs.TrustedDir:
     except safefs.UntrustedPath:
         raise
     except OSError as e:  # before anything is written: nothing half-applied
-        raise BadInput(f"cannot make {path}: {e.strerror or e}", field="--out-root", fix="give a writable folder") from None
+        raise BadInput(f"cannot make {path}: {e.strerror or e}", field="--out", fix="give a writable folder") from None
 
 
 def _check_still_there(parent: safefs.TrustedDir, name: str, held: safefs.TrustedDir) -> None:
@@ -309,7 +309,7 @@ def _check_still_there(parent: safefs.TrustedDir, name: str, held: safefs.Truste
     st, mine = parent.lstat(name), os.fstat(held.fd)
     if st is None or (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
         raise safefs.UntrustedPath(held.path, "was moved or replaced while the dataset was written into it",
-                                   "build into a folder that only you can write (--out-root)")
+                                   "build into a folder that only you can write (--out)")
 
 
 def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: int, campaign_files: list[Path], relabel: bool,

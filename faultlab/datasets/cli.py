@@ -10,7 +10,9 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
+from faultlab.cliopts import renamed
 from faultlab.errors import BadInput, FaultlabError
 
 # Lazy imports: the CLI imports this module to register ``faultlab dataset``; each command
@@ -45,7 +47,8 @@ def build_cmd(
     name: str = typer.Option(..., "--name", help="dataset name, e.g. faultlab-hw-v1"),
     split: str = typer.Option("test=0.3", "--split", help="test fraction of the runs, e.g. test=0.3 (split by run, seeded)"),
     seed: int = typer.Option(0, "--seed", help="seed of the split"),
-    out_root: Path = typer.Option(Path("datasets"), "--out-root", metavar="DIR", help="the dataset goes to DIR/NAME"),
+    out_root: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="the dataset goes to DIR/NAME (default: datasets)"),
+    out_root_old: Optional[Path] = typer.Option(None, "--out-root", hidden=True, callback=renamed("--out-root", "--out")),
     campaign_file: List[Path] = typer.Option([], "--campaign-file", metavar="FILE", help="campaign/scenario YAML copied into campaign/, repeatable"),
     relabel: bool = typer.Option(False, "--relabel", help="re-label every run with this checkout's labeler first"),
     import_fmt: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="build from a public trace instead: perseus | straggler-trace (PATH as the argument)"),
@@ -59,6 +62,7 @@ def build_cmd(
     from faultlab.datasets.build import build, check_campaign_files, collect_runs, import_trace, parse_split
     from faultlab.datasets.layout import read_splits
 
+    out_root = out_root or out_root_old or Path("datasets")
     try:
         frac = parse_split(split)
         check_campaign_files(campaign_file)  # before runs are read: BadInput, exit 2
@@ -78,7 +82,7 @@ def build_cmd(
     except FaultlabError as e:
         _fail(e)
     except OSError as e:  # build removes its half-built folder first
-        _fail(_os_error(e, out_root, "--out-root"))
+        _fail(_os_error(e, out_root, "--out"))
     size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
     sp = read_splits(p)
     out.print(f"{p}: {len(sp['train']) + len(sp['test'])} runs ({len(sp['train'])} train, {len(sp['test'])} test), {size / 1e6:.2f} MB", markup=False)
@@ -110,7 +114,8 @@ def relabel_cmd(
 
 
 @app.command("verify")
-def verify_cmd(dataset: Path = typer.Argument(..., help="a dataset folder")):
+def verify_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
+               as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: dataset, ok, and the changed, missing and extra files")):
     """Check every file against MANIFEST.sha256; exit 1 naming each changed, missing or
     extra file."""
     from faultlab.datasets.manifest import verify
@@ -119,6 +124,10 @@ def verify_cmd(dataset: Path = typer.Argument(..., help="a dataset folder")):
         r = verify(dataset)
     except FaultlabError as e:
         _fail(e)
+    if as_json:
+        ok = not any(r[k] for k in ("changed", "missing", "extra"))
+        print(json.dumps({"dataset": str(dataset), "ok": ok, **{k: list(r[k]) for k in ("changed", "missing", "extra")}}, indent=2))
+        raise typer.Exit(0 if ok else 1)
     bad = False
     for kind in ("changed", "missing", "extra"):
         for f in r[kind]:
@@ -131,7 +140,8 @@ def verify_cmd(dataset: Path = typer.Argument(..., help="a dataset folder")):
 
 
 @app.command("info")
-def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"), as_json: bool = typer.Option(False, "--json")):
+def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
+             as_json: bool = typer.Option(False, "--json", help="the same figures as one JSON object on stdout")):
     """Runs, splits, fault types and labels of a dataset."""
 
     from faultlab.datasets.layout import Dataset
@@ -152,8 +162,21 @@ def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"), as_js
     if as_json:
         print(json.dumps(info, indent=2))
         return
-    for k, v in info.items():
-        out.print(f"{k}: {v}", markup=False)
+    out.print(info_table(info))
+
+
+def info_table(info: dict) -> Table:
+    """``dataset info``'s figures as a rich Table of two columns (what, value); counts
+    by fault type and by label source one per line."""
+    t = Table(title=f"dataset {info['name']}", show_header=False, title_justify="left")
+    t.add_column("what", style="bold")
+    t.add_column("value", overflow="fold")
+    t.add_row("runs", f"{info['runs']} ({info['train']} train, {info['test']} test; split seed {info['seed']})")
+    t.add_row("training time", f"{info['duration_s']:g} s")
+    t.add_row("size", f"{info['size_mb']:g} MB")
+    for title, key in (("fault types (runs)", "fault_types"), ("labels by source", "labels_by_source")):
+        t.add_row(title, "\n".join(f"{k}: {v}" for k, v in sorted(info[key].items())) or "-")
+    return t
 
 
 @app.command("export")

@@ -63,7 +63,7 @@ def revert_all(actives: list, *, max_parallel: int = 10) -> list[str]:
 
 
 def inject_fanout(*, type, node, nodes_sel, inventory, accept_new, target, duration_s, grace_s, opts, force, detach, dry_run, as_json, out) -> None:
-    """``faultlab inject`` on many nodes (``--node a,b,c`` or ``--nodes rack=3``, with
+    """``faultlab inject`` on many nodes (``--node a,b,c`` or ``--select rack=3``, with
     ``--inventory``): all or nothing (``apply_all``), then in the foreground
     until the end (Ctrl-C / SIGTERM revert every node), or ``--detach``."""
     try:
@@ -73,7 +73,7 @@ def inject_fanout(*, type, node, nodes_sel, inventory, accept_new, target, durat
             targets = inv_mod.ssh_nodes(inv, names, accept_new=accept_new)
         else:
             if nodes_sel:
-                raise BadInput("a label selection needs an inventory", field="--nodes", fix="add --inventory FILE")
+                raise BadInput("a label selection needs an inventory", field="--select", fix="add --inventory FILE")
             targets = [resolve_node(s.strip()) for s in node.split(",") if s.strip()]
         injs = [injectors.build(type, n, target=target, duration_s=duration_s, opts=opts, force=force) for n in targets]
         if dry_run:

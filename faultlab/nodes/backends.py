@@ -10,6 +10,7 @@ cluster is reached through an inventory file instead (faultlab.nodes.inventory).
 from __future__ import annotations
 
 from faultlab.errors import BadInput
+from faultlab.nodes import extras
 from faultlab.nodes.docker_testbed import DockerTestbed, recover_docker_testbeds
 from faultlab.nodes.ssh import SshNode
 from faultlab.nodes.testbed import NetnsTestbed, recover_netns_testbeds
@@ -58,7 +59,9 @@ def ssh_nodes_of(tb) -> list:
 
 
 def make_testbed(backend: str, n_nodes: int, tb_id: str | None = None):
-    """An (un-started) testbed of ``backend``. Raises BadInput naming ``--backend``."""
+    """An (un-started) testbed of ``backend``. Raises BadInput naming ``--backend`` for
+    an unknown backend or one whose Python package is not installed (before anything starts)."""
+    extras.require(backend)
     if backend == "netns":
         return NetnsTestbed(n_nodes, tb_id)
     if backend == "docker":

@@ -36,7 +36,7 @@ def _check_name(name: str | None) -> str | None:
 @testbed_app.command("up")
 def up(
     backend: str = typer.Option("netns", "--backend", help="netns | docker | ssh"),
-    nodes: int = typer.Option(4, "--nodes", help="number of nodes"),
+    nodes: int = typer.Option(4, "--nodes", metavar="N", help="number of nodes"),
     name: Optional[str] = typer.Option(None, "--name", help="testbed id: 1-4 hex digits (default: random)"),
 ):
     """Bring a testbed up and leave it running; prints its id and nodes."""
@@ -47,6 +47,10 @@ def up(
         tb.up()
     except FaultlabError as e:
         _fail(e)
+    if getattr(tb, "started_dockerd", False):
+        from faultlab.nodes.dockerd import left_running
+
+        print(left_running(), file=sys.stderr)
     info = {"id": tb.id, "backend": backend, "nodes": [{"name": n.name, "address": n.address, "node": n.describe()} for n in tb.nodes]}
     if backend != "netns":
         info["inventory"] = str(tb.inventory_path)

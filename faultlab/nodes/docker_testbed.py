@@ -86,6 +86,8 @@ class DockerTestbed:
         self.subnet: ipaddress.IPv4Network | None = None
         self.nodes: list[DockerNode] = []
         self._made: dict = {"containers": [], "network": None}
+        #: whether up() started faultlab's dockerd (it outlives the testbed: see dockerd.left_running)
+        self.started_dockerd = False
 
     # -- paths -------------------------------------------------------------------------
     @property
@@ -123,23 +125,28 @@ class DockerTestbed:
     def up(self, progress=None) -> "DockerTestbed":
         if os.geteuid() != 0:
             raise FaultlabError("docker nodes need root (nsenter, cgroups)", field="--backend", fix="run as root")
-        dockerd.ensure_started()
-        cli = dockerd.client()
-        reap_orphans(cli)
-        img = image.ensure_image(cli)
-        mounts = image.workload_mounts()
-        self.subnet = _free_subnet()
+        started = self.started_dockerd = dockerd.ensure_started()
         try:
-            self._open_folder().close()
-            self._save()
-            self._make_key()
-            self._make_network(cli)
-            for i in range(self.n_nodes):
-                self._make_node(cli, img, mounts, i)
-            self._wait_sshd(cli)
-            self._write_inventory()
+            cli = dockerd.client()
+            reap_orphans(cli)
+            img = image.ensure_image(cli)
+            mounts = image.workload_mounts()
+            self.subnet = _free_subnet()
+            try:
+                self._open_folder().close()
+                self._save()
+                self._make_key()
+                self._make_network(cli)
+                for i in range(self.n_nodes):
+                    self._make_node(cli, img, mounts, i)
+                self._wait_sshd(cli)
+                self._write_inventory()
+            except BaseException:
+                self.down()
+                raise
         except BaseException:
-            self.down()
+            if started and not list_docker_testbeds():  # the daemon this call started serves no testbed: stopped
+                dockerd.stop()
             raise
         return self
 

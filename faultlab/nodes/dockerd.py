@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from faultlab.errors import FaultlabError
+from faultlab.nodes import extras
 
 RUN_DIR = Path("/run/faultlab/dockerd")
 DATA_ROOT = Path("/var/lib/faultlab/docker")
@@ -61,7 +62,10 @@ def running() -> bool:
 def ensure_started(wait_s: float = 60.0) -> bool:
     """Start faultlab's dockerd unless one answers already. Returns True when this
     call started it (the caller may ``stop()`` it later). Raises FaultlabError when
-    dockerd is missing, we are not root, or it does not come up within ``wait_s``."""
+    dockerd is missing, we are not root, or it does not come up within ``wait_s`` (then
+    the dockerd it started is stopped); BadInput, before anything starts, when the
+    docker SDK (faultlab[docker]) that would talk to it is not installed."""
+    extras.require("docker")
     if running():
         return False
     if os.environ.get("FAULTLAB_DOCKER_HOST"):
@@ -81,22 +85,47 @@ def ensure_started(wait_s: float = 60.0) -> bool:
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            held = _our_pid()
+            if held is not None:  # ours from before, alive but silent: it holds the PID file
+                raise FaultlabError(f"faultlab's dockerd (PID {held}) runs but does not answer at {SOCKET}", field="--backend",
+                                    fix=f"stop it (kill {held}) and try again; see {RUN_DIR / 'dockerd.log'}")
             raise FaultlabError(f"dockerd exited with {proc.returncode}", field="--backend", fix=f"see {RUN_DIR / 'dockerd.log'}")
         if running():
             return True
         time.sleep(0.3)
-    raise FaultlabError(f"dockerd did not answer within {wait_s:g}s", field="--backend", fix=f"see {RUN_DIR / 'dockerd.log'}")
+    proc.terminate()  # started for this call and of no use to it: not left behind
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    raise FaultlabError(f"dockerd did not answer within {wait_s:g}s (stopped again)", field="--backend", fix=f"see {RUN_DIR / 'dockerd.log'}")
+
+
+def left_running() -> str:
+    """The line said when a command started faultlab's dockerd and leaves it running
+    (for the next testbed): that it does, and how to stop it."""
+    return f"faultlab's dockerd, started for this command, is left running (stop it: kill $(cat {PIDFILE}))"
+
+
+def _our_pid() -> int | None:
+    """The PID of faultlab's own dockerd (from its PID file, checked to be a live
+    dockerd on our socket), None when there is none."""
+    try:
+        pid = int(PIDFILE.read_text().strip())
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    if not cmd or not cmd[0].endswith(b"dockerd") or f"unix://{SOCKET}".encode() not in cmd:
+        return None
+    return pid
 
 
 def stop(wait_s: float = 30.0) -> None:
     """Stop faultlab's own dockerd (by the PID in its PID file, checked to be dockerd
     with our socket). Never touches another daemon."""
-    try:
-        pid = int(PIDFILE.read_text().strip())
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError):
-        return
-    if not cmd or not cmd[0].endswith(b"dockerd") or f"unix://{SOCKET}".encode() not in cmd:
+    pid = _our_pid()
+    if pid is None:
         return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + wait_s

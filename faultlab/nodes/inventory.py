@@ -8,7 +8,7 @@
       gpu-07: {address: 10.0.3.7, interface: eth0, gpus: 8, labels: {rack: "3"}}
       gpu-08: {address: 10.0.3.8, labels: {rack: "3"}}
 
-``select`` takes ``--node a,b,c`` names or ``--nodes 'rack=3'`` label selections
+``select`` takes ``--node a,b,c`` names or ``--select 'rack=3'`` label selections
 (``k=v`` joined by ``,``: every pair must match). Unknown names and empty selections
 are BadInput naming the field.
 """
@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from faultlab.errors import BadInput, pydantic_fix
+from faultlab.nodes import extras
 from faultlab.nodes.ssh import SshNode
 from faultlab.yamlsafe import DuplicateKey, load as load_yaml
 
@@ -63,7 +64,7 @@ class Inventory(BaseModel):
 
     def select(self, names: str | None = None, selector: str | None = None) -> list[str]:
         """Node names by ``names`` (``a,b,c``) or ``selector`` (``rack=3,role=gpu``).
-        Raises BadInput naming ``--node``/``--nodes``."""
+        Raises BadInput naming ``--node``/``--select``."""
         if names:
             out = [n.strip() for n in names.split(",") if n.strip()]
             unknown = [n for n in out if n not in self.nodes]
@@ -75,11 +76,11 @@ class Inventory(BaseModel):
             for pair in selector.split(","):
                 k, eq, v = pair.partition("=")
                 if not eq or not k.strip():
-                    raise BadInput(f"{pair!r} is not KEY=VALUE", field="--nodes", fix="give e.g. rack=3 or rack=3,role=gpu")
+                    raise BadInput(f"{pair!r} is not KEY=VALUE", field="--select", fix="give e.g. rack=3 or rack=3,role=gpu")
                 want[k.strip()] = v.strip()
             out = [n for n, spec in self.nodes.items() if all(spec.labels.get(k) == v for k, v in want.items())]
             if not out:
-                raise BadInput(f"no inventory node has labels {selector}", field="--nodes", fix="see the labels in the inventory file")
+                raise BadInput(f"no inventory node has labels {selector}", field="--select", fix="see the labels in the inventory file")
             return out
         return list(self.nodes)
 
@@ -114,7 +115,9 @@ def schema() -> dict:
 
 
 def ssh_nodes(inv: Inventory, names: list[str], *, accept_new: bool = False) -> list:
-    """SshNodes of the named inventory nodes (defaults filled in)."""
+    """SshNodes of the named inventory nodes (defaults filled in). Raises BadInput
+    naming ``--inventory`` when paramiko (faultlab[ssh]) is not installed."""
+    extras.require("inventory", field="--inventory")
     d = inv.defaults
     out = []
     for name in names:
@@ -129,9 +132,9 @@ def ssh_nodes(inv: Inventory, names: list[str], *, accept_new: bool = False) -> 
 def run_nodes(path: str | Path, selector: str | None = None, *, accept_new: bool = False) -> list:
     """The SshNodes a run or campaign uses from inventory ``path``: every node, or those
     whose labels match ``selector`` (``rack=3``), in file order, one rank each.
-    Raises BadInput naming ``--inventory``/``--nodes``; a run needs two at least."""
+    Raises BadInput naming ``--inventory``/``--select``; a run needs two at least."""
     inv = load(path)
     names = inv.select(None, selector)
     if len(names) < 2:
-        raise BadInput(f"{len(names)} inventory node(s) selected", field="--nodes", fix="a run needs at least 2 nodes (a straggler needs peers)")
+        raise BadInput(f"{len(names)} inventory node(s) selected", field="--select", fix="a run needs at least 2 nodes (a straggler needs peers)")
     return ssh_nodes(inv, names, accept_new=accept_new)

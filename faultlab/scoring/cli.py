@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -32,18 +31,16 @@ TABLE_METRICS = (
 )
 
 
-def parse_params(items: list[str]) -> dict:
-    """``KEY=VALUE`` strings to a dict; values parsed as YAML scalars (``2``, ``0.5``,
-    ``true``, text). Raises BadInput (field ``--param``) for an item without ``=``."""
+def parse_params(items: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings to a dict of texts (typed later by the detector's declared
+    parameters: :func:`faultlab.scoring.lookup.typed_params`). Raises BadInput (field
+    ``--param``) for an item without ``=``."""
     out = {}
     for it in items or []:
         key, eq, val = it.partition("=")
         if not eq or not key.strip():
             raise BadInput(f"{it!r} is not KEY=VALUE", field="--param", fix="e.g. --param threshold=2.0")
-        try:
-            out[key.strip()] = yaml.safe_load(val)
-        except yaml.YAMLError:
-            out[key.strip()] = val
+        out[key.strip()] = val
     return out
 
 
@@ -82,7 +79,7 @@ def print_result(res: dict, con: Console) -> None:
 
 def score_cmd(
     detector: str = typer.Option(..., "--detector", help="a built-in name, an entry point of group faultlab.detectors, or module:Class"),
-    param: List[str] = typer.Option([], "--param", help="detector parameter KEY=VALUE (repeatable)"),
+    param: List[str] = typer.Option([], "--param", metavar="KEY=VALUE", help="a detector parameter (repeatable); typed as the detector's constructor declares it (threshold: float reads 2 as 2.0, a str parameter keeps 7 as \"7\"); an unannotated one reads as YAML (2, 0.5, true, text)"),
     dataset: Optional[Path] = typer.Option(None, "--dataset", help="a dataset folder (faultlab dataset build)"),
     run: List[Path] = typer.Option([], "--run", help="a labeled run directory (repeatable)"),
     split: str = typer.Option("test", "--split", help="test (the default: fit on train, score test) | train | all (no fitting); run directories are always all"),
@@ -105,6 +102,7 @@ def score_cmd(
     95% bootstrap CI over runs; optionally gate on a previous score."""
     from faultlab.scoring import gate
     from faultlab.scoring.api import score_dataset, score_runs
+    from faultlab.scoring.lookup import typed_params
     from faultlab.rundata import iter_run_dirs
     from faultlab.units import parse_duration
 
@@ -112,7 +110,7 @@ def score_cmd(
     try:
         if (dataset is None) == (not run):
             raise BadInput("give one of --dataset DIR or --run RUN_DIR ...", field="--dataset/--run")
-        params = parse_params(param)
+        params = typed_params(detector, parse_params(param))
         kw = dict(params=params, mode=mode, by=by, window_s=parse_duration(window, "--window"), tick_s=parse_duration(tick, "--tick"),
                   n_boot=boot, seed=seed)
         if dataset is not None:

@@ -12,7 +12,11 @@ import importlib
 import inspect
 import os
 import sys
+import typing
 from importlib.metadata import entry_points
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
 
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.scoring import baselines, published
@@ -79,25 +83,9 @@ def _instantiate(cls, name: str, params: dict):
                             field="detector") from None
 
 
-def load_detector(name: str, **params) -> Detector:
-    """Instantiate the detector called ``name`` with keyword ``params``.
-
-    Lookup order: built-in names (the baselines ``peer-median``, ``temporal-z``,
-    ``arrival-late``, ``random``, ``constant`` and the published methods of
-    :mod:`faultlab.scoring.published`), entry points of the ``faultlab.detectors`` group
-    (``importlib.metadata.entry_points``), then a ``"package.module:ClassName"`` spec
-    (imported from ``sys.path``: no install needed).
-
-    Returns:
-        a :class:`Detector` instance (or any object with a ``detect`` method).
-
-    Raises:
-        BadInput (field ``detector``) when the name is unknown (the message lists the
-        known ones), the plugin fails to import, or it has no ``detect`` method;
-        BadInput (field ``--param``) for a parameter its constructor does not take, or
-        a value it refuses (NaN, or a TypeError/ValueError of its constructor);
-        FaultlabError when its constructor raises anything else.
-    """
+def detector_class(name: str):
+    """The class (or the instance an entry point gives) of the detector called ``name``,
+    found as :func:`load_detector` finds it. Raises BadInput (field ``detector``) as it."""
     cls = builtin_detectors().get(name)
     if cls is None:
         for ep in entry_points(group=GROUP):
@@ -120,7 +108,71 @@ def load_detector(name: str, **params) -> Detector:
             field="detector",
             fix="known: " + ", ".join(available_detectors()) + "; or module:Class",
         )
-    det = _instantiate(cls, name, params)
+    return cls
+
+
+def _yaml_scalar(text: str):
+    """``text`` read as a YAML scalar (``2`` int, ``0.5`` float, ``true`` bool, else the
+    text itself)."""
+    try:
+        v = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return v if isinstance(v, (int, float, bool, str)) or v is None else text
+
+
+def typed_params(name: str, raw: dict[str, str]) -> dict:
+    """``--param KEY=VALUE`` texts typed by the detector's declared parameters: each
+    value converted to the annotation of its constructor parameter (``str`` stays the
+    text, ``--param c=7`` for ``c: str`` is ``"7"``; ``int``, ``float``, ``bool``,
+    ``X | None``... as pydantic reads a string), a parameter without an annotation (or
+    not in the signature: :func:`load_detector` names it) as a YAML scalar. Raises
+    BadInput (field ``--param``) for a value its annotation refuses, and as
+    :func:`detector_class` for an unknown detector."""
+    cls = detector_class(name)
+    try:
+        hints = typing.get_type_hints(cls.__init__) if isinstance(cls, type) else {}
+    except Exception:  # an annotation naming what is not importable: read the values as YAML
+        hints = {}
+    out = {}
+    for key, text in raw.items():
+        ann = hints.get(key)
+        if ann is None or ann is typing.Any:
+            out[key] = _yaml_scalar(text)
+            continue
+        adapter = TypeAdapter(ann)
+        try:
+            out[key] = adapter.validate_strings(text)
+        except (ValidationError, TypeError):
+            try:
+                out[key] = adapter.validate_python(_yaml_scalar(text))
+            except ValidationError as e:
+                msg = " ".join(e.errors()[0]["msg"].split())
+                raise BadInput(f"{name!r} refused the value(s) {key}={text!r}: {key} is declared {getattr(ann, '__name__', ann)} ({msg})",
+                               field="--param", fix="see the detector's docstring for each parameter's type and range") from None
+    return out
+
+
+def load_detector(name: str, **params) -> Detector:
+    """Instantiate the detector called ``name`` with keyword ``params``.
+
+    Lookup order: built-in names (the baselines ``peer-median``, ``temporal-z``,
+    ``arrival-late``, ``random``, ``constant`` and the published methods of
+    :mod:`faultlab.scoring.published`), entry points of the ``faultlab.detectors`` group
+    (``importlib.metadata.entry_points``), then a ``"package.module:ClassName"`` spec
+    (imported from ``sys.path``: no install needed).
+
+    Returns:
+        a :class:`Detector` instance (or any object with a ``detect`` method).
+
+    Raises:
+        BadInput (field ``detector``) when the name is unknown (the message lists the
+        known ones), the plugin fails to import, or it has no ``detect`` method;
+        BadInput (field ``--param``) for a parameter its constructor does not take, or
+        a value it refuses (NaN, or a TypeError/ValueError of its constructor);
+        FaultlabError when its constructor raises anything else.
+    """
+    det = _instantiate(detector_class(name), name, params)
     if not callable(getattr(det, "detect", None)):
         raise BadInput(f"{name!r} has no detect(steps, host) method", field="detector")
     if not getattr(det, "name", None) or det.name == Detector.name:

@@ -27,6 +27,7 @@ Rows left out and timestamp units are shared by every format (:mod:`.common`).
 from __future__ import annotations
 
 import json
+from importlib import import_module
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,6 +36,7 @@ import pyarrow.parquet as pq
 
 from faultlab import schema
 from faultlab.errors import BadInput
+from faultlab.importformats import REGISTRY
 from faultlab.labeler.importers.common import ImportResult, SkipCount, seconds_timestamps
 from faultlab.labeler.importers.long import (
     COMPONENT_COLUMNS,
@@ -55,12 +57,10 @@ from faultlab.rundir import write_together
 from faultlab.schema import json_safe
 
 
-#: format name -> importer ``(path, config=None) -> ImportResult``
+#: format name -> importer ``(path, config=None) -> ImportResult`` (the names and
+#: modules in :data:`faultlab.importformats.REGISTRY`)
 FORMATS: dict[str, Callable[..., ImportResult]] = {
-    "long": import_long,
-    "pai-minibatch": import_pai,
-    "perseus": import_perseus,
-    "straggler-trace": import_trace,
+    name: getattr(import_module(mod), fn) for name, (mod, fn, _) in REGISTRY.items()
 }
 
 

@@ -283,14 +283,14 @@ QUICK = EXAMPLES / "quickstart.yaml"
 @pytest.mark.parametrize("command", ["export", "build", "run", "campaign"])
 def test_unwritable_output_folder_is_one_line(tmp_path, two_runs, command, kind):
     """An output folder that cannot be made (dataset export --out, dataset build
-    --out-root, run --out, campaign --out): one line naming the option, exit 2,
+    --out, run --out, campaign --out): one line naming the option, exit 2,
     nothing made (no FileNotFoundError / NotADirectoryError traceback)."""
     bad = _unwritable(tmp_path, kind)
     args = {"export": ["dataset", "export", str(SW_DATASET), "--out", str(bad)],
-            "build": ["dataset", "build", *two_runs, "--name", "ds", "--out-root", str(bad)],
+            "build": ["dataset", "build", *two_runs, "--name", "ds", "--out", str(bad)],
             "run": ["run", str(QUICK), "--backend", "local", "--out", str(bad)],
             "campaign": ["campaign", str(EXAMPLE_CAMPAIGN), "--runs", "0:1", "--out", str(bad)]}[command]
-    one_line_error(fl(*args), {"build": "--out-root"}.get(command, "--out"), "cannot make")
+    one_line_error(fl(*args), "--out", "cannot make")
     assert not bad.exists()
 
 

@@ -66,7 +66,7 @@ def one_run(tmp_path) -> Path:
 def test_campaign_file_nested_too_deeply_is_one_line(tmp_path, one_run, text):
     f = tmp_path / "camp.yaml"
     f.write_text(text)
-    cp = fl("dataset", "build", one_run, "--name", "ds", "--out-root", tmp_path / "out", "--campaign-file", f)
+    cp = fl("dataset", "build", one_run, "--name", "ds", "--out", tmp_path / "out", "--campaign-file", f)
     line = one_line_error(cp, "--campaign-file", "camp.yaml")
     assert "nested too deeply" in line, line
     assert not (tmp_path / "out").exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -34,9 +35,9 @@ def campaign(tmp_path_factory):
 @pytest.fixture()
 def ds(campaign, tmp_path):
     camp_file = tmp_path / "c.yaml"
-    camp_file.write_text("name: c\nruns: 5\ntypes: {cpu-contention: {}}\n")  # a valid campaign: build checks it
+    camp_file.write_text("name: c\nruns: 5\ntypes: {cpu-contention: {params: {cpu_fraction: [0.25]}}}\n")  # a valid campaign: build checks it
     p = fl("dataset", "build", "--campaign", campaign, "--name", "t-v1", "--split", "test=0.4", "--seed", "3",
-                 "--out-root", tmp_path, "--campaign-file", camp_file)
+                 "--out", tmp_path, "--campaign-file", camp_file)
     assert p.returncode == 0, p.stderr
     return tmp_path / "t-v1"
 
@@ -56,6 +57,9 @@ def test_layout_split_and_tables(ds, campaign):
     assert {c["name"] for c in schema["tables"]["steps"]} >= {"t_start", "compute_s", "step_s"}
     info = json.loads(fl("dataset", "info", ds, "--json").stdout)
     assert info["runs"] == 5 and info["fault_types"] == {"cpu-contention": 3, "io-slow": 2}
+    table = fl("dataset", "info", ds).stdout  # a table: one row per figure, counts one per line, no dict repr
+    assert "{" not in table and re.search(r"│ runs\s+│ 5 \(\d+ train, \d+ test", table), table
+    assert re.search(r"│ cpu-contention: 3\s+│", table) and re.search(r"│ io-slow: 2\s+│", table), table
 
 
 def test_verify_names_a_flipped_byte_and_a_missing_file(ds):
@@ -69,6 +73,10 @@ def test_verify_names_a_flipped_byte_and_a_missing_file(ds):
     (ds / "schema.json").unlink()
     p = fl("dataset", "verify", ds)
     assert p.returncode == 1 and "missing: schema.json" in p.stderr
+    p = fl("dataset", "verify", ds, "--json")
+    doc = json.loads(p.stdout)
+    assert p.returncode == 1 and doc["ok"] is False and doc["missing"] == ["schema.json"], p.stdout
+    assert doc["changed"] == ["data/labels/run=c2/part-0.parquet"] and doc["extra"] == []
 
 
 def _score(ds, *extra):
@@ -101,12 +109,12 @@ def test_score_refuses_a_dataset_that_differs_from_its_manifest(ds):
 
 def test_build_says_when_a_run_is_given_twice(campaign, tmp_path):
     p = fl("dataset", "build", campaign / "run-0", campaign / "run-1", campaign / "run-0" / ".." / "run-0",
-                 "--campaign", campaign, "--name", "dup", "--out-root", tmp_path)
+                 "--campaign", campaign, "--name", "dup", "--out", tmp_path)
     assert p.returncode == 0, p.stderr
     note = [line for line in p.stderr.splitlines() if "given more than once" in line]
     assert len(note) == 1 and "3 run folder(s) given more than once, built once" in note[0], p.stderr
     assert sorted(Dataset(tmp_path / "dup").run_ids("all")) == [f"c{i}" for i in range(5)]
-    p = fl("dataset", "build", campaign / "run-0", campaign / "run-1", "--name", "nodup", "--out-root", tmp_path)
+    p = fl("dataset", "build", campaign / "run-0", campaign / "run-1", "--name", "nodup", "--out", tmp_path)
     assert p.returncode == 0 and "more than once" not in p.stderr
 
 
@@ -177,9 +185,9 @@ def test_timeeval_export(ds, tmp_path):
 def test_bad_input_is_refused_and_nothing_is_left(campaign, tmp_path):
     with pytest.raises(BadInput, match="--split"):
         draw_split(["a", "b"], 1.5, 0)
-    p = fl("dataset", "build", "--campaign", campaign, "--name", "../x", "--out-root", tmp_path)
+    p = fl("dataset", "build", "--campaign", campaign, "--name", "../x", "--out", tmp_path)
     assert p.returncode == 2 and "--name" in p.stderr
-    p = fl("dataset", "build", "--campaign", tmp_path / "none", "--name", "x", "--out-root", tmp_path)
+    p = fl("dataset", "build", "--campaign", tmp_path / "none", "--name", "x", "--out", tmp_path)
     assert p.returncode == 2 and "--campaign" in p.stderr
     unlabeled = tmp_path / "u"
     make_run(unlabeled, "u", seed=1)
@@ -191,7 +199,7 @@ def test_bad_input_is_refused_and_nothing_is_left(campaign, tmp_path):
 
 @pytest.mark.skipif(not (PUBLIC / "straggler-trace-ST").is_dir(), reason=f"public traces not found at {PUBLIC}: set FAULTLAB_PUBLIC_DATA (README: Labeling public traces)")
 def test_import_straggler_trace_to_dataset_form(tmp_path):
-    p = fl("dataset", "build", "--import", "straggler-trace", PUBLIC / "straggler-trace-ST", "--name", "st", "--out-root", tmp_path)
+    p = fl("dataset", "build", "--import", "straggler-trace", PUBLIC / "straggler-trace-ST", "--name", "st", "--out", tmp_path)
     assert p.returncode == 0, p.stderr
     d = Dataset(tmp_path / "st")
     run = d.read_run(d.run_ids("all")[0])
@@ -214,7 +222,7 @@ def test_import_perseus_to_dataset_form(tmp_path):
     (tmp_path / "slice").mkdir()
     pd.read_parquet(src / "metrics.parquet", filters=[("host", "in", keep)]).to_parquet(tmp_path / "slice" / "metrics.parquet")
     (tmp_path / "slice" / "slow_drives.csv").write_bytes((src / "slow_drives.csv").read_bytes())
-    p = fl("dataset", "build", "--import", "perseus", tmp_path / "slice", "--name", "px", "--out-root", tmp_path)
+    p = fl("dataset", "build", "--import", "perseus", tmp_path / "slice", "--name", "px", "--out", tmp_path)
     assert p.returncode == 0, p.stderr
     assert fl("dataset", "verify", tmp_path / "px").returncode == 0
     d = Dataset(tmp_path / "px")
@@ -260,7 +268,7 @@ def test_damaged_runs_json(dataset, content, command):
 
 @pytest.mark.parametrize("what", ["folder", "symlink", "file"])
 def test_build_force_never_removes_what_is_not_a_dataset(tmp_path, what):
-    """`--force` over a folder of the user's (`--out-root / --name etc --force` must not
+    """`--force` over a folder of the user's (`--out / --name etc --force` must not
     remove /etc): refused, exit 2, the folder and its files kept; an earlier dataset is
     still replaced."""
     from faultlab.datasets.synthetic import make_run
@@ -278,15 +286,15 @@ def test_build_force_never_removes_what_is_not_a_dataset(tmp_path, what):
         (out / "ds").symlink_to(mine)
     else:
         (out / "ds").write_text("keep me")
-    cp = fl("dataset", "build", *map(str, runs), "--name", "ds", "--out-root", str(out), "--force")
+    cp = fl("dataset", "build", *map(str, runs), "--name", "ds", "--out", str(out), "--force")
     one_line_error(cp, "--name", "not a faultlab dataset")
     assert (mine / "precious.txt").read_text() == "keep me"
     if what == "folder":
         assert (out / "ds" / "precious.txt").read_text() == "keep me"
     # an earlier dataset is still replaced by --force
-    ok = fl("dataset", "build", *map(str, runs), "--name", "ds2", "--out-root", str(out))
+    ok = fl("dataset", "build", *map(str, runs), "--name", "ds2", "--out", str(out))
     assert ok.returncode == 0, ok.stderr
-    again = fl("dataset", "build", *map(str, runs), "--name", "ds2", "--out-root", str(out), "--force")
+    again = fl("dataset", "build", *map(str, runs), "--name", "ds2", "--out", str(out), "--force")
     assert again.returncode == 0, again.stderr
 
 
@@ -311,7 +319,7 @@ def test_campaign_file_must_be_a_faultlab_campaign_or_scenario(tmp_path, two_run
     elif case == "twice":
         shutil.copy(EXAMPLE_CAMPAIGN, f)
         extra = ["--campaign-file", str(f)]
-    cp = fl("dataset", "build", *two_runs, "--name", "ds", "--out-root", str(tmp_path / "out"), "--campaign-file", str(f), *extra)
+    cp = fl("dataset", "build", *two_runs, "--name", "ds", "--out", str(tmp_path / "out"), "--campaign-file", str(f), *extra)
     one_line_error(cp, "--campaign-file", "c.yaml")
     assert "s3cr3t" not in cp.stderr and "h4sh" not in cp.stderr
     if case == "bad-fault":
@@ -323,7 +331,7 @@ def test_campaign_file_accepted_is_copied_with_a_published_mode(tmp_path, two_ru
     f = tmp_path / "sw.yaml"
     shutil.copy(EXAMPLE_CAMPAIGN, f)
     f.chmod(0o640)
-    cp = fl("dataset", "build", *two_runs, "--name", "ds", "--out-root", str(tmp_path / "out"), "--campaign-file", str(f))
+    cp = fl("dataset", "build", *two_runs, "--name", "ds", "--out", str(tmp_path / "out"), "--campaign-file", str(f))
     assert cp.returncode == 0, cp.stderr
     got = tmp_path / "out" / "ds" / "campaign" / "sw.yaml"
     assert got.read_bytes() == EXAMPLE_CAMPAIGN.read_bytes()

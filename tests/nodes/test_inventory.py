@@ -52,7 +52,7 @@ def test_scenario_node_not_in_inventory_one_line_lists_known_nodes(tmp_path):
     assert "\n" not in err and "faults[0].node" in err and "'gpu-9'" in err and "gpu-a, gpu-b, gpu-c" in err, err
     assert not (tmp_path / "run").exists()  # nothing started, nothing connected
     # a label selection narrows the known nodes, and the message says which are left
-    cp = fl("run", sc.replace("s.yaml", "s.yaml"), "--inventory", inv, "--nodes", "rack=1", "--out", str(tmp_path / "run"))
+    cp = fl("run", sc.replace("s.yaml", "s.yaml"), "--inventory", inv, "--select", "rack=1", "--out", str(tmp_path / "run"))
     assert cp.returncode == 2 and "gpu-a, gpu-b)" in cp.stderr, cp.stderr
 
 

@@ -178,7 +178,7 @@ def _inventory(stb, tmp_path, extra: str = "") -> str:
 
 def test_cli_fanout_by_inventory_and_sigterm_reverts_every_node(stb, tmp_path, no_residue):
     inv = _inventory(stb, tmp_path)
-    p = subprocess.Popen(["faultlab", "inject", "--type", "nic-slow", "--inventory", inv, "--nodes", f"testbed={stb.id}", "--rate", "50mbit",
+    p = subprocess.Popen(["faultlab", "inject", "--type", "nic-slow", "--inventory", inv, "--select", f"testbed={stb.id}", "--rate", "50mbit",
                           "--duration", "60s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = p.stderr.readline()
     assert "injected on 2 nodes" in line, line + p.stderr.read()

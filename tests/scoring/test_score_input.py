@@ -104,3 +104,37 @@ def test_detector_init_that_raises_is_one_line(tmp_path):
     cp = subprocess.run([*FL, "score", "--detector", "init_raises:Boom", "--run", str(run)], capture_output=True, text=True,
                         timeout=120, cwd=tmp_path)
     one_line_error(cp, "init_raises:Boom", "__init__", "no GPU here", code=1)
+
+
+STRDET = '''
+import pandas as pd
+
+from faultlab.detectors import Detector
+
+
+class Typed(Detector):
+    """Refuses a parameter of the wrong type; its alarms name the values it got."""
+
+    def __init__(self, label: str = "x", factor: float = 1.0, free=3):
+        if not isinstance(label, str) or not isinstance(factor, float):
+            raise TypeError(f"label {type(label).__name__}, factor {type(factor).__name__}")
+        self.got = f"{label!r} {factor!r} {free!r}"
+
+    def detect(self, steps, host=None):
+        raise RuntimeError(self.got)
+'''
+
+
+def test_param_is_typed_by_the_detectors_declaration(tmp_path):
+    """``--param label=7`` stays the text "7" for ``label: str``; ``factor=2`` is 2.0
+    for ``factor: float``; an unannotated ``free=5`` reads as YAML (5); a value the
+    declared type refuses is one line naming it."""
+    (tmp_path / "typed_det.py").write_text(STRDET)
+    run = make_run(tmp_path / "r0", "r0", seed=0)
+    cp = subprocess.run([*FL, "score", "--detector", "typed_det:Typed", "--param", "label=7", "--param", "factor=2", "--param", "free=5",
+                         "--run", str(run), "--boot", "0"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    line = one_line_error(cp, "typed_det:Typed", code=1)
+    assert "'7' 2.0 5" in line, line
+    cp = subprocess.run([*FL, "score", "--detector", "typed_det:Typed", "--param", "factor=fast", "--run", str(run)],
+                        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    one_line_error(cp, "--param", "factor='fast'", "float")

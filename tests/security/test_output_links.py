@@ -1,5 +1,5 @@
 """Root never writes an output file through a link another user planted: ``score
---out``, ``dataset export --out``, ``dataset build --out-root`` and a campaign's
+--out``, ``dataset export --out``, ``dataset build --out`` and a campaign's
 ``campaign.json``.
 
 The other user is ``nobody`` (uid 65534, ``setpriv``) who owns the folder root was
@@ -72,12 +72,12 @@ def test_an_output_file_is_never_written_through_a_planted_link(command, run_dir
 
 
 def test_dataset_build_refuses_an_out_root_reached_through_a_link(run_dir, user_dir, tmp_path):
-    """``--out-root USERDIR/link`` with ``link -> a root folder`` planted by nobody:
+    """``--out USERDIR/link`` with ``link -> a root folder`` planted by nobody:
     refused in one line naming the link; nothing is made in the root folder."""
     target = tmp_path / "root-folder"
     target.mkdir(mode=0o700)
     as_nobody("ln", "-s", str(target), str(user_dir / "link"))
-    cp = fl("dataset", "build", run_dir, "--name", "ds", "--out-root", user_dir / "link", timeout=300)
+    cp = fl("dataset", "build", run_dir, "--name", "ds", "--out", user_dir / "link", timeout=300)
     assert cp.returncode != 0
     line = cp.stderr.strip()
     assert "\n" not in line and f"{user_dir}/link" in line and "symlink" in line, cp.stderr
