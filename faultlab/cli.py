@@ -328,6 +328,28 @@ def demo(
     raise typer.Exit(code)
 
 
+@app.command()
+def synth(
+    out_dir: Path = typer.Argument(..., metavar="DIR", help="the run directory to write (created)"),
+    ranks: int = typer.Option(1024, "--ranks", metavar="R", help="ranks of the job"),
+    steps: int = typer.Option(10_000, "--steps", metavar="S", help="training steps"),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="seed of the random streams"),
+):
+    """Write a synthetic run of R ranks x S steps with planted faults of every kind the
+    labeler labels (faultlab.synthrun), block by block in bounded memory; label it with
+    faultlab label DIR."""
+    from faultlab.synthrun import write_run
+
+    if out_dir.exists():
+        _fail(BadInput(f"{out_dir} exists", field="DIR", fix="give a new folder"))
+    try:
+        info = write_run(out_dir, ranks, steps, seed=seed)
+    except FaultlabError as e:
+        _fail(e)
+    out.print(f"{info['rows']:,} rank-steps in {info['blocks']} block(s) of {info['block_steps']} steps, "
+              f"{len(info['faults'])} planted faults -> {out_dir}", markup=False)
+
+
 scenario_app = typer.Typer(no_args_is_help=True, help="Scenario files: validate them, print their JSON Schema.")
 app.add_typer(scenario_app, name="scenario")
 
