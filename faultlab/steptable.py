@@ -108,6 +108,14 @@ def files(path: str | os.PathLike) -> list[Path]:
     return [f for _, fs in blocks(path) for f in fs]
 
 
+def count_rows(path: str | os.PathLike) -> int:
+    """Rows (rank-steps) of the table, from the files' footers."""
+    try:
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in files(path))
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise unreadable(Path(path), e) from None
+
+
 def unreadable(p: Path, err: BaseException | None = None) -> BadInput:
     """The BadInput for a steps file that cannot be read (``err`` summed up)."""
     why = f": {type(err).__name__}: {' '.join(str(err).split())}"[:300] if err is not None else ""
@@ -332,4 +340,4 @@ def write_steps(run_dir: str | os.PathLike, steps: pd.DataFrame | pa.Table, *, p
 
 
 __all__ = ["BLOCK_ROWS", "BlockWriter", "LAYOUT_FILE", "PARTITION_ROWS", "STEPS_DIR", "STEPS_FILE", "block_steps",
-           "blocks", "files", "iter_blocks", "layout", "read_lean", "read_lean_files", "read_table", "steps_source", "write_steps"]
+           "blocks", "count_rows", "files", "iter_blocks", "layout", "read_lean", "read_lean_files", "read_table", "steps_source", "write_steps"]

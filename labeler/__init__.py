@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 
 import numpy as np
 import pandas as pd
@@ -32,7 +34,7 @@ import pyarrow.parquet as pq
 
 from faultlab import schema, steptable
 from faultlab.errors import BadInput
-from faultlab.labeler import reconcile, whatif
+from faultlab.labeler import outofcore, reconcile, whatif
 from faultlab.labeler.analysis import Analysis, analyze
 from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.fusion import fuse
@@ -140,21 +142,28 @@ def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerCon
         del s
         if an is not None:
             analyses[rid] = an
-        labels = fuse(an) if an is not None else empty_labels()
-        if an is not None and host is not None and len(host):
-            labels = starved_labels(an, _of_run(host, rid), labels)
-        # an injection of another run is not this run's cause; one without a run_id
-        # applies to every run given
-        run_inj = _of_run(inj, rid) if inj is not None and len(inj) else inj
-        out = reconcile.reconcile(labels, run_inj, analysis=an, config=cfg)
-        if len(out) and rid:
-            out["run_id"] = rid
-        parts.append(out)
+        parts.append(_label_analysis(an, rid, inj, cfg, host))
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty_labels(), analyses
     res = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     return typed_labels(res.reset_index(drop=True)), analyses
+
+
+def _label_analysis(an: Analysis | None, rid: str, inj: pd.DataFrame | None, cfg: LabelerConfig,
+                    host: pd.DataFrame | None) -> pd.DataFrame:
+    """The labels of one run from its analysis (None: no steps): fusion, the host peer
+    view (``host``: its run-delay rows), reconciliation with ``inj``."""
+    labels = fuse(an) if an is not None else empty_labels()
+    if an is not None and host is not None and len(host):
+        labels = starved_labels(an, _of_run(host, rid), labels)
+    # an injection of another run is not this run's cause; one without a run_id
+    # applies to every run given
+    run_inj = _of_run(inj, rid) if inj is not None and len(inj) else inj
+    out = reconcile.reconcile(labels, run_inj, analysis=an, config=cfg)
+    if len(out) and rid:
+        out["run_id"] = rid
+    return out
 
 
 def _of_run(table: pd.DataFrame, rid: str) -> pd.DataFrame:
@@ -181,12 +190,19 @@ def read_steps(path: str | os.PathLike) -> pd.DataFrame:
     return steptable.read_lean(path)
 
 
-def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None = None) -> pd.DataFrame:
+def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None = None, out_of_core: bool | None = None,
+              scheduler: str | None = None, progress=None) -> pd.DataFrame:
     """Label one run directory: read ``steps`` (with :func:`read_steps` when
     ``steps.parquet`` or ``steps/`` exists, else the raw telemetry through
     :class:`faultlab.rundir.RunDir`) and ``injections``, write ``labels.parquet`` and
     ``whatif.json`` (the :func:`~faultlab.labeler.whatif.whatif` dict plus the config
     used), append a ``labeled`` event to ``events.jsonl``, and return the labels frame.
+
+    A stored table of :data:`faultlab.labeler.outofcore.IN_MEMORY_ROWS` rank-steps or
+    more (or any, with ``out_of_core=True``; never, with False) is labeled out of
+    core on Dask (:mod:`faultlab.labeler.outofcore`: the scheduler at ``scheduler``
+    or ``$DASK_SCHEDULER_ADDRESS``, else an embedded LocalCluster), with the same
+    labels; ``progress(done, total, what)`` is called as its blocks finish.
 
     The two files are written together (:func:`faultlab.rundir.write_together`): both
     to temporary files first, then renamed; when one cannot be written, neither is
@@ -220,6 +236,8 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
         raise BadInput(f"{rd.path} is not a run directory: it {what}", field="PATH",
                        fix="give a run directory made by faultlab run or faultlab demo")
     run_id = rd.run_id  # reads meta.json: a bad one is named before any work
+    if p.exists() and (out_of_core or (out_of_core is None and steptable.count_rows(p) >= outofcore.IN_MEMORY_ROWS)):
+        return _label_run_out_of_core(rd, p, cfg, scheduler, progress)
     steps = read_steps(p) if p.exists() else rd.read_table("steps")  # a fresh frame of our own
     check_recorded_steps(steps, (p if p.exists() else rd.telemetry_dir()).name)
     injections = rd.read_table("injections")
@@ -241,6 +259,11 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
         wi = {"method": "osdi25-whatif-dp", "run_id": run_id, "slowdown": float("nan"), "per_rank": {},
               "actual_s": 0.0, "simulated_s": 0.0, "n_steps": 0}
     del analyses, steps
+    return _write_labels(rd, labels, wi, cfg)
+
+
+def _write_labels(rd: RunDir, labels: pd.DataFrame, wi: dict, cfg: LabelerConfig) -> pd.DataFrame:
+    """Write ``labels.parquet`` and ``whatif.json`` together, journal ``labeled``."""
     wi["labeler_config"] = cfg.to_dict()
     table = schema.to_table("labels", labels)
     text = json.dumps(json_safe(wi), indent=2, sort_keys=True)
@@ -248,6 +271,37 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
                              "whatif.json": lambda tmp: tmp.write_text(text)})
     rd.event("labeled", n_labels=int(len(labels)), whatif_slowdown=json_safe(wi["slowdown"]))
     return labels
+
+
+def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str | None, progress) -> pd.DataFrame:
+    """:func:`label_run` of a stored steps table out of core (:mod:`.outofcore`): the
+    analysis on Dask, its arrays memory maps in a work folder beside the run (removed
+    after), then the same fusion, reconciliation and outputs."""
+    run_id = rd.run_id
+    injections = rd.read_table("injections")
+    host = rd.read_table("host")
+    delay = host[host["metric"].astype(str) == METRIC] if len(host) else host
+    del host
+    client, cluster = outofcore.client_for(scheduler)
+    work = tempfile.mkdtemp(prefix=".label-", dir=rd.path)
+    try:
+        an, span = outofcore.analyze_out_of_core(path, cfg, workdir=work, client=client, progress=progress)
+        rid = an.grid.run_id or run_id
+        labels = _label_analysis(an, rid, injections, cfg, delay)
+        labels = typed_labels(labels.reset_index(drop=True)) if len(labels) else empty_labels()
+        host = rd.read_table("host")
+        labels = attach_host_evidence(localize(labels, host), host, span=span)
+        del host
+        if len(labels):
+            labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", run_id)
+        wi = outofcore.whatif_chunked(an.grid)
+        del an
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+        shutil.rmtree(work, ignore_errors=True)
+    return _write_labels(rd, labels, wi, cfg)
 
 
 __all__ = [
