@@ -49,7 +49,7 @@ from faultlab.errors import BadInput
 from faultlab.labeler.analysis import Analysis, _sustained_job, expected_over_median
 from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.grid import StepGrid
-from faultlab.labeler.stats import MAD_TO_SIGMA, _window_stats, loo_median, median, nanmedian, trailing_baseline_t
+from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median, nanmedian, trailing_baseline_from, trailing_baseline_t
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
 from faultlab.labeler.whatif import simulate, simulate_job
@@ -268,58 +268,23 @@ def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, 
 # -- pass 4: the temporal view (carried state) -------------------------------------------
 
 
-def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, state: dict, config: LabelerConfig) -> dict:
+def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, state: tuple | None, config: LabelerConfig) -> tuple:
     """Rows ``a..b-1`` of every rank's trailing baseline, noise, ratio and flags into
-    their maps (:func:`faultlab.labeler.stats.trailing_baseline_t`'s recurrence, ``a`` a
-    multiple of ``temporal_block_steps``); ``state`` carries the feed of the last
-    ``temporal_window_steps`` rows and the current baseline and noise; returns the
-    state after ``b``."""
+    their maps (:func:`faultlab.labeler.stats.trailing_baseline_from`, ``a`` a multiple
+    of ``temporal_block_steps``, ``state`` what the chunk before returned, None for
+    the first); returns the state after ``b``."""
     maps = _Maps(Path(folder), S, R)
-    window, block, min_valid = config.temporal_window_steps, config.temporal_block_steps, config.temporal_min_valid_steps
     Xt = np.ascontiguousarray(maps.open("compute", "r")[a:b].T)
-    dt = Xt.dtype
-    if a == 0:  # warm-up: the first window of the run (the first chunk holds it)
-        cur_b, cur_s, _ = _window_stats(Xt[:, :window])
-        cur_s = (cur_s * MAD_TO_SIGMA).astype(dt)
-        tail = np.zeros((R, 0), dtype=dt)
-    else:
-        cur_b, cur_s, tail = state["b"], state["s"], state["tail"]
-    feed = np.concatenate([tail, Xt], axis=1)  # the values allowed to feed the baseline
-    off = tail.shape[1]
-    thr_b = cur_b * dt.type(config.temporal_threshold)
-    floor = dt.type(config.mad_k) * np.nan_to_num(cur_s)
-    n = b - a
-    base = np.empty((R, n), dtype=dt)
-    sig = np.empty((R, n), dtype=dt)
-    flags = np.zeros((R, n), dtype=bool)
-    for s0 in range(a, b, block):
-        i = s0 - a
-        if s0 >= min_valid:
-            med, mad, cnt = _window_stats(feed[:, off + i - min(window, s0) : off + i])
-            mad = (mad * MAD_TO_SIGMA).astype(dt)
-            if isinstance(cnt, int):
-                if cnt >= min_valid:
-                    cur_b, cur_s = med, mad
-            else:
-                ok = cnt >= min_valid
-                cur_b = np.where(ok, med, cur_b)
-                cur_s = np.where(ok, mad, cur_s)
-            thr_b = cur_b * dt.type(config.temporal_threshold)
-            floor = dt.type(config.mad_k) * np.nan_to_num(cur_s)
-        blk = Xt[:, i : i + block]
-        f = (blk > thr_b[:, None]) & ((blk - cur_b[:, None]) > floor[:, None])
-        base[:, i : i + block] = cur_b[:, None]
-        sig[:, i : i + block] = cur_s[:, None]
-        if f.any():
-            flags[:, i : i + block] = f
-            feed[:, off + i : off + i + block][f] = np.nan
+    base, sig, flags, state = trailing_baseline_from(
+        Xt, a, state, window=config.temporal_window_steps, min_valid=config.temporal_min_valid_steps,
+        threshold=config.temporal_threshold, mad_k=config.mad_k, block=config.temporal_block_steps)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = Xt / base
     for name, v in (("rank_base", base), ("rank_sigma", sig), ("rank_ratio", ratio), ("rank_flag", flags)):
         m = maps.open(name)
         m[a:b] = v.T
         m.flush()
-    return {"b": cur_b, "s": cur_s, "tail": feed[:, -window:].copy()}
+    return state
 
 
 # -- the run ------------------------------------------------------------------------------
@@ -474,7 +439,7 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
         jr = xj[0] / jb[0]
     for name, d in (("rank_base", dt), ("rank_sigma", dt), ("rank_ratio", dt), ("rank_flag", bool)):
         maps.create(name, d, fill=None)
-    state: object = {}
+    state = None
     for a, b in spans:  # a recurrence in step order: each chunk waits for the state before it
         state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, state, cfg, pure=False)
     if spans:
