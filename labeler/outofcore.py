@@ -81,12 +81,13 @@ class _Maps:
     def path(self, name: str) -> str:
         return str(self.folder / f"{name}.npy")
 
-    def create(self, name: str, dtype, fill=np.nan) -> np.ndarray:
-        m = np.lib.format.open_memmap(self.path(name), mode="w+", dtype=dtype, shape=(self.S, self.R))
-        if fill is not None:
-            for i in range(0, self.S, CHUNK_ROWS):
-                m[i : i + CHUNK_ROWS] = fill
-        return m
+    def create(self, name: str, dtype, *, by_rank: bool = False) -> None:
+        """An uninitialized map ``(S, R)`` (``(R, S)`` when ``by_rank``: a rank's series
+        contiguous, as the in-memory temporal view lays it out); every pass writes all
+        the rows (steps) it owns."""
+        shape = (self.R, self.S) if by_rank else (self.S, self.R)
+        m = np.lib.format.open_memmap(self.path(name), mode="w+", dtype=dtype, shape=shape)
+        del m
 
     def open(self, name: str, mode: str = "r+") -> np.ndarray:
         return np.load(self.path(name), mmap_mode=mode)
@@ -125,11 +126,12 @@ def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks:
     assert n == 0 or (rows[-1] - rows[0] + 1 == n), "a stored block holds a step range"
     for name, a in (("t_start", d.t_start), ("compute", d.compute), ("comm", d.comm), ("step_s", d.step_s),
                     ("dataloader", d.dataloader)):
-        if a is None:
+        if a is None and not (name == "dataloader" and os.path.exists(maps.path(name))):
             continue
         m = maps.open(name)
         blk = np.full((n, R), np.nan, dtype=m.dtype)
-        blk[:, cols] = a
+        if a is not None:  # (a block without a dataloader_s value: NaN, not measured)
+            blk[:, cols] = a
         m[rows[0] : rows[0] + n] = blk
         m.flush()
         del m
@@ -281,8 +283,8 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, state: tuple | 
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = Xt / base
     for name, v in (("rank_base", base), ("rank_sigma", sig), ("rank_ratio", ratio), ("rank_flag", flags)):
-        m = maps.open(name)
-        m[a:b] = v.T
+        m = maps.open(name)  # (R, S)
+        m[:, a:b] = v
         m.flush()
     return state
 
@@ -338,7 +340,7 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     has_loader = _has_column(stored, "dataloader_s")
     for name, dt in (("t_start", np.float64), ("compute", np.float32), ("comm", np.float32), ("step_s", np.float32)) + (
             (("dataloader", np.float32),) if has_loader else ()):
-        maps.create(name, dt)
+        maps.create(name, dt)  # every step's row is written by the block that holds the step
     row0 = [int(np.searchsorted(steps, sc["steps"][0])) if sc["steps"].size else 0 for sc in scans]
     fills = client.map(_fill_block, stored, [str(folder)] * len(stored), [S] * len(stored), [R] * len(stored), row0,
                        [ranks] * len(stored), [steps] * len(stored), pure=False)
@@ -358,7 +360,7 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     tt = client.gather([client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False) for a, b in spans])
     grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
     names, gidx, cols = grid.peer_groups()
-    maps.create("peer_median", np.float32, fill=None)
+    maps.create("peer_median", np.float32)
     gm = client.gather([client.submit(_peer_medians, str(folder), S, R, a, b, cols, len(names), pure=False) for a, b in spans])
     med = np.concatenate([m for m, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.float32)
     cnt = np.concatenate([c for _, c in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
@@ -417,8 +419,8 @@ def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cn
     sigma = _peer_sigma(maps, cols)
     k = window_steps(grid, cfg)
     few = cnt < cfg.peer_min_ranks
-    maps.create("peer_ratio", np.float32, fill=None)
-    maps.create("peer_flag", bool, fill=None)
+    maps.create("peer_ratio", np.float32)
+    maps.create("peer_flag", bool)
     client.gather([client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
                                  few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False)
                    for a, b in spans])
@@ -438,15 +440,15 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
     with np.errstate(invalid="ignore", divide="ignore"):
         jr = xj[0] / jb[0]
     for name, d in (("rank_base", dt), ("rank_sigma", dt), ("rank_ratio", dt), ("rank_flag", bool)):
-        maps.create(name, d, fill=None)
+        maps.create(name, d, by_rank=True)
     state = None
     for a, b in spans:  # a recurrence in step order: each chunk waits for the state before it
         state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, state, cfg, pure=False)
     if spans:
         state.result()
     return TemporalView(job_base=jb[0], job_sigma=js[0], job_ratio=jr, job_flag=jf[0],
-                        rank_base=maps.open("rank_base", "r"), rank_sigma=maps.open("rank_sigma", "r"),
-                        rank_ratio=maps.open("rank_ratio", "r"), rank_flag=maps.open("rank_flag", "r"))
+                        rank_base=maps.open("rank_base", "r").T, rank_sigma=maps.open("rank_sigma", "r").T,
+                        rank_ratio=maps.open("rank_ratio", "r").T, rank_flag=maps.open("rank_flag", "r").T)
 
 
 def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig) -> Analysis:
