@@ -135,3 +135,14 @@ def test_out_of_core_on_a_real_cluster_of_a_scheduler_and_two_workers(tmp_path):
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait()
         log.close()
+
+
+def test_cli_label_out_of_core_says_its_passes(tmp_path, cluster):
+    from tests.helpers import fl
+
+    synthrun.write_run(tmp_path / "run", 32, 6_000, block_rows=1 << 16)
+    cp = fl("label", tmp_path / "run", "--scheduler", cluster.scheduler_address, timeout=600)
+    assert cp.returncode == 0, cp.stderr
+    assert "read: 3 block(s)" in cp.stdout and "temporal view" in cp.stdout and "5 label(s)" in cp.stdout
+    cp = fl("label", tmp_path / "run", "--in-memory")
+    assert cp.returncode == 0 and "block(s)" not in cp.stdout
