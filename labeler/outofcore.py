@@ -102,8 +102,8 @@ def _scan_block(files: list[str]) -> dict:
     steps = np.unique(t["step"].to_numpy())
     rank = t["rank"].to_numpy()
     ranks, first = np.unique(rank, return_index=True)
-    return {"steps": steps, "ranks": ranks, "nodes": t["node"].astype(str).to_numpy()[first],
-            "groups": t["peer_group"].astype(str).to_numpy()[first],
+    return {"steps": steps, "ranks": ranks, "nodes": t["node"].iloc[first].astype(str).to_numpy(),
+            "groups": t["peer_group"].iloc[first].astype(str).to_numpy(),
             "run_ids": [str(x) for x in pd.unique(t["run_id"].astype(object)) if not pd.isna(x)]}
 
 
