@@ -334,6 +334,28 @@ def demo(
     raise typer.Exit(code)
 
 
+@app.command()
+def synth(
+    out_dir: Path = typer.Argument(..., metavar="DIR", help="the run directory to write (created)"),
+    ranks: int = typer.Option(1024, "--ranks", metavar="R", help="ranks of the job"),
+    steps: int = typer.Option(10_000, "--steps", metavar="S", help="training steps"),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="seed of the random streams"),
+):
+    """Write a synthetic run of R ranks x S steps with planted faults of every kind the
+    labeler labels (faultlab.synthrun), block by block in bounded memory; label it with
+    faultlab label DIR."""
+    from faultlab.synthrun import write_run
+
+    if out_dir.exists():
+        _fail(BadInput(f"{out_dir} exists", field="DIR", fix="give a new folder"))
+    try:
+        info = write_run(out_dir, ranks, steps, seed=seed)
+    except FaultlabError as e:
+        _fail(e)
+    out.print(f"{info['rows']:,} rank-steps in {info['blocks']} block(s) of {info['block_steps']} steps, "
+              f"{len(info['faults'])} planted faults -> {out_dir}", markup=False)
+
+
 scenario_app = typer.Typer(no_args_is_help=True, help="Scenario files: validate them, print their JSON Schema.")
 app.add_typer(scenario_app, name="scenario")
 
@@ -613,6 +635,8 @@ def label(
     import_format: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="import public fail-slow data instead: " + formats_help()),
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="with --import: folder for labels.parquet (and whatif.json, components.parquet)"),
     peer_groups_file: Optional[Path] = typer.Option(None, "--peer-groups", metavar="FILE", help="the ranks' peer groups: a JSON object or a CSV component,group (a run directory, or --import long | pai-minibatch); default: declared, else discovered"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="tcp://HOST:PORT", help="label out of core on this Dask scheduler (default $DASK_SCHEDULER_ADDRESS, else an embedded LocalCluster)"),
+    out_of_core: Optional[bool] = typer.Option(None, "--out-of-core/--in-memory", help="force the out-of-core labeler (Dask) or the in-memory one (default: out of core from 16.8M rank-steps)"),
 ):
     """Label a run directory (writes labels.parquet and whatif.json there), or import
     public data: --import FORMAT PATH --out DIR writes DIR/labels.parquet (and
@@ -640,7 +664,9 @@ def label(
             what = "is not a directory" if run_dir.exists() else "does not exist"
             _fail(BadInput(f"{run_dir} {what}", field="PATH", fix="give a run directory, or --import FORMAT PATH --out DIR for public data"))
         try:
-            labels = label_run(run_dir, peer_groups=mapping)
+            with _block_progress() as progress:
+                labels = label_run(run_dir, out_of_core=True if scheduler else out_of_core, scheduler=scheduler,
+                                   progress=progress, peer_groups=mapping)
         except FaultlabError as e:
             _fail(e)
         except OSError as e:  # labels.parquet and whatif.json are then both as before
@@ -724,6 +750,38 @@ _register_dataset(app)
 from faultlab.report.cli import register as _register_report  # noqa: E402
 
 _register_report(app)
+
+
+class _block_progress:
+    """A progress bar of the out-of-core labeler's blocks (``progress(done, total,
+    what)``) on a terminal; on a log, one line per pass."""
+
+    def __enter__(self):
+        from faultlab.progress import is_live
+
+        self.bar = self.task = None
+        self.live = is_live(out)
+        self.said: set = set()
+        return self.update
+
+    def update(self, done: int, total: int, what: str) -> None:
+        if not self.live:
+            if done == total and what not in self.said:
+                self.said.add(what)
+                out.print(f"  {what}: {total} block(s)", markup=False)
+            return
+        if self.bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                console=out, transient=False)
+            self.bar.start()
+            self.task = self.bar.add_task("read", total=total)
+        self.bar.update(self.task, completed=done, total=total, description=what)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def main() -> None:  # pragma: no cover

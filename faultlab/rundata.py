@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 
-from faultlab import schema
+from faultlab import schema, steptable
 from faultlab.errors import BadInput
 from faultlab.rundir import RunDir
 from faultlab.steps import check_step_values
@@ -78,7 +78,7 @@ def read_run_dir(path: str | Path) -> RunData:
     ``labels.parquet`` (fix: ``faultlab label DIR``), or naming the file that cannot
     be read."""
     p = Path(path)
-    if not p.is_dir() or not ((p / "steps.parquet").exists() or (p / "telemetry").is_dir()):
+    if not p.is_dir() or not (steptable.steps_source(p) is not None or (p / "telemetry").is_dir()):
         raise BadInput(f"{p} is not a run directory (no steps.parquet, no telemetry/)", field="--run",
                        fix="give a folder written by faultlab run/demo/campaign")
     if not (p / "labels.parquet").exists():

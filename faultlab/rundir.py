@@ -7,7 +7,8 @@ Layout::
       scenario.yaml      the scenario as resolved
       events.jsonl       append-only journal: one JSON object a line, with "ts" (unix s)
       telemetry/         raw per-rank step records (JSONL), flushed as the job runs
-      steps.parquet      per-rank per-step times (faultlab.schema.STEPS)
+      steps.parquet      per-rank per-step times (faultlab.schema.STEPS); a large run:
+                         steps/step_block=K/part-N.parquet (faultlab.steptable)
       host.parquet       host metrics, long format (faultlab.schema.HOST)
       injections.parquet what was injected (faultlab.schema.INJECTIONS)
       labels.parquet     what the labeler found (faultlab.schema.LABELS)
@@ -24,6 +25,7 @@ import json
 import os
 import platform
 import secrets
+import shutil
 import socket
 import stat
 import sys
@@ -37,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from faultlab import safefs, schema
+from faultlab import safefs, schema, steptable
 from faultlab.errors import BadInput
 
 
@@ -193,11 +195,18 @@ class RunDir:
 
     def write_table(self, name: str, df: pd.DataFrame) -> Path:
         """Write ``df`` as ``NAME.parquet`` with the schema of table ``name`` (a fresh
-        temporary renamed over it, no link followed)."""
+        temporary renamed over it, no link followed); a ``steps`` table of
+        :data:`faultlab.steptable.PARTITION_ROWS` rows or more as the partitioned
+        layout (:func:`faultlab.steptable.write_steps`)."""
+        if name == "steps" and len(df) >= steptable.PARTITION_ROWS:
+            return steptable.write_steps(self.path, df)
         p = self.table_path(name)
         buf = pa.BufferOutputStream()
         pq.write_table(schema.to_table(name, df), buf)
         safefs.write_file_nofollow(p, buf.getvalue().to_pybytes(), 0o644)
+        stale = self.path / steptable.STEPS_DIR
+        if name == "steps" and stale.is_dir() and not stale.is_symlink():  # the other layout
+            shutil.rmtree(stale)
         return p
 
     def read_table(self, name: str) -> pd.DataFrame:
@@ -207,6 +216,8 @@ class RunDir:
         Parquet, truncated, unreadable); see also :meth:`read_raw_steps` and
         :attr:`meta`."""
         p = self.table_path(name)
+        if name == "steps" and steptable.steps_source(self.path) is not None:
+            return steptable.read_table(steptable.steps_source(self.path))
         if p.exists():
             try:
                 return pq.read_table(p).to_pandas()

@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+import shutil
+import tempfile
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-from faultlab import schema
+from faultlab import schema, steptable
 from faultlab.errors import BadInput
-from faultlab.labeler import reconcile, whatif
+from faultlab.labeler import outofcore, reconcile, whatif
 from faultlab.labeler.analysis import Analysis, analyze
 from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.fusion import fuse
@@ -43,9 +43,9 @@ from faultlab.labeler.labelrows import empty_labels, typed_labels
 from faultlab.labeler.hostcause import attach_host_evidence
 from faultlab.labeler.localize import localize
 from faultlab.labeler.views.starved import METRIC, starved_labels
-from faultlab.rundir import RunDir, unreadable, write_together
+from faultlab.rundir import RunDir, write_together
 from faultlab.schema import json_safe
-from faultlab.steps import OPTIONAL_STEP_COLUMNS, STEP_COLUMNS, check_recorded_steps, check_steps
+from faultlab.steps import check_recorded_steps, check_steps
 
 __all__ = ["Analysis", "LabelerConfig", "StepGrid", "analyze", "fuse", "label", "label_run", "read_steps"]
 
@@ -146,21 +146,28 @@ def _label(steps: pd.DataFrame, injections: pd.DataFrame | None, cfg: LabelerCon
         del s
         if an is not None:
             analyses[rid] = an
-        labels = fuse(an) if an is not None else empty_labels()
-        if an is not None and host is not None and len(host):
-            labels = starved_labels(an, _of_run(host, rid), labels)
-        # an injection of another run is not this run's cause; one without a run_id
-        # applies to every run given
-        run_inj = _of_run(inj, rid) if inj is not None and len(inj) else inj
-        out = reconcile.reconcile(labels, run_inj, analysis=an, config=cfg)
-        if len(out) and rid:
-            out["run_id"] = rid
-        parts.append(out)
+        parts.append(_label_analysis(an, rid, inj, cfg, host))
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty_labels(), analyses
     res = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     return typed_labels(res.reset_index(drop=True)), analyses
+
+
+def _label_analysis(an: Analysis | None, rid: str, inj: pd.DataFrame | None, cfg: LabelerConfig,
+                    host: pd.DataFrame | None) -> pd.DataFrame:
+    """The labels of one run from its analysis (None: no steps): fusion, the host peer
+    view (``host``: its run-delay rows), reconciliation with ``inj``."""
+    labels = fuse(an) if an is not None else empty_labels()
+    if an is not None and host is not None and len(host):
+        labels = starved_labels(an, _of_run(host, rid), labels)
+    # an injection of another run is not this run's cause; one without a run_id
+    # applies to every run given
+    run_inj = _of_run(inj, rid) if inj is not None and len(inj) else inj
+    out = reconcile.reconcile(labels, run_inj, analysis=an, config=cfg)
+    if len(out) and rid:
+        out["run_id"] = rid
+    return out
 
 
 def _of_run(table: pd.DataFrame, rid: str) -> pd.DataFrame:
@@ -172,94 +179,26 @@ def _of_run(table: pd.DataFrame, rid: str) -> pd.DataFrame:
     return table[r.isna() | (r.map(str) == rid) | (r.map(str) == "")]
 
 
-#: string columns of ``steps`` that :func:`read_steps` reads dictionary-encoded
-_STRING_STEP_COLUMNS = ("run_id", "node", "peer_group")
-
-
 def read_steps(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a ``steps`` Parquet file the lean way, for labeling.
-
-    Only the faultlab.schema.STEPS columns the labeler uses are read (the required
-    ones and ``dataloader_s``; absent ones stay absent: :func:`label` then names the
-    required ones). ``run_id``, ``node`` and ``peer_group`` come as
-    pandas categoricals (a small integer code per row, not a string per row), the
-    numeric columns as numpy arrays in their Parquet type. The file is read about a
-    million rows (whole row groups) at a time into preallocated arrays, so the peak
-    memory is the frame plus one batch, not the frame plus the whole Arrow table.
-    Same values as ``pq.read_table(path).to_pandas()``; with 20.5M rows (1,024 ranks
-    x 20,000 steps) a 0.9 GiB frame and a 1.4 GiB peak, where that read makes a 1.8
-    GiB frame and peaks at 3.4-3.7 GiB (perf/labeler_throughput.py). Falls back to
-    ``pq.read_table(path, columns=...).to_pandas()`` for a column of another type or
-    an integer column with nulls.
+    """Read a run's ``steps`` table the lean way, for labeling: ``steps.parquet`` or a
+    partitioned ``steps/`` folder (:func:`faultlab.steptable.read_lean`, the one
+    reader: the STEPS columns the labeler uses, ``run_id``/``node``/``peer_group`` as
+    categoricals; with 20.5M rows (1,024 ranks x 20,000 steps) a 0.9 GiB frame and a
+    1.4 GiB peak, where ``pq.read_table(path).to_pandas()`` makes a 1.8 GiB frame and
+    peaks at 3.4-3.7 GiB, perf/labeler_throughput.py).
 
     Raises:
-        BadInput naming the file (field ``steps.parquet``, or the file's name) when it
-        is not a readable Parquet file (corrupt, truncated, unreadable).
+        BadInput naming the file (field ``steps.parquet``) when it is not a readable
+        Parquet file (corrupt, truncated, unreadable).
     """
-    try:
-        return _read_steps(path)
-    except (pa.ArrowException, OSError, ValueError) as e:
-        raise unreadable(Path(path), e) from None
+    return steptable.read_lean(path)
 
 
-def _read_steps(path: str | os.PathLike) -> pd.DataFrame:
-    """:func:`read_steps` without the translation of reader errors."""
-    pf = pq.ParquetFile(path)
-    sch = pf.schema_arrow
-    cols = [c for c in STEP_COLUMNS + OPTIONAL_STEP_COLUMNS if c in sch.names]
-    strs = [c for c in cols if c in _STRING_STEP_COLUMNS]
-    ok = all(pa.types.is_string(sch.field(c).type) or pa.types.is_large_string(sch.field(c).type) for c in strs) and all(
-        pa.types.is_integer(sch.field(c).type) or pa.types.is_floating(sch.field(c).type) for c in cols if c not in strs)
-    n = pf.metadata.num_rows
-    if not ok or n == 0 or pf.num_row_groups == 0:
-        return pq.read_table(path, columns=cols).to_pandas()
-    del pf
-    pf = pq.ParquetFile(path, read_dictionary=strs)
-    out = {c: np.empty(n, dtype=np.int32 if c in strs else sch.field(c).type.to_pandas_dtype()) for c in cols}
-    cats: dict[str, dict] = {c: {} for c in strs}
-    batches, cur, rows = [], [], 0
-    for i in range(pf.num_row_groups):
-        cur.append(i)
-        rows += pf.metadata.row_group(i).num_rows
-        if rows >= 1 << 20:
-            batches.append(cur)
-            cur, rows = [], 0
-    if cur:
-        batches.append(cur)
-    pos = 0
-    for rgs in batches:
-        t = pf.read_row_groups(rgs, columns=cols)
-        m = t.num_rows
-        for c in cols:
-            col = t.column(c)
-            if c in strs:
-                p, gm = pos, cats[c]
-                for ch in col.chunks:  # map each chunk's dictionary onto the categories so far
-                    lut = np.asarray([gm.setdefault(v, len(gm)) for v in ch.dictionary.to_pylist()] or [0], dtype=np.int32)
-                    dst = out[c][p : p + len(ch)]
-                    dst[:] = lut[ch.indices.fill_null(0).to_numpy()]
-                    if ch.null_count:
-                        dst[ch.is_null().to_numpy(zero_copy_only=False)] = -1
-                    p += len(ch)
-            elif col.null_count and out[c].dtype.kind != "f":  # an int column with nulls: pandas makes it float
-                return pq.read_table(path, columns=cols).to_pandas()
-            else:
-                out[c][pos : pos + m] = col.to_numpy()
-        pos += m
-        del t
-    data = {}
-    for c in cols:
-        if c in strs:
-            data[c] = pd.Categorical.from_codes(out.pop(c), categories=pd.Index(list(cats[c]), dtype="str"))
-        else:
-            data[c] = out.pop(c)
-    return pd.DataFrame(data, copy=False)
-
-
-def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None = None,
+def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None = None, out_of_core: bool | None = None,
+              scheduler: str | None = None, progress=None,
               peer_groups: dict | None = None) -> pd.DataFrame:
     """Label one run directory: read ``steps`` (with :func:`read_steps` when
-    ``steps.parquet`` exists, else the raw telemetry through
+    ``steps.parquet`` or ``steps/`` exists, else the raw telemetry through
     :class:`faultlab.rundir.RunDir`) and ``injections``, write ``labels.parquet`` and
     ``whatif.json`` (the :func:`~faultlab.labeler.whatif.whatif` dict plus the config
     used, and under ``peer_groups`` the groups the peer view used:
@@ -268,6 +207,12 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     between groups that is heterogeneity, not a fail-slow label), append a
     ``labeled`` event to ``events.jsonl``, and return the labels frame.
     ``peer_groups`` is :func:`label`'s.
+
+    A stored table of :data:`faultlab.labeler.outofcore.IN_MEMORY_ROWS` rank-steps or
+    more (or any, with ``out_of_core=True``; never, with False) is labeled out of
+    core on Dask (:mod:`faultlab.labeler.outofcore`: the scheduler at ``scheduler``
+    or ``$DASK_SCHEDULER_ADDRESS``, else an embedded LocalCluster), with the same
+    labels; ``progress(done, total, what)`` is called as its blocks finish.
 
     The two files are written together (:func:`faultlab.rundir.write_together`): both
     to temporary files first, then renamed; when one cannot be written, neither is
@@ -292,7 +237,7 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     """
     cfg = labeler_config(config)
     rd = RunDir(run_dir)
-    p = rd.table_path("steps")
+    p = steptable.steps_source(rd.path) or rd.table_path("steps")
     if p.is_symlink():  # a dangling one would relabel from telemetry/ without a word; a live one points elsewhere
         raise BadInput(f"{p} is a symbolic link", field="steps.parquet",
                        fix="a run directory holds its own steps.parquet; copy the file in, or remove the link to rebuild it from telemetry/")
@@ -301,6 +246,8 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
         raise BadInput(f"{rd.path} is not a run directory: it {what}", field="PATH",
                        fix="give a run directory made by faultlab run or faultlab demo")
     run_id = rd.run_id  # reads meta.json: a bad one is named before any work
+    if p.exists() and (out_of_core or (out_of_core is None and steptable.count_rows(p) >= outofcore.IN_MEMORY_ROWS)):
+        return _label_run_out_of_core(rd, p, cfg, scheduler, progress, peer_groups)
     steps = read_steps(p) if p.exists() else rd.read_table("steps")  # a fresh frame of our own
     check_recorded_steps(steps, (p if p.exists() else rd.telemetry_dir()).name)
     injections = rd.read_table("injections")
@@ -325,6 +272,11 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
         wi = {"method": "osdi25-whatif-dp", "run_id": run_id, "slowdown": float("nan"), "per_rank": {},
               "actual_s": 0.0, "simulated_s": 0.0, "n_steps": 0}
     del analyses, steps
+    return _write_labels(rd, labels, wi, cfg)
+
+
+def _write_labels(rd: RunDir, labels: pd.DataFrame, wi: dict, cfg: LabelerConfig) -> pd.DataFrame:
+    """Write ``labels.parquet`` and ``whatif.json`` together, journal ``labeled``."""
     wi["labeler_config"] = cfg.to_dict()
     table = schema.to_table("labels", labels)
     text = json.dumps(json_safe(wi), indent=2, sort_keys=True)
@@ -332,6 +284,40 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
                              "whatif.json": lambda tmp: tmp.write_text(text)})
     rd.event("labeled", n_labels=int(len(labels)), whatif_slowdown=json_safe(wi["slowdown"]))
     return labels
+
+
+def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str | None, progress,
+                           peer_groups: dict | None) -> pd.DataFrame:
+    """:func:`label_run` of a stored steps table out of core (:mod:`.outofcore`): the
+    analysis on Dask, its arrays memory maps in a work folder beside the run (removed
+    after), then the same fusion, reconciliation and outputs."""
+    run_id = rd.run_id
+    injections = rd.read_table("injections")
+    host = rd.read_table("host")
+    delay = host[host["metric"].astype(str) == METRIC] if len(host) else host
+    del host
+    client, cluster = outofcore.client_for(scheduler)
+    work = tempfile.mkdtemp(prefix=".label-", dir=rd.path)
+    try:
+        an, span = outofcore.analyze_out_of_core(path, cfg, workdir=work, client=client, progress=progress,
+                                                peer_groups=peer_groups)
+        rid = an.grid.run_id or run_id
+        labels = _label_analysis(an, rid, injections, cfg, delay)
+        labels = typed_labels(labels.reset_index(drop=True)) if len(labels) else empty_labels()
+        host = rd.read_table("host")
+        labels = attach_host_evidence(localize(labels, host), host, span=span)
+        del host
+        if len(labels):
+            labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", run_id)
+        wi = outofcore.whatif_chunked(an.grid)
+        wi["peer_groups"] = an.groups.summary([an.grid.component(j) for j in range(an.grid.R)])
+        del an
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+        shutil.rmtree(work, ignore_errors=True)
+    return _write_labels(rd, labels, wi, cfg)
 
 
 __all__ = [

@@ -187,53 +187,73 @@ def trailing_baseline_t(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`trailing_baseline` on the transposed layout: ``Xt`` ``(C, S)`` (a series
     per row, time along the contiguous axis), float32 or float64. Returns ``(C, S)``
-    baseline, sigma (dtype of ``Xt``) and flags (bool).
+    baseline, sigma (dtype of ``Xt``) and flags (bool): :func:`trailing_baseline_from`
+    over the whole series at once.
+    """
+    base, sig, flags, _ = trailing_baseline_from(Xt, 0, None, window=window, min_valid=min_valid, threshold=threshold,
+                                                 mad_k=mad_k, block=block)
+    return base, sig, flags
+
+
+def trailing_baseline_from(
+    Xt: np.ndarray, first: int, state: tuple | None, *, window: int, min_valid: int, threshold: float, mad_k: float,
+    block: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
+    """:func:`trailing_baseline_t` of the steps ``first .. first + n - 1`` of the series
+    (``Xt`` ``(C, n)``), carrying the recurrence from the steps before.
 
     The feedback (flagged steps leave the baseline) makes block ``k`` depend on the
     flags of the blocks before it, so blocks run in order, each vectorized over all C
     series: per block, one sort of the ``(C, window)`` trailing window for the median
-    and one for the MAD (a few hundred KB, in cache).
+    and one for the MAD (a few hundred KB, in cache). ``first`` is a multiple of
+    ``block``; ``state`` is None at the run's first step (the warm-up baseline is the
+    median of ``Xt``'s first ``window`` steps, which must then be there), else what the
+    call for the steps before returned: ``(baseline, sigma, feed)``, ``(C,)`` each and
+    ``(C, <= window)`` the last values that may feed the baseline (flagged ones NaN).
+
+    Returns ``(base, sigma, flags, state)``: ``(C, n)`` each, and the state after the
+    last step.
     """
-    C, S = Xt.shape
+    C, n = Xt.shape
     dt = Xt.dtype
-    nb = -(-S // block)
-    bb = np.full((nb, C), np.nan, dtype=dt)
-    ss = np.full((nb, C), np.nan, dtype=dt)
-    flags = np.zeros((C, S), dtype=bool)
-    if S == 0 or C == 0:
-        return np.full((C, S), np.nan, dtype=dt), np.full((C, S), np.nan, dtype=dt), flags
-    feed = Xt.copy()  # the values allowed to feed the baseline (flagged ones -> NaN)
-    # warm-up baseline: median of the first `window` rows
-    cur_b, cur_s, _ = _window_stats(Xt[:, :window])
-    cur_s = (cur_s * MAD_TO_SIGMA).astype(dt)
+    flags = np.zeros((C, n), dtype=bool)
+    if C == 0 or (n == 0 and state is None):
+        return np.full((C, n), np.nan, dtype=dt), np.full((C, n), np.nan, dtype=dt), flags, state
+    if state is None:  # warm-up baseline: median of the first `window` rows
+        cur_b, cur_s, _ = _window_stats(Xt[:, :window])
+        cur_s = (cur_s * MAD_TO_SIGMA).astype(dt)
+        tail = np.zeros((C, 0), dtype=dt)
+    else:
+        cur_b, cur_s, tail = state
+    feed = np.concatenate([tail, Xt], axis=1)  # the values allowed to feed the baseline (flagged ones -> NaN)
+    off = tail.shape[1]
+    base = np.empty((C, n), dtype=dt)
+    sig = np.empty((C, n), dtype=dt)
     thr_b = cur_b * dt.type(threshold)
     floor = dt.type(mad_k) * np.nan_to_num(cur_s)
-    for k in range(nb):
-        s0 = k * block
+    for i in range(0, n, block):
+        s0 = first + i
         if s0 >= min_valid:
-            med, mad, n = _window_stats(feed[:, max(0, s0 - window) : s0])
+            med, mad, cnt = _window_stats(feed[:, off + i - min(window, s0) : off + i])
             mad = (mad * MAD_TO_SIGMA).astype(dt)
-            if isinstance(n, int):
-                if n >= min_valid:
+            if isinstance(cnt, int):
+                if cnt >= min_valid:
                     cur_b, cur_s = med, mad
             else:
-                ok = n >= min_valid
+                ok = cnt >= min_valid
                 cur_b = np.where(ok, med, cur_b)
                 cur_s = np.where(ok, mad, cur_s)
             thr_b = cur_b * dt.type(threshold)
             floor = dt.type(mad_k) * np.nan_to_num(cur_s)
-        blk = Xt[:, s0 : s0 + block]
+        blk = Xt[:, i : i + block]
         # a NaN value or baseline compares False: never flagged
         f = (blk > thr_b[:, None]) & ((blk - cur_b[:, None]) > floor[:, None])
-        bb[k] = cur_b
-        ss[k] = cur_s
+        base[:, i : i + block] = cur_b[:, None]
+        sig[:, i : i + block] = cur_s[:, None]
         if f.any():
-            flags[:, s0 : s0 + block] = f
-            feed[:, s0 : s0 + block][f] = np.nan
-    del feed
-    base = np.repeat(bb.T, block, axis=1)[:, :S]
-    sig = np.repeat(ss.T, block, axis=1)[:, :S]
-    return base, sig, flags
+            flags[:, i : i + block] = f
+            feed[:, off + i : off + i + block][f] = np.nan
+    return base, sig, flags, (cur_b, cur_s, feed[:, -window:].copy())
 
 
 def trailing_baseline(

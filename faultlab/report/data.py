@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from faultlab import safefs
+from faultlab import safefs, steptable
 from faultlab.errors import BadInput
 from faultlab.rundir import RunDir
 from faultlab.steps import check_step_values
@@ -58,7 +58,7 @@ class RunData:
 
 def is_run_dir(path: Path) -> bool:
     """True when ``path`` looks like a run directory (steps.parquet or telemetry/)."""
-    return path.is_dir() and ((path / "steps.parquet").is_file() or (path / "telemetry").is_dir())
+    return path.is_dir() and (steptable.steps_source(path) is not None or (path / "telemetry").is_dir())
 
 
 def load_run(path: str | Path) -> RunData:

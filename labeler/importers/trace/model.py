@@ -88,12 +88,19 @@ class TraceModel:
         return np.array([n[1] for n in self.nodes], dtype=object)
 
 
-def build_model(df: pd.DataFrame, meta: dict) -> TraceModel:
+#: where a pipeline recv is posted (:func:`_p2p_dependencies`): ``"same-direction"``
+#: (the reference artifact's model: after the previous compute of its own direction)
+#: or ``"stream"`` (after the compute just before its compute in the stage's stream)
+RECV_POSTED_AFTER = ("same-direction", "stream")
+
+
+def build_model(df: pd.DataFrame, meta: dict, recv_posted_after: str = "same-direction") -> TraceModel:
     """Build the dependency model (see the module docstring) and the dense arrays.
 
     Steps whose operations do not match the others' (an op missing on some worker) are
     dropped and listed in ``dropped_steps``; operation types the model does not know
-    are left out (``ignored_optypes``).
+    are left out (``ignored_optypes``). ``recv_posted_after`` is one of
+    :data:`RECV_POSTED_AFTER` (:func:`_p2p_dependencies`).
 
     The steps, in order: :func:`_known_rows` (the modeled operation types),
     :func:`_relative_start` (each op's start from its step's start),
@@ -118,7 +125,7 @@ def build_model(df: pd.DataFrame, meta: dict) -> TraceModel:
     steps = np.sort(good)
     nodes = _node_order(node_keys, keys, rel, d)
     start, dur = _dense(d, keys, rel, nodes.idx, steps, D)
-    _dependencies(nodes, pp)
+    _dependencies(nodes, pp, recv_posted_after)
     units = _units(nodes, pp, D)
     order = _toposort(units, nodes.deps, nodes.keys)
     step_start, step_end = _step_bounds(d, steps)
@@ -251,13 +258,13 @@ def _dense(d: pd.DataFrame, keys: list[tuple], rel: np.ndarray, idx: dict, steps
     return start, dur
 
 
-def _dependencies(nodes: _Nodes, pp: int) -> None:
+def _dependencies(nodes: _Nodes, pp: int, recv_posted_after: str = "same-direction") -> None:
     """Every stage's dependencies into ``nodes.deps`` (module docstring, 1.), stage by
     stage: :func:`_compute_stream`, :func:`_p2p_dependencies`, :func:`_dp_stream`,
     :func:`_param_gathers`, :func:`_after_last_compute`."""
     for s in range(pp):
         comp = _compute_stream(nodes, s)
-        _p2p_dependencies(nodes, s, comp)
+        _p2p_dependencies(nodes, s, comp, recv_posted_after)
         _dp_stream(nodes, s)
         _param_gathers(nodes, s, comp)
         _after_last_compute(nodes, s, comp)
@@ -273,11 +280,24 @@ def _compute_stream(nodes: _Nodes, s: int) -> list[int]:
     return comp
 
 
-def _p2p_dependencies(nodes: _Nodes, s: int, comp: list[int]) -> None:
+def _p2p_dependencies(nodes: _Nodes, s: int, comp: list[int], recv_posted_after: str = "same-direction") -> None:
     """Stage ``s``'s pipeline send/recv, per direction: each of recv and send a chain;
-    the k-th recv feeds the k-th compute of its direction and is posted after the
-    compute just before it in the stream (``comp``); the k-th send follows the k-th
-    compute. When there is one recv fewer than computes the first was not recorded."""
+    the k-th recv feeds the k-th compute of its direction; the k-th send follows the
+    k-th compute. When there is one recv fewer than computes the first was not
+    recorded.
+
+    Where a recv is posted (``recv_posted_after``):
+
+    - ``"same-direction"`` (the reference artifact's model): after the previous compute
+      of its own direction; the first backward send and recv, which the 1F1B schedule
+      posts during the warm-up forwards, after the compute two before the first
+      backward compute in the stream;
+    - ``"stream"``: after the compute just before its compute in the stream (stricter:
+      a recv never overlaps the compute of the other direction before it).
+    """
+    if recv_posted_after not in RECV_POSTED_AFTER:
+        raise BadInput(f"must be one of {', '.join(RECV_POSTED_AFTER)}, got {recv_posted_after!r}",
+                       field="recv_posted_after")
     pos = {n: i for i, n in enumerate(comp)}
     for t in ("forward", "backward"):
         comps_t = sorted((n for n in comp if nodes.keys[n][1] == f"{t}-compute"), key=lambda n: pos[n])
@@ -289,11 +309,29 @@ def _p2p_dependencies(nodes: _Nodes, s: int, comp: list[int]) -> None:
             if k + off < len(comps_t):
                 c = comps_t[k + off]
                 nodes.dep(c, r)
-                if pos[c] > 0:
-                    nodes.dep(r, comp[pos[c] - 1])
+                if recv_posted_after == "stream":
+                    if pos[c] > 0:
+                        nodes.dep(r, comp[pos[c] - 1])
+                elif k + off > 0:
+                    nodes.dep(r, comps_t[k + off - 1])
         for k, sn in enumerate(send):
             if k < len(comps_t):
                 nodes.dep(sn, comps_t[k])
+    if recv_posted_after == "same-direction":
+        _first_backward_p2p(nodes, s, comp)
+
+
+def _first_backward_p2p(nodes: _Nodes, s: int, comp: list[int]) -> None:
+    """Stage ``s``'s first backward recv and send wait for the compute two before the
+    first backward compute in the stream ``comp`` (when the two before it are
+    forwards: a pipelined schedule)."""
+    first = next((i for i, n in enumerate(comp) if nodes.keys[n][1] == BWD), None)
+    if first is None or first < 2 or any(nodes.keys[comp[i]][1] != FWD for i in (first - 1, first - 2)):
+        return
+    for t in ("backward-recv", "backward-send"):
+        ns = nodes.of(s, t)
+        if ns:
+            nodes.dep(ns[0], comp[first - 2])
 
 
 def _dp_stream(nodes: _Nodes, s: int) -> None:

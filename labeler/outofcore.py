@@ -1,0 +1,510 @@
+"""The labeler out of core: one run's analysis computed block by block on Dask, its
+``(S, R)`` arrays on disk (numpy memory maps in a work folder), with the same values
+as the in-memory :func:`faultlab.labeler.analysis.analyze`, so its labels are the
+in-memory labeler's.
+
+The passes (each a Dask task per block; the blocks run in parallel where nothing
+carries from one to the next):
+
+1. **fill** (per step block of the stored table, :func:`faultlab.steptable.blocks`):
+   the block's dense ``(steps, R)`` arrays (every rank of the run a column, NaN where
+   a rank has no step in the block) into the memory maps, and what needs the whole
+   run: the steps and ranks, each rank's node and peer group (first seen), the
+   job step time per step (the median ``step_s`` across ranks), each rank's first and
+   last start time per block (``t_start`` must increase across blocks too);
+2. **clock**: the clock skew of each rank from at most 2,000 evenly spaced steps
+   (:meth:`StepGrid._align_clocks`'s rule), removed in place block by block;
+3. **peer** (per row chunk): the peer groups' median and count, the leave-one-out
+   peer median, then (after the run-wide noise floor, from every ``S // 4096``-th
+   step as the in-memory view samples it) the peer flags with a **halo** of
+   :func:`halo_steps` rows on each side for the sustained rule's centered window;
+4. **temporal** (row chunks in step order): the trailing baseline is a recurrence in
+   step order (flagged steps leave later windows), so its state (the last
+   ``temporal_window_steps`` values that may feed the baseline, the current baseline
+   and noise per rank) is carried from chunk to chunk; chunks are multiples of
+   ``temporal_block_steps`` rows and the first holds the warm-up window.
+
+The ``(S,)`` job series (step time, what-if step time, the job's temporal view, the
+sustained job rule) are small at any size and are computed in memory as in
+:func:`~faultlab.labeler.analysis.analyze`. Fusion and reconciliation then run on the
+:class:`~faultlab.labeler.analysis.Analysis` whose arrays are the memory maps.
+
+Cluster: ``client`` (a ``dask.distributed.Client``), else the scheduler at
+``scheduler`` or ``$DASK_SCHEDULER_ADDRESS``, else an embedded ``LocalCluster`` sized
+to the machine. The workers write into the work folder: they must see it (the same
+machine, or a shared file system).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from faultlab import steptable
+from faultlab.errors import BadInput
+from faultlab.labeler.analysis import Analysis, _sustained_job, expected_over_median
+from faultlab.labeler.config import LabelerConfig, labeler_config
+from faultlab.labeler.grid import StepGrid
+from faultlab.labeler.peergroups import PeerGroups, assign_groups
+from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median, nanmedian, trailing_baseline_from, trailing_baseline_t
+from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
+from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
+from faultlab.labeler.whatif import simulate, simulate_job
+from faultlab.steps import check_recorded_steps, dense_steps
+
+#: rows of a memory-map chunk that is filled or read at once (bounded temporaries)
+CHUNK_ROWS = 4096
+#: rank-steps below which a run is labeled in memory (no cluster is started)
+IN_MEMORY_ROWS = 1 << 24
+
+
+def halo_steps(config: LabelerConfig) -> int:
+    """Rows a block of the peer view reads on each side of its own: the sustained
+    rule's centered window is ``k = window_steps(...)`` steps, at most
+    ``max(temporal_window_steps, min_steps)`` (50 by default), so a row's window reaches
+    ``k`` rows either way at most. The temporal view needs no halo: it carries its
+    state; the job series are whole-run arrays."""
+    return int(max(config.temporal_window_steps, config.min_steps))
+
+
+@dataclass
+class _Maps:
+    """The work folder's memory maps of one run (``(S, R)``, C order)."""
+
+    folder: Path
+    S: int
+    R: int
+
+    def path(self, name: str) -> str:
+        return str(self.folder / f"{name}.npy")
+
+    def create(self, name: str, dtype, *, by_rank: bool = False) -> None:
+        """An uninitialized map ``(S, R)`` (``(R, S)`` when ``by_rank``: a rank's series
+        contiguous, as the in-memory temporal view lays it out); every pass writes all
+        the rows (steps) it owns."""
+        shape = (self.R, self.S) if by_rank else (self.S, self.R)
+        m = np.lib.format.open_memmap(self.path(name), mode="w+", dtype=dtype, shape=shape)
+        del m
+
+    def open(self, name: str, mode: str = "r+") -> np.ndarray:
+        return np.load(self.path(name), mmap_mode=mode)
+
+
+# -- pass 1: the run's steps, ranks and job step time ------------------------------------
+
+
+def _scan_block(files: list[str]) -> dict:
+    """Steps, ranks and first-seen node/group of one stored block."""
+    t = steptable.read_lean_files([Path(f) for f in files], ["step", "rank", "node", "peer_group", "run_id"])
+    steps = np.unique(t["step"].to_numpy())
+    rank = t["rank"].to_numpy()
+    ranks, first = np.unique(rank, return_index=True)
+    return {"steps": steps, "ranks": ranks, "nodes": t["node"].iloc[first].astype(str).to_numpy(),
+            "groups": t["peer_group"].iloc[first].astype(str).to_numpy(),
+            "run_ids": [str(x) for x in pd.unique(t["run_id"].astype(object)) if not pd.isna(x)]}
+
+
+def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks: np.ndarray, steps: np.ndarray) -> dict:
+    """Write one stored block's dense arrays into the memory maps at rows ``row0..``;
+    return its job step time per step and each rank's first and last start time."""
+    frame = steptable.read_lean_files([Path(f) for f in files])
+    check_recorded_steps(frame, Path(files[0]).parent.name if len(files) else steptable.STEPS_FILE)
+    d = dense_steps(frame)
+    with np.errstate(invalid="ignore"):
+        t = frame["t_start"].to_numpy(dtype=np.float64, na_value=np.nan)
+        end = t + frame["step_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+    span = (float(np.fmin.reduce(t)) if t.size else np.nan, float(np.fmax.reduce(end)) if t.size else np.nan)
+    del frame, t, end
+    cols = np.searchsorted(ranks, d.ranks)
+    rows = row0 + np.searchsorted(steps[row0:], d.steps)
+    n = d.steps.size
+    maps = _Maps(Path(folder), S, R)
+    out = {"rows": (int(rows[0]), int(rows[-1]) + 1) if n else (row0, row0), "span": span}
+    assert n == 0 or (rows[-1] - rows[0] + 1 == n), "a stored block holds a step range"
+    for name, a in (("t_start", d.t_start), ("compute", d.compute), ("comm", d.comm), ("step_s", d.step_s),
+                    ("dataloader", d.dataloader)):
+        if a is None and not (name == "dataloader" and os.path.exists(maps.path(name))):
+            continue
+        m = maps.open(name)
+        blk = np.full((n, R), np.nan, dtype=m.dtype)
+        if a is not None:  # (a block without a dataloader_s value: NaN, not measured)
+            blk[:, cols] = a
+        m[rows[0] : rows[0] + n] = blk
+        m.flush()
+        del m
+        if name == "step_s":
+            out["job_step"] = nanmedian(blk, axis=1)[0] if n else np.zeros(0)
+        if name == "t_start":
+            fin = np.isfinite(blk)
+            has = fin.any(axis=0)
+            first = np.where(has, blk[np.argmax(fin, axis=0), np.arange(R)], np.nan)
+            last = np.where(has, np.fmax.reduce(blk, axis=0), np.nan)
+            out["t_first"], out["t_last"] = first, last
+    out["loader"] = d.dataloader is not None
+    return out
+
+
+def chunk_rows(config: LabelerConfig, R: int) -> int:
+    """Rows of a peer or temporal chunk: about 2^22 cells, a multiple of
+    ``temporal_block_steps`` (the temporal baseline's refresh) and at least
+    ``temporal_window_steps`` (the first chunk holds the warm-up window)."""
+    b = int(config.temporal_block_steps)
+    n = max(int(config.temporal_window_steps), (1 << 22) // max(1, R), b)
+    return -(-n // b) * b
+
+
+# -- pass 2: clock skew ---------------------------------------------------------------
+
+
+def _clock_offsets(maps: _Maps, job_step: np.ndarray) -> np.ndarray:
+    """``(R,)`` s: :meth:`StepGrid._align_clocks`'s offsets, from the sampled rows."""
+    S, R = maps.S, maps.R
+    off = np.zeros(R)
+    step_med, n = nanmedian(np.asarray(job_step, dtype=np.float64), axis=0)
+    if S == 0 or R < 2 or not n or not np.isfinite(step_med) or step_med <= 0:
+        return off
+    rows = np.unique(np.linspace(0, S - 1, min(S, 2000)).astype(np.int64))
+    sub = np.asarray(maps.open("t_start", "r")[rows], dtype=np.float64)
+    mid, _ = nanmedian(sub, axis=1)
+    with np.errstate(invalid="ignore"):
+        o, cnt = nanmedian(sub - mid[:, None], axis=0)
+    skewed = (cnt > 0) & np.isfinite(o) & (np.abs(o) > float(step_med))
+    return np.where(skewed, o, 0.0) if skewed.any() else off
+
+
+def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``a..b-1``: remove the clock offsets from ``t_start`` in place (when any);
+    return their ``t0`` and ``t1`` (earliest start, latest end, unix s)."""
+    maps = _Maps(Path(folder), S, R)
+    t = maps.open("t_start")
+    blk = np.asarray(t[a:b], dtype=np.float64)
+    if off.any():
+        blk = blk - off[None, :]
+        t[a:b] = blk
+        t.flush()
+    st = maps.open("step_s", "r")[a:b]
+    return np.fmin.reduce(blk, axis=1), np.fmax.reduce(blk + st, axis=1)
+
+
+# -- pass 3: the peer view ----------------------------------------------------------------
+
+
+def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``a..b-1``: the leave-one-out peer median into its map; return the groups'
+    ``(rows, G)`` median and count (:meth:`StepGrid.group_stats`)."""
+    maps = _Maps(Path(folder), S, R)
+    comp = np.asarray(maps.open("compute", "r")[a:b])
+    med = np.full((b - a, n_groups), np.nan, dtype=comp.dtype)
+    cnt = np.zeros((b - a, n_groups), dtype=np.int64)
+    out = np.full((b - a, R), np.nan, dtype=comp.dtype)
+    for k, c in enumerate(cols):
+        m, n = nanmedian(comp[:, c], axis=1)
+        med[:, k], cnt[:, k] = m, n
+        for i in range(0, b - a, 4096):
+            out[i : i + 4096, c] = loo_median(comp[i : i + 4096, c])
+    pm = maps.open("peer_median")
+    pm[a:b] = out
+    pm.flush()
+    return med, cnt
+
+
+def _peer_ratio(maps: _Maps, a: int, b: int) -> np.ndarray:
+    """Rows ``a..b-1`` of the peer ratio (compute / leave-one-out median; NaN where
+    not finite), as :func:`~faultlab.labeler.views.peer.peer_view` computes it."""
+    comp = maps.open("compute", "r")[a:b]
+    med = maps.open("peer_median", "r")[a:b]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = comp / med
+    ratio[~np.isfinite(ratio)] = np.nan
+    return ratio
+
+
+def _peer_sigma(maps: _Maps, cols: list) -> np.ndarray:
+    """``(R,)``: the peer view's noise floor from every ``S // 4096``-th step."""
+    R = maps.R
+    step = max(1, maps.S // 4096)
+    rows = np.arange(0, maps.S, step)
+    comp = maps.open("compute", "r")[rows]
+    med = maps.open("peer_median", "r")[rows]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = comp / med
+    ratio[~np.isfinite(ratio)] = np.nan
+    sigma = np.zeros(R)
+    for c in cols:
+        vals = ratio[:, c]
+        if vals.size:
+            m, n = nanmedian(vals, axis=0)
+            mad, _ = nanmedian(np.abs(vals - m.astype(vals.dtype)[None, :]), axis=0)
+            ok = n > 0
+            if ok.any():
+                sigma[c] = MAD_TO_SIGMA * median(mad[ok])
+    return sigma
+
+
+def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, k: int, halo: int,
+                few: np.ndarray, gidx: np.ndarray, threshold: float, mad_k: float) -> None:
+    """Rows ``a..b-1`` of the peer ratio and flags into their maps; the sustained rule
+    reads ``halo`` rows either side (``few`` ``(b - a, G)``: groups with too few ranks)."""
+    maps = _Maps(Path(folder), S, R)
+    h0, h1 = max(0, a - halo), min(S, b + halo)
+    ratio = _peer_ratio(maps, h0, h1)
+    dt = ratio.dtype.type
+    own = ratio[a - h0 : b - h0]
+    with np.errstate(invalid="ignore"):
+        flag = own > dt(threshold)
+        flag &= (own - dt(1.0)) > (dt(mad_k) * sigma.astype(ratio.dtype))[None, :]
+    if k > 1:
+        level = np.maximum(threshold, 1.0 + mad_k * sigma * MEDIAN_SE / np.sqrt(k))
+        flag |= sustained(ratio, k, level)[a - h0 : b - h0]
+    if few.any():
+        flag &= ~few[:, gidx]
+    for name, v in (("peer_ratio", own), ("peer_flag", flag)):
+        m = maps.open(name)
+        m[a:b] = v
+        m.flush()
+
+
+# -- pass 4: the temporal view (carried state) -------------------------------------------
+
+
+def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, state: tuple | None, config: LabelerConfig) -> tuple:
+    """Rows ``a..b-1`` of every rank's trailing baseline, noise, ratio and flags into
+    their maps (:func:`faultlab.labeler.stats.trailing_baseline_from`, ``a`` a multiple
+    of ``temporal_block_steps``, ``state`` what the chunk before returned, None for
+    the first); returns the state after ``b``."""
+    maps = _Maps(Path(folder), S, R)
+    Xt = np.ascontiguousarray(maps.open("compute", "r")[a:b].T)
+    base, sig, flags, state = trailing_baseline_from(
+        Xt, a, state, window=config.temporal_window_steps, min_valid=config.temporal_min_valid_steps,
+        threshold=config.temporal_threshold, mad_k=config.mad_k, block=config.temporal_block_steps)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = Xt / base
+    for name, v in (("rank_base", base), ("rank_sigma", sig), ("rank_ratio", ratio), ("rank_flag", flags)):
+        m = maps.open(name)  # (R, S)
+        m[:, a:b] = v
+        m.flush()
+    return state
+
+
+# -- the run ------------------------------------------------------------------------------
+
+
+def client_for(scheduler: str | None = None):
+    """``(client, cluster)``: a Dask client of the scheduler at ``scheduler`` (or
+    ``$DASK_SCHEDULER_ADDRESS``), else of an embedded ``LocalCluster`` sized to the
+    machine (``cluster`` then, to close with the client; else None)."""
+    # dask is an optional, heavy dependency: imported only when a run is labeled out of core
+    from dask.distributed import Client, LocalCluster
+
+    addr = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    if addr:
+        return Client(addr), None
+    cluster = LocalCluster(n_workers=max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1, processes=True,
+                           dashboard_address=None, memory_limit=0)
+    return Client(cluster), cluster
+
+
+def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | None = None, *, workdir: str | os.PathLike,
+                        client=None, progress=None, peer_groups: dict | None = None) -> tuple[Analysis, tuple[float, float] | None]:
+    """The :class:`~faultlab.labeler.analysis.Analysis` of the run whose steps table is
+    ``path`` (``steps.parquet`` or ``steps/``, :mod:`faultlab.steptable`), computed by the
+    passes of the module docstring on ``client`` (a ``dask.distributed.Client``),
+    its ``(S, R)`` arrays memory maps in ``workdir`` (which must outlive the
+    analysis). Equal, array for array, to ``analyze(StepGrid.from_steps(steps))``.
+    ``progress(done, total, what)`` is called as blocks finish; ``peer_groups`` is
+    :func:`~faultlab.labeler.analysis.analyze`'s (the groups are assigned on the
+    memory-mapped local times, as in memory). Returns ``(analysis,
+    span)``: span the run's first ``t_start`` and last ``t_start + step_s`` as
+    recorded (unix s; None without steps).
+
+    Raises:
+        BadInput as :func:`faultlab.steps.dense_steps` (naming the column), or for
+        ``t_start`` that goes back across a block boundary."""
+    cfg = labeler_config(config)
+    folder = Path(workdir)
+    folder.mkdir(parents=True, exist_ok=True)
+    stored = [[str(f) for f in fs] for _, fs in steptable.blocks(path)]
+    note = progress or (lambda *a: None)
+    scans = client.gather(client.map(_scan_block, stored, pure=False))
+    steps = np.unique(np.concatenate([s["steps"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
+    ranks = np.unique(np.concatenate([s["ranks"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
+    S, R = int(steps.size), int(ranks.size)
+    nodes = np.empty(R, dtype=object)
+    groups = np.empty(R, dtype=object)
+    for sc in reversed(scans):  # the first block that has a rank names its node and group
+        j = np.searchsorted(ranks, sc["ranks"])
+        nodes[j], groups[j] = sc["nodes"], sc["groups"]
+    run_ids = [r for sc in scans for r in sc["run_ids"]]
+    maps = _Maps(folder, S, R)
+    has_loader = _has_column(stored, "dataloader_s")
+    for name, dt in (("t_start", np.float64), ("compute", np.float32), ("comm", np.float32), ("step_s", np.float32)) + (
+            (("dataloader", np.float32),) if has_loader else ()):
+        maps.create(name, dt)  # every step's row is written by the block that holds the step
+    row0 = [int(np.searchsorted(steps, sc["steps"][0])) if sc["steps"].size else 0 for sc in scans]
+    fills = client.map(_fill_block, stored, [str(folder)] * len(stored), [S] * len(stored), [R] * len(stored), row0,
+                       [ranks] * len(stored), [steps] * len(stored), pure=False)
+    filled = []
+    for i, f in enumerate(fills):
+        filled.append(f.result())
+        note(i + 1, len(fills), "read")
+    job_step = np.full(S, np.nan)
+    for fb in filled:
+        a, b = fb["rows"]
+        job_step[a:b] = fb["job_step"]
+    _check_across_blocks(filled, ranks)
+    loader = maps.open("dataloader") if has_loader and any(fb["loader"] for fb in filled) else None
+    off = _clock_offsets(maps, job_step)
+    ch = chunk_rows(cfg, R)
+    spans = [(a, min(S, a + ch)) for a in range(0, S, ch)]
+    tt = client.gather([client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False) for a, b in spans])
+    grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
+    pg = assign_groups(grid.compute, [grid.component(j) for j in range(R)], grid.groups, cfg, mapping=peer_groups,
+                       part=grid.dataloader)
+    if pg.source in ("discovered", "mapping"):
+        grid.regroup(pg.groups)
+    names, gidx, cols = grid.peer_groups()
+    maps.create("peer_median", np.float32)
+    gm = client.gather([client.submit(_peer_medians, str(folder), S, R, a, b, cols, len(names), pure=False) for a, b in spans])
+    med = np.concatenate([m for m, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.float32)
+    cnt = np.concatenate([c for _, c in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
+    grid._group_stats = (med, cnt, gidx)
+    grid._peer_median = maps.open("peer_median", "r")
+    pv = _peer_view(client, maps, grid, cfg, cols, cnt, gidx, spans)
+    note(len(fills), len(fills), "peer view")
+    tv = _temporal_view(client, maps, grid, cfg, spans)
+    note(len(fills), len(fills), "temporal view")
+    lo = min((fb["span"][0] for fb in filled if np.isfinite(fb["span"][0])), default=np.nan)
+    hi = max((fb["span"][1] for fb in filled if np.isfinite(fb["span"][1])), default=np.nan)
+    return _analysis(grid, tv, pv, cfg, pg), ((lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None)
+
+
+def _has_column(stored: list[list[str]], col: str) -> bool:
+    """Whether the stored table has column ``col`` (its first file's schema)."""
+    import pyarrow.parquet as pq  # the schema only
+
+    return bool(stored and stored[0]) and col in pq.read_schema(stored[0][0]).names
+
+
+def _check_across_blocks(filled: list[dict], ranks: np.ndarray) -> None:
+    """BadInput naming ``t_start`` when a rank's first start in a block is before its
+    latest start in an earlier block (each block was checked inside by dense_steps)."""
+    latest = np.full(ranks.size, -np.inf)
+    for fb in filled:
+        if "t_first" not in fb:
+            continue
+        with np.errstate(invalid="ignore"):
+            back = fb["t_first"] < latest
+        if back.any():
+            j = int(np.flatnonzero(back)[0])
+            raise BadInput(f"must increase with step for each rank: rank {int(ranks[j])} starts a step at "
+                           f"{float(fb['t_first'][j])!r}, before an earlier step of it ({float(latest[j])!r})",
+                           field="t_start", fix="unix seconds of the step's start, increasing with step for each rank")
+        latest = np.fmax(latest, fb["t_last"])
+
+
+def _grid(maps: _Maps, run_id: str, steps, ranks, nodes, groups, loader, job_step, off, tt) -> StepGrid:
+    """The run's :class:`StepGrid` on the memory maps, its job step time, clock
+    offsets and step bounds set from the passes (its constructor would compute them
+    over the whole arrays at once)."""
+    g = StepGrid.__new__(StepGrid)
+    g.run_id, g.steps, g.ranks, g.nodes, g.groups = run_id, steps, ranks, nodes, groups
+    g.t_start, g.compute = maps.open("t_start", "r"), maps.open("compute", "r")
+    g.comm, g.step_s, g.dataloader = maps.open("comm", "r"), maps.open("step_s", "r"), loader
+    g.job_step, g.clock_offsets = job_step, off
+    g.t0 = np.concatenate([a for a, _ in tt]) if tt else np.zeros(0)
+    g.t1 = np.concatenate([b for _, b in tt]) if tt else np.zeros(0)
+    g._group_median = g._group_stats = g._peer_median = None
+    return g
+
+
+def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cnt, gidx, spans) -> PeerView:
+    """:func:`~faultlab.labeler.views.peer.peer_view` chunk by chunk (its maps)."""
+    sigma = _peer_sigma(maps, cols)
+    k = window_steps(grid, cfg)
+    few = cnt < cfg.peer_min_ranks
+    maps.create("peer_ratio", np.float32)
+    maps.create("peer_flag", bool)
+    client.gather([client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
+                                 few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False)
+                   for a, b in spans])
+    return PeerView(median=grid._peer_median, ratio=maps.open("peer_ratio", "r"), flag=maps.open("peer_flag", "r"),
+                    sigma=sigma)
+
+
+def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans) -> TemporalView:
+    """:func:`~faultlab.labeler.views.temporal.temporal_view`: the job series in
+    memory, the ranks' chunk by chunk in step order with the carried state."""
+    dt = grid.compute.dtype
+    xj = np.asarray(grid.job_step, dtype=dt)[None, :]
+    jb, js, jf = trailing_baseline_t(xj, window=cfg.temporal_window_steps, min_valid=cfg.temporal_min_valid_steps,
+                                     threshold=cfg.temporal_threshold, mad_k=cfg.mad_k, block=cfg.temporal_block_steps)
+    if grid.S:
+        _cap_job_baseline(xj[0], jb[0], js[0], jf[0], cfg)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        jr = xj[0] / jb[0]
+    for name, d in (("rank_base", dt), ("rank_sigma", dt), ("rank_ratio", dt), ("rank_flag", bool)):
+        maps.create(name, d, by_rank=True)
+    state = None
+    for a, b in spans:  # a recurrence in step order: each chunk waits for the state before it
+        state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, state, cfg, pure=False)
+    if spans:
+        state.result()
+    return TemporalView(job_base=jb[0], job_sigma=js[0], job_ratio=jr, job_flag=jf[0],
+                        rank_base=maps.open("rank_base", "r").T, rank_sigma=maps.open("rank_sigma", "r").T,
+                        rank_ratio=maps.open("rank_ratio", "r").T, rank_flag=maps.open("rank_flag", "r").T)
+
+
+def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig, groups: PeerGroups) -> Analysis:
+    """The rest of :func:`~faultlab.labeler.analysis.analyze` (``(S,)`` series only)."""
+    sim = simulate_job(grid)
+    sim = np.where(np.isfinite(sim), sim, np.asarray(grid.job_step, dtype=np.float64))
+    with np.errstate(invalid="ignore"):
+        jw = (tv.job_flag & (sim > tv.job_base * cfg.temporal_threshold)
+              & ((sim - tv.job_base) > cfg.mad_k * np.nan_to_num(tv.job_sigma)))
+    jw |= _sustained_job(grid, tv, sim, cfg)
+    return Analysis(grid=grid, temporal=tv, peer=pv, sim=sim, job_wide_flag=jw, config=cfg,
+                    job_expected=expected_over_median(grid.job_step, tv.job_base, tv.job_flag), groups=groups)
+
+
+def whatif_chunked(grid: StepGrid, rows: int = CHUNK_ROWS) -> dict:
+    """:func:`faultlab.labeler.whatif.whatif_grid` over row chunks of ``rows`` steps
+    (its ``(S, R)`` per-rank times one chunk at a time); the same dict. The sums are
+    taken chunk by chunk, so a figure may differ from the in-memory one in its last
+    bits (float64 summation order)."""
+    med, cnt, gidx = grid.group_stats()
+    actual = simulated = 0.0
+    n_ok = 0
+    sums = np.zeros(grid.R)
+    for a in range(0, grid.S, rows):
+        b = min(grid.S, a + rows)
+        sub = _GridRows(grid, a, b, (med[a:b], cnt[a:b], gidx))
+        sim, sim_w = simulate(sub)
+        step = sub.job_step
+        ok = ~np.isnan(step) & ~np.isnan(sim)
+        actual += float(np.sum(step[ok]))
+        simulated += float(np.sum(sim[ok]))
+        n_ok += int(ok.sum())
+        sim_w[~ok] = 0.0
+        sums += np.sum(sim_w, axis=0)
+    S = actual / simulated if simulated > 0 else float("nan")
+    per_rank = {grid.component(j): (actual / float(sums[j]) if sums[j] > 0 else float("nan")) for j in range(grid.R)}
+    return {"method": "osdi25-whatif-dp", "run_id": grid.run_id, "slowdown": S, "per_rank": per_rank,
+            "actual_s": actual, "simulated_s": simulated, "n_steps": n_ok}
+
+
+class _GridRows:
+    """Rows ``a..b-1`` of a :class:`StepGrid`, as :func:`faultlab.labeler.whatif.simulate`
+    reads a grid (``S``, ``R``, ``compute``, ``job_step``, ``group_stats()``)."""
+
+    def __init__(self, grid: StepGrid, a: int, b: int, stats: tuple):
+        self.S, self.R = b - a, grid.R
+        self.compute = np.asarray(grid.compute[a:b])
+        self.job_step = np.asarray(grid.job_step[a:b])
+        self._stats = stats
+
+    def group_stats(self) -> tuple:
+        return self._stats

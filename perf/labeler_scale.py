@@ -1,0 +1,155 @@
+"""The labeler at scale: synthetic runs of 1e7 and 1e8 rank-steps (1e9 with --sizes)
+labeled out of core on Dask, against a plain streaming scan of the same files.
+
+    python3 perf/labeler_scale.py [--sizes 1e7,1e8] [--ranks 1000] [--workers 2] [--in-memory-up-to 1e7]
+
+Per size (R = --ranks, S = size / R):
+
+1. ``faultlab.synthrun.write_run`` writes the run (steps partitioned by step block,
+   planted faults of every kind the labeler labels). Not timed.
+2. A FRESH child process per measurement (its peak memory its own):
+   ``scan``: a pyarrow dataset scan of ``steps/`` streaming the columns the labeler
+   reads, batch by batch (nothing kept);
+   ``out of core``: ``label_run(out_of_core=True)`` on a LocalCluster of ``--workers``
+   worker processes started by the child (its peak RSS as ``ru_maxrss``; each
+   worker's from the worker itself at the end);
+   ``in memory``: ``label_run(out_of_core=False)`` up to ``--in-memory-up-to`` rows.
+3. Prints, side by side, wall time and peak RSS of each process, the ratio of the
+   out-of-core time to the scan's, and whether every planted fault got a label of its
+   component within 5 steps of its span; the out-of-core labels must equal the
+   in-memory ones where both ran.
+
+Exit 1 when a planted fault is missed or the two labelers disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+COLUMNS = ["run_id", "rank", "node", "peer_group", "step", "t_start", "compute_s", "comm_s", "step_s", "dataloader_s"]
+
+
+def _maxrss_bytes() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def scan(run: str) -> dict:
+    import pyarrow.dataset as ds
+
+    t = time.perf_counter()
+    d = ds.dataset(os.path.join(run, "steps"), format="parquet", partitioning="hive")
+    rows = 0
+    for b in d.to_batches(columns=[c for c in COLUMNS if c in d.schema.names]):
+        rows += b.num_rows
+    return {"seconds": time.perf_counter() - t, "rows": rows, "rss": {"controller": _maxrss_bytes()}}
+
+
+def label(run: str, mode: str, workers: int) -> dict:
+    from faultlab.labeler import label_run
+
+    if mode == "in-memory":
+        t = time.perf_counter()
+        labels = label_run(run, out_of_core=False)
+        return {"seconds": time.perf_counter() - t, "rss": {"controller": _maxrss_bytes()}, "labels": _rows(labels)}
+    from dask.distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      memory_limit=0) as cl:
+        t = time.perf_counter()
+        labels = label_run(run, out_of_core=True, scheduler=cl.scheduler_address)
+        wall = time.perf_counter() - t
+        with Client(cl.scheduler_address) as c:
+            worker_rss = c.run(_maxrss_bytes)
+    rss = {"controller": _maxrss_bytes(), **{f"worker {i}": v for i, v in enumerate(sorted(worker_rss.values()))}}
+    return {"seconds": wall, "rss": rss, "labels": _rows(labels)}
+
+
+def _rows(labels) -> list[dict]:
+    cols = ["component", "start_step", "end_step", "fault_id", "source", "slowdown"]
+    return json.loads(labels[cols].to_json(orient="records"))
+
+
+def _child(*args: str) -> dict:
+    cp = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True)
+    if cp.returncode:
+        sys.stderr.write(cp.stderr[-4000:])
+        raise SystemExit(f"child {args} failed")
+    return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+def found(faults: list[dict], labels: list[dict]) -> list[str]:
+    """The planted faults without a label of their component within 5 steps of their span."""
+    miss = []
+    for f in faults:
+        comp = "job" if f["rank"] is None else f"rank:{f['rank']}"
+        ok = [r for r in labels if r["component"] == comp and r["fault_id"] == f["fault_id"]
+              and abs(r["start_step"] - f["a"]) <= 5 and abs(r["end_step"] - (f["b"] - 1)) <= 5]
+        if not ok:
+            miss.append(f["fault_id"])
+    return miss
+
+
+def gib(b: float) -> str:
+    return f"{b / 2**30:.2f} GiB"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1e7,1e8")
+    ap.add_argument("--ranks", type=int, default=1000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--in-memory-up-to", type=float, default=1e7)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--child", nargs="+")
+    a = ap.parse_args()
+    if a.child:
+        kind, run, *rest = a.child
+        out = scan(run) if kind == "scan" else label(run, kind, int(rest[0]) if rest else 2)
+        print(json.dumps(out))
+        return 0
+    from faultlab import synthrun
+
+    bad = 0
+    for size in [float(x) for x in a.sizes.split(",")]:
+        R = a.ranks
+        S = int(round(size / R))
+        d = tempfile.mkdtemp(prefix="labeler-scale-")
+        try:
+            t = time.perf_counter()
+            info = synthrun.write_run(os.path.join(d, "run"), R, S, seed=a.seed)
+            gen = time.perf_counter() - t
+            run = os.path.join(d, "run")
+            sc = _child("scan", run)
+            ooc = _child("out-of-core", run, str(a.workers))
+            mem = _child("in-memory", run) if R * S <= a.in_memory_up_to else None
+            miss = found(info["faults"], ooc["labels"])
+            same = mem is None or mem["labels"] == ooc["labels"]
+            bad += bool(miss) or not same
+            print(f"\n== {R:,} ranks x {S:,} steps = {R * S:.1e} rank-steps, {info['blocks']} block(s) "
+                  f"(generated in {gen:.0f} s)")
+            print(f"  {'':24} {'wall s':>8} {'x scan':>7}  peak RSS per process")
+            for name, m in (("plain pyarrow scan", sc), ("labeler out of core", ooc), ("labeler in memory", mem)):
+                if m is None:
+                    continue
+                rss = ", ".join(f"{k} {gib(v)}" for k, v in m["rss"].items())
+                print(f"  {name:24} {m['seconds']:8.1f} {m['seconds'] / sc['seconds']:7.1f}  {rss}")
+            print(f"  planted faults labeled (component, span within 5 steps): {len(info['faults']) - len(miss)}"
+                  f"/{len(info['faults'])}" + (f", missed {miss}" if miss else ""))
+            if mem is not None:
+                print(f"  out-of-core labels equal the in-memory ones: {same}")
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

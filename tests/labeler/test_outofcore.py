@@ -1,0 +1,162 @@
+"""The labeler out of core on Dask (faultlab.labeler.outofcore): labels IDENTICAL to
+the in-memory labeler's on runs of several shapes, on an embedded LocalCluster and on
+a real cluster of a ``dask scheduler`` and two ``dask worker`` processes on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from faultlab import steptable, synthrun
+from faultlab.labeler import StepGrid, analyze, label_run, read_steps
+from faultlab.labeler.outofcore import analyze_out_of_core, halo_steps
+
+distributed = pytest.importorskip("distributed", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """An embedded LocalCluster of two worker processes, shared by the tests."""
+    c = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    yield c
+    c.close()
+
+
+def _both(run, scheduler: str) -> tuple[pd.DataFrame, dict, pd.DataFrame, dict]:
+    """The labels and whatif.json of ``run`` in memory, then out of core."""
+    a = label_run(run, out_of_core=False)
+    wa = json.loads((run / "whatif.json").read_text())
+    b = label_run(run, out_of_core=True, scheduler=scheduler)
+    wb = json.loads((run / "whatif.json").read_text())
+    return a, wa, b, wb
+
+
+def _same(a, wa, b, wb) -> None:
+    pd.testing.assert_frame_equal(a, b)  # every column, the evidence text too
+    assert abs(wa["slowdown"] / wb["slowdown"] - 1) < 1e-12
+    assert wa["per_rank"].keys() == wb["per_rank"].keys()
+    for k in wa["per_rank"]:
+        assert abs(wa["per_rank"][k] / wb["per_rank"][k] - 1) < 1e-12
+
+
+# (ranks, steps, rows a stored block holds, (rank, block) left out of a block)
+SHAPES = {
+    "few-ranks-many-steps": (4, 250_000, 1 << 18, None),            # 1e6 rank-steps, 4 blocks
+    "many-ranks-few-steps": (2048, 500, 1 << 20, None),             # 1e6, 1 block
+    "faults-across-blocks": (64, 20_000, 1 << 17, None),            # 1.3e6, 10 blocks of 2,048 steps
+    "a-block-lacks-a-rank": (64, 20_000, 1 << 17, (3, 1)),          # rank 3 has no step in block 1
+    "ten-million": (1000, 10_000, 1 << 22, None),                   # 1e7, 3 blocks
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_out_of_core_labels_equal_in_memory(tmp_path, cluster, shape):
+    R, S, rows, drop = SHAPES[shape]
+    info = synthrun.write_run(tmp_path / "run", R, S, block_rows=rows, drop=drop)
+    a, wa, b, wb = _both(tmp_path / "run", cluster.scheduler_address)
+    _same(a, wa, b, wb)
+    assert set(a["fault_id"].dropna()) >= {f["fault_id"] for f in info["faults"]} - ({"f-intermittent"} if S < 2000 else set())
+    if shape == "faults-across-blocks":
+        f = info["faults"][0]
+        assert f["a"] < info["block_steps"] * (f["a"] // info["block_steps"] + 1) <= f["b"] - 1  # crosses a boundary
+
+
+def test_out_of_core_analysis_arrays_equal_in_memory(tmp_path, cluster):
+    """Not only the labels: every array of the analysis, value for value."""
+    synthrun.write_run(tmp_path / "run", 48, 12_000, block_rows=1 << 16, drop=(5, 2))
+    src = steptable.steps_source(tmp_path / "run")
+    a = analyze(StepGrid.from_steps(read_steps(src)))
+    with distributed.Client(cluster.scheduler_address) as client:
+        b, span = analyze_out_of_core(src, workdir=tmp_path / "work", client=client)
+    g, h = a.grid, b.grid
+    for x, y in [(g.t_start, h.t_start), (g.compute, h.compute), (g.job_step, h.job_step), (g.t0, h.t0), (g.t1, h.t1),
+                 (g.group_stats()[0], h.group_stats()[0]), (g.peer_median(), h.peer_median()), (a.sim, b.sim),
+                 (a.job_wide_flag, b.job_wide_flag)] + [
+            (getattr(a.temporal, f), getattr(b.temporal, f)) for f in ("job_base", "job_flag", "rank_base", "rank_sigma",
+                                                                        "rank_ratio", "rank_flag")] + [
+            (getattr(a.peer, f), getattr(b.peer, f)) for f in ("median", "ratio", "flag", "sigma")]:
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
+    assert a.job_expected == b.job_expected
+    assert span[0] == float(read_steps(src)["t_start"].min())
+    assert halo_steps(a.config) == 50
+
+
+def _start(args: list[str], log) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "dask", *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_out_of_core_on_a_real_cluster_of_a_scheduler_and_two_workers(tmp_path):
+    """``dask scheduler`` and two ``dask worker`` processes on loopback, started here and
+    ended by their PIDs; the run is labeled through ``$DASK_SCHEDULER_ADDRESS``."""
+    info = synthrun.write_run(tmp_path / "run", 64, 20_000, block_rows=1 << 17, drop=(7, 3))
+    sched_file = tmp_path / "scheduler.json"
+    log = open(tmp_path / "dask.log", "w")
+    procs = [_start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                     "--scheduler-file", str(sched_file)], log)]
+    try:
+        deadline = time.monotonic() + 120
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        addr = json.loads(sched_file.read_text())["address"]
+        for _ in range(2):
+            procs.append(_start(["worker", addr, "--host", "127.0.0.1", "--nworkers", "1", "--nthreads", "1",
+                                 "--no-dashboard", "--memory-limit", "0"], log))
+        with distributed.Client(addr) as c:
+            c.wait_for_workers(2, timeout=120)
+            assert len(c.scheduler_info()["workers"]) == 2
+        a = label_run(tmp_path / "run", out_of_core=False)
+        wa = json.loads((tmp_path / "run" / "whatif.json").read_text())
+        os.environ["DASK_SCHEDULER_ADDRESS"] = addr
+        try:
+            b = label_run(tmp_path / "run", out_of_core=True)
+        finally:
+            del os.environ["DASK_SCHEDULER_ADDRESS"]
+        wb = json.loads((tmp_path / "run" / "whatif.json").read_text())
+        _same(a, wa, b, wb)
+        assert set(b["fault_id"].dropna()) == {f["fault_id"] for f in info["faults"]}
+        assert not [p for p in (tmp_path / "run").iterdir() if p.name.startswith(".label-")]  # the work folder is gone
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait()
+        log.close()
+
+
+def test_cli_label_out_of_core_says_its_passes(tmp_path, cluster):
+    from tests.helpers import fl
+
+    synthrun.write_run(tmp_path / "run", 32, 6_000, block_rows=1 << 16)
+    cp = fl("label", tmp_path / "run", "--scheduler", cluster.scheduler_address, timeout=600)
+    assert cp.returncode == 0, cp.stderr
+    assert "read: 3 block(s)" in cp.stdout and "temporal view" in cp.stdout and "5 label(s)" in cp.stdout
+    cp = fl("label", tmp_path / "run", "--in-memory")
+    assert cp.returncode == 0 and "block(s)" not in cp.stdout
+
+
+def test_out_of_core_labels_equal_in_memory_within_mapped_peer_groups(tmp_path, cluster):
+    """Peer groups given as a mapping (two halves of the ranks) regroup the out-of-core
+    grid as the in-memory one: the same labels and the same groups in whatif.json."""
+    synthrun.write_run(tmp_path / "run", 32, 6_000, block_rows=1 << 16)
+    mapping = {f"rank:{r}": ("a" if r < 16 else "b") for r in range(32)}
+    a = label_run(tmp_path / "run", out_of_core=False, peer_groups=mapping)
+    wa = json.loads((tmp_path / "run" / "whatif.json").read_text())
+    b = label_run(tmp_path / "run", out_of_core=True, scheduler=cluster.scheduler_address, peer_groups=mapping)
+    wb = json.loads((tmp_path / "run" / "whatif.json").read_text())
+    _same(a, wa, b, wb)
+    assert [g["members"] for g in wa["peer_groups"]] == [g["members"] for g in wb["peer_groups"]]
+    assert len(wb["peer_groups"]) == 2
