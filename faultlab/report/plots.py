@@ -23,7 +23,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display: the report is rendered headless
 
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import LogFormatter  # noqa: E402
+from matplotlib.ticker import LogFormatter, LogLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -306,7 +306,8 @@ def thumbnail(run: RunData) -> Plot:
     for r in run.labels.itertuples():
         ax.axvspan(run.rel(r.start_ts), run.rel(r.end_ts), ymin=0, ymax=0.08, color=SOURCE_COLORS.get(r.source, "#577590"))
     plain_log(ax)
-    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.3)))  # fewer labels: a small plot
+    ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))  # a small plot: minor ticks at 2x and 5x only, all labelled
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(10, 10)))
     ax.tick_params(labelsize=6.5)
     ax.set_ylabel("job step time (ms)", fontsize=7)
     ax.set_xlabel("s since first training step", fontsize=7)
@@ -325,15 +326,16 @@ def score_bars(rows: list[dict]) -> Plot | None:
     rows = [r for r in rows if any(isinstance(r.get(m), (int, float)) for m in metrics)]
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(7, 2.8))
+    fig, ax = plt.subplots(figsize=(8, 3.0))
     w = 0.8 / len(rows)
     x = np.arange(len(metrics))
     lowest = 0.0
     for k, r in enumerate(rows):
         vals = [r.get(m) if isinstance(r.get(m), (int, float)) else np.nan for m in metrics]
-        lowest = min([lowest, *(v for v in vals if np.isfinite(v))])
-        err = None
         cis = [r.get(f"{m}_ci") for m in metrics]
+        lows = [c[0] for c in cis if isinstance(c, (list, tuple)) and len(c) == 2 and isinstance(c[0], (int, float))]
+        lowest = min([lowest, *(v for v in vals + lows if np.isfinite(v))])
+        err = None
         if any(isinstance(c, (list, tuple)) and len(c) == 2 for c in cis):
             err = np.array([[v - c[0], c[1] - v] if isinstance(c, (list, tuple)) and len(c) == 2 and None not in c else [0, 0]
                             for v, c in zip(vals, cis)]).T
