@@ -154,7 +154,7 @@ def timeline(run: RunData) -> tuple[Plot, int]:
             med = pd.Series(y * 1e3).rolling(SMOOTH_STEPS, center=True, min_periods=1).median().to_numpy()
             xm, ym, _ = thin(x, med)
             ax.plot(xm, ym, lw=1.1, color=c, label=f"rank {rank} ({node})")
-        ax.set_ylabel(title.replace(" per rank", "").replace(", log scale", ""))
+        ax.set_ylabel(title.replace(", log scale", ""))
         ax.set_title(title, loc="left")
         plain_log(ax)
         shade_faults(ax, run, names=ax is axes[0])

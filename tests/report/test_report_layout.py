@@ -42,7 +42,7 @@ def test_run_report_fits_and_titles_every_axis(tmp_path, shots):
     assert re.search(r"run start\s+\S+ \S+ UTC \(-6\.0s\)", text), "the run start is shown beside the time origin"
     axes = {p["id"]: p["axes"] for p in seen[1024]["plots"]}
     assert "window-level score" in axes["plot-scores"] and "0 = S_w 1.0" in axes["plot-whatif"]
-    assert "NIC rate (Mbit/s)" in axes["plot-host"] and "step time (ms)" in axes["plot-timeline"]
+    assert "NIC rate (Mbit/s)" in axes["plot-host"] and "step time per rank (ms)" in axes["plot-timeline"]
 
 
 def test_scores_report_names_what_was_scored(tmp_path, shots):
