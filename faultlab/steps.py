@@ -289,6 +289,17 @@ class DenseSteps:
     dataloader: np.ndarray | None
 
 
+def local_time(compute_s: np.ndarray, dataloader_s: np.ndarray | None) -> np.ndarray:
+    """A rank's local time per step (s): ``compute_s + dataloader_s``, the part of
+    the step spent on the rank itself before the collective, what the labeler
+    compares across time and peers. A NaN ``dataloader_s`` counts 0 (not measured at
+    that step); a NaN ``compute_s`` stays NaN. Arrays of any one shape; ``None``
+    for no dataloader column returns ``compute_s``."""
+    if dataloader_s is None:
+        return compute_s
+    return compute_s + np.where(np.isnan(dataloader_s), np.zeros((), dtype=dataloader_s.dtype), dataloader_s)
+
+
 def dense_steps(steps: pd.DataFrame) -> DenseSteps:
     """The ``steps`` frame of ONE run (faultlab.schema.STEPS) as dense ``(S, R)`` arrays, checked.
 
@@ -361,7 +372,7 @@ def dense_steps(steps: pd.DataFrame) -> DenseSteps:
     compute = dense("compute_s", np.float32)
     loader = dense("dataloader_s", np.float32) if "dataloader_s" in steps.columns else None
     if loader is not None and np.isfinite(loader).any():
-        compute += np.where(np.isnan(loader), np.float32(0), loader)  # NaN compute stays NaN
+        compute = local_time(compute, loader)
     else:
         loader = None
     return DenseSteps(

@@ -35,3 +35,57 @@ def check_report(report: Path, screenshot: Path) -> dict:
         assert im["complete"] and im["w"] > 100 and im["h"] > 100, f"image {im['id']} did not decode: {im}"
         assert pixel_std(im["png"]) > BLANK_STD, f"image {im['id']} is blank as shown"
     return res
+
+
+#: per element wider than the viewport, or reaching past its right edge, and not
+#: inside a box that scrolls sideways: its tag, id, class and extent; per table,
+#: whether it sits in such a box with a sticky first column; per plot image, its
+#: axis titles (data-axes)
+LAYOUT_JS = """(() => {
+  const vw = document.documentElement.clientWidth;
+  const scrolls = el => { for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+      const o = getComputedStyle(p).overflowX; if (o === 'auto' || o === 'scroll') return true; } return false; };
+  const wide = [];
+  for (const el of document.body.querySelectorAll('*')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || (r.left >= -1 && r.right <= vw + 1)) continue;
+    if (!scrolls(el)) wide.push(`${el.tagName.toLowerCase()}#${el.id}.${el.className} ${Math.round(r.left)}..${Math.round(r.right)} px`);
+  }
+  const tables = [...document.querySelectorAll('table')].map(t => {
+    const cell = t.querySelector('tr > :first-child');
+    return {scroll: scrolls(t), sticky: cell ? getComputedStyle(cell).position === 'sticky' : false};
+  });
+  const plots = [...document.querySelectorAll('img.plot')].map(i => ({id: i.id, alt: i.alt, axes: i.dataset.axes || ''}));
+  return {vw, page_width: document.documentElement.scrollWidth, wide: wide.slice(0, 20), tables, plots,
+          text: document.body.innerText};
+})()"""
+
+
+def check_layout(report: Path, widths: tuple[int, ...], shots: Path, stem: str) -> dict[int, dict]:
+    """Open ``report`` at each viewport width (CSS px), save a full-page screenshot
+    ``shots/STEM-WIDTH.png`` per width and assert: no element wider than the viewport
+    outside a sideways-scrolling box, the page no wider than the viewport, every
+    table in such a box with its first column sticky, every plot image with at least
+    one axes and a non-empty x and y title on each (its ``data-axes``). Returns per
+    width what LAYOUT_JS saw."""
+    import json
+
+    if chromium_path() is None:
+        pytest.fail("chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    out = {}
+    shots.mkdir(parents=True, exist_ok=True)
+    with Browser() as b:
+        for w in widths:
+            res = b.open(report, width=w)
+            (shots / f"{stem}-{w}.png").write_bytes(res["screenshot"])
+            lay = b.evaluate(LAYOUT_JS)
+            assert lay["vw"] == w, f"viewport {lay['vw']} px, asked for {w}"
+            assert lay["wide"] == [], f"{stem} at {w} px: wider than the viewport outside a scroll box: {lay['wide']}"
+            assert lay["page_width"] <= w, f"{stem} at {w} px: the page is {lay['page_width']} px wide"
+            assert lay["tables"] and all(t["scroll"] and t["sticky"] for t in lay["tables"]), f"{stem}: tables {lay['tables']}"
+            assert lay["plots"], f"{stem}: no plot"
+            for p in lay["plots"]:
+                axes = json.loads(p["axes"] or "[]")
+                assert axes and all(a["x"].strip() and a["y"].strip() for a in axes), f"{stem}: plot {p['id'] or p['alt']} axis titles {axes}"
+            out[w] = lay
+    return out

@@ -96,13 +96,22 @@ class Browser:
                     return msg
         raise TimeoutError(method)
 
-    def open(self, path: Path) -> dict:
-        """Load ``path`` and return what happened: ``requests`` (every URL the page
-        asked for), ``errors`` (console errors, exceptions, log errors),
-        ``screenshot`` (full-page PNG bytes) and ``images`` (per ``img``: its id,
-        class, natural size and a PNG of the pixels it shows on screen)."""
+    def evaluate(self, expression: str):
+        """The value of a JavaScript expression in the page (returned by value)."""
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def open(self, path: Path, width: int | None = None) -> dict:
+        """Load ``path`` (in a viewport ``width`` CSS px wide when given; a phone
+        below 600 px: mobile, so the page's viewport meta applies) and return what
+        happened: ``requests`` (every URL the page asked for), ``errors`` (console
+        errors, exceptions, log errors), ``screenshot`` (full-page PNG bytes) and
+        ``images`` (per ``img``: its id, class, natural size and a PNG of the pixels
+        it shows on screen)."""
+        self.events = []
         for domain in ("Page", "Network", "Runtime", "Log"):
             self.call(f"{domain}.enable")
+        if width is not None:
+            self.call("Emulation.setDeviceMetricsOverride", width=width, height=900, deviceScaleFactor=1, mobile=width < 600)
         self.call("Page.navigate", url=Path(path).resolve().as_uri())
         self.wait_event("Page.loadEventFired")
         time.sleep(0.2)  # let late console messages arrive
@@ -117,7 +126,7 @@ class Browser:
         js = """JSON.stringify([...document.images].map(i => { const r = i.getBoundingClientRect();
                  return {id: i.id, cls: i.className, w: i.naturalWidth, h: i.naturalHeight, complete: i.complete,
                          x: r.left + window.scrollX, y: r.top + window.scrollY, cw: r.width, ch: r.height}; }))"""
-        imgs = json.loads(self.call("Runtime.evaluate", expression=js, returnByValue=True)["result"]["value"])
+        imgs = json.loads(self.evaluate(js))
         import base64
 
         for im in imgs:

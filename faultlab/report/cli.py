@@ -42,7 +42,9 @@ def report(
     One self-contained page (plots embedded, nothing loaded from the network): per-rank step and compute time with faults, labels and alarms; the
     what-if slowdown; host metrics per node; the tables of faults, labels, alarms and
     scores. For a folder of runs or a dataset: a thumbnail per run and the score table
-    with bootstrap 95% CIs."""
+    with bootstrap 95% CIs (a dataset's published scores, datasets/scores-NAME.json,
+    and its whole card). A scores file: what was scored (dataset, split, mode, window,
+    parameters), the table and window-level bars."""
     from faultlab.report.html import write_report
 
     t = time.perf_counter()

@@ -14,6 +14,7 @@ Three inputs, told apart by what the path holds:
 from __future__ import annotations
 
 import base64
+import json
 import math
 import time
 from pathlib import Path
@@ -27,8 +28,9 @@ from faultlab import safefs, schema
 from faultlab.errors import BadInput
 from faultlab.report import plots
 from faultlab.report.data import RunData, is_run_dir, load_run
+from faultlab.scoring.table import metric_title
 
-SCORE_COLUMNS = ["window_f1", "window_mcc", "event_precision", "event_recall", "event_f1", "range_f1", "vus_pr", "acc_at_1", "latency_median_s", "precision", "recall", "f1", "mcc"]
+SCORE_COLUMNS = ["window_precision", "window_recall", "window_f1", "window_mcc", "window_f1_point_adjusted", "window_recall_point_adjusted", "event_precision", "event_recall", "event_f1", "range_f1", "vus_pr", "acc_at_1", "latency_median_s", "precision", "recall", "f1", "mcc"]
 
 
 def _env() -> jinja2.Environment:
@@ -38,6 +40,12 @@ def _env() -> jinja2.Environment:
 
 def data_uri(png: bytes | None) -> str | None:
     return None if png is None else "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def figure(plot: plots.Plot | None) -> dict | None:
+    """What a template needs of a plot: ``src`` (a data: URI) and ``axes`` (its axis
+    titles as JSON, the ``data-axes`` attribute); None for no plot."""
+    return None if plot is None else {"src": data_uri(plot.png), "axes": json.dumps(plot.axes)}
 
 
 def fmt(v, digits: int = 3) -> str:
@@ -86,20 +94,22 @@ def render_run(run: RunData) -> str:
     timeline, binsize = plots.timeline(run)
     figures = [
         {"id": "timeline", "title": "Step and compute time per rank",
-         "src": data_uri(timeline),
+         "plot": figure(timeline),
          "caption": "Per-rank step time (all ranks wait for the slowest, so these lines coincide) and compute time "
                     "(local work: a straggler's line rises alone); bold: rolling median over 15 steps, faint: every step. Shaded: injection windows, named type @ node. "
                     "Lanes: injected faults, labels colored by source with their slowdown, detector alarms in red."
                     + (f" Lines show the maximum per {binsize} steps." if binsize > 1 else "")},
-        {"id": "whatif", "title": "What-if slowdown", "src": data_uri(plots.whatif(run)),
+        {"id": "whatif", "title": "What-if slowdown", "plot": figure(plots.whatif(run)),
          "caption": "Left: cumulative actual job time minus the job time with every straggler made ideal (its compute at "
                     "its peer group's median; OSDI'25 what-if analysis): the time stragglers cost the job. A job-wide slowdown "
-                    "such as a slow link is no straggler and costs nothing here. Right: S_w per rank."},
-        {"id": "host", "title": "Host metrics per node", "src": data_uri(plots.host_metrics(run)),
-         "caption": "CPU utilization, NIC receive/transmit rate and TCP round-trip time to each peer node, sampled once a "
-                    "second; each node's own faults shaded."},
+                    "such as a slow link is no straggler and costs nothing here. Right: S_w per rank, drawn as the share of "
+                    "job time that making rank w ideal removes, (S_w - 1) x 100 %, from a baseline of 0 % (S_w = 1: no slowdown) "
+                    "on an axis reaching at least 5 %."},
+        {"id": "host", "title": "Host metrics per node", "plot": figure(plots.host_metrics(run)),
+         "caption": "CPU utilization, NIC receive (solid) and transmit (dashed, triangles) rate and TCP round-trip time to each "
+                    "peer node, sampled once a second; each node's own faults shaded."},
     ]
-    figures = [f for f in figures if f["src"]]
+    figures = [f for f in figures if f["plot"]]
     score_rows = run.metrics if isinstance(run.metrics, list) else (run.metrics or {}).get("rows", []) if isinstance(run.metrics, dict) else []
     ctx = {
         "title": f"faultlab run {run.run_id}",
@@ -121,16 +131,23 @@ def render_run(run: RunData) -> str:
 def _run_summary(run: RunData) -> dict:
     s = run.steps
     dur = float((s["t_start"] + s["step_s"]).max() - run.t0)
+    started = run.meta.get("started_ts")
     return {
         "id": run.run_id, "path": str(run.path), "ranks": len(run.ranks), "nodes": ", ".join(run.nodes),
         "steps": int(s["step"].nunique()), "duration": f"{dur:.1f} s", "median_step": f"{s['step_s'].median() * 1e3:.1f} ms",
-        "t0": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(run.t0)), "complete": bool(run.meta.get("complete", False)),
+        "t0": _utc(run.t0), "complete": bool(run.meta.get("complete", False)),
+        "started": f"{_utc(started)} ({_rel(run, started)})" if isinstance(started, (int, float)) else None,
         "faults": len(run.injections), "labels": len(run.labels), "alarms": len(run.alarms),
     }
 
 
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
 def _rel(run: RunData, ts) -> str:
-    return "-" if ts is None or (isinstance(ts, float) and not math.isfinite(ts)) else f"+{run.rel(ts):.1f}s"
+    """``+12.3s`` (or ``-7.1s`` before the time origin); ``-`` for no time."""
+    return "-" if ts is None or (isinstance(ts, float) and not math.isfinite(ts)) else f"{run.rel(ts):+.1f}s"
 
 
 def _fault_rows(run: RunData) -> list[dict]:
@@ -166,6 +183,11 @@ def _whatif_rows(run: RunData) -> list[tuple[str, str]]:
 
 
 def _score_table(rows: list[dict], label: str = "detector") -> dict | None:
+    """The template's score table of ``rows`` (flat rows: ``detector``, METRIC,
+    ``METRIC_ci``): columns in :data:`SCORE_COLUMNS` order, titled by
+    :func:`faultlab.scoring.table.metric_title` (level, unit; point-adjusted marked
+    inflated), and, for detector rows, the window-level bars (of the offline rows
+    when rows carry a ``mode``)."""
     rows = [r for r in rows if isinstance(r, dict)]
     if not rows:
         return None
@@ -182,7 +204,9 @@ def _score_table(rows: list[dict], label: str = "detector") -> dict | None:
                 cell += f" [{fmt(ci[0])}, {fmt(ci[1])}]"
             cells.append(cell)
         body.append({"detector": str(r.get("detector", "-")), "cells": cells})
-    return {"label": label, "columns": cols, "rows": body, "bars": data_uri(plots.score_bars(rows)) if label == "detector" else None}
+    return {"label": label, "columns": [{"key": c, "title": metric_title(c), "inflated": c.endswith("_point_adjusted")} for c in cols],
+            "rows": body, "bars": figure(plots.score_bars([r for r in rows if r.get("mode", "offline") == "offline"] or rows)) if label == "detector" else None,
+            "inflated": any(c.endswith("_point_adjusted") for c in cols)}
 
 
 # -- a folder of runs, or a dataset ----------------------------------------------------
@@ -251,11 +275,14 @@ def pooled_scores(per_run: dict[str, list[dict]]) -> list[dict]:
 
 
 def render_collection(p: Path, runs: list[Path]) -> str:
-    """The page of a folder of runs or a dataset: a thumbnail per run and the score
-    table (a ``scores.json`` the folder holds, else the runs' metrics.json pooled with
-    bootstrap 95% CIs over runs)."""
+    """The page of a folder of runs or a dataset: a thumbnail per run (with a legend
+    of their colours) and the score table. Scores: a ``scores.json`` or
+    ``metrics.json`` the folder holds, else a dataset's published scores beside it
+    (``scores-NAME.json`` in its parent folder, as ``datasets/`` keeps them), else
+    (a folder of runs) the runs' metrics.json pooled with bootstrap 95% CIs over runs.
+    A dataset page ends with its whole card (README.md, front matter left out)."""
     dataset = (p / "data" / "steps").is_dir()
-    cards, per_run, problems = [], {}, []
+    cards, per_run, problems, types = [], {}, [], set()
     for r in runs:
         try:
             run = _dataset_run(p, r) if dataset else load_run(r)
@@ -264,23 +291,36 @@ def render_collection(p: Path, runs: list[Path]) -> str:
             continue
         if isinstance(run.metrics, list):
             per_run[run.run_id] = run.metrics
+        types |= set(run.injections["fault_type"].astype(str))
         link = f"{r.name}/report.html" if (r / "report.html").exists() else None
-        cards.append({"id": run.run_id, "src": data_uri(plots.thumbnail(run)), "link": link,
+        cards.append({"id": run.run_id, "plot": figure(plots.thumbnail(run)), "link": link,
                       "faults": ", ".join(f"{x.fault_type}@{x.node}" for x in run.injections.itertuples()) or "none",
                       "labels": len(run.labels), "steps": int(run.steps["step"].nunique())})
     if not cards:  # nothing readable: an empty page with exit 0 would hide it
         raise BadInput(f"none of its {len(runs)} run(s) could be read; {problems[0]}", field="PATH",
                        fix="restore or relabel the runs (faultlab label RUN_DIR), or run faultlab dataset verify")
-    scores_file = next((f for f in (p / "scores.json", p / "metrics.json") if f.is_file()), None)
-    rows = _score_rows(_read_json(scores_file)) if scores_file else pooled_scores(per_run)
+    candidates = [p / "scores.json", p / "metrics.json"] + ([p.parent / f"scores-{p.name}.json"] if dataset else [])
+    scores_file = next((f for f in candidates if f.is_file()), None)
+    provenance = []
+    if scores_file:
+        rows, provenance = score_doc(_read_json(scores_file))
+        source = f"read from {scores_file}"
+    elif per_run:
+        rows, source = pooled_scores(per_run), f"mean of {len(per_run)} runs' metrics.json, bootstrap 95% CI over runs"
+    else:
+        rows = []
+        source = (f"no scores file: score it with faultlab score --dataset {p} --detector NAME --out {p / 'scores.json'}" if dataset
+                  else "no run here holds metrics.json (faultlab demo and faultlab score write it)")
+    legend = [{"name": t, "color": plots.FAULT_COLORS.get(t, "#999999"), "what": "fault window (shaded)"} for t in sorted(types)]
+    legend += [{"name": f"label: {k}", "color": v, "what": "label (mark along the bottom)"} for k, v in plots.SOURCE_COLORS.items()]
     ctx = {"title": f"faultlab {'dataset' if dataset else 'runs'} {p.name}", "path": str(p), "kind": "dataset" if dataset else "folder of runs",
-           "cards": cards, "problems": problems, "scores": _score_table(rows),
-           "scores_source": str(scores_file) if scores_file else f"mean of {len(per_run)} runs' metrics.json, bootstrap 95% CI over runs",
-           "card": _dataset_card(p) if dataset else None}
+           "cards": cards, "problems": problems, "scores": _score_table(rows), "scores_source": source,
+           "provenance": provenance_view(provenance), "legend": legend, "card": _dataset_card(p) if dataset else None}
     return _env().get_template("collection.html.j2").render(**ctx)
 
 
 def _dataset_card(p: Path) -> str | None:
+    """The dataset card (``README.md``) whole, its YAML front matter left out."""
     f = p / "README.md"
     if not f.is_file():
         return None
@@ -288,7 +328,7 @@ def _dataset_card(p: Path) -> str | None:
     if text.startswith("---"):
         end = text.find("\n---", 3)
         text = text[end + 4:] if end > 0 else text
-    return text.strip()[:4000]
+    return text.strip()
 
 
 # -- a scores file ---------------------------------------------------------------------
@@ -299,26 +339,93 @@ def _read_json(f: Path):
         raise BadInput(f"{f} could not be read as JSON ({type(e).__name__}: {e})", field="PATH", fix="give a scores JSON file (metrics.json)") from None
 
 
-def _score_rows(doc) -> list[dict]:
-    """Score rows from a scores document: a list of rows (metrics.json), or an object
-    holding such a list (under ``rows``, ``scores``, ``detectors`` or ``overall``)."""
+def _is_result(d) -> bool:
+    """True for one ``faultlab score`` result (ScoreResult.to_dict())."""
+    return isinstance(d, dict) and isinstance(d.get("metrics"), dict) and "mode" in d and "detector" in d
+
+
+def _result_row(res: dict, label: str | None = None) -> dict:
+    """The flat score row of one result, ``detector`` = ``LABEL (MODE)``, with its
+    ``mode``."""
+    row = {"detector": f"{label or res['detector']} ({res['mode']})", "mode": res["mode"]}
+    for k, v in res["metrics"].items():
+        if isinstance(v, dict):
+            row[k], row[f"{k}_ci"] = v.get("value"), v.get("ci")
+    return row
+
+
+def _provenance(res: dict, label: str | None = None) -> dict:
+    """What a result was scored on and how: detector (and its spec when the label
+    differs), mode, dataset (the source folder's name), split, runs, window, params."""
+    st = res.get("settings") or {}
+    src = str(res.get("source") or "-")
+    params = res.get("params") or {}
+    window = st.get("window_s")
+    return {"detector": label or res["detector"], "spec": res["detector"], "mode": res.get("mode", "-"),
+            "dataset": Path(src).name if src.startswith("/") or "/" in src else src, "source": src,
+            "split": res.get("split", "-"), "runs": res.get("n_runs", "-"),
+            "window": f"{window:g} s" if isinstance(window, (int, float)) else "-",
+            "params": ", ".join(f"{k}={v}" for k, v in params.items()) or "defaults",
+            "settings": ", ".join(f"{k}={v}" for k, v in st.items() if k != "window_s") or "-"}
+
+
+def score_doc(doc) -> tuple[list[dict], list[dict]]:
+    """``(rows, provenance)`` of a scores document. Rows: flat score rows (``detector``,
+    METRIC, ``METRIC_ci``). Provenance: per scored result, :func:`_provenance` (none
+    for a bare list of rows). Shapes read: a list of rows (a run's metrics.json); one
+    ``faultlab score`` result (``--out``/``--json``); published scores, detector ->
+    mode -> result (``datasets/scores-NAME.json``); an object holding rows under
+    ``rows``, ``scores``, ``detectors`` or ``overall``."""
     if isinstance(doc, list):
-        return [r for r in doc if isinstance(r, dict)]
-    if isinstance(doc, dict):
-        for k in ("rows", "scores", "detectors", "overall"):
-            if isinstance(doc.get(k), list):
-                return [r for r in doc[k] if isinstance(r, dict)]
-            if isinstance(doc.get(k), dict):
-                return [{"detector": d, **v} for d, v in doc[k].items() if isinstance(v, dict)]
-    return []
+        return [r for r in doc if isinstance(r, dict)], []
+    if not isinstance(doc, dict):
+        return [], []
+    if _is_result(doc):
+        return [_result_row(doc)], [_provenance(doc)]
+    published = [(lab, res) for lab, modes in doc.items() if isinstance(modes, dict) for res in modes.values() if _is_result(res)]
+    if published:
+        return [_result_row(res, lab) for lab, res in published], [_provenance(res, lab) for lab, res in published]
+    for k in ("rows", "scores", "detectors", "overall"):
+        if isinstance(doc.get(k), list):
+            return [r for r in doc[k] if isinstance(r, dict)], []
+        if isinstance(doc.get(k), dict):
+            return [{"detector": d, **v} for d, v in doc[k].items() if isinstance(v, dict)], []
+    return [], []
+
+
+#: provenance fields as the page names them
+PROVENANCE = (("dataset", "dataset"), ("source", "source"), ("split", "split"), ("mode", "mode"), ("window", "window"),
+              ("runs", "runs"), ("params", "parameters"), ("settings", "settings"), ("spec", "detector spec"))
+
+
+def provenance_view(provenance: list[dict]) -> dict | None:
+    """What the results of a scores file were scored on, for the page: ``summary``,
+    (name, value) pairs for the fields every result shares (a field that differs
+    reads ``per row (table below)``), and a table of ``columns`` (detector, then the
+    fields that differ) and ``rows``. None for no provenance."""
+    if not provenance:
+        return None
+    summary, varying = [], []
+    for key, name in PROVENANCE:
+        vals = list(dict.fromkeys(str(p[key]) for p in provenance))
+        if key == "spec" and all(p["spec"] == p["detector"] for p in provenance):
+            continue
+        if len(vals) == 1:
+            summary.append((name, vals[0]))
+        else:
+            summary.append((name, ", ".join(vals) if key == "mode" else "per row (table below)"))
+            varying.append((key, name))
+    return {"summary": summary, "columns": ["detector"] + [n for _, n in varying],
+            "rows": [[p["detector"]] + [str(p[k]) for k, _ in varying] for p in provenance]}
 
 
 def render_scores_file(f: Path) -> str:
-    """The page of a scores JSON file: its score table and bars.
+    """The page of a scores JSON file: what was scored (dataset, split, mode, window,
+    parameters), its score table and window-level bars.
 
     Raises BadInput (field ``PATH``) when the file holds no score rows."""
     doc = _read_json(f)
-    rows = _score_rows(doc)
+    rows, provenance = score_doc(doc)
     if not rows:
         raise BadInput(f"{f} holds no score rows", field="PATH", fix="give metrics.json of a run, or the output of faultlab score")
     breakdown = []
@@ -332,8 +439,10 @@ def render_scores_file(f: Path) -> str:
                     r[m], r[f"{m}_ci"] = v.get("value"), v.get("ci")
             grows.append(r)
         breakdown.append({"name": f"by {doc.get('by_key') or 'group'}", "table": _score_table(grows, label=str(doc.get("by_key") or "group"))})
-    if isinstance(doc, dict):
+    if isinstance(doc, dict) and not provenance:
         for k, v in doc.items():
             if k not in ("rows", "scores", "detectors", "overall", "per_run") and isinstance(v, list) and v and isinstance(v[0], dict):
                 breakdown.append({"name": k, "table": _score_table(v)})
-    return _env().get_template("scores.html.j2").render(title=f"faultlab scores {f.name}", path=str(f), scores=_score_table(rows), breakdown=breakdown)
+    return _env().get_template("scores.html.j2").render(
+        title=f"faultlab scores {f.name}", path=str(f), scores=_score_table(rows), breakdown=breakdown,
+        provenance=provenance_view(provenance))

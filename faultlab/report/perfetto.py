@@ -23,10 +23,16 @@ Layout:
   (``job``, ``rank:R``); overlapping intervals on one track are put on further lanes
   so slices only ever nest, never cross.
 
-``ts`` counts from ``otherData.trace_origin_unix_s`` (the earliest time in the run,
-so no event has a negative ``ts``); the run's time origin (its first training step,
-what the report and the printed "+12.3s" times count from) is the instant ``first
-training step`` and ``otherData.time_origin_unix_s``.
+Time origin: ``ts`` counts from the run's first training step
+(:meth:`faultlab.rundir.RunDir.time_origin`, ``otherData.time_origin_unix_s``), the
+instant the HTML report, the demo's and the runner's printed "+12.3s" times count
+from, so a fault at +12.1 s in the report starts at 12.1 s in Perfetto. Perfetto
+refuses negative timestamps, so what happened before that instant (the run's set-up:
+host samples, a fault already in force) is clipped to it: a slice that began earlier
+starts at 0 (its ``args.start_s`` keeps the true, negative, start), earlier counter
+samples are left out. The run's start (meta.json ``started_ts``) is shown on the
+instant ``first training step`` at ``ts`` 0 (its name says how many seconds earlier
+the run started; ``args.run_start_s``) and in ``otherData.run_start_unix_s``.
 """
 
 from __future__ import annotations
@@ -75,25 +81,32 @@ def lanes(intervals: list[tuple[float, float]]) -> list[int]:
     return out
 
 
+def _clip(origin: float, a: float, b: float) -> tuple[int, int] | None:
+    """``(ts, dur)`` in whole microseconds of the interval ``a..b`` (unix s) counted
+    from ``origin`` and clipped to start no earlier; None when it ends before it."""
+    if b < origin:
+        return None
+    ts = _us(max(a, origin) - origin)
+    return ts, max(0, _us(b - origin) - ts)
+
+
 def trace_events(run: RunData) -> dict:
     """The Chrome trace of ``run`` as a dict (see the module docstring)."""
-    s = run.steps
-    starts = [float(s["t_start"].min()), run.t0]
-    if len(run.host):
-        starts.append(float(run.host["ts"].min()))
-    if len(run.injections):
-        starts.append(float(run.injections["start_ts"].min()))
-    if len(run.labels):
-        starts.append(float(run.labels["start_ts"].min()))
-    origin = math.floor(min(starts))
+    origin = run.t0
+    started = run.meta.get("started_ts")
+    started = float(started) if isinstance(started, (int, float)) else None
     ev: list[dict] = []
     nodes = run.nodes
     pid_of = {n: i + 1 for i, n in enumerate(nodes)}
     for n, pid in pid_of.items():
         ev += _meta(pid, None, "process_name", f"node {n}", sort=pid)
     ev += _meta(LABELS_PID, None, "process_name", "labels", sort=len(nodes) + 1)
-    ev.append({"ph": "i", "s": "g", "pid": LABELS_PID, "tid": 0, "ts": _us(run.t0 - origin), "name": "first training step",
-               "args": {"unix_s": run.t0}})
+    name = "first training step (time origin)"
+    args = {"unix_s": origin}
+    if started is not None:
+        name += f"; run started {origin - started:.1f} s earlier"
+        args.update(run_start_unix_s=started, run_start_s=started - origin)
+    ev.append({"ph": "i", "s": "g", "pid": LABELS_PID, "tid": 0, "ts": 0, "name": name, "args": args})
     ev += _step_slices(run, pid_of, origin)
     ev += _fault_slices(run, pid_of, origin)
     ev += _label_slices(run, origin)
@@ -101,7 +114,8 @@ def trace_events(run: RunData) -> dict:
     return {
         "traceEvents": ev,
         "displayTimeUnit": "ms",
-        "otherData": {"run_id": run.run_id, "trace_origin_unix_s": origin, "time_origin_unix_s": run.t0, "format": "faultlab perfetto export 1"},
+        "otherData": {"run_id": run.run_id, "time_origin_unix_s": origin, "time_origin": "first training step",
+                      "run_start_unix_s": started, "format": "faultlab perfetto export 2"},
     }
 
 
@@ -116,21 +130,23 @@ def _step_slices(run: RunData, pid_of: dict, origin: float) -> list[dict]:
         cols = {c: g[c].to_numpy(dtype=float) for c in ("compute_s", "comm_s", "step_s")}
         n = len(t)
         for i, step in enumerate(g["step"].to_numpy()):
-            ts = _us(t[i])
-            dur = _us(max(cols["step_s"][i], 0.0))
+            start = _us(t[i])
+            end = start + _us(max(cols["step_s"][i], 0.0))
             if i + 1 < n:  # clock jitter: a step never reaches into the rank's next one
-                dur = max(0, min(dur, _us(t[i + 1]) - ts))
-            end = ts + dur
-            ev.append({"ph": "X", "pid": pid, "tid": tid, "ts": ts, "dur": dur, "name": f"step {int(step)}", "cat": "step"})
-            c0 = ts
+                end = max(start, min(end, _us(t[i + 1])))
+            ts = max(start, 0)  # a rank's first step may start just before rank 0's: clipped
+            if end <= ts:
+                continue
+            ev.append({"ph": "X", "pid": pid, "tid": tid, "ts": ts, "dur": end - ts, "name": f"step {int(step)}", "cat": "step"})
+            c0 = start
             for part, col in (("compute", "compute_s"), ("comm", "comm_s")):
                 d = cols[col][i]
                 if not (d > 0):
                     continue
-                d_us = min(_us(d), end - c0)  # clipped to the step
-                if d_us > 0:
-                    ev.append({"ph": "X", "pid": pid, "tid": tid, "ts": c0, "dur": d_us, "name": part, "cat": part})
-                    c0 += d_us
+                c1 = min(c0 + _us(d), end)  # clipped to the step
+                if c1 > max(c0, ts):
+                    ev.append({"ph": "X", "pid": pid, "tid": tid, "ts": max(c0, ts), "dur": c1 - max(c0, ts), "name": part, "cat": part})
+                c0 = c1
     return ev
 
 
@@ -145,11 +161,15 @@ def _fault_slices(run: RunData, pid_of: dict, origin: float) -> list[dict]:
         rows = list(g.itertuples())
         iv = [(r.start_ts, r.end_ts if pd.notna(r.end_ts) else r.start_ts) for r in rows]
         for r, (a, b), lane in zip(rows, iv, lanes(iv)):
+            span = _clip(origin, a, b)
+            if span is None:
+                continue
             if lane == 0 or FAULT_TID + lane not in {e["tid"] for e in ev if e["ph"] == "M"}:
                 ev += _meta(pid, FAULT_TID + lane, "thread_name", "faults" if lane == 0 else f"faults ({lane + 1})", sort=FAULT_TID + lane)
-            ev.append({"ph": "X", "pid": pid, "tid": FAULT_TID + lane, "ts": _us(a - origin), "dur": max(0, _us(b - origin) - _us(a - origin)),
+            ev.append({"ph": "X", "pid": pid, "tid": FAULT_TID + lane, "ts": span[0], "dur": span[1],
                        "name": f"{r.fault_type} ({r.target})", "cat": "fault",
-                       "args": json_safe({"fault_id": r.fault_id, "params": r.params, "verified": bool(r.verified), "status": r.status})})
+                       "args": json_safe({"fault_id": r.fault_id, "params": r.params, "verified": bool(r.verified), "status": r.status,
+                                          "start_s": a - origin, "end_s": b - origin})})
     return ev
 
 
@@ -166,7 +186,10 @@ def _label_slices(run: RunData, origin: float) -> list[dict]:
         for lane in range(max(ls, default=0) + 1):
             ev += _meta(LABELS_PID, tid + lane, "thread_name", comp if lane == 0 else f"{comp} ({lane + 1})", sort=tid + lane)
         for r, (a, b), lane in zip(rows, iv, ls):
-            ev.append({"ph": "X", "pid": LABELS_PID, "tid": tid + lane, "ts": _us(a - origin), "dur": max(0, _us(b - origin) - _us(a - origin)),
+            span = _clip(origin, a, b)
+            if span is None:
+                continue
+            ev.append({"ph": "X", "pid": LABELS_PID, "tid": tid + lane, "ts": span[0], "dur": span[1],
                        "name": f"{r.slowdown:.2f}x {r.source}", "cat": "label",
                        "args": json_safe({"component": comp, "slowdown": float(r.slowdown), "views": r.views, "source": r.source,
                                           "cause": r.cause, "fault_id": r.fault_id if isinstance(r.fault_id, str) else None})})
@@ -190,7 +213,7 @@ def _counters(run: RunData, pid_of: dict, origin: float) -> list[dict]:
             scale, name = 8 / 1e6, base.replace("_bytes_per_s", "_mbit_per_s")
         key = qual or "value"
         for ts, v in zip(g["ts"].to_numpy(dtype=float), g["value"].to_numpy(dtype=float)):
-            if math.isfinite(v):
+            if math.isfinite(v) and ts >= origin:  # before the time origin: left out (no negative ts)
                 ev.append({"ph": "C", "pid": pid, "tid": 0, "ts": _us(ts - origin), "name": name, "args": {key: v * scale}})
     return ev
 

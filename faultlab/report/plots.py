@@ -1,21 +1,29 @@
-"""The report's figures, drawn with matplotlib (Agg backend) and returned as PNG bytes.
+"""The report's figures, drawn with matplotlib (Agg backend) and returned as
+:class:`Plot`: PNG bytes and the titles of every axes' x and y axis (the page
+carries them in a ``data-axes`` attribute, so a browser test can check that no axis
+is left untitled).
 
-Every time axis is seconds since the run's time origin (RunData.t0). Injection
-windows are shaded in one color per fault type and named ``TYPE @ NODE``. A line of
-more than ``MAX_POINTS`` points is thinned to the maximum per bin of consecutive
-steps (a straggler's spikes stay visible; the caption says so).
+Every axis title names the metric, its level (rank, job, node; window, event or
+component for scores) and its unit. Every time axis is seconds since the run's time
+origin (RunData.t0, the first training step). Log axes are labelled in plain numbers
+(``600``, not ``6x10^2``). Injection windows are shaded in one color per fault type
+and named ``TYPE @ NODE``. A line of more than ``MAX_POINTS`` points is thinned to
+the maximum per bin of consecutive steps (a straggler's spikes stay visible; the
+caption says so).
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display: the report is rendered headless
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import LogFormatter, LogLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -23,6 +31,7 @@ from faultlab.injectors import FAULT_TYPES  # noqa: E402
 from faultlab.labeler.grid import StepGrid  # noqa: E402
 from faultlab.labeler.whatif import simulate_job  # noqa: E402
 from faultlab.report.data import RunData  # noqa: E402
+from faultlab.scoring.table import metric_title  # noqa: E402
 
 MAX_POINTS = 3000
 SMOOTH_STEPS = 15  # the bold line: a centered rolling median over this many steps
@@ -44,16 +53,52 @@ class _FaultColors(Mapping):
 
 
 FAULT_COLORS = _FaultColors()
+TIME_AXIS = "seconds since the first training step"
+#: the score bars: window-level metrics (pooled (component, 10 s window) cells), else
+#: component-level ones for rows that have no window figures
+WINDOW_BARS = ("window_precision", "window_recall", "window_f1", "window_mcc")
+COMPONENT_BARS = ("precision", "recall", "f1", "mcc")
 SOURCE_COLORS = {"injected": "#2a9d8f", "observed": "#577590", "injected-unmanifested": "#bbbbbb"}
 plt.rcParams.update({"font.size": 8, "axes.titlesize": 9, "axes.grid": True, "grid.alpha": 0.3, "figure.dpi": DPI})
 
 
-def png(fig) -> bytes:
-    """The figure as PNG bytes (the figure is closed)."""
+@dataclass
+class Plot:
+    """One figure: ``png`` (bytes) and ``axes``, per visible axes its ``{"x", "y"}``
+    axis titles (an axes sharing x with the one below takes that one's x title)."""
+
+    png: bytes
+    axes: list[dict]
+
+
+def axis_titles(fig) -> list[dict]:
+    """Per visible axes of ``fig``, ``{"x": title, "y": title}``; an x title missing
+    on an axes is taken from an axes it shares its x axis with."""
+    out = []
+    for ax in fig.axes:
+        if not ax.axison:
+            continue
+        x = ax.get_xlabel() or next((o.get_xlabel() for o in ax.get_shared_x_axes().get_siblings(ax) if o.get_xlabel()), "")
+        out.append({"x": x, "y": ax.get_ylabel()})
+    return out
+
+
+def png(fig) -> Plot:
+    """The figure as a :class:`Plot` (PNG bytes and its axis titles); the figure is
+    closed."""
+    titles = axis_titles(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     plt.close(fig)
-    return buf.getvalue()
+    return Plot(buf.getvalue(), titles)
+
+
+def plain_log(ax) -> None:
+    """Put ``ax``'s y axis on a log scale labelled in plain numbers (``20``, ``600``):
+    decades always, the 2..9 multiples when fewer than two decades are shown."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(LogFormatter())
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
 def thin(x: np.ndarray, y: np.ndarray, n: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray, int]:
@@ -94,14 +139,14 @@ def _per_rank(run: RunData, col: str):
         yield int(rank), g["node"].iloc[0], (g["t_start"].to_numpy() - run.t0), g[col].to_numpy(dtype=float)
 
 
-def timeline(run: RunData) -> tuple[bytes, int]:
+def timeline(run: RunData) -> tuple[Plot, int]:
     """Per-rank step time and compute time over run time (ms), faults shaded and
     named, and a lane chart of faults, labels (with slowdown) and detector alarms.
     Returns ``(png, bin)`` where ``bin`` is the thinning bin (steps per point)."""
     comps = ["job"] + [f"rank:{r}" for r in run.ranks]
     fig, axes = plt.subplots(3, 1, figsize=(11, 7.2), sharex=True, gridspec_kw={"height_ratios": [3, 3, 0.55 * (len(comps) + 1)]})
     binsize = 1
-    for ax, col, title in ((axes[0], "step_s", "step time per rank (ms)"), (axes[1], "compute_s", "compute time per rank (ms)")):
+    for ax, col, title in ((axes[0], "step_s", "step time per rank (ms, log scale)"), (axes[1], "compute_s", "compute time per rank (ms, log scale)")):
         for k, (rank, node, x, y) in enumerate(_per_rank(run, col)):
             c = f"C{k % 10}"
             xs, ys, binsize = thin(x, y * 1e3)
@@ -109,12 +154,13 @@ def timeline(run: RunData) -> tuple[bytes, int]:
             med = pd.Series(y * 1e3).rolling(SMOOTH_STEPS, center=True, min_periods=1).median().to_numpy()
             xm, ym, _ = thin(x, med)
             ax.plot(xm, ym, lw=1.1, color=c, label=f"rank {rank} ({node})")
+        ax.set_ylabel(title.replace(", log scale", ""))
         ax.set_title(title, loc="left")
-        ax.set_yscale("log")
+        plain_log(ax)
         shade_faults(ax, run, names=ax is axes[0])
     axes[0].legend(loc="upper right", fontsize=7, ncol=min(4, max(1, len(run.ranks))))
     _lanes(axes[2], run, comps)
-    axes[2].set_xlabel("seconds since the first training step")
+    axes[2].set_xlabel(TIME_AXIS)
     fig.tight_layout()
     return png(fig), binsize
 
@@ -142,6 +188,7 @@ def _lanes(ax, run: RunData, comps: list[str]) -> None:
         ax.barh(y[r.component] - 0.28, max(run.rel(r.end_ts) - run.rel(r.start_ts), 0.05), left=run.rel(r.start_ts),
                 height=0.16, color="#d62828", alpha=0.9)
     ax.set_yticks([y[c] for c in lanes], lanes)
+    ax.set_ylabel("component")
     ax.set_ylim(-0.6, len(lanes) - 0.4)
     ax.grid(axis="y", alpha=0)
     handles = [matplotlib.patches.Patch(color=v, label=f"label: {k}") for k, v in SOURCE_COLORS.items()]
@@ -150,7 +197,7 @@ def _lanes(ax, run: RunData, comps: list[str]) -> None:
     ax.set_title("faults, labels (with slowdown) and detector alarms", loc="left")
 
 
-def whatif(run: RunData) -> bytes | None:
+def whatif(run: RunData) -> Plot | None:
     """The what-if slowdown: cumulative actual job time against the simulated job
     time with every straggler made ideal (OSDI'25 what-if analysis, via
     faultlab.labeler.whatif.simulate_job), and S_w per rank. None without compute
@@ -165,23 +212,39 @@ def whatif(run: RunData) -> bytes | None:
     t = grid.t0[ok] - run.t0
     a.plot(t, np.cumsum(grid.job_step[ok] - sim[ok]), color="#2a9d8f")
     shade_faults(a, run)
-    a.set_xlabel("seconds since the first training step")
-    a.set_ylabel("job time lost to stragglers (s)")
+    a.set_xlabel(TIME_AXIS)
+    a.set_ylabel("job time lost to stragglers (s, cumulative)")
     s = (run.whatif or {}).get("slowdown")
     a.set_title(f"what-if slowdown S = {s:.3f}" if isinstance(s, (int, float)) else "what-if slowdown", loc="left")
     per = (run.whatif or {}).get("per_rank") or {}
     if per:
-        names = list(per)
-        vals = [per[k] if isinstance(per[k], (int, float)) else np.nan for k in names]
-        b.bar(names, vals, color="#577590")
-        b.axhline(1.0, color="#999999", lw=0.8)
-        b.set_ylim(min(0.98, np.nanmin(vals) - 0.01) if np.isfinite(np.nanmin(vals)) else 0.98, max(1.05, np.nanmax(vals) * 1.02) if np.isfinite(np.nanmax(vals)) else 1.05)
-        b.set_title("S_w: the job's slowdown that making rank w ideal removes", loc="left", fontsize=8)
-        b.tick_params(axis="x", labelrotation=45)
+        sw_bars(b, per)
     else:
         b.axis("off")
     fig.tight_layout()
     return png(fig)
+
+
+def sw_bars(ax, per_rank: dict) -> None:
+    """S_w per rank as the percentage of job time that making rank w ideal removes,
+    ``(S_w - 1) * 100``, on an axis whose baseline 0 % is S_w = 1 (no slowdown) and
+    that reaches at least 5 %: a 1-3 % difference reads as small, as it is. Each bar
+    is annotated with its S_w."""
+    names = list(per_rank)
+    vals = np.array([per_rank[k] if isinstance(per_rank[k], (int, float)) else np.nan for k in names], dtype=float)
+    pct = (vals - 1.0) * 100.0
+    ax.bar(names, np.nan_to_num(pct), color="#577590")
+    ax.axhline(0.0, color="#555555", lw=0.8)
+    fin = pct[np.isfinite(pct)]
+    top = max(5.0, float(fin.max()) * 1.25) if fin.size else 5.0
+    bottom = min(0.0, float(fin.min()) * 1.25) if fin.size else 0.0
+    ax.set_ylim(bottom, top)
+    for i, v in enumerate(vals):
+        ax.text(i, max(0.0, pct[i]) if np.isfinite(v) else 0.0, f"{v:.3f}" if np.isfinite(v) else "-", ha="center", va="bottom", fontsize=7)
+    ax.set_ylabel("job time removed (%), 0 = S_w 1.0")
+    ax.set_xlabel("rank w (S_w above each bar)")
+    ax.set_title("S_w - 1: job slowdown that making rank w ideal removes", loc="left", fontsize=8)
+    ax.tick_params(axis="x", labelrotation=45)
 
 
 def _host_series(host: pd.DataFrame, node: str, metric: str, t0: float):
@@ -189,7 +252,14 @@ def _host_series(host: pd.DataFrame, node: str, metric: str, t0: float):
     return h["ts"].to_numpy() - t0, h["value"].to_numpy(dtype=float)
 
 
-def host_metrics(run: RunData) -> bytes | None:
+#: per host metric: its legend name and line style (NIC rx solid, tx dashed with
+#: markers, so the two stay apart where they coincide)
+HOST_STYLES = {"cpu_util_pct": ("host CPU", {"ls": "-"}), "proc_cpu_util_pct": ("rank process CPU", {"ls": "--"}),
+               "net_rx_bytes_per_s": ("rx (receive)", {"ls": "-", "color": "#1d6fa5"}),
+               "net_tx_bytes_per_s": ("tx (transmit)", {"ls": "--", "color": "#e76f51", "marker": "^", "markevery": 0.1, "ms": 3})}
+
+
+def host_metrics(run: RunData) -> Plot | None:
     """Per node (columns): CPU utilization (%), NIC receive/transmit rate (Mbit/s) and
     the TCP RTT to each peer node (ms); the node's own faults shaded. None without
     host metrics."""
@@ -197,11 +267,10 @@ def host_metrics(run: RunData) -> bytes | None:
     if h.empty:
         return None
     nodes = sorted(h["node"].astype(str).unique())
-    rows = [("CPU (%)", ["cpu_util_pct", "proc_cpu_util_pct"]), ("NIC (Mbit/s)", ["net_rx_bytes_per_s", "net_tx_bytes_per_s"]),
+    rows = [("CPU utilization (%)", ["cpu_util_pct", "proc_cpu_util_pct"]), ("NIC rate (Mbit/s)", ["net_rx_bytes_per_s", "net_tx_bytes_per_s"]),
             ("TCP RTT to peer (ms)", sorted(m for m in h["metric"].unique() if m.startswith("tcp_rtt_ms:")))]
     rows = [r for r in rows if r[1]]
     fig, axes = plt.subplots(len(rows), len(nodes), figsize=(min(11, 2.9 * len(nodes) + 0.5), 1.9 * len(rows)), sharex=True, squeeze=False)
-    labels = {"cpu_util_pct": "host CPU", "proc_cpu_util_pct": "rank process CPU", "net_rx_bytes_per_s": "rx", "net_tx_bytes_per_s": "tx"}
     for j, node in enumerate(nodes):
         for i, (title, metrics) in enumerate(rows):
             ax = axes[i][j]
@@ -211,57 +280,73 @@ def host_metrics(run: RunData) -> bytes | None:
                     continue
                 if m.startswith("net_"):
                     v = v * 8 / 1e6
-                ax.plot(x, v, lw=0.9, label=labels.get(m, m.split(":", 1)[-1]))
+                name, style = HOST_STYLES.get(m, (f"to {m.split(':', 1)[-1]}", {}))
+                ax.plot(x, v, lw=0.9, label=name, **style)
             shade_faults(ax, run, node=node)
             if i == 0:
                 ax.set_title(f"node {node}", loc="left")
-            if j == 0:
-                ax.set_ylabel(title)
+            ax.set_ylabel(title)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=6, loc="upper right")
             if i == len(rows) - 1:
-                ax.set_xlabel("s since first step")
+                ax.set_xlabel("s since first training step")
     fig.tight_layout()
     return png(fig)
 
 
-def thumbnail(run: RunData) -> bytes:
-    """A small step-time plot of one run (job step time, faults shaded), for a
-    dataset page."""
-    fig, ax = plt.subplots(figsize=(3.2, 1.4))
+def thumbnail(run: RunData) -> Plot:
+    """A small step-time plot of one run (job step time in ms on a plain-numbered log
+    axis, faults shaded in their type's colour, labels as marks along the bottom in
+    their source's colour; the page's legend names the colours), for a dataset page."""
+    fig, ax = plt.subplots(figsize=(3.6, 2.0))
     g = run.steps.groupby("step", sort=True).agg(t=("t_start", "min"), s=("step_s", "median"))
     xs, ys, _ = thin(g["t"].to_numpy() - run.t0, g["s"].to_numpy() * 1e3, 600)
     ax.plot(xs, ys, lw=0.7, color="#333333")
     shade_faults(ax, run)
     for r in run.labels.itertuples():
         ax.axvspan(run.rel(r.start_ts), run.rel(r.end_ts), ymin=0, ymax=0.08, color=SOURCE_COLORS.get(r.source, "#577590"))
-    ax.set_yscale("log")
-    ax.tick_params(labelsize=6)
+    plain_log(ax)
+    ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))  # a small plot: minor ticks at 2x and 5x only, all labelled
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(10, 10)))
+    ax.tick_params(labelsize=6.5)
+    ax.set_ylabel("job step time (ms)", fontsize=7)
+    ax.set_xlabel("s since first training step", fontsize=7)
     ax.set_title(run.run_id, fontsize=7, loc="left")
     fig.tight_layout()
     return png(fig)
 
 
-def score_bars(rows: list[dict], metrics=("precision", "recall", "f1", "mcc")) -> bytes | None:
-    """Grouped bars of the score metrics per detector (with a CI whisker where a row
-    has ``METRIC_ci`` = [low, high]). None when no row has any metric."""
+def score_bars(rows: list[dict]) -> Plot | None:
+    """Grouped bars of each detector's window-level precision, recall, F1 and MCC
+    (pooled (component, window) cells), with a CI whisker where a row has
+    ``METRIC_ci`` = [low, high]; rows without window figures fall back to the
+    component-level ones, titled so. The axis runs from 0 (or just below the lowest
+    negative MCC) to 1. None when no row has any of these metrics."""
+    metrics = WINDOW_BARS if any(isinstance(r.get(m), (int, float)) for r in rows for m in WINDOW_BARS) else COMPONENT_BARS
     rows = [r for r in rows if any(isinstance(r.get(m), (int, float)) for m in metrics)]
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(7, 2.6))
+    fig, ax = plt.subplots(figsize=(8, 3.0))
     w = 0.8 / len(rows)
     x = np.arange(len(metrics))
+    lowest = 0.0
     for k, r in enumerate(rows):
         vals = [r.get(m) if isinstance(r.get(m), (int, float)) else np.nan for m in metrics]
-        err = None
         cis = [r.get(f"{m}_ci") for m in metrics]
+        lows = [c[0] for c in cis if isinstance(c, (list, tuple)) and len(c) == 2 and isinstance(c[0], (int, float))]
+        lowest = min([lowest, *(v for v in vals + lows if np.isfinite(v))])
+        err = None
         if any(isinstance(c, (list, tuple)) and len(c) == 2 for c in cis):
             err = np.array([[v - c[0], c[1] - v] if isinstance(c, (list, tuple)) and len(c) == 2 and None not in c else [0, 0]
                             for v, c in zip(vals, cis)]).T
         ax.bar(x + k * w, vals, w, yerr=err, label=str(r.get("detector")), capsize=2)
-    ax.set_xticks(x + w * (len(rows) - 1) / 2, metrics)
+    ax.set_xticks(x + w * (len(rows) - 1) / 2, [metric_title(m) for m in metrics])
     ax.axhline(0, color="#999999", lw=0.8)
-    ax.legend(fontsize=7)
-    ax.set_title("detector scores vs labels", loc="left")
+    ax.set_ylim(min(0.0, lowest - 0.1), 1.05)
+    level = "window" if metrics is WINDOW_BARS else "component"
+    ax.set_ylabel(f"{level}-level score (0..1; MCC -1..1)")
+    ax.set_xlabel(f"metric ({level} level)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(f"detector scores vs labels, {level} level", loc="left")
     fig.tight_layout()
     return png(fig)

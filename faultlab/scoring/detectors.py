@@ -46,6 +46,7 @@ import pandas as pd
 
 from faultlab import schema
 from faultlab.errors import BadInput
+from faultlab.steps import local_time
 
 GROUP = "faultlab.detectors"
 
@@ -233,18 +234,40 @@ def alarms_from_codes(codes: np.ndarray, names: np.ndarray, step: np.ndarray, t_
 
 
 def step_frame(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per rank per step: ``component`` (``rank:N``), ``rank``, ``peer_group``, ``step``,
-    ``t_start``, ``t_end`` (= t_start + step_s, unix s), ``compute_s``, ``comm_s``,
-    ``step_s`` and ``peer_ratio`` (compute_s over the peer group's median at that
-    step): the usual start of a detector."""
+    """Per rank per step, the columns a detector usually starts from, with the time
+    split the labeler uses (all times in seconds, ``t_*`` unix s):
+
+    - ``component`` (``rank:N``), ``rank``, ``peer_group``, ``step``, ``t_start``,
+      ``t_end`` (= ``t_start + step_s``);
+    - ``compute_s``: forward + backward + optimizer, the rank's own work;
+    - ``dataloader_s``: building (or reading from disk) the step's batch, not in
+      ``compute_s``; NaN where not measured;
+    - ``local_s``: ``compute_s + dataloader_s`` (a NaN ``dataloader_s`` counts 0),
+      the rank's local time before the collective, what the labeler compares over
+      time and across peers (faultlab.steps.local_time): a rank stalled on its own
+      slow disk shows here, not in ``compute_s``;
+    - ``comm_s``: inside the gradient all-reduce, waiting for slower peers included
+      (so the straggler itself has the smallest);
+    - ``gc_s``: Python garbage collection during the step, overlapping ``compute_s``
+      and ``comm_s``; NaN where not measured;
+    - ``step_s``: the whole step, the same for every rank up to bookkeeping;
+    - ``peer_ratio``: ``local_s`` over its peer group's median ``local_s`` at that
+      step (the labeler's peer view; 1.0 = as fast as its peers).
+
+    ``steps``: faultlab.schema.STEPS rows; ``dataloader_s`` and ``gc_s`` may be
+    absent (then NaN)."""
+    n = len(steps)
+    opt = {c: (steps[c].astype(float).to_numpy() if c in steps.columns else np.full(n, np.nan)) for c in ("dataloader_s", "gc_s")}
+    compute = steps["compute_s"].astype(float).to_numpy()
     f = pd.DataFrame({
         "component": ("rank:" + steps["rank"].astype(int).astype(str)).to_numpy(),
         "rank": steps["rank"].astype(int).to_numpy(), "peer_group": steps["peer_group"].astype(str).to_numpy(),
         "step": steps["step"].astype("int64").to_numpy(), "t_start": steps["t_start"].astype(float).to_numpy(),
         "t_end": (steps["t_start"] + steps["step_s"]).astype(float).to_numpy(),
-        "compute_s": steps["compute_s"].astype(float).to_numpy(), "comm_s": steps["comm_s"].astype(float).to_numpy(),
+        "compute_s": compute, "dataloader_s": opt["dataloader_s"], "local_s": local_time(compute, opt["dataloader_s"]),
+        "comm_s": steps["comm_s"].astype(float).to_numpy(), "gc_s": opt["gc_s"],
         "step_s": steps["step_s"].astype(float).to_numpy(),
     })
-    med = f.groupby(["peer_group", "step"], sort=False)["compute_s"].transform("median")
-    f["peer_ratio"] = f["compute_s"] / med
+    med = f.groupby(["peer_group", "step"], sort=False)["local_s"].transform("median")
+    f["peer_ratio"] = f["local_s"] / med
     return f

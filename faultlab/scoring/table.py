@@ -33,6 +33,31 @@ NOTE_ONE_RUN = ("1 run: no confidence interval over runs can be drawn, and one r
 NOTE_PA = "point-adjusted F1 counts a whole labeled stretch as found once one cell of it is alarmed: inflated, for comparison with papers only"
 
 
+#: the level a metric key's prefix names (docs/detectors.md "The metrics"); a bare
+#: precision/recall/f1/mcc is component level (a component labeled anywhere in a run)
+LEVELS = {"window_": "window", "event_": "event", "range_": "range"}
+_NAMES = {"precision": "precision", "recall": "recall", "f1": "F1", "mcc": "MCC", "auc_pr": "AUC-PR", "vus_pr": "VUS-PR",
+          "acc_at_1": "Acc@1", "acc_at_k": "Acc@k", "latency_median_s": "latency median (s)", "latency_p95_s": "latency p95 (s)",
+          "false_alarms_per_component_hour": "false alarms per component-hour",
+          "unmanifested_alarmed_share": "share of unmanifested faults alarmed"}
+
+
+def metric_title(key: str) -> str:
+    """The display title of a score metric key, naming its level and unit and marking
+    point-adjusted figures inflated: ``window_mcc`` -> ``window MCC``, ``f1`` ->
+    ``component F1``, ``window_f1_point_adjusted`` -> ``window F1 point-adjusted
+    (inflated)``; an unknown key is returned as it is."""
+    base, pa = (key[: -len("_point_adjusted")], True) if key.endswith("_point_adjusted") else (key, False)
+    level = next((lv for pre, lv in LEVELS.items() if base.startswith(pre)), None)
+    name = base[len(level) + 1:] if level else base
+    if name not in _NAMES:
+        return key
+    if level is None and name in ("precision", "recall", "f1", "mcc"):
+        level = "component"
+    title = f"{level} {_NAMES[name]}" if level else _NAMES[name]
+    return title + (" point-adjusted (inflated)" if pa else "")
+
+
 @dataclass
 class Row:
     """One detector's line: its label, number of runs, and per column (value, ci)."""

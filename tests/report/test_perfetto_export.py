@@ -128,3 +128,16 @@ def test_export_refuses_a_folder_that_is_no_run(tmp_path):
     assert cp.returncode == 2 and "RUN_DIR:" in cp.stderr and cp.stderr.count("\n") == 1
     cp = subprocess.run([*FL, "export", str(tmp_path), "--format", "json"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 2 and "--format" in cp.stderr
+
+
+def test_report_and_trace_share_the_first_training_step_as_origin(tmp_path):
+    """A synthetic run: the first fault starts at the same second in the report and in
+    the trace, and both show the run start (6 s before the first step)."""
+    from tests.report.timeorigin import first_fault_in_report_and_trace
+
+    run = make_run(tmp_path / "run", ranks=3, duration_s=40)
+    got = first_fault_in_report_and_trace(run, tmp_path)
+    assert abs(got["trace_s"] - got["report_s"]) <= 0.1, got
+    assert got["report_s"] > 1.0, "the fault starts well after the first step in this run"
+    assert got["trace_origin_ts"] == 0 and abs(got["trace_run_start_s"] + 6.0) < 1e-6, got
+    assert got["report_run_start"] and "(-6.0s)" in got["report_run_start"], got

@@ -164,3 +164,16 @@ def test_time_origin_row_shows_no_made_up_figure(run):
     html = write_report(run).read_text()
     row = re.search(r"<dt>time origin</dt><dd>(.*?)</dd>", html).group(1)
     assert "(+12.3s)" not in row and "since the first training step" in row, row
+
+
+def test_a_faultlab_score_file_names_dataset_split_mode_window_and_parameters(run, tmp_path):
+    """The file `faultlab score --out` writes: its page says what was scored."""
+    out = tmp_path / "score.json"
+    cp = subprocess.run([*FL, "score", "--detector", "random", "--param", "draws=3", "--run", str(run), "--window", "5s",
+                         "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 0, cp.stderr
+    html = write_report(out).read_text()
+    kv = dict(re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", html))
+    assert kv["mode"] == "offline" and kv["window"] == "5 s" and kv["parameters"] == "draws=3", kv
+    assert kv["runs"] == "1" and kv["split"] and kv["dataset"], kv
+    assert "random (offline)" in html and "window MCC" in html

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pandas as pd
@@ -90,3 +91,18 @@ def test_demo_report_opens_in_headless_chromium_without_errors_or_network(demo_r
     assert sum(line.startswith("  training +") for line in lines) >= 3  # 40 s at one heartbeat per 10 s
     res = check_report(report, tmp_path / "demo-report.png")
     assert {"plot-timeline", "plot-whatif", "plot-host", "plot-scores"} <= {i["id"] for i in res["images"]}
+
+
+@needs_root
+def test_demo_report_and_trace_show_the_first_fault_at_the_same_time(demo_run, tmp_path):
+    """One time origin, the first training step: the demo's first fault starts at the
+    same second (to 0.1 s) in the HTML report and in the Perfetto trace, and both
+    show when the run started, before it."""
+    from tests.report.timeorigin import first_fault_in_report_and_trace
+
+    out, cp, _ = demo_run
+    assert cp.returncode == 0, cp.stdout[-3000:] + cp.stderr[-3000:]
+    got = first_fault_in_report_and_trace(out, tmp_path)
+    assert abs(got["trace_s"] - got["report_s"]) <= 0.1, got
+    assert got["trace_origin_ts"] == 0 and got["trace_run_start_s"] < 0, got
+    assert got["report_run_start"] and re.search(r"\(-\d+\.\ds\)", got["report_run_start"]), got
