@@ -114,29 +114,62 @@ class Testbed(_Strict):
     nodes: int = Field(4, ge=2, le=64, strict=True, description="number of nodes, one rank each (a whole number: true is refused)")
 
 
-class SeqLen(_Strict):
+class KnobWindow(_Strict):
+    """The steps a software-straggler knob is in force: ``from_step`` (inclusive) to
+    ``to_step`` (exclusive; None: the run's end), so a run can have clean and
+    straggling stretches. The knob is recorded in the run's injections over these
+    steps (:mod:`faultlab.knobfaults`)."""
+
+    from_step: int = Field(0, ge=0, strict=True)
+    to_step: int | None = Field(None, ge=1, strict=True)
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.to_step is not None and self.to_step <= self.from_step:
+            raise ValueError(f"to_step {self.to_step} is not after from_step {self.from_step}")
+        return self
+
+    def window_arg(self) -> str:
+        """The rank's ``FROM:TO`` argument (``faultlab.benchmarks.knobs.parse_window``)."""
+        return f"{self.from_step}:{'' if self.to_step is None else self.to_step}"
+
+
+class SeqLen(KnobWindow):
     """Sequence-length imbalance: per-rank token counts drawn each step from a
     lognormal (median ``tokens``, shape ``sigma``); ``rebalance`` applies greedy
-    rebalancing (the mitigation) before the step."""
+    rebalancing (the mitigation) before the step, as do the steps outside the
+    window."""
 
     tokens: int = Field(512, ge=16, description="median tokens per rank per step")
     sigma: float = Field(0.5, ge=0.0, le=3.0)
     rebalance: bool = False
 
 
-class Gc(_Strict):
+class Gc(KnobWindow):
     """Python GC: ``uncoordinated`` (each rank collects when its own allocation
     threshold trips, at different steps) or ``planned`` (gc disabled, every rank
-    collects at the same step every ``every_steps``)."""
+    collects at the same step every ``every_steps``); steps outside the window make no
+    garbage."""
 
     mode: Literal["uncoordinated", "planned"] = "uncoordinated"
     every_steps: int = Field(50, ge=1)
     garbage_mb: float = Field(20.0, gt=0, le=2048, description="cyclic garbage made per step (MB)")
 
 
+class SlowShard(KnobWindow):
+    """A slow data shard (ddp): rank ``rank``'s samples are ``factor`` times as long
+    as the others', so it computes that many times the rows in the window."""
+
+    rank: int = Field(..., ge=0, strict=True)
+    factor: float = Field(..., gt=1.0, le=16.0, description="its samples' length over the others'")
+
+
 class Stragglers(_Strict):
+    """The workload's software-straggler knobs (each with its window of steps)."""
+
     seq_len: SeqLen | None = None
     gc: Gc | None = None
+    slow_shard: SlowShard | None = None
 
 
 class DataPath(_Strict):
@@ -183,6 +216,8 @@ class Workload(_Strict):
                 raise ValueError(f"layers_per_stage has {len(self.layers_per_stage)} entries for {self.stages} stages")
         if self.data is not None and (self.kind != "ddp" or self.stragglers.seq_len is not None):
             raise ValueError("data (disk-backed data path) needs kind ddp without seq_len")
+        if self.stragglers.slow_shard is not None and (self.kind != "ddp" or self.data is not None):
+            raise ValueError("stragglers.slow_shard needs kind ddp without data (a shard of the in-memory pool)")
         return self
 
 
@@ -273,6 +308,10 @@ class Scenario(_Strict):
                 raise _FieldError(("faults", i, "node"), f"node {f.node!r} does not exist ({where} {', '.join(sorted(names))})")
             if f.rank is not None and f.rank >= n:
                 raise _FieldError(("faults", i, "rank"), f"rank {f.rank} does not exist (world size {n})")
+        shard = self.workload.stragglers.slow_shard
+        if shard is not None and shard.rank >= n:
+            raise _FieldError(("workload", "stragglers", "slow_shard", "rank"), f"rank {shard.rank} does not exist (world size {n})")
+        for i, f in enumerate(self.faults):
             if f.repeat and f.at_step is not None:
                 raise _FieldError(("faults", i, "repeat"), "repeat needs at (seconds), not at_step")
             if f.repeat and f.repeat.every < f.duration:

@@ -276,6 +276,7 @@ class ActiveFault:
             "run_id": run_id,
             "fault_id": self.fault_id,
             "fault_type": inj.type,
+            "kind": "injected",
             "node": inj.node.name,
             "target": self.plan.target,
             "start_ts": self.start_ts,
