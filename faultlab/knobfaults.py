@@ -46,6 +46,15 @@ import pandas as pd
 from faultlab.benchmarks.knobs import draw_sequences, rebalance
 from faultlab.scenario import KnobWindow, Scenario
 
+#: what ``severity`` (= ``params.value``) of each workload fault type measures, with its unit
+SEVERITY_UNITS = {
+    "seq-imbalance": "ratio (largest rank's tokens / mean tokens, mean over the window's steps)",
+    "gc-uncoordinated": "steps (mean between a rank's full collections)",
+    "gc-planned": "steps (between the planned collections)",
+    "stage-imbalance": "ratio (heaviest stage's layers / mean layers per stage)",
+    "slow-shard": "ratio (its samples' length / the others')",
+}
+
 #: microbatches of a pipeline step (faultlab.benchmarks.pipeline's ``--microbatches`` default)
 PIPELINE_MICROBATCHES = 4
 
@@ -65,22 +74,20 @@ def workload_injections(sc: Scenario, steps: pd.DataFrame, run_id: str) -> list[
     if st.seq_len is not None:
         value, measured = _seq_value(sc, steps)
         out.append(_row(run_id, len(out), "seq-imbalance", ranks, nodes, st.seq_len, steps, value,
-                        {"tokens": st.seq_len.tokens, "sigma": st.seq_len.sigma, "rebalance": st.seq_len.rebalance,
-                         "value_unit": "ratio (largest rank's tokens / mean)"}, measured))
+                        {"tokens": st.seq_len.tokens, "sigma": st.seq_len.sigma, "rebalance": st.seq_len.rebalance}, measured))
     if st.gc is not None:
         out.append(_row(run_id, len(out), f"gc-{st.gc.mode}", ranks, nodes, st.gc, steps, float(st.gc.every_steps),
-                        {"mode": st.gc.mode, "every_steps": st.gc.every_steps, "garbage_mb": st.gc.garbage_mb,
-                         "value_unit": "steps between full collections"}, _gc_measured(steps, st.gc)))
+                        {"mode": st.gc.mode, "every_steps": st.gc.every_steps, "garbage_mb": st.gc.garbage_mb}, _gc_measured(steps, st.gc)))
     if w.kind == "pipeline" and w.layers_per_stage and max(w.layers_per_stage) > min(w.layers_per_stage):
         layers = w.layers_per_stage
         heavy = [s for s, n in enumerate(layers) if n == max(layers)]
         out.append(_row(run_id, len(out), "stage-imbalance", heavy, nodes, KnobWindow(), steps,
                         max(layers) / statistics.fmean(layers),
-                        {"layers_per_stage": list(layers), "value_unit": "ratio (heaviest stage's layers / mean)"}, {}))
+                        {"layers_per_stage": list(layers)}, {}))
     if st.slow_shard is not None:
         sh = st.slow_shard
         out.append(_row(run_id, len(out), "slow-shard", [sh.rank], nodes, sh, steps, float(sh.factor),
-                        {"rank": sh.rank, "factor": sh.factor, "value_unit": "ratio (its samples' length / the others')"}, {}))
+                        {"rank": sh.rank, "factor": sh.factor}, {}))
     return [r for r in out if r is not None]
 
 
@@ -118,7 +125,8 @@ def _row(run_id: str, k: int, ftype: str, ranks: list[int], nodes: dict, win: Kn
         "target": _target(ranks),
         "start_ts": float(np.nanmin(t0)),
         "end_ts": float(np.nanmax(t1)),
-        "params": json.dumps({**params, "from_step": win.from_step, "to_step": win.to_step, "value": value}, sort_keys=True),
+        "params": json.dumps({**params, "from_step": win.from_step, "to_step": win.to_step, "value": value,
+                              "value_unit": SEVERITY_UNITS[ftype]}, sort_keys=True),
         "severity": float(value),
         "status": "reverted" if switched_off else "run-end",
         "verified": True,
