@@ -392,6 +392,23 @@ class FaultDraw(_Strict):
     params: dict[str, Any] = {}
 
 
+class KnobDraw(_Strict):
+    """How a campaign draws one workload knob (software straggler) for a run: ``p`` the
+    chance a run gets it; ``params`` per field of the knob (``SeqLen``, ``Gc``,
+    ``SlowShard``; ``stage_imbalance``: ``layers_per_stage``) a list of choices or a
+    ``{low, high}`` range; the window: ``from_step`` drawn from ``[low, high]`` and
+    ``steps`` (its length, ``[low, high]``; none: to the end of the run)."""
+
+    p: float = Field(0.5, ge=0.0, le=1.0)
+    params: dict[str, Any] = {}
+    from_step: tuple[int, int] = (0, 0)
+    steps: tuple[int, int] | None = None
+
+
+#: the knobs a campaign can draw: a ``workload.stragglers`` key, or stage_imbalance
+KNOBS = ("seq_len", "gc", "slow_shard", "stage_imbalance")
+
+
 class Campaign(_Strict):
     """Many runs with randomized faults, seeded: ``runs`` scenarios derived from
     ``base`` with ``faults_per_run`` faults each, types drawn by weight from ``types``,
@@ -401,7 +418,12 @@ class Campaign(_Strict):
     ``spacing`` (seconds, optional) keeps any two faults of a run at least that far
     apart (end of one to start of the next, any kind, any target): isolated faults, so
     the slowdown each caused can be measured on its own (an evaluation campaign); None
-    allows overlapping faults."""
+    allows overlapping faults.
+
+    ``knobs`` (optional): workload knobs drawn per run (:class:`KnobDraw`), on top of
+    ``base``'s; ``controls`` (0..1): the chance a run is a fault-free control (no fault,
+    no drawn knob; ``base``'s knobs stay). Both draw after a run's faults, so a campaign
+    without them draws the same schedules as before they existed."""
 
     name: str = "campaign"
     seed: int = 0
@@ -412,6 +434,8 @@ class Campaign(_Strict):
     start: tuple[float, float] = (10.0, 40.0)
     duration: tuple[float, float] = (5.0, 15.0)
     spacing: float | None = None
+    knobs: dict[Literal[KNOBS], KnobDraw] = {}
+    controls: float = Field(0.0, ge=0.0, le=1.0)
 
     _n = field_validator("name", mode="before")(lambda v: check_run_name(v, CAMPAIGN_NAME_MAX))
 
@@ -481,6 +505,10 @@ class Campaign(_Strict):
                 spans.setdefault(key, []).append((at, at + dur))
                 faults.append(spec)
             data = self.base.model_dump(mode="python")
+            if self.controls and rng.random() < self.controls:
+                faults = []
+            elif self.knobs:
+                _draw_knobs(rng, self.knobs, data["workload"])
             data["name"] = f"{self.name}-{r:03d}"
             data["seed"] = self.seed * 100003 + r
             data["faults"] = sorted(faults, key=lambda f: float(f["at"][:-1]))
@@ -489,6 +517,21 @@ class Campaign(_Strict):
                 data["testbed"] = {**data["testbed"], "backend": "ssh", "nodes": n_nodes}
             out.append(Scenario.model_validate(_with_units(data), context={"nodes": node_names} if nodes else None))
         return out
+
+
+def _draw_knobs(rng: random.Random, knobs: dict, workload: dict) -> None:
+    """Draw each knob of ``knobs`` (:class:`KnobDraw`) into ``workload`` (a dumped
+    Workload), in order: with chance ``p``, its params and its window."""
+    for name, kd in knobs.items():
+        if rng.random() >= kd.p:
+            continue
+        params = {k: _draw(rng, d) for k, d in kd.params.items()}
+        if name == "stage_imbalance":
+            workload.update(params)
+            continue
+        lo = rng.randint(*kd.from_step)
+        window = {"from_step": lo, "to_step": lo + rng.randint(*kd.steps) if kd.steps else None}
+        workload["stragglers"][name] = {**(workload["stragglers"].get(name) or {}), **params, **window}
 
 
 def _with_units(data: dict) -> dict:

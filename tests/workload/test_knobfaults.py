@@ -182,3 +182,47 @@ def test_real_pipeline_run_records_its_stage_imbalance(tmp_path):
     assert row.start_ts == steps.t_start.min()
     lab = label_run(res.rundir.path)
     assert set(lab[lab.fault_id == row.fault_id].source) in ({"injected"}, {"injected-unmanifested"})
+
+
+# -- campaigns draw knobs ----------------------------------------------------------------
+
+
+def test_campaign_draws_knobs_with_windows_and_controls(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(
+        "name: k\nseed: 4\nruns: 60\ncontrols: 0.2\n"
+        "base: {testbed: {backend: local, nodes: 4}, workload: {kind: ddp, duration: 30s}}\n"
+        "faults_per_run: [1, 1]\nstart: [2s, 10s]\nduration: [2s, 4s]\n"
+        "types: {cpu-contention: {params: {cpu_fraction: {low: 0.1, high: 0.9}}}}\n"
+        "knobs:\n"
+        "  slow_shard: {p: 0.5, params: {rank: [0, 3], factor: {low: 1.05, high: 10.0}}, from_step: [10, 20], steps: [5, 8]}\n"
+        "  gc: {p: 0.5, params: {every_steps: [20]}, from_step: [0, 0]}\n")
+    camp = load(p)
+    runs = camp.scenarios()
+    assert [s.model_dump() for s in runs] == [s.model_dump() for s in load(p).scenarios()]  # seeded
+    controls = [s for s in runs if not s.faults]
+    assert 0 < len(controls) < 30
+    for s in controls:
+        assert s.workload.stragglers.slow_shard is None and s.workload.stragglers.gc is None
+    shards = [s.workload.stragglers.slow_shard for s in runs if s.workload.stragglers.slow_shard]
+    assert 5 < len(shards) < 45
+    for sh in shards:
+        assert sh.rank in (0, 3) and 1.05 <= sh.factor <= 10.0
+        assert 10 <= sh.from_step <= 20 and 5 <= sh.to_step - sh.from_step <= 8
+    gcs = [s.workload.stragglers.gc for s in runs if s.workload.stragglers.gc]
+    assert gcs and all(g.from_step == 0 and g.to_step is None and g.every_steps == 20 for g in gcs)
+    p.write_text(p.read_text().replace("slow_shard:", "slow_shards:"))
+    with pytest.raises(BadInput, match="knobs"):
+        load(p)
+
+
+def test_a_campaign_without_knobs_draws_what_it_drew_before():
+    """The knob and control draws come after a run's faults: the campaign file of the
+    published faultlab-hw-v1 still draws the fault types its runs recorded."""
+    from tests.helpers import REPO
+
+    ds = REPO / "datasets" / "faultlab-hw-v1"
+    camp = load(ds / "campaign" / "hardware.yaml")
+    drawn = {s.name: sorted({f.type for f in s.faults}) for s in camp.scenarios()}
+    runs = json.loads((ds / "runs.json").read_text())
+    assert runs and all(drawn[r["scenario"]] == sorted(r["fault_types"]) for r in runs)
