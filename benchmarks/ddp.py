@@ -8,8 +8,10 @@ Run one process per rank::
         [--hidden 512] [--batch 64] [--threads 1] [--seed 0] [--device cpu|cuda]
         [--agent-dir DIR|none] [--no-telemetry] [--flush-s 0.5]
         [--seq-len-tokens N [--seq-len-sigma S] [--seqs-per-rank K] [--rebalance]]
-        [--gc-mode off|uncoordinated|planned [--gc-every N] [--gc-garbage-mb MB]]
+        [--seq-len-window FROM:TO]
+        [--gc-mode off|uncoordinated|planned [--gc-every N] [--gc-garbage-mb MB] [--gc-window FROM:TO]]
         [--data-dir DIR [--checkpoint-every N]] [--compute-repeat N]
+        [--slow-shard-rank R --slow-shard-factor F [--slow-shard-window FROM:TO]]
 
 The model is a 256-HIDDEN-256 MLP trained with SGD on synthetic data (a fixed pool
 of batches per rank, targets from a fixed random teacher shared by all ranks).
@@ -83,6 +85,9 @@ Software stragglers (the knobs of ``faultlab.scenario.Stragglers``):
   loaded rank (``rebalance``), so every rank's tokens end near the mean (within one
   sequence). The loss of each rank is weighted by its share of the step's tokens, so
   the averaged gradient is the gradient of the mean over all tokens.
+  ``--seq-len-window FROM:TO`` switches the imbalance on for steps FROM..TO-1 only:
+  the other steps are rebalanced (the same tokens, evenly spread), so a run has clean
+  and straggling stretches.
 - **Python GC** (``--gc-mode``): every step the rank allocates ``--gc-garbage-mb`` MB
   (× a per-step factor in [0.5, 1.5] from the rank's own RNG) of cyclic garbage (empty
   lists in one self-referencing list, 64 bytes each, as the agent's gc-storm makes it),
@@ -97,8 +102,16 @@ Software stragglers (the knobs of ``faultlab.scenario.Stragglers``):
   objects after importing torch), so small garbage can make collections rarer than
   ``--gc-every``. ``planned``: ``gc.disable()``, and every rank runs ``gc.collect()``
   in the same steps (``step % every == every - 1``), the mitigation production jobs
-  use. Memory: up to ``every × garbage-mb`` MB (× 1.5 × 1.4) of garbage per rank
+  use. ``--gc-window FROM:TO``: only steps FROM..TO-1 make garbage (and plan
+  collections), so no full collection trips outside it. Memory: up to ``every × garbage-mb`` MB (× 1.5 × 1.4) of garbage per rank
   between collections.
+
+Slow data shard (``--slow-shard-rank R --slow-shard-factor F``): rank R's shard holds
+samples F times as long as the others' (data skew), so in the steps of
+``--slow-shard-window FROM:TO`` (default: every step) it computes F times the rows
+(``round(F × tokens)`` with ``--seq-len-tokens``, ``round(F × --batch)`` rows of its
+pool otherwise) and the other ranks wait for it at the all-reduce. With
+``--seq-len-tokens`` the loss weights count the longer shard's tokens.
 
 In-workload agent: each rank starts ``faultlab.benchmarks.agent`` before importing
 torch, so faults that act from inside the interpreter (``gc-storm``) can target the
@@ -151,7 +164,7 @@ from faultlab.benchmarks.harness import (
     seqlen_text,
     wrap_index,
 )
-from faultlab.benchmarks.knobs import step_tokens
+from faultlab.benchmarks.knobs import in_window, parse_window, step_tokens
 from faultlab.benchmarks.steplog import StepRecorder
 
 
@@ -165,9 +178,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data-dir", default=None, help="disk-backed data path: the rank's batches are shards read from disk each step (dataloader_s), under DIR/RUN_ID/rankR/")
     p.add_argument("--checkpoint-every", type=int, default=0, help="with --data-dir: write a checkpoint every N steps (O_DIRECT + fsync; counted in compute_s); 0: never")
     p.add_argument("--compute-repeat", type=int, default=1, help="forward + backward N times a step, each on 1/N of the loss (the same mean gradient): a rank N times slower by design, an older hardware generation")
+    p.add_argument("--slow-shard-rank", type=int, default=None, help="slow data shard: the rank whose samples are longer")
+    p.add_argument("--slow-shard-factor", type=float, default=1.0, help="slow data shard: its samples' length over the others' (1 < F <= 16)")
+    p.add_argument("--slow-shard-window", type=parse_window, default=(0, None), metavar="FROM:TO",
+                   help="steps the slow shard is read, FROM inclusive, TO exclusive or empty (the run's end)")
     a = p.parse_args(argv)
     if not 1 <= a.compute_repeat <= 16:
         p.error("--compute-repeat must be in 1..16")
+    if a.slow_shard_rank is not None and not (0 <= a.slow_shard_rank < a.world_size and 1.0 < a.slow_shard_factor <= 16.0):
+        p.error("--slow-shard-rank must be a rank of the job and --slow-shard-factor in (1, 16]")
+    if a.slow_shard_rank is not None and a.data_dir is not None:
+        p.error("--slow-shard-rank does not combine with --data-dir")
     if a.checkpoint_every < 0:
         p.error("--checkpoint-every must be >= 0")
     if a.data_dir is not None and a.seq_len_tokens is not None:
@@ -258,14 +279,28 @@ class DdpRank:
             xn, yn = self.disk.read(step)
             return self.torch.from_numpy(xn).to(self.device), self.torch.from_numpy(yn).to(self.device), None, None
         x, y = self.pool[step % len(self.pool)]
+        if self.slow_factor(step) > 1.0:  # the longer samples of a slow shard: more rows
+            ix = self.torch.arange(round(self.slow_factor(step) * len(x)), device=self.device) % len(x)
+            x, y = x[ix], y[ix]
         return x, y, None, None
+
+    def slow_factor(self, step: int) -> float:
+        """How much longer this rank's samples are in ``step`` (``--slow-shard-factor``
+        on the slow-shard rank inside its window, else 1.0)."""
+        a = self.a
+        if a.slow_shard_rank == a.rank and in_window(step, a.slow_shard_window):
+            return a.slow_shard_factor
+        return 1.0
 
     def _seq_batch(self, step: int):
         """This rank's ``step_tokens`` rows of the pool, with the loss weight: its share
         of the step's tokens × W, so SUM / W of the gradients is the gradient of the
         mean loss over all tokens."""
         a = self.a
-        toks = step_tokens(a.seed, step, a.world_size, a.seq_len_tokens, a.seq_len_sigma, a.seqs_per_rank, a.rebalance)
+        balanced = a.rebalance or not in_window(step, a.seq_len_window)
+        toks = step_tokens(a.seed, step, a.world_size, a.seq_len_tokens, a.seq_len_sigma, a.seqs_per_rank, balanced)
+        if a.slow_shard_rank is not None and in_window(step, a.slow_shard_window):
+            toks[a.slow_shard_rank] = round(toks[a.slow_shard_rank] * a.slow_shard_factor)
         n = toks[a.rank]
         ix = wrap_index(self.torch, step * 7919 + a.rank * 104729, n, self.pool_rows, self.device)
         return self.pool_x[ix], self.pool_y[ix], n, n * len(toks) / sum(toks)

@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import NamedTuple
 
-from faultlab.benchmarks.knobs import MAX_GARBAGE_MB, MAX_TOKENS_FACTOR, GcKnob
+from faultlab.benchmarks.knobs import MAX_GARBAGE_MB, MAX_TOKENS_FACTOR, GcKnob, parse_window
 from faultlab.benchmarks.steplog import StepRecorder
 
 
@@ -54,6 +54,10 @@ def add_common_args(p: argparse.ArgumentParser, *, peer_group: str) -> None:
     p.add_argument("--gc-mode", choices=["off", "uncoordinated", "planned"], default="off", help="Python GC straggler")
     p.add_argument("--gc-every", type=int, default=50, help="steps between full collections (planned: exact; uncoordinated: mean)")
     p.add_argument("--gc-garbage-mb", type=float, default=20.0, help="cyclic garbage made per step (MB)")
+    p.add_argument("--seq-len-window", type=parse_window, default=(0, None), metavar="FROM:TO",
+                   help="steps the imbalance is in force, FROM inclusive, TO exclusive or empty (the run's end); outside it the step's sequences are rebalanced")
+    p.add_argument("--gc-window", type=parse_window, default=(0, None), metavar="FROM:TO",
+                   help="steps the GC knob makes garbage (and plans collections), FROM:TO as --seq-len-window")
 
 
 def check_common_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
@@ -205,7 +209,7 @@ def make_gc_knob(a: argparse.Namespace) -> GcKnob | None:
     """The rank's ``--gc-mode`` straggler (None with ``--gc-mode off``)."""
     if a.gc_mode == "off":
         return None
-    return GcKnob(a.gc_mode, a.gc_every, a.gc_garbage_mb, seed=a.seed, rank=a.rank)
+    return GcKnob(a.gc_mode, a.gc_every, a.gc_garbage_mb, seed=a.seed, rank=a.rank, window=a.gc_window)
 
 
 def seq_pool_rows(a: argparse.Namespace) -> int:

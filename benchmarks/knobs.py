@@ -2,7 +2,7 @@
 only: sequence-length imbalance (:func:`draw_sequences`, the same draw on every rank;
 :func:`rebalance`, the greedy mitigation; :func:`step_tokens`) and Python GC
 (:class:`GcKnob`: uncoordinated or planned full collections over per-step cyclic
-garbage).
+garbage), each in force over a window of steps (:func:`in_window`).
 
 The module docstring of :mod:`faultlab.benchmarks.ddp` says what each does to a job."""
 
@@ -26,6 +26,26 @@ GARBAGE_OBJ_BYTES = sys.getsizeof([]) + 8
 
 
 MAX_GARBAGE_MB = 4096.0
+
+
+def parse_window(text: str) -> tuple[int, int | None]:
+    """``"FROM:TO"`` -> ``(FROM, TO)``: the steps a knob is in force, FROM inclusive,
+    TO exclusive (``"FROM:"``: to the end of the run). Raises ValueError for text of
+    another shape, FROM < 0 or TO <= FROM."""
+    lo, sep, hi = str(text).partition(":")
+    try:
+        start, end = int(lo), (int(hi) if hi.strip() else None)
+    except ValueError:
+        raise ValueError(f"window {text!r} is not FROM:TO (steps, e.g. 100:300 or 100:)") from None
+    if not sep or start < 0 or (end is not None and end <= start):
+        raise ValueError(f"window {text!r}: give FROM:TO with 0 <= FROM < TO (TO empty: the run's end)")
+    return start, end
+
+
+def in_window(step: int, window: tuple[int, int | None]) -> bool:
+    """True when ``step`` lies in ``window`` (``(from, to)``, to exclusive, None: open)."""
+    lo, hi = window
+    return step >= lo and (hi is None or step < hi)
 
 
 def draw_sequences(seed: int, step: int, world: int, median_tokens: int, sigma: float, seqs_per_rank: int = 8) -> list[list[int]]:
@@ -99,7 +119,9 @@ class GcKnob:
     ``mode``: ``uncoordinated`` or ``planned``; ``every_steps``: steps between full
     collections (planned: exact; uncoordinated: the mean, times a per-rank factor in
     [0.6, 1.4]); ``garbage_mb``: MB of cyclic garbage per step (× a per-step factor in
-    [0.5, 1.5]); ``seed`` and ``rank`` seed the rank's own RNG. Raises ValueError for
+    [0.5, 1.5]); ``seed`` and ``rank`` seed the rank's own RNG; ``window`` (``(from,
+    to)`` steps, :func:`in_window`): the steps that make garbage and plan collections
+    (outside it a step makes none, so no full collection trips). Raises ValueError for
     an unknown mode, ``every_steps < 1`` or ``garbage_mb`` outside (0, 4096].
 
     ``start()`` once before training (changes the process's ``gc`` settings), then
@@ -109,14 +131,15 @@ class GcKnob:
     GEN0 = 700  # CPython's default generation-0 threshold (allocations)
     GEN1 = 10  # CPython's default generation-1 threshold (generation-0 collections)
 
-    def __init__(self, mode: str, every_steps: int, garbage_mb: float, *, seed: int = 0, rank: int = 0):
+    def __init__(self, mode: str, every_steps: int, garbage_mb: float, *, seed: int = 0, rank: int = 0,
+                 window: tuple[int, int | None] = (0, None)):
         if mode not in ("uncoordinated", "planned"):
             raise ValueError(f"gc mode {mode!r} is not 'uncoordinated' or 'planned'")
         if every_steps < 1:
             raise ValueError(f"gc every_steps {every_steps} must be >= 1")
         if not 0 < garbage_mb <= MAX_GARBAGE_MB:
             raise ValueError(f"gc garbage_mb {garbage_mb} is not in (0, {MAX_GARBAGE_MB:g}]")
-        self.mode, self.every, self.garbage_mb = mode, int(every_steps), float(garbage_mb)
+        self.mode, self.every, self.garbage_mb, self.window = mode, int(every_steps), float(garbage_mb), window
         self.rng = random.Random(f"faultlab-gc:{int(seed)}:{int(rank)}")
         self.objs_per_step = self.garbage_mb * 2**20 / GARBAGE_OBJ_BYTES
         if mode == "uncoordinated":
@@ -150,6 +173,8 @@ class GcKnob:
         return self.mode == "planned" and step % self.every == self.every - 1
 
     def step(self, step: int) -> None:
+        if not in_window(step, self.window):
+            return
         make_garbage(int(self.objs_per_step * self.rng.uniform(0.5, 1.5)))
         if self.planned_step(step):
             gc.collect()

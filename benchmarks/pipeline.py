@@ -76,7 +76,7 @@ from faultlab.benchmarks.harness import (
     seq_pool_rows,
     wrap_index,
 )
-from faultlab.benchmarks.knobs import draw_sequences, rebalance
+from faultlab.benchmarks.knobs import draw_sequences, in_window, rebalance
 from faultlab.benchmarks.steplog import StepRecorder
 
 
@@ -101,7 +101,7 @@ def microbatch_rows(a: argparse.Namespace, step: int) -> list[int]:
     if a.seq_len_tokens is None:
         return [a.batch // a.microbatches] * a.microbatches
     seqs = draw_sequences(a.seed, step, a.microbatches, a.seq_len_tokens, a.seq_len_sigma, a.seqs_per_rank)
-    if a.rebalance:
+    if a.rebalance or not in_window(step, a.seq_len_window):
         seqs = rebalance(seqs)
     return [sum(s) for s in seqs]
 

@@ -28,6 +28,7 @@ from faultlab import injectors, schema
 from faultlab.benchmarks.launch import free_port, launch_ranks, log_tail, stop_ranks, wait_ranks
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.evidence import verify_text
+from faultlab.knobfaults import workload_injections
 from faultlab.lifecycle.cmd import Cmd
 from faultlab.lifecycle.lease import Lease
 from faultlab.nodes import LEASE_HERE, LEASE_ON_NODE, LocalNode
@@ -122,11 +123,16 @@ def workload_args(sc: Scenario) -> list[str]:
         args += ["--steps", str(w.steps)]
     st = w.stragglers
     if st.seq_len is not None:
-        args += ["--seq-len-tokens", str(st.seq_len.tokens), "--seq-len-sigma", str(st.seq_len.sigma)]
+        args += ["--seq-len-tokens", str(st.seq_len.tokens), "--seq-len-sigma", str(st.seq_len.sigma),
+                 "--seq-len-window", st.seq_len.window_arg()]
         if st.seq_len.rebalance:
             args.append("--rebalance")
     if st.gc is not None:
-        args += ["--gc-mode", st.gc.mode, "--gc-every", str(st.gc.every_steps), "--gc-garbage-mb", str(st.gc.garbage_mb)]
+        args += ["--gc-mode", st.gc.mode, "--gc-every", str(st.gc.every_steps), "--gc-garbage-mb", str(st.gc.garbage_mb),
+                 "--gc-window", st.gc.window_arg()]
+    if st.slow_shard is not None:
+        args += ["--slow-shard-rank", str(st.slow_shard.rank), "--slow-shard-factor", str(st.slow_shard.factor),
+                 "--slow-shard-window", st.slow_shard.window_arg()]
     if w.data is not None:
         args += ["--data-dir", w.data.dir, "--checkpoint-every", str(w.data.checkpoint_every)]
     if w.kind == "pipeline":
@@ -208,7 +214,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
         host = _tear_down(live, due, rd, res, con)
         for s, h in old.items():
             signal.signal(s, h)
-        _write_tables(rd, res, host, live.remote_nodes, run_id)
+        _write_tables(sc, rd, res, host, live.remote_nodes, run_id)
         if prog and finished:
             prog.done()
         if own:
@@ -361,12 +367,16 @@ def _tear_down(live: _Live, due: list[_Due], rd: RunDir, res: RunResult, con: Co
     return host
 
 
-def _write_tables(rd: RunDir, res: RunResult, host: pd.DataFrame | None, remote_nodes: list, run_id: str) -> None:
-    """The run's steps, host (with the ssh nodes' rows) and injections tables."""
-    rd.write_table("steps", rd.read_raw_steps())
+def _write_tables(sc: Scenario, rd: RunDir, res: RunResult, host: pd.DataFrame | None, remote_nodes: list,
+                  run_id: str) -> None:
+    """The run's steps, host (with the ssh nodes' rows) and injections tables: the
+    injected faults and the workload's straggler knobs (faultlab.knobfaults)."""
+    steps = rd.read_raw_steps()
+    rd.write_table("steps", steps)
     if host is not None:
         rd.write_table("host", _with_remote_host(host, rd, remote_nodes, run_id))
-    rd.write_table("injections", pd.DataFrame(res.injections) if res.injections else _empty("injections"))
+    rows = res.injections + workload_injections(sc, steps, run_id)
+    rd.write_table("injections", pd.DataFrame(rows) if rows else _empty("injections"))
 
 
 def _with_remote_host(host: pd.DataFrame, rd: RunDir, nodes, run_id: str) -> pd.DataFrame:

@@ -150,29 +150,62 @@ class Testbed(_Strict):
         return out
 
 
-class SeqLen(_Strict):
+class KnobWindow(_Strict):
+    """The steps a software-straggler knob is in force: ``from_step`` (inclusive) to
+    ``to_step`` (exclusive; None: the run's end), so a run can have clean and
+    straggling stretches. The knob is recorded in the run's injections over these
+    steps (:mod:`faultlab.knobfaults`)."""
+
+    from_step: int = Field(0, ge=0, strict=True)
+    to_step: int | None = Field(None, ge=1, strict=True)
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.to_step is not None and self.to_step <= self.from_step:
+            raise ValueError(f"to_step {self.to_step} is not after from_step {self.from_step}")
+        return self
+
+    def window_arg(self) -> str:
+        """The rank's ``FROM:TO`` argument (``faultlab.benchmarks.knobs.parse_window``)."""
+        return f"{self.from_step}:{'' if self.to_step is None else self.to_step}"
+
+
+class SeqLen(KnobWindow):
     """Sequence-length imbalance: per-rank token counts drawn each step from a
     lognormal (median ``tokens``, shape ``sigma``); ``rebalance`` applies greedy
-    rebalancing (the mitigation) before the step."""
+    rebalancing (the mitigation) before the step, as do the steps outside the
+    window."""
 
     tokens: int = Field(512, ge=16, description="median tokens per rank per step")
     sigma: float = Field(0.5, ge=0.0, le=3.0)
     rebalance: bool = False
 
 
-class Gc(_Strict):
+class Gc(KnobWindow):
     """Python GC: ``uncoordinated`` (each rank collects when its own allocation
     threshold trips, at different steps) or ``planned`` (gc disabled, every rank
-    collects at the same step every ``every_steps``)."""
+    collects at the same step every ``every_steps``); steps outside the window make no
+    garbage."""
 
     mode: Literal["uncoordinated", "planned"] = "uncoordinated"
     every_steps: int = Field(50, ge=1)
     garbage_mb: float = Field(20.0, gt=0, le=2048, description="cyclic garbage made per step (MB)")
 
 
+class SlowShard(KnobWindow):
+    """A slow data shard (ddp): rank ``rank``'s samples are ``factor`` times as long
+    as the others', so it computes that many times the rows in the window."""
+
+    rank: int = Field(..., ge=0, strict=True)
+    factor: float = Field(..., gt=1.0, le=16.0, description="its samples' length over the others'")
+
+
 class Stragglers(_Strict):
+    """The workload's software-straggler knobs (each with its window of steps)."""
+
     seq_len: SeqLen | None = None
     gc: Gc | None = None
+    slow_shard: SlowShard | None = None
 
 
 class DataPath(_Strict):
@@ -219,6 +252,8 @@ class Workload(_Strict):
                 raise ValueError(f"layers_per_stage has {len(self.layers_per_stage)} entries for {self.stages} stages")
         if self.data is not None and (self.kind != "ddp" or self.stragglers.seq_len is not None):
             raise ValueError("data (disk-backed data path) needs kind ddp without seq_len")
+        if self.stragglers.slow_shard is not None and (self.kind != "ddp" or self.data is not None):
+            raise ValueError("stragglers.slow_shard needs kind ddp without data (a shard of the in-memory pool)")
         return self
 
 
@@ -310,6 +345,10 @@ class Scenario(_Strict):
                 raise _FieldError(("faults", i, "node"), f"node {f.node!r} does not exist ({where} {', '.join(sorted(names))})")
             if f.rank is not None and f.rank >= n:
                 raise _FieldError(("faults", i, "rank"), f"rank {f.rank} does not exist (world size {n})")
+        shard = self.workload.stragglers.slow_shard
+        if shard is not None and shard.rank >= n:
+            raise _FieldError(("workload", "stragglers", "slow_shard", "rank"), f"rank {shard.rank} does not exist (world size {n})")
+        for i, f in enumerate(self.faults):
             if f.repeat and f.at_step is not None:
                 raise _FieldError(("faults", i, "repeat"), "repeat needs at (seconds), not at_step")
             if f.repeat and f.repeat.every < f.duration:
@@ -405,6 +444,23 @@ class FaultDraw(_Strict):
     params: dict[str, Any] = {}
 
 
+class KnobDraw(_Strict):
+    """How a campaign draws one workload knob (software straggler) for a run: ``p`` the
+    chance a run gets it; ``params`` per field of the knob (``SeqLen``, ``Gc``,
+    ``SlowShard``; ``stage_imbalance``: ``layers_per_stage``) a list of choices or a
+    ``{low, high}`` range; the window: ``from_step`` drawn from ``[low, high]`` and
+    ``steps`` (its length, ``[low, high]``; none: to the end of the run)."""
+
+    p: float = Field(0.5, ge=0.0, le=1.0)
+    params: dict[str, Any] = {}
+    from_step: tuple[int, int] = (0, 0)
+    steps: tuple[int, int] | None = None
+
+
+#: the knobs a campaign can draw: a ``workload.stragglers`` key, or stage_imbalance
+KNOBS = ("seq_len", "gc", "slow_shard", "stage_imbalance")
+
+
 class Campaign(_Strict):
     """Many runs with randomized faults, seeded: ``runs`` scenarios derived from
     ``base`` with ``faults_per_run`` faults each, types drawn by weight from ``types``,
@@ -414,7 +470,12 @@ class Campaign(_Strict):
     ``spacing`` (seconds, optional) keeps any two faults of a run at least that far
     apart (end of one to start of the next, any kind, any target): isolated faults, so
     the slowdown each caused can be measured on its own (an evaluation campaign); None
-    allows overlapping faults."""
+    allows overlapping faults.
+
+    ``knobs`` (optional): workload knobs drawn per run (:class:`KnobDraw`), on top of
+    ``base``'s; ``controls`` (0..1): the chance a run is a fault-free control (no fault,
+    no drawn knob; ``base``'s knobs stay). Both draw after a run's faults, so a campaign
+    without them draws the same schedules as before they existed."""
 
     name: str = "campaign"
     seed: int = 0
@@ -425,6 +486,8 @@ class Campaign(_Strict):
     start: tuple[float, float] = (10.0, 40.0)
     duration: tuple[float, float] = (5.0, 15.0)
     spacing: float | None = None
+    knobs: dict[Literal[KNOBS], KnobDraw] = {}
+    controls: float = Field(0.0, ge=0.0, le=1.0)
 
     _n = field_validator("name", mode="before")(lambda v: check_run_name(v, CAMPAIGN_NAME_MAX))
 
@@ -503,6 +566,10 @@ class Campaign(_Strict):
                 spans.setdefault(key, []).append((at, at + dur))
                 faults.append(spec)
             data = self.base.model_dump(mode="python")
+            if self.controls and rng.random() < self.controls:
+                faults = []
+            elif self.knobs:
+                _draw_knobs(rng, self.knobs, data["workload"])
             data["name"] = f"{self.name}-{r:03d}"
             data["seed"] = self.seed * 100003 + r
             data["faults"] = sorted(faults, key=lambda f: float(f["at"][:-1]))
@@ -579,6 +646,21 @@ def _check_draws(fault_type: str, params: dict, duration_s: float) -> None:
             if param and param not in ps:
                 msg = f"{fault_type} needs {param}, and none is drawn (add {param}: [VALUE] to types.{fault_type}.params)"
             raise _FieldError(where, msg) from None
+
+
+def _draw_knobs(rng: random.Random, knobs: dict, workload: dict) -> None:
+    """Draw each knob of ``knobs`` (:class:`KnobDraw`) into ``workload`` (a dumped
+    Workload), in order: with chance ``p``, its params and its window."""
+    for name, kd in knobs.items():
+        if rng.random() >= kd.p:
+            continue
+        params = {k: _draw(rng, d) for k, d in kd.params.items()}
+        if name == "stage_imbalance":
+            workload.update(params)
+            continue
+        lo = rng.randint(*kd.from_step)
+        window = {"from_step": lo, "to_step": lo + rng.randint(*kd.steps) if kd.steps else None}
+        workload["stragglers"][name] = {**(workload["stragglers"].get(name) or {}), **params, **window}
 
 
 def _with_units(data: dict) -> dict:

@@ -8,7 +8,9 @@ Tables (see docs/architecture.md):
 - ``steps``: one row per rank per training step (what the workload felt).
 - ``host``: long-format host metrics, one row per (node, ts, metric); metric names
   carry their unit (``cpu_util_pct``, ``net_tx_bytes_per_s``, ...).
-- ``injections``: ground truth cause, one row per injected fault.
+- ``injections``: ground truth cause, one row per fault: an injected one (``kind``
+  ``injected``) or a workload knob that makes stragglers (``kind`` ``workload``, see
+  :mod:`faultlab.knobfaults`).
 - ``labels``: effect, one row per labeled slow interval.
 - ``alarms``: detector output.
 """
@@ -39,8 +41,9 @@ STEPS = pa.schema(
     ]
 )
 
-#: columns a table may lack on input; they are filled with NaN
-OPTIONAL = {"steps": {"gc_s", "tokens", "dataloader_s"}}
+#: columns a table may lack on input, with the value they are filled with
+OPTIONAL = {"steps": {"gc_s": float("nan"), "tokens": float("nan"), "dataloader_s": float("nan")},
+            "injections": {"kind": "injected"}}
 
 HOST = pa.schema(
     [
@@ -57,13 +60,14 @@ INJECTIONS = pa.schema(
         ("run_id", pa.string()),
         ("fault_id", pa.string()),
         ("fault_type", pa.string()),
+        ("kind", pa.string()),  # injected (a fault injector) | workload (a straggler knob of the workload)
         ("node", pa.string()),
-        ("target", pa.string()),  # interface, rank, PIDs: what on the node was hit
+        ("target", pa.string()),  # interface, rank, PIDs: what on the node was hit; "ranks:0,1,2,3" for several ranks
         ("start_ts", pa.float64()),  # actual start: the moment inject returned
         ("end_ts", pa.float64()),  # actual end: the moment revert returned
         ("params", pa.string()),  # JSON, explicit units in keys
         ("severity", pa.float64()),  # type-specific, documented per injector
-        ("status", pa.string()),  # reverted | expired | revert-failed | handed-to-lease | unverified (verify did not confirm it: reverted at once, not in force)
+        ("status", pa.string()),  # reverted | expired | revert-failed | handed-to-lease | unverified (verify did not confirm it: reverted at once, not in force) | run-end (a workload knob in force until the run ended)
         ("verified", pa.bool_()),  # the measured check said the condition was in force
         ("evidence", pa.string()),  # JSON: the measurements behind `verified`
     ]
@@ -120,9 +124,9 @@ def to_table(name: str, df) -> pa.Table:
     Raises ValueError naming the missing column when ``df`` lacks one.
     """
     schema = TABLES[name]
-    for col in OPTIONAL.get(name, ()):
+    for col, fill in OPTIONAL.get(name, {}).items():
         if col not in df.columns:
-            df = df.assign(**{col: float("nan")})
+            df = df.assign(**{col: fill})
     missing = [f.name for f in schema if f.name not in df.columns]
     if missing:
         raise ValueError(f"{name} table: missing column(s) {', '.join(missing)}")

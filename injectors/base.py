@@ -176,6 +176,9 @@ class Injector(ABC):
     def params(self) -> dict[str, Any]:
         """Parameters with units in the keys (``rate_bit_per_s``, ``cpu_fraction``)."""
 
+    #: what ``severity`` measures, with its unit (each fault type says)
+    severity_unit = "type-specific"
+
     @property
     @abstractmethod
     def severity(self) -> float:
@@ -276,6 +279,7 @@ class ActiveFault:
             "run_id": run_id,
             "fault_id": self.fault_id,
             "fault_type": inj.type,
+            "kind": "injected",
             "node": inj.node.name,
             "target": self.plan.target,
             "start_ts": self.start_ts,

@@ -118,6 +118,9 @@ class CpuContention(Injector):
     def params(self) -> dict:
         return {"mode": "quota", "cpu_fraction": self.cpu_fraction, "cfs_period_us": self.period_us, "cfs_quota_us": self.quota_us, "pids": self.pids}
 
+    #: what ``severity`` measures, with its unit (the dataset card lists it per fault type)
+    severity_unit = "ratio (1 / the CPU fraction left to the target)"
+
     @property
     def severity(self) -> float:
         return 1.0 / self.cpu_fraction

@@ -43,6 +43,9 @@ class CpuStress(Workers):
     def verify_sentence(cls, evidence: dict) -> str:
         return busy_sentence(evidence)
 
+    #: what ``severity`` measures, with its unit (the dataset card lists it per fault type)
+    severity_unit = "ratio (stress workers per CPU of the target)"
+
     @property
     def severity(self) -> float:
         return self.workers / max(1, len(self.cpus) or self.workers)

@@ -306,6 +306,9 @@ class GcStorm(Injector):
     def params(self) -> dict:
         return {"pid": self.pid, "rate_per_s": self.rate_per_s, "garbage_mb": self.garbage_mb}
 
+    #: what ``severity`` measures, with its unit (the dataset card lists it per fault type)
+    severity_unit = "fraction (0..1) of wall time the GC bursts held the target's interpreter, measured"
+
     @property
     def severity(self) -> float:
         """Fraction of wall time (0..1) the bursts held the target's interpreter, as

@@ -89,6 +89,9 @@ class GpuClockCap(GpuFault):
             "clock_max_before_mhz": f.get("before", {}).get("clock_max_sm_mhz"),
         }
 
+    #: what ``severity`` measures, with its unit (the dataset card lists it per fault type)
+    severity_unit = "ratio (max SM clock before / the cap)"
+
     @property
     def severity(self) -> float:
         """``clocks.max.sm`` before / cap (>= 1; NaN before ``probe``)."""

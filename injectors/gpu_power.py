@@ -89,6 +89,9 @@ class GpuPowerCap(GpuFault):
         f = self._facts or {}
         return {"gpu_index": self.gpu, "power_limit_w": self.power_w, "power_limit_before_w": f.get("before", {}).get("power_limit_w")}
 
+    #: what ``severity`` measures, with its unit (the dataset card lists it per fault type)
+    severity_unit = "ratio (power limit before / the cap)"
+
     @property
     def severity(self) -> float:
         """``power.limit`` before / cap (NaN before ``probe``)."""

@@ -282,6 +282,9 @@ class IoSlow(Injector):
         p.update({units[k]: v for k, v in self.caps.items()})
         return p
 
+    #: what ``severity`` measures, with its unit (the dataset card lists it per fault type)
+    severity_unit = "ratio (100 MB/s over the tightest bandwidth cap, or 10k IOPS over the tightest IOPS cap; the larger)"
+
     @property
     def severity(self) -> float:
         bps = [v for k, v in self.caps.items() if k.endswith("_bps")]

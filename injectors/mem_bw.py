@@ -74,6 +74,9 @@ class MemBw(Workers):
     def default_workers(self, cpus: list[int]) -> int:
         return min(len(cpus), 4)
 
+    #: what ``severity`` measures, with its unit (the dataset card lists it per fault type)
+    severity_unit = "count (memory-bandwidth workers)"
+
     @property
     def severity(self) -> float:
         return float(self.workers)

@@ -298,6 +298,9 @@ class NicSlow(Injector):
             p["peer"] = self.peer
         return p
 
+    #: what ``severity`` measures, with its unit (the dataset card lists it per fault type)
+    severity_unit = "score (1 Gbit/s over the rate cap + round-trip delay ms / 10 + loss %)"
+
     @property
     def severity(self) -> float:
         s = 1e9 / self.rate_bit_per_s if self.rate_bit_per_s else 0.0

@@ -156,6 +156,9 @@ class ProcessPause(Injector):
     def params(self) -> dict:
         return {"pid": self.pid, "pause_s": self.pause_s, "period_s": self.period_s}
 
+    #: what ``severity`` measures, with its unit (the dataset card lists it per fault type)
+    severity_unit = "fraction (0..1) of each period the target is stopped"
+
     @property
     def severity(self) -> float:
         return self.pause_s / self.period_s

@@ -8,7 +8,9 @@ Matching rule. A label matches an injection when
   ``end_ts``, e.g. a fault whose revert failed, counts as still in force), and
 - **component**: for a *localized* fault (cpu-contention, process-pause, gc-storm,
   gpu caps, io-slow, mem-bw, ...) the label names the rank the injection targets
-  (``target`` like ``"rank:1"``); when ``target`` names no rank (PIDs, a device)
+  (``target`` like ``"rank:1"``), or any rank of several (``"ranks:0,2"``, a workload
+  knob such as sequence-length imbalance, whose slowest rank changes from step to
+  step), and ``job`` too when those are every rank of the run; when ``target`` names no rank (PIDs, a device)
   any rank on the injection's ``node`` matches, and ``job`` too when that node runs
   every rank of the run. For a *job-wide* fault (``nic-slow``: an interface on a
   node, which every rank waits on at the collective) the label is the ``job`` label.
@@ -95,6 +97,21 @@ def target_rank(target) -> int | None:
     return int(m.group(1)) if m else None
 
 
+_RANKS_RE = re.compile(r"^\s*ranks:\s*(\d+(?:\s*,\s*\d+)*)\s*$", re.IGNORECASE)
+
+
+def target_ranks(target) -> list[int]:
+    """The ranks an injection ``target`` names: ``"rank:3"`` -> ``[3]``, ``"ranks:0,1,2"``
+    -> ``[0, 1, 2]`` (a workload knob on several ranks); ``[]`` when it names none."""
+    r = target_rank(target)
+    if r is not None:
+        return [r]
+    if target is None or (isinstance(target, float) and np.isnan(target)):
+        return []
+    m = _RANKS_RE.match(str(target))
+    return sorted({int(x) for x in m.group(1).split(",")}) if m else []
+
+
 def candidates(inj: dict, rank_nodes: dict[int, str], job_wide_types) -> tuple[set[str], str, str]:
     """Components a label may name to match injection ``inj``.
 
@@ -114,6 +131,12 @@ def candidates(inj: dict, rank_nodes: dict[int, str], job_wide_types) -> tuple[s
     r = target_rank(inj.get("target"))
     if r is not None:
         return {f"rank:{r}"}, f"rank:{r}", "rank"
+    several = target_ranks(inj.get("target"))
+    if several:
+        comps = {f"rank:{k}" for k in several}
+        if rank_nodes and set(rank_nodes) <= set(several):
+            return comps | {"job"}, "job", "job"
+        return comps, f"rank:{several[0]}", "rank"
     on_node = {f"rank:{k}" for k, v in rank_nodes.items() if v == node}
     comps = set(on_node)
     if on_node and len(on_node) == len(rank_nodes):

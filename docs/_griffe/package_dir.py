@@ -17,10 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def mapped_packages(root: Path = ROOT) -> dict[str, Path]:
-    """Each mapped subpackage's dotted name and folder, from pyproject.toml."""
+    """Each mapped subpackage's dotted name and folder, from pyproject.toml (a folder
+    without ``__init__.py`` is package data, e.g. ``faultlab.published``: no API)."""
     conf = tomllib.loads((root / "pyproject.toml").read_text())
     dirs = conf["tool"]["setuptools"]["package-dir"]
-    return {name: root / folder for name, folder in dirs.items() if "." in name}
+    return {name: root / folder for name, folder in dirs.items() if "." in name and (root / folder / "__init__.py").is_file()}
 
 
 def _visit_folder(name: str, folder: Path, parent: griffe.Module, loader: griffe.GriffeLoader) -> None:

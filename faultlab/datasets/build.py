@@ -36,7 +36,9 @@ import yaml
 
 from faultlab import safefs, schema, yamlsafe
 from faultlab.datasets import card, croissant, manifest
-from faultlab.datasets.layout import COLUMN_DOCS, FIX, TABLES, Dataset, open_output, part_path, read_build, read_croissant, read_splits
+from faultlab.datasets.layout import (COLUMN_DOCS, FIX, RUN_TABLES, TABLES, Dataset, open_output, part_path, read_build, read_croissant,
+                                     read_splits, table_schema)
+from faultlab.datasets.steplabels import step_labels, with_label_ids
 from faultlab.errors import BadInput
 from faultlab.labeler import LabelerConfig, label
 from faultlab.labeler.importers import import_path
@@ -110,7 +112,7 @@ def schema_doc() -> dict:
     return {
         "schema_version": schema.SCHEMA_VERSION,
         "tables": {t: [{"name": f.name, "type": str(f.type), "nullable": f.nullable, "description": COLUMN_DOCS.get(f.name, "")}
-                       for f in schema.TABLES[t]] for t in TABLES},
+                       for f in table_schema(t)] for t in TABLES},
         "units": "*_s: seconds; *_ts and t_start: unix time in seconds; slowdown: ratio; host metric units in the metric name",
     }
 
@@ -128,6 +130,9 @@ def _run_info(rd_path: Path, run, campaign: str | None) -> dict:
         else float(run.host["ts"].max() - run.host["ts"].min()) if run.host is not None and len(run.host) else 0.0,
         "fault_types": sorted(set(inj["fault_type"].astype(str))) if len(inj) else [],
         "n_faults": int(len(inj)), "n_labels": int(len(lab)), "labels_by_source": dict(src),
+        "n_workload_faults": int((inj["kind"].astype(str) == "workload").sum()) if len(inj) and "kind" in inj else 0,
+        "n_step_rows": int(len(steps)),
+        "host_metrics": sorted({str(m).split(":", 1)[0] for m in run.host["metric"].unique()}) if run.host is not None and len(run.host) else [],
         "faultlab": (run.meta or {}).get("faultlab"),
     }
 
@@ -156,25 +161,37 @@ class _Tree:
 
 
 def write_run(tree: _Tree, run) -> int:
-    """Write one run's four tables as ``data/<table>/run=<id>/part-0.parquet`` into
-    ``tree``; returns bytes written. Raises BadInput naming the table whose columns do
-    not fit, UntrustedPath for a run id that is not one plain name."""
+    """Write one run's tables (its four, the labels with their ``label_id``, and the
+    per-step labels, :mod:`faultlab.datasets.steplabels`) as
+    ``data/<table>/run=<id>/part-0.parquet`` into ``tree``; returns bytes written.
+    Raises BadInput naming the table whose columns do not fit, UntrustedPath for a run
+    id that is not one plain name."""
     total = 0
-    for t in TABLES:
-        df = getattr(run, t)
-        if df is None:
-            df = schema.empty(t)
-        df = df.copy()
+    frames = {t: (schema.empty(t) if getattr(run, t) is None else getattr(run, t)).copy() for t in RUN_TABLES}
+    for t in RUN_TABLES:
         if "run_id" in schema.TABLES[t].names:
-            df["run_id"] = run.run_id
+            frames[t]["run_id"] = run.run_id
+    frames["labels"] = with_label_ids(frames["labels"], run.run_id)
+    frames["step_labels"] = step_labels(frames["steps"], frames["labels"], run.run_id)
+    for t in TABLES:
+        df = frames[t]
         try:
-            tbl = schema.to_table(t, df)
+            tbl = schema.to_table(t, df) if t in schema.TABLES and t != "labels" else _to_table(table_schema(t), df)
         except (ValueError, TypeError) as e:
             raise BadInput(f"run {run.run_id}: {t} does not fit faultlab.schema ({e})", field=t) from None
         buf = pa.BufferOutputStream()
         pq.write_table(tbl, buf, compression="zstd")
         total += tree.put(part_path(Path(), t, run.run_id).as_posix(), buf.getvalue().to_pybytes())
     return total
+
+
+def _to_table(sch: pa.Schema, df: pd.DataFrame) -> pa.Table:
+    """``df`` as an Arrow table of ``sch`` (its columns, cast). Raises ValueError naming
+    a missing column."""
+    missing = [f.name for f in sch if f.name not in df.columns]
+    if missing:
+        raise ValueError(f"missing column(s) {', '.join(missing)}")
+    return pa.Table.from_pandas(df[[f.name for f in sch]], schema=sch, preserve_index=False)
 
 
 def _check_replaceable(final: Path) -> None:
@@ -349,7 +366,8 @@ def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: 
     cfg = _labeler_config()
     meta = card.card_meta(name, infos, split, labeler=cfg, description=description, license=license, source_note=source_note, relabeled=relabel)
     tree.put("README.md", card.render(meta))
-    tree.put("croissant.json", json.dumps(croissant.build(meta), indent=1))
+    tree.put("CITATION.cff", card.citation_cff(meta))
+    tree.put("croissant.json", json.dumps(croissant.build(meta, tree.digests), indent=1))
     tree.put(manifest.NAME, manifest.text(tree.digests))
 
 

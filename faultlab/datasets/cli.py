@@ -1,4 +1,4 @@
-"""``faultlab dataset build|relabel|verify|info|export`` (registered in faultlab/cli.py)."""
+"""``faultlab dataset build|relabel|verify|info|export|list`` (registered in faultlab/cli.py)."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ def info_table(info: dict) -> Table:
 @app.command("export")
 def export_cmd(
     dataset: Path = typer.Argument(..., help="a dataset folder"),
-    fmt: str = typer.Option("timeeval", "--format", help="timeeval (CSV per rank + datasets.csv index)"),
+    fmt: str = typer.Option("timeeval", "--format", help="timeeval (a train file, a test CSV per rank of each test run, datasets.csv) or tsb-ad (one CSV per run and rank named as TSB-AD names its files, File-List.csv)"),
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="output folder (default DATASET-FORMAT beside it)"),
 ):
     """Export a dataset for another toolkit."""
@@ -196,6 +196,24 @@ def export_cmd(
     except OSError as e:
         _fail(_os_error(e, dest, "--out"))
     out.print(f"{idx}", markup=False)
+
+
+@app.command("list")
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="a JSON list of {name, path, root, shadowed}")):
+    """The published datasets faultlab finds by name ($FAULTLAB_DATASETS, else the
+    installed package's data, then ./datasets); `faultlab score --dataset NAME` takes
+    each name."""
+    from faultlab.datasets.registry import list_datasets, roots
+
+    found = list_datasets()
+    if as_json:
+        print(json.dumps(found, indent=2))
+        return
+    if not found:
+        out.print(f"no datasets found (looked in {', '.join(map(str, roots()))})", markup=False)
+        return
+    for d in found:
+        out.print(f"{d['name']}\t{d['path']}{'  (shadowed by an earlier folder)' if d['shadowed'] else ''}", markup=False)
 
 
 def register(root: typer.Typer) -> None:

@@ -10,7 +10,9 @@
       runs.json            per run: run_id, meta.json fields, fault types, label counts
       build.json           the card texts and split settings it was built with (for relabel)
       MANIFEST.sha256      sha256sum lines of every other file
-      data/<table>/run=<run_id>/part-0.parquet   table in steps, host, injections, labels
+      CITATION.cff         how to cite it (Citation File Format 1.2)
+      data/<table>/run=<run_id>/part-0.parquet   table in steps, host, injections, labels,
+                           step_labels (is_straggler per rank and step, faultlab.datasets.steplabels)
       campaign/            the campaign and scenario files that made it
 """
 
@@ -24,10 +26,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from faultlab import safefs, schema
+from faultlab.datasets import registry
+from faultlab.datasets.steplabels import DATASET_LABELS, STEP_LABELS
 from faultlab.errors import BadInput
 from faultlab.rundata import RunData
 
-TABLES = ("steps", "host", "injections", "labels")
+TABLES = ("steps", "host", "injections", "labels", "step_labels")
+#: the tables of a run (faultlab.rundata.RunData); step_labels derive from steps and labels
+RUN_TABLES = ("steps", "host", "injections", "labels")
+
+
+def table_schema(table: str) -> pa.Schema:
+    """The Arrow schema of a dataset table: faultlab.schema's, the labels with their
+    ``label_id``, and ``step_labels`` (faultlab.datasets.steplabels)."""
+    if table == "labels":
+        return DATASET_LABELS
+    if table == "step_labels":
+        return STEP_LABELS
+    return schema.TABLES[table]
 SPLITS = ("train", "test")
 
 #: per table column, its meaning and unit (schema.json, the card and croissant.json)
@@ -48,13 +64,14 @@ COLUMN_DOCS = {
     "metric": "metric name, unit in the name (cpu_util_pct, net_tx_bytes_per_s, tcp_rtt_ms:n2 ...)",
     "value": "metric value, in the unit its name gives",
     "fault_id": "identifier of the injected fault",
-    "fault_type": "fault type (nic-slow, cpu-contention, process-pause, io-slow, mem-bw, gc-storm, ...)",
-    "target": "what on the node was hit (interface, rank, PIDs)",
+    "fault_type": "fault type (nic-slow, cpu-contention, process-pause, io-slow, mem-bw, gc-storm, ...; seq-imbalance, gc-uncoordinated, stage-imbalance, slow-shard for workload knobs)",
+    "target": "what on the node was hit (interface, rank:N, PIDs; ranks:0,1,2,3 for a workload knob on several ranks)",
     "start_ts": "unix time (s) the interval began",
     "end_ts": "unix time (s) the interval ended",
     "params": "fault parameters, JSON with units in the keys",
     "severity": "type-specific severity of the fault",
-    "status": "how the fault ended: reverted | expired | revert-failed",
+    "kind": "injected (a fault injector) | workload (a straggler knob of the workload: seq-imbalance, gc-uncoordinated, gc-planned, stage-imbalance, slow-shard)",
+    "status": "how the fault ended: reverted | expired | revert-failed | run-end (a workload knob in force to the end of the run)",
     "verified": "the measured check said the fault was in force",
     "evidence": "JSON: the measurements behind the row",
     "component": "what was slowed: rank:N, node:NAME or job",
@@ -66,6 +83,8 @@ COLUMN_DOCS = {
     "confidence": "labeler confidence, 0..1",
     "source": "injected (matches a fault) | observed (no fault) | injected-unmanifested (a fault that slowed nothing)",
     "cause": "fault type or inferred cause, or unknown",
+    "label_id": "the label's id, RUN_ID#K (K: its row in the run's labels, in start order)",
+    "is_straggler": "an effect label (injected or observed) of this rank or of the job covers the step's start",
 }
 
 
@@ -179,16 +198,22 @@ def read_croissant(path: Path) -> dict:
 
 
 class Dataset:
-    """A dataset folder at ``path``.
+    """A dataset folder at ``path``, or the published dataset of that name
+    (:func:`faultlab.datasets.registry.find`: ``$FAULTLAB_DATASETS``, else the
+    installed package's data, then ``./datasets``).
 
-    Raises BadInput (field ``--dataset``) when the folder has no ``splits.json``, and
-    naming the file when it is malformed (:func:`read_splits`)."""
+    Raises BadInput (field ``--dataset``) when the folder has no ``splits.json`` and
+    no published dataset has that name, and naming the file when it is malformed
+    (:func:`read_splits`)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         if not (self.path / "splits.json").is_file():
-            raise BadInput(f"{self.path} is not a faultlab dataset (no splits.json)", field="--dataset",
-                           fix="give a folder written by faultlab dataset build")
+            if len(self.path.parts) == 1 and not self.path.exists():
+                self.path = registry.find(self.path)
+            else:
+                raise BadInput(f"{self.path} is not a faultlab dataset (no splits.json)", field="--dataset",
+                               fix="give a folder written by faultlab dataset build")
         sp = read_splits(self.path)
         self.splits = {s: list(sp[s]) for s in SPLITS}
         self.seed = sp.get("seed")
@@ -216,7 +241,7 @@ class Dataset:
         """The :class:`faultlab.rundata.RunData` of one run. Raises BadInput naming
         the file that is missing or cannot be read."""
         frames = {}
-        for t in TABLES:
+        for t in RUN_TABLES:
             p = part_path(self.path, t, run_id)
             if not p.is_file():
                 if t == "host":

@@ -13,13 +13,12 @@ test suite can score it on a published dataset::
 are cached per session. The dataset's files are first checked against its
 ``MANIFEST.sha256`` (a changed or missing file raises BadInput naming it);
 ``verify=False`` scores it as it is. ``dataset`` is a folder, or a name looked up in
-``--faultlab-datasets DIR``, ``$FAULTLAB_DATASETS``, ``./datasets`` and the
-``datasets/`` of the faultlab checkout, in that order.
+``--faultlab-datasets DIR``, then as :mod:`faultlab.datasets.registry` finds it
+(``$FAULTLAB_DATASETS``, else the installed package's data, then ``./datasets``).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -32,18 +31,16 @@ def pytest_addoption(parser):
 def find_dataset(name: str, extra: str | None = None) -> Path:
     """The folder of dataset ``name`` (see the module docstring). Raises
     FileNotFoundError listing where it looked."""
-    p = Path(name)
-    if (p / "splits.json").is_file():
-        return p
-    roots = [extra, os.environ.get("FAULTLAB_DATASETS"), "datasets", str(Path(__file__).resolve().parents[2] / "datasets")]
-    tried = []
-    for r in roots:
-        if r:
-            q = Path(r) / name
-            tried.append(str(q))
-            if (q / "splits.json").is_file():
-                return q
-    raise FileNotFoundError(f"dataset {name!r} not found (looked in {', '.join(tried)})")
+    # lazy: pytest loads this plugin in every session; the datasets package only when a test scores
+    from faultlab.datasets.registry import find
+    from faultlab.errors import BadInput
+
+    if extra and (Path(extra) / name / "splits.json").is_file():
+        return Path(extra) / name
+    try:
+        return find(name)
+    except BadInput as e:
+        raise FileNotFoundError(f"{e}{f' (and in {extra})' if extra else ''}") from None
 
 
 def require(result, metric: str, floor: float) -> None:

@@ -58,6 +58,31 @@ import psutil
 from faultlab.telemetry import tcpstats
 from faultlab.telemetry.gpumetrics import NvmlReader
 
+#: every host metric base name this sampler (and tcpstats, gpumetrics) writes: its unit
+#: and meaning (the dataset card lists them; the module docstring says how each is read)
+HOST_METRICS = {
+    "cpu_util_pct": ("percent (0..100)", "host-wide CPU utilisation over all CPUs"),
+    "proc_cpu_util_pct": ("percent of one CPU (may exceed 100)", "CPU used by the node's processes"),
+    "proc_rss_bytes": ("bytes", "resident memory of the node's processes"),
+    "proc_run_delay_s_per_s": ("s/s", "time the node's threads were runnable but not running (CPU wait, CFS throttling)"),
+    "net_rx_bytes_per_s": ("bytes/s", "received on the node's non-loopback interfaces"),
+    "net_tx_bytes_per_s": ("bytes/s", "sent on the node's non-loopback interfaces"),
+    "tcp_conns": ("count", "established TCP connections to the peer node (:PEER)"),
+    "tcp_rtt_ms": ("ms", "smoothed TCP round-trip time to the peer node (:PEER)"),
+    "tcp_rttvar_ms": ("ms", "TCP round-trip time variation to the peer node (:PEER)"),
+    "tcp_cwnd_segs": ("segments", "TCP congestion window to the peer node (:PEER)"),
+    "tcp_delivery_rate_bytes_per_s": ("bytes/s", "TCP delivery rate to the peer node (:PEER)"),
+    "tcp_tx_bytes_per_s": ("bytes/s", "TCP bytes sent to the peer node (:PEER)"),
+    "tcp_rx_bytes_per_s": ("bytes/s", "TCP bytes received from the peer node (:PEER)"),
+    "tcp_retrans_total": ("segments", "TCP retransmissions so far to the peer node (:PEER)"),
+    "tcp_retrans_per_s": ("segments/s", "TCP retransmissions (per peer with :PEER, else the node's)"),
+    "gpu_sm_clock_mhz": ("MHz", "SM clock of GPU :G"),
+    "gpu_power_w": ("W", "power draw of GPU :G"),
+    "gpu_util_pct": ("percent (0..100)", "utilisation of GPU :G"),
+    "gpu_mem_used_bytes": ("bytes", "memory used on GPU :G"),
+    "gpu_temp_c": ("degrees C", "temperature of GPU :G"),
+    "gpu_throttle_reasons": ("bitmask (NVML)", "clock throttle reasons of GPU :G"),
+}
 METRICS = ("cpu_util_pct", "proc_cpu_util_pct", "proc_rss_bytes", "proc_run_delay_s_per_s", "net_rx_bytes_per_s",
            "net_tx_bytes_per_s")
 

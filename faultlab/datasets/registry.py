@@ -1,0 +1,92 @@
+"""Finding published datasets by name: ``faultlab dataset list``, ``faultlab score
+--dataset NAME`` and the pytest plugin's ``faultlab_score(det, NAME)``.
+
+Where: the folders of ``$FAULTLAB_DATASETS`` (``os.pathsep``-separated) when it is set;
+otherwise the installed package's data (the import package ``faultlab.published``,
+which is the checkout's ``datasets/`` folder: the published datasets ship inside the
+faultlab wheel as package data), then ``./datasets``. The first folder holding
+``NAME/splits.json`` wins.
+
+Package data, not a separate ``faultlab-datasets`` wheel: one ``pip install faultlab``
+gives the scorer and the data it scores on, at the versions that belong together
+(a relabel with a new labeler ships with that labeler), and the datasets are small
+(Parquet with zstd; the card says each one's size). Should they outgrow a wheel, the
+same import package ``faultlab.published`` can move into a wheel of its own and every
+lookup here stays as it is.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import faultlab
+from faultlab.errors import BadInput
+
+#: the import package whose folder holds the published datasets (package data)
+PACKAGE = "faultlab.published"
+
+
+def package_dir() -> Path | None:
+    """The folder of the installed ``faultlab.published`` package data: found by import
+    (a wheel install puts it in ``faultlab/published/``), else, for faultlab run from a
+    checkout (an editable install, whose finder maps no data folder under a package),
+    the checkout's ``datasets/``; None without either."""
+    try:
+        spec = importlib.util.find_spec(PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    locs = list(spec.submodule_search_locations or []) if spec else []
+    if locs:
+        return Path(locs[0])
+    checkout = Path(faultlab.__file__).resolve().parents[1]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "datasets").is_dir():
+        return checkout / "datasets"
+    return None
+
+
+def roots() -> list[Path]:
+    """The folders searched for datasets by name, in order (the module docstring)."""
+    env = os.environ.get("FAULTLAB_DATASETS")
+    if env:
+        return [Path(p) for p in env.split(os.pathsep) if p]
+    pkg = package_dir()
+    return ([pkg] if pkg else []) + [Path("datasets")]
+
+
+def is_dataset(path: Path) -> bool:
+    return (Path(path) / "splits.json").is_file()
+
+
+def find(name: str | os.PathLike) -> Path:
+    """The folder of dataset ``name``: ``name`` itself when it is a dataset folder, else
+    ``ROOT/name`` in the first of :func:`roots` that has it. Raises BadInput (field
+    ``--dataset``) naming every folder looked in."""
+    p = Path(name)
+    if is_dataset(p):
+        return p
+    tried = []
+    if len(p.parts) == 1 and not str(name).startswith("."):
+        for r in roots():
+            tried.append(str(r / p))
+            if is_dataset(r / p):
+                return r / p
+    where = f"looked in {', '.join(tried)}" if tried else "it is not a dataset folder"
+    raise BadInput(f"dataset {str(name)!r} not found ({where})", field="--dataset",
+                   fix="give a dataset folder, or a name from faultlab dataset list (set FAULTLAB_DATASETS to add folders)")
+
+
+def list_datasets() -> list[dict]:
+    """Every dataset found in :func:`roots`: ``name``, ``path``, ``root`` (the first of a
+    name shadows later ones, which are listed with ``shadowed`` true)."""
+    seen: set[str] = set()
+    out = []
+    for r in roots():
+        if not r.is_dir():
+            continue
+        for d in sorted(r.iterdir()):
+            if d.is_dir() and is_dataset(d):
+                out.append({"name": d.name, "path": str(d), "root": str(r), "shadowed": d.name in seen})
+                seen.add(d.name)
+    return out
