@@ -55,6 +55,7 @@ from faultlab.injectors.registry import option_help, params_by_option
 from faultlab.nodes import LocalNode
 from faultlab.units import parse_duration
 from faultlab.yamlsafe import DuplicateKey, compose as compose_yaml, load as load_yaml
+from faultlab.yamlloc import fmt_loc, line_of
 
 
 def param_options() -> dict[str, str]:
@@ -597,7 +598,7 @@ class DrawnError(BadInput):
             loc = loc + ctx.loc
         self.loc = _campaign_loc(loc, data)
         self.message = f"{err['msg'].removeprefix('Value error, ')} (in the drawn run {data['name']})"
-        super().__init__(self.message, field=_fmt_loc(self.loc), fix=pydantic_fix(err, "see `faultlab scenario schema --campaign`"))
+        super().__init__(self.message, field=fmt_loc(self.loc), fix=pydantic_fix(err, "see `faultlab scenario schema --campaign`"))
 
 
 def _campaign_loc(loc: tuple, data: dict) -> tuple:
@@ -687,38 +688,6 @@ def _draw(rng: random.Random, d):
     return d
 
 
-# -- loading with file and line in errors ----------------------------------------------
-
-
-def _line_of(root: yaml.Node | None, loc: tuple) -> int | None:
-    """The 1-based line of the YAML node at ``loc`` (pydantic's error location)."""
-    node, line = root, (root.start_mark.line + 1 if root is not None else None)
-    for key in loc:
-        if isinstance(node, yaml.MappingNode):
-            nxt = None
-            for k, v in node.value:
-                if k.value == str(key):
-                    nxt = v
-                    line = k.start_mark.line + 1
-                    break
-            if nxt is None:
-                break
-            node = nxt
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            node = node.value[key]
-            line = node.start_mark.line + 1
-        else:
-            break
-    return line
-
-
-def _fmt_loc(loc: tuple) -> str:
-    out = ""
-    for k in loc:
-        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
-    return out
-
-
 def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto", nodes: list[str] | None = None) -> Scenario | Campaign:
     """Read and validate a scenario or campaign file (``auto``: a file with ``runs``
     is a campaign). Raises BadInput ``FILE:LINE: FIELD: what (fix)`` on the first
@@ -761,8 +730,8 @@ def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto
             try:
                 sc.scenarios(nodes)
             except DrawnError as d:
-                line = _line_of(root, d.loc)
-                raise BadInput(d.message, field=f"{p}:{line}: {_fmt_loc(d.loc)}" if line else f"{p}: {_fmt_loc(d.loc)}", fix=d.fix) from None
+                line = line_of(root, d.loc)
+                raise BadInput(d.message, field=f"{p}:{line}: {fmt_loc(d.loc)}" if line else f"{p}: {fmt_loc(d.loc)}", fix=d.fix) from None
         return sc
     except ValidationError as e:
         err = e.errors()[0]
@@ -771,8 +740,8 @@ def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto
         ctx = err.get("ctx", {}).get("error")
         if isinstance(ctx, _FieldError):
             loc = loc + ctx.loc
-        line = _line_of(root, loc)
-        field = _fmt_loc(loc) or "(top)"
+        line = line_of(root, loc)
+        field = fmt_loc(loc) or "(top)"
         fix = pydantic_fix(err, "see `faultlab scenario schema`")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
