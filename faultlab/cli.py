@@ -328,7 +328,8 @@ def demo(
         extras.require(backend)  # before the demo's modules load: one line, at once
         from faultlab.demo import run_demo
 
-        code = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), console=cliopts.progress_console(quiet, out), backend=backend)
+        code = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), console=cliopts.progress_console(quiet, out), backend=backend,
+                        result=out)
     except FaultlabError as e:
         _fail(e)
     raise typer.Exit(code)

@@ -58,11 +58,13 @@ def demo_scenario(n_nodes: int, duration_s: float, root: bool, backend: str = "n
     })
 
 
-def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 60.0, console: Console | None = None, backend: str = "netns") -> int:
+def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 60.0, console: Console | None = None, backend: str = "netns",
+             result: Console | None = None) -> int:
     """Run the demo; returns the process exit code (0 when every stage worked).
 
     ``duration_s`` is the training time in seconds (the faults are placed at fixed
-    fractions of it). Raises FaultlabError for a failed stage (after teardown).
+    fractions of it). ``result``: where the closing line (the run's report) is
+    printed, ``console`` when None (``--quiet`` silences ``console`` only). Raises FaultlabError for a failed stage (after teardown).
     """
     con = console or Console()
     if n_nodes < 2:
@@ -86,10 +88,10 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
             return res.code
         if res.failed_faults:
             raise FaultlabError("; ".join(res.failed_faults), field="faults")
-        return _analyse(res.rundir, con, t_wall, prog)
+        return _analyse(res.rundir, con, t_wall, prog, result or con)
 
 
-def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress) -> int:
+def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress, result: Console) -> int:
     steps = rd.read_table("steps")
     host = rd.read_table("host")
     inj = rd.read_table("injections")
@@ -138,7 +140,7 @@ def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress) -> int:
     con.print(f"window = one component ({', '.join(comps)}) x 10 s cell: {len(comps)} x {int(-(-span // 10))} cells; MCC near 0 is chance "
               "(random) or no information (constant alarms every cell); event P/R count each alarm and label once, no point-adjust.")
     con.print(f"files in {rd.path}: steps, host, injections, labels, alarms (.parquet); whatif.json, metrics.json, meta.json, scenario.yaml, events.jsonl, telemetry/, logs/")
-    con.print(f"report: {report}   (open it in a browser; {time.time() - t_wall:.0f}s in all)", markup=False)
+    result.print(f"report: {report}   (open it in a browser; {time.time() - t_wall:.0f}s in all)", markup=False)
     return 0
 
 

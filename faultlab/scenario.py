@@ -644,8 +644,10 @@ def _check_draws(fault_type: str, params: dict, duration_s: float) -> None:
             param = next((k for k, o in known.items() if o == (e.field or "")), None)
             where = ("types", fault_type, "params", param) if param else ("types", fault_type, "params")
             msg = scenario_words(str(e).split(": ", 1)[-1])
-            if param and param not in ps:
-                msg = f"{fault_type} needs {param}, and none is drawn (add {param}: [VALUE] to types.{fault_type}.params)"
+            if param and param not in ps:  # the injector's alternatives, when it has several (rate, delay or loss)
+                alt = msg[msg.index("(give "):].strip("() ") if "(give " in msg else ""
+                msg = (f"{fault_type} needs {alt.removeprefix('give ')}, and none is drawn (add one to types.{fault_type}.params, e.g. {param}: [VALUE])"
+                       if alt else f"{fault_type} needs {param}, and none is drawn (add {param}: [VALUE] to types.{fault_type}.params)")
             raise _FieldError(where, msg) from None
 
 

@@ -30,7 +30,7 @@ from faultlab.injectors.gpu_clock import GpuClockCap
 from faultlab.injectors.gpu_power import GpuPowerCap
 from faultlab.injectors.cpu_stress import CpuStress
 
-# Types of DESIGN.md not built yet: refused with a clear message, never silently ignored.
+# Fault types the project design names but faultlab does not build yet: refused with a clear message, never silently ignored.
 PLANNED_TYPES: tuple[str, ...] = ()
 
 

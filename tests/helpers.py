@@ -317,3 +317,25 @@ def as_nobody(argv: list[str], env: dict, timeout: float = 60) -> subprocess.Com
 def nobody_env(d: Path) -> dict:
     """The environment of a faultlab run as nobody whose lease and state folders are under ``d``."""
     return {"FAULTLAB_LEASE_DIR": str(d / "leases"), "FAULTLAB_STATE_DIR": str(d), "HOME": str(d), "PATH": os.environ["PATH"]}
+
+
+def ratio_plugin(name: str, ratio: float) -> str:
+    """The source of a plugin module whose detector class ``Slow`` (``name``) alarms a
+    rank whose peer ratio stays over ``ratio`` (default) for 3 steps: a detector
+    package the plugin and leaderboard tests install or import by ``module:Class``."""
+    return f'''
+from faultlab.scoring.detectors import Detector, alarms_from_steps, step_frame
+
+
+class Slow(Detector):
+    name = "{name}"
+
+    def __init__(self, ratio={ratio}):
+        self.ratio = float(ratio)
+
+    def detect(self, steps, host=None):
+        f = step_frame(steps)
+        f["stat"] = f["peer_ratio"]
+        f["hot"] = f["peer_ratio"] > self.ratio
+        return alarms_from_steps(f, 3)
+'''

@@ -1,4 +1,4 @@
-"""The dataset folder layout (DESIGN.md "Scoring metrics"), and reading it run by run.
+"""The dataset folder layout (docs/datasets.md), and reading it run by run.
 
 ::
 

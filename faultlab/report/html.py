@@ -309,7 +309,7 @@ def render_collection(p: Path, runs: list[Path]) -> str:
         rows, source = pooled_scores(per_run), f"mean of {len(per_run)} runs' metrics.json, bootstrap 95% CI over runs"
     else:
         rows = []
-        source = (f"no scores file: score it with faultlab score --dataset {p} --detector NAME --out {p / 'scores.json'}" if dataset
+        source = (f"no scores file: score it with faultlab score --dataset {p} --detector NAME --out {p.parent / f'scores-{p.name}.json'}" if dataset
                   else "no run here holds metrics.json (faultlab demo and faultlab score write it)")
     legend = [{"name": t, "color": plots.FAULT_COLORS.get(t, "#999999"), "what": "fault window (shaded)"} for t in sorted(types)]
     legend += [{"name": f"label: {k}", "color": v, "what": "label (mark along the bottom)"} for k, v in plots.SOURCE_COLORS.items()]

@@ -1,5 +1,5 @@
 """Score detector alarms against labels, one run at a time. Every metric is reported;
-none hides another (DESIGN.md "Scoring metrics").
+none hides another (docs/evaluation.md).
 
 Inputs: ``alarms`` (faultlab.schema.ALARMS: component, start_ts, end_ts [unix s],
 score; in replay mode also ``raised_ts``, the replay clock when the alarm was first

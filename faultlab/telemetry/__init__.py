@@ -1,4 +1,4 @@
-"""Telemetry from the nodes a job runs on (DESIGN.md "Layout").
+"""Telemetry from the nodes a job runs on (docs/architecture.md).
 
 - :mod:`~faultlab.telemetry.hostsampler`: per-node CPU, RSS and NIC byte rates from
   ``/proc/<pid>`` plus the two below, sampled every ``interval_s`` seconds into the

@@ -112,3 +112,18 @@ def test_nic_rx_and_tx_are_drawn_apart():
                                        ("latency_median_s", "latency median (s)"), ("n_runs", "n_runs")])
 def test_metric_titles_name_level_unit_and_inflation(key, title):
     assert metric_title(key) == title
+
+
+def test_leaderboard_page_fits_and_titles_every_axis(tmp_path, shots):
+    """``faultlab leaderboard --out``'s page as the reports: its tables in scroll boxes
+    with the detector column sticky, each CI plot's axes titled, the legend's marks as
+    code, not backticks."""
+    from faultlab.scoring.leaderboard import compute, html
+
+    board = compute.build([HW], ["arrival-late", "peer-median", "constant"], split="test")
+    page = tmp_path / "leaderboard.html"
+    page.write_text(html.html(board))
+    seen = check_layout(page, WIDTHS, shots, "leaderboard")
+    text = seen[1024]["text"]
+    assert "#1 arrival-late" in text and "`" not in text
+    assert "window-level MCC" in seen[1024]["plots"][0]["axes"]

@@ -21,7 +21,7 @@ from faultlab.scoring.api import score_runs
 from faultlab.scoring.leaderboard.compute import rank
 from faultlab.scoring.leaderboard.paired import paired_difference
 from faultlab.scoring.metrics import COUNT_KEYS
-from tests.helpers import fl, one_line_error
+from tests.helpers import fl, one_line_error, ratio_plugin
 
 
 @pytest.fixture(scope="module")
@@ -73,22 +73,7 @@ def test_paired_bootstrap_sees_a_difference_the_two_separate_intervals_hide():
 
 # -- the leaderboard through the CLI --------------------------------------------------------
 
-PLUGIN = '''
-from faultlab.scoring.detectors import Detector, alarms_from_steps, step_frame
-
-
-class Slow(Detector):
-    name = "tmp-board-slow"
-
-    def __init__(self, ratio=1.3):
-        self.ratio = float(ratio)
-
-    def detect(self, steps, host=None):
-        f = step_frame(steps)
-        f["stat"] = f["peer_ratio"]
-        f["hot"] = f["peer_ratio"] > self.ratio
-        return alarms_from_steps(f, 3)
-'''
+PLUGIN = ratio_plugin("tmp-board-slow", 1.3)
 
 
 @pytest.fixture(scope="module")

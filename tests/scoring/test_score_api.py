@@ -22,7 +22,7 @@ from faultlab.scoring import Detector, replay, score_runs
 from faultlab.scoring.detectors import as_alarms, empty_alarms
 from faultlab.scoring.lookup import load_detector
 from faultlab.rundata import iter_run_dirs, read_run_dir
-from tests.helpers import REPO, fl
+from tests.helpers import REPO, fl, ratio_plugin
 
 PY = sys.executable
 
@@ -325,23 +325,7 @@ def test_gate_fails_on_a_worse_threshold_passes_on_itself_and_on_improvement(run
 
 # -- plugins --------------------------------------------------------------------------------
 
-PLUGIN = '''
-import pandas as pd
-from faultlab.scoring.detectors import Detector, alarms_from_steps, step_frame
-
-
-class Slow(Detector):
-    name = "tmp-slow"
-
-    def __init__(self, ratio=1.4):
-        self.ratio = float(ratio)
-
-    def detect(self, steps, host=None):
-        f = step_frame(steps)
-        f["stat"] = f["peer_ratio"]
-        f["hot"] = f["peer_ratio"] > self.ratio
-        return alarms_from_steps(f, 3)
-'''
+PLUGIN = ratio_plugin("tmp-slow", 1.4)
 
 
 def test_module_class_without_installing(runs, tmp_path):

@@ -43,7 +43,7 @@ def leaderboard_cmd(
     seed: int = typer.Option(0, "--seed", help="seed of the bootstrap"),
     out: Optional[Path] = typer.Option(None, "--out", help="folder to write leaderboard.md, leaderboard.json (the scores file) and leaderboard.html into"),
     as_json: bool = typer.Option(False, "--json", help="print leaderboard.json instead of the tables"),
-    brief: bool = typer.Option(False, "--brief", help="print one short table of every dataset (window MCC, the paired mark, event F1), as in the README"),
+    brief: bool = typer.Option(False, "--brief", help="print one short table of every dataset (rank, window MCC with its CI, the paired mark), as in the README"),
     verify: Optional[Path] = typer.Option(None, "--verify", help="a submitted leaderboard.json: re-score it with its own detectors and settings (the other options are not used); exit 1 naming the first number that differs"),
 ):
     """Rank detectors on datasets: window MCC (ranks), event F1, VUS-PR, Acc@1,
