@@ -5,6 +5,7 @@ host (``lease``) and of ssh nodes (``lease_remote``)."""
 from __future__ import annotations
 
 import errno
+import math
 import re
 
 from faultlab.errors import NodeError
@@ -46,8 +47,8 @@ def valid_record(rec, name: str | None = None) -> str | None:
     if name is not None and name != f"{fid}.json":
         return f"its fault_id {fid} does not match its file name"
     dl = rec.get("deadline_ts")
-    if not isinstance(dl, (int, float)) or isinstance(dl, bool):
-        return "no numeric deadline_ts"
+    if not _finite(dl):
+        return "no numeric deadline_ts (a finite number of unix seconds)"
     rv = rec.get("revert", [])
     if not isinstance(rv, list) or not all(isinstance(x, str) for x in rv):
         return "revert is not a list of command lines"
@@ -55,6 +56,17 @@ def valid_record(rec, name: str | None = None) -> str | None:
         if rec.get(k) is not None and not isinstance(rec.get(k), str):
             return f"{k} is not a string"
     ts = rec.get("created_ts")  # records are sorted by it
-    if ts is not None and (not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts != ts):
+    if ts is not None and not _finite(ts):
         return "created_ts is not a number"
     return None
+
+
+def _finite(x) -> bool:
+    """Whether ``x`` is a JSON number a float can hold: not a bool, not NaN or
+    infinite, and not an integer too large for a float (``10**400`` is valid JSON)."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:
+        return False

@@ -159,13 +159,26 @@ def _watchdog(pid: int) -> Watchdog | None:
         return None
     if int(stat[3]) != pid:  # not the session leader: a subshell of the watchdog
         return None
-    uid = next((int(ln.split()[2]) for ln in status.splitlines() if ln.startswith("Uid:")), -1)
+    uid = _owner(status)
     folder = None
     try:
         folder = os.readlink(p / "fd" / fdn)
     except OSError:
         pass
     return Watchdog(pid, uid, fid, int(dl), lines, stat[19], folder, _controller_of(p), _same_namespaces(pid))
+
+
+def _owner(status: str) -> int:
+    """The uid a process runs for, from its ``/proc/PID/status``: its real uid (the
+    user who started it). A setuid-root program another user starts (``chsh``,
+    ``passwd``) runs with effective uid 0, but it is that user's process: named like
+    a watchdog, it is that user's look-alike, never root's record-less watchdog. -1
+    when the line is missing or malformed."""
+    for ln in status.splitlines():
+        if ln.startswith("Uid:"):
+            f = ln.split()
+            return int(f[1]) if len(f) >= 3 and f[1].isdigit() else -1
+    return -1
 
 
 def _same_namespaces(pid: int) -> bool:

@@ -34,7 +34,6 @@ import ipaddress
 import os
 import re
 import secrets
-import shutil
 import socket
 import subprocess
 import tarfile
@@ -272,8 +271,18 @@ class DockerTestbed:
         return self._forget(errors)
 
     def _forget(self, errors: list[str]) -> list[str]:
+        """Remove the testbed's folder and state file once its containers and network
+        are gone. The folder holds the nodes' work folders, which a node's root fills
+        as it likes (a tree thousands of folders deep, FIFOs, setuid files): GNU ``rm``
+        removes any depth without following links (``shutil.rmtree`` recurses and
+        fails past Python's recursion limit), and a folder it cannot remove is an error
+        line, never a traceback; the state file stays then, so ``recover`` tries again."""
+        if not errors and self.folder.exists():
+            cp = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(self.folder)], stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, timeout=300)
+            if cp.returncode != 0 or self.folder.exists():
+                errors.append(f"folder {self.folder}: rm exited {cp.returncode}: {' '.join(cp.stderr.split())[:200]}")
         if not errors:
-            shutil.rmtree(self.folder, ignore_errors=True)
             self._state_path().unlink(missing_ok=True)
         return errors
 

@@ -172,9 +172,10 @@ def load_detector(name: str, **params) -> Detector:
         a value it refuses (NaN, or a TypeError/ValueError of its constructor);
         FaultlabError when its constructor raises anything else.
     """
-    det = _instantiate(detector_class(name), name, params)
-    if not callable(getattr(det, "detect", None)):
+    cls = detector_class(name)
+    if not callable(getattr(cls, "detect", None)):  # checked before anything named is constructed
         raise BadInput(f"{name!r} has no detect(steps, host) method", field="detector")
+    det = _instantiate(cls, name, params)
     if not getattr(det, "name", None) or det.name == Detector.name:
         try:
             det.name = name

@@ -329,3 +329,57 @@ def test_a_look_alike_holding_a_system_folder_gets_no_advice_to_change_it(held, 
         assert f"process {holder.pid} (uid {LOOKALIKE_UID})" in st.stderr and "look-alike" in st.stderr
     finally:
         _end(holder)
+
+
+_SETUID_LOOK_ALIKE = r"""
+import fcntl, os, sys, time
+r, w = os.pipe()
+fcntl.fcntl(w, fcntl.F_SETFL, os.O_NONBLOCK)
+try:
+    while True:
+        os.write(w, b"x" * 4096)  # fill the pipe: the program blocks printing its usage, alive
+except BlockingIOError:
+    pass
+fcntl.fcntl(w, fcntl.F_SETFL, 0)
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    os.dup2(w, 1)
+    os.dup2(w, 2)
+    os.execv(sys.argv[1], [os.path.basename(sys.argv[1]), "-c", "x", sys.argv[2], sys.argv[3], sys.argv[4], "0", "true", "--bogus"])
+print(pid, flush=True)
+time.sleep(300)
+"""
+
+
+@needs_root
+def test_a_setuid_root_program_named_like_a_watchdog_is_its_users_look_alike(no_residue):
+    """Another user runs a setuid-root program (``chsh``: effective uid 0) with a
+    watchdog's argv and keeps it alive: it is that user's look-alike (its real uid),
+    never root's record-less watchdog, so root's ``status`` lists no such fault of
+    root's."""
+    prog = shutil.which("chsh") or "/usr/bin/chsh"
+    if not os.path.exists(prog) or not os.stat(prog).st_mode & 0o4000:
+        pytest.skip(f"{prog} is not a setuid program on this host")
+    fid = f"nic-{secrets.token_hex(3)}"
+    holder = subprocess.Popen([*DROP, sys.executable, "-c", _SETUID_LOOK_ALIKE, prog, WATCHDOG_NAME, fid,
+                               str(int(time.time()) + 300)], start_new_session=True, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        pid = int(holder.stdout.readline())
+
+        def uids() -> list[str]:
+            return next(ln.split()[1:] for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("Uid:"))
+
+        assert wait_for(lambda: uids()[:2] == [str(LOOKALIKE_UID), "0"], 30), f"not running setuid: Uid {uids()}"
+        from faultlab.lifecycle.watchdog import find_watchdogs
+
+        assert [w.uid for w in find_watchdogs() if w.fault_id == fid] == [LOOKALIKE_UID]
+        st = fl("status", "--json")
+        assert not [r for r in json.loads(st.stdout) if r["fault_id"] == fid and r["uid"] == 0], st.stdout
+    finally:
+        _end(holder)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, UnboundLocalError):
+            pass

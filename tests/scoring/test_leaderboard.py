@@ -153,6 +153,21 @@ def test_verify_refuses_another_dataset_and_a_malformed_file(datasets, tmp_path)
     one_line_error(fl("leaderboard", "--verify", tmp_path / "bad.json"), "--verify", "settings")
 
 
+def test_verify_runs_no_code_a_scores_file_names(datasets, tmp_path):
+    """A scores file whose row names ``subprocess:Popen`` with parameters that would
+    run a command is refused in one line before anything it names is imported or
+    constructed: only built-in and installed detectors are re-scored."""
+    a, _ = datasets
+    out = tmp_path / "board"
+    assert fl("leaderboard", "--dataset", a, "--detector", "constant", "--boot", "100", "--out", out).returncode == 0
+    sub = json.loads((out / "leaderboard.json").read_text())
+    marker = tmp_path / "ran"
+    sub["datasets"][0]["rows"][0].update(detector="subprocess:Popen", params={"args": ["touch", str(marker)]})
+    (tmp_path / "evil.json").write_text(json.dumps(sub))
+    one_line_error(fl("leaderboard", "--verify", tmp_path / "evil.json", "--dataset", a), "subprocess:Popen", "neither built in nor installed")
+    assert not marker.exists(), "verifying a scores file ran a command it named"
+
+
 def test_leaderboard_refuses_bad_input_in_one_line(datasets, tmp_path):
     a, _ = datasets
     one_line_error(fl("leaderboard"), "--dataset")

@@ -187,10 +187,13 @@ def test_another_user_holding_a_lock_on_roots_lease_folder_stalls_nothing(shared
 
 
 @pytest.mark.parametrize("body", ['{"fault_id": "cpu-00bad1", "deadline_ts": 1, "revert": [], "created_ts": "x"}',
-                                  "[" * 200000], ids=["text-created_ts", "nested-200000"])
+                                  "[" * 200000,
+                                  '{"fault_id": "cpu-00bad1", "deadline_ts": 1' + "0" * 400 + ', "revert": [], "watchdog_pid": 1}'],
+                         ids=["text-created_ts", "nested-200000", "deadline-10e400"])
 def test_a_record_built_to_crash_its_reader_is_reported_in_one_line(body, shared_lease_dir):
     """Beside a good record, one whose ``created_ts`` is text (records are sorted by
-    it) or that nests 200,000 lists deep: ``status`` reports the bad file on one line
+    it), that nests 200,000 lists deep, or whose deadline is an integer no float holds
+    (valid JSON): ``status`` reports the bad file on one line
     and still lists the good record; nothing is a traceback."""
     good = {"fault_id": "cpu-00900d", "deadline_ts": time.time() + 300, "revert": [], "created_ts": time.time()}
     (shared_lease_dir / "cpu-00900d.json").write_text(json.dumps(good))

@@ -18,6 +18,7 @@ from pathlib import Path
 from faultlab import safefs
 from faultlab.datasets import manifest
 from faultlab.errors import BadInput, FaultlabError
+from faultlab.scoring.lookup import available_detectors
 from faultlab.scoring.leaderboard.compute import FORMAT, DatasetBoard, dataset_board, settings_of
 
 #: relative and absolute difference two numbers may have and still be the same
@@ -127,6 +128,7 @@ def verify(path: str | Path, datasets=()) -> list[DatasetBoard]:
             raise BadInput(f"{path}: dataset {rec['name']!r} at {where} has manifest digest {digest[:12]}, the scores file {rec['digest'][:12]}: "
                            "another dataset or version", field="--verify", fix="re-score on the dataset the file names, or give its folder with --dataset")
         specs = [(r["detector"], dict(r["params"])) for r in rec["rows"]]
+        _installed_only(path, specs)
         db = dataset_board(where, specs, settings)
         diff = _first_difference(rec, db)
         if diff is not None:
@@ -134,3 +136,15 @@ def verify(path: str | Path, datasets=()) -> list[DatasetBoard]:
                                 fix="numbers must be those this faultlab and the submitted detector give with the file's settings")
         out.append(db)
     return out
+
+
+def _installed_only(path, specs: list[tuple[str, dict]]) -> None:
+    """BadInput unless every detector of a submitted file is built in or installed (an
+    entry point of ``faultlab.detectors``): a ``module:Class`` spec in a file would
+    make verifying it import and construct whatever the file names, as whoever runs
+    ``--verify`` (root, on a shared machine)."""
+    known = set(available_detectors())
+    for name, _ in specs:
+        if name not in known:
+            raise BadInput(f"{path}: detector {name!r} is neither built in nor installed", field="--verify",
+                           fix="install the submission's package (its faultlab.detectors entry point), then verify; module:Class specs are not run from a scores file")
