@@ -327,7 +327,7 @@ class Scenario(_Strict):
     """One run: testbed, workload, faults (see the module docstring)."""
 
     name: str = "scenario"
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**53)  # torch and numpy seeds take it; JSON keeps it exact
     testbed: Testbed = Testbed()
     workload: Workload = Workload()
     faults: list[FaultSpec] = []
@@ -475,15 +475,15 @@ class Campaign(_Strict):
 
     ``knobs`` (optional): workload knobs drawn per run (:class:`KnobDraw`), on top of
     ``base``'s; ``controls`` (0..1): the chance a run is a fault-free control (no fault,
-    no drawn knob; ``base``'s knobs stay). Both draw after a run's faults, so a campaign
-    without them draws the same schedules as before they existed."""
+    no drawn knob; ``base``'s knobs stay). Both draw after a run's faults, so adding them
+    leaves a campaign's fault schedules as they are."""
 
     name: str = "campaign"
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**31)  # a run's seed is seed * 100003 + its index: kept a safe integer
     runs: int = Field(..., ge=1, le=10000)
     base: Scenario = Scenario()
     faults_per_run: tuple[int, int] = (1, 2)
-    types: dict[str, FaultDraw]
+    types: dict[str, FaultDraw] = Field(..., min_length=1)
     start: tuple[float, float] = (10.0, 40.0)
     duration: tuple[float, float] = (5.0, 15.0)
     spacing: float | None = None
@@ -506,6 +506,13 @@ class Campaign(_Strict):
         if out[0] > out[1]:
             raise ValueError(f"low {out[0]:g}s is above high {out[1]:g}s")
         return out
+
+    @field_validator("faults_per_run")
+    @classmethod
+    def _per_run(cls, v):
+        if not 0 <= v[0] <= v[1] <= 64:
+            raise ValueError(f"give [low, high] with 0 <= low <= high <= 64, got [{v[0]}, {v[1]}]")
+        return v
 
     @field_validator("types")
     @classmethod

@@ -27,6 +27,15 @@ DETECTORS = [("peer-median", "peer-median"), ("temporal-z", "temporal-z"), ("arr
              ("pyod-iforest (example)", "faultlab_iforest:IForestDetector"), ("ruptures-pelt (example)", "faultlab_pelt:PeltDetector")]
 
 
+def _published(result: dict) -> dict:
+    """A score result as a published file holds it: its ``source`` relative to the
+    repository (``datasets/NAME``), never this machine's absolute path."""
+    src = Path(result.get("source") or "")
+    if src.is_absolute() and src.resolve().is_relative_to(ROOT):
+        result["source"] = str(src.resolve().relative_to(ROOT))
+    return result
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("datasets", nargs="*", default=[str(ROOT / "datasets" / "faultlab-hw-v1"), str(ROOT / "datasets" / "faultlab-sw-v1")])
@@ -45,7 +54,7 @@ def main() -> int:
         lines = table.markdown(table.rows(labels, off, rep), dataset=Path(ds).name)
         print("\n".join(lines if header else lines[2:]), flush=True)
         header = False
-        dump = {lab: {"offline": o.to_dict(), "replay": r.to_dict()} for lab, o, r in zip(labels, off, rep)}
+        dump = {lab: {"offline": _published(o.to_dict()), "replay": _published(r.to_dict())} for lab, o, r in zip(labels, off, rep)}
         (Path(ds).parent / f"scores-{Path(ds).name}.json").write_text(json.dumps(dump, indent=1))
     return 0
 

@@ -224,6 +224,10 @@ def _components(steps: pd.DataFrame) -> list[str]:
     return step_arrays(steps).rank_names() + [JOB]
 
 
+#: the most draws a random detector averages (each is a full scoring of the runs)
+MAX_DRAWS = 1000
+
+
 class RandomDetector(Detector):
     """Seeded random alarms: the run is cut into windows of ``window_s`` seconds
     (default 10, from its first step's ``t_start``: the grid of the window-level
@@ -239,8 +243,8 @@ class RandomDetector(Detector):
     name = "random"
 
     def __init__(self, seed: int = 0, p: float = 0.1, window_s: float = 10.0, draws: int = 1):
-        if not 0 <= p <= 1 or not window_s > 0 or int(draws) < 1:
-            raise BadInput("p must be in [0, 1], window_s > 0 and draws >= 1", field="random")
+        if not 0 <= p <= 1 or not window_s > 0 or not 1 <= int(draws) <= MAX_DRAWS:
+            raise BadInput(f"p must be in [0, 1], window_s > 0 and draws in 1..{MAX_DRAWS}", field="random")
         self.seed = int(seed)
         self.p = float(p)
         self.window_s = float(window_s)

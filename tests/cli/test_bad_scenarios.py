@@ -76,3 +76,20 @@ def test_scenario_missing_a_required_parameter_is_one_line(tmp_path):
     for args in (("scenario", "validate", f), ("run", f, "--out", tmp_path / "run")):
         one_line_error(fl(*args), "faults[1].params", "cpu-contention")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text,field", [
+    ("faults_per_run: [5, 1]\ntypes: {cpu-contention: {params: {cpu_fraction: [0.5]}}}", "faults_per_run"),
+    ("faults_per_run: [1000, 1000]\ntypes: {cpu-contention: {params: {cpu_fraction: [0.5]}}}", "faults_per_run"),
+    ("types: {}", "types"),
+    ("seed: 12345678901234567890123456\ntypes: {cpu-contention: {params: {cpu_fraction: [0.5]}}}", "seed"),
+    ("seed: -1\ntypes: {cpu-contention: {params: {cpu_fraction: [0.5]}}}", "seed"),
+], ids=["inverted-faults-per-run", "1000-faults-a-run", "no-types", "26-digit-seed", "negative-seed"])
+def test_a_campaign_that_cannot_be_drawn_is_refused_in_one_line(text, field, tmp_path):
+    """A campaign whose draws cannot be made (an inverted or huge faults_per_run, no
+    fault type, a seed out of range) is refused by validate and by a dry run, in one
+    line naming the field, never a traceback from the draw."""
+    f = tmp_path / "c.yaml"
+    f.write_text(f"name: c\nruns: 2\n{text}\n")
+    one_line_error(fl("scenario", "validate", f), field)
+    one_line_error(fl("campaign", f, "--dry-run"), field)

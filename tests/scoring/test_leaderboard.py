@@ -151,6 +151,14 @@ def test_verify_refuses_another_dataset_and_a_malformed_file(datasets, tmp_path)
     one_line_error(fl("leaderboard", "--verify", out / "leaderboard.json", "--dataset", other), "manifest digest", "tiny-a")
     (tmp_path / "bad.json").write_text(json.dumps({"format": "faultlab-leaderboard/1", "settings": {}}))
     one_line_error(fl("leaderboard", "--verify", tmp_path / "bad.json"), "--verify", "settings")
+    sub = json.loads((out / "leaderboard.json").read_text())
+    for edit, word in ((lambda d: d["datasets"][0].update(rows=[]), "--verify"),
+                       (lambda d: d["settings"].update(n_boot=1e9), "n_boot"),
+                       (lambda d: d["settings"].update(n_boot="many"), "settings")):
+        bad = json.loads(json.dumps(sub))
+        edit(bad)
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        one_line_error(fl("leaderboard", "--verify", tmp_path / "bad.json", "--dataset", a), word)
 
 
 def test_verify_runs_no_code_a_scores_file_names(datasets, tmp_path):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from faultlab import schema
+from faultlab.errors import BadInput
 from faultlab.scoring.api import ScoreResult, score_dataset
 from faultlab.scoring.leaderboard.paired import paired_difference
 from faultlab.scoring.lookup import available_detectors
@@ -148,10 +149,17 @@ def dataset_board(path, specs: list[tuple[str, dict]], settings: dict) -> Datase
     return board
 
 
+#: the most bootstrap samples a leaderboard draws (its memory grows with them)
+MAX_BOOT = 100_000
+
+
 def settings_of(*, mode: str = "offline", split: str = "test", window_s: float = 10.0, late_s: float | None = None,
                 tick_s: float = 1.0, k: int = 3, vus_window: int = 10, n_boot: int = 1000, seed: int = 0) -> dict:
     """The settings a leaderboard is scored with, as leaderboard.json records them
-    (``late_s`` defaults to ``window_s``, as in scoring)."""
+    (``late_s`` defaults to ``window_s``, as in scoring). Raises BadInput for a number
+    of bootstrap samples outside 0..:data:`MAX_BOOT`."""
+    if not 0 <= int(n_boot) <= MAX_BOOT:
+        raise BadInput(f"n_boot must be in 0..{MAX_BOOT}, got {n_boot}", field="--boot", fix=f"give 0..{MAX_BOOT} bootstrap samples (1000 is the default)")
     return {"mode": mode, "split": split, "window_s": float(window_s), "late_s": float(window_s if late_s is None else late_s),
             "tick_s": float(tick_s), "k": int(k), "vus_window": int(vus_window), "n_boot": int(n_boot), "seed": int(seed)}
 

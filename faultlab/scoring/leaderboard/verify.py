@@ -53,6 +53,7 @@ def load_scores(path: str | Path) -> dict:
 
 def _dataset_ok(x) -> bool:
     return (isinstance(x, dict) and all(isinstance(x.get(k), str) for k in ("name", "path", "digest")) and isinstance(x.get("rows"), list)
+            and len(x["rows"]) > 0
             and all(isinstance(r, dict) and isinstance(r.get("detector"), str) and isinstance(r.get("params"), dict)
                     and isinstance(r.get("metrics"), dict) for r in x["rows"]))
 
@@ -116,7 +117,10 @@ def verify(path: str | Path, datasets=()) -> list[DatasetBoard]:
         FaultlabError (exit 1) naming the first number that differs.
     """
     sub = load_scores(path)
-    settings = settings_of(**sub["settings"])
+    try:
+        settings = settings_of(**sub["settings"])
+    except (TypeError, ValueError, OverflowError) as e:  # a setting of the wrong type: the file is malformed
+        raise BadInput(f"{path}: its settings cannot be read: {e}", field="--verify", fix="verify a leaderboard.json as faultlab leaderboard --out wrote it") from None
     by_name = {Path(d).name: Path(d) for d in datasets}
     out = []
     for rec in sub["datasets"]:
