@@ -339,3 +339,19 @@ class Slow(Detector):
         f["hot"] = f["peer_ratio"] > self.ratio
         return alarms_from_steps(f, 3)
 '''
+
+
+def write_plugin_package(folder, module: str, dist: str, name: str, ratio: float):
+    """Write at ``folder`` (created) a separate detector package: ``MODULE.py`` with
+    :func:`ratio_plugin`'s detector, and a pyproject naming distribution ``dist``
+    whose entry point ``name`` (group ``faultlab.detectors``) is ``MODULE:Slow``.
+    Returns ``folder``, ready for ``pip install``."""
+    folder = Path(folder)
+    folder.mkdir()
+    (folder / f"{module}.py").write_text(ratio_plugin(name, ratio))
+    (folder / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{dist}"\nversion = "0.0.1"\n'
+        f'[project.entry-points."faultlab.detectors"]\n{name} = "{module}:Slow"\n'
+        f'[tool.setuptools]\npy-modules = ["{module}"]\n')
+    return folder

@@ -130,7 +130,7 @@ def test_quiet_run_prints_only_its_run_directory(tmp_path):
 
 def test_renamed_options_still_work_with_a_notice(tmp_path):
     """``--nodes KEY=VALUE`` (a selector, now ``--select``) and ``dataset build
-    --out-root`` (now ``--out``) are hidden aliases: the same effect, one notice line."""
+    --out-root`` (spelled ``--out``) are hidden aliases: the same effect, one notice line."""
     for old, new in ((["run", "s.yaml", "--nodes", "rack=1"], ["run", "s.yaml", "--select", "rack=1"]),):
         a, b = fl(*old, cwd=tmp_path), fl(*new, cwd=tmp_path)
         assert a.returncode == b.returncode == 2

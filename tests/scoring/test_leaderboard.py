@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from faultlab.scoring.api import score_runs
 from faultlab.scoring.leaderboard.compute import rank
 from faultlab.scoring.leaderboard.paired import paired_difference
 from faultlab.scoring.metrics import COUNT_KEYS
-from tests.helpers import fl, one_line_error, ratio_plugin
+from tests.helpers import fl, one_line_error, write_plugin_package
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +72,6 @@ def test_paired_bootstrap_sees_a_difference_the_two_separate_intervals_hide():
 
 # -- the leaderboard through the CLI --------------------------------------------------------
 
-PLUGIN = ratio_plugin("tmp-board-slow", 1.3)
-
-
 @pytest.fixture(scope="module")
 def plugin_env(tmp_path_factory):
     """The environment of a process that has a detector package installed from a
@@ -83,21 +79,7 @@ def plugin_env(tmp_path_factory):
     faultlab.detectors) into a folder of its own on PYTHONPATH, so nothing lands in
     this environment even if the test dies."""
     tmp = tmp_path_factory.mktemp("plugin")
-    pkg = tmp / "pkg"
-    pkg.mkdir()
-    (pkg / "tmpboarddet.py").write_text(PLUGIN)
-    (pkg / "pyproject.toml").write_text(textwrap.dedent('''
-        [build-system]
-        requires = ["setuptools>=61"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "faultlab-tmp-board-plugin"
-        version = "0.0.1"
-        [project.entry-points."faultlab.detectors"]
-        tmp-board-slow = "tmpboarddet:Slow"
-        [tool.setuptools]
-        py-modules = ["tmpboarddet"]
-    '''))
+    pkg = write_plugin_package(tmp / "pkg", "tmpboarddet", "faultlab-tmp-board-plugin", "tmp-board-slow", 1.3)
     site = tmp / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "install", "--no-deps", "--target", str(site), str(pkg)], capture_output=True, text=True, timeout=600, cwd=tmp)
     assert r.returncode == 0, r.stderr

@@ -22,7 +22,7 @@ from faultlab.scoring import Detector, replay, score_runs
 from faultlab.scoring.detectors import as_alarms, empty_alarms
 from faultlab.scoring.lookup import load_detector
 from faultlab.rundata import iter_run_dirs, read_run_dir
-from tests.helpers import REPO, fl, ratio_plugin
+from tests.helpers import REPO, fl, ratio_plugin, write_plugin_package
 
 PY = sys.executable
 
@@ -337,21 +337,7 @@ def test_module_class_without_installing(runs, tmp_path):
 
 @pytest.mark.slow
 def test_a_plugin_package_is_found_by_its_entry_point_name(runs, tmp_path):
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "tmpslowdet.py").write_text(PLUGIN)
-    (pkg / "pyproject.toml").write_text(textwrap.dedent('''
-        [build-system]
-        requires = ["setuptools>=61"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "faultlab-tmp-slow-plugin"
-        version = "0.0.1"
-        [project.entry-points."faultlab.detectors"]
-        tmp-slow = "tmpslowdet:Slow"
-        [tool.setuptools]
-        py-modules = ["tmpslowdet"]
-    '''))
+    pkg = write_plugin_package(tmp_path / "pkg", "tmpslowdet", "faultlab-tmp-slow-plugin", "tmp-slow", 1.4)
     # installed with pip into a folder of its own (nothing lands in this environment even
     # if the test dies); the scoring processes get it on PYTHONPATH, where
     # importlib.metadata finds its entry point
