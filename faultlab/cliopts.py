@@ -5,7 +5,8 @@ command tree so that a command added anywhere inherits them.
   ``help_option_names`` down to every subcommand's context);
 - shell completion for bash, zsh and fish through click's mechanism
   (``_FAULTLAB_COMPLETE=bash_source faultlab``; typer's ``--install-completion`` and
-  ``--show-completion``);
+  ``--show-completion``, for the shell faultlab runs in or the one named after them,
+  ``faultlab --show-completion zsh``: :func:`_completion_for_named_shell`);
 - a metavar on every option that takes a value, none on a flag (:func:`with_metavars`);
 - usage errors as one line, exit 2 (:func:`usage_line`);
 - a closed stdout pipe (``faultlab status --json | head -c1``) ends quietly, exit 141
@@ -24,12 +25,22 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from typer._click.utils import PacifyFlushWrapper  # click's wrapper of a stdout it found closed (typer vendors click)
+from typer._completion_shared import get_completion_script, install  # typer's completion scripts and installer
 
 #: the root app's context settings; click passes them on to every subcommand
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 #: the environment variable of click's completion protocol for the ``faultlab`` program
 COMPLETE_VAR = "_FAULTLAB_COMPLETE"
+
+#: the shells whose completion script faultlab prints and installs
+SHELLS = ("bash", "zsh", "fish")
+
+#: the help of typer's two completion options (flags of the root command)
+COMPLETION_HELP = {
+    "--install-completion": "install completion for the shell faultlab runs in, or for SHELL given after it (bash, zsh, fish)",
+    "--show-completion": "print the completion script of the shell faultlab runs in, or of SHELL given after it (bash, zsh, fish)",
+}
 
 #: ``--quiet`` of every command that prints progress
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="print no progress: errors and the final result only")]
@@ -95,6 +106,34 @@ def with_metavars(cmd):
     return cmd
 
 
+def _completion_for_named_shell(args: list[str], prog_name: str) -> bool:
+    """Answer ``faultlab --show-completion SHELL`` / ``--install-completion SHELL`` (or
+    ``--show-completion=SHELL``) for the named shell; typer's options are flags that
+    detect the shell, so SHELL would be read as a command. Returns False when ``args``
+    are not such a request; exits 2 on a shell faultlab has no script for."""
+    first, _, value = (args[0] if args else "").partition("=")
+    if first not in COMPLETION_HELP or len(args) > (1 if value else 2) or not (value or len(args) == 2):
+        return False
+    shell = value or args[1]
+    if shell not in SHELLS:
+        print(f"faultlab: error: {first}: no completion for {shell!r} (give one of {', '.join(SHELLS)})", file=sys.stderr)
+        sys.exit(2)
+    if first == "--show-completion":
+        print(get_completion_script(prog_name=prog_name, complete_var=COMPLETE_VAR, shell=shell))
+    else:
+        _, path = install(shell=shell, prog_name=prog_name, complete_var=COMPLETE_VAR)
+        print(f"{shell} completion installed in {path}\nCompletion will take effect once you restart the terminal")
+    sys.exit(0)
+
+
+def _completion_help(cmd) -> None:
+    """The root command's completion options say that a shell may follow them."""
+    for p in cmd.params:
+        for opt in getattr(p, "opts", []):
+            if opt in COMPLETION_HELP:
+                p.help = COMPLETION_HELP[opt]
+
+
 def usage_line(err) -> str:
     """One line for a usage error typer found (a range, a type, a missing or unknown
     option): ``faultlab: error: --repeat: Input should be greater than or equal to 1
@@ -142,9 +181,12 @@ def run(cmd, prog_name: str = "faultlab", args: list[str] | None = None) -> None
     errors one line (exit 2), a closed stdout pipe quiet (exit 141)."""
     _click_completion_order()
     cmd = with_metavars(cmd)
+    _completion_help(cmd)
     stdout, devnull = _stdout_file(), os.stat(os.devnull)
     try:
         try:
+            if _completion_for_named_shell(sys.argv[1:] if args is None else list(args), prog_name):
+                return  # pragma: no cover  (it exits)
             rv = cmd.main(args, prog_name=prog_name, standalone_mode=False)
         except SystemExit:
             # rich (Console.on_broken_pipe) answers EPIPE with exit 1 after moving

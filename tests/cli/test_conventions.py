@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.helpers import FL, REPO, fl
+from tests.helpers import FL, REPO, fl, one_line_error
 
 # Runs in one child process: every command path of the tree, each given -h and
 # --help through faultlab's entry point (faultlab.cliopts.run), output captured.
@@ -91,6 +92,37 @@ def test_show_completion_in_bash():
     # place), so the shell faultlab finds above it is bash
     cp = subprocess.run(["bash", "-c", " ".join(map(str, FL)) + " --show-completion; exit $?"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0 and "complete -o default -F" in cp.stdout, cp.stderr
+
+
+def test_show_completion_of_a_named_shell(tmp_path):
+    """``--show-completion SHELL`` prints SHELL's script whatever shell runs faultlab
+    (here bash): bash's parses in ``bash -n``; zsh's is a ``#compdef`` function (parsed by
+    ``zsh -n`` where zsh is installed); fish's registers ``complete --command faultlab``
+    (``-c``'s long form). Each script's protocol completes a subcommand."""
+    def shown(shell: str) -> str:
+        cp = subprocess.run(["bash", "-c", " ".join(map(str, FL)) + f" --show-completion {shell}; exit $?"],
+                            capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 0 and cp.stderr == "", (shell, cp.stderr)
+        return cp.stdout
+
+    bash, zsh, fish = shown("bash"), shown("zsh"), shown("fish")
+    assert len({bash, zsh, fish}) == 3
+    (tmp_path / "c.bash").write_text(bash)
+    assert "complete -o default -F _faultlab_completion faultlab" in bash
+    assert subprocess.run(["bash", "-n", str(tmp_path / "c.bash")], capture_output=True).returncode == 0
+    assert zsh.startswith("#compdef faultlab") and "compdef _faultlab_completion faultlab" in zsh and "complete -o" not in zsh, zsh
+    if shutil.which("zsh"):
+        (tmp_path / "c.zsh").write_text(zsh)
+        assert subprocess.run(["zsh", "-n", str(tmp_path / "c.zsh")], capture_output=True).returncode == 0
+    assert re.match(r"complete (-c|--command) faultlab ", fish) and "_FAULTLAB_COMPLETE=complete_fish" in fish, fish
+    if shutil.which("fish"):
+        (tmp_path / "c.fish").write_text(fish)
+        assert subprocess.run(["fish", "--no-execute", str(tmp_path / "c.fish")], capture_output=True).returncode == 0
+    cp = fl(env={"_FAULTLAB_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "faultlab data"})
+    assert '"dataset"' in cp.stdout, (cp.stdout, cp.stderr)
+    cp = fl(env={"_FAULTLAB_COMPLETE": "complete_fish", "_TYPER_COMPLETE_FISH_ACTION": "get-args", "_TYPER_COMPLETE_ARGS": "faultlab dataset in"})
+    assert cp.stdout.startswith("info\t"), (cp.stdout, cp.stderr)
+    one_line_error(fl("--show-completion", "tcsh"), "--show-completion", "'tcsh'", "bash, zsh, fish")
 
 
 @pytest.mark.parametrize("args", [["status", "--json"], ["scenario", "schema"], ["testbed", "inventory-schema"], ["--help"]])
@@ -186,3 +218,17 @@ def test_install_completion_writes_a_script_bash_sources(tmp_path):
     assert script.is_file() and str(script) in (tmp_path / ".bashrc").read_text()
     cp = subprocess.run(["bash", "-c", f"source '{script}' && complete -p faultlab"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 0 and "_faultlab_completion" in cp.stdout, (cp.stdout, cp.stderr)
+
+
+def test_install_completion_of_a_named_shell(tmp_path):
+    """``faultlab --install-completion zsh`` (or fish) from bash writes that shell's
+    script where that shell loads completions, not bash's."""
+    env = {**os.environ, "HOME": str(tmp_path)}
+    for shell, where, mark in (("zsh", ".zfunc/_faultlab", "#compdef faultlab"),
+                               ("fish", ".config/fish/completions/faultlab.fish", "complete --command faultlab")):
+        cp = subprocess.run(["bash", "-c", " ".join(map(str, FL)) + f" --install-completion {shell}; exit $?"],
+                            capture_output=True, text=True, timeout=60, env=env)
+        assert cp.returncode == 0 and f"{shell} completion installed" in cp.stdout, cp.stderr
+        assert (tmp_path / where).read_text().startswith(mark)
+    assert "fpath+=~/.zfunc" in (tmp_path / ".zshrc").read_text()
+    assert not (tmp_path / ".bash_completions").exists()
