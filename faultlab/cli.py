@@ -34,7 +34,6 @@ from faultlab.errors import BadInput, FaultlabError  # noqa: E402
 from faultlab import injectors  # noqa: E402
 from faultlab.injectors import FAULT_TYPES  # noqa: E402
 from faultlab.injectors.registry import option_help, params_by_option  # noqa: E402
-from faultlab.importformats import formats_help  # noqa: E402  (names only: no pandas)
 from faultlab.units import parse_duration  # noqa: E402
 
 app = typer.Typer(context_settings=cliopts.CONTEXT_SETTINGS, no_args_is_help=True, rich_markup_mode="markdown", help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
@@ -103,7 +102,7 @@ def inject(
     detach: bool = typer.Option(False, "--detach", help="return once the fault is verified; the lease's watchdog reverts it at the deadline"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the exact commands (inject, verify, revert) and apply nothing"),
     allow_unverified: bool = typer.Option(False, "--allow-unverified", help="keep a fault whose measured check fails (default: revert it, exit 3)"),
-    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    as_json: bool = typer.Option(False, "--json", help="the plan (with --dry-run) or the fault injected as one JSON object on stdout: fault id, type, node, target, status, lease deadline"),
     inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="inventory YAML of ssh nodes; --node names them (a,b,c) or --select picks them by label"),
     nodes_sel: Optional[str] = cliopts.select_option(),
     nodes_sel_old: Optional[str] = cliopts.select_old_option(),
@@ -316,6 +315,7 @@ def demo(
     nodes: int = typer.Option(4, "--nodes", metavar="N", help="number of nodes (one rank each)"),
     duration: str = typer.Option("60s", "--duration", metavar="DURATION", help="training time"),
     backend: str = typer.Option("netns", "--backend", metavar="BACKEND", help="netns | docker | ssh (containers reached over SSH)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: exit code, run directory and report; progress and tables go to stderr"),
     quiet: cliopts.Quiet = False,
 ):
     """The whole loop on this machine: a netns (or docker, ssh) testbed, real DDP-style training, a
@@ -328,11 +328,13 @@ def demo(
         extras.require(backend)  # before the demo's modules load: one line, at once
         from faultlab.demo import run_demo
 
-        code = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), console=cliopts.progress_console(quiet, out), backend=backend,
-                        result=out)
+        res = run_demo(out_dir=out_dir, n_nodes=nodes, duration_s=parse_duration(duration, "--duration"), backend=backend,
+                       console=cliopts.progress_console(quiet, err_out if as_json else out), result=err_out if as_json else out)
     except FaultlabError as e:
         _fail(e)
-    raise typer.Exit(code)
+    if as_json:
+        print(json.dumps(res, indent=1))
+    raise typer.Exit(res["code"])
 
 
 @app.command()
@@ -341,6 +343,7 @@ def synth(
     ranks: int = typer.Option(1024, "--ranks", metavar="R", help="ranks of the job"),
     steps: int = typer.Option(10_000, "--steps", metavar="S", help="training steps"),
     seed: int = typer.Option(0, "--seed", metavar="N", help="seed of the random streams"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the run directory, rank-steps, blocks and the planted faults"),
 ):
     """Write a synthetic run of R ranks x S steps with planted faults of every kind the
     labeler labels (faultlab.synthrun), block by block in bounded memory; label it with
@@ -353,6 +356,9 @@ def synth(
         info = write_run(out_dir, ranks, steps, seed=seed)
     except FaultlabError as e:
         _fail(e)
+    if as_json:
+        print(json.dumps({"run_dir": str(out_dir), **info}, indent=1, default=str))
+        return
     out.print(f"{info['rows']:,} rank-steps in {info['blocks']} block(s) of {info['block_steps']} steps, "
               f"{len(info['faults'])} planted faults -> {out_dir}", markup=False)
 
@@ -366,7 +372,8 @@ app.add_typer(testbed_app, name="testbed")
 
 
 @scenario_app.command("validate")
-def scenario_validate(file: Path = typer.Argument(..., help="a scenario or campaign YAML file")):
+def scenario_validate(file: Path = typer.Argument(..., help="a scenario or campaign YAML file"),
+                      as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the file, its kind (scenario or campaign), name and what it holds")):
     """Validate a scenario or campaign file; errors name the file, line and field."""
     from faultlab.scenario import Campaign, load
 
@@ -375,9 +382,16 @@ def scenario_validate(file: Path = typer.Argument(..., help="a scenario or campa
     except FaultlabError as e:
         _fail(e)
     if isinstance(sc, Campaign):
-        out.print(f"{file}: valid campaign {sc.name!r}: {sc.runs} runs, fault types {', '.join(sc.types)}")
+        info = {"file": str(file), "kind": "campaign", "name": sc.name, "runs": sc.runs, "fault_types": list(sc.types)}
+        line = f"{file}: valid campaign {sc.name!r}: {sc.runs} runs, fault types {', '.join(sc.types)}"
     else:
-        out.print(f"{file}: valid scenario {sc.name!r}: {sc.testbed.nodes} {sc.testbed.backend} nodes, {sc.workload.kind}, {len(sc.faults)} fault(s)")
+        info = {"file": str(file), "kind": "scenario", "name": sc.name, "nodes": sc.testbed.nodes, "backend": sc.testbed.backend,
+                "workload": sc.workload.kind, "faults": len(sc.faults)}
+        line = f"{file}: valid scenario {sc.name!r}: {sc.testbed.nodes} {sc.testbed.backend} nodes, {sc.workload.kind}, {len(sc.faults)} fault(s)"
+    if as_json:
+        print(json.dumps(info, indent=1))
+    else:
+        out.print(line, markup=False)
 
 
 @scenario_app.command("schema")
@@ -630,114 +644,9 @@ def campaign(
     raise typer.Exit(1 if bad else 0)
 
 
-@app.command()
-def label(
-    run_dir: Path = typer.Argument(..., metavar="PATH", help="a run directory; with --import, the file or dataset folder to import"),
-    import_format: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="import public fail-slow data instead: " + formats_help()),
-    out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="with --import: folder for labels.parquet (and whatif.json, components.parquet)"),
-    peer_groups_file: Optional[Path] = typer.Option(None, "--peer-groups", metavar="FILE", help="the ranks' peer groups: a JSON object or a CSV component,group (a run directory, or --import long | pai-minibatch); default: declared, else discovered"),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="tcp://HOST:PORT", help="label out of core on this Dask scheduler (default $DASK_SCHEDULER_ADDRESS, else an embedded LocalCluster)"),
-    out_of_core: Optional[bool] = typer.Option(None, "--out-of-core/--in-memory", help="force the out-of-core labeler (Dask) or the in-memory one (default: out of core from 16.8M rank-steps)"),
-):
-    """Label a run directory (writes labels.parquet and whatif.json there), or import
-    public data: --import FORMAT PATH --out DIR writes DIR/labels.parquet (and
-    DIR/whatif.json where a what-if slowdown applies, DIR/components.parquet where the
-    format judges whole components: long). Prints the peer groups the peer view used
-    (--peer-groups FILE, else the declared ones, else discovered).
+from faultlab.labeler.cli import register as _register_label  # noqa: E402
 
-    Outputs are written all or nothing. Bad input (a folder that is no run directory, an
-    unreadable or malformed file or column) and an unwritable output folder are one
-    line, exit 2."""
-    mapping = None
-    if peer_groups_file is not None:
-        from faultlab.labeler.peergroups import read_mapping
-
-        try:
-            mapping = read_mapping(peer_groups_file)
-        except FaultlabError as e:
-            _fail(e)
-    if import_format is None:
-        from faultlab.labeler import label_run
-
-        if out_dir is not None:
-            _fail(BadInput("--out is only for --import (a run directory is labeled in place)", field="--out"))
-        if not run_dir.is_dir():
-            what = "is not a directory" if run_dir.exists() else "does not exist"
-            _fail(BadInput(f"{run_dir} {what}", field="PATH", fix="give a run directory, or --import FORMAT PATH --out DIR for public data"))
-        try:
-            with _block_progress() as progress:
-                labels = label_run(run_dir, out_of_core=True if scheduler else out_of_core, scheduler=scheduler,
-                                   progress=progress, peer_groups=mapping)
-        except FaultlabError as e:
-            _fail(e)
-        except OSError as e:  # labels.parquet and whatif.json are then both as before
-            _fail(BadInput(f"cannot write {e.filename or run_dir}: {e.strerror or e}", field="PATH",
-                           fix="check the folder's permissions and free space; nothing half-written is left"))
-        out.print(f"{len(labels)} label(s) -> {run_dir / 'labels.parquet'}")
-        try:
-            groups = json.loads((run_dir / "whatif.json").read_text()).get("peer_groups") or []
-        except (OSError, ValueError):
-            groups = []
-        _print_groups(groups)
-        return
-    from faultlab.labeler.importers import import_path, write_outputs
-
-    if out_dir is None:
-        _fail(BadInput("give the output folder", field="--out", fix="--import FORMAT PATH --out DIR"))
-    if mapping is not None and import_format not in ("long", "pai-minibatch"):
-        _fail(BadInput(f"--peer-groups does not apply to --import {import_format}", field="--peer-groups",
-                       fix="give it with a run directory or --import long | pai-minibatch"))
-    try:
-        res = import_path(import_format, run_dir, None if mapping is None else {"peer_groups": mapping})
-    except FaultlabError as e:
-        _fail(e)
-    except OSError as e:  # a damaged or unreadable input file (pyarrow's reader errors are OSErrors too)
-        _fail(BadInput(f"cannot read {e.filename or run_dir}: {e.strerror or e}", field="PATH",
-                       fix="give an intact, readable file or folder as published; nothing was written"))
-    try:
-        written = write_outputs(res, out_dir)
-    except FaultlabError as e:
-        _fail(e)
-    except OSError as e:  # write_outputs is all or nothing: the folder's files are as before
-        _fail(BadInput(f"cannot write {e.filename or out_dir}: {e.strerror or e}", field="--out",
-                       fix="give a writable folder; nothing half-written is left"))
-    labels = res.labels
-    comps = sorted(set(labels["component"].astype(str))) if len(labels) else []
-    out.print(f"{import_format}: {len(labels)} label(s) on {len(comps)} component(s) -> {written['labels.parquet']}", markup=False)
-    if res.info.get("skipped_line"):  # nothing dropped in silence (also in import.json)
-        out.print(f"  {res.info['skipped_line']}", markup=False)
-    if comps:
-        shown = ", ".join(comps[:8]) + (f", ... ({len(comps) - 8} more)" if len(comps) > 8 else "")
-        out.print(f"  labeled: {shown}", markup=False)
-    if res.whatif is not None and "slowdown_by_trace" in res.whatif:
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in res.whatif["slowdown_by_trace"].items())
-        out.print(f"  what-if slowdown S by trace: {shown} -> {written['whatif.json']}", markup=False)
-    elif res.whatif is not None:
-        out.print(f"  what-if slowdown S = {res.whatif.get('slowdown', float('nan')):.4f} -> {written['whatif.json']}", markup=False)
-    if res.components is not None:
-        pers = res.components.loc[res.components["persistent"], "component"].astype(str).tolist()
-        shown = ", ".join(pers[:8]) + (f", ... ({len(pers) - 8} more)" if len(pers) > 8 else "")
-        out.print(f"  persistently slow: {shown or 'none'} ({len(res.components)} component(s) judged) "
-                  f"-> {written['components.parquet']}", markup=False)
-    if res.components is not None and "group_members" in res.components.columns:
-        c = res.components.drop_duplicates("peer_group").sort_values(["group_vs_fastest", "peer_group"])
-        _print_groups([{"group": r.peer_group, "members": str(r.group_members).split(","), "vs_fastest": r.group_vs_fastest,
-                        "source": r.group_source} for r in c.itertuples()])
-    for name in sorted(set(written) - {"labels.parquet", "whatif.json", "components.parquet"}):
-        out.print(f"  {name} -> {written[name]}", markup=False)
-
-
-def _print_groups(groups: list[dict]) -> None:
-    """One line per peer group the labeler used (``PeerGroups.summary`` rows): its
-    name, size, first members and its typical local time against the fastest group's."""
-    for g in groups:
-        mem = list(g.get("members") or [])
-        shown = ", ".join(mem[:6]) + (f", ... ({len(mem) - 6} more)" if len(mem) > 6 else "")
-        vs = g.get("vs_fastest")
-        ratio = f"{vs:.2f}x the fastest" if isinstance(vs, (int, float)) and vs == vs else "level unknown"
-        out.print(f"  peer group {g.get('group')} ({g.get('source')}, {len(mem)}): {ratio}; {shown}", markup=False)
-
-
+_register_label(app)
 from faultlab.scoring.cli import register as _register_score  # noqa: E402
 
 _register_score(app)
@@ -751,38 +660,6 @@ _register_dataset(app)
 from faultlab.report.cli import register as _register_report  # noqa: E402
 
 _register_report(app)
-
-
-class _block_progress:
-    """A progress bar of the out-of-core labeler's blocks (``progress(done, total,
-    what)``) on a terminal; on a log, one line per pass."""
-
-    def __enter__(self):
-        from faultlab.progress import is_live
-
-        self.bar = self.task = None
-        self.live = is_live(out)
-        self.said: set = set()
-        return self.update
-
-    def update(self, done: int, total: int, what: str) -> None:
-        if not self.live:
-            if done == total and what not in self.said:
-                self.said.add(what)
-                out.print(f"  {what}: {total} block(s)", markup=False)
-            return
-        if self.bar is None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                console=out, transient=False)
-            self.bar.start()
-            self.task = self.bar.add_task("read", total=total)
-        self.bar.update(self.task, completed=done, total=total, description=what)
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def main() -> None:  # pragma: no cover

@@ -59,8 +59,10 @@ def demo_scenario(n_nodes: int, duration_s: float, root: bool, backend: str = "n
 
 
 def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 60.0, console: Console | None = None, backend: str = "netns",
-             result: Console | None = None) -> int:
-    """Run the demo; returns the process exit code (0 when every stage worked).
+             result: Console | None = None) -> dict:
+    """Run the demo; returns ``{code, run_dir, report}``: the process exit code (0 when
+    every stage worked), the run directory and its report.html (None when the run
+    failed before it).
 
     ``duration_s`` is the training time in seconds (the faults are placed at fixed
     fractions of it). ``result``: where the closing line (the run's report) is
@@ -85,13 +87,15 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
     with Progress(con) as prog:
         res = run(sc, out_dir, console=con, progress=prog, run_id=run_id)
         if res.code:
-            return res.code
+            return {"code": res.code, "run_dir": str(out_dir), "report": None}
         if res.failed_faults:
             raise FaultlabError("; ".join(res.failed_faults), field="faults")
-        return _analyse(res.rundir, con, t_wall, prog, result or con)
+        return {"code": 0, "run_dir": str(out_dir), "report": str(_analyse(res.rundir, con, t_wall, prog, result or con))}
 
 
-def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress, result: Console) -> int:
+def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress, result: Console) -> Path:
+    """Label, score and report the demo's run ``rd``; the tables on ``con``, the
+    closing line on ``result``. Returns the report's path."""
     steps = rd.read_table("steps")
     host = rd.read_table("host")
     inj = rd.read_table("injections")
@@ -141,7 +145,7 @@ def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress, result: Co
               "(random) or no information (constant alarms every cell); event P/R count each alarm and label once, no point-adjust.")
     con.print(f"files in {rd.path}: steps, host, injections, labels, alarms (.parquet); whatif.json, metrics.json, meta.json, scenario.yaml, events.jsonl, telemetry/, logs/")
     result.print(f"report: {report}   (open it in a browser; {time.time() - t_wall:.0f}s in all)", markup=False)
-    return 0
+    return report
 
 
 DETECTORS = ("peer-median", "temporal-z", "arrival-late", "random", "constant")

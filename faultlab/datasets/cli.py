@@ -56,6 +56,7 @@ def build_cmd(
     license: str = typer.Option("cc-by-4.0", "--license", help="license id for the card"),
     note: str = typer.Option("", "--note", help="a paragraph for the card's collection section (what to know about these runs)"),
     force: bool = typer.Option(False, "--force", help="replace an existing dataset of that name"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the dataset folder, its runs (train, test) and size in bytes"),
 ):
     """Build DIR/NAME: Parquet tables by run, seeded split, schema.json, runs.json,
     README.md card, croissant.json, MANIFEST.sha256."""
@@ -85,6 +86,10 @@ def build_cmd(
         _fail(_os_error(e, out_root, "--out"))
     size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
     sp = read_splits(p)
+    if as_json:
+        print(json.dumps({"dataset": str(p), "runs": len(sp["train"]) + len(sp["test"]), "train": len(sp["train"]),
+                          "test": len(sp["test"]), "bytes": size}, indent=2))
+        return
     out.print(f"{p}: {len(sp['train']) + len(sp['test'])} runs ({len(sp['train'])} train, {len(sp['test'])} test), {size / 1e6:.2f} MB", markup=False)
 
 
@@ -92,6 +97,7 @@ def build_cmd(
 def relabel_cmd(
     datasets: List[Path] = typer.Argument(..., help="dataset folders"),
     note: Optional[str] = typer.Option(None, "--note", help="a new paragraph for the card's collection section (default: keep it)"),
+    as_json: bool = typer.Option(False, "--json", help="a JSON list on stdout, one object per dataset: its folder, runs, labels by source and size in bytes"),
 ):
     """Re-label every run of each dataset with this checkout's labeler and rebuild it
     in place (same runs, split and campaign files; new labels, runs.json, card,
@@ -99,6 +105,7 @@ def relabel_cmd(
     from faultlab.datasets.build import relabel
     from faultlab.datasets.layout import read_runs
 
+    done = []
     for d in datasets:
         try:
             p = relabel(d, note=note)
@@ -110,7 +117,11 @@ def relabel_cmd(
         for r in runs:
             for k, v in r.get("labels_by_source", {}).items():
                 src[k] = src.get(k, 0) + v
-        out.print(f"{p}: re-labeled {len(runs)} runs, labels by source {src}, {size / 1e6:.2f} MB", markup=False)
+        done.append({"dataset": str(p), "runs": len(runs), "labels_by_source": src, "bytes": size})
+        if not as_json:
+            out.print(f"{p}: re-labeled {len(runs)} runs, labels by source {src}, {size / 1e6:.2f} MB", markup=False)
+    if as_json:
+        print(json.dumps(done, indent=2))
 
 
 @app.command("verify")
@@ -183,18 +194,23 @@ def info_table(info: dict) -> Table:
 def export_cmd(
     dataset: Path = typer.Argument(..., help="a dataset folder"),
     fmt: str = typer.Option("timeeval", "--format", help="timeeval (a train file, a test CSV per rank of each test run, datasets.csv) or tsb-ad (one CSV per run and rank named as TSB-AD names its files, File-List.csv)"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="output folder (default DATASET-FORMAT beside it)"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="output folder (default ./NAME-FORMAT in the current folder)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the dataset, the format, the output folder and its index file"),
 ):
-    """Export a dataset for another toolkit."""
+    """Export a dataset (a folder, or a name from faultlab dataset list) for another
+    toolkit."""
     from faultlab.datasets.export import export
 
-    dest = out_dir or dataset.parent / f"{dataset.name}-{fmt}"
+    dest = out_dir or Path(f"{dataset.name}-{fmt}")  # never beside a published dataset (package data)
     try:
         idx = export(dataset, dest, fmt)
     except FaultlabError as e:
         _fail(e)
     except OSError as e:
         _fail(_os_error(e, dest, "--out"))
+    if as_json:
+        print(json.dumps({"dataset": str(dataset), "format": fmt, "out": str(dest), "index": str(idx)}, indent=2))
+        return
     out.print(f"{idx}", markup=False)
 
 

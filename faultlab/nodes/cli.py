@@ -38,8 +38,10 @@ def up(
     backend: str = typer.Option("netns", "--backend", help="netns | docker | ssh"),
     nodes: int = typer.Option(4, "--nodes", metavar="N", help="number of nodes"),
     name: Optional[str] = typer.Option(None, "--name", help="testbed id: 1-4 hex digits (default: random)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: id, backend, nodes (name, address) and, for docker and ssh, the inventory and known_hosts files"),
 ):
-    """Bring a testbed up and leave it running; prints its id and nodes."""
+    """Bring a testbed up and leave it running; prints its id, nodes and (docker, ssh)
+    the inventory file that reaches them."""
     from faultlab.nodes.backends import make_testbed
 
     try:
@@ -55,11 +57,19 @@ def up(
     if backend != "netns":
         info["inventory"] = str(tb.inventory_path)
         info["known_hosts"] = str(tb.known_hosts)
-    print(json.dumps(info, indent=1))
+    if as_json:
+        print(json.dumps(info, indent=1))
+        return
+    print(f"testbed {tb.id} up: {len(tb.nodes)} {backend} node(s); remove it with faultlab testbed down --name {tb.id}")
+    for n in info["nodes"]:
+        print(f"  {n['name']}  {n['address']}  {n['node']}")
+    if "inventory" in info:
+        print(f"inventory: {info['inventory']} (known hosts: {info['known_hosts']})")
 
 
 @testbed_app.command("down")
-def down(name: str = typer.Option(..., "--name", help="testbed id (see `faultlab testbed status`)")):
+def down(name: str = typer.Option(..., "--name", help="testbed id (see `faultlab testbed status`)"),
+         as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the testbed id and removed: true")):
     """Remove a testbed: every namespace, link, container, network and iptables rule
     it made (the cached docker node image stays)."""
     from faultlab.nodes.testbed import NetnsTestbed
@@ -82,11 +92,11 @@ def down(name: str = typer.Option(..., "--name", help="testbed id (see `faultlab
     if errs:
         print(f"faultlab: error: testbed {name}: {'; '.join(errs)}", file=sys.stderr)
         raise typer.Exit(1)
-    print(f"testbed {name} removed")
+    print(json.dumps({"id": name, "removed": True}) if as_json else f"testbed {name} removed")
 
 
 @testbed_app.command("status")
-def status(as_json: bool = typer.Option(False, "--json", help="machine-readable output")):
+def status(as_json: bool = typer.Option(False, "--json", help="a JSON list on stdout: id, backend, nodes and whether the controller is alive, per testbed")):
     """Testbeds on this host, with their backend, nodes and controller."""
     from faultlab.nodes.docker_testbed import list_docker_testbeds
     from faultlab.nodes.testbed import load_states

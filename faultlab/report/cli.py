@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -36,6 +37,7 @@ def report(
     path: Path = typer.Argument(..., metavar="RUN_DIR|DATASET_DIR|SCORES.json",
                                 help="a run directory, a folder of runs (campaign), a dataset folder, or a scores JSON file"),
     out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="where to write the page (default: PATH/report.html; SCORES.html beside a JSON file)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the page written, its size in bytes and the seconds it took"),
 ):
     """Write the HTML report of a run, a folder of runs, a dataset or a scores file.
 
@@ -49,13 +51,18 @@ def report(
 
     t = time.perf_counter()
     written = _write(write_report, path, out)
-    print(f"report -> {written} ({written.stat().st_size / 1e6:.2f} MB, {time.perf_counter() - t:.1f}s)")
+    size, took = written.stat().st_size, time.perf_counter() - t
+    if as_json:
+        print(json.dumps({"report": str(written), "bytes": size, "seconds": round(took, 3)}, indent=1))
+        return
+    print(f"report -> {written} ({size / 1e6:.2f} MB, {took:.1f}s)")
 
 
 def export(
     run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="a run directory"),
     format: str = typer.Option("perfetto", "--format", metavar="FORMAT", help="perfetto: Chrome trace JSON (ui.perfetto.dev, chrome://tracing)"),
     out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="where to write (default: RUN_DIR/trace.json)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the trace written and its size in bytes"),
 ):
     """Export a run as a Perfetto timeline (Chrome trace JSON).
 
@@ -67,6 +74,9 @@ def export(
     if format != "perfetto":
         _fail(BadInput(f"unknown format {format!r}", field="--format", fix="use --format perfetto"))
     written = _write(export_trace, run_dir, out)
+    if as_json:
+        print(json.dumps({"trace": str(written), "format": format, "bytes": written.stat().st_size}, indent=1))
+        return
     print(f"perfetto trace -> {written} ({written.stat().st_size / 1e6:.1f} MB)")
 
 
