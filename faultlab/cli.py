@@ -416,6 +416,8 @@ def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefi
     # a fault not injected, or not in force (verify), fails the run's schedule: exit 3
     info = {"run_dir": str(out_dir), "code": res.code or (3 if res.failed_faults else 0), "injected": len(res.injections),
             "failed_faults": res.failed_faults}
+    if res.signal is not None:  # it stopped the run (or came during its teardown): the caller stops too
+        info["signal"] = res.signal.name
     if label_it and res.code == 0:
         from faultlab.labeler import label_run
 
@@ -564,6 +566,47 @@ def _earlier_runs(prev: Path) -> list[dict]:
     return [{**r, "schedule": r.get("schedule", {})} for r in runs]
 
 
+class _StopAfterRun:
+    """While a campaign runs: SIGINT, SIGTERM or SIGHUP between runs (or while one is
+    labeled and reported) is noted in ``signal``, and the campaign stops after that run;
+    during a run, the runner stops the run (faults reverted, nodes torn down) and says
+    which signal (``info["signal"]``)."""
+
+    def __enter__(self):
+        from faultlab.runner import STOP_SIGNALS
+
+        self.signal = None
+        self.old = {s: signal.signal(s, self._note) for s in STOP_SIGNALS}
+        return self
+
+    def _note(self, signum, frame) -> None:
+        if self.signal is None:
+            self.signal = signal.Signals(signum)
+            print(f"faultlab: {self.signal.name}: stopping after this run", file=sys.stderr)
+
+    def __exit__(self, *exc) -> None:
+        for s, h in self.old.items():
+            signal.signal(s, h)
+
+
+def _resume_range(scs: list, not_run: list[str], chosen: range) -> str:
+    """``A:B``, the ``--runs`` of a stopped campaign's runs not run (they follow the
+    last one run, up to the end of ``chosen``)."""
+    first = next(j for j in chosen if scs[j].name in set(not_run))
+    return f"{first}:{chosen[-1] + 1}"
+
+
+def _write_manifest(base: Path, manifest: dict) -> None:
+    """``base/campaign.json``: a fresh file renamed over the name (a link planted there
+    is replaced, never written through); an unwritable folder is one line, exit 2."""
+    try:
+        safefs.write_file_nofollow(base / "campaign.json", json.dumps(manifest, indent=1), 0o644)
+    except FaultlabError as e:
+        _fail(e)
+    except OSError as e:
+        _fail(BadInput(f"cannot write {base / 'campaign.json'}: {e.strerror or e}", field="--out", fix="give a writable folder"))
+
+
 @app.command()
 def campaign(
     file: Path = typer.Argument(..., help="a campaign YAML file (see examples/)"),
@@ -580,7 +623,9 @@ def campaign(
     quiet: cliopts.Quiet = False,
 ):
     """Run a randomized campaign unattended: seeded, so the same seed gives the same
-    schedules (with --quiet, only the closing line is printed)."""
+    schedules (with --quiet, only the closing line is printed). A failed run does not
+    stop it; SIGINT (Ctrl-C) or SIGTERM stops it after cleaning up the run in progress,
+    campaign.json saying which runs were done and which not, exit 130 or 143."""
     from faultlab.scenario import load
 
     inv_nodes = None
@@ -613,23 +658,32 @@ def campaign(
         _fail(e)
     except OSError as e:
         _fail(BadInput(f"cannot make {e.filename or base}: {e.strerror or e}", field="--out", fix="give a writable folder"))
-    for i, s in enumerate(scs):
-        if i not in chosen:
-            continue
-        con.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
-        try:
-            info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con, nodes=inv_nodes, allow_unverified=allow_unverified)
-        except Exception as e:  # unattended: one failed run must not stop the campaign
-            info = {"run_dir": str(base / s.name), "code": 1, "error": f"{type(e).__name__}: {e}"}
-            what = str(e) if isinstance(e, FaultlabError) else f"{type(e).__name__}: {e}"
-            (err_out if con.quiet else con).print(f"{s.name} failed: {what}", markup=False)  # shown with --quiet too
-        manifest["runs"].append({**info, "schedule": schedules[i]})
-        try:  # a fresh file renamed over the name: a link planted there is replaced, never written through
-            safefs.write_file_nofollow(base / "campaign.json", json.dumps(manifest, indent=1), 0o644)
-        except FaultlabError as e:
-            _fail(e)
-        except OSError as e:
-            _fail(BadInput(f"cannot write {base / 'campaign.json'}: {e.strerror or e}", field="--out", fix="give a writable folder"))
+    with _StopAfterRun() as stop:
+        for i, s in enumerate(scs):
+            if i not in chosen or stop.signal:
+                continue
+            con.print(f"[bold]run {i + 1}/{len(scs)}[/] {s.name}")
+            try:
+                info = _run_one(s, base / s.name, label_it, prefix=f"[run {i + 1}/{len(scs)}]", con=con, nodes=inv_nodes, allow_unverified=allow_unverified)
+            except Exception as e:  # unattended: one failed run must not stop the campaign
+                info = {"run_dir": str(base / s.name), "code": 1, "error": f"{type(e).__name__}: {e}"}
+                what = str(e) if isinstance(e, FaultlabError) else f"{type(e).__name__}: {e}"
+                (err_out if con.quiet else con).print(f"{s.name} failed: {what}", markup=False)  # shown with --quiet too
+            stop.signal = stop.signal or (signal.Signals[info["signal"]] if "signal" in info else None)
+            manifest["runs"].append({**info, "schedule": schedules[i]})
+            if stop.signal:
+                done = {r["schedule"].get("name") for r in manifest["runs"]}
+                manifest["stopped"] = {"signal": stop.signal.name, "not_run": [scs[j].name for j in chosen if scs[j].name not in done]}
+            _write_manifest(base, manifest)
+    if stop.signal:  # the run in progress was cleaned up; the rest is not run
+        left = manifest["stopped"]["not_run"]
+        (err_out if as_json else out).print(
+            f"campaign {c.name}: stopped by {stop.signal.name}; {sum(not r['code'] for r in manifest['runs'])} run(s) complete, "
+            f"{len(left)} not run -> {base / 'campaign.json'}" + (f"; the rest: faultlab campaign {file} --out {base} --runs {_resume_range(scs, left, chosen)}" if left else ""),
+            markup=False)
+        if as_json:
+            print(json.dumps(manifest, indent=1))
+        raise typer.Exit(128 + stop.signal)
     bad = [r for r in manifest["runs"] if r["code"]]
     try:  # the campaign's page: a thumbnail per run, the scores pooled with bootstrap CIs
         from faultlab.report import write_report

@@ -14,6 +14,7 @@ in a ``finally``), record everything in the run directory, tear down.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -46,12 +47,35 @@ from faultlab.telemetry.hostsampler import HostSampler
 TESTBED_LEASE_S = 30.0
 
 
+#: the signals that stop a run: its faults are reverted and its nodes torn down, the
+#: run recorded with code 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class _Stop(BaseException):
-    pass
+    """A stop signal arrived during a run (``signum``)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _raise_stop(signum, frame):
-    raise _Stop()
+    raise _Stop(signum)
+
+
+def _defer_stops(res: "RunResult") -> None:
+    """From here on, a stop signal is noted in ``res`` (:func:`_note_stop`) instead of
+    raised: the faults' revert and the teardown always run to their end."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, functools.partial(_note_stop, res))
+
+
+def _note_stop(res: "RunResult", signum, frame) -> None:
+    """A stop signal during teardown: noted in ``res.signal`` (the caller stops after
+    this run), never cutting the teardown short."""
+    if res.signal is None:
+        res.signal = signal.Signals(signum)
 
 
 @dataclass
@@ -69,13 +93,15 @@ class _Due:
 
 @dataclass
 class RunResult:
-    """What ``run`` leaves: the run directory, its injections rows, the exit code
-    (0 ok, 130 interrupted) and the faults that could not be injected."""
+    """What ``run`` leaves: the run directory, its injections rows, the exit code (0
+    ok, 128 + the signal's number when one of :data:`STOP_SIGNALS` stopped it), that
+    signal (None when none) and the faults that could not be injected."""
 
     rundir: RunDir
     injections: list[dict] = field(default_factory=list)
     failed_faults: list[str] = field(default_factory=list)
     code: int = 0
+    signal: signal.Signals | None = None
 
 
 class _StepWatch:
@@ -196,7 +222,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     rd.event("run-start", backend=sc.testbed.backend, scenario=sc.name)
     due = [_Due(f, i, at, st) for i, f in enumerate(sc.faults) for at, st in f.occurrences()]
     live = _Live()
-    old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, _raise_stop) for s in STOP_SIGNALS}
     if own:
         prog.__enter__()
     finished = False
@@ -206,15 +232,18 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
         t0 = _wait_first_step(live, rd, prog)
         _train(sc, live, due, rd, res, con, prog, t0, allow_unverified)
         finished = True
-    except (_Stop, KeyboardInterrupt):
-        rd.event("interrupted")
-        con.print("[red]interrupted[/]: reverting faults and tearing down")
-        res.code = 130
+    except (_Stop, KeyboardInterrupt) as e:
+        _defer_stops(res)  # a second signal no longer cuts the run's end short
+        res.signal = signal.Signals(getattr(e, "signum", signal.SIGINT))
+        res.code = 128 + res.signal
+        rd.event("interrupted", signal=res.signal.name)
+        con.print(f"[red]interrupted ({res.signal.name})[/]: reverting faults and tearing down")
     finally:
+        _defer_stops(res)
         host = _tear_down(live, due, rd, res, con)
+        _write_tables(sc, rd, res, host, live.remote_nodes, run_id)
         for s, h in old.items():
             signal.signal(s, h)
-        _write_tables(sc, rd, res, host, live.remote_nodes, run_id)
         if prog and finished:
             prog.done()
         if own:
