@@ -34,19 +34,20 @@ def _write(writer, src: Path, out: Optional[Path]) -> Path:
 
 
 def report(
-    path: Path = typer.Argument(..., metavar="RUN_DIR|DATASET_DIR|SCORES.json",
-                                help="a run directory, a folder of runs (campaign), a dataset folder, or a scores JSON file"),
-    out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="where to write the page (default: PATH/report.html; SCORES.html beside a JSON file)"),
+    path: Path = typer.Argument(..., metavar="RUN_DIR|DATASET|SCORES.json",
+                                help="a run directory, a folder of runs (campaign), a dataset folder or the name of a published one (faultlab dataset list), a scores JSON file or a leaderboard.json"),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="where to write the page (default: PATH/report.html; ./NAME-report.html for a dataset; SCORES.html beside a JSON file)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the page written, its size in bytes and the seconds it took"),
 ):
-    """Write the HTML report of a run, a folder of runs, a dataset or a scores file.
+    """Write the HTML report of a run, a folder of runs, a dataset, a scores file or a leaderboard.
 
     One self-contained page (plots embedded, nothing loaded from the network): per-rank step and compute time with faults, labels and alarms; the
     what-if slowdown; host metrics per node; the tables of faults, labels, alarms and
     scores. For a folder of runs or a dataset: a thumbnail per run and the score table
     with bootstrap 95% CIs (a dataset's published scores, datasets/scores-NAME.json,
     and its whole card). A scores file: what was scored (dataset, split, mode, window,
-    parameters), the table and window-level bars."""
+    parameters), the table and window-level bars. A leaderboard.json: the leaderboard's
+    page."""
     from faultlab.report.html import write_report
 
     t = time.perf_counter()

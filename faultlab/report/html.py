@@ -1,14 +1,15 @@
 """The HTML report: one self-contained page (jinja2 template, plots as base64 PNG
 ``data:`` URIs, inline CSS, no script, nothing loaded from the network).
 
-Three inputs, told apart by what the path holds:
+Four inputs, told apart by what the path holds:
 
 - a run directory (``steps.parquet`` or ``telemetry/``): the run's page;
 - a folder of runs (a campaign's ``--out``, a ``faultlab run --repeat`` folder) or a
-  dataset folder (``data/steps/run=ID/``): a thumbnail per run and the score table,
-  each figure with a bootstrap 95% CI over runs;
+  dataset folder (``data/steps/run=ID/``; a published dataset also by its name): a
+  thumbnail per run and the score table, each figure with a bootstrap 95% CI over runs;
 - a scores JSON file (``metrics.json``, or what ``faultlab score`` writes): the score
-  table and bars.
+  table and bars;
+- a ``leaderboard.json``: the page ``faultlab leaderboard --out`` writes beside it.
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ import pandas as pd
 import pyarrow as pa
 
 from faultlab import safefs, schema
+from faultlab.datasets import registry
 from faultlab.errors import BadInput
 from faultlab.report import plots
 from faultlab.report.data import RunData, is_run_dir, load_run
+from faultlab.scoring.leaderboard.compute import FORMAT as LEADERBOARD_FORMAT, Board
+from faultlab.scoring.leaderboard.html import html as leaderboard_html
+from faultlab.scoring.leaderboard.verify import load_scores
 from faultlab.scoring.table import metric_title
 
 SCORE_COLUMNS = ["window_precision", "window_recall", "window_f1", "window_mcc", "window_f1_point_adjusted", "window_recall_point_adjusted", "event_precision", "event_recall", "event_f1", "range_f1", "vus_pr", "acc_at_1", "latency_median_s", "precision", "recall", "f1", "mcc"]
@@ -62,9 +67,11 @@ def fmt(v, digits: int = 3) -> str:
 
 
 def write_report(path: str | Path, out: str | Path | None = None) -> Path:
-    """Render the report of ``path`` (run directory, folder of runs or dataset, or a
-    scores JSON file) into ``out`` (default: ``path/report.html`` for a folder,
-    ``PATH.html`` beside a JSON file). Returns the path written.
+    """Render the report of ``path`` (run directory, folder of runs, dataset folder or
+    the name of a published one (:func:`faultlab.datasets.registry.find`), a scores JSON
+    file or a leaderboard.json) into ``out`` (default: ``path/report.html`` for a
+    folder, ``./NAME-report.html`` for a dataset, ``PATH.html`` beside a JSON file).
+    Returns the path written.
 
     Raises BadInput (field ``PATH``) when ``path`` is none of those, and BadInput
     naming the file when one of its files cannot be read; OSError when ``out``
@@ -73,18 +80,30 @@ def write_report(path: str | Path, out: str | Path | None = None) -> Path:
     temporary in ``out``'s folder, renamed over it).
     """
     p = Path(path)
+    if not p.exists() and len(p.parts) == 1 and not str(path).startswith("."):
+        p = _published(str(path))
     if p.is_file():
         html, default = render_scores_file(p), p.with_suffix(".html")
     elif is_run_dir(p):
         html, default = render_run(load_run(p)), p / "report.html"
     elif p.is_dir() and (runs := find_runs(p)):
-        html, default = render_collection(p, runs), p / "report.html"
+        # a dataset's page goes to the current folder: a file inside it would break its MANIFEST.sha256
+        html, default = render_collection(p, runs), Path(f"{p.name}-report.html") if registry.is_dataset(p) else p / "report.html"
     else:
         what = "does not exist" if not p.exists() else "holds no run directory, dataset or scores file"
-        raise BadInput(f"{p} {what}", field="PATH", fix="give a run directory, a folder of runs, a dataset folder or a scores JSON file")
+        raise BadInput(f"{p} {what}", field="PATH", fix="give a run directory, a folder of runs, a dataset folder or name, a scores JSON file or a leaderboard.json")
     target = Path(out) if out is not None else default
     safefs.write_file_nofollow(target, html.encode("utf-8"), 0o644)
     return target
+
+
+def _published(name: str) -> Path:
+    """The folder of the published dataset ``name``; the path as given when there is
+    none of that name (the caller says it does not exist)."""
+    try:
+        return registry.find(name)
+    except BadInput:
+        return Path(name)
 
 
 # -- one run ---------------------------------------------------------------------------
@@ -421,10 +440,13 @@ def provenance_view(provenance: list[dict]) -> dict | None:
 
 def render_scores_file(f: Path) -> str:
     """The page of a scores JSON file: what was scored (dataset, split, mode, window,
-    parameters), its score table and window-level bars.
+    parameters), its score table and window-level bars; a leaderboard.json gets the
+    page ``faultlab leaderboard --out`` writes.
 
     Raises BadInput (field ``PATH``) when the file holds no score rows."""
     doc = _read_json(f)
+    if isinstance(doc, dict) and doc.get("format") == LEADERBOARD_FORMAT:  # leaderboard.json: the leaderboard's own page
+        return leaderboard_html(Board.from_dict(load_scores(f, field="PATH")))
     rows, provenance = score_doc(doc)
     if not rows:
         raise BadInput(f"{f} holds no score rows", field="PATH", fix="give metrics.json of a run, or the output of faultlab score")

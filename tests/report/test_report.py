@@ -177,3 +177,44 @@ def test_a_faultlab_score_file_names_dataset_split_mode_window_and_parameters(ru
     assert kv["mode"] == "offline" and kv["window"] == "5 s" and kv["parameters"] == "draws=3", kv
     assert kv["runs"] == "1" and kv["split"] and kv["dataset"], kv
     assert "random (offline)" in html and "window MCC" in html
+
+
+def test_report_of_a_published_dataset_by_name_goes_to_the_current_folder(tmp_path):
+    """``faultlab report NAME`` finds a published dataset as ``score --dataset NAME``
+    does, and writes ``./NAME-report.html``: nothing lands inside the dataset (its
+    MANIFEST.sha256 still verifies)."""
+    from tests.helpers import REPO, fl
+
+    cp = fl("report", "faultlab-hw-v1", "--json", cwd=tmp_path, timeout=300)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert json.loads(cp.stdout)["report"] == "faultlab-hw-v1-report.html"
+    page = (tmp_path / "faultlab-hw-v1-report.html").read_text()
+    assert "faultlab dataset faultlab-hw-v1" in page and "No scores" not in page
+    assert not (REPO / "datasets" / "faultlab-hw-v1" / "report.html").exists()
+    assert fl("dataset", "verify", REPO / "datasets" / "faultlab-hw-v1").returncode == 0
+    cp = fl("report", "no-such-dataset", cwd=tmp_path)
+    assert cp.returncode == 2 and "no-such-dataset does not exist" in cp.stderr and "Traceback" not in cp.stderr
+
+
+def test_a_leaderboard_json_renders_as_the_leaderboard_page(tmp_path):
+    """``faultlab report leaderboard.json`` gives the page ``faultlab leaderboard --out``
+    writes from the same board (the same text; only the SVG plots' generated ids
+    differ); a leaderboard.json that is not whole is one line naming PATH."""
+    from faultlab.scoring.leaderboard import compute, html, render
+    from tests.helpers import REPO, fl
+
+    board = compute.build([REPO / "datasets" / "faultlab-hw-v1"], ["constant", "arrival-late"], split="test", n_boot=50)
+    f = tmp_path / "leaderboard.json"
+    f.write_text(render.to_json(board))
+    page = write_report(f, tmp_path / "lb.html").read_text()
+
+    def text(h: str) -> str:
+        return re.sub(r'data:image/svg\+xml;base64,[^"]+', "SVG", h)
+
+    assert "#1 " in page and text(page) == text(html.html(board))
+    doc = json.loads(f.read_text())
+    del doc["settings"]
+    f.write_text(json.dumps(doc))
+    cp = fl("report", f)
+    assert cp.returncode == 2 and cp.stderr.startswith("faultlab: error: PATH: ") and "settings" in cp.stderr, cp.stderr
+    assert len(cp.stderr.strip().splitlines()) == 1

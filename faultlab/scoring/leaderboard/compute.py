@@ -101,6 +101,25 @@ class Board:
         return schema.json_safe({"format": FORMAT, "rank_by": RANK_BY, "settings": self.settings,
                                  "datasets": [d.to_dict() for d in self.datasets]})
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Board":
+        """The Board of a leaderboard.json (:meth:`to_dict`'s shape, as
+        :func:`faultlab.scoring.leaderboard.verify.load_scores` checks it); a value
+        JSON holds as null stays None."""
+        sets = []
+        for x in d["datasets"]:
+            rows = [Row(detector=r["detector"], params=r["params"], n_runs=_count(r.get("n_runs")), metrics=r["metrics"],
+                        rank=_count(r.get("rank")), vs_next=r.get("vs_next") if isinstance(r.get("vs_next"), dict) else None)
+                    for r in x["rows"]]
+            sets.append(DatasetBoard(name=x["name"], path=x["path"], digest=x["digest"], n_runs=_count(x.get("n_runs")),
+                                     run_ids=list(x.get("run_ids") or []), rows=rows))
+        return cls(settings=dict(d["settings"]), datasets=sets)
+
+
+def _count(v) -> int:
+    """A count read from JSON: a whole number as it is, anything else 0."""
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else 0
+
 
 def detector_specs(detectors=None) -> list[tuple[str, dict]]:
     """``(name, params)`` of each detector to rank: ``detectors`` (names, or

@@ -26,28 +26,29 @@ TOLERANCE = 1e-9
 FIX_FILE = "give the leaderboard.json that faultlab leaderboard --out wrote"
 
 
-def load_scores(path: str | Path) -> dict:
+def load_scores(path: str | Path, field: str = "--verify") -> dict:
     """The scores file at ``path``, shape-checked: ``format`` :data:`FORMAT`, a
     ``settings`` object of exactly :func:`settings_of`'s keys, and ``datasets``, each
     with a ``name``, ``path``, ``digest`` and ``rows`` of ``detector`` (text),
     ``params`` (object) and ``metrics`` (object).
 
-    Raises BadInput (field ``--verify``) naming what is wrong."""
+    Raises BadInput (``field``: the option or argument that named the file) naming what
+    is wrong."""
     p = Path(path)
     try:
         d = safefs.parse_json(p.read_bytes(), str(p))
     except (OSError, ValueError) as e:  # ValueError: bad UTF-8, bad or too deeply nested JSON
-        raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field="--verify", fix=FIX_FILE) from None
+        raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field=field, fix=FIX_FILE) from None
     if not isinstance(d, dict) or d.get("format") != FORMAT:
-        raise BadInput(f"{p} is not a {FORMAT} file", field="--verify", fix=FIX_FILE)
+        raise BadInput(f"{p} is not a {FORMAT} file", field=field, fix=FIX_FILE)
     want = set(settings_of())
     got = d.get("settings")
     if not isinstance(got, dict) or set(got) != want:
-        raise BadInput(f"{p}: settings must have exactly {', '.join(sorted(want))}", field="--verify", fix=FIX_FILE)
+        raise BadInput(f"{p}: settings must have exactly {', '.join(sorted(want))}", field=field, fix=FIX_FILE)
     sets = d.get("datasets")
     if not isinstance(sets, list) or not sets or not all(_dataset_ok(x) for x in sets):
         raise BadInput(f"{p}: 'datasets' must list objects with name, path, digest and rows (detector, params, metrics)",
-                       field="--verify", fix=FIX_FILE)
+                       field=field, fix=FIX_FILE)
     return d
 
 
