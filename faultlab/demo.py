@@ -33,7 +33,7 @@ from faultlab.rundir import RunDir, new_run_id
 from faultlab.runner import run
 from faultlab.schema import json_safe
 from faultlab.scenario import Scenario
-from faultlab.scoring import load_detector, table
+from faultlab.scoring import load_detector, runmetrics, table
 from faultlab.scoring.api import score_many
 from faultlab.rundata import RunData as Run
 
@@ -105,7 +105,8 @@ def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress, result: Co
     labels = label_run(rd.path)
     prog.phase("scoring", "peer-median, temporal-z and arrival-late against the labels, beside a random and a constant detector (offline and in replay)")
     summary, rows = _score(rd, steps, host, labels, inj)
-    (rd.path / "metrics.json").write_text(json.dumps(json_safe(rows), indent=2, default=_num))
+    doc = runmetrics.document(rd.run_id, rows, window_s=WINDOW_S, params={d: p for d, p in SPECS if p})
+    (rd.path / "metrics.json").write_text(json.dumps(json_safe(doc), indent=2, default=_num))
     det = load_detector("peer-median")
     alarms = det.detect(steps, host)
     rd.write_table("alarms", alarms)
@@ -149,6 +150,10 @@ def _analyse(rd: RunDir, con: Console, t_wall: float, prog: Progress, result: Co
 
 
 DETECTORS = ("peer-median", "temporal-z", "arrival-late", "random", "constant")
+#: (detector, parameters) as scored: random as its chance level (a mean of 20 draws), not one draw
+SPECS = tuple((d, {"draws": 20} if d == "random" else None) for d in DETECTORS)
+#: the window-level cell width (seconds) the demo scores with
+WINDOW_S = 10.0
 
 
 def _score(rd: RunDir, steps, host, labels, inj):
@@ -156,9 +161,8 @@ def _score(rd: RunDir, steps, host, labels, inj):
     the metrics.json rows (every metric offline, latency from the replay; no CI: one
     run has none over runs)."""
     run = Run(str(rd.run_id), steps, host, labels, inj, rd.meta)
-    specs = [(d, {"draws": 20} if d == "random" else None) for d in DETECTORS]  # random: its chance level, not one draw
-    off = score_many(specs, [run], by=None, n_boot=0)
-    rep = score_many(specs, [run], mode="replay", by=None, n_boot=0)
+    off = score_many(list(SPECS), [run], by=None, n_boot=0, window_s=WINDOW_S)
+    rep = score_many(list(SPECS), [run], mode="replay", by=None, n_boot=0, window_s=WINDOW_S)
     rows = []
     for o, r in zip(off, rep):
         row = {"detector": o.detector, **{k: v["value"] for k, v in o.metrics.items()}}

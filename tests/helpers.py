@@ -29,6 +29,12 @@ FAKES = TESTS / "fakes"
 EXAMPLES = REPO / "examples"
 #: the published software-straggler dataset of this repository (tests skip without it)
 SW_DATASET = REPO / "datasets" / "faultlab-sw-v1"
+#: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout
+PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or REPO.parent / "shared" / "datasets" / "public")
+#: the page that says where the public traces come from (a skip's reason names it)
+PUBLIC_DOC = "docs/importing.md"
+#: what a test skipped for want of the public traces tells the reader to do
+PUBLIC_HINT = f"set FAULTLAB_PUBLIC_DATA to the folder of the public traces ({PUBLIC_DOC})"
 #: an example campaign
 EXAMPLE_CAMPAIGN = EXAMPLES / "software-stragglers.yaml"
 #: whether this session runs as root (namespaces, qdiscs, cgroups, other users)

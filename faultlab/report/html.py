@@ -32,6 +32,7 @@ from faultlab.report import plots
 from faultlab.report.data import RunData, is_run_dir, load_run
 from faultlab.scoring.leaderboard.compute import FORMAT as LEADERBOARD_FORMAT, Board
 from faultlab.scoring.leaderboard.html import html as leaderboard_html
+from faultlab.scoring import runmetrics
 from faultlab.scoring.leaderboard.verify import load_scores
 from faultlab.scoring.table import metric_title
 
@@ -129,7 +130,7 @@ def render_run(run: RunData) -> str:
                     "peer node, sampled once a second; each node's own faults shaded."},
     ]
     figures = [f for f in figures if f["plot"]]
-    score_rows = run.metrics if isinstance(run.metrics, list) else (run.metrics or {}).get("rows", []) if isinstance(run.metrics, dict) else []
+    score_rows = runmetrics.rows_of(run.metrics) or []
     ctx = {
         "title": f"faultlab run {run.run_id}",
         "run": _run_summary(run),
@@ -139,12 +140,24 @@ def render_run(run: RunData) -> str:
         "labels": _label_rows(run),
         "alarms": _alarm_rows(run),
         "scores": _score_table(score_rows),
+        "scores_about": _scores_about(run.metrics),
         "whatif": _whatif_rows(run),
         "meta": [(k, fmt(v)) for k, v in sorted(run.meta.items()) if not isinstance(v, (dict, list))],
         "render_s": None,
     }
     ctx["render_s"] = f"{time.perf_counter() - t:.1f}"
     return _env().get_template("run.html.j2").render(**ctx)
+
+
+def _scores_about(doc) -> str | None:
+    """What a run's metrics.json was scored with (:mod:`faultlab.scoring.runmetrics`),
+    as one line; None for a bare list of rows, which does not say."""
+    if not runmetrics.is_document(doc):
+        return None
+    p = runmetrics.provenance_of(doc)
+    params = "; ".join(f"{x['detector']}: {x['params']}" for x in p if x["params"] != "defaults") or "defaults"
+    return (f"scored on this run: window {p[0]['window'] if p else '-'}, {doc.get('mode', '-')}, parameters {params}; "
+            f"{doc.get('ci_note', '')}")
 
 
 def _run_summary(run: RunData) -> dict:
@@ -203,7 +216,7 @@ def _whatif_rows(run: RunData) -> list[tuple[str, str]]:
 
 def _score_table(rows: list[dict], label: str = "detector") -> dict | None:
     """The template's score table of ``rows`` (flat rows: ``detector``, METRIC,
-    ``METRIC_ci``): columns in :data:`SCORE_COLUMNS` order, titled by
+    ``METRIC_ci``, ``n_runs`` or ``runs``; a row of one run reads ``CI n/a: 1 run``): columns in :data:`SCORE_COLUMNS` order, titled by
     :func:`faultlab.scoring.table.metric_title` (level, unit; point-adjusted marked
     inflated), and, for detector rows, the window-level bars (of the offline rows
     when rows carry a ``mode``)."""
@@ -216,10 +229,13 @@ def _score_table(rows: list[dict], label: str = "detector") -> dict | None:
     body = []
     for r in rows:
         cells = []
+        one_run = (r.get("n_runs") if "n_runs" in r else r.get("runs")) == 1
         for c in cols:
             ci = r.get(f"{c}_ci")
             cell = fmt(r.get(c))
-            if isinstance(ci, (list, tuple)) and len(ci) == 2:
+            if one_run and ci is not None and cell != "-":
+                cell += " (CI n/a: 1 run)"  # a bootstrap over one run has no width: no interval, not certainty
+            elif isinstance(ci, (list, tuple)) and len(ci) == 2 and fmt(ci[0]) != "-":
                 cell += f" [{fmt(ci[0])}, {fmt(ci[1])}]"
             cells.append(cell)
         body.append({"detector": str(r.get("detector", "-")), "cells": cells})
@@ -308,8 +324,8 @@ def render_collection(p: Path, runs: list[Path]) -> str:
         except BadInput as e:
             problems.append(f"{r.name}: {e}")
             continue
-        if isinstance(run.metrics, list):
-            per_run[run.run_id] = run.metrics
+        if (rows := runmetrics.rows_of(run.metrics)) is not None:
+            per_run[run.run_id] = rows
         types |= set(run.injections["fault_type"].astype(str))
         link = f"{r.name}/report.html" if (r / "report.html").exists() else None
         cards.append({"id": run.run_id, "plot": figure(plots.thumbnail(run)), "link": link,
@@ -366,7 +382,7 @@ def _is_result(d) -> bool:
 def _result_row(res: dict, label: str | None = None) -> dict:
     """The flat score row of one result, ``detector`` = ``LABEL (MODE)``, with its
     ``mode``."""
-    row = {"detector": f"{label or res['detector']} ({res['mode']})", "mode": res["mode"]}
+    row = {"detector": f"{label or res['detector']} ({res['mode']})", "mode": res["mode"], "n_runs": res.get("n_runs")}
     for k, v in res["metrics"].items():
         if isinstance(v, dict):
             row[k], row[f"{k}_ci"] = v.get("value"), v.get("ci")
@@ -391,10 +407,13 @@ def _provenance(res: dict, label: str | None = None) -> dict:
 def score_doc(doc) -> tuple[list[dict], list[dict]]:
     """``(rows, provenance)`` of a scores document. Rows: flat score rows (``detector``,
     METRIC, ``METRIC_ci``). Provenance: per scored result, :func:`_provenance` (none
-    for a bare list of rows). Shapes read: a list of rows (a run's metrics.json); one
+    for a bare list of rows). Shapes read: a run's metrics.json
+    (:mod:`faultlab.scoring.runmetrics`, or a bare list of rows); one
     ``faultlab score`` result (``--out``/``--json``); published scores, detector ->
     mode -> result (``datasets/scores-NAME.json``); an object holding rows under
     ``rows``, ``scores``, ``detectors`` or ``overall``."""
+    if runmetrics.is_document(doc):
+        return runmetrics.rows_of(doc), runmetrics.provenance_of(doc)
     if isinstance(doc, list):
         return [r for r in doc if isinstance(r, dict)], []
     if not isinstance(doc, dict):

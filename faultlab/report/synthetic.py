@@ -19,6 +19,7 @@ import pandas as pd
 
 from faultlab.labeler import label_run
 from faultlab.rundir import RunDir
+from faultlab.scoring import runmetrics
 
 
 def make_run(path: str | Path, ranks: int = 4, duration_s: float = 300.0, seed: int = 0, label: bool = True) -> Path:
@@ -64,7 +65,8 @@ def make_run(path: str | Path, ranks: int = 4, duration_s: float = 300.0, seed: 
                 "window_precision": p * 0.8, "window_recall": r * 0.9, "window_f1": 2 * p * r * 0.72 / (p * 0.8 + r * 0.9), "window_mcc": m * 0.6,
                 "window_f1_point_adjusted": min(1.0, (p + r) / 1.6), "acc_at_1": a}
                for d, p, r, m, a in (("peer-median", 0.9, 0.6, 0.55, 0.5), ("random", 0.4, 0.5, -0.05, 0.2), ("constant", 0.3, 1.0, 0.0, 0.2))]
-    (rd.path / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    doc = runmetrics.document(rd.run_id, metrics, window_s=10.0, params={"random": {"draws": 20}})
+    (rd.path / "metrics.json").write_text(json.dumps(doc, indent=1))
     rd.finish()
     return rd.path
 

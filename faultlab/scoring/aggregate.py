@@ -104,7 +104,9 @@ def summarize(stats: list[dict], *, replay: bool, k: int = 3, by: str | None = N
         stats: one run_stats result per run.
         replay: whether alarms carried their raise time (latency is reported only then).
         by: ``fault_type``, ``source`` or None: the label column of the breakdown.
-        n_boot: bootstrap resamples (0: no intervals); seed: their seed.
+        n_boot: bootstrap resamples (0: no intervals); seed: their seed. Fewer than 2
+            runs have no interval over runs (``[nan, nan]``): a resample of one run
+            is that run, and its zero-width "interval" would read as certainty.
 
     Returns:
         ``{"n_runs", "metrics": {name: {"value", "ci": [lo, hi]}}, "counts": pooled
@@ -120,7 +122,7 @@ def summarize(stats: list[dict], *, replay: bool, k: int = 3, by: str | None = N
     if not replay:
         point["latency_median_s"] = point["latency_p95_s"] = float("nan")
     boot: dict = {}
-    C = multiplicity(R, n_boot, seed) if R and n_boot > 0 else None
+    C = multiplicity(R, n_boot, seed) if R >= 2 and n_boot > 0 else None  # one run: every resample the same, no interval
     if C is not None:
         SB = C @ S
         boot = derive({key: SB[:, i] for i, key in enumerate(COUNT_KEYS)}, None, k=k)

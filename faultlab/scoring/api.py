@@ -32,6 +32,8 @@ from faultlab.scoring.metrics import COUNT_KEYS, derive, prepare_labels, run_com
 from faultlab.scoring.steparrays import shared
 
 MODES = ("offline", "replay")
+#: why a score of fewer than 2 runs has no confidence interval (its ``ci`` is [null, null])
+NO_CI_NOTE = "n/a: 1 run; the 95% CI is a bootstrap over runs and needs at least 2"
 BY = ("fault_type", "source", "none")
 #: the splits a dataset is scored on (:func:`score_dataset`)
 SPLITS = ("test", "train", "all")
@@ -75,17 +77,20 @@ class ScoreResult:
         return self.metrics[name]["ci"]
 
     def to_dict(self) -> dict:
+        """What ``--json`` / ``--out`` write; with fewer than 2 runs every ``ci`` is
+        ``[null, null]`` and ``ci_note`` says why (:data:`NO_CI_NOTE`)."""
         return schema.json_safe({
             "detector": self.detector, "params": self.params, "mode": self.mode, "split": self.split,
             "source": self.source, "dataset_digest": self.dataset_digest, "n_runs": self.n_runs, "settings": self.settings, "metrics": self.metrics,
+            **({"ci_note": NO_CI_NOTE} if self.n_runs < 2 else {}),
             "by_key": self.by_key, "by": self.by, "counts": self.counts, "per_run": self.per_run, "wall_s": self.wall_s,
             "rows": [self.row()],
         })
 
     def row(self) -> dict:
-        """One flat row: ``detector``, each metric's value and ``METRIC_ci`` (the shape
-        faultlab report's score tables read)."""
-        r = {"detector": self.detector}
+        """One flat row: ``detector``, ``n_runs``, each metric's value and ``METRIC_ci``
+        (the shape faultlab report's score tables read)."""
+        r = {"detector": self.detector, "n_runs": self.n_runs}
         for k, v in self.metrics.items():
             r[k] = v["value"]
             r[f"{k}_ci"] = v["ci"]

@@ -50,7 +50,10 @@ def _fmt(v) -> str:
     return f"{v:.3f}"
 
 
-def _ci(c) -> str:
+def _ci(c, n_runs: int = 2) -> str:
+    """``[lo, hi]``; ``n/a (1 run)`` for fewer than 2 runs; ``-`` for an undefined one."""
+    if n_runs < 2:
+        return "n/a (1 run)"
     if not c or c[0] is None or (isinstance(c[0], float) and math.isnan(c[0])):
         return "-"
     return f"[{c[0]:.3f}, {c[1]:.3f}]"
@@ -64,7 +67,7 @@ def print_result(res: dict, con: Console) -> None:
     for key, label in TABLE_METRICS:
         m = res["metrics"].get(key)
         if m is not None:
-            t.add_row(label, _fmt(m["value"]), _ci(m["ci"]))
+            t.add_row(label, _fmt(m["value"]), _ci(m["ci"], res["n_runs"]))
     con.print(t)
     if res.get("by"):
         b = Table(title=f"by {res['by_key']} (label-side figures)")
@@ -72,7 +75,7 @@ def print_result(res: dict, con: Console) -> None:
             b.add_column(c)
         for g, d in res["by"].items():
             m = d["metrics"]
-            b.add_row(g, str(d["n_labels"]), *(f"{_fmt(m[k]['value'])} {_ci(m[k]['ci'])}" if k in m else "-"
+            b.add_row(g, str(d["n_labels"]), *(f"{_fmt(m[k]['value'])} {_ci(m[k]['ci'], res['n_runs'])}" if k in m else "-"
                                                   for k in ("event_recall", "window_recall", "range_recall", "acc_at_1", "latency_median_s")))
         con.print(b)
 

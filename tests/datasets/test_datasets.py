@@ -6,10 +6,8 @@ TimeEval export, and --import of a public trace."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,10 +16,9 @@ from faultlab.datasets.build import build, collect_runs, draw_split
 from faultlab.datasets.layout import Dataset
 from faultlab.datasets.synthetic import make_run
 from faultlab.errors import BadInput
-from tests.helpers import EXAMPLE_CAMPAIGN, REPO, fl, one_line_error
+from tests.helpers import EXAMPLE_CAMPAIGN, PUBLIC, PUBLIC_HINT, REPO, fl, one_line_error
 
 #: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout (README)
-PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or REPO.parent / "shared" / "datasets" / "public")
 
 
 def test_layout_split_and_tables(ds, campaign):
@@ -179,7 +176,7 @@ def test_bad_input_is_refused_and_nothing_is_left(campaign, tmp_path):
     assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x*"))
 
 
-@pytest.mark.skipif(not (PUBLIC / "straggler-trace-ST").is_dir(), reason=f"public traces not found at {PUBLIC}: set FAULTLAB_PUBLIC_DATA (README: Labeling public traces)")
+@pytest.mark.skipif(not (PUBLIC / "straggler-trace-ST").is_dir(), reason=f"public traces not found at {PUBLIC}: {PUBLIC_HINT}")
 def test_import_straggler_trace_to_dataset_form(tmp_path):
     p = fl("dataset", "build", "--import", "straggler-trace", PUBLIC / "straggler-trace-ST", "--name", "st", "--out", tmp_path)
     assert p.returncode == 0, p.stderr
@@ -196,7 +193,7 @@ def test_import_straggler_trace_to_dataset_form(tmp_path):
     assert set(run.steps.peer_group) == {f"stage{k}" for k in up}  # peer group = pipeline stage
 
 
-@pytest.mark.skipif(not (PUBLIC / "perseus-cluster_A" / "metrics.parquet").is_file(), reason=f"public traces not found at {PUBLIC}: set FAULTLAB_PUBLIC_DATA (README: Labeling public traces)")
+@pytest.mark.skipif(not (PUBLIC / "perseus-cluster_A" / "metrics.parquet").is_file(), reason=f"public traces not found at {PUBLIC}: {PUBLIC_HINT}")
 def test_import_perseus_to_dataset_form(tmp_path):
     # a slice (4 of the 30 hosts, both confirmed slow drives' hosts among them) copied to tmp
     src = PUBLIC / "perseus-cluster_A"

@@ -11,7 +11,6 @@ pipeline traces from an independent little scheduler below.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -28,13 +27,11 @@ from faultlab.labeler.config import make_config
 from faultlab.labeler.importers import perseus, trace
 from faultlab.labeler.importers.long.grid import _auto_align
 from faultlab.schema import json_safe
-from tests.helpers import FL, REPO, fl
+from tests.helpers import FL, PUBLIC, PUBLIC_HINT, fl
 
-#: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout
-PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or REPO.parent / "shared" / "datasets" / "public")
 PERSEUS_DIR = PUBLIC / "perseus-cluster_A"
 ST_DIR = PUBLIC / "straggler-trace-ST"
-_WHERE = "set FAULTLAB_PUBLIC_DATA to the folder of the public traces (README: Labeling public traces)"
+_WHERE = PUBLIC_HINT
 needs_perseus = pytest.mark.skipif(not (PERSEUS_DIR / "metrics.parquet").exists(),
                                    reason=f"public Perseus data not found at {PERSEUS_DIR}: {_WHERE}")
 needs_st = pytest.mark.skipif(not (ST_DIR / "trace-ST.parquet").exists(),

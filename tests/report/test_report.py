@@ -218,3 +218,23 @@ def test_a_leaderboard_json_renders_as_the_leaderboard_page(tmp_path):
     cp = fl("report", f)
     assert cp.returncode == 2 and cp.stderr.startswith("faultlab: error: PATH: ") and "settings" in cp.stderr, cp.stderr
     assert len(cp.stderr.strip().splitlines()) == 1
+
+
+def test_a_runs_metrics_json_says_what_it_was_scored_with(run, tmp_path):
+    """A run's metrics.json (faultlab.scoring.runmetrics) names its window, mode and
+    parameters: its scores page and the run page say them; a bare list of rows (an
+    older run's) still reads."""
+    doc = json.loads((run / "metrics.json").read_text())
+    assert doc["format"] == "faultlab-run-metrics/1" and doc["rows"]
+
+    def text(f) -> str:
+        return " ".join(re.sub(r"<[^>]+>", " ", f.read_text()).split())
+
+    page = text(write_report(run / "metrics.json", tmp_path / "m.html"))
+    for want in ("window 10 s", "mode offline (latency: replay)", "draws=20", f"run {doc['run_id']}"):
+        assert want in page, want
+    run_page = text(write_report(run, tmp_path / "run.html"))
+    assert "scored on this run: window 10 s, offline (latency: replay)" in run_page and "n/a: 1 run" in run_page
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(doc["rows"]))
+    assert "peer-median" in text(write_report(bare, tmp_path / "bare.html"))

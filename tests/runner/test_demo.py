@@ -69,8 +69,10 @@ def test_demo_end_to_end_labels_both_faults_and_leaves_nothing(demo_run):
     assert steps["rank"].nunique() == 4 and (steps.groupby("rank").size().nunique() == 1)
     host = pd.read_parquet(out / "host.parquet")
     assert {"cpu_util_pct", "net_rx_bytes_per_s", "net_tx_bytes_per_s"} <= set(host.metric)
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert [m["detector"] for m in metrics][:1] == ["peer-median"] and {"random", "constant"} <= {m["detector"] for m in metrics}
+    metrics = json.loads((out / "metrics.json").read_text())  # faultlab.scoring.runmetrics' document
+    assert metrics["format"] == "faultlab-run-metrics/1" and metrics["window_s"] == 10.0 and metrics["n_runs"] == 1
+    rows = metrics["rows"]
+    assert [m["detector"] for m in rows][:1] == ["peer-median"] and {"random", "constant"} <= {m["detector"] for m in rows}
 
 
 @needs_root
