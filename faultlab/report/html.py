@@ -155,9 +155,9 @@ def _scores_about(doc) -> str | None:
     if not runmetrics.is_document(doc):
         return None
     p = runmetrics.provenance_of(doc)
-    params = "; ".join(f"{x['detector']}: {x['params']}" for x in p if x["params"] != "defaults") or "defaults"
-    return (f"scored on this run: window {p[0]['window'] if p else '-'}, {doc.get('mode', '-')}, parameters {params}; "
-            f"{doc.get('ci_note', '')}")
+    params = ", ".join(f"{x['detector']} {x['params']}" for x in p if x["params"] != "defaults") or "defaults"
+    return (f"scored on this run: window {p[0]['window'] if p else '-'}, {doc.get('mode', '-')}; parameters: {params}; "
+            f"CI {doc.get('ci_note', '')}")
 
 
 def _run_summary(run: RunData) -> dict:
