@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from faultlab.cliopts import Quiet, progress_console
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.importformats import formats_help  # names only: no pandas
 
@@ -35,6 +36,7 @@ def label(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="tcp://HOST:PORT", help="label out of core on this Dask scheduler (default $DASK_SCHEDULER_ADDRESS, else an embedded LocalCluster)"),
     out_of_core: Optional[bool] = typer.Option(None, "--out-of-core/--in-memory", help="force the out-of-core labeler (Dask) or the in-memory one (default: out of core from 16.8M rank-steps)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the labels' count, the files written and the peer groups used; progress goes to stderr"),
+    quiet: Quiet = False,
 ):
     """Label a run directory (writes labels.parquet and whatif.json there), or import
     public data: --import FORMAT PATH --out DIR writes DIR/labels.parquet (and
@@ -55,16 +57,18 @@ def label(
         except FaultlabError as e:
             _fail(e)
     if import_format is None:
-        info = _label_run_dir(run_dir, out_dir, scheduler, out_of_core, mapping, con)
+        info = _label_run_dir(run_dir, out_dir, scheduler, out_of_core, mapping, con, progress_console(quiet, con))
     else:
         info = _import(import_format, run_dir, out_dir, mapping, con)
     if as_json:
         print(json.dumps(info, indent=1, default=str))
 
 
-def _label_run_dir(run_dir: Path, out_dir: Optional[Path], scheduler: Optional[str], out_of_core: Optional[bool], mapping, con: Console) -> dict:
-    """Label the run directory ``run_dir`` in place, lines on ``con``; returns what
-    ``--json`` prints: ``{run_dir, labels, labels_path, peer_groups}``."""
+def _label_run_dir(run_dir: Path, out_dir: Optional[Path], scheduler: Optional[str], out_of_core: Optional[bool], mapping, con: Console,
+                   progress_con: Console) -> dict:
+    """Label the run directory ``run_dir`` in place, lines on ``con``, the blocks'
+    progress on ``progress_con``; returns what ``--json`` prints: ``{run_dir, labels,
+    labels_path, peer_groups}``."""
     from faultlab.labeler import label_run
 
     if out_dir is not None:
@@ -73,7 +77,7 @@ def _label_run_dir(run_dir: Path, out_dir: Optional[Path], scheduler: Optional[s
         what = "is not a directory" if run_dir.exists() else "does not exist"
         _fail(BadInput(f"{run_dir} {what}", field="PATH", fix="give a run directory, or --import FORMAT PATH --out DIR for public data"))
     try:
-        with _BlockProgress(con) as progress:
+        with _BlockProgress(progress_con) as progress:
             labels = label_run(run_dir, out_of_core=True if scheduler else out_of_core, scheduler=scheduler,
                                progress=progress, peer_groups=mapping)
     except FaultlabError as e:

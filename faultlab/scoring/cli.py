@@ -92,7 +92,7 @@ def score_cmd(
     tick: str = typer.Option("1s", "--tick", help="replay clock step"),
     boot: int = typer.Option(1000, "--boot", min=0, help="bootstrap resamples for the 95% CIs (0: none)"),
     seed: int = typer.Option(0, "--seed", help="seed of the bootstrap"),
-    as_json: bool = typer.Option(False, "--json", help="the scores as one JSON object on stdout (what --out writes): each detector's metrics with 95% CIs; progress goes to stderr"),
+    as_json: bool = typer.Option(False, "--json", help="the result as one JSON object on stdout (what --out writes): each metric's value and 95% CI over runs, the settings and the breakdown"),
     out_file: Optional[Path] = typer.Option(None, "--out", help="write the result as JSON (the --baseline of a later run)"),
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="a previous --out file: exit 1 if a metric dropped by more than --max-drop"),
     max_drop: float = typer.Option(0.02, "--max-drop", help="allowed drop per metric (absolute, in the metric's unit)"),

@@ -262,3 +262,22 @@ def test_install_completion_of_a_named_shell(tmp_path):
         assert (tmp_path / where).read_text().startswith(mark)
     assert "fpath+=~/.zfunc" in (tmp_path / ".zshrc").read_text()
     assert not (tmp_path / ".bash_completions").exists()
+
+
+#: the commands that print progress (phases, runs, blocks, datasets scored): each takes --quiet
+PROGRESS_COMMANDS = {("run",), ("campaign",), ("demo",), ("label",), ("leaderboard",)}
+
+
+def test_every_command_that_prints_progress_takes_quiet(tmp_path):
+    import typer
+
+    from faultlab.cli import app
+
+    cmds = dict(_commands(typer.main.get_command(app)))
+    for path in PROGRESS_COMMANDS:
+        opt = next((p for p in cmds[path].params if "--quiet" in getattr(p, "opts", [])), None)
+        assert opt is not None and "-q" in opt.opts and (opt.help or "").strip(), f"faultlab {' '.join(path)} has no --quiet"
+    cp = fl("leaderboard", "--dataset", REPO / "datasets" / "faultlab-hw-v1", "--detector", "constant", "--boot", "0",
+            "--quiet", "--out", tmp_path / "board", timeout=300)
+    assert cp.returncode == 0 and cp.stderr == "", cp.stderr
+    assert "constant" in cp.stdout and (tmp_path / "board" / "leaderboard.json").is_file()

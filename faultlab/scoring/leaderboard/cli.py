@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 
 from faultlab import safefs
+from faultlab.cliopts import Quiet
 from faultlab.errors import BadInput, FaultlabError
 
 # Lazy imports: the CLI imports this module to register the command; scoring (numpy,
@@ -45,6 +46,7 @@ def leaderboard_cmd(
     as_json: bool = typer.Option(False, "--json", help="print leaderboard.json instead of the tables"),
     brief: bool = typer.Option(False, "--brief", help="print one short table of every dataset (rank, window MCC with its CI, the paired mark), as in the README"),
     verify: Optional[Path] = typer.Option(None, "--verify", help="a submitted leaderboard.json: re-score it with its own detectors and settings (the other options are not used); exit 1 naming the first number that differs"),
+    quiet: Quiet = False,
 ):
     """Rank detectors on datasets: window MCC (ranks), event F1, VUS-PR, Acc@1,
     latency (replay) and false alarms per component-hour, each with its 95% CI; a
@@ -65,7 +67,8 @@ def leaderboard_cmd(
         window_s, tick_s = parse_duration(window, "--window"), parse_duration(tick, "--tick")
 
         def progress(db):
-            print(f"{db.name}: {db.n_runs} runs, {len(db.rows)} detectors scored in {db.wall_s:.1f} s", file=sys.stderr, flush=True)
+            if not quiet:
+                print(f"{db.name}: {db.n_runs} runs, {len(db.rows)} detectors scored in {db.wall_s:.1f} s", file=sys.stderr, flush=True)
 
         board = compute.build(dataset, detector or None, on_dataset=progress, mode=mode, split=split, window_s=window_s,
                               tick_s=tick_s, n_boot=boot, seed=seed)
@@ -78,7 +81,7 @@ def leaderboard_cmd(
         print(f"faultlab: error: {e}", file=sys.stderr)
         raise typer.Exit(e.exit_code)
     print(js if as_json else render.brief_markdown(board) if brief else md)
-    if out is not None:
+    if out is not None and not quiet:
         print(f"wrote {', '.join(str(out / n) for n in OUT_FILES)}", file=sys.stderr)
 
 
