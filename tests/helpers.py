@@ -5,6 +5,7 @@ error check."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -55,6 +56,39 @@ def fl(*args, env: dict | None = None, timeout: float = 120, cwd=None) -> subpro
     process's environment."""
     return subprocess.run([*FL, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env=None if env is None else {**os.environ, **env})
+
+
+#: one child process runs each command line of a JSON list on stdin through faultlab's
+#: entry point (:func:`faultlab.cli.main`: :func:`faultlab.cliopts.run` on the typer
+#: app), capturing its stdout, stderr and exit code
+_MANY = r"""
+import contextlib, io, json, sys
+import typer
+from faultlab import cliopts
+from faultlab.cli import app
+
+res = []
+for argv in json.load(sys.stdin):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cliopts.run(typer.main.get_command(app), args=argv)
+            code = 0
+        except SystemExit as e:
+            code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+    res.append({"argv": argv, "code": code, "out": out.getvalue(), "err": err.getvalue()})
+sys.__stdout__.write(json.dumps(res))
+"""
+
+
+def fl_many(argvs: list[list[str]], timeout: float = 300, cwd=None) -> list[subprocess.CompletedProcess]:
+    """Run ``faultlab ARGV`` for each command line of ``argvs``, in order, all in ONE
+    child process through the same entry point as the console script (one interpreter
+    start for many refusals); returns what :func:`fl` returns for each."""
+    cp = subprocess.run([sys.executable, "-c", _MANY], input=json.dumps([list(map(str, a)) for a in argvs]),
+                        capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    return [subprocess.CompletedProcess([*FL, *r["argv"]], r["code"], r["out"], r["err"]) for r in json.loads(cp.stdout)]
 
 
 def one_line_error(cp: subprocess.CompletedProcess, *names: str, code: int = 2) -> str:

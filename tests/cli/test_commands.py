@@ -20,6 +20,8 @@ from tests.helpers import (
     as_nobody,
     faultlab_procs,
     fl,
+    fl_many,
+    left_since,
     needs_root,
     nobody_env,
     one_line_error,
@@ -87,15 +89,24 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("argv,field", BAD, ids=[" ".join(a[:1] + a[2:5]) + f" [{f}]" for a, f in BAD])
-def test_bad_input_one_line_names_field_exit_2_nothing_applied(argv, field):
+@pytest.fixture(scope="module")
+def refusals() -> tuple[dict[tuple, subprocess.CompletedProcess], dict[str, set]]:
+    """Every command line of BAD run once through faultlab's entry point (in one child
+    process), and what faultlab objects the batch left behind (a ``left_since``)."""
     before = residue()
-    cp = fl(*argv)
+    done = fl_many([argv for argv, _ in BAD])
+    return {tuple(cp.args[len(FL):]): cp for cp in done}, left_since(before)
+
+
+@pytest.mark.parametrize("argv,field", BAD, ids=[" ".join(a[:1] + a[2:5]) + f" [{f}]" for a, f in BAD])
+def test_bad_input_one_line_names_field_exit_2_nothing_applied(refusals, argv, field):
+    done, left = refusals
+    cp = done[tuple(argv)]
     assert cp.returncode == 2, (cp.returncode, cp.stdout, cp.stderr)
     lines = [l for l in cp.stderr.splitlines() if l.strip()]
     assert len(lines) == 1, cp.stderr
     assert lines[0].startswith("faultlab: error: ") and field in lines[0], lines[0]
-    assert residue() == before
+    assert not left, f"a refused command left faultlab state behind: {left}"
 
 
 def test_dry_run_prints_exact_commands_and_applies_nothing():

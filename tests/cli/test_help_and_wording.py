@@ -145,21 +145,3 @@ def test_readme_namespace_recipe_works_as_written(tmp_path):
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
         subprocess.run(["ip", "link", "del", f"{name}-h"], capture_output=True)
 
-
-def test_every_command_shows_metavars_not_types():
-    """No option of any command (ours or another module's) shows typer's `<str>`."""
-    import typer
-
-    from faultlab.cli import app
-
-    root = typer.main.get_command(app)
-    paths = []
-    for name, cmd in root.commands.items():
-        subs = getattr(cmd, "commands", None)
-        paths += [[name, s] for s in subs] if subs else [[name]]
-    assert len(paths) > 10
-    for path in paths:
-        cp = fl(*path, "--help")
-        assert cp.returncode == 0, path
-        body = cp.stdout.replace("<bool>  Show this message and exit.", "")
-        assert not re.search(r"<(str|path|int|float|list\[[^]]*\])>", body), (path, body)

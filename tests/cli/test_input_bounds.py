@@ -22,7 +22,7 @@ import pytest
 from faultlab.errors import BadInput
 from faultlab.units import parse_duration, parse_rate
 from faultlab.yamlsafe import DuplicateKey, load as load_yaml
-from tests.helpers import EXAMPLES, fl, one_line_error
+from tests.helpers import EXAMPLES, fl, fl_many, one_line_error
 
 SCENARIO = """name: t
 seed: 0
@@ -96,21 +96,37 @@ def test_duration_and_rate_speak_one_vocabulary():
     assert parse_duration("0s", "--grace", allow_zero=True) == 0.0
 
 
-@pytest.mark.parametrize("args,field", [
+TINY = [
     (["--duration", "0.00001ms"], "--duration"),
     (["--duration", "10 ms"], "--duration"),
     (["--pause", "0.001ms", "--period", "0.002ms"], "--pause"),
     (["--pause", "5ms", "--period", "500ms"], "--pause"),
     (["--pause", "20ms", "--period", "50ms"], "--period"),
-])
-def test_inject_refuses_tiny_durations_and_applies_nothing(args, field):
-    before = _leases()
+]
+
+
+def _tiny_argv(args: list[str]) -> list[str]:
+    """``faultlab inject`` of a process-pause on this process, ``args`` overriding the defaults."""
     base = {"--pause": "100ms", "--period": "500ms", "--duration": "5s"}
     for k, v in zip(args[::2], args[1::2]):
         base[k] = v
-    argv = ["inject", "--type", "process-pause", "--target", str(os.getpid())] + [x for kv in base.items() for x in kv]
-    one_line_error(fl(*argv), field)
-    assert _leases() == before
+    return ["inject", "--type", "process-pause", "--target", str(os.getpid())] + [x for kv in base.items() for x in kv]
+
+
+@pytest.fixture(scope="module")
+def tiny_refusals() -> tuple[list, set[str], set[str]]:
+    """Each inject of TINY run once through faultlab's entry point (one child process),
+    with the lease files before and after them."""
+    before = _leases()
+    done = fl_many([_tiny_argv(args) for args, _ in TINY])
+    return done, before, _leases()
+
+
+@pytest.mark.parametrize("i", range(len(TINY)), ids=[" ".join(a) for a, _ in TINY])
+def test_inject_refuses_tiny_durations_and_applies_nothing(tiny_refusals, i):
+    done, before, after = tiny_refusals
+    one_line_error(done[i], TINY[i][1])
+    assert after == before
 
 
 def test_scenario_pause_below_the_minimum_names_the_param(tmp_path):
@@ -124,24 +140,45 @@ def test_scenario_pause_below_the_minimum_names_the_param(tmp_path):
 # -- testbed up --nodes 0; pydantic messages with their fix --------------------------------
 
 
-@pytest.mark.parametrize("backend", ["netns", "docker", "ssh"])
-@pytest.mark.parametrize("n", ["0", "-3"])
-def test_testbed_up_with_no_nodes_is_bad_input(backend, n):
-    one_line_error(fl("testbed", "up", "--backend", backend, "--nodes", n), "--nodes", "give 1 to")
+NO_NODES = [(backend, n) for n in ("0", "-3") for backend in ("netns", "docker", "ssh")]
 
 
-@pytest.mark.parametrize("old,new,field,fix", [
+@pytest.fixture(scope="module")
+def no_nodes_refusals() -> list:
+    """``testbed up`` of each (backend, count) of NO_NODES, run once (one child process)."""
+    return fl_many([["testbed", "up", "--backend", backend, "--nodes", n] for backend, n in NO_NODES])
+
+
+@pytest.mark.parametrize("i", range(len(NO_NODES)), ids=[f"{b}-{n}" for b, n in NO_NODES])
+def test_testbed_up_with_no_nodes_is_bad_input(no_nodes_refusals, i):
+    one_line_error(no_nodes_refusals[i], "--nodes", "give 1 to")
+
+
+OUT_OF_BOUNDS = [
     ("rank: 1,", "rank: -1,", "faults[0].rank", "give a value >= 0"),
     ("nodes: 2}", "nodes: 1}", "testbed.nodes", "give a value >= 2"),
     ("nodes: 2}", "nodes: 99}", "testbed.nodes", "give a value <= 64"),
     ("nodes: 2}", "nodes: true}", "testbed.nodes", "whole number"),
     ("rank: 1,", "rank: true,", "faults[0].rank", "whole number"),
     ("backend: local", "backend: lokal", "testbed.backend", "use one of"),
-])
-def test_pydantic_errors_name_their_fix(tmp_path, old, new, field, fix):
-    p = tmp_path / "s.yaml"
-    p.write_text(SCENARIO.replace(old, new))
-    one_line_error(fl("scenario", "validate", str(p)), field, fix)
+]
+
+
+@pytest.fixture(scope="module")
+def out_of_bounds_refusals(tmp_path_factory) -> list:
+    """``scenario validate`` of SCENARIO with each edit of OUT_OF_BOUNDS, run once (one child process)."""
+    d = tmp_path_factory.mktemp("bounds")
+    files = []
+    for i, (old, new, _, _) in enumerate(OUT_OF_BOUNDS):
+        files.append(d / f"s{i}.yaml")
+        files[-1].write_text(SCENARIO.replace(old, new))
+    return fl_many([["scenario", "validate", str(f)] for f in files])
+
+
+@pytest.mark.parametrize("i", range(len(OUT_OF_BOUNDS)), ids=[new for _, new, _, _ in OUT_OF_BOUNDS])
+def test_pydantic_errors_name_their_fix(out_of_bounds_refusals, i):
+    _, _, field, fix = OUT_OF_BOUNDS[i]
+    one_line_error(out_of_bounds_refusals[i], field, fix)
 
 
 def test_a_yaml_alias_bomb_is_refused_in_one_line_at_once(tmp_path):

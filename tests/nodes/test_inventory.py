@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from tests.helpers import fl, one_line_error
+from tests.helpers import fl, fl_many, one_line_error
 
 
 
@@ -46,21 +46,22 @@ def _files(tmp_path, node):
 
 def test_scenario_node_not_in_inventory_one_line_lists_known_nodes(tmp_path):
     inv, sc = _files(tmp_path, "gpu-9")
-    cp = fl("run", sc, "--inventory", inv, "--out", str(tmp_path / "run"))
+    cp, narrowed = fl_many([["run", sc, "--inventory", inv, "--out", str(tmp_path / "run")],
+                            ["run", sc, "--inventory", inv, "--select", "rack=1", "--out", str(tmp_path / "run")]])
     assert cp.returncode == 2, cp.stderr
     err = cp.stderr.strip()
     assert "\n" not in err and "faults[0].node" in err and "'gpu-9'" in err and "gpu-a, gpu-b, gpu-c" in err, err
     assert not (tmp_path / "run").exists()  # nothing started, nothing connected
     # a label selection narrows the known nodes, and the message says which are left
-    cp = fl("run", sc.replace("s.yaml", "s.yaml"), "--inventory", inv, "--select", "rack=1", "--out", str(tmp_path / "run"))
-    assert cp.returncode == 2 and "gpu-a, gpu-b)" in cp.stderr, cp.stderr
+    assert narrowed.returncode == 2 and "gpu-a, gpu-b)" in narrowed.stderr, narrowed.stderr
 
 
 def test_scenario_testbed_names_without_inventory_still_checked(tmp_path):
     _, sc = _files(tmp_path, "gpu-a")
-    cp = fl("run", sc, "--out", str(tmp_path / "run"))
+    cp, no_inventory = fl_many([["run", sc, "--out", str(tmp_path / "run")],
+                                ["run", sc, "--backend", "docker", "--inventory", str(tmp_path / "none.yaml")]])
     assert cp.returncode == 2 and "faults[0].node" in cp.stderr and "n0, n1, n2, n3" in cp.stderr, cp.stderr
-    cp = fl("run", sc, "--backend", "docker", "--inventory", str(tmp_path / "none.yaml"))
+    cp = no_inventory
     assert cp.returncode == 2 and "--backend" in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr
 
 
@@ -68,11 +69,12 @@ def test_campaign_draws_inventory_node_names_and_checks_backend(tmp_path):
     inv, _ = _files(tmp_path, "gpu-a")
     c = tmp_path / "c.yaml"
     c.write_text(CAMPAIGN)
-    cp = fl("campaign", str(c), "--inventory", inv, "--dry-run", "--json")
+    cp, other_backend = fl_many([["campaign", str(c), "--inventory", inv, "--dry-run", "--json"],
+                                 ["campaign", str(c), "--backend", "vm", "--dry-run"]])
     assert cp.returncode == 0, cp.stderr
     nodes = {f["node"] for s in json.loads(cp.stdout) for f in s["faults"]}
     assert nodes <= {"gpu-a", "gpu-b", "gpu-c"} and len(nodes) >= 2, nodes
-    cp = fl("campaign", str(c), "--backend", "vm", "--dry-run")
+    cp = other_backend
     assert cp.returncode == 2 and "--backend" in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr
 
 

@@ -20,7 +20,7 @@ from faultlab.scoring.api import score_runs
 from faultlab.scoring.leaderboard.compute import rank
 from faultlab.scoring.leaderboard.paired import paired_difference
 from faultlab.scoring.metrics import COUNT_KEYS
-from tests.helpers import fl, one_line_error, write_plugin_package
+from tests.helpers import fl, fl_many, one_line_error, write_plugin_package
 
 
 @pytest.fixture(scope="module")
@@ -130,17 +130,20 @@ def test_verify_refuses_another_dataset_and_a_malformed_file(datasets, tmp_path)
     other = tmp_path / "elsewhere" / a.name
     other.parent.mkdir()
     other.symlink_to(b, target_is_directory=True)  # another dataset under the recorded name
-    one_line_error(fl("leaderboard", "--verify", out / "leaderboard.json", "--dataset", other), "manifest digest", "tiny-a")
     (tmp_path / "bad.json").write_text(json.dumps({"format": "faultlab-leaderboard/1", "settings": {}}))
-    one_line_error(fl("leaderboard", "--verify", tmp_path / "bad.json"), "--verify", "settings")
+    argvs, words = [["leaderboard", "--verify", out / "leaderboard.json", "--dataset", other],
+                    ["leaderboard", "--verify", tmp_path / "bad.json"]], [("manifest digest", "tiny-a"), ("--verify", "settings")]
     sub = json.loads((out / "leaderboard.json").read_text())
-    for edit, word in ((lambda d: d["datasets"][0].update(rows=[]), "--verify"),
-                       (lambda d: d["settings"].update(n_boot=1e9), "n_boot"),
-                       (lambda d: d["settings"].update(n_boot="many"), "settings")):
+    for i, (edit, word) in enumerate(((lambda d: d["datasets"][0].update(rows=[]), "--verify"),
+                                      (lambda d: d["settings"].update(n_boot=1e9), "n_boot"),
+                                      (lambda d: d["settings"].update(n_boot="many"), "settings"))):
         bad = json.loads(json.dumps(sub))
         edit(bad)
-        (tmp_path / "bad.json").write_text(json.dumps(bad))
-        one_line_error(fl("leaderboard", "--verify", tmp_path / "bad.json", "--dataset", a), word)
+        (tmp_path / f"bad{i}.json").write_text(json.dumps(bad))
+        argvs.append(["leaderboard", "--verify", tmp_path / f"bad{i}.json", "--dataset", a])
+        words.append((word,))
+    for cp, names in zip(fl_many(argvs), words, strict=True):
+        one_line_error(cp, *names)
 
 
 def test_verify_runs_no_code_a_scores_file_names(datasets, tmp_path):
@@ -160,10 +163,10 @@ def test_verify_runs_no_code_a_scores_file_names(datasets, tmp_path):
 
 def test_leaderboard_refuses_bad_input_in_one_line(datasets, tmp_path):
     a, _ = datasets
-    one_line_error(fl("leaderboard"), "--dataset")
-    one_line_error(fl("leaderboard", "--dataset", a, "--detector", "no-such"), "unknown detector")
-    one_line_error(fl("leaderboard", "--dataset", a, "--split", "half"), "--split")
-    one_line_error(fl("leaderboard", "--dataset", a, "--mode", "live"), "--mode")
+    cases = [([], "--dataset"), (["--dataset", a, "--detector", "no-such"], "unknown detector"),
+             (["--dataset", a, "--split", "half"], "--split"), (["--dataset", a, "--mode", "live"], "--mode")]
+    for cp, (_, field) in zip(fl_many([["leaderboard", *args] for args, _ in cases]), cases, strict=True):
+        one_line_error(cp, field)
 
 
 def test_replay_board_has_latency_and_json_output(datasets):
@@ -185,24 +188,31 @@ def test_gate_refuses_another_dataset_split_or_window_and_judges_the_same_settin
     base = tmp_path / "base.json"
     assert fl("score", "--detector", "peer-median", "--dataset", a, "--split", "all", "--boot", "200", "--out", base).returncode == 0
     same = ["--dataset", a, "--split", "all", "--boot", "200", "--baseline", base]
-    one_line_error(fl("score", "--detector", "peer-median", "--dataset", b, "--split", "all", "--boot", "200", "--baseline", base),
-                   "--baseline", "dataset", "tiny-a", "tiny-b")
-    one_line_error(fl("score", "--detector", "peer-median", "--dataset", a, "--boot", "200", "--baseline", base), "split: baseline all, this test")
-    one_line_error(fl("score", "--detector", "peer-median", *same, "--window", "5s"), "window_s: baseline 10.0, this 5.0")
-    one_line_error(fl("score", "--detector", "peer-median", *same, "--mode", "replay"), "mode: baseline offline, this replay")
+    # every comparison against the baseline, each a command of its own (one child process)
+    other, split, window, mode, p, worse, allowed = fl_many([
+        ["score", "--detector", "peer-median", "--dataset", b, "--split", "all", "--boot", "200", "--baseline", base],
+        ["score", "--detector", "peer-median", "--dataset", a, "--boot", "200", "--baseline", base],
+        ["score", "--detector", "peer-median", *same, "--window", "5s"],
+        ["score", "--detector", "peer-median", *same, "--mode", "replay"],
+        ["score", "--detector", "peer-median", *same, "--json"],
+        ["score", "--detector", "random", *same, "--json"],
+        ["score", "--detector", "peer-median", "--dataset", b, "--split", "all", "--boot", "200", "--baseline", base, "--allow-mismatch", "--json"]])
+    one_line_error(other, "--baseline", "dataset", "tiny-a", "tiny-b")
+    one_line_error(split, "split: baseline all, this test")
+    one_line_error(window, "window_s: baseline 10.0, this 5.0")
+    one_line_error(mode, "mode: baseline offline, this replay")
     # the same detector passes; a worse one fails; --json holds the verdict
-    p = fl("score", "--detector", "peer-median", *same, "--json")
     assert p.returncode == 0 and "gate passed" in p.stderr
     g = json.loads(p.stdout)["gate"]
     assert g["verdict"] == "passed" and g["mismatches_allowed"] == [] and {m["status"] for m in g["metrics"]} == {"same"}
     m = {x["metric"]: x for x in g["metrics"]}["window_mcc"]
     assert m["before"] == m["after"] and len(m["ci_before"]) == 2 and len(m["ci_after"]) == 2
-    p = fl("score", "--detector", "random", *same, "--json")
+    p = worse
     assert p.returncode == 1 and "gate FAILED" in p.stderr
     g = json.loads(p.stdout)["gate"]
     assert g["verdict"] == "failed" and {x["metric"]: x["status"] for x in g["metrics"]}["window_mcc"] == "dropped"
     # --allow-mismatch compares anyway and says so, in the text and in the JSON
-    p = fl("score", "--detector", "peer-median", "--dataset", b, "--split", "all", "--boot", "200", "--baseline", base, "--allow-mismatch", "--json")
+    p = allowed
     assert p.returncode in (0, 1) and "compared despite a mismatch" in p.stderr
     assert json.loads(p.stdout)["gate"]["mismatches_allowed"][0].startswith("dataset:")
 

@@ -22,7 +22,7 @@ from faultlab.scoring import Detector, replay, score_runs
 from faultlab.scoring.detectors import as_alarms, empty_alarms
 from faultlab.scoring.lookup import load_detector
 from faultlab.rundata import iter_run_dirs, read_run_dir
-from tests.helpers import REPO, fl, ratio_plugin, write_plugin_package
+from tests.helpers import REPO, fl, fl_many, ratio_plugin, write_plugin_package
 
 PY = sys.executable
 
@@ -289,37 +289,46 @@ def test_breakdown_by_fault_type_and_source(runs, tmp_path):
 
 def test_cli_json_out_and_unknown_detector(runs, tmp_path):
     args = [a for r in runs for a in ("--run", r)]
-    p = fl("score", "--detector", "peer-median", *args, "--out", tmp_path / "s.json", "--json", "--boot", "200")
+    p, unknown, bare_param = fl_many([["score", "--detector", "peer-median", *args, "--out", tmp_path / "s.json", "--json", "--boot", "200"],
+                                      ["score", "--detector", "no-such", *args],
+                                      ["score", "--detector", "peer-median", "--param", "threshold", *args]])
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["n_runs"] == 6 and d["metrics"]["event_f1"]["value"] == 1.0 and len(d["metrics"]["event_f1"]["ci"]) == 2
     assert json.loads((tmp_path / "s.json").read_text())["metrics"] == d["metrics"]
-    p = fl("score", "--detector", "no-such", *args)
+    p = unknown
     assert p.returncode == 2 and "unknown detector 'no-such'" in p.stderr
     for name in ("peer-median", "temporal-z", "arrival-late", "random", "constant"):
         assert name in p.stderr
-    p = fl("score", "--detector", "peer-median", "--param", "threshold", *args)
+    p = bare_param
     assert p.returncode == 2 and "--param" in p.stderr
 
 
 def test_gate_fails_on_a_worse_threshold_passes_on_itself_and_on_improvement(runs, tmp_path):
     args = [a for r in runs for a in ("--run", r)]
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
-    assert fl("score", "--detector", "peer-median", *args, "--out", good, "--boot", "200").returncode == 0
-    # a threshold far too high misses the 3x stragglers
-    assert fl("score", "--detector", "peer-median", "--param", "threshold=4", *args, "--out", bad, "--boot", "200").returncode == 0
+    # the baseline, and a threshold far too high that misses the 3x stragglers
+    assert [p.returncode for p in fl_many([["score", "--detector", "peer-median", *args, "--out", good, "--boot", "200"],
+                                           ["score", "--detector", "peer-median", "--param", "threshold=4", *args, "--out", bad, "--boot", "200"]])] == [0, 0]
+    # each comparison with them a command of its own (one child process)
+    other_params, allowed, itself, improved, missing = fl_many([
+        ["score", "--detector", "peer-median", "--param", "threshold=4", *args, "--baseline", good, "--boot", "200"],
+        ["score", "--detector", "peer-median", "--param", "threshold=4", *args, "--baseline", good, "--boot", "200", "--allow-mismatch"],
+        ["score", "--detector", "peer-median", *args, "--baseline", good, "--boot", "200"],
+        ["score", "--detector", "peer-median", *args, "--baseline", bad, "--boot", "200", "--metric", "event_f1", "--allow-mismatch"],
+        ["score", "--detector", "peer-median", *args, "--baseline", tmp_path / "nope.json"]])
     # other parameters of the same detector: refused unless the mismatch is allowed, then said
-    p = fl("score", "--detector", "peer-median", "--param", "threshold=4", *args, "--baseline", good, "--boot", "200")
+    p = other_params
     assert p.returncode == 2 and "peer-median parameters" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
-    p = fl("score", "--detector", "peer-median", "--param", "threshold=4", *args, "--baseline", good, "--boot", "200", "--allow-mismatch")
+    p = allowed
     assert p.returncode == 1
     assert "gate FAILED" in p.stderr and "dropped  event_f1" in p.stderr and "[" in p.stderr  # each metric with its CI
     assert "compared despite a mismatch" in p.stderr and "threshold" in p.stderr
-    p = fl("score", "--detector", "peer-median", *args, "--baseline", good, "--boot", "200")
+    p = itself
     assert p.returncode == 0 and "gate passed" in p.stderr
-    p = fl("score", "--detector", "peer-median", *args, "--baseline", bad, "--boot", "200", "--metric", "event_f1", "--allow-mismatch")
+    p = improved
     assert p.returncode == 0 and "improved: event_f1" in p.stderr
-    p = fl("score", "--detector", "peer-median", *args, "--baseline", tmp_path / "nope.json")
+    p = missing
     assert p.returncode == 2 and "--baseline" in p.stderr
 
 
