@@ -6,23 +6,29 @@ in-memory labeler's.
 The passes (each a Dask task per block; the blocks run in parallel where nothing
 carries from one to the next):
 
-1. **fill** (per step block of the stored table, :func:`faultlab.steptable.blocks`):
-   the block's dense ``(steps, R)`` arrays (every rank of the run a column, NaN where
-   a rank has no step in the block) into the memory maps, and what needs the whole
-   run: the steps and ranks, each rank's node and peer group (first seen), the
-   job step time per step (the median ``step_s`` across ranks), each rank's first and
-   last start time per block (``t_start`` must increase across blocks too);
+1. **scan** (per step block of the stored table, :func:`faultlab.steptable.blocks`):
+   the block's steps and ranks, from its ``step`` and ``rank`` columns only;
+   **fill** (per step block): the block's dense ``(steps, R)`` arrays (every rank of
+   the run a column, NaN where a rank has no step in the block) into the memory maps,
+   and what needs the whole run: the run id, each rank's node and peer group (first
+   seen), the job step time per step (the median ``step_s`` across ranks), each
+   rank's first and last start time per block (``t_start`` must increase across
+   blocks too);
 2. **clock**: the clock skew of each rank from at most 2,000 evenly spaced steps
-   (:meth:`StepGrid._align_clocks`'s rule), removed in place block by block;
+   (:meth:`StepGrid._align_clocks`'s rule), removed in place block by block; then
+   the peer groups' calm stretch (:func:`~faultlab.labeler.peergroups.calm_rows`),
+   each chunk scoring its blocks against the run medians of the sampled steps;
 3. **peer** (per row chunk): the peer groups' median and count, the leave-one-out
    peer median, then (after the run-wide noise floor, from every ``S // 4096``-th
    step as the in-memory view samples it) the peer flags with a **halo** of
    :func:`halo_steps` rows on each side for the sustained rule's centered window;
-4. **temporal** (row chunks in step order): the trailing baseline is a recurrence in
-   step order (flagged steps leave later windows), so its state (the last
-   ``temporal_window_steps`` values that may feed the baseline, the current baseline
-   and noise per rank) is carried from chunk to chunk; chunks are multiples of
-   ``temporal_block_steps`` rows and the first holds the warm-up window.
+4. **temporal** (row chunks in step order, per strip of ranks): the trailing
+   baseline is a recurrence in step order (flagged steps leave later windows), so its
+   state (the last ``temporal_window_steps`` values that may feed the baseline, the
+   current baseline and noise per rank) is carried from chunk to chunk; chunks are
+   multiples of ``temporal_block_steps`` rows and the first holds the warm-up window.
+   Each rank is its own recurrence: one chain of chunks per strip of ranks, as many
+   strips as the cluster has worker threads, run in parallel.
 
 The ``(S,)`` job series (step time, what-if step time, the job's temporal view, the
 sustained job rule) are small at any size and are computed in memory as in
@@ -49,12 +55,12 @@ from faultlab.errors import BadInput
 from faultlab.labeler.analysis import Analysis, _sustained_job, expected_over_median
 from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.grid import StepGrid
-from faultlab.labeler.peergroups import PeerGroups, assign_groups
+from faultlab.labeler.peergroups import PeerGroups, assign_groups, calm_rows, calm_scores
 from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median, nanmedian, trailing_baseline_from, trailing_baseline_t
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
 from faultlab.labeler.whatif import simulate, simulate_job
-from faultlab.steps import check_recorded_steps, dense_steps
+from faultlab.steps import _codes, _int_column, _step_major, check_recorded_steps, dense_steps
 
 #: rows of a memory-map chunk that is filled or read at once (bounded temporaries)
 CHUNK_ROWS = 4096
@@ -98,19 +104,19 @@ class _Maps:
 
 
 def _scan_block(files: list[str]) -> dict:
-    """Steps, ranks and first-seen node/group of one stored block."""
-    t = steptable.read_lean_files([Path(f) for f in files], ["step", "rank", "node", "peer_group", "run_id"])
-    steps = np.unique(t["step"].to_numpy())
-    rank = t["rank"].to_numpy()
-    ranks, first = np.unique(rank, return_index=True)
-    return {"steps": steps, "ranks": ranks, "nodes": t["node"].iloc[first].astype(str).to_numpy(),
-            "groups": t["peer_group"].iloc[first].astype(str).to_numpy(),
-            "run_ids": [str(x) for x in pd.unique(t["run_id"].astype(object)) if not pd.isna(x)]}
+    """Steps and ranks (ascending) of one stored block, from its two integer columns."""
+    t = steptable.read_lean_files([Path(f) for f in files], ["step", "rank"])
+    step, rank = _int_column(t, "step"), _int_column(t, "rank")
+    hit = _step_major(step, rank)  # the usual layout: a few vectorized passes
+    if hit is not None:
+        return {"steps": hit[0], "ranks": hit[1]}
+    return {"steps": _codes(step)[0], "ranks": _codes(rank)[0]}
 
 
 def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks: np.ndarray, steps: np.ndarray) -> dict:
     """Write one stored block's dense arrays into the memory maps at rows ``row0..``;
-    return its job step time per step and each rank's first and last start time."""
+    return its job step time per step, each rank's first and last start time, its
+    run id and its ranks' node and peer group (first seen in the block)."""
     frame = steptable.read_lean_files([Path(f) for f in files])
     check_recorded_steps(frame, Path(files[0]).parent.name if len(files) else steptable.STEPS_FILE)
     d = dense_steps(frame)
@@ -120,19 +126,24 @@ def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks:
     span = (float(np.fmin.reduce(t)) if t.size else np.nan, float(np.fmax.reduce(end)) if t.size else np.nan)
     del frame, t, end
     cols = np.searchsorted(ranks, d.ranks)
+    every = cols.size == R  # every rank of the run in the block: its arrays are the rows as they are
     rows = row0 + np.searchsorted(steps[row0:], d.steps)
     n = d.steps.size
     maps = _Maps(Path(folder), S, R)
-    out = {"rows": (int(rows[0]), int(rows[-1]) + 1) if n else (row0, row0), "span": span}
+    out = {"rows": (int(rows[0]), int(rows[-1]) + 1) if n else (row0, row0), "span": span, "run_id": d.run_id,
+           "ranks": d.ranks, "nodes": d.nodes, "groups": d.groups}
     assert n == 0 or (rows[-1] - rows[0] + 1 == n), "a stored block holds a step range"
     for name, a in (("t_start", d.t_start), ("compute", d.compute), ("comm", d.comm), ("step_s", d.step_s),
                     ("dataloader", d.dataloader)):
         if a is None and not (name == "dataloader" and os.path.exists(maps.path(name))):
             continue
         m = maps.open(name)
-        blk = np.full((n, R), np.nan, dtype=m.dtype)
-        if a is not None:  # (a block without a dataloader_s value: NaN, not measured)
-            blk[:, cols] = a
+        if every and a is not None:
+            blk = a if a.dtype == m.dtype else a.astype(m.dtype)
+        else:
+            blk = np.full((n, R), np.nan, dtype=m.dtype)
+            if a is not None:  # (a block without a dataloader_s value: NaN, not measured)
+                blk[:, cols] = a
         m[rows[0] : rows[0] + n] = blk
         m.flush()
         del m
@@ -271,13 +282,15 @@ def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, 
 # -- pass 4: the temporal view (carried state) -------------------------------------------
 
 
-def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, state: tuple | None, config: LabelerConfig) -> tuple:
-    """Rows ``a..b-1`` of every rank's trailing baseline, noise, ratio and flags into
-    their maps (:func:`faultlab.labeler.stats.trailing_baseline_from`, ``a`` a multiple
-    of ``temporal_block_steps``, ``state`` what the chunk before returned, None for
-    the first); returns the state after ``b``."""
+def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: int, state: tuple | None,
+                    config: LabelerConfig) -> tuple:
+    """Rows ``a..b-1`` of the trailing baseline, noise, ratio and flags of the ranks
+    (columns) ``c0..c1-1`` into their maps (:func:`faultlab.labeler.stats.trailing_baseline_from`,
+    ``a`` a multiple of ``temporal_block_steps``, ``state`` what the chunk before of the
+    same ranks returned, None for the first); returns the state after ``b``. Each
+    rank's series is its own recurrence: strips of ranks run in parallel."""
     maps = _Maps(Path(folder), S, R)
-    Xt = np.ascontiguousarray(maps.open("compute", "r")[a:b].T)
+    Xt = np.ascontiguousarray(maps.open("compute", "r")[a:b, c0:c1].T)
     base, sig, flags, state = trailing_baseline_from(
         Xt, a, state, window=config.temporal_window_steps, min_valid=config.temporal_min_valid_steps,
         threshold=config.temporal_threshold, mad_k=config.mad_k, block=config.temporal_block_steps)
@@ -285,7 +298,7 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, state: tuple | 
         ratio = Xt / base
     for name, v in (("rank_base", base), ("rank_sigma", sig), ("rank_ratio", ratio), ("rank_flag", flags)):
         m = maps.open(name)  # (R, S)
-        m[:, a:b] = v
+        m[c0:c1, a:b] = v
         m.flush()
     return state
 
@@ -333,12 +346,6 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     steps = np.unique(np.concatenate([s["steps"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     ranks = np.unique(np.concatenate([s["ranks"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     S, R = int(steps.size), int(ranks.size)
-    nodes = np.empty(R, dtype=object)
-    groups = np.empty(R, dtype=object)
-    for sc in reversed(scans):  # the first block that has a rank names its node and group
-        j = np.searchsorted(ranks, sc["ranks"])
-        nodes[j], groups[j] = sc["nodes"], sc["groups"]
-    run_ids = [r for sc in scans for r in sc["run_ids"]]
     maps = _Maps(folder, S, R)
     has_loader = _has_column(stored, "dataloader_s")
     for name, dt in (("t_start", np.float64), ("compute", np.float32), ("comm", np.float32), ("step_s", np.float32)) + (
@@ -351,6 +358,12 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     for i, f in enumerate(fills):
         filled.append(f.result())
         note(i + 1, len(fills), "read")
+    nodes = np.empty(R, dtype=object)
+    groups = np.empty(R, dtype=object)
+    for fb in reversed(filled):  # the first block that has a rank names its node and group
+        j = np.searchsorted(ranks, fb["ranks"])
+        nodes[j], groups[j] = fb["nodes"], fb["groups"]
+    run_ids = [fb["run_id"] for fb in filled if fb["run_id"]]
     job_step = np.full(S, np.nan)
     for fb in filled:
         a, b = fb["rows"]
@@ -362,8 +375,10 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     spans = [(a, min(S, a + ch)) for a in range(0, S, ch)]
     tt = client.gather([client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False) for a, b in spans])
     grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
+    calm = calm_rows(grid.compute, int(cfg.temporal_window_steps),
+                     scores=lambda run_med: _calm_scores(client, maps, run_med, int(cfg.temporal_window_steps), spans))
     pg = assign_groups(grid.compute, [grid.component(j) for j in range(R)], grid.groups, cfg, mapping=peer_groups,
-                       part=grid.dataloader)
+                       part=grid.dataloader, calm=calm)
     if pg.source in ("discovered", "mapping"):
         grid.regroup(pg.groups)
     names, gidx, cols = grid.peer_groups()
@@ -380,6 +395,26 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     lo = min((fb["span"][0] for fb in filled if np.isfinite(fb["span"][0])), default=np.nan)
     hi = max((fb["span"][1] for fb in filled if np.isfinite(fb["span"][1])), default=np.nan)
     return _analysis(grid, tv, pv, cfg, pg), ((lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None)
+
+
+def _calm_block_scores(folder: str, S: int, R: int, a: int, b: int, run_med: np.ndarray, window: int) -> list:
+    """:func:`~faultlab.labeler.peergroups.calm_scores` of the blocks starting in rows
+    ``a..b-1`` (their rows read from the ``compute`` map)."""
+    return calm_scores(_Maps(Path(folder), S, R).open("compute", "r"), a, b, run_med, window)
+
+
+def _calm_scores(client, maps: _Maps, run_med: np.ndarray, window: int, spans) -> list:
+    """The calm stretch's block scores of the whole run, chunk by chunk on ``client``."""
+    parts = client.gather([client.submit(_calm_block_scores, str(maps.folder), maps.S, maps.R, a, b, run_med, window,
+                                         pure=False) for a, b in spans])
+    return [x for p in parts for x in p]
+
+
+def _strips(R: int, n: int) -> list[tuple[int, int]]:
+    """``[(c0, c1)]``: the columns ``0..R-1`` in at most ``n`` (at least 1) strips of
+    near-equal width."""
+    edges = np.linspace(0, R, max(1, min(int(n), R)) + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
 def _has_column(stored: list[list[str]], col: str) -> bool:
@@ -448,11 +483,14 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
         jr = xj[0] / jb[0]
     for name, d in (("rank_base", dt), ("rank_sigma", dt), ("rank_ratio", dt), ("rank_flag", bool)):
         maps.create(name, d, by_rank=True)
-    state = None
-    for a, b in spans:  # a recurrence in step order: each chunk waits for the state before it
-        state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, state, cfg, pure=False)
+    ends = []
+    for c0, c1 in _strips(maps.R, sum(client.nthreads().values())):
+        state = None
+        for a, b in spans:  # a recurrence in step order: each chunk waits for the state before it
+            state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, c0, c1, state, cfg, pure=False)
+        ends.append(state)
     if spans:
-        state.result()
+        client.gather(ends)
     return TemporalView(job_base=jb[0], job_sigma=js[0], job_ratio=jr, job_flag=jf[0],
                         rank_base=maps.open("rank_base", "r").T, rank_sigma=maps.open("rank_sigma", "r").T,
                         rank_ratio=maps.open("rank_ratio", "r").T, rank_flag=maps.open("rank_flag", "r").T)
