@@ -258,7 +258,8 @@ def _peer_sigma(maps: _Maps, cols: list) -> np.ndarray:
 
 def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, k: int, halo: int,
                 few: np.ndarray, gidx: np.ndarray, threshold: float, mad_k: float) -> None:
-    """Rows ``a..b-1`` of the peer ratio and flags into their maps; the sustained rule
+    """Rows ``a..b-1`` of the peer ratio and flags into their maps (rank-major ``(R, S)``:
+    fusion reads a flagged rank's whole series); the sustained rule
     reads ``halo`` rows either side (``few`` ``(b - a, G)``: groups with too few ranks)."""
     maps = _Maps(Path(folder), S, R)
     h0, h1 = max(0, a - halo), min(S, b + halo)
@@ -274,8 +275,8 @@ def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, 
     if few.any():
         flag &= ~few[:, gidx]
     for name, v in (("peer_ratio", own), ("peer_flag", flag)):
-        m = maps.open(name)
-        m[a:b] = v
+        m = maps.open(name)  # (R, S): fusion reads a rank's whole series
+        m[:, a:b] = v.T
         m.flush()
 
 
@@ -461,12 +462,12 @@ def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cn
     sigma = _peer_sigma(maps, cols)
     k = window_steps(grid, cfg)
     few = cnt < cfg.peer_min_ranks
-    maps.create("peer_ratio", np.float32)
-    maps.create("peer_flag", bool)
+    maps.create("peer_ratio", np.float32, by_rank=True)
+    maps.create("peer_flag", bool, by_rank=True)
     client.gather([client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
                                  few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False)
                    for a, b in spans])
-    return PeerView(median=grid._peer_median, ratio=maps.open("peer_ratio", "r"), flag=maps.open("peer_flag", "r"),
+    return PeerView(median=grid._peer_median, ratio=maps.open("peer_ratio", "r").T, flag=maps.open("peer_flag", "r").T,
                     sigma=sigma)
 
 
