@@ -43,6 +43,7 @@ machine, or a shared file system).
 
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,40 @@ class _Maps:
     def open(self, name: str, mode: str = "r+") -> np.ndarray:
         return np.load(self.path(name), mmap_mode=mode)
 
+    def put(self, name: str, a: int, b: int, value: np.ndarray, c0: int | None = None, c1: int | None = None) -> None:
+        """Write ``value`` into rows ``a..b-1`` of map ``name``, or, for a map by rank,
+        into steps ``a..b-1`` of its ranks ``c0..c1-1``, and write back to the file the
+        pages written (msync of only them: a worker on another machine of a shared
+        file system reads them next; a flush of the whole map would write back the
+        rows of every worker, the run's size at each call)."""
+        path = self.path(name)
+        with open(path, "r+b") as f:
+            version = np.lib.format.read_magic(f)
+            shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0(f))
+            header = f.tell()
+            r0, r1 = (a, b) if c0 is None else (c0, c1)
+            if r1 <= r0 or b <= a:
+                return
+            row = shape[1] * dtype.itemsize
+            lo = header + r0 * row
+            start = lo - lo % mmap.ALLOCATIONGRANULARITY
+            mm = mmap.mmap(f.fileno(), header + r1 * row - start, offset=start)
+            try:
+                m = np.frombuffer(mm, dtype=dtype, count=(r1 - r0) * shape[1], offset=lo - start).reshape(r1 - r0, shape[1])
+                if c0 is None:
+                    m[:] = value
+                    segments = [(lo - start, (r1 - r0) * row)]
+                else:
+                    m[:, a:b] = value
+                    segments = [(lo - start + i * row + a * dtype.itemsize, (b - a) * dtype.itemsize) for i in range(r1 - r0)]
+                del m
+                for off, size in segments:
+                    page = off - off % mmap.PAGESIZE
+                    mm.flush(page, off + size - page)
+            finally:
+                mm.close()
+
 
 # -- pass 1: the run's steps, ranks and job step time ------------------------------------
 
@@ -137,16 +172,15 @@ def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks:
                     ("dataloader", d.dataloader)):
         if a is None and not (name == "dataloader" and os.path.exists(maps.path(name))):
             continue
-        m = maps.open(name)
+        dt = np.float64 if name == "t_start" else np.float32
         if every and a is not None:
-            blk = a if a.dtype == m.dtype else a.astype(m.dtype)
+            blk = a if a.dtype == dt else a.astype(dt)
         else:
-            blk = np.full((n, R), np.nan, dtype=m.dtype)
+            blk = np.full((n, R), np.nan, dtype=dt)
             if a is not None:  # (a block without a dataloader_s value: NaN, not measured)
                 blk[:, cols] = a
-        m[rows[0] : rows[0] + n] = blk
-        m.flush()
-        del m
+        if n:
+            maps.put(name, int(rows[0]), int(rows[0]) + n, blk)
         if name == "step_s":
             out["job_step"] = nanmedian(blk, axis=1)[0] if n else np.zeros(0)
         if name == "t_start":
@@ -191,12 +225,10 @@ def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray) 
     """Rows ``a..b-1``: remove the clock offsets from ``t_start`` in place (when any);
     return their ``t0`` and ``t1`` (earliest start, latest end, unix s)."""
     maps = _Maps(Path(folder), S, R)
-    t = maps.open("t_start")
-    blk = np.asarray(t[a:b], dtype=np.float64)
+    blk = np.asarray(maps.open("t_start", "r")[a:b], dtype=np.float64)
     if off.any():
         blk = blk - off[None, :]
-        t[a:b] = blk
-        t.flush()
+        maps.put("t_start", a, b, blk)
     st = maps.open("step_s", "r")[a:b]
     return np.fmin.reduce(blk, axis=1), np.fmax.reduce(blk + st, axis=1)
 
@@ -217,9 +249,7 @@ def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_gro
         med[:, k], cnt[:, k] = m, n
         for i in range(0, b - a, 4096):
             out[i : i + 4096, c] = loo_median(comp[i : i + 4096, c])
-    pm = maps.open("peer_median")
-    pm[a:b] = out
-    pm.flush()
+    maps.put("peer_median", a, b, out)
     return med, cnt
 
 
@@ -275,9 +305,7 @@ def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, 
     if few.any():
         flag &= ~few[:, gidx]
     for name, v in (("peer_ratio", own), ("peer_flag", flag)):
-        m = maps.open(name)  # (R, S): fusion reads a rank's whole series
-        m[:, a:b] = v.T
-        m.flush()
+        maps.put(name, a, b, v.T, 0, R)  # (R, S): fusion reads a rank's whole series
 
 
 # -- pass 4: the temporal view (carried state) -------------------------------------------
@@ -298,9 +326,7 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: in
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = Xt / base
     for name, v in (("rank_base", base), ("rank_sigma", sig), ("rank_ratio", ratio), ("rank_flag", flags)):
-        m = maps.open(name)  # (R, S)
-        m[c0:c1, a:b] = v
-        m.flush()
+        maps.put(name, a, b, v, c0, c1)  # (R, S)
     return state
 
 
