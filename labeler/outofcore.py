@@ -60,7 +60,7 @@ from faultlab.labeler.peergroups import PeerGroups, assign_groups, calm_rows, ca
 from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median, nanmedian, trailing_baseline_from, trailing_baseline_t
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
-from faultlab.labeler.whatif import simulate, simulate_job
+from faultlab.labeler.whatif import simulate, simulate_job, step_top
 from faultlab.steps import _codes, _int_column, _step_major, check_recorded_steps, dense_steps
 
 #: rows of a memory-map chunk that is filled or read at once (bounded temporaries)
@@ -236,9 +236,10 @@ def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray) 
 # -- pass 3: the peer view ----------------------------------------------------------------
 
 
-def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_groups: int) -> tuple:
     """Rows ``a..b-1``: the leave-one-out peer median into its map; return the groups'
-    ``(rows, G)`` median and count (:meth:`StepGrid.group_stats`)."""
+    ``(rows, G)`` median and count (:meth:`StepGrid.group_stats`) and each row's
+    largest compute (:func:`~faultlab.labeler.whatif.step_top`)."""
     maps = _Maps(Path(folder), S, R)
     comp = np.asarray(maps.open("compute", "r")[a:b])
     med = np.full((b - a, n_groups), np.nan, dtype=comp.dtype)
@@ -250,7 +251,7 @@ def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_gro
         for i in range(0, b - a, 4096):
             out[i : i + 4096, c] = loo_median(comp[i : i + 4096, c])
     maps.put("peer_median", a, b, out)
-    return med, cnt
+    return med, cnt, step_top(comp)
 
 
 def _peer_ratio(maps: _Maps, a: int, b: int) -> np.ndarray:
@@ -411,8 +412,9 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     names, gidx, cols = grid.peer_groups()
     maps.create("peer_median", np.float32)
     gm = client.gather([client.submit(_peer_medians, str(folder), S, R, a, b, cols, len(names), pure=False) for a, b in spans])
-    med = np.concatenate([m for m, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.float32)
-    cnt = np.concatenate([c for _, c in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
+    med = np.concatenate([m for m, _, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.float32)
+    cnt = np.concatenate([c for _, c, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
+    top = np.concatenate([t for _, _, t in gm]) if gm else np.zeros(0)
     grid._group_stats = (med, cnt, gidx)
     grid._peer_median = maps.open("peer_median", "r")
     pv = _peer_view(client, maps, grid, cfg, cols, cnt, gidx, spans)
@@ -421,7 +423,7 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     note(len(fills), len(fills), "temporal view")
     lo = min((fb["span"][0] for fb in filled if np.isfinite(fb["span"][0])), default=np.nan)
     hi = max((fb["span"][1] for fb in filled if np.isfinite(fb["span"][1])), default=np.nan)
-    return _analysis(grid, tv, pv, cfg, pg), ((lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None)
+    return _analysis(grid, tv, pv, cfg, pg, top), ((lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None)
 
 
 def _calm_block_scores(folder: str, S: int, R: int, a: int, b: int, run_med: np.ndarray, window: int) -> list:
@@ -523,9 +525,11 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
                         rank_ratio=maps.open("rank_ratio", "r").T, rank_flag=maps.open("rank_flag", "r").T)
 
 
-def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig, groups: PeerGroups) -> Analysis:
-    """The rest of :func:`~faultlab.labeler.analysis.analyze` (``(S,)`` series only)."""
-    sim = simulate_job(grid)
+def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig, groups: PeerGroups,
+              top: np.ndarray) -> Analysis:
+    """The rest of :func:`~faultlab.labeler.analysis.analyze` (``(S,)`` series only;
+    ``top`` each step's largest compute, from the peer pass)."""
+    sim = simulate_job(grid, top)
     sim = np.where(np.isfinite(sim), sim, np.asarray(grid.job_step, dtype=np.float64))
     with np.errstate(invalid="ignore"):
         jw = (tv.job_flag & (sim > tv.job_base * cfg.temporal_threshold)
@@ -535,40 +539,59 @@ def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig
                     job_expected=expected_over_median(grid.job_step, tv.job_base, tv.job_flag), groups=groups)
 
 
-def whatif_chunked(grid: StepGrid, rows: int = CHUNK_ROWS) -> dict:
+def whatif_chunked(grid: StepGrid, rows: int = CHUNK_ROWS, client=None) -> dict:
     """:func:`faultlab.labeler.whatif.whatif_grid` over row chunks of ``rows`` steps
-    (its ``(S, R)`` per-rank times one chunk at a time); the same dict. The sums are
-    taken chunk by chunk, so a figure may differ from the in-memory one in its last
-    bits (float64 summation order)."""
+    (its ``(S, R)`` per-rank times one chunk at a time; the chunks on ``client``, a
+    ``dask.distributed.Client``, when given and ``grid.compute`` is a memory map
+    the workers read); the same dict. The sums are taken chunk by chunk, so a figure
+    may differ from the in-memory one in its last bits (float64 summation order)."""
     med, cnt, gidx = grid.group_stats()
+    spans = [(a, min(grid.S, a + rows)) for a in range(0, grid.S, rows)]
+    path = getattr(grid.compute, "filename", None)
+    if client is not None and path:
+        parts = client.gather([client.submit(_whatif_rows, str(path), grid.job_step[a:b], med[a:b], cnt[a:b], gidx,
+                                             pure=False, a=a, b=b) for a, b in spans])
+    else:
+        parts = [_whatif_sums(_GridRows(grid.compute[a:b], grid.job_step[a:b], (med[a:b], cnt[a:b], gidx)))
+                 for a, b in spans]
     actual = simulated = 0.0
     n_ok = 0
     sums = np.zeros(grid.R)
-    for a in range(0, grid.S, rows):
-        b = min(grid.S, a + rows)
-        sub = _GridRows(grid, a, b, (med[a:b], cnt[a:b], gidx))
-        sim, sim_w = simulate(sub)
-        step = sub.job_step
-        ok = ~np.isnan(step) & ~np.isnan(sim)
-        actual += float(np.sum(step[ok]))
-        simulated += float(np.sum(sim[ok]))
-        n_ok += int(ok.sum())
-        sim_w[~ok] = 0.0
-        sums += np.sum(sim_w, axis=0)
+    for act, sim, n, per_rank in parts:  # in step order, as one pass would add them
+        actual += act
+        simulated += sim
+        n_ok += n
+        sums += per_rank
     S = actual / simulated if simulated > 0 else float("nan")
     per_rank = {grid.component(j): (actual / float(sums[j]) if sums[j] > 0 else float("nan")) for j in range(grid.R)}
     return {"method": "osdi25-whatif-dp", "run_id": grid.run_id, "slowdown": S, "per_rank": per_rank,
             "actual_s": actual, "simulated_s": simulated, "n_steps": n_ok}
 
 
-class _GridRows:
-    """Rows ``a..b-1`` of a :class:`StepGrid`, as :func:`faultlab.labeler.whatif.simulate`
-    reads a grid (``S``, ``R``, ``compute``, ``job_step``, ``group_stats()``)."""
+def _whatif_rows(path: str, job_step: np.ndarray, med: np.ndarray, cnt: np.ndarray, gidx: np.ndarray, *,
+                 a: int, b: int) -> tuple:
+    """:func:`_whatif_sums` of rows ``a..b-1`` of the compute map at ``path``."""
+    return _whatif_sums(_GridRows(np.load(path, mmap_mode="r")[a:b], job_step, (med, cnt, gidx)))
 
-    def __init__(self, grid: StepGrid, a: int, b: int, stats: tuple):
-        self.S, self.R = b - a, grid.R
-        self.compute = np.asarray(grid.compute[a:b])
-        self.job_step = np.asarray(grid.job_step[a:b])
+
+def _whatif_sums(sub: "_GridRows") -> tuple:
+    """``(actual s, simulated s, steps, (R,) per-rank simulated s)`` of some rows."""
+    sim, sim_w = simulate(sub)
+    step = sub.job_step
+    ok = ~np.isnan(step) & ~np.isnan(sim)
+    sim_w[~ok] = 0.0
+    return float(np.sum(step[ok])), float(np.sum(sim[ok])), int(ok.sum()), np.sum(sim_w, axis=0)
+
+
+class _GridRows:
+    """Rows of a :class:`StepGrid`, as :func:`faultlab.labeler.whatif.simulate` reads
+    a grid (``S``, ``R``, ``compute``, ``job_step``, ``group_stats()``): ``compute``
+    ``(rows, R)``, ``job_step`` ``(rows,)`` and the rows' group stats."""
+
+    def __init__(self, compute: np.ndarray, job_step: np.ndarray, stats: tuple):
+        self.compute = np.asarray(compute)
+        self.S, self.R = self.compute.shape
+        self.job_step = np.asarray(job_step)
         self._stats = stats
 
     def group_stats(self) -> tuple:
