@@ -417,10 +417,8 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     top = np.concatenate([t for _, _, t in gm]) if gm else np.zeros(0)
     grid._group_stats = (med, cnt, gidx)
     grid._peer_median = maps.open("peer_median", "r")
-    pv = _peer_view(client, maps, grid, cfg, cols, cnt, gidx, spans)
-    note(len(fills), len(fills), "peer view")
-    tv = _temporal_view(client, maps, grid, cfg, spans)
-    note(len(fills), len(fills), "temporal view")
+    pv = _peer_view(client, maps, grid, cfg, cols, cnt, gidx, spans, note)
+    tv = _temporal_view(client, maps, grid, cfg, spans, note)
     lo = min((fb["span"][0] for fb in filled if np.isfinite(fb["span"][0])), default=np.nan)
     hi = max((fb["span"][1] for fb in filled if np.isfinite(fb["span"][1])), default=np.nan)
     return _analysis(grid, tv, pv, cfg, pg, top), ((lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None)
@@ -437,6 +435,17 @@ def _calm_scores(client, maps: _Maps, run_med: np.ndarray, window: int, spans) -
     parts = client.gather([client.submit(_calm_block_scores, str(maps.folder), maps.S, maps.R, a, b, run_med, window,
                                          pure=False) for a, b in spans])
     return [x for p in parts for x in p]
+
+
+def _wait(client, futures: list, note, what: str) -> None:
+    """Wait for ``futures`` (raising the first error), calling ``note(done, total,
+    what)`` as each finishes."""
+    # dask is an optional, heavy dependency: imported only when a run is labeled out of core
+    from dask.distributed import as_completed
+
+    for i, f in enumerate(as_completed(futures), 1):
+        f.result()
+        note(i, len(futures), what)
 
 
 def _strips(R: int, n: int) -> list[tuple[int, int]]:
@@ -485,21 +494,21 @@ def _grid(maps: _Maps, run_id: str, steps, ranks, nodes, groups, loader, job_ste
     return g
 
 
-def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cnt, gidx, spans) -> PeerView:
+def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cnt, gidx, spans, note) -> PeerView:
     """:func:`~faultlab.labeler.views.peer.peer_view` chunk by chunk (its maps)."""
     sigma = _peer_sigma(maps, cols)
     k = window_steps(grid, cfg)
     few = cnt < cfg.peer_min_ranks
     maps.create("peer_ratio", np.float32, by_rank=True)
     maps.create("peer_flag", bool, by_rank=True)
-    client.gather([client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
+    _wait(client, [client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
                                  few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False)
-                   for a, b in spans])
+                   for a, b in spans], note, "peer view")
     return PeerView(median=grid._peer_median, ratio=maps.open("peer_ratio", "r").T, flag=maps.open("peer_flag", "r").T,
                     sigma=sigma)
 
 
-def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans) -> TemporalView:
+def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> TemporalView:
     """:func:`~faultlab.labeler.views.temporal.temporal_view`: the job series in
     memory, the ranks' chunk by chunk in step order with the carried state."""
     dt = grid.compute.dtype
@@ -512,14 +521,13 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
         jr = xj[0] / jb[0]
     for name, d in (("rank_base", dt), ("rank_sigma", dt), ("rank_ratio", dt), ("rank_flag", bool)):
         maps.create(name, d, by_rank=True)
-    ends = []
+    chunks = []
     for c0, c1 in _strips(maps.R, sum(client.nthreads().values())):
         state = None
         for a, b in spans:  # a recurrence in step order: each chunk waits for the state before it
             state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, c0, c1, state, cfg, pure=False)
-        ends.append(state)
-    if spans:
-        client.gather(ends)
+            chunks.append(state)
+    _wait(client, chunks, note, "temporal view")
     return TemporalView(job_base=jb[0], job_sigma=js[0], job_ratio=jr, job_flag=jf[0],
                         rank_base=maps.open("rank_base", "r").T, rank_sigma=maps.open("rank_sigma", "r").T,
                         rank_ratio=maps.open("rank_ratio", "r").T, rank_flag=maps.open("rank_flag", "r").T)
