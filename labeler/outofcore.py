@@ -45,8 +45,10 @@ from __future__ import annotations
 
 import mmap
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import pandas as pd
@@ -85,6 +87,9 @@ class _Maps:
     folder: Path
     S: int
     R: int
+    #: whether :meth:`put` writes its pages back to the file (msync): when a worker
+    #: runs on another host (a shared file system); on one host the page cache is shared
+    sync: bool = False
 
     def path(self, name: str) -> str:
         return str(self.folder / f"{name}.npy")
@@ -102,10 +107,10 @@ class _Maps:
 
     def put(self, name: str, a: int, b: int, value: np.ndarray, c0: int | None = None, c1: int | None = None) -> None:
         """Write ``value`` into rows ``a..b-1`` of map ``name``, or, for a map by rank,
-        into steps ``a..b-1`` of its ranks ``c0..c1-1``, and write back to the file the
-        pages written (msync of only them: a worker on another machine of a shared
-        file system reads them next; a flush of the whole map would write back the
-        rows of every worker, the run's size at each call)."""
+        into steps ``a..b-1`` of its ranks ``c0..c1-1``; with :attr:`sync`, write back
+        to the file the pages written (msync of only them: a worker on another machine
+        of a shared file system reads them next; a flush of the whole map would write
+        back the rows of every worker, the run's size at each call)."""
         path = self.path(name)
         with open(path, "r+b") as f:
             version = np.lib.format.read_magic(f)
@@ -128,7 +133,7 @@ class _Maps:
                     m[:, a:b] = value
                     segments = [(lo - start + i * row + a * dtype.itemsize, (b - a) * dtype.itemsize) for i in range(r1 - r0)]
                 del m
-                for off, size in segments:
+                for off, size in segments if self.sync else ():
                     page = off - off % mmap.PAGESIZE
                     mm.flush(page, off + size - page)
             finally:
@@ -148,7 +153,8 @@ def _scan_block(files: list[str]) -> dict:
     return {"steps": _codes(step)[0], "ranks": _codes(rank)[0]}
 
 
-def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks: np.ndarray, steps: np.ndarray) -> dict:
+def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks: np.ndarray, steps: np.ndarray,
+                sync: bool = False) -> dict:
     """Write one stored block's dense arrays into the memory maps at rows ``row0..``;
     return its job step time per step, each rank's first and last start time, its
     run id and its ranks' node and peer group (first seen in the block)."""
@@ -164,7 +170,7 @@ def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks:
     every = cols.size == R  # every rank of the run in the block: its arrays are the rows as they are
     rows = row0 + np.searchsorted(steps[row0:], d.steps)
     n = d.steps.size
-    maps = _Maps(Path(folder), S, R)
+    maps = _Maps(Path(folder), S, R, sync)
     out = {"rows": (int(rows[0]), int(rows[-1]) + 1) if n else (row0, row0), "span": span, "run_id": d.run_id,
            "ranks": d.ranks, "nodes": d.nodes, "groups": d.groups}
     assert n == 0 or (rows[-1] - rows[0] + 1 == n), "a stored block holds a step range"
@@ -221,10 +227,11 @@ def _clock_offsets(maps: _Maps, job_step: np.ndarray) -> np.ndarray:
     return np.where(skewed, o, 0.0) if skewed.any() else off
 
 
-def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray,
+                  sync: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Rows ``a..b-1``: remove the clock offsets from ``t_start`` in place (when any);
     return their ``t0`` and ``t1`` (earliest start, latest end, unix s)."""
-    maps = _Maps(Path(folder), S, R)
+    maps = _Maps(Path(folder), S, R, sync)
     blk = np.asarray(maps.open("t_start", "r")[a:b], dtype=np.float64)
     if off.any():
         blk = blk - off[None, :]
@@ -236,11 +243,11 @@ def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray) 
 # -- pass 3: the peer view ----------------------------------------------------------------
 
 
-def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_groups: int) -> tuple:
+def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_groups: int, sync: bool = False) -> tuple:
     """Rows ``a..b-1``: the leave-one-out peer median into its map; return the groups'
     ``(rows, G)`` median and count (:meth:`StepGrid.group_stats`) and each row's
     largest compute (:func:`~faultlab.labeler.whatif.step_top`)."""
-    maps = _Maps(Path(folder), S, R)
+    maps = _Maps(Path(folder), S, R, sync)
     comp = np.asarray(maps.open("compute", "r")[a:b])
     med = np.full((b - a, n_groups), np.nan, dtype=comp.dtype)
     cnt = np.zeros((b - a, n_groups), dtype=np.int64)
@@ -288,11 +295,11 @@ def _peer_sigma(maps: _Maps, cols: list) -> np.ndarray:
 
 
 def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, k: int, halo: int,
-                few: np.ndarray, gidx: np.ndarray, threshold: float, mad_k: float) -> None:
+                few: np.ndarray, gidx: np.ndarray, threshold: float, mad_k: float, sync: bool = False) -> None:
     """Rows ``a..b-1`` of the peer ratio and flags into their maps (rank-major ``(R, S)``:
     fusion reads a flagged rank's whole series); the sustained rule
     reads ``halo`` rows either side (``few`` ``(b - a, G)``: groups with too few ranks)."""
-    maps = _Maps(Path(folder), S, R)
+    maps = _Maps(Path(folder), S, R, sync)
     h0, h1 = max(0, a - halo), min(S, b + halo)
     ratio = _peer_ratio(maps, h0, h1)
     dt = ratio.dtype.type
@@ -313,13 +320,13 @@ def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, 
 
 
 def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: int, state: tuple | None,
-                    config: LabelerConfig) -> tuple:
+                    config: LabelerConfig, sync: bool = False) -> tuple:
     """Rows ``a..b-1`` of the trailing baseline, noise, ratio and flags of the ranks
     (columns) ``c0..c1-1`` into their maps (:func:`faultlab.labeler.stats.trailing_baseline_from`,
     ``a`` a multiple of ``temporal_block_steps``, ``state`` what the chunk before of the
     same ranks returned, None for the first); returns the state after ``b``. Each
     rank's series is its own recurrence: strips of ranks run in parallel."""
-    maps = _Maps(Path(folder), S, R)
+    maps = _Maps(Path(folder), S, R, sync)
     Xt = np.ascontiguousarray(maps.open("compute", "r")[a:b, c0:c1].T)
     base, sig, flags, state = trailing_baseline_from(
         Xt, a, state, window=config.temporal_window_steps, min_valid=config.temporal_min_valid_steps,
@@ -374,14 +381,14 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     steps = np.unique(np.concatenate([s["steps"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     ranks = np.unique(np.concatenate([s["ranks"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     S, R = int(steps.size), int(ranks.size)
-    maps = _Maps(folder, S, R)
+    maps = _Maps(folder, S, R, _remote_workers(client))
     has_loader = _has_column(stored, "dataloader_s")
     for name, dt in (("t_start", np.float64), ("compute", np.float32), ("comm", np.float32), ("step_s", np.float32)) + (
             (("dataloader", np.float32),) if has_loader else ()):
         maps.create(name, dt)  # every step's row is written by the block that holds the step
     row0 = [int(np.searchsorted(steps, sc["steps"][0])) if sc["steps"].size else 0 for sc in scans]
     fills = client.map(_fill_block, stored, [str(folder)] * len(stored), [S] * len(stored), [R] * len(stored), row0,
-                       [ranks] * len(stored), [steps] * len(stored), pure=False)
+                       [ranks] * len(stored), [steps] * len(stored), pure=False, sync=maps.sync)
     filled = []
     for i, f in enumerate(fills):
         filled.append(f.result())
@@ -401,7 +408,7 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     off = _clock_offsets(maps, job_step)
     ch = chunk_rows(cfg, R)
     spans = [(a, min(S, a + ch)) for a in range(0, S, ch)]
-    tt = client.gather([client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False) for a, b in spans])
+    tt = client.gather([client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False, sync=maps.sync) for a, b in spans])
     grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
     calm = calm_rows(grid.compute, int(cfg.temporal_window_steps),
                      scores=lambda run_med: _calm_scores(client, maps, run_med, int(cfg.temporal_window_steps), spans))
@@ -411,7 +418,8 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
         grid.regroup(pg.groups)
     names, gidx, cols = grid.peer_groups()
     maps.create("peer_median", np.float32)
-    gm = client.gather([client.submit(_peer_medians, str(folder), S, R, a, b, cols, len(names), pure=False) for a, b in spans])
+    gm = client.gather([client.submit(_peer_medians, str(folder), S, R, a, b, cols, len(names), pure=False, sync=maps.sync)
+                        for a, b in spans])
     med = np.concatenate([m for m, _, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.float32)
     cnt = np.concatenate([c for _, c, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
     top = np.concatenate([t for _, _, t in gm]) if gm else np.zeros(0)
@@ -435,6 +443,17 @@ def _calm_scores(client, maps: _Maps, run_med: np.ndarray, window: int, spans) -
     parts = client.gather([client.submit(_calm_block_scores, str(maps.folder), maps.S, maps.R, a, b, run_med, window,
                                          pure=False) for a, b in spans])
     return [x for p in parts for x in p]
+
+
+def _remote_workers(client) -> bool:
+    """Whether a worker of ``client`` runs on another host than this process (by the
+    host of its address)."""
+    here = {"127.0.0.1", "::1", "localhost", socket.gethostname()}
+    try:
+        here |= set(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        pass
+    return any(urlsplit(str(addr)).hostname not in here for addr in client.scheduler_info().get("workers", {}))
 
 
 def _wait(client, futures: list, note, what: str) -> None:
@@ -502,7 +521,7 @@ def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cn
     maps.create("peer_ratio", np.float32, by_rank=True)
     maps.create("peer_flag", bool, by_rank=True)
     _wait(client, [client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
-                                 few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False)
+                                 few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False, sync=maps.sync)
                    for a, b in spans], note, "peer view")
     return PeerView(median=grid._peer_median, ratio=maps.open("peer_ratio", "r").T, flag=maps.open("peer_flag", "r").T,
                     sigma=sigma)
@@ -525,7 +544,8 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
     for c0, c1 in _strips(maps.R, sum(client.nthreads().values())):
         state = None
         for a, b in spans:  # a recurrence in step order: each chunk waits for the state before it
-            state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, c0, c1, state, cfg, pure=False)
+            state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, c0, c1, state, cfg, pure=False,
+                                  sync=maps.sync)
             chunks.append(state)
     _wait(client, chunks, note, "temporal view")
     return TemporalView(job_base=jb[0], job_sigma=js[0], job_ratio=jr, job_flag=jf[0],
