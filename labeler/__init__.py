@@ -309,7 +309,7 @@ def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str 
         del host
         if len(labels):
             labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", run_id)
-        wi = outofcore.whatif_chunked(an.grid)
+        wi = outofcore.whatif_chunked(an.grid, client=client)
         wi["peer_groups"] = an.groups.summary([an.grid.component(j) for j in range(an.grid.R)])
         del an
     finally:

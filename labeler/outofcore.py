@@ -6,23 +6,29 @@ in-memory labeler's.
 The passes (each a Dask task per block; the blocks run in parallel where nothing
 carries from one to the next):
 
-1. **fill** (per step block of the stored table, :func:`faultlab.steptable.blocks`):
-   the block's dense ``(steps, R)`` arrays (every rank of the run a column, NaN where
-   a rank has no step in the block) into the memory maps, and what needs the whole
-   run: the steps and ranks, each rank's node and peer group (first seen), the
-   job step time per step (the median ``step_s`` across ranks), each rank's first and
-   last start time per block (``t_start`` must increase across blocks too);
+1. **scan** (per step block of the stored table, :func:`faultlab.steptable.blocks`):
+   the block's steps and ranks, from its ``step`` and ``rank`` columns only;
+   **fill** (per step block): the block's dense ``(steps, R)`` arrays (every rank of
+   the run a column, NaN where a rank has no step in the block) into the memory maps,
+   and what needs the whole run: the run id, each rank's node and peer group (first
+   seen), the job step time per step (the median ``step_s`` across ranks), each
+   rank's first and last start time per block (``t_start`` must increase across
+   blocks too);
 2. **clock**: the clock skew of each rank from at most 2,000 evenly spaced steps
-   (:meth:`StepGrid._align_clocks`'s rule), removed in place block by block;
+   (:meth:`StepGrid._align_clocks`'s rule), removed in place block by block; then
+   the peer groups' calm stretch (:func:`~faultlab.labeler.peergroups.calm_rows`),
+   each chunk scoring its blocks against the run medians of the sampled steps;
 3. **peer** (per row chunk): the peer groups' median and count, the leave-one-out
    peer median, then (after the run-wide noise floor, from every ``S // 4096``-th
    step as the in-memory view samples it) the peer flags with a **halo** of
    :func:`halo_steps` rows on each side for the sustained rule's centered window;
-4. **temporal** (row chunks in step order): the trailing baseline is a recurrence in
-   step order (flagged steps leave later windows), so its state (the last
-   ``temporal_window_steps`` values that may feed the baseline, the current baseline
-   and noise per rank) is carried from chunk to chunk; chunks are multiples of
-   ``temporal_block_steps`` rows and the first holds the warm-up window.
+4. **temporal** (row chunks in step order, per strip of ranks): the trailing
+   baseline is a recurrence in step order (flagged steps leave later windows), so its
+   state (the last ``temporal_window_steps`` values that may feed the baseline, the
+   current baseline and noise per rank) is carried from chunk to chunk; chunks are
+   multiples of ``temporal_block_steps`` rows and the first holds the warm-up window.
+   Each rank is its own recurrence: one chain of chunks per strip of ranks, as many
+   strips as the cluster has worker threads, run in parallel.
 
 The ``(S,)`` job series (step time, what-if step time, the job's temporal view, the
 sustained job rule) are small at any size and are computed in memory as in
@@ -37,9 +43,12 @@ machine, or a shared file system).
 
 from __future__ import annotations
 
+import mmap
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import pandas as pd
@@ -49,12 +58,12 @@ from faultlab.errors import BadInput
 from faultlab.labeler.analysis import Analysis, _sustained_job, expected_over_median
 from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.grid import StepGrid
-from faultlab.labeler.peergroups import PeerGroups, assign_groups
+from faultlab.labeler.peergroups import PeerGroups, assign_groups, calm_rows, calm_scores
 from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median, nanmedian, trailing_baseline_from, trailing_baseline_t
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
-from faultlab.labeler.whatif import simulate, simulate_job
-from faultlab.steps import check_recorded_steps, dense_steps
+from faultlab.labeler.whatif import simulate, simulate_job, step_top
+from faultlab.steps import _codes, _int_column, _step_major, check_recorded_steps, dense_steps
 
 #: rows of a memory-map chunk that is filled or read at once (bounded temporaries)
 CHUNK_ROWS = 4096
@@ -78,6 +87,9 @@ class _Maps:
     folder: Path
     S: int
     R: int
+    #: whether :meth:`put` writes its pages back to the file (msync): when a worker
+    #: runs on another host (a shared file system); on one host the page cache is shared
+    sync: bool = False
 
     def path(self, name: str) -> str:
         return str(self.folder / f"{name}.npy")
@@ -93,24 +105,59 @@ class _Maps:
     def open(self, name: str, mode: str = "r+") -> np.ndarray:
         return np.load(self.path(name), mmap_mode=mode)
 
+    def put(self, name: str, a: int, b: int, value: np.ndarray, c0: int | None = None, c1: int | None = None) -> None:
+        """Write ``value`` into rows ``a..b-1`` of map ``name``, or, for a map by rank,
+        into steps ``a..b-1`` of its ranks ``c0..c1-1``; with :attr:`sync`, write back
+        to the file the pages written (msync of only them: a worker on another machine
+        of a shared file system reads them next; a flush of the whole map would write
+        back the rows of every worker, the run's size at each call)."""
+        path = self.path(name)
+        with open(path, "r+b") as f:
+            version = np.lib.format.read_magic(f)
+            shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0(f))
+            header = f.tell()
+            r0, r1 = (a, b) if c0 is None else (c0, c1)
+            if r1 <= r0 or b <= a:
+                return
+            row = shape[1] * dtype.itemsize
+            lo = header + r0 * row
+            start = lo - lo % mmap.ALLOCATIONGRANULARITY
+            mm = mmap.mmap(f.fileno(), header + r1 * row - start, offset=start)
+            try:
+                m = np.frombuffer(mm, dtype=dtype, count=(r1 - r0) * shape[1], offset=lo - start).reshape(r1 - r0, shape[1])
+                if c0 is None:
+                    m[:] = value
+                    segments = [(lo - start, (r1 - r0) * row)]
+                else:
+                    m[:, a:b] = value
+                    segments = [(lo - start + i * row + a * dtype.itemsize, (b - a) * dtype.itemsize) for i in range(r1 - r0)]
+                del m
+                for off, size in segments if self.sync else ():
+                    page = off - off % mmap.PAGESIZE
+                    mm.flush(page, off + size - page)
+            finally:
+                mm.close()
+
 
 # -- pass 1: the run's steps, ranks and job step time ------------------------------------
 
 
 def _scan_block(files: list[str]) -> dict:
-    """Steps, ranks and first-seen node/group of one stored block."""
-    t = steptable.read_lean_files([Path(f) for f in files], ["step", "rank", "node", "peer_group", "run_id"])
-    steps = np.unique(t["step"].to_numpy())
-    rank = t["rank"].to_numpy()
-    ranks, first = np.unique(rank, return_index=True)
-    return {"steps": steps, "ranks": ranks, "nodes": t["node"].iloc[first].astype(str).to_numpy(),
-            "groups": t["peer_group"].iloc[first].astype(str).to_numpy(),
-            "run_ids": [str(x) for x in pd.unique(t["run_id"].astype(object)) if not pd.isna(x)]}
+    """Steps and ranks (ascending) of one stored block, from its two integer columns."""
+    t = steptable.read_lean_files([Path(f) for f in files], ["step", "rank"])
+    step, rank = _int_column(t, "step"), _int_column(t, "rank")
+    hit = _step_major(step, rank)  # the usual layout: a few vectorized passes
+    if hit is not None:
+        return {"steps": hit[0], "ranks": hit[1]}
+    return {"steps": _codes(step)[0], "ranks": _codes(rank)[0]}
 
 
-def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks: np.ndarray, steps: np.ndarray) -> dict:
+def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks: np.ndarray, steps: np.ndarray,
+                sync: bool = False) -> dict:
     """Write one stored block's dense arrays into the memory maps at rows ``row0..``;
-    return its job step time per step and each rank's first and last start time."""
+    return its job step time per step, each rank's first and last start time, its
+    run id and its ranks' node and peer group (first seen in the block)."""
     frame = steptable.read_lean_files([Path(f) for f in files])
     check_recorded_steps(frame, Path(files[0]).parent.name if len(files) else steptable.STEPS_FILE)
     d = dense_steps(frame)
@@ -120,22 +167,26 @@ def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks:
     span = (float(np.fmin.reduce(t)) if t.size else np.nan, float(np.fmax.reduce(end)) if t.size else np.nan)
     del frame, t, end
     cols = np.searchsorted(ranks, d.ranks)
+    every = cols.size == R  # every rank of the run in the block: its arrays are the rows as they are
     rows = row0 + np.searchsorted(steps[row0:], d.steps)
     n = d.steps.size
-    maps = _Maps(Path(folder), S, R)
-    out = {"rows": (int(rows[0]), int(rows[-1]) + 1) if n else (row0, row0), "span": span}
+    maps = _Maps(Path(folder), S, R, sync)
+    out = {"rows": (int(rows[0]), int(rows[-1]) + 1) if n else (row0, row0), "span": span, "run_id": d.run_id,
+           "ranks": d.ranks, "nodes": d.nodes, "groups": d.groups}
     assert n == 0 or (rows[-1] - rows[0] + 1 == n), "a stored block holds a step range"
     for name, a in (("t_start", d.t_start), ("compute", d.compute), ("comm", d.comm), ("step_s", d.step_s),
                     ("dataloader", d.dataloader)):
         if a is None and not (name == "dataloader" and os.path.exists(maps.path(name))):
             continue
-        m = maps.open(name)
-        blk = np.full((n, R), np.nan, dtype=m.dtype)
-        if a is not None:  # (a block without a dataloader_s value: NaN, not measured)
-            blk[:, cols] = a
-        m[rows[0] : rows[0] + n] = blk
-        m.flush()
-        del m
+        dt = np.float64 if name == "t_start" else np.float32
+        if every and a is not None:
+            blk = a if a.dtype == dt else a.astype(dt)
+        else:
+            blk = np.full((n, R), np.nan, dtype=dt)
+            if a is not None:  # (a block without a dataloader_s value: NaN, not measured)
+                blk[:, cols] = a
+        if n:
+            maps.put(name, int(rows[0]), int(rows[0]) + n, blk)
         if name == "step_s":
             out["job_step"] = nanmedian(blk, axis=1)[0] if n else np.zeros(0)
         if name == "t_start":
@@ -176,16 +227,15 @@ def _clock_offsets(maps: _Maps, job_step: np.ndarray) -> np.ndarray:
     return np.where(skewed, o, 0.0) if skewed.any() else off
 
 
-def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray,
+                  sync: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Rows ``a..b-1``: remove the clock offsets from ``t_start`` in place (when any);
     return their ``t0`` and ``t1`` (earliest start, latest end, unix s)."""
-    maps = _Maps(Path(folder), S, R)
-    t = maps.open("t_start")
-    blk = np.asarray(t[a:b], dtype=np.float64)
+    maps = _Maps(Path(folder), S, R, sync)
+    blk = np.asarray(maps.open("t_start", "r")[a:b], dtype=np.float64)
     if off.any():
         blk = blk - off[None, :]
-        t[a:b] = blk
-        t.flush()
+        maps.put("t_start", a, b, blk)
     st = maps.open("step_s", "r")[a:b]
     return np.fmin.reduce(blk, axis=1), np.fmax.reduce(blk + st, axis=1)
 
@@ -193,10 +243,11 @@ def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray) 
 # -- pass 3: the peer view ----------------------------------------------------------------
 
 
-def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_groups: int, sync: bool = False) -> tuple:
     """Rows ``a..b-1``: the leave-one-out peer median into its map; return the groups'
-    ``(rows, G)`` median and count (:meth:`StepGrid.group_stats`)."""
-    maps = _Maps(Path(folder), S, R)
+    ``(rows, G)`` median and count (:meth:`StepGrid.group_stats`) and each row's
+    largest compute (:func:`~faultlab.labeler.whatif.step_top`)."""
+    maps = _Maps(Path(folder), S, R, sync)
     comp = np.asarray(maps.open("compute", "r")[a:b])
     med = np.full((b - a, n_groups), np.nan, dtype=comp.dtype)
     cnt = np.zeros((b - a, n_groups), dtype=np.int64)
@@ -206,10 +257,8 @@ def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_gro
         med[:, k], cnt[:, k] = m, n
         for i in range(0, b - a, 4096):
             out[i : i + 4096, c] = loo_median(comp[i : i + 4096, c])
-    pm = maps.open("peer_median")
-    pm[a:b] = out
-    pm.flush()
-    return med, cnt
+    maps.put("peer_median", a, b, out)
+    return med, cnt, step_top(comp)
 
 
 def _peer_ratio(maps: _Maps, a: int, b: int) -> np.ndarray:
@@ -246,10 +295,11 @@ def _peer_sigma(maps: _Maps, cols: list) -> np.ndarray:
 
 
 def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, k: int, halo: int,
-                few: np.ndarray, gidx: np.ndarray, threshold: float, mad_k: float) -> None:
-    """Rows ``a..b-1`` of the peer ratio and flags into their maps; the sustained rule
+                few: np.ndarray, gidx: np.ndarray, threshold: float, mad_k: float, sync: bool = False) -> None:
+    """Rows ``a..b-1`` of the peer ratio and flags into their maps (rank-major ``(R, S)``:
+    fusion reads a flagged rank's whole series); the sustained rule
     reads ``halo`` rows either side (``few`` ``(b - a, G)``: groups with too few ranks)."""
-    maps = _Maps(Path(folder), S, R)
+    maps = _Maps(Path(folder), S, R, sync)
     h0, h1 = max(0, a - halo), min(S, b + halo)
     ratio = _peer_ratio(maps, h0, h1)
     dt = ratio.dtype.type
@@ -263,30 +313,28 @@ def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, 
     if few.any():
         flag &= ~few[:, gidx]
     for name, v in (("peer_ratio", own), ("peer_flag", flag)):
-        m = maps.open(name)
-        m[a:b] = v
-        m.flush()
+        maps.put(name, a, b, v.T, 0, R)  # (R, S): fusion reads a rank's whole series
 
 
 # -- pass 4: the temporal view (carried state) -------------------------------------------
 
 
-def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, state: tuple | None, config: LabelerConfig) -> tuple:
-    """Rows ``a..b-1`` of every rank's trailing baseline, noise, ratio and flags into
-    their maps (:func:`faultlab.labeler.stats.trailing_baseline_from`, ``a`` a multiple
-    of ``temporal_block_steps``, ``state`` what the chunk before returned, None for
-    the first); returns the state after ``b``."""
-    maps = _Maps(Path(folder), S, R)
-    Xt = np.ascontiguousarray(maps.open("compute", "r")[a:b].T)
+def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: int, state: tuple | None,
+                    config: LabelerConfig, sync: bool = False) -> tuple:
+    """Rows ``a..b-1`` of the trailing baseline, noise, ratio and flags of the ranks
+    (columns) ``c0..c1-1`` into their maps (:func:`faultlab.labeler.stats.trailing_baseline_from`,
+    ``a`` a multiple of ``temporal_block_steps``, ``state`` what the chunk before of the
+    same ranks returned, None for the first); returns the state after ``b``. Each
+    rank's series is its own recurrence: strips of ranks run in parallel."""
+    maps = _Maps(Path(folder), S, R, sync)
+    Xt = np.ascontiguousarray(maps.open("compute", "r")[a:b, c0:c1].T)
     base, sig, flags, state = trailing_baseline_from(
         Xt, a, state, window=config.temporal_window_steps, min_valid=config.temporal_min_valid_steps,
         threshold=config.temporal_threshold, mad_k=config.mad_k, block=config.temporal_block_steps)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = Xt / base
     for name, v in (("rank_base", base), ("rank_sigma", sig), ("rank_ratio", ratio), ("rank_flag", flags)):
-        m = maps.open(name)  # (R, S)
-        m[:, a:b] = v
-        m.flush()
+        maps.put(name, a, b, v, c0, c1)  # (R, S)
     return state
 
 
@@ -333,24 +381,24 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     steps = np.unique(np.concatenate([s["steps"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     ranks = np.unique(np.concatenate([s["ranks"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     S, R = int(steps.size), int(ranks.size)
-    nodes = np.empty(R, dtype=object)
-    groups = np.empty(R, dtype=object)
-    for sc in reversed(scans):  # the first block that has a rank names its node and group
-        j = np.searchsorted(ranks, sc["ranks"])
-        nodes[j], groups[j] = sc["nodes"], sc["groups"]
-    run_ids = [r for sc in scans for r in sc["run_ids"]]
-    maps = _Maps(folder, S, R)
+    maps = _Maps(folder, S, R, _remote_workers(client))
     has_loader = _has_column(stored, "dataloader_s")
     for name, dt in (("t_start", np.float64), ("compute", np.float32), ("comm", np.float32), ("step_s", np.float32)) + (
             (("dataloader", np.float32),) if has_loader else ()):
         maps.create(name, dt)  # every step's row is written by the block that holds the step
     row0 = [int(np.searchsorted(steps, sc["steps"][0])) if sc["steps"].size else 0 for sc in scans]
     fills = client.map(_fill_block, stored, [str(folder)] * len(stored), [S] * len(stored), [R] * len(stored), row0,
-                       [ranks] * len(stored), [steps] * len(stored), pure=False)
+                       [ranks] * len(stored), [steps] * len(stored), pure=False, sync=maps.sync)
     filled = []
     for i, f in enumerate(fills):
         filled.append(f.result())
         note(i + 1, len(fills), "read")
+    nodes = np.empty(R, dtype=object)
+    groups = np.empty(R, dtype=object)
+    for fb in reversed(filled):  # the first block that has a rank names its node and group
+        j = np.searchsorted(ranks, fb["ranks"])
+        nodes[j], groups[j] = fb["nodes"], fb["groups"]
+    run_ids = [fb["run_id"] for fb in filled if fb["run_id"]]
     job_step = np.full(S, np.nan)
     for fb in filled:
         a, b = fb["rows"]
@@ -360,26 +408,70 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     off = _clock_offsets(maps, job_step)
     ch = chunk_rows(cfg, R)
     spans = [(a, min(S, a + ch)) for a in range(0, S, ch)]
-    tt = client.gather([client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False) for a, b in spans])
+    tt = client.gather([client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False, sync=maps.sync) for a, b in spans])
     grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
+    calm = calm_rows(grid.compute, int(cfg.temporal_window_steps),
+                     scores=lambda run_med: _calm_scores(client, maps, run_med, int(cfg.temporal_window_steps), spans))
     pg = assign_groups(grid.compute, [grid.component(j) for j in range(R)], grid.groups, cfg, mapping=peer_groups,
-                       part=grid.dataloader)
+                       part=grid.dataloader, calm=calm)
     if pg.source in ("discovered", "mapping"):
         grid.regroup(pg.groups)
     names, gidx, cols = grid.peer_groups()
     maps.create("peer_median", np.float32)
-    gm = client.gather([client.submit(_peer_medians, str(folder), S, R, a, b, cols, len(names), pure=False) for a, b in spans])
-    med = np.concatenate([m for m, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.float32)
-    cnt = np.concatenate([c for _, c in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
+    gm = client.gather([client.submit(_peer_medians, str(folder), S, R, a, b, cols, len(names), pure=False, sync=maps.sync)
+                        for a, b in spans])
+    med = np.concatenate([m for m, _, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.float32)
+    cnt = np.concatenate([c for _, c, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
+    top = np.concatenate([t for _, _, t in gm]) if gm else np.zeros(0)
     grid._group_stats = (med, cnt, gidx)
     grid._peer_median = maps.open("peer_median", "r")
-    pv = _peer_view(client, maps, grid, cfg, cols, cnt, gidx, spans)
-    note(len(fills), len(fills), "peer view")
-    tv = _temporal_view(client, maps, grid, cfg, spans)
-    note(len(fills), len(fills), "temporal view")
+    pv = _peer_view(client, maps, grid, cfg, cols, cnt, gidx, spans, note)
+    tv = _temporal_view(client, maps, grid, cfg, spans, note)
     lo = min((fb["span"][0] for fb in filled if np.isfinite(fb["span"][0])), default=np.nan)
     hi = max((fb["span"][1] for fb in filled if np.isfinite(fb["span"][1])), default=np.nan)
-    return _analysis(grid, tv, pv, cfg, pg), ((lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None)
+    return _analysis(grid, tv, pv, cfg, pg, top), ((lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None)
+
+
+def _calm_block_scores(folder: str, S: int, R: int, a: int, b: int, run_med: np.ndarray, window: int) -> list:
+    """:func:`~faultlab.labeler.peergroups.calm_scores` of the blocks starting in rows
+    ``a..b-1`` (their rows read from the ``compute`` map)."""
+    return calm_scores(_Maps(Path(folder), S, R).open("compute", "r"), a, b, run_med, window)
+
+
+def _calm_scores(client, maps: _Maps, run_med: np.ndarray, window: int, spans) -> list:
+    """The calm stretch's block scores of the whole run, chunk by chunk on ``client``."""
+    parts = client.gather([client.submit(_calm_block_scores, str(maps.folder), maps.S, maps.R, a, b, run_med, window,
+                                         pure=False) for a, b in spans])
+    return [x for p in parts for x in p]
+
+
+def _remote_workers(client) -> bool:
+    """Whether a worker of ``client`` runs on another host than this process (by the
+    host of its address)."""
+    here = {"127.0.0.1", "::1", "localhost", socket.gethostname()}
+    try:
+        here |= set(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        pass
+    return any(urlsplit(str(addr)).hostname not in here for addr in client.scheduler_info().get("workers", {}))
+
+
+def _wait(client, futures: list, note, what: str) -> None:
+    """Wait for ``futures`` (raising the first error), calling ``note(done, total,
+    what)`` as each finishes."""
+    # dask is an optional, heavy dependency: imported only when a run is labeled out of core
+    from dask.distributed import as_completed
+
+    for i, f in enumerate(as_completed(futures), 1):
+        f.result()
+        note(i, len(futures), what)
+
+
+def _strips(R: int, n: int) -> list[tuple[int, int]]:
+    """``[(c0, c1)]``: the columns ``0..R-1`` in at most ``n`` (at least 1) strips of
+    near-equal width."""
+    edges = np.linspace(0, R, max(1, min(int(n), R)) + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
 def _has_column(stored: list[list[str]], col: str) -> bool:
@@ -421,21 +513,21 @@ def _grid(maps: _Maps, run_id: str, steps, ranks, nodes, groups, loader, job_ste
     return g
 
 
-def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cnt, gidx, spans) -> PeerView:
+def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cnt, gidx, spans, note) -> PeerView:
     """:func:`~faultlab.labeler.views.peer.peer_view` chunk by chunk (its maps)."""
     sigma = _peer_sigma(maps, cols)
     k = window_steps(grid, cfg)
     few = cnt < cfg.peer_min_ranks
-    maps.create("peer_ratio", np.float32)
-    maps.create("peer_flag", bool)
-    client.gather([client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
-                                 few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False)
-                   for a, b in spans])
-    return PeerView(median=grid._peer_median, ratio=maps.open("peer_ratio", "r"), flag=maps.open("peer_flag", "r"),
+    maps.create("peer_ratio", np.float32, by_rank=True)
+    maps.create("peer_flag", bool, by_rank=True)
+    _wait(client, [client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
+                                 few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False, sync=maps.sync)
+                   for a, b in spans], note, "peer view")
+    return PeerView(median=grid._peer_median, ratio=maps.open("peer_ratio", "r").T, flag=maps.open("peer_flag", "r").T,
                     sigma=sigma)
 
 
-def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans) -> TemporalView:
+def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> TemporalView:
     """:func:`~faultlab.labeler.views.temporal.temporal_view`: the job series in
     memory, the ranks' chunk by chunk in step order with the carried state."""
     dt = grid.compute.dtype
@@ -448,19 +540,24 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
         jr = xj[0] / jb[0]
     for name, d in (("rank_base", dt), ("rank_sigma", dt), ("rank_ratio", dt), ("rank_flag", bool)):
         maps.create(name, d, by_rank=True)
-    state = None
-    for a, b in spans:  # a recurrence in step order: each chunk waits for the state before it
-        state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, state, cfg, pure=False)
-    if spans:
-        state.result()
+    chunks = []
+    for c0, c1 in _strips(maps.R, sum(client.nthreads().values())):
+        state = None
+        for a, b in spans:  # a recurrence in step order: each chunk waits for the state before it
+            state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, c0, c1, state, cfg, pure=False,
+                                  sync=maps.sync)
+            chunks.append(state)
+    _wait(client, chunks, note, "temporal view")
     return TemporalView(job_base=jb[0], job_sigma=js[0], job_ratio=jr, job_flag=jf[0],
                         rank_base=maps.open("rank_base", "r").T, rank_sigma=maps.open("rank_sigma", "r").T,
                         rank_ratio=maps.open("rank_ratio", "r").T, rank_flag=maps.open("rank_flag", "r").T)
 
 
-def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig, groups: PeerGroups) -> Analysis:
-    """The rest of :func:`~faultlab.labeler.analysis.analyze` (``(S,)`` series only)."""
-    sim = simulate_job(grid)
+def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig, groups: PeerGroups,
+              top: np.ndarray) -> Analysis:
+    """The rest of :func:`~faultlab.labeler.analysis.analyze` (``(S,)`` series only;
+    ``top`` each step's largest compute, from the peer pass)."""
+    sim = simulate_job(grid, top)
     sim = np.where(np.isfinite(sim), sim, np.asarray(grid.job_step, dtype=np.float64))
     with np.errstate(invalid="ignore"):
         jw = (tv.job_flag & (sim > tv.job_base * cfg.temporal_threshold)
@@ -470,40 +567,59 @@ def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig
                     job_expected=expected_over_median(grid.job_step, tv.job_base, tv.job_flag), groups=groups)
 
 
-def whatif_chunked(grid: StepGrid, rows: int = CHUNK_ROWS) -> dict:
+def whatif_chunked(grid: StepGrid, rows: int = CHUNK_ROWS, client=None) -> dict:
     """:func:`faultlab.labeler.whatif.whatif_grid` over row chunks of ``rows`` steps
-    (its ``(S, R)`` per-rank times one chunk at a time); the same dict. The sums are
-    taken chunk by chunk, so a figure may differ from the in-memory one in its last
-    bits (float64 summation order)."""
+    (its ``(S, R)`` per-rank times one chunk at a time; the chunks on ``client``, a
+    ``dask.distributed.Client``, when given and ``grid.compute`` is a memory map
+    the workers read); the same dict. The sums are taken chunk by chunk, so a figure
+    may differ from the in-memory one in its last bits (float64 summation order)."""
     med, cnt, gidx = grid.group_stats()
+    spans = [(a, min(grid.S, a + rows)) for a in range(0, grid.S, rows)]
+    path = getattr(grid.compute, "filename", None)
+    if client is not None and path:
+        parts = client.gather([client.submit(_whatif_rows, str(path), grid.job_step[a:b], med[a:b], cnt[a:b], gidx,
+                                             pure=False, a=a, b=b) for a, b in spans])
+    else:
+        parts = [_whatif_sums(_GridRows(grid.compute[a:b], grid.job_step[a:b], (med[a:b], cnt[a:b], gidx)))
+                 for a, b in spans]
     actual = simulated = 0.0
     n_ok = 0
     sums = np.zeros(grid.R)
-    for a in range(0, grid.S, rows):
-        b = min(grid.S, a + rows)
-        sub = _GridRows(grid, a, b, (med[a:b], cnt[a:b], gidx))
-        sim, sim_w = simulate(sub)
-        step = sub.job_step
-        ok = ~np.isnan(step) & ~np.isnan(sim)
-        actual += float(np.sum(step[ok]))
-        simulated += float(np.sum(sim[ok]))
-        n_ok += int(ok.sum())
-        sim_w[~ok] = 0.0
-        sums += np.sum(sim_w, axis=0)
+    for act, sim, n, per_rank in parts:  # in step order, as one pass would add them
+        actual += act
+        simulated += sim
+        n_ok += n
+        sums += per_rank
     S = actual / simulated if simulated > 0 else float("nan")
     per_rank = {grid.component(j): (actual / float(sums[j]) if sums[j] > 0 else float("nan")) for j in range(grid.R)}
     return {"method": "osdi25-whatif-dp", "run_id": grid.run_id, "slowdown": S, "per_rank": per_rank,
             "actual_s": actual, "simulated_s": simulated, "n_steps": n_ok}
 
 
-class _GridRows:
-    """Rows ``a..b-1`` of a :class:`StepGrid`, as :func:`faultlab.labeler.whatif.simulate`
-    reads a grid (``S``, ``R``, ``compute``, ``job_step``, ``group_stats()``)."""
+def _whatif_rows(path: str, job_step: np.ndarray, med: np.ndarray, cnt: np.ndarray, gidx: np.ndarray, *,
+                 a: int, b: int) -> tuple:
+    """:func:`_whatif_sums` of rows ``a..b-1`` of the compute map at ``path``."""
+    return _whatif_sums(_GridRows(np.load(path, mmap_mode="r")[a:b], job_step, (med, cnt, gidx)))
 
-    def __init__(self, grid: StepGrid, a: int, b: int, stats: tuple):
-        self.S, self.R = b - a, grid.R
-        self.compute = np.asarray(grid.compute[a:b])
-        self.job_step = np.asarray(grid.job_step[a:b])
+
+def _whatif_sums(sub: "_GridRows") -> tuple:
+    """``(actual s, simulated s, steps, (R,) per-rank simulated s)`` of some rows."""
+    sim, sim_w = simulate(sub)
+    step = sub.job_step
+    ok = ~np.isnan(step) & ~np.isnan(sim)
+    sim_w[~ok] = 0.0
+    return float(np.sum(step[ok])), float(np.sum(sim[ok])), int(ok.sum()), np.sum(sim_w, axis=0)
+
+
+class _GridRows:
+    """Rows of a :class:`StepGrid`, as :func:`faultlab.labeler.whatif.simulate` reads
+    a grid (``S``, ``R``, ``compute``, ``job_step``, ``group_stats()``): ``compute``
+    ``(rows, R)``, ``job_step`` ``(rows,)`` and the rows' group stats."""
+
+    def __init__(self, compute: np.ndarray, job_step: np.ndarray, stats: tuple):
+        self.compute = np.asarray(compute)
+        self.S, self.R = self.compute.shape
+        self.job_step = np.asarray(job_step)
         self._stats = stats
 
     def group_stats(self) -> tuple:

@@ -18,8 +18,8 @@ Where the groups come from (:func:`assign_groups`), first that applies:
 Discovery (:func:`split_levels`): each rank's *level* is the
 median of its local time (``compute_s + dataloader_s``; a long input's value) over the
 calmest stretch (:func:`calm_rows`: the block of ``temporal_window_steps`` steps in
-which the ranks, each against its own median over the run, are fastest together: a
-rank's temporary slowness, a fault, lies outside it). On the log of the levels
+which the ranks, each against its own median over the run (from a few thousand
+evenly spaced steps), are fastest together: a rank's temporary slowness, a fault, lies outside it). On the log of the levels
 (hardware differences are ratios), the sorted levels are cut at each gap between
 neighbours that
 
@@ -109,12 +109,31 @@ class PeerGroups:
         return rows
 
 
-def calm_rows(X: np.ndarray, window: int) -> tuple[int, int]:
+#: about how many evenly spaced steps a rank's median over the run is taken from in
+#: :func:`calm_rows` (every ``S // RUN_SAMPLE_STEPS``-th step: all of a run of fewer
+#: than twice as many)
+RUN_SAMPLE_STEPS = 4096
+
+
+def sample_rows(S: int) -> np.ndarray:
+    """The rows :func:`calm_rows` takes each rank's median over the run from: every
+    ``S // RUN_SAMPLE_STEPS``-th of ``S`` (int64; all rows below ``2 x`` that)."""
+    return np.arange(0, S, max(1, S // RUN_SAMPLE_STEPS), dtype=np.int64)
+
+
+def calm_rows(X: np.ndarray, window: int, *, scores=None) -> tuple[int, int]:
     """``(i0, i1)``: the rows of the run's calmest stretch of ``X`` ``(S, C)`` (time x
     rank, NaN = no value): of the blocks of ``window`` rows, the one in which the
     ranks, each against its own median over the run, are fastest together (the
-    smallest mean log ratio of a rank's block median to its run median); the earliest
-    on a tie. The whole run when it holds fewer than two blocks.
+    smallest mean log ratio of a rank's block median to its run median,
+    :func:`calm_scores`); the earliest on a tie. The whole run when it holds fewer
+    than two blocks.
+
+    The run median is taken over :func:`sample_rows` (a few thousand evenly spaced
+    steps: an hour-long or a month-long run alike, and a streaming labeler reads
+    only those rows). ``scores(run_median)`` gives the ``[(row, score)]`` of all the
+    blocks (e.g. computed block by block elsewhere); :func:`calm_scores` over ``X``
+    when None.
 
     Why the mean, not the largest ratio: two ranks slowed over most of the run have
     that slowed level as their run median, so in the slowed blocks no ratio stands
@@ -123,19 +142,31 @@ def calm_rows(X: np.ndarray, window: int) -> tuple[int, int]:
     S = X.shape[0]
     if S < 2 * window or window < 1:
         return 0, max(S - 1, 0)
-    run_med, _ = nanmedian(X, axis=0)
+    run_med, _ = nanmedian(X[sample_rows(S)], axis=0)
+    found = scores(run_med) if scores is not None else calm_scores(X, 0, S, run_med, window)
     best, best_i = np.inf, 0
-    for i in range(0, S - window + 1, window):
+    for i, score in sorted(found):
+        if score < best:
+            best, best_i = score, i
+    return best_i, best_i + window - 1
+
+
+def calm_scores(X: np.ndarray, a: int, b: int, run_med: np.ndarray, window: int) -> list[tuple[int, float]]:
+    """``[(i, score)]`` of :func:`calm_rows`'s blocks whose first row ``i`` (a multiple
+    of ``window``, the block whole inside ``X``) is in ``a..b-1``: the mean over ranks
+    of ``log(block median / run_med)`` (``run_med`` ``(C,)``), over the ranks with a
+    positive finite ratio and values in at least half the block; a block without such
+    a rank is left out. Reads rows ``a .. b + window - 1`` of ``X``."""
+    S = X.shape[0]
+    out = []
+    for i in range(-(-int(a) // window) * window, min(int(b), S - window + 1), window):
         bm, n = nanmedian(X[i : i + window], axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
             r = bm / run_med
         ok = np.isfinite(r) & (r > 0) & (n >= (window + 1) // 2)
-        if not ok.any():
-            continue
-        score = float(np.mean(np.log(r[ok])))
-        if score < best:
-            best, best_i = score, i
-    return best_i, best_i + window - 1
+        if ok.any():
+            out.append((i, float(np.mean(np.log(r[ok])))))
+    return out
 
 
 def level_wander(X: np.ndarray, window: int) -> float:
@@ -228,8 +259,8 @@ def _no_group_of_one(v: np.ndarray, cuts: list[int]) -> list[int]:
         cuts.remove(c)
 
 
-def discover(X: np.ndarray, declared: np.ndarray, config, *,
-             part: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+def discover(X: np.ndarray, declared: np.ndarray, config, *, part: np.ndarray | None = None,
+             calm: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
     """Discovered groups within each declared group: ``(groups, level, calm)``.
 
     Args:
@@ -240,6 +271,7 @@ def discover(X: np.ndarray, declared: np.ndarray, config, *,
             (a cut), ``peer_threshold`` and ``mad_k`` (a wide cut; see
             :func:`split_levels` and the module docstring).
         part: ``(S, C)`` the dataloader part of ``X``, or None.
+        calm: the calm rows ``(i0, i1)`` when known (:func:`calm_rows` of ``X``).
 
     Returns:
         (C,) object group names (``NAME/k``, ``k`` = 0 the fastest, where a declared
@@ -247,7 +279,7 @@ def discover(X: np.ndarray, declared: np.ndarray, config, *,
     """
     declared = np.asarray([str(g) for g in declared], dtype=object)
     window = int(config.temporal_window_steps)
-    i0, i1 = calm_rows(X, window)
+    i0, i1 = calm if calm is not None else calm_rows(X, window)
     level, _ = nanmedian(X[i0 : i1 + 1], axis=0) if X.shape[0] else (np.full(X.shape[1], np.nan), None)
     run_level, _ = nanmedian(X, axis=0) if X.shape[0] else (np.full(X.shape[1], np.nan), None)
     part_level = nanmedian(part[i0 : i1 + 1], axis=0)[0] if part is not None and X.shape[0] else None
@@ -300,7 +332,7 @@ def _by_speed(idx: np.ndarray, level: np.ndarray) -> np.ndarray:
 
 
 def assign_groups(X: np.ndarray, names, declared, config, *, mapping: dict | None = None,
-                  part: np.ndarray | None = None) -> PeerGroups:
+                  part: np.ndarray | None = None, calm: tuple[int, int] | None = None) -> PeerGroups:
     """The peer groups of one job (see the module docstring for the order: a mapping,
     the declared groups when more than one, else discovered).
 
@@ -313,6 +345,8 @@ def assign_groups(X: np.ndarray, names, declared, config, *, mapping: dict | Non
             ``group_gap_sigmas``, ``group_min_gap``).
         mapping: ``{component: group}`` or None.
         part: ``(S, C)`` the dataloader part of ``X``, or None.
+        calm: the calm rows ``(i0, i1)`` when known (:func:`calm_rows` of ``X``,
+            e.g. computed block by block out of core).
 
     Raises:
         BadInput (field ``--peer-groups``) when a mapping names none of the components.
@@ -331,14 +365,14 @@ def assign_groups(X: np.ndarray, names, declared, config, *, mapping: dict | Non
         if not hit:
             raise BadInput(f"the mapping names none of the {len(names)} components (e.g. {names[0] if names else '-'})",
                            field="--peer-groups", fix="map component names (rank:N, worker:N) or rank numbers to group names")
-        i0, i1 = calm_rows(X, window)
+        i0, i1 = calm if calm is not None else calm_rows(X, window)
         level = nanmedian(X[i0 : i1 + 1], axis=0)[0] if X.shape[0] else np.full(len(names), np.nan)
         return PeerGroups(groups, "mapping", level, (i0, i1), declared)
     if len(set(declared.tolist())) > 1:
-        i0, i1 = calm_rows(X, window)
+        i0, i1 = calm if calm is not None else calm_rows(X, window)
         level = nanmedian(X[i0 : i1 + 1], axis=0)[0] if X.shape[0] else np.full(len(names), np.nan)
         return PeerGroups(declared, "declared", level, (i0, i1), declared)
-    groups, level, calm = discover(X, declared, config, part=part)
+    groups, level, calm = discover(X, declared, config, part=part, calm=calm)
     src = "discovered" if len(set(groups.tolist())) > 1 else "one"
     return PeerGroups(groups, src, level, calm, declared)
 

@@ -31,17 +31,24 @@ from faultlab.labeler.grid import StepGrid
 from faultlab.steps import check_steps
 
 
-def simulate_job(grid: StepGrid) -> np.ndarray:
+def simulate_job(grid: StepGrid, top: np.ndarray | None = None) -> np.ndarray:
     """``(S,)`` float64: the job step time with every straggler made ideal (seconds;
     NaN where the step has no job step time or no compute data). The first output of
-    :func:`simulate`, without its ``(S, R)`` per-rank part."""
+    :func:`simulate`, without its ``(S, R)`` per-rank part. ``top`` ``(S,)``: each
+    step's largest compute (:func:`step_top`) when already known."""
     S, R = grid.S, grid.R
     if S == 0 or R == 0:
         return np.zeros(0)
-    top = np.fmax.reduce(grid.compute, axis=1).astype(np.float64)  # NaN only when no rank has data
+    top = step_top(grid.compute) if top is None else top
     gmed, _, _ = grid.group_stats()
     ideal = np.fmax.reduce(gmed, axis=1).astype(np.float64)  # the slowest ideal group
     return np.maximum(grid.job_step - (top - ideal), ideal)
+
+
+def step_top(compute: np.ndarray) -> np.ndarray:
+    """``(S,)`` float64: each step's largest compute over the ranks of ``compute``
+    ``(S, R)`` (NaN only when no rank has data)."""
+    return np.fmax.reduce(compute, axis=1).astype(np.float64)
 
 
 def simulate(grid: StepGrid) -> tuple[np.ndarray, np.ndarray]:
