@@ -4,7 +4,8 @@ split, ``dataset_info`` features) and datasheet sections (Gebru et al., "Datashe
 Datasets", CACM 2021: motivation, composition, collection, labeling, uses, limits),
 with loading snippets (pandas, ``datasets``, duckdb), every host metric's unit, each
 fault type's severity unit and a citation, rendered with jinja2 from
-``templates/card.md.j2``; and ``CITATION.cff`` (Citation File Format 1.2.0).
+``templates/card.md.j2``, with a leaderboard section that ``faultlab leaderboard
+--card`` fills (:mod:`faultlab.datasets.cardtable`); and ``CITATION.cff`` (Citation File Format 1.2.0).
 
 Task category: the Hub has no anomaly-detection category; the task here is telling,
 per rank and step, straggling from not (``step_labels.is_straggler``), a binary
@@ -21,6 +22,7 @@ from collections import Counter
 import jinja2
 import yaml
 
+from faultlab.datasets import cardtable
 from faultlab.datasets.layout import TABLES, table_schema
 from faultlab.injectors import FAULT_TYPES
 from faultlab.knobfaults import SEVERITY_UNITS
@@ -137,5 +139,5 @@ def render(meta: dict) -> str:
     env = jinja2.Environment(loader=jinja2.PackageLoader("faultlab.datasets", "templates"), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True)
     header = yaml.safe_dump(hf_header(meta), sort_keys=False, width=1000)
-    return env.get_template("card.md.j2").render(header=header, m=meta, c=citation(meta),
+    return env.get_template("card.md.j2").render(header=header, m=meta, c=citation(meta), leaderboard_intro=cardtable.intro(meta["name"]),
                                                  labeler_yaml=yaml.safe_dump(meta["labeler"], sort_keys=True))

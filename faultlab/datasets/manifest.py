@@ -10,6 +10,10 @@ from pathlib import Path, PurePosixPath
 from faultlab.errors import BadInput
 
 NAME = "MANIFEST.sha256"
+#: the card: the dataset's documentation, refreshed in place (its leaderboard section,
+#: :func:`faultlab.datasets.card.put_leaderboard`) without changing what is scored;
+#: checked like every file, left out of the identity (:func:`digest`)
+CARD_FILES = ("README.md", "CITATION.cff")
 
 
 def _files(root: Path) -> list[Path]:
@@ -33,14 +37,20 @@ def text(digests: dict[str, str]) -> str:
 
 
 def digest(root: str | Path) -> str:
-    """The dataset's identity: the sha256 (hex) of its ``MANIFEST.sha256`` file, which
-    names every file's digest, so two folders with the same files have the same
-    digest wherever they lie. Raises BadInput (field ``MANIFEST.sha256``) when it is
-    missing."""
+    """The dataset's identity: the sha256 (hex) of its ``MANIFEST.sha256`` lines
+    for the data files (every line but the card's, ``CARD_FILES``), which name each
+    file's digest, so two folders with the same data have the same digest wherever
+    they lie and whatever their card says. Raises BadInput (field
+    ``MANIFEST.sha256``) when it is missing or cannot be read."""
     p = Path(root) / NAME
     if not p.is_file():
         raise BadInput(f"{p} is missing", field=NAME, fix="rebuild the dataset, or restore the file")
-    return sha256(p)
+    try:
+        lines = p.read_bytes().decode().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"{p} could not be read ({type(e).__name__})", field=NAME, fix="restore the file") from None
+    data = [line for line in lines if line.partition("  ")[2] not in CARD_FILES]
+    return hashlib.sha256(("\n".join(data) + "\n").encode()).hexdigest()
 
 
 def read(root: Path) -> dict[str, str]:

@@ -45,6 +45,7 @@ def leaderboard_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="folder to write leaderboard.md, leaderboard.json (the scores file) and leaderboard.html into"),
     as_json: bool = typer.Option(False, "--json", help="print leaderboard.json instead of the tables"),
     brief: bool = typer.Option(False, "--brief", help="print one short table of every dataset (rank, window MCC with its CI, the paired mark), as in the README"),
+    card: bool = typer.Option(False, "--card", help="also write each dataset's table into its card (DIR/README.md, the leaderboard section; one table per mode) and the card's digest into DIR/MANIFEST.sha256"),
     verify: Optional[Path] = typer.Option(None, "--verify", help="a submitted leaderboard.json: re-score it with its own detectors and settings (the other options are not used); exit 1 naming the first number that differs"),
     quiet: Quiet = False,
 ):
@@ -56,7 +57,7 @@ def leaderboard_cmd(
 
     try:
         if verify is not None:
-            if detector or out is not None or as_json or brief:
+            if detector or out is not None or as_json or brief or card:
                 raise BadInput("--verify re-scores the file with its own detectors and settings", field="--verify",
                                fix="give --verify FILE alone, or with --dataset DIR to find a dataset it names")
             boards = verifying.verify(verify, dataset)
@@ -64,6 +65,8 @@ def leaderboard_cmd(
             return
         if not dataset:
             raise BadInput("give at least one --dataset DIR", field="--dataset", fix="e.g. --dataset datasets/faultlab-hw-v1")
+        if card and detector:
+            raise BadInput("a card carries every detector", field="--card", fix="leave out --detector, or leave out --card")
         window_s, tick_s = parse_duration(window, "--window"), parse_duration(tick, "--tick")
 
         def progress(db):
@@ -77,12 +80,19 @@ def leaderboard_cmd(
             from faultlab.scoring.leaderboard.html import html  # lazy: matplotlib only when a page is written
 
             _write(out, {"leaderboard.md": "# faultlab leaderboard\n\n" + md, "leaderboard.json": js, "leaderboard.html": html(board)})
+        if card:
+            from faultlab.datasets import cardtable
+
+            for db in board.datasets:
+                cardtable.put_table(db.path, board.settings["mode"], render.card_table(db, board.settings))
     except FaultlabError as e:
         print(f"faultlab: error: {e}", file=sys.stderr)
         raise typer.Exit(e.exit_code)
     print(js if as_json else render.brief_markdown(board) if brief else md)
     if out is not None and not quiet:
         print(f"wrote {', '.join(str(out / n) for n in OUT_FILES)}", file=sys.stderr)
+    if card:
+        print(f"wrote the {board.settings['mode']} table into {', '.join(str(Path(db.path) / 'README.md') for db in board.datasets)}", file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 
-from faultlab.scoring.leaderboard.compute import COLUMNS, RANK_BY, Board, DatasetBoard, Row
+from faultlab.scoring.leaderboard.compute import COLUMNS, RANK_BY, Board, DatasetBoard, Row, settings_of
 from faultlab.scoring.table import cell
 
 MARK_BETTER, MARK_NOT = ">", "~"
@@ -74,6 +74,18 @@ def dataset_markdown(db: DatasetBoard, settings: dict, heading: str = "###") -> 
     for r in db.rows:
         lines.append("| " + " | ".join([str(r.rank), r.label] + row_cells(r)) + " |")
     return lines
+
+
+def card_table(db: DatasetBoard, settings: dict) -> str:
+    """One dataset's table as its card carries it: the table, the legend and the
+    command that remakes it (the dataset named as ``datasets/NAME``, never a path of
+    this machine)."""
+    defaults = settings_of()
+    shown = {"mode": ("--mode", "{}"), "split": ("--split", "{}"), "window_s": ("--window", "{:g}s"), "tick_s": ("--tick", "{:g}s"),
+             "n_boot": ("--boot", "{}"), "seed": ("--seed", "{}")}
+    opts = "".join(f" {flag} {fmt.format(settings[k])}" for k, (flag, fmt) in shown.items() if settings[k] != defaults[k])
+    cmd = f"faultlab leaderboard --dataset datasets/{db.name}{opts} --card"
+    return "\n".join(dataset_markdown(db, settings) + ["", LEGEND, f"From `{cmd}`."])
 
 
 def markdown(board: Board, heading: str = "###") -> str:

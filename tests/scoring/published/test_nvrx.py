@@ -2,7 +2,9 @@
 on both scores and raise nothing; a rank twice as slow as the best scores 0.5
 relative and is reported below the 0.75 threshold (not below a 0.4 one); a job that
 slows as a whole keeps relative 1.0 but its individual scores fall; reports come
-only once their interval has elapsed."""
+as the tool schedules them (the interval in iterations from the first 16, never at
+the end of training), so the tool's 60 s gives a ~24 s run none and ``nvrx-short``'s
+10 s reports on it."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 
 from faultlab.datasets.synthetic import simulate_steps
 from faultlab.scoring.lookup import load_detector
-from faultlab.scoring.published.nvrx import report_scores
+from faultlab.scoring.published.nvrx import report_schedule, report_scores
 
 
 def identical(n_steps: int = 300, slow_from: int | None = None, factor: float = 2.0) -> pd.DataFrame:
@@ -53,3 +55,26 @@ def test_reports_only_after_their_interval():
     steps = simulate_steps("nvrx", n_steps=300, straggler=(2, 0, 300, 2.0), noise=0.0)
     assert (steps["t_start"].max() - steps["t_start"].min()) < 60
     assert load_detector("nvrx").detect(steps, None).empty
+
+
+def test_reports_follow_the_interval_in_iterations():
+    """Iterations of ``step_s`` seconds: an interval of ``x`` s is a report every
+    ``int(x / step_s)`` iterations; the steps after the last report are in none."""
+    steps = identical()
+    r0 = steps["rank"].to_numpy() == 0
+    for interval in (1.0, 2.0):
+        every = int(interval / steps["step_s"].median())
+        k = report_schedule(steps, interval)
+        assert 17 <= every < 150
+        assert np.bincount(k[r0 & (k >= 0)]).tolist() == [every] * (300 // every)
+        assert (k[r0] == -1).sum() == 300 % every
+
+
+def test_the_interval_decides_whether_a_short_run_is_reported():
+    """A 2x straggler in a ~24 s run: the tool's 60 s reports nothing (no report at
+    the end of training), ``nvrx-short`` (10 s) and an explicit 10 s report it."""
+    steps = simulate_steps("nvrx", n_steps=800, straggler=(2, 0, 800, 2.0), noise=0.0)
+    assert 20 < steps["t_start"].max() - steps["t_start"].min() < 60
+    assert load_detector("nvrx").detect(steps, None).empty
+    assert set(load_detector("nvrx-short").detect(steps, None)["component"]) == {"rank:2"}
+    assert set(load_detector("nvrx", report_time_interval=10.0).detect(steps, None)["component"]) == {"rank:2"}
