@@ -28,7 +28,6 @@ import tempfile
 from collections import Counter
 from pathlib import Path, PurePosixPath
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,14 +35,12 @@ import yaml
 
 from faultlab import safefs, schema, yamlsafe
 from faultlab.datasets import card, croissant, manifest
+from faultlab.datasets.public import Collection
 from faultlab.datasets.layout import (COLUMN_DOCS, FIX, RUN_TABLES, TABLES, Dataset, open_output, part_path, read_build, read_croissant,
                                      read_splits, table_schema)
 from faultlab.datasets.steplabels import step_labels, with_label_ids
 from faultlab.errors import BadInput
 from faultlab.labeler import LabelerConfig, label
-from faultlab.labeler.importers import import_path
-from faultlab.labeler.importers.perseus import read_samples
-from faultlab.labeler.importers.trace import read_trace
 from faultlab.rundata import RunData, read_run_dir
 from faultlab.rundir import RunDir
 from faultlab.scenario import Campaign, Scenario, load
@@ -132,6 +129,7 @@ def _run_info(rd_path: Path, run, campaign: str | None) -> dict:
         "n_faults": int(len(inj)), "n_labels": int(len(lab)), "labels_by_source": dict(src),
         "n_workload_faults": int((inj["kind"].astype(str) == "workload").sum()) if len(inj) and "kind" in inj else 0,
         "n_step_rows": int(len(steps)),
+        "n_host_rows": int(len(run.host)) if run.host is not None else 0,
         "host_metrics": sorted({str(m).split(":", 1)[0] for m in run.host["metric"].unique()}) if run.host is not None and len(run.host) else [],
         "faultlab": (run.meta or {}).get("faultlab"),
     }
@@ -163,7 +161,8 @@ class _Tree:
 def write_run(tree: _Tree, run) -> int:
     """Write one run's tables (its four, the labels with their ``label_id``, and the
     per-step labels, :mod:`faultlab.datasets.steplabels`) as
-    ``data/<table>/run=<id>/part-0.parquet`` into ``tree``; returns bytes written.
+    ``data/<table>/run=<id>/part-0.parquet`` into ``tree`` (an empty table as a file of
+    its schema and no row group); returns bytes written.
     Raises BadInput naming the table whose columns do not fit, UntrustedPath for a run
     id that is not one plain name."""
     total = 0
@@ -180,7 +179,10 @@ def write_run(tree: _Tree, run) -> int:
         except (ValueError, TypeError) as e:
             raise BadInput(f"run {run.run_id}: {t} does not fit faultlab.schema ({e})", field=t) from None
         buf = pa.BufferOutputStream()
-        pq.write_table(tbl, buf, compression="zstd")
+        if tbl.num_rows:
+            pq.write_table(tbl, buf, compression="zstd")
+        else:  # no row group at all: the `datasets` library refuses a file whose row group is empty
+            pq.ParquetWriter(buf, tbl.schema, compression="zstd").close()
         total += tree.put(part_path(Path(), t, run.run_id).as_posix(), buf.getvalue().to_pybytes())
     return total
 
@@ -259,10 +261,13 @@ def _top_keys(f: Path) -> set[str] | None:
 def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: float = 0.3, seed: int = 0,
           campaign_files=(), relabel: bool = False, description: str = "", license: str = "cc-by-4.0",
           source_note: str = "", force: bool = False, split: dict | None = None) -> Path:
-    """Build ``out_root/name`` from labeled run directories ``runs`` (paths).
+    """Build ``out_root/name`` from labeled run directories ``runs`` (paths), or from a
+    public collection (:class:`faultlab.datasets.public.Collection`).
 
     Args:
-        runs: run directory paths (see :func:`collect_runs`).
+        runs: run directory paths (see :func:`collect_runs`), or a Collection: its runs,
+            its ``import/`` and ``upstream/`` files, and its provenance for the card
+            (whose license is then the source's).
         name: dataset name (a folder name: letters, digits, ``-_.``).
         test_fraction, seed: the split (:func:`draw_split`).
         campaign_files: campaign/scenario YAML files copied into ``campaign/``.
@@ -333,6 +338,13 @@ def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: 
                    description: str, license: str, source_note: str, split: dict | None) -> None:
     """Write every file of the dataset ``name`` into ``tree`` (see :func:`build`),
     ``MANIFEST.sha256`` last."""
+    coll = runs if isinstance(runs, Collection) else None
+    if coll is not None:
+        runs = coll.runs
+        if coll.provenance is not None:
+            license = coll.provenance["license"]
+        for rel, data in coll.files.items():
+            tree.put(rel, data)
 
     infos, ids = [], []
     for p in runs:
@@ -360,11 +372,13 @@ def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: 
     tree.put("splits.json", json.dumps(split, indent=1))
     tree.put("schema.json", json.dumps(schema_doc(), indent=1))
     tree.put("build.json", json.dumps({"name": name, "description": description, "license": license, "note": source_note,
-                                       "test_fraction": test_fraction, "seed": seed, "relabeled": bool(relabel)}, indent=1))
+                                       "test_fraction": test_fraction, "seed": seed, "relabeled": bool(relabel),
+                                       "import": coll.provenance["format"] if coll is not None and coll.provenance else None}, indent=1))
     for f in campaign_files:  # contents only: a published file gets mode 0644, not the source's
         tree.put(f"campaign/{safefs.check_name(f.name)}", f.read_bytes())
     cfg = _labeler_config()
-    meta = card.card_meta(name, infos, split, labeler=cfg, description=description, license=license, source_note=source_note, relabeled=relabel)
+    meta = card.card_meta(name, infos, split, labeler=cfg, description=description, license=license, source_note=source_note, relabeled=relabel,
+                          provenance=coll.provenance if coll is not None else None)
     tree.put("README.md", card.render(meta))
     tree.put("CITATION.cff", card.citation_cff(meta))
     tree.put("croissant.json", json.dumps(croissant.build(meta, tree.digests), indent=1))
@@ -392,6 +406,9 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
 
     ds = Dataset(dataset)
     st = build_settings(ds.path)
+    if st["import"]:
+        raise BadInput(f"{ds.path} was imported from a public trace ({st['import']}): its labels are that importer's, not this labeler's",
+                       field="DATASET", fix=f"rebuild it with faultlab dataset build --import {st['import']} (docs/datasets.md)")
     order = [str(r["run_id"]) for r in ds.runs_info()] or ds.run_ids("all")
     if sorted(order) != sorted(ds.run_ids("all")):
         order = ds.run_ids("all")
@@ -408,18 +425,20 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
 
 
 def build_settings(path: Path) -> dict:
-    """The card texts and split settings a dataset was built with: ``build.json``, or
+    """The card texts and split settings a dataset was built with (and ``import``: the
+    format of a public collection, else None): ``build.json``, or
     for a folder built before it, the description of ``croissant.json``, the license
     of the card's YAML header and the split's seed and fraction (note empty).
 
     Raises BadInput naming a file that cannot be read or has the wrong shape."""
     if (path / "build.json").is_file():
         d = read_build(path)
-        return {k: d.get(k, v) for k, v in (("description", ""), ("license", "cc-by-4.0"), ("note", ""), ("test_fraction", 0.3), ("seed", 0))}
+        return {k: d.get(k, v) for k, v in (("description", ""), ("license", "cc-by-4.0"), ("note", ""), ("test_fraction", 0.3), ("seed", 0),
+                                            ("import", None))}
     sp = read_splits(path)
     desc = read_croissant(path).get("description", "") if (path / "croissant.json").is_file() else ""
     return {"description": desc, "license": _card_license(path / "README.md"), "note": "",
-            "test_fraction": float(sp.get("test_fraction", 0.3)), "seed": sp.get("seed") or 0}
+            "test_fraction": float(sp.get("test_fraction", 0.3)), "seed": sp.get("seed") or 0, "import": None}
 
 
 def _card_license(card_path: Path, default: str = "cc-by-4.0") -> str:
@@ -461,48 +480,3 @@ def _labeler_config() -> dict:
         return LabelerConfig().to_dict()
     except Exception:  # a labeler without to_dict: its repr
         return {"repr": repr(LabelerConfig())}
-
-
-IMPORT_FORMATS = ("perseus", "straggler-trace")
-
-
-def import_trace(fmt: str, path: str | Path):
-    """A public trace as one dataset run (:class:`faultlab.rundata.RunData`):
-    labels from faultlab's importer of ``fmt`` (``faultlab label --import``), telemetry
-    mapped to the tables: ``straggler-trace`` (OSDI'25 operation traces) to ``steps``
-    (per rank and step: t_start = its first operation's start, compute_s = its
-    compute operations, comm_s = its communication, step_s = first start to last end;
-    peer group = pipeline stage); ``perseus`` (FAST'23 drive metrics) to ``host``
-    (node = ``HOST/DRIVE``, the labels' component being ``drive:HOST/DRIVE``, metrics ``latency`` in the trace's unit and
-    ``throughput_bytes_per_s``). Injections are empty: nothing was injected.
-
-    Raises BadInput for an unknown format or what the importer raises."""
-
-
-    if fmt not in IMPORT_FORMATS:
-        raise BadInput(f"unknown format {fmt!r}", field="--import", fix="one of " + ", ".join(IMPORT_FORMATS))
-    res = import_path(fmt, path)
-    labels = res.labels
-    run_id = str(labels["run_id"].iloc[0]) if len(labels) and "run_id" in labels.columns and labels["run_id"].notna().any() else Path(path).name
-    steps, host = schema.empty("steps"), schema.empty("host")
-    if fmt == "straggler-trace":
-
-        tr, _, _ = read_trace(path)
-        comm = tr["optype"].str.contains("send|recv|all-reduce|all-gather|reduce-scatter", regex=True)
-        tr = tr.assign(end=tr["start_ts"] + tr["duration"], comp=tr["duration"].where(~comm, 0.0), com=tr["duration"].where(comm, 0.0))
-        g = tr.groupby(["rank", "step"], sort=True)
-        st = g.agg(dp=("dp_rank", "first"), stage=("stage", "first"), t_start=("start_ts", "min"), t_end=("end", "max"),
-                   compute_s=("comp", "sum"), comm_s=("com", "sum")).reset_index()
-        steps = pd.DataFrame({"run_id": run_id, "rank": st["rank"].astype("int32"), "node": "dp" + st["dp"].astype(str) + "-pp" + st["stage"].astype(str),
-                              "peer_group": "stage" + st["stage"].astype(str), "step": st["step"].astype("int64"), "t_start": st["t_start"],
-                              "compute_s": st["compute_s"], "comm_s": st["comm_s"], "step_s": st["t_end"] - st["t_start"],
-                              "gc_s": float("nan"), "tokens": float("nan"), "dataloader_s": float("nan")})
-    else:
-
-        s = read_samples(path)
-        node = np.array(s.drive_names, dtype=object)[s.drive]  # HOST/DRIVE, as the labels' drive:HOST/DRIVE
-        host = pd.concat([
-            pd.DataFrame({"run_id": run_id, "node": node, "ts": s.ts.astype(float), "metric": "latency", "value": s.latency.astype(float)}),
-            pd.DataFrame({"run_id": run_id, "node": node, "ts": s.ts.astype(float), "metric": "throughput_bytes_per_s", "value": s.throughput.astype(float)}),
-        ], ignore_index=True)
-    return RunData(run_id, steps, host, labels, schema.empty("injections"), {"source": str(path), "format": fmt, "complete": True})

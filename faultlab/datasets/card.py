@@ -11,8 +11,14 @@ Task category: the Hub has no anomaly-detection category; the task here is telli
 per rank and step, straggling from not (``step_labels.is_straggler``), a binary
 classification of table rows, so ``tabular-classification``, with the tags
 ``anomaly-detection`` and ``time-series-anomaly-detection`` naming the task.
-``size_categories`` is the Hub's bucket of the rank-step rows (the ``steps`` and
-``step_labels`` tables)."""
+``size_categories`` is the Hub's bucket of the rows of the main table: the rank-steps
+(``steps`` and ``step_labels``), or for a public collection without steps (drive or
+worker metrics) the ``host`` rows; that table is the default config.
+
+A public collection (:mod:`faultlab.datasets.public`) has a section on its source: where
+it is published, its license (the dataset's), the upstream citation (also in
+``CITATION.cff``'s references), the upstream truth and how faultlab's labels relate to
+it; its own metrics' units come from there."""
 
 from __future__ import annotations
 
@@ -37,15 +43,19 @@ def _features(table: str) -> list[dict]:
 
 
 def hf_header(meta: dict) -> dict:
-    """The YAML header as a dict (huggingface_hub's DatasetCardData fields)."""
+    """The YAML header as a dict (huggingface_hub's DatasetCardData fields): a config per
+    table and a split per config where that table has rows in that split's runs (the
+    `datasets` library refuses a split of no rows; a public collection without steps has
+    no ``steps`` config)."""
     configs = []
     for t in TABLES:
         files = []
         for split in ("train", "test"):
             ids = meta["split"][split]
-            if ids:
+            if ids and any(meta["rows"].get(r, {}).get(t, 1) for r in ids):
                 files.append({"split": split, "path": [f"data/{t}/run={r}/*.parquet" for r in ids]})
-        configs.append({"config_name": t, "data_files": files, **({"default": True} if t == "steps" else {})})
+        if files:
+            configs.append({"config_name": t, "data_files": files, **({"default": True} if t == meta["main_table"] else {})})
     info = [{"config_name": t, "features": _features(t)} for t in TABLES]
     return {
         "license": meta["license"],
@@ -82,9 +92,11 @@ def severity_units(fault_types) -> dict[str, str]:
     return out
 
 
-def host_metrics(names) -> list[dict]:
-    """Per host metric base name: its unit and meaning (faultlab.telemetry.hostsampler)."""
-    return [{"name": n, "unit": HOST_METRICS.get(n, ("in the name", ""))[0], "meaning": HOST_METRICS.get(n, ("", "see the name"))[1]}
+def host_metrics(names, units: dict | None = None) -> list[dict]:
+    """Per host metric base name: its unit and meaning (``units``, a public source's
+    ``{name: (unit, meaning)}``, else faultlab.telemetry.hostsampler's)."""
+    known = {**HOST_METRICS, **(units or {})}
+    return [{"name": n, "unit": known.get(n, ("in the name", ""))[0], "meaning": known.get(n, ("", "see the name"))[1]}
             for n in sorted(names)]
 
 
@@ -101,16 +113,23 @@ def citation_cff(meta: dict) -> str:
     c = citation(meta)
     doc = {"cff-version": "1.2.0", "message": "If you use this dataset, please cite it as below.", "type": "dataset",
            "title": c["title"], "authors": [{"name": c["author"]}], "version": c["version"], "date-released": c["date"],
-           "license": {"cc-by-4.0": "CC-BY-4.0", "apache-2.0": "Apache-2.0"}.get(meta["license"], meta["license"]),
+           "license": {"cc-by-4.0": "CC-BY-4.0", "apache-2.0": "Apache-2.0", "mit": "MIT"}.get(meta["license"], meta["license"]),
            "keywords": ["straggler detection", "fail-slow", "distributed training", "anomaly detection"]}
+    prov = meta.get("provenance")
+    if prov:
+        doc["references"] = [{"type": "conference-paper", "title": prov["paper"], "authors": [{"name": prov["authors"]}],
+                              "conference": {"name": prov["venue"]}, "year": prov["year"], "url": prov["url"],
+                              "notes": f"the source of this dataset: {prov['source']}"}]
     return yaml.safe_dump(doc, sort_keys=False, width=1000)
 
 
 def card_meta(name: str, infos: list[dict], split: dict, *, labeler: dict, description: str = "", license: str = "cc-by-4.0",
-              source_note: str = "", relabeled: bool = False) -> dict:
-    """Everything the card and croissant.json say, from the runs' infos (runs.json)."""
+              source_note: str = "", relabeled: bool = False, provenance: dict | None = None) -> dict:
+    """Everything the card and croissant.json say, from the runs' infos (runs.json);
+    ``provenance``: a public collection's (faultlab.datasets.public.PROVENANCE entry)."""
 
     ft = Counter(t for i in infos for t in i["fault_types"])
+    n_step_rows = sum(int(i.get("n_step_rows", 0)) for i in infos)
     src = Counter()
     for i in infos:
         src.update(i["labels_by_source"])
@@ -122,11 +141,21 @@ def card_meta(name: str, infos: list[dict], split: dict, *, labeler: dict, descr
         "duration_s": sum(i["duration_s"] for i in infos), "campaigns": sorted({str(i["campaign"]) for i in infos}),
         "faultlab_version": _version(), "labeler": labeler, "relabeled": relabeled, "source_note": source_note,
         "tables": {t: _features(t) for t in TABLES}, "date": _today(),
-        "n_rows": sum(int(i.get("n_step_rows", 0)) for i in infos),
+        "rows": {i["run_id"]: table_rows(i) for i in infos},
+        "n_rows": n_step_rows or sum(int(i.get("n_host_rows", 0)) for i in infos),
+        "main_table": "steps" if n_step_rows or not provenance else "host", "provenance": provenance,
         "n_workload_faults": sum(int(i.get("n_workload_faults", 0)) for i in infos),
-        "host_metrics": host_metrics({m for i in infos for m in i.get("host_metrics", [])}),
+        "host_metrics": host_metrics({m for i in infos for m in i.get("host_metrics", [])}, (provenance or {}).get("metrics")),
         "severity_units": severity_units(ft),
     }
+
+
+def table_rows(info: dict) -> dict[str, int]:
+    """Rows of each table of a run, from its ``runs.json`` entry (a count it lacks: 1,
+    as if the table had rows)."""
+    steps = int(info.get("n_step_rows", 1))
+    return {"steps": steps, "step_labels": steps, "host": int(info.get("n_host_rows", 1)), "injections": int(info.get("n_faults", 1)),
+            "labels": int(info.get("n_labels", 1))}
 
 
 def _today() -> str:

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from faultlab.cliopts import renamed
 from faultlab.errors import BadInput, FaultlabError
+from faultlab.importformats import formats_help
 
 # Lazy imports: the CLI imports this module to register ``faultlab dataset``; each command
 # imports what it runs (pyarrow, the labeler) inside its function, so ``faultlab --help`` stays fast.
@@ -51,16 +52,17 @@ def build_cmd(
     out_root_old: Optional[Path] = typer.Option(None, "--out-root", hidden=True, callback=renamed("--out-root", "--out")),
     campaign_file: List[Path] = typer.Option([], "--campaign-file", metavar="FILE", help="campaign/scenario YAML copied into campaign/, repeatable"),
     relabel: bool = typer.Option(False, "--relabel", help="re-label every run with this checkout's labeler first"),
-    import_fmt: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="build from a public trace instead: perseus | straggler-trace (PATH as the argument)"),
+    import_fmt: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="build from a public trace instead (PATH as the argument): " + formats_help()),
     description: str = typer.Option("", "--description", help="one paragraph for the card"),
-    license: str = typer.Option("cc-by-4.0", "--license", help="license id for the card"),
+    license: str = typer.Option("cc-by-4.0", "--license", help="license id for the card (an --import of a known source takes the source's)"),
     note: str = typer.Option("", "--note", help="a paragraph for the card's collection section (what to know about these runs)"),
     force: bool = typer.Option(False, "--force", help="replace an existing dataset of that name"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the dataset folder, its runs (train, test) and size in bytes"),
 ):
     """Build DIR/NAME: Parquet tables by run, seeded split, schema.json, runs.json,
     README.md card, croissant.json, MANIFEST.sha256."""
-    from faultlab.datasets.build import build, check_campaign_files, collect_runs, import_trace, parse_split
+    from faultlab.datasets.build import build, check_campaign_files, collect_runs, parse_split
+    from faultlab.datasets.public import import_collection
     from faultlab.datasets.layout import read_splits
 
     out_root = out_root or out_root_old or Path("datasets")
@@ -70,8 +72,7 @@ def build_cmd(
         if import_fmt:
             if len(run_dirs or []) != 1 or campaign:
                 raise FaultlabError("--import takes one PATH and no --campaign", field="--import", fix="faultlab dataset build --import perseus PATH --name NAME")
-            runs = [import_trace(import_fmt, run_dirs[0])]
-            note = f"Imported from the public trace {run_dirs[0]} ({import_fmt}); labels by faultlab's {import_fmt} importer. {note}"
+            runs = import_collection(import_fmt, run_dirs[0])
         else:
             dups: list = []
             runs = collect_runs(run_dirs or [], campaign, duplicates=dups)

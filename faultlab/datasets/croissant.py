@@ -26,7 +26,8 @@ CONTEXT = {
     "transform": "cr:transform", "samplingRate": "cr:samplingRate", "equivalentProperty": "cr:equivalentProperty",
 }
 DTYPE = {"string": "sc:Text", "int32": "sc:Integer", "int64": "sc:Integer", "float64": "sc:Float", "bool": "sc:Boolean"}
-LICENSES = {"cc-by-4.0": "https://creativecommons.org/licenses/by/4.0/", "apache-2.0": "https://www.apache.org/licenses/LICENSE-2.0"}
+LICENSES = {"cc-by-4.0": "https://creativecommons.org/licenses/by/4.0/", "apache-2.0": "https://www.apache.org/licenses/LICENSE-2.0",
+            "mit": "https://opensource.org/license/mit"}
 
 
 def _split_sets(meta: dict) -> list[dict]:

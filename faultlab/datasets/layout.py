@@ -161,7 +161,7 @@ def _run_ok(r) -> bool:
 
 def _build_ok(d) -> bool:
     return (isinstance(d, dict) and all(isinstance(d.get(k, ""), str) for k in ("description", "license", "note"))
-            and _number(d.get("test_fraction", 0.3)) and _integer(d.get("seed", 0)))
+            and _number(d.get("test_fraction", 0.3)) and _integer(d.get("seed", 0)) and isinstance(d.get("import") or "", str))
 
 
 def read_splits(path: Path) -> dict:
@@ -183,10 +183,11 @@ def read_runs(path: Path) -> list[dict]:
 
 def read_build(path: Path) -> dict:
     """``build.json`` of the dataset folder ``path``: an object whose ``description``,
-    ``license`` and ``note`` are strings, ``test_fraction`` a number and ``seed`` an
-    integer, where present. Raises BadInput naming the file otherwise."""
+    ``license`` and ``note`` are strings, ``test_fraction`` a number, ``seed`` an
+    integer and ``import`` (the format of a public collection) a string or null, where
+    present. Raises BadInput naming the file otherwise."""
     return _read_json(Path(path) / "build.json", _build_ok,
-                      "an object of strings description, license, note, a number test_fraction and an integer seed")
+                      "an object of strings description, license, note, a number test_fraction, an integer seed and a string or null import")
 
 
 def read_croissant(path: Path) -> dict:

@@ -9,8 +9,10 @@ import json
 import re
 import shutil
 
+import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from faultlab.datasets.build import build, collect_runs, draw_split
 from faultlab.datasets.layout import Dataset
@@ -111,7 +113,7 @@ def test_card_header_parses_with_huggingface_hub(ds):
     data = card.data.to_dict()
     assert data["license"] == "cc-by-4.0" and data["task_categories"]
     cfg = {c["config_name"]: c for c in data["configs"]}
-    assert set(cfg) == {"steps", "host", "injections", "labels", "step_labels"}
+    assert set(cfg) == {"steps", "injections", "labels", "step_labels"}  # the synthetic runs have no host metrics: no host config
     splits = {f["split"]: f["path"] for f in cfg["labels"]["data_files"]}
     assert len(splits["test"]) == 2 and all(p.startswith("data/labels/run=") for p in splits["train"])
     feats = {i["config_name"]: i["features"] for i in data["dataset_info"]}
@@ -186,11 +188,19 @@ def test_import_straggler_trace_to_dataset_form(tmp_path):
     assert fl("dataset", "verify", tmp_path / "st").returncode == 0
     p = fl("score", "--detector", "arrival-late", "--dataset", tmp_path / "st", "--split", "all", "--json", "--boot", "0")
     assert p.returncode == 0, p.stderr
-    # the labels name the stage the upstream what-if analysis blames most (result-ST.json)
+    assert json.loads(p.stdout)["metrics"]["recall"]["value"] is not None  # the labels are on ranks, with times: scored
+    # the labels are on the ranks of the stage the upstream what-if analysis blames most (result-ST.json)
     up = json.loads((PUBLIC / "straggler-trace-ST" / "result-ST.json").read_text())["blocking_decompose_by_stage"]
     worst = max(up, key=up.get)
-    assert f"stage:{worst}" in set(run.labels.component)
     assert set(run.steps.peer_group) == {f"stage{k}" for k in up}  # peer group = pipeline stage
+    ranks = set(run.steps.loc[run.steps.peer_group == f"stage{worst}", "rank"])
+    assert set(run.labels.component) == {f"rank:{r}" for r in ranks} and run.labels.start_ts.notna().all()
+    sl = pd.read_parquet(tmp_path / "st" / "data" / "step_labels")
+    assert set(sl.loc[sl.is_straggler, "rank"]) == ranks
+    # the upstream what-if result and the license travel with it, unchanged
+    for f in ("result-ST.json", "LICENSE"):
+        assert (tmp_path / "st" / "upstream" / f).read_bytes() == (PUBLIC / "straggler-trace-ST" / f).read_bytes()
+    assert yaml.safe_load((tmp_path / "st" / "README.md").read_text().split("---")[1])["license"] == "apache-2.0"
 
 
 @pytest.mark.skipif(not (PUBLIC / "perseus-cluster_A" / "metrics.parquet").is_file(), reason=f"public traces not found at {PUBLIC}: {PUBLIC_HINT}")
@@ -205,15 +215,76 @@ def test_import_perseus_to_dataset_form(tmp_path):
     assert p.returncode == 0, p.stderr
     assert fl("dataset", "verify", tmp_path / "px").returncode == 0
     d = Dataset(tmp_path / "px")
-    run = d.read_run(d.run_ids("all")[0])
-    assert run.steps.empty and run.injections.empty  # drive metrics only; nothing was injected
-    assert set(run.host.metric) == {"latency", "throughput_bytes_per_s"} and run.host.node.nunique() == 48
-    # the operators' confirmed slow drives are labeled, and each label's drive is a host-table node
-    drives = set(run.labels.component)
-    assert {"drive:host_22/disk11", "drive:host_25/disk8"} <= drives
-    assert {c.removeprefix("drive:") for c in drives} <= set(run.host.node)
+    runs = [d.read_run(r) for r in d.run_ids("all")]
+    assert sorted(d.run_ids("all")) == [f"cluster_A-{h}" for h in sorted(keep)]  # a run per host
+    for run in runs:
+        assert run.steps.empty and run.injections.empty  # drive metrics only; nothing was injected
+        host = run.run_id.split("-", 1)[1]
+        assert set(run.host.metric) == {"latency", "throughput_bytes_per_s"} and {n.split("/")[0] for n in run.host.node} == {host}
+        # each label's drive is a host-table node of its run
+        assert {c.removeprefix("drive:") for c in run.labels.component} <= set(run.host.node)
+    assert sum(run.host.node.nunique() for run in runs) == 48
+    # the operators' confirmed slow drives are labeled; their list travels as the upstream truth
+    assert {"drive:host_22/disk11", "drive:host_25/disk8"} <= {c for run in runs for c in run.labels.component}
+    assert (tmp_path / "px" / "upstream" / "slow_drives.csv").read_bytes() == (src / "slow_drives.csv").read_bytes()
     info = json.loads(fl("dataset", "info", tmp_path / "px", "--json").stdout)
-    assert info["runs"] == 1 and info["duration_s"] > 0
+    assert info["runs"] == 4 and info["duration_s"] > 0
+    # a public collection's labels are its importer's: relabel refuses it in one line
+    p = fl("dataset", "relabel", tmp_path / "px")
+    assert p.returncode == 2 and "--import perseus" in one_line_error(p)
+
+
+def test_every_import_format_builds_a_dataset(tmp_path):
+    from faultlab.datasets.public import MAPPERS, PROVENANCE
+    from faultlab.importformats import REGISTRY
+
+    assert set(MAPPERS) == set(REGISTRY) and set(PROVENANCE) <= set(REGISTRY)
+    # a generic long file of two runs: one run each, components as the host table's nodes
+    rng = np.random.default_rng(0)
+    rows = [(run, f"disk{c}", "h", 1_700_000_000 + 10 * t, "lat", 1 + 0.01 * rng.random() + (run == "b" and c == 2 and 80 <= t < 140))
+            for run in "ab" for c in range(4) for t in range(200)]
+    pd.DataFrame(rows, columns=["run_id", "component", "peer_group", "timestamp", "metric", "value"]).to_csv(tmp_path / "m.csv", index=False)
+    p = fl("dataset", "build", "--import", "long", tmp_path / "m.csv", "--name", "l", "--out", tmp_path, "--split", "test=0.5")
+    assert p.returncode == 0, p.stderr
+    d = Dataset(tmp_path / "l")
+    a, b = d.read_run("a"), d.read_run("b")
+    assert a.labels.empty and set(b.labels.component) == {"disk2"} and set(b.host.node) == {f"disk{c}" for c in range(4)}
+    assert str(tmp_path) not in (tmp_path / "l" / "README.md").read_text() + (tmp_path / "l" / "runs.json").read_text()
+
+
+@pytest.mark.skipif(not (PUBLIC / "alibaba-pai-minibatch").is_dir(), reason=f"public traces not found at {PUBLIC}: set FAULTLAB_PUBLIC_DATA (README: Labeling public traces)")
+def test_import_pai_jobs_to_dataset_form(tmp_path):
+    src = PUBLIC / "alibaba-pai-minibatch"
+    p = fl("dataset", "build", "--import", "pai-minibatch", src, "--name", "pai", "--out", tmp_path, "--split", "test=0.5")
+    assert p.returncode == 0, p.stderr
+    d = Dataset(tmp_path / "pai")
+    assert sorted(d.run_ids("all")) == ["job_2", "job_3"]  # a run per job
+    for rid in ("job_2", "job_3"):
+        run = d.read_run(rid)
+        want = pd.read_csv(src / f"{rid}_norm.csv")
+        assert set(run.host.metric) == {"batch_time_norm"} and len(run.host) == len(want)
+        assert set(run.host.node) == {f"worker:{w}" for w in want.worker}
+        assert set(run.labels.component) <= set(run.host.node)
+    assert d.read_run("job_2").labels.empty  # the publisher: steady offsets, no episode
+    card = (tmp_path / "pai" / "README.md").read_text()
+    assert "license: cc-by-4.0" in card and "https://github.com/alibaba/clusterdata" in card and "AntMan" in card
+    assert (tmp_path / "pai" / "upstream" / "LICENSE").read_bytes() == (src / "LICENSE").read_bytes()
+
+
+PUBLIC_PUBLISHED = sorted((REPO / "datasets").glob("public-*"))
+
+
+@pytest.mark.parametrize("ds", PUBLIC_PUBLISHED, ids=[p.name for p in PUBLIC_PUBLISHED])
+def test_published_public_collection_verifies_and_names_its_source(ds):
+    from faultlab.datasets.public import PROVENANCE
+
+    assert fl("dataset", "verify", ds).returncode == 0
+    assert sum(f.stat().st_size for f in ds.rglob("*") if f.is_file()) <= 10e6  # small enough to ship in the wheel
+    fmt = json.loads((ds / "build.json").read_text())["import"]
+    prov, card = PROVENANCE[fmt], (ds / "README.md").read_text()
+    assert yaml.safe_load(card.split("---")[1])["license"] == prov["license"]
+    assert prov["url"] in card and prov["citation"] in card and prov["truth"] in card
+    assert (ds / "upstream" / "LICENSE").is_file() and all(list(ds.glob(f"upstream/{g}")) for g in prov["truth_files"])
 
 
 @pytest.mark.parametrize("name", ["faultlab-hw-v1", "faultlab-sw-v1"])
