@@ -297,7 +297,8 @@ def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: 
     live.ranks = launch_ranks(
         [(x, i) for i, x in enumerate(live.nodes)], telemetry_dir=rd.telemetry_dir(), run_id=run_id,
         master_addr=live.master[0], master_port=live.master[1], duration_s=w.duration, log_dir=rd.path / "logs",
-        extra_args=workload_args(sc), rank_args=sc.testbed.rank_args(),
+        extra_args=workload_args(sc),
+        rank_args=sc.testbed.rank_args([getattr(x, "group_labels", {}) for x in live.nodes]),  # inventory nodes' labels
         **({"module": module} if w.kind == "pipeline" else {}),
     )
     rd.event("ranks-started", pids={r.rank: r.pid for r in live.ranks})

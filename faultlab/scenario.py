@@ -121,9 +121,15 @@ class NodeGroup(_Strict):
     labels: dict[str, str] = Field({}, description="node labels, e.g. {gpu: v100}: the ranks' declared peer group")
 
     def peer_group(self) -> str | None:
-        """The declared peer group of the group's ranks (``k=v,...`` of the labels,
-        sorted), or None without labels."""
-        return ",".join(f"{k}={v}" for k, v in sorted(self.labels.items())) or None
+        """The declared peer group of the group's ranks (:func:`peer_group_of` its
+        labels), or None without labels."""
+        return peer_group_of(self.labels)
+
+
+def peer_group_of(labels: dict[str, str]) -> str | None:
+    """The declared peer group that node labels name: ``k=v,...`` sorted by key
+    (``{gpu: v100, role: learner}`` -> ``gpu=v100,role=learner``), or None for none."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or None
 
 
 class Testbed(_Strict):
@@ -137,17 +143,25 @@ class Testbed(_Strict):
     nodes: int = Field(4, ge=2, le=64, strict=True, description="number of nodes, one rank each (a whole number: true is refused)")
     node_groups: list[NodeGroup] = []
 
-    def rank_args(self) -> dict[int, list[str]]:
-        """``{rank: argv}`` of the ranks in a node group (one rank per node: rank i
-        runs on node i): ``--compute-repeat`` and, with labels, ``--peer-group``."""
+    def rank_args(self, node_labels: list[dict[str, str]] | None = None) -> dict[int, list[str]]:
+        """``{rank: argv}`` of the ranks that differ (one rank per node: rank i runs on
+        node i): in a node group, ``--compute-repeat`` and, with labels,
+        ``--peer-group``; a rank in no labeled node group takes its declared peer
+        group from ``node_labels[i]`` (an inventory node's labels, see
+        :func:`faultlab.nodes.inventory.ssh_nodes`) when it has any."""
         out: dict[int, list[str]] = {}
+        labeled = set()
         for g in self.node_groups:
             args = ["--compute-repeat", str(g.compute_repeat)] if g.compute_repeat > 1 else []
             if g.peer_group():
                 args += ["--peer-group", g.peer_group()]
+                labeled.update(g.nodes)
             for i in g.nodes:
                 if args:
                     out[i] = list(args)
+        for i, labels in enumerate(node_labels or []):
+            if i not in labeled and peer_group_of(labels or {}):
+                out[i] = out.get(i, []) + ["--peer-group", peer_group_of(labels)]
         return out
 
 

@@ -34,7 +34,10 @@ must label and what the evaluation counts. It then reports, against those that d
 - observed labels (no injection) per run-hour, for the noise level, with their
   slowdowns and the cause their host evidence names (``--details``: one line each);
 - recall per bin of job impact and fault type (a curve from 1.1x up; the bins below
-  the floor are shown too, for what the labeler catches there).
+  the floor are shown too, for what the labeler catches there);
+- peer groups (:func:`peer_groups_check`): in how many runs the groups the labeler
+  found are the groups the testbed made (``testbed.node_groups``), and the labels on
+  healthy ranks of a node group (ranks slower by design, with no fault of their own).
 
 The labels are recomputed with the default LabelerConfig (thresholds are not tuned to
 this campaign).
@@ -50,8 +53,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from faultlab.labeler import LabelerConfig, label
+from faultlab.labeler.analysis import analyze
+from faultlab.labeler.grid import StepGrid
 from faultlab.rundir import RunDir
 
 #: a fault "slowed the job" when its impact reaches the labeler's own floor
@@ -257,7 +263,42 @@ def evaluate_run(run_dir: Path) -> dict:
                                   "confounded": not np.isfinite(impact), "labeled": bool(len(hits)),
                                   "component": comp, "want": want, "onset_steps": onset, "located_by": located})
     out.update(_score_events(labels, out["injections"], _event_claims(js, inj, labels)))
+    out.update(peer_groups_check(run_dir, steps, inj, labels))
     return out
+
+
+def peer_groups_check(run_dir: Path, steps: pd.DataFrame, inj: pd.DataFrame, labels: pd.DataFrame) -> dict:
+    """The peer groups a run was made with against those the labeler found, and the
+    labels on healthy ranks of a node group.
+
+    Made: each ``testbed.node_groups`` entry of the run's ``scenario.yaml`` (rank i
+    runs on node i), and the ranks in none of them as one more group. Found: the
+    groups of :func:`faultlab.labeler.analysis.analyze` with the defaults (declared,
+    else discovered). A *healthy-slow* label is a rank label (``observed`` or
+    ``injected``) on a rank of a node group with ``compute_repeat`` > 1 (slower by
+    design) that no fault on that same rank accounts for: the slower kind of rank read
+    as a straggler.
+
+    Returns ``{"groups_made": [[rank, ...], ...], "groups_found": [...],
+    "healthy_slow_labels": [{"component", "source", "fault_id", "slowdown",
+    "duration_s"}, ...]}`` (groups as sorted lists of rank numbers, sorted)."""
+    sc = yaml.safe_load((Path(run_dir) / "scenario.yaml").read_text()) if (Path(run_dir) / "scenario.yaml").is_file() else {}
+    node_groups = ((sc or {}).get("testbed") or {}).get("node_groups") or []
+    ranks = sorted(int(r) for r in steps["rank"].unique())
+    made = [sorted(int(n) for n in g.get("nodes", []) if int(n) in ranks) for g in node_groups]
+    rest = [r for r in ranks if all(r not in g for g in made)]
+    made = sorted(g for g in [*made, rest] if g)
+    an = analyze(StepGrid.from_steps(steps))
+    found = sorted(sorted(int(m.split(":", 1)[1]) for m in g["members"])
+                   for g in an.groups.summary([an.grid.component(j) for j in range(an.grid.R)]))
+    slow = {f"rank:{int(n)}" for g in node_groups if int(g.get("compute_repeat", 1)) > 1 for n in g.get("nodes", [])}
+    target = dict(zip(inj["fault_id"], inj["target"])) if len(inj) else {}
+    bad = []
+    for r in labels.itertuples():
+        if r.component in slow and r.source in ("observed", "injected") and target.get(r.fault_id) != r.component:
+            bad.append({"component": r.component, "source": r.source, "fault_id": r.fault_id,
+                        "slowdown": round(float(r.slowdown), 3), "duration_s": round(float(r.end_ts - r.start_ts), 2)})
+    return {"groups_made": made, "groups_found": found, "healthy_slow_labels": bad}
 
 
 def _event_claims(js: pd.DataFrame, inj: pd.DataFrame, labels: pd.DataFrame) -> dict:
@@ -436,7 +477,20 @@ def summarize(runs: list[dict]) -> dict:
         "recall_by_impact": _curve(injs),
         "onset_error_steps_max": float(np.max(onsets)) if onsets else float("nan"),
         "onset_within_2_steps": float(np.mean([o <= 2 for o in onsets])) if onsets else float("nan"),
+        "peer_groups": _groups_summary(runs),
     }
+
+
+def _groups_summary(runs: list[dict]) -> dict:
+    """Over the runs: how many found the groups they were made with (the others
+    listed), and the labels on healthy ranks of a slower node group
+    (:func:`peer_groups_check`)."""
+    done = [r for r in runs if "groups_made" in r]
+    miss = [{"run": Path(r["run"]).name, "made": r["groups_made"], "found": r["groups_found"]}
+            for r in done if r["groups_made"] != r["groups_found"]]
+    bad = [dict(run=Path(r["run"]).name, **b) for r in done for b in r["healthy_slow_labels"]]
+    return {"found_equal_made": f"{len(done) - len(miss)}/{len(done)}", "mismatches": miss,
+            "labels_on_healthy_slow_ranks": len(bad), "healthy_slow_labels": bad}
 
 
 def _run_one():

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from faultlab.datasets.layout import Dataset
+from faultlab.datasets.steplabels import with_label_ids
 from faultlab.labeler import LabelerConfig, label
 from faultlab.labeler.grid import StepGrid
 from faultlab.labeler.peergroups import discover
@@ -75,7 +76,7 @@ def main() -> None:
             run = d.read_run(rid)
             g = StepGrid.from_steps(run.steps)
             crit.append(critical_sigmas(np.asarray(g.compute, dtype=np.float64), cfg))
-            new = label(run.steps, injections=run.injections, host=run.host)
+            new = with_label_ids(label(run.steps, injections=run.injections, host=run.host), rid)
             split += crit[-1] >= cfg.group_gap_sigmas
             differ += not _same(new, run.labels)
             n += 1

@@ -4,13 +4,20 @@
 
     known_hosts: ~/.ssh/known_hosts     # pinned host keys (an unknown or changed key is refused)
     defaults: {user: root, port: 22, key: ~/.ssh/id_ed25519, connect_timeout_s: 10}
+    peer_group_labels: [gpu]            # the label keys that say what kind a node is
     nodes:
-      gpu-07: {address: 10.0.3.7, interface: eth0, gpus: 8, labels: {rack: "3"}}
-      gpu-08: {address: 10.0.3.8, labels: {rack: "3"}}
+      gpu-07: {address: 10.0.3.7, interface: eth0, gpus: 8, labels: {rack: "3", gpu: a100}}
+      gpu-08: {address: 10.0.3.8, labels: {rack: "3", gpu: h100}}
 
 ``select`` takes ``--node a,b,c`` names or ``--select 'rack=3'`` label selections
 (``k=v`` joined by ``,``: every pair must match). Unknown names and empty selections
 are BadInput naming the field.
+
+A node's labels also declare the peer group of the rank a run starts on it
+(``gpu=a100``; :func:`faultlab.scenario.peer_group_of`), so the labeler judges it only
+against ranks of its kind: those of ``peer_group_labels`` (all of them when it is not
+given: leave out keys that say where a node is, such as ``rack``, or ranks of one kind
+in two racks are judged apart).
 """
 
 from __future__ import annotations
@@ -52,12 +59,22 @@ class Defaults(BaseModel):
 
 
 class Inventory(BaseModel):
-    """A cluster's nodes. ``known_hosts``: the file of pinned host keys."""
+    """A cluster's nodes. ``known_hosts``: the file of pinned host keys;
+    ``peer_group_labels``: the label keys that declare a node's peer group (None:
+    all of its labels)."""
 
     model_config = ConfigDict(extra="forbid")
     known_hosts: str = "~/.ssh/known_hosts"
     defaults: Defaults = Field(default_factory=Defaults)
+    peer_group_labels: list[str] | None = None
     nodes: dict[str, InventoryNode]
+
+    def group_labels(self, name: str) -> dict[str, str]:
+        """The labels of node ``name`` that declare its peer group
+        (``peer_group_labels`` of them; all without it)."""
+        labels = self.nodes[name].labels
+        keys = self.peer_group_labels
+        return {k: v for k, v in labels.items() if keys is None or k in keys}
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True), sort_keys=False)
@@ -115,7 +132,8 @@ def schema() -> dict:
 
 
 def ssh_nodes(inv: Inventory, names: list[str], *, accept_new: bool = False) -> list:
-    """SshNodes of the named inventory nodes (defaults filled in). Raises BadInput
+    """SshNodes of the named inventory nodes (defaults filled in; ``group_labels``
+    from :meth:`Inventory.group_labels`). Raises BadInput
     naming ``--inventory`` when paramiko (faultlab[ssh]) is not installed."""
     extras.require("inventory", field="--inventory")
     d = inv.defaults
@@ -125,7 +143,7 @@ def ssh_nodes(inv: Inventory, names: list[str], *, accept_new: bool = False) -> 
         out.append(SshNode(name=name, address=spec.address, iface=spec.interface, port=spec.port or d.port, user=spec.user or d.user,
                            key=spec.key or d.key, known_hosts=inv.known_hosts, accept_new=accept_new,
                            sudo=d.sudo if spec.sudo is None else spec.sudo, connect_timeout_s=d.connect_timeout_s,
-                           command_timeout_s=d.command_timeout_s))
+                           command_timeout_s=d.command_timeout_s, group_labels=inv.group_labels(name)))
     return out
 
 

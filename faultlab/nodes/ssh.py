@@ -30,7 +30,7 @@ import shlex
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from faultlab import safefs
@@ -57,7 +57,9 @@ _PARAMIKO_LOG.propagate = False
 class SshNode(Node):
     """A host reached over SSH. ``address``/``port``/``user``/``key`` as for ssh;
     ``known_hosts``: the pinned host keys; ``accept_new``: pin an unknown key (never a
-    changed one); ``sudo``: prefix commands with ``sudo -n``."""
+    changed one); ``sudo``: prefix commands with ``sudo -n``; ``group_labels``: the
+    labels that declare its rank's peer group (an inventory's, see
+    :func:`faultlab.nodes.inventory.ssh_nodes`)."""
 
     port: int = 22
     user: str = "root"
@@ -67,6 +69,7 @@ class SshNode(Node):
     sudo: bool = False
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 60.0
+    group_labels: dict[str, str] = field(default_factory=dict)
     collects_telemetry = True
 
     def __post_init__(self):

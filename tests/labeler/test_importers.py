@@ -401,8 +401,10 @@ def test_judge_verdict_rule():
     bulk = list(np.exp(0.03 * rng.standard_normal(40)))  # healthy drives: 3% apart
     assert flagged(bulk) == []
     assert flagged([1.5] + bulk) == ["c00"]
-    assert flagged([1.08] + bulk) == []  # an outlier (z ~2.6), and under min_level
-    assert flagged([1.08] + bulk, min_level=1.05, z=2.0) == ["c00"]
+    assert flagged([1.06] + bulk) == []  # within the bulk's spread (z ~2.8)
+    assert flagged([1.06] + bulk, min_level=1.05, z=2.0) == ["c00"]
+    assert flagged([1.075] + [1.0] * 20) == []  # an outlier, but a steady offset under min_level
+    assert flagged([1.10] + [1.0] * 20) == ["c00"]  # 10% slower all along: persistently slow
     # slow episodes for a quarter of the time at 1.8x leave the level at ~1.0: no verdict,
     # however much its share stands out
     assert flagged([1.02] + bulk, [0.25] + [0.0] * 40) == []
@@ -449,7 +451,7 @@ def test_verdict_config_is_checked():
         with pytest.raises(BadInput):
             perseus.PerseusConfig(verdict={name: bad})
     cfg = importers.LongConfig(verdict={"z": 5.0}).to_dict()
-    assert cfg["verdict"]["z"] == 5.0 and cfg["verdict"]["min_level"] == 1.1
+    assert cfg["verdict"]["z"] == 5.0 and cfg["verdict"]["min_level"] == 1.08
     # one rule, one set of defaults for both importers
     assert perseus.PerseusConfig().verdict == importers.LongConfig().verdict
 

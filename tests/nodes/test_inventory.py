@@ -127,3 +127,45 @@ def test_ssh_no_banner_is_one_line_without_paramiko_traceback(tmp_path, silent_p
                    f"nodes:\n  a: {{address: 127.0.0.1, port: {silent_port}}}\n")
     cp = fl("doctor", "--inventory", str(inv), "--node", "a")
     one_line_error(cp, "--node", "ssh node a", "banner", code=1)
+
+
+def test_inventory_labels_declare_the_ranks_peer_groups(tmp_path):
+    """An inventory node's labels declare the peer group of the rank started on it (the
+    keys of ``peer_group_labels``; all of them without it): its rank is started with
+    ``--peer-group gpu=...``, the labeler takes those groups as declared and judges a
+    rank only against its own kind; a scenario's labeled node group wins for its nodes."""
+    from faultlab.labeler.analysis import analyze
+    from faultlab.labeler.grid import StepGrid
+    from faultlab.nodes.inventory import run_nodes
+    from faultlab.scenario import load
+    from tests.labeler.test_labeler import simulate
+
+    kinds = ["a100", "a100", "a100", "v100", "v100", "v100"]
+    inv = {"known_hosts": "/nonexistent/known_hosts", "peer_group_labels": ["gpu"],
+           "nodes": {f"g{i}": {"address": f"192.0.2.{i + 1}", "labels": {"rack": str(i % 2), "gpu": k}}
+                     for i, k in enumerate(kinds)}}
+    (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inv))
+    nodes = run_nodes(tmp_path / "inv.yaml")
+    assert [n.group_labels for n in nodes] == [{"gpu": k} for k in kinds]
+    (tmp_path / "s.yaml").write_text("name: inv\nworkload: {duration: 30s}\n")
+    sc = load(tmp_path / "s.yaml", "scenario", nodes=[n.name for n in nodes])
+    args = sc.testbed.rank_args([n.group_labels for n in nodes])
+    assert args == {i: ["--peer-group", f"gpu={k}"] for i, k in enumerate(kinds)}
+    # the labeler: the declared kinds are the groups (discovery would cut the levels
+    # 1.3x apart elsewhere), and the slower kind is no straggler
+    groups = [a[-1] for _, a in sorted(args.items())]
+    steps = simulate(n_ranks=6, n_steps=300, scale=[1, 1, 1.3, 3, 3, 3], groups=groups, seed=7)
+    an = analyze(StepGrid.from_steps(steps))
+    assert an.groups.source == "declared"
+    assert [g["members"] for g in an.groups.summary([an.grid.component(j) for j in range(6)])] == \
+        [["rank:0", "rank:1", "rank:2"], ["rank:3", "rank:4", "rank:5"]]
+    # every label without peer_group_labels; a scenario's labeled node group wins for its nodes
+    del inv["peer_group_labels"]
+    (tmp_path / "inv.yaml").write_text(yaml.safe_dump(inv))
+    nodes = run_nodes(tmp_path / "inv.yaml")
+    (tmp_path / "s.yaml").write_text("name: inv\nworkload: {duration: 30s}\ntestbed:\n  node_groups:\n"
+                                     "    - {nodes: [5], compute_repeat: 2, labels: {role: learner}}\n")
+    sc = load(tmp_path / "s.yaml", "scenario", nodes=[n.name for n in nodes])
+    args = sc.testbed.rank_args([n.group_labels for n in nodes])
+    assert args[0] == ["--peer-group", "gpu=a100,rack=0"] and args[4] == ["--peer-group", "gpu=v100,rack=0"]
+    assert args[5] == ["--compute-repeat", "2", "--peer-group", "role=learner"]
