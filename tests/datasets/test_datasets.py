@@ -252,7 +252,7 @@ def test_every_import_format_builds_a_dataset(tmp_path):
     assert str(tmp_path) not in (tmp_path / "l" / "README.md").read_text() + (tmp_path / "l" / "runs.json").read_text()
 
 
-@pytest.mark.skipif(not (PUBLIC / "alibaba-pai-minibatch").is_dir(), reason=f"public traces not found at {PUBLIC}: set FAULTLAB_PUBLIC_DATA (README: Labeling public traces)")
+@pytest.mark.skipif(not (PUBLIC / "alibaba-pai-minibatch").is_dir(), reason=f"public traces not found at {PUBLIC}: {PUBLIC_HINT}")
 def test_import_pai_jobs_to_dataset_form(tmp_path):
     src = PUBLIC / "alibaba-pai-minibatch"
     p = fl("dataset", "build", "--import", "pai-minibatch", src, "--name", "pai", "--out", tmp_path, "--split", "test=0.5")
