@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from faultlab.datasets.synthetic import make_run
 from tests.helpers import (
     EXAMPLE_CAMPAIGN,
     EXAMPLES,
@@ -288,20 +289,32 @@ def _unwritable(tmp_path, kind: str) -> Path:
 
 
 QUICK = EXAMPLES / "quickstart.yaml"
+UNWRITABLE = [(command, kind) for command in ("export", "build", "run", "campaign") for kind in ("proc", "under-a-file")]
 
 
-@pytest.mark.parametrize("kind", ["proc", "under-a-file"])
-@pytest.mark.parametrize("command", ["export", "build", "run", "campaign"])
-def test_unwritable_output_folder_is_one_line(tmp_path, two_runs, command, kind):
+@pytest.fixture(scope="module")
+def unwritable_refusals(tmp_path_factory) -> list[tuple[Path, subprocess.CompletedProcess]]:
+    """For each (command, kind) of UNWRITABLE: the output folder that cannot be made,
+    and the command writing there, run once (all in one child process, from two
+    synthetic runs made once)."""
+    runs = [str(make_run(tmp_path_factory.mktemp("runs") / f"r{i}", f"r{i}", seed=i)) for i in range(2)]
+    bads, argvs = [], []
+    for command, kind in UNWRITABLE:
+        bads.append(_unwritable(tmp_path_factory.mktemp(f"{command}-{kind}"), kind))
+        argvs.append({"export": ["dataset", "export", str(SW_DATASET), "--out", str(bads[-1])],
+                      "build": ["dataset", "build", *runs, "--name", "ds", "--out", str(bads[-1])],
+                      "run": ["run", str(QUICK), "--backend", "local", "--out", str(bads[-1])],
+                      "campaign": ["campaign", str(EXAMPLE_CAMPAIGN), "--runs", "0:1", "--out", str(bads[-1])]}[command])
+    return list(zip(bads, fl_many(argvs)))
+
+
+@pytest.mark.parametrize("i", range(len(UNWRITABLE)), ids=[f"{c}-{k}" for c, k in UNWRITABLE])
+def test_unwritable_output_folder_is_one_line(unwritable_refusals, i):
     """An output folder that cannot be made (dataset export --out, dataset build
     --out, run --out, campaign --out): one line naming the option, exit 2,
     nothing made (no FileNotFoundError / NotADirectoryError traceback)."""
-    bad = _unwritable(tmp_path, kind)
-    args = {"export": ["dataset", "export", str(SW_DATASET), "--out", str(bad)],
-            "build": ["dataset", "build", *two_runs, "--name", "ds", "--out", str(bad)],
-            "run": ["run", str(QUICK), "--backend", "local", "--out", str(bad)],
-            "campaign": ["campaign", str(EXAMPLE_CAMPAIGN), "--runs", "0:1", "--out", str(bad)]}[command]
-    one_line_error(fl(*args), "--out", "cannot make")
+    bad, cp = unwritable_refusals[i]
+    one_line_error(cp, "--out", "cannot make")
     assert not bad.exists()
 
 

@@ -7,11 +7,12 @@ likewise."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import fl, one_line_error
+from tests.helpers import SW_DATASET, fl, fl_many, one_line_error
 
 NESTED = b"[" * 200_000
 
@@ -42,17 +43,33 @@ def _digests(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("name,kind,command", CASES, ids=[f"{f}-{k}-{c}" for f, k, c in CASES])
-def test_corrupt_dataset_file_is_one_line(dataset, tmp_path, name, kind, command):
-    (dataset / name).write_bytes(CONTENTS[name][kind])
-    before = _digests(tmp_path)
-    out = tmp_path / "export"
-    args = [a.format(out=out) for a in COMMANDS[command]]
-    line = one_line_error(fl(*args, dataset), name)
+@pytest.fixture(scope="module")
+def corrupt_refusals(tmp_path_factory) -> list[tuple[Path, dict[str, str], object]]:
+    """For each case of CASES: a folder holding only ``ds``, a copy of the published
+    faultlab-sw-v1 with the case's file corrupted, the digests of that folder, and the
+    case's command on it, run once (all commands in one child process)."""
+    if not (SW_DATASET / "splits.json").is_file():
+        pytest.skip(f"no published dataset at {SW_DATASET}")
+    folders, digests, argvs = [], [], []
+    for name, kind, command in CASES:
+        folders.append(tmp_path_factory.mktemp(f"{name}-{kind}-{command}"))
+        dataset = folders[-1] / "ds"
+        shutil.copytree(SW_DATASET, dataset)
+        (dataset / name).write_bytes(CONTENTS[name][kind])
+        digests.append(_digests(folders[-1]))
+        argvs.append([*(a.format(out=folders[-1] / "export") for a in COMMANDS[command]), dataset])
+    return list(zip(folders, digests, fl_many(argvs)))
+
+
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[f"{f}-{k}-{c}" for f, k, c in CASES])
+def test_corrupt_dataset_file_is_one_line(corrupt_refusals, i):
+    name, kind, command = CASES[i]
+    folder, before, cp = corrupt_refusals[i]
+    line = one_line_error(cp, name)
     if kind == "nested" and command not in ("score",):  # score: the manifest names the file first
         assert "nested too deeply" in line, line
-    assert _digests(tmp_path) == before  # nothing written, nothing removed
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+    assert _digests(folder) == before  # nothing written, nothing removed
+    assert sorted(p.name for p in folder.iterdir()) == ["ds"]
 
 
 @pytest.fixture

@@ -10,12 +10,13 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from faultlab.errors import BadInput
 from faultlab.scenario import Campaign, Scenario, load
-from tests.helpers import EXAMPLE_CAMPAIGN, FL, REPO, fl, needs_root, one_line_error, residue
+from tests.helpers import EXAMPLE_CAMPAIGN, FL, REPO, fl, fl_many, needs_root, one_line_error, residue
 
 
 GOOD = """\
@@ -211,30 +212,61 @@ def test_campaign_spacing_keeps_faults_apart(tmp_path):
     )
 
 
-@pytest.mark.parametrize("value,word", [("-2s", "negative"), ("3", "no unit")])
-def test_campaign_bad_spacing(tmp_path, value, word):
-    p = _write(tmp_path, CAMPAIGN.replace("faults_per_run: [1, 3]", f"faults_per_run: [1, 3]\nspacing: {value}"), "b.yaml")
-    cp = subprocess.run([*FL, "scenario", "validate", str(p)], capture_output=True, text=True, timeout=60)
+SPACINGS = [("-2s", "negative"), ("3", "no unit")]
+
+
+@pytest.fixture(scope="module")
+def bad_spacings(tmp_path_factory) -> list:
+    """``scenario validate`` of the campaign with each spacing of SPACINGS, run once (one child process)."""
+    d = tmp_path_factory.mktemp("spacing")
+    files = [_write(d, CAMPAIGN.replace("faults_per_run: [1, 3]", f"faults_per_run: [1, 3]\nspacing: {value}"), f"b{i}.yaml")
+             for i, (value, _) in enumerate(SPACINGS)]
+    return fl_many([["scenario", "validate", str(p)] for p in files])
+
+
+@pytest.mark.parametrize("i", range(len(SPACINGS)), ids=[f"{v}-{w}" for v, w in SPACINGS])
+def test_campaign_bad_spacing(bad_spacings, i):
+    cp, word = bad_spacings[i], SPACINGS[i][1]
     assert cp.returncode == 2 and "spacing" in cp.stderr and word in cp.stderr.lower(), cp.stderr
 
 
-@pytest.mark.parametrize("command", [["scenario", "validate"], ["run"], ["campaign", "--dry-run"]])
-def test_scenario_not_utf8(tmp_path, command):
-    p = tmp_path / "s.yaml"
+NOT_UTF8_COMMANDS = [["scenario", "validate"], ["run"], ["campaign", "--dry-run"]]
+
+
+@pytest.fixture(scope="module")
+def not_utf8_refusals(tmp_path_factory) -> list:
+    """Each command of NOT_UTF8_COMMANDS given a scenario that is not UTF-8, run once (one child process)."""
+    p = tmp_path_factory.mktemp("utf8") / "s.yaml"
     p.write_bytes(b"name: x\xff\xfe\nseed: 0\n")
-    cp = fl(*command, str(p))
-    one_line_error(cp, "SCENARIO", "UTF-8")
+    return fl_many([[*command, str(p)] for command in NOT_UTF8_COMMANDS])
 
 
-@pytest.mark.parametrize("content", [b"[1, 2", b"\xff\xfe", b"[1, 2]", b'{"runs": 3}', b'{"runs": [1]}', b'{"runs": [{"schedule": 5}]}'])
-def test_damaged_campaign_json_is_one_line_before_anything_runs(tmp_path, content):
+@pytest.mark.parametrize("i", range(len(NOT_UTF8_COMMANDS)), ids=[" ".join(c) for c in NOT_UTF8_COMMANDS])
+def test_scenario_not_utf8(not_utf8_refusals, i):
+    one_line_error(not_utf8_refusals[i], "SCENARIO", "UTF-8")
+
+
+DAMAGED = [b"[1, 2", b"\xff\xfe", b"[1, 2]", b'{"runs": 3}', b'{"runs": [1]}', b'{"runs": [{"schedule": 5}]}']
+
+
+@pytest.fixture(scope="module")
+def damaged_campaigns(tmp_path_factory) -> list[tuple[Path, subprocess.CompletedProcess]]:
+    """For each content of DAMAGED: a campaign folder whose campaign.json holds it, and
+    ``campaign --runs 0:1`` into that folder, run once (all in one child process)."""
+    outs = []
+    for i, content in enumerate(DAMAGED):
+        outs.append(tmp_path_factory.mktemp(f"camp{i}"))
+        (outs[-1] / "campaign.json").write_bytes(content)
+    return list(zip(outs, fl_many([["campaign", str(EXAMPLE_CAMPAIGN), "--runs", "0:1", "--out", str(out)] for out in outs])))
+
+
+@pytest.mark.parametrize("i", range(len(DAMAGED)), ids=[repr(c)[2:-1] for c in DAMAGED])
+def test_damaged_campaign_json_is_one_line_before_anything_runs(damaged_campaigns, i):
     """``campaign --runs A:B`` into a folder whose campaign.json is damaged: one line
     naming campaign.json, exit 2, before a run starts (no run folder made), never a
     JSONDecodeError / AttributeError."""
-    out = tmp_path / "camp"
-    out.mkdir()
-    (out / "campaign.json").write_bytes(content)
-    one_line_error(fl("campaign", str(EXAMPLE_CAMPAIGN), "--runs", "0:1", "--out", str(out)), "campaign.json")
+    out, cp = damaged_campaigns[i]
+    one_line_error(cp, "campaign.json")
     assert sorted(p.name for p in out.iterdir()) == ["campaign.json"]
 
 
