@@ -385,6 +385,7 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
 
 
     ds = Dataset(dataset)
+    ds.check()  # files that do not fit together are refused before a run is relabeled
     st = build_settings(ds.path)
     order = [str(r["run_id"]) for r in ds.runs_info()] or ds.run_ids("all")  # runs_info names the split's runs
     with tempfile.TemporaryDirectory(prefix="faultlab-relabel-") as keep:
