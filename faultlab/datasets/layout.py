@@ -45,6 +45,9 @@ def table_schema(table: str) -> pa.Schema:
         return STEP_LABELS
     return schema.TABLES[table]
 SPLITS = ("train", "test")
+#: columns a table file may lack (written before they were added): faultlab.schema's
+#: optional ones, and the labels' ``label_id`` (derived from the row's place)
+OPTIONAL_COLUMNS = {**{t: tuple(cols) for t, cols in schema.OPTIONAL.items()}, "labels": ("label_id",)}
 
 #: per table column, its meaning and unit (schema.json, the card and croissant.json)
 COLUMN_DOCS = {
@@ -294,7 +297,8 @@ class Dataset:
     def open_part(self, table: str, run_id: str) -> pq.ParquetFile | None:
         """The Parquet file of ``table`` for run ``run_id``, checked before any
         column is used: its columns are that table's
-        (:func:`faultlab.schema.mismatch` against :func:`table_schema`) and its
+        (:func:`faultlab.schema.mismatch` against :func:`table_schema`, less
+        :data:`OPTIONAL_COLUMNS`) and its
         ``run_id`` column holds ``run_id`` only. None for an absent ``host`` or
         ``step_labels`` file (a run may have none).
 
@@ -311,7 +315,7 @@ class Dataset:
         f = None
         try:
             f = pq.ParquetFile(p)  # one file: no dataset discovery (pq.read_table's)
-            why = schema.mismatch(f.schema_arrow, table_schema(table))
+            why = schema.mismatch(f.schema_arrow, table_schema(table), optional=OPTIONAL_COLUMNS.get(table, ()))
             if why is None:
                 ids = f.read(columns=["run_id"]).column(0).unique().to_pylist()
                 if ids and ids != [run_id]:
