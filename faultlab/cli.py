@@ -26,7 +26,7 @@ from typing import Annotated, Optional  # noqa: E402
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from faultlab import cliopts, safefs  # noqa: E402
+from faultlab import cliopts, inputfile, safefs  # noqa: E402
 from faultlab.errors import BadInput, FaultlabError  # noqa: E402
 # Lazy imports: inject's options are generated from the fault types' declarations, so the
 # registry is loaded with the CLI; every other command imports what it needs inside its
@@ -556,9 +556,10 @@ def _earlier_runs(prev: Path) -> list[dict]:
     a list of objects, each with a ``schedule`` object). Raises BadInput (field
     ``campaign.json``) for anything else: unreadable, not JSON, another shape."""
     fix = f"restore it, give another --out, or remove {prev} to start the manifest anew"
+    text = inputfile.read_text(prev, "campaign.json", limit=inputfile.JSON_BYTES, fix=fix)
     try:
-        doc = json.loads(prev.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        doc = safefs.parse_json(text, str(prev))
+    except ValueError as e:  # bad or too deeply nested JSON
         raise BadInput(f"{prev} could not be read ({type(e).__name__}: {e})", field="campaign.json", fix=fix) from None
     runs = doc.get("runs") if isinstance(doc, dict) else None
     if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("schedule", {}), dict) for r in runs):

@@ -302,7 +302,10 @@ def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: 
         **({"module": module} if w.kind == "pipeline" else {}),
     )
     rd.event("ranks-started", pids={r.rank: r.pid for r in live.ranks})
-    live.collector = TelemetryCollector(live.nodes, run_id, rd.telemetry_dir()).start()
+    placement: dict[str, list[int]] = {}
+    for r in live.ranks:
+        placement.setdefault(r.node.name, []).append(r.rank)
+    live.collector = TelemetryCollector(live.nodes, run_id, rd.telemetry_dir(), ranks=placement).start()
     for name, err in remote.start_node_samplers(live.ranks, run_id, until=remote.until_for(w.duration)).items():
         rd.event("node-sampler-failed", node=name, error=err)
         con.print(f"  [yellow]no host metrics from node {name}:[/] {err}", markup=True)

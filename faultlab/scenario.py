@@ -48,7 +48,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from faultlab import injectors
+from faultlab import injectors, inputfile
 from faultlab.errors import BadInput, pydantic_fix
 from faultlab.injectors import FAULT_TYPES
 from faultlab.injectors.registry import option_help, params_by_option
@@ -714,19 +714,15 @@ def _draw(rng: random.Random, d):
 def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto", nodes: list[str] | None = None) -> Scenario | Campaign:
     """Read and validate a scenario or campaign file (``auto``: a file with ``runs``
     is a campaign). Raises BadInput ``FILE:LINE: FIELD: what (fix)`` on the first
-    problem: YAML syntax, types, units, unknown fault types, missing targets,
+    problem: not a regular file or over :data:`faultlab.inputfile.YAML_BYTES` (nothing
+    read), YAML syntax, types, units, unknown fault types, missing targets,
     overlapping same-kind faults.
 
     ``nodes``: the run's nodes are these inventory nodes (one rank each, in order):
     the testbed becomes ``{backend: ssh, nodes: len(nodes)}`` and a fault's ``node``
     must be one of these names (the error lists them)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise BadInput(f"cannot read {p}: {e.strerror}", field="SCENARIO", fix="give the path of a YAML file") from None
-    except UnicodeDecodeError as e:
-        raise BadInput(f"{p} is not UTF-8 text (byte {e.start})", field="SCENARIO", fix="give a YAML file saved as UTF-8") from None
+    text = inputfile.read_text(p, "SCENARIO", limit=inputfile.YAML_BYTES, fix="give the path of a YAML file")
     try:
         root = compose_yaml(text)
         data = load_yaml(text)

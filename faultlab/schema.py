@@ -133,6 +133,42 @@ def to_table(name: str, df) -> pa.Table:
     return pa.Table.from_pandas(df[[f.name for f in schema]], schema=schema, preserve_index=False)
 
 
+def _kind(t: pa.DataType) -> str:
+    """A column type as what it holds: text, integer, number, true/false (or its name)."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "text"
+    if pa.types.is_integer(t):
+        return "integer"
+    if pa.types.is_floating(t):
+        return "number"
+    if pa.types.is_boolean(t):
+        return "true/false"
+    return str(t)
+
+
+def mismatch(have: pa.Schema, want: pa.Schema, optional=()) -> str | None:
+    """The first reason the columns ``have`` (a Parquet file's) cannot be read as the
+    table ``want``: a column of ``want`` that is missing (unless in ``optional``) or
+    holds another kind of value (text, integer, number, true/false; an integer column
+    may stand for a number, an all-null column for any). None when it fits.
+
+    Readers check this before a column is used, so a file of another table (a
+    ``labels`` file swapped for an ``injections`` one) is refused in one line, never a
+    KeyError deep in scoring."""
+    for f in want:
+        i = have.get_field_index(f.name)
+        if i < 0:
+            if f.name in optional:
+                continue
+            return f"column {f.name!r} is missing"
+        got, need = _kind(have.field(i).type), _kind(f.type)
+        if got != need and not pa.types.is_null(have.field(i).type) and not (need == "number" and got == "integer"):
+            return f"column {f.name!r} holds {got}, not {need}"
+    return None
+
+
 def json_safe(x):
     """``x`` made fit for strict JSON: NaN/inf as None, numpy scalars as Python
     numbers, mapping keys as str; lists, tuples and dicts converted recursively."""

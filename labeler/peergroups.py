@@ -55,13 +55,14 @@ declared group ``NAME``; one group keeps its declared name.
 
 from __future__ import annotations
 
-import json
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from faultlab import inputfile, safefs
 from faultlab.errors import BadInput
 from faultlab.labeler.stats import MAD_TO_SIGMA, median, nanmedian
 
@@ -383,17 +384,19 @@ def read_mapping(path) -> dict:
     with a header.
 
     Raises:
-        BadInput (field ``--peer-groups``) naming the file for one that cannot be read
-        or has another shape."""
+        BadInput (field ``--peer-groups``) naming the file for one that cannot be read,
+        is not a regular file or is over :data:`faultlab.inputfile.JSON_BYTES` (nothing
+        of it read), or has another shape."""
     p = Path(path)
     fix = 'a JSON object {"rank:0": "a100", ...} or a CSV with columns component,group'
+    text = inputfile.read_text(p, "--peer-groups", limit=inputfile.JSON_BYTES, fix=fix)
     try:
         if p.suffix.lower() == ".json":
-            d = json.loads(p.read_text())
+            d = safefs.parse_json(text, str(p))
             if not isinstance(d, dict) or not d:
                 raise ValueError("not a non-empty JSON object")
             return {str(k): str(v) for k, v in d.items()}
-        df = pd.read_csv(p, sep=None, engine="python", dtype=str)
+        df = pd.read_csv(io.StringIO(text), sep=None, engine="python", dtype=str)
     except (OSError, ValueError) as e:
         raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field="--peer-groups", fix=fix) from None
     if not {"component", "group"} <= set(df.columns) or not len(df):

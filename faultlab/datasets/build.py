@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from faultlab import safefs, schema, yamlsafe
+from faultlab import inputfile, safefs, schema, yamlsafe
 from faultlab.datasets import card, croissant, manifest
 from faultlab.datasets.public import Collection
 from faultlab.datasets.layout import (COLUMN_DOCS, FIX, RUN_TABLES, TABLES, Dataset, open_output, part_path, read_build, read_croissant,
@@ -205,10 +205,6 @@ def _check_replaceable(final: Path) -> None:
                        field="--name", fix="give another name or --out, or remove that folder yourself")
 
 
-#: the largest campaign/scenario file accepted into a dataset (bytes)
-MAX_CAMPAIGN_FILE = 1 << 20
-
-
 def check_campaign_files(files) -> list[Path]:
     """The campaign/scenario files for a dataset's ``campaign/`` folder, each checked
     with the scenario loader (``faultlab.scenario.load``, a campaign or a scenario) so
@@ -216,7 +212,8 @@ def check_campaign_files(files) -> list[Path]:
     (``--campaign-file /etc/shadow`` was copied as it was).
 
     Returns: the paths (``Path``), in order.
-    Raises: BadInput (field ``--campaign-file``) for a missing file, one the loader
+    Raises: BadInput (field ``--campaign-file``) for a missing file, one that is not
+    a regular file or is over :data:`faultlab.inputfile.YAML_BYTES`, one the loader
     refuses (its first problem quoted) or two files of the same name."""
 
 
@@ -224,12 +221,9 @@ def check_campaign_files(files) -> list[Path]:
     keys = set(Scenario.model_fields) | set(Campaign.model_fields)
     out, seen = [], set()
     for f in map(Path, files):
-        if not f.is_file():
-            raise BadInput(f"{f} is not a file", field="--campaign-file", fix="give the campaign or scenario YAML the runs were made from")
-        if f.stat().st_size > MAX_CAMPAIGN_FILE:
-            raise BadInput(f"{f} is over {MAX_CAMPAIGN_FILE // 1024} KiB: not a campaign file", field="--campaign-file", fix=fix)
+        text = inputfile.read_text(f, "--campaign-file", limit=inputfile.YAML_BYTES, fix=fix)
         try:  # the loader's message quotes keys: shown only once the top level is faultlab's (never a line of another file)
-            top = _top_keys(f)
+            top = _top_keys(text)
         except yamlsafe.TooDeep as e:
             raise BadInput(f"{f} is not a faultlab campaign or scenario file (YAML {e})", field="--campaign-file", fix=fix) from None
         except (OSError, yaml.YAMLError, ValueError):
@@ -248,11 +242,11 @@ def check_campaign_files(files) -> list[Path]:
     return out
 
 
-def _top_keys(f: Path) -> set[str] | None:
-    """The keys at the top of the YAML file ``f`` (None when its top is no mapping),
-    read from its node tree: nothing else of the file is built. Raises OSError,
+def _top_keys(text: str) -> set[str] | None:
+    """The keys at the top of the YAML ``text`` (None when its top is no mapping),
+    read from its node tree: nothing else of the file is built. Raises
     ``yamlsafe.TooDeep`` or another ``yaml.YAMLError``."""
-    root = yamlsafe.compose(f.read_bytes())
+    root = yamlsafe.compose(text)
     if not isinstance(root, yaml.MappingNode):
         return None
     return {str(k.value) for k, _ in root.value if k.tag != "tag:yaml.org,2002:merge"}
@@ -405,6 +399,7 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
 
 
     ds = Dataset(dataset)
+    ds.check()  # files that do not fit together are refused before a run is relabeled
     st = build_settings(ds.path)
     if st["import"]:
         raise BadInput(f"{ds.path} was imported from a public trace ({st['import']}): its labels are that importer's, not this labeler's",

@@ -128,27 +128,37 @@ def relabel_cmd(
 @app.command("verify")
 def verify_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
                as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: dataset, ok, and the changed, missing and extra files")):
-    """Check every file against MANIFEST.sha256; exit 1 naming each changed, missing or
-    extra file."""
+    """Check every file against MANIFEST.sha256 (exit 1 naming each changed, missing or
+    extra file), then that they fit together: splits and runs.json name the same runs
+    once each, and each table file holds its table's columns and its run's rows (exit 2,
+    one line naming the file)."""
+    from faultlab.datasets.layout import Dataset
     from faultlab.datasets.manifest import verify
 
     try:
         r = verify(dataset)
     except FaultlabError as e:
         _fail(e)
+    differ = any(r[k] for k in ("changed", "missing", "extra"))
+    problem = None
+    if not differ:  # the files are as written: do they fit together (tables, splits, runs)?
+        try:
+            files = Dataset(dataset).check()
+        except FaultlabError as e:
+            problem = e
     if as_json:
-        ok = not any(r[k] for k in ("changed", "missing", "extra"))
-        print(json.dumps({"dataset": str(dataset), "ok": ok, **{k: list(r[k]) for k in ("changed", "missing", "extra")}}, indent=2))
-        raise typer.Exit(0 if ok else 1)
-    bad = False
+        print(json.dumps({"dataset": str(dataset), "ok": not differ and problem is None, **{k: list(r[k]) for k in ("changed", "missing", "extra")},
+                          "problem": None if problem is None else str(problem)}, indent=2))
+        raise typer.Exit(1 if differ else problem.exit_code if problem else 0)
+    if problem is not None:
+        _fail(problem)
     for kind in ("changed", "missing", "extra"):
         for f in r[kind]:
             print(f"{kind}: {f}", file=sys.stderr)
-            bad = True
-    if bad:
+    if differ:
         print(f"faultlab: error: {dataset}: {sum(len(v) for v in r.values())} file(s) differ from MANIFEST.sha256", file=sys.stderr)
         raise typer.Exit(1)
-    out.print(f"{dataset}: every file matches MANIFEST.sha256", markup=False)
+    out.print(f"{dataset}: every file matches MANIFEST.sha256, and its {files} table files are its runs' tables", markup=False)
 
 
 @app.command("info")
@@ -160,6 +170,7 @@ def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
 
     try:
         ds = Dataset(dataset)
+        ds.check()
         runs = ds.runs_info()
     except FaultlabError as e:
         _fail(e)

@@ -70,13 +70,13 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
     ``out_dir`` is replaced, never written through.
 
     Raises BadInput for an unknown format (field ``--format``), a malformed dataset
-    file (naming it) or an output folder that cannot be made (field ``--out``; nothing
+    file or one that does not fit the others (naming it, :meth:`Dataset.check`) or an output folder that cannot be made (field ``--out``; nothing
     written then), UntrustedPath (one line) when a component of ``out_dir`` or its
     series folder is a symlink."""
     if fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}", field="--format", fix="one of " + ", ".join(FORMATS))
     ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
-    ds.runs_info()  # a malformed runs.json is refused before anything is written
+    ds.check()  # files that do not fit together are refused before anything is written
     out = Path(out_dir)
     sub = "multivariate" if fmt == "timeeval" else "TSB-AD-M"
     with open_output(out / sub, "--out") as folder:  # before anything is written: nothing half-applied

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from faultlab import safefs, schema
 from faultlab.datasets import registry
 from faultlab.datasets.steplabels import DATASET_LABELS, STEP_LABELS
-from faultlab.errors import BadInput
+from faultlab.errors import BadInput, printable
 from faultlab.rundata import RunData
 
 TABLES = ("steps", "host", "injections", "labels", "step_labels")
@@ -45,6 +45,9 @@ def table_schema(table: str) -> pa.Schema:
         return STEP_LABELS
     return schema.TABLES[table]
 SPLITS = ("train", "test")
+#: columns a table file may lack (written before they were added): faultlab.schema's
+#: optional ones, and the labels' ``label_id`` (derived from the row's place)
+OPTIONAL_COLUMNS = {**{t: tuple(cols) for t, cols in schema.OPTIONAL.items()}, "labels": ("label_id",)}
 
 #: per table column, its meaning and unit (schema.json, the card and croissant.json)
 COLUMN_DOCS = {
@@ -112,7 +115,7 @@ def part_path(root: Path, table: str, run_id: str) -> Path:
 
 
 #: what to do about a dataset file that cannot be read or has the wrong shape
-FIX = "rebuild the dataset with faultlab dataset build, or restore it (faultlab dataset verify names what changed)"
+FIX = "rebuild the dataset with faultlab dataset build, or restore it: faultlab dataset verify names what changed"
 
 
 def _read_json(path: Path, shape_ok: Callable[[object], bool], shape: str):
@@ -164,12 +167,37 @@ def _build_ok(d) -> bool:
             and _number(d.get("test_fraction", 0.3)) and _integer(d.get("seed", 0)) and isinstance(d.get("import") or "", str))
 
 
+def _plain_name(rid: str) -> bool:
+    """A run id that names one folder ``run=ID``: one path component, <= 255 characters."""
+    if len(rid) > 255:
+        return False
+    try:
+        safefs.check_name(rid)
+    except safefs.UntrustedPath:
+        return False
+    return True
+
+
 def read_splits(path: Path) -> dict:
     """``splits.json`` of the dataset folder ``path``: an object with lists of run ids
     ``train`` and ``test``, an integer ``seed`` (or null) and a number
-    ``test_fraction``. Raises BadInput naming the file otherwise."""
-    return _read_json(Path(path) / "splits.json", _splits_ok,
-                      "an object with lists of run ids 'train' and 'test', an integer 'seed' and a number 'test_fraction'")
+    ``test_fraction``; each run id a plain name (one path component, at most 255
+    characters) listed once in one split. Raises BadInput naming the file (and the run
+    listed twice or in both splits) otherwise."""
+    sp = _read_json(Path(path) / "splits.json", _splits_ok,
+                    "an object with lists of run ids 'train' and 'test', an integer 'seed' and a number 'test_fraction'")
+    seen: dict[str, str] = {}
+    for split in SPLITS:
+        for rid in sp[split]:
+            if not _plain_name(rid):
+                raise BadInput(f"run id {printable(rid, 80)!r} of {split} in {Path(path) / 'splits.json'} is not a plain name (one path component)",
+                               field="splits.json", fix=FIX)
+            if rid in seen:
+                where = f"twice in {split}" if seen[rid] == split else f"in both {seen[rid]} and {split}"
+                raise BadInput(f"run {rid} is listed {where} in {Path(path) / 'splits.json'}: a run belongs to one split, once",
+                               field="splits.json", fix=FIX)
+            seen[rid] = split
+    return sp
 
 
 def read_runs(path: Path) -> list[dict]:
@@ -177,8 +205,14 @@ def read_runs(path: Path) -> list[dict]:
     string ``run_id`` and, where present, a list of strings ``fault_types``, an object
     of counts ``labels_by_source`` and a number ``duration_s``. Raises BadInput naming
     the file otherwise."""
-    return _read_json(Path(path) / "runs.json", lambda d: isinstance(d, list) and all(map(_run_ok, d)),
+    runs = _read_json(Path(path) / "runs.json", lambda d: isinstance(d, list) and all(map(_run_ok, d)),
                       "a list of run objects (run_id, fault_types, labels_by_source, duration_s)")
+    seen = set()
+    for r in runs:
+        if r["run_id"] in seen:
+            raise BadInput(f"run {printable(r['run_id'], 80)} is listed twice in {Path(path) / 'runs.json'}", field="runs.json", fix=FIX)
+        seen.add(r["run_id"])
+    return runs
 
 
 def read_build(path: Path) -> dict:
@@ -233,27 +267,86 @@ class Dataset:
 
     def runs_info(self) -> list[dict]:
         """runs.json (read once; none when the file is missing). Raises BadInput
-        naming it when it is malformed (:func:`read_runs`)."""
+        naming it when it is malformed (:func:`read_runs`) or does not name the runs
+        of splits.json, each once."""
         if not hasattr(self, "_runs_info"):
-            self._runs_info = read_runs(self.path) if (self.path / "runs.json").is_file() else []
+            runs = read_runs(self.path) if (self.path / "runs.json").is_file() else []
+            ids, split_ids = {r["run_id"] for r in runs}, set(self.run_ids("all"))
+            if runs and ids != split_ids:
+                rid, where = (min(ids - split_ids), "runs.json but in no split") if ids - split_ids else (min(split_ids - ids), "a split but not in runs.json")
+                raise BadInput(f"run {printable(rid, 80)} of {self.path} is in {where}", field="runs.json", fix=FIX)
+            self._runs_info = runs
         return self._runs_info
+
+    def check(self) -> int:
+        """Check that the dataset's files fit together, reading no table's data but
+        its ``run_id`` column: splits.json and runs.json name the same runs, each
+        once (:meth:`runs_info`), and every run has each table, whose columns are that
+        table's and whose rows are that run's (:meth:`open_part`; ``host`` and
+        ``step_labels`` may be absent). Returns the number of table files checked.
+
+        Raises BadInput naming the first file that does not fit (and the column)."""
+        self.runs_info()
+        n = 0
+        for rid in self.run_ids("all"):
+            for t in TABLES:
+                if (f := self.open_part(t, rid)) is not None:
+                    f.close()
+                    n += 1
+        return n
+
+    def open_part(self, table: str, run_id: str) -> pq.ParquetFile | None:
+        """The Parquet file of ``table`` for run ``run_id``, checked before any
+        column is used: its columns are that table's
+        (:func:`faultlab.schema.mismatch` against :func:`table_schema`, less
+        :data:`OPTIONAL_COLUMNS`) and its
+        ``run_id`` column holds ``run_id`` only. None for an absent ``host`` or
+        ``step_labels`` file (a run may have none).
+
+        Raises BadInput (field: the file, relative to the dataset) when the file is
+        missing, not Parquet, of another table or of another run: a file swapped for
+        another, even under a rewritten manifest, is refused here, the one place
+        every reader of a dataset's tables goes through."""
+        p = part_path(self.path, table, run_id)
+        rel = str(p.relative_to(self.path))
+        if not p.is_file():
+            if table in ("host", "step_labels"):
+                return None
+            raise BadInput(f"{p} is missing", field=rel, fix="faultlab dataset verify names every changed file")
+        f = None
+        try:
+            f = pq.ParquetFile(p)  # one file: no dataset discovery (pq.read_table's)
+            why = schema.mismatch(f.schema_arrow, table_schema(table), optional=OPTIONAL_COLUMNS.get(table, ()))
+            if why is None:
+                ids = f.read(columns=["run_id"]).column(0).unique().to_pylist()
+                if ids and ids != [run_id]:
+                    other = next(str(x) for x in ids if x != run_id)
+                    why = f"its rows are of run {printable(other, 80)}, not of {run_id}"
+        except (pa.ArrowException, OSError, ValueError) as e:
+            if f is not None:
+                f.close()
+            raise BadInput(f"{p} could not be read as Parquet ({e})", field=rel, fix=FIX) from None
+        if why is not None:
+            f.close()
+            raise BadInput(f"not the {table} table of run {run_id}: {why}", field=rel, fix=FIX)
+        return f
 
     def read_run(self, run_id: str):
         """The :class:`faultlab.rundata.RunData` of one run. Raises BadInput naming
-        the file that is missing or cannot be read."""
+        the file that is missing, cannot be read, or is not that run's table
+        (:meth:`open_part`)."""
         frames = {}
         for t in RUN_TABLES:
-            p = part_path(self.path, t, run_id)
-            if not p.is_file():
-                if t == "host":
-                    frames[t] = schema.empty(t)
-                    continue
-                raise BadInput(f"{p} is missing", field=str(p.relative_to(self.path)), fix="faultlab dataset verify names every changed file")
+            f = self.open_part(t, run_id)
+            if f is None:
+                frames[t] = schema.empty(t)
+                continue
             try:
-                with pq.ParquetFile(p) as f:  # one file: no dataset discovery (pq.read_table's)
+                with f:
                     frames[t] = f.read().to_pandas()
             except (pa.ArrowException, OSError, ValueError) as e:
-                raise BadInput(f"{p} could not be read as Parquet ({e})", field=str(p.relative_to(self.path))) from None
+                p = part_path(self.path, t, run_id)
+                raise BadInput(f"{p} could not be read as Parquet ({e})", field=str(p.relative_to(self.path)), fix=FIX) from None
         meta = next((r for r in self.runs_info() if str(r.get("run_id")) == run_id), {})
         return RunData(run_id, frames["steps"], frames["host"], frames["labels"], frames["injections"], meta)
 

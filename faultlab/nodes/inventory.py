@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from faultlab import inputfile
 from faultlab.errors import BadInput, pydantic_fix
 from faultlab.nodes import extras
 from faultlab.nodes.ssh import SshNode
@@ -103,19 +104,20 @@ class Inventory(BaseModel):
 
 
 def load(path: str | Path) -> Inventory:
-    """Read and validate an inventory file. Raises BadInput naming file and field."""
+    """Read and validate an inventory file. Raises BadInput naming file and field
+    (also for a file that is not a regular file or is over
+    :data:`faultlab.inputfile.YAML_BYTES`: nothing of it read)."""
     p = Path(path)
+    text = inputfile.read_text(p, "--inventory", limit=inputfile.YAML_BYTES, fix="give an inventory YAML file")
     try:
-        data = load_yaml(p.read_text())
+        data = load_yaml(text)
     except DuplicateKey as e:
         raise BadInput(f"{p}:{e.line}: duplicated key {e.key!r} (also at line {e.first_line})", field="--inventory",
                        fix="keep one of them: YAML would silently take the last") from None
-    except OSError as e:
-        raise BadInput(f"cannot read {p}: {e.strerror}", field="--inventory", fix="give an inventory YAML file") from None
-    except UnicodeDecodeError as e:
-        raise BadInput(f"{p} is not UTF-8 text (byte {e.start})", field="--inventory", fix="give an inventory YAML file saved as UTF-8") from None
     except yaml.YAMLError as e:
-        raise BadInput(f"{p}: not YAML ({e.__class__.__name__})", field="--inventory", fix="fix the YAML syntax") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark else str(p)
+        raise BadInput(f"{where}: not valid YAML: {getattr(e, 'problem', None) or e}", field="--inventory", fix="fix the YAML syntax") from None
     try:
         return Inventory.model_validate(data)
     except ValidationError as e:

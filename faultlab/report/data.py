@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from faultlab import safefs, steptable
+from faultlab import inputfile, safefs, steptable
 from faultlab.errors import BadInput
 from faultlab.rundir import RunDir
 from faultlab.steps import check_step_values
@@ -91,7 +91,8 @@ def load_run(path: str | Path) -> RunData:
 def _json(p: Path):
     if not p.exists():
         return None
+    text = inputfile.read_text(p, p.name, limit=inputfile.JSON_BYTES, fix="restore or remove it")
     try:
-        return safefs.parse_json(p.read_text(), str(p))
-    except (OSError, ValueError) as e:  # ValueError: bad UTF-8, bad or too deeply nested JSON
+        return safefs.parse_json(text, str(p))
+    except ValueError as e:  # bad or too deeply nested JSON
         raise BadInput(f"{p} could not be read as JSON ({type(e).__name__}: {e})", field=p.name, fix="restore or remove it") from None

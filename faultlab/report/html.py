@@ -22,11 +22,10 @@ from pathlib import Path
 
 import jinja2
 import numpy as np
-import pandas as pd
-import pyarrow as pa
 
-from faultlab import safefs, schema
+from faultlab import inputfile, safefs, schema
 from faultlab.datasets import registry
+from faultlab.datasets.layout import Dataset
 from faultlab.errors import BadInput
 from faultlab.report import plots
 from faultlab.report.data import RunData, is_run_dir, load_run
@@ -83,7 +82,7 @@ def write_report(path: str | Path, out: str | Path | None = None) -> Path:
     p = Path(path)
     if not p.exists() and len(p.parts) == 1 and not str(path).startswith("."):
         p = _published(str(path))
-    if p.is_file():
+    if p.exists() and not p.is_dir():  # a scores file; a FIFO or device is refused unread (faultlab.inputfile)
         html, default = render_scores_file(p), p.with_suffix(".html")
     elif is_run_dir(p):
         html, default = render_run(load_run(p)), p / "report.html"
@@ -247,33 +246,23 @@ def _score_table(rows: list[dict], label: str = "detector") -> dict | None:
 # -- a folder of runs, or a dataset ----------------------------------------------------
 def find_runs(p: Path) -> list[Path]:
     """The run directories in a folder of runs (children, sorted), or the runs of a
-    dataset folder (``data/steps/run=ID``)."""
+    dataset folder (``data/steps/run=ID``, one per run its splits name, in their
+    order). Raises BadInput naming a dataset's file that is malformed
+    (:class:`faultlab.datasets.layout.Dataset`)."""
     if (p / "data" / "steps").is_dir():
-        return sorted(x for x in (p / "data" / "steps").iterdir() if x.is_dir() and x.name.startswith("run="))
+        return [p / "data" / "steps" / f"run={rid}" for rid in Dataset(p).run_ids("all")]
     return sorted(x for x in p.iterdir() if is_run_dir(x))
 
 
-def _dataset_run(p: Path, part: Path) -> RunData:
-    """One run of a dataset folder, from its partitions ``data/TABLE/run=ID/``."""
-
-    run_id = part.name.split("=", 1)[1]
-
-    def table(name: str) -> pd.DataFrame:
-        d = p / "data" / name / f"run={run_id}"
-        files = sorted(d.glob("*.parquet")) if d.is_dir() else []
-        if not files:
-            return schema.empty(name)
-        try:
-            return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-        except (OSError, ValueError, pa.ArrowException) as e:
-            raise BadInput(f"{files[0]} could not be read as Parquet ({type(e).__name__})", field=str(d), fix="run faultlab dataset verify") from None
-
-    steps = table("steps")
-    if steps.empty:
+def _dataset_run(ds: Dataset, part: Path) -> RunData:
+    """One run of a dataset, read as every reader of a dataset reads it
+    (:meth:`faultlab.datasets.layout.Dataset.read_run`: each table checked first)."""
+    run = ds.read_run(part.name.split("=", 1)[1])
+    if run.steps.empty:
         raise BadInput(f"{part} holds no steps", field=str(part), fix="run faultlab dataset verify")
-    return RunData(path=part, run_id=run_id, meta={}, steps=steps, host=table("host"), injections=table("injections"),
-                   labels=table("labels"), alarms=table("alarms"), whatif=None, metrics=None,
-                   t0=float(steps["t_start"].min()))
+    return RunData(path=part, run_id=run.run_id, meta={}, steps=run.steps, host=run.host, injections=run.injections,
+                   labels=run.labels, alarms=schema.empty("alarms"), whatif=None, metrics=None,
+                   t0=float(run.steps["t_start"].min()))
 
 
 def bootstrap_ci(values, n: int = 2000, seed: int = 0) -> tuple[float, float] | None:
@@ -317,10 +306,13 @@ def render_collection(p: Path, runs: list[Path]) -> str:
     (a folder of runs) the runs' metrics.json pooled with bootstrap 95% CIs over runs.
     A dataset page ends with its whole card (README.md, front matter left out)."""
     dataset = (p / "data" / "steps").is_dir()
+    ds = Dataset(p) if dataset else None
+    if ds is not None:  # a dataset is one whole: a table that does not fit refuses the page
+        ds.check()
     cards, per_run, problems, types = [], {}, [], set()
     for r in runs:
         try:
-            run = _dataset_run(p, r) if dataset else load_run(r)
+            run = _dataset_run(ds, r) if ds is not None else load_run(r)
         except BadInput as e:
             problems.append(f"{r.name}: {e}")
             continue
@@ -368,9 +360,10 @@ def _dataset_card(p: Path) -> str | None:
 
 # -- a scores file ---------------------------------------------------------------------
 def _read_json(f: Path):
+    text = inputfile.read_text(f, "PATH", limit=inputfile.JSON_BYTES, fix="give a scores JSON file (metrics.json)")
     try:
-        return safefs.parse_json(f.read_text(), str(f))
-    except (OSError, ValueError) as e:  # ValueError: bad UTF-8, bad or too deeply nested JSON
+        return safefs.parse_json(text, str(f))
+    except ValueError as e:  # bad or too deeply nested JSON
         raise BadInput(f"{f} could not be read as JSON ({type(e).__name__}: {e})", field="PATH", fix="give a scores JSON file (metrics.json)") from None
 
 

@@ -548,14 +548,17 @@ def score_dataset(detector, dataset, split: str = "test", *, verify: bool = True
     the dataset's ``MANIFEST.sha256`` (:func:`faultlab.datasets.manifest.require_intact`);
     False scores it as it is. Each result carries the dataset's digest.
 
-    Raises BadInput for an unknown split, an unreadable dataset, or (``verify``) a
-    file changed or missing since the manifest was written."""
+    Raises BadInput for an unknown split, an unreadable dataset, files that do not
+    fit together (:meth:`faultlab.datasets.layout.Dataset.check`: a table of another
+    table or run, a run in both splits), or (``verify``) a file changed or missing
+    since the manifest was written."""
 
     ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
     if split not in SPLITS:
         raise BadInput(f"unknown split {split!r}", field="--split", fix="test, train or all")
     if verify:
         manifest.require_intact(ds.path)
+    ds.check()  # every split's tables, before any is scored: a swapped one is refused whole
     digest = manifest.digest(ds.path) if (ds.path / manifest.NAME).is_file() else None
     train = (lambda: ds.iter_runs("train")) if split == "test" else None
     many = isinstance(detector, list)

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from faultlab import safefs, schema
+from faultlab import inputfile, safefs, schema
 from faultlab.errors import BadInput
 
 DEFAULT_METRICS = ("event_f1", "window_f1", "window_mcc", "range_f1", "vus_pr", "acc_at_1")
@@ -124,9 +124,10 @@ def load_baseline(path: str | Path) -> dict:
     """The ``metrics`` of a ``faultlab score --out`` file. Raises BadInput (field
     ``--baseline``) when it cannot be read or has no metrics."""
     p = Path(path)
+    text = inputfile.read_text(p, "--baseline", limit=inputfile.JSON_BYTES, fix="give a file written by faultlab score --out")
     try:
-        d = safefs.parse_json(p.read_text(), str(p))
-    except (OSError, ValueError) as e:  # ValueError: bad UTF-8, bad or too deeply nested JSON
+        d = safefs.parse_json(text, str(p))
+    except ValueError as e:  # bad or too deeply nested JSON
         raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field="--baseline",
                        fix="give a file written by faultlab score --out") from None
     if not isinstance(d, dict) or not isinstance(d.get("metrics"), dict):

@@ -21,17 +21,31 @@ NODE_BUDGET_BYTES copied or the run RUN_BUDGET_BYTES: the disk root writes is bo
 whatever a node plants.
 The copies are appended relative to the descriptor of the run's ``telemetry/``
 folder (opened with no link followed), as regular files of mode 0644.
+
+A node's writer speaks for its own node only. Given the run's placement (``ranks``:
+node -> its ranks), a node hands back only its own files, ``steps-rank{R}.jsonl`` of
+its ranks and ``host-NAME.jsonl`` of its name (any other name is a counted skip), and
+a step record is copied only when it is a JSON object of that file's rank on that
+node (``rank`` R, ``node`` NAME): from the first line that is not, the file is a
+counted skip. So no node can add or change another node's steps or host samples,
+whose files the run's labels are made from.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from pathlib import Path
 
 from faultlab import safefs
+from faultlab.errors import printable
 
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
+#: the collected host samples of node NAME: ``host-NAME.jsonl``
+HOST_PREFIX = "host-"
+#: the step records of rank R: ``steps-rankR.jsonl``
+_STEPS = re.compile(r"steps-rank(\d+)\.jsonl")
 #: the largest telemetry file copied back from a node (bytes): a rank's step records
 #: of a day-long run are some hundred MB; a larger file is skipped, never read
 MAX_FILE_BYTES = 1 << 30
@@ -56,11 +70,16 @@ RUN_BUDGET_BYTES = 32 << 30
 class TelemetryCollector:
     """Collect ``run_id`` telemetry of ``nodes`` into ``local_dir``. ``start()``,
     ``stop()`` (a final collection), or ``collect_once()``. Errors of one node (its
-    network cut, its container gone) are counted in ``errors`` and retried next time."""
+    network cut, its container gone) are counted in ``errors`` and retried next time.
+
+    ``ranks``: node name -> the ranks it runs (the run's placement). Given, each node
+    hands back only its own files and step records (the module's docstring); None
+    (a caller that places no ranks) copies any plain file name unchecked."""
 
     def __init__(self, nodes, run_id: str, local_dir: str | Path, interval_s: float = 0.5, *,
-                 node_budget: int = NODE_BUDGET_BYTES, run_budget: int = RUN_BUDGET_BYTES):
+                 node_budget: int = NODE_BUDGET_BYTES, run_budget: int = RUN_BUDGET_BYTES, ranks: dict | None = None):
         self.nodes = [n for n in nodes if n.collects_telemetry]
+        self.ranks = None if ranks is None else {name: {int(r) for r in rs} for name, rs in ranks.items()}
         self.run_id = run_id
         self.local_dir = Path(local_dir)
         self.interval_s = interval_s
@@ -101,6 +120,10 @@ class TelemetryCollector:
             key = (node.name, name)
             if not _NAME.fullmatch(name) or key in self.skipped:
                 continue
+            if not self._own_file(node.name, name):
+                self.skipped[key] = (f"node {node.name}: {name} is not a telemetry file of this node's (its ranks' steps-rankR.jsonl "
+                                     f"and {HOST_PREFIX}{node.name}.jsonl); not copied")
+                continue
             off = self.offsets.get(key, 0)
             try:
                 data = node.read_telemetry(self.run_id, name, off)
@@ -112,6 +135,10 @@ class TelemetryCollector:
                 continue
             left = max(0, min(self.node_budget - self.copied.get(node.name, 0), self.run_budget - self.copied_total))
             cut = data.rfind(b"\n", 0, left) + 1
+            forged = self._first_foreign_record(node.name, name, data[:cut])
+            if forged is not None:
+                cut, why = forged
+                self.skipped[key] = f"node {node.name}: {name} byte {off + cut}: {why}; copied up to there"
             if cut:
                 out.append(name, data[:cut], 0o644)
                 self.offsets[key] = off + cut
@@ -124,6 +151,35 @@ class TelemetryCollector:
                                      f"({self.node_budget} bytes a node, {self.run_budget} a run) is spent; nothing more of the node is copied")
                 break
         return total
+
+    def _own_file(self, node: str, name: str) -> bool:
+        """Whether ``name`` is a file node ``node`` may hand back (always, without a
+        placement)."""
+        if self.ranks is None:
+            return True
+        return name == f"{HOST_PREFIX}{node}.jsonl" or name in {f"steps-rank{r}.jsonl" for r in self.ranks.get(node, ())}
+
+    def _first_foreign_record(self, node: str, name: str, lines: bytes) -> tuple[int, str] | None:
+        """(offset in ``lines``, why) of the first of the complete ``lines`` of a step
+        file that is not a JSON object of its rank on ``node`` (``rank`` the file's R,
+        ``node`` the node's name); None when all are (or there is no placement, or it
+        is no step file)."""
+        m = _STEPS.fullmatch(name)
+        if self.ranks is None or m is None:
+            return None
+        rank, pos = int(m.group(1)), 0
+        while pos < len(lines):
+            end = lines.index(b"\n", pos) + 1  # complete lines only: each ends in a newline
+            line = lines[pos:end]
+            try:
+                rec = json.loads(line)
+            except (ValueError, RecursionError):
+                return pos, "a line that is not a JSON step record"
+            if not isinstance(rec, dict) or type(rec.get("rank")) is not int or rec["rank"] != rank or rec.get("node") != node:
+                got = (rec.get("rank"), rec.get("node")) if isinstance(rec, dict) else type(rec).__name__
+                return pos, f"a record not of rank {rank} on {node} (rank, node: {printable(got, 80)})"
+            pos = end
+        return None
 
     def _first_files(self, node: str, names: list[str]) -> list[str]:
         """The first MAX_FILES of ``names``, those already being copied first; the

@@ -27,10 +27,10 @@ from pathlib import Path
 import pandas as pd
 
 from faultlab.nodes.base import LEASE_ON_NODE
-from faultlab.telemetry import tcpstats
+from faultlab.telemetry import collect, tcpstats
 
 #: the collected file of node NAME: ``host-NAME.jsonl`` (in the run's telemetry folder)
-PREFIX = "host-"
+PREFIX = collect.HOST_PREFIX
 
 
 def _source() -> str:

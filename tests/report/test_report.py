@@ -123,16 +123,11 @@ def test_scores_file_of_faultlab_score_shape(tmp_path):
 
 def test_dataset_folder_gets_a_thumbnail_per_run_and_its_card(tmp_path):
     """A dataset folder (data/<table>/run=<id>/part-0.parquet, README.md card, the
-    layout of faultlab.datasets)."""
-    import shutil
+    layout of faultlab.datasets), as faultlab dataset build writes it."""
+    from faultlab.datasets.build import build, collect_runs
 
-    ds = tmp_path / "ds"
-    for i in range(2):
-        run = make_run(tmp_path / f"r{i}", ranks=2, duration_s=30, seed=i)
-        for table in ("steps", "host", "injections", "labels"):
-            d = ds / "data" / table / f"run=r{i}"
-            d.mkdir(parents=True)
-            shutil.copy(run / f"{table}.parquet", d / "part-0.parquet")
+    runs = [make_run(tmp_path / f"r{i}", ranks=2, duration_s=30, seed=i) for i in range(2)]
+    ds = build(collect_runs(runs, []), "ds", tmp_path / "out", test_fraction=0.5)
     (ds / "README.md").write_text("---\nlicense: cc-by-4.0\n---\n# A test dataset\nTwo synthetic runs.\n")
     html = write_report(ds).read_text()
     assert html.count('class="plot thumb"') == 2 and "A test dataset" in html and "license: cc-by-4.0" not in html
@@ -145,16 +140,18 @@ def test_collection_with_no_readable_run_is_refused_not_an_empty_page(tmp_path, 
     0). A collection with some readable runs still lists the others as
     problems on its page."""
     p = tmp_path / "c"
-    if kind == "dataset":
+    if kind == "dataset":  # a dataset is one whole: its unreadable table file is named
         d = p / "data" / "steps" / "run=r0"
         d.mkdir(parents=True)
         (d / "part-0.parquet").write_bytes(b"junk")
+        (p / "splits.json").write_text('{"seed": 0, "test_fraction": 1.0, "train": [], "test": ["r0"]}')
     else:
         run = make_run(p / "r0", ranks=2, duration_s=30, seed=0)
         (run / "steps.parquet").write_bytes((run / "steps.parquet").read_bytes()[:100])
     cp = subprocess.run([*FL, "report", str(p)], capture_output=True, text=True, timeout=60)
     lines = [l for l in cp.stderr.splitlines() if l.strip()]
-    assert cp.returncode == 2 and len(lines) == 1 and lines[0].startswith("faultlab: error: PATH: ") and "r0" in lines[0], cp.stderr
+    field = "data/steps/run=r0/part-0.parquet: " if kind == "dataset" else "PATH: "
+    assert cp.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"faultlab: error: {field}") and "r0" in lines[0], cp.stderr
     assert not (p / "report.html").exists() and not list(p.glob("*.tmp"))
 
 

@@ -155,3 +155,41 @@ def test_cgroup_faults_still_inject_and_revert_inside_the_node(stb, fault, no_re
         _exec(stb, f"kill {pid}")
     rc, cg = _ssh(stb, f"ls /sys/fs/cgroup/cpu /sys/fs/cgroup/blkio")
     assert "faultlab-" not in cg
+
+
+def _host_cgroup(pid: int, controller: str) -> Path:
+    """The host folder of ``pid``'s cgroup in the v1 ``controller`` hierarchy."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        if controller in ctrls.split(","):
+            return Path(f"/sys/fs/cgroup/{controller}") / path.lstrip("/")
+    raise AssertionError(f"{pid} has no {controller} cgroup")
+
+
+def test_a_nodes_root_writes_only_its_own_cgroup(stb):
+    """The cpu and blkio hierarchies the host made writable in the node reach its own
+    container cgroup and nothing above it: the node's root sees no other container's
+    cgroup there, and what it writes at their top (cpu.shares, blkio.weight) lands in
+    its own container's cgroup on the host, while the cgroup above it (every node's
+    parent) and the host's root cgroup stay as they were."""
+    node = stb.inner.nodes[0]
+    files = {"cpu": "cpu.shares", "blkio": "blkio.weight"}
+    own = {c: _host_cgroup(node.init_pid, c) for c in files}
+    above = {c: [p / files[c] for p in (own[c].parent, Path(f"/sys/fs/cgroup/{c}")) if (p / files[c]).exists()] for c in files}
+    before = {str(f): f.read_text() for fs in above.values() for f in fs}
+    was = {c: (own[c] / files[c]).read_text().strip() for c in files if (own[c] / files[c]).exists()}
+    try:
+        for c in files:  # the top of the node's hierarchy is its own cgroup: the same folder
+            rc, out = _ssh(stb, f"ls -A /sys/fs/cgroup/{c}")
+            assert rc == 0, out
+            assert set(out.split()) == set(os.listdir(own[c])), (c, out)
+        for c, f in files.items():
+            if c not in was:
+                continue
+            rc, out = _ssh(stb, f"echo 500 > /sys/fs/cgroup/{c}/{f} && cat /sys/fs/cgroup/{c}/{f}")
+            assert rc == 0 and out.strip() == "500", out
+            assert (own[c] / f).read_text().strip() == "500"  # its own cgroup, as the host sees it
+        assert {str(f): f.read_text() for fs in above.values() for f in fs} == before
+    finally:
+        for c, v in was.items():
+            (own[c] / files[c]).write_text(v)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from faultlab import safefs
+from faultlab import inputfile, safefs
 from faultlab.datasets import manifest
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.scoring.lookup import available_detectors
@@ -35,9 +35,10 @@ def load_scores(path: str | Path, field: str = "--verify") -> dict:
     Raises BadInput (``field``: the option or argument that named the file) naming what
     is wrong."""
     p = Path(path)
+    text = inputfile.read_text(p, field, limit=inputfile.JSON_BYTES, fix=FIX_FILE)
     try:
-        d = safefs.parse_json(p.read_bytes(), str(p))
-    except (OSError, ValueError) as e:  # ValueError: bad UTF-8, bad or too deeply nested JSON
+        d = safefs.parse_json(text, str(p))
+    except ValueError as e:  # bad or too deeply nested JSON
         raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field=field, fix=FIX_FILE) from None
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise BadInput(f"{p} is not a {FORMAT} file", field=field, fix=FIX_FILE)

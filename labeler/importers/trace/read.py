@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import yaml
 
-from faultlab import yamlsafe
+from faultlab import inputfile, yamlsafe
 from faultlab.errors import BadInput
 from faultlab.labeler.importers.common import SkipCount, numbers_or_refuse
 
@@ -149,22 +149,17 @@ MAX_META_BYTES = 1 << 16
 
 
 def _read_meta(meta_path: Path) -> dict:
-    """The meta file as a mapping, read strictly: UTF-8, at most
+    """The meta file as a mapping, read strictly: a regular file of UTF-8, at most
     :data:`MAX_META_BYTES`, no YAML aliases (a few hundred bytes of nested aliases
     expand to gigabytes), no key written twice (:mod:`faultlab.yamlsafe`).
     Raises BadInput (field ``meta``) naming the file otherwise."""
 
     fix = "a meta file as StragglerAnalysis writes it (dp_size, pp_size, ... as plain YAML)"
-    raw = meta_path.read_bytes()[: MAX_META_BYTES + 1]
-    if len(raw) > MAX_META_BYTES:
-        raise BadInput(f"{meta_path.name}: over {MAX_META_BYTES} bytes, no meta file", field="meta", fix=fix)
+    text = inputfile.read_text(meta_path, "meta", limit=MAX_META_BYTES, fix=fix)
     try:
-        text = raw.decode("utf-8")
         if any(isinstance(t, yaml.AliasToken) for t in yaml.scan(text)):
             raise BadInput(f"{meta_path.name}: holds a YAML alias (*name)", field="meta", fix="write each value out")
         meta = yamlsafe.load(text) or {}
-    except UnicodeDecodeError as e:
-        raise BadInput(f"{meta_path.name}: not UTF-8 text (byte {e.start})", field="meta", fix=fix) from None
     except yaml.YAMLError as e:
         raise BadInput(f"{meta_path.name}: not valid YAML ({e})", field="meta", fix=fix) from None
     if not isinstance(meta, dict):
