@@ -214,7 +214,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
         host = _tear_down(live, due, rd, res, con)
         for s, h in old.items():
             signal.signal(s, h)
-        _write_tables(sc, rd, res, host, live.remote_nodes, run_id)
+        _write_tables(sc, rd, res, host, live.remote_nodes, run_id, con)
         if prog and finished:
             prog.done()
         if own:
@@ -272,6 +272,10 @@ def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: 
         **({"module": module} if w.kind == "pipeline" else {}),
     )
     rd.event("ranks-started", pids={r.rank: r.pid for r in live.ranks})
+    placement: dict[str, list[int]] = {}
+    for r in live.ranks:
+        placement.setdefault(r.node.name, []).append(r.rank)
+    rd.update_meta(placement=placement)  # a node's collected step records keep these ranks only
     live.collector = TelemetryCollector(live.nodes, run_id, rd.telemetry_dir()).start()
     for name, err in remote.start_node_samplers(live.ranks, run_id, until=remote.until_for(w.duration)).items():
         rd.event("node-sampler-failed", node=name, error=err)
@@ -292,7 +296,8 @@ def _wait_first_step(live: _Live, rd: RunDir, prog, timeout_s: float = 180.0) ->
     """Wait until rank 0 records its first training step (renewing the testbed's
     lease); returns that step's start (unix s), recorded as the run's ``t0``. Raises
     FaultlabError when a rank dies or none trains within ``timeout_s``."""
-    live.watch = _StepWatch(rd.telemetry_dir() / "steps-rank0.jsonl")
+    first = live.nodes[0]
+    live.watch = _StepWatch(rd.telemetry_dir() / (first.name if first.collects_telemetry else ".") / "steps-rank0.jsonl")
     t_wait = time.time()
     while live.watch.first_ts is None:
         _renew(live)
@@ -368,10 +373,15 @@ def _tear_down(live: _Live, due: list[_Due], rd: RunDir, res: RunResult, con: Co
 
 
 def _write_tables(sc: Scenario, rd: RunDir, res: RunResult, host: pd.DataFrame | None, remote_nodes: list,
-                  run_id: str) -> None:
+                  run_id: str, con: Console) -> None:
     """The run's steps, host (with the ssh nodes' rows) and injections tables: the
-    injected faults and the workload's straggler knobs (faultlab.knobfaults)."""
+    injected faults and the workload's straggler knobs (faultlab.knobfaults). Step
+    records a node sent of ranks not placed on it are skipped, each node's one line
+    printed and a ``telemetry-skipped`` event."""
     steps = rd.read_raw_steps()
+    for skip in rd.steps_skipped:
+        rd.event("telemetry-skipped", node=skip.node, file=skip.file, why=skip.line())
+        con.print(f"  {skip.line()}", markup=False)
     rd.write_table("steps", steps)
     if host is not None:
         rd.write_table("host", _with_remote_host(host, rd, remote_nodes, run_id))

@@ -4,11 +4,15 @@ Ranks on docker and ssh nodes write their per-step JSONL on their node (see
 ``Node.workload_out``). A ``TelemetryCollector`` thread asks each such node every
 ``interval_s`` for the bytes of its telemetry files past what it already has
 (``Node.telemetry_files`` / ``Node.read_telemetry``) and appends the *complete lines*
-to the same file names in the run's ``telemetry/`` folder. A controller killed with
+to the same file names in the node's own folder ``telemetry/NODE/`` of the run, so
+nothing ties one node's files to another's (faultlab.steprecords keeps a node's
+records of the ranks placed on it only). A controller killed with
 SIGKILL therefore leaves a run directory readable up to its last collection, which
 the run directory's raw-JSONL reader already handles (and the rest stays on the
 node). After the last collection of a run that ends, each node's copy is removed. Only plain file names
-(``[A-Za-z0-9._-]``) are accepted from a node: a node cannot steer where we write.
+(``[A-Za-z0-9._-]``) are accepted from a node: a node cannot steer where we write;
+and of the host samplers' files a node sends only its own name's (``host-NODE.jsonl``):
+another node's name is a counted skip.
 
 What a node holds is written by someone faultlab does not trust (a container's root,
 an ssh node's users): nodes hand back regular files only, never through a link
@@ -19,8 +23,8 @@ So is a file whose next MAX_LINE_BYTES hold no newline, the files of a node past
 first MAX_FILES (one line for them all), and whatever comes once a node has had
 NODE_BUDGET_BYTES copied or the run RUN_BUDGET_BYTES: the disk root writes is bounded,
 whatever a node plants.
-The copies are appended relative to the descriptor of the run's ``telemetry/``
-folder (opened with no link followed), as regular files of mode 0644.
+The copies are appended relative to the descriptor of the node's folder (opened
+with no link followed on any component), as regular files of mode 0644.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import threading
 from pathlib import Path
 
 from faultlab import safefs
+from faultlab.telemetry.remote import PREFIX as HOST_PREFIX
 
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 #: the largest telemetry file copied back from a node (bytes): a rank's step records
@@ -83,10 +88,11 @@ class TelemetryCollector:
         total = 0
         if not self.nodes:
             return total
-        with safefs.open_dir_nofollow(self.local_dir, create=True) as out:
+        with safefs.open_dir_nofollow(self.local_dir, create=True) as top:
             for node in self.nodes:
                 try:
-                    total += self._collect_node(node, out)
+                    with top.subdir(safefs.check_name(node.name), create=True, mode=0o755) as out:
+                        total += self._collect_node(node, out)
                     self.errors.pop(node.name, None)
                 except Exception as e:  # a node that cannot be read now is retried
                     self.errors[node.name] = f"{type(e).__name__}: {e}"
@@ -100,6 +106,9 @@ class TelemetryCollector:
         for name in names:
             key = (node.name, name)
             if not _NAME.fullmatch(name) or key in self.skipped:
+                continue
+            if name.startswith(HOST_PREFIX) and name != f"{HOST_PREFIX}{node.name}.jsonl":
+                self.skipped[key] = f"node {node.name}: {name} names another node's host samples; not copied"
                 continue
             off = self.offsets.get(key, 0)
             try:

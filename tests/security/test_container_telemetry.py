@@ -56,7 +56,7 @@ def test_a_containers_symlinked_run_folder_is_never_followed(stb, tmp_path, no_r
     out = tmp_path / "telemetry"
     c = TelemetryCollector([node], run_id, out)
     c.collect_once()
-    assert not (out / "rank0.jsonl").exists()
+    assert not (out / node.name / "rank0.jsonl").exists()
     err = c.errors[node.name]
     assert "\n" not in err and f"{node.work_host}/{run_id}" in err and "symlink" in err, err
     c.stop()
@@ -81,10 +81,10 @@ def test_a_containers_telemetry_is_copied_regular_files_only_and_bounded(stb, tm
     c = TelemetryCollector([node], run_id, out)
     c.collect_once()
     c.stop()
-    assert sorted(os.listdir(out)) == ["rank0.jsonl"]
-    st = os.lstat(out / "rank0.jsonl")
+    assert sorted(os.listdir(out / node.name)) == ["rank0.jsonl"]
+    st = os.lstat(out / node.name / "rank0.jsonl")
     assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o644
-    assert (out / "rank0.jsonl").read_bytes() == b'{"step": 1}\n'
+    assert (out / node.name / "rank0.jsonl").read_bytes() == b'{"step": 1}\n'
     why = c.skipped[(node.name, "big.jsonl")]
     assert "\n" not in why and "big.jsonl" in why and str(collect.MAX_FILE_BYTES) in why, why
     assert not os.path.lexists(f"{node.work_host}/{run_id}")
@@ -107,7 +107,7 @@ def test_ssh_telemetry_is_read_bounded(stb, tmp_path, no_residue):
         c.stop()
     finally:
         node.close()
-    assert sorted(os.listdir(out)) == ["rank0.jsonl"]
-    assert (out / "rank0.jsonl").read_bytes() == b'{"step": 2}\n'
+    assert sorted(os.listdir(out / node.name)) == ["rank0.jsonl"]
+    assert (out / node.name / "rank0.jsonl").read_bytes() == b'{"step": 2}\n'
     why = c.skipped[(node.name, "big.jsonl")]
     assert "\n" not in why and "big.jsonl" in why and str(collect.MAX_FILE_BYTES) in why, why
