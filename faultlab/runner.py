@@ -25,7 +25,7 @@ import pandas as pd
 from rich.console import Console
 
 from faultlab import injectors, schema
-from faultlab.benchmarks.launch import free_port, launch_ranks, log_tail, stop_ranks, wait_ranks
+from faultlab.benchmarks.launch import launch_ranks, listen_rendezvous, log_tail, stop_ranks, wait_ranks
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.evidence import verify_text
 from faultlab.knobfaults import workload_injections
@@ -157,6 +157,8 @@ class _Live:
     collector: object = None
     sampler: object = None
     watch: object = None
+    #: local backend: the rendezvous socket handed to rank 0 (closed here once the ranks started)
+    listener: object = None
 
 
 def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress=True, run_id: str | None = None,
@@ -256,7 +258,8 @@ def _bring_up_nodes(sc: Scenario, nodes: list | None, live: _Live, rd: RunDir, p
         rd.event("testbed-up", bridge=live.testbed.bridge, subnet=str(live.testbed.subnet), nodes=[x.describe() for x in live.nodes])
     else:
         live.nodes = [LocalNode(name=f"n{i}", address="127.0.0.1") for i in range(n)]
-        live.master = ("127.0.0.1", free_port())
+        live.listener = listen_rendezvous("127.0.0.1")  # held until rank 0 has it: nobody takes the port
+        live.master = ("127.0.0.1", live.listener.getsockname()[1])
 
 
 def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: Console) -> None:
@@ -265,12 +268,17 @@ def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: 
     w = sc.workload
     module = "faultlab.benchmarks.pipeline" if w.kind == "pipeline" else "faultlab.benchmarks.ddp"
     _phase(prog, "starting ranks", f"{len(live.nodes)} ranks ({w.kind}, gloo); each imports torch and joins the process group")
-    live.ranks = launch_ranks(
-        [(x, i) for i, x in enumerate(live.nodes)], telemetry_dir=rd.telemetry_dir(), run_id=run_id,
-        master_addr=live.master[0], master_port=live.master[1], duration_s=w.duration, log_dir=rd.path / "logs",
-        extra_args=workload_args(sc), rank_args=sc.testbed.rank_args(),
-        **({"module": module} if w.kind == "pipeline" else {}),
-    )
+    try:
+        live.ranks = launch_ranks(
+            [(x, i) for i, x in enumerate(live.nodes)], telemetry_dir=rd.telemetry_dir(), run_id=run_id,
+            master_addr=live.master[0], master_port=live.master[1], duration_s=w.duration, log_dir=rd.path / "logs",
+            extra_args=workload_args(sc), rank_args=sc.testbed.rank_args(),
+            master_listen_fd=live.listener.fileno() if live.listener else None,
+            **({"module": module} if w.kind == "pipeline" else {}),
+        )
+    finally:
+        if live.listener:
+            live.listener.close()
     rd.event("ranks-started", pids={r.rank: r.pid for r in live.ranks})
     placement: dict[str, list[int]] = {}
     for r in live.ranks:
