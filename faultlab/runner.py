@@ -98,11 +98,14 @@ class _StepWatch:
         for line in complete:
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
+                continue
+            # a docker or ssh node's root writes this file: a record that is no step record is passed over
+            if not (isinstance(rec, dict) and type(rec.get("step")) is int and type(rec.get("t_start")) in (int, float)):
                 continue
             self.step = max(self.step, rec["step"])
             if self.first_ts is None:
-                self.first_ts = rec["t_start"]
+                self.first_ts = float(rec["t_start"])
         return self.step
 
 
