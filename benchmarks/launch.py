@@ -69,6 +69,21 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def listen_rendezvous(host: str = "127.0.0.1") -> socket.socket:
+    """A TCP socket listening on ``host`` at a port the kernel picks (its
+    ``getsockname()[1]``), to hand to rank 0 (``launch_ranks(master_listen_fd=)``):
+    the port is held from its choice on, and only on ``host``. Close it once the ranks
+    started. Raises OSError when ``host`` is not a local address."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind((host, 0))
+        s.listen(128)
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
 def rank_iface(node: Node, master_addr: str) -> str | None:
     """The interface gloo should use on ``node`` (passed to the rank as ``--iface``).
 
@@ -111,6 +126,7 @@ def launch_ranks(
     env: dict | None = None,
     module: str = "faultlab.benchmarks.ddp",
     rank_args: dict[int, Sequence[str]] | None = None,
+    master_listen_fd: int | None = None,
 ) -> list[RankProc]:
     """Start one rank of the workload ``module`` per ``(node, rank)`` placement.
 
@@ -128,7 +144,10 @@ def launch_ranks(
     to ``log_dir/rank{R}.log``; telemetry to ``telemetry_dir/steps-rank{R}.jsonl``.
     ``master_addr``/``master_port``: where rank 0 listens (rank 0 must be placed on
     the node that holds ``master_addr``). The gloo interface of each rank is found by
-    ``rank_iface``.
+    ``rank_iface``. ``master_listen_fd``: a socket of this process already listening
+    at ``master_addr:master_port`` (:func:`listen_rendezvous`), handed to rank 0 (a
+    node on this host) as its rendezvous store's socket: no one can take the port
+    between its choice and rank 0's start.
 
     Returns the RankProcs in placement order without waiting. Raises ValueError for
     duplicate or out-of-range ranks and for a ``module`` that is not a dotted
@@ -177,9 +196,13 @@ def launch_ranks(
                 argv += ["--iface", ifaces[key]]
             argv += [str(x) for x in extra_args]
             argv += [str(x) for x in (rank_args or {}).get(rank, ())]
+            kw = {}
+            if rank == 0 and master_listen_fd is not None:
+                argv += ["--master-listen-fd", str(master_listen_fd)]
+                kw["pass_fds"] = (master_listen_fd,)
             log_path = log_dir / f"rank{rank}.log"
             with open(log_path, "ab") as log:
-                popen = node.spawn_workload(argv, env=run_env, stdout=log, stderr=subprocess.STDOUT)
+                popen = node.spawn_workload(argv, env=run_env, stdout=log, stderr=subprocess.STDOUT, **kw)
             procs.append(RankProc(rank=rank, node=node, popen=popen, log_path=log_path))
     except BaseException:
         stop_ranks(procs, grace_s=0)

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from faultlab import safefs, schema, steptable
+from faultlab import safefs, schema, steprecords, steptable
 from faultlab.errors import BadInput
 
 
@@ -55,6 +55,8 @@ class RunDir:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        #: faultlab.steprecords.Skip of the last read_raw_steps: records a node sent of ranks not placed on it
+        self.steps_skipped: list = []
 
     # -- creation --------------------------------------------------------------------
     @classmethod
@@ -257,56 +259,35 @@ class RunDir:
         return self.path / "telemetry"
 
     def read_raw_steps(self) -> pd.DataFrame:
-        """Merge the raw per-rank JSONL step records (telemetry/steps-*.jsonl), sorted by
-        step, then rank (a record that cannot be parsed ends its file: the torn last
-        line of a killed run).
+        """Merge the raw per-rank JSONL step records, sorted by step, then rank: the
+        files root's own ranks wrote (``telemetry/steps-*.jsonl``) and those collected
+        from each node (``telemetry/NODE/steps-*.jsonl``), parsed in bounded memory
+        (faultlab.steprecords). A node's file keeps the records of the ranks the run
+        placed on it (meta ``placement``), ``node`` set to it; the other records are
+        counted in :attr:`steps_skipped` (faultlab.steprecords.Skip, one line each).
 
         Raises:
-            BadInput (field ``telemetry/steps-*.jsonl``) when a file cannot be read, a
-            record is not a JSON object or the records miss a column of
-            faultlab.schema.STEPS; BadInput naming the column when a value does not
-            fit its type (text in ``rank`` or ``compute_s``, ...).
+            BadInput (field ``telemetry/steps-*.jsonl``, or the column) naming the file
+            when it cannot be read, a record is not a faultlab.schema.STEPS object or
+            misses a column, a value does not fit its type, or a bound is passed.
         """
-        field = "telemetry/steps-*.jsonl"
-        rows = []
-        for p in sorted(self.telemetry_dir().glob("steps-*.jsonl")):
-            try:
-                text = p.read_text()
-            except (OSError, UnicodeDecodeError) as e:
-                raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field=field) from None
-            for i, line in enumerate(text.splitlines(), 1):
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    break
-                except (RecursionError, MemoryError):
-                    raise BadInput(f"{p.name} line {i} is JSON nested too deeply or too large to read", field=field,
-                                   fix="one JSON object a line, with the faultlab.schema.STEPS columns") from None
-                if not isinstance(rec, dict):
-                    raise BadInput(f"{p.name} line {i} is a JSON {type(rec).__name__}, not a step record", field=field,
-                                   fix="one JSON object a line, with the faultlab.schema.STEPS columns")
-                rows.append(rec)
-        if not rows:
-            return schema.empty("steps")
-        df = pd.DataFrame(rows)
-        if "run_id" not in df.columns:
-            df["run_id"] = self.run_id
-        missing = [f.name for f in schema.STEPS if f.name not in df.columns and f.name not in schema.OPTIONAL["steps"]]
-        if missing:
-            raise BadInput(f"the step records miss column(s) {', '.join(missing)}", field=field,
-                           fix="each record needs the faultlab.schema.STEPS columns")
-        try:
-            tbl = schema.to_table("steps", df)
-        except (pa.ArrowException, TypeError, ValueError):
-            for f in schema.STEPS:  # name the column that does not fit
-                if f.name in df.columns:
-                    try:
-                        pa.array(df[f.name], type=f.type, from_pandas=True)
-                    except (pa.ArrowException, TypeError, ValueError) as e:
-                        raise BadInput(f"a value in {field} does not fit {f.type} ({' '.join(str(e).split())})", field=f.name,
-                                       fix="see faultlab.schema.STEPS") from None
-            raise
+        sources = [steprecords.Source(p) for p in sorted(self.telemetry_dir().glob("steps-*.jsonl"))]
+        placement = self.meta.get("placement") or {}
+        placement = placement if isinstance(placement, dict) else {}
+        for node, folder in self.node_telemetry_dirs():
+            ranks = frozenset(int(r) for r in placement.get(node, []))
+            sources += [steprecords.Source(p, node, ranks) for p in sorted(folder.glob("steps-*.jsonl"))]
+        tbl, self.steps_skipped = steprecords.read(sources, self.run_id)
         return tbl.to_pandas().sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+    def node_telemetry_dirs(self) -> list[tuple[str, Path]]:
+        """(node name, folder) of the telemetry collected from each node
+        (``telemetry/NODE/``, faultlab.telemetry.collect), links left out."""
+        out = []
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            with os.scandir(self.telemetry_dir()) as it:
+                out = [(e.name, Path(e.path)) for e in it if e.is_dir(follow_symlinks=False)]
+        return sorted(out)
 
 
 def write_together(folder: str | Path, writers: dict, remove: tuple | list = ()) -> dict[str, Path]:

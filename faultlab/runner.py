@@ -26,7 +26,7 @@ import pandas as pd
 from rich.console import Console
 
 from faultlab import injectors, schema
-from faultlab.benchmarks.launch import free_port, launch_ranks, log_tail, stop_ranks, wait_ranks
+from faultlab.benchmarks.launch import launch_ranks, listen_rendezvous, log_tail, stop_ranks, wait_ranks
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.evidence import verify_text
 from faultlab.knobfaults import workload_injections
@@ -124,11 +124,14 @@ class _StepWatch:
         for line in complete:
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
+                continue
+            # a docker or ssh node's root writes this file: a record that is no step record is passed over
+            if not (isinstance(rec, dict) and type(rec.get("step")) is int and type(rec.get("t_start")) in (int, float)):
                 continue
             self.step = max(self.step, rec["step"])
             if self.first_ts is None:
-                self.first_ts = rec["t_start"]
+                self.first_ts = float(rec["t_start"])
         return self.step
 
 
@@ -183,6 +186,8 @@ class _Live:
     collector: object = None
     sampler: object = None
     watch: object = None
+    #: local backend: the rendezvous socket handed to rank 0 (closed here once the ranks started)
+    listener: object = None
 
 
 def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress=True, run_id: str | None = None,
@@ -241,7 +246,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     finally:
         _defer_stops(res)
         host = _tear_down(live, due, rd, res, con)
-        _write_tables(sc, rd, res, host, live.remote_nodes, run_id)
+        _write_tables(sc, rd, res, host, live.remote_nodes, run_id, con)
         for s, h in old.items():
             signal.signal(s, h)
         if prog and finished:
@@ -285,7 +290,8 @@ def _bring_up_nodes(sc: Scenario, nodes: list | None, live: _Live, rd: RunDir, p
         rd.event("testbed-up", bridge=live.testbed.bridge, subnet=str(live.testbed.subnet), nodes=[x.describe() for x in live.nodes])
     else:
         live.nodes = [LocalNode(name=f"n{i}", address="127.0.0.1") for i in range(n)]
-        live.master = ("127.0.0.1", free_port())
+        live.listener = listen_rendezvous("127.0.0.1")  # held until rank 0 has it: nobody takes the port
+        live.master = ("127.0.0.1", live.listener.getsockname()[1])
 
 
 def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: Console) -> None:
@@ -294,18 +300,24 @@ def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: 
     w = sc.workload
     module = "faultlab.benchmarks.pipeline" if w.kind == "pipeline" else "faultlab.benchmarks.ddp"
     _phase(prog, "starting ranks", f"{len(live.nodes)} ranks ({w.kind}, gloo); each imports torch and joins the process group")
-    live.ranks = launch_ranks(
-        [(x, i) for i, x in enumerate(live.nodes)], telemetry_dir=rd.telemetry_dir(), run_id=run_id,
-        master_addr=live.master[0], master_port=live.master[1], duration_s=w.duration, log_dir=rd.path / "logs",
-        extra_args=workload_args(sc),
-        rank_args=sc.testbed.rank_args([getattr(x, "group_labels", {}) for x in live.nodes]),  # inventory nodes' labels
-        **({"module": module} if w.kind == "pipeline" else {}),
-    )
+    try:
+        live.ranks = launch_ranks(
+            [(x, i) for i, x in enumerate(live.nodes)], telemetry_dir=rd.telemetry_dir(), run_id=run_id,
+            master_addr=live.master[0], master_port=live.master[1], duration_s=w.duration, log_dir=rd.path / "logs",
+            extra_args=workload_args(sc),
+            rank_args=sc.testbed.rank_args([getattr(x, "group_labels", {}) for x in live.nodes]),  # inventory nodes' labels
+            master_listen_fd=live.listener.fileno() if live.listener else None,
+            **({"module": module} if w.kind == "pipeline" else {}),
+        )
+    finally:
+        if live.listener:
+            live.listener.close()
     rd.event("ranks-started", pids={r.rank: r.pid for r in live.ranks})
     placement: dict[str, list[int]] = {}
     for r in live.ranks:
         placement.setdefault(r.node.name, []).append(r.rank)
-    live.collector = TelemetryCollector(live.nodes, run_id, rd.telemetry_dir(), ranks=placement).start()
+    rd.update_meta(placement=placement)  # a node's collected step records keep these ranks only
+    live.collector = TelemetryCollector(live.nodes, run_id, rd.telemetry_dir()).start()
     for name, err in remote.start_node_samplers(live.ranks, run_id, until=remote.until_for(w.duration)).items():
         rd.event("node-sampler-failed", node=name, error=err)
         con.print(f"  [yellow]no host metrics from node {name}:[/] {err}", markup=True)
@@ -325,7 +337,8 @@ def _wait_first_step(live: _Live, rd: RunDir, prog, timeout_s: float = 180.0) ->
     """Wait until rank 0 records its first training step (renewing the testbed's
     lease); returns that step's start (unix s), recorded as the run's ``t0``. Raises
     FaultlabError when a rank dies or none trains within ``timeout_s``."""
-    live.watch = _StepWatch(rd.telemetry_dir() / "steps-rank0.jsonl")
+    first = live.nodes[0]
+    live.watch = _StepWatch(rd.telemetry_dir() / (first.name if first.collects_telemetry else ".") / "steps-rank0.jsonl")
     t_wait = time.time()
     while live.watch.first_ts is None:
         _renew(live)
@@ -401,10 +414,15 @@ def _tear_down(live: _Live, due: list[_Due], rd: RunDir, res: RunResult, con: Co
 
 
 def _write_tables(sc: Scenario, rd: RunDir, res: RunResult, host: pd.DataFrame | None, remote_nodes: list,
-                  run_id: str) -> None:
+                  run_id: str, con: Console) -> None:
     """The run's steps, host (with the ssh nodes' rows) and injections tables: the
-    injected faults and the workload's straggler knobs (faultlab.knobfaults)."""
+    injected faults and the workload's straggler knobs (faultlab.knobfaults). Step
+    records a node sent of ranks not placed on it are skipped, each node's one line
+    printed and a ``telemetry-skipped`` event."""
     steps = rd.read_raw_steps()
+    for skip in rd.steps_skipped:
+        rd.event("telemetry-skipped", node=skip.node, file=skip.file, why=skip.line())
+        con.print(f"  {skip.line()}", markup=False)
     rd.write_table("steps", steps)
     if host is not None:
         rd.write_table("host", _with_remote_host(host, rd, remote_nodes, run_id))

@@ -90,8 +90,10 @@ class Node:
             raise NodeError(f"{argv[0]} failed on node {self.name}: {msg[-1] if msg else 'rc=' + str(out.returncode)}")
         return out
 
-    def spawn(self, argv: list[str], *, scope: str = "net", env: dict | None = None, stdout=None, stderr=None, new_session: bool = False) -> subprocess.Popen:
-        """Start ``argv`` on the node without waiting; returns its Popen (local handle)."""
+    def spawn(self, argv: list[str], *, scope: str = "net", env: dict | None = None, stdout=None, stderr=None, new_session: bool = False,
+              pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+        """Start ``argv`` on the node without waiting; returns its Popen (local handle).
+        ``pass_fds``: descriptors of this process the child inherits (same numbers)."""
         return subprocess.Popen(
             self.argv(argv, scope),
             env=env,
@@ -99,13 +101,15 @@ class Node:
             stderr=stderr if stderr is not None else subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
             start_new_session=new_session,
+            pass_fds=pass_fds,
         )
 
-    def spawn_workload(self, argv: list[str], *, env: dict | None = None, stdout=None, stderr=None):
+    def spawn_workload(self, argv: list[str], *, env: dict | None = None, stdout=None, stderr=None, **kw):
         """Start a workload rank on the node (where its processes belong: a container's
         own namespaces and cgroup on docker); returns a Popen-like handle whose ``pid``
-        is the rank's PID as the lease host sees it. Here: ``spawn(scope="net")``."""
-        return self.spawn(argv, scope="net", env=env, stdout=stdout, stderr=stderr)
+        is the rank's PID as the lease host sees it. Here: ``spawn(scope="net")``
+        (``kw``: ``pass_fds`` for a node on this host)."""
+        return self.spawn(argv, scope="net", env=env, stdout=stdout, stderr=stderr, **kw)
 
     def workload_out(self, run_id: str, local_dir: Path) -> str:
         """Where a rank on this node writes its telemetry: ``local_dir`` for nodes on

@@ -12,7 +12,15 @@ at ``.10+i``. Every container:
   ``known_hosts``, so the ssh backend can reach it with a pinned host key
   (``inventory.yaml`` lists the nodes for ``--backend ssh``);
 - mounts the controller's Python and faultlab read-only (image.workload_mounts) and a
-  host folder of the testbed at ``/var/lib/faultlab/work`` (node-local telemetry);
+  host folder of the testbed at ``/var/lib/faultlab/work`` (node-local telemetry),
+  kept on the disk (:func:`work_base`), never under /run, whose tmpfs holds root's
+  leases;
+- is bounded: at most NODE_PIDS processes (``FAULTLAB_NODE_PIDS``) and NODE_MEMORY
+  bytes of memory, swap included (``FAULTLAB_NODE_MEMORY``; :func:`node_limits`), so
+  its root cannot take the host's PIDs or memory from root's controller and watchdogs;
+- keeps no CAP_NET_RAW (nothing faultlab runs in a node opens a raw socket: probes
+  and tc run from the host through nsenter), so its root cannot forge ARP replies
+  or other nodes' frames on the shared bridge;
 - carries the labels ``faultlab.testbed=<id>`` and ``faultlab.node=n<i>``; it and the
   network also carry the state file's path (``faultlab.state``) and their maker's PID
   and start time (``faultlab.controller``).
@@ -40,19 +48,26 @@ import tarfile
 import time
 from pathlib import Path
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from faultlab import procid, safefs
 from faultlab.errors import BadInput, FaultlabError, NodeError
-from faultlab.nodes import dockerd, image, node_cgroups
+from faultlab.nodes import antispoof, dockerd, image, node_cgroups
 from faultlab.nodes.docker import WORK_DIR, DockerNode, node_from_container
 from faultlab.nodes.dockerd import docker_host
 from faultlab.nodes.inventory import Inventory, InventoryNode
 from faultlab.nodes.testbed import _free_subnet, state_dir
 
 LABEL = "faultlab.testbed"
+#: the most processes (threads included) of one node: a rank and its loader workers
+#: use a few dozen; settable with ``FAULTLAB_NODE_PIDS``
+NODE_PIDS = 4096
+#: environment variables of the node limits (a count; bytes, or docker's ``4g`` form)
+PIDS_ENV, MEMORY_ENV = "FAULTLAB_NODE_PIDS", "FAULTLAB_NODE_MEMORY"
+#: environment variable of the folder that holds the nodes' work folders
+WORK_BASE_ENV = "FAULTLAB_NODE_WORK_BASE"
 #: label of a testbed's network and containers: the state file that records them
 STATE_LABEL = "faultlab.state"
 #: label of a testbed's network and containers: ``PID:STARTTIME`` of the process that made them
@@ -74,7 +89,7 @@ class DockerTestbed:
         SYS_ADMIN (with it their root, host uid 0, could remount the read-only binds).
         Plain docker nodes (the default) get no capability: faults come from the host.
         Neither kind gets MKNOD (a device node in the host folder mounted at WORK_DIR
-        would be a host device file)."""
+        would be a host device file) nor NET_RAW (forged frames on the bridge)."""
         self.host_like = host_like
         if n_nodes < 1 or n_nodes > 64:
             raise BadInput(f"{n_nodes} nodes", field="--nodes", fix="give 1 to 64 docker nodes")
@@ -84,7 +99,7 @@ class DockerTestbed:
         self.bridge = f"fl{self.id}br"
         self.subnet: ipaddress.IPv4Network | None = None
         self.nodes: list[DockerNode] = []
-        self._made: dict = {"containers": [], "network": None}
+        self._made: dict = {"containers": [], "network": None, "ports": {}}
         #: whether up() started faultlab's dockerd (it outlives the testbed: see dockerd.left_running)
         self.started_dockerd = False
 
@@ -99,6 +114,12 @@ class DockerTestbed:
         what is written there is written relative to its descriptor, never through a
         link."""
         return safefs.open_dir(self.folder, create=True, mode=0o700, private=True)
+
+    @property
+    def work_folder(self) -> Path:
+        """Folder of this testbed's node work folders (``NODE/``), on the disk:
+        :func:`work_base` ``/<id>``."""
+        return work_base() / self.id
 
     @property
     def key_path(self) -> Path:
@@ -174,14 +195,16 @@ class DockerTestbed:
     def _make_node(self, cli, img: str, mounts: dict, i: int) -> None:
         name, cname = f"n{i}", f"fl{self.id}-n{i}"
         addr = str(self.subnet.network_address + 10 + i)
-        work = self.folder / name
-        work.mkdir(mode=0o700, exist_ok=True)
+        work = self.work_folder / name
+        work.mkdir(mode=0o700, parents=True, exist_ok=True)
         binds = {**mounts, str(work): {"bind": WORK_DIR, "mode": "rw"}}
         api = cli.api
         self._made["containers"].append(cname)
         self._save()
         extra = {"cap_add": ["NET_ADMIN"], "cgroupns": "private"} if self.host_like else {}
-        host_cfg = api.create_host_config(binds=binds, network_mode=self.network, init=False, cap_drop=["MKNOD"], **extra)
+        pids, memory = node_limits(self.n_nodes)
+        host_cfg = api.create_host_config(binds=binds, network_mode=self.network, init=False, cap_drop=["MKNOD", "NET_RAW"],
+                                          pids_limit=pids, mem_limit=memory, memswap_limit=memory, **extra)
         net_cfg = api.create_networking_config({self.network: api.create_endpoint_config(ipv4_address=addr)})
         cid = api.create_container(img, name=cname, hostname=name, host_config=host_cfg, networking_config=net_cfg,
                                    labels={**self._labels(), "faultlab.node": name, "faultlab.work_host": str(work)})["Id"]
@@ -192,7 +215,17 @@ class DockerTestbed:
         node = node_from_container(ct, name=name, work_host=str(work))
         if self.host_like:
             node_cgroups.make_writable(ct, node.init_pid)
+            self._pin_port(ct, node)
         self.nodes.append(node)
+
+    def _pin_port(self, ct, node: DockerNode) -> None:
+        """Pin a host-like node's bridge port to its MAC and address (its root has
+        NET_ADMIN): recorded in the state before it is made, so ``down`` removes it."""
+        port = antispoof.host_port(node.sandbox)
+        self._made["ports"][node.name] = port
+        self._save()
+        mac = ct.attrs["NetworkSettings"]["Networks"][self.network]["MacAddress"]
+        antispoof.apply(antispoof.chain(self.id, node.name), port, mac, node.address)
 
     def _wait_sshd(self, cli, wait_s: float = 60.0) -> None:
         """Wait until each node's sshd listens and record its ed25519 host key."""
@@ -228,7 +261,10 @@ class DockerTestbed:
         cmds = [(*h, "rm", "-f", c) for c in self._made["containers"]]
         if self._made.get("network"):
             cmds.append((*h, "network", "rm", self._made["network"]))
-        cmds += [("rm", "-rf", "--", str(self.folder)), ("rm", "-f", "--", str(self._state_path()))]
+        for name, port in self._made.get("ports", {}).items():
+            cmds += antispoof.teardown_argv(antispoof.chain(self.id, name), port)
+        cmds += [("rm", "-rf", "--", str(self.folder)), ("rm", "-rf", "--", str(self.work_folder)),
+                 ("rm", "-f", "--", str(self._state_path()))]
         return cmds
 
     def down(self) -> list[str]:
@@ -267,6 +303,8 @@ class DockerTestbed:
                 pass
             except docker.errors.APIError as e:
                 errors.append(f"network {net.name}: {e.explanation}")
+        for name, port in self._made.get("ports", {}).items():
+            antispoof.remove(antispoof.chain(self.id, name), port)
         self.nodes = []
         return self._forget(errors)
 
@@ -277,11 +315,12 @@ class DockerTestbed:
         removes any depth without following links (``shutil.rmtree`` recurses and
         fails past Python's recursion limit), and a folder it cannot remove is an error
         line, never a traceback; the state file stays then, so ``recover`` tries again."""
-        if not errors and self.folder.exists():
-            cp = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(self.folder)], stdin=subprocess.DEVNULL,
-                                capture_output=True, text=True, timeout=300)
-            if cp.returncode != 0 or self.folder.exists():
-                errors.append(f"folder {self.folder}: rm exited {cp.returncode}: {' '.join(cp.stderr.split())[:200]}")
+        for folder in (self.work_folder, self.folder):
+            if not errors and folder.exists():
+                cp = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(folder)], stdin=subprocess.DEVNULL,
+                                    capture_output=True, text=True, timeout=300)
+                if cp.returncode != 0 or folder.exists():
+                    errors.append(f"folder {folder}: rm exited {cp.returncode}: {' '.join(cp.stderr.split())[:200]}")
         if not errors:
             self._state_path().unlink(missing_ok=True)
         return errors
@@ -305,7 +344,8 @@ class DockerTestbed:
         tb = cls(n_nodes=max(1, int(state.get("n_nodes", 1))), tb_id=str(state["id"]), host_like=bool(state.get("host_like")))
         if state.get("subnet") not in (None, "None"):
             tb.subnet = ipaddress.ip_network(state["subnet"])
-        tb._made = {"containers": [str(c) for c in state.get("containers", [])], "network": state.get("network")}
+        tb._made = {"containers": [str(c) for c in state.get("containers", [])], "network": state.get("network"),
+                    "ports": dict(state.get("ports") or {})}
         return tb
 
     @classmethod
@@ -317,7 +357,7 @@ class DockerTestbed:
         tb = cls.from_state(st)
         cli = dockerd.client()
         for i in range(tb.n_nodes):
-            tb.nodes.append(node_from_container(cli.containers.get(f"fl{tb.id}-n{i}"), name=f"n{i}", work_host=str(tb.folder / f"n{i}")))
+            tb.nodes.append(node_from_container(cli.containers.get(f"fl{tb.id}-n{i}"), name=f"n{i}", work_host=str(tb.work_folder / f"n{i}")))
         return tb
 
 
@@ -378,10 +418,41 @@ class DockerState(BaseModel):
     n_nodes: int = Field(ge=1, le=64)
     containers: list[str] = Field(default_factory=list, max_length=64)
     network: Optional[str] = None
+    #: node name -> the host side of its veth (host-like nodes: pinned by faultlab.nodes.antispoof)
+    ports: dict[Annotated[str, Field(pattern=r"^n[0-9]{1,2}$")], Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,15}$")]] = \
+        Field(default_factory=dict, max_length=64)
 
 
 def docker_state_dir() -> Path:
     return state_dir() / "docker"
+
+
+def work_base() -> Path:
+    """The folder of the docker testbeds' node work folders: ``$FAULTLAB_NODE_WORK_BASE``,
+    else ``$FAULTLAB_STATE_DIR/node-work`` when the state folder is set, else
+    ``/var/lib/faultlab/testbeds`` (on the disk: /run is a tmpfs of RAM on most hosts and
+    holds root's leases)."""
+    env = os.environ.get(WORK_BASE_ENV) or (os.environ.get("FAULTLAB_STATE_DIR") and
+                                            str(Path(os.environ["FAULTLAB_STATE_DIR"]) / "node-work"))
+    return Path(env or "/var/lib/faultlab/testbeds")
+
+
+def node_limits(n_nodes: int) -> tuple[int, int]:
+    """(most processes, most bytes of memory and swap) of each of ``n_nodes`` docker
+    nodes: NODE_PIDS, and half the host's memory shared by the nodes (at least 1 GiB),
+    or ``$FAULTLAB_NODE_PIDS`` / ``$FAULTLAB_NODE_MEMORY`` (bytes, or ``512m``, ``4g``).
+    Raises BadInput naming the variable when it is not a positive count or size."""
+    pids = os.environ.get(PIDS_ENV, str(NODE_PIDS))
+    if not pids.isdigit() or not 16 <= int(pids) <= 1 << 22:
+        raise BadInput(f"{PIDS_ENV}={pids!r}", field=PIDS_ENV, fix="a count of processes from 16 to 4194304, e.g. 4096")
+    raw = os.environ.get(MEMORY_ENV)
+    if raw is None:
+        return int(pids), max(1 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (2 * max(1, n_nodes)))
+    m = re.fullmatch(r"(\d+)([kmg]?)", raw.strip().lower())
+    memory = int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2)] if m else 0
+    if memory < 64 << 20:
+        raise BadInput(f"{MEMORY_ENV}={raw!r}", field=MEMORY_ENV, fix="bytes of memory a node may use, at least 64m, e.g. 4g")
+    return int(pids), memory
 
 
 def list_docker_testbeds() -> list[dict]:

@@ -4,11 +4,15 @@ Ranks on docker and ssh nodes write their per-step JSONL on their node (see
 ``Node.workload_out``). A ``TelemetryCollector`` thread asks each such node every
 ``interval_s`` for the bytes of its telemetry files past what it already has
 (``Node.telemetry_files`` / ``Node.read_telemetry``) and appends the *complete lines*
-to the same file names in the run's ``telemetry/`` folder. A controller killed with
+to the same file names in the node's own folder ``telemetry/NODE/`` of the run, so
+nothing ties one node's files to another's (faultlab.steprecords keeps a node's
+records of the ranks placed on it only). A controller killed with
 SIGKILL therefore leaves a run directory readable up to its last collection, which
 the run directory's raw-JSONL reader already handles (and the rest stays on the
 node). After the last collection of a run that ends, each node's copy is removed. Only plain file names
-(``[A-Za-z0-9._-]``) are accepted from a node: a node cannot steer where we write.
+(``[A-Za-z0-9._-]``) are accepted from a node: a node cannot steer where we write;
+and of the host samplers' files a node sends only its own name's (``host-NODE.jsonl``):
+another node's name is a counted skip.
 
 What a node holds is written by someone faultlab does not trust (a container's root,
 an ssh node's users): nodes hand back regular files only, never through a link
@@ -19,33 +23,20 @@ So is a file whose next MAX_LINE_BYTES hold no newline, the files of a node past
 first MAX_FILES (one line for them all), and whatever comes once a node has had
 NODE_BUDGET_BYTES copied or the run RUN_BUDGET_BYTES: the disk root writes is bounded,
 whatever a node plants.
-The copies are appended relative to the descriptor of the run's ``telemetry/``
-folder (opened with no link followed), as regular files of mode 0644.
-
-A node's writer speaks for its own node only. Given the run's placement (``ranks``:
-node -> its ranks), a node hands back only its own files, ``steps-rank{R}.jsonl`` of
-its ranks and ``host-NAME.jsonl`` of its name (any other name is a counted skip), and
-a step record is copied only when it is a JSON object of that file's rank on that
-node (``rank`` R, ``node`` NAME): from the first line that is not, the file is a
-counted skip. So no node can add or change another node's steps or host samples,
-whose files the run's labels are made from.
+The copies are appended relative to the descriptor of the node's folder (opened
+with no link followed on any component), as regular files of mode 0644.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from pathlib import Path
 
 from faultlab import safefs
-from faultlab.errors import printable
+from faultlab.telemetry.remote import PREFIX as HOST_PREFIX
 
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
-#: the collected host samples of node NAME: ``host-NAME.jsonl``
-HOST_PREFIX = "host-"
-#: the step records of rank R: ``steps-rankR.jsonl``
-_STEPS = re.compile(r"steps-rank(\d+)\.jsonl")
 #: the largest telemetry file copied back from a node (bytes): a rank's step records
 #: of a day-long run are some hundred MB; a larger file is skipped, never read
 MAX_FILE_BYTES = 1 << 30
@@ -70,16 +61,11 @@ RUN_BUDGET_BYTES = 32 << 30
 class TelemetryCollector:
     """Collect ``run_id`` telemetry of ``nodes`` into ``local_dir``. ``start()``,
     ``stop()`` (a final collection), or ``collect_once()``. Errors of one node (its
-    network cut, its container gone) are counted in ``errors`` and retried next time.
-
-    ``ranks``: node name -> the ranks it runs (the run's placement). Given, each node
-    hands back only its own files and step records (the module's docstring); None
-    (a caller that places no ranks) copies any plain file name unchecked."""
+    network cut, its container gone) are counted in ``errors`` and retried next time."""
 
     def __init__(self, nodes, run_id: str, local_dir: str | Path, interval_s: float = 0.5, *,
-                 node_budget: int = NODE_BUDGET_BYTES, run_budget: int = RUN_BUDGET_BYTES, ranks: dict | None = None):
+                 node_budget: int = NODE_BUDGET_BYTES, run_budget: int = RUN_BUDGET_BYTES):
         self.nodes = [n for n in nodes if n.collects_telemetry]
-        self.ranks = None if ranks is None else {name: {int(r) for r in rs} for name, rs in ranks.items()}
         self.run_id = run_id
         self.local_dir = Path(local_dir)
         self.interval_s = interval_s
@@ -102,10 +88,11 @@ class TelemetryCollector:
         total = 0
         if not self.nodes:
             return total
-        with safefs.open_dir_nofollow(self.local_dir, create=True) as out:
+        with safefs.open_dir_nofollow(self.local_dir, create=True) as top:
             for node in self.nodes:
                 try:
-                    total += self._collect_node(node, out)
+                    with top.subdir(safefs.check_name(node.name), create=True, mode=0o755) as out:
+                        total += self._collect_node(node, out)
                     self.errors.pop(node.name, None)
                 except Exception as e:  # a node that cannot be read now is retried
                     self.errors[node.name] = f"{type(e).__name__}: {e}"
@@ -120,9 +107,8 @@ class TelemetryCollector:
             key = (node.name, name)
             if not _NAME.fullmatch(name) or key in self.skipped:
                 continue
-            if not self._own_file(node.name, name):
-                self.skipped[key] = (f"node {node.name}: {name} is not a telemetry file of this node's (its ranks' steps-rankR.jsonl "
-                                     f"and {HOST_PREFIX}{node.name}.jsonl); not copied")
+            if name.startswith(HOST_PREFIX) and name != f"{HOST_PREFIX}{node.name}.jsonl":
+                self.skipped[key] = f"node {node.name}: {name} names another node's host samples; not copied"
                 continue
             off = self.offsets.get(key, 0)
             try:
@@ -135,10 +121,6 @@ class TelemetryCollector:
                 continue
             left = max(0, min(self.node_budget - self.copied.get(node.name, 0), self.run_budget - self.copied_total))
             cut = data.rfind(b"\n", 0, left) + 1
-            forged = self._first_foreign_record(node.name, name, data[:cut])
-            if forged is not None:
-                cut, why = forged
-                self.skipped[key] = f"node {node.name}: {name} byte {off + cut}: {why}; copied up to there"
             if cut:
                 out.append(name, data[:cut], 0o644)
                 self.offsets[key] = off + cut
@@ -151,35 +133,6 @@ class TelemetryCollector:
                                      f"({self.node_budget} bytes a node, {self.run_budget} a run) is spent; nothing more of the node is copied")
                 break
         return total
-
-    def _own_file(self, node: str, name: str) -> bool:
-        """Whether ``name`` is a file node ``node`` may hand back (always, without a
-        placement)."""
-        if self.ranks is None:
-            return True
-        return name == f"{HOST_PREFIX}{node}.jsonl" or name in {f"steps-rank{r}.jsonl" for r in self.ranks.get(node, ())}
-
-    def _first_foreign_record(self, node: str, name: str, lines: bytes) -> tuple[int, str] | None:
-        """(offset in ``lines``, why) of the first of the complete ``lines`` of a step
-        file that is not a JSON object of its rank on ``node`` (``rank`` the file's R,
-        ``node`` the node's name); None when all are (or there is no placement, or it
-        is no step file)."""
-        m = _STEPS.fullmatch(name)
-        if self.ranks is None or m is None:
-            return None
-        rank, pos = int(m.group(1)), 0
-        while pos < len(lines):
-            end = lines.index(b"\n", pos) + 1  # complete lines only: each ends in a newline
-            line = lines[pos:end]
-            try:
-                rec = json.loads(line)
-            except (ValueError, RecursionError):
-                return pos, "a line that is not a JSON step record"
-            if not isinstance(rec, dict) or type(rec.get("rank")) is not int or rec["rank"] != rank or rec.get("node") != node:
-                got = (rec.get("rank"), rec.get("node")) if isinstance(rec, dict) else type(rec).__name__
-                return pos, f"a record not of rank {rank} on {node} (rank, node: {printable(got, 80)})"
-            pos = end
-        return None
 
     def _first_files(self, node: str, names: list[str]) -> list[str]:
         """The first MAX_FILES of ``names``, those already being copied first; the

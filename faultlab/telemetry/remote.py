@@ -27,10 +27,11 @@ from pathlib import Path
 import pandas as pd
 
 from faultlab.nodes.base import LEASE_ON_NODE
-from faultlab.telemetry import collect, tcpstats
+from faultlab.telemetry import tcpstats
 
-#: the collected file of node NAME: ``host-NAME.jsonl`` (in the run's telemetry folder)
-PREFIX = collect.HOST_PREFIX
+#: the collected file of node NAME: ``host-NAME.jsonl`` (in the node's folder of the
+#: run's telemetry folder, ``telemetry/NAME/``)
+PREFIX = "host-"
 
 
 def _source() -> str:
@@ -160,11 +161,11 @@ def _run_delay_gained(before: dict, now: dict) -> int:
 
 def host_rows(telemetry_dir: Path, nodes: list[str], peers: dict[str, str], run_id: str | None = None) -> pd.DataFrame:
     """Host rows of the collected samples of ``nodes`` in ``telemetry_dir``
-    (``host-NODE.jsonl``), as HostSampler.frame() shapes them (``run_id`` column when
+    (``NODE/host-NODE.jsonl``: each node's own folder), as HostSampler.frame() shapes them (``run_id`` column when
     given)."""
     rows = []
     for name in nodes:
-        rows += rows_of(name, read_samples(Path(telemetry_dir) / f"{PREFIX}{name}.jsonl"), peers)
+        rows += rows_of(name, read_samples(Path(telemetry_dir) / name / f"{PREFIX}{name}.jsonl"), peers)
     df = pd.DataFrame(rows, columns=["node", "ts", "metric", "value"])
     df["ts"] = df["ts"].astype("float64")
     df["value"] = df["value"].astype("float64")

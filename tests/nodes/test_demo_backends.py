@@ -29,7 +29,7 @@ def test_demo_on_docker_and_ssh_nodes_labels_both_faults(dockerd, tmp_path, back
     # the ranks wrote telemetry on their nodes; the collector brought all of it back
     steps = pd.read_parquet(out / "steps.parquet")
     assert steps["rank"].nunique() == 4 and steps.groupby("rank").size().nunique() == 1
-    assert sorted(p.name for p in (out / "telemetry").glob("steps-rank*.jsonl")) == [f"steps-rank{i}.jsonl" for i in range(4)]
+    assert sorted(p.name for p in (out / "telemetry").glob("*/steps-rank*.jsonl")) == [f"steps-rank{i}.jsonl" for i in range(4)]
     # the host sampler ran on each node (docker: /proc of the ranks' host PIDs and ss in
     # their namespace; ssh: faultlab.telemetry.nodesampler on the node, collected back)
     host = pd.read_parquet(out / "host.parquet")
@@ -49,4 +49,4 @@ def test_demo_on_docker_and_ssh_nodes_labels_both_faults(dockerd, tmp_path, back
         peers = {m.split(":", 1)[1] for m in per.size().index if m.startswith("tcp_rtt_ms:")}
         assert set(nodes) - {node} <= peers, (node, peers)
     if backend == "ssh":
-        assert sorted(p.name for p in (out / "telemetry").glob("host-*.jsonl")) == [f"host-{n}.jsonl" for n in nodes]
+        assert sorted(p.name for p in (out / "telemetry").glob("*/host-*.jsonl")) == [f"host-{n}.jsonl" for n in nodes]

@@ -56,7 +56,7 @@ def test_a_containers_symlinked_run_folder_is_never_followed(stb, tmp_path, no_r
     out = tmp_path / "telemetry"
     c = TelemetryCollector([node], run_id, out)
     c.collect_once()
-    assert not (out / "rank0.jsonl").exists()
+    assert not (out / node.name / "rank0.jsonl").exists()
     err = c.errors[node.name]
     assert "\n" not in err and f"{node.work_host}/{run_id}" in err and "symlink" in err, err
     c.stop()
@@ -81,10 +81,10 @@ def test_a_containers_telemetry_is_copied_regular_files_only_and_bounded(stb, tm
     c = TelemetryCollector([node], run_id, out)
     c.collect_once()
     c.stop()
-    assert sorted(os.listdir(out)) == ["rank0.jsonl"]
-    st = os.lstat(out / "rank0.jsonl")
+    assert sorted(os.listdir(out / node.name)) == ["rank0.jsonl"]
+    st = os.lstat(out / node.name / "rank0.jsonl")
     assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o644
-    assert (out / "rank0.jsonl").read_bytes() == b'{"step": 1}\n'
+    assert (out / node.name / "rank0.jsonl").read_bytes() == b'{"step": 1}\n'
     why = c.skipped[(node.name, "big.jsonl")]
     assert "\n" not in why and "big.jsonl" in why and str(collect.MAX_FILE_BYTES) in why, why
     assert not os.path.lexists(f"{node.work_host}/{run_id}")
@@ -107,44 +107,8 @@ def test_ssh_telemetry_is_read_bounded(stb, tmp_path, no_residue):
         c.stop()
     finally:
         node.close()
-    assert sorted(os.listdir(out)) == ["rank0.jsonl"]
-    assert (out / "rank0.jsonl").read_bytes() == b'{"step": 2}\n'
+    assert sorted(os.listdir(out / node.name)) == ["rank0.jsonl"]
+    assert (out / node.name / "rank0.jsonl").read_bytes() == b'{"step": 2}\n'
     why = c.skipped[(node.name, "big.jsonl")]
     assert "\n" not in why and "big.jsonl" in why and str(collect.MAX_FILE_BYTES) in why, why
 
-
-def _rec(rank: int, node: str, step: int) -> str:
-    return '{"rank": %d, "node": "%s", "step": %d}\n' % (rank, node, step)
-
-
-@pytest.mark.parametrize("backend", ["docker", "ssh"])
-def test_a_node_hands_back_only_its_own_ranks_telemetry(stb, tmp_path, no_residue, backend):
-    """The node's root writes telemetry for a rank of another node (steps-rank1.jsonl),
-    the host samples of another node (host-n9.jsonl), and in its own rank's file a
-    record of rank 1 and one of its rank on another node: given the run's placement
-    (this node runs rank 0), the collector copies its rank 0's records up to the first
-    forged one and nothing else; each refused file is one counted skip naming it. On
-    main the forged files were appended to the run's telemetry as another node's."""
-    node = stb.inner.nodes[0] if backend == "docker" else stb.nodes[0]
-    name = node.name
-    run_id = f"forged-{os.urandom(3).hex()}"
-    d = f"{WORK_DIR}/{run_id}"
-    own = _rec(0, name, 1) + _rec(0, name, 2)
-    forged = _rec(1, name, 3) + _rec(0, "n9", 4) + _rec(0, name, 5)
-    in_container(stb, "sh", "-c", 'mkdir -p "$1" && printf %s "$2" > "$1/steps-rank0.jsonl" && printf %s "$3" > "$1/steps-rank1.jsonl" '
-                 '&& printf %s "$3" > "$1/host-n9.jsonl" && printf %s "$3" > "$1/host-$4.jsonl"', "sh", d, own + forged, _rec(1, "n9", 1), name)
-    out = tmp_path / "telemetry"
-    c = TelemetryCollector([node], run_id, out, ranks={name: [0]})
-    try:
-        c.collect_once()
-        c.stop()
-    finally:
-        if backend == "ssh":
-            node.close()
-    assert sorted(os.listdir(out)) == ["host-%s.jsonl" % name, "steps-rank0.jsonl"]
-    assert (out / "steps-rank0.jsonl").read_text() == own
-    for f in ("steps-rank1.jsonl", "host-n9.jsonl"):
-        why = c.skipped[(name, f)]
-        assert "\n" not in why and f in why and "not a telemetry file of this node" in why, why
-    why = c.skipped[(name, "steps-rank0.jsonl")]
-    assert f"byte {len(own)}" in why and "not of rank 0" in why, why

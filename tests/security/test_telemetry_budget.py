@@ -103,7 +103,7 @@ def test_a_line_with_no_end_is_skipped_once_and_never_read_again(stb, tmp_path, 
     assert reads.count("long.jsonl") == 1
     why = c.skipped[(node.name, "long.jsonl")]
     assert "\n" not in why and "long.jsonl" in why and str(collect.MAX_LINE_BYTES) in why, why
-    assert sorted(os.listdir(out)) == ["steps-0.jsonl"]
+    assert sorted(os.listdir(out / node.name)) == ["steps-0.jsonl"]
 
 
 def test_files_past_the_cap_are_not_copied(stb, tmp_path, no_residue):
@@ -118,7 +118,7 @@ def test_files_past_the_cap_are_not_copied(stb, tmp_path, no_residue):
     c.collect_once()
     c.collect_once()
     c.stop()
-    assert len(os.listdir(out)) == collect.MAX_FILES
+    assert len(os.listdir(out / node.name)) == collect.MAX_FILES
     (why,) = c.skipped.values()
     assert "\n" not in why and f"more than {collect.MAX_FILES} telemetry files" in why, why
 
