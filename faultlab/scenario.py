@@ -127,8 +127,8 @@ class NodeGroup(_Strict):
 
 
 def peer_group_of(labels: dict[str, str]) -> str | None:
-    """The declared peer group that node labels name: ``k=v,...`` sorted by key
-    (``{gpu: v100, role: learner}`` -> ``gpu=v100,role=learner``), or None for none."""
+    """The declared peer group node labels name (``{gpu: v100, role: learner}`` ->
+    ``gpu=v100,role=learner``, sorted by key), or None for no labels."""
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or None
 
 
@@ -144,11 +144,10 @@ class Testbed(_Strict):
     node_groups: list[NodeGroup] = []
 
     def rank_args(self, node_labels: list[dict[str, str]] | None = None) -> dict[int, list[str]]:
-        """``{rank: argv}`` of the ranks that differ (one rank per node: rank i runs on
-        node i): in a node group, ``--compute-repeat`` and, with labels,
-        ``--peer-group``; a rank in no labeled node group takes its declared peer
-        group from ``node_labels[i]`` (an inventory node's labels, see
-        :func:`faultlab.nodes.inventory.ssh_nodes`) when it has any."""
+        """``{rank: argv}`` of the ranks that differ (rank i runs on node i): in a node
+        group, ``--compute-repeat`` and, with labels, ``--peer-group``; a rank in no
+        labeled node group takes its ``--peer-group`` from ``node_labels[i]`` (an
+        inventory node's, :func:`faultlab.nodes.inventory.ssh_nodes`) if any."""
         out: dict[int, list[str]] = {}
         labeled = set()
         for g in self.node_groups:
