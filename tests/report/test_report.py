@@ -129,7 +129,7 @@ def test_dataset_folder_gets_a_thumbnail_per_run_and_its_card(tmp_path):
     runs = [make_run(tmp_path / f"r{i}", ranks=2, duration_s=30, seed=i) for i in range(2)]
     ds = build(collect_runs(runs, []), "ds", tmp_path / "out", test_fraction=0.5)
     (ds / "README.md").write_text("---\nlicense: cc-by-4.0\n---\n# A test dataset\nTwo synthetic runs.\n")
-    html = write_report(ds).read_text()
+    html = write_report(ds, tmp_path / "ds.html").read_text()
     assert html.count('class="plot thumb"') == 2 and "A test dataset" in html and "license: cc-by-4.0" not in html
 
 
