@@ -19,7 +19,7 @@ from faultlab.datasets.build import build, collect_runs, draw_split
 from faultlab.datasets.layout import Dataset
 from faultlab.datasets.synthetic import make_run
 from faultlab.errors import BadInput
-from tests.helpers import EXAMPLE_CAMPAIGN, PUBLIC, PUBLIC_COLLECTIONS, PUBLIC_HINT, REPO, fl, one_line_error
+from tests.helpers import EXAMPLE_CAMPAIGN, PUBLIC, PUBLIC_BUILD, PUBLIC_COLLECTIONS, PUBLIC_HINT, REPO, fl, one_line_error
 
 #: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout (README)
 
@@ -280,6 +280,15 @@ def test_public_collections_are_built_never_committed():
     assert subprocess.run([*git, "ls-files", "--", "datasets/public-*"], capture_output=True, text=True, check=True).stdout == ""
     for name in PUBLIC_COLLECTIONS:
         assert subprocess.run([*git, "check-ignore", "-q", f"datasets/{name}/README.md"]).returncode == 0, name
+
+
+def test_public_build_refuses_a_source_without_the_traces(tmp_path):
+    """examples/public/build.sh given a folder without a trace's folder: one line naming
+    it and where to get the traces, exit 2, nothing built."""
+    (tmp_path / "src" / "straggler-trace-ST").mkdir(parents=True)
+    p = subprocess.run(["bash", PUBLIC_BUILD, tmp_path / "src", tmp_path / "out"], capture_output=True, text=True, timeout=60)
+    one_line_error(p, "alibaba-pai-minibatch", "docs/importing.md")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("name", PUBLIC_COLLECTIONS)
