@@ -36,12 +36,26 @@ PUBLIC = Path(os.environ.get("FAULTLAB_PUBLIC_DATA") or REPO.parent / "shared" /
 PUBLIC_DOC = "docs/importing.md"
 #: what a test skipped for want of the public traces tells the reader to do
 PUBLIC_HINT = f"set FAULTLAB_PUBLIC_DATA to the folder of the public traces ({PUBLIC_DOC})"
+#: the public collections examples/public/build.sh builds from the public traces, and
+#: the source folders it reads (the repository commits none of them: docs/datasets.md)
+PUBLIC_COLLECTIONS = ("public-st", "public-pai", "public-perseus-a")
+PUBLIC_SOURCES = ("straggler-trace-ST", "alibaba-pai-minibatch", "perseus-cluster_A")
+PUBLIC_BUILD = EXAMPLES / "public" / "build.sh"
+#: every published dataset by name: the testbed's (committed in datasets/) and the public collections (built)
+PUBLISHED = sorted(p.name for p in (REPO / "datasets").glob("faultlab-*") if (p / "splits.json").is_file()) + list(PUBLIC_COLLECTIONS)
 #: an example campaign
 EXAMPLE_CAMPAIGN = EXAMPLES / "software-stragglers.yaml"
 #: whether this session runs as root (namespaces, qdiscs, cgroups, other users)
 ROOT = os.geteuid() == 0
 #: a qdisc line of a faultlab fault (handles fXXX:/eXXX:, see faultlab.injectors.nic)
 FAULT_QDISC = re.compile(r"qdisc \w+ [ef][0-9a-f]{3}: ")
+
+
+def public_sources_present() -> bool:
+    """The public traces examples/public/build.sh reads are all there."""
+    return all((PUBLIC / d).is_dir() for d in PUBLIC_SOURCES)
+
+
 needs_root = pytest.mark.skipif(not ROOT, reason="needs root (namespaces, qdiscs, cgroups)")
 
 

@@ -5,7 +5,9 @@ Where: the folders of ``$FAULTLAB_DATASETS`` (``os.pathsep``-separated) when it 
 otherwise the installed package's data (the import package ``faultlab.published``,
 which is the checkout's ``datasets/`` folder: the published datasets ship inside the
 faultlab wheel as package data), then ``./datasets``. The first folder holding
-``NAME/splits.json`` wins.
+``NAME/splits.json`` wins. The public collections a user builds
+(``examples/public/build.sh``) are found the same way, in the checkout's ``datasets/``
+or a folder of ``$FAULTLAB_DATASETS``; the wheel never holds them (docs/datasets.md).
 
 Package data, not a separate ``faultlab-datasets`` wheel: one ``pip install faultlab``
 gives the scorer and the data it scores on, at the versions that belong together

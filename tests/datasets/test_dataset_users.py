@@ -24,11 +24,7 @@ from faultlab.datasets.layout import TABLES, Dataset
 from faultlab.datasets.public import PROVENANCE
 from faultlab.rundata import effect_labels
 from faultlab.telemetry.hostsampler import HOST_METRICS
-from tests.helpers import REPO, fl
-
-#: every published dataset: the testbed's (faultlab-*) and the public collections (public-*)
-PUBLISHED = sorted(p for pat in ("faultlab-*", "public-*") for p in (REPO / "datasets").glob(pat) if (p / "splits.json").is_file())
-
+from tests.helpers import PUBLIC_COLLECTIONS, PUBLISHED, REPO, fl
 
 def read(ds: Path, table: str) -> pd.DataFrame:
     return pd.concat([pq.read_table(p).to_pandas() for p in sorted((ds / "data" / table).glob("run=*/part-0.parquet"))],
@@ -64,9 +60,8 @@ def test_step_labels_follow_the_label_intervals(ds):
     assert read(ds, "step_labels").is_straggler.any()  # each synthetic run has a straggler
 
 
-@pytest.mark.parametrize("ds", PUBLISHED, ids=[p.name for p in PUBLISHED])
-def test_published_step_labels_follow_the_label_intervals(ds):
-    check_step_labels(ds)
+def test_published_step_labels_follow_the_label_intervals(published):
+    check_step_labels(published)
 
 
 # -- the card ---------------------------------------------------------------------------
@@ -109,9 +104,8 @@ def test_card_for_dataset_users(ds):
     assert size_category(999) == "n<1K" and size_category(60_192) == "10K<n<100K" and size_category(10**6) == "1M<n<10M"
 
 
-@pytest.mark.parametrize("ds", PUBLISHED, ids=[p.name for p in PUBLISHED])
-def test_published_card_for_dataset_users(ds):
-    check_card(ds)
+def test_published_card_for_dataset_users(published):
+    check_card(published)
 
 
 # -- Croissant and the datasets library --------------------------------------------------
@@ -154,9 +148,8 @@ def test_croissant_generates_every_record_set(ds):
     check_croissant(ds)
 
 
-@pytest.mark.parametrize("ds", PUBLISHED, ids=[p.name for p in PUBLISHED])
-def test_published_croissant_generates_every_record_set(ds):
-    check_croissant(ds)
+def test_published_croissant_generates_every_record_set(published):
+    check_croissant(published)
 
 
 def hf_datasets_installed() -> bool:
@@ -167,10 +160,10 @@ def hf_datasets_installed() -> bool:
 
 
 @pytest.mark.skipif(not hf_datasets_installed(), reason="the Hugging Face `datasets` package is not installed (pip install datasets)")
-@pytest.mark.parametrize("ds", PUBLISHED, ids=[p.name for p in PUBLISHED])
-def test_datasets_library_loads_every_config(ds):
+def test_datasets_library_loads_every_config(published):
     from datasets import load_dataset
 
+    ds = published
     split = Dataset(ds).splits
     import huggingface_hub as hf
 
@@ -249,7 +242,7 @@ def test_published_datasets_are_package_data():
 
     assert package_dir() is not None and package_dir().resolve() == (REPO / "datasets").resolve()
     names = {d["name"] for d in list_datasets()}
-    assert {p.name for p in PUBLISHED} <= names
+    assert {n for n in PUBLISHED if n not in PUBLIC_COLLECTIONS} <= names
 
 
 # -- no build machine's path ----------------------------------------------------------------
@@ -258,18 +251,28 @@ def test_published_datasets_are_package_data():
 ABS_PATH = re.compile(r"(?<![\w./-])/(?:work|home|root|tmp|Users|mnt|srv|opt)/")
 
 
-def published_files() -> list[Path]:
-    return sorted(f for f in (REPO / "datasets").rglob("*") if f.is_file() and "__pycache__" not in f.parts)
-
-
-def test_no_published_file_holds_an_absolute_path():
+def absolute_paths(root: Path) -> list[str]:
+    """Every absolute path of a build machine in the files under ``root`` (a Parquet
+    file's string columns, any other file as text), as ``FILE: MATCH...``."""
     hits = []
-    for f in published_files():
+    for f in sorted(f for f in root.rglob("*") if f.is_file() and "__pycache__" not in f.parts):
         if f.suffix == ".parquet":
             t = pq.read_table(f)
             texts = [v for c in t.column_names if str(t.schema.field(c).type) == "string" for v in t.column(c).to_pylist() if v]
         else:
             texts = [f.read_text(errors="replace")]
-        hits += [f"{f.relative_to(REPO)}: {m.group(0)}..." for x in texts for m in ABS_PATH.finditer(x)]
+        hits += [f"{f.relative_to(root)}: {m.group(0)}..." for x in texts for m in ABS_PATH.finditer(x)]
+    return hits
+
+
+def test_no_published_file_holds_an_absolute_path():
+    hits = absolute_paths(REPO / "datasets")
     assert not hits, hits[:10]
     assert ABS_PATH.search('"source": "/work/lead/datasets/x"') and not ABS_PATH.search("dir: /var/tmp/faultlab-data")
+
+
+def test_no_built_public_collection_holds_an_absolute_path(public_datasets):
+    """Built from the traces' absolute path into a temporary folder, no file of a public
+    collection names either."""
+    hits = absolute_paths(public_datasets)
+    assert not hits, hits[:10]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,7 @@ from faultlab.datasets.build import build, collect_runs, draw_split
 from faultlab.datasets.layout import Dataset
 from faultlab.datasets.synthetic import make_run
 from faultlab.errors import BadInput
-from tests.helpers import EXAMPLE_CAMPAIGN, PUBLIC, PUBLIC_HINT, REPO, fl, one_line_error
+from tests.helpers import EXAMPLE_CAMPAIGN, PUBLIC, PUBLIC_BUILD, PUBLIC_COLLECTIONS, PUBLIC_HINT, REPO, fl, one_line_error
 
 #: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout (README)
 
@@ -271,15 +272,31 @@ def test_import_pai_jobs_to_dataset_form(tmp_path):
     assert (tmp_path / "pai" / "upstream" / "LICENSE").read_bytes() == (src / "LICENSE").read_bytes()
 
 
-PUBLIC_PUBLISHED = sorted((REPO / "datasets").glob("public-*"))
+@pytest.mark.skipif(not (REPO / ".git").exists(), reason="not a git checkout")
+def test_public_collections_are_built_never_committed():
+    """The source's terms for this project: its data is not copied into the repository.
+    No public collection is tracked, and one a developer builds into datasets/ is ignored."""
+    git = ["git", "-C", str(REPO)]
+    assert subprocess.run([*git, "ls-files", "--", "datasets/public-*"], capture_output=True, text=True, check=True).stdout == ""
+    for name in PUBLIC_COLLECTIONS:
+        assert subprocess.run([*git, "check-ignore", "-q", f"datasets/{name}/README.md"]).returncode == 0, name
 
 
-@pytest.mark.parametrize("ds", PUBLIC_PUBLISHED, ids=[p.name for p in PUBLIC_PUBLISHED])
-def test_published_public_collection_verifies_and_names_its_source(ds):
+def test_public_build_refuses_a_source_without_the_traces(tmp_path):
+    """examples/public/build.sh given a folder without a trace's folder: one line naming
+    it and where to get the traces, exit 2, nothing built."""
+    (tmp_path / "src" / "straggler-trace-ST").mkdir(parents=True)
+    p = subprocess.run(["bash", PUBLIC_BUILD, tmp_path / "src", tmp_path / "out"], capture_output=True, text=True, timeout=60)
+    one_line_error(p, "alibaba-pai-minibatch", "docs/importing.md")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", PUBLIC_COLLECTIONS)
+def test_built_public_collection_verifies_and_names_its_source(public_datasets, name):
     from faultlab.datasets.public import PROVENANCE
 
+    ds = public_datasets / name
     assert fl("dataset", "verify", ds).returncode == 0
-    assert sum(f.stat().st_size for f in ds.rglob("*") if f.is_file()) <= 10e6  # small enough to ship in the wheel
     fmt = json.loads((ds / "build.json").read_text())["import"]
     prov, card = PROVENANCE[fmt], (ds / "README.md").read_text()
     assert yaml.safe_load(card.split("---")[1])["license"] == prov["license"]
