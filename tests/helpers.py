@@ -162,6 +162,10 @@ def residue() -> dict[str, set]:
     out["links"] = {p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith("fl")}
     cp = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True)
     out["qdiscs"] = {l for l in cp.stdout.splitlines() if FAULT_QDISC.search(l) or "ingress" in l}
+    # bridge anti-spoofing chains of host-like docker nodes (faultlab/nodes/antispoof.py)
+    eb = shutil.which("ebtables")
+    cp = subprocess.run([eb, "-L"], capture_output=True, text=True) if eb and ROOT else None
+    out["ebtables"] = {l.split()[2].rstrip(",") for l in cp.stdout.splitlines() if l.startswith("Bridge chain: fl")} if cp else set()
     out["cgroups"] = {str(p) for p in Path("/sys/fs/cgroup").glob("**/faultlab-*")}
     lease_dir = Path(os.environ["FAULTLAB_LEASE_DIR"])
     out["leases"] = {p.name for p in lease_dir.glob("*")} if lease_dir.exists() else set()
