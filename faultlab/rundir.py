@@ -218,9 +218,12 @@ class RunDir:
         p = self.table_path(name)
         if name == "steps" and steptable.steps_source(self.path) is not None:
             return steptable.read_table(steptable.steps_source(self.path))
-        if p.exists():
+        if p.exists() or p.is_symlink():
             try:
-                return pq.read_table(p).to_pandas()
+                with safefs.open_below(self.path, p.name) as f:  # a regular file, no link followed
+                    return pq.read_table(f).to_pandas()
+            except safefs.UntrustedPath as e:
+                raise BadInput(e.reason, field=p.name, fix=e.fix) from None
             except (pa.ArrowException, OSError, ValueError) as e:
                 raise unreadable(p, e) from None
         if name == "steps":

@@ -399,12 +399,13 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
         note: a new paragraph for the card's collection section (default: keep it).
 
     Returns: the dataset folder.
-    Raises: BadInput for a folder that is no dataset, a run's table that is missing
-    or unreadable, or what the labeler raises for a bad table.
+    Raises: BadInput for a folder that is no dataset, one whose files differ from its
+    ``MANIFEST.sha256``, a run's table that is missing or unreadable, or what the labeler raises for a bad table.
     """
 
 
     ds = Dataset(dataset)
+    manifest.require_intact(ds.path, override="")  # rebuilt in place: only from the files the build wrote
     st = build_settings(ds.path)
     if st["import"]:
         raise BadInput(f"{ds.path} was imported from a public trace ({st['import']}): its labels are that importer's, not this labeler's",

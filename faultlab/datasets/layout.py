@@ -164,12 +164,23 @@ def _build_ok(d) -> bool:
             and _number(d.get("test_fraction", 0.3)) and _integer(d.get("seed", 0)) and isinstance(d.get("import") or "", str))
 
 
+def _check_run_ids(path: Path, ids: list[str]) -> None:
+    """Raise BadInput naming ``path`` and the first run id that is not a plain name
+    (:func:`faultlab.safefs.is_plain_name`): run ids are joined to table paths."""
+    bad = next((r for r in ids if not safefs.is_plain_name(r)), None)
+    if bad is not None:
+        raise BadInput(f"{path}: run id {bad[:80]!r} is not a plain name (one path component of [A-Za-z0-9._-], not . or ..)",
+                       field=path.name, fix=FIX)
+
+
 def read_splits(path: Path) -> dict:
     """``splits.json`` of the dataset folder ``path``: an object with lists of run ids
-    ``train`` and ``test``, an integer ``seed`` (or null) and a number
-    ``test_fraction``. Raises BadInput naming the file otherwise."""
-    return _read_json(Path(path) / "splits.json", _splits_ok,
-                      "an object with lists of run ids 'train' and 'test', an integer 'seed' and a number 'test_fraction'")
+    ``train`` and ``test`` (each a plain name), an integer ``seed`` (or null) and a
+    number ``test_fraction``. Raises BadInput naming the file otherwise."""
+    p = Path(path) / "splits.json"
+    d = _read_json(p, _splits_ok, "an object with lists of run ids 'train' and 'test', an integer 'seed' and a number 'test_fraction'")
+    _check_run_ids(p, d["train"] + d["test"])
+    return d
 
 
 def read_runs(path: Path) -> list[dict]:
@@ -177,8 +188,11 @@ def read_runs(path: Path) -> list[dict]:
     string ``run_id`` and, where present, a list of strings ``fault_types``, an object
     of counts ``labels_by_source`` and a number ``duration_s``. Raises BadInput naming
     the file otherwise."""
-    return _read_json(Path(path) / "runs.json", lambda d: isinstance(d, list) and all(map(_run_ok, d)),
-                      "a list of run objects (run_id, fault_types, labels_by_source, duration_s)")
+    p = Path(path) / "runs.json"
+    d = _read_json(p, lambda d: isinstance(d, list) and all(map(_run_ok, d)),
+                   "a list of run objects (run_id, fault_types, labels_by_source, duration_s)")
+    _check_run_ids(p, [r["run_id"] for r in d])
+    return d
 
 
 def read_build(path: Path) -> dict:
@@ -196,6 +210,23 @@ def read_croissant(path: Path) -> dict:
     otherwise."""
     return _read_json(Path(path) / "croissant.json", lambda d: isinstance(d, dict) and isinstance(d.get("description", ""), str),
                       "an object with a string 'description'")
+
+
+#: the most rows, and decoded bytes, a dataset's part file may state in its footer (a
+#: run's table is well under both): a file that states more (a Parquet bomb: a few MB
+#: of run-length-encoded values that decode to GBs) is refused before it is decoded
+MAX_PART_ROWS = 1 << 25
+MAX_PART_BYTES = 1 << 31
+
+
+def _check_footer(p: Path, rel: str, md: pq.FileMetaData) -> None:
+    """Raise BadInput naming the part file ``p`` when its footer states more than
+    :data:`MAX_PART_ROWS` rows, or more than :data:`MAX_PART_BYTES` decoded bytes
+    (the larger of its uncompressed size and 8 bytes a value)."""
+    size = max(sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)), md.num_rows * md.num_columns * 8)
+    if md.num_rows > MAX_PART_ROWS or size > MAX_PART_BYTES:
+        raise BadInput(f"{p} states {md.num_rows} rows, about {size} bytes decoded: more than a dataset's part file holds "
+                       f"(at most {MAX_PART_ROWS} rows and {MAX_PART_BYTES} bytes)", field=rel, fix=FIX)
 
 
 class Dataset:
@@ -240,20 +271,29 @@ class Dataset:
 
     def read_run(self, run_id: str):
         """The :class:`faultlab.rundata.RunData` of one run. Raises BadInput naming
-        the file that is missing or cannot be read."""
+        the file that is missing, cannot be read, or is a link or no regular file,
+        or the run id when it is not a plain name."""
+        if not safefs.is_plain_name(run_id):
+            raise BadInput(f"{self.path}: run id {str(run_id)[:80]!r} is not a plain name (one path component of [A-Za-z0-9._-])",
+                           field="run_id", fix=FIX)
         frames = {}
         for t in RUN_TABLES:
             p = part_path(self.path, t, run_id)
-            if not p.is_file():
+            rel = str(p.relative_to(self.path))
+            try:
+                # no link followed below the dataset folder, a regular file only
+                with safefs.open_below(self.path, rel) as raw, pq.ParquetFile(raw) as f:
+                    _check_footer(p, rel, f.metadata)
+                    frames[t] = f.read().to_pandas()
+            except FileNotFoundError:
                 if t == "host":
                     frames[t] = schema.empty(t)
                     continue
-                raise BadInput(f"{p} is missing", field=str(p.relative_to(self.path)), fix="faultlab dataset verify names every changed file")
-            try:
-                with pq.ParquetFile(p) as f:  # one file: no dataset discovery (pq.read_table's)
-                    frames[t] = f.read().to_pandas()
+                raise BadInput(f"{p} is missing", field=rel, fix="faultlab dataset verify names every changed file") from None
+            except safefs.UntrustedPath as e:
+                raise BadInput(e.reason, field=rel, fix=e.fix) from None
             except (pa.ArrowException, OSError, ValueError) as e:
-                raise BadInput(f"{p} could not be read as Parquet ({e})", field=str(p.relative_to(self.path))) from None
+                raise BadInput(f"{p} could not be read as Parquet ({e})", field=rel) from None
         meta = next((r for r in self.runs_info() if str(r.get("run_id")) == run_id), {})
         return RunData(run_id, frames["steps"], frames["host"], frames["labels"], frames["injections"], meta)
 
