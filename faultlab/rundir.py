@@ -274,7 +274,8 @@ class RunDir:
         rows = []
         for p in sorted(self.telemetry_dir().glob("steps-*.jsonl")):
             try:
-                text = p.read_text()
+                with safefs.open_below(self.path, f"telemetry/{p.name}") as f:  # a regular file, no link followed
+                    text = f.read().decode()
             except (OSError, UnicodeDecodeError) as e:
                 raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field=field) from None
             for i, line in enumerate(text.splitlines(), 1):

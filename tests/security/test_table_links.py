@@ -173,3 +173,22 @@ def test_manifest_refuses_hashing_a_huge_sparse_file(tmp_path):
     cp = fl("dataset", "verify", ds, timeout=60)
     assert cp.returncode == 2 and "padding.bin" in cp.stderr and "bytes" in cp.stderr, cp.stderr
     assert len(cp.stderr.strip().splitlines()) == 1
+
+
+def test_run_folder_raw_step_records_link_is_refused(user_dir, tmp_path):
+    """With no steps table, the raw step records are read: a link among them to a
+    root-only file is refused in one line naming it."""
+    run = user_dir / "run"
+    shutil.move(make_run(tmp_path / "run", ranks=2, duration_s=5, label=False), run)
+    (run / "steps.parquet").unlink()
+    secret = tmp_path / "secret-steps.jsonl"
+    secret.write_text(json.dumps({"marker": MARKER}) + "\n")
+    os.chmod(secret, 0o600)
+    (run / "telemetry").mkdir(exist_ok=True)
+    give(run)
+    as_nobody(f"ln -s {secret} {run}/telemetry/steps-0.jsonl")
+    cp = fl("export", run)
+    assert cp.returncode != 0, cp.stdout
+    err = cp.stderr.strip().splitlines()
+    assert len(err) == 1 and "steps-0.jsonl" in err[0] and "symlink" in err[0], cp.stderr
+    assert not (run / "trace.json").exists() and marker_in(run) == []
