@@ -220,9 +220,12 @@ class RunDir:
         p = self.table_path(name)
         if name == "steps" and steptable.steps_source(self.path) is not None:
             return steptable.read_table(steptable.steps_source(self.path))
-        if p.exists():
+        if p.exists() or p.is_symlink():
             try:
-                return pq.read_table(p).to_pandas()
+                with safefs.open_below(self.path, p.name) as f:  # a regular file, no link followed
+                    return pq.read_table(f).to_pandas()
+            except safefs.UntrustedPath as e:
+                raise BadInput(e.reason, field=p.name, fix=e.fix) from None
             except (pa.ArrowException, OSError, ValueError) as e:
                 raise unreadable(p, e) from None
         if name == "steps":
@@ -271,12 +274,12 @@ class RunDir:
             when it cannot be read, a record is not a faultlab.schema.STEPS object or
             misses a column, a value does not fit its type, or a bound is passed.
         """
-        sources = [steprecords.Source(p) for p in sorted(self.telemetry_dir().glob("steps-*.jsonl"))]
+        sources = [steprecords.Source(p, root=self.path) for p in sorted(self.telemetry_dir().glob("steps-*.jsonl"))]
         placement = self.meta.get("placement") or {}
         placement = placement if isinstance(placement, dict) else {}
         for node, folder in self.node_telemetry_dirs():
             ranks = frozenset(int(r) for r in placement.get(node, []))
-            sources += [steprecords.Source(p, node, ranks) for p in sorted(folder.glob("steps-*.jsonl"))]
+            sources += [steprecords.Source(p, node, ranks, root=self.path) for p in sorted(folder.glob("steps-*.jsonl"))]
         tbl, self.steps_skipped = steprecords.read(sources, self.run_id)
         return tbl.to_pandas().sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -76,6 +77,16 @@ def check_name(name: str) -> str:
     if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\0" in name:
         raise UntrustedPath(repr(name), "is not a plain file name", "names must be one path component")
     return name
+
+
+#: a name read from a file someone else wrote (a run id) that faultlab joins to a path
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def is_plain_name(v) -> bool:
+    """Whether ``v`` is a string of ``[A-Za-z0-9._-]``, not ``.`` or ``..``: one path
+    component that is safe to join to a folder's path."""
+    return isinstance(v, str) and bool(_PLAIN_NAME.fullmatch(v)) and v not in (".", "..")
 
 
 def parse_json(data: bytes | str, what: str):
@@ -550,6 +561,46 @@ def append_file_nofollow(path: str | os.PathLike, data: bytes | str, mode: int =
     folder, name = os.path.split(os.path.abspath(os.fspath(path)))
     with open_dir_nofollow(folder) as d:
         d.append(check_name(name), data, mode)
+
+
+def open_below(root: str | os.PathLike, rel: str, max_size: int | None = None):
+    """A binary file object of the regular file ``root/rel``, opened with no link
+    followed below ``root``: ``root`` is opened as the caller named it, then each
+    component of ``rel`` relative to its parent's descriptor (folders with
+    ``O_DIRECTORY|O_NOFOLLOW``, the file with ``O_NOFOLLOW|O_NONBLOCK``). For tables in
+    a folder someone else may own (a dataset, a run folder): a link, FIFO or device
+    there never makes faultlab read a file its owner could not.
+
+    Raises UntrustedPath (one line naming the file) when a component is a link or the
+    file is not a regular file, TooLarge when it is over ``max_size`` bytes,
+    FileNotFoundError when a component is missing."""
+    parts = [c for c in str(rel).split("/") if c]
+    shown = f"{os.fspath(root).rstrip('/')}/{'/'.join(parts)}"
+    fd = os.open(os.fspath(root), _DIR_FLAGS & ~os.O_NOFOLLOW)
+    try:
+        for i, name in enumerate(parts):
+            last = i == len(parts) - 1
+            try:
+                nfd = os.open(check_name(name), _FILE_FLAGS if last else _DIR_FLAGS, dir_fd=fd)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                what = "is a symlink" if last else f"has a symlink or a file where folder {'/'.join(parts[:i + 1])} belongs"
+                raise UntrustedPath(shown, what, "restore the file faultlab wrote: it reads a dataset's or a run's tables "
+                                    "only as regular files, never through links") from None
+            os.close(fd)
+            fd = nfd
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedPath(shown, "is not a regular file", "restore it as the regular file faultlab wrote")
+        if max_size is not None and st.st_size > max_size:
+            raise TooLarge(shown, f"is {st.st_size} bytes, more than the {max_size} faultlab reads of such a file",
+                           "restore the file faultlab wrote, or rebuild the dataset")
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    return f
 
 
 def check_dir(path: str | os.PathLike, *, private: bool = False) -> None:

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from faultlab import schema
+from faultlab import safefs, schema
 from faultlab.errors import BadInput
 
 #: the longest text value of a record (bytes): run ids, node and peer-group names are
@@ -55,6 +55,8 @@ class Source:
     path: Path
     node: str | None = None
     ranks: frozenset[int] = frozenset()
+    #: the run folder ``path`` lies in: no component below it may be a link
+    root: Path | None = None
 
     def label(self) -> str:
         return f"{self.path.name} of node {self.node}" if self.node else str(self.path)
@@ -124,7 +126,13 @@ def _mapped(src: Source):
     """The file's bytes up to its last newline, memory-mapped (no copy); None when
     there is no complete line. Opens no link, FIFO or device."""
     try:
-        fd = os.open(src.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        if src.root is not None:  # no link on any component below the run folder
+            with safefs.open_below(src.root, str(src.path.relative_to(src.root))) as f:
+                fd = os.dup(f.fileno())
+        else:
+            fd = os.open(src.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except safefs.UntrustedPath as e:
+        raise BadInput(e.reason, field=FIELD, fix=e.fix) from None
     except OSError as e:
         raise BadInput(f"{src.label()} could not be read ({type(e).__name__}: {e})", field=FIELD, fix=_FIX) from None
     try:

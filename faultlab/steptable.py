@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from faultlab import schema
+from faultlab import safefs, schema
 from faultlab.errors import BadInput
 from faultlab.steps import OPTIONAL_STEP_COLUMNS, STEP_COLUMNS
 
@@ -84,18 +84,33 @@ def blocks(path: str | os.PathLike) -> list[tuple[int, list[Path]]]:
     Raises:
         BadInput naming the folder when a partition is not named ``step_block=K``."""
     p = Path(path)
+    if p.is_symlink():
+        raise _linked(p)
     if not p.is_dir():
         return [(0, [p])]
     out = []
     for sub in p.iterdir():
         if sub.name.startswith((".", "_")):
             continue
+        if sub.is_symlink():
+            raise _linked(sub)
         key, _, val = sub.name.partition("=")
         if key != "step_block" or not val.lstrip("-").isdigit() or not sub.is_dir():
             raise BadInput(f"{sub} is not a step block (step_block=K/)", field=STEPS_DIR,
                            fix="a partitioned steps table holds only step_block=K/ folders of part-N.parquet files")
         out.append((int(val), sorted(sub.glob("*.parquet"), key=_part_order)))
     return sorted(out)
+
+
+def _linked(p: Path) -> BadInput:
+    return BadInput(f"{p} is a symlink", field=STEPS_DIR, fix="restore the run's own steps table: faultlab reads tables only as regular files, never through links")
+
+
+def parquet_file(f: Path, **kw) -> pq.ParquetFile:
+    """``pq.ParquetFile`` of the part file ``f``, opened with no link followed at its
+    name and only when a regular file (:func:`faultlab.safefs.open_below`). Raises
+    UntrustedPath (one line naming it) otherwise."""
+    return pq.ParquetFile(safefs.open_below(f.parent, f.name), **kw)
 
 
 def _part_order(p: Path) -> tuple:
@@ -111,7 +126,7 @@ def files(path: str | os.PathLike) -> list[Path]:
 def count_rows(path: str | os.PathLike) -> int:
     """Rows (rank-steps) of the table, from the files' footers."""
     try:
-        return sum(pq.ParquetFile(f).metadata.num_rows for f in files(path))
+        return sum(parquet_file(f).metadata.num_rows for f in files(path))
     except (pa.ArrowException, OSError, ValueError) as e:
         raise unreadable(Path(path), e) from None
 
@@ -129,7 +144,7 @@ def iter_blocks(path: str | os.PathLike, columns: list[str] | None = None) -> It
         parts = []
         for f in fs:
             try:
-                pf = pq.ParquetFile(f)
+                pf = parquet_file(f)
                 cols = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
                 parts.append(pf.read(columns=cols))
             except (pa.ArrowException, OSError, ValueError) as e:
@@ -172,14 +187,14 @@ def read_lean_files(fs: list[Path], columns: list[str] | None = None) -> pd.Data
 
 def _plain(fs: list[Path], cols: list[str] | None) -> pd.DataFrame:
     """The files read whole with pyarrow, as pandas (the fallback of :func:`read_lean`)."""
-    ts = [pq.ParquetFile(f).read(columns=cols) for f in fs]
+    ts = [parquet_file(f).read(columns=cols) for f in fs]
     if not ts:
         return schema.empty("steps")
     return (pa.concat_tables(ts, promote_options="default") if len(ts) > 1 else ts[0]).to_pandas()
 
 
 def _read_lean(fs: list[Path], columns: list[str] | None) -> pd.DataFrame:
-    pfs = [pq.ParquetFile(f) for f in fs]
+    pfs = [parquet_file(f) for f in fs]
     if not pfs:
         return schema.empty("steps")
     sch = pfs[0].schema_arrow
@@ -196,7 +211,7 @@ def _read_lean(fs: list[Path], columns: list[str] | None) -> pd.DataFrame:
     cats: dict[str, dict] = {c: {} for c in strs}
     pos = 0
     for f in fs:
-        pf = pq.ParquetFile(f, read_dictionary=strs)
+        pf = parquet_file(f, read_dictionary=strs)
         for rgs in _batches(pf):
             t = pf.read_row_groups(rgs, columns=cols)
             if not _fill(t, cols, strs, out, cats, pos):

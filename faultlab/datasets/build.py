@@ -393,12 +393,13 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
         note: a new paragraph for the card's collection section (default: keep it).
 
     Returns: the dataset folder.
-    Raises: BadInput for a folder that is no dataset, a run's table that is missing
-    or unreadable, or what the labeler raises for a bad table.
+    Raises: BadInput for a folder that is no dataset, one whose files differ from its
+    ``MANIFEST.sha256``, a run's table that is missing or unreadable, or what the labeler raises for a bad table.
     """
 
 
     ds = Dataset(dataset)
+    manifest.require_intact(ds.path, override="")  # rebuilt in place: only from the files the build wrote
     ds.check()  # files that do not fit together are refused before a run is relabeled
     st = build_settings(ds.path)
     if st["import"]:

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from faultlab import safefs
+from faultlab.datasets import manifest
 from faultlab.datasets.layout import Dataset, open_output
 from faultlab.datasets.steplabels import step_labels, with_label_ids
 from faultlab.errors import BadInput
@@ -70,12 +71,13 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
     ``out_dir`` is replaced, never written through.
 
     Raises BadInput for an unknown format (field ``--format``), a malformed dataset
-    file or one that does not fit the others (naming it, :meth:`Dataset.check`) or an output folder that cannot be made (field ``--out``; nothing
+    file or one that does not fit the others (naming it, :meth:`Dataset.check`), a dataset whose files differ from its ``MANIFEST.sha256`` or an output folder that cannot be made (field ``--out``; nothing
     written then), UntrustedPath (one line) when a component of ``out_dir`` or its
     series folder is a symlink."""
     if fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}", field="--format", fix="one of " + ", ".join(FORMATS))
     ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
+    manifest.require_intact(ds.path, override="")  # no file changed or swapped since the build
     ds.check()  # files that do not fit together are refused before anything is written
     out = Path(out_dir)
     sub = "multivariate" if fmt == "timeeval" else "TSB-AD-M"

@@ -168,20 +168,16 @@ def _build_ok(d) -> bool:
 
 
 def _plain_name(rid: str) -> bool:
-    """A run id that names one folder ``run=ID``: one path component, <= 255 characters."""
-    if len(rid) > 255:
-        return False
-    try:
-        safefs.check_name(rid)
-    except safefs.UntrustedPath:
-        return False
-    return True
+    """A run id that names one folder ``run=ID``: one path component of
+    ``[A-Za-z0-9._-]``, not ``.`` or ``..`` (:func:`faultlab.safefs.is_plain_name`),
+    at most 255 characters: run ids are joined to table paths."""
+    return safefs.is_plain_name(rid) and len(rid) <= 255
 
 
 def read_splits(path: Path) -> dict:
     """``splits.json`` of the dataset folder ``path``: an object with lists of run ids
     ``train`` and ``test``, an integer ``seed`` (or null) and a number
-    ``test_fraction``; each run id a plain name (one path component, at most 255
+    ``test_fraction``; each run id a plain name (one path component of ``[A-Za-z0-9._-]``, at most 255
     characters) listed once in one split. Raises BadInput naming the file (and the run
     listed twice or in both splits) otherwise."""
     sp = _read_json(Path(path) / "splits.json", _splits_ok,
@@ -190,7 +186,7 @@ def read_splits(path: Path) -> dict:
     for split in SPLITS:
         for rid in sp[split]:
             if not _plain_name(rid):
-                raise BadInput(f"run id {printable(rid, 80)!r} of {split} in {Path(path) / 'splits.json'} is not a plain name (one path component)",
+                raise BadInput(f"run id {printable(rid, 80)!r} of {split} in {Path(path) / 'splits.json'} is not a plain name (one path component of [A-Za-z0-9._-], not . or ..)",
                                field="splits.json", fix=FIX)
             if rid in seen:
                 where = f"twice in {split}" if seen[rid] == split else f"in both {seen[rid]} and {split}"
@@ -209,6 +205,9 @@ def read_runs(path: Path) -> list[dict]:
                       "a list of run objects (run_id, fault_types, labels_by_source, duration_s)")
     seen = set()
     for r in runs:
+        if not _plain_name(r["run_id"]):
+            raise BadInput(f"run id {printable(r['run_id'], 80)!r} in {Path(path) / 'runs.json'} is not a plain name (one path component of [A-Za-z0-9._-], not . or ..)",
+                           field="runs.json", fix=FIX)
         if r["run_id"] in seen:
             raise BadInput(f"run {printable(r['run_id'], 80)} is listed twice in {Path(path) / 'runs.json'}", field="runs.json", fix=FIX)
         seen.add(r["run_id"])
@@ -230,6 +229,35 @@ def read_croissant(path: Path) -> dict:
     otherwise."""
     return _read_json(Path(path) / "croissant.json", lambda d: isinstance(d, dict) and isinstance(d.get("description", ""), str),
                       "an object with a string 'description'")
+
+
+#: the most rows, and decoded bytes, a dataset's part file may state in its footer (a
+#: run's table is well under both): a file that states more (a Parquet bomb: a few MB
+#: of run-length-encoded values that decode to GBs) is refused before it is decoded
+MAX_PART_ROWS = 1 << 25
+MAX_PART_BYTES = 1 << 31
+
+
+class _OwnedParquet(pq.ParquetFile):
+    """A ParquetFile over a file object it owns: closing it closes the file too."""
+
+    def __init__(self, raw):
+        super().__init__(raw)
+        self._raw = raw
+
+    def close(self, force: bool = False) -> None:
+        super().close(force=force)
+        self._raw.close()
+
+
+def _check_footer(p: Path, rel: str, md: pq.FileMetaData) -> None:
+    """Raise BadInput naming the part file ``p`` when its footer states more than
+    :data:`MAX_PART_ROWS` rows, or more than :data:`MAX_PART_BYTES` decoded bytes
+    (the larger of its uncompressed size and 8 bytes a value)."""
+    size = max(sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)), md.num_rows * md.num_columns * 8)
+    if md.num_rows > MAX_PART_ROWS or size > MAX_PART_BYTES:
+        raise BadInput(f"{p} states {md.num_rows} rows, about {size} bytes decoded: more than a dataset's part file holds "
+                       f"(at most {MAX_PART_ROWS} rows and {MAX_PART_BYTES} bytes)", field=rel, fix=FIX)
 
 
 class Dataset:
@@ -309,22 +337,30 @@ class Dataset:
         every reader of a dataset's tables goes through."""
         p = part_path(self.path, table, run_id)
         rel = str(p.relative_to(self.path))
-        if not p.is_file():
+        try:
+            raw = safefs.open_below(self.path, rel)  # no link followed below the dataset folder, a regular file only
+        except FileNotFoundError:
             if table in ("host", "step_labels"):
                 return None
-            raise BadInput(f"{p} is missing", field=rel, fix="faultlab dataset verify names every changed file")
+            raise BadInput(f"{p} is missing", field=rel, fix="faultlab dataset verify names every changed file") from None
+        except safefs.UntrustedPath as e:
+            raise BadInput(e.reason, field=rel, fix=e.fix) from None
         f = None
         try:
-            f = pq.ParquetFile(p)  # one file: no dataset discovery (pq.read_table's)
+            f = _OwnedParquet(raw)  # one file: no dataset discovery (pq.read_table's)
+            _check_footer(p, rel, f.metadata)
             why = schema.mismatch(f.schema_arrow, table_schema(table), optional=OPTIONAL_COLUMNS.get(table, ()))
             if why is None:
                 ids = f.read(columns=["run_id"]).column(0).unique().to_pylist()
                 if ids and ids != [run_id]:
                     other = next(str(x) for x in ids if x != run_id)
                     why = f"its rows are of run {printable(other, 80)}, not of {run_id}"
-        except (pa.ArrowException, OSError, ValueError) as e:
+        except (pa.ArrowException, OSError, ValueError, BadInput) as e:
             if f is not None:
                 f.close()
+            raw.close()
+            if isinstance(e, BadInput):
+                raise
             raise BadInput(f"{p} could not be read as Parquet ({e})", field=rel, fix=FIX) from None
         if why is not None:
             f.close()
@@ -333,8 +369,12 @@ class Dataset:
 
     def read_run(self, run_id: str):
         """The :class:`faultlab.rundata.RunData` of one run. Raises BadInput naming
-        the file that is missing, cannot be read, or is not that run's table
-        (:meth:`open_part`)."""
+        the file that is missing, cannot be read, is a link or no regular file, or is
+        not that run's table (:meth:`open_part`), or the run id when it is not a plain
+        name."""
+        if not _plain_name(run_id):
+            raise BadInput(f"{self.path}: run id {printable(str(run_id), 80)!r} is not a plain name (one path component of [A-Za-z0-9._-])",
+                           field="run_id", fix=FIX)
         frames = {}
         for t in RUN_TABLES:
             f = self.open_part(t, run_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path, PurePosixPath
 
+from faultlab import safefs
 from faultlab.errors import BadInput
 
 NAME = "MANIFEST.sha256"
@@ -20,9 +21,18 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and p.name != NAME and not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
-def sha256(p: Path) -> str:
+#: the largest dataset file hashed (bytes): a part file is MBs, a sparse file of
+#: terabytes listed in the manifest is refused, not hashed for hours
+MAX_FILE_BYTES = 1 << 32
+
+
+def sha256(p: Path, root: Path | None = None) -> str:
+    """The sha256 (hex) of file ``p``; below ``root`` when given, opened with no link
+    followed and only when a regular file of at most :data:`MAX_FILE_BYTES`
+    (:func:`faultlab.safefs.open_below`: UntrustedPath naming it otherwise)."""
     h = hashlib.sha256()
-    with open(p, "rb") as f:
+    src = safefs.open_below(root, Path(p).relative_to(root).as_posix(), MAX_FILE_BYTES) if root is not None else open(p, "rb")
+    with src as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -78,30 +88,42 @@ def verify(root: str | Path) -> dict[str, list[str]]:
     """Check every file against the manifest.
 
     Returns: ``{"changed": [...], "missing": [...], "extra": [...]}`` (relative paths;
-    all empty = intact). Raises BadInput when the manifest is missing or malformed."""
+    all empty = intact). Raises BadInput when the manifest is missing or malformed, or
+    naming a listed file that is a link, no regular file, or larger than
+    :data:`MAX_FILE_BYTES` (never hashed)."""
     root = Path(root)
     want = read(root)
     have = {p.relative_to(root).as_posix(): p for p in _files(root)}
-    changed = sorted(rel for rel, h in want.items() if rel in have and sha256(have[rel]) != h)
+    try:
+        changed = sorted(rel for rel, h in want.items() if rel in have and sha256(have[rel], root) != h)
+    except safefs.UntrustedPath as e:
+        raise BadInput(e.reason, fix=e.fix) from None
     missing = sorted(rel for rel in want if rel not in have)
     extra = sorted(rel for rel in have if rel not in want)
     return {"changed": changed, "missing": missing, "extra": extra}
 
 
-def require_intact(root: str | Path) -> None:
+#: how ``score`` uses a dataset as it is (the default advice of :func:`require_intact`)
+SCORE_OVERRIDE = "or pass --no-verify (faultlab_score(..., verify=False)) to use it as it is"
+
+
+def require_intact(root: str | Path, override: str = SCORE_OVERRIDE) -> None:
     """Refuse a dataset whose files differ from its manifest, before anything reads it
     (a changed file that still decodes would otherwise be scored without a word).
 
     Raises BadInput (exit 2, field ``--dataset``) naming the first changed or missing
     file (and how many more), or when ``MANIFEST.sha256`` is missing or malformed.
-    Files the manifest does not list are not judged (scoring never reads them)."""
+    Files the manifest does not list are not judged (scoring never reads them).
+    ``override``: the advice on using the dataset anyway ("" for a command that has
+    no such option)."""
     root = Path(root)
-    skip = "or pass --no-verify (faultlab_score(..., verify=False)) to use it as it is"
+    skip = override or "then run it again"
     try:
-        r = verify(root)
+        read(root)
     except BadInput as e:
         raise BadInput(f"{root}: cannot verify the dataset: {e}", field="--dataset",
                        fix=f"restore MANIFEST.sha256 or rebuild the dataset, {skip}") from None
+    r = verify(root)  # a listed file that is a link, no regular file or too large: BadInput naming it
     parts = []
     for kind in ("changed", "missing"):
         files = r[kind]

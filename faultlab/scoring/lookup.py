@@ -49,6 +49,40 @@ def _import_from_cwd(mod: str):
     return importlib.import_module(mod)
 
 
+#: bounds ``(low, high)`` of the built-in detectors' parameters that size their arrays
+#: or loops, by name (the same name means the same thing in every built-in detector):
+#: a leaderboard file or ``--param`` beyond them is refused in one line, before any
+#: array is made. Counts of steps, samples or windows at most 10^5 (a run's steps are
+#: fewer); seconds at least 1 ms and at most a day; seeds numpy takes.
+PARAM_BOUNDS: dict[str, tuple[float, float]] = {
+    **dict.fromkeys(("k", "window", "min_history", "min_segment", "max_lag", "stride", "continuity",
+                     "min_samples", "min_score"), (0, 100_000)),
+    "draws": (1, baselines.MAX_DRAWS), "degree": (0, 10), "latent": (1, 4096), "hidden": (1, 4096), "epochs": (1, 10_000),
+    **dict.fromkeys(("window_s", "sample_s", "report_time_interval"), (0.001, 86_400.0)),
+    "seed": (0, 2**32 - 1),
+}
+
+
+def check_bounds(name: str, params: dict) -> None:
+    """Raise BadInput (field ``--param``, one line naming the parameter and its bounds)
+    when a number in ``params`` of the built-in detector ``name`` is outside
+    :data:`PARAM_BOUNDS`."""
+    for k, v in params.items():
+        lo_hi = PARAM_BOUNDS.get(k)
+        if lo_hi is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        lo, hi = lo_hi
+        if not lo <= v <= hi:
+            shown, rng = _num(v), f"[{_num(lo)}, {_num(hi)}]"
+            raise BadInput(f"{name!r} got {k}={shown}, outside {rng}", field="--param",
+                           fix=f"give {k} within {rng} (faultlab.scoring.lookup.PARAM_BOUNDS)")
+
+
+def _num(v) -> str:
+    """A bound or value as a person reads it: an int in full up to 12 digits, else ``%.3g``."""
+    return str(v) if isinstance(v, int) and abs(v) < 10**12 else f"{v:.3g}"
+
+
 def _instantiate(cls, name: str, params: dict):
     """``cls(**params)`` with its errors told apart: a parameter the constructor's
     signature does not have (or a required one missing) is "does not take"; NaN, or a
@@ -69,6 +103,8 @@ def _instantiate(cls, name: str, params: dict):
     for k, v in params.items():
         if isinstance(v, float) and v != v:
             raise BadInput(f"{name!r} got {k}=nan, which is no value", field="--param", fix=f"give a number, e.g. --param {k}=2.0")
+    if cls in builtin_detectors().values():
+        check_bounds(name, params)
     try:
         return cls(**params)
     except BadInput:

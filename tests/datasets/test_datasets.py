@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from faultlab.datasets import manifest
 from faultlab.datasets.build import build, collect_runs, draw_split
 from faultlab.datasets.layout import Dataset
 from faultlab.datasets.synthetic import make_run
@@ -133,8 +134,13 @@ def test_relabel_rebuilds_in_place_with_this_labeler(ds):
     before = Dataset(ds)
     run = before.read_run("c1")
     want = label(run.steps, injections=run.injections, host=run.host)
-    # stale labels: as if an older labeler had found nothing in c1
-    pq.write_table(schema.to_table("labels", schema.empty("labels")), ds / "data" / "labels" / "run=c1" / "part-0.parquet")
+    # stale labels: as if an older labeler had found nothing in c1 (and its build had
+    # written the manifest of them: relabel refuses a dataset that differs from it)
+    stale = ds / "data" / "labels" / "run=c1" / "part-0.parquet"
+    pq.write_table(schema.to_table("labels", schema.empty("labels")), stale)
+    digests = manifest.read(ds)
+    digests[stale.relative_to(ds).as_posix()] = manifest.sha256(stale)
+    (ds / manifest.NAME).write_text(manifest.text(digests))
     assert Dataset(ds).read_run("c1").labels.empty
     p = fl("dataset", "relabel", ds, "--note", "re-labeled in a test")
     assert p.returncode == 0, p.stderr

@@ -1,0 +1,52 @@
+"""A submitted leaderboard.json never sizes a built-in detector's arrays: ``leaderboard
+--verify`` refuses a parameter outside its bound (faultlab.scoring.lookup.PARAM_BOUNDS)
+in one line naming it, before any array is made.
+
+Each verify runs under ``prlimit --as`` (3 GiB of address space), so a parameter that
+is not bounded fails there with a MemoryError or a kill, never by filling the host.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from faultlab.datasets.build import build
+from faultlab.datasets.synthetic import make_run
+from tests.helpers import FL, fl, one_line_error
+
+pytestmark = pytest.mark.skipif(not shutil.which("prlimit"), reason="needs prlimit (util-linux)")
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory):
+    """A dataset of 4 simulated runs and its leaderboard of temporal-z and random."""
+    root = tmp_path_factory.mktemp("lbparams")
+    runs = [make_run(root / f"r{i}", f"r{i}", seed=i, n_steps=120) for i in range(4)]
+    ds = build(runs, "tiny-params", root / "ds", test_fraction=0.5)
+    cp = fl("leaderboard", "--dataset", ds, "--detector", "temporal-z", "--detector", "random", "--boot", "20", "--out", root / "board")
+    assert cp.returncode == 0, cp.stderr[-1000:]
+    return ds, json.loads((root / "board" / "leaderboard.json").read_text())
+
+
+@pytest.mark.parametrize("detector,param,value", [
+    ("temporal-z", "window", 200_000_000),
+    ("temporal-z", "window", 2e8),
+    ("random", "seed", -1),
+    ("random", "seed", 10**30),
+])
+def test_verify_refuses_a_parameter_beyond_its_bound(board, tmp_path, detector, param, value):
+    ds, sub = board
+    bad = json.loads(json.dumps(sub))
+    rows = [r for r in bad["datasets"][0]["rows"] if r["detector"] == detector]
+    assert rows, bad["datasets"][0]["rows"]
+    rows[0]["params"] = {**rows[0].get("params", {}), param: value}
+    f = tmp_path / "lb.json"
+    f.write_text(json.dumps(bad))
+    cp = subprocess.run(["prlimit", f"--as={3 << 30}", "--", *FL, "leaderboard", "--verify", str(f), "--dataset", str(ds)],
+                        capture_output=True, text=True, timeout=300)
+    line = one_line_error(cp, f"{param}=", "outside")
+    assert detector in line
