@@ -77,6 +77,7 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
     if fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}", field="--format", fix="one of " + ", ".join(FORMATS))
     ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
+    ds.runs_info()  # a malformed runs.json is refused (naming it) before the manifest is hashed
     manifest.require_intact(ds.path, override="")  # no file changed or swapped since the build
     ds.check()  # files that do not fit together are refused before anything is written
     out = Path(out_dir)

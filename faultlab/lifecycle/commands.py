@@ -165,10 +165,12 @@ def _what_next(d: dict) -> str:
 
 def report_reverts(done: list[dict], refused: list[dict], fault_id: str | None, out, as_json: bool, *, quiet_empty: bool = False) -> int:
     """Print the outcome of ``revert_faults``; returns the exit code (1 something of
-    this user's faults left, 3 a fault of another user refused, 0 otherwise). Another
-    user's fault that root could not end (its watchdog did not go within the bounded
-    wait: a look-alike, or a user's own) is a note line, never this command's failure
-    nor retry advice."""
+    this user's faults left, 3 a fault of another user refused, 0 otherwise). In a
+    sweep (``revert --all``, ``recover``: no ``fault_id``), another user's fault that
+    root could not end (its watchdog did not go within the bounded wait: a look-alike,
+    or a user's own) is a note line, never this command's failure nor retry advice; a
+    fault named by its id that is not reverted is an error (exit 1) saying who can end
+    it."""
     if as_json:
         out.print_json(json.dumps(done + [{**r, "refused": "owned by another user"} for r in refused]))
     else:
@@ -181,7 +183,7 @@ def report_reverts(done: list[dict], refused: list[dict], fault_id: str | None, 
     for d in done:
         if not d["left"]:
             continue
-        if d.get("uid") not in (None, me):  # another user's (or a look-alike's): theirs to end, never root's failure
+        if fault_id is None and d.get("uid") not in (None, me):  # in a sweep, another user's (or a look-alike's): theirs to end
             print(printable(f"faultlab: note: revert: {d['fault_id']} of uid {d['uid']} did not end within the wait (see above): "
                             f"its watchdog and record are that user's (it may be a look-alike); faultlab recover as uid {d['uid']} ends a real one"),
                   file=sys.stderr)

@@ -224,7 +224,8 @@ def test_node_sampler_samples_become_host_rows_untrusted_lines_skipped(tmp_path)
 
     # two busy children pinned to one CPU: each waits for it about half the time
     busy = subprocess.Popen([sys.executable, "-c", PINNED_PAIR])
-    out = tmp_path / "host-n0.jsonl"
+    out = tmp_path / "n0" / "host-n0.jsonl"  # the collected layout: each node's samples in its own folder
+    out.parent.mkdir()
     try:
         cp = subprocess.run(remote.sampler_argv([busy.pid], str(out), until=time.time() + 30, interval_s=0.5), timeout=20)
     finally:
