@@ -109,7 +109,8 @@ def dockerd():
 
 @pytest.fixture
 def nobody_dir():
-    """A lease folder owned by nobody (under the sticky /tmp)."""
+    """A folder owned by nobody (0755, under the sticky /tmp): a lease folder, or where
+    another user plants files; removed afterwards."""
     d = Path(tempfile.mkdtemp(prefix="fl-nobody-"))
     os.chown(d, 65534, 65534)
     os.chmod(d, 0o755)

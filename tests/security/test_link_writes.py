@@ -13,7 +13,6 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -31,18 +30,6 @@ VICTIM_TEXT = b"root's own file\n"
 
 def as_nobody(*argv: str) -> None:
     subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv], check=True, timeout=30)
-
-
-@pytest.fixture
-def user_dir():
-    """A folder of ``nobody``'s (0755, under the sticky /tmp), removed afterwards."""
-    d = tempfile.mkdtemp(prefix="fl-links-user-", dir="/tmp")
-    os.chmod(d, 0o755)
-    os.chown(d, NOBODY, NOBODY)
-    try:
-        yield Path(d)
-    finally:
-        shutil.rmtree(d)
 
 
 @pytest.fixture
@@ -67,12 +54,12 @@ def run_dir(tmp_path_factory):
 
 # -- reports and traces -----------------------------------------------------------------
 @pytest.mark.parametrize("what", ["report", "export"])
-def test_report_and_trace_never_write_through_a_planted_tmp_link(run_dir, user_dir, victim, what):
+def test_report_and_trace_never_write_through_a_planted_tmp_link(run_dir, nobody_dir, victim, what):
     """``NAME.tmp -> victim`` and ``NAME -> victim`` planted by nobody in the folder the
     page (or trace) goes to: root's ``faultlab report``/``export`` writes a fresh file
     there and leaves the victim as it was."""
     name = "report.html" if what == "report" else "trace.json"
-    out = user_dir / name
+    out = nobody_dir / name
     as_nobody("ln", "-s", str(victim), str(out) + ".tmp")
     as_nobody("ln", "-s", str(victim), str(out))
     args = ["report", str(run_dir), "--out", str(out)] if what == "report" else ["export", str(run_dir), "--format", "perfetto", "--out", str(out)]
@@ -84,16 +71,16 @@ def test_report_and_trace_never_write_through_a_planted_tmp_link(run_dir, user_d
     assert out.read_bytes().lstrip()[:1] == (b"<" if what == "report" else b"{")
 
 
-def test_report_refuses_a_folder_reached_through_a_link_one_line(run_dir, user_dir, tmp_path):
+def test_report_refuses_a_folder_reached_through_a_link_one_line(run_dir, nobody_dir, tmp_path):
     """``--out USERDIR/link/report.html`` with ``link -> a root folder`` planted by
     nobody: refused in one line naming the link; nothing is written in the folder."""
     target = tmp_path / "root-folder"
     target.mkdir(mode=0o700)
-    as_nobody("ln", "-s", str(target), str(user_dir / "link"))
-    cp = fl("report", str(run_dir), "--out", str(user_dir / "link" / "report.html"))
+    as_nobody("ln", "-s", str(target), str(nobody_dir / "link"))
+    cp = fl("report", str(run_dir), "--out", str(nobody_dir / "link" / "report.html"))
     assert cp.returncode != 0
     line = cp.stderr.strip()
-    assert "\n" not in line and f"{user_dir}/link" in line and "symlink" in line, cp.stderr
+    assert "\n" not in line and f"{nobody_dir}/link" in line and "symlink" in line, cp.stderr
     assert list(target.iterdir()) == []
 
 
@@ -105,9 +92,9 @@ def stb(dockerd):
         yield tb
 
 
-def _plant_known_hosts(case: str, user_dir: Path, own: Path, victim: Path) -> Path:
+def _plant_known_hosts(case: str, nobody_dir: Path, own: Path, victim: Path) -> Path:
     if case == "link in another user's folder":
-        kh = user_dir / "known_hosts"
+        kh = nobody_dir / "known_hosts"
         as_nobody("ln", "-s", str(victim), str(kh))
     elif case == "link in our own folder":
         kh = own / "known_hosts"
@@ -121,7 +108,7 @@ def _plant_known_hosts(case: str, user_dir: Path, own: Path, victim: Path) -> Pa
 
 
 @pytest.mark.parametrize("case", ["link in another user's folder", "link in our own folder", "another user's file"])
-def test_pinning_a_host_key_refuses_a_planted_known_hosts(stb, user_dir, victim, tmp_path, case, no_residue):
+def test_pinning_a_host_key_refuses_a_planted_known_hosts(stb, nobody_dir, victim, tmp_path, case, no_residue):
     """``--accept-new-host-key`` never appends to or chmods a known_hosts that is a
     symlink, another user's file or in another user's folder: one line naming the
     path and the fix, nothing pinned, the victim (or that file) unchanged."""
@@ -130,7 +117,7 @@ def test_pinning_a_host_key_refuses_a_planted_known_hosts(stb, user_dir, victim,
 
     own = tmp_path / "ssh"
     own.mkdir(mode=0o700)
-    kh = _plant_known_hosts(case, user_dir, own, victim)
+    kh = _plant_known_hosts(case, nobody_dir, own, victim)
     n0 = stb.nodes[0]
     node = SshNode(name=n0.name, address=n0.address, iface="eth0", user="root", key=n0.key, known_hosts=str(kh), accept_new=True)
     try:
@@ -218,7 +205,7 @@ def test_campaign_name_is_one_plain_name():
 
 
 @pytest.mark.parametrize("where", ["sticky /tmp", "another user's folder"])
-def test_run_folder_is_never_made_through_a_planted_link(user_dir, tmp_path, where):
+def test_run_folder_is_never_made_through_a_planted_link(nobody_dir, tmp_path, where):
     """The run folder's parent is a link nobody planted (``faultlab-runs -> a root
     folder``, in the sticky /tmp or in a folder of theirs): RunDir.create (what
     ``faultlab run`` calls) refuses in one line naming the link (or the foreign
@@ -228,7 +215,7 @@ def test_run_folder_is_never_made_through_a_planted_link(user_dir, tmp_path, whe
 
     target = tmp_path / "root-folder"
     target.mkdir(mode=0o700)
-    base = Path(f"/tmp/fl-links-runs-{os.urandom(3).hex()}") if where == "sticky /tmp" else user_dir / "faultlab-runs"
+    base = Path(f"/tmp/fl-links-runs-{os.urandom(3).hex()}") if where == "sticky /tmp" else nobody_dir / "faultlab-runs"
     as_nobody("ln", "-s", str(target), str(base))
     try:
         with pytest.raises(FaultlabError) as e:
@@ -237,19 +224,19 @@ def test_run_folder_is_never_made_through_a_planted_link(user_dir, tmp_path, whe
         if where == "sticky /tmp":
             base.unlink()
     msg = str(e.value)
-    named = str(base) if where == "sticky /tmp" else str(user_dir)
+    named = str(base) if where == "sticky /tmp" else str(nobody_dir)
     assert "\n" not in msg and f"{named}:" in msg, msg
     assert list(target.iterdir()) == []
 
 
 # -- labeling another user's run folder -------------------------------------------------
-def test_labeling_a_users_run_folder_never_writes_through_planted_links(user_dir, victim, tmp_path):
+def test_labeling_a_users_run_folder_never_writes_through_planted_links(nobody_dir, victim, tmp_path):
     """Root labels a run folder that nobody owns, where nobody planted links at every
     name root writes (``labels.parquet``, ``whatif.json``, their ``.tmp`` names and
     ``events.jsonl``): the victim stays as it was; the tables are root's fresh files;
     the event journal, a link, is refused in one line rather than appended through."""
     src = make_run(tmp_path / "syn", ranks=2, duration_s=20, label=False)
-    run = user_dir / "run"
+    run = nobody_dir / "run"
     shutil.copytree(src, run)
     for p in [run, *run.rglob("*")]:
         os.chown(p, NOBODY, NOBODY, follow_symlinks=False)

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -34,18 +33,6 @@ pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason=
 
 def as_nobody(script: str) -> None:
     subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sh", "-ec", script], check=True, timeout=30)
-
-
-@pytest.fixture
-def user_dir():
-    """A folder of ``nobody``'s (0755, under the sticky /tmp), removed afterwards."""
-    d = tempfile.mkdtemp(prefix="fl-tables-user-", dir="/tmp")
-    os.chmod(d, 0o755)
-    os.chown(d, NOBODY, NOBODY)
-    try:
-        yield Path(d)
-    finally:
-        shutil.rmtree(d)
 
 
 @pytest.fixture
@@ -84,9 +71,9 @@ def marker_in(folder: Path) -> list[str]:
 
 
 @pytest.fixture
-def linked_dataset(user_dir, secret):
+def linked_dataset(nobody_dir, secret):
     """nobody's copy of faultlab-sw-v1 with one run's steps part linked to ``secret``."""
-    ds = user_dir / "ds"
+    ds = nobody_dir / "ds"
     shutil.copytree(REPO / "datasets" / "faultlab-sw-v1", ds)
     give(ds)
     rid = json.loads((ds / "splits.json").read_text())["test"][0]
@@ -112,9 +99,9 @@ def test_dataset_table_link_is_refused_when_read(linked_dataset):
         Dataset(ds).read_run(rid)
 
 
-def test_changed_dataset_is_refused_by_export(user_dir, tmp_path):
+def test_changed_dataset_is_refused_by_export(nobody_dir, tmp_path):
     """A part file replaced by another regular file (the user's own) fails the manifest."""
-    ds = user_dir / "ds"
+    ds = nobody_dir / "ds"
     shutil.copytree(REPO / "datasets" / "faultlab-sw-v1", ds)
     rid = json.loads((ds / "splits.json").read_text())["test"][0]
     part = ds / "data" / "injections" / f"run={rid}" / "part-0.parquet"
@@ -135,8 +122,8 @@ def test_run_id_must_be_a_name(tmp_path, rid):
     assert "splits.json" in str(e.value) and "\n" not in str(e.value)
 
 
-def test_run_folder_table_link_is_refused_by_export(user_dir, secret, tmp_path):
-    run = user_dir / "run"
+def test_run_folder_table_link_is_refused_by_export(nobody_dir, secret, tmp_path):
+    run = nobody_dir / "run"
     shutil.move(make_run(tmp_path / "run", ranks=2, duration_s=5, label=False), run)
     give(run)
     as_nobody(f"rm {run}/steps.parquet && ln -s {secret} {run}/steps.parquet")
@@ -175,10 +162,10 @@ def test_manifest_refuses_hashing_a_huge_sparse_file(tmp_path):
     assert len(cp.stderr.strip().splitlines()) == 1
 
 
-def test_run_folder_raw_step_records_link_is_refused(user_dir, tmp_path):
+def test_run_folder_raw_step_records_link_is_refused(nobody_dir, tmp_path):
     """With no steps table, the raw step records are read: a link among them to a
     root-only file is refused in one line naming it."""
-    run = user_dir / "run"
+    run = nobody_dir / "run"
     shutil.move(make_run(tmp_path / "run", ranks=2, duration_s=5, label=False), run)
     (run / "steps.parquet").unlink()
     secret = tmp_path / "secret-steps.jsonl"
