@@ -238,7 +238,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
         _train(sc, live, due, rd, res, con, prog, t0, allow_unverified)
         finished = True
     except (_Stop, KeyboardInterrupt) as e:
-        _defer_stops(res)  # a second signal no longer cuts the run's end short
+        _defer_stops(res)  # a second signal waits until the run's end (faults reverted, testbed down) is done
         res.signal = signal.Signals(getattr(e, "signum", signal.SIGINT))
         res.code = 128 + res.signal
         rd.event("interrupted", signal=res.signal.name)
