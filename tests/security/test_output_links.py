@@ -23,7 +23,7 @@ import pytest
 
 from faultlab.datasets.synthetic import make_run
 from tests.helpers import fl
-from tests.security.test_link_writes import NOBODY, ROOT, as_nobody, assert_unchanged, run_dir, user_dir, victim  # noqa: F401 (fixtures)
+from tests.security.test_link_writes import NOBODY, ROOT, as_nobody, assert_unchanged, run_dir, victim  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root (to act as nobody) and setpriv")
 
@@ -46,11 +46,11 @@ def _export_names(tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("command", ["score", "dataset export", "campaign"])
-def test_an_output_file_is_never_written_through_a_planted_link(command, run_dir, user_dir, victim, tmp_path):
+def test_an_output_file_is_never_written_through_a_planted_link(command, run_dir, nobody_dir, victim, tmp_path):
     """nobody links every name the command writes in their folder (and ``NAME.tmp``)
     to root's file: root's command replaces each link by a fresh file of its own and
     the victim stays as it was."""
-    out = user_dir / "out"
+    out = nobody_dir / "out"
     as_nobody("mkdir", "-p", str(out / "multivariate"))
     if command == "score":
         names = ["scores.json"]
@@ -71,16 +71,16 @@ def test_an_output_file_is_never_written_through_a_planted_link(command, run_dir
         _roots_own(out / n)
 
 
-def test_dataset_build_refuses_an_out_root_reached_through_a_link(run_dir, user_dir, tmp_path):
+def test_dataset_build_refuses_an_out_root_reached_through_a_link(run_dir, nobody_dir, tmp_path):
     """``--out USERDIR/link`` with ``link -> a root folder`` planted by nobody:
     refused in one line naming the link; nothing is made in the root folder."""
     target = tmp_path / "root-folder"
     target.mkdir(mode=0o700)
-    as_nobody("ln", "-s", str(target), str(user_dir / "link"))
-    cp = fl("dataset", "build", run_dir, "--name", "ds", "--out", user_dir / "link", timeout=300)
+    as_nobody("ln", "-s", str(target), str(nobody_dir / "link"))
+    cp = fl("dataset", "build", run_dir, "--name", "ds", "--out", nobody_dir / "link", timeout=300)
     assert cp.returncode != 0
     line = cp.stderr.strip()
-    assert "\n" not in line and f"{user_dir}/link" in line and "symlink" in line, cp.stderr
+    assert "\n" not in line and f"{nobody_dir}/link" in line and "symlink" in line, cp.stderr
     assert list(target.iterdir()) == []
 
 
@@ -98,7 +98,7 @@ _SWAP = textwrap.dedent("""\
 """)
 
 
-def test_dataset_build_never_writes_through_a_building_folder_swapped_for_a_link(user_dir, tmp_path):
+def test_dataset_build_never_writes_through_a_building_folder_swapped_for_a_link(nobody_dir, tmp_path):
     """nobody owns the output root and a run folder whose ``meta.json`` is a FIFO: while
     root's build waits on it, nobody moves root's building folder away and links its
     name to a root folder. Nothing is written into the root folder; the build stops
@@ -108,18 +108,18 @@ def test_dataset_build_never_writes_through_a_building_folder_swapped_for_a_link
 
     target = tmp_path / "root-folder"
     target.mkdir(mode=0o700)
-    run = user_dir / "run"
+    run = nobody_dir / "run"
     shutil.copytree(make_run(tmp_path / "src", "r0", seed=0), run)
-    meta = user_dir / "meta.json"
+    meta = nobody_dir / "meta.json"
     shutil.move(run / "meta.json", meta)
     for p in [run, meta, *run.rglob("*")]:
         os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
     as_nobody("mkfifo", "-m", "0644", str(run / "meta.json"))
     swap = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sh", "-c", _SWAP, "sh",
-                             str(user_dir), str(target), str(meta), str(run / "meta.json")], start_new_session=True)
+                             str(nobody_dir), str(target), str(meta), str(run / "meta.json")], start_new_session=True)
     try:
         with pytest.raises(FaultlabError) as e:
-            build([run], "ds", user_dir)
+            build([run], "ds", nobody_dir)
     finally:
         if swap.poll() is None:
             os.killpg(swap.pid, signal.SIGKILL)

@@ -23,7 +23,7 @@ from tests.helpers import fl, needs_root
 from faultlab import procid
 from faultlab.errors import FaultlabError, printable
 from tests.security.test_agent_files import GOOD_HEARTBEAT, _inject, fake_agent, nobody_folder  # noqa: F401 (fixtures)
-from tests.security.test_link_writes import NOBODY, as_nobody, user_dir  # noqa: F401 (fixture)
+from tests.security.test_link_writes import NOBODY, as_nobody
 
 #: what another user writes: erase the line, go up one, return, then lines of theirs
 EVIL = "\x1b[2K\x1b[1A\rforged: all clear\nfaultlab: note: nothing is in force\x1b]0;title\x07"
@@ -46,13 +46,13 @@ def test_printable_makes_any_text_one_plain_line():
 
 
 @pytest.fixture
-def users_fault(user_dir):
+def users_fault(nobody_dir):
     """A fault of nobody's that names another user's text everywhere: its lease folder
     (named with a newline and ESC) holds a file whose name forges a line and the
     fault's record, whose ``node``, ``target`` and ``fault_type`` hold ``EVIL``; its
     watchdog (nobody's, holding the folder) sleeps. Yields the fault id."""
     fid = f"nic-{secrets.token_hex(3)}"
-    folder = user_dir / f"leases{EVIL}"
+    folder = nobody_dir / f"leases{EVIL}"
     as_nobody("mkdir", "-m", "0755", str(folder))
     as_nobody("touch", str(folder / f"x{EVIL}.json"))
     deadline = int(time.time()) + 300
