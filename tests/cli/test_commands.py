@@ -90,6 +90,13 @@ BAD = [
 ]
 
 
+def _fault_ids() -> set[str]:
+    """The fault ids ``faultlab status`` shows now: a test compares them with what it
+    saw at its start, since status reports every fault on the machine (another
+    session's, or an orphan a killed run left) and not only this test's."""
+    return {r["fault_id"] for r in json.loads(fl("status", "--json").stdout)}
+
+
 @pytest.fixture(scope="module")
 def refusals() -> tuple[dict[tuple, subprocess.CompletedProcess], dict[str, set]]:
     """Every command line of BAD run once through faultlab's entry point (in one child
@@ -125,12 +132,13 @@ def test_dry_run_prints_exact_commands_and_applies_nothing():
 @needs_root
 def test_inject_status_revert_round_trip_on_netns(testbed2):
     ns = testbed2.nodes[0].netns
+    before = _fault_ids()
     cp = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "20mbit", "--duration", "60s", "--detach", "--json")
     assert cp.returncode == 0, cp.stderr
     info = json.loads(cp.stdout)
     fid = info["fault_id"]
     assert info["verify"]["ok"]
-    st = json.loads(fl("status", "--json").stdout)
+    st = [r for r in json.loads(fl("status", "--json").stdout) if r["fault_id"] not in before]
     assert [r["fault_id"] for r in st] == [fid] and st[0]["watchdog_alive"]
     # a second cap on the same interface is refused, exit 3, and the first stays
     cp2 = fl("inject", "--type", "nic-slow", "--node", f"netns:{ns}", "--rate", "10mbit", "--duration", "10s")
@@ -142,20 +150,21 @@ def test_inject_status_revert_round_trip_on_netns(testbed2):
     # reverting again is a no-op success
     again = fl("revert", fid)
     assert again.returncode == 0 and "no fault" in again.stdout
-    assert json.loads(fl("status", "--json").stdout) == []
+    assert _fault_ids() == before
 
 
 def test_foreground_inject_reverts_on_sigterm(busy_loop):
+    before = _fault_ids()
     p = subprocess.Popen([*FL, "inject", "--type", "process-pause", "--target", str(busy_loop.pid), "--pause", "100ms", "--period", "300ms", "--duration", "60s", "--json"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 20
-    while time.time() < deadline and not json.loads(fl("status", "--json").stdout):
+    while time.time() < deadline and _fault_ids() == before:
         time.sleep(0.2)
-    assert json.loads(fl("status", "--json").stdout), "fault in force"
+    assert _fault_ids() > before, "fault in force"
     p.terminate()
     out, err = p.communicate(timeout=20)
     assert json.loads(out)["status"] == "reverted", err
-    assert json.loads(fl("status", "--json").stdout) == []
+    assert _fault_ids() == before
     time.sleep(0.4)
     assert open(f"/proc/{busy_loop.pid}/stat").read().rpartition(")")[2].split()[0] != "T"
 
@@ -178,13 +187,14 @@ def test_doctor_reports_every_type_and_leaves_nothing():
 @needs_root
 def test_without_net_admin_a_clear_eperm_error_never_false_success(testbed2):
     ns = testbed2.nodes[0].netns
+    before = _fault_ids()
     cp = subprocess.run(["setpriv", "--bounding-set=-net_admin", "--inh-caps=-net_admin", *FL, "inject", "--type", "nic-slow",
                          "--node", f"netns:{ns}", "--rate", "10mbit", "--duration", "5s"], capture_output=True, text=True, timeout=60)
     assert cp.returncode == 3, (cp.stdout, cp.stderr)
     assert "CAP_NET_ADMIN" in cp.stderr and "EPERM" in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
     q = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "fleth0"], capture_output=True, text=True).stdout
     assert not FAULT_QDISC.search(q)
-    assert json.loads(fl("status", "--json").stdout) == []
+    assert _fault_ids() == before
 
 
 @pytest.mark.parametrize("node", ["netns:fl-no-such-ns", "fl-bare", "ssh:gpu-07", "a,b"])
