@@ -34,8 +34,10 @@ import threading
 from pathlib import Path
 
 from faultlab import safefs
-from faultlab.telemetry.remote import PREFIX as HOST_PREFIX
 
+#: the host sampler's file of node NAME: ``host-NAME.jsonl`` (in the node's folder of
+#: the run's telemetry folder, ``telemetry/NAME/``)
+HOST_PREFIX = "host-"
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 #: the largest telemetry file copied back from a node (bytes): a rank's step records
 #: of a day-long run are some hundred MB; a larger file is skipped, never read

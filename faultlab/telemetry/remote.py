@@ -28,10 +28,7 @@ import pandas as pd
 
 from faultlab.nodes.base import LEASE_ON_NODE
 from faultlab.telemetry import tcpstats
-
-#: the collected file of node NAME: ``host-NAME.jsonl`` (in the node's folder of the
-#: run's telemetry folder, ``telemetry/NAME/``)
-PREFIX = "host-"
+from faultlab.telemetry.collect import HOST_PREFIX as PREFIX
 
 
 def _source() -> str:
