@@ -699,7 +699,7 @@ def campaign(
     raise typer.Exit(1 if bad else 0)
 
 
-from faultlab.labeler.cli import register as _register_label  # noqa: E402
+from faultlab.labelcli import register as _register_label  # noqa: E402  (apart from the labeler package: no pandas)
 
 _register_label(app)
 from faultlab.scoring.cli import register as _register_score  # noqa: E402

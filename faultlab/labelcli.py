@@ -50,7 +50,7 @@ def label(
     con = err_out if as_json else out
     mapping = None
     if peer_groups_file is not None:
-        from faultlab.labeler.peergroups import read_mapping
+        from faultlab.labeler.peergroups import read_mapping  # the labeler loads pandas: imported when run (CLI start-up)
 
         try:
             mapping = read_mapping(peer_groups_file)
@@ -69,7 +69,7 @@ def _label_run_dir(run_dir: Path, out_dir: Optional[Path], scheduler: Optional[s
     """Label the run directory ``run_dir`` in place, lines on ``con``, the blocks'
     progress on ``progress_con``; returns what ``--json`` prints: ``{run_dir, labels,
     labels_path, peer_groups}``."""
-    from faultlab.labeler import label_run
+    from faultlab.labeler import label_run  # the labeler loads pandas: imported when run (CLI start-up)
 
     if out_dir is not None:
         _fail(BadInput("--out is only for --import (a run directory is labeled in place)", field="--out"))
@@ -98,7 +98,7 @@ def _import(import_format: str, path: Path, out_dir: Optional[Path], mapping, co
     """Import public data at ``path`` in ``import_format`` into ``out_dir``, lines on
     ``con``; returns what ``--json`` prints: ``{format, labels, components, written,
     persistent, peer_groups}`` (``whatif`` where the format has a what-if slowdown)."""
-    from faultlab.labeler.importers import import_path, write_outputs
+    from faultlab.labeler.importers import import_path, write_outputs  # pandas: imported when run (CLI start-up)
 
     if out_dir is None:
         _fail(BadInput("give the output folder", field="--out", fix="--import FORMAT PATH --out DIR"))
@@ -172,7 +172,7 @@ class _BlockProgress:
         self.con = con
 
     def __enter__(self):
-        from faultlab.progress import is_live
+        from faultlab.progress import is_live  # imported when the command runs (CLI start-up)
 
         self.bar = self.task = None
         self.live = is_live(self.con)
@@ -186,7 +186,7 @@ class _BlockProgress:
                 self.con.print(f"  {what}: {total} block(s)", markup=False)
             return
         if self.bar is None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # a live terminal only
 
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                 console=self.con, transient=False)
