@@ -21,7 +21,7 @@ from faultlab.labeler import importers
 from faultlab.rundir import RunDir
 from tests.labeler.test_importers import long_frame, pipeline_trace, write_trace
 from tests.labeler.test_labeler import injection, simulate, step_time
-from tests.helpers import fl, one_line_error
+from tests.helpers import fl, fl_many, one_line_error
 
 
 
@@ -132,13 +132,22 @@ LABEL_BAD_RUNS = {**BAD_RUNS, "steps.parquet with no row": (lambda p, s: make_ru
                   "steps.parquet a link": (lambda p, s: _linked_steps(p, s, False), "steps.parquet")}
 
 
+@pytest.fixture(scope="module")
+def label_refusals(steps, tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """For each case of LABEL_BAD_RUNS: its run directory (in a folder of its own) and
+    ``faultlab label`` run on it, all in one child process through faultlab's entry point."""
+    runs = {}
+    for i, case in enumerate(sorted(LABEL_BAD_RUNS)):
+        runs[case] = tmp_path_factory.mktemp(f"label-{i}") / "run"
+        LABEL_BAD_RUNS[case][0](runs[case], steps)
+    done = fl_many([["label", str(run)] for run in runs.values()])
+    return {case: (run, cp) for (case, run), cp in zip(runs.items(), done)}
+
+
 @pytest.mark.parametrize("case", sorted(LABEL_BAD_RUNS))
-def test_cli_label_bad_run_is_one_line_exit_2_nothing_written(tmp_path, steps, case):
-    make, field = LABEL_BAD_RUNS[case]
-    run = tmp_path / "run"
-    make(run, steps)
-    cp = fl("label", str(run))
-    field_error(cp, field)
+def test_cli_label_bad_run_is_one_line_exit_2_nothing_written(label_refusals, case):
+    run, cp = label_refusals[case]
+    field_error(cp, LABEL_BAD_RUNS[case][1])
     assert not (run / "labels.parquet").exists() and not (run / "whatif.json").exists()
     assert not list(run.glob("*.tmp"))
 
@@ -346,21 +355,30 @@ def test_long_still_refuses_the_perseus_answer_file(tmp_path):
         importers.import_path("long", f)
 
 
-@pytest.mark.parametrize("command", ["score", "report"])
-@pytest.mark.parametrize("case", sorted(BAD_RUNS))
-def test_cli_score_and_report_refuse_a_bad_run_as_label_does(tmp_path, steps, case, command):
-    """What ``faultlab label`` refuses, ``score --run`` and ``report`` refuse the same
-    way: one line, exit 2, never a traceback (a text ``rank`` included)."""
+@pytest.fixture(scope="module")
+def score_report_refusals(steps, tmp_path_factory) -> dict[tuple[str, str], tuple[Path, list[str], subprocess.CompletedProcess]]:
+    """For each case of BAD_RUNS and each of ``score --run`` and ``report``: a run
+    directory of its own with an empty labels table, the names in it before, and the
+    command run on it, all in one child process through faultlab's entry point."""
     from faultlab import schema
 
-    make, field = BAD_RUNS[case]
-    run = tmp_path / "run"
-    make(run, steps)
-    RunDir(run).write_table("labels", schema.empty("labels"))
-    before = sorted(p.name for p in run.iterdir())
-    if command == "score":
-        cp = fl("score", "--detector", "peer-median", "--boot", "0", "--run", str(run), "--out", str(tmp_path / "s.json"))
-    else:
-        cp = fl("report", str(run))
-    field_error(cp, field)
-    assert sorted(p.name for p in run.iterdir()) == before and not (tmp_path / "s.json").exists()
+    made, argvs = {}, []
+    for i, case in enumerate(sorted(BAD_RUNS)):
+        for command in ("score", "report"):
+            run = tmp_path_factory.mktemp(f"{command}-{i}") / "run"
+            BAD_RUNS[case][0](run, steps)
+            RunDir(run).write_table("labels", schema.empty("labels"))
+            made[(case, command)] = (run, sorted(p.name for p in run.iterdir()))
+            argvs.append(["score", "--detector", "peer-median", "--boot", "0", "--run", str(run), "--out", str(run.parent / "s.json")]
+                         if command == "score" else ["report", str(run)])
+    return {key: (*made[key], cp) for key, cp in zip(made, fl_many(argvs))}
+
+
+@pytest.mark.parametrize("command", ["score", "report"])
+@pytest.mark.parametrize("case", sorted(BAD_RUNS))
+def test_cli_score_and_report_refuse_a_bad_run_as_label_does(score_report_refusals, case, command):
+    """What ``faultlab label`` refuses, ``score --run`` and ``report`` refuse the same
+    way: one line, exit 2, never a traceback (a text ``rank`` included)."""
+    run, before, cp = score_report_refusals[(case, command)]
+    field_error(cp, BAD_RUNS[case][1])
+    assert sorted(p.name for p in run.iterdir()) == before and not (run.parent / "s.json").exists()
