@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from faultlab.datasets import manifest
-from tests.helpers import SW_DATASET, fl, one_line_error
+from tests.helpers import SW_DATASET, fl, fl_many, one_line_error
 
 #: every command that reads a dataset's splits, runs or tables
 COMMANDS = {
@@ -106,15 +106,26 @@ def changed(request, tmp_path_factory):
     return ds, names
 
 
-@pytest.mark.parametrize("command", list(COMMANDS))
-def test_files_that_do_not_fit_together_are_refused_in_one_line(changed, command, tmp_path):
-    ds, names = changed
+@pytest.fixture(scope="module")
+def refusals(changed, tmp_path_factory) -> tuple[dict, dict[str, Path], dict[str, str], dict[str, str]]:
+    """Every command of COMMANDS run once on the changed dataset, each writing under an
+    empty folder of its own, all in one child process through faultlab's entry point:
+    (command -> its run, command -> its folder, the dataset's file digests before, after)."""
+    ds, _ = changed
     before = _digests(ds)
-    args = [a.format(out=tmp_path) for a in COMMANDS[command]]
-    line = one_line_error(fl(*args, ds), *names)
+    outs = {c: tmp_path_factory.mktemp(f"out-{c}") for c in COMMANDS}
+    done = fl_many([[*(a.format(out=outs[c]) for a in args), ds] for c, args in COMMANDS.items()], timeout=600)
+    return dict(zip(COMMANDS, done)), outs, before, _digests(ds)
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_files_that_do_not_fit_together_are_refused_in_one_line(changed, refusals, command):
+    _, names = changed
+    done, outs, before, after = refusals
+    line = one_line_error(done[command], *names)
     assert "rebuild the dataset" in line, line  # the fix
-    assert _digests(ds) == before
-    assert list(tmp_path.iterdir()) == []  # nothing written
+    assert after == before  # no command changed the dataset
+    assert list(outs[command].iterdir()) == []  # nothing written
 
 
 def test_the_published_datasets_fit_together(tmp_path):
