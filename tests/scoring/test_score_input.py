@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from faultlab.datasets.synthetic import make_run
-from tests.helpers import FL, SW_DATASET, fl, one_line_error
+from tests.helpers import FL, SW_DATASET, fl, fl_many, one_line_error
 
 
 BADDET = '''
@@ -68,12 +68,29 @@ def test_detector_that_raises_is_one_line_naming_it(tmp_path, det, mode, method)
     one_line_error(score_in(tmp_path, "--detector", det, "--mode", mode), det, method, "run ", code=1)
 
 
+#: each kind of garbage alarms bad_detectors:Garbage returns, and the field its refusal names
+GARBAGE = [("neg", "alarms.start_ts"), ("nan", "alarms.start_ts"), ("inf", "alarms.end_ts"), ("unknown", "alarms.component"),
+           ("reversed", "alarms.end_ts"), ("nanscore", "alarms.score"), ("strscore", "alarms.score"), ("list", "DataFrame"),
+           ("dict", "DataFrame")]
+
+
+@pytest.fixture(scope="module")
+def garbage_scores(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """For each kind of GARBAGE: ``faultlab score`` of the published dataset with
+    bad_detectors:Garbage returning it, all in one child process through faultlab's
+    entry point (in a folder holding bad_detectors.py)."""
+    d = tmp_path_factory.mktemp("garbage")
+    (d / "bad_detectors.py").write_text(BADDET)
+    kinds = [kind for kind, _ in GARBAGE]
+    done = fl_many([["score", "--split", "all", "--dataset", str(SW_DATASET), "--detector", "bad_detectors:Garbage", "--param", f"kind={kind}"]
+                    for kind in kinds], timeout=300 * len(kinds), cwd=d)
+    return dict(zip(kinds, done))
+
+
 @pytest.mark.skipif(not (SW_DATASET / "splits.json").is_file(), reason="no published dataset")
-@pytest.mark.parametrize("kind,field", [("neg", "alarms.start_ts"), ("nan", "alarms.start_ts"), ("inf", "alarms.end_ts"),
-                                        ("unknown", "alarms.component"), ("reversed", "alarms.end_ts"), ("nanscore", "alarms.score"),
-                                        ("strscore", "alarms.score"), ("list", "DataFrame"), ("dict", "DataFrame")])
-def test_garbage_alarms_are_refused_not_scored(tmp_path, kind, field):
-    one_line_error(score_in(tmp_path, "--detector", "bad_detectors:Garbage", "--param", f"kind={kind}"), field, "bad_detectors:Garbage")
+@pytest.mark.parametrize("kind,field", GARBAGE)
+def test_garbage_alarms_are_refused_not_scored(garbage_scores, kind, field):
+    one_line_error(garbage_scores[kind], field, "bad_detectors:Garbage")
 
 
 def test_score_out_unwritable_is_one_line(tmp_path):
