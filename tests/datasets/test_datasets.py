@@ -20,7 +20,7 @@ from faultlab.datasets.build import build, collect_runs, draw_split
 from faultlab.datasets.layout import Dataset
 from faultlab.datasets.synthetic import make_run
 from faultlab.errors import BadInput
-from tests.helpers import EXAMPLE_CAMPAIGN, PUBLIC, PUBLIC_BUILD, PUBLIC_COLLECTIONS, PUBLIC_HINT, REPO, fl, one_line_error
+from tests.helpers import EXAMPLE_CAMPAIGN, PUBLIC, PUBLIC_BUILD, PUBLIC_COLLECTIONS, PUBLIC_HINT, REPO, SW_DATASET, fl, fl_many, one_line_error
 
 #: the public traces: $FAULTLAB_PUBLIC_DATA, else ../shared/datasets/public beside the checkout (README)
 
@@ -332,11 +332,33 @@ def test_verify_manifest_not_utf8(dataset):
     one_line_error(fl("dataset", "verify", str(dataset)), "MANIFEST.sha256")
 
 
-@pytest.mark.parametrize("content", [b"[1, 2", b"\xff\xfe", b'{"runs": 1}', b"[1, 2]"])
-@pytest.mark.parametrize("command", [["dataset", "info"], ["score", "--detector", "constant", "--split", "all", "--dataset"]])
-def test_damaged_runs_json(dataset, content, command):
-    (dataset / "runs.json").write_bytes(content)
-    one_line_error(fl(*command, str(dataset)), "runs.json")
+#: damaged runs.json contents, and the commands that must refuse a dataset holding one
+DAMAGED_RUNS_JSON = [b"[1, 2", b"\xff\xfe", b'{"runs": 1}', b"[1, 2]"]
+RUNS_JSON_READERS = [["dataset", "info"], ["score", "--detector", "constant", "--split", "all", "--dataset"]]
+
+
+@pytest.fixture(scope="module")
+def damaged_runs_json(tmp_path_factory) -> dict[tuple[bytes, int], subprocess.CompletedProcess]:
+    """For each content of DAMAGED_RUNS_JSON, a copy of the published faultlab-sw-v1
+    whose runs.json holds it, and each command of RUNS_JSON_READERS run on it, all in
+    one child process through faultlab's entry point (skips without the dataset)."""
+    if not (SW_DATASET / "splits.json").is_file():
+        pytest.skip(f"no published dataset at {SW_DATASET}")
+    keys, argvs = [], []
+    for i, content in enumerate(DAMAGED_RUNS_JSON):
+        d = tmp_path_factory.mktemp(f"runs-json-{i}") / "ds"
+        shutil.copytree(SW_DATASET, d)
+        (d / "runs.json").write_bytes(content)
+        for j, command in enumerate(RUNS_JSON_READERS):
+            keys.append((content, j))
+            argvs.append([*command, str(d)])
+    return dict(zip(keys, fl_many(argvs)))
+
+
+@pytest.mark.parametrize("content", DAMAGED_RUNS_JSON)
+@pytest.mark.parametrize("command", range(len(RUNS_JSON_READERS)), ids=[" ".join(c[:2]) for c in RUNS_JSON_READERS])
+def test_damaged_runs_json(damaged_runs_json, content, command):
+    one_line_error(damaged_runs_json[(content, command)], "runs.json")
 
 
 @pytest.mark.parametrize("what", ["folder", "symlink", "file"])
