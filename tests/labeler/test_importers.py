@@ -27,7 +27,7 @@ from faultlab.labeler.config import make_config
 from faultlab.labeler.importers import perseus, trace
 from faultlab.labeler.importers.long.grid import _auto_align
 from faultlab.schema import json_safe
-from tests.helpers import FL, PUBLIC, PUBLIC_HINT, fl
+from tests.helpers import FL, PUBLIC, PUBLIC_HINT, fl, fl_many
 
 PERSEUS_DIR = PUBLIC / "perseus-cluster_A"
 ST_DIR = PUBLIC / "straggler-trace-ST"
@@ -1009,31 +1009,50 @@ def _text_at(col, row, text):
     return edit
 
 
-@pytest.mark.parametrize("case,field", [
-    ("dp_rank text", "dp_rank"), ("start_ts text", "start_ts"), ("meta not utf-8", "meta"),
-    ("meta with aliases", "meta"), ("meta not yaml", "meta"), ("body damaged", "PATH")])
-def test_a_bad_trace_is_one_line_naming_the_field_and_nothing_is_written(tmp_path, case, field):
+#: a meta file of nested YAML aliases (never to be expanded into a 2.4 MB whatif.json)
+_ALIAS_BOMB = b"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\ndp_size: 2\npp_size: 4\n"
+
+
+def _damaged_body(tmp: Path) -> Path:
+    """A trace whose Parquet footer (the schema reads) is kept and whose pages are spoilt."""
+    d = _trace_dir(tmp, "t")
+    raw = bytearray((d / "trace-SYN.parquet").read_bytes())
+    raw[8 : len(raw) // 2] = b"U" * (len(raw) // 2 - 8)
+    (d / "trace-SYN.parquet").write_bytes(bytes(raw))
+    return d
+
+
+#: each bad trace (made in a folder) and the field its refusal names
+BAD_TRACES = {
+    "dp_rank text": (lambda t: _trace_dir(t, "t", _text_at("dp_rank", 5, "x")), "dp_rank"),
+    "start_ts text": (lambda t: _trace_dir(t, "t", _text_at("start_ts", 5, "abc")), "start_ts"),
+    "meta not utf-8": (lambda t: _trace_dir(t, "t", meta=b"trial_name: \xff\xfe\ndp_size: 2\npp_size: 4\n"), "meta"),
+    "meta with aliases": (lambda t: _trace_dir(t, "t", meta=_ALIAS_BOMB), "meta"),
+    "meta not yaml": (lambda t: _trace_dir(t, "t", meta=b"dp_size: [2\npp_size: 4\n"), "meta"),
+    "body damaged": (_damaged_body, "PATH"),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_trace_imports(tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """For each case of BAD_TRACES: its --out folder and ``faultlab label --import
+    straggler-trace`` of the trace, all in one child process through faultlab's entry point."""
+    outs, argvs = {}, []
+    for i, (case, (make, _)) in enumerate(BAD_TRACES.items()):
+        tmp = tmp_path_factory.mktemp(f"bad-trace-{i}")
+        outs[case] = tmp / "out"
+        argvs.append(["label", "--import", "straggler-trace", str(make(tmp)), "--out", str(outs[case])])
+    return {case: (outs[case], cp) for case, cp in zip(outs, fl_many(argvs, timeout=120 * len(argvs)))}
+
+
+@pytest.mark.parametrize("case", list(BAD_TRACES))
+def test_a_bad_trace_is_one_line_naming_the_field_and_nothing_is_written(bad_trace_imports, case):
     """Each bad trace is one line naming the field, nothing written: text in an id
     column, a meta file that is not UTF-8 (no traceback), a meta file of nested YAML
     aliases (never expanded into a 2.4 MB whatif.json), a parse error (one line, not
     six), and a damaged Parquet body (named as PATH, not blamed on --out)."""
-    bomb = b"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\ndp_size: 2\npp_size: 4\n"
-    make = {
-        "dp_rank text": lambda: _trace_dir(tmp_path, "t", _text_at("dp_rank", 5, "x")),
-        "start_ts text": lambda: _trace_dir(tmp_path, "t", _text_at("start_ts", 5, "abc")),
-        "meta not utf-8": lambda: _trace_dir(tmp_path, "t", meta=b"trial_name: \xff\xfe\ndp_size: 2\npp_size: 4\n"),
-        "meta with aliases": lambda: _trace_dir(tmp_path, "t", meta=bomb),
-        "meta not yaml": lambda: _trace_dir(tmp_path, "t", meta=b"dp_size: [2\npp_size: 4\n"),
-        "body damaged": lambda: _trace_dir(tmp_path, "t"),
-    }
-    d = make[case]()
-    if case == "body damaged":  # keep the footer (the schema reads), spoil the pages
-        raw = bytearray((d / "trace-SYN.parquet").read_bytes())
-        raw[8 : len(raw) // 2] = b"U" * (len(raw) // 2 - 8)
-        (d / "trace-SYN.parquet").write_bytes(bytes(raw))
-    out = tmp_path / "out"
-    cp = subprocess.run([*FL, "label", "--import", "straggler-trace", str(d), "--out", str(out)],
-                        capture_output=True, text=True, timeout=120)
+    field = BAD_TRACES[case][1]
+    out, cp = bad_trace_imports[case]
     assert cp.returncode == 2, (cp.returncode, cp.stderr[-1500:])
     lines = [l for l in cp.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"faultlab: error: {field}: "), cp.stderr[-1500:]
