@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -396,30 +397,50 @@ def test_build_force_never_removes_what_is_not_a_dataset(tmp_path, what):
 SHADOW_LIKE = "root:$6$s3cr3tSALT$h4shh4shh4sh:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n"
 
 
-@pytest.mark.parametrize("case", ["missing", "shadow-like", "not-faultlab", "bad-fault", "twice"])
-def test_campaign_file_must_be_a_faultlab_campaign_or_scenario(tmp_path, two_runs, case):
+#: the --campaign-file cases refused: a missing file, a foreign one (a shadow-like file,
+#: a Kubernetes manifest), a faultlab campaign with a bad fault, one file given twice
+CAMPAIGN_FILE_CASES = ["missing", "shadow-like", "not-faultlab", "bad-fault", "twice"]
+
+
+@pytest.fixture(scope="module")
+def campaign_file_refusals(tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """For each case of CAMPAIGN_FILE_CASES: the --out folder of ``faultlab dataset
+    build`` of two synthetic runs with that --campaign-file, and the command, all in
+    one child process through faultlab's entry point."""
+    base = tmp_path_factory.mktemp("campaign-file-runs")
+    runs = [str(make_run(base / f"r{i}", f"r{i}", seed=i)) for i in range(2)]
+    outs, argvs = {}, []
+    for case in CAMPAIGN_FILE_CASES:
+        tmp = tmp_path_factory.mktemp(f"campaign-file-{case}")
+        f = tmp / "c.yaml"
+        extra = []
+        if case == "shadow-like":
+            f.write_text(SHADOW_LIKE)
+        elif case == "not-faultlab":
+            f.write_text("apiVersion: v1\nkind: Pod\n")
+        elif case == "bad-fault":
+            f.write_text("name: x\nfaults: [{type: bogus, at: 1s, duration: 1s}]\n")
+        elif case == "twice":
+            shutil.copy(EXAMPLE_CAMPAIGN, f)
+            extra = ["--campaign-file", str(f)]
+        outs[case] = tmp / "out"
+        argvs.append(["dataset", "build", *runs, "--name", "ds", "--out", str(outs[case]), "--campaign-file", str(f), *extra])
+    return {case: (outs[case], cp) for case, cp in zip(outs, fl_many(argvs))}
+
+
+@pytest.mark.parametrize("case", CAMPAIGN_FILE_CASES)
+def test_campaign_file_must_be_a_faultlab_campaign_or_scenario(campaign_file_refusals, case):
     """--campaign-file takes only a faultlab campaign or scenario (never, say,
     ``/etc/shadow`` copied into a dataset meant for publishing): each is checked with
     the scenario loader; a missing, foreign or bad one is one line naming
     --campaign-file, exit 2, no dataset made, and never a line of the refused file in
     the message."""
-    f = tmp_path / "c.yaml"
-    extra = []
-    if case == "shadow-like":
-        f.write_text(SHADOW_LIKE)
-    elif case == "not-faultlab":
-        f.write_text("apiVersion: v1\nkind: Pod\n")
-    elif case == "bad-fault":
-        f.write_text("name: x\nfaults: [{type: bogus, at: 1s, duration: 1s}]\n")
-    elif case == "twice":
-        shutil.copy(EXAMPLE_CAMPAIGN, f)
-        extra = ["--campaign-file", str(f)]
-    cp = fl("dataset", "build", *two_runs, "--name", "ds", "--out", str(tmp_path / "out"), "--campaign-file", str(f), *extra)
+    out, cp = campaign_file_refusals[case]
     one_line_error(cp, "--campaign-file", "c.yaml")
     assert "s3cr3t" not in cp.stderr and "h4sh" not in cp.stderr
     if case == "bad-fault":
         assert "bogus" in cp.stderr  # the loader's own reason, for a file that is faultlab's
-    assert not (tmp_path / "out").exists()
+    assert not out.exists()
 
 
 def test_campaign_file_accepted_is_copied_with_a_published_mode(tmp_path, two_runs):
