@@ -20,7 +20,7 @@ import pytest
 
 from faultlab import inputfile
 from faultlab.datasets.synthetic import make_run
-from tests.helpers import EXAMPLES, fl, one_line_error
+from tests.helpers import EXAMPLES, fl, fl_many, one_line_error
 
 #: a command that hangs on a FIFO is killed after this and the test fails
 TIMEOUT_S = 120
@@ -61,9 +61,24 @@ def _refused_at_once(reader, f, run, tmp_path, *names, option: bool = True) -> s
         cp = fl(*_argv(reader, f, run, tmp_path), timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{reader} still read {f} after {TIMEOUT_S} s")
-    line = one_line_error(cp, *([READERS[reader][1]] if option else []), *names)
+    line = _refusal(reader, cp, *names, option=option)
     assert time.monotonic() - t < TIMEOUT_S
     return line
+
+
+def _refusal(reader, cp: subprocess.CompletedProcess, *names, option: bool = True) -> str:
+    """The one error line of ``reader``'s run ``cp``, naming ``names`` (and the option,
+    unless ``option`` is false)."""
+    return one_line_error(cp, *([READERS[reader][1]] if option else []), *names)
+
+
+def _many_at_once(argvs: list[list[str]]) -> list[subprocess.CompletedProcess]:
+    """``argvs`` run in one child process (``fl_many``); a command still reading after
+    TIMEOUT_S s each on average fails the tests that use them."""
+    try:
+        return fl_many(argvs, timeout=TIMEOUT_S * len(argvs))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{len(argvs)} commands still read their inputs after {TIMEOUT_S * len(argvs)} s")
 
 
 @pytest.mark.parametrize("reader", list(READERS))
@@ -78,22 +93,38 @@ def test_a_device_is_refused(reader, run, tmp_path):
     _refused_at_once(reader, Path("/dev/zero"), run, tmp_path, "/dev/zero", "a character device")
 
 
+#: the sizes each reader is given: one byte over its limit and 4 GiB (both sparse), and
+#: exactly its limit (NUL bytes: read, then refused as no YAML/JSON, not for its size)
+SIZES = {"over": lambda limit: limit + 1, "huge": lambda limit: 4 << 30, "at": lambda limit: limit}
+
+
+@pytest.fixture(scope="module")
+def sized_inputs(run, tmp_path_factory) -> dict[tuple[str, str], tuple[Path, subprocess.CompletedProcess]]:
+    """For each reader of READERS and each size of SIZES: the input file of that size
+    and the reader run on it (its outputs in the file's folder), all in one child
+    process through faultlab's entry point."""
+    made, argvs = [], []
+    for i, (reader, (_, _, limit)) in enumerate(READERS.items()):
+        for size, of in SIZES.items():
+            d = tmp_path_factory.mktemp(f"sized-{i}-{size}")
+            f = d / ("in.json" if limit == inputfile.JSON_BYTES else "in.yaml")
+            with open(f, "wb") as out:
+                out.truncate(of(limit))
+            made.append(((reader, size), f))
+            argvs.append(_argv(reader, f, run, d))
+    return {key: (f, cp) for (key, f), cp in zip(made, _many_at_once(argvs))}
+
+
 @pytest.mark.parametrize("reader", list(READERS))
-def test_a_file_over_the_limit_is_refused_unread(reader, run, tmp_path):
+def test_a_file_over_the_limit_is_refused_unread(sized_inputs, reader):
     """A sparse file one byte over the limit (and one of 4 GiB) is refused naming its
     size; a file of the limit's size is read (and refused for what it holds)."""
     limit = READERS[reader][2]
-    f = tmp_path / ("in.json" if limit == inputfile.JSON_BYTES else "in.yaml")
-    with open(f, "wb") as out:
-        out.truncate(limit + 1)
-    line = _refused_at_once(reader, f, run, tmp_path, str(f), f"{limit + 1} bytes, over the")
+    f, cp = sized_inputs[(reader, "over")]
+    line = _refusal(reader, cp, str(f), f"{limit + 1} bytes, over the")
     assert f"{limit >> 20} MiB" in line
-    with open(f, "wb") as out:
-        out.truncate(4 << 30)
-    _refused_at_once(reader, f, run, tmp_path, str(limit >> 20) + " MiB")
-    with open(f, "wb") as out:
-        out.truncate(limit)  # NUL bytes: read, then refused as no YAML/JSON (not for its size)
-    cp = fl(*_argv(reader, f, run, tmp_path), timeout=TIMEOUT_S)
+    _refusal(reader, sized_inputs[(reader, "huge")][1], str(limit >> 20) + " MiB")
+    cp = sized_inputs[(reader, "at")][1]
     assert cp.returncode != 0 and "over the" not in cp.stderr and "Traceback" not in cp.stderr, cp.stderr[-2000:]
 
 
@@ -105,9 +136,12 @@ def _alias_bomb() -> str:
     return inner
 
 
-@pytest.mark.parametrize("reader", ["scenario validate", "run", "campaign", "status --inventory", "dataset build --campaign-file"])
-def test_every_yaml_reader_refuses_an_alias_bomb(reader, run, tmp_path):
-    f = tmp_path / "bomb.yaml"
+#: the readers of YAML files, each given an alias bomb
+YAML_READERS = ["scenario validate", "run", "campaign", "status --inventory", "dataset build --campaign-file"]
+
+
+def _write_bomb(reader: str, f: Path) -> None:
+    """``f``: a file ``reader`` takes (inventory, campaign or scenario) with an alias bomb in it."""
     if reader == "status --inventory":
         f.write_text("nodes:\n  a: {host: 10.0.0.1, labels: {x: " + _alias_bomb() + "}}\n")
     elif reader == "campaign":
@@ -116,7 +150,23 @@ def test_every_yaml_reader_refuses_an_alias_bomb(reader, run, tmp_path):
         src = (EXAMPLES / "quickstart.yaml").read_text()
         assert "params: {rate: 50mbit}" in src
         f.write_text(src.replace("params: {rate: 50mbit}", "params: {rate: " + _alias_bomb() + "}"))
-    _refused_at_once(reader, f, run, tmp_path, "bomb.yaml", "aliases", option=False)
+
+
+@pytest.fixture(scope="module")
+def bombs(run, tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """Each reader of YAML_READERS run on its alias bomb (outputs in the bomb's folder),
+    all in one child process through faultlab's entry point."""
+    argvs = []
+    for i, reader in enumerate(YAML_READERS):
+        d = tmp_path_factory.mktemp(f"bomb-{i}")
+        _write_bomb(reader, d / "bomb.yaml")
+        argvs.append(_argv(reader, d / "bomb.yaml", run, d))
+    return dict(zip(YAML_READERS, _many_at_once(argvs)))
+
+
+@pytest.mark.parametrize("reader", YAML_READERS)
+def test_every_yaml_reader_refuses_an_alias_bomb(bombs, reader):
+    _refusal(reader, bombs[reader], "bomb.yaml", "aliases", option=False)
 
 
 def test_a_good_input_is_still_read(run, tmp_path):
