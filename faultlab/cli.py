@@ -21,6 +21,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+from importlib.metadata import PackageNotFoundError, version as package_version  # noqa: E402
 from typing import Annotated, Optional  # noqa: E402
 
 import typer  # noqa: E402
@@ -45,9 +46,11 @@ err_out = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty()
 
 def _version(value: bool) -> None:
     if value:
-        from faultlab.rundir import _version as installed
-
-        print(f"faultlab {installed()}")
+        try:
+            installed = package_version("faultlab")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            installed = "unknown"
+        print(f"faultlab {installed}")
         raise typer.Exit(0)
 
 
