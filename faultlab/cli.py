@@ -688,14 +688,17 @@ def campaign(
         if as_json:
             print(json.dumps(manifest, indent=1))
         raise typer.Exit(128 + stop.signal)
-    bad = [r for r in manifest["runs"] if r["code"]]
+    # the folder's manifest may also list another campaign file's runs (two files built
+    # into one folder): the count and the exit code are this campaign's
+    ours = [r for r in manifest["runs"] if r["schedule"].get("name") in {s.name for s in scs}]
+    bad = [r for r in ours if r["code"]]
     try:  # the campaign's page: a thumbnail per run, the scores pooled with bootstrap CIs
         from faultlab.report import write_report
 
         manifest["report"] = str(write_report(base))
     except FaultlabError as e:
         con.print(f"no campaign report: {e}", markup=False)
-    (err_out if as_json else out).print(f"campaign {c.name}: {len(manifest['runs']) - len(bad)}/{len(scs)} runs complete -> {base}"
+    (err_out if as_json else out).print(f"campaign {c.name}: {len(ours) - len(bad)}/{len(scs)} runs complete -> {base}"
               + (f"; report: {manifest['report']}" if "report" in manifest else ""), markup=False)
     if as_json:
         print(json.dumps(manifest, indent=1))
