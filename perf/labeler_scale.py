@@ -11,7 +11,7 @@ Per size (R = --ranks, S = size / R):
    ``scan``: a pyarrow dataset scan of ``steps/`` streaming the columns the labeler
    reads, batch by batch (nothing kept);
    ``out of core``: ``label_run(out_of_core=True)`` on a LocalCluster of ``--workers``
-   worker processes started by the child (its peak RSS as ``ru_maxrss``; each
+   worker processes started by the child (its peak RSS as ``VmHWM``; each
    worker's from the worker itself at the end);
    ``in memory``: ``label_run(out_of_core=False)`` up to ``--in-memory-up-to`` rows.
 3. Prints, side by side, wall time and peak RSS of each process, the ratio of the
@@ -36,7 +36,18 @@ import time
 COLUMNS = ["run_id", "rank", "node", "peer_group", "step", "t_start", "compute_s", "comm_s", "step_s", "dataloader_s"]
 
 
-def _maxrss_bytes() -> int:
+def _peak_rss_bytes() -> int:
+    """This process's peak resident set size (bytes): ``VmHWM`` of ``/proc/self/status``.
+    Not ``ru_maxrss``: Linux keeps it across ``execve``, so a child started by
+    ``subprocess`` (vfork + exec) reports at least its parent's peak (here the
+    generator's); ``ru_maxrss`` only where there is no ``/proc``."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -50,7 +61,7 @@ def scan(run: str) -> dict:
     rows = 0
     for b in d.to_batches(columns=[c for c in COLUMNS if c in d.schema.names]):
         rows += b.num_rows
-    return {"seconds": time.perf_counter() - t, "rows": rows, "rss": {"controller": _maxrss_bytes()}}
+    return {"seconds": time.perf_counter() - t, "rows": rows, "rss": {"controller": _peak_rss_bytes()}}
 
 
 def label(run: str, mode: str, workers: int) -> dict:
@@ -59,7 +70,7 @@ def label(run: str, mode: str, workers: int) -> dict:
     if mode == "in-memory":
         t = time.perf_counter()
         labels = label_run(run, out_of_core=False)
-        return {"seconds": time.perf_counter() - t, "rss": {"controller": _maxrss_bytes()}, "labels": _rows(labels)}
+        return {"seconds": time.perf_counter() - t, "rss": {"controller": _peak_rss_bytes()}, "labels": _rows(labels)}
     from dask.distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
@@ -68,8 +79,8 @@ def label(run: str, mode: str, workers: int) -> dict:
         labels = label_run(run, out_of_core=True, scheduler=cl.scheduler_address)
         wall = time.perf_counter() - t
         with Client(cl.scheduler_address) as c:
-            worker_rss = c.run(_maxrss_bytes)
-    rss = {"controller": _maxrss_bytes(), **{f"worker {i}": v for i, v in enumerate(sorted(worker_rss.values()))}}
+            worker_rss = c.run(_peak_rss_bytes)
+    rss = {"controller": _peak_rss_bytes(), **{f"worker {i}": v for i, v in enumerate(sorted(worker_rss.values()))}}
     return {"seconds": wall, "rss": rss, "labels": _rows(labels)}
 
 
