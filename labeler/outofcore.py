@@ -57,6 +57,7 @@ from faultlab import steptable
 from faultlab.errors import BadInput
 from faultlab.labeler.analysis import Analysis, _sustained_job, expected_over_median
 from faultlab.labeler.config import LabelerConfig, labeler_config
+from faultlab.labeler.flagruns import FlagRuns, chunk_runs
 from faultlab.labeler.grid import StepGrid
 from faultlab.labeler.peergroups import PeerGroups, assign_groups, calm_rows, calm_scores
 from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median, nanmedian, trailing_baseline_from, trailing_baseline_t
@@ -295,9 +296,10 @@ def _peer_sigma(maps: _Maps, cols: list) -> np.ndarray:
 
 
 def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, k: int, halo: int,
-                few: np.ndarray, gidx: np.ndarray, threshold: float, mad_k: float, sync: bool = False) -> None:
-    """Rows ``a..b-1`` of the peer ratio and flags into their maps (rank-major ``(R, S)``:
-    fusion reads a flagged rank's whole series); the sustained rule
+                few: np.ndarray, gidx: np.ndarray, threshold: float, mad_k: float, sync: bool = False) -> tuple:
+    """Rows ``a..b-1`` of the peer ratio into its map (rank-major ``(R, S)``: fusion
+    reads a flagged rank's whole series) and their flags as runs
+    (:func:`~faultlab.labeler.flagruns.chunk_runs`, returned); the sustained rule
     reads ``halo`` rows either side (``few`` ``(b - a, G)``: groups with too few ranks)."""
     maps = _Maps(Path(folder), S, R, sync)
     h0, h1 = max(0, a - halo), min(S, b + halo)
@@ -312,30 +314,32 @@ def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, 
         flag |= sustained(ratio, k, level)[a - h0 : b - h0]
     if few.any():
         flag &= ~few[:, gidx]
-    for name, v in (("peer_ratio", own), ("peer_flag", flag)):
-        maps.put(name, a, b, v.T, 0, R)  # (R, S): fusion reads a rank's whole series
+    maps.put("peer_ratio", a, b, own.T, 0, R)  # (R, S): fusion reads a rank's whole series
+    return chunk_runs(flag.T, 0, a)
 
 
 # -- pass 4: the temporal view (carried state) -------------------------------------------
 
 
-def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: int, state: tuple | None,
+def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: int, before: tuple | None,
                     config: LabelerConfig, sync: bool = False) -> tuple:
-    """Rows ``a..b-1`` of the trailing baseline, noise, ratio and flags of the ranks
+    """Rows ``a..b-1`` of the trailing baseline, noise and ratio of the ranks
     (columns) ``c0..c1-1`` into their maps (:func:`faultlab.labeler.stats.trailing_baseline_from`,
-    ``a`` a multiple of ``temporal_block_steps``, ``state`` what the chunk before of the
-    same ranks returned, None for the first); returns the state after ``b``. Each
-    rank's series is its own recurrence: strips of ranks run in parallel."""
+    ``a`` a multiple of ``temporal_block_steps``, ``before`` what the chunk before of the
+    same ranks returned, None for the first); returns ``(state after b, flag runs)``
+    (:func:`~faultlab.labeler.flagruns.chunk_runs`). Each rank's series is its own
+    recurrence: strips of ranks run in parallel."""
     maps = _Maps(Path(folder), S, R, sync)
     Xt = np.ascontiguousarray(maps.open("compute", "r")[a:b, c0:c1].T)
     base, sig, flags, state = trailing_baseline_from(
-        Xt, a, state, window=config.temporal_window_steps, min_valid=config.temporal_min_valid_steps,
-        threshold=config.temporal_threshold, mad_k=config.mad_k, block=config.temporal_block_steps)
+        Xt, a, before[0] if before is not None else None, window=config.temporal_window_steps,
+        min_valid=config.temporal_min_valid_steps, threshold=config.temporal_threshold, mad_k=config.mad_k,
+        block=config.temporal_block_steps)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = Xt / base
-    for name, v in (("rank_base", base), ("rank_sigma", sig), ("rank_ratio", ratio), ("rank_flag", flags)):
+    for name, v in (("rank_base", base), ("rank_sigma", sig), ("rank_ratio", ratio)):
         maps.put(name, a, b, v, c0, c1)  # (R, S)
-    return state
+    return state, chunk_runs(flags, c0, a)
 
 
 # -- the run ------------------------------------------------------------------------------
@@ -456,15 +460,16 @@ def _remote_workers(client) -> bool:
     return any(urlsplit(str(addr)).hostname not in here for addr in client.scheduler_info().get("workers", {}))
 
 
-def _wait(client, futures: list, note, what: str) -> None:
-    """Wait for ``futures`` (raising the first error), calling ``note(done, total,
-    what)`` as each finishes."""
+def _wait(client, futures: list, note, what: str) -> list:
+    """The results of ``futures`` in their order (raising the first error), calling
+    ``note(done, total, what)`` as each finishes."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
     from dask.distributed import as_completed
 
     for i, f in enumerate(as_completed(futures), 1):
         f.result()
         note(i, len(futures), what)
+    return [f.result() for f in futures]
 
 
 def _strips(R: int, n: int) -> list[tuple[int, int]]:
@@ -519,12 +524,11 @@ def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cn
     k = window_steps(grid, cfg)
     few = cnt < cfg.peer_min_ranks
     maps.create("peer_ratio", np.float32, by_rank=True)
-    maps.create("peer_flag", bool, by_rank=True)
-    _wait(client, [client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
-                                 few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False, sync=maps.sync)
-                   for a, b in spans], note, "peer view")
-    return PeerView(median=grid._peer_median, ratio=maps.open("peer_ratio", "r").T, flag=maps.open("peer_flag", "r").T,
-                    sigma=sigma)
+    runs = _wait(client, [client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
+                                        few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False,
+                                        sync=maps.sync) for a, b in spans], note, "peer view")
+    return PeerView(median=grid._peer_median, ratio=maps.open("peer_ratio", "r").T,
+                    flag=FlagRuns.from_chunks(maps.S, maps.R, runs), sigma=sigma)
 
 
 def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> TemporalView:
@@ -538,8 +542,8 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
         _cap_job_baseline(xj[0], jb[0], js[0], jf[0], cfg)
     with np.errstate(invalid="ignore", divide="ignore"):
         jr = xj[0] / jb[0]
-    for name, d in (("rank_base", dt), ("rank_sigma", dt), ("rank_ratio", dt), ("rank_flag", bool)):
-        maps.create(name, d, by_rank=True)
+    for name in ("rank_base", "rank_sigma", "rank_ratio"):
+        maps.create(name, dt, by_rank=True)
     chunks = []
     for c0, c1 in _strips(maps.R, sum(client.nthreads().values())):
         state = None
@@ -547,10 +551,11 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
             state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, c0, c1, state, cfg, pure=False,
                                   sync=maps.sync)
             chunks.append(state)
-    _wait(client, chunks, note, "temporal view")
+    done = _wait(client, chunks, note, "temporal view")
     return TemporalView(job_base=jb[0], job_sigma=js[0], job_ratio=jr, job_flag=jf[0],
                         rank_base=maps.open("rank_base", "r").T, rank_sigma=maps.open("rank_sigma", "r").T,
-                        rank_ratio=maps.open("rank_ratio", "r").T, rank_flag=maps.open("rank_flag", "r").T)
+                        rank_ratio=maps.open("rank_ratio", "r").T,
+                        rank_flag=FlagRuns.from_chunks(maps.S, maps.R, [runs for _, runs in done]))
 
 
 def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig, groups: PeerGroups,

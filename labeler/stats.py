@@ -144,6 +144,29 @@ def time_ratio(values, base) -> float:
     return float(v[ok].sum()) / tb if ok.any() and tb > 0 else float("nan")
 
 
+#: cells of a block :func:`column_nansum` converts to float64 at once (8 MiB)
+SUM_BLOCK_CELLS = 1 << 20
+
+
+def column_nansum(x, minus=None) -> np.ndarray:
+    """``(C,)`` float64: the sum over rows of ``x`` ``(n, C)`` (less ``minus``, the same
+    shape, when given), NaN as 0: ``np.nansum(np.asarray(x, float64) - np.asarray(minus,
+    float64), axis=0)`` bit for bit, a block of rows at a time (:data:`SUM_BLOCK_CELLS`
+    cells), so a memory map is never converted whole. Exact because a reduction over
+    the rows of a C-order array adds row after row: the running sum is carried in as
+    each block's first row."""
+    n, C = x.shape
+    step = max(1, SUM_BLOCK_CELLS // max(1, C))
+    acc = np.zeros(C)
+    for a in range(0, n, step):
+        blk = np.asarray(x[a : a + step], dtype=np.float64)
+        if minus is not None:
+            blk = blk - np.asarray(minus[a : a + step], dtype=np.float64)
+        blk = np.concatenate([acc[None, :], np.where(np.isnan(blk), 0.0, blk)])
+        acc = np.add.reduce(blk, axis=0) if a else np.add.reduce(blk[1:], axis=0)
+    return acc
+
+
 def _window_stats(win: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | int]:
     """Median, MAD (both in the dtype of ``win``) and non-NaN count of each row of
     ``win`` ``(C, w)``, ignoring NaN; a row without values gives NaN. The median of an
