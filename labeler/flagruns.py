@@ -98,13 +98,14 @@ class FlagRuns:
     def _block(self, a: int, b: int) -> np.ndarray:
         """Rows ``a..b-1`` of every rank, ``(b - a, R)``."""
         S, R = self.shape
-        n = max(0, b - a)
-        rank = np.repeat(np.arange(R), np.diff(self._ptr))
+        out = np.zeros((max(0, b - a), R), dtype=bool)
         hit = (self._start < b) & (self._end > a)
-        d = np.zeros((n + 1, R), dtype=np.int8)
-        np.add.at(d, (np.maximum(self._start[hit], a) - a, rank[hit]), 1)
-        np.add.at(d, (np.minimum(self._end[hit], b) - a, rank[hit]), -1)
-        return np.cumsum(d[:n], axis=0, dtype=np.int8) > 0
+        s = np.maximum(self._start[hit], a) - a
+        n = np.minimum(self._end[hit], b) - a - s  # the runs' cells inside the rows
+        ranks = np.repeat(np.arange(R), np.diff(self._ptr))[hit]
+        first = np.cumsum(n) - n  # each run's first cell among all the cells set
+        out[np.repeat(s - first, n) + np.arange(int(n.sum())), np.repeat(ranks, n)] = True
+        return out
 
     def __getitem__(self, key):
         rows, col = key if isinstance(key, tuple) else (key, slice(None))

@@ -67,7 +67,7 @@ from faultlab.labeler.grid import StepGrid
 from faultlab.labeler.intermittent import intermittent
 from faultlab.labeler.intervals import dilate, grow, intervals, log_ratio, refine, smoothed_above
 from faultlab.labeler.labelrows import empty_labels, grid_row, label_confidence, typed_labels
-from faultlab.labeler.stats import column_nansum, loo_median, mean, median, median_ratio, time_ratio
+from faultlab.labeler.stats import column_nansum, loo_median, mean, median, median_of_rows, median_ratio, time_ratio
 from faultlab.labeler.views.temporal import TemporalView
 
 
@@ -394,7 +394,7 @@ def _job_row(an: Analysis, i0: int, i1: int, slowdown: float, *, also_straggler:
         "median_step_s": median(g.job_step[sl]),
         "job_slowdown": an.job_slowdown(i0, i1),
         "straggler_free_ratio": median_ratio(an.sim[sl], tv.job_base[sl]),
-        "compute_ratio": median(tv.rank_ratio[sl]),
+        "compute_ratio": median_of_rows(tv.rank_ratio[sl]),
         "ranks_compute_up": [g.component(j) for j in np.flatnonzero(tv.rank_flag[sl].any(axis=0))],
         "also_straggler": also_straggler,
         "n_steps": i1 - i0 + 1,

@@ -22,18 +22,24 @@ carries from one to the next):
    peer median, then (after the run-wide noise floor, from every ``S // 4096``-th
    step as the in-memory view samples it) the peer flags with a **halo** of
    :func:`halo_steps` rows on each side for the sustained rule's centered window;
+   the flags come back as runs per rank (:mod:`~faultlab.labeler.flagruns`), not as
+   a map;
 4. **temporal** (row chunks in step order, per strip of ranks): the trailing
    baseline is a recurrence in step order (flagged steps leave later windows), so its
    state (the last ``temporal_window_steps`` values that may feed the baseline, the
    current baseline and noise per rank) is carried from chunk to chunk; chunks are
    multiples of ``temporal_block_steps`` rows and the first holds the warm-up window.
    Each rank is its own recurrence: one chain of chunks per strip of ranks, as many
-   strips as the cluster has worker threads, run in parallel.
+   strips as the cluster has worker threads, run in parallel; the flags come back as
+   runs per rank too.
 
 The ``(S,)`` job series (step time, what-if step time, the job's temporal view, the
 sustained job rule) are small at any size and are computed in memory as in
 :func:`~faultlab.labeler.analysis.analyze`. Fusion and reconciliation then run on the
-:class:`~faultlab.labeler.analysis.Analysis` whose arrays are the memory maps.
+:class:`~faultlab.labeler.analysis.Analysis` whose arrays are the memory maps and
+whose flags are :class:`~faultlab.labeler.flagruns.FlagRuns`: the controller reads
+a few rank series and the rows of the labels' intervals, a block at a time, never a
+map whole.
 
 Cluster: ``client`` (a ``dask.distributed.Client``), else the scheduler at
 ``scheduler`` or ``$DASK_SCHEDULER_ADDRESS``, else an embedded ``LocalCluster`` sized
