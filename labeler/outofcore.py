@@ -65,7 +65,7 @@ from faultlab.labeler.analysis import Analysis, _sustained_job, expected_over_me
 from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.flagruns import FlagRuns, chunk_runs
 from faultlab.labeler.grid import StepGrid
-from faultlab.labeler.peergroups import PeerGroups, assign_groups, calm_rows, calm_scores
+from faultlab.labeler.peergroups import PeerGroups, assign_groups, calm_rows, calm_scores, sample_rows
 from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median, nanmedian, trailing_baseline_from, trailing_baseline_t
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
@@ -112,6 +112,27 @@ class _Maps:
     def open(self, name: str, mode: str = "r+") -> np.ndarray:
         return np.load(self.path(name), mmap_mode=mode)
 
+    def view(self, name: str) -> "_ReleasedMap":
+        """Map ``name``, read-only, as the controller holds it: a :class:`_ReleasedMap`."""
+        return self.open(name, "r").view(_ReleasedMap)
+
+    def rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` (grid rows, int) of map ``name``, read from the file (a new
+        array): a memory map's page faults map whole folios of the page cache around
+        each row read, so sampled rows read through one count most of the map in this
+        process's resident memory."""
+        with open(self.path(name), "rb") as f:
+            version = np.lib.format.read_magic(f)
+            shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0(f))
+            header = f.tell()
+            out = np.empty((len(rows), shape[1]), dtype=dtype)
+            size = shape[1] * dtype.itemsize
+            for i, r in enumerate(np.asarray(rows, dtype=np.int64)):
+                f.seek(header + int(r) * size)
+                f.readinto(memoryview(out[i]).cast("B"))
+        return out
+
     def put(self, name: str, a: int, b: int, value: np.ndarray, c0: int | None = None, c1: int | None = None) -> None:
         """Write ``value`` into rows ``a..b-1`` of map ``name``, or, for a map by rank,
         into steps ``a..b-1`` of its ranks ``c0..c1-1``; with :attr:`sync`, write back
@@ -145,6 +166,23 @@ class _Maps:
                     mm.flush(page, off + size - page)
             finally:
                 mm.close()
+
+
+class _ReleasedMap(np.memmap):
+    """A read-only memory map that copies out what it is indexed for, then gives the
+    mapping's pages back (``madvise(MADV_DONTNEED)``; the data stay in the page cache
+    and the file): a page fault maps whole folios of the page cache around the rows
+    it reads, so the rows fusion reads through a plain map (label intervals, stall
+    rows) would stay counted in the controller's resident memory, most of the map in
+    the end. Indexing gives numpy arrays (or scalars)."""
+
+    def __getitem__(self, key):
+        got = super().__getitem__(key)
+        out = np.array(got) if isinstance(got, np.ndarray) else got
+        mm = getattr(self, "_mmap", None)
+        if mm is not None:
+            mm.madvise(mmap.MADV_DONTNEED)
+        return out
 
 
 # -- pass 1: the run's steps, ranks and job step time ------------------------------------
@@ -226,7 +264,7 @@ def _clock_offsets(maps: _Maps, job_step: np.ndarray) -> np.ndarray:
     if S == 0 or R < 2 or not n or not np.isfinite(step_med) or step_med <= 0:
         return off
     rows = np.unique(np.linspace(0, S - 1, min(S, 2000)).astype(np.int64))
-    sub = np.asarray(maps.open("t_start", "r")[rows], dtype=np.float64)
+    sub = np.asarray(maps.rows("t_start", rows), dtype=np.float64)
     mid, _ = nanmedian(sub, axis=1)
     with np.errstate(invalid="ignore"):
         o, cnt = nanmedian(sub - mid[:, None], axis=0)
@@ -284,8 +322,8 @@ def _peer_sigma(maps: _Maps, cols: list) -> np.ndarray:
     R = maps.R
     step = max(1, maps.S // 4096)
     rows = np.arange(0, maps.S, step)
-    comp = maps.open("compute", "r")[rows]
-    med = maps.open("peer_median", "r")[rows]
+    comp = maps.rows("compute", rows)
+    med = maps.rows("peer_median", rows)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = comp / med
     ratio[~np.isfinite(ratio)] = np.nan
@@ -414,13 +452,13 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
         a, b = fb["rows"]
         job_step[a:b] = fb["job_step"]
     _check_across_blocks(filled, ranks)
-    loader = maps.open("dataloader") if has_loader and any(fb["loader"] for fb in filled) else None
+    loader = maps.view("dataloader") if has_loader and any(fb["loader"] for fb in filled) else None
     off = _clock_offsets(maps, job_step)
     ch = chunk_rows(cfg, R)
     spans = [(a, min(S, a + ch)) for a in range(0, S, ch)]
     tt = client.gather([client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False, sync=maps.sync) for a, b in spans])
     grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
-    calm = calm_rows(grid.compute, int(cfg.temporal_window_steps),
+    calm = calm_rows(grid.compute, int(cfg.temporal_window_steps), sample=maps.rows("compute", sample_rows(S)),
                      scores=lambda run_med: _calm_scores(client, maps, run_med, int(cfg.temporal_window_steps), spans))
     pg = assign_groups(grid.compute, [grid.component(j) for j in range(R)], grid.groups, cfg, mapping=peer_groups,
                        part=grid.dataloader, calm=calm)
@@ -434,7 +472,7 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     cnt = np.concatenate([c for _, c, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
     top = np.concatenate([t for _, _, t in gm]) if gm else np.zeros(0)
     grid._group_stats = (med, cnt, gidx)
-    grid._peer_median = maps.open("peer_median", "r")
+    grid._peer_median = maps.view("peer_median")
     pv = _peer_view(client, maps, grid, cfg, cols, cnt, gidx, spans, note)
     tv = _temporal_view(client, maps, grid, cfg, spans, note)
     lo = min((fb["span"][0] for fb in filled if np.isfinite(fb["span"][0])), default=np.nan)
@@ -515,8 +553,8 @@ def _grid(maps: _Maps, run_id: str, steps, ranks, nodes, groups, loader, job_ste
     over the whole arrays at once)."""
     g = StepGrid.__new__(StepGrid)
     g.run_id, g.steps, g.ranks, g.nodes, g.groups = run_id, steps, ranks, nodes, groups
-    g.t_start, g.compute = maps.open("t_start", "r"), maps.open("compute", "r")
-    g.comm, g.step_s, g.dataloader = maps.open("comm", "r"), maps.open("step_s", "r"), loader
+    g.t_start, g.compute = maps.view("t_start"), maps.view("compute")
+    g.comm, g.step_s, g.dataloader = maps.view("comm"), maps.view("step_s"), loader
     g.job_step, g.clock_offsets = job_step, off
     g.t0 = np.concatenate([a for a, _ in tt]) if tt else np.zeros(0)
     g.t1 = np.concatenate([b for _, b in tt]) if tt else np.zeros(0)
@@ -533,7 +571,7 @@ def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cn
     runs = _wait(client, [client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
                                         few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False,
                                         sync=maps.sync) for a, b in spans], note, "peer view")
-    return PeerView(median=grid._peer_median, ratio=maps.open("peer_ratio", "r").T,
+    return PeerView(median=grid._peer_median, ratio=maps.view("peer_ratio").T,
                     flag=FlagRuns.from_chunks(maps.S, maps.R, runs), sigma=sigma)
 
 
@@ -559,8 +597,8 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
             chunks.append(state)
     done = _wait(client, chunks, note, "temporal view")
     return TemporalView(job_base=jb[0], job_sigma=js[0], job_ratio=jr, job_flag=jf[0],
-                        rank_base=maps.open("rank_base", "r").T, rank_sigma=maps.open("rank_sigma", "r").T,
-                        rank_ratio=maps.open("rank_ratio", "r").T,
+                        rank_base=maps.view("rank_base").T, rank_sigma=maps.view("rank_sigma").T,
+                        rank_ratio=maps.view("rank_ratio").T,
                         rank_flag=FlagRuns.from_chunks(maps.S, maps.R, [runs for _, runs in done]))
 
 
