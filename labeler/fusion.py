@@ -67,7 +67,7 @@ from faultlab.labeler.grid import StepGrid
 from faultlab.labeler.intermittent import intermittent
 from faultlab.labeler.intervals import dilate, grow, intervals, log_ratio, refine, smoothed_above
 from faultlab.labeler.labelrows import empty_labels, grid_row, label_confidence, typed_labels
-from faultlab.labeler.stats import loo_median, mean, median, median_ratio, time_ratio
+from faultlab.labeler.stats import column_nansum, loo_median, mean, median, median_of_rows, median_ratio, time_ratio
 from faultlab.labeler.views.temporal import TemporalView
 
 
@@ -99,12 +99,14 @@ def fuse(an: Analysis) -> pd.DataFrame:
 @dataclass
 class _Labels:
     """The label rows :func:`fuse` has made so far and the grid steps they hold:
-    ``rank_rows`` ``(S, R)`` bool (each rank's labels), ``job_rows`` ``(S,)`` bool (the
-    job labels'); ``timed`` the seconds rules of :func:`intervals` for this run."""
+    ``rank_spans`` each rank label's ``(rank column, first row, last row)``,
+    ``job_rows`` ``(S,)`` bool (the job labels'); ``timed`` the seconds rules of
+    :func:`intervals` for this run. (Spans, not an ``(S, R)`` mask: a few labels
+    hold few cells of a run of any size.)"""
 
     an: Analysis
     rows: list
-    rank_rows: np.ndarray
+    rank_spans: list
     job_rows: np.ndarray
     timed: dict
 
@@ -114,7 +116,15 @@ class _Labels:
         pace = median(g.job_step)  # the run's normal step time (s)
         timed = {"t0": g.t0, "t1": g.t1, "gap_s": cfg.gap_s, "min_s": cfg.min_duration_s,
                  "pace_s": pace if np.isfinite(pace) else 0.0}
-        return cls(an, [], np.zeros((g.S, g.R), dtype=bool), np.zeros(g.S, dtype=bool), timed)
+        return cls(an, [], [], np.zeros(g.S, dtype=bool), timed)
+
+    def rank_held(self, j: int | None = None) -> np.ndarray:
+        """``(S,)`` bool: the rows rank column ``j``'s labels hold (None: any rank's)."""
+        held = np.zeros(self.an.grid.S, dtype=bool)
+        for k, i0, i1 in self.rank_spans:
+            if j is None or k == j:
+                held[i0 : i1 + 1] = True
+        return held
 
     def add_rank(self, j: int, i0: int, i1: int, slowdown: float, views: str, conf_ratio: float, threshold: float, ev: dict) -> None:
         """A label of rank column ``j`` over rows ``i0..i1`` (its confidence from
@@ -125,7 +135,7 @@ class _Labels:
         alone_note(g, j, ev)
         self.rows.append(grid_row(g, g.component(j), "rank", i0, i1, slowdown, views,
                                   label_confidence(conf_ratio, threshold, i1 - i0 + 1, self.an.config.min_steps, views), ev))
-        self.rank_rows[i0 : i1 + 1, j] = True
+        self.rank_spans.append((j, i0, i1))
 
     def add_job(self, row: dict, i0: int, i1: int) -> None:
         """A job label row over rows ``i0..i1``."""
@@ -198,12 +208,12 @@ def _explained(acc: _Labels) -> np.ndarray:
     an = acc.an
     g, tv, pv = an.grid, an.temporal, an.peer
     explained = np.zeros(g.S, dtype=bool)
-    held = np.flatnonzero(acc.rank_rows.any(axis=1))  # only steps a rank label holds can be explained
-    if held.size:
+    for j, i0, i1 in acc.rank_spans:  # only steps a rank label holds can be explained, by that rank
+        sl = slice(i0, i1 + 1)
         with np.errstate(invalid="ignore"):
-            job_ex = np.asarray(g.job_step[held], dtype=np.float64) - np.asarray(tv.job_base[held], dtype=np.float64)
-            rank_ex = np.asarray(g.compute[held], dtype=np.float64) - np.asarray(pv.median[held], dtype=np.float64)
-            explained[held] = (acc.rank_rows[held] & ~(rank_ex < 0.25 * job_ex[:, None])).any(axis=1)
+            job_ex = np.asarray(g.job_step[sl], dtype=np.float64) - np.asarray(tv.job_base[sl], dtype=np.float64)
+            rank_ex = np.asarray(g.compute[sl, j], dtype=np.float64) - np.asarray(pv.median[sl, j], dtype=np.float64)
+            explained[sl] |= ~(rank_ex < 0.25 * job_ex)
     return explained
 
 
@@ -234,7 +244,7 @@ def _job_interval(acc: _Labels, i0: int, i1: int) -> None:
     job_excess = float(np.nansum(np.asarray(g.job_step[sl], dtype=np.float64) - np.asarray(tv.job_base[sl], dtype=np.float64)))
     if _straggler_of_interval(acc, i0, i1, job_excess) or _solo_of_interval(acc, i0, i1, job_excess):
         return
-    acc.add_job(_job_row(an, i0, i1, an.job_slowdown(i0, i1), also_straggler=bool(acc.rank_rows[sl].any())), i0, i1)
+    acc.add_job(_job_row(an, i0, i1, an.job_slowdown(i0, i1), also_straggler=bool(acc.rank_held()[sl].any())), i0, i1)
 
 
 def _straggler_of_interval(acc: _Labels, i0: int, i1: int, job_excess: float) -> bool:
@@ -317,11 +327,11 @@ def _rank_temporal(acc: _Labels) -> None:
     (:func:`_temporal_group`)."""
     an = acc.an
     cfg, tv = an.config, an.temporal
-    held = acc.rank_rows.any(axis=1) | acc.job_rows  # job time another label already explains
+    held = acc.rank_held() | acc.job_rows  # job time another label already explains
     cands: list[tuple[int, int, int]] = []
     for j in np.flatnonzero(tv.rank_flag.any(axis=0)):  # only ranks with a temporal flag
         j = int(j)
-        free = tv.rank_flag[:, j] & ~dilate(acc.rank_rows[:, j] | acc.job_rows, cfg.gap_steps)
+        free = tv.rank_flag[:, j] & ~dilate(acc.rank_held(j) | acc.job_rows, cfg.gap_steps)
         for i0, i1 in intervals(free, cfg.gap_steps, cfg.min_steps, **acc.timed):
             if an.job_slowdown(i0, i1, skip=held) >= cfg.temporal_threshold:
                 cands.append((i0, i1, j))
@@ -332,7 +342,7 @@ def _rank_temporal(acc: _Labels) -> None:
 def _temporal_group(acc: _Labels, group: list[tuple[int, int, int]]) -> None:
     """Overlapping temporal candidates ``(i0, i1, rank column)``: one ``job`` label
     when at least half the ranks (and two) are in it, else one rank label each. (These
-    labels do not mark ``rank_rows``/``job_rows``: no later step reads them.)"""
+    labels do not mark ``rank_spans``/``job_rows``: no later step reads them.)"""
     an = acc.an
     cfg, g, tv, pv = an.config, an.grid, an.temporal, an.peer
     min_len = cfg.min_steps
@@ -384,7 +394,7 @@ def _job_row(an: Analysis, i0: int, i1: int, slowdown: float, *, also_straggler:
         "median_step_s": median(g.job_step[sl]),
         "job_slowdown": an.job_slowdown(i0, i1),
         "straggler_free_ratio": median_ratio(an.sim[sl], tv.job_base[sl]),
-        "compute_ratio": median(tv.rank_ratio[sl]),
+        "compute_ratio": median_of_rows(tv.rank_ratio[sl]),
         "ranks_compute_up": [g.component(j) for j in np.flatnonzero(tv.rank_flag[sl].any(axis=0))],
         "also_straggler": also_straggler,
         "n_steps": i1 - i0 + 1,
@@ -425,8 +435,8 @@ def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: 
     its peers have and it does not)."""
     if not (job_excess_s > 0):
         return None
-    comp = np.nansum(np.asarray(g.compute[sl], dtype=np.float64), axis=0)  # (R,)
-    comm = np.nansum(np.asarray(g.comm[sl], dtype=np.float64), axis=0)
+    comp = column_nansum(g.compute[sl])  # (R,)
+    comm = column_nansum(g.comm[sl])
     best = None
     for grp in sorted(set(g.groups.tolist())):
         cols = np.flatnonzero(g.groups == grp)
@@ -466,14 +476,14 @@ def _temporal_culprit(g: StepGrid, tv: TemporalView, sl: slice, job_excess_s: fl
     Returns ``(column, share)`` or None."""
     if not (job_excess_s > 0):
         return None
-    with np.errstate(invalid="ignore"):
-        ex = np.nansum(np.asarray(g.compute[sl], dtype=np.float64) - np.asarray(tv.rank_base[sl], dtype=np.float64), axis=0)
-    if ex.size == 0:
-        return None
     # only ranks without peers: with peers, the peer view and _interval_straggler judge
     _, counts = np.unique(g.groups, return_counts=True)
     alone = np.isin(g.groups, np.unique(g.groups)[counts == 1])
     if not alone.any():
+        return None
+    with np.errstate(invalid="ignore"):
+        ex = column_nansum(g.compute[sl], tv.rank_base[sl])
+    if ex.size == 0:
         return None
     order = np.argsort(-ex, kind="stable")
     j = int(order[0])

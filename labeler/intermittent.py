@@ -18,7 +18,7 @@ import numpy as np
 from faultlab.labeler.analysis import Analysis
 from faultlab.labeler.grid import StepGrid
 from faultlab.labeler.labelrows import grid_row, label_confidence
-from faultlab.labeler.stats import loo_median, mad_sigma, median
+from faultlab.labeler.stats import MAD_TO_SIGMA, SUM_BLOCK_CELLS, loo_median, median, median_of_blocks
 
 
 #: the most consecutive job-flagged steps taken as one stall: a pause that straddles
@@ -250,25 +250,24 @@ def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late
     either step, at the one where the latest rank was later when both do. Returns
     ``(votes [R], ok [stalls], k [stalls])``: the votes per rank, which stalls voted,
     for whom."""
-    g, tv, cfg = an.grid, an.temporal, an.config
-    arr = np.asarray(g.t_start[fl], dtype=np.float64) + np.asarray(g.compute[fl], dtype=np.float64)
-    med_arr = np.full_like(arr, np.nan)
-    for c in cols:
-        med_arr[:, c] = loo_median(arr[:, c])
-    late_all = np.where(np.isfinite(arr - med_arr), arr - med_arr, -np.inf)
+    g = an.grid
+    step = max(1, SUM_BLOCK_CELLS // max(1, g.R))
+
+    def finite_lateness():  # the episode's lateness values, a block of its steps at a time
+        for i in range(0, fl.size, step):
+            late = _lateness(an, fl[i : i + step], cols)
+            yield late[np.isfinite(late)]
+
     # the noise of arrival times: mad_k robust sigmas of all the episode's lateness
     # values (most of which are jitter)
-    fin = late_all[np.isfinite(late_all)]
-    noise = mad_sigma(fin) if fin.size else 0.0
+    m = median_of_blocks(finite_lateness)
+    noise = MAD_TO_SIGMA * median_of_blocks(lambda: (np.abs(v - m) for v in finite_lateness())) if np.isfinite(m) else 0.0
 
     def vote_at(rows: np.ndarray):
-        late = late_all[np.isin(fl, rows)]
-        ex = np.asarray(g.job_step[rows], dtype=np.float64) - np.asarray(tv.job_base[rows], dtype=np.float64)
-        order = np.argsort(-late, axis=1)
-        kk = order[:, 0]
-        top = late[np.arange(rows.size), kk]
-        second = late[np.arange(rows.size), order[:, 1]] if late.shape[1] > 1 else np.full(rows.size, -np.inf)
-        return kk, np.isfinite(top) & (top >= min_late * ex) & (second <= 0.5 * top) & (top > cfg.mad_k * noise), top
+        rows = fl[np.isin(fl, rows)]
+        parts = [_votes(an, rows[i : i + step], cols, noise, min_late) for i in range(0, rows.size, step)]
+        return tuple(np.concatenate([p[q] for p in parts]) if parts else np.zeros(0, dtype=dt)
+                     for q, dt in enumerate((np.int64, bool, np.float64)))
 
     k, ok, top = vote_at(st)
     if last is not None and bool((last != st).any()):
@@ -276,6 +275,31 @@ def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late
         use2 = ok2 & (~ok | (top2 > top))
         k, ok = np.where(use2, k2, k), ok | ok2
     return np.bincount(k[ok], minlength=g.R), ok, k
+
+
+def _lateness(an: Analysis, rows: np.ndarray, cols) -> np.ndarray:
+    """``(rows, R)`` float64 s: each rank's arrival at the collective (``t_start +
+    compute_s``) at grid rows ``rows`` less its peers' median arrival, itself left out
+    (``cols`` the peer groups' columns); -inf where either is unknown."""
+    g = an.grid
+    arr = np.asarray(g.t_start[rows], dtype=np.float64) + np.asarray(g.compute[rows], dtype=np.float64)
+    med_arr = np.full_like(arr, np.nan)
+    for c in cols:
+        med_arr[:, c] = loo_median(arr[:, c])
+    return np.where(np.isfinite(arr - med_arr), arr - med_arr, -np.inf)
+
+
+def _votes(an: Analysis, rows: np.ndarray, cols, noise: float, min_late: float) -> tuple:
+    """At grid rows ``rows``: ``(latest rank, whether it votes, its lateness s)`` of
+    :func:`_stall_votes`' rule (``noise`` the episode's robust sigma of lateness)."""
+    g, tv, cfg = an.grid, an.temporal, an.config
+    late = _lateness(an, rows, cols)
+    ex = np.asarray(g.job_step[rows], dtype=np.float64) - np.asarray(tv.job_base[rows], dtype=np.float64)
+    order = np.argsort(-late, axis=1)
+    kk = order[:, 0]
+    top = late[np.arange(rows.size), kk]
+    second = late[np.arange(rows.size), order[:, 1]] if late.shape[1] > 1 else np.full(rows.size, -np.inf)
+    return kk, np.isfinite(top) & (top >= min_late * ex) & (second <= 0.5 * top) & (top > cfg.mad_k * noise), top
 
 
 def _span(steps: np.ndarray, r: dict) -> tuple[int, int]:

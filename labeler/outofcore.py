@@ -22,18 +22,24 @@ carries from one to the next):
    peer median, then (after the run-wide noise floor, from every ``S // 4096``-th
    step as the in-memory view samples it) the peer flags with a **halo** of
    :func:`halo_steps` rows on each side for the sustained rule's centered window;
+   the flags come back as runs per rank (:mod:`~faultlab.labeler.flagruns`), not as
+   a map;
 4. **temporal** (row chunks in step order, per strip of ranks): the trailing
    baseline is a recurrence in step order (flagged steps leave later windows), so its
    state (the last ``temporal_window_steps`` values that may feed the baseline, the
    current baseline and noise per rank) is carried from chunk to chunk; chunks are
    multiples of ``temporal_block_steps`` rows and the first holds the warm-up window.
    Each rank is its own recurrence: one chain of chunks per strip of ranks, as many
-   strips as the cluster has worker threads, run in parallel.
+   strips as the cluster has worker threads, run in parallel; the flags come back as
+   runs per rank too.
 
 The ``(S,)`` job series (step time, what-if step time, the job's temporal view, the
 sustained job rule) are small at any size and are computed in memory as in
 :func:`~faultlab.labeler.analysis.analyze`. Fusion and reconciliation then run on the
-:class:`~faultlab.labeler.analysis.Analysis` whose arrays are the memory maps.
+:class:`~faultlab.labeler.analysis.Analysis` whose arrays are the memory maps and
+whose flags are :class:`~faultlab.labeler.flagruns.FlagRuns`: the controller reads
+a few rank series and the rows of the labels' intervals, a block at a time, never a
+map whole.
 
 Cluster: ``client`` (a ``dask.distributed.Client``), else the scheduler at
 ``scheduler`` or ``$DASK_SCHEDULER_ADDRESS``, else an embedded ``LocalCluster`` sized
@@ -57,8 +63,9 @@ from faultlab import steptable
 from faultlab.errors import BadInput
 from faultlab.labeler.analysis import Analysis, _sustained_job, expected_over_median
 from faultlab.labeler.config import LabelerConfig, labeler_config
+from faultlab.labeler.flagruns import FlagRuns, chunk_runs
 from faultlab.labeler.grid import StepGrid
-from faultlab.labeler.peergroups import PeerGroups, assign_groups, calm_rows, calm_scores
+from faultlab.labeler.peergroups import PeerGroups, assign_groups, calm_rows, calm_scores, sample_rows
 from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median, nanmedian, trailing_baseline_from, trailing_baseline_t
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
@@ -105,6 +112,27 @@ class _Maps:
     def open(self, name: str, mode: str = "r+") -> np.ndarray:
         return np.load(self.path(name), mmap_mode=mode)
 
+    def view(self, name: str) -> "_ReleasedMap":
+        """Map ``name``, read-only, as the controller holds it: a :class:`_ReleasedMap`."""
+        return self.open(name, "r").view(_ReleasedMap)
+
+    def rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` (grid rows, int) of map ``name``, read from the file (a new
+        array): a memory map's page faults map whole folios of the page cache around
+        each row read, so sampled rows read through one count most of the map in this
+        process's resident memory."""
+        with open(self.path(name), "rb") as f:
+            version = np.lib.format.read_magic(f)
+            shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0(f))
+            header = f.tell()
+            out = np.empty((len(rows), shape[1]), dtype=dtype)
+            size = shape[1] * dtype.itemsize
+            for i, r in enumerate(np.asarray(rows, dtype=np.int64)):
+                f.seek(header + int(r) * size)
+                f.readinto(memoryview(out[i]).cast("B"))
+        return out
+
     def put(self, name: str, a: int, b: int, value: np.ndarray, c0: int | None = None, c1: int | None = None) -> None:
         """Write ``value`` into rows ``a..b-1`` of map ``name``, or, for a map by rank,
         into steps ``a..b-1`` of its ranks ``c0..c1-1``; with :attr:`sync`, write back
@@ -138,6 +166,23 @@ class _Maps:
                     mm.flush(page, off + size - page)
             finally:
                 mm.close()
+
+
+class _ReleasedMap(np.memmap):
+    """A read-only memory map that copies out what it is indexed for, then gives the
+    mapping's pages back (``madvise(MADV_DONTNEED)``; the data stay in the page cache
+    and the file): a page fault maps whole folios of the page cache around the rows
+    it reads, so the rows fusion reads through a plain map (label intervals, stall
+    rows) would stay counted in the controller's resident memory, most of the map in
+    the end. Indexing gives numpy arrays (or scalars)."""
+
+    def __getitem__(self, key):
+        got = super().__getitem__(key)
+        out = np.array(got) if isinstance(got, np.ndarray) else got
+        mm = getattr(self, "_mmap", None)
+        if mm is not None:
+            mm.madvise(mmap.MADV_DONTNEED)
+        return out
 
 
 # -- pass 1: the run's steps, ranks and job step time ------------------------------------
@@ -219,7 +264,7 @@ def _clock_offsets(maps: _Maps, job_step: np.ndarray) -> np.ndarray:
     if S == 0 or R < 2 or not n or not np.isfinite(step_med) or step_med <= 0:
         return off
     rows = np.unique(np.linspace(0, S - 1, min(S, 2000)).astype(np.int64))
-    sub = np.asarray(maps.open("t_start", "r")[rows], dtype=np.float64)
+    sub = np.asarray(maps.rows("t_start", rows), dtype=np.float64)
     mid, _ = nanmedian(sub, axis=1)
     with np.errstate(invalid="ignore"):
         o, cnt = nanmedian(sub - mid[:, None], axis=0)
@@ -277,8 +322,8 @@ def _peer_sigma(maps: _Maps, cols: list) -> np.ndarray:
     R = maps.R
     step = max(1, maps.S // 4096)
     rows = np.arange(0, maps.S, step)
-    comp = maps.open("compute", "r")[rows]
-    med = maps.open("peer_median", "r")[rows]
+    comp = maps.rows("compute", rows)
+    med = maps.rows("peer_median", rows)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = comp / med
     ratio[~np.isfinite(ratio)] = np.nan
@@ -295,9 +340,10 @@ def _peer_sigma(maps: _Maps, cols: list) -> np.ndarray:
 
 
 def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, k: int, halo: int,
-                few: np.ndarray, gidx: np.ndarray, threshold: float, mad_k: float, sync: bool = False) -> None:
-    """Rows ``a..b-1`` of the peer ratio and flags into their maps (rank-major ``(R, S)``:
-    fusion reads a flagged rank's whole series); the sustained rule
+                few: np.ndarray, gidx: np.ndarray, threshold: float, mad_k: float, sync: bool = False) -> tuple:
+    """Rows ``a..b-1`` of the peer ratio into its map (rank-major ``(R, S)``: fusion
+    reads a flagged rank's whole series) and their flags as runs
+    (:func:`~faultlab.labeler.flagruns.chunk_runs`, returned); the sustained rule
     reads ``halo`` rows either side (``few`` ``(b - a, G)``: groups with too few ranks)."""
     maps = _Maps(Path(folder), S, R, sync)
     h0, h1 = max(0, a - halo), min(S, b + halo)
@@ -312,30 +358,32 @@ def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, 
         flag |= sustained(ratio, k, level)[a - h0 : b - h0]
     if few.any():
         flag &= ~few[:, gidx]
-    for name, v in (("peer_ratio", own), ("peer_flag", flag)):
-        maps.put(name, a, b, v.T, 0, R)  # (R, S): fusion reads a rank's whole series
+    maps.put("peer_ratio", a, b, own.T, 0, R)  # (R, S): fusion reads a rank's whole series
+    return chunk_runs(flag.T, 0, a)
 
 
 # -- pass 4: the temporal view (carried state) -------------------------------------------
 
 
-def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: int, state: tuple | None,
+def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: int, before: tuple | None,
                     config: LabelerConfig, sync: bool = False) -> tuple:
-    """Rows ``a..b-1`` of the trailing baseline, noise, ratio and flags of the ranks
+    """Rows ``a..b-1`` of the trailing baseline, noise and ratio of the ranks
     (columns) ``c0..c1-1`` into their maps (:func:`faultlab.labeler.stats.trailing_baseline_from`,
-    ``a`` a multiple of ``temporal_block_steps``, ``state`` what the chunk before of the
-    same ranks returned, None for the first); returns the state after ``b``. Each
-    rank's series is its own recurrence: strips of ranks run in parallel."""
+    ``a`` a multiple of ``temporal_block_steps``, ``before`` what the chunk before of the
+    same ranks returned, None for the first); returns ``(state after b, flag runs)``
+    (:func:`~faultlab.labeler.flagruns.chunk_runs`). Each rank's series is its own
+    recurrence: strips of ranks run in parallel."""
     maps = _Maps(Path(folder), S, R, sync)
     Xt = np.ascontiguousarray(maps.open("compute", "r")[a:b, c0:c1].T)
     base, sig, flags, state = trailing_baseline_from(
-        Xt, a, state, window=config.temporal_window_steps, min_valid=config.temporal_min_valid_steps,
-        threshold=config.temporal_threshold, mad_k=config.mad_k, block=config.temporal_block_steps)
+        Xt, a, before[0] if before is not None else None, window=config.temporal_window_steps,
+        min_valid=config.temporal_min_valid_steps, threshold=config.temporal_threshold, mad_k=config.mad_k,
+        block=config.temporal_block_steps)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = Xt / base
-    for name, v in (("rank_base", base), ("rank_sigma", sig), ("rank_ratio", ratio), ("rank_flag", flags)):
+    for name, v in (("rank_base", base), ("rank_sigma", sig), ("rank_ratio", ratio)):
         maps.put(name, a, b, v, c0, c1)  # (R, S)
-    return state
+    return state, chunk_runs(flags, c0, a)
 
 
 # -- the run ------------------------------------------------------------------------------
@@ -404,13 +452,13 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
         a, b = fb["rows"]
         job_step[a:b] = fb["job_step"]
     _check_across_blocks(filled, ranks)
-    loader = maps.open("dataloader") if has_loader and any(fb["loader"] for fb in filled) else None
+    loader = maps.view("dataloader") if has_loader and any(fb["loader"] for fb in filled) else None
     off = _clock_offsets(maps, job_step)
     ch = chunk_rows(cfg, R)
     spans = [(a, min(S, a + ch)) for a in range(0, S, ch)]
     tt = client.gather([client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False, sync=maps.sync) for a, b in spans])
     grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
-    calm = calm_rows(grid.compute, int(cfg.temporal_window_steps),
+    calm = calm_rows(grid.compute, int(cfg.temporal_window_steps), sample=maps.rows("compute", sample_rows(S)),
                      scores=lambda run_med: _calm_scores(client, maps, run_med, int(cfg.temporal_window_steps), spans))
     pg = assign_groups(grid.compute, [grid.component(j) for j in range(R)], grid.groups, cfg, mapping=peer_groups,
                        part=grid.dataloader, calm=calm)
@@ -424,7 +472,7 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     cnt = np.concatenate([c for _, c, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
     top = np.concatenate([t for _, _, t in gm]) if gm else np.zeros(0)
     grid._group_stats = (med, cnt, gidx)
-    grid._peer_median = maps.open("peer_median", "r")
+    grid._peer_median = maps.view("peer_median")
     pv = _peer_view(client, maps, grid, cfg, cols, cnt, gidx, spans, note)
     tv = _temporal_view(client, maps, grid, cfg, spans, note)
     lo = min((fb["span"][0] for fb in filled if np.isfinite(fb["span"][0])), default=np.nan)
@@ -456,15 +504,16 @@ def _remote_workers(client) -> bool:
     return any(urlsplit(str(addr)).hostname not in here for addr in client.scheduler_info().get("workers", {}))
 
 
-def _wait(client, futures: list, note, what: str) -> None:
-    """Wait for ``futures`` (raising the first error), calling ``note(done, total,
-    what)`` as each finishes."""
+def _wait(client, futures: list, note, what: str) -> list:
+    """The results of ``futures`` in their order (raising the first error), calling
+    ``note(done, total, what)`` as each finishes."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
     from dask.distributed import as_completed
 
     for i, f in enumerate(as_completed(futures), 1):
         f.result()
         note(i, len(futures), what)
+    return [f.result() for f in futures]
 
 
 def _strips(R: int, n: int) -> list[tuple[int, int]]:
@@ -504,8 +553,8 @@ def _grid(maps: _Maps, run_id: str, steps, ranks, nodes, groups, loader, job_ste
     over the whole arrays at once)."""
     g = StepGrid.__new__(StepGrid)
     g.run_id, g.steps, g.ranks, g.nodes, g.groups = run_id, steps, ranks, nodes, groups
-    g.t_start, g.compute = maps.open("t_start", "r"), maps.open("compute", "r")
-    g.comm, g.step_s, g.dataloader = maps.open("comm", "r"), maps.open("step_s", "r"), loader
+    g.t_start, g.compute = maps.view("t_start"), maps.view("compute")
+    g.comm, g.step_s, g.dataloader = maps.view("comm"), maps.view("step_s"), loader
     g.job_step, g.clock_offsets = job_step, off
     g.t0 = np.concatenate([a for a, _ in tt]) if tt else np.zeros(0)
     g.t1 = np.concatenate([b for _, b in tt]) if tt else np.zeros(0)
@@ -519,12 +568,11 @@ def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cn
     k = window_steps(grid, cfg)
     few = cnt < cfg.peer_min_ranks
     maps.create("peer_ratio", np.float32, by_rank=True)
-    maps.create("peer_flag", bool, by_rank=True)
-    _wait(client, [client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
-                                 few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False, sync=maps.sync)
-                   for a, b in spans], note, "peer view")
-    return PeerView(median=grid._peer_median, ratio=maps.open("peer_ratio", "r").T, flag=maps.open("peer_flag", "r").T,
-                    sigma=sigma)
+    runs = _wait(client, [client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
+                                        few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False,
+                                        sync=maps.sync) for a, b in spans], note, "peer view")
+    return PeerView(median=grid._peer_median, ratio=maps.view("peer_ratio").T,
+                    flag=FlagRuns.from_chunks(maps.S, maps.R, runs), sigma=sigma)
 
 
 def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> TemporalView:
@@ -538,8 +586,8 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
         _cap_job_baseline(xj[0], jb[0], js[0], jf[0], cfg)
     with np.errstate(invalid="ignore", divide="ignore"):
         jr = xj[0] / jb[0]
-    for name, d in (("rank_base", dt), ("rank_sigma", dt), ("rank_ratio", dt), ("rank_flag", bool)):
-        maps.create(name, d, by_rank=True)
+    for name in ("rank_base", "rank_sigma", "rank_ratio"):
+        maps.create(name, dt, by_rank=True)
     chunks = []
     for c0, c1 in _strips(maps.R, sum(client.nthreads().values())):
         state = None
@@ -547,10 +595,11 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
             state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, c0, c1, state, cfg, pure=False,
                                   sync=maps.sync)
             chunks.append(state)
-    _wait(client, chunks, note, "temporal view")
+    done = _wait(client, chunks, note, "temporal view")
     return TemporalView(job_base=jb[0], job_sigma=js[0], job_ratio=jr, job_flag=jf[0],
-                        rank_base=maps.open("rank_base", "r").T, rank_sigma=maps.open("rank_sigma", "r").T,
-                        rank_ratio=maps.open("rank_ratio", "r").T, rank_flag=maps.open("rank_flag", "r").T)
+                        rank_base=maps.view("rank_base").T, rank_sigma=maps.view("rank_sigma").T,
+                        rank_ratio=maps.view("rank_ratio").T,
+                        rank_flag=FlagRuns.from_chunks(maps.S, maps.R, [runs for _, runs in done]))
 
 
 def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig, groups: PeerGroups,

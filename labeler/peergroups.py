@@ -122,7 +122,7 @@ def sample_rows(S: int) -> np.ndarray:
     return np.arange(0, S, max(1, S // RUN_SAMPLE_STEPS), dtype=np.int64)
 
 
-def calm_rows(X: np.ndarray, window: int, *, scores=None) -> tuple[int, int]:
+def calm_rows(X: np.ndarray, window: int, *, scores=None, sample: np.ndarray | None = None) -> tuple[int, int]:
     """``(i0, i1)``: the rows of the run's calmest stretch of ``X`` ``(S, C)`` (time x
     rank, NaN = no value): of the blocks of ``window`` rows, the one in which the
     ranks, each against its own median over the run, are fastest together (the
@@ -134,7 +134,7 @@ def calm_rows(X: np.ndarray, window: int, *, scores=None) -> tuple[int, int]:
     steps: an hour-long or a month-long run alike, and a streaming labeler reads
     only those rows). ``scores(run_median)`` gives the ``[(row, score)]`` of all the
     blocks (e.g. computed block by block elsewhere); :func:`calm_scores` over ``X``
-    when None.
+    when None. ``sample``: ``X``'s :func:`sample_rows`, when read already.
 
     Why the mean, not the largest ratio: two ranks slowed over most of the run have
     that slowed level as their run median, so in the slowed blocks no ratio stands
@@ -143,7 +143,7 @@ def calm_rows(X: np.ndarray, window: int, *, scores=None) -> tuple[int, int]:
     S = X.shape[0]
     if S < 2 * window or window < 1:
         return 0, max(S - 1, 0)
-    run_med, _ = nanmedian(X[sample_rows(S)], axis=0)
+    run_med, _ = nanmedian(X[sample_rows(S)] if sample is None else sample, axis=0)
     found = scores(run_med) if scores is not None else calm_scores(X, 0, S, run_med, window)
     best, best_i = np.inf, 0
     for i, score in sorted(found):

@@ -144,6 +144,112 @@ def time_ratio(values, base) -> float:
     return float(v[ok].sum()) / tb if ok.any() and tb > 0 else float("nan")
 
 
+#: cells of a block :func:`column_nansum` converts to float64 at once (8 MiB)
+SUM_BLOCK_CELLS = 1 << 20
+
+
+def column_nansum(x, minus=None) -> np.ndarray:
+    """``(C,)`` float64: the sum over rows of ``x`` ``(n, C)`` (less ``minus``, the same
+    shape, when given), NaN as 0: ``np.nansum(np.asarray(x, float64) - np.asarray(minus,
+    float64), axis=0)`` bit for bit, a block of rows at a time (:data:`SUM_BLOCK_CELLS`
+    cells), so a memory map is never converted whole. Exact because a reduction over
+    the rows of a C-order array adds row after row: the running sum is carried in as
+    each block's first row."""
+    n, C = x.shape
+    step = max(1, SUM_BLOCK_CELLS // max(1, C))
+    acc = np.zeros(C)
+    for a in range(0, n, step):
+        blk = np.asarray(x[a : a + step], dtype=np.float64)
+        if minus is not None:
+            blk = blk - np.asarray(minus[a : a + step], dtype=np.float64)
+        blk = np.concatenate([acc[None, :], np.where(np.isnan(blk), 0.0, blk)])
+        acc = np.add.reduce(blk, axis=0) if a else np.add.reduce(blk[1:], axis=0)
+    return acc
+
+
+#: values :func:`median_of_blocks` sorts at once (32 MiB of float64)
+GATHER_VALUES = 1 << 22
+
+
+def _order_keys(v: np.ndarray) -> np.ndarray:
+    """uint64 keys of float64 values that sort as the values do (sign bit flipped for
+    positives, every bit for negatives)."""
+    b = v.view(np.uint64)
+    return np.where(b >> np.uint64(63), ~b, b | np.uint64(1 << 63))
+
+
+def median_of_blocks(blocks) -> float:
+    """:func:`median` of all the values of ``blocks()`` (a callable giving an iterable
+    of arrays, called once per pass over the data), the same float64, with at most
+    :data:`GATHER_VALUES` values held at once.
+
+    Method: an exact radix selection of the two middle values: each pass counts the
+    values by the next 16 bits of their order key (:func:`_order_keys`) inside the
+    bucket the middle values are known to lie in, until that bucket holds at most
+    :data:`GATHER_VALUES` values, which are then sorted (three or four passes on
+    real data; a bucket at all 64 bits is one value)."""
+    n = 0
+    small = []
+    for blk in blocks():
+        v = np.asarray(blk, dtype=np.float64).ravel()
+        v = v[~np.isnan(v)]
+        n += v.size
+        if n <= GATHER_VALUES:
+            small.append(v)
+    if n <= GATHER_VALUES:
+        return median(np.concatenate(small)) if small else float("nan")
+    del small
+    # each middle value: [its rank in its bucket, the bucket's key prefix, bits below the prefix, values in the bucket]
+    tg = [[(n - 1) // 2, 0, 64, n], [n // 2, 0, 64, n]]
+    found: list = [None, None]
+    while found[0] is None or found[1] is None:
+        for i, (r, prefix, bits, count) in enumerate(tg):
+            if found[i] is None and bits == 0:  # every value of the bucket is this one
+                found[i] = _key_value(prefix)
+        live = {(t[1], t[2]) for i, t in enumerate(tg) if found[i] is None}
+        gather = {k: [] for k in live if max(t[3] for t in tg if (t[1], t[2]) == k) <= GATHER_VALUES}
+        hist = {k: np.zeros(1 << 16, dtype=np.int64) for k in live if k not in gather}
+        for blk in blocks():
+            v = np.asarray(blk, dtype=np.float64).ravel()
+            v = v[~np.isnan(v)]
+            k = _order_keys(v)
+            for prefix, bits in live:
+                inb = (k >> np.uint64(bits)) == np.uint64(prefix) if bits < 64 else np.ones(k.size, dtype=bool)
+                if (prefix, bits) in gather:
+                    gather[(prefix, bits)].append(v[inb])
+                else:
+                    digit = (k[inb] >> np.uint64(bits - 16)) & np.uint64(0xFFFF)
+                    hist[(prefix, bits)] += np.bincount(digit.astype(np.int64), minlength=1 << 16)
+        for i, t in enumerate(tg):
+            key = (t[1], t[2])
+            if found[i] is not None or key not in live:
+                continue
+            if key in gather:
+                found[i] = float(np.sort(np.concatenate(gather[key]))[t[0]])
+                continue
+            h = np.cumsum(hist[key])
+            d = int(np.searchsorted(h, t[0], side="right"))
+            t[0] -= int(h[d - 1]) if d else 0
+            t[3] = int(hist[key][d])
+            t[1], t[2] = (t[1] << 16) | d, t[2] - 16
+    return float(0.5 * (found[0] + found[1]))
+
+
+def _key_value(key: int) -> float:
+    """The float64 whose :func:`_order_keys` key is ``key``."""
+    k = np.uint64(key)
+    b = k & ~np.uint64(1 << 63) if k >> np.uint64(63) else ~k
+    return float(np.array([b], dtype=np.uint64).view(np.float64)[0])
+
+
+def median_of_rows(x) -> float:
+    """:func:`median` of all the cells of ``x`` ``(n, C)`` (a memory map, say), read
+    a block of rows at a time (:func:`median_of_blocks`)."""
+    n, C = x.shape
+    step = max(1, SUM_BLOCK_CELLS // max(1, C))
+    return median_of_blocks(lambda: (x[a : a + step] for a in range(0, n, step)))
+
+
 def _window_stats(win: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | int]:
     """Median, MAD (both in the dtype of ``win``) and non-NaN count of each row of
     ``win`` ``(C, w)``, ignoring NaN; a row without values gives NaN. The median of an
@@ -254,6 +360,7 @@ def trailing_baseline_from(
             flags[:, i : i + block] = f
             feed[:, off + i : off + i + block][f] = np.nan
     return base, sig, flags, (cur_b, cur_s, feed[:, -window:].copy())
+
 
 
 def trailing_baseline(

@@ -11,11 +11,13 @@ Per size (R = --ranks, S = size / R):
    ``scan``: a pyarrow dataset scan of ``steps/`` streaming the columns the labeler
    reads, batch by batch (nothing kept);
    ``out of core``: ``label_run(out_of_core=True)`` on a LocalCluster of ``--workers``
-   worker processes started by the child (its peak RSS as ``ru_maxrss``; each
+   worker processes started by the child (its peak RSS as ``VmHWM``; each
    worker's from the worker itself at the end);
    ``in memory``: ``label_run(out_of_core=False)`` up to ``--in-memory-up-to`` rows.
-3. Prints, side by side, wall time and peak RSS of each process, the ratio of the
-   out-of-core time to the scan's, and whether every planted fault got a label of its
+3. Prints, side by side, wall time, CPU time (user + system, of every process: the
+   controller and the workers; a figure that a loaded machine inflates less than the
+   wall time) and peak RSS of each process, the ratios of the out-of-core times to the
+   scan's, and whether every planted fault got a label of its
    component within 5 steps of its span; the out-of-core labels must equal the
    in-memory ones where both ran.
 
@@ -36,41 +38,63 @@ import time
 COLUMNS = ["run_id", "rank", "node", "peer_group", "step", "t_start", "compute_s", "comm_s", "step_s", "dataloader_s"]
 
 
-def _maxrss_bytes() -> int:
+def _peak_rss_bytes() -> int:
+    """This process's peak resident set size (bytes): ``VmHWM`` of ``/proc/self/status``.
+    Not ``ru_maxrss``: Linux keeps it across ``execve``, so a child started by
+    ``subprocess`` (vfork + exec) reports at least its parent's peak (here the
+    generator's); ``ru_maxrss`` only where there is no ``/proc``."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system) this process has used."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def scan(run: str) -> dict:
     import pyarrow.dataset as ds
 
-    t = time.perf_counter()
+    t, c = time.perf_counter(), _cpu_seconds()
     d = ds.dataset(os.path.join(run, "steps"), format="parquet", partitioning="hive")
     rows = 0
     for b in d.to_batches(columns=[c for c in COLUMNS if c in d.schema.names]):
         rows += b.num_rows
-    return {"seconds": time.perf_counter() - t, "rows": rows, "rss": {"controller": _maxrss_bytes()}}
+    return {"seconds": time.perf_counter() - t, "cpu": _cpu_seconds() - c, "rows": rows,
+            "rss": {"controller": _peak_rss_bytes()}}
 
 
 def label(run: str, mode: str, workers: int) -> dict:
     from faultlab.labeler import label_run
 
     if mode == "in-memory":
-        t = time.perf_counter()
+        t, c = time.perf_counter(), _cpu_seconds()
         labels = label_run(run, out_of_core=False)
-        return {"seconds": time.perf_counter() - t, "rss": {"controller": _maxrss_bytes()}, "labels": _rows(labels)}
+        return {"seconds": time.perf_counter() - t, "cpu": _cpu_seconds() - c, "rss": {"controller": _peak_rss_bytes()},
+                "labels": _rows(labels)}
     from dask.distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      memory_limit=0) as cl:
-        t = time.perf_counter()
+                      memory_limit=0) as cl, Client(cl.scheduler_address) as c:
+        w0 = c.run(_cpu_seconds)
+        t, c0 = time.perf_counter(), _cpu_seconds()
         labels = label_run(run, out_of_core=True, scheduler=cl.scheduler_address)
-        wall = time.perf_counter() - t
-        with Client(cl.scheduler_address) as c:
-            worker_rss = c.run(_maxrss_bytes)
-    rss = {"controller": _maxrss_bytes(), **{f"worker {i}": v for i, v in enumerate(sorted(worker_rss.values()))}}
-    return {"seconds": wall, "rss": rss, "labels": _rows(labels)}
+        wall, cpu = time.perf_counter() - t, _cpu_seconds() - c0
+        cpu += sum(v - w0[k] for k, v in c.run(_cpu_seconds).items())
+        worker_rss = c.run(_peak_rss_bytes)
+    rss = {"controller": _peak_rss_bytes(), **{f"worker {i}": v for i, v in enumerate(sorted(worker_rss.values()))}}
+    return {"seconds": wall, "cpu": cpu, "rss": rss, "labels": _rows(labels)}
 
 
 def _rows(labels) -> list[dict]:
@@ -136,12 +160,13 @@ def main() -> int:
             bad += bool(miss) or not same
             print(f"\n== {R:,} ranks x {S:,} steps = {R * S:.1e} rank-steps, {info['blocks']} block(s) "
                   f"(generated in {gen:.0f} s)")
-            print(f"  {'':24} {'wall s':>8} {'x scan':>7}  peak RSS per process")
+            print(f"  {'':24} {'wall s':>8} {'x scan':>7} {'CPU s':>8} {'x scan':>7}  peak RSS per process")
             for name, m in (("plain pyarrow scan", sc), ("labeler out of core", ooc), ("labeler in memory", mem)):
                 if m is None:
                     continue
                 rss = ", ".join(f"{k} {gib(v)}" for k, v in m["rss"].items())
-                print(f"  {name:24} {m['seconds']:8.1f} {m['seconds'] / sc['seconds']:7.1f}  {rss}")
+                print(f"  {name:24} {m['seconds']:8.1f} {m['seconds'] / sc['seconds']:7.1f} {m['cpu']:8.1f} "
+                      f"{m['cpu'] / sc['cpu']:7.1f}  {rss}")
             print(f"  planted faults labeled (component, span within 5 steps): {len(info['faults']) - len(miss)}"
                   f"/{len(info['faults'])}" + (f", missed {miss}" if miss else ""))
             if mem is not None:
