@@ -57,7 +57,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
-import pandas as pd
 
 from faultlab import steptable
 from faultlab.errors import BadInput
