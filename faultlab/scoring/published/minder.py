@@ -46,20 +46,28 @@ METRICS = ("proc_cpu_util_pct", "proc_run_delay_s_per_s", "net_tx_bytes_per_s", 
            "tcp_retrans_per_s", "gpu_")
 
 PARAMS = (
-    Param("sample_s", 1.0, "s", "ours (faultlab samples host metrics about once a second)", "grid step the host samples are put on", lambda v: v > 0),
-    Param("window", 3, "samples", "ours (the paper's window is longer; faultlab's runs last ~22 s)", "samples per window",
+    Param("sample_s", 1.0, "s", "ours: faultlab samples host metrics about once a second",
+          "grid step the host samples are put on", lambda v: v > 0),
+    Param("window", 3, "samples",
+          "ours, the paper's windows span minutes: 3 s leaves ~7 windows in a ~22 s run, room for continuity",
+          "samples per window", lambda v: v >= 1),
+    Param("stride", 3, "samples", "ours: windows side by side, so a blip falls in one window",
+          "samples between window ends", lambda v: v >= 1),
+    Param("continuity", 3, "windows",
+          "ours, the paper counts minutes: the fewest windows that reject a one-window blip and a two-window "
+          "coincidence within a ~22 s run", "consecutive windows the same node must stay most dissimilar",
           lambda v: v >= 1),
-    Param("stride", 3, "samples", "ours (windows side by side: a blip is in one window)", "samples between window ends",
-          lambda v: v >= 1),
-    Param("continuity", 3, "windows", "ours (the paper counts minutes; faultlab's runs last ~22 s)",
-          "consecutive windows the same node must stay most dissimilar", lambda v: v >= 1),
-    Param("dissimilarity", 2.0, "ratio", "ours", "a candidate's dissimilarity over the nodes' median", lambda v: v >= 1),
+    Param("dissimilarity", 2.0, "ratio",
+          "ours, the paper's number not found: twice the nodes' median, a round factor fitted to no dataset",
+          "a candidate's dissimilarity over the nodes' median", lambda v: v >= 1),
 )
 VAE_PARAMS = PARAMS + (
-    Param("latent", 4, "units", "ours", "LSTM-VAE latent size", lambda v: v >= 1),
-    Param("hidden", 16, "units", "ours", "LSTM-VAE hidden size", lambda v: v >= 1),
-    Param("epochs", 30, "passes", "ours", "training passes over the train windows", lambda v: v >= 1),
-    Param("seed", 0, "", "ours", "torch seed of the training", lambda v: True),
+    Param("latent", 4, "units", "ours, the paper's size not found: a small model that trains on a CPU",
+          "LSTM-VAE latent size", lambda v: v >= 1),
+    Param("hidden", 16, "units", "ours, as latent", "LSTM-VAE hidden size", lambda v: v >= 1),
+    Param("epochs", 30, "passes", "ours, as latent: full-batch passes over the few hundred windows of a train split",
+          "training passes over the train windows", lambda v: v >= 1),
+    Param("seed", 0, "", "ours: a fixed seed so a score is repeatable", "torch seed of the training", lambda v: True),
 )
 __doc__ += "\n``minder-mahalanobis``:" + params_doc(PARAMS) + "\n``minder`` (adds the LSTM-VAE's):" + params_doc(VAE_PARAMS)
 
