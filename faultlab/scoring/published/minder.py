@@ -86,7 +86,8 @@ def metric_grids(host: pd.DataFrame, nodes: list[str], t0: float, t1: float, sam
     keep = (ts >= t0) & (ts <= t1) & (col >= 0)
     value = host["value"].to_numpy(np.float64)
     n_bins = int(np.floor((t1 - t0) / sample_s)) + 1
-    cell = np.floor((ts - t0) / sample_s).astype(np.int64) * len(nodes) + col  # (bin, node) as one index
+    # (bin, node) as one index; a row not kept is put in bin 0 (never counted), so no NaN or far time is cast
+    cell = np.floor((np.where(keep, ts, t0) - t0) / sample_s).astype(np.int64) * len(nodes) + col
     out = {}
     for i, m in enumerate(METRICS):
         rows = keep & (kind == i)
