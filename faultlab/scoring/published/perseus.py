@@ -55,8 +55,8 @@ PARAMS = (
           "ours, the paper's number not found: the lowest degree that bends, as the paper rejects a linear fit for "
           "latency rising non-linearly with load", "polynomial degree of the fit", lambda v: 1 <= v <= 5),
     Param("z", 3.29, "sigma",
-          "paper: its 99.9% upper prediction bound (the regression step, as public summaries of the paper give it; the "
-          "paper's own text was not in the searched sources), the upper end of a normal 99.9% interval",
+          "paper: its 99.9% upper prediction bound (the regression step, as a public summary of the paper gives it; "
+          "the paper's own text was not in the searched sources), the upper end of a normal 99.9% interval",
           "the bound is the fit plus z residual standard deviations", lambda v: v > 0),
     Param("duration_bins", "0.1,0.3,0.6", "share of steps",
           "ours, the paper's score table not found: level 3 once most of the window (over 60%) is slow",
