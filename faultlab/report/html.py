@@ -22,6 +22,9 @@ from pathlib import Path
 
 import jinja2
 import numpy as np
+from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
+from markupsafe import Markup
 
 from faultlab import inputfile, safefs, schema
 from faultlab.datasets import registry
@@ -346,8 +349,9 @@ def render_collection(p: Path, runs: list[Path]) -> str:
     return _env().get_template("collection.html.j2").render(**ctx)
 
 
-def _dataset_card(p: Path) -> str | None:
-    """The dataset card (``README.md``) whole, its YAML front matter left out."""
+def _dataset_card(p: Path) -> Markup | None:
+    """The dataset card (``README.md``) whole as HTML, its YAML front matter left out
+    (:func:`card_html`)."""
     f = p / "README.md"
     if not f.is_file():
         return None
@@ -355,7 +359,29 @@ def _dataset_card(p: Path) -> str | None:
     if text.startswith("---"):
         end = text.find("\n---", 3)
         text = text[end + 4:] if end > 0 else text
-    return text.strip()
+    return card_html(text.strip())
+
+
+def card_html(markdown: str) -> Markup:
+    """A dataset card's markdown rendered as HTML (CommonMark with tables, by
+    markdown-it-py): HTML comments (the leaderboard block's markers) left out, any
+    other raw HTML shown escaped as text (the page runs no script and loads
+    nothing), each table in a sideways-scrolling box as the page's own tables."""
+    md = MarkdownIt("commonmark", {"html": True}).enable("table")
+    md.add_render_rule("html_block", _raw_html)
+    md.add_render_rule("html_inline", _raw_html)
+    md.add_render_rule("table_open", lambda self, tokens, idx, options, env: '<div class="scroll"><table>\n')
+    md.add_render_rule("table_close", lambda self, tokens, idx, options, env: "</table></div>\n")
+    return Markup(md.render(markdown))
+
+
+def _raw_html(self, tokens, idx, options, env) -> str:
+    """markdown-it-py's rule for raw HTML in a card: a comment is left out, anything
+    else escaped."""
+    raw = tokens[idx].content
+    if raw.strip().startswith("<!--") and raw.strip().endswith("-->"):
+        return ""
+    return escapeHtml(raw)
 
 
 # -- a scores file ---------------------------------------------------------------------

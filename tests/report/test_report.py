@@ -133,6 +133,28 @@ def test_dataset_folder_gets_a_thumbnail_per_run_and_its_card(tmp_path):
     assert html.count('class="plot thumb"') == 2 and "A test dataset" in html and "license: cc-by-4.0" not in html
 
 
+def test_dataset_card_is_rendered_as_html_without_its_comments(tmp_path):
+    """The card's markdown on the dataset page is HTML: headings, a table in a scroll
+    box, code; the HTML comments that delimit the leaderboard block are not on the
+    page, neither as comments nor as escaped text; other raw HTML is shown as text,
+    never run."""
+    from faultlab.datasets.build import build, collect_runs
+
+    runs = [make_run(tmp_path / f"r{i}", ranks=2, duration_s=30, seed=i) for i in range(2)]
+    ds = build(collect_runs(runs, []), "ds", tmp_path / "out", test_fraction=0.5)
+    (ds / "README.md").write_text(
+        "---\nlicense: cc-by-4.0\n---\n# A test dataset\n\n## Leaderboard\n\n<!-- faultlab leaderboard: offline -->\n"
+        "| rank | detector |\n|---|---|\n| 1 | `peer-median` |\n<!-- end faultlab leaderboard: offline -->\n\n"
+        "<script>alert(1)</script>\n")
+    html = write_report(ds, tmp_path / "ds.html").read_text()
+    card = html[html.index('id="card-text"'):]
+    assert "<h2>Leaderboard</h2>" in card and "<td><code>peer-median</code></td>" in card, card
+    assert '<div class="scroll"><table>' in card, "the card's table scrolls sideways like the page's own"
+    for raw in ("<!--", "-->", "&lt;!--", "faultlab leaderboard: offline", "## ", "| rank |"):
+        assert raw not in card, f"raw markdown or a comment marker on the page: {raw!r}"
+    assert "<script>" not in html and "&lt;script&gt;" in card
+
+
 @pytest.mark.parametrize("kind", ["dataset", "folder of runs"])
 def test_collection_with_no_readable_run_is_refused_not_an_empty_page(tmp_path, kind):
     """Every run unreadable (a junk steps partition; a truncated steps.parquet): one

@@ -47,34 +47,35 @@ class BOCPD:
         self.df = df
         lgamma = np.vectorize(math.lgamma)
         self.const = lgamma((df + 1) / 2) - lgamma(df / 2) - 0.5 * np.log(np.pi * df)
+        self.half_df1 = (df + 1) / 2
         self.scale_k = (self.kappa + 1.0) / (self.alpha * self.kappa)
-        self.log_r = np.zeros(1)
-        self.mu = np.array([self.mu0])
-        self.beta = np.array([self.beta0])
-
-    def _log_pred(self, x: float) -> np.ndarray:
-        """log Student-t predictive density of ``x`` under each run length's posterior."""
-        n = len(self.mu)
-        df = self.df[:n]
-        scale2 = self.beta * self.scale_k[:n]
-        return self.const[:n] - 0.5 * np.log(scale2) - (df + 1) / 2 * np.log1p((x - self.mu) ** 2 / (scale2 * df))
+        self.shrink = self.kappa / (self.kappa + 1.0)
+        # the state of run lengths 0 .. n-1, in buffers sized once (no array per step)
+        self.n = 1
+        self.log_r = np.zeros(self.max_run + 1)
+        self.mu = np.full(self.max_run + 1, self.mu0)
+        self.beta = np.full(self.max_run + 1, self.beta0)
 
     def push(self, x: float) -> np.ndarray:
         """Observe ``x``; return the run-length posterior (probabilities, index = run
         length, summing to 1)."""
         x = float(x)
-        lp = self._log_pred(x) + self.log_r
-        log_r = np.empty(len(lp) + 1)
-        log_r[0] = logsumexp(lp + self.log_h)
-        log_r[1:] = lp + self.log_1mh
-        log_r -= logsumexp(log_r)
-        k = self.kappa[: len(self.mu)]
-        beta = self.beta + k * (x - self.mu) ** 2 / (2.0 * (k + 1.0))
-        mu = (k * self.mu + x) / (k + 1.0)
-        self.mu = np.concatenate([[self.mu0], mu])
-        self.beta = np.concatenate([[self.beta0], beta])
-        if len(log_r) > self.max_run:
-            log_r = log_r[: self.max_run] - logsumexp(log_r[: self.max_run])
-            self.mu, self.beta = self.mu[: self.max_run], self.beta[: self.max_run]
-        self.log_r = log_r
-        return np.exp(log_r)
+        n = self.n
+        mu, beta = self.mu[:n], self.beta[:n]
+        d2 = (x - mu) ** 2
+        scale2 = beta * self.scale_k[:n]
+        # log Student-t predictive of x under each run length's posterior, times P(r)
+        lp = self.const[:n] - 0.5 * np.log(scale2) - self.half_df1[:n] * np.log1p(d2 / (scale2 * self.df[:n])) + self.log_r[:n]
+        total = logsumexp(lp)
+        m = min(n + 1, self.max_run)
+        # normalized: a change (r = 0) takes h of the mass, growth (r + 1) the rest
+        new_beta = beta + 0.5 * self.shrink[:n] * d2
+        new_mu = mu + (x - mu) / (self.kappa[:n] + 1.0)
+        self.log_r[0] = self.log_h
+        self.log_r[1:m] = lp[: m - 1] + (self.log_1mh - total)
+        self.mu[1:m], self.beta[1:m] = new_mu[: m - 1], new_beta[: m - 1]
+        self.mu[0], self.beta[0] = self.mu0, self.beta0
+        if m <= n:  # the longest run length dropped: renormalize what is kept
+            self.log_r[:m] -= logsumexp(self.log_r[:m])
+        self.n = m
+        return np.exp(self.log_r[:m])

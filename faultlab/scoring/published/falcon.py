@@ -236,7 +236,7 @@ class FalconDetector(PublishedDetector):
             t0 = chunk["t_start"].to_numpy(np.float64)
             t1 = t0 + chunk["step_s"].to_numpy(np.float64)
             for i in range(len(chunk)):
-                st = self._ranks.setdefault(int(rank[i]), _RankState(self))
+                st = self._ranks.get(int(rank[i])) or self._ranks.setdefault(int(rank[i]), _RankState(self))
                 if np.isfinite(value[i]):
                     st.add(ops[i], float(value[i]), float(t0[i]), float(t1[i]))
         return self._alarms()

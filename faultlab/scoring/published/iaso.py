@@ -35,11 +35,15 @@ from faultlab.steps import dense_steps
 PARAMS = (
     Param("score_min", 1.0, "score", "paper: the score's floor", "the score's lower clamp", lambda v: v > 0),
     Param("score_max", 100.0, "score", "paper: the score's ceiling", "the score's upper clamp", lambda v: v > 0),
-    Param("percentile", 50.0, "percent", "ours (the sources searched give no number)", "percentile of the step scores in a window",
+    Param("percentile", 50.0, "percent",
+          "ours, the paper's number not found: the window's median step score, so a rank must stay slow for half the "
+          "window, IASO's 'high over a window, not on one slow response'", "percentile of the step scores in a window",
           lambda v: 0 <= v <= 100),
-    Param("threshold", 10.0, "score", "ours (the sources searched give no number)", "a window score at least this is an alarm",
-          lambda v: v > 0),
-    Param("window_s", 10.0, "s", "ours (faultlab's scoring window)", "window length", lambda v: v > 0),
+    Param("threshold", 10.0, "score",
+          "ours, the paper's number not found: a tenth of the ceiling, reached by a rank 10% slower than its peers for "
+          "~25 steps in a row (1.1^25) or 2x slower for ~4", "a window score at least this is an alarm", lambda v: v > 0),
+    Param("window_s", 10.0, "s", "ours: faultlab's scoring window, so each scored cell gets one window score",
+          "window length", lambda v: v > 0),
 )
 __doc__ += params_doc(PARAMS)
 

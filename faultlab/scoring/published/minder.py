@@ -46,20 +46,28 @@ METRICS = ("proc_cpu_util_pct", "proc_run_delay_s_per_s", "net_tx_bytes_per_s", 
            "tcp_retrans_per_s", "gpu_")
 
 PARAMS = (
-    Param("sample_s", 1.0, "s", "ours (faultlab samples host metrics about once a second)", "grid step the host samples are put on", lambda v: v > 0),
-    Param("window", 3, "samples", "ours (the paper's window is longer; faultlab's runs last ~22 s)", "samples per window",
+    Param("sample_s", 1.0, "s", "ours: faultlab samples host metrics about once a second",
+          "grid step the host samples are put on", lambda v: v > 0),
+    Param("window", 3, "samples",
+          "ours, the paper's windows span minutes: 3 s leaves ~7 windows in a ~22 s run, room for continuity",
+          "samples per window", lambda v: v >= 1),
+    Param("stride", 3, "samples", "ours: windows side by side, so a blip falls in one window",
+          "samples between window ends", lambda v: v >= 1),
+    Param("continuity", 3, "windows",
+          "ours, the paper counts minutes: the fewest windows that reject a one-window blip and a two-window "
+          "coincidence within a ~22 s run", "consecutive windows the same node must stay most dissimilar",
           lambda v: v >= 1),
-    Param("stride", 3, "samples", "ours (windows side by side: a blip is in one window)", "samples between window ends",
-          lambda v: v >= 1),
-    Param("continuity", 3, "windows", "ours (the paper counts minutes; faultlab's runs last ~22 s)",
-          "consecutive windows the same node must stay most dissimilar", lambda v: v >= 1),
-    Param("dissimilarity", 2.0, "ratio", "ours", "a candidate's dissimilarity over the nodes' median", lambda v: v >= 1),
+    Param("dissimilarity", 2.0, "ratio",
+          "ours, the paper's number not found: twice the nodes' median, a round factor fitted to no dataset",
+          "a candidate's dissimilarity over the nodes' median", lambda v: v >= 1),
 )
 VAE_PARAMS = PARAMS + (
-    Param("latent", 4, "units", "ours", "LSTM-VAE latent size", lambda v: v >= 1),
-    Param("hidden", 16, "units", "ours", "LSTM-VAE hidden size", lambda v: v >= 1),
-    Param("epochs", 30, "passes", "ours", "training passes over the train windows", lambda v: v >= 1),
-    Param("seed", 0, "", "ours", "torch seed of the training", lambda v: True),
+    Param("latent", 4, "units", "ours, the paper's size not found: a small model that trains on a CPU",
+          "LSTM-VAE latent size", lambda v: v >= 1),
+    Param("hidden", 16, "units", "ours, as latent", "LSTM-VAE hidden size", lambda v: v >= 1),
+    Param("epochs", 30, "passes", "ours, as latent: full-batch passes over the few hundred windows of a train split",
+          "training passes over the train windows", lambda v: v >= 1),
+    Param("seed", 0, "", "ours: a fixed seed so a score is repeatable", "torch seed of the training", lambda v: True),
 )
 __doc__ += "\n``minder-mahalanobis``:" + params_doc(PARAMS) + "\n``minder`` (adds the LSTM-VAE's):" + params_doc(VAE_PARAMS)
 
@@ -72,22 +80,49 @@ def metric_grids(host: pd.DataFrame, nodes: list[str], t0: float, t1: float, sam
     first sample)."""
     if host is None or host.empty:
         return {}
-    h = host[(host["ts"] >= t0) & (host["ts"] <= t1) & host["node"].astype(str).isin(nodes)]
-    base = h["metric"].astype(str).str.split(":").str[0]
+    ts = host["ts"].to_numpy(np.float64)
+    col = _codes(host["node"], lambda u: nodes.index(u) if u in nodes else -1)  # the row's node column, -1: no node of the run
+    kind = _codes(host["metric"], lambda u: _metric_of(u.split(":")[0]))  # index into METRICS, -1: not read
+    keep = (ts >= t0) & (ts <= t1) & (col >= 0)
+    value = host["value"].to_numpy(np.float64)
     n_bins = int(np.floor((t1 - t0) / sample_s)) + 1
+    # (bin, node) as one index; a row not kept is put in bin 0 (never counted), so no NaN or far time is cast
+    cell = np.floor((np.where(keep, ts, t0) - t0) / sample_s).astype(np.int64) * len(nodes) + col
     out = {}
-    for m in METRICS:
-        sel = base.str.startswith(m) if m.endswith("_") else base == m
-        if not sel.any():
+    for i, m in enumerate(METRICS):
+        rows = keep & (kind == i)
+        if not rows.any():
             continue
-        part = h[sel.to_numpy()]
-        b = np.floor((part["ts"].to_numpy(np.float64) - t0) / sample_s).astype(np.int64)
-        g = pd.DataFrame({"b": b, "node": part["node"].astype(str).to_numpy(), "v": part["value"].to_numpy(np.float64)})
-        grid = g.groupby(["b", "node"])["v"].mean().unstack("node").reindex(index=range(n_bins), columns=nodes).ffill()
-        x = grid.to_numpy(np.float64)
+        rows &= ~np.isnan(value)  # a missing value is left out of its bin's mean
+        total = np.bincount(cell[rows], weights=value[rows], minlength=n_bins * len(nodes))
+        count = np.bincount(cell[rows], minlength=n_bins * len(nodes))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            x = _carry_forward(np.where(count > 0, total / count, np.nan).reshape(n_bins, len(nodes)))
         lo, hi = np.nanmin(x) if np.isfinite(x).any() else 0.0, np.nanmax(x) if np.isfinite(x).any() else 0.0
         out[m] = (x - lo) / (hi - lo) if hi > lo else np.where(np.isfinite(x), 0.0, np.nan)
     return out
+
+
+def _metric_of(base: str) -> int:
+    """The index in ``METRICS`` of a metric's base name (a prefix entry such as
+    ``gpu_`` takes every name it starts), -1 for a metric not read."""
+    return next((i for i, m in enumerate(METRICS) if (base.startswith(m) if m.endswith("_") else base == m)), -1)
+
+
+def _codes(column: pd.Series, of) -> np.ndarray:
+    """``of(value)`` for every row of a string column, computed once per distinct
+    value (-1 for a missing one)."""
+    codes, uniques = pd.factorize(column)
+    table = np.array([of(str(u)) for u in uniques] + [-1], np.int64)
+    return table[codes]  # a missing value's code -1 picks the trailing -1
+
+
+def _carry_forward(x: np.ndarray) -> np.ndarray:
+    """Each NaN of a (bins x nodes) array replaced by the last value above it in its
+    column (NaN before the column's first value)."""
+    seen = np.where(np.isnan(x), 0, np.arange(len(x))[:, None])
+    np.maximum.accumulate(seen, axis=0, out=seen)
+    return x[seen, np.arange(x.shape[1])]
 
 
 def windows(x: np.ndarray, window: int, stride: int) -> tuple[np.ndarray, np.ndarray]:

@@ -104,6 +104,9 @@ def report_scores(steps: pd.DataFrame, interval_s: float) -> pd.DataFrame:
     is the rank's best median of any report up to and including this one."""
     k = report_schedule(steps, interval_s)
     keep = k >= 0
+    cols = ["report", "rank", "section", "relative", "individual", "t0", "t1"]
+    if not keep.any():  # no report yet (a run shorter than the interval)
+        return pd.DataFrame(columns=cols)
     t_end = steps["t_start"].to_numpy(np.float64) + steps["step_s"].to_numpy(np.float64)
     sections = {"compute": steps["compute_s"].to_numpy(np.float64)}
     if "dataloader_s" in steps.columns and steps["dataloader_s"].notna().any():
@@ -118,8 +121,7 @@ def report_scores(steps: pd.DataFrame, interval_s: float) -> pd.DataFrame:
         best_rank = med.groupby(g["report"]).transform("min")  # the workload's fastest median
         best_own = med.groupby(g["rank"]).cummin()  # the rank's best median so far, this report included
         rows.append(g.assign(section=section, relative=best_rank / med, individual=best_own / med))
-    cols = ["report", "rank", "section", "relative", "individual", "t0", "t1"]
-    if not rows or not keep.any():
+    if not rows:
         return pd.DataFrame(columns=cols)
     return pd.concat(rows, ignore_index=True)[cols]
 

@@ -46,16 +46,29 @@ def _bins(text: str) -> bool:
 
 
 PARAMS = (
-    Param("eps", 0.5, "standardized units", "ours (scikit-learn's DBSCAN default)", "DBSCAN neighbourhood radius in the PCA space", lambda v: v > 0),
-    Param("min_samples", 5, "points", "ours (scikit-learn's DBSCAN default)", "DBSCAN core-point neighbours", lambda v: v >= 1),
-    Param("degree", 2, "", "ours (the paper fits a polynomial; degree not in the sources searched)", "polynomial degree of the fit", lambda v: 1 <= v <= 5),
-    Param("z", 3.29, "sigma", "ours (a 99.9% upper prediction bound)", "the bound is the fit plus z residual standard deviations", lambda v: v > 0),
-    Param("duration_bins", "0.1,0.3,0.6", "share of steps", "ours (the paper's table, levels not in the sources searched)",
+    Param("eps", 0.5, "standardized units",
+          "ours, the paper's number not found: scikit-learn's DBSCAN default, a scale-free radius here because the "
+          "points are standardized first", "DBSCAN neighbourhood radius in the PCA space", lambda v: v > 0),
+    Param("min_samples", 5, "points", "ours, the paper's number not found: scikit-learn's DBSCAN default",
+          "DBSCAN core-point neighbours", lambda v: v >= 1),
+    Param("degree", 2, "",
+          "ours, the paper's number not found: the lowest degree that bends, as the paper rejects a linear fit for "
+          "latency rising non-linearly with load", "polynomial degree of the fit", lambda v: 1 <= v <= 5),
+    Param("z", 3.29, "sigma",
+          "paper: its 99.9% upper prediction bound (the regression step, as a public summary of the paper gives it; "
+          "the paper's own text was not in the searched sources), the upper end of a normal 99.9% interval",
+          "the bound is the fit plus z residual standard deviations", lambda v: v > 0),
+    Param("duration_bins", "0.1,0.3,0.6", "share of steps",
+          "ours, the paper's score table not found: level 3 once most of the window (over 60%) is slow",
           "edges of duration levels 1, 2, 3", _bins),
-    Param("severity_bins", "1.0,1.5,2.0", "slowdown ratio", "ours (the paper's table, levels not in the sources searched)",
+    Param("severity_bins", "1.0,1.5,2.0", "slowdown ratio",
+          "ours, the paper's score table not found: level 1 past the bound, level 3 at twice it",
           "edges of severity levels 1, 2, 3", _bins),
-    Param("min_score", 2, "duration level x severity level", "ours", "a window with at least this score is an alarm", lambda v: 1 <= v <= 9),
-    Param("window_s", 10.0, "s", "ours (faultlab's scoring window)", "window length", lambda v: v > 0),
+    Param("min_score", 2, "duration level x severity level",
+          "ours: the smallest score above one barely-slow level-1 x level-1 window",
+          "a window with at least this score is an alarm", lambda v: 1 <= v <= 9),
+    Param("window_s", 10.0, "s", "ours: faultlab's scoring window (the paper scores each drive per day)", "window length",
+          lambda v: v > 0),
 )
 __doc__ += params_doc(PARAMS)
 
