@@ -384,15 +384,18 @@ class ForeignDir(_DirFd):
     opened relative to the folder's descriptor with ``O_NOFOLLOW``, never a link, and
     never more than the caller's bounds. A context manager."""
 
-    def regular_files(self, limit: int | None = None) -> list[str]:
+    def regular_files(self, limit: int) -> list[str]:
         """Names of the regular files in the folder (``lstat``: links, folders, FIFOs
-        and devices are left out), sorted; at most ``limit`` of them (the first the
-        folder lists: a folder of countless names costs no more than that)."""
-        out = []
+        and devices are left out), sorted. Every entry the folder lists counts toward
+        ``limit``, whatever it is: a folder of more than ``limit`` entries is refused
+        after reading ``limit + 1`` of them (TooLarge, one line naming the folder), so
+        a folder of countless names, links or FIFOs costs no more than that."""
+        out, seen = [], 0
         with os.scandir(self.fd) as it:
             for e in it:
-                if limit is not None and len(out) >= limit:
-                    break
+                seen += 1
+                if seen > limit:
+                    raise TooLarge(self.path, f"holds more than {limit} entries", "it is not listed; remove what its writer left there")
                 try:
                     if e.is_file(follow_symlinks=False):
                         out.append(e.name)
