@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from faultlab import inputfile, safefs
 from faultlab.cliopts import Quiet, progress_console
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.importformats import formats_help  # names only: no pandas
@@ -70,6 +71,7 @@ def _label_run_dir(run_dir: Path, out_dir: Optional[Path], scheduler: Optional[s
     progress on ``progress_con``; returns what ``--json`` prints: ``{run_dir, labels,
     labels_path, peer_groups}``."""
     from faultlab.labeler import label_run
+    from faultlab.rundir import RunDir  # pandas, pyarrow: lazy as the labeler is
 
     if out_dir is not None:
         _fail(BadInput("--out is only for --import (a run directory is labeled in place)", field="--out"))
@@ -86,9 +88,10 @@ def _label_run_dir(run_dir: Path, out_dir: Optional[Path], scheduler: Optional[s
         _fail(BadInput(f"cannot write {e.filename or run_dir}: {e.strerror or e}", field="PATH",
                        fix="check the folder's permissions and free space; nothing half-written is left"))
     con.print(f"{len(labels)} label(s) -> {run_dir / 'labels.parquet'}", markup=False)
-    try:
-        groups = json.loads((run_dir / "whatif.json").read_text()).get("peer_groups") or []
-    except (OSError, ValueError):
+    try:  # read as every file of a run folder is (no link, regular, bounded): the folder may be another user's
+        doc = safefs.parse_json(RunDir(run_dir).read_file("whatif.json", inputfile.JSON_BYTES, "relabel the run") or b"{}", "whatif.json")
+        groups = (doc.get("peer_groups") if isinstance(doc, dict) else None) or []
+    except (FaultlabError, ValueError):
         groups = []
     _print_groups(groups, con)
     return {"run_dir": str(run_dir), "labels": len(labels), "labels_path": str(run_dir / "labels.parquet"), "peer_groups": groups}
