@@ -17,6 +17,8 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -26,7 +28,7 @@ import numpy as np
 from faultlab import inputfile, safefs, schema
 from faultlab.datasets import registry
 from faultlab.datasets.layout import Dataset
-from faultlab.errors import BadInput
+from faultlab.errors import BadInput, printable
 from faultlab.report import plots
 from faultlab.report.data import RunData, is_run_dir, load_run
 from faultlab.scoring.leaderboard.compute import FORMAT as LEADERBOARD_FORMAT, Board
@@ -86,9 +88,11 @@ def write_report(path: str | Path, out: str | Path | None = None) -> Path:
         html, default = render_scores_file(p), p.with_suffix(".html")
     elif is_run_dir(p):
         html, default = render_run(load_run(p)), p / "report.html"
-    elif p.is_dir() and (runs := find_runs(p)):
+    elif p.is_dir() and (found := find_runs(p))[0]:
         # a dataset's page goes to the current folder: a file inside it would break its MANIFEST.sha256
-        html, default = render_collection(p, runs), Path(f"{p.name}-report.html") if registry.is_dataset(p) else p / "report.html"
+        for note in found[1]:
+            print(f"faultlab: note: {p}/{note}", file=sys.stderr)
+        html, default = render_collection(p, found[0], found[1]), Path(f"{p.name}-report.html") if registry.is_dataset(p) else p / "report.html"
     else:
         what = "does not exist" if not p.exists() else "holds no run directory, dataset or scores file"
         raise BadInput(f"{p} {what}", field="PATH", fix="give a run directory, a folder of runs, a dataset folder or name, a scores JSON file or a leaderboard.json")
@@ -244,14 +248,23 @@ def _score_table(rows: list[dict], label: str = "detector") -> dict | None:
 
 
 # -- a folder of runs, or a dataset ----------------------------------------------------
-def find_runs(p: Path) -> list[Path]:
+def find_runs(p: Path) -> tuple[list[Path], list[str]]:
     """The run directories in a folder of runs (children, sorted), or the runs of a
     dataset folder (``data/steps/run=ID``, one per run its splits name, in their
-    order). Raises BadInput naming a dataset's file that is malformed
-    (:class:`faultlab.datasets.layout.Dataset`)."""
+    order), and one note per child of a folder of runs that is a link (``lstat``):
+    never followed, so a link another user plants in their folder of runs never puts
+    a run they cannot read into the page. Raises BadInput naming a dataset's file that
+    is malformed (:class:`faultlab.datasets.layout.Dataset`)."""
     if (p / "data" / "steps").is_dir():
-        return [p / "data" / "steps" / f"run={rid}" for rid in Dataset(p).run_ids("all")]
-    return sorted(x for x in p.iterdir() if is_run_dir(x))
+        return [p / "data" / "steps" / f"run={rid}" for rid in Dataset(p).run_ids("all")], []
+    runs, notes = [], []
+    with os.scandir(p) as it:
+        for e in it:
+            if e.is_symlink():
+                notes.append(f"{printable(e.name, 80)}: a symlink, not followed (a folder of runs is read only through its own folders)")
+            elif e.is_dir(follow_symlinks=False) and is_run_dir(Path(e.path)):
+                runs.append(Path(e.path))
+    return sorted(runs), sorted(notes)
 
 
 def _dataset_run(ds: Dataset, part: Path) -> RunData:
@@ -298,13 +311,14 @@ def pooled_scores(per_run: dict[str, list[dict]]) -> list[dict]:
     return out
 
 
-def render_collection(p: Path, runs: list[Path]) -> str:
+def render_collection(p: Path, runs: list[Path], notes: list[str] = ()) -> str:
     """The page of a folder of runs or a dataset: a thumbnail per run (with a legend
     of their colours) and the score table. Scores: a ``scores.json`` or
     ``metrics.json`` the folder holds, else a dataset's published scores beside it
     (``scores-NAME.json`` in its parent folder, as ``datasets/`` keeps them), else
     (a folder of runs) the runs' metrics.json pooled with bootstrap 95% CIs over runs.
-    A dataset page ends with its whole card (README.md, front matter left out)."""
+    A dataset page ends with its whole card (README.md, front matter left out).
+    ``notes``: lines shown with the runs that could not be read (children skipped)."""
     dataset = (p / "data" / "steps").is_dir()
     ds = Dataset(p) if dataset else None
     if ds is not None:  # a dataset is one whole: a table that does not fit refuses the page
@@ -341,7 +355,7 @@ def render_collection(p: Path, runs: list[Path]) -> str:
     legend = [{"name": t, "color": plots.FAULT_COLORS.get(t, "#999999"), "what": "fault window (shaded)"} for t in sorted(types)]
     legend += [{"name": f"label: {k}", "color": v, "what": "label (mark along the bottom)"} for k, v in plots.SOURCE_COLORS.items()]
     ctx = {"title": f"faultlab {'dataset' if dataset else 'runs'} {p.name}", "path": str(p), "kind": "dataset" if dataset else "folder of runs",
-           "cards": cards, "problems": problems, "scores": _score_table(rows), "scores_source": source,
+           "cards": cards, "problems": [*notes, *problems], "scores": _score_table(rows), "scores_source": source,
            "provenance": provenance_view(provenance), "legend": legend, "card": _dataset_card(p) if dataset else None}
     return _env().get_template("collection.html.j2").render(**ctx)
 

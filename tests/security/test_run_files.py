@@ -105,3 +105,24 @@ def test_a_linked_step_layout_is_refused(run, secret):
     as_nobody('mkdir "$1/steps" && ln -s "$2" "$1/steps/_layout.json"', run, secret)
     with pytest.raises(BadInput, match="_layout.json: is a symlink"):
         steptable.layout(run / "steps")
+
+
+def test_a_linked_child_of_a_folder_of_runs_is_not_followed(nobody_dir, tmp_path):
+    """nobody's folder of runs holds their run and a link to root's private run (in a
+    0700 folder): the page shows their run only, and the link is one note."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    make_run(private / "ROOTPRIVATE-run", ranks=2, duration_s=5, label=False)
+    runs = nobody_dir / "runs"
+    runs.mkdir()
+    shutil.move(make_run(tmp_path / "mine", ranks=2, duration_s=5, label=False), runs / "mine")
+    for dirpath, dirs, files in os.walk(runs):
+        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
+            os.chown(n, NOBODY, NOBODY)
+    as_nobody('ln -s "$2" "$1/zz"', runs, private / "ROOTPRIVATE-run")
+    cp = fl("report", runs)
+    assert cp.returncode == 0, cp.stderr[-800:]
+    notes = [x for x in cp.stderr.splitlines() if "zz" in x]
+    assert len(notes) == 1 and "symlink" in notes[0], cp.stderr
+    page = (runs / "report.html").read_text()
+    assert "ROOTPRIVATE" not in page and "mine" in page
