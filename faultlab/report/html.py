@@ -26,7 +26,7 @@ import jinja2
 import numpy as np
 
 from faultlab import inputfile, safefs, schema
-from faultlab.datasets import registry
+from faultlab.datasets import manifest, registry
 from faultlab.datasets.layout import Dataset
 from faultlab.errors import BadInput, printable
 from faultlab.report import plots
@@ -317,12 +317,18 @@ def render_collection(p: Path, runs: list[Path], notes: list[str] = ()) -> str:
     ``metrics.json`` the folder holds, else a dataset's published scores beside it
     (``scores-NAME.json`` in its parent folder, as ``datasets/`` keeps them), else
     (a folder of runs) the runs' metrics.json pooled with bootstrap 95% CIs over runs.
-    A dataset page ends with its whole card (README.md, front matter left out).
+    A dataset page is checked against its ``MANIFEST.sha256`` first: a dataset whose
+    files differ (or that has none) says NOT VERIFIED at the top of the page and on
+    stderr. It ends with its whole card (README.md, front matter left out).
     ``notes``: lines shown with the runs that could not be read (children skipped)."""
     dataset = (p / "data" / "steps").is_dir()
     ds = Dataset(p) if dataset else None
+    verified = []
     if ds is not None:  # a dataset is one whole: a table that does not fit refuses the page
         ds.check()
+        verified = _manifest_notes(p)
+        for note in verified:
+            print(f"faultlab: note: {note}", file=sys.stderr)
     cards, per_run, problems, types = [], {}, [], set()
     for r in runs:
         try:
@@ -355,21 +361,51 @@ def render_collection(p: Path, runs: list[Path], notes: list[str] = ()) -> str:
     legend = [{"name": t, "color": plots.FAULT_COLORS.get(t, "#999999"), "what": "fault window (shaded)"} for t in sorted(types)]
     legend += [{"name": f"label: {k}", "color": v, "what": "label (mark along the bottom)"} for k, v in plots.SOURCE_COLORS.items()]
     ctx = {"title": f"faultlab {'dataset' if dataset else 'runs'} {p.name}", "path": str(p), "kind": "dataset" if dataset else "folder of runs",
-           "cards": cards, "problems": [*notes, *problems], "scores": _score_table(rows), "scores_source": source,
+           "cards": cards, "problems": [*verified, *notes, *problems], "scores": _score_table(rows), "scores_source": source,
            "provenance": provenance_view(provenance), "legend": legend, "card": _dataset_card(p) if dataset else None}
     return _env().get_template("collection.html.j2").render(**ctx)
 
 
+#: the largest dataset card (README.md) shown in a dataset's page (bytes)
+CARD_BYTES = 1 << 20
+
+
 def _dataset_card(p: Path) -> str | None:
-    """The dataset card (``README.md``) whole, its YAML front matter left out."""
-    f = p / "README.md"
-    if not f.is_file():
+    """The dataset card (``README.md``) whole, its YAML front matter left out; None
+    when there is none. Read with no link followed and only when a regular file of at
+    most :data:`CARD_BYTES` (:func:`faultlab.safefs.open_below`): the dataset may be
+    another user's. Raises BadInput (field ``README.md``) naming it otherwise."""
+    try:
+        with safefs.open_below(p, "README.md", CARD_BYTES) as f:
+            text = f.read(CARD_BYTES).decode("utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    text = f.read_text(errors="replace")
+    except safefs.UntrustedPath as e:
+        raise BadInput(e.reason, field="README.md", fix=e.fix) from None
+    except OSError as e:
+        raise BadInput(f"{p / 'README.md'} could not be read ({e.strerror or e})", field="README.md", fix="restore the card") from None
     if text.startswith("---"):
         end = text.find("\n---", 3)
         text = text[end + 4:] if end > 0 else text
     return text.strip()
+
+
+def _manifest_notes(p: Path) -> list[str]:
+    """What a dataset's page says of its ``MANIFEST.sha256``: nothing when every
+    listed file matches (:func:`faultlab.datasets.manifest.verify`), else one line
+    saying the dataset is not verified and why (no manifest, changed or missing
+    files). Raises BadInput naming a listed file that is a link, no regular file or
+    too large (never hashed), or a manifest that is not a regular file."""
+    try:
+        r = manifest.verify(p)
+    except BadInput as e:
+        if not (p / manifest.NAME).exists() and not (p / manifest.NAME).is_symlink():
+            return [f"NOT VERIFIED: {p} has no {manifest.NAME}; what this page shows may have been changed by anyone"]
+        raise
+    bad = [f"{len(r[k])} {k} ({', '.join(printable(x, 80) for x in r[k][:3])}{', ...' if len(r[k]) > 3 else ''})" for k in ("changed", "missing") if r[k]]
+    if not bad:
+        return []
+    return [f"NOT VERIFIED: files differ from {manifest.NAME}: {'; '.join(bad)}; faultlab dataset verify {p} lists them"]
 
 
 # -- a scores file ---------------------------------------------------------------------
