@@ -13,7 +13,7 @@ from rich.console import Console
 
 from faultlab import inputfile, safefs
 from faultlab.cliopts import Quiet, progress_console
-from faultlab.errors import BadInput, FaultlabError
+from faultlab.errors import BadInput, FaultlabError, printable
 from faultlab.importformats import formats_help  # names only: no pandas
 
 # Lazy imports: the CLI imports this module to register ``faultlab label``; the labeler
@@ -126,17 +126,17 @@ def _import(import_format: str, path: Path, out_dir: Optional[Path], mapping, co
     comps = sorted(set(labels["component"].astype(str))) if len(labels) else []
     info = {"format": import_format, "labels": len(labels), "components": comps, "written": {k: str(v) for k, v in written.items()},
             "persistent": None, "peer_groups": []}
-    con.print(f"{import_format}: {len(labels)} label(s) on {len(comps)} component(s) -> {written['labels.parquet']}", markup=False)
+    con.print(printable(f"{import_format}: {len(labels)} label(s) on {len(comps)} component(s) -> {written['labels.parquet']}"), markup=False)
     if res.info.get("skipped_line"):  # nothing dropped in silence (also in import.json)
         info["skipped_line"] = res.info["skipped_line"]
-        con.print(f"  {res.info['skipped_line']}", markup=False)
+        con.print(printable(f"  {res.info['skipped_line']}"), markup=False)
     if comps:
         shown = ", ".join(comps[:8]) + (f", ... ({len(comps) - 8} more)" if len(comps) > 8 else "")
-        con.print(f"  labeled: {shown}", markup=False)
+        con.print(printable(f"  labeled: {shown}"), markup=False)
     if res.whatif is not None and "slowdown_by_trace" in res.whatif:
         info["whatif"] = {"slowdown_by_trace": res.whatif["slowdown_by_trace"]}
         shown = ", ".join(f"{k} {v:.4f}" for k, v in res.whatif["slowdown_by_trace"].items())
-        con.print(f"  what-if slowdown S by trace: {shown} -> {written['whatif.json']}", markup=False)
+        con.print(printable(f"  what-if slowdown S by trace: {shown} -> {written['whatif.json']}"), markup=False)
     elif res.whatif is not None:
         info["whatif"] = {"slowdown": res.whatif.get("slowdown")}
         con.print(f"  what-if slowdown S = {res.whatif.get('slowdown', float('nan')):.4f} -> {written['whatif.json']}", markup=False)
@@ -144,27 +144,29 @@ def _import(import_format: str, path: Path, out_dir: Optional[Path], mapping, co
         pers = res.components.loc[res.components["persistent"], "component"].astype(str).tolist()
         info["persistent"] = pers
         shown = ", ".join(pers[:8]) + (f", ... ({len(pers) - 8} more)" if len(pers) > 8 else "")
-        con.print(f"  persistently slow: {shown or 'none'} ({len(res.components)} component(s) judged) "
-                  f"-> {written['components.parquet']}", markup=False)
+        con.print(printable(f"  persistently slow: {shown or 'none'} ({len(res.components)} component(s) judged) "
+                            f"-> {written['components.parquet']}"), markup=False)
     if res.components is not None and "group_members" in res.components.columns:
         c = res.components.drop_duplicates("peer_group").sort_values(["group_vs_fastest", "peer_group"])
         info["peer_groups"] = [{"group": r.peer_group, "members": str(r.group_members).split(","), "vs_fastest": float(r.group_vs_fastest),
                                 "source": r.group_source} for r in c.itertuples()]
         _print_groups(info["peer_groups"], con)
     for name in sorted(set(written) - {"labels.parquet", "whatif.json", "components.parquet"}):
-        con.print(f"  {name} -> {written[name]}", markup=False)
+        con.print(printable(f"  {name} -> {written[name]}"), markup=False)
     return info
 
 
 def _print_groups(groups: list[dict], con: Console) -> None:
     """One line per peer group the labeler used (``PeerGroups.summary`` rows): its
-    name, size, first members and its typical local time against the fastest group's."""
+    name, size, first members and its typical local time against the fastest group's.
+    Names come from the run's or trace's data: each line goes through
+    ``errors.printable`` (no escape sequence reaches the terminal)."""
     for g in groups:
         mem = list(g.get("members") or [])
-        shown = ", ".join(mem[:6]) + (f", ... ({len(mem) - 6} more)" if len(mem) > 6 else "")
+        shown = ", ".join(map(str, mem[:6])) + (f", ... ({len(mem) - 6} more)" if len(mem) > 6 else "")
         vs = g.get("vs_fastest")
         ratio = f"{vs:.2f}x the fastest" if isinstance(vs, (int, float)) and vs == vs else "level unknown"
-        con.print(f"  peer group {g.get('group')} ({g.get('source')}, {len(mem)}): {ratio}; {shown}", markup=False)
+        con.print(printable(f"  peer group {g.get('group')} ({g.get('source')}, {len(mem)}): {ratio}; {shown}"), markup=False)
 
 
 class _BlockProgress:
