@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -230,11 +231,13 @@ def export_cmd(
 @app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="a JSON list of {name, path, root, shadowed}")):
     """The published datasets faultlab finds by name ($FAULTLAB_DATASETS, else the
-    installed package's data, then ./datasets); `faultlab score --dataset NAME` takes
-    each name."""
-    from faultlab.datasets.registry import list_datasets, roots
+    installed package's data, then ./datasets when only root or you can write it);
+    `faultlab score --dataset NAME` takes each name."""
+    from faultlab.datasets.registry import list_datasets, local_problem, roots
 
     found = list_datasets()
+    if not os.environ.get("FAULTLAB_DATASETS") and (why := local_problem()):
+        print(printable(f"faultlab: note: {why}"), file=sys.stderr)
     if as_json:
         print(json.dumps(found, indent=2))
         return

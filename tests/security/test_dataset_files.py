@@ -78,3 +78,25 @@ def test_a_changed_dataset_page_says_not_verified(ds, tmp_path):
     assert "NOT VERIFIED" in out.read_text()
     cp = fl("report", SW_DATASET, "--out", tmp_path / "intact.html")
     assert cp.returncode == 0 and "NOT VERIFIED" not in cp.stderr + (tmp_path / "intact.html").read_text(), cp.stderr[-800:]
+
+
+def test_a_name_is_not_looked_up_in_another_users_datasets_folder(nobody_dir, tmp_path):
+    """Root in nobody's folder asks for ``team-ds``: nobody's ``./datasets/team-ds`` is
+    not taken (one line says why ./datasets was left out); the same folder of root's
+    own is searched."""
+    theirs = nobody_dir / "datasets" / "team-ds"
+    shutil.copytree(SW_DATASET, theirs)
+    for dirpath, dirs, files in os.walk(nobody_dir):
+        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
+            os.chown(n, NOBODY, NOBODY)
+    env = {"FAULTLAB_DATASETS": ""}
+    cp = fl("dataset", "info", "team-ds", env=env, cwd=nobody_dir)
+    err = (cp.stdout + cp.stderr).strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and "not found" in err[0] and "./datasets is not searched" in err[0], cp.stderr[-800:]
+    assert f"owned by uid {NOBODY}" in err[0], err[0]
+    cp = fl("dataset", "list", env=env, cwd=nobody_dir)
+    assert "team-ds" not in cp.stdout and "./datasets is not searched" in cp.stderr, cp.stdout + cp.stderr
+    mine = tmp_path / "work"
+    shutil.copytree(SW_DATASET, mine / "datasets" / "team-ds")
+    cp = fl("dataset", "info", "team-ds", env=env, cwd=mine)
+    assert cp.returncode == 0, cp.stderr[-800:]
