@@ -157,9 +157,9 @@ def verify_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
         for f in r[kind]:
             print(printable(f"{kind}: {f}"), file=sys.stderr)  # names another party chose
     if differ:
-        print(f"faultlab: error: {dataset}: {sum(len(v) for v in r.values())} file(s) differ from MANIFEST.sha256", file=sys.stderr)
+        print(printable(f"faultlab: error: {dataset}: {sum(len(v) for v in r.values())} file(s) differ from MANIFEST.sha256"), file=sys.stderr)
         raise typer.Exit(1)
-    out.print(f"{dataset}: every file matches MANIFEST.sha256, and its {files} table files are its runs' tables", markup=False)
+    out.print(printable(f"{dataset}: every file matches MANIFEST.sha256, and its {files} table files are its runs' tables"), markup=False)
 
 
 @app.command("info")
