@@ -130,25 +130,20 @@ class RunDir:
     def read_file(self, name: str, limit: int, fix: str) -> bytes | None:
         """The bytes of the run folder's file ``name`` (``meta.json``, ``events.jsonl``,
         ``whatif.json``...; None when absent), read as its tables are read
-        (:func:`faultlab.safefs.open_below`): no link followed below the run folder,
+        (:func:`faultlab.safefs.read_below`): no link followed below the run folder,
         only a regular file (never a FIFO or device), at most ``limit`` bytes. The
         folder may be another user's, who may plant anything at that name.
 
         Raises BadInput (field ``name``) naming the file: a link, not a regular file,
         over ``limit`` bytes (nothing of it read), or unreadable (fix ``fix``)."""
-        p = self.path / name
         try:
-            with safefs.open_below(self.path, name, limit) as f:
-                data = f.read(limit + 1)
+            return safefs.read_below(self.path, name, limit)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except safefs.UntrustedPath as e:
             raise BadInput(e.reason, field=name, fix=e.fix) from None
         except OSError as e:
-            raise BadInput(f"{p} could not be read ({e.strerror or e})", field=name, fix=fix) from None
-        if len(data) > limit:
-            raise BadInput(f"{p} grew past {limit} bytes while read", field=name, fix=fix)
-        return data
+            raise BadInput(f"{self.path / name} could not be read ({e.strerror or e})", field=name, fix=fix) from None
 
     # -- meta ------------------------------------------------------------------------
     @property

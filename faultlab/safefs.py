@@ -606,6 +606,21 @@ def open_below(root: str | os.PathLike, rel: str, max_size: int | None = None):
     return f
 
 
+def read_below(root: str | os.PathLike, rel: str, max_size: int) -> bytes:
+    """The bytes of the regular file ``root/rel``, opened by :func:`open_below` (no link
+    below ``root``, a regular file of at most ``max_size`` bytes) and read to at most
+    that: a file another user owns (a run's ``meta.json``, a dataset's card or
+    manifest) costs no more than ``max_size`` whatever it is. Raises what
+    :func:`open_below` raises, and TooLarge when the file grew past ``max_size``
+    while read."""
+    with open_below(root, rel, max_size) as f:
+        data = f.read(max_size + 1)
+    if len(data) > max_size:
+        shown = f"{os.fspath(root).rstrip('/')}/{rel}"
+        raise TooLarge(shown, f"grew past {max_size} bytes while read", "restore the file faultlab wrote")
+    return data
+
+
 def check_dir(path: str | os.PathLike, *, private: bool = False) -> None:
     """Raise UntrustedPath unless ``path`` is a trusted folder (nothing is created)."""
     open_dir(path, private=private).close()

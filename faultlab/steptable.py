@@ -73,8 +73,7 @@ def layout(path: str | os.PathLike) -> dict:
     if not p.is_dir():
         return {}
     try:
-        with safefs.open_below(p, LAYOUT_FILE, safefs.MAX_READ_BYTES) as f:  # no link, a regular file, bounded
-            d = safefs.parse_json(f.read(safefs.MAX_READ_BYTES + 1), str(p / LAYOUT_FILE))
+        d = safefs.parse_json(safefs.read_below(p, LAYOUT_FILE, safefs.MAX_READ_BYTES), str(p / LAYOUT_FILE))  # no link, regular, bounded
     except FileNotFoundError:
         return {}
     except safefs.UntrustedPath as e:

@@ -53,20 +53,17 @@ MAX_MANIFEST_BYTES = 16 << 20
 
 def _manifest_text(root: Path) -> str:
     """The text of ``root/MANIFEST.sha256``, read with no link followed and only when a
-    regular file of at most :data:`MAX_MANIFEST_BYTES` (:func:`faultlab.safefs.open_below`).
+    regular file of at most :data:`MAX_MANIFEST_BYTES` (:func:`faultlab.safefs.read_below`).
     Raises BadInput (field ``MANIFEST.sha256``) naming it otherwise."""
     p = root / NAME
     try:
-        with safefs.open_below(root, NAME, MAX_MANIFEST_BYTES) as f:
-            data = f.read(MAX_MANIFEST_BYTES + 1)
+        data = safefs.read_below(root, NAME, MAX_MANIFEST_BYTES)
     except (FileNotFoundError, NotADirectoryError):
         raise BadInput(f"{p} is missing", field=NAME, fix="rebuild the dataset, or restore the file") from None
     except safefs.UntrustedPath as e:
         raise BadInput(e.reason, field=NAME, fix=e.fix) from None
     except OSError as e:
         raise BadInput(f"{p} could not be read ({e.strerror or type(e).__name__})", field=NAME, fix="restore the file") from None
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise BadInput(f"{p} grew past {MAX_MANIFEST_BYTES} bytes while read", field=NAME, fix="restore the file")
     try:
         return data.decode()
     except UnicodeDecodeError as e:

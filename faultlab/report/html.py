@@ -347,10 +347,10 @@ def render_collection(p: Path, runs: list[Path], notes: list[str] = ()) -> str:
         raise BadInput(f"none of its {len(runs)} run(s) could be read; {problems[0]}", field="PATH",
                        fix="restore or relabel the runs (faultlab label RUN_DIR), or run faultlab dataset verify")
     candidates = [p / "scores.json", p / "metrics.json"] + ([p.parent / f"scores-{p.name}.json"] if dataset else [])
-    scores_file = next((f for f in candidates if f.is_file()), None)
+    scores_file = next((f for f in candidates if f.is_file() or f.is_symlink()), None)
     provenance = []
     if scores_file:
-        rows, provenance = score_doc(_read_json(scores_file))
+        rows, provenance = score_doc(_read_json(scores_file, below=True))
         source = f"read from {scores_file}"
     elif per_run:
         rows, source = pooled_scores(per_run), f"mean of {len(per_run)} runs' metrics.json, bootstrap 95% CI over runs"
@@ -373,11 +373,10 @@ CARD_BYTES = 1 << 20
 def _dataset_card(p: Path) -> str | None:
     """The dataset card (``README.md``) whole, its YAML front matter left out; None
     when there is none. Read with no link followed and only when a regular file of at
-    most :data:`CARD_BYTES` (:func:`faultlab.safefs.open_below`): the dataset may be
+    most :data:`CARD_BYTES` (:func:`faultlab.safefs.read_below`): the dataset may be
     another user's. Raises BadInput (field ``README.md``) naming it otherwise."""
     try:
-        with safefs.open_below(p, "README.md", CARD_BYTES) as f:
-            text = f.read(CARD_BYTES).decode("utf-8", errors="replace")
+        text = safefs.read_below(p, "README.md", CARD_BYTES).decode("utf-8", errors="replace")
     except (FileNotFoundError, NotADirectoryError):
         return None
     except safefs.UntrustedPath as e:
@@ -409,8 +408,22 @@ def _manifest_notes(p: Path) -> list[str]:
 
 
 # -- a scores file ---------------------------------------------------------------------
-def _read_json(f: Path):
-    text = inputfile.read_text(f, "PATH", limit=inputfile.JSON_BYTES, fix="give a scores JSON file (metrics.json)")
+def _read_json(f: Path, *, below: bool = False):
+    """The parsed JSON scores file ``f``: the file the caller named
+    (:func:`faultlab.inputfile.read_text`, a link followed), or with ``below`` one
+    found in a folder someone else may own (a collection's ``scores.json``), read with
+    no link followed (:func:`faultlab.safefs.read_below`); at most
+    ``inputfile.JSON_BYTES`` either way. Raises BadInput naming the file."""
+    fix = "give a scores JSON file (metrics.json)"
+    if below:
+        try:
+            text = safefs.read_below(f.parent, f.name, inputfile.JSON_BYTES).decode("utf-8", errors="replace")
+        except safefs.UntrustedPath as e:
+            raise BadInput(e.reason, field=f.name, fix=e.fix) from None
+        except OSError as e:
+            raise BadInput(f"{f} could not be read ({e.strerror or e})", field=f.name, fix=fix) from None
+    else:
+        text = inputfile.read_text(f, "PATH", limit=inputfile.JSON_BYTES, fix=fix)
     try:
         return safefs.parse_json(text, str(f))
     except ValueError as e:  # bad or too deeply nested JSON

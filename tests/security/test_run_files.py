@@ -126,3 +126,23 @@ def test_a_linked_child_of_a_folder_of_runs_is_not_followed(nobody_dir, tmp_path
     assert len(notes) == 1 and "symlink" in notes[0], cp.stderr
     page = (runs / "report.html").read_text()
     assert "ROOTPRIVATE" not in page and "mine" in page
+
+
+def test_a_linked_scores_file_of_a_folder_of_runs_is_refused(nobody_dir, tmp_path):
+    """nobody's folder of runs holds scores.json linked to root's private run's
+    metrics.json (in a 0700 folder): the page is refused in one line naming it."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    secret_scores = make_run(private / "r", ranks=2, duration_s=20) / "metrics.json"
+    os.chmod(secret_scores, 0o600)
+    runs = nobody_dir / "runs"
+    runs.mkdir()
+    shutil.move(make_run(tmp_path / "mine", ranks=2, duration_s=5, label=False), runs / "mine")
+    for dirpath, dirs, files in os.walk(runs):
+        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
+            os.chown(n, NOBODY, NOBODY)
+    as_nobody('ln -s "$2" "$1/scores.json"', runs, secret_scores)
+    cp = fl("report", runs)
+    err = (cp.stdout + cp.stderr).strip().splitlines()
+    assert cp.returncode == 2 and "scores.json" in err[-1] and "symlink" in err[-1], (cp.returncode, cp.stderr[-800:])
+    assert not (runs / "report.html").exists()
