@@ -11,8 +11,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from faultlab import inputfile, safefs
 from faultlab.cliopts import Quiet, progress_console
-from faultlab.errors import BadInput, FaultlabError
+from faultlab.errors import BadInput, FaultlabError, printable
 from faultlab.importformats import formats_help  # names only: no pandas
 
 # Lazy imports: the CLI imports this module to register ``faultlab label``; the labeler
@@ -70,6 +71,7 @@ def _label_run_dir(run_dir: Path, out_dir: Optional[Path], scheduler: Optional[s
     progress on ``progress_con``; returns what ``--json`` prints: ``{run_dir, labels,
     labels_path, peer_groups}``."""
     from faultlab.labeler import label_run  # the labeler loads pandas: imported when run (CLI start-up)
+    from faultlab.rundir import RunDir  # pandas, pyarrow: imported when run, as the labeler is
 
     if out_dir is not None:
         _fail(BadInput("--out is only for --import (a run directory is labeled in place)", field="--out"))
@@ -86,9 +88,10 @@ def _label_run_dir(run_dir: Path, out_dir: Optional[Path], scheduler: Optional[s
         _fail(BadInput(f"cannot write {e.filename or run_dir}: {e.strerror or e}", field="PATH",
                        fix="check the folder's permissions and free space; nothing half-written is left"))
     con.print(f"{len(labels)} label(s) -> {run_dir / 'labels.parquet'}", markup=False)
-    try:
-        groups = json.loads((run_dir / "whatif.json").read_text()).get("peer_groups") or []
-    except (OSError, ValueError):
+    try:  # read as every file of a run folder is (no link, regular, bounded): the folder may be another user's
+        doc = safefs.parse_json(RunDir(run_dir).read_file("whatif.json", inputfile.JSON_BYTES, "relabel the run") or b"{}", "whatif.json")
+        groups = (doc.get("peer_groups") if isinstance(doc, dict) else None) or []
+    except (FaultlabError, ValueError):
         groups = []
     _print_groups(groups, con)
     return {"run_dir": str(run_dir), "labels": len(labels), "labels_path": str(run_dir / "labels.parquet"), "peer_groups": groups}
@@ -123,17 +126,17 @@ def _import(import_format: str, path: Path, out_dir: Optional[Path], mapping, co
     comps = sorted(set(labels["component"].astype(str))) if len(labels) else []
     info = {"format": import_format, "labels": len(labels), "components": comps, "written": {k: str(v) for k, v in written.items()},
             "persistent": None, "peer_groups": []}
-    con.print(f"{import_format}: {len(labels)} label(s) on {len(comps)} component(s) -> {written['labels.parquet']}", markup=False)
+    con.print(printable(f"{import_format}: {len(labels)} label(s) on {len(comps)} component(s) -> {written['labels.parquet']}"), markup=False)
     if res.info.get("skipped_line"):  # nothing dropped in silence (also in import.json)
         info["skipped_line"] = res.info["skipped_line"]
-        con.print(f"  {res.info['skipped_line']}", markup=False)
+        con.print(printable(f"  {res.info['skipped_line']}"), markup=False)
     if comps:
         shown = ", ".join(comps[:8]) + (f", ... ({len(comps) - 8} more)" if len(comps) > 8 else "")
-        con.print(f"  labeled: {shown}", markup=False)
+        con.print(printable(f"  labeled: {shown}"), markup=False)
     if res.whatif is not None and "slowdown_by_trace" in res.whatif:
         info["whatif"] = {"slowdown_by_trace": res.whatif["slowdown_by_trace"]}
         shown = ", ".join(f"{k} {v:.4f}" for k, v in res.whatif["slowdown_by_trace"].items())
-        con.print(f"  what-if slowdown S by trace: {shown} -> {written['whatif.json']}", markup=False)
+        con.print(printable(f"  what-if slowdown S by trace: {shown} -> {written['whatif.json']}"), markup=False)
     elif res.whatif is not None:
         info["whatif"] = {"slowdown": res.whatif.get("slowdown")}
         con.print(f"  what-if slowdown S = {res.whatif.get('slowdown', float('nan')):.4f} -> {written['whatif.json']}", markup=False)
@@ -141,27 +144,29 @@ def _import(import_format: str, path: Path, out_dir: Optional[Path], mapping, co
         pers = res.components.loc[res.components["persistent"], "component"].astype(str).tolist()
         info["persistent"] = pers
         shown = ", ".join(pers[:8]) + (f", ... ({len(pers) - 8} more)" if len(pers) > 8 else "")
-        con.print(f"  persistently slow: {shown or 'none'} ({len(res.components)} component(s) judged) "
-                  f"-> {written['components.parquet']}", markup=False)
+        con.print(printable(f"  persistently slow: {shown or 'none'} ({len(res.components)} component(s) judged) "
+                            f"-> {written['components.parquet']}"), markup=False)
     if res.components is not None and "group_members" in res.components.columns:
         c = res.components.drop_duplicates("peer_group").sort_values(["group_vs_fastest", "peer_group"])
         info["peer_groups"] = [{"group": r.peer_group, "members": str(r.group_members).split(","), "vs_fastest": float(r.group_vs_fastest),
                                 "source": r.group_source} for r in c.itertuples()]
         _print_groups(info["peer_groups"], con)
     for name in sorted(set(written) - {"labels.parquet", "whatif.json", "components.parquet"}):
-        con.print(f"  {name} -> {written[name]}", markup=False)
+        con.print(printable(f"  {name} -> {written[name]}"), markup=False)
     return info
 
 
 def _print_groups(groups: list[dict], con: Console) -> None:
     """One line per peer group the labeler used (``PeerGroups.summary`` rows): its
-    name, size, first members and its typical local time against the fastest group's."""
+    name, size, first members and its typical local time against the fastest group's.
+    Names come from the run's or trace's data: each line goes through
+    ``errors.printable`` (no escape sequence reaches the terminal)."""
     for g in groups:
         mem = list(g.get("members") or [])
-        shown = ", ".join(mem[:6]) + (f", ... ({len(mem) - 6} more)" if len(mem) > 6 else "")
+        shown = ", ".join(map(str, mem[:6])) + (f", ... ({len(mem) - 6} more)" if len(mem) > 6 else "")
         vs = g.get("vs_fastest")
         ratio = f"{vs:.2f}x the fastest" if isinstance(vs, (int, float)) and vs == vs else "level unknown"
-        con.print(f"  peer group {g.get('group')} ({g.get('source')}, {len(mem)}): {ratio}; {shown}", markup=False)
+        con.print(printable(f"  peer group {g.get('group')} ({g.get('source')}, {len(mem)}): {ratio}; {shown}"), markup=False)
 
 
 class _BlockProgress:

@@ -43,6 +43,12 @@ from faultlab import safefs, schema, steprecords, steptable
 from faultlab.errors import BadInput
 
 
+#: the largest meta.json read (bytes): faultlab writes a few KB
+META_BYTES = 1 << 20
+#: the largest events.jsonl read (bytes): a run journals a few lines a fault
+EVENTS_BYTES = 16 << 20
+
+
 def new_run_id(name: str) -> str:
     """A run id: ``NAME-YYYYmmdd-HHMMSS-XXXX`` (local time, 4 random hex digits so
     runs started in the same second differ). Made once per run: the default run
@@ -120,20 +126,41 @@ class RunDir:
             }
         )
 
+    # -- files of the folder ---------------------------------------------------------
+    def read_file(self, name: str, limit: int, fix: str) -> bytes | None:
+        """The bytes of the run folder's file ``name`` (``meta.json``, ``events.jsonl``,
+        ``whatif.json``...; None when absent), read as its tables are read
+        (:func:`faultlab.safefs.read_below`): no link followed below the run folder,
+        only a regular file (never a FIFO or device), at most ``limit`` bytes. The
+        folder may be another user's, who may plant anything at that name.
+
+        Raises BadInput (field ``name``) naming the file: a link, not a regular file,
+        over ``limit`` bytes (nothing of it read), or unreadable (fix ``fix``)."""
+        try:
+            return safefs.read_below(self.path, name, limit)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except safefs.UntrustedPath as e:
+            raise BadInput(e.reason, field=name, fix=e.fix) from None
+        except OSError as e:
+            raise BadInput(f"{self.path / name} could not be read ({e.strerror or e})", field=name, fix=fix) from None
+
     # -- meta ------------------------------------------------------------------------
     @property
     def meta(self) -> dict:
-        """meta.json as a dict ({} when absent).
+        """meta.json as a dict ({} when absent), read by :meth:`read_file` (at most
+        :data:`META_BYTES`).
 
         Raises BadInput (field ``meta.json``) when it is not a JSON object or cannot be
-        read."""
+        read (a link, no regular file, too large)."""
         p = self.path / "meta.json"
-        if not p.exists():
-            return {}
         fix = "restore it, or remove it and the folder name becomes the run_id"
+        data = self.read_file("meta.json", META_BYTES, fix)
+        if data is None:
+            return {}
         try:
-            m = safefs.parse_json(p.read_text(), str(p))
-        except (OSError, ValueError) as e:  # ValueError: bad UTF-8, bad or too deeply nested JSON
+            m = safefs.parse_json(data, str(p))
+        except ValueError as e:  # bad UTF-8, bad or too deeply nested JSON
             raise BadInput(f"{p} could not be read ({type(e).__name__}: {e})", field="meta.json", fix=fix) from None
         if not isinstance(m, dict):
             raise BadInput(f"{p} holds a JSON {type(m).__name__}, not an object", field="meta.json", fix=fix)
@@ -180,11 +207,13 @@ class RunDir:
         return ev
 
     def events(self) -> list[dict]:
+        """The journal's events in order ([] when absent), read by :meth:`read_file` (at
+        most :data:`EVENTS_BYTES`); a torn last line (a killed run) ends it. Raises
+        BadInput (field ``events.jsonl``) when it cannot be read."""
         p = self.path / "events.jsonl"
-        if not p.exists():
-            return []
+        data = self.read_file("events.jsonl", EVENTS_BYTES, "restore it, or remove it (the run's journal)")
         out = []
-        for line in p.read_text().splitlines():
+        for line in (data or b"").decode("utf-8", errors="replace").splitlines():
             try:
                 out.append(safefs.parse_json(line, f"{p} line {len(out) + 1}"))
             except ValueError:

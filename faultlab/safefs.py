@@ -384,15 +384,18 @@ class ForeignDir(_DirFd):
     opened relative to the folder's descriptor with ``O_NOFOLLOW``, never a link, and
     never more than the caller's bounds. A context manager."""
 
-    def regular_files(self, limit: int | None = None) -> list[str]:
+    def regular_files(self, limit: int) -> list[str]:
         """Names of the regular files in the folder (``lstat``: links, folders, FIFOs
-        and devices are left out), sorted; at most ``limit`` of them (the first the
-        folder lists: a folder of countless names costs no more than that)."""
-        out = []
+        and devices are left out), sorted. Every entry the folder lists counts toward
+        ``limit``, whatever it is: a folder of more than ``limit`` entries is refused
+        after reading ``limit + 1`` of them (TooLarge, one line naming the folder), so
+        a folder of countless names, links or FIFOs costs no more than that."""
+        out, seen = [], 0
         with os.scandir(self.fd) as it:
             for e in it:
-                if limit is not None and len(out) >= limit:
-                    break
+                seen += 1
+                if seen > limit:
+                    raise TooLarge(self.path, f"holds more than {limit} entries", "it is not listed; remove what its writer left there")
                 try:
                     if e.is_file(follow_symlinks=False):
                         out.append(e.name)
@@ -601,6 +604,21 @@ def open_below(root: str | os.PathLike, rel: str, max_size: int | None = None):
         os.close(fd)
         raise
     return f
+
+
+def read_below(root: str | os.PathLike, rel: str, max_size: int) -> bytes:
+    """The bytes of the regular file ``root/rel``, opened by :func:`open_below` (no link
+    below ``root``, a regular file of at most ``max_size`` bytes) and read to at most
+    that: a file another user owns (a run's ``meta.json``, a dataset's card or
+    manifest) costs no more than ``max_size`` whatever it is. Raises what
+    :func:`open_below` raises, and TooLarge when the file grew past ``max_size``
+    while read."""
+    with open_below(root, rel, max_size) as f:
+        data = f.read(max_size + 1)
+    if len(data) > max_size:
+        shown = f"{os.fspath(root).rstrip('/')}/{rel}"
+        raise TooLarge(shown, f"grew past {max_size} bytes while read", "restore the file faultlab wrote")
+    return data
 
 
 def check_dir(path: str | os.PathLike, *, private: bool = False) -> None:

@@ -67,12 +67,17 @@ def block_steps(n_ranks: int, block_rows: int = BLOCK_ROWS) -> int:
 
 def layout(path: str | os.PathLike) -> dict:
     """``{"block_steps": B}`` of a partitioned table (``{}`` for one file or without
-    its ``_layout.json``)."""
+    its ``_layout.json``). The file is read with no link followed and only when a
+    regular file of at most ``safefs.MAX_READ_BYTES`` (else BadInput naming it)."""
     p = Path(path)
-    if not p.is_dir() or not (p / LAYOUT_FILE).is_file():
+    if not p.is_dir():
         return {}
     try:
-        d = json.loads((p / LAYOUT_FILE).read_text())
+        d = safefs.parse_json(safefs.read_below(p, LAYOUT_FILE, safefs.MAX_READ_BYTES), str(p / LAYOUT_FILE))  # no link, regular, bounded
+    except FileNotFoundError:
+        return {}
+    except safefs.UntrustedPath as e:
+        raise BadInput(e.reason, field=LAYOUT_FILE, fix=e.fix) from None
     except (OSError, ValueError) as e:
         raise BadInput(f"{p / LAYOUT_FILE} could not be read ({e})", field=LAYOUT_FILE, fix=_FIX) from None
     return d if isinstance(d, dict) else {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -13,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from faultlab.cliopts import renamed
-from faultlab.errors import BadInput, FaultlabError
+from faultlab.errors import BadInput, FaultlabError, printable
 from faultlab.importformats import formats_help
 
 # Lazy imports: the CLI imports this module to register ``faultlab dataset``; each command
@@ -154,11 +155,11 @@ def verify_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
         _fail(problem)
     for kind in ("changed", "missing", "extra"):
         for f in r[kind]:
-            print(f"{kind}: {f}", file=sys.stderr)
+            print(printable(f"{kind}: {f}"), file=sys.stderr)  # names another party chose
     if differ:
-        print(f"faultlab: error: {dataset}: {sum(len(v) for v in r.values())} file(s) differ from MANIFEST.sha256", file=sys.stderr)
+        print(printable(f"faultlab: error: {dataset}: {sum(len(v) for v in r.values())} file(s) differ from MANIFEST.sha256"), file=sys.stderr)
         raise typer.Exit(1)
-    out.print(f"{dataset}: every file matches MANIFEST.sha256, and its {files} table files are its runs' tables", markup=False)
+    out.print(printable(f"{dataset}: every file matches MANIFEST.sha256, and its {files} table files are its runs' tables"), markup=False)
 
 
 @app.command("info")
@@ -190,15 +191,16 @@ def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
 
 def info_table(info: dict) -> Table:
     """``dataset info``'s figures as a rich Table of two columns (what, value); counts
-    by fault type and by label source one per line."""
-    t = Table(title=f"dataset {info['name']}", show_header=False, title_justify="left")
+    by fault type and by label source one per line. Names read from the dataset go
+    through ``errors.printable``."""
+    t = Table(title=f"dataset {printable(info['name'])}", show_header=False, title_justify="left")
     t.add_column("what", style="bold")
     t.add_column("value", overflow="fold")
     t.add_row("runs", f"{info['runs']} ({info['train']} train, {info['test']} test; split seed {info['seed']})")
     t.add_row("training time", f"{info['duration_s']:g} s")
     t.add_row("size", f"{info['size_mb']:g} MB")
     for title, key in (("fault types (runs)", "fault_types"), ("labels by source", "labels_by_source")):
-        t.add_row(title, "\n".join(f"{k}: {v}" for k, v in sorted(info[key].items())) or "-")
+        t.add_row(title, "\n".join(printable(f"{k}: {v}") for k, v in sorted(info[key].items())) or "-")
     return t
 
 
@@ -229,19 +231,21 @@ def export_cmd(
 @app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="a JSON list of {name, path, root, shadowed}")):
     """The published datasets faultlab finds by name ($FAULTLAB_DATASETS, else the
-    installed package's data, then ./datasets); `faultlab score --dataset NAME` takes
-    each name."""
-    from faultlab.datasets.registry import list_datasets, roots
+    installed package's data, then ./datasets when only root or you can write it);
+    `faultlab score --dataset NAME` takes each name."""
+    from faultlab.datasets.registry import list_datasets, local_problem, roots
 
     found = list_datasets()
+    if not os.environ.get("FAULTLAB_DATASETS") and (why := local_problem()):
+        print(printable(f"faultlab: note: {why}"), file=sys.stderr)
     if as_json:
         print(json.dumps(found, indent=2))
         return
     if not found:
-        out.print(f"no datasets found (looked in {', '.join(map(str, roots()))})", markup=False)
+        out.print(printable(f"no datasets found (looked in {', '.join(map(str, roots()))})"), markup=False)
         return
     for d in found:
-        out.print(f"{d['name']}\t{d['path']}{'  (shadowed by an earlier folder)' if d['shadowed'] else ''}", markup=False)
+        out.print(f"{printable(d['name'])}\t{printable(d['path'])}{'  (shadowed by an earlier folder)' if d['shadowed'] else ''}", markup=False)
 
 
 def register(root: typer.Typer) -> None:

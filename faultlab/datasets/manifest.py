@@ -46,35 +46,48 @@ def text(digests: dict[str, str]) -> str:
     return "\n".join(f"{digests[rel]}  {rel}" for rel in sorted(keep, key=PurePosixPath)) + "\n"
 
 
+#: the largest MANIFEST.sha256 read (bytes): a line of about 100 bytes a file, so
+#: room for some 160,000 files; a larger (or sparse) one is refused unread
+MAX_MANIFEST_BYTES = 16 << 20
+
+
+def _manifest_text(root: Path) -> str:
+    """The text of ``root/MANIFEST.sha256``, read with no link followed and only when a
+    regular file of at most :data:`MAX_MANIFEST_BYTES` (:func:`faultlab.safefs.read_below`).
+    Raises BadInput (field ``MANIFEST.sha256``) naming it otherwise."""
+    p = root / NAME
+    try:
+        data = safefs.read_below(root, NAME, MAX_MANIFEST_BYTES)
+    except (FileNotFoundError, NotADirectoryError):
+        raise BadInput(f"{p} is missing", field=NAME, fix="rebuild the dataset, or restore the file") from None
+    except safefs.UntrustedPath as e:
+        raise BadInput(e.reason, field=NAME, fix=e.fix) from None
+    except OSError as e:
+        raise BadInput(f"{p} could not be read ({e.strerror or type(e).__name__})", field=NAME, fix="restore the file") from None
+    try:
+        return data.decode()
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{p} could not be read ({type(e).__name__})", field=NAME, fix="restore the file") from None
+
+
 def digest(root: str | Path) -> str:
     """The dataset's identity: the sha256 (hex) of its ``MANIFEST.sha256`` lines
     for the data files (every line but the card's, ``CARD_FILES``), which name each
     file's digest, so two folders with the same data have the same digest wherever
     they lie and whatever their card says. Raises BadInput (field
-    ``MANIFEST.sha256``) when it is missing or cannot be read."""
-    p = Path(root) / NAME
-    if not p.is_file():
-        raise BadInput(f"{p} is missing", field=NAME, fix="rebuild the dataset, or restore the file")
-    try:
-        lines = p.read_bytes().decode().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"{p} could not be read ({type(e).__name__})", field=NAME, fix="restore the file") from None
+    ``MANIFEST.sha256``) when it is missing or cannot be read (a link, no regular
+    file, over :data:`MAX_MANIFEST_BYTES`)."""
+    lines = _manifest_text(Path(root)).splitlines()
     data = [line for line in lines if line.partition("  ")[2] not in CARD_FILES]
     return hashlib.sha256(("\n".join(data) + "\n").encode()).hexdigest()
 
 
 def read(root: Path) -> dict[str, str]:
     """relative path -> hex digest. Raises BadInput (field ``MANIFEST.sha256``) when
-    it is missing or a line is malformed."""
-    p = root / NAME
-    if not p.is_file():
-        raise BadInput(f"{p} is missing", field=NAME, fix="rebuild the dataset, or restore the file")
+    it is missing, cannot be read (a link, no regular file, over
+    :data:`MAX_MANIFEST_BYTES`) or a line is malformed."""
     out = {}
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"{p} could not be read ({type(e).__name__})", field=NAME, fix="restore the file") from None
-    for i, line in enumerate(text.splitlines(), 1):
+    for i, line in enumerate(_manifest_text(Path(root)).splitlines(), 1):
         if not line.strip():
             continue
         h, sep, rel = line.partition("  ")

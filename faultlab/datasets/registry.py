@@ -4,7 +4,10 @@
 Where: the folders of ``$FAULTLAB_DATASETS`` (``os.pathsep``-separated) when it is set;
 otherwise the installed package's data (the import package ``faultlab.published``,
 which is the checkout's ``datasets/`` folder: the published datasets ship inside the
-faultlab wheel as package data), then ``./datasets``. The first folder holding
+faultlab wheel as package data), then ``./datasets`` when it is a trusted folder
+(:func:`local_problem`: owned by root or the caller all the way from ``/``, closed
+to others, no symlink; so root in another user's folder never takes their dataset
+for the name it asked for). The first folder holding
 ``NAME/splits.json`` wins. The public collections a user builds
 (``examples/public/build.sh``) are found the same way, in the checkout's ``datasets/``
 or a folder of ``$FAULTLAB_DATASETS``; the wheel never holds them (docs/datasets.md).
@@ -24,6 +27,7 @@ import os
 from pathlib import Path
 
 import faultlab
+from faultlab import safefs
 from faultlab.errors import BadInput
 
 #: the import package whose folder holds the published datasets (package data)
@@ -48,13 +52,34 @@ def package_dir() -> Path | None:
     return None
 
 
+#: the working folder's datasets, searched last when trusted (:func:`local_problem`)
+LOCAL = Path("datasets")
+
+
+def local_problem() -> str | None:
+    """Why ``./datasets`` is not searched (one line), or None when it is searched: it
+    must be a trusted folder (:func:`faultlab.safefs.check_dir`: every component from
+    ``/`` owned by root or the caller, not writable by group or others but a root
+    sticky parent such as ``/tmp``, no symlink). A name looked up there is then one
+    that only root or the caller can have put there, wherever the caller stands (a
+    shared folder of another user's). A missing folder is no problem and not searched."""
+    try:
+        safefs.check_dir(LOCAL.absolute())
+    except FileNotFoundError:
+        return None
+    except (safefs.UntrustedPath, OSError) as e:
+        return f"./datasets is not searched: {getattr(e, 'reason', None) or e}"
+    return None
+
+
 def roots() -> list[Path]:
     """The folders searched for datasets by name, in order (the module docstring)."""
     env = os.environ.get("FAULTLAB_DATASETS")
     if env:
         return [Path(p) for p in env.split(os.pathsep) if p]
     pkg = package_dir()
-    return ([pkg] if pkg else []) + [Path("datasets")]
+    local = [LOCAL] if local_problem() is None else []
+    return ([pkg] if pkg else []) + local
 
 
 def is_dataset(path: Path) -> bool:
@@ -75,6 +100,8 @@ def find(name: str | os.PathLike) -> Path:
             if is_dataset(r / p):
                 return r / p
     where = f"looked in {', '.join(tried)}" if tried else "it is not a dataset folder"
+    if tried and not os.environ.get("FAULTLAB_DATASETS") and (why := local_problem()):
+        where += f"; {why}"
     raise BadInput(f"dataset {str(name)!r} not found ({where})", field="--dataset",
                    fix="give a dataset folder, or a name from faultlab dataset list (set FAULTLAB_DATASETS to add folders)")
 

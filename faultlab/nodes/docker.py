@@ -96,10 +96,11 @@ class DockerNode(Node):
 
     def telemetry_files(self, run_id: str) -> list[str]:
         """Regular files in the host side of the node's telemetry folder (links,
-        folders, FIFOs and devices are left out), at most collect.MAX_FILES + 1."""
+        folders, FIFOs and devices are left out). Raises safefs.TooLarge when the
+        folder holds more than collect.MAX_ENTRIES entries of any kind (not listed)."""
         try:
             with self._run_folder(run_id) as d:
-                return d.regular_files(limit=collect.MAX_FILES + 1)
+                return d.regular_files(limit=collect.MAX_ENTRIES)
         except FileNotFoundError:
             return []
 

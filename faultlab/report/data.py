@@ -83,16 +83,20 @@ def load_run(path: str | Path) -> RunData:
     return RunData(
         path=p, run_id=rd.run_id, meta=rd.meta, steps=steps,
         host=rd.read_table("host"), injections=rd.read_table("injections"), labels=rd.read_table("labels"),
-        alarms=rd.read_table("alarms"), whatif=_json(p / "whatif.json"), metrics=_json(p / "metrics.json"),
+        alarms=rd.read_table("alarms"), whatif=_json(rd, "whatif.json"), metrics=_json(rd, "metrics.json"),
         t0=t0, notes=notes,
     )
 
 
-def _json(p: Path):
-    if not p.exists():
+def _json(rd: RunDir, name: str):
+    """The parsed JSON file ``name`` of the run folder (None when absent), read as its
+    tables are (:meth:`faultlab.rundir.RunDir.read_file`: no link, a regular file, at
+    most ``inputfile.JSON_BYTES``). Raises BadInput naming the file."""
+    p = rd.path / name
+    data = rd.read_file(name, inputfile.JSON_BYTES, "restore or remove it")
+    if data is None:
         return None
-    text = inputfile.read_text(p, p.name, limit=inputfile.JSON_BYTES, fix="restore or remove it")
     try:
-        return safefs.parse_json(text, str(p))
-    except ValueError as e:  # bad or too deeply nested JSON
-        raise BadInput(f"{p} could not be read as JSON ({type(e).__name__}: {e})", field=p.name, fix="restore or remove it") from None
+        return safefs.parse_json(data, str(p))
+    except ValueError as e:  # bad UTF-8, bad or too deeply nested JSON
+        raise BadInput(f"{p} could not be read as JSON ({type(e).__name__}: {e})", field=name, fix="restore or remove it") from None

@@ -17,6 +17,8 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -27,9 +29,9 @@ from markdown_it.common.utils import escapeHtml
 from markupsafe import Markup
 
 from faultlab import inputfile, safefs, schema
-from faultlab.datasets import registry
+from faultlab.datasets import manifest, registry
 from faultlab.datasets.layout import Dataset
-from faultlab.errors import BadInput
+from faultlab.errors import BadInput, printable
 from faultlab.report import plots
 from faultlab.report.data import RunData, is_run_dir, load_run
 from faultlab.scoring.leaderboard.compute import FORMAT as LEADERBOARD_FORMAT, Board
@@ -89,9 +91,11 @@ def write_report(path: str | Path, out: str | Path | None = None) -> Path:
         html, default = render_scores_file(p), p.with_suffix(".html")
     elif is_run_dir(p):
         html, default = render_run(load_run(p)), p / "report.html"
-    elif p.is_dir() and (runs := find_runs(p)):
+    elif p.is_dir() and (found := find_runs(p))[0]:
         # a dataset's page goes to the current folder: a file inside it would break its MANIFEST.sha256
-        html, default = render_collection(p, runs), Path(f"{p.name}-report.html") if registry.is_dataset(p) else p / "report.html"
+        for note in found[1]:
+            print(f"faultlab: note: {p}/{note}", file=sys.stderr)
+        html, default = render_collection(p, found[0], found[1]), Path(f"{p.name}-report.html") if registry.is_dataset(p) else p / "report.html"
     else:
         what = "does not exist" if not p.exists() else "holds no run directory, dataset or scores file"
         raise BadInput(f"{p} {what}", field="PATH", fix="give a run directory, a folder of runs, a dataset folder or name, a scores JSON file or a leaderboard.json")
@@ -247,14 +251,23 @@ def _score_table(rows: list[dict], label: str = "detector") -> dict | None:
 
 
 # -- a folder of runs, or a dataset ----------------------------------------------------
-def find_runs(p: Path) -> list[Path]:
+def find_runs(p: Path) -> tuple[list[Path], list[str]]:
     """The run directories in a folder of runs (children, sorted), or the runs of a
     dataset folder (``data/steps/run=ID``, one per run its splits name, in their
-    order). Raises BadInput naming a dataset's file that is malformed
-    (:class:`faultlab.datasets.layout.Dataset`)."""
+    order), and one note per child of a folder of runs that is a link (``lstat``):
+    never followed, so a link another user plants in their folder of runs never puts
+    a run they cannot read into the page. Raises BadInput naming a dataset's file that
+    is malformed (:class:`faultlab.datasets.layout.Dataset`)."""
     if (p / "data" / "steps").is_dir():
-        return [p / "data" / "steps" / f"run={rid}" for rid in Dataset(p).run_ids("all")]
-    return sorted(x for x in p.iterdir() if is_run_dir(x))
+        return [p / "data" / "steps" / f"run={rid}" for rid in Dataset(p).run_ids("all")], []
+    runs, notes = [], []
+    with os.scandir(p) as it:
+        for e in it:
+            if e.is_symlink():
+                notes.append(f"{printable(e.name, 80)}: a symlink, not followed (a folder of runs is read only through its own folders)")
+            elif e.is_dir(follow_symlinks=False) and is_run_dir(Path(e.path)):
+                runs.append(Path(e.path))
+    return sorted(runs), sorted(notes)
 
 
 def _dataset_run(ds: Dataset, part: Path) -> RunData:
@@ -301,17 +314,24 @@ def pooled_scores(per_run: dict[str, list[dict]]) -> list[dict]:
     return out
 
 
-def render_collection(p: Path, runs: list[Path]) -> str:
+def render_collection(p: Path, runs: list[Path], notes: list[str] = ()) -> str:
     """The page of a folder of runs or a dataset: a thumbnail per run (with a legend
     of their colours) and the score table. Scores: a ``scores.json`` or
     ``metrics.json`` the folder holds, else a dataset's published scores beside it
     (``scores-NAME.json`` in its parent folder, as ``datasets/`` keeps them), else
     (a folder of runs) the runs' metrics.json pooled with bootstrap 95% CIs over runs.
-    A dataset page ends with its whole card (README.md, front matter left out)."""
+    A dataset page is checked against its ``MANIFEST.sha256`` first: a dataset whose
+    files differ (or that has none) says NOT VERIFIED at the top of the page and on
+    stderr. It ends with its whole card (README.md, front matter left out).
+    ``notes``: lines shown with the runs that could not be read (children skipped)."""
     dataset = (p / "data" / "steps").is_dir()
     ds = Dataset(p) if dataset else None
+    verified = []
     if ds is not None:  # a dataset is one whole: a table that does not fit refuses the page
         ds.check()
+        verified = _manifest_notes(p)
+        for note in verified:
+            print(f"faultlab: note: {note}", file=sys.stderr)
     cards, per_run, problems, types = [], {}, [], set()
     for r in runs:
         try:
@@ -330,10 +350,10 @@ def render_collection(p: Path, runs: list[Path]) -> str:
         raise BadInput(f"none of its {len(runs)} run(s) could be read; {problems[0]}", field="PATH",
                        fix="restore or relabel the runs (faultlab label RUN_DIR), or run faultlab dataset verify")
     candidates = [p / "scores.json", p / "metrics.json"] + ([p.parent / f"scores-{p.name}.json"] if dataset else [])
-    scores_file = next((f for f in candidates if f.is_file()), None)
+    scores_file = next((f for f in candidates if f.is_file() or f.is_symlink()), None)
     provenance = []
     if scores_file:
-        rows, provenance = score_doc(_read_json(scores_file))
+        rows, provenance = score_doc(_read_json(scores_file, below=True))
         source = f"read from {scores_file}"
     elif per_run:
         rows, source = pooled_scores(per_run), f"mean of {len(per_run)} runs' metrics.json, bootstrap 95% CI over runs"
@@ -344,18 +364,28 @@ def render_collection(p: Path, runs: list[Path]) -> str:
     legend = [{"name": t, "color": plots.FAULT_COLORS.get(t, "#999999"), "what": "fault window (shaded)"} for t in sorted(types)]
     legend += [{"name": f"label: {k}", "color": v, "what": "label (mark along the bottom)"} for k, v in plots.SOURCE_COLORS.items()]
     ctx = {"title": f"faultlab {'dataset' if dataset else 'runs'} {p.name}", "path": str(p), "kind": "dataset" if dataset else "folder of runs",
-           "cards": cards, "problems": problems, "scores": _score_table(rows), "scores_source": source,
+           "cards": cards, "problems": [*verified, *notes, *problems], "scores": _score_table(rows), "scores_source": source,
            "provenance": provenance_view(provenance), "legend": legend, "card": _dataset_card(p) if dataset else None}
     return _env().get_template("collection.html.j2").render(**ctx)
 
 
+#: the largest dataset card (README.md) shown in a dataset's page (bytes)
+CARD_BYTES = 1 << 20
+
+
 def _dataset_card(p: Path) -> Markup | None:
-    """The dataset card (``README.md``) whole as HTML, its YAML front matter left out
-    (:func:`card_html`)."""
-    f = p / "README.md"
-    if not f.is_file():
+    """The dataset card (``README.md``) whole as HTML (:func:`card_html`), its YAML
+    front matter left out; None when there is none. Read with no link followed and only when a regular file of at
+    most :data:`CARD_BYTES` (:func:`faultlab.safefs.read_below`): the dataset may be
+    another user's. Raises BadInput (field ``README.md``) naming it otherwise."""
+    try:
+        text = safefs.read_below(p, "README.md", CARD_BYTES).decode("utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    text = f.read_text(errors="replace")
+    except safefs.UntrustedPath as e:
+        raise BadInput(e.reason, field="README.md", fix=e.fix) from None
+    except OSError as e:
+        raise BadInput(f"{p / 'README.md'} could not be read ({e.strerror or e})", field="README.md", fix="restore the card") from None
     if text.startswith("---"):
         end = text.find("\n---", 3)
         text = text[end + 4:] if end > 0 else text
@@ -384,9 +414,41 @@ def _raw_html(self, tokens, idx, options, env) -> str:
     return escapeHtml(raw)
 
 
+def _manifest_notes(p: Path) -> list[str]:
+    """What a dataset's page says of its ``MANIFEST.sha256``: nothing when every
+    listed file matches (:func:`faultlab.datasets.manifest.verify`), else one line
+    saying the dataset is not verified and why (no manifest, changed or missing
+    files). Raises BadInput naming a listed file that is a link, no regular file or
+    too large (never hashed), or a manifest that is not a regular file."""
+    try:
+        r = manifest.verify(p)
+    except BadInput:
+        if not (p / manifest.NAME).exists() and not (p / manifest.NAME).is_symlink():
+            return [f"NOT VERIFIED: {p} has no {manifest.NAME}; what this page shows may have been changed by anyone"]
+        raise
+    bad = [f"{len(r[k])} {k} ({', '.join(printable(x, 80) for x in r[k][:3])}{', ...' if len(r[k]) > 3 else ''})" for k in ("changed", "missing") if r[k]]
+    if not bad:
+        return []
+    return [f"NOT VERIFIED: files differ from {manifest.NAME}: {'; '.join(bad)}; faultlab dataset verify {p} lists them"]
+
+
 # -- a scores file ---------------------------------------------------------------------
-def _read_json(f: Path):
-    text = inputfile.read_text(f, "PATH", limit=inputfile.JSON_BYTES, fix="give a scores JSON file (metrics.json)")
+def _read_json(f: Path, *, below: bool = False):
+    """The parsed JSON scores file ``f``: the file the caller named
+    (:func:`faultlab.inputfile.read_text`, a link followed), or with ``below`` one
+    found in a folder someone else may own (a collection's ``scores.json``), read with
+    no link followed (:func:`faultlab.safefs.read_below`); at most
+    ``inputfile.JSON_BYTES`` either way. Raises BadInput naming the file."""
+    fix = "give a scores JSON file (metrics.json)"
+    if below:
+        try:
+            text = safefs.read_below(f.parent, f.name, inputfile.JSON_BYTES).decode("utf-8", errors="replace")
+        except safefs.UntrustedPath as e:
+            raise BadInput(e.reason, field=f.name, fix=e.fix) from None
+        except OSError as e:
+            raise BadInput(f"{f} could not be read ({e.strerror or e})", field=f.name, fix=fix) from None
+    else:
+        text = inputfile.read_text(f, "PATH", limit=inputfile.JSON_BYTES, fix=fix)
     try:
         return safefs.parse_json(text, str(f))
     except ValueError as e:  # bad or too deeply nested JSON

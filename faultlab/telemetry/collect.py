@@ -20,7 +20,8 @@ an ssh node's users): nodes hand back regular files only, never through a link
 faultlab.safefs.ForeignDir), at most CHUNK_BYTES a pass; a file larger than
 MAX_FILE_BYTES is never read: it is a counted skip (``skipped``, one line naming it).
 So is a file whose next MAX_LINE_BYTES hold no newline, the files of a node past its
-first MAX_FILES (one line for them all), and whatever comes once a node has had
+first MAX_FILES (one line for them all), a node's folder of more than MAX_ENTRIES
+names of any kind (not listed: one line), and whatever comes once a node has had
 NODE_BUDGET_BYTES copied or the run RUN_BUDGET_BYTES: the disk root writes is bounded,
 whatever a node plants.
 The copies are appended relative to the descriptor of the node's folder (opened
@@ -51,6 +52,10 @@ MAX_LINE_BYTES = 1 << 20
 #: the most telemetry files copied from one node: one per rank and the host sampler's;
 #: a node with more (names that cost its writer nothing) gets the first ones copied
 MAX_FILES = 256
+#: the most entries of any kind (files, links, FIFOs, folders) listed in a node's run
+#: folder a pass: a folder holding more is not listed (one skip line), so names that
+#: cost a node's root an inode each cost the collector no more than this
+MAX_ENTRIES = 4096
 #: the most bytes copied from one node in a run: a few ranks' day-long step records
 #: (each under MAX_FILE_BYTES) and the host samples; sparse files cost a node nothing
 #: and the copies are dense, so the node's writer must not choose how much root writes
@@ -104,7 +109,12 @@ class TelemetryCollector:
         if node.name in self.spent:
             return 0
         total = 0
-        names = self._first_files(node.name, node.telemetry_files(self.run_id))
+        try:
+            listed = node.telemetry_files(self.run_id)
+        except safefs.TooLarge as e:  # a folder of more than MAX_ENTRIES names
+            self.skipped[(node.name, "(the folder's listing)")] = f"node {node.name}: {e}; nothing of it is copied"
+            return 0
+        names = self._first_files(node.name, listed)
         for name in names:
             key = (node.name, name)
             if not _NAME.fullmatch(name) or key in self.skipped:

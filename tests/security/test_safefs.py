@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import subprocess
 
 import pytest
 
@@ -182,3 +183,20 @@ def test_error_is_one_line_naming_path_and_fix(base):
 def test_private_runtime_base_is_never_shared_tmp(monkeypatch):
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     assert not safefs.private_runtime_base().startswith("/tmp")
+
+
+@needs_root
+def test_foreign_listing_counts_links_and_fifos_toward_its_limit(nobody_dir):
+    """nobody's folder of one regular file, 300 links and 100 FIFOs: every entry counts
+    toward ``regular_files``' limit, so a limit under the entries is one TooLarge line
+    naming the folder, and a limit over them lists only the regular file."""
+    run = nobody_dir / "run"
+    script = ('mkdir "$1" && echo "{}" > "$1/steps-0.jsonl" && i=0; while [ $i -lt 300 ]; do ln -s /etc/shadow "$1/l$i"; '
+              'i=$((i+1)); done; i=0; while [ $i -lt 100 ]; do mkfifo "$1/p$i"; i=$((i+1)); done')
+    subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-ec", script, "sh", str(run)],
+                   check=True, timeout=60)
+    with safefs.open_dir_nofollow(nobody_dir) as top, top.foreign_subdir("run") as d:
+        with pytest.raises(safefs.TooLarge, match="holds more than 256 entries") as e:
+            d.regular_files(limit=256)
+        assert str(run) in str(e.value) and "\n" not in str(e.value)
+        assert d.regular_files(limit=401) == ["steps-0.jsonl"]

@@ -134,3 +134,20 @@ def test_a_ranks_exec_output_is_cut_at_the_bound(stb, tmp_path, monkeypatch, no_
     p._pump.join(30)
     data = log.read_bytes()
     assert data.startswith(b"\0" * MiB) and data[MiB:] == f"\n[faultlab: output past {MiB} bytes dropped]\n".encode()
+
+
+def test_a_folder_of_countless_links_is_not_listed(stb, tmp_path, no_residue):
+    """One step file and MAX_ENTRIES links (an inode each to the container's root):
+    the listing stops past MAX_ENTRIES entries of any kind, one skipped line names the
+    folder, and nothing is copied."""
+    run_id = f"links-{os.urandom(3).hex()}"
+    in_container(stb, 'mkdir -p "$1" && echo "{}" > "$1/steps-0.jsonl" && i=0; while [ $i -lt "$2" ]; do ln -s /etc/shadow "$1/l$i"; i=$((i+1)); done',
+                 f"{WORK_DIR}/{run_id}", str(collect.MAX_ENTRIES))
+    node = stb.inner.nodes[0]
+    out = tmp_path / "telemetry"
+    c = TelemetryCollector([node], run_id, out)
+    assert c.collect_once() == 0
+    c.stop()
+    (why,) = c.skipped.values()
+    assert "\n" not in why and f"more than {collect.MAX_ENTRIES} entries" in why and run_id in why, why
+    assert not c.errors

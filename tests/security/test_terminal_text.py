@@ -13,13 +13,16 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import time
 
+import pandas as pd
 import pytest
 
-from tests.helpers import fl, needs_root
+from faultlab.report.synthetic import make_run
+from tests.helpers import SW_DATASET, fl, needs_root
 from faultlab import procid
 from faultlab.errors import FaultlabError, printable
 from tests.security.test_agent_files import GOOD_HEARTBEAT, _inject, fake_agent, nobody_folder  # noqa: F401 (fixtures)
@@ -108,3 +111,47 @@ def test_the_gc_agents_error_is_one_plain_line_in_roots_verify_error(fake_agent,
     _assert_clean(cp.stderr)
     errors = [ln for ln in cp.stderr.splitlines() if ln.startswith("faultlab: error:")]
     assert len(errors) == 1 and "agent: ?[2K?[1A?forged: all clear" in errors[0], cp.stderr
+
+
+@pytest.fixture
+def users_dataset(nobody_dir):
+    """nobody's copy of faultlab-sw-v1 named with ``EVIL`` (as ``dataset list`` finds
+    it), holding a file named with ``EVIL`` that its manifest does not list."""
+    ds = nobody_dir / f"team{EVIL}"
+    shutil.copytree(SW_DATASET, ds)
+    for dirpath, dirs, files in os.walk(ds):
+        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
+            os.chown(n, NOBODY, NOBODY)
+    as_nobody("touch", str(ds / f"x{EVIL}"))
+    return ds
+
+
+@needs_root
+def test_dataset_verify_and_list_print_names_as_plain_lines(users_dataset, nobody_dir):
+    cp = fl("dataset", "verify", users_dataset)
+    assert cp.returncode == 1 and "extra: x?[2K" in cp.stderr, cp.stderr[-800:]
+    _assert_clean(cp.stdout + cp.stderr)
+    cp = fl("dataset", "list", env={"FAULTLAB_DATASETS": str(nobody_dir)})
+    assert cp.returncode == 0 and "team?[2K" in cp.stdout, cp.stdout + cp.stderr[-800:]
+    _assert_clean(cp.stdout + cp.stderr)
+
+
+def test_label_prints_peer_groups_and_components_as_plain_lines(tmp_path):
+    """A run whose steps table names its peer group with ``EVIL``, and a long table
+    whose components and peer group hold escapes (an OSC 52 clipboard write too)."""
+    run = make_run(tmp_path / "run", ranks=4, duration_s=30, label=False)
+    steps = pd.read_parquet(run / "steps.parquet")
+    steps["peer_group"] = f"dp{EVIL}"
+    steps.to_parquet(run / "steps.parquet")
+    cp = fl("label", run, timeout=300)
+    assert cp.returncode == 0 and "peer group dp?[2K" in cp.stdout, cp.stdout + cp.stderr[-800:]
+    _assert_clean(cp.stdout + cp.stderr)
+    rows = []
+    for c in range(4):
+        comp = f"node{c}{EVIL}" if c else "\x1b]52;c;ZWNobyBwd25lZAo=\x07node0"
+        rows += [[comp, f"grp{EVIL}", t, "step_s", 1.0 + (2.0 if c == 0 and 40 <= t < 90 else 0.0) + 0.01 * ((t * 7 + c) % 5)]
+                 for t in range(120)]
+    pd.DataFrame(rows, columns=["component", "peer_group", "timestamp", "metric", "value"]).to_csv(tmp_path / "long.csv", index=False)
+    cp = fl("label", "--import", "long", tmp_path / "long.csv", "--out", tmp_path / "imp", timeout=300)
+    assert cp.returncode == 0 and "labeled:" in cp.stdout and "?]52;c;" in cp.stdout, cp.stdout + cp.stderr[-800:]
+    _assert_clean(cp.stdout + cp.stderr)

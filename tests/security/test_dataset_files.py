@@ -1,0 +1,102 @@
+"""Root reads a dataset's card and manifest as it reads its tables: no link, a regular
+file, bounded; and a dataset's page says whether its files match the manifest.
+
+The other user is ``nobody`` (uid 65534, ``setpriv``) owning a copy of faultlab-sw-v1
+under the sticky ``/tmp``. Root's real ``report`` and ``dataset verify`` must refuse a
+linked card, a FIFO or sparse manifest in one line naming the file, never embed a
+root-only file in the page, and say NOT VERIFIED of a dataset whose files changed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, SW_DATASET, fl
+
+NOBODY = 65534
+MARKER = "8842-ROOTONLY"
+pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root (to act as nobody) and setpriv")
+
+
+def as_nobody(script: str, *args) -> None:
+    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sh", "-ec", script, "sh", *map(str, args)],
+                   check=True, timeout=60)
+
+
+@pytest.fixture
+def ds(nobody_dir) -> Path:
+    d = nobody_dir / "ds"
+    shutil.copytree(SW_DATASET, d)
+    for dirpath, dirs, files in os.walk(d):
+        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
+            os.chown(n, NOBODY, NOBODY)
+    return d
+
+
+@pytest.fixture
+def secret(tmp_path) -> Path:
+    d = tmp_path / "secret"
+    d.mkdir(mode=0o700)
+    p = d / "notes.md"
+    p.write_text(f"# root's notes\n\n{MARKER}\n")
+    os.chmod(p, 0o600)
+    return p
+
+
+def test_a_linked_card_is_not_embedded(ds, secret, tmp_path):
+    as_nobody('rm "$1/README.md" && ln -s "$2" "$1/README.md"', ds, secret)
+    out = tmp_path / "page.html"
+    cp = fl("report", ds, "--out", out)
+    err = (cp.stdout + cp.stderr).strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and "README.md" in err[0] and "symlink" in err[0], (cp.returncode, cp.stderr[-800:])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "sparse"])
+def test_a_fifo_or_sparse_manifest_is_refused_unread(ds, kind):
+    plant = 'mkfifo "$1/MANIFEST.sha256"' if kind == "fifo" else 'truncate -s 6G "$1/MANIFEST.sha256"'
+    as_nobody('rm "$1/MANIFEST.sha256" && ' + plant, ds)
+    cp = fl("dataset", "verify", ds, timeout=90)
+    err = (cp.stdout + cp.stderr).strip().splitlines()
+    why = "not a regular file" if kind == "fifo" else "6442450944 bytes"
+    assert cp.returncode == 2 and len(err) == 1 and "MANIFEST.sha256" in err[0] and why in err[0], (cp.returncode, cp.stderr[-800:])
+
+
+def test_a_changed_dataset_page_says_not_verified(ds, tmp_path):
+    """The card rewritten by its owner (manifest left as it was): the page is written,
+    and both it and stderr say NOT VERIFIED naming the card."""
+    as_nobody('echo "extra words" >> "$1/README.md"', ds)
+    out = tmp_path / "page.html"
+    cp = fl("report", ds, "--out", out)
+    assert cp.returncode == 0, cp.stderr[-800:]
+    assert "NOT VERIFIED" in cp.stderr and "README.md" in cp.stderr, cp.stderr
+    assert "NOT VERIFIED" in out.read_text()
+    cp = fl("report", SW_DATASET, "--out", tmp_path / "intact.html")
+    assert cp.returncode == 0 and "NOT VERIFIED" not in cp.stderr + (tmp_path / "intact.html").read_text(), cp.stderr[-800:]
+
+
+def test_a_name_is_not_looked_up_in_another_users_datasets_folder(nobody_dir, tmp_path):
+    """Root in nobody's folder asks for ``team-ds``: nobody's ``./datasets/team-ds`` is
+    not taken (one line says why ./datasets was left out); the same folder of root's
+    own is searched."""
+    theirs = nobody_dir / "datasets" / "team-ds"
+    shutil.copytree(SW_DATASET, theirs)
+    for dirpath, dirs, files in os.walk(nobody_dir):
+        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
+            os.chown(n, NOBODY, NOBODY)
+    env = {"FAULTLAB_DATASETS": ""}
+    cp = fl("dataset", "info", "team-ds", env=env, cwd=nobody_dir)
+    err = (cp.stdout + cp.stderr).strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and "not found" in err[0] and "./datasets is not searched" in err[0], cp.stderr[-800:]
+    assert f"owned by uid {NOBODY}" in err[0], err[0]
+    cp = fl("dataset", "list", env=env, cwd=nobody_dir)
+    assert "team-ds" not in cp.stdout and "./datasets is not searched" in cp.stderr, cp.stdout + cp.stderr
+    mine = tmp_path / "work"
+    shutil.copytree(SW_DATASET, mine / "datasets" / "team-ds")
+    cp = fl("dataset", "info", "team-ds", env=env, cwd=mine)
+    assert cp.returncode == 0, cp.stderr[-800:]
