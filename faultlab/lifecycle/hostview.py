@@ -207,6 +207,10 @@ def lease_folders() -> list[str]:
 #: ``$XDG_RUNTIME_DIR``, which systemd makes ``/run/user/UID``); root reads these too,
 #: and ``HOME/.cache/faultlab/leases`` (the default without it)
 USER_LEASE_GLOB = "/run/user/*/faultlab/leases"
+#: how many records root reads from one lease folder of another user: a user may fill
+#: theirs with made-up records, which must not make root's status/recover slow (a real
+#: user runs a few faults at a time; the rest is named in one problem line)
+MAX_USER_RECORDS = 256
 
 
 def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
@@ -216,7 +220,8 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
 
     A fault is keyed by (fault id, owner uid). Its record's owner is the file's uid.
     Root also reads every other user's lease folder (the one each watchdog candidate
-    holds, and ``USER_LEASE_GLOB``) read-only, trusting root and that user only, so no
+    holds, and ``USER_LEASE_GLOB``) read-only, trusting root and that user only, at
+    most ``MAX_USER_RECORDS`` records each (one problem line names a folder with more), so no
     user's fault is record-less to root. A watchdog candidate (argv) is the fault's own
     only when its uid is the record's owner and its PID and start time are the ones
     the record names (a record of an older version without them: the lease folder the
@@ -236,7 +241,8 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
         if key in read:
             return
         read.add(key)
-        leases, probs = read_records(folder, owner=owner, held_by=None if held_by is None else f"process {held_by.pid} (uid {held_by.uid})")
+        leases, probs = read_records(folder, owner=owner, held_by=None if held_by is None else f"process {held_by.pid} (uid {held_by.uid})",
+                                     limit=None if owner is None else MAX_USER_RECORDS)
         problems.extend(p for p in probs if not (folder == ROOT_LEASE_DIR and "No such file" in p))
         for le in leases:
             try:

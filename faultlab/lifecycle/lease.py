@@ -375,7 +375,8 @@ def node_lock(node: Node, *, create: bool = True):
         yield
 
 
-def read_records(folder: str, *, owner: int | None = None, held_by: str | None = None) -> tuple[list[Lease], list[str]]:
+def read_records(folder: str, *, owner: int | None = None, held_by: str | None = None,
+                 limit: int | None = None) -> tuple[list[Lease], list[str]]:
     """(leases, problems) of the records in ``folder``: files that are not valid lease
     records, or not trusted (owner, mode, symlink), are listed in problems and never
     acted on.
@@ -386,7 +387,10 @@ def read_records(folder: str, *, owner: int | None = None, held_by: str | None =
     folder is known only as the one a process holds (``process PID (uid U)``), not as
     one of faultlab's paths: its problems name that process and carry no fix (a
     look-alike may hold ``/tmp`` or ``/etc``: an ``rm`` or ``chmod`` of it would be
-    wrong). Read only. Raises nothing for an untrusted folder: it is one problem."""
+    wrong). ``limit``: read at most that many ``.json`` files (in name order), and
+    say so in one problem line naming the folder when there are more (another user's
+    folder: whatever they write there must not make root's reads unbounded). Read
+    only. Raises nothing for an untrusted folder: it is one problem."""
     leases, problems = [], []
 
     def why(e: safefs.UntrustedPath) -> str:
@@ -408,9 +412,11 @@ def read_records(folder: str, *, owner: int | None = None, held_by: str | None =
             names = d.listdir()
         except OSError as e:
             return leases, [f"lease folder {folder}: {e.strerror or e}"]
+        names = sorted(n for n in names if n.endswith(".json") and not n.startswith("."))
+        if limit is not None and len(names) > limit:
+            problems.append(f"lease folder {folder}: more than {limit} lease records; the rest not read")
+            names = names[:limit]
         for name in names:
-            if not name.endswith(".json") or name.startswith("."):
-                continue
             try:
                 rec = d.read_json(name)
             except FileNotFoundError:
