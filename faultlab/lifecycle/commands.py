@@ -43,11 +43,26 @@ def print_status(rows: list[dict], problems: list[str], out) -> None:
             out.print(printable(f"{r['fault_id']}  {r['type']}  NO LEASE: {', '.join(r['orphan_objects'])}  (faultlab recover removes it){who}"), markup=False)
             continue
         held = "held by its controller" if r["controller_alive"] else "left to its lease"
-        wd = f"watchdog reverts it at the latest at {when(r['deadline_ts'])}" if r["watchdog_alive"] else _gone(r)
+        wd = _watchdog_says(r) if r["watchdog_alive"] else _gone(r)
         rec = "" if r["record"] else "  (lease record lost: the watchdog still ends it)"
         if r["record"] and r["record"] not in folders:  # another FAULTLAB_LEASE_DIR's
             rec = f"  (record in {r['record']})"
         out.print(printable(f"{r['fault_id']}  {r['type']}  {r['node'] or '-'}  {r['target'] or '-'}  {wd}  {held}{rec}{who}"), markup=False)
+
+
+def _watchdog_says(r: dict) -> str:
+    """What the live watchdog of a fault of ``status_rows`` does: revert it at its
+    deadline; past it, run its revert lines (each bounded by
+    ``watchdog.LINE_TIMEOUT_S``); past that (``watchdog_overdue``), nothing more by
+    itself: its lines hang or it was stopped."""
+    dl = r["deadline_ts"]
+    if dl is None or dl > time.time():
+        return f"watchdog reverts it at the latest at {when(dl)}"
+    if not r["watchdog_overdue"]:
+        return f"watchdog is reverting it now (its deadline {when(dl)} has passed)"
+    mine = r["uid"] in (None, os.geteuid())
+    return (f"WATCHDOG STUCK past its deadline {when(dl)} (a revert line hangs or it was stopped): "
+            + ("run faultlab recover" if mine else f"theirs to end (faultlab recover as uid {r['uid']})"))
 
 
 def _gone(r: dict) -> str:

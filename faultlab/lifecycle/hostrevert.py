@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 
 from faultlab.errors import NodeError
@@ -68,6 +69,7 @@ def start_revert(v: FaultView, timeout_s: float = 60.0) -> list[str]:
         except Exception as e:  # a folder gone bad since it was read: the watchdog still ends it
             return [f"{v.fault_id}: {e}"]
         if failed:
+            _stop_past_deadline(v)
             return failed
     elif v.watchdogs:
         for w in [w for w in v.watchdogs if w.fire()]:
@@ -113,12 +115,27 @@ def _revert_unrecorded(v: FaultView, timeout_s: float) -> list[str]:
         if le is not None:  # its creator wrote it while we waited for the lock
             failed = le.revert_left(timeout_s)
             if failed:
+                _stop_past_deadline(v)
                 return failed
             le.release()
         else:
             for w in [w for w in v.watchdogs if w.fire()]:  # one not signalled is not awaited
                 w.wait_gone(timeout_s)
     return []
+
+
+def _stop_past_deadline(v: FaultView) -> None:
+    """Stop the watchdogs of ``v`` (ours, its record kept) that are past its deadline,
+    with the revert line each runs: such a watchdog never retries; it runs its lines
+    once and ends, and one still there while ours failed is running a line that hangs
+    (a line running as another user, who stopped it). Its record stays, so what failed
+    is reported and ``faultlab revert ID`` retries it."""
+    dl = v.deadline_ts
+    if dl is None or dl > time.time():
+        return
+    for w in v.watchdogs:
+        if w.uid == os.geteuid() and w.stop():
+            w.wait_gone(5.0)
 
 
 def still_there(fault_id: str, uid: int | None = None, views: list[FaultView] | None = None) -> list[str]:

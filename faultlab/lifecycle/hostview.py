@@ -48,7 +48,7 @@ from faultlab.lifecycle.lease import Lease, read_records
 from faultlab.lifecycle.names import CGROUP, FAULT_HANDLE, IFB
 from faultlab.lifecycle.probedev import PROBE_ALIAS, PROBE_DEV
 from faultlab.lifecycle.record import ROOT_LEASE_DIR
-from faultlab.lifecycle.watchdog import Watchdog, find_watchdogs
+from faultlab.lifecycle.watchdog import OVERDUE_S, Watchdog, find_watchdogs
 from faultlab.nodes import lease_dir
 
 
@@ -137,9 +137,20 @@ class FaultView:
 
     @property
     def deadline_ts(self) -> float | None:
-        if self.watchdogs:
-            return float(max(w.deadline_ts for w in self.watchdogs))
-        return float(self.record["deadline_ts"]) if self.record else None
+        """When its watchdog reverts it (unix s): the latest of its watchdogs' argv and
+        its record (``Lease.renew`` moves the record's and the file the watchdog reads,
+        never the argv); None when neither says."""
+        times = [float(w.deadline_ts) for w in self.watchdogs]
+        if self.record:
+            times.append(float(self.record["deadline_ts"]))
+        return max(times) if times else None
+
+    def overdue(self, now: float | None = None) -> bool:
+        """Whether a live watchdog of it is past its deadline by more than
+        ``watchdog.OVERDUE_S``: its revert lines hang or it was stopped; it will not
+        revert again by itself."""
+        dl = self.deadline_ts
+        return bool(self.watchdogs) and dl is not None and (time.time() if now is None else now) > dl + OVERDUE_S
 
     @property
     def kind(self) -> str:
@@ -177,6 +188,7 @@ class FaultView:
             "record": self.lease.folder if self.lease else None,
             "controller_alive": self.controller_alive(),
             "watchdog_alive": bool(self.watchdogs), "watchdog_pids": [w.pid for w in self.watchdogs],
+            "watchdog_overdue": self.overdue(),
             "orphan_objects": [o.describe() for o in self.objects] if self.orphan else [],
             "can_revert": self.can_revert(),
         }
