@@ -31,7 +31,8 @@ target process's user; mode 0700; every parent owned by root or those users and 
 writable by others; no symlink) and refuses otherwise; the agent's files are read
 without following links and only when owned by those users. The inject and revert
 commands run as the folder's owner (``setpriv --reuid``) when that is not us, so
-root never writes through a path another user controls; the command's temporary is
+root never writes through a path another user controls, and are killed after
+``AS_OWNER_TIMEOUT_S`` (that user may stop them); the command's temporary is
 a fresh ``mktemp`` file, never a predictable name. Every value read from the agent's
 files (written by the target's user, who may write anything there) passes a strict
 schema first (``Heartbeat``, ``StormStatus``, ``StormCommand``: types, finite numbers
@@ -78,7 +79,11 @@ from faultlab.injectors.registry import register
 from faultlab.nodes import Node
 
 HEARTBEAT_STALE_S = 10.0
-REVERT_WAIT_MAX_S = 25.0  # below run_revert's 30 s command timeout
+REVERT_WAIT_MAX_S = 25.0  # below AS_OWNER_TIMEOUT_S
+#: how long a command run as the control folder's owner may run (s) before it is
+#: killed: above the longest revert wait, below the watchdog's bound on one revert
+#: line (``faultlab.lifecycle.watchdog.LINE_TIMEOUT_S``)
+AS_OWNER_TIMEOUT_S = 30
 
 # $1 command JSON, $2 command path. The temporary is a fresh mktemp file (O_EXCL: a
 # link planted at a predictable name is never written through); the commands run as
@@ -407,10 +412,14 @@ class GcStorm(Injector):
 
     def _as_owner(self, argv: tuple[str, ...], owner: int | None, group: int | None) -> tuple[str, ...]:
         """``argv`` run as the control folder's owner when that is not us (setpriv,
-        util-linux): root never writes through a path another user controls."""
+        util-linux): root never writes through a path another user controls. That
+        process is the owner's, who may stop or hang it: it is killed after
+        ``AS_OWNER_TIMEOUT_S`` (coreutils ``timeout``, run as us), so it never holds
+        the lease watchdog or a revert for longer."""
         if owner is None or owner == os.geteuid():
             return argv
-        return ("setpriv", f"--reuid={owner}", f"--regid={group if group is not None else owner}", "--clear-groups", "--", *argv)
+        return ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S),
+                "setpriv", f"--reuid={owner}", f"--regid={group if group is not None else owner}", "--clear-groups", "--", *argv)
 
     def _starttime(self) -> int | None:
         try:

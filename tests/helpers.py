@@ -372,6 +372,50 @@ def as_nobody(argv: list[str], env: dict, timeout: float = 60) -> subprocess.Com
     return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", top, *drop, *argv], capture_output=True, text=True, timeout=timeout)
 
 
+#: where ``sandboxed_root_beside_records`` has nobody write its made-up lease records
+#: (its default lease folder, which root's host-wide commands read)
+NOBODY_LEASES = "/run/user/65534/faultlab/leases"
+
+# root's host-wide places hidden behind fresh tmpfs; nobody's default lease folder
+# filled with $1 made-up records (valid, of faults that do not exist); then "$@" as root
+_SANDBOX_WITH_RECORDS = r"""
+set -e
+for d in /run/faultlab /run/netns /run/user /sys/fs/cgroup; do mkdir -p $d; mount -t tmpfs -o mode=0755 fl-sandbox $d; done
+ip link set lo up
+mkdir -m 0700 /run/user/65534 && chown 65534:65534 /run/user/65534
+n=$1; shift
+setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c '
+import json, os, sys
+d = "/run/user/65534/faultlab/leases"
+os.makedirs(d, mode=0o700)
+for i in range(int(sys.argv[1])):
+    fid = "process-%06x" % i
+    with open(os.path.join(d, fid + ".json"), "w") as f:
+        json.dump({"fault_id": fid, "deadline_ts": 4102444800, "created_ts": 1, "fault_type": "process-pause",
+                   "node": "local", "target": "pid:1", "revert": ["true"]}, f)
+    os.chmod(os.path.join(d, fid + ".json"), 0o600)
+' "$n"
+exec "$@"
+"""
+
+
+def sandboxed_root_beside_records(n: int, argv: list[str], env: dict | None = None,
+                                  timeout: float = 1200, cwd=REPO) -> subprocess.CompletedProcess:
+    """Run ``argv`` as root in private PID, mount and network namespaces with fresh
+    tmpfs over faultlab's host-wide places (``/run/faultlab``, ``/run/netns``,
+    ``/run/user``, ``/sys/fs/cgroup``), after user nobody wrote ``n`` made-up lease
+    records in its default lease folder ``NOBODY_LEASES``. Root's host-wide commands
+    (status, revert --all, recover) then see only those records: never another
+    agent's faults. ``env`` replaces this process's environment (default: it, less
+    ``FAULTLAB_LEASE_DIR``, so root's own lease folder is the sandbox's). ``cwd``: where
+    it runs (``python -m`` imports from there first)."""
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if k != "FAULTLAB_LEASE_DIR"}
+    return subprocess.run(["unshare", "--pid", "--mount", "--net", "--fork", "--kill-child", "--mount-proc",
+                           "--propagation", "private", "sh", "-c", _SANDBOX_WITH_RECORDS, "sh", str(n), *argv],
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+
+
 def nobody_env(d: Path) -> dict:
     """The environment of a faultlab run as nobody whose lease and state folders are under ``d``."""
     return {"FAULTLAB_LEASE_DIR": str(d / "leases"), "FAULTLAB_STATE_DIR": str(d), "HOME": str(d), "PATH": os.environ["PATH"]}

@@ -12,9 +12,9 @@ import time
 
 from faultlab import procid
 from faultlab.errors import printable
-from faultlab.lifecycle.hostrevert import OTHER_USER_WAIT_S
+from faultlab.lifecycle.hostrevert import OTHER_USER_WAIT_S, left_after, start_revert
 from faultlab.lifecycle.hostview import lease_folders
-from faultlab.lifecycle.views import end, in_force
+from faultlab.lifecycle.views import in_force
 from faultlab.lifecycle.lease import open_lease_dir
 from faultlab.nodes import LocalNode
 from faultlab.nodes.docker_testbed import list_docker_testbeds
@@ -43,11 +43,34 @@ def print_status(rows: list[dict], problems: list[str], out) -> None:
             out.print(printable(f"{r['fault_id']}  {r['type']}  NO LEASE: {', '.join(r['orphan_objects'])}  (faultlab recover removes it){who}"), markup=False)
             continue
         held = "held by its controller" if r["controller_alive"] else "left to its lease"
-        wd = f"watchdog reverts it at the latest at {when(r['deadline_ts'])}" if r["watchdog_alive"] else "WATCHDOG GONE: run faultlab recover"
+        wd = _watchdog_says(r) if r["watchdog_alive"] else _gone(r)
         rec = "" if r["record"] else "  (lease record lost: the watchdog still ends it)"
         if r["record"] and r["record"] not in folders:  # another FAULTLAB_LEASE_DIR's
             rec = f"  (record in {r['record']})"
         out.print(printable(f"{r['fault_id']}  {r['type']}  {r['node'] or '-'}  {r['target'] or '-'}  {wd}  {held}{rec}{who}"), markup=False)
+
+
+def _watchdog_says(r: dict) -> str:
+    """What the live watchdog of a fault of ``status_rows`` does: revert it at its
+    deadline; past it, run its revert lines (each bounded by
+    ``watchdog.LINE_TIMEOUT_S``); past that (``watchdog_overdue``), nothing more by
+    itself: its lines hang or it was stopped."""
+    dl = r["deadline_ts"]
+    if dl is None or dl > time.time():
+        return f"watchdog reverts it at the latest at {when(dl)}"
+    if not r["watchdog_overdue"]:
+        return f"watchdog is reverting it now (its deadline {when(dl)} has passed)"
+    mine = r["uid"] in (None, os.geteuid())
+    return (f"WATCHDOG STUCK past its deadline {when(dl)} (a revert line hangs or it was stopped): "
+            + ("run faultlab recover" if mine else f"theirs to end (faultlab recover as uid {r['uid']})"))
+
+
+def _gone(r: dict) -> str:
+    """What to do about a fault of ``status_rows`` whose watchdog is gone: root never
+    runs another user's revert lines, so another user's record is theirs to end."""
+    if r["uid"] in (None, os.geteuid()):
+        return "WATCHDOG GONE: run faultlab recover"
+    return f"WATCHDOG GONE: theirs to end (faultlab recover as uid {r['uid']})"
 
 
 def _testbed_controller_alive(tb_id: str) -> bool:
@@ -117,6 +140,7 @@ def revert_faults(fault_id: str | None, *, mode: str = "all") -> tuple[list[dict
                   f"(run faultlab revert {fault_id} as that user)", file=sys.stderr)
         views = [v for v in views if not (v.fault_id == fault_id and v.uid != me)]
     done, refused, held = [], [], []
+    started = []  # (view, commands of it that failed): what is left is read once, after the sweep
     others_wait_s = OTHER_USER_WAIT_S
     for v in views:
         what = _pick(v, fault_id, mode)
@@ -130,12 +154,14 @@ def revert_faults(fault_id: str | None, *, mode: str = "all") -> tuple[list[dict
             refused.append(row)
         elif v.uid != me:  # one wait for all other users' watchdogs: look-alikes must not add up
             t0 = time.monotonic()
-            row["left"] = end(v, timeout_s=others_wait_s)
+            started.append((v, start_revert(v, timeout_s=others_wait_s)))
             others_wait_s = max(0.0, others_wait_s - (time.monotonic() - t0))
             done.append(row)
         else:
-            row["left"] = end(v)
+            started.append((v, start_revert(v)))
             done.append(row)
+    for row, left in zip(done, left_after(started)):
+        row["left"] = left
     return done, refused, held
 
 

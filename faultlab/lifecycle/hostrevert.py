@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 
 from faultlab.errors import NodeError
@@ -41,14 +42,20 @@ OTHER_USER_WAIT_S = 10.0
 
 
 def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
-    """End one fault of the host view; returns what is still there (empty: gone).
+    """End one fault of the host view; returns what is still there (empty: gone): the
+    commands that failed for real (``start_revert``) and then ``still_there``."""
+    return left_after([(v, start_revert(v, timeout_s))])[0]
+
+
+def start_revert(v: FaultView, timeout_s: float = 60.0) -> list[str]:
+    """Run what ends fault ``v``; returns the commands that failed for real (what else
+    is left is ``left_after``'s to say, once for a whole sweep).
 
     A recorded fault of our own: its revert lines; only when none failed for real
     (``Lease.revert_left``) are its watchdog stopped and its files removed, otherwise
-    both are kept (the watchdog retries at the deadline) and the failed commands come
-    first in the list returned. A fault with a watchdog but no (readable) record, or
-    another user's (as root): its watchdog is told to revert now and awaited. Orphan
-    objects: removed one by one. Raises nothing."""
+    both are kept (the watchdog retries at the deadline). A fault with a watchdog but
+    no (readable) record, or another user's (as root): its watchdog is told to revert
+    now and awaited. Orphan objects: removed one by one. Raises nothing."""
     if v.uid != os.geteuid():  # another user's watchdog that does not end is theirs to end
         timeout_s = min(timeout_s, OTHER_USER_WAIT_S)
     if v.lease is None and v.watchdogs:
@@ -62,7 +69,8 @@ def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
         except Exception as e:  # a folder gone bad since it was read: the watchdog still ends it
             return [f"{v.fault_id}: {e}"]
         if failed:
-            return failed + still_there(v.fault_id, v.uid)
+            _stop_past_deadline(v)
+            return failed
     elif v.watchdogs:
         for w in [w for w in v.watchdogs if w.fire()]:
             w.wait_gone(timeout_s)
@@ -71,11 +79,22 @@ def revert_view(v: FaultView, timeout_s: float = 60.0) -> list[str]:
         for o in sorted(v.objects, key=lambda o: order.get(o.kind, 9)):
             for argv in orphan_argv(o):
                 run_quietly(argv, timeout=30)
-    return still_there(v.fault_id, v.uid)
+    return []
 
 
+def left_after(started: list[tuple[FaultView, list[str]]]) -> list[list[str]]:
+    """What is left of each fault of ``started`` ((view, the commands of it that failed,
+    as ``start_revert`` returned them)): those failures, then what of it is still on
+    the host, from one ``host_view`` for them all (a sweep costs two host views, not
+    one a fault)."""
+    if not started:
+        return []
+    by_id: dict[str, list[FaultView]] = {}
+    for now in host_view()[0]:
+        by_id.setdefault(now.fault_id, []).append(now)
+    return [failed + still_there(v.fault_id, v.uid, by_id.get(v.fault_id, [])) for v, failed in started]
 def _revert_unrecorded(v: FaultView, timeout_s: float) -> list[str]:
-    """End a fault seen by its watchdogs alone (``revert_view``), under the node lock of
+    """End a fault seen by its watchdogs alone (``start_revert``), under the node lock of
     the lease folder our watchdog of it holds: its creator holds that lock from the
     watchdog's start to its last inject command, so a record written meanwhile is read
     here and the whole fault is reverted by its lines; otherwise the watchdogs are
@@ -96,20 +115,37 @@ def _revert_unrecorded(v: FaultView, timeout_s: float) -> list[str]:
         if le is not None:  # its creator wrote it while we waited for the lock
             failed = le.revert_left(timeout_s)
             if failed:
-                return failed + still_there(v.fault_id, v.uid)
+                _stop_past_deadline(v)
+                return failed
             le.release()
         else:
             for w in [w for w in v.watchdogs if w.fire()]:  # one not signalled is not awaited
                 w.wait_gone(timeout_s)
-    return still_there(v.fault_id, v.uid)
+    return []
 
 
-def still_there(fault_id: str, uid: int | None = None) -> list[str]:
+def _stop_past_deadline(v: FaultView) -> None:
+    """Stop the watchdogs of ``v`` (ours, its record kept) that are past its deadline,
+    with the revert line each runs: such a watchdog never retries; it runs its lines
+    once and ends, and one still there while ours failed is running a line that hangs
+    (a line running as another user, who stopped it). Its record stays, so what failed
+    is reported and ``faultlab revert ID`` retries it."""
+    dl = v.deadline_ts
+    if dl is None or dl > time.time():
+        return
+    for w in v.watchdogs:
+        if w.uid == os.geteuid() and w.stop():
+            w.wait_gone(5.0)
+
+
+def still_there(fault_id: str, uid: int | None = None, views: list[FaultView] | None = None) -> list[str]:
     """What of ``fault_id`` is still on the host: a record, a watchdog, objects. With
     ``uid`` (the fault's owner), only that user's fault of this id counts, and the
     objects of this id that no fault accounts for (orphans, whoever's revert left
-    them); a look-alike is no fault (``host_view`` reports it)."""
-    views, _ = host_view()
+    them); a look-alike is no fault (``host_view`` reports it). ``views``: the host
+    view to look in (default: a new one)."""
+    if views is None:
+        views, _ = host_view()
     left = []
     for v in views:
         if v.fault_id != fault_id or not (uid is None or v.uid == uid or v.orphan):

@@ -48,7 +48,7 @@ from faultlab.lifecycle.lease import Lease, read_records
 from faultlab.lifecycle.names import CGROUP, FAULT_HANDLE, IFB
 from faultlab.lifecycle.probedev import PROBE_ALIAS, PROBE_DEV
 from faultlab.lifecycle.record import ROOT_LEASE_DIR
-from faultlab.lifecycle.watchdog import Watchdog, find_watchdogs
+from faultlab.lifecycle.watchdog import OVERDUE_S, Watchdog, find_watchdogs
 from faultlab.nodes import lease_dir
 
 
@@ -137,9 +137,20 @@ class FaultView:
 
     @property
     def deadline_ts(self) -> float | None:
-        if self.watchdogs:
-            return float(max(w.deadline_ts for w in self.watchdogs))
-        return float(self.record["deadline_ts"]) if self.record else None
+        """When its watchdog reverts it (unix s): the latest of its watchdogs' argv and
+        its record (``Lease.renew`` moves the record's and the file the watchdog reads,
+        never the argv); None when neither says."""
+        times = [float(w.deadline_ts) for w in self.watchdogs]
+        if self.record:
+            times.append(float(self.record["deadline_ts"]))
+        return max(times) if times else None
+
+    def overdue(self, now: float | None = None) -> bool:
+        """Whether a live watchdog of it is past its deadline by more than
+        ``watchdog.OVERDUE_S``: its revert lines hang or it was stopped; it will not
+        revert again by itself."""
+        dl = self.deadline_ts
+        return bool(self.watchdogs) and dl is not None and (time.time() if now is None else now) > dl + OVERDUE_S
 
     @property
     def kind(self) -> str:
@@ -177,6 +188,7 @@ class FaultView:
             "record": self.lease.folder if self.lease else None,
             "controller_alive": self.controller_alive(),
             "watchdog_alive": bool(self.watchdogs), "watchdog_pids": [w.pid for w in self.watchdogs],
+            "watchdog_overdue": self.overdue(),
             "orphan_objects": [o.describe() for o in self.objects] if self.orphan else [],
             "can_revert": self.can_revert(),
         }
@@ -207,6 +219,10 @@ def lease_folders() -> list[str]:
 #: ``$XDG_RUNTIME_DIR``, which systemd makes ``/run/user/UID``); root reads these too,
 #: and ``HOME/.cache/faultlab/leases`` (the default without it)
 USER_LEASE_GLOB = "/run/user/*/faultlab/leases"
+#: how many records root reads from one lease folder of another user: a user may fill
+#: theirs with made-up records, which must not make root's status/recover slow (a real
+#: user runs a few faults at a time; the rest is named in one problem line)
+MAX_USER_RECORDS = 256
 
 
 def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
@@ -216,7 +232,8 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
 
     A fault is keyed by (fault id, owner uid). Its record's owner is the file's uid.
     Root also reads every other user's lease folder (the one each watchdog candidate
-    holds, and ``USER_LEASE_GLOB``) read-only, trusting root and that user only, so no
+    holds, and ``USER_LEASE_GLOB``) read-only, trusting root and that user only, at
+    most ``MAX_USER_RECORDS`` records each (one problem line names a folder with more), so no
     user's fault is record-less to root. A watchdog candidate (argv) is the fault's own
     only when its uid is the record's owner and its PID and start time are the ones
     the record names (a record of an older version without them: the lease folder the
@@ -236,7 +253,8 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
         if key in read:
             return
         read.add(key)
-        leases, probs = read_records(folder, owner=owner, held_by=None if held_by is None else f"process {held_by.pid} (uid {held_by.uid})")
+        leases, probs = read_records(folder, owner=owner, held_by=None if held_by is None else f"process {held_by.pid} (uid {held_by.uid})",
+                                     limit=None if owner is None else MAX_USER_RECORDS)
         problems.extend(p for p in probs if not (folder == ROOT_LEASE_DIR and "No such file" in p))
         for le in leases:
             try:

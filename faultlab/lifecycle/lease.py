@@ -15,9 +15,10 @@ A lease has two halves that do not depend on each other:
 - the **watchdog**: a detached ``sh`` in its own session that needs only ``sh`` and
   coreutils. Its own argv carries the fault id, the deadline and every revert line,
   so deleting or truncating the record changes nothing: at the deadline it runs the
-  revert lines (idempotent; they touch only what faultlab made) and removes the files.
-  It holds the lease folder as an open descriptor (checked by ``faultlab.safefs``
-  before it was passed) and reads a renewed deadline only through that descriptor
+  revert lines (idempotent; they touch only what faultlab made; each killed after
+  ``watchdog.LINE_TIMEOUT_S``) and removes the files. It holds the lease folder as an
+  open descriptor, its stdin (checked by ``faultlab.safefs`` before it was passed; no
+  revert line inherits it), and reads a renewed deadline only through that descriptor
   (``/dev/fd/N/<id>.deadline``), so a folder swapped later is never read; the value
   is taken only when it is 1 to 12 digits with no leading zero, never evaluated as
   shell code. SIGUSR1 makes it revert now (``recover`` of a fault whose record is
@@ -341,14 +342,15 @@ def _unlink_quietly(d: safefs.TrustedDir, name: str) -> None:
 
 
 def _start_watchdog(node: Node, d: safefs.TrustedDir, lease_id: str, deadline: int, lines: list[str]) -> subprocess.Popen:
-    """The detached watchdog, holding the checked folder descriptor ``d.fd``, with this
-    process named in its environment (``CONTROLLER_ENV``). The lease host of every
+    """The detached watchdog, holding the checked folder descriptor ``d.fd`` as its
+    stdin (descriptor 0, which its revert lines never inherit: ``WATCHDOG_SH``), with
+    this process named in its environment (``CONTROLLER_ENV``). The lease host of every
     backend here is this host, so it is started locally."""
-    argv = node.argv(["sh", "-c", WATCHDOG_SH, WATCHDOG_NAME, lease_id, str(deadline), str(d.fd), *lines], "host")
+    argv = node.argv(["sh", "-c", WATCHDOG_SH, WATCHDOG_NAME, lease_id, str(deadline), "0", *lines], "host")
     env = dict(os.environ, **{CONTROLLER_ENV: f"{os.getpid()} {procid.starttime(os.getpid()) or 0}"})
     try:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True, pass_fds=(d.fd,), env=env)
+        return subprocess.Popen(argv, stdin=d.fd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
     except OSError as e:
         raise NodeError(f"cannot start the lease watchdog: {e.strerror or e}", field="node", fix="check that sh is installed; nothing was applied") from None
 
@@ -375,7 +377,8 @@ def node_lock(node: Node, *, create: bool = True):
         yield
 
 
-def read_records(folder: str, *, owner: int | None = None, held_by: str | None = None) -> tuple[list[Lease], list[str]]:
+def read_records(folder: str, *, owner: int | None = None, held_by: str | None = None,
+                 limit: int | None = None) -> tuple[list[Lease], list[str]]:
     """(leases, problems) of the records in ``folder``: files that are not valid lease
     records, or not trusted (owner, mode, symlink), are listed in problems and never
     acted on.
@@ -386,7 +389,10 @@ def read_records(folder: str, *, owner: int | None = None, held_by: str | None =
     folder is known only as the one a process holds (``process PID (uid U)``), not as
     one of faultlab's paths: its problems name that process and carry no fix (a
     look-alike may hold ``/tmp`` or ``/etc``: an ``rm`` or ``chmod`` of it would be
-    wrong). Read only. Raises nothing for an untrusted folder: it is one problem."""
+    wrong). ``limit``: read at most that many ``.json`` files (in name order), and
+    say so in one problem line naming the folder when there are more (another user's
+    folder: whatever they write there must not make root's reads unbounded). Read
+    only. Raises nothing for an untrusted folder: it is one problem."""
     leases, problems = [], []
 
     def why(e: safefs.UntrustedPath) -> str:
@@ -408,9 +414,11 @@ def read_records(folder: str, *, owner: int | None = None, held_by: str | None =
             names = d.listdir()
         except OSError as e:
             return leases, [f"lease folder {folder}: {e.strerror or e}"]
+        names = sorted(n for n in names if n.endswith(".json") and not n.startswith("."))
+        if limit is not None and len(names) > limit:
+            problems.append(f"lease folder {folder}: more than {limit} lease records; the rest not read")
+            names = names[:limit]
         for name in names:
-            if not name.endswith(".json") or name.startswith("."):
-                continue
             try:
                 rec = d.read_json(name)
             except FileNotFoundError:

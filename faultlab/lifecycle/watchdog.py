@@ -23,10 +23,24 @@ WATCHDOG_NAME = "faultlab-watchdog"
 CONTROLLER_ENV = "FAULTLAB_CONTROLLER"
 _DIGITS = re.compile(r"^[1-9][0-9]{0,11}$")
 
+#: how long the watchdog lets one revert line run (s) before it kills it (SIGKILL, with
+#: ``timeout``) and goes on: a line may run as another user (gc-storm's runs as the
+#: target's), who can stop or hang it, and must not hold the watchdog and the record
+#: for ever
+LINE_TIMEOUT_S = 60
+#: how long past its deadline a live watchdog may still be running its lines before
+#: ``status`` calls it stuck and ``recover`` stops it (s): one line's bound plus slack
+OVERDUE_S = LINE_TIMEOUT_S + 15
+
 # The watchdog's body, shared by the local and the remote form: $rec the record, $renew
 # the renewed-deadline file, $dl the deadline, "$@" the revert lines. It runs the lines
-# at the deadline (or on SIGUSR1) whether or not the record is still there.
+# at the deadline (or on SIGUSR1) whether or not the record is still there, each under
+# ``timeout -s KILL LINE_TIMEOUT_S`` (sh -c alone where coreutils' timeout is missing)
+# with its stdin from /dev/null.
 _WATCHDOG_LOOP = r"""
+run_line() {
+  if command -v timeout >/dev/null 2>&1; then timeout -s KILL {LINE_S} sh -c "$1"; else sh -c "$1"; fi
+}
 while [ "$fire" = 0 ]; do
   new=$(cat "$renew" 2>/dev/null)
   case "$new" in
@@ -40,15 +54,19 @@ while [ "$fire" = 0 ]; do
   wait "$sp"
   kill "$sp" 2>/dev/null
 done
-for line in "$@"; do sh -c "$line" </dev/null >/dev/null 2>&1; done
+for line in "$@"; do run_line "$line" </dev/null >/dev/null 2>&1; done
 rm -f "$rec" "$renew"
 drop_temporaries
-"""
+""".replace("{LINE_S}", str(LINE_TIMEOUT_S))
 
 # Positional args: $1 lease id, $2 deadline (unix s), $3 the number of the inherited
 # descriptor of the lease folder, $4... revert lines (each shlex.join-ed). A renewed
 # deadline is read through the descriptor, digits only (1-12, no leading zero: never
-# octal, never an expression), so `$(( ))` only ever sees a plain number.
+# octal, never an expression), so `$(( ))` only ever sees a plain number. faultlab
+# passes the folder as the watchdog's stdin (descriptor 0): every revert line runs with
+# stdin from /dev/null, so no line inherits it (a line may run as another user, who
+# must not reach root's lease folder through it; sh names descriptors 0-9 only, so one
+# of a higher number could not be closed for the lines).
 WATCHDOG_SH = r"""
 trap '' HUP INT
 fire=0
@@ -110,7 +128,9 @@ class Watchdog:
         return self._signal(signal.SIGUSR1, group=False)
 
     def stop(self) -> bool:
-        """SIGTERM to its process group (it started its own session)."""
+        """SIGTERM to its process group (it started its own session), after SIGKILL to
+        the process group of each revert line it runs (``timeout`` leads one of its
+        own): a line that hangs or was stopped does not outlive the watchdog."""
         return self._signal(signal.SIGTERM, group=True)
 
     def _signal(self, sig: int, *, group: bool) -> bool:
@@ -122,6 +142,7 @@ class Watchdog:
             if not self._same():  # the PID was reused since it was found
                 return False
             if group:
+                _kill_line_groups(self.pid)
                 os.killpg(self.pid, sig)
             else:
                 signal.pidfd_send_signal(fd, sig)
@@ -138,6 +159,21 @@ class Watchdog:
                 return True
             time.sleep(0.1)
         return not self._same()
+
+
+def _kill_line_groups(pid: int) -> None:
+    """SIGKILL the process groups that children of watchdog ``pid`` lead (its revert
+    lines under ``timeout``); its other children are in its own group. Raises nothing."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return
+    for c in children:
+        try:
+            if os.getpgid(int(c)) == int(c) and procid.stat_fields(Path(f"/proc/{c}/stat").read_text())[1] == str(pid):
+                os.killpg(int(c), signal.SIGKILL)
+        except (OSError, TypeError, IndexError, ValueError):
+            continue
 
 
 def _watchdog(pid: int) -> Watchdog | None:

@@ -25,6 +25,7 @@ import pytest
 from faultlab.benchmarks import agent as agent_mod
 from faultlab.errors import BadInput, Refused
 from faultlab.injectors import FAULT_TYPES, PLANNED_TYPES, GcStorm, apply, build
+from faultlab.injectors.gc import AS_OWNER_TIMEOUT_S
 from faultlab.lifecycle.lease import load_leases
 from faultlab.nodes import LocalNode
 from tests.helpers import needs_root, wait_for
@@ -557,7 +558,9 @@ def test_commands_in_another_users_folder_run_as_that_user(request_cleanup):
              "heartbeat_path": str(agent_mod.heartbeat_path(d, pid)), "deadline_ts": time.time() + 10,
              "dir_uid": uid, "dir_gid": gid}
     plan = inj.plan(facts)
-    assert plan.inject[0].argv[:2] == ("setpriv", f"--reuid={uid}") and plan.revert[0].argv[0] == "setpriv"
+    for cmd in (*plan.inject, *plan.revert):  # as that user, and killed in time (below)
+        i = cmd.argv.index("setpriv")
+        assert cmd.argv[i + 1] == f"--reuid={uid}" and cmd.argv[:i] == ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S))
     # the user planted a link to a root-only file at the final name: root's write (as nobody) cannot follow it
     os.symlink(root_file, facts["cmd_path"] + ".tmp.AAAAAA")
     cp = subprocess.run(list(plan.inject[0].argv), capture_output=True, text=True, timeout=10)
@@ -568,3 +571,51 @@ def test_commands_in_another_users_folder_run_as_that_user(request_cleanup):
     subprocess.run([*plan.revert[0].argv[:-1], "1"], capture_output=True, timeout=10, check=True)
     assert not os.path.lexists(facts["cmd_path"]) and not os.path.lexists(facts["cmd_path"] + ".tmp.AAAAAA")
     assert root_file.read_text() == "keep"
+
+
+def _stop_sh_of(uid: int, status_path: str) -> list[int]:
+    """PIDs of the processes of ``uid`` whose argv names ``status_path`` (the revert's sh)."""
+    cp = subprocess.run(["pgrep", "-u", str(uid), "-f", status_path], capture_output=True, text=True)
+    return [int(x) for x in cp.stdout.split()]
+
+
+@needs_root
+def test_a_revert_the_target_user_stops_is_killed_in_time(request_cleanup):
+    """The revert runs as the target's user, who may stop it (SIGSTOP, from their own
+    process): it is killed after ``AS_OWNER_TIMEOUT_S``, so neither root's revert nor
+    the lease watchdog that runs the same line waits on that user for ever."""
+    import shutil
+    import tempfile
+
+    uid, gid = _nobody()
+    base = Path(tempfile.mkdtemp(prefix="faultlab-test-"))
+    request_cleanup.append(lambda: shutil.rmtree(base, ignore_errors=True))
+    os.chmod(base, 0o755)
+    d = base / "agents"
+    d.mkdir(mode=0o700)
+    os.chown(d, uid, gid)
+    pid = os.getpid()
+    inj = GcStorm(LocalNode("local"), pid, 5, 1, 10, agent_dir=str(d))
+    facts = {"cmd_path": str(agent_mod.command_path(d, pid)), "status_path": str(agent_mod.status_path(d, pid)),
+             "heartbeat_path": str(agent_mod.heartbeat_path(d, pid)), "deadline_ts": time.time() + 10,
+             "dir_uid": uid, "dir_gid": gid}
+    Path(facts["status_path"]).write_text("{}")  # the user keeps a status file: the revert polls
+    os.chown(facts["status_path"], uid, gid)
+    revert = subprocess.Popen(list(inj.plan(facts).revert[0].argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def end_all():
+        for p in _stop_sh_of(uid, facts["status_path"]):
+            os.kill(p, signal.SIGKILL)
+        if revert.poll() is None:
+            revert.kill()
+            revert.wait()
+    request_cleanup.append(end_all)
+    assert wait_for(lambda: _stop_sh_of(uid, facts["status_path"]), 20), "the revert's sh never ran as the user"
+    for p in _stop_sh_of(uid, facts["status_path"]):  # the user stops it
+        subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "kill", "-STOP", str(p)], check=True)
+    try:
+        revert.wait(timeout=AS_OWNER_TIMEOUT_S + 60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the revert the user stopped still runs {AS_OWNER_TIMEOUT_S + 60}s later")
+    assert revert.returncode != 0  # killed, not "reverted"
+    assert wait_for(lambda: not _stop_sh_of(uid, facts["status_path"]), 10), "the user's stopped sh was left"

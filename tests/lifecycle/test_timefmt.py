@@ -13,7 +13,15 @@ from faultlab.timefmt import when
 def test_a_time_today_is_a_clock_and_seconds():
     now = time.time()
     soon = now + 30 if time.gmtime(now + 30)[:3] == time.gmtime(now)[:3] else now - 30
-    assert re.fullmatch(r"\d\d:\d\d:\d\d UTC \(in \d+s\)", when(soon)), when(soon)
+    assert re.fullmatch(r"\d\d:\d\d:\d\d UTC \((in \d+s|\d+s ago)\)", when(soon)), when(soon)
+
+
+def test_a_time_that_has_passed_says_how_long_ago():
+    now = time.time()
+    assert re.fullmatch(r"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d UTC \(\d+s ago\)", when(now - 90)), when(now - 90)
+    week = now - 7 * 86400
+    assert when(week).startswith(time.strftime("%Y-%m-%d ", time.gmtime(week))) and when(week).endswith("(7 days ago)")
+    assert "in 0s" not in when(now - 5)
 
 
 def test_a_far_deadline_shows_its_date_and_days():
