@@ -186,7 +186,7 @@ def _what_next(d: dict) -> str:
             return (f"its lease record (uid {d['uid']}'s) is kept but no watchdog is left to retry, and its lines are "
                     f"run only as that user: run faultlab recover as uid {d['uid']}")
         return f"its lease record is kept but no watchdog is left to retry: fix the cause and run faultlab revert {fid}"
-    return f"no lease is left to retry it: fix the cause and run faultlab recover (or remove what is listed by hand)"
+    return "no lease is left to retry it: fix the cause and run faultlab recover (or remove what is listed by hand)"
 
 
 def report_reverts(done: list[dict], refused: list[dict], fault_id: str | None, out, as_json: bool, *, quiet_empty: bool = False) -> int:

@@ -24,7 +24,7 @@ def _fix_for(err: OSError, folder: str) -> str:
         return f"{folder} is on a read-only mount: remount it read-write or point FAULTLAB_LEASE_DIR at a writable private folder; nothing was applied"
     if e in (errno.EACCES, errno.EPERM):
         return f"run as the folder's owner (root for {ROOT_LEASE_DIR}) or point FAULTLAB_LEASE_DIR at a private folder of yours; nothing was applied"
-    return f"point FAULTLAB_LEASE_DIR at a writable private folder; nothing was applied"
+    return "point FAULTLAB_LEASE_DIR at a writable private folder; nothing was applied"
 
 
 def lease_folder_error(err: OSError, folder: str, what: str) -> NodeError:

