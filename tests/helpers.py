@@ -358,6 +358,21 @@ def _exec_ok_as_nobody(path: str) -> bool:
     return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "test", "-x", path]).returncode == 0
 
 
+def give_to_nobody(path: Path) -> None:
+    """Make ``path`` and everything below it (links themselves, never their targets)
+    owned by nobody: a folder another user owns, for the trust-boundary tests."""
+    for dirpath, dirs, files in os.walk(path):
+        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
+            os.chown(n, 65534, 65534, follow_symlinks=False)
+
+
+def nobody_sh(script: str, *args, timeout: float = 60) -> None:
+    """Run the ``sh -e`` ``script`` as nobody with ``args`` as ``$1``... (any path-like);
+    raises CalledProcessError when it fails, TimeoutExpired after ``timeout`` s."""
+    subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-ec", script, "sh", *map(str, args)],
+                   check=True, timeout=timeout)
+
+
 def as_nobody(argv: list[str], env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
     """Run ``argv`` as user nobody. When the interpreter is not reachable by nobody
     (it lives under /root), a private mount namespace shows it at the same path:

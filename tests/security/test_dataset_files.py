@@ -11,30 +11,23 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, SW_DATASET, fl
+from tests.helpers import ROOT, SW_DATASET, fl, give_to_nobody, nobody_sh
 
 NOBODY = 65534
 MARKER = "8842-ROOTONLY"
 pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root (to act as nobody) and setpriv")
 
 
-def as_nobody(script: str, *args) -> None:
-    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sh", "-ec", script, "sh", *map(str, args)],
-                   check=True, timeout=60)
-
 
 @pytest.fixture
 def ds(nobody_dir) -> Path:
     d = nobody_dir / "ds"
     shutil.copytree(SW_DATASET, d)
-    for dirpath, dirs, files in os.walk(d):
-        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
-            os.chown(n, NOBODY, NOBODY)
+    give_to_nobody(d)
     return d
 
 
@@ -49,7 +42,7 @@ def secret(tmp_path) -> Path:
 
 
 def test_a_linked_card_is_not_embedded(ds, secret, tmp_path):
-    as_nobody('rm "$1/README.md" && ln -s "$2" "$1/README.md"', ds, secret)
+    nobody_sh('rm "$1/README.md" && ln -s "$2" "$1/README.md"', ds, secret)
     out = tmp_path / "page.html"
     cp = fl("report", ds, "--out", out)
     err = (cp.stdout + cp.stderr).strip().splitlines()
@@ -60,7 +53,7 @@ def test_a_linked_card_is_not_embedded(ds, secret, tmp_path):
 @pytest.mark.parametrize("kind", ["fifo", "sparse"])
 def test_a_fifo_or_sparse_manifest_is_refused_unread(ds, kind):
     plant = 'mkfifo "$1/MANIFEST.sha256"' if kind == "fifo" else 'truncate -s 6G "$1/MANIFEST.sha256"'
-    as_nobody('rm "$1/MANIFEST.sha256" && ' + plant, ds)
+    nobody_sh('rm "$1/MANIFEST.sha256" && ' + plant, ds)
     cp = fl("dataset", "verify", ds, timeout=90)
     err = (cp.stdout + cp.stderr).strip().splitlines()
     why = "not a regular file" if kind == "fifo" else "6442450944 bytes"
@@ -70,7 +63,7 @@ def test_a_fifo_or_sparse_manifest_is_refused_unread(ds, kind):
 def test_a_changed_dataset_page_says_not_verified(ds, tmp_path):
     """The card rewritten by its owner (manifest left as it was): the page is written,
     and both it and stderr say NOT VERIFIED naming the card."""
-    as_nobody('echo "extra words" >> "$1/README.md"', ds)
+    nobody_sh('echo "extra words" >> "$1/README.md"', ds)
     out = tmp_path / "page.html"
     cp = fl("report", ds, "--out", out)
     assert cp.returncode == 0, cp.stderr[-800:]
@@ -86,9 +79,7 @@ def test_a_name_is_not_looked_up_in_another_users_datasets_folder(nobody_dir, tm
     own is searched."""
     theirs = nobody_dir / "datasets" / "team-ds"
     shutil.copytree(SW_DATASET, theirs)
-    for dirpath, dirs, files in os.walk(nobody_dir):
-        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
-            os.chown(n, NOBODY, NOBODY)
+    give_to_nobody(nobody_dir)
     env = {"FAULTLAB_DATASETS": ""}
     cp = fl("dataset", "info", "team-ds", env=env, cwd=nobody_dir)
     err = (cp.stdout + cp.stderr).strip().splitlines()

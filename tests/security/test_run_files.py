@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,16 +21,11 @@ from faultlab import steptable
 from faultlab.errors import BadInput
 from faultlab.report.synthetic import make_run
 from faultlab.rundir import RunDir
-from tests.helpers import ROOT, fl
+from tests.helpers import ROOT, fl, give_to_nobody, nobody_sh
 
-NOBODY = 65534
 TOKEN = "ROOT-ONLY-TOKEN-4711"
 pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root (to act as nobody) and setpriv")
 
-
-def as_nobody(script: str, *args) -> None:
-    subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sh", "-ec", script, "sh", *map(str, args)],
-                   check=True, timeout=30)
 
 
 @pytest.fixture
@@ -50,9 +44,7 @@ def run(nobody_dir, tmp_path) -> Path:
     """A synthetic run folder owned by nobody."""
     r = nobody_dir / "run"
     shutil.move(make_run(tmp_path / "run", ranks=2, duration_s=5, label=False), r)
-    for dirpath, dirs, files in os.walk(r):
-        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
-            os.chown(n, NOBODY, NOBODY)
+    give_to_nobody(r)
     return r
 
 
@@ -62,7 +54,7 @@ def token_in(folder: Path) -> list[str]:
 
 @pytest.mark.parametrize("name", ["meta.json", "whatif.json"])
 def test_a_linked_run_file_is_refused_by_report(run, secret, name):
-    as_nobody('rm -f "$1/$2" && ln -s "$3" "$1/$2"', run, name, secret)
+    nobody_sh('rm -f "$1/$2" && ln -s "$3" "$1/$2"', run, name, secret)
     cp = fl("report", run)
     err = (cp.stdout + cp.stderr).strip().splitlines()
     assert cp.returncode == 2 and len(err) == 1 and name in err[0] and "symlink" in err[0], (cp.returncode, cp.stdout, cp.stderr[-800:])
@@ -73,7 +65,7 @@ def test_a_linked_run_file_is_refused_by_report(run, secret, name):
 def test_a_fifo_meta_is_refused_unread(run, cmd):
     """A FIFO nobody never writes to: each command refuses it in one line at once (a
     reader would wait for a writer for ever)."""
-    as_nobody('rm "$1/meta.json" && mkfifo "$1/meta.json"', run)
+    nobody_sh('rm "$1/meta.json" && mkfifo "$1/meta.json"', run)
     cp = fl(cmd, run, timeout=90)
     err = (cp.stdout + cp.stderr).strip().splitlines()
     assert cp.returncode == 2 and "meta.json" in err[-1] and "not a regular file" in err[-1], (cp.returncode, cp.stdout, cp.stderr[-800:])
@@ -85,16 +77,16 @@ def test_a_fifo_journal_is_refused_unread(run):
     meta = RunDir(run).meta
     del meta["t0"]
     RunDir(run).write_meta(meta)
-    as_nobody('rm -f "$1/events.jsonl" && mkfifo "$1/events.jsonl"', run)
+    nobody_sh('rm -f "$1/events.jsonl" && mkfifo "$1/events.jsonl"', run)
     with pytest.raises(BadInput, match="events.jsonl: is not a regular file"):
         RunDir(run).time_origin()
 
 
 def test_dev_zero_and_oversize_meta_are_refused_in_bounded_memory(run, secret):
-    as_nobody('rm "$1/meta.json" && ln -s /dev/zero "$1/meta.json"', run)
+    nobody_sh('rm "$1/meta.json" && ln -s /dev/zero "$1/meta.json"', run)
     with pytest.raises(BadInput, match="meta.json: is a symlink"):
         RunDir(run).meta
-    as_nobody('rm "$1/meta.json" && truncate -s 6G "$1/meta.json"', run)
+    nobody_sh('rm "$1/meta.json" && truncate -s 6G "$1/meta.json"', run)
     with pytest.raises(BadInput, match="meta.json: is 6442450944 bytes") as e:
         RunDir(run).meta
     assert "\n" not in str(e.value)
@@ -102,7 +94,7 @@ def test_dev_zero_and_oversize_meta_are_refused_in_bounded_memory(run, secret):
 
 def test_a_linked_step_layout_is_refused(run, secret):
     """A partitioned steps folder whose _layout.json links to root's file."""
-    as_nobody('mkdir "$1/steps" && ln -s "$2" "$1/steps/_layout.json"', run, secret)
+    nobody_sh('mkdir "$1/steps" && ln -s "$2" "$1/steps/_layout.json"', run, secret)
     with pytest.raises(BadInput, match="_layout.json: is a symlink"):
         steptable.layout(run / "steps")
 
@@ -116,10 +108,8 @@ def test_a_linked_child_of_a_folder_of_runs_is_not_followed(nobody_dir, tmp_path
     runs = nobody_dir / "runs"
     runs.mkdir()
     shutil.move(make_run(tmp_path / "mine", ranks=2, duration_s=5, label=False), runs / "mine")
-    for dirpath, dirs, files in os.walk(runs):
-        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
-            os.chown(n, NOBODY, NOBODY)
-    as_nobody('ln -s "$2" "$1/zz"', runs, private / "ROOTPRIVATE-run")
+    give_to_nobody(runs)
+    nobody_sh('ln -s "$2" "$1/zz"', runs, private / "ROOTPRIVATE-run")
     cp = fl("report", runs)
     assert cp.returncode == 0, cp.stderr[-800:]
     notes = [x for x in cp.stderr.splitlines() if "zz" in x]
@@ -138,10 +128,8 @@ def test_a_linked_scores_file_of_a_folder_of_runs_is_refused(nobody_dir, tmp_pat
     runs = nobody_dir / "runs"
     runs.mkdir()
     shutil.move(make_run(tmp_path / "mine", ranks=2, duration_s=5, label=False), runs / "mine")
-    for dirpath, dirs, files in os.walk(runs):
-        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
-            os.chown(n, NOBODY, NOBODY)
-    as_nobody('ln -s "$2" "$1/scores.json"', runs, secret_scores)
+    give_to_nobody(runs)
+    nobody_sh('ln -s "$2" "$1/scores.json"', runs, secret_scores)
     cp = fl("report", runs)
     err = (cp.stdout + cp.stderr).strip().splitlines()
     assert cp.returncode == 2 and "scores.json" in err[-1] and "symlink" in err[-1], (cp.returncode, cp.stderr[-800:])

@@ -24,7 +24,7 @@ import pytest
 from faultlab.datasets.layout import Dataset
 from faultlab.errors import BadInput
 from faultlab.report.synthetic import make_run
-from tests.helpers import REPO, ROOT, fl
+from tests.helpers import REPO, ROOT, fl, give_to_nobody
 
 NOBODY = 65534
 MARKER = 777.125
@@ -49,11 +49,6 @@ def secret(tmp_path):
     return p
 
 
-def give(path: Path) -> None:
-    for dirpath, dirs, files in os.walk(path):
-        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
-            os.chown(n, NOBODY, NOBODY)
-
 
 def marker_in(folder: Path) -> list[str]:
     """Files under ``folder`` (no link followed) whose bytes or table hold MARKER."""
@@ -75,7 +70,7 @@ def linked_dataset(nobody_dir, secret):
     """nobody's copy of faultlab-sw-v1 with one run's steps part linked to ``secret``."""
     ds = nobody_dir / "ds"
     shutil.copytree(REPO / "datasets" / "faultlab-sw-v1", ds)
-    give(ds)
+    give_to_nobody(ds)
     rid = json.loads((ds / "splits.json").read_text())["test"][0]
     part = ds / "data" / "steps" / f"run={rid}" / "part-0.parquet"
     as_nobody(f"rm {part} && ln -s {secret} {part}")
@@ -125,7 +120,7 @@ def test_run_id_must_be_a_name(tmp_path, rid):
 def test_run_folder_table_link_is_refused_by_export(nobody_dir, secret, tmp_path):
     run = nobody_dir / "run"
     shutil.move(make_run(tmp_path / "run", ranks=2, duration_s=5, label=False), run)
-    give(run)
+    give_to_nobody(run)
     as_nobody(f"rm {run}/steps.parquet && ln -s {secret} {run}/steps.parquet")
     cp = fl("export", run)
     assert cp.returncode != 0, cp.stdout
@@ -172,7 +167,7 @@ def test_run_folder_raw_step_records_link_is_refused(nobody_dir, tmp_path):
     secret.write_text(json.dumps({"marker": MARKER}) + "\n")
     os.chmod(secret, 0o600)
     (run / "telemetry").mkdir(exist_ok=True)
-    give(run)
+    give_to_nobody(run)
     as_nobody(f"ln -s {secret} {run}/telemetry/steps-0.jsonl")
     cp = fl("export", run)
     assert cp.returncode != 0, cp.stdout

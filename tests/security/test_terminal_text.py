@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from faultlab.report.synthetic import make_run
-from tests.helpers import SW_DATASET, fl, needs_root
+from tests.helpers import SW_DATASET, fl, give_to_nobody, needs_root
 from faultlab import procid
 from faultlab.errors import FaultlabError, printable
 from tests.security.test_agent_files import GOOD_HEARTBEAT, _inject, fake_agent, nobody_folder  # noqa: F401 (fixtures)
@@ -119,9 +119,7 @@ def users_dataset(nobody_dir):
     it), holding a file named with ``EVIL`` that its manifest does not list."""
     ds = nobody_dir / f"team{EVIL}"
     shutil.copytree(SW_DATASET, ds)
-    for dirpath, dirs, files in os.walk(ds):
-        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
-            os.chown(n, NOBODY, NOBODY)
+    give_to_nobody(ds)
     as_nobody("touch", str(ds / f"x{EVIL}"))
     return ds
 
