@@ -40,7 +40,8 @@ Files, for a process with PID ``P`` (all JSON, each written atomically by rename
                              (MB per collection, (0, 4096]), ``deadline_ts`` (unix s).
 ``P.gc-storm.status.json``   status, written by the agent while a storm is in force:
                              ``state`` (``running`` or ``error`` with ``error``),
-                             ``bursts``, ``burst_s_total``, ``collect_s_total``,
+                             ``bursts``, ``first_burst_ts`` (unix s the first
+                             burst began), ``burst_s_total``, ``collect_s_total``,
                              ``collect_s_max``, ``gc_s_total``, ``elapsed_s``,
                              ``stalled_fraction``, ``achieved_rate_per_s`` and the
                              command's fields. The final status of the last storm
@@ -54,7 +55,9 @@ is ``burst_s_total`` over the elapsed time, or over the planned schedule
 (``bursts / rate_per_s``) while that is longer (so a reading right after the first
 burst is not inflated), capped at 1; ``achieved_rate_per_s`` is ``bursts`` over the
 same span. The status is rewritten on acceptance (``bursts``
-0: the ack), after the first burst and then at most every 0.2 s.
+0: the ack), as the first burst begins (``first_burst_ts``: a full collection of a
+large heap, e.g. one a workload's own rare collections let grow, can hold the
+interpreter for seconds), after the first burst and then at most every 0.2 s.
 
 A gc-storm is a train of stop-the-world garbage-collection bursts (``gc_burst``).
 Each burst allocates ``garbage_mb`` MB of small cyclic garbage (``garbage_mb * 2**20 /
@@ -490,6 +493,9 @@ class Agent:
                 if now < next_t:
                     self._stop.wait(min(next_t - now, self.poll_s))
                     continue
+                if st["bursts"] == 0 and "first_burst_ts" not in st:
+                    st["first_burst_ts"] = time.time()
+                    self._write_status(st)
                 alloc_s, collect_s = gc_burst(n_obj)
                 t2 = time.perf_counter()
                 st["bursts"] += 1

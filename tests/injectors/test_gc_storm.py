@@ -221,6 +221,46 @@ def test_storm_slows_the_loop_verify_and_revert(no_residue, child, agent_dir):
     assert c.gc_fraction(t_back + 0.2, time.time()) < 0.02
 
 
+# A process whose first full collection in the agent's thread takes 4 s (a gc callback
+# holds it), as the full collection of a heap of many GB does: a workload whose own
+# collections are rare (the uncoordinated-GC knob) keeps such a heap.
+SLOW_FIRST_COLLECTION = r"""
+import gc, os, signal, sys, threading, time
+from faultlab.benchmarks import agent
+slow = [True]
+def hold(phase, info):
+    if phase == "start" and info["generation"] == 2 and slow[0] and threading.current_thread().name == "faultlab-agent":
+        slow[0] = False
+        time.sleep(4.0)
+gc.callbacks.append(hold)
+agent.start(sys.argv[1])
+def bye(*_):
+    agent.stop(); os._exit(0)
+signal.signal(signal.SIGTERM, bye)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_a_first_burst_longer_than_the_verify_timeout_is_in_force(no_residue, agent_dir):
+    p = subprocess.Popen([sys.executable, "-c", SLOW_FIRST_COLLECTION, str(agent_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        inj = GcStorm(LocalNode("local"), p.pid, 5, 50, 30)
+        assert inj._verify_timeout_s() < 4.0
+        active = apply(inj, 30)
+        try:
+            v = active.evidence["verify"]
+            assert v["ok"], v
+            assert v["status"]["bursts"] == 0 and v["first_burst_running_s"] > 0
+        finally:
+            assert active.revert() == "reverted"
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(15)
+
+
 def test_double_inject_refused_then_reinject_after_revert(no_residue, child, agent_dir):
     c = child()
     node = LocalNode("local")
