@@ -197,11 +197,22 @@ def test_without_net_admin_a_clear_eperm_error_never_false_success(testbed2):
     assert _fault_ids() == before
 
 
-@pytest.mark.parametrize("node", ["netns:fl-no-such-ns", "fl-bare", "ssh:gpu-07", "a,b"])
-def test_unknown_type_is_named_before_the_node(node):
+TYPO_NODES = ["netns:fl-no-such-ns", "fl-bare", "ssh:gpu-07", "a,b"]
+
+
+@pytest.fixture(scope="module")
+def typo_refusals() -> dict[str, subprocess.CompletedProcess]:
+    """``inject --type nic-slowww --node NODE`` for each NODE of TYPO_NODES (all in one
+    child process)."""
+    done = fl_many([["inject", "--type", "nic-slowww", "--node", n, "--rate", "5mbit", "--dry-run"] for n in TYPO_NODES])
+    return dict(zip(TYPO_NODES, done))
+
+
+@pytest.mark.parametrize("node", TYPO_NODES)
+def test_unknown_type_is_named_before_the_node(typo_refusals, node):
     """A typo in --type is the error named whatever --node says (`--type bogus --node
     netns:x` names the type, not only the missing namespace)."""
-    cp = fl("inject", "--type", "nic-slowww", "--node", node, "--rate", "5mbit", "--dry-run")
+    cp = typo_refusals[node]
     lines = [l for l in cp.stderr.splitlines() if l.strip()]
     assert cp.returncode == 2 and len(lines) == 1, cp.stderr
     assert lines[0].startswith("faultlab: error: --type: unknown fault type 'nic-slowww'"), lines[0]
