@@ -312,6 +312,14 @@ def lease_dir() -> Path:
     return Path(os.environ["FAULTLAB_LEASE_DIR"])
 
 
+def deadline_now(fault_id: str, folder: Path | None = None) -> None:
+    """Move lease ``fault_id``'s deadline to now through its deadline file (as
+    ``Lease.renew`` moves it; the watchdog reads it through its folder descriptor, with
+    or without the record): its watchdog reverts at its next poll, within 5 s, so a
+    test that waits for a lease to end need not wait out the fault's duration."""
+    ((folder or lease_dir()) / f"{fault_id}.deadline").write_text(str(int(time.time())))
+
+
 def faultlab_procs(lease: str | None = None) -> set[str]:
     """faultlab's own processes (watchdogs, pause loops, stress workers) started with
     FAULTLAB_LEASE_DIR=``lease`` (default: this session's). Not the short-lived children

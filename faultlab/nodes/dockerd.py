@@ -13,6 +13,7 @@ existing daemon instead; faultlab then never starts or stops one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from faultlab import procid
 from faultlab.errors import FaultlabError
 from faultlab.nodes import extras
 
@@ -129,5 +131,15 @@ def stop(wait_s: float = 30.0) -> None:
         return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+    while time.monotonic() < deadline and not _exited(pid):
         time.sleep(0.2)
+
+
+def _exited(pid: int) -> bool:
+    """Whether dockerd ``pid`` has exited: gone, or a zombie whose parent has not
+    reaped it yet (reaped here when that parent is this process, which started it)."""
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    fields = procid.read_stat(pid)
+    return fields is None or fields[0] == "Z"

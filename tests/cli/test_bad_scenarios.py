@@ -14,7 +14,7 @@ import yaml
 
 from faultlab.errors import BadInput
 from faultlab.scenario import Campaign, load
-from tests.helpers import REPO, fl, one_line_error
+from tests.helpers import REPO, fl, fl_many, one_line_error
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
@@ -78,18 +78,35 @@ def test_scenario_missing_a_required_parameter_is_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("text,field", [
-    ("faults_per_run: [5, 1]\ntypes: {cpu-contention: {params: {cpu_fraction: [0.5]}}}", "faults_per_run"),
-    ("faults_per_run: [1000, 1000]\ntypes: {cpu-contention: {params: {cpu_fraction: [0.5]}}}", "faults_per_run"),
-    ("types: {}", "types"),
-    ("seed: 12345678901234567890123456\ntypes: {cpu-contention: {params: {cpu_fraction: [0.5]}}}", "seed"),
-    ("seed: -1\ntypes: {cpu-contention: {params: {cpu_fraction: [0.5]}}}", "seed"),
-], ids=["inverted-faults-per-run", "1000-faults-a-run", "no-types", "26-digit-seed", "negative-seed"])
-def test_a_campaign_that_cannot_be_drawn_is_refused_in_one_line(text, field, tmp_path):
+#: campaigns whose draws cannot be made: (id, the lines after name and runs, the field named)
+UNDRAWABLE = [
+    ("inverted-faults-per-run", "faults_per_run: [5, 1]\ntypes: {cpu-contention: {params: {cpu_fraction: [0.5]}}}", "faults_per_run"),
+    ("1000-faults-a-run", "faults_per_run: [1000, 1000]\ntypes: {cpu-contention: {params: {cpu_fraction: [0.5]}}}", "faults_per_run"),
+    ("no-types", "types: {}", "types"),
+    ("26-digit-seed", "seed: 12345678901234567890123456\ntypes: {cpu-contention: {params: {cpu_fraction: [0.5]}}}", "seed"),
+    ("negative-seed", "seed: -1\ntypes: {cpu-contention: {params: {cpu_fraction: [0.5]}}}", "seed"),
+]
+
+
+@pytest.fixture(scope="module")
+def undrawable_refusals(tmp_path_factory) -> dict[str, tuple]:
+    """For each campaign of UNDRAWABLE: what ``scenario validate`` and ``campaign
+    --dry-run`` of it did (all in one child process)."""
+    d = tmp_path_factory.mktemp("undrawable")
+    argvs = []
+    for name, text, _ in UNDRAWABLE:
+        f = d / f"{name}.yaml"
+        f.write_text(f"name: c\nruns: 2\n{text}\n")
+        argvs += [["scenario", "validate", f], ["campaign", f, "--dry-run"]]
+    done = fl_many(argvs)
+    return {name: (done[2 * i], done[2 * i + 1]) for i, (name, _, _) in enumerate(UNDRAWABLE)}
+
+
+@pytest.mark.parametrize("name,field", [(n, f) for n, _, f in UNDRAWABLE], ids=[n for n, _, _ in UNDRAWABLE])
+def test_a_campaign_that_cannot_be_drawn_is_refused_in_one_line(undrawable_refusals, name, field):
     """A campaign whose draws cannot be made (an inverted or huge faults_per_run, no
     fault type, a seed out of range) is refused by validate and by a dry run, in one
     line naming the field, never a traceback from the draw."""
-    f = tmp_path / "c.yaml"
-    f.write_text(f"name: c\nruns: 2\n{text}\n")
-    one_line_error(fl("scenario", "validate", f), field)
-    one_line_error(fl("campaign", f, "--dry-run"), field)
+    validate, dry_run = undrawable_refusals[name]
+    one_line_error(validate, field)
+    one_line_error(dry_run, field)

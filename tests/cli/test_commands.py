@@ -6,17 +6,20 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from faultlab.datasets.synthetic import make_run
+from faultlab.nodes.testbed import NetnsTestbed
 from tests.helpers import (
     EXAMPLE_CAMPAIGN,
     EXAMPLES,
     FAULT_QDISC,
     FL,
+    ROOT,
     SW_DATASET,
     as_nobody,
     faultlab_procs,
@@ -197,11 +200,22 @@ def test_without_net_admin_a_clear_eperm_error_never_false_success(testbed2):
     assert _fault_ids() == before
 
 
-@pytest.mark.parametrize("node", ["netns:fl-no-such-ns", "fl-bare", "ssh:gpu-07", "a,b"])
-def test_unknown_type_is_named_before_the_node(node):
+TYPO_NODES = ["netns:fl-no-such-ns", "fl-bare", "ssh:gpu-07", "a,b"]
+
+
+@pytest.fixture(scope="module")
+def typo_refusals() -> dict[str, subprocess.CompletedProcess]:
+    """``inject --type nic-slowww --node NODE`` for each NODE of TYPO_NODES (all in one
+    child process)."""
+    done = fl_many([["inject", "--type", "nic-slowww", "--node", n, "--rate", "5mbit", "--dry-run"] for n in TYPO_NODES])
+    return dict(zip(TYPO_NODES, done))
+
+
+@pytest.mark.parametrize("node", TYPO_NODES)
+def test_unknown_type_is_named_before_the_node(typo_refusals, node):
     """A typo in --type is the error named whatever --node says (`--type bogus --node
     netns:x` names the type, not only the missing namespace)."""
-    cp = fl("inject", "--type", "nic-slowww", "--node", node, "--rate", "5mbit", "--dry-run")
+    cp = typo_refusals[node]
     lines = [l for l in cp.stderr.splitlines() if l.strip()]
     assert cp.returncode == 2 and len(lines) == 1, cp.stderr
     assert lines[0].startswith("faultlab: error: --type: unknown fault type 'nic-slowww'"), lines[0]
@@ -260,35 +274,60 @@ PRIV_BAD = [
 ]
 
 
+@pytest.fixture(scope="module")
+def roots_fault():
+    """One of root's faults in force for every command line of PRIV_BAD: a detached
+    cpu-contention on a busy process of root's, beside a two-node netns testbed; yields
+    (fault id, that process's PID, a namespace of the testbed). Reverted after (it must
+    still be in force then), the process ended and the testbed taken down."""
+    if not ROOT:
+        pytest.skip("needs root (namespaces, qdiscs, cgroups)")
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    tb, fid = None, None
+    try:
+        tb = NetnsTestbed(2).up()
+        cp = fl("inject", "--type", "cpu-contention", "--target", str(busy.pid), "--cpu-fraction", "0.5", "--duration", "300s",
+                "--detach", "--json")
+        assert cp.returncode == 0, cp.stderr
+        fid = json.loads(cp.stdout)["fault_id"]
+        yield fid, busy.pid, tb.nodes[0].netns
+        rv = fl("revert", fid)
+        fid = None
+        assert rv.returncode == 0 and "reverted" in rv.stdout, rv.stdout + rv.stderr
+    finally:
+        if fid is not None:
+            fl("revert", fid)
+        busy.kill()
+        busy.wait()
+        if tb is not None:
+            assert tb.down() == []
+
+
 @needs_root
 @pytest.mark.parametrize("argv,words", PRIV_BAD, ids=[" ".join(a[:3]) for a, _ in PRIV_BAD])
-def test_another_user_against_roots_faults_one_line_nothing_applied(argv, words, busy_loop, testbed2, nobody_dir):
+def test_another_user_against_roots_faults_one_line_nothing_applied(argv, words, roots_fault, nobody_dir):
     """As nobody, with one of root's faults in force: a one-line error naming what is
     wrong, non-zero exit, no traceback; the host's faultlab state is exactly as before
     (root's fault still in force, nothing of nobody's applied) and no process is left."""
-
-    cp = fl("inject", "--type", "cpu-contention", "--target", str(busy_loop.pid), "--cpu-fraction", "0.5", "--duration", "60s", "--detach", "--json")
-    assert cp.returncode == 0, cp.stderr
-    fid = json.loads(cp.stdout)["fault_id"]
+    fid, pid, ns = roots_fault
     env = nobody_env(nobody_dir)
-    try:
-        fill = {"{fid}": fid, "{pid}": str(busy_loop.pid), "{ns}": testbed2.nodes[0].netns}
-        def sub(x: str) -> str:
-            for k, v in fill.items():
-                x = x.replace(k, v)
-            return x
+    fill = {"{fid}": fid, "{pid}": str(pid), "{ns}": ns}
 
-        before = state(env["FAULTLAB_LEASE_DIR"])
-        r = as_nobody([*FL, *map(sub, argv)], env)
-        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-        assert r.returncode != 0 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
-        assert len(lines) == 1 and lines[0].startswith("faultlab: error: "), r.stderr
-        assert all(sub(w) in lines[0] for w in words), lines[0]
-        assert state(env["FAULTLAB_LEASE_DIR"]) == before
-        assert not faultlab_procs(env["FAULTLAB_LEASE_DIR"]) and not list((nobody_dir / "leases").glob("*"))
-        assert open(f"/proc/{busy_loop.pid}/stat").read().rpartition(")")[2].split()[0] != "T"
-    finally:
-        assert fl("revert", fid).returncode == 0
+    def sub(x: str) -> str:
+        for k, v in fill.items():
+            x = x.replace(k, v)
+        return x
+
+    before = state(env["FAULTLAB_LEASE_DIR"])
+    assert f"lease file {fid}.json" in before, before  # root's fault is in force
+    r = as_nobody([*FL, *map(sub, argv)], env)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode != 0 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    assert len(lines) == 1 and lines[0].startswith("faultlab: error: "), r.stderr
+    assert all(sub(w) in lines[0] for w in words), lines[0]
+    assert state(env["FAULTLAB_LEASE_DIR"]) == before
+    assert not faultlab_procs(env["FAULTLAB_LEASE_DIR"]) and not list((nobody_dir / "leases").glob("*"))
+    assert open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0] != "T"
 
 
 def _unwritable(tmp_path, kind: str) -> Path:

@@ -25,6 +25,7 @@ import pytest
 from faultlab.benchmarks import agent as agent_mod
 from faultlab.errors import BadInput, Refused
 from faultlab.injectors import FAULT_TYPES, PLANNED_TYPES, GcStorm, apply, build
+from faultlab.injectors import gc as gc_mod
 from faultlab.injectors.gc import AS_OWNER_TIMEOUT_S
 from faultlab.lifecycle.lease import load_leases
 from faultlab.nodes import LocalNode
@@ -621,13 +622,22 @@ def _stop_sh_of(uid: int, status_path: str) -> list[int]:
     return [int(x) for x in cp.stdout.split()]
 
 
+#: the owner-command bound the stopped-revert test plans with (s): above the few
+#: seconds the test takes to find and stop the revert's sh
+SHORT_OWNER_S = 8
+
+
 @needs_root
-def test_a_revert_the_target_user_stops_is_killed_in_time(request_cleanup):
+def test_a_revert_the_target_user_stops_is_killed_in_time(request_cleanup, monkeypatch):
     """The revert runs as the target's user, who may stop it (SIGSTOP, from their own
     process): it is killed after ``AS_OWNER_TIMEOUT_S``, so neither root's revert nor
-    the lease watchdog that runs the same line waits on that user for ever."""
+    the lease watchdog that runs the same line waits on that user for ever. The bound
+    is set to ``SHORT_OWNER_S`` here (the same ``timeout`` line, a shorter number), so
+    the test waits seconds, not half a minute."""
     import shutil
     import tempfile
+
+    monkeypatch.setattr(gc_mod, "AS_OWNER_TIMEOUT_S", SHORT_OWNER_S)
 
     uid, gid = _nobody()
     base = Path(tempfile.mkdtemp(prefix="faultlab-test-"))
@@ -643,7 +653,9 @@ def test_a_revert_the_target_user_stops_is_killed_in_time(request_cleanup):
              "dir_uid": uid, "dir_gid": gid}
     Path(facts["status_path"]).write_text("{}")  # the user keeps a status file: the revert polls
     os.chown(facts["status_path"], uid, gid)
-    revert = subprocess.Popen(list(inj.plan(facts).revert[0].argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = inj.plan(facts).revert[0].argv
+    assert argv[:5] == ("timeout", "--foreground", "-s", "KILL", str(SHORT_OWNER_S)), argv
+    revert = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def end_all():
         for p in _stop_sh_of(uid, facts["status_path"]):
@@ -656,8 +668,8 @@ def test_a_revert_the_target_user_stops_is_killed_in_time(request_cleanup):
     for p in _stop_sh_of(uid, facts["status_path"]):  # the user stops it
         subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "kill", "-STOP", str(p)], check=True)
     try:
-        revert.wait(timeout=AS_OWNER_TIMEOUT_S + 60)
+        revert.wait(timeout=SHORT_OWNER_S + 60)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"the revert the user stopped still runs {AS_OWNER_TIMEOUT_S + 60}s later")
+        pytest.fail(f"the revert the user stopped still runs {SHORT_OWNER_S + 60}s later")
     assert revert.returncode != 0  # killed, not "reverted"
     assert wait_for(lambda: not _stop_sh_of(uid, facts["status_path"]), 10), "the user's stopped sh was left"

@@ -19,7 +19,7 @@ from faultlab.injectors import CpuContention, NicSlow, ProcessPause, apply
 from faultlab.lifecycle.lease import load_leases
 from faultlab.nodes import LocalNode
 from faultlab.probe import measure_throughput
-from tests.helpers import FAULT_QDISC, FL, cpu_rate, needs_root
+from tests.helpers import FAULT_QDISC, FL, cpu_rate, deadline_now, needs_root
 
 
 def _qdiscs(node) -> str:
@@ -188,6 +188,7 @@ def test_lease_watchdog_reverts_after_controller_sigkill(busy_loop, no_residue):
     ctl.wait()
     leases = load_leases(LocalNode("local"))
     assert [le.fault_id for le in leases] == [fault_id]
+    deadline_now(fault_id)  # the lease's end now, not at its 6 s
     deadline = time.time() + 25
     while time.time() < deadline and load_leases(LocalNode("local")):
         time.sleep(0.2)
@@ -326,6 +327,8 @@ def test_pause_loop_survives_a_group_kill_of_faultlab(busy_loop, no_residue):
         p.wait()
         assert os.getsid(loops[0]) != p.pid, "the loop shares the controller's session"
         assert _pause_loops_of(busy_loop.pid) == loops, "the group kill took the loop with it"
+        for le in load_leases(LocalNode("local")):  # the fault's end now, not at its 10 s
+            deadline_now(le.fault_id)
         end = time.time() + 30
         while time.time() < end and (_pause_loops_of(busy_loop.pid) or load_leases(LocalNode("local"))):
             time.sleep(0.1)

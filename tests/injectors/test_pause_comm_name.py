@@ -27,7 +27,7 @@ from faultlab.injectors import ProcessPause, apply
 from faultlab.lifecycle.lease import load_leases
 from faultlab.injectors.pause import CONT_SH
 from faultlab.nodes import LocalNode
-from tests.helpers import needs_root
+from tests.helpers import deadline_now, needs_root
 
 #: a command name that shifts every field after it for a first-``)`` parser
 BAD_NAME = b"x) T 1 ("
@@ -133,8 +133,8 @@ def test_revert_resumes_a_target_stopped_while_its_name_holds_a_paren(toggling, 
 
 def test_watchdog_resumes_a_target_stopped_while_its_name_holds_a_paren(toggling, no_residue):
     """The controller is SIGKILLed once the target is seen stopped with the bad name;
-    the loop is given 120 s, so only the watchdog's revert (at the 8 s lease's end)
-    ends the fault: the target must then run."""
+    the loop is given 120 s, so only the watchdog's revert (at the lease's end, moved to
+    now once the controller is dead) ends the fault: the target must then run."""
     code = (
         "import time\n"
         "from faultlab.injectors import ProcessPause, apply\n"
@@ -145,10 +145,12 @@ def test_watchdog_resumes_a_target_stopped_while_its_name_holds_a_paren(toggling
     )
     ctl = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
-        assert ctl.stdout.readline().strip().startswith("process-")
+        fid = ctl.stdout.readline().strip()
+        assert fid.startswith("process-")
         seen = _seen_stopped_with_bad_name(toggling.pid, 7)
         os.kill(ctl.pid, signal.SIGKILL)
         ctl.wait()
+        deadline_now(fid)  # the lease's end now, not at its 8 s
         end = time.time() + 30
         while time.time() < end and load_leases(LocalNode("local")):
             time.sleep(0.2)

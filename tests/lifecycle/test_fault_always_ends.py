@@ -41,6 +41,7 @@ from tests.helpers import (
     FAULT_QDISC,
     FL,
     as_nobody,
+    deadline_now,
     faultlab_procs,
     fl,
     lease_dir,
@@ -150,7 +151,9 @@ def test_lost_or_corrupt_record_still_ends_the_fault_and_is_seen(testbed2, no_re
     assert "at the latest at " in again.stderr and " UTC (in " in again.stderr and "unix" not in again.stderr, again.stderr  # when, in words
     q = lambda: subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show"], capture_output=True, text=True).stdout  # noqa: E731
     assert FAULT_QDISC.search(q())
-    # the deadline (20 s) plus the watchdog's 5 s poll, with room for a loaded machine
+    # the deadline moved to now (the watchdog reads it without the record): it reverts
+    # at its next poll, not at the 20 s deadline; wait with room for a loaded machine
+    deadline_now(fid)
     assert wait_for(lambda: not FAULT_QDISC.search(q()) and "ingress" not in q(), 45), q()
     links = subprocess.run(["ip", "-n", ns, "link"], capture_output=True, text=True).stdout
     assert "flifb" not in links
@@ -451,6 +454,7 @@ def test_force_fault_with_lost_record_restores_the_foreign_tbf_from_the_watchdog
         burst = tbf_burst_for_ticks(int(o["rate"]), int(str(o["burst_raw"]), 16))
         want = f"tc qdisc add dev fleth0 root handle 7: tbf rate {int(o['rate']) * 8}bit burst {burst} limit {int(o['limit'])}"
         assert any(a.endswith(want) for a in argv), (want, argv)
+        deadline_now(fid)  # its deadline now, not in 10 s
         assert wait_for(lambda: not [w for w in find_watchdogs() if w.fault_id == fid], 30)
         after = raw()
         assert after["handle"] == "7:" and after["options"] == before["options"], (before, after)

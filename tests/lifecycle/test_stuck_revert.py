@@ -22,15 +22,20 @@ from rich.console import Console
 
 from faultlab.injectors.base import Cmd
 from faultlab.lifecycle.commands import print_status, revert_faults, status_rows
+from faultlab.lifecycle import lease as lease_mod
 from faultlab.lifecycle.hostview import host_view
 from faultlab.lifecycle.lease import Lease
-from faultlab.lifecycle.watchdog import LINE_TIMEOUT_S, OVERDUE_S
+from faultlab.lifecycle.watchdog import LINE_TIMEOUT_S, OVERDUE_S, WATCHDOG_SH
 from faultlab.nodes import LocalNode
 from tests.helpers import needs_root, wait_for
 
 pytestmark = [needs_root, pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv (util-linux)")]
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+#: the line bound the stopped-line test gives its watchdog (s): the watchdog's own
+#: script with this number in place of ``LINE_TIMEOUT_S``, so the test waits seconds
+#: for the kill, not a minute
+SHORT_LINE_S = 5
 
 
 def _procs_naming(text: str) -> list[int]:
@@ -62,7 +67,10 @@ def _status_line(fid: str, row_change: dict | None = None) -> str:
     return out.getvalue()
 
 
-def test_a_revert_line_its_user_stops_is_killed_and_the_watchdog_ends(nobody_dir):
+def test_a_revert_line_its_user_stops_is_killed_and_the_watchdog_ends(nobody_dir, monkeypatch):
+    bound = f"timeout -s KILL {LINE_TIMEOUT_S} "
+    assert WATCHDOG_SH.count(bound) == 1, "the watchdog no longer bounds each line with timeout"
+    monkeypatch.setattr(lease_mod, "WATCHDOG_SH", WATCHDOG_SH.replace(bound, f"timeout -s KILL {SHORT_LINE_S} "))
     fds = nobody_dir / "fds"
     # the line, as nobody, notes its open descriptors, then stops itself (as that user may)
     line = [*NOBODY, "sh", "-c", f"ls -l /proc/$$/fd > {shlex.quote(str(fds))}; kill -STOP $$"]
@@ -70,9 +78,9 @@ def test_a_revert_line_its_user_stops_is_killed_and_the_watchdog_ends(nobody_dir
     le = Lease.create_for(LocalNode("local"), fid, "process-pause", "pid:0", {}, [Cmd(tuple(line))], time.time() + 1)
     try:
         try:
-            le.proc.wait(timeout=LINE_TIMEOUT_S + 90)
+            le.proc.wait(timeout=SHORT_LINE_S + 90)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"the watchdog still waits on the stopped line {LINE_TIMEOUT_S + 90}s after its deadline")
+            pytest.fail(f"the watchdog still waits on the stopped line {SHORT_LINE_S + 90}s after its deadline")
         assert not le.exists(), "the watchdog ended without removing the record"
         assert wait_for(lambda: not _procs_naming(str(fds)), 10), "the stopped line was left"
         seen = fds.read_text()
