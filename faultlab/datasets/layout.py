@@ -261,16 +261,18 @@ def _check_footer(p: Path, rel: str, md: pq.FileMetaData) -> None:
 
 
 class Dataset:
-    """A dataset folder at ``path``, or the published dataset of that name
-    (:func:`faultlab.datasets.registry.find`: ``$FAULTLAB_DATASETS``, else the
-    installed package's data, then ``./datasets``).
+    """The published dataset named ``path`` when it is a bare name that one of the
+    registry's folders holds (:func:`faultlab.datasets.registry.published`:
+    ``$FAULTLAB_DATASETS``, else the installed package's data, then ``./datasets``;
+    it wins over a folder of that name in the working folder), else the dataset
+    folder at ``path``.
 
     Raises BadInput (field ``--dataset``) when the folder has no ``splits.json`` and
     no published dataset has that name, and naming the file when it is malformed
     (:func:`read_splits`)."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
+        self.path = registry.published(path) or Path(path)  # a published name over a folder of the working folder
         if not (self.path / "splits.json").is_file():
             if len(self.path.parts) == 1 and not self.path.exists():
                 self.path = registry.find(self.path)

@@ -91,3 +91,28 @@ def test_a_name_is_not_looked_up_in_another_users_datasets_folder(nobody_dir, tm
     shutil.copytree(SW_DATASET, mine / "datasets" / "team-ds")
     cp = fl("dataset", "info", "team-ds", env=env, cwd=mine)
     assert cp.returncode == 0, cp.stderr[-800:]
+
+
+def test_a_published_name_is_not_taken_from_a_folder_of_the_working_folder(nobody_dir, tmp_path, monkeypatch):
+    """Root in nobody's folder asks for the published ``faultlab-sw-v1`` while nobody has
+    put a forged copy of that name there, its manifest rewritten to match: root's page
+    and dataset are the published one; ``./faultlab-sw-v1`` still names nobody's."""
+    from faultlab.datasets import manifest
+    from faultlab.datasets.layout import Dataset
+
+    forged = nobody_dir / "faultlab-sw-v1"
+    shutil.copytree(SW_DATASET, forged)
+    card = forged / "README.md"
+    card.write_text(card.read_text().replace("\n# ", f"\n# {MARKER} ", 1))
+    (forged / manifest.NAME).write_text(manifest.text({f.relative_to(forged).as_posix(): manifest.sha256(f, forged)
+                                                       for f in manifest._files(forged)}))
+    give_to_nobody(nobody_dir)
+    env = {"FAULTLAB_DATASETS": ""}
+    page = tmp_path / "page.html"
+    cp = fl("report", "faultlab-sw-v1", "--out", page, env=env, cwd=nobody_dir)
+    assert cp.returncode == 0, cp.stderr[-800:]
+    assert MARKER not in page.read_text() and "NOT VERIFIED" not in page.read_text()
+    monkeypatch.chdir(nobody_dir)
+    monkeypatch.setenv("FAULTLAB_DATASETS", "")
+    assert Dataset("faultlab-sw-v1").path.resolve() == Path(SW_DATASET).resolve()
+    assert Dataset("./faultlab-sw-v1").path.resolve() == forged
