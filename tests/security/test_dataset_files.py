@@ -116,3 +116,39 @@ def test_a_published_name_is_not_taken_from_a_folder_of_the_working_folder(nobod
     monkeypatch.setenv("FAULTLAB_DATASETS", "")
     assert Dataset("faultlab-sw-v1").path.resolve() == Path(SW_DATASET).resolve()
     assert Dataset("./faultlab-sw-v1").path.resolve() == forged
+
+
+@pytest.mark.parametrize("name", ["splits.json", "runs.json"])
+@pytest.mark.parametrize("kind", ["link", "sparse"])
+def test_a_datasets_json_file_is_read_with_no_link_and_bounded(ds, secret, name, kind):
+    """splits.json and runs.json linked to a root-only file, or sparse past the 16 MiB
+    bound: root's ``dataset info`` refuses in one line naming the file, unread."""
+    if kind == "link":
+        nobody_sh('rm -f "$1/$2" && ln -s "$3" "$1/$2"', ds, name, secret)
+    else:
+        nobody_sh('truncate -s 64M "$1/$2"', ds, name)
+    cp = fl("dataset", "info", ds)
+    err = (cp.stdout + cp.stderr).strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and name in err[0], (cp.returncode, cp.stdout[-400:], cp.stderr[-800:])
+    assert ("symlink" if kind == "link" else "more than") in err[0], err[0]
+
+
+def test_relabel_copies_only_the_campaign_files_the_manifest_lists(two_runs, nobody_dir, tmp_path):
+    """nobody adds to their dataset's campaign/ a link to root's own campaign file (a
+    valid scenario holding MARKER) that the manifest does not list: root's relabel
+    rebuilds the dataset without it, and no file of it holds MARKER."""
+    private = tmp_path / "secret"
+    private.mkdir(mode=0o700)
+    root_file = private / "private.yaml"
+    root_file.write_text(f"# {MARKER}\nname: private\ntestbed: {{backend: netns, nodes: 2}}\nworkload: {{kind: ddp, duration: 5s}}\n")
+    os.chmod(root_file, 0o600)
+    campaign = SW_DATASET / "campaign" / "gc.yaml"
+    cp = fl("dataset", "build", *two_runs, "--name", "ds", "--out", nobody_dir, "--campaign-file", campaign)
+    assert cp.returncode == 0, cp.stderr[-800:]
+    ds = nobody_dir / "ds"
+    give_to_nobody(ds)
+    nobody_sh('ln -s "$2" "$1/campaign/zz-extra.yaml"', ds, root_file)
+    cp = fl("dataset", "relabel", ds)
+    assert cp.returncode == 0, cp.stderr[-800:]
+    assert sorted(p.name for p in (ds / "campaign").iterdir()) == ["gc.yaml"]
+    assert not [p for p in ds.rglob("*") if p.is_file() and not p.is_symlink() and MARKER.encode() in p.read_bytes()]
