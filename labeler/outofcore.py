@@ -391,16 +391,24 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: in
 def client_for(scheduler: str | None = None):
     """``(client, cluster)``: a Dask client of the scheduler at ``scheduler`` (or
     ``$DASK_SCHEDULER_ADDRESS``), else of an embedded ``LocalCluster`` sized to the
-    machine (``cluster`` then, to close with the client; else None)."""
+    machine (``cluster`` then, to close with the client; else None).
+
+    The embedded cluster's scheduler and workers listen on ``127.0.0.1`` over mutual
+    TLS with a certificate made for this cluster alone (``Security.temporary()``):
+    Dask runs whatever pickled function a client sends, so any local user who reached
+    a plain TCP port of root's cluster would run code as root. A scheduler given by
+    address is trusted as the labeler's own process: what it returns is unpickled."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
     from dask.distributed import Client, LocalCluster
+    from distributed.security import Security
 
     addr = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if addr:
         return Client(addr), None
+    security = Security.temporary()
     cluster = LocalCluster(n_workers=max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1, processes=True,
-                           dashboard_address=None, memory_limit=0)
-    return Client(cluster), cluster
+                           dashboard_address=None, memory_limit=0, host="127.0.0.1", protocol="tls://", security=security)
+    return Client(cluster, security=security), cluster
 
 
 def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | None = None, *, workdir: str | os.PathLike,

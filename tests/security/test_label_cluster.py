@@ -1,0 +1,55 @@
+"""No other local user can run code through the Dask cluster root's out-of-core
+labeler starts: Dask runs whatever pickled function a client sends, so a scheduler
+reachable over plain TCP on 127.0.0.1 would run another user's code as root.
+
+Root starts the embedded cluster as ``faultlab label --out-of-core`` does
+(:func:`faultlab.labeler.outofcore.client_for`); ``nobody`` (uid 65534, ``setpriv``,
+the same Python and Dask) connects to its scheduler's port over TCP and over TLS with
+a certificate of its own and asks the scheduler to write a file. Both must be
+refused and no file written; root's own client still computes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from urllib.parse import urlsplit
+
+import pytest
+
+from faultlab.labeler import outofcore
+from tests.helpers import ROOT, as_nobody
+
+pytest.importorskip("distributed", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
+pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root (to act as nobody) and setpriv")
+
+ATTACK = '''
+import sys
+from distributed import Client
+from distributed.security import Security
+port, out = sys.argv[1], sys.argv[2]
+def own():
+    open(out, "w").write("ran as root")
+for proto in ("tcp", "tls"):
+    try:
+        c = Client(f"{proto}://127.0.0.1:{port}", timeout=20, security=Security.temporary() if proto == "tls" else None)
+    except Exception as e:
+        print(proto, "refused:", type(e).__name__)
+        continue
+    c.run_on_scheduler(own)
+    print(proto, "ran")
+'''
+
+
+def test_another_user_cannot_use_roots_label_cluster(nobody_dir):
+    client, cluster = outofcore.client_for()
+    try:
+        port = urlsplit(client.scheduler.address).port
+        out = nobody_dir / "pwned"
+        cp = as_nobody([sys.executable, "-c", ATTACK, str(port), str(out)], env={"HOME": str(nobody_dir)}, timeout=120)
+        assert not out.exists(), cp.stdout + cp.stderr[-800:]
+        assert "tcp refused" in cp.stdout and "tls refused" in cp.stdout, cp.stdout + cp.stderr[-800:]
+        assert client.submit(sum, [1, 2, 3]).result() == 6
+    finally:
+        client.close()
+        cluster.close()
