@@ -388,6 +388,11 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: in
 # -- the run ------------------------------------------------------------------------------
 
 
+#: the HTTP routes of the embedded cluster's scheduler and workers: their health check only
+HTTP_ROUTES = {"distributed.scheduler.http.routes": ["distributed.http.health"],
+               "distributed.worker.http.routes": ["distributed.http.health"]}
+
+
 def client_for(scheduler: str | None = None):
     """``(client, cluster)``: a Dask client of the scheduler at ``scheduler`` (or
     ``$DASK_SCHEDULER_ADDRESS``), else of an embedded ``LocalCluster`` sized to the
@@ -396,9 +401,13 @@ def client_for(scheduler: str | None = None):
     The embedded cluster's scheduler and workers listen on ``127.0.0.1`` over mutual
     TLS with a certificate made for this cluster alone (``Security.temporary()``):
     Dask runs whatever pickled function a client sends, so any local user who reached
-    a plain TCP port of root's cluster would run code as root. A scheduler given by
-    address is trusted as the labeler's own process: what it returns is unpickled."""
+    a plain TCP port of root's cluster would run code as root. Their HTTP servers
+    (which Dask starts even without a dashboard, on every address at ``:8787``) listen
+    on ``127.0.0.1`` and serve ``/health`` only (:data:`HTTP_ROUTES`): no task, path
+    or log of the labeling reaches another user or a testbed node. A scheduler given
+    by address is trusted as the labeler's own process: what it returns is unpickled."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
+    import dask
     from dask.distributed import Client, LocalCluster
     from distributed.security import Security
 
@@ -406,8 +415,10 @@ def client_for(scheduler: str | None = None):
     if addr:
         return Client(addr), None
     security = Security.temporary()
-    cluster = LocalCluster(n_workers=max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1, processes=True,
-                           dashboard_address=None, memory_limit=0, host="127.0.0.1", protocol="tls://", security=security)
+    with dask.config.set(HTTP_ROUTES):  # the workers are started within: they take it too
+        cluster = LocalCluster(n_workers=max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1, processes=True,
+                               dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0", memory_limit=0,
+                               host="127.0.0.1", protocol="tls://", security=security)
     return Client(cluster, security=security), cluster
 
 

@@ -6,7 +6,8 @@ Root starts the embedded cluster as ``faultlab label --out-of-core`` does
 (:func:`faultlab.labeler.outofcore.client_for`); ``nobody`` (uid 65534, ``setpriv``,
 the same Python and Dask) connects to its scheduler's port over TCP and over TLS with
 a certificate of its own and asks the scheduler to write a file. Both must be
-refused and no file written; root's own client still computes.
+refused and no file written; root's own client still computes, and every socket the
+cluster listens on (its HTTP servers too) is on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import sys
 from urllib.parse import urlsplit
 
 import pytest
+
+psutil = pytest.importorskip("psutil", reason="psutil comes with dask.distributed")
 
 from faultlab.labeler import outofcore
 from tests.helpers import ROOT, as_nobody
@@ -50,6 +53,10 @@ def test_another_user_cannot_use_roots_label_cluster(nobody_dir):
         assert not out.exists(), cp.stdout + cp.stderr[-800:]
         assert "tcp refused" in cp.stdout and "tls refused" in cp.stdout, cp.stdout + cp.stderr[-800:]
         assert client.submit(sum, [1, 2, 3]).result() == 6
+        me = psutil.Process()
+        listening = [(p.pid, c.laddr) for p in [me, *me.children(recursive=True)]
+                     for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+        assert listening and all(a.ip == "127.0.0.1" for _, a in listening), listening
     finally:
         client.close()
         cluster.close()
