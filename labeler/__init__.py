@@ -330,9 +330,7 @@ def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str 
         wi["peer_groups"] = an.groups.summary([an.grid.component(j) for j in range(an.grid.R)])
         del an
     finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        outofcore.close(client, cluster)
         shutil.rmtree(work, ignore_errors=True)
     return _write_labels(rd, labels, wi, cfg)
 
