@@ -22,12 +22,16 @@ import os
 import stat
 from pathlib import Path
 
+from faultlab import safefs
 from faultlab.errors import BadInput
 
 #: the largest YAML input read (scenario, campaign, inventory, campaign file, trace meta)
 YAML_BYTES = 1 << 20
 #: the largest JSON or CSV input read (baselines, scores files, peer groups, campaign.json)
 JSON_BYTES = 16 << 20
+#: the largest data file of an imported trace opened (the public traces' files are MBs;
+#: a sparse file of terabytes is refused unopened)
+DATA_BYTES = 1 << 34
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
           (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"))
@@ -74,3 +78,22 @@ def read_text(path: str | Path, field: str, *, limit: int, fix: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise BadInput(f"{p} is not UTF-8 text (byte {e.start})", field=field, fix=f"{fix}, saved as UTF-8") from None
+
+
+def open_data(path: str | Path, field: str, *, below: str | Path | None = None, limit: int = DATA_BYTES):
+    """A binary file object of the data file ``path`` of a trace to import (CSV,
+    Parquet, a license or answer file), a folder someone else may have handed over:
+    opened with no link on any component below ``below`` (default: ``path``'s own
+    folder, so no link at its name), only when a regular file of at most ``limit``
+    bytes (:func:`faultlab.safefs.open_below`): a link left in the folder never makes
+    faultlab read a file its owner could not, and a FIFO or device is never opened.
+
+    Raises BadInput (field ``field``) naming the file and what is wrong."""
+    p = Path(path)
+    root = Path(below) if below is not None else p.parent
+    try:
+        return safefs.open_below(root, p.relative_to(root).as_posix(), limit)
+    except safefs.UntrustedPath as e:
+        raise BadInput(e.reason, field=field, fix="give the trace's own files as published: faultlab reads them only as regular files, never through links") from None
+    except OSError as e:
+        raise BadInput(f"cannot read {p}: {e.strerror or e}", field=field) from None

@@ -26,7 +26,7 @@ import pandas as pd
 from rich.console import Console
 
 from faultlab import injectors, schema
-from faultlab.benchmarks.launch import launch_ranks, listen_rendezvous, log_tail, stop_ranks, wait_ranks
+from faultlab.benchmarks.launch import RankFailure, launch_ranks, listen_rendezvous, log_tail, stop_ranks, wait_ranks
 from faultlab.errors import BadInput, FaultlabError
 from faultlab.evidence import verify_text
 from faultlab.knobfaults import workload_injections
@@ -383,7 +383,7 @@ def _train(sc: Scenario, live: _Live, due: list[_Due], rd: RunDir, res: RunResul
                       faults=[_in_force(d) for d in due if d.active is not None and not d.done])
         time.sleep(0.1)
     _phase(prog, "finishing", "waiting for the ranks to exit, tearing down")
-    wait_ranks(live.ranks, timeout_s=60)
+    wait_ranks_done(live.ranks)
     rd.event("ranks-done")
 
 
@@ -454,6 +454,19 @@ def _in_force(d: _Due) -> str:
 
 def _empty(name):
     return schema.empty(name)
+
+
+def wait_ranks_done(ranks, timeout_s: float = 60) -> None:
+    """Wait for the ranks to exit at the run's end (:func:`wait_ranks`). A rank that
+    exits non-zero, or one still running after ``timeout_s`` s, is a FaultlabError of
+    one line quoting its log's tail through ``errors.printable``, as
+    :func:`_check_ranks` quotes it: a rank's output is its node's, whose root may
+    write escape sequences into it, and it never reaches the terminal raw or as a
+    traceback."""
+    try:
+        wait_ranks(ranks, timeout_s=timeout_s)
+    except RankFailure as e:
+        raise FaultlabError(str(e), field="workload") from None
 
 
 def _check_ranks(ranks) -> None:

@@ -112,9 +112,14 @@ def _linked(p: Path) -> BadInput:
 
 
 def parquet_file(f: Path, **kw) -> pq.ParquetFile:
-    """``pq.ParquetFile`` of the part file ``f``, opened with no link followed at its
-    name and only when a regular file (:func:`faultlab.safefs.open_below`). Raises
-    UntrustedPath (one line naming it) otherwise."""
+    """``pq.ParquetFile`` of the part file ``f``, opened with no link followed below the
+    run folder (``steps/step_block=K/part-N.parquet``; else at its name) and only when
+    a regular file (:func:`faultlab.safefs.open_below`): ``steps/`` or a block folder
+    swapped for a link after :func:`blocks` listed it is refused, never read through.
+    Raises UntrustedPath (one line naming it) otherwise."""
+    block = f.parent
+    if block.name.startswith("step_block=") and block.parent.name == STEPS_DIR:
+        return pq.ParquetFile(safefs.open_below(block.parent.parent, f"{STEPS_DIR}/{block.name}/{f.name}"), **kw)
     return pq.ParquetFile(safefs.open_below(f.parent, f.name), **kw)
 
 

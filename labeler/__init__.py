@@ -27,12 +27,13 @@ import json
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from faultlab import schema, steptable
+from faultlab import safefs, schema, steptable
 from faultlab.errors import BadInput
 from faultlab.labeler import outofcore, reconcile, whatif
 from faultlab.labeler.analysis import Analysis, analyze
@@ -286,18 +287,34 @@ def _write_labels(rd: RunDir, labels: pd.DataFrame, wi: dict, cfg: LabelerConfig
     return labels
 
 
+def _work_folder(run: Path) -> str:
+    """A fresh 0700 work folder for the out-of-core labeler's memory maps: inside the
+    run folder when that is a trusted folder (:func:`faultlab.safefs.check_dir`:
+    every component from ``/`` root's or the caller's, closed to others, no symlink),
+    so that workers of a scheduler on other hosts see it; else in the caller's
+    temporary folder (``$TMPDIR``, else ``/tmp``). The maps are created and opened by
+    path, by workers in other processes: in a folder another user owns, they could
+    rename the work folder away and link its name to a folder of theirs whose map
+    names link to any file, which root would then truncate and overwrite."""
+    try:
+        safefs.check_dir(run.absolute())
+    except (safefs.UntrustedPath, OSError):
+        return tempfile.mkdtemp(prefix="faultlab-label-")
+    return tempfile.mkdtemp(prefix=".label-", dir=run)
+
+
 def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str | None, progress,
                            peer_groups: dict | None) -> pd.DataFrame:
     """:func:`label_run` of a stored steps table out of core (:mod:`.outofcore`): the
-    analysis on Dask, its arrays memory maps in a work folder beside the run (removed
-    after), then the same fusion, reconciliation and outputs."""
+    analysis on Dask, its arrays memory maps in a work folder (:func:`_work_folder`,
+    removed after), then the same fusion, reconciliation and outputs."""
     run_id = rd.run_id
     injections = rd.read_table("injections")
     host = rd.read_table("host")
     delay = host[host["metric"].astype(str) == METRIC] if len(host) else host
     del host
     client, cluster = outofcore.client_for(scheduler)
-    work = tempfile.mkdtemp(prefix=".label-", dir=rd.path)
+    work = _work_folder(rd.path)
     try:
         an, span = outofcore.analyze_out_of_core(path, cfg, workdir=work, client=client, progress=progress,
                                                 peer_groups=peer_groups)
@@ -313,9 +330,7 @@ def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str 
         wi["peer_groups"] = an.groups.summary([an.grid.component(j) for j in range(an.grid.R)])
         del an
     finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        outofcore.close(client, cluster)
         shutil.rmtree(work, ignore_errors=True)
     return _write_labels(rd, labels, wi, cfg)
 

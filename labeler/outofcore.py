@@ -51,7 +51,10 @@ from __future__ import annotations
 
 import mmap
 import os
+import shutil
 import socket
+import tempfile
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -388,19 +391,60 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: in
 # -- the run ------------------------------------------------------------------------------
 
 
+#: the HTTP routes of the embedded cluster's scheduler and workers: their health check only
+HTTP_ROUTES = {"distributed.scheduler.http.routes": ["distributed.http.health"],
+               "distributed.worker.http.routes": ["distributed.http.health"]}
+
+
+#: the scratch folder's removal of each embedded cluster that is open (by ``id``)
+_SCRATCH: dict[int, weakref.finalize] = {}
+
+
 def client_for(scheduler: str | None = None):
     """``(client, cluster)``: a Dask client of the scheduler at ``scheduler`` (or
     ``$DASK_SCHEDULER_ADDRESS``), else of an embedded ``LocalCluster`` sized to the
-    machine (``cluster`` then, to close with the client; else None)."""
+    machine (``cluster`` then; else None). Close both with :func:`close`.
+
+    The embedded cluster's scheduler and workers listen on ``127.0.0.1`` over mutual
+    TLS with a certificate made for this cluster alone (``Security.temporary()``):
+    Dask runs whatever pickled function a client sends, so any local user who reached
+    a plain TCP port of root's cluster would run code as root. Their HTTP servers
+    (which Dask starts even without a dashboard, on every address at ``:8787``) listen
+    on ``127.0.0.1`` and serve ``/health`` only (:data:`HTTP_ROUTES`): no task, path
+    or log of the labeling reaches another user or a testbed node. Its scratch folder
+    is a fresh 0700 folder of the caller's (removed with the cluster), not Dask's
+    default ``TMP/dask-scratch-space``: every Dask server puts its scratch folder first
+    on ``sys.path`` (the workers inherit it), so a user who made that shared name
+    first would have root import their modules. A scheduler given by address is
+    trusted as the labeler's own process: what it returns is unpickled."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
+    import dask
     from dask.distributed import Client, LocalCluster
+    from distributed.security import Security
 
     addr = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if addr:
         return Client(addr), None
-    cluster = LocalCluster(n_workers=max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1, processes=True,
-                           dashboard_address=None, memory_limit=0)
-    return Client(cluster), cluster
+    security = Security.temporary()
+    scratch = tempfile.mkdtemp(prefix="faultlab-dask-")
+    with dask.config.set({**HTTP_ROUTES, "temporary-directory": scratch}):  # the workers are started within: they take it too
+        cluster = LocalCluster(n_workers=max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1, processes=True,
+                               dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0", memory_limit=0,
+                               host="127.0.0.1", protocol="tls://", security=security)
+    _SCRATCH[id(cluster)] = weakref.finalize(cluster, shutil.rmtree, scratch, ignore_errors=True)  # at exit, at the latest
+    return Client(cluster, security=security), cluster
+
+
+def close(client, cluster) -> None:
+    """Close ``client`` and ``cluster`` as :func:`client_for` gave them (``cluster``
+    None: a scheduler given by address, left running) and remove the embedded
+    cluster's scratch folder."""
+    client.close()
+    if cluster is not None:
+        cluster.close()
+        remove = _SCRATCH.pop(id(cluster), None)
+        if remove is not None:
+            remove()
 
 
 def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | None = None, *, workdir: str | os.PathLike,

@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path, PurePosixPath
@@ -382,7 +381,7 @@ def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: 
 def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
     """Re-label every run of a dataset folder with this checkout's labeler and rebuild
     the folder in place: the same runs (their steps, host and injections tables as
-    stored), the same split, the same campaign files and card texts (description,
+    stored), the same split, the same campaign files (those its manifest lists) and card texts (description,
     license, note: from ``build.json``, for a dataset built before it from
     ``croissant.json`` and the card's header), new labels, ``runs.json``, card,
     ``croissant.json`` and ``MANIFEST.sha256``. Runs are read and labeled one at a
@@ -409,15 +408,33 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
     if sorted(order) != sorted(ds.run_ids("all")):
         order = ds.run_ids("all")
     with tempfile.TemporaryDirectory(prefix="faultlab-relabel-") as keep:
-        camp = []
-        if (ds.path / "campaign").is_dir():
-            for f in sorted((ds.path / "campaign").iterdir()):
-                if f.is_file():
-                    camp.append(Path(shutil.copy2(f, Path(keep) / f.name)))
+        camp = _listed_campaign_files(ds.path, Path(keep))
         runs = (_relabel_run(ds.read_run(rid)) for rid in order)
         return build(runs, ds.name, ds.path.parent, test_fraction=st["test_fraction"], seed=st["seed"], campaign_files=camp,
                      relabel=True, description=st["description"], license=st["license"],
                      source_note=st["note"] if note is None else note, force=True, split=ds.splits)
+
+
+def _listed_campaign_files(root: Path, keep: Path) -> list[Path]:
+    """Copies in ``keep`` of the dataset's campaign files that its manifest lists (those
+    :func:`manifest.require_intact` checked), each read with no link followed, only when
+    a regular file of at most ``inputfile.YAML_BYTES`` (:func:`safefs.read_below`): a
+    file the manifest does not list is not the build's and is left out, so a link
+    another user adds to ``campaign/`` never brings a file of root's into the rebuilt
+    dataset. Raises BadInput naming a listed file that cannot be read so."""
+    out = []
+    for rel in sorted(manifest.read(root)):
+        parts = PurePosixPath(rel).parts
+        if len(parts) != 2 or parts[0] != "campaign":
+            continue
+        try:
+            data = safefs.read_below(root, rel, inputfile.YAML_BYTES)
+        except (safefs.UntrustedPath, OSError) as e:
+            raise BadInput(f"{root / rel} could not be read ({getattr(e, 'reason', None) or e})", field="DATASET", fix=FIX) from None
+        dst = keep / safefs.check_name(parts[1])
+        dst.write_bytes(data)
+        out.append(dst)
+    return out
 
 
 def build_settings(path: Path) -> dict:

@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from faultlab import safefs, schema
+from faultlab import inputfile, safefs, schema
 from faultlab.datasets import registry
 from faultlab.datasets.steplabels import DATASET_LABELS, STEP_LABELS
 from faultlab.errors import BadInput, printable
@@ -119,11 +119,15 @@ FIX = "rebuild the dataset with faultlab dataset build, or restore it: faultlab 
 
 
 def _read_json(path: Path, shape_ok: Callable[[object], bool], shape: str):
-    """The JSON of the dataset file ``path`` when ``shape_ok`` accepts it. Raises
-    BadInput (field: the file's name) naming the file when it cannot be read, is not
-    JSON, nests too deeply or is too large to parse, or is not ``shape``."""
+    """The JSON of the dataset file ``path`` when ``shape_ok`` accepts it, read with no
+    link followed, only when a regular file of at most ``inputfile.JSON_BYTES``
+    (:func:`faultlab.safefs.read_below`). Raises BadInput (field: the file's name)
+    naming the file when it is a link, no regular file or larger, cannot be read, is
+    not JSON, nests too deeply or is too large to parse, or is not ``shape``."""
     try:
-        data = safefs.parse_json(path.read_bytes(), str(path))
+        data = safefs.parse_json(safefs.read_below(path.parent, path.name, inputfile.JSON_BYTES), str(path))
+    except safefs.UntrustedPath as e:
+        raise BadInput(e.reason, field=path.name, fix=FIX) from None
     except json.JSONDecodeError as e:
         raise BadInput(f"{path} is not JSON ({e})", field=path.name, fix=FIX) from None
     except UnicodeDecodeError as e:
@@ -261,16 +265,18 @@ def _check_footer(p: Path, rel: str, md: pq.FileMetaData) -> None:
 
 
 class Dataset:
-    """A dataset folder at ``path``, or the published dataset of that name
-    (:func:`faultlab.datasets.registry.find`: ``$FAULTLAB_DATASETS``, else the
-    installed package's data, then ``./datasets``).
+    """The published dataset named ``path`` when it is a bare name that one of the
+    registry's folders holds (:func:`faultlab.datasets.registry.published`:
+    ``$FAULTLAB_DATASETS``, else the installed package's data, then ``./datasets``;
+    it wins over a folder of that name in the working folder), else the dataset
+    folder at ``path``.
 
     Raises BadInput (field ``--dataset``) when the folder has no ``splits.json`` and
     no published dataset has that name, and naming the file when it is malformed
     (:func:`read_splits`)."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
+        self.path = registry.published(path) or Path(path)  # a published name over a folder of the working folder
         if not (self.path / "splits.json").is_file():
             if len(self.path.parts) == 1 and not self.path.exists():
                 self.path = registry.find(self.path)

@@ -38,7 +38,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from faultlab import schema
+from faultlab import inputfile, schema
 from faultlab.errors import BadInput
 from faultlab.importformats import REGISTRY
 from faultlab.labeler.importers import import_path, read_long, read_pai
@@ -147,9 +147,21 @@ def import_collection(fmt: str, path: str | Path) -> Collection:
         col.provenance = {**prov, "format": fmt, "folder": folder.name}
         for pattern in (*prov["truth_files"], "LICENSE"):
             for f in sorted(folder.glob(pattern)):
-                col.files[f"upstream/{f.name}"] = f.read_bytes()
+                col.files[f"upstream/{f.name}"] = _upstream_file(f, folder)
     col.files = {k: _scrub(v, path) for k, v in col.files.items()}
     return col
+
+
+def _upstream_file(f: Path, folder: Path) -> bytes:
+    """The bytes of the source's file ``f`` (its license, an answer file), read with no
+    link below ``folder``, only when a regular file of at most ``inputfile.JSON_BYTES``
+    (:func:`faultlab.inputfile.open_data`): a link another user leaves in a trace
+    folder never copies a file of root's into the dataset. Raises BadInput naming it."""
+    with inputfile.open_data(f, "--import", below=folder, limit=inputfile.JSON_BYTES) as fh:
+        data = fh.read(inputfile.JSON_BYTES + 1)
+    if len(data) > inputfile.JSON_BYTES:
+        raise BadInput(f"{f} grew past {inputfile.JSON_BYTES} bytes while read", field="--import", fix="give the trace as published")
+    return data
 
 
 def _scrub(data: bytes, path: Path) -> bytes:

@@ -86,19 +86,35 @@ def is_dataset(path: Path) -> bool:
     return (Path(path) / "splits.json").is_file()
 
 
+def is_bare_name(name: str | os.PathLike) -> bool:
+    """Whether ``name`` is a dataset name rather than a path: one component, not
+    starting with ``.`` (``./x`` and ``dir/x`` are paths)."""
+    return len(Path(name).parts) == 1 and not str(name).startswith(".")
+
+
+def published(name: str | os.PathLike) -> Path | None:
+    """``ROOT/name`` in the first of :func:`roots` that holds dataset ``name`` when
+    ``name`` is a bare name (:func:`is_bare_name`), else None. A published name wins
+    over a folder of that name in the working folder, which whoever may write there
+    can have put: ``./NAME`` names that folder."""
+    if not is_bare_name(name):
+        return None
+    for r in roots():
+        if is_dataset(r / name):
+            return r / name
+    return None
+
+
 def find(name: str | os.PathLike) -> Path:
-    """The folder of dataset ``name``: ``name`` itself when it is a dataset folder, else
-    ``ROOT/name`` in the first of :func:`roots` that has it. Raises BadInput (field
+    """The folder of dataset ``name``: :func:`published` for a bare name, else
+    ``name`` itself when it is a dataset folder. Raises BadInput (field
     ``--dataset``) naming every folder looked in."""
     p = Path(name)
+    if (hit := published(name)) is not None:
+        return hit
     if is_dataset(p):
         return p
-    tried = []
-    if len(p.parts) == 1 and not str(name).startswith("."):
-        for r in roots():
-            tried.append(str(r / p))
-            if is_dataset(r / p):
-                return r / p
+    tried = [str(r / p) for r in roots()] if is_bare_name(name) else []
     where = f"looked in {', '.join(tried)}" if tried else "it is not a dataset folder"
     if tried and not os.environ.get("FAULTLAB_DATASETS") and (why := local_problem()):
         where += f"; {why}"

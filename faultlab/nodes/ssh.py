@@ -326,6 +326,11 @@ tail -c "+$(($2 + 1))" -- "$f" | head -c "$4"
 """
 
 
+#: the end of the name of every file a host key is pinned into (``known_hosts``,
+#: ``testbed.known_hosts``)
+KNOWN_HOSTS_SUFFIX = "known_hosts"
+
+
 def load_known_hosts(keys, path: Path) -> None:
     """Add the host keys pinned in ``path`` to ``keys`` (a paramiko ``HostKeys``).
 
@@ -360,12 +365,18 @@ class _PinNew:
     opt-in only). A changed key never reaches a policy (paramiko refuses it). The line
     is appended through the file's trusted folder (made 0700 when missing), to a
     regular file of ours (made 0600) or to none: a symlink, another user's file or a
-    folder someone else can write is refused (UntrustedPath), never written through."""
+    folder someone else can write is refused (UntrustedPath), never written through.
+    The file's name must end in ``known_hosts``: an inventory someone else wrote
+    could otherwise name any file of a root folder (``/etc/sudoers``,
+    ``/etc/ld.so.preload``) and have a host key line appended to it."""
 
     def __init__(self, path: Path):
         self.path = path
 
     def missing_host_key(self, client, hostname, key):
+        if not self.path.name.endswith(KNOWN_HOSTS_SUFFIX):
+            raise safefs.UntrustedPath(str(self.path), f"is no known_hosts file (its name does not end in {KNOWN_HOSTS_SUFFIX})",
+                                       "name a known_hosts file in the inventory's known_hosts (default ~/.ssh/known_hosts)")
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
         with safefs.open_dir(self.path.parent, create=True, mode=0o700) as d:
             if d.lstat(self.path.name) is not None:

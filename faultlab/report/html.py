@@ -84,9 +84,7 @@ def write_report(path: str | Path, out: str | Path | None = None) -> Path:
     is written with no link followed (``safefs.write_file_nofollow``: a fresh
     temporary in ``out``'s folder, renamed over it).
     """
-    p = Path(path)
-    if not p.exists() and len(p.parts) == 1 and not str(path).startswith("."):
-        p = _published(str(path))
+    p = registry.published(path) or Path(path)  # a published name over a folder of the working folder
     if p.exists() and not p.is_dir():  # a scores file; a FIFO or device is refused unread (faultlab.inputfile)
         html, default = render_scores_file(p), p.with_suffix(".html")
     elif is_run_dir(p):
@@ -102,15 +100,6 @@ def write_report(path: str | Path, out: str | Path | None = None) -> Path:
     target = Path(out) if out is not None else default
     safefs.write_file_nofollow(target, html.encode("utf-8"), 0o644)
     return target
-
-
-def _published(name: str) -> Path:
-    """The folder of the published dataset ``name``; the path as given when there is
-    none of that name (the caller says it does not exist)."""
-    try:
-        return registry.find(name)
-    except BadInput:
-        return Path(name)
 
 
 # -- one run ---------------------------------------------------------------------------

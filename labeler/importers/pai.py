@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from faultlab import inputfile
 from faultlab.errors import BadInput
 from faultlab.labeler.config import make_config
 from faultlab.labeler.importers.common import ImportResult, SkipCount, numbers_or_refuse
@@ -41,7 +42,10 @@ def read_pai(path: str | Path) -> pd.DataFrame:
     parts, jobs = [], {}
     for f in files:
         try:
-            d = pd.read_csv(f)
+            with inputfile.open_data(f, "PATH", below=p if p.is_dir() else None) as fh:  # no link, FIFO or device
+                d = pd.read_csv(fh)
+        except BadInput:
+            raise
         except Exception as e:
             raise BadInput(f"{f} could not be read ({type(e).__name__}: {e})", field="PATH") from None
         missing = [c for c in PAI_COLUMNS if c not in d.columns]

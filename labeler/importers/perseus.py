@@ -67,6 +67,7 @@ import pyarrow.csv as pcsv
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from faultlab import inputfile
 from faultlab.errors import BadInput
 from faultlab.labeler.config import make_config
 from faultlab.labeler.importers.common import ImportResult, SkipCount, seconds_timestamps
@@ -177,20 +178,23 @@ def _day_files(p: Path, below: str) -> list[Path]:
     return sorted([*p.glob(below + "*.csv"), *p.glob(below + "*.csv.gz")])
 
 
-def _read_kratos(files: list[tuple[str, str, Path]]):
+def _read_kratos(files: list[tuple[str, str, Path]], below: Path):
     """One Arrow table (``cluster, host, ts, disk_id, throughput, latency``) from the
-    kratos-failslow CSV files (pyarrow.csv, one file at a time).
+    kratos-failslow CSV files (pyarrow.csv, one file at a time), each opened with no
+    link below ``below``, the folder the user named (:func:`faultlab.inputfile.open_data`).
 
     Raises BadInput naming the file for an unreadable CSV or a missing column."""
 
     parts = []
     need = ("ts", "disk_id", "throughput", "latency")
+    opts = pcsv.ConvertOptions(
+        include_columns=list(need), column_types={"disk_id": pa.string(), "ts": pa.float64(),
+                                                  "throughput": pa.float64(), "latency": pa.float64()},
+        null_values=["", "NA", "N/A", "n/a", "NaN", "nan", "null", "None"], strings_can_be_null=True)
     for cluster, host, f in files:
         try:
-            t = pcsv.read_csv(f, convert_options=pcsv.ConvertOptions(
-                include_columns=list(need), column_types={"disk_id": pa.string(), "ts": pa.float64(),
-                                                          "throughput": pa.float64(), "latency": pa.float64()},
-                null_values=["", "NA", "N/A", "n/a", "NaN", "nan", "null", "None"], strings_can_be_null=True))
+            with inputfile.open_data(f, "PATH", below=below) as fh:  # no link below the folder, no FIFO or device
+                t = pcsv.read_csv(pa.input_stream(fh, compression="gzip" if f.name.endswith(".gz") else None), convert_options=opts)
         except (pa.ArrowInvalid, KeyError, OSError) as e:
             raise BadInput(f"{f} could not be read ({type(e).__name__}: {str(e).splitlines()[0]})", field="PATH",
                            fix="a kratos-failslow day file has columns " + ", ".join(need)) from None
@@ -241,7 +245,7 @@ def read_samples(path: str | Path) -> DriveSamples:
 
     kfiles = kratos_files(path)
     if kfiles:  # the layout as upstream publishes it
-        table = _read_kratos(kfiles)
+        table = _read_kratos(kfiles, Path(path))
         names, n_rows, source = table.column_names, table.num_rows, str(Path(path))
 
         def read(col: str, dictionary: bool):
@@ -249,17 +253,22 @@ def read_samples(path: str | Path) -> DriveSamples:
             return pc.dictionary_encode(c) if dictionary else c
     else:
         f = find_file(path)
+        below = Path(path) if Path(path).is_dir() else None
         try:
-            names = pq.ParquetFile(f).schema_arrow.names
+            with inputfile.open_data(f, "PATH", below=below) as fh:  # no link, FIFO or device
+                pf = pq.ParquetFile(fh)
+                names, n_rows = pf.schema_arrow.names, pf.metadata.num_rows
+        except BadInput:
+            raise
         except Exception as e:
             raise BadInput(f"{f} is not a readable Parquet file ({e})", field="PATH") from None
-        pf = pq.ParquetFile(f)
-        n_rows, source = pf.metadata.num_rows, str(f)
+        source = str(f)
 
         def read(col: str, dictionary: bool):
             # one column at a time keeps the peak memory near one column's size
-            return pq.read_table(f, columns=[col], read_dictionary=[col] if dictionary else None, use_threads=False,
-                                 pre_buffer=False).column(col)
+            with inputfile.open_data(f, "PATH", below=below) as fh:
+                return pq.ParquetFile(fh, read_dictionary=[col] if dictionary else None, pre_buffer=False).read(
+                    columns=[col], use_threads=False).column(col)
     missing = [c for c in REQUIRED if c not in names]
     if missing:
         raise BadInput(f"{Path(source).name} misses column(s) {', '.join(missing)}", field="metrics",

@@ -91,3 +91,64 @@ def test_a_name_is_not_looked_up_in_another_users_datasets_folder(nobody_dir, tm
     shutil.copytree(SW_DATASET, mine / "datasets" / "team-ds")
     cp = fl("dataset", "info", "team-ds", env=env, cwd=mine)
     assert cp.returncode == 0, cp.stderr[-800:]
+
+
+def test_a_published_name_is_not_taken_from_a_folder_of_the_working_folder(nobody_dir, tmp_path, monkeypatch):
+    """Root in nobody's folder asks for the published ``faultlab-sw-v1`` while nobody has
+    put a forged copy of that name there, its manifest rewritten to match: root's page
+    and dataset are the published one; ``./faultlab-sw-v1`` still names nobody's."""
+    from faultlab.datasets import manifest
+    from faultlab.datasets.layout import Dataset
+
+    forged = nobody_dir / "faultlab-sw-v1"
+    shutil.copytree(SW_DATASET, forged)
+    card = forged / "README.md"
+    card.write_text(card.read_text().replace("\n# ", f"\n# {MARKER} ", 1))
+    (forged / manifest.NAME).write_text(manifest.text({f.relative_to(forged).as_posix(): manifest.sha256(f, forged)
+                                                       for f in manifest._files(forged)}))
+    give_to_nobody(nobody_dir)
+    env = {"FAULTLAB_DATASETS": ""}
+    page = tmp_path / "page.html"
+    cp = fl("report", "faultlab-sw-v1", "--out", page, env=env, cwd=nobody_dir)
+    assert cp.returncode == 0, cp.stderr[-800:]
+    assert MARKER not in page.read_text() and "NOT VERIFIED" not in page.read_text()
+    monkeypatch.chdir(nobody_dir)
+    monkeypatch.setenv("FAULTLAB_DATASETS", "")
+    assert Dataset("faultlab-sw-v1").path.resolve() == Path(SW_DATASET).resolve()
+    assert Dataset("./faultlab-sw-v1").path.resolve() == forged
+
+
+@pytest.mark.parametrize("name", ["splits.json", "runs.json"])
+@pytest.mark.parametrize("kind", ["link", "sparse"])
+def test_a_datasets_json_file_is_read_with_no_link_and_bounded(ds, secret, name, kind):
+    """splits.json and runs.json linked to a root-only file, or sparse past the 16 MiB
+    bound: root's ``dataset info`` refuses in one line naming the file, unread."""
+    if kind == "link":
+        nobody_sh('rm -f "$1/$2" && ln -s "$3" "$1/$2"', ds, name, secret)
+    else:
+        nobody_sh('truncate -s 64M "$1/$2"', ds, name)
+    cp = fl("dataset", "info", ds)
+    err = (cp.stdout + cp.stderr).strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and name in err[0], (cp.returncode, cp.stdout[-400:], cp.stderr[-800:])
+    assert ("symlink" if kind == "link" else "more than") in err[0], err[0]
+
+
+def test_relabel_copies_only_the_campaign_files_the_manifest_lists(two_runs, nobody_dir, tmp_path):
+    """nobody adds to their dataset's campaign/ a link to root's own campaign file (a
+    valid scenario holding MARKER) that the manifest does not list: root's relabel
+    rebuilds the dataset without it, and no file of it holds MARKER."""
+    private = tmp_path / "secret"
+    private.mkdir(mode=0o700)
+    root_file = private / "private.yaml"
+    root_file.write_text(f"# {MARKER}\nname: private\ntestbed: {{backend: netns, nodes: 2}}\nworkload: {{kind: ddp, duration: 5s}}\n")
+    os.chmod(root_file, 0o600)
+    campaign = SW_DATASET / "campaign" / "gc.yaml"
+    cp = fl("dataset", "build", *two_runs, "--name", "ds", "--out", nobody_dir, "--campaign-file", campaign)
+    assert cp.returncode == 0, cp.stderr[-800:]
+    ds = nobody_dir / "ds"
+    give_to_nobody(ds)
+    nobody_sh('ln -s "$2" "$1/campaign/zz-extra.yaml"', ds, root_file)
+    cp = fl("dataset", "relabel", ds)
+    assert cp.returncode == 0, cp.stderr[-800:]
+    assert sorted(p.name for p in (ds / "campaign").iterdir()) == ["gc.yaml"]
+    assert not [p for p in ds.rglob("*") if p.is_file() and not p.is_symlink() and MARKER.encode() in p.read_bytes()]

@@ -174,3 +174,24 @@ def test_run_folder_raw_step_records_link_is_refused(nobody_dir, tmp_path):
     err = cp.stderr.strip().splitlines()
     assert len(err) == 1 and "steps-0.jsonl" in err[0] and "symlink" in err[0], cp.stderr
     assert not (run / "trace.json").exists() and marker_in(run) == []
+
+
+def test_a_steps_folder_swapped_after_its_listing_is_not_read(nobody_dir, tmp_path):
+    """A partitioned steps table is listed, then its reads come later (seconds later on
+    the out-of-core labeler's workers): nobody swaps ``steps/`` for a link to root's
+    private run's ``steps/`` of the same layout between the two. The read of a listed
+    part is refused in one line naming the symlink, never root's rows."""
+    from faultlab import steptable, synthrun
+
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    synthrun.write_run(private / "run", 2, 4000, seed=2, run_id="ROOTPRIVATE", block_rows=4000)
+    synthrun.write_run(tmp_path / "run", 2, 4000, seed=1, run_id="userrun", block_rows=4000)
+    run = Path(shutil.move(tmp_path / "run", nobody_dir / "run"))
+    give_to_nobody(run)
+    listed = steptable.blocks(run / "steps")
+    assert len(listed) > 1
+    as_nobody(f'cd {run} && mv steps steps.mine && ln -s {private / "run" / "steps"} steps')
+    with pytest.raises(BadInput) as e:
+        steptable.read_lean_files(listed[0][1])
+    assert "symlink" in str(e.value) and "\n" not in str(e.value), str(e.value)

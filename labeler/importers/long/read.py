@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from faultlab import inputfile
 from faultlab.errors import BadInput
 from faultlab.labeler.importers.common import ANSWER_FILES, SkipCount, _EXACT_ANSWER_FILES, is_answer, seconds_timestamps
 
@@ -74,28 +75,35 @@ def read_long(path: str | Path) -> pd.DataFrame:
     """
     f = find_long_file(path)
     name = f.name.lower()
+    below = Path(path) if Path(path).is_dir() else None
     try:
         if name.endswith(".parquet"):
-
-            have = pq.ParquetFile(f).schema_arrow.names
+            with inputfile.open_data(f, "PATH", below=below) as fh:  # no link, FIFO or device
+                pf = pq.ParquetFile(fh)
+                have = pf.schema_arrow.names
             missing = [c for c in LONG_COLUMNS if c not in have]
             if missing:
                 raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="long",
                                fix="a long-format file has columns " + ", ".join(LONG_COLUMNS))
             cols = list(LONG_COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in have]
             strs = [c for c in ("component", "peer_group", "metric", "run_id") if c in cols]
-            df = pq.read_table(f, columns=cols, read_dictionary=strs).to_pandas()
+            with inputfile.open_data(f, "PATH", below=below) as fh:
+                df = pq.ParquetFile(fh, read_dictionary=strs).read(columns=cols).to_pandas()
         else:
-            sep = _delimiter(f)
-            head = pd.read_csv(f, nrows=0, sep=sep)
+            gz = "gzip" if name.endswith(".gz") else None
+            with inputfile.open_data(f, "PATH", below=below) as fh:  # no link, FIFO or device
+                sep = _delimiter(fh, name)
+                fh.seek(0)
+                head = pd.read_csv(fh, nrows=0, sep=sep, compression=gz)
             missing = [c for c in LONG_COLUMNS if c not in head.columns]
             if missing:
                 raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="long",
                                fix="a long-format file has columns " + ", ".join(LONG_COLUMNS)
                                + " (comma- or tab-separated)")
             cols = list(LONG_COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in head.columns]
-            df = pd.read_csv(f, usecols=cols, sep=sep, dtype={"component": "category", "peer_group": "category",
-                                                              "metric": "category"})
+            with inputfile.open_data(f, "PATH", below=below) as fh:
+                df = pd.read_csv(fh, usecols=cols, sep=sep, compression=gz,
+                                 dtype={"component": "category", "peer_group": "category", "metric": "category"})
     except BadInput:
         raise
     except Exception as e:  # a malformed file: say which, in one line
@@ -104,16 +112,13 @@ def read_long(path: str | Path) -> pd.DataFrame:
     return df
 
 
-def _delimiter(f: Path) -> str:
+def _delimiter(fh, name: str) -> str:
     """``"\\t"`` for a TSV file (named ``.tsv``/``.tab``, or a header line with tabs and
-    no commas), else ``","``."""
-    name = f.name.lower()
+    no commas), else ``","``; ``fh`` the open binary file, ``name`` its lower-case name."""
     if name.endswith((".tsv", ".tsv.gz", ".tab")):
         return "\t"
-
-    opener = gzip.open if name.endswith(".gz") else open
-    with opener(f, "rt", errors="replace") as fh:
-        first = fh.readline()
+    raw = gzip.GzipFile(fileobj=fh) if name.endswith(".gz") else fh
+    first = raw.readline(1 << 20).decode("utf-8", errors="replace")
     return "\t" if "\t" in first and "," not in first else ","
 
 

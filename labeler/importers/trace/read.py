@@ -112,8 +112,12 @@ def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
     """
 
     trace_path, meta_path = find_files(path)
+    below = Path(path) if Path(path).is_dir() else None
     try:
-        names = pq.ParquetFile(trace_path).schema_arrow.names
+        with inputfile.open_data(trace_path, "PATH", below=below) as fh:  # no link, FIFO or device
+            names = pq.ParquetFile(fh).schema_arrow.names
+    except BadInput:
+        raise
     except Exception as e:  # pyarrow raises several types for a non-Parquet file
         raise BadInput(f"{trace_path} is not a readable Parquet file ({e})", field="PATH") from None
     missing = [c for c in TRACE_COLUMNS if c not in names]
@@ -121,7 +125,8 @@ def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
         raise BadInput(f"{trace_path.name} misses column(s) {', '.join(missing)}", field="trace",
                        fix=f"a straggler trace has columns {', '.join(TRACE_COLUMNS)}")
     try:
-        df = pq.read_table(trace_path, columns=list(TRACE_COLUMNS)).to_pandas()
+        with inputfile.open_data(trace_path, "PATH", below=below) as fh:
+            df = pq.ParquetFile(fh).read(columns=list(TRACE_COLUMNS)).to_pandas()
     except Exception as e:  # a damaged body behind an intact footer: pyarrow raises OSError or ArrowInvalid
         raise BadInput(f"{trace_path} is not a readable Parquet file ({e})", field="PATH",
                        fix="give the trace as published, undamaged") from None

@@ -1,0 +1,97 @@
+"""No other local user can run code through the Dask cluster root's out-of-core
+labeler starts: Dask runs whatever pickled function a client sends, so a scheduler
+reachable over plain TCP on 127.0.0.1 would run another user's code as root.
+
+Root starts the embedded cluster as ``faultlab label --out-of-core`` does
+(:func:`faultlab.labeler.outofcore.client_for`); ``nobody`` (uid 65534, ``setpriv``,
+the same Python and Dask) connects to its scheduler's port over TCP and over TLS with
+a certificate of its own and asks the scheduler to write a file. Both must be
+refused and no file written; root's own client still computes, and every socket the
+cluster listens on (its HTTP servers too) is on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+psutil = pytest.importorskip("psutil", reason="psutil comes with dask.distributed")
+
+from faultlab.labeler import outofcore
+from tests.helpers import ROOT, as_nobody, nobody_sh
+
+pytest.importorskip("distributed", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
+pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root (to act as nobody) and setpriv")
+
+ATTACK = '''
+import sys
+from distributed import Client
+from distributed.security import Security
+port, out = sys.argv[1], sys.argv[2]
+def own():
+    open(out, "w").write("ran as root")
+for proto in ("tcp", "tls"):
+    try:
+        c = Client(f"{proto}://127.0.0.1:{port}", timeout=20, security=Security.temporary() if proto == "tls" else None)
+    except Exception as e:
+        print(proto, "refused:", type(e).__name__)
+        continue
+    c.run_on_scheduler(own)
+    print(proto, "ran")
+'''
+
+
+def test_another_user_cannot_use_roots_label_cluster(nobody_dir):
+    client, cluster = outofcore.client_for()
+    try:
+        port = urlsplit(client.scheduler.address).port
+        out = nobody_dir / "pwned"
+        cp = as_nobody([sys.executable, "-c", ATTACK, str(port), str(out)], env={"HOME": str(nobody_dir)}, timeout=120)
+        assert not out.exists(), cp.stdout + cp.stderr[-800:]
+        assert "tcp refused" in cp.stdout and "tls refused" in cp.stdout, cp.stdout + cp.stderr[-800:]
+        assert client.submit(sum, [1, 2, 3]).result() == 6
+        me = psutil.Process()
+        listening = [(p.pid, c.laddr) for p in [me, *me.children(recursive=True)]
+                     for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+        assert listening and all(a.ip == "127.0.0.1" for _, a in listening), listening
+    finally:
+        outofcore.close(client, cluster)
+
+
+@pytest.fixture
+def shared():
+    """A root-owned sticky folder open to all (1777) under /tmp, removed afterwards."""
+    d = Path(tempfile.mkdtemp(prefix="fl-shared-"))
+    os.chmod(d, 0o1777)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_roots_label_cluster_imports_nothing_from_a_shared_scratch_folder(shared, monkeypatch):
+    """Dask's default scratch folder is ``TMP/dask-scratch-space`` and every Dask server
+    puts its scratch folder first on ``sys.path`` (its workers inherit it). nobody
+    makes that name first in a shared sticky folder (root's, 1777: the stand-in for
+    ``/tmp``, root's temporary folder here) with a package ``faultlab`` that leaves a
+    mark when imported. Root's cluster computes a faultlab function on a worker: no
+    mark, and nothing of the cluster is left in the shared folder."""
+    mark = shared / "imported-as"
+    nobody_sh('mkdir -m 0777 "$1/dask-scratch-space" && mkdir "$1/dask-scratch-space/faultlab" && '
+              'printf "import os\\nopen(\\"%s\\", \\"w\\").write(str(os.getuid()))\\n" "$2" > "$1/dask-scratch-space/faultlab/__init__.py"',
+              shared, mark)
+    monkeypatch.setenv("TMPDIR", str(shared))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    client, cluster = outofcore.client_for()
+    try:
+        assert client.submit(outofcore.halo_steps, outofcore.labeler_config(None)).result() > 0
+    finally:
+        outofcore.close(client, cluster)
+    assert not mark.exists(), mark.read_text()
+    assert sorted(p.name for p in shared.iterdir()) == ["dask-scratch-space"]
