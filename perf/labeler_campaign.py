@@ -21,8 +21,9 @@ must label and what the evaluation counts. It then reports, against those that d
   floor (:func:`claim_impact`; ``event_precision_strict`` counts these as false
   positives), or it is confounded. An injection that slowed the job is recalled
   when a label claims it. The same precision per label is shown beside;
-- localization Acc@1 per fault type: the injected component (the rank for faults on a
-  rank; the node for nic-slow) is the label's component, or for a job label the
+- localization Acc@1 per fault type: the injected component (:func:`wanted_component`:
+  the rank of a fault or knob on a rank; one of the ranks, or the job, for a knob on
+  several ranks; the node for nic-slow) is the label's component, or for a job label the
   culprit it names (for a fault on a rank only that rank's labels can claim it, so
   its Acc@1 is 1 by construction); beside it ``acc_at_1_telemetry``, the share
   whose rank the step timings named, i.e. not only the injection record
@@ -73,7 +74,24 @@ BLOCK_S = 1.0
 #: steps per block of the baseline's time ratio, at least
 BLOCK_STEPS = 20
 
-RANK_TYPES = {"cpu-contention", "process-pause", "gc-storm", "io-slow", "mem-bw"}
+
+
+def wanted_component(r) -> str:
+    """The component a label must name to locate injection ``r`` (an injections row):
+    its rank (``rank:N``), its ranks (``ranks:A,B,..``: a workload knob in force on
+    several ranks), else its node (``node:NAME``: a link fault names an interface)."""
+    t = str(r.target or "")
+    return t if t.startswith(("rank:", "ranks:")) else f"node:{r.node}"
+
+
+def located(component, want: str) -> bool:
+    """Whether a label's ``component`` (a job label's culprit where it names one)
+    locates an injection whose :func:`wanted_component` is ``want``: the same
+    component, or for a knob on several ranks one of them or the job (each of those
+    ranks straggles in turn, so the job is the straggler's honest name)."""
+    if want.startswith("ranks:"):
+        return component == "job" or component in {f"rank:{k}" for k in want.split(":", 1)[1].split(",")}
+    return component == want
 
 
 def _job_step(steps: pd.DataFrame) -> pd.DataFrame:
@@ -237,7 +255,7 @@ def evaluate_run(run_dir: Path) -> dict:
     for r in inj.itertuples():
         impact, impact_pre10, impact_median = job_impact(js, inj, r)
         first_step = int(js[js.t >= r.start_ts].step.min()) if (js.t >= r.start_ts).any() else -1
-        want = r.target if r.fault_type in RANK_TYPES else f"node:{r.node}"
+        want = wanted_component(r)
         hits = _claims(labels, r.fault_id)
         comp = None
         onset = None
@@ -436,10 +454,10 @@ def summarize(runs: list[dict]) -> dict:
     acc = {}
     for t in sorted({i["type"] for i in slowed}):
         xs = [i for i in slowed if i["type"] == t and i["labeled"]]
-        acc[t] = {"acc_at_1": float(np.mean([i["component"] == i["want"] for i in xs])) if xs else float("nan"), "n": len(xs),
+        acc[t] = {"acc_at_1": float(np.mean([located(i["component"], i["want"]) for i in xs])) if xs else float("nan"), "n": len(xs),
                   "n_slowed": sum(1 for i in slowed if i["type"] == t),
                   # the same, counting a component only the injection record named as wrong
-                  "acc_at_1_telemetry": float(np.mean([i["component"] == i["want"] and i.get("located_by") != "injection"
+                  "acc_at_1_telemetry": float(np.mean([located(i["component"], i["want"]) and i.get("located_by") != "injection"
                                                        for i in xs])) if xs else float("nan"),
                   "located_by_injection": sum(1 for i in xs if i.get("located_by") == "injection")}
     onsets = [abs(i["onset_steps"]) for i in slowed if i["onset_steps"] is not None]

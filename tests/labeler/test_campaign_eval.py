@@ -213,3 +213,13 @@ def test_a_chunk_keeps_ctrl_c_a_keyboard_interrupt():
             "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n")
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert got.stdout.strip() == "True", got.stderr
+
+
+def test_a_knob_on_several_ranks_is_located_by_one_of_them_or_the_job_and_a_rank_fault_by_its_rank():
+    row = lambda target, node="n2": pd.Series({"target": target, "node": node})  # noqa: E731
+    assert lc.wanted_component(row("rank:2")) == "rank:2"  # a fault or a slow shard on one rank
+    assert lc.wanted_component(row("fleth0")) == "node:n2"  # a link fault names the interface
+    want = lc.wanted_component(row("ranks:0,1,2,3"))  # sequence-length imbalance, uncoordinated GC
+    assert all(lc.located(c, want) for c in ["job", "rank:0", "rank:3"])
+    assert not lc.located("rank:4", want) and not lc.located("node:n2", want)
+    assert lc.located("rank:2", "rank:2") and not lc.located("job", "rank:2") and not lc.located("rank:1", "rank:2")
