@@ -320,6 +320,23 @@ def deadline_now(fault_id: str, folder: Path | None = None) -> None:
     ((folder or lease_dir()) / f"{fault_id}.deadline").write_text(str(int(time.time())))
 
 
+def end_leases_now(within_s: float) -> list[str]:
+    """Every lease of this session's folder (a SIGKILLed controller's, which nobody
+    renews any more) moved to end now (:func:`deadline_now`), once it is checked that
+    each would have ended by itself within ``within_s`` seconds from now (its renewed
+    deadline, else its record's); returns their ids."""
+    d, now, ids = lease_dir(), time.time(), []
+    for rec in sorted(d.glob("*.json")):
+        if rec.name.startswith("."):  # a writer's temporary
+            continue
+        renewed = d / f"{rec.stem}.deadline"
+        deadline = int(renewed.read_text()) if renewed.exists() else json.loads(rec.read_text())["deadline_ts"]
+        assert deadline <= now + within_s, f"lease {rec.stem} would run {deadline - now:.0f}s more by itself, over {within_s:g}s"
+        deadline_now(rec.stem)
+        ids.append(rec.stem)
+    return ids
+
+
 def faultlab_procs(lease: str | None = None) -> set[str]:
     """faultlab's own processes (watchdogs, pause loops, stress workers) started with
     FAULTLAB_LEASE_DIR=``lease`` (default: this session's). Not the short-lived children

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from faultlab.nodes.docker_testbed import DockerTestbed
-from tests.helpers import FL, deadline_now, docker_residue, docker_testbed
+from faultlab.runner import TESTBED_LEASE_S
+from tests.helpers import FL, deadline_now, docker_residue, docker_testbed, end_leases_now
 
 
 pytestmark = pytest.mark.root
@@ -297,6 +298,10 @@ def test_sigkill_of_the_runner_on_docker_nodes_run_readable_nothing_left(dockerd
     steps = rd.read_table("steps")
     assert sorted(steps["rank"].unique()) == [0, 1] and steps.groupby("rank").size().min() > 20
     assert sorted(steps.node.unique()) == ["n0", "n1"]
+    # the testbed's lease (here; the fault's is the node's) would end within
+    # TESTBED_LEASE_S by itself: now
+    ids = end_leases_now(TESTBED_LEASE_S + 1)
+    assert any(i.startswith("testbed-") for i in ids), ids
     end = time.time() + 120
     while time.time() < end and docker_residue(dockerd) - before:
         time.sleep(1)

@@ -16,7 +16,8 @@ import pytest
 
 from faultlab.errors import BadInput
 from faultlab.scenario import Campaign, Scenario, load
-from tests.helpers import EXAMPLE_CAMPAIGN, FL, REPO, fl, fl_many, needs_root, one_line_error, residue
+from faultlab.runner import TESTBED_LEASE_S
+from tests.helpers import EXAMPLE_CAMPAIGN, FL, REPO, end_leases_now, fl, fl_many, needs_root, one_line_error, residue
 
 
 GOOD = """\
@@ -184,8 +185,11 @@ def test_sigkill_of_runner_leaves_readable_incomplete_run_and_no_faults(tmp_path
     assert any(e["event"] == "inject" for e in rd.events())
     inj = rd.read_table("injections")
     assert len(inj) >= 1 and inj.iloc[0].fault_type == "nic-slow" and inj.iloc[0].status in ("expired", "reverted")
-    # the fault ends by its lease (6 s + 15 s grace), the testbed by its own lease
-    # (its deadline is the run's expected end), the ranks by their own duration
+    # the fault ends by its lease (6 s + 15 s grace after the inject), the testbed by its
+    # own (TESTBED_LEASE_S after the runner last renewed it; its teardown ends the ranks):
+    # each lease still there is checked to end within that by itself, then moved to now
+    ids = end_leases_now(TESTBED_LEASE_S + 1)
+    assert any(i.startswith("testbed-") for i in ids), ids
     end = time.time() + 150
     while time.time() < end and residue() != before:
         time.sleep(1)
