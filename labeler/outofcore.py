@@ -388,18 +388,44 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: in
 # -- the run ------------------------------------------------------------------------------
 
 
+#: dask settings of the embedded cluster: no statistical profiler of the tasks (a
+#: sample every 10 ms, for the dashboard, which is off), the event loop's
+#: responsiveness tick every 500 ms instead of 20 ms, the memory and system monitors
+#: every second or two: at dask's defaults an idle worker process and the scheduler
+#: each use about 2% of a core, counted against a labeling that waits on its slowest
+#: pass; with these, a quarter of that
+CLUSTER_CONFIG = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "500ms",
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.admin.system-monitor.interval": "2s",
+}
+
+
+def local_cluster(n_workers: int | None = None):
+    """An embedded ``LocalCluster`` of ``n_workers`` worker processes (default: one per
+    core, at most 4) of one thread each, no dashboard, no memory limit (the passes'
+    memory is bounded by their chunks), :data:`CLUSTER_CONFIG`'s settings."""
+    # dask is an optional, heavy dependency: imported only when a run is labeled out of core
+    import dask
+    from dask.distributed import LocalCluster
+
+    with dask.config.set(CLUSTER_CONFIG):  # read as the scheduler and workers start
+        return LocalCluster(n_workers=n_workers or max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1,
+                            processes=True, dashboard_address=None, memory_limit=0)
+
+
 def client_for(scheduler: str | None = None):
     """``(client, cluster)``: a Dask client of the scheduler at ``scheduler`` (or
-    ``$DASK_SCHEDULER_ADDRESS``), else of an embedded ``LocalCluster`` sized to the
-    machine (``cluster`` then, to close with the client; else None)."""
+    ``$DASK_SCHEDULER_ADDRESS``), else of an embedded cluster (:func:`local_cluster`)
+    sized to the machine (``cluster`` then, to close with the client; else None)."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
-    from dask.distributed import Client, LocalCluster
+    from dask.distributed import Client
 
     addr = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if addr:
         return Client(addr), None
-    cluster = LocalCluster(n_workers=max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1, processes=True,
-                           dashboard_address=None, memory_limit=0)
+    cluster = local_cluster()
     return Client(cluster), cluster
 
 

@@ -8,15 +8,16 @@ each with two sorts of the ``(C, window)`` trailing window; at ``block`` = 5 and
 ``window`` = 50 every value is sorted ten times, and a numpy call per block costs
 more than its work when ``C`` is small (the job series) or the run long.
 
-Method: each series is walked once. Its window is kept sorted as it slides (the
-values that leave are taken out, those that come in put in by binary search; a
-value is NaN'd, if flagged, before it enters, so the sorted window never changes
-after the fact); the median is read at the middle positions; the MAD is the
-``lo``-th and ``hi``-th smallest of ``|x - median|``, read by merging the two sides
-of the median outward (each side's distances are sorted already). Every quantity
-is computed in the dtype the vectorized version uses (the median of two middle
-values in float64, then cast; thresholds, noise floors and comparisons in the
-series' dtype), so the results are the same numbers.
+Method: each series is walked once. Its window is kept sorted as it slides (a
+value that leaves and one that comes in swap places, the values between them
+shifted by one; a place is found by counting the values below, a loop without
+branches; a value is NaN'd, if flagged, before it enters, so the sorted window
+never changes after the fact); the median is read at the middle positions; the
+MAD is the ``lo``-th and ``hi``-th smallest of ``|x - median|``, found by a binary
+search over the two sides of the median (each side's distances are sorted
+already). Every quantity is computed in the dtype the vectorized version uses (the
+median of two middle values in float64, then cast; thresholds, noise floors and
+comparisons in the series' dtype), so the results are the same numbers.
 
 numba is an optional dependency (the ``scale`` extra): this module imports it,
 and is itself imported only where numba is installed
