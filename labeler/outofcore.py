@@ -65,7 +65,8 @@ from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.flagruns import FlagRuns, chunk_runs
 from faultlab.labeler.grid import StepGrid
 from faultlab.labeler.peergroups import PeerGroups, assign_groups, calm_rows, calm_scores, sample_rows
-from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median, nanmedian, trailing_baseline_from, trailing_baseline_t
+from faultlab.labeler.stats import (MAD_TO_SIGMA, compiled_walk, loo_median, median, nanmedian, trailing_baseline_from,
+                                    trailing_baseline_t)
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
 from faultlab.labeler.whatif import simulate, simulate_job, step_top
@@ -371,13 +372,15 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: in
     ``a`` a multiple of ``temporal_block_steps``, ``before`` what the chunk before of the
     same ranks returned, None for the first); returns ``(state after b, flag runs)``
     (:func:`~faultlab.labeler.flagruns.chunk_runs`). Each rank's series is its own
-    recurrence: strips of ranks run in parallel."""
+    recurrence: strips of ranks run in parallel; whether the walk runs compiled is
+    decided by the strip's whole series (:func:`~faultlab.labeler.stats.compiled_walk`),
+    not by a chunk's."""
     maps = _Maps(Path(folder), S, R, sync)
     Xt = np.ascontiguousarray(maps.open("compute", "r")[a:b, c0:c1].T)
     base, sig, flags, state = trailing_baseline_from(
         Xt, a, before[0] if before is not None else None, window=config.temporal_window_steps,
         min_valid=config.temporal_min_valid_steps, threshold=config.temporal_threshold, mad_k=config.mad_k,
-        block=config.temporal_block_steps)
+        block=config.temporal_block_steps, compiled=compiled_walk((c1 - c0) * S, S))
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = Xt / base
     for name, v in (("rank_base", base), ("rank_sigma", sig), ("rank_ratio", ratio)):
@@ -450,7 +453,7 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     folder.mkdir(parents=True, exist_ok=True)
     stored = [[str(f) for f in fs] for _, fs in steptable.blocks(path)]
     note = progress or (lambda *a: None)
-    scans = client.gather(client.map(_scan_block, stored, pure=False))
+    scans = _wait(client, client.map(_scan_block, stored, pure=False), note, "scan")
     steps = np.unique(np.concatenate([s["steps"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     ranks = np.unique(np.concatenate([s["ranks"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     S, R = int(steps.size), int(ranks.size)
@@ -481,7 +484,8 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     off = _clock_offsets(maps, job_step)
     ch = chunk_rows(cfg, R)
     spans = [(a, min(S, a + ch)) for a in range(0, S, ch)]
-    tt = client.gather([client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False, sync=maps.sync) for a, b in spans])
+    tt = _wait(client, [client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False, sync=maps.sync)
+                        for a, b in spans], note, "clocks")
     grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
     calm = calm_rows(grid.compute, int(cfg.temporal_window_steps), sample=maps.rows("compute", sample_rows(S)),
                      scores=lambda run_med: _calm_scores(client, maps, run_med, int(cfg.temporal_window_steps), spans))
@@ -491,8 +495,8 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
         grid.regroup(pg.groups)
     names, gidx, cols = grid.peer_groups()
     maps.create("peer_median", np.float32)
-    gm = client.gather([client.submit(_peer_medians, str(folder), S, R, a, b, cols, len(names), pure=False, sync=maps.sync)
-                        for a, b in spans])
+    gm = _wait(client, [client.submit(_peer_medians, str(folder), S, R, a, b, cols, len(names), pure=False, sync=maps.sync)
+                        for a, b in spans], note, "peer medians")
     med = np.concatenate([m for m, _, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.float32)
     cnt = np.concatenate([c for _, c, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
     top = np.concatenate([t for _, _, t in gm]) if gm else np.zeros(0)
@@ -536,9 +540,10 @@ def _wait(client, futures: list, note, what: str) -> list:
     from dask.distributed import as_completed
 
     for i, f in enumerate(as_completed(futures), 1):
-        f.result()
+        if f.status == "error":
+            f.result()  # raises the task's error
         note(i, len(futures), what)
-    return [f.result() for f in futures]
+    return client.gather(futures)
 
 
 def _strips(R: int, n: int) -> list[tuple[int, int]]:

@@ -307,7 +307,7 @@ def trailing_baseline_t(
 #: compiled (:mod:`faultlab.labeler.trailingjit`) where numba is installed: below, the
 #: import and the kernel's load cost more than the walk
 COMPILED_CELLS = 1 << 20
-COMPILED_STEPS = 1 << 12
+COMPILED_STEPS = 1 << 15
 
 
 def compiled_walk(cells: int, steps: int) -> bool:
