@@ -388,6 +388,22 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: in
     return state, chunk_runs(flags, c0, a)
 
 
+def _job_temporal(xj: np.ndarray, config: LabelerConfig, strip_cells: int) -> tuple:
+    """The job step time's trailing baseline, sigma and flags (``(S,)`` each, capped as
+    :func:`~faultlab.labeler.views.temporal.temporal_view` caps them), on a worker:
+    the walk runs compiled where the ranks' strips of ``strip_cells`` cells do (the
+    worker has the kernel loaded for them; the controller loads nothing), whatever
+    the series' own length."""
+    S = xj.shape[0]
+    base, sig, flags = trailing_baseline_t(
+        xj[None, :], window=config.temporal_window_steps, min_valid=config.temporal_min_valid_steps,
+        threshold=config.temporal_threshold, mad_k=config.mad_k, block=config.temporal_block_steps,
+        compiled=compiled_walk(max(strip_cells, S), S))
+    if S:
+        _cap_job_baseline(xj, base[0], sig[0], flags[0], config)
+    return base[0], sig[0], flags[0]
+
+
 # -- the run ------------------------------------------------------------------------------
 
 
@@ -606,27 +622,27 @@ def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cn
 
 
 def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> TemporalView:
-    """:func:`~faultlab.labeler.views.temporal.temporal_view`: the job series in
-    memory, the ranks' chunk by chunk in step order with the carried state."""
+    """:func:`~faultlab.labeler.views.temporal.temporal_view`: the ranks' chunk by
+    chunk in step order with the carried state, the job series (``(S,)``) whole in
+    one more task (:func:`_job_temporal`)."""
     dt = grid.compute.dtype
-    xj = np.asarray(grid.job_step, dtype=dt)[None, :]
-    jb, js, jf = trailing_baseline_t(xj, window=cfg.temporal_window_steps, min_valid=cfg.temporal_min_valid_steps,
-                                     threshold=cfg.temporal_threshold, mad_k=cfg.mad_k, block=cfg.temporal_block_steps)
-    if grid.S:
-        _cap_job_baseline(xj[0], jb[0], js[0], jf[0], cfg)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        jr = xj[0] / jb[0]
+    xj = np.asarray(grid.job_step, dtype=dt)
     for name in ("rank_base", "rank_sigma", "rank_ratio"):
         maps.create(name, dt, by_rank=True)
+    strips = _strips(maps.R, sum(client.nthreads().values()))
+    job = client.submit(_job_temporal, xj, cfg, max(c1 - c0 for c0, c1 in strips) * maps.S if strips else 0, pure=False)
     chunks = []
-    for c0, c1 in _strips(maps.R, sum(client.nthreads().values())):
+    for c0, c1 in strips:
         state = None
         for a, b in spans:  # a recurrence in step order: each chunk waits for the state before it
             state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, c0, c1, state, cfg, pure=False,
                                   sync=maps.sync)
             chunks.append(state)
     done = _wait(client, chunks, note, "temporal view")
-    return TemporalView(job_base=jb[0], job_sigma=js[0], job_ratio=jr, job_flag=jf[0],
+    jb, js, jf = job.result()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        jr = xj / jb
+    return TemporalView(job_base=jb, job_sigma=js, job_ratio=jr, job_flag=jf,
                         rank_base=maps.view("rank_base").T, rank_sigma=maps.view("rank_sigma").T,
                         rank_ratio=maps.view("rank_ratio").T,
                         rank_flag=FlagRuns.from_chunks(maps.S, maps.R, [runs for _, runs in done]))

@@ -291,15 +291,16 @@ def _window_stats(win: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray |
 
 
 def trailing_baseline_t(
-    Xt: np.ndarray, *, window: int, min_valid: int, threshold: float, mad_k: float, block: int
+    Xt: np.ndarray, *, window: int, min_valid: int, threshold: float, mad_k: float, block: int,
+    compiled: bool | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`trailing_baseline` on the transposed layout: ``Xt`` ``(C, S)`` (a series
     per row, time along the contiguous axis), float32 or float64. Returns ``(C, S)``
     baseline, sigma (dtype of ``Xt``) and flags (bool): :func:`trailing_baseline_from`
-    over the whole series at once.
+    over the whole series at once (``compiled`` as there).
     """
     base, sig, flags, _ = trailing_baseline_from(Xt, 0, None, window=window, min_valid=min_valid, threshold=threshold,
-                                                 mad_k=mad_k, block=block)
+                                                 mad_k=mad_k, block=block, compiled=compiled)
     return base, sig, flags
 
 
