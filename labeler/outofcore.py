@@ -200,9 +200,11 @@ def _scan_block(files: list[str]) -> dict:
 
 def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks: np.ndarray, steps: np.ndarray,
                 sync: bool = False) -> dict:
-    """Write one stored block's dense arrays into the memory maps at rows ``row0..``;
-    return its job step time per step, each rank's first and last start time, its
-    run id and its ranks' node and peer group (first seen in the block)."""
+    """Write one stored block's dense arrays into the memory maps at rows ``row0..``
+    (``ranks`` the run's, ``steps`` the block's own, both ascending: the run's steps
+    would be sent to every block, the run's size again at each); return its job step
+    time per step, each rank's first and last start time, its run id and its ranks'
+    node and peer group (first seen in the block)."""
     frame = steptable.read_lean_files([Path(f) for f in files])
     check_recorded_steps(frame, Path(files[0]).parent.name if len(files) else steptable.STEPS_FILE)
     d = dense_steps(frame)
@@ -213,7 +215,7 @@ def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks:
     del frame, t, end
     cols = np.searchsorted(ranks, d.ranks)
     every = cols.size == R  # every rank of the run in the block: its arrays are the rows as they are
-    rows = row0 + np.searchsorted(steps[row0:], d.steps)
+    rows = row0 + np.searchsorted(steps, d.steps)
     n = d.steps.size
     maps = _Maps(Path(folder), S, R, sync)
     out = {"rows": (int(rows[0]), int(rows[-1]) + 1) if n else (row0, row0), "span": span, "run_id": d.run_id,
@@ -479,8 +481,11 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
             (("dataloader", np.float32),) if has_loader else ()):
         maps.create(name, dt)  # every step's row is written by the block that holds the step
     row0 = [int(np.searchsorted(steps, sc["steps"][0])) if sc["steps"].size else 0 for sc in scans]
+    for sc, r0 in zip(scans, row0):
+        k = sc["steps"].size
+        assert k == 0 or int(np.searchsorted(steps, sc["steps"][-1])) - r0 + 1 == k, "a stored block holds a step range"
     fills = client.map(_fill_block, stored, [str(folder)] * len(stored), [S] * len(stored), [R] * len(stored), row0,
-                       [ranks] * len(stored), [steps] * len(stored), pure=False, sync=maps.sync)
+                       [ranks] * len(stored), [sc["steps"] for sc in scans], pure=False, sync=maps.sync)
     filled = []
     for i, f in enumerate(fills):
         filled.append(f.result())
