@@ -634,14 +634,17 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
     xj = np.asarray(grid.job_step, dtype=dt)
     for name in ("rank_base", "rank_sigma", "rank_ratio"):
         maps.create(name, dt, by_rank=True)
-    strips = _strips(maps.R, sum(client.nthreads().values()))
+    threads = [w for w, n in sorted(client.nthreads().items()) for _ in range(n)]
+    strips = _strips(maps.R, len(threads))
     job = client.submit(_job_temporal, xj, cfg, max(c1 - c0 for c0, c1 in strips) * maps.S if strips else 0, pure=False)
     chunks = []
-    for c0, c1 in strips:
+    for (c0, c1), w in zip(strips, threads):
         state = None
         for a, b in spans:  # a recurrence in step order: each chunk waits for the state before it
+            # each chain on a thread of its own (the scheduler would put a chain where the first chunk
+            # of another ran: the strips one after the other); elsewhere if that worker is gone
             state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, c0, c1, state, cfg, pure=False,
-                                  sync=maps.sync)
+                                  sync=maps.sync, workers=[w], allow_other_workers=True)
             chunks.append(state)
     done = _wait(client, chunks, note, "temporal view")
     jb, js, jf = job.result()
