@@ -30,12 +30,15 @@ carries from one to the next):
    current baseline and noise per rank) is carried from chunk to chunk; chunks are
    multiples of ``temporal_block_steps`` rows and the first holds the warm-up window.
    Each rank is its own recurrence: one chain of chunks per strip of ranks, as many
-   strips as the cluster has worker threads, run in parallel; the flags come back as
-   runs per rank too.
+   strips as the cluster has worker threads, each on a thread of its own, run in
+   parallel (the walk compiled, :mod:`~faultlab.labeler.trailingjit`, where numba is
+   installed); the flags come back as runs per rank too.
 
 The ``(S,)`` job series (step time, what-if step time, the job's temporal view, the
 sustained job rule) are small at any size and are computed in memory as in
-:func:`~faultlab.labeler.analysis.analyze`. Fusion and reconciliation then run on the
+:func:`~faultlab.labeler.analysis.analyze` (the job's temporal view in one task, on a
+worker that has the compiled walk loaded for the ranks' strips). Fusion and
+reconciliation then run on the
 :class:`~faultlab.labeler.analysis.Analysis` whose arrays are the memory maps and
 whose flags are :class:`~faultlab.labeler.flagruns.FlagRuns`: the controller reads
 a few rank series and the rows of the labels' intervals, a block at a time, never a
@@ -561,7 +564,7 @@ def _wait(client, futures: list, note, what: str) -> list:
     from dask.distributed import as_completed
 
     for i, f in enumerate(as_completed(futures), 1):
-        if f.status == "error":
+        if f.status != "finished":
             f.result()  # raises the task's error
         note(i, len(futures), what)
     return client.gather(futures)
