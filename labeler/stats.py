@@ -7,6 +7,7 @@ preceding window with flagged values left out, a MAD noise floor).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import numpy as np
@@ -313,8 +314,22 @@ COMPILED_STEPS = 1 << 15
 
 def compiled_walk(cells: int, steps: int) -> bool:
     """Whether a trailing-baseline walk of ``cells`` values (``steps`` per series) runs
-    compiled: long enough, and numba installed."""
-    return (cells >= COMPILED_CELLS or steps >= COMPILED_STEPS) and importlib.util.find_spec("numba") is not None
+    compiled: long enough, and numba installed and importable."""
+    return (cells >= COMPILED_CELLS or steps >= COMPILED_STEPS) and _kernel_importable()
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel_importable() -> bool:
+    """Whether :mod:`faultlab.labeler.trailingjit` imports (numba installed, and built
+    for this numpy)."""
+    if importlib.util.find_spec("numba") is None:
+        return False
+    try:
+        # numba is optional and heavy: imported once a walk is long enough to use it
+        from faultlab.labeler import trailingjit  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def trailing_baseline_from(
