@@ -196,7 +196,7 @@ class _BlockProgress:
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                 console=self.con, transient=False)
             self.bar.start()
-            self.task = self.bar.add_task("read", total=total)
+            self.task = self.bar.add_task(what, total=total)
         self.bar.update(self.task, completed=done, total=total, description=what)
 
     def __exit__(self, *exc) -> None:

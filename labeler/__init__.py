@@ -196,7 +196,7 @@ def read_steps(path: str | os.PathLike) -> pd.DataFrame:
 
 
 def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None = None, out_of_core: bool | None = None,
-              scheduler: str | None = None, progress=None,
+              scheduler: str | None = None, client=None, progress=None,
               peer_groups: dict | None = None) -> pd.DataFrame:
     """Label one run directory: read ``steps`` (with :func:`read_steps` when
     ``steps.parquet`` or ``steps/`` exists, else the raw telemetry through
@@ -212,8 +212,9 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     A stored table of :data:`faultlab.labeler.outofcore.IN_MEMORY_ROWS` rank-steps or
     more (or any, with ``out_of_core=True``; never, with False) is labeled out of
     core on Dask (:mod:`faultlab.labeler.outofcore`: the scheduler at ``scheduler``
-    or ``$DASK_SCHEDULER_ADDRESS``, else an embedded LocalCluster), with the same
-    labels; ``progress(done, total, what)`` is called as its blocks finish.
+    or ``$DASK_SCHEDULER_ADDRESS``, else an embedded LocalCluster; or ``client``, a
+    ``dask.distributed.Client`` the caller keeps open), with the same labels;
+    ``progress(done, total, what)`` is called as its blocks finish.
 
     The two files are written together (:func:`faultlab.rundir.write_together`): both
     to temporary files first, then renamed; when one cannot be written, neither is
@@ -248,7 +249,7 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
                        fix="give a run directory made by faultlab run or faultlab demo")
     run_id = rd.run_id  # reads meta.json: a bad one is named before any work
     if p.exists() and (out_of_core or (out_of_core is None and steptable.count_rows(p) >= outofcore.IN_MEMORY_ROWS)):
-        return _label_run_out_of_core(rd, p, cfg, scheduler, progress, peer_groups)
+        return _label_run_out_of_core(rd, p, cfg, scheduler, client, progress, peer_groups)
     steps = read_steps(p) if p.exists() else rd.read_table("steps")  # a fresh frame of our own
     check_recorded_steps(steps, (p if p.exists() else rd.telemetry_dir()).name)
     injections = rd.read_table("injections")
@@ -303,7 +304,7 @@ def _work_folder(run: Path) -> str:
     return tempfile.mkdtemp(prefix=".label-", dir=run)
 
 
-def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str | None, progress,
+def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str | None, client, progress,
                            peer_groups: dict | None) -> pd.DataFrame:
     """:func:`label_run` of a stored steps table out of core (:mod:`.outofcore`): the
     analysis on Dask, its arrays memory maps in a work folder (:func:`_work_folder`,
@@ -313,7 +314,9 @@ def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str 
     host = rd.read_table("host")
     delay = host[host["metric"].astype(str) == METRIC] if len(host) else host
     del host
-    client, cluster = outofcore.client_for(scheduler)
+    own = client is None
+    if own:
+        client, cluster = outofcore.client_for(scheduler)
     work = _work_folder(rd.path)
     try:
         an, span = outofcore.analyze_out_of_core(path, cfg, workdir=work, client=client, progress=progress,
@@ -330,7 +333,8 @@ def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str 
         wi["peer_groups"] = an.groups.summary([an.grid.component(j) for j in range(an.grid.R)])
         del an
     finally:
-        outofcore.close(client, cluster)
+        if own:
+            outofcore.close(client, cluster)
         shutil.rmtree(work, ignore_errors=True)
     return _write_labels(rd, labels, wi, cfg)
 

@@ -30,12 +30,15 @@ carries from one to the next):
    current baseline and noise per rank) is carried from chunk to chunk; chunks are
    multiples of ``temporal_block_steps`` rows and the first holds the warm-up window.
    Each rank is its own recurrence: one chain of chunks per strip of ranks, as many
-   strips as the cluster has worker threads, run in parallel; the flags come back as
-   runs per rank too.
+   strips as the cluster has worker threads, each on a thread of its own, run in
+   parallel (the walk compiled, :mod:`~faultlab.labeler.trailingjit`, where numba is
+   installed); the flags come back as runs per rank too.
 
 The ``(S,)`` job series (step time, what-if step time, the job's temporal view, the
 sustained job rule) are small at any size and are computed in memory as in
-:func:`~faultlab.labeler.analysis.analyze`. Fusion and reconciliation then run on the
+:func:`~faultlab.labeler.analysis.analyze` (the job's temporal view in one task, on a
+worker that has the compiled walk loaded for the ranks' strips). Fusion and
+reconciliation then run on the
 :class:`~faultlab.labeler.analysis.Analysis` whose arrays are the memory maps and
 whose flags are :class:`~faultlab.labeler.flagruns.FlagRuns`: the controller reads
 a few rank series and the rows of the labels' intervals, a block at a time, never a
@@ -68,7 +71,8 @@ from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.flagruns import FlagRuns, chunk_runs
 from faultlab.labeler.grid import StepGrid
 from faultlab.labeler.peergroups import PeerGroups, assign_groups, calm_rows, calm_scores, sample_rows
-from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median, nanmedian, trailing_baseline_from, trailing_baseline_t
+from faultlab.labeler.stats import (MAD_TO_SIGMA, compiled_walk, loo_median, median, nanmedian, trailing_baseline_from,
+                                    trailing_baseline_t)
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
 from faultlab.labeler.whatif import simulate, simulate_job, step_top
@@ -202,9 +206,11 @@ def _scan_block(files: list[str]) -> dict:
 
 def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks: np.ndarray, steps: np.ndarray,
                 sync: bool = False) -> dict:
-    """Write one stored block's dense arrays into the memory maps at rows ``row0..``;
-    return its job step time per step, each rank's first and last start time, its
-    run id and its ranks' node and peer group (first seen in the block)."""
+    """Write one stored block's dense arrays into the memory maps at rows ``row0..``
+    (``ranks`` the run's, ``steps`` the block's own, both ascending: the run's steps
+    would be sent to every block, the run's size again at each); return its job step
+    time per step, each rank's first and last start time, its run id and its ranks'
+    node and peer group (first seen in the block)."""
     frame = steptable.read_lean_files([Path(f) for f in files])
     check_recorded_steps(frame, Path(files[0]).parent.name if len(files) else steptable.STEPS_FILE)
     d = dense_steps(frame)
@@ -215,7 +221,7 @@ def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks:
     del frame, t, end
     cols = np.searchsorted(ranks, d.ranks)
     every = cols.size == R  # every rank of the run in the block: its arrays are the rows as they are
-    rows = row0 + np.searchsorted(steps[row0:], d.steps)
+    rows = row0 + np.searchsorted(steps, d.steps)
     n = d.steps.size
     maps = _Maps(Path(folder), S, R, sync)
     out = {"rows": (int(rows[0]), int(rows[-1]) + 1) if n else (row0, row0), "span": span, "run_id": d.run_id,
@@ -374,18 +380,36 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: in
     ``a`` a multiple of ``temporal_block_steps``, ``before`` what the chunk before of the
     same ranks returned, None for the first); returns ``(state after b, flag runs)``
     (:func:`~faultlab.labeler.flagruns.chunk_runs`). Each rank's series is its own
-    recurrence: strips of ranks run in parallel."""
+    recurrence: strips of ranks run in parallel; whether the walk runs compiled is
+    decided by the strip's whole series (:func:`~faultlab.labeler.stats.compiled_walk`),
+    not by a chunk's."""
     maps = _Maps(Path(folder), S, R, sync)
     Xt = np.ascontiguousarray(maps.open("compute", "r")[a:b, c0:c1].T)
     base, sig, flags, state = trailing_baseline_from(
         Xt, a, before[0] if before is not None else None, window=config.temporal_window_steps,
         min_valid=config.temporal_min_valid_steps, threshold=config.temporal_threshold, mad_k=config.mad_k,
-        block=config.temporal_block_steps)
+        block=config.temporal_block_steps, compiled=compiled_walk((c1 - c0) * S, S))
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = Xt / base
     for name, v in (("rank_base", base), ("rank_sigma", sig), ("rank_ratio", ratio)):
         maps.put(name, a, b, v, c0, c1)  # (R, S)
     return state, chunk_runs(flags, c0, a)
+
+
+def _job_temporal(xj: np.ndarray, config: LabelerConfig, strip_cells: int) -> tuple:
+    """The job step time's trailing baseline, sigma and flags (``(S,)`` each, capped as
+    :func:`~faultlab.labeler.views.temporal.temporal_view` caps them), on a worker:
+    the walk runs compiled where the ranks' strips of ``strip_cells`` cells do (the
+    worker has the kernel loaded for them; the controller loads nothing), whatever
+    the series' own length."""
+    S = xj.shape[0]
+    base, sig, flags = trailing_baseline_t(
+        xj[None, :], window=config.temporal_window_steps, min_valid=config.temporal_min_valid_steps,
+        threshold=config.temporal_threshold, mad_k=config.mad_k, block=config.temporal_block_steps,
+        compiled=compiled_walk(max(strip_cells, S), S))
+    if S:
+        _cap_job_baseline(xj, base[0], sig[0], flags[0], config)
+    return base[0], sig[0], flags[0]
 
 
 # -- the run ------------------------------------------------------------------------------
@@ -399,11 +423,47 @@ HTTP_ROUTES = {"distributed.scheduler.http.routes": ["distributed.http.health"],
 #: the scratch folder's removal of each embedded cluster that is open (by ``id``)
 _SCRATCH: dict[int, weakref.finalize] = {}
 
+#: dask settings of the embedded cluster: no statistical profiler of the tasks (a
+#: sample every 10 ms, for the dashboard, which is off), the event loop's
+#: responsiveness tick every 500 ms instead of 20 ms, the memory and system monitors
+#: every second or two: at dask's defaults an idle worker process and the scheduler
+#: each use about 2% of a core, counted against a labeling that waits on its slowest
+#: pass; with these, a quarter of that
+CLUSTER_CONFIG = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "500ms",
+    "distributed.worker.memory.monitor-interval": "1s",
+    "distributed.admin.system-monitor.interval": "2s",
+}
+
+
+def local_cluster(n_workers: int | None = None):
+    """``(cluster, security)``: an embedded ``LocalCluster`` of ``n_workers`` worker
+    processes (default: one per core, at most 4) of one thread each, no memory limit
+    (the passes' memory is bounded by their chunks), :data:`CLUSTER_CONFIG`'s settings,
+    and the hardening :func:`client_for` describes (mutual TLS on 127.0.0.1 with
+    ``security``, the health route only, a scratch folder of its own). Close it with
+    :func:`close`."""
+    # dask is an optional, heavy dependency: imported only when a run is labeled out of core
+    import dask
+    from dask.distributed import LocalCluster
+    from distributed.security import Security
+
+    security = Security.temporary()
+    scratch = tempfile.mkdtemp(prefix="faultlab-dask-")
+    # read as the scheduler and workers start: the workers take them too
+    with dask.config.set({**CLUSTER_CONFIG, **HTTP_ROUTES, "temporary-directory": scratch}):
+        cluster = LocalCluster(n_workers=n_workers or max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1,
+                               processes=True, dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
+                               memory_limit=0, host="127.0.0.1", protocol="tls://", security=security)
+    _SCRATCH[id(cluster)] = weakref.finalize(cluster, shutil.rmtree, scratch, ignore_errors=True)  # at exit, at the latest
+    return cluster, security
+
 
 def client_for(scheduler: str | None = None):
     """``(client, cluster)``: a Dask client of the scheduler at ``scheduler`` (or
-    ``$DASK_SCHEDULER_ADDRESS``), else of an embedded ``LocalCluster`` sized to the
-    machine (``cluster`` then; else None). Close both with :func:`close`.
+    ``$DASK_SCHEDULER_ADDRESS``), else of an embedded cluster (:func:`local_cluster`)
+    sized to the machine (``cluster`` then; else None). Close both with :func:`close`.
 
     The embedded cluster's scheduler and workers listen on ``127.0.0.1`` over mutual
     TLS with a certificate made for this cluster alone (``Security.temporary()``):
@@ -418,20 +478,12 @@ def client_for(scheduler: str | None = None):
     first would have root import their modules. A scheduler given by address is
     trusted as the labeler's own process: what it returns is unpickled."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
-    import dask
-    from dask.distributed import Client, LocalCluster
-    from distributed.security import Security
+    from dask.distributed import Client
 
     addr = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if addr:
         return Client(addr), None
-    security = Security.temporary()
-    scratch = tempfile.mkdtemp(prefix="faultlab-dask-")
-    with dask.config.set({**HTTP_ROUTES, "temporary-directory": scratch}):  # the workers are started within: they take it too
-        cluster = LocalCluster(n_workers=max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1, processes=True,
-                               dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0", memory_limit=0,
-                               host="127.0.0.1", protocol="tls://", security=security)
-    _SCRATCH[id(cluster)] = weakref.finalize(cluster, shutil.rmtree, scratch, ignore_errors=True)  # at exit, at the latest
+    cluster, security = local_cluster()
     return Client(cluster, security=security), cluster
 
 
@@ -468,7 +520,7 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     folder.mkdir(parents=True, exist_ok=True)
     stored = [[str(f) for f in fs] for _, fs in steptable.blocks(path)]
     note = progress or (lambda *a: None)
-    scans = client.gather(client.map(_scan_block, stored, pure=False))
+    scans = _wait(client, client.map(_scan_block, stored, pure=False), note, "scan")
     steps = np.unique(np.concatenate([s["steps"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     ranks = np.unique(np.concatenate([s["ranks"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     S, R = int(steps.size), int(ranks.size)
@@ -478,8 +530,11 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
             (("dataloader", np.float32),) if has_loader else ()):
         maps.create(name, dt)  # every step's row is written by the block that holds the step
     row0 = [int(np.searchsorted(steps, sc["steps"][0])) if sc["steps"].size else 0 for sc in scans]
+    for sc, r0 in zip(scans, row0):
+        k = sc["steps"].size
+        assert k == 0 or int(np.searchsorted(steps, sc["steps"][-1])) - r0 + 1 == k, "a stored block holds a step range"
     fills = client.map(_fill_block, stored, [str(folder)] * len(stored), [S] * len(stored), [R] * len(stored), row0,
-                       [ranks] * len(stored), [steps] * len(stored), pure=False, sync=maps.sync)
+                       [ranks] * len(stored), [sc["steps"] for sc in scans], pure=False, sync=maps.sync)
     filled = []
     for i, f in enumerate(fills):
         filled.append(f.result())
@@ -499,7 +554,8 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     off = _clock_offsets(maps, job_step)
     ch = chunk_rows(cfg, R)
     spans = [(a, min(S, a + ch)) for a in range(0, S, ch)]
-    tt = client.gather([client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False, sync=maps.sync) for a, b in spans])
+    tt = _wait(client, [client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False, sync=maps.sync)
+                        for a, b in spans], note, "clocks")
     grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
     calm = calm_rows(grid.compute, int(cfg.temporal_window_steps), sample=maps.rows("compute", sample_rows(S)),
                      scores=lambda run_med: _calm_scores(client, maps, run_med, int(cfg.temporal_window_steps), spans))
@@ -509,8 +565,8 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
         grid.regroup(pg.groups)
     names, gidx, cols = grid.peer_groups()
     maps.create("peer_median", np.float32)
-    gm = client.gather([client.submit(_peer_medians, str(folder), S, R, a, b, cols, len(names), pure=False, sync=maps.sync)
-                        for a, b in spans])
+    gm = _wait(client, [client.submit(_peer_medians, str(folder), S, R, a, b, cols, len(names), pure=False, sync=maps.sync)
+                        for a, b in spans], note, "peer medians")
     med = np.concatenate([m for m, _, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.float32)
     cnt = np.concatenate([c for _, c, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
     top = np.concatenate([t for _, _, t in gm]) if gm else np.zeros(0)
@@ -554,9 +610,10 @@ def _wait(client, futures: list, note, what: str) -> list:
     from dask.distributed import as_completed
 
     for i, f in enumerate(as_completed(futures), 1):
-        f.result()
+        if f.status != "finished":
+            f.result()  # raises the task's error
         note(i, len(futures), what)
-    return [f.result() for f in futures]
+    return client.gather(futures)
 
 
 def _strips(R: int, n: int) -> list[tuple[int, int]]:
@@ -619,27 +676,30 @@ def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cn
 
 
 def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> TemporalView:
-    """:func:`~faultlab.labeler.views.temporal.temporal_view`: the job series in
-    memory, the ranks' chunk by chunk in step order with the carried state."""
+    """:func:`~faultlab.labeler.views.temporal.temporal_view`: the ranks' chunk by
+    chunk in step order with the carried state, the job series (``(S,)``) whole in
+    one more task (:func:`_job_temporal`)."""
     dt = grid.compute.dtype
-    xj = np.asarray(grid.job_step, dtype=dt)[None, :]
-    jb, js, jf = trailing_baseline_t(xj, window=cfg.temporal_window_steps, min_valid=cfg.temporal_min_valid_steps,
-                                     threshold=cfg.temporal_threshold, mad_k=cfg.mad_k, block=cfg.temporal_block_steps)
-    if grid.S:
-        _cap_job_baseline(xj[0], jb[0], js[0], jf[0], cfg)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        jr = xj[0] / jb[0]
+    xj = np.asarray(grid.job_step, dtype=dt)
     for name in ("rank_base", "rank_sigma", "rank_ratio"):
         maps.create(name, dt, by_rank=True)
+    threads = [w for w, n in sorted(client.nthreads().items()) for _ in range(n)]
+    strips = _strips(maps.R, len(threads))
+    job = client.submit(_job_temporal, xj, cfg, max(c1 - c0 for c0, c1 in strips) * maps.S if strips else 0, pure=False)
     chunks = []
-    for c0, c1 in _strips(maps.R, sum(client.nthreads().values())):
+    for (c0, c1), w in zip(strips, threads):
         state = None
         for a, b in spans:  # a recurrence in step order: each chunk waits for the state before it
+            # each chain on a thread of its own (the scheduler would put a chain where the first chunk
+            # of another ran: the strips one after the other); elsewhere if that worker is gone
             state = client.submit(_temporal_chunk, str(maps.folder), maps.S, maps.R, a, b, c0, c1, state, cfg, pure=False,
-                                  sync=maps.sync)
+                                  sync=maps.sync, workers=[w], allow_other_workers=True)
             chunks.append(state)
     done = _wait(client, chunks, note, "temporal view")
-    return TemporalView(job_base=jb[0], job_sigma=js[0], job_ratio=jr, job_flag=jf[0],
+    jb, js, jf = job.result()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        jr = xj / jb
+    return TemporalView(job_base=jb, job_sigma=js, job_ratio=jr, job_flag=jf,
                         rank_base=maps.view("rank_base").T, rank_sigma=maps.view("rank_sigma").T,
                         rank_ratio=maps.view("rank_ratio").T,
                         rank_flag=FlagRuns.from_chunks(maps.S, maps.R, [runs for _, runs in done]))

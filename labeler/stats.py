@@ -7,6 +7,9 @@ preceding window with flagged values left out, a MAD noise floor).
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+
 import numpy as np
 
 from faultlab.errors import BadInput
@@ -289,21 +292,49 @@ def _window_stats(win: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray |
 
 
 def trailing_baseline_t(
-    Xt: np.ndarray, *, window: int, min_valid: int, threshold: float, mad_k: float, block: int
+    Xt: np.ndarray, *, window: int, min_valid: int, threshold: float, mad_k: float, block: int,
+    compiled: bool | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`trailing_baseline` on the transposed layout: ``Xt`` ``(C, S)`` (a series
     per row, time along the contiguous axis), float32 or float64. Returns ``(C, S)``
     baseline, sigma (dtype of ``Xt``) and flags (bool): :func:`trailing_baseline_from`
-    over the whole series at once.
+    over the whole series at once (``compiled`` as there).
     """
     base, sig, flags, _ = trailing_baseline_from(Xt, 0, None, window=window, min_valid=min_valid, threshold=threshold,
-                                                 mad_k=mad_k, block=block)
+                                                 mad_k=mad_k, block=block, compiled=compiled)
     return base, sig, flags
+
+
+#: a series walk of at least this many cells (or :data:`COMPILED_STEPS` steps) runs
+#: compiled (:mod:`faultlab.labeler.trailingjit`) where numba is installed: below, the
+#: import and the kernel's load cost more than the walk
+COMPILED_CELLS = 1 << 20
+COMPILED_STEPS = 1 << 15
+
+
+def compiled_walk(cells: int, steps: int) -> bool:
+    """Whether a trailing-baseline walk of ``cells`` values (``steps`` per series) runs
+    compiled: long enough, and numba installed and importable."""
+    return (cells >= COMPILED_CELLS or steps >= COMPILED_STEPS) and _kernel_importable()
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel_importable() -> bool:
+    """Whether :mod:`faultlab.labeler.trailingjit` imports (numba installed, and built
+    for this numpy)."""
+    if importlib.util.find_spec("numba") is None:
+        return False
+    try:
+        # numba is optional and heavy: imported once a walk is long enough to use it
+        from faultlab.labeler import trailingjit  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def trailing_baseline_from(
     Xt: np.ndarray, first: int, state: tuple | None, *, window: int, min_valid: int, threshold: float, mad_k: float,
-    block: int
+    block: int, compiled: bool | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
     """:func:`trailing_baseline_t` of the steps ``first .. first + n - 1`` of the series
     (``Xt`` ``(C, n)``), carrying the recurrence from the steps before.
@@ -317,6 +348,11 @@ def trailing_baseline_from(
     call for the steps before returned: ``(baseline, sigma, feed)``, ``(C,)`` each and
     ``(C, <= window)`` the last values that may feed the baseline (flagged ones NaN).
 
+    ``compiled``: walk each series in compiled code
+    (:func:`faultlab.labeler.trailingjit.trailing_from`, the same values bit for bit;
+    needs numba), or vectorized over the series block by block (False); None: by
+    :func:`compiled_walk`.
+
     Returns ``(base, sigma, flags, state)``: ``(C, n)`` each, and the state after the
     last step.
     """
@@ -325,6 +361,13 @@ def trailing_baseline_from(
     flags = np.zeros((C, n), dtype=bool)
     if C == 0 or (n == 0 and state is None):
         return np.full((C, n), np.nan, dtype=dt), np.full((C, n), np.nan, dtype=dt), flags, state
+    if compiled or (compiled is None and compiled_walk(C * n, n)):
+        # numba is optional and heavy (a third of a second to import, a kernel to load):
+        # imported for a long walk only
+        from faultlab.labeler import trailingjit
+
+        return trailingjit.trailing_from(Xt, first, state, window=window, min_valid=min_valid, threshold=threshold,
+                                         mad_k=mad_k, block=block, sigma_per_mad=MAD_TO_SIGMA)
     if state is None:  # warm-up baseline: median of the first `window` rows
         cur_b, cur_s, _ = _window_stats(Xt[:, :window])
         cur_s = (cur_s * MAD_TO_SIGMA).astype(dt)

@@ -8,11 +8,12 @@ Per size (R = --ranks, S = size / R):
 1. ``faultlab.synthrun.write_run`` writes the run (steps partitioned by step block,
    planted faults of every kind the labeler labels). Not timed.
 2. A FRESH child process per measurement (its peak memory its own):
-   ``scan``: a pyarrow dataset scan of ``steps/`` streaming the columns the labeler
-   reads, batch by batch (nothing kept);
-   ``out of core``: ``label_run(out_of_core=True)`` on a LocalCluster of ``--workers``
-   worker processes started by the child (its peak RSS as ``VmHWM``; each
-   worker's from the worker itself at the end);
+   ``scan``: a pyarrow dataset scan of the steps table (``steps/``, or
+   ``steps.parquet`` for a small run) streaming the columns the labeler reads, batch
+   by batch (nothing kept);
+   ``out of core``: ``label_run(out_of_core=True)`` on the labeler's embedded cluster
+   (``outofcore.local_cluster``) of ``--workers`` worker processes started by the
+   child (its peak RSS as ``VmHWM``; each worker's from the worker itself at the end);
    ``in memory``: ``label_run(out_of_core=False)`` up to ``--in-memory-up-to`` rows.
 3. Prints, side by side, wall time, CPU time (user + system, of every process: the
    controller and the workers; a figure that a loaded machine inflates less than the
@@ -66,8 +67,10 @@ def _cpu_seconds() -> float:
 def scan(run: str) -> dict:
     import pyarrow.dataset as ds
 
+    from faultlab import steptable
+
     t, c = time.perf_counter(), _cpu_seconds()
-    d = ds.dataset(os.path.join(run, "steps"), format="parquet", partitioning="hive")
+    d = ds.dataset(str(steptable.steps_source(run)), format="parquet", partitioning="hive")
     rows = 0
     for b in d.to_batches(columns=[c for c in COLUMNS if c in d.schema.names]):
         rows += b.num_rows
@@ -83,16 +86,21 @@ def label(run: str, mode: str, workers: int) -> dict:
         labels = label_run(run, out_of_core=False)
         return {"seconds": time.perf_counter() - t, "cpu": _cpu_seconds() - c, "rss": {"controller": _peak_rss_bytes()},
                 "labels": _rows(labels)}
-    from dask.distributed import Client, LocalCluster
+    from dask.distributed import Client
 
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      memory_limit=0) as cl, Client(cl.scheduler_address) as c:
+    from faultlab.labeler.outofcore import close, local_cluster
+
+    cl, security = local_cluster(workers)
+    c = Client(cl, security=security)
+    try:
         w0 = c.run(_cpu_seconds)
         t, c0 = time.perf_counter(), _cpu_seconds()
-        labels = label_run(run, out_of_core=True, scheduler=cl.scheduler_address)
+        labels = label_run(run, out_of_core=True, client=c)
         wall, cpu = time.perf_counter() - t, _cpu_seconds() - c0
         cpu += sum(v - w0[k] for k, v in c.run(_cpu_seconds).items())
         worker_rss = c.run(_peak_rss_bytes)
+    finally:
+        close(c, cl)
     rss = {"controller": _peak_rss_bytes(), **{f"worker {i}": v for i, v in enumerate(sorted(worker_rss.values()))}}
     return {"seconds": wall, "cpu": cpu, "rss": rss, "labels": _rows(labels)}
 
