@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -90,8 +91,12 @@ def test_out_of_core_analysis_arrays_equal_in_memory(tmp_path, cluster):
     assert halo_steps(a.config) == 50
 
 
-def _start(args: list[str], log) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "dask", *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+def _start(args: list[str], log, scratch: Path) -> subprocess.Popen:
+    """``python -m dask ARGS`` in a session of its own, its scratch folder ``scratch``
+    (not the shared ``TMP/dask-scratch-space`` it would leave behind)."""
+    env = {**os.environ, "DASK_TEMPORARY_DIRECTORY": str(scratch)}
+    return subprocess.Popen([sys.executable, "-m", "dask", *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env=env)
 
 
 def test_out_of_core_on_a_real_cluster_of_a_scheduler_and_two_workers(tmp_path):
@@ -101,7 +106,7 @@ def test_out_of_core_on_a_real_cluster_of_a_scheduler_and_two_workers(tmp_path):
     sched_file = tmp_path / "scheduler.json"
     log = open(tmp_path / "dask.log", "w")
     procs = [_start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                     "--scheduler-file", str(sched_file)], log)]
+                     "--scheduler-file", str(sched_file)], log, tmp_path / "scratch")]
     try:
         deadline = time.monotonic() + 120
         while not sched_file.exists() and time.monotonic() < deadline:
@@ -109,7 +114,7 @@ def test_out_of_core_on_a_real_cluster_of_a_scheduler_and_two_workers(tmp_path):
         addr = json.loads(sched_file.read_text())["address"]
         for _ in range(2):
             procs.append(_start(["worker", addr, "--host", "127.0.0.1", "--nworkers", "1", "--nthreads", "1",
-                                 "--no-dashboard", "--memory-limit", "0"], log))
+                                 "--no-dashboard", "--memory-limit", "0"], log, tmp_path / "scratch"))
         with distributed.Client(addr) as c:
             c.wait_for_workers(2, timeout=120)
             assert len(c.scheduler_info()["workers"]) == 2
