@@ -9,7 +9,7 @@ import json
 import pandas as pd
 
 from faultlab.labeler import label
-from tests.labeler.test_labeler import _retime, simulate
+from tests.labeler.test_labeler import _retime, injection, simulate, step_time
 
 
 def _stalls(s: pd.DataFrame, steps, stall_s: float, rank: int | None) -> pd.DataFrame:
@@ -58,3 +58,20 @@ def test_the_hosts_own_small_stalls_do_not_move_an_episodes_onset():
         mine = lab[lab["component"] == "rank:2"]
         assert len(mine) == 1 and 318 <= int(mine.iloc[0].start_step) <= 322, lab[["component", "start_step", "end_step"]]
         assert mine.iloc[0].slowdown > 2.0
+
+
+def test_a_label_that_starts_after_its_faults_first_step_says_why():
+    """A quota on rank 1 recorded from step 190 whose effect shows from step 200 (its
+    first periods left the rank its CPU): the label starts at 200, and its evidence
+    says it starts 10 steps after the fault and that nothing had slowed before; one
+    that starts with its fault says nothing of the kind."""
+    s = simulate(n_steps=320, straggler=(1, 200, 280, 2.5), seed=4)
+    t0, t1 = step_time(s, 190), step_time(s, 280)
+    lab = label(s, pd.DataFrame([injection("cpu-1", "cpu-contention", "n0", "rank:1", t0, t1)]))
+    r = lab[lab["component"] == "rank:1"].iloc[0]
+    assert r.source == "injected" and abs(int(r.start_step) - 200) <= 1
+    late = json.loads(r.evidence)["onset_after_fault"]
+    assert late["fault_first_step"] == 190 and late["steps"] == int(r.start_step) - 190
+    assert "had not slowed" in late["why"]
+    lab = label(s, pd.DataFrame([injection("cpu-1", "cpu-contention", "n0", "rank:1", step_time(s, 200), t1)]))
+    assert "onset_after_fault" not in json.loads(lab[lab["component"] == "rank:1"].iloc[0].evidence)
