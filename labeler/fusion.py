@@ -29,7 +29,8 @@ and a peer view (a component against its peers) decides *what* was slow:
 3. **Rank temporal only** (rank label, views ``"temporal"``): a rank's compute_s is up
    against its own history, but not against its peers (most of its group is slowed)
    and no job label covers it, while the job's time over the steps that no label holds
-   reaches ``temporal_threshold``.
+   (``min_steps`` of them at least) reaches ``temporal_threshold``; half the ranks,
+   or every rank of a peer group, up at once is one ``job`` label.
 
 4. **Intermittent straggler** (rank label, views ``"temporal+peer"``): a rank
    stalled now and then (a duty-cycle pause, a GC storm). Stalls that land inside
