@@ -64,7 +64,7 @@ import numpy as np
 import pandas as pd
 
 from faultlab.labeler.analysis import Analysis
-from faultlab.labeler.grid import SMALL_GROUP, StepGrid
+from faultlab.labeler.grid import SMALL_GROUP, StepGrid, floored_peers
 from faultlab.labeler.intermittent import intermittent
 from faultlab.labeler.intervals import dilate, grow, intervals, log_ratio, refine, smoothed_above
 from faultlab.labeler.labelrows import empty_labels, grid_row, label_confidence, typed_labels
@@ -304,7 +304,7 @@ def _straggler_of_interval(acc: _Labels, i0: int, i1: int, job_excess: float) ->
     an = acc.an
     cfg, g, tv = an.config, an.grid, an.temporal
     sl = slice(i0, i1 + 1)
-    culprit = _interval_straggler(g, sl, job_excess)
+    culprit = _interval_straggler(g, sl, job_excess, base=tv.rank_base)
     if culprit is None:
         return False
     j, share, ratio, med_total, own = culprit
@@ -493,7 +493,8 @@ def alone_note(g: StepGrid, j: int, ev: dict) -> None:
         ev["peers"] = "none: alone in its peer group, judged by the temporal view only"
 
 
-def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: float = 0.3):
+def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: float = 0.3, *,
+                        base: np.ndarray | None = None):
     """The rank that explains a job-wide slowdown over ``sl``, from per-rank sums:
     the straggler computes longer than its peers *and* waits less than they do in the
     all-reduce (it arrives last, DESIGN: "the straggler waits least"). Its excess,
@@ -505,10 +506,14 @@ def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: 
     slow link adds queueing to everyone's all-reduce and leaves no rank with such an
     excess. The compute share is the rank's extra compute alone over the job's excess
     (the share counts the straggler's excess twice: its extra compute, and the wait
-    its peers have and it does not)."""
+    its peers have and it does not). ``base`` ``(S, R)``: each rank's trailing
+    baseline (s); in a group of at most :data:`faultlab.labeler.grid.SMALL_GROUP`
+    ranks the peers' compute counts at no less than it (as in the peer view: one
+    peer's fast spell is no rank's excess)."""
     if not (job_excess_s > 0):
         return None
     comp = column_nansum(g.compute[sl])  # (R,)
+    floored = column_nansum(floored_peers(g.compute[sl], base[sl])) if base is not None else comp
     comm = column_nansum(g.comm[sl])
     best = None
     for grp in sorted(set(g.groups.tolist())):
@@ -516,7 +521,8 @@ def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: 
         if cols.size < 2:
             continue
         # each rank against its peers without itself (leave-one-out medians)
-        mc, mw = loo_median(comp[cols][None, :])[0], loo_median(comm[cols][None, :])[0]
+        ref = floored if cols.size <= SMALL_GROUP else comp
+        mc, mw = loo_median(ref[cols][None, :])[0], loo_median(comm[cols][None, :])[0]
         excess = (comp[cols] - mc) + (mw - comm[cols])
         k = int(np.nanargmax(excess)) if np.isfinite(excess).any() else 0
         share = float(excess[k] / job_excess_s)

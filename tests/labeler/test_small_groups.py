@@ -125,3 +125,15 @@ def test_a_slower_kinds_longer_cpu_waits_make_no_starved_rank():
             assert not (lab["views"] == "host+temporal").any(), lab[["component", "start_step", "end_step", "views"]]
         lab = label(s, host=_host(s, kinds, {2: 2.0}, slowed, seed=seed))
         assert lab.loc[lab["views"] == "host+temporal", "component"].tolist() == ["rank:2"]
+
+
+def test_a_job_wide_slowdown_while_a_peer_runs_fast_names_no_rank_of_its_group():
+    """The all-reduce slows every step by 40 ms for 60 steps (a job-wide slowdown)
+    while rank 3 runs 40% fast: over the interval rank 2 computes 1.7x its one peer,
+    and that excess would explain the job's; at its peer's usual pace it explains
+    nothing, so the slowdown stays the job's."""
+    for seed in range(3):
+        s = _scaled(simulate(jobwide=(200, 260, 0.04), seed=seed, **KINDS), [3], 200, 260, 0.6)
+        lab = label(s)
+        assert _rank_labels(lab) == [], lab[["component", "start_step", "end_step", "slowdown", "views"]]
+        assert (lab["component"] == "job").any()
