@@ -464,7 +464,7 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     tt = client.gather([client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False, sync=maps.sync) for a, b in spans])
     grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
     calm = calm_rows(grid.compute, int(cfg.temporal_window_steps), k=float(cfg.mad_k), sample=maps.rows("compute", sample_rows(S)),
-                     scores=lambda run_med: _calm_scores(client, maps, run_med, int(cfg.temporal_window_steps), spans))
+                     scores=lambda run_med, w: _calm_scores(client, maps, run_med, w, spans))
     pg = assign_groups(grid.compute, [grid.component(j) for j in range(R)], grid.groups, cfg, mapping=peer_groups,
                        part=grid.dataloader, calm=calm)
     if pg.source in ("discovered", "mapping"):

@@ -130,7 +130,10 @@ def calm_rows(X: np.ndarray, window: int, *, k: float = 4.0, scores=None,
     """``[(i0, i1), ...]``: the blocks of the run's calm stretch of ``X`` ``(S, C)``
     (time x rank, NaN = no value), each its first and last row (inclusive), the
     reference block first, the rest in row order. The whole run as one block when it
-    holds fewer than two blocks of ``window`` rows.
+    holds fewer than two blocks of ``window`` rows; a run of fewer than
+    :data:`MIN_NOISE_BLOCKS` such blocks is cut into that many shorter ones (on a
+    busy host a short run's one calmest block is as often as not a block in which
+    one rank ran fast, and the noise of a score needs that many blocks).
 
     A block's score (:func:`calm_scores`) is how fast the ranks are together in it:
     the mean over ranks of the log ratio of a rank's block median to its median over
@@ -151,9 +154,9 @@ def calm_rows(X: np.ndarray, window: int, *, k: float = 4.0, scores=None,
 
     The run median is taken over :func:`sample_rows` (a few thousand evenly spaced
     steps: an hour-long or a month-long run alike, and a streaming labeler reads
-    only those rows). ``scores(run_median)`` gives the ``[(row, score)]`` of all the
-    blocks (e.g. computed block by block elsewhere); :func:`calm_scores` over ``X``
-    when None. ``sample``: ``X``'s :func:`sample_rows`, when read already.
+    only those rows). ``scores(run_median, block_rows)`` gives the ``[(row, score)]``
+    of all the blocks (e.g. computed block by block elsewhere); :func:`calm_scores`
+    over ``X`` when None. ``sample``: ``X``'s :func:`sample_rows`, when read already.
 
     Why the mean, not the largest ratio: two ranks slowed over most of the run have
     that slowed level as their run median, so in the slowed blocks no ratio stands
@@ -162,8 +165,9 @@ def calm_rows(X: np.ndarray, window: int, *, k: float = 4.0, scores=None,
     S = X.shape[0]
     if S < 2 * window or window < 1:
         return [(0, max(S - 1, 0))]
+    window = window if S >= MIN_NOISE_BLOCKS * window else S // MIN_NOISE_BLOCKS
     run_med, _ = nanmedian(X[sample_rows(S)] if sample is None else sample, axis=0)
-    found = sorted(scores(run_med) if scores is not None else calm_scores(X, 0, S, run_med, window))
+    found = sorted(scores(run_med, window) if scores is not None else calm_scores(X, 0, S, run_med, window))
     if not found:
         return [(0, window - 1)]
     ranked = sorted(found, key=lambda x: (x[1], x[0]))

@@ -99,16 +99,20 @@ def test_temporary_slowness_of_two_ranks_makes_no_group(onset):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_fast_spell_of_one_rank_in_the_calmest_block_hides_no_group(seed):
+@pytest.mark.parametrize("n_steps, block", [(650, 50), (150, 25)])
+def test_a_fast_spell_of_one_rank_in_the_calmest_block_hides_no_group(seed, n_steps, block):
     """2 + 2 ranks 1.5x apart on a noisy host (10% step noise), and one rank of the
-    slower kind 20% faster than its usual over one block of 50 steps: that block is
-    the calmest, and its levels alone (1.0, 1.0, 1.2, 1.5) hold no cut; the levels
-    from every block as calm within the scores' noise find the two groups made."""
-    s = simulate(n_ranks=4, n_steps=650, scale=[1, 1, 1.5, 1.5], straggler=(3, 200, 250, 0.8), noise=0.1, seed=seed)
+    slower kind 20% faster than its usual over steps 50-99 (650 steps: 200-249): the
+    block that holds it is the calmest, and its levels alone (1.0, 1.0, 1.2, 1.5)
+    hold no cut; the levels from every block as calm within the scores' noise find
+    the two groups made. A run of 150 steps (three blocks of 50, too few to measure
+    the noise on) is cut into six blocks of 25."""
+    a = 200 if n_steps == 650 else 50
+    s = simulate(n_ranks=4, n_steps=n_steps, scale=[1, 1, 1.5, 1.5], straggler=(3, a, a + 50, 0.8), noise=0.1, seed=seed)
     assert _groups(s) == [["rank:0", "rank:1"], ["rank:2", "rank:3"]]
     grid = StepGrid.from_steps(s)
     blocks = calm_rows(grid.compute, LabelerConfig().temporal_window_steps)
-    assert len(blocks) >= 3 and all(i1 - i0 == 49 for i0, i1 in blocks)
+    assert len(blocks) >= 3 and all(i1 - i0 == block - 1 for i0, i1 in blocks)
 
 
 def test_declared_groups_and_a_mapping_win_and_a_lone_rank_says_so(tmp_path):
