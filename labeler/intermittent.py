@@ -143,6 +143,8 @@ def intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max_
     _, _, cols = g.peer_groups()
     for st, fl, n_ep, job_ex, last in eps:
         votes, ok, k = _stall_votes(an, st, fl, cols, min_late=min_late, last=last)
+        ok &= ~_held_by_another(an, rows, st, k)
+        votes = np.bincount(k[ok], minlength=g.R)
         chained = _chained_runs(st, ok, k, job_ex, min_share=min_share, max_spread=max_spread)
         if chained:  # several ranks' episodes chained into one by the period rule
             for rank, sub in chained:
@@ -317,6 +319,26 @@ def _held(an: Analysis, rows: list[dict], component: str | None) -> np.ndarray:
             r0, r1 = _span(an.grid.steps, r)
             held[r0 : r1 + 1] = True
     return held
+
+
+def _held_by_another(an: Analysis, rows: list[dict], st: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """``(stalls,)`` bool: the stall at grid row ``st[n]`` lies inside a label of a
+    rank other than ``k[n]``, the rank it would vote for.
+
+    Why: that label's slowdown is in force there (a CPU quota's rank, whose share
+    of the reduction runs late and whose lost CPU goes to the others), and every
+    rank's arrival moves with it; a rank that arrives late then is no evidence of a
+    stall of its own (one such vote tied a host hiccup during another rank's quota
+    to a GC storm 70 steps later)."""
+    g = an.grid
+    col = {g.component(j): j for j in range(g.R)}
+    out = np.zeros(st.size, dtype=bool)
+    for r in rows:
+        j = col.get(str(r["component"]))
+        if j is not None:
+            r0, r1 = _span(g.steps, r)
+            out |= (st >= r0) & (st <= r1) & (k != j)
+    return out
 
 
 def _sustained(an: Analysis, r0: int, r1: int, max_flagged: float) -> bool:

@@ -75,3 +75,20 @@ def test_a_label_that_starts_after_its_faults_first_step_says_why():
     assert "had not slowed" in late["why"]
     lab = label(s, pd.DataFrame([injection("cpu-1", "cpu-contention", "n0", "rank:1", step_time(s, 200), t1)]))
     assert "onset_after_fault" not in json.loads(lab[lab["component"] == "rank:1"].iloc[0].evidence)
+
+
+def test_a_late_arrival_inside_another_ranks_slowdown_votes_for_no_one():
+    """Rank 1 computes 2x over steps 100-199 (its label); at step 195, inside it,
+    rank 2 arrives late once (the host's hiccup); stalls alike inside the all-reduce
+    at 215 and 235 chain it to a GC storm of rank 2 from step 255 (a stall alike, then
+    a 1 s one). The late arrival inside rank 1's slowdown is no vote: rank 2's label
+    starts at its storm, not 60 steps before it."""
+    for seed in range(3):
+        s = simulate(n_steps=320, straggler=(1, 100, 200, 2.0), seed=seed)
+        s = _stalls(s, [195, 255], 0.1, 2)
+        s = _stalls(s, [215, 235], 0.1, None)
+        s = _retime(_stalls(s, [257, 258], 1.0, 2))
+        lab = label(s)
+        mine = lab[lab["component"] == "rank:2"]
+        assert len(mine) == 1 and 253 <= int(mine.iloc[0].start_step) <= 257, lab[["component", "start_step", "end_step"]]
+        assert lab.loc[lab["component"] == "rank:1", "start_step"].tolist() == [100]
