@@ -323,7 +323,10 @@ def _held(an: Analysis, rows: list[dict], component: str | None) -> np.ndarray:
 
 def _held_by_another(an: Analysis, rows: list[dict], st: np.ndarray, k: np.ndarray) -> np.ndarray:
     """``(stalls,)`` bool: the stall at grid row ``st[n]`` lies inside a label of a
-    rank other than ``k[n]``, the rank it would vote for.
+    rank other than ``k[n]``, the rank it would vote for, while that rank's local
+    time is up ``temporal_threshold`` against its own trailing baseline (a change in
+    force then; not a steady straggler such as a slower pipeline stage, labeled by
+    its peers over the whole run).
 
     Why: that label's slowdown is in force there (a CPU quota's rank, whose share
     of the reduction runs late and whose lost CPU goes to the others), and every
@@ -337,7 +340,9 @@ def _held_by_another(an: Analysis, rows: list[dict], st: np.ndarray, k: np.ndarr
         j = col.get(str(r["component"]))
         if j is not None:
             r0, r1 = _span(g.steps, r)
-            out |= (st >= r0) & (st <= r1) & (k != j)
+            with np.errstate(invalid="ignore"):
+                up = np.asarray(an.temporal.rank_ratio[st, j], dtype=np.float64) >= an.config.temporal_threshold
+            out |= (st >= r0) & (st <= r1) & (k != j) & up
     return out
 
 
