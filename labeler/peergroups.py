@@ -199,19 +199,29 @@ def score_noise(scores) -> float:
     return MAD_TO_SIGMA * median(d) / np.sqrt(2.0) if d.size else 0.0
 
 
-def block_levels(X: np.ndarray, blocks) -> np.ndarray:
+def block_levels(X: np.ndarray, blocks, *, slack: float = np.inf, of: np.ndarray | None = None) -> np.ndarray:
     """(C,) float64: each column's level over ``blocks`` (``[(i0, i1), ...]`` rows of
-    ``X`` ``(S, C)``, inclusive): the median over the blocks of the column's median in
-    each block (NaN ignored; NaN for a column without a value in any). One block:
-    its median. Read block by block (``X`` may be a memory map)."""
+    ``X`` ``(S, C)``, inclusive, the reference block first): the median over the
+    blocks of the column's median in each block (NaN ignored; NaN for a column
+    without a value in any), leaving out for each column the blocks in which its
+    median over the block's median across columns is more than ``slack`` (log) above
+    its own in the reference block (that column was slowed there, though the block's
+    mean score was calm: one of ten drives slowed over most of the run). One block:
+    its median. ``of``: take the medians of this array (same shape; the dataloader
+    part) over the same blocks. Read block by block (``X`` may be a memory map)."""
     C = X.shape[1]
     if not X.shape[0] or not blocks:
         return np.full(C, np.nan)
+    src = X if of is None else of
     if len(blocks) == 1:
         i0, i1 = blocks[0]
-        return nanmedian(X[i0 : i1 + 1], axis=0)[0]
+        return nanmedian(src[i0 : i1 + 1], axis=0)[0]
     B = np.stack([nanmedian(X[i0 : i1 + 1], axis=0)[0] for i0, i1 in blocks])
-    return nanmedian(B, axis=0)[0]
+    V = B if of is None else np.stack([nanmedian(of[i0 : i1 + 1], axis=0)[0] for i0, i1 in blocks])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = np.log(B / nanmedian(B, axis=1)[0][:, None])
+        V = np.where(rel - rel[0][None, :] > slack, np.nan, V)
+    return nanmedian(V, axis=0)[0]
 
 
 def calm_scores(X: np.ndarray, a: int, b: int, run_med: np.ndarray, window: int) -> list[tuple[int, float]]:
@@ -343,9 +353,11 @@ def discover(X: np.ndarray, declared: np.ndarray, config, *, part: np.ndarray | 
     declared = np.asarray([str(g) for g in declared], dtype=object)
     window = int(config.temporal_window_steps)
     calm = calm if calm is not None else calm_rows(X, window, k=float(config.mad_k))
-    level = block_levels(X, calm)
+    slack = float(config.mad_k) * level_wander(X, window)  # a rank slowed in a calm block: left out
+    slack = slack if np.isfinite(slack) else np.inf
+    level = block_levels(X, calm, slack=slack)
     run_level, _ = nanmedian(X, axis=0) if X.shape[0] else (np.full(X.shape[1], np.nan), None)
-    part_level = block_levels(part, calm) if part is not None and X.shape[0] else None
+    part_level = block_levels(X, calm, slack=slack, of=part) if part is not None and X.shape[0] else None
     groups = declared.copy()
     for name in sorted(set(declared.tolist())):
         cols = np.flatnonzero(declared == name)
