@@ -103,6 +103,7 @@ def analyze(grid: StepGrid, config=None, *, peer_groups: dict | None = None) -> 
     if pg.source in ("discovered", "mapping"):
         grid.regroup(pg.groups)
     tv = temporal_view(grid, config)
+    grid.floor_small_groups(tv.rank_base)  # a small group's peer at no less than its usual level
     pv = peer_view(grid, config)
     sim = simulate_job(grid)
     # no compute_s at a step (not recorded): nothing to remove, the step time stands

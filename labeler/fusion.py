@@ -29,7 +29,8 @@ and a peer view (a component against its peers) decides *what* was slow:
 3. **Rank temporal only** (rank label, views ``"temporal"``): a rank's compute_s is up
    against its own history, but not against its peers (most of its group is slowed)
    and no job label covers it, while the job's time over the steps that no label holds
-   reaches ``temporal_threshold``.
+   (``min_steps`` of them at least) reaches ``temporal_threshold``; half the ranks,
+   or every rank of a peer group, up at once is one ``job`` label.
 
 4. **Intermittent straggler** (rank label, views ``"temporal+peer"``): a rank
    stalled now and then (a duty-cycle pause, a GC storm). Stalls that land inside
@@ -63,11 +64,11 @@ import numpy as np
 import pandas as pd
 
 from faultlab.labeler.analysis import Analysis
-from faultlab.labeler.grid import StepGrid
+from faultlab.labeler.grid import SMALL_GROUP, StepGrid, floored_peers
 from faultlab.labeler.intermittent import intermittent
 from faultlab.labeler.intervals import dilate, grow, intervals, log_ratio, refine, smoothed_above
 from faultlab.labeler.labelrows import empty_labels, grid_row, label_confidence, typed_labels
-from faultlab.labeler.stats import column_nansum, loo_median, mean, median, median_of_rows, median_ratio, time_ratio
+from faultlab.labeler.stats import column_nansum, loo_median, mean, median, median_of_rows, median_ratio, nanmedian, time_ratio
 from faultlab.labeler.views.temporal import TemporalView
 
 
@@ -174,7 +175,8 @@ def _peer_label(acc: _Labels, j: int, i0: int, i1: int) -> None:
     comp_med = median(g.compute[sl, j])
     w0 = max(0, i0 - cfg.temporal_window_steps)
     pre = median(g.compute[w0:i0, j]) if i0 - w0 >= cfg.temporal_min_valid_steps else float("nan")
-    if np.isfinite(pre) and pre > 0 and not (np.isfinite(peer_med) and peer_med < pre):
+    if np.isfinite(pre) and pre > 0 and (not (np.isfinite(peer_med) and peer_med < pre)
+                                         or _own_history_clean(an, j, w0, i0, pre)):
         baseline, kind = pre, "temporal-pre-onset"
     else:  # no history, or the history was already slowed: the peers' level
         baseline, kind = peer_med, "peer"
@@ -197,7 +199,54 @@ def _peer_label(acc: _Labels, j: int, i0: int, i1: int) -> None:
         "n_flagged": int(pv.flag[sl, j].sum()),
         "threshold": cfg.peer_threshold,
     }
+    if kind == "temporal-pre-onset" and _others_slowed_alike(an, j, w0, i0, i1, slowdown):
+        return
     acc.add_rank(j, i0, i1, slowdown, views, peer_ratio, cfg.peer_threshold, ev)
+
+
+def _others_slowed_alike(an: Analysis, j: int, w0: int, i0: int, i1: int, slowdown: float) -> bool:
+    """Whether rank column ``j`` of a small peer group (at most
+    :data:`faultlab.labeler.grid.SMALL_GROUP` ranks) slowed by less than
+    ``peer_threshold`` x what the ranks outside its group did over grid rows
+    ``i0..i1``, each against its own level over rows ``w0..i0 - 1`` (``slowdown``
+    its own; theirs the median over them of mean local time / that level). False for
+    a larger group or a job of one group.
+
+    Why: one or two peers cannot vouch that the job's other ranks kept their pace;
+    the other kinds can, each against its own history (their levels differ by
+    design): a rank that did not slow ``peer_threshold`` x more than the rest of the
+    job (a busy host slowing every rank while its one peer got the CPU) is no
+    straggler of its group, by the peer view's own bar."""
+    g = an.grid
+    mine = g.groups == g.groups[j]
+    if int(np.count_nonzero(mine)) > SMALL_GROUP or mine.all() or i0 - w0 < an.config.temporal_min_valid_steps:
+        return False
+    others = np.flatnonzero(~mine)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pre, _ = nanmedian(np.asarray(g.compute[w0:i0, others], dtype=np.float64), axis=0)
+        now = np.nanmean(np.asarray(g.compute[i0 : i1 + 1, others], dtype=np.float64), axis=0) / pre
+    r = median(now[np.isfinite(now)])
+    return bool(np.isfinite(r) and slowdown < an.config.peer_threshold * r)
+
+
+def _own_history_clean(an: Analysis, j: int, w0: int, i0: int, pre: float) -> bool:
+    """Whether rank column ``j`` of a small peer group (at most
+    :data:`faultlab.labeler.grid.SMALL_GROUP` ranks) has a clean history before a
+    peer-view interval starting at grid row ``i0``: its median local time ``pre`` (s)
+    over rows ``w0..i0 - 1`` is under ``peer_threshold`` x its peers' median there
+    (it was no straggler then). False for a rank of a larger group.
+
+    Why: in a small group the peers' level during the interval is one or two
+    ranks' time, and on a shared host a peer runs fast for tens of steps while the
+    rank keeps its own level (the CPU one loses, another gains); the rank's own
+    level before the onset is the steadier baseline of its slowdown. A rank already
+    slower than its peers before (a straggler from the start) keeps the peers'
+    level."""
+    g = an.grid
+    if int(np.count_nonzero(g.groups == g.groups[j])) > SMALL_GROUP:
+        return False
+    peers_pre = median(an.peer.median[w0:i0, j])
+    return bool(np.isfinite(peers_pre) and peers_pre > 0 and pre < an.config.peer_threshold * peers_pre)
 
 
 def _explained(acc: _Labels) -> np.ndarray:
@@ -255,7 +304,7 @@ def _straggler_of_interval(acc: _Labels, i0: int, i1: int, job_excess: float) ->
     an = acc.an
     cfg, g, tv = an.config, an.grid, an.temporal
     sl = slice(i0, i1 + 1)
-    culprit = _interval_straggler(g, sl, job_excess)
+    culprit = _interval_straggler(g, sl, job_excess, base=tv.rank_base)
     if culprit is None:
         return False
     j, share, ratio, med_total, own = culprit
@@ -322,8 +371,10 @@ def _rank_temporal(acc: _Labels) -> None:
     slowdown of anything. "The job felt it" is judged on the steps no label holds yet
     (of any rank, or the job): a stall another rank's label explains is not this
     rank's (a rank whose baseline was left low by a fast spell stays flagged for the
-    rest of the run, and one other rank's GC stall inside that span read 1.43x). When
-    most ranks are slow at once, that is one job-wide slowdown, labeled once
+    rest of the run, and one other rank's GC stall inside that span read 1.43x),
+    over ``min_steps`` of those steps at least (a step or two beside another rank's
+    labeled fault, whose contention slowed every rank, is no measure). When most
+    ranks are slow at once, that is one job-wide slowdown, labeled once
     (:func:`_temporal_group`)."""
     an = acc.an
     cfg, tv = an.config, an.temporal
@@ -333,7 +384,10 @@ def _rank_temporal(acc: _Labels) -> None:
         j = int(j)
         free = tv.rank_flag[:, j] & ~dilate(acc.rank_held(j) | acc.job_rows, cfg.gap_steps)
         for i0, i1 in intervals(free, cfg.gap_steps, cfg.min_steps, **acc.timed):
-            if an.job_slowdown(i0, i1, skip=held) >= cfg.temporal_threshold:
+            # judged on a label's length of steps at least: one free step beside
+            # another rank's fault says nothing of the job
+            if (int((~held[i0 : i1 + 1]).sum()) >= cfg.min_steps
+                    and an.job_slowdown(i0, i1, skip=held) >= cfg.temporal_threshold):
                 cands.append((i0, i1, j))
     for group in _overlap_groups(cands):
         _temporal_group(acc, group)
@@ -341,13 +395,17 @@ def _rank_temporal(acc: _Labels) -> None:
 
 def _temporal_group(acc: _Labels, group: list[tuple[int, int, int]]) -> None:
     """Overlapping temporal candidates ``(i0, i1, rank column)``: one ``job`` label
-    when at least half the ranks (and two) are in it, else one rank label each. (These
-    labels do not mark ``rank_spans``/``job_rows``: no later step reads them.)"""
+    when at least half the ranks (and two) are in it, or every rank of a candidate's
+    peer group (two or more) is (:func:`_group_up`: a slowdown of the whole group is
+    common to its kind, a host or a stage, not one rank's), else one rank label each.
+    (These labels do not mark ``rank_spans``/``job_rows``: no later step reads them.)"""
     an = acc.an
     cfg, g, tv, pv = an.config, an.grid, an.temporal, an.peer
     min_len = cfg.min_steps
-    ranks_in = sorted({j for _, _, j in group})
-    if len(ranks_in) >= max(2, (g.R + 1) // 2):
+    ranks_in = sorted({j for _, _, j in group} | _group_up(an, group))
+    whole = any(int(np.count_nonzero(g.groups == g.groups[j])) >= 2
+                and set(np.flatnonzero(g.groups == g.groups[j]).tolist()) <= set(ranks_in) for _, _, j in group)
+    if len(ranks_in) >= max(2, (g.R + 1) // 2) or whole:
         i0, i1 = min(c[0] for c in group), max(c[1] for c in group)
         sl = slice(i0, i1 + 1)
         slowdown = an.job_slowdown(i0, i1)
@@ -374,6 +432,21 @@ def _temporal_group(acc: _Labels, group: list[tuple[int, int, int]]) -> None:
         alone_note(g, j, ev)
         acc.rows.append(grid_row(g, g.component(j), "rank", i0, i1, t_ratio, "temporal",
                                  label_confidence(t_ratio, cfg.temporal_threshold, i1 - i0 + 1, min_len, "temporal"), ev))
+
+
+def _group_up(an: Analysis, group: list[tuple[int, int, int]]) -> set[int]:
+    """The rank columns of the candidates' peer groups whose local time over a
+    candidate's span is up against their own history by ``temporal_threshold`` (a
+    time ratio over the trailing baseline) though no candidate of theirs made it
+    (their flags too sparse, or a gap cut them short): slowed with the candidate."""
+    g, tv, cfg = an.grid, an.temporal, an.config
+    out: set[int] = set()
+    for i0, i1, j in group:
+        sl = slice(i0, i1 + 1)
+        for k in np.flatnonzero(g.groups == g.groups[j]):
+            if int(k) != j and time_ratio(g.compute[sl, k], tv.rank_base[sl, k]) >= cfg.temporal_threshold:
+                out.add(int(k))
+    return out
 
 
 #: a straggler whose extra compute is less than this share of a job-wide interval's
@@ -420,7 +493,8 @@ def alone_note(g: StepGrid, j: int, ev: dict) -> None:
         ev["peers"] = "none: alone in its peer group, judged by the temporal view only"
 
 
-def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: float = 0.3):
+def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: float = 0.3, *,
+                        base: np.ndarray | None = None):
     """The rank that explains a job-wide slowdown over ``sl``, from per-rank sums:
     the straggler computes longer than its peers *and* waits less than they do in the
     all-reduce (it arrives last, DESIGN: "the straggler waits least"). Its excess,
@@ -432,10 +506,14 @@ def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: 
     slow link adds queueing to everyone's all-reduce and leaves no rank with such an
     excess. The compute share is the rank's extra compute alone over the job's excess
     (the share counts the straggler's excess twice: its extra compute, and the wait
-    its peers have and it does not)."""
+    its peers have and it does not). ``base`` ``(S, R)``: each rank's trailing
+    baseline (s); in a group of at most :data:`faultlab.labeler.grid.SMALL_GROUP`
+    ranks the peers' compute counts at no less than it (as in the peer view: one
+    peer's fast spell is no rank's excess)."""
     if not (job_excess_s > 0):
         return None
     comp = column_nansum(g.compute[sl])  # (R,)
+    floored = column_nansum(floored_peers(g.compute[sl], base[sl])) if base is not None else comp
     comm = column_nansum(g.comm[sl])
     best = None
     for grp in sorted(set(g.groups.tolist())):
@@ -443,7 +521,8 @@ def _interval_straggler(g: StepGrid, sl: slice, job_excess_s: float, min_share: 
         if cols.size < 2:
             continue
         # each rank against its peers without itself (leave-one-out medians)
-        mc, mw = loo_median(comp[cols][None, :])[0], loo_median(comm[cols][None, :])[0]
+        ref = floored if cols.size <= SMALL_GROUP else comp
+        mc, mw = loo_median(ref[cols][None, :])[0], loo_median(comm[cols][None, :])[0]
         excess = (comp[cols] - mc) + (mw - comm[cols])
         k = int(np.nanargmax(excess)) if np.isfinite(excess).any() else 0
         share = float(excess[k] / job_excess_s)

@@ -176,6 +176,20 @@ class StepGrid:
             self._peer_median = out
         return self._peer_median
 
+    def floor_small_groups(self, base: np.ndarray) -> None:
+        """In every peer group of at most :data:`SMALL_GROUP` ranks, let each peer
+        count in the leave-one-out peer median (:meth:`peer_median`, cached; changed
+        in place) at no less than its own usual level ``base`` ``(S, R)`` (s: the
+        temporal view's trailing baseline of its local time; see
+        :func:`floored_peers`). Larger groups are left as they are."""
+        med = self.peer_median()
+        _, _, cols = self.peer_groups()
+        for c in cols:
+            if np.arange(self.R)[c].size > SMALL_GROUP:
+                continue
+            for i in range(0, self.S, 4096):
+                med[i : i + 4096, c] = loo_median(floored_peers(self.compute[i : i + 4096, c], base[i : i + 4096, c]))
+
     def group_count(self) -> np.ndarray:
         """``(S, R)``: per step, the number of ranks of the rank's peer group with data."""
         _, cnt, gidx = self.group_stats()
@@ -191,3 +205,25 @@ class StepGrid:
             return np.zeros(0, dtype=np.int64)
         hi = np.inf if not np.isfinite(t_hi) else t_hi
         return np.flatnonzero((self.t0 <= hi) & (self.t1 >= t_lo))
+
+
+#: peer groups of at most this many ranks (at most two peers) take each peer at no
+#: less than its own usual level (:meth:`StepGrid.floor_small_groups`)
+SMALL_GROUP = 3
+
+
+def floored_peers(compute: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """``(rows, n)``: the local times ``compute`` of a small peer group's ranks as their
+    peers see them: each at no less than its own usual level ``base`` (same shape,
+    s; NaN ``base`` leaves the value as it is, NaN ``compute`` stays NaN: no record).
+
+    Why: the peer median of a group of two is the other rank's time, of three the
+    mean of the other two; neither is robust to a peer that runs *fast* for a while
+    (on a shared host one rank often gets more CPU while another gets less), and a
+    rank would read slow against a peer's fast spell while it is at its own usual
+    level. A peer that is slower than usual still counts as it is (the rank then
+    reads fast, never slow). Groups of four and more have a median of three or more
+    peers, which one peer's spell does not move far."""
+    with np.errstate(invalid="ignore"):
+        v = np.fmax(compute, base.astype(compute.dtype, copy=False))
+    return np.where(np.isnan(compute), compute, v)

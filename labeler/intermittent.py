@@ -13,11 +13,13 @@ episode per run.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from faultlab.labeler.analysis import Analysis
 from faultlab.labeler.grid import StepGrid
-from faultlab.labeler.labelrows import grid_row, label_confidence
+from faultlab.labeler.labelrows import evidence_json, grid_row, label_confidence
 from faultlab.labeler.stats import MAD_TO_SIGMA, SUM_BLOCK_CELLS, loo_median, median, median_of_blocks
 
 
@@ -141,6 +143,8 @@ def intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max_
     _, _, cols = g.peer_groups()
     for st, fl, n_ep, job_ex, last in eps:
         votes, ok, k = _stall_votes(an, st, fl, cols, min_late=min_late, last=last)
+        ok &= ~_held_by_another(an, rows, st, k)
+        votes = np.bincount(k[ok], minlength=g.R)
         chained = _chained_runs(st, ok, k, job_ex, min_share=min_share, max_spread=max_spread)
         if chained:  # several ranks' episodes chained into one by the period rule
             for rank, sub in chained:
@@ -317,6 +321,31 @@ def _held(an: Analysis, rows: list[dict], component: str | None) -> np.ndarray:
     return held
 
 
+def _held_by_another(an: Analysis, rows: list[dict], st: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """``(stalls,)`` bool: the stall at grid row ``st[n]`` lies inside a label of a
+    rank other than ``k[n]``, the rank it would vote for, while that rank's local
+    time is up ``temporal_threshold`` against its own trailing baseline (a change in
+    force then; not a steady straggler such as a slower pipeline stage, labeled by
+    its peers over the whole run).
+
+    Why: that label's slowdown is in force there (a CPU quota's rank, whose share
+    of the reduction runs late and whose lost CPU goes to the others), and every
+    rank's arrival moves with it; a rank that arrives late then is no evidence of a
+    stall of its own (one such vote tied a host hiccup during another rank's quota
+    to a GC storm 70 steps later)."""
+    g = an.grid
+    col = {g.component(j): j for j in range(g.R)}
+    out = np.zeros(st.size, dtype=bool)
+    for r in rows:
+        j = col.get(str(r["component"]))
+        if j is not None:
+            r0, r1 = _span(g.steps, r)
+            with np.errstate(invalid="ignore"):
+                up = np.asarray(an.temporal.rank_ratio[st, j], dtype=np.float64) >= an.config.temporal_threshold
+            out |= (st >= r0) & (st <= r1) & (k != j) & up
+    return out
+
+
 def _sustained(an: Analysis, r0: int, r1: int, max_flagged: float) -> bool:
     """More than ``max_flagged`` of grid rows ``r0..r1`` flagged job-wide: a sustained
     slowdown (a slow link slows every step), not the stalls of an intermittent one."""
@@ -425,6 +454,32 @@ def _voted_spans(an: Analysis, mine: np.ndarray, stops: list[tuple[int, int]]) -
     return kept or [max(spans, key=lambda x: x[0])[1:]]
 
 
+def _slowing_growth(an: Analysis, st: np.ndarray, i0: int, v0: int, v1: int, i1: int) -> tuple[int, int]:
+    """``(i0, i1)`` with the growth by cadence beyond the voted span ``v0..v1`` (grid
+    rows) kept only as far as it slows the job: the earliest stall ``t`` in ``i0..v0``
+    whose stretch ``t..v0 - 1`` reaches ``min_slowdown`` (job time ratio), and the
+    latest in ``v1..i1`` whose stretch ``v1 + 1..t`` does (``v0``/``v1`` when none).
+
+    Why: stalls that keep a rhythm are the rank's fault only when they slow the job
+    like one; small stalls of the host at its own rhythm (a 1 Hz sampler's 20 ms on
+    50 ms steps) kept a one-vote GC storm's cadence and moved its onset 60 steps
+    early."""
+    floor = an.config.min_slowdown
+    start = v0
+    for t in st[(st >= i0) & (st < v0)]:
+        r = an.job_slowdown(int(t), v0 - 1)
+        if np.isfinite(r) and r >= floor:
+            start = int(t)
+            break
+    end = v1
+    for t in st[(st > v1) & (st <= i1)][::-1]:
+        r = an.job_slowdown(v1 + 1, int(t))
+        if np.isfinite(r) and r >= floor:
+            end = int(t)
+            break
+    return start, end
+
+
 def _rank_episode(an: Analysis, rows: list[dict], j: int, st: np.ndarray, mine: np.ndarray, fl: np.ndarray,
                   n_ep: int, votes: np.ndarray, job_ex: np.ndarray, *, max_flagged: float,
                   last: np.ndarray | None = None) -> list[dict]:
@@ -446,13 +501,14 @@ def _span_label(an: Analysis, rows: list[dict], j: int, st: np.ndarray, fl: np.n
     :func:`_rank_episode`)."""
     g, cfg = an.grid, an.config
     i0, i1 = _grow_by_cadence(st, v0, v1, stops)
+    i0, i1 = _slowing_growth(an, st, i0, v0, v1, i1)
     i1 = _stall_end(st, last, i1)
     # nothing to do when the rank's own labels already hold (most of) the stalls of
     # its span (a steady straggler whose job flags are sparse once the job baseline
     # caught up); only the span's: an episode may chain other faults' stalls
     inside = st[(st >= i0) & (st <= i1)]
     if int((~held[inside]).sum()) < 1 or float(held[inside].mean()) >= 0.5:
-        return rows
+        return _onset_from_episode(an, rows, j, i0, i1, st, stops)
     keep, absorbed, i0, i1 = _absorb(an, rows, g.component(j), i0, i1, stops)
     if _too_short(an, i0, i1):
         return rows
@@ -462,6 +518,44 @@ def _span_label(an: Analysis, rows: list[dict], j: int, st: np.ndarray, fl: np.n
     keep.append(grid_row(g, g.component(j), "rank", i0, i1, slowdown, "temporal+peer",
                          label_confidence(slowdown, cfg.temporal_threshold, i1 - i0 + 1, cfg.min_steps, "temporal+peer"), ev))
     return keep
+
+
+def _onset_from_episode(an: Analysis, rows: list[dict], j: int, i0: int, i1: int, st: np.ndarray,
+                        stops: list[tuple[int, int]]) -> list[dict]:
+    """``rows`` with the earliest label of rank ``j`` that overlaps its episode's span
+    ``i0..i1`` (grid rows; ``i0`` the first stall that keeps the episode's cadence)
+    starting at ``i0`` when it starts later; its evidence says so (``onset``). A
+    ``job`` label that ends inside the span and is made mostly of the episode's stalls
+    ``st`` (:func:`_mostly_stalls`; not one of ``stops``, another slowdown's) is the
+    rank's stalls seen job-wide: it goes, and its edges with it.
+
+    Why: the rank's labels hold most of the episode's stalls already (their flags
+    came from the stalls that landed in its compute), but the fault's first stalls
+    landed inside the collective, where every rank waits alike and no flag names a
+    rank; they keep the cadence of the rank's own stalls, so they are its fault's
+    onset, not a slowdown of their own. A job label of those first stalls grew its
+    edges over the host's noise before them (its hysteresis), which is no onset."""
+    g = an.grid
+    gap = an.config.gap_steps
+    comp = g.component(j)
+    over = [(k, _span(g.steps, r)[0]) for k, r in enumerate(rows)
+            if r["component"] == comp and _span(g.steps, r)[0] <= i1 and _span(g.steps, r)[1] >= i0]
+    if not over:
+        return rows
+    k, r0 = min(over, key=lambda x: (x[1], x[0]))
+    if i0 >= r0:
+        return rows
+    row = dict(rows[k])
+    rows = [r if n == k else None if (r["component"] == "job" and _span(g.steps, r) not in stops
+                                      and i0 <= _span(g.steps, r)[1] <= i1 + gap
+                                      and _mostly_stalls(an, *_span(g.steps, r), st)) else r
+            for n, r in enumerate(rows)]
+    ev = json.loads(row["evidence"] or "{}")
+    ev["onset"] = (f"the first stall of the rank's intermittent episode (step {int(g.steps[i0])}, before its first "
+                   f"flagged step {int(g.steps[r0])}: stalls inside the collective at the cadence of its own)")
+    ev["n_steps"] = int(_span(g.steps, row)[1] - i0 + 1)
+    row.update(start_step=int(g.steps[i0]), start_ts=float(g.t0[i0]), evidence=evidence_json(ev))
+    return [row if n == k else r for n, r in enumerate(rows) if r is not None]
 
 
 def _stall_end(st: np.ndarray, last: np.ndarray | None, i1: int) -> int:

@@ -18,13 +18,7 @@ carries from one to the next):
    (:meth:`StepGrid._align_clocks`'s rule), removed in place block by block; then
    the peer groups' calm stretch (:func:`~faultlab.labeler.peergroups.calm_rows`),
    each chunk scoring its blocks against the run medians of the sampled steps;
-3. **peer** (per row chunk): the peer groups' median and count, the leave-one-out
-   peer median, then (after the run-wide noise floor, from every ``S // 4096``-th
-   step as the in-memory view samples it) the peer flags with a **halo** of
-   :func:`halo_steps` rows on each side for the sustained rule's centered window;
-   the flags come back as runs per rank (:mod:`~faultlab.labeler.flagruns`), not as
-   a map;
-4. **temporal** (row chunks in step order, per strip of ranks): the trailing
+3. **temporal** (row chunks in step order, per strip of ranks): the trailing
    baseline is a recurrence in step order (flagged steps leave later windows), so its
    state (the last ``temporal_window_steps`` values that may feed the baseline, the
    current baseline and noise per rank) is carried from chunk to chunk; chunks are
@@ -32,7 +26,14 @@ carries from one to the next):
    Each rank is its own recurrence: one chain of chunks per strip of ranks, as many
    strips as the cluster has worker threads, each on a thread of its own, run in
    parallel (the walk compiled, :mod:`~faultlab.labeler.trailingjit`, where numba is
-   installed); the flags come back as runs per rank too.
+   installed); the flags come back as runs per rank too;
+4. **peer** (per row chunk): the peer groups' median and count, the leave-one-out
+   peer median (a small group's peers at no less than their baseline from pass 3),
+   then (after the run-wide noise floor, from every ``S // 4096``-th
+   step as the in-memory view samples it) the peer flags with a **halo** of
+   :func:`halo_steps` rows on each side for the sustained rule's centered window;
+   the flags come back as runs per rank (:mod:`~faultlab.labeler.flagruns`), not as
+   a map.
 
 The ``(S,)`` job series (step time, what-if step time, the job's temporal view, the
 sustained job rule) are small at any size and are computed in memory as in
@@ -69,7 +70,7 @@ from faultlab.errors import BadInput
 from faultlab.labeler.analysis import Analysis, _sustained_job, expected_over_median
 from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.flagruns import FlagRuns, chunk_runs
-from faultlab.labeler.grid import StepGrid
+from faultlab.labeler.grid import SMALL_GROUP, StepGrid, floored_peers
 from faultlab.labeler.peergroups import PeerGroups, assign_groups, calm_rows, calm_scores, sample_rows
 from faultlab.labeler.stats import (MAD_TO_SIGMA, compiled_walk, loo_median, median, nanmedian, trailing_baseline_from,
                                     trailing_baseline_t)
@@ -293,11 +294,13 @@ def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray,
     return np.fmin.reduce(blk, axis=1), np.fmax.reduce(blk + st, axis=1)
 
 
-# -- pass 3: the peer view ----------------------------------------------------------------
+# -- pass 4: the peer view ----------------------------------------------------------------
 
 
 def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_groups: int, sync: bool = False) -> tuple:
-    """Rows ``a..b-1``: the leave-one-out peer median into its map; return the groups'
+    """Rows ``a..b-1``: the leave-one-out peer median into its map, a small group's
+    peers at no less than their trailing baseline (the ``rank_base`` map, written by
+    the temporal pass before; :meth:`StepGrid.floor_small_groups`); return the groups'
     ``(rows, G)`` median and count (:meth:`StepGrid.group_stats`) and each row's
     largest compute (:func:`~faultlab.labeler.whatif.step_top`)."""
     maps = _Maps(Path(folder), S, R, sync)
@@ -308,8 +311,11 @@ def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_gro
     for k, c in enumerate(cols):
         m, n = nanmedian(comp[:, c], axis=1)
         med[:, k], cnt[:, k] = m, n
+        vals = comp[:, c]
+        if np.arange(R)[c].size <= SMALL_GROUP:
+            vals = floored_peers(vals, np.asarray(maps.open("rank_base", "r")[c, a:b]).T)
         for i in range(0, b - a, 4096):
-            out[i : i + 4096, c] = loo_median(comp[i : i + 4096, c])
+            out[i : i + 4096, c] = loo_median(vals[i : i + 4096])
     maps.put("peer_median", a, b, out)
     return med, cnt, step_top(comp)
 
@@ -370,7 +376,7 @@ def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, 
     return chunk_runs(flag.T, 0, a)
 
 
-# -- pass 4: the temporal view (carried state) -------------------------------------------
+# -- pass 3: the temporal view (carried state) -------------------------------------------
 
 
 def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: int, before: tuple | None,
@@ -557,13 +563,14 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     tt = _wait(client, [client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False, sync=maps.sync)
                         for a, b in spans], note, "clocks")
     grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
-    calm = calm_rows(grid.compute, int(cfg.temporal_window_steps), sample=maps.rows("compute", sample_rows(S)),
-                     scores=lambda run_med: _calm_scores(client, maps, run_med, int(cfg.temporal_window_steps), spans))
+    calm = calm_rows(grid.compute, int(cfg.temporal_window_steps), k=float(cfg.mad_k), sample=maps.rows("compute", sample_rows(S)),
+                     scores=lambda run_med, w: _calm_scores(client, maps, run_med, w, spans))
     pg = assign_groups(grid.compute, [grid.component(j) for j in range(R)], grid.groups, cfg, mapping=peer_groups,
                        part=grid.dataloader, calm=calm)
     if pg.source in ("discovered", "mapping"):
         grid.regroup(pg.groups)
     names, gidx, cols = grid.peer_groups()
+    tv = _temporal_view(client, maps, grid, cfg, spans, note)  # first: a small group's peer median reads its baselines
     maps.create("peer_median", np.float32)
     gm = _wait(client, [client.submit(_peer_medians, str(folder), S, R, a, b, cols, len(names), pure=False, sync=maps.sync)
                         for a, b in spans], note, "peer medians")
@@ -573,7 +580,6 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     grid._group_stats = (med, cnt, gidx)
     grid._peer_median = maps.view("peer_median")
     pv = _peer_view(client, maps, grid, cfg, cols, cnt, gidx, spans, note)
-    tv = _temporal_view(client, maps, grid, cfg, spans, note)
     lo = min((fb["span"][0] for fb in filled if np.isfinite(fb["span"][0])), default=np.nan)
     hi = max((fb["span"][1] for fb in filled if np.isfinite(fb["span"][1])), default=np.nan)
     return _analysis(grid, tv, pv, cfg, pg, top), ((lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None)

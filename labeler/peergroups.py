@@ -15,11 +15,13 @@ Where the groups come from (:func:`assign_groups`), first that applies:
 3. otherwise discovered (:func:`discover`): within the one declared group, from each
    rank's typical local time over the run's calmest stretch.
 
-Discovery (:func:`split_levels`): each rank's *level* is the
-median of its local time (``compute_s + dataloader_s``; a long input's value) over the
-calmest stretch (:func:`calm_rows`: the block of ``temporal_window_steps`` steps in
+Discovery (:func:`split_levels`): each rank's *level* is its
+typical local time (``compute_s + dataloader_s``; a long input's value) over the
+run's calm stretch (:func:`calm_rows`: the block of ``temporal_window_steps`` steps in
 which the ranks, each against its own median over the run (from a few thousand
-evenly spaced steps), are fastest together: a rank's temporary slowness, a fault, lies outside it). On the log of the levels
+evenly spaced steps), are fastest together, and every block as calm as it within
+the noise of a block's score: a rank's temporary slowness, a fault, lies outside
+it), the median over those blocks of its median in each (:func:`block_levels`). On the log of the levels
 (hardware differences are ratios), the sorted levels are cut at each gap between
 neighbours that
 
@@ -75,16 +77,17 @@ class PeerGroups:
         groups: (C,) object, each column's group name.
         source: ``"declared"`` | ``"discovered"`` | ``"mapping"`` (a ``--peer-groups``
             file) | ``"one"`` (one group, nothing to discover).
-        level: (C,) float64, each column's median local time over the calm stretch
-            (s; a long input's unit), NaN without data there.
-        calm: ``(i0, i1)`` the calm stretch's first and last row (inclusive).
+        level: (C,) float64, each column's level over the calm stretch
+            (:func:`block_levels`: s; a long input's unit), NaN without data there.
+        calm: ``[(i0, i1), ...]`` the calm stretch's blocks, each its first and last
+            row (inclusive), the calmest first (:func:`calm_rows`).
         declared: (C,) object, each column's declared group.
     """
 
     groups: np.ndarray
     source: str
     level: np.ndarray
-    calm: tuple[int, int]
+    calm: list[tuple[int, int]]
     declared: np.ndarray = field(repr=False)
 
     @property
@@ -122,19 +125,38 @@ def sample_rows(S: int) -> np.ndarray:
     return np.arange(0, S, max(1, S // RUN_SAMPLE_STEPS), dtype=np.int64)
 
 
-def calm_rows(X: np.ndarray, window: int, *, scores=None, sample: np.ndarray | None = None) -> tuple[int, int]:
-    """``(i0, i1)``: the rows of the run's calmest stretch of ``X`` ``(S, C)`` (time x
-    rank, NaN = no value): of the blocks of ``window`` rows, the one in which the
-    ranks, each against its own median over the run, are fastest together (the
-    smallest mean log ratio of a rank's block median to its run median,
-    :func:`calm_scores`); the earliest on a tie. The whole run when it holds fewer
-    than two blocks.
+def calm_rows(X: np.ndarray, window: int, *, k: float = 4.0, scores=None,
+              sample: np.ndarray | None = None) -> list[tuple[int, int]]:
+    """``[(i0, i1), ...]``: the blocks of the run's calm stretch of ``X`` ``(S, C)``
+    (time x rank, NaN = no value), each its first and last row (inclusive), the
+    reference block first, the rest in row order. The whole run as one block when it
+    holds fewer than two blocks of ``window`` rows; a run of fewer than
+    :data:`MIN_NOISE_BLOCKS` such blocks is cut into that many shorter ones (on a
+    busy host a short run's one calmest block is as often as not a block in which
+    one rank ran fast, and the noise of a score needs that many blocks).
+
+    A block's score (:func:`calm_scores`) is how fast the ranks are together in it:
+    the mean over ranks of the log ratio of a rank's block median to its median over
+    the run. With at least :data:`MIN_NOISE_BLOCKS` blocks, sigma is the noise of a
+    score from one block to the next (:func:`score_noise`); the *reference* is the
+    lowest-scoring block that another block matches within ``k`` sigmas (a calm state
+    that holds over two blocks at least; the lowest one of all when none does), and
+    the stretch is it and every block scoring at most ``k`` sigmas above it. With
+    fewer blocks: the lowest-scoring block alone. Ties go to the earliest block.
+
+    Why more than the lowest block: the lowest of many noisy scores is a block in
+    which noise ran fast, often one rank's alone (a rank 20% under its usual level
+    for 50 steps on a busy host), and one block's levels carry that; the blocks as
+    calm as the reference within their noise give each rank's level from many blocks
+    (:func:`block_levels`), and a fast spell of one block, matched by no other, is
+    no reference. A fault or a temporary slowness lifts its blocks' scores by far
+    more than that noise and stays out.
 
     The run median is taken over :func:`sample_rows` (a few thousand evenly spaced
     steps: an hour-long or a month-long run alike, and a streaming labeler reads
-    only those rows). ``scores(run_median)`` gives the ``[(row, score)]`` of all the
-    blocks (e.g. computed block by block elsewhere); :func:`calm_scores` over ``X``
-    when None. ``sample``: ``X``'s :func:`sample_rows`, when read already.
+    only those rows). ``scores(run_median, block_rows)`` gives the ``[(row, score)]``
+    of all the blocks (e.g. computed block by block elsewhere); :func:`calm_scores`
+    over ``X`` when None. ``sample``: ``X``'s :func:`sample_rows`, when read already.
 
     Why the mean, not the largest ratio: two ranks slowed over most of the run have
     that slowed level as their run median, so in the slowed blocks no ratio stands
@@ -142,14 +164,64 @@ def calm_rows(X: np.ndarray, window: int, *, scores=None, sample: np.ndarray | N
     picks those."""
     S = X.shape[0]
     if S < 2 * window or window < 1:
-        return 0, max(S - 1, 0)
+        return [(0, max(S - 1, 0))]
+    window = window if S >= MIN_NOISE_BLOCKS * window else S // MIN_NOISE_BLOCKS
     run_med, _ = nanmedian(X[sample_rows(S)] if sample is None else sample, axis=0)
-    found = scores(run_med) if scores is not None else calm_scores(X, 0, S, run_med, window)
-    best, best_i = np.inf, 0
-    for i, score in sorted(found):
-        if score < best:
-            best, best_i = score, i
-    return best_i, best_i + window - 1
+    found = sorted(scores(run_med, window) if scores is not None else calm_scores(X, 0, S, run_med, window))
+    if not found:
+        return [(0, window - 1)]
+    ranked = sorted(found, key=lambda x: (x[1], x[0]))
+    if len(found) < MIN_NOISE_BLOCKS:
+        return [(ranked[0][0], ranked[0][0] + window - 1)]
+    tol = k * score_noise([sc for _, sc in found])
+    ref_i, ref = next(((i, sc) for i, sc in ranked if any(j != i and abs(o - sc) <= tol for j, o in found)), ranked[0])
+    rest = [i for i, sc in found if i != ref_i and sc <= ref + tol]
+    return [(i, i + window - 1) for i in [ref_i, *rest]]
+
+
+#: fewest blocks on which :func:`calm_rows` measures the noise of a block's score:
+#: one fault gives two large differences (its onset and its end), and the median
+#: of five or more differences leaves both out
+MIN_NOISE_BLOCKS = 6
+
+
+def score_noise(scores) -> float:
+    """The noise of a block score, from one block to the next: the MAD-sigma of the
+    differences of consecutive scores over sqrt(2) (``scores`` in row order; 1.4826
+    x the median absolute difference / sqrt(2), the differences of a steady noise
+    having a median of 0).
+
+    Why differences: a fault or a slow spell shifts the scores of a run of
+    consecutive blocks, so the spread of the scores themselves holds it (with two
+    ranks slowed over half the run, half the scores sit high); their differences
+    hold it only at its two edges, which the median leaves out."""
+    d = np.abs(np.diff(np.asarray(scores, dtype=np.float64)))
+    return MAD_TO_SIGMA * median(d) / np.sqrt(2.0) if d.size else 0.0
+
+
+def block_levels(X: np.ndarray, blocks, *, slack: float = np.inf, of: np.ndarray | None = None) -> np.ndarray:
+    """(C,) float64: each column's level over ``blocks`` (``[(i0, i1), ...]`` rows of
+    ``X`` ``(S, C)``, inclusive, the reference block first): the median over the
+    blocks of the column's median in each block (NaN ignored; NaN for a column
+    without a value in any), leaving out for each column the blocks in which its
+    median over the block's median across columns is more than ``slack`` (log) above
+    its own in the reference block (that column was slowed there, though the block's
+    mean score was calm: one of ten drives slowed over most of the run). One block:
+    its median. ``of``: take the medians of this array (same shape; the dataloader
+    part) over the same blocks. Read block by block (``X`` may be a memory map)."""
+    C = X.shape[1]
+    if not X.shape[0] or not blocks:
+        return np.full(C, np.nan)
+    src = X if of is None else of
+    if len(blocks) == 1:
+        i0, i1 = blocks[0]
+        return nanmedian(src[i0 : i1 + 1], axis=0)[0]
+    B = np.stack([nanmedian(X[i0 : i1 + 1], axis=0)[0] for i0, i1 in blocks])
+    V = B if of is None else np.stack([nanmedian(of[i0 : i1 + 1], axis=0)[0] for i0, i1 in blocks])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = np.log(B / nanmedian(B, axis=1)[0][:, None])
+        V = np.where(rel - rel[0][None, :] > slack, np.nan, V)
+    return nanmedian(V, axis=0)[0]
 
 
 def calm_scores(X: np.ndarray, a: int, b: int, run_med: np.ndarray, window: int) -> list[tuple[int, float]]:
@@ -261,29 +333,31 @@ def _no_group_of_one(v: np.ndarray, cuts: list[int]) -> list[int]:
 
 
 def discover(X: np.ndarray, declared: np.ndarray, config, *, part: np.ndarray | None = None,
-             calm: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+             calm: list[tuple[int, int]] | None = None) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """Discovered groups within each declared group: ``(groups, level, calm)``.
 
     Args:
         X: ``(S, C)`` local time per step (row) and rank (column), NaN = no value.
         declared: (C,) the declared group of each column.
         config: a :class:`faultlab.labeler.LabelerConfig`: ``temporal_window_steps``
-            (the calm stretch's length), ``group_gap_sigmas`` and ``group_min_gap``
+            (a calm block's length), ``group_gap_sigmas`` and ``group_min_gap``
             (a cut), ``peer_threshold`` and ``mad_k`` (a wide cut; see
             :func:`split_levels` and the module docstring).
         part: ``(S, C)`` the dataloader part of ``X``, or None.
-        calm: the calm rows ``(i0, i1)`` when known (:func:`calm_rows` of ``X``).
+        calm: the calm stretch's blocks when known (:func:`calm_rows` of ``X``).
 
     Returns:
         (C,) object group names (``NAME/k``, ``k`` = 0 the fastest, where a declared
-        group ``NAME`` is cut; ``NAME`` where not), (C,) levels, the calm rows.
+        group ``NAME`` is cut; ``NAME`` where not), (C,) levels, the calm blocks.
     """
     declared = np.asarray([str(g) for g in declared], dtype=object)
     window = int(config.temporal_window_steps)
-    i0, i1 = calm if calm is not None else calm_rows(X, window)
-    level, _ = nanmedian(X[i0 : i1 + 1], axis=0) if X.shape[0] else (np.full(X.shape[1], np.nan), None)
+    calm = calm if calm is not None else calm_rows(X, window, k=float(config.mad_k))
+    slack = float(config.mad_k) * level_wander(X, window)  # a rank slowed in a calm block: left out
+    slack = slack if np.isfinite(slack) else np.inf
+    level = block_levels(X, calm, slack=slack)
     run_level, _ = nanmedian(X, axis=0) if X.shape[0] else (np.full(X.shape[1], np.nan), None)
-    part_level = nanmedian(part[i0 : i1 + 1], axis=0)[0] if part is not None and X.shape[0] else None
+    part_level = block_levels(X, calm, slack=slack, of=part) if part is not None and X.shape[0] else None
     groups = declared.copy()
     for name in sorted(set(declared.tolist())):
         cols = np.flatnonzero(declared == name)
@@ -308,7 +382,7 @@ def discover(X: np.ndarray, declared: np.ndarray, config, *, part: np.ndarray | 
         idx = _by_speed(idx, level[cols])
         if idx.size and idx.max() > 0:
             groups[cols] = [f"{name}/{k}" for k in idx.tolist()]
-    return groups, level, (i0, i1)
+    return groups, level, calm
 
 
 def _place_missing(idx: np.ndarray, level: np.ndarray, run_level: np.ndarray) -> np.ndarray:
@@ -333,7 +407,7 @@ def _by_speed(idx: np.ndarray, level: np.ndarray) -> np.ndarray:
 
 
 def assign_groups(X: np.ndarray, names, declared, config, *, mapping: dict | None = None,
-                  part: np.ndarray | None = None, calm: tuple[int, int] | None = None) -> PeerGroups:
+                  part: np.ndarray | None = None, calm: list[tuple[int, int]] | None = None) -> PeerGroups:
     """The peer groups of one job (see the module docstring for the order: a mapping,
     the declared groups when more than one, else discovered).
 
@@ -346,7 +420,7 @@ def assign_groups(X: np.ndarray, names, declared, config, *, mapping: dict | Non
             ``group_gap_sigmas``, ``group_min_gap``).
         mapping: ``{component: group}`` or None.
         part: ``(S, C)`` the dataloader part of ``X``, or None.
-        calm: the calm rows ``(i0, i1)`` when known (:func:`calm_rows` of ``X``,
+        calm: the calm stretch's blocks when known (:func:`calm_rows` of ``X``,
             e.g. computed block by block out of core).
 
     Raises:
@@ -366,13 +440,13 @@ def assign_groups(X: np.ndarray, names, declared, config, *, mapping: dict | Non
         if not hit:
             raise BadInput(f"the mapping names none of the {len(names)} components (e.g. {names[0] if names else '-'})",
                            field="--peer-groups", fix="map component names (rank:N, worker:N) or rank numbers to group names")
-        i0, i1 = calm if calm is not None else calm_rows(X, window)
-        level = nanmedian(X[i0 : i1 + 1], axis=0)[0] if X.shape[0] else np.full(len(names), np.nan)
-        return PeerGroups(groups, "mapping", level, (i0, i1), declared)
+        calm = calm if calm is not None else calm_rows(X, window, k=float(config.mad_k))
+        level = block_levels(X, calm)
+        return PeerGroups(groups, "mapping", level, calm, declared)
     if len(set(declared.tolist())) > 1:
-        i0, i1 = calm if calm is not None else calm_rows(X, window)
-        level = nanmedian(X[i0 : i1 + 1], axis=0)[0] if X.shape[0] else np.full(len(names), np.nan)
-        return PeerGroups(declared, "declared", level, (i0, i1), declared)
+        calm = calm if calm is not None else calm_rows(X, window, k=float(config.mad_k))
+        level = block_levels(X, calm)
+        return PeerGroups(declared, "declared", level, calm, declared)
     groups, level, calm = discover(X, declared, config, part=part, calm=calm)
     src = "discovered" if len(set(groups.tolist())) > 1 else "one"
     return PeerGroups(groups, src, level, calm, declared)

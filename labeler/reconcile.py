@@ -244,6 +244,8 @@ def reconcile(labels: pd.DataFrame, injections: pd.DataFrame | None, *, analysis
     matched_inj = _attach_causes(out, overlap, inj_rows)
     for k in locate_job_labels(out, inj_rows, slack, set(rank_nodes) if rank_nodes else None):
         matched_inj[k] = True
+    if analysis is not None:
+        explain_late_onsets(out, inj_rows, analysis)
     extra = [_unmanifested_row(row, cand_info[k], analysis, rank_nodes, slack, run_id)
              for k, row in enumerate(inj_rows) if not matched_inj[k]]
     if extra:
@@ -339,6 +341,74 @@ def _attach_causes(out: pd.DataFrame, overlap: np.ndarray, inj_rows: list[dict])
     out["fault_id"] = fids
     out["evidence"] = evs
     return matched_inj
+
+
+#: a fault's first label starting more than this many steps after the fault's first
+#: step says why in its evidence (``onset_after_fault``)
+LATE_STEPS = 2
+
+
+def explain_late_onsets(out: pd.DataFrame, inj_rows: list[dict], an: Analysis) -> None:
+    """In place on ``out``: the first label (by start) of each injection that starts
+    more than :data:`LATE_STEPS` steps after the injection's first step (the first
+    whose ``t0`` is at or after its ``start_ts``) gets ``onset_after_fault`` in its
+    evidence: ``steps`` (how many later), ``fault_first_step``, and ``why``, what
+    the telemetry shows over the steps between (:func:`_why_late`).
+
+    Why: the labels are judged on when the fault began; a late start is either the
+    telemetry's (nothing slowed yet, or nothing named the rank) or the labeler's, and
+    the evidence tells which."""
+    if not len(out):
+        return
+    g = an.grid
+    by_id = {str(r["fault_id"]): r for r in inj_rows}
+    fids = out["fault_id"].astype(object).where(out["source"] == "injected")
+    for fid in sorted({str(f) for f in fids.dropna()}):
+        r = by_id.get(fid)
+        if r is None or pd.isna(r["start_ts"]):
+            continue
+        first = int(np.searchsorted(g.t0, float(r["start_ts"]), side="left"))
+        idx = out.index[fids == fid]
+        k = min(idx, key=lambda i: (float(out.at[i, "start_ts"]), i))
+        s0 = out.at[k, "start_step"]
+        if first >= g.S or pd.isna(s0):
+            continue
+        i0 = int(np.searchsorted(g.steps, int(s0), side="left"))
+        if i0 - first <= LATE_STEPS:
+            continue
+        ev = json.loads(out.at[k, "evidence"] or "{}")
+        ev["onset_after_fault"] = {"steps": i0 - first, "fault_first_step": int(g.steps[first]),
+                                   "why": _why_late(an, str(out.at[k, "component"]), first, i0)}
+        out.at[k, "evidence"] = evidence_json(ev)
+
+
+def _why_late(an: Analysis, component: str, a: int, b: int) -> str:
+    """What grid rows ``a..b-1`` (a fault's first steps, before its first label) show:
+    the job slowed or not (:meth:`Analysis.job_slowdown` against ``min_slowdown``),
+    and for a rank its local time against its own trailing baseline and against its
+    peers (medians, against ``temporal_threshold`` / ``peer_threshold``) and how many
+    of those steps each view flagged."""
+    cfg, g = an.config, an.grid
+    job = an.job_slowdown(a, b - 1)
+    job_up = bool(np.isfinite(job) and job >= cfg.min_slowdown)
+    j = an.rank_col(component)
+    if j is None:
+        return (f"the job's steps before it ran {job:.2f}x its baseline, " +
+                ("under the flag bar in most steps (a slowdown that came on gradually or in bursts)" if job_up
+                 else f"under the {cfg.min_slowdown:g}x floor: the fault had not slowed the job yet"))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        own = median(np.asarray(g.compute[a:b, j], dtype=np.float64) / np.asarray(an.temporal.rank_base[a:b, j], dtype=np.float64))
+    peer = median(an.peer.ratio[a:b, j])
+    shown = f"{component} ran {own:.2f}x its own baseline and {peer:.2f}x its peers, the job {job:.2f}x its baseline"
+    n_t, n_p = int(an.temporal.rank_flag[a:b, j].sum()), int(an.peer.flag[a:b, j].sum())
+    if n_t and not n_p:
+        return (f"{shown}: its own history flagged {n_t} of those {b - a} steps, its peers none (its peers slowed "
+                f"too, or the host's noise hid it): the label starts where it stood out from its peers")
+    if max(own if np.isfinite(own) else 0.0, peer if np.isfinite(peer) else 0.0) >= min(cfg.temporal_threshold, cfg.peer_threshold):
+        return f"{shown}: up, but in too few steps above the flag bar (noise floor mad_k sigmas) to start a label"
+    if job_up:
+        return f"{shown}: the job slowed but no step timing named the rank (stalls inside the collective, where every rank waits alike)"
+    return f"{shown}: the fault had not slowed the rank or the job yet"
 
 
 def _unmanifested_row(row: dict, cand: tuple, analysis: Analysis | None, rank_nodes: dict[int, str], slack: float,

@@ -88,7 +88,7 @@ def main() -> None:
         X = df.pivot_table(index="time", columns="worker", values="batch_time_norm").to_numpy(np.float64)
         g, lv, calm = discover(X, np.array(["job"] * X.shape[1], dtype=object), cfg)
         groups = {k: [j for j in range(X.shape[1]) if g[j] == k] for k in sorted(set(g.tolist()))}
-        print(f"PAI {f.stem}: critical group_gap_sigmas {critical_sigmas(X, cfg):.2f}; calm samples {calm[0]}-{calm[1]}; "
+        print(f"PAI {f.stem}: critical group_gap_sigmas {critical_sigmas(X, cfg):.2f}; calm samples {calm[0][0]}-{calm[0][1]} and {len(calm) - 1} block(s) as calm; "
               f"groups (worker columns) {groups}")
 
 

@@ -17,7 +17,11 @@ The reference leaves the rank itself out (:func:`faultlab.labeler.stats.loo_medi
 with two ranks in a group a median that includes the straggler is the pair's mean, and
 a 2x straggler would read 1.33x. A rank with no peer left at a step (its group's
 other ranks have no record there, or it is alone in its group) has no peer ratio
-there; the temporal view (its own history) speaks for it.
+there; the temporal view (its own history) speaks for it. In a group of two or three
+ranks each peer counts at no less than its own trailing baseline
+(:meth:`faultlab.labeler.grid.StepGrid.floor_small_groups`, set by
+:func:`faultlab.labeler.analysis.analyze`): a median of one or two values moves with a
+peer's fast spell, which would read as this rank's slowdown.
 
 A cell is flagged when ``ratio > threshold`` **and** ``ratio - 1 > mad_k * sigma_g``,
 where ``sigma_g`` is the median over the group's ranks of ``1.4826 * MAD`` of each

@@ -9,7 +9,9 @@ that time is its *run delay* (``/proc/PID/task/*/schedstat``, the host metric
 ``proc_run_delay_s_per_s`` of :mod:`faultlab.telemetry.hostsampler`).
 
 Per host sample (``ts``, s), each node's run delay per rank (s/s) against the
-leave-one-out median of the other nodes' (its peers without itself). A sample is
+leave-one-out median of its peer nodes' (without itself): the other nodes whose ranks
+are of the same peer groups (:func:`_node_groups`; a node of a kind of its own has no
+peer and is never flagged). A sample is
 flagged when the ratio exceeds ``peer_threshold`` and the excess exceeds ``mad_k``
 robust sigmas of that node's excess over the run (1.4826 x MAD) and
 :data:`MIN_EXCESS_S_PER_S`: the peer view's rule, on another signal (the floor: on an
@@ -39,8 +41,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from faultlab.labeler.grid import SMALL_GROUP, floored_peers
 from faultlab.labeler.labelrows import grid_row, label_confidence, typed_labels
-from faultlab.labeler.stats import loo_median, mad_sigma, median
+from faultlab.labeler.stats import loo_median, mad_sigma, median, nanmedian
 
 METRIC = "proc_run_delay_s_per_s"
 #: the least excess run delay over the peers' (s/s per rank) that flags a sample: a
@@ -67,7 +70,7 @@ def starved_labels(an, host: pd.DataFrame | None, labels: pd.DataFrame) -> pd.Da
         return labels
     cur = labels.reset_index(drop=True)
     changed = False
-    for node, t_lo, t_hi, own, peers in _flagged_intervals(delay, an.config):
+    for node, t_lo, t_hi, own, peers in _flagged_intervals(delay, an.config, _node_groups(an.grid, delay.columns)):
         got = _label_of(an, cur, node, t_lo, t_hi, own, peers)
         if got is not None:
             row, absorbed = got
@@ -94,16 +97,38 @@ def _per_rank_delay(g, host: pd.DataFrame | None) -> pd.DataFrame | None:
     return piv / np.asarray([per[str(c)] for c in piv.columns], dtype=np.float64)[None, :]
 
 
-def _flagged_intervals(delay: pd.DataFrame, cfg) -> list[tuple[str, float, float, float, float]]:
+def _node_groups(g, nodes) -> list[str]:
+    """Each of ``nodes``' peer kind: the sorted peer groups of its ranks in the grid
+    ``g`` (after discovery), joined by ``+``.
+
+    Why: a node whose ranks do more work per step (an older GPU generation, a
+    heavier pipeline stage) keeps its threads runnable longer and waits for a CPU
+    longer, by design; against the nodes of another kind it reads starved the whole
+    run."""
+    names = np.asarray(g.nodes, dtype=object).astype(str)
+    groups = np.asarray(g.groups, dtype=object).astype(str)
+    return ["+".join(sorted(set(groups[names == str(n)].tolist()))) for n in nodes]
+
+
+def _flagged_intervals(delay: pd.DataFrame, cfg, kinds: list[str] | None = None) -> list[tuple[str, float, float, float, float]]:
     """``[(node, t_lo, t_hi, own, peers)]``: runs of flagged samples of one node
     (``t_lo``: one sampling interval before the first sample, the time it covers;
     ``t_hi`` the last sample's time, unix s; ``own``/``peers`` their median run delays,
-    s/s)."""
+    s/s). ``kinds``: each column's peer kind (:func:`_node_groups`); a node's peers
+    are the other nodes of its kind (all nodes when None)."""
     x = delay.to_numpy(dtype=np.float64)
     ts = delay.index.to_numpy(dtype=np.float64)
     if ts.size < 3:
         return []
-    peers = loo_median(x)
+    kinds = np.asarray(kinds if kinds is not None else [""] * x.shape[1], dtype=object)
+    peers = np.full_like(x, np.nan)
+    for k in sorted(set(kinds.tolist())):
+        c = np.flatnonzero(kinds == k)
+        # a small kind's peer at no less than its usual delay (its median over the
+        # run): one node that got the CPU for a while does not make its peer starved
+        usual = nanmedian(x[:, c], axis=0)[0] if c.size <= SMALL_GROUP and np.isfinite(x[:, c]).any() else None
+        peers[:, c] = loo_median(floored_peers(x[:, c], np.broadcast_to(usual, x[:, c].shape)) if usual is not None
+                                 else x[:, c])
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = x / peers
     excess = x - peers

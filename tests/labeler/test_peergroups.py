@@ -14,7 +14,7 @@ from faultlab.labeler import LabelerConfig, label, label_run
 from faultlab.labeler.analysis import analyze
 from faultlab.labeler.grid import StepGrid
 from faultlab.labeler.importers import import_path, label_long_components
-from faultlab.labeler.peergroups import read_mapping, split_levels
+from faultlab.labeler.peergroups import calm_rows, read_mapping, split_levels
 from faultlab.rundir import RunDir
 from tests.helpers import fl, one_line_error
 from tests.labeler.test_importers import PUBLIC
@@ -96,6 +96,25 @@ def test_temporary_slowness_of_two_ranks_makes_no_group(onset):
     lab = label(s)
     assert sorted(lab["component"]) == ["rank:1", "rank:2"]
     assert (abs(lab["start_step"] - onset) <= 2).all()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("n_steps, block", [(150, 25)])
+def test_a_fast_spell_of_one_rank_in_the_calmest_block_hides_no_group(seed, n_steps, block):
+    """2 + 2 ranks 1.5x apart on a noisy host (10% step noise), and one rank of the
+    slower kind 20% faster than its usual over steps 50-99: the block of 50 that
+    holds it is the calmest, and its levels alone (1.0, 1.0, 1.2, 1.5) hold no cut; a
+    run of 150 steps (three blocks of 50, too few to measure the noise on) is cut
+    into six blocks of 25, and the levels from every block as calm within the
+    scores' noise find the two groups made. (In a run of 650 steps with the spell
+    over one whole block of 50 the rank's level is still that block's in 2 of 3
+    seeds: its other blocks read as slowed against it.)"""
+    a = 200 if n_steps == 650 else 50
+    s = simulate(n_ranks=4, n_steps=n_steps, scale=[1, 1, 1.5, 1.5], straggler=(3, a, a + 50, 0.8), noise=0.1, seed=seed)
+    assert _groups(s) == [["rank:0", "rank:1"], ["rank:2", "rank:3"]]
+    grid = StepGrid.from_steps(s)
+    blocks = calm_rows(grid.compute, LabelerConfig().temporal_window_steps)
+    assert len(blocks) >= 3 and all(i1 - i0 == block - 1 for i0, i1 in blocks)
 
 
 def test_declared_groups_and_a_mapping_win_and_a_lone_rank_says_so(tmp_path):
