@@ -21,12 +21,15 @@ from faultlab.labeler import StepGrid, analyze, label_run, read_steps
 from faultlab.labeler.outofcore import analyze_out_of_core, halo_steps
 
 distributed = pytest.importorskip("distributed", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
+dask = pytest.importorskip("dask", reason="dask is the 'scale' extra: pip install -e '.[scale]'")
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """An embedded LocalCluster of two worker processes, shared by the tests."""
-    c = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+def cluster(tmp_path_factory):
+    """An embedded LocalCluster of two worker processes, shared by the tests, its scratch
+    folder a temporary one of its own (not the shared ``TMP/dask-scratch-space``)."""
+    with dask.config.set({"temporary-directory": str(tmp_path_factory.mktemp("dask-scratch"))}):  # scheduler and workers
+        c = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
     yield c
     c.close()
 
