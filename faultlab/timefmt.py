@@ -28,7 +28,6 @@ def when(ts: float | None) -> str:
     left = ts - time.time()
     today = time.gmtime()[:3] == t[:3]
     clock = time.strftime("%H:%M:%S UTC" if today else "%Y-%m-%d %H:%M:%S UTC", t)
-    if left < -0.5:  # a deadline that has passed says so, never "in 0s"
+    if left < 0:  # a deadline that has passed says so, even by a fraction of a second: never "in 0s"
         return f"{clock} ({-left:.0f}s ago)" if -left < DAY_S else f"{clock} ({-left / DAY_S:.0f} days ago)"
-    left = max(0.0, left)
     return f"{clock} (in {left:.0f}s)" if left < DAY_S else f"{clock} (in {left / DAY_S:.0f} days)"

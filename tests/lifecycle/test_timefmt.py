@@ -24,6 +24,11 @@ def test_a_time_that_has_passed_says_how_long_ago():
     assert "in 0s" not in when(now - 5)
 
 
+def test_a_deadline_passed_by_a_fraction_of_a_second_is_ago_not_in_0s():
+    s = when(time.time() - 0.2)
+    assert s.endswith("(0s ago)"), s
+
+
 def test_a_far_deadline_shows_its_date_and_days():
     far = time.time() + 8203496733  # a deadline of another user's record, year 2286
     s = when(far)
