@@ -14,6 +14,8 @@ episode per run.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 
 import numpy as np
 
@@ -22,6 +24,10 @@ from faultlab.labeler.grid import StepGrid
 from faultlab.labeler.labelrows import evidence_json, grid_row, label_confidence
 from faultlab.labeler.stats import MAD_TO_SIGMA, SUM_BLOCK_CELLS, loo_median, median, median_of_blocks
 
+
+#: cells of an episode's lateness (float64) held in memory; a larger one is spilled
+#: to a temporary file (256 MiB)
+LATENESS_MEMORY_CELLS = 1 << 25
 
 #: the most consecutive job-flagged steps taken as one stall: a pause that straddles
 #: a step boundary slows two steps (more in a row is a sustained slowdown)
@@ -256,10 +262,11 @@ def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late
     for whom."""
     g = an.grid
     step = max(1, SUM_BLOCK_CELLS // max(1, g.R))
+    late_fl = _episode_lateness(an, fl, cols, step)
 
     def finite_lateness():  # the episode's lateness values, a block of its steps at a time
         for i in range(0, fl.size, step):
-            late = _lateness(an, fl[i : i + step], cols)
+            late = np.asarray(late_fl[i : i + step])
             yield late[np.isfinite(late)]
 
     # the noise of arrival times: mad_k robust sigmas of all the episode's lateness
@@ -268,8 +275,9 @@ def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late
     noise = MAD_TO_SIGMA * median_of_blocks(lambda: (np.abs(v - m) for v in finite_lateness())) if np.isfinite(m) else 0.0
 
     def vote_at(rows: np.ndarray):
-        rows = fl[np.isin(fl, rows)]
-        parts = [_votes(an, rows[i : i + step], cols, noise, min_late) for i in range(0, rows.size, step)]
+        at = np.flatnonzero(np.isin(fl, rows))
+        parts = [_votes(an, fl[at[i : i + step]], np.asarray(late_fl[at[i : i + step]]), noise, min_late)
+                 for i in range(0, at.size, step)]
         return tuple(np.concatenate([p[q] for p in parts]) if parts else np.zeros(0, dtype=dt)
                      for q, dt in enumerate((np.int64, bool, np.float64)))
 
@@ -279,6 +287,46 @@ def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late
         use2 = ok2 & (~ok | (top2 > top))
         k, ok = np.where(use2, k2, k), ok | ok2
     return np.bincount(k[ok], minlength=g.R), ok, k
+
+
+def _episode_lateness(an: Analysis, fl: np.ndarray, cols, step: int):
+    """:func:`_lateness` at the episode's grid rows ``fl`` (``(fl.size, R)`` float64),
+    computed once, ``step`` rows at a time, for the several passes of the vote's noise
+    estimate (:func:`~faultlab.labeler.stats.median_of_blocks`) and the vote: an array
+    up to :data:`LATENESS_MEMORY_CELLS` cells, past that (a long episode of a
+    many-rank job, labeled out of core) a :class:`_SpilledRows`."""
+    shape = (fl.size, an.grid.R)
+    out = np.empty(shape, dtype=np.float64) if shape[0] * shape[1] <= LATENESS_MEMORY_CELLS else _SpilledRows(*shape)
+    for i in range(0, fl.size, step):
+        out[i : i + step] = _lateness(an, fl[i : i + step], cols)
+    return out
+
+
+class _SpilledRows:
+    """``(n, R)`` float64 rows on an unnamed temporary file (removed by the system when
+    it is closed, so no name anyone could swap), written and read with plain file I/O:
+    no memory map, whose pages would stay counted in this process's resident memory.
+    Rows are written as slices; read as a slice or an ascending index array."""
+
+    def __init__(self, n: int, R: int):
+        self._f = tempfile.TemporaryFile()
+        self._n, self._R, self._row = n, R, R * 8
+
+    def __setitem__(self, key: slice, value: np.ndarray) -> None:
+        os.pwrite(self._f.fileno(), np.ascontiguousarray(value, dtype=np.float64).tobytes(), key.start * self._row)
+
+    def __getitem__(self, key) -> np.ndarray:
+        idx = np.arange(*key.indices(self._n)) if isinstance(key, slice) else np.asarray(key, dtype=np.int64)
+        out = np.empty((idx.size, self._R), dtype=np.float64)
+        if idx.size == 0:
+            return out
+        cut = np.flatnonzero(np.diff(idx) != 1) + 1  # runs of consecutive rows, one read each
+        for a, b in zip(np.r_[0, cut], np.r_[cut, idx.size]):
+            buf = memoryview(out[a:b]).cast("B")
+            got = os.preadv(self._f.fileno(), [buf], int(idx[a]) * self._row)
+            if got != len(buf):
+                raise OSError(f"short read of the episode's lateness ({got} of {len(buf)} bytes)")
+        return out
 
 
 def _lateness(an: Analysis, rows: np.ndarray, cols) -> np.ndarray:
@@ -293,16 +341,16 @@ def _lateness(an: Analysis, rows: np.ndarray, cols) -> np.ndarray:
     return np.where(np.isfinite(arr - med_arr), arr - med_arr, -np.inf)
 
 
-def _votes(an: Analysis, rows: np.ndarray, cols, noise: float, min_late: float) -> tuple:
-    """At grid rows ``rows``: ``(latest rank, whether it votes, its lateness s)`` of
-    :func:`_stall_votes`' rule (``noise`` the episode's robust sigma of lateness)."""
+def _votes(an: Analysis, rows: np.ndarray, late: np.ndarray, noise: float, min_late: float) -> tuple:
+    """At grid rows ``rows`` (``late`` their ``(rows, R)`` :func:`_lateness`):
+    ``(latest rank, whether it votes, its lateness s)`` of :func:`_stall_votes`' rule
+    (``noise`` the episode's robust sigma of lateness)."""
     g, tv, cfg = an.grid, an.temporal, an.config
-    late = _lateness(an, rows, cols)
     ex = np.asarray(g.job_step[rows], dtype=np.float64) - np.asarray(tv.job_base[rows], dtype=np.float64)
-    order = np.argsort(-late, axis=1)
-    kk = order[:, 0]
+    kk = np.argmax(late, axis=1)  # the latest rank (the lowest of equally late ones)
     top = late[np.arange(rows.size), kk]
-    second = late[np.arange(rows.size), order[:, 1]] if late.shape[1] > 1 else np.full(rows.size, -np.inf)
+    # the second-latest arrival's lateness: a partition, linear in the ranks
+    second = np.partition(late, late.shape[1] - 2, axis=1)[:, -2] if late.shape[1] > 1 else np.full(rows.size, -np.inf)
     return kk, np.isfinite(top) & (top >= min_late * ex) & (second <= 0.5 * top) & (top > cfg.mad_k * noise), top
 
 
