@@ -458,10 +458,14 @@ def local_cluster(n_workers: int | None = None):
     security = Security.temporary()
     scratch = tempfile.mkdtemp(prefix="faultlab-dask-")
     # read as the scheduler and workers start: the workers take them too
-    with dask.config.set({**CLUSTER_CONFIG, **HTTP_ROUTES, "temporary-directory": scratch}):
-        cluster = LocalCluster(n_workers=n_workers or max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1,
-                               processes=True, dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
-                               memory_limit=0, host="127.0.0.1", protocol="tls://", security=security)
+    try:
+        with dask.config.set({**CLUSTER_CONFIG, **HTTP_ROUTES, "temporary-directory": scratch}):
+            cluster = LocalCluster(n_workers=n_workers or max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1,
+                                   processes=True, dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
+                                   memory_limit=0, host="127.0.0.1", protocol="tls://", security=security)
+    except BaseException:  # a cluster that did not start leaves no scratch folder behind
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     _SCRATCH[id(cluster)] = weakref.finalize(cluster, shutil.rmtree, scratch, ignore_errors=True)  # at exit, at the latest
     return cluster, security
 

@@ -168,3 +168,18 @@ def test_out_of_core_labels_equal_in_memory_within_mapped_peer_groups(tmp_path, 
     _same(a, wa, b, wb)
     assert [g["members"] for g in wa["peer_groups"]] == [g["members"] for g in wb["peer_groups"]]
     assert len(wb["peer_groups"]) == 2
+
+
+def test_an_embedded_cluster_that_fails_to_start_leaves_no_scratch_folder(tmp_path):
+    # a script that starts the cluster at import time, without a __main__ guard: its
+    # worker processes (spawned: they import the script again) cannot start, and
+    # LocalCluster raises in the script and in each worker's import of it
+    script = tmp_path / "unguarded.py"
+    script.write_text("from faultlab.labeler.outofcore import local_cluster\nlocal_cluster(1)\n")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    cp = subprocess.run([sys.executable, str(script)], env={**os.environ, "TMPDIR": str(tmp)},
+                        capture_output=True, text=True, timeout=120)
+    assert cp.returncode != 0, "the unguarded script started its cluster"
+    assert "bootstrapping phase" in cp.stderr, cp.stderr[-2000:]
+    assert not list(tmp.glob("faultlab-dask-*")), sorted(p.name for p in tmp.iterdir())
