@@ -58,6 +58,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -466,8 +467,20 @@ def local_cluster(n_workers: int | None = None):
     except BaseException:  # a cluster that did not start leaves no scratch folder behind
         shutil.rmtree(scratch, ignore_errors=True)
         raise
-    _SCRATCH[id(cluster)] = weakref.finalize(cluster, shutil.rmtree, scratch, ignore_errors=True)  # at exit, at the latest
+    _SCRATCH[id(cluster)] = weakref.finalize(cluster, _remove_scratch, scratch)  # at exit, at the latest
     return cluster, security
+
+
+def _remove_scratch(folder: str, tries: int = 50) -> None:
+    """Remove an embedded cluster's scratch folder. Its worker processes may still be
+    ending when the cluster's close returns, each removing its own folder in it: a
+    removal that lists the folder's entries before a worker's last one was made finds
+    the folder not empty, so it is tried again, 0.1 s apart, up to ``tries`` times."""
+    for _ in range(tries):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not os.path.lexists(folder):
+            return
+        time.sleep(0.1)
 
 
 def client_for(scheduler: str | None = None):
