@@ -3,6 +3,9 @@ labeled out of core on Dask, against a plain streaming scan of the same files.
 
     python3 perf/labeler_scale.py [--sizes 1e7,1e8] [--ranks 1000] [--workers 2] [--in-memory-up-to 1e7]
 
+A run of 1e9 rank-steps (``--sizes 1e9``) takes about 20 GB of Parquet in the
+temporary folder and its labeling about 41 GB more of memory maps beside it.
+
 Per size (R = --ranks, S = size / R):
 
 1. ``faultlab.synthrun.write_run`` writes the run (steps partitioned by step block,
@@ -18,7 +21,9 @@ Per size (R = --ranks, S = size / R):
 3. Prints, side by side, wall time, CPU time (user + system, of every process: the
    controller and the workers; a figure that a loaded machine inflates less than the
    wall time) and peak RSS of each process, the ratios of the out-of-core times to the
-   scan's, and whether every planted fault got a label of its
+   scan's, when each out-of-core pass finished its first and last block (the time
+   between two passes and after the last is the controller's), and whether every
+   planted fault got a label of its
    component within 5 steps of its span; the out-of-core labels must equal the
    in-memory ones where both ran.
 
@@ -35,6 +40,10 @@ import subprocess
 import sys
 import tempfile
 import time
+
+#: disk a run takes here, its Parquet and its labeling's memory maps (bytes per rank-step,
+#: measured at 1e9: 20 GB and 41 GB)
+DISK_BYTES_PER_RANK_STEP = 64
 
 COLUMNS = ["run_id", "rank", "node", "peer_group", "step", "t_start", "compute_s", "comm_s", "step_s", "dataloader_s"]
 
@@ -95,14 +104,20 @@ def label(run: str, mode: str, workers: int) -> dict:
     try:
         w0 = c.run(_cpu_seconds)
         t, c0 = time.perf_counter(), _cpu_seconds()
-        labels = label_run(run, out_of_core=True, client=c)
+        passes: dict = {}  # each pass's first and last progress call (s from the start)
+
+        def note(done, total, what):
+            now = time.perf_counter() - t
+            passes.setdefault(what, [now, now])[1] = now
+
+        labels = label_run(run, out_of_core=True, client=c, progress=note)
         wall, cpu = time.perf_counter() - t, _cpu_seconds() - c0
         cpu += sum(v - w0[k] for k, v in c.run(_cpu_seconds).items())
         worker_rss = c.run(_peak_rss_bytes)
     finally:
         close(c, cl)
     rss = {"controller": _peak_rss_bytes(), **{f"worker {i}": v for i, v in enumerate(sorted(worker_rss.values()))}}
-    return {"seconds": wall, "cpu": cpu, "rss": rss, "labels": _rows(labels)}
+    return {"seconds": wall, "cpu": cpu, "rss": rss, "labels": _rows(labels), "passes": passes}
 
 
 def _rows(labels) -> list[dict]:
@@ -151,7 +166,12 @@ def main() -> int:
     from faultlab import synthrun
 
     bad = 0
-    for size in [float(x) for x in a.sizes.split(",")]:
+    sizes = [float(x) for x in a.sizes.split(",")]
+    free = shutil.disk_usage(tempfile.gettempdir()).free
+    if max(sizes) * DISK_BYTES_PER_RANK_STEP > free:
+        raise SystemExit(f"--sizes: {max(sizes):.0e} rank-steps need about {max(sizes) * DISK_BYTES_PER_RANK_STEP / 1e9:.0f} GB "
+                         f"free in {tempfile.gettempdir()} ({free / 1e9:.0f} GB free): set TMPDIR to a larger disk or a smaller size")
+    for size in sizes:
         R = a.ranks
         S = int(round(size / R))
         d = tempfile.mkdtemp(prefix="labeler-scale-")
@@ -175,6 +195,8 @@ def main() -> int:
                 rss = ", ".join(f"{k} {gib(v)}" for k, v in m["rss"].items())
                 print(f"  {name:24} {m['seconds']:8.1f} {m['seconds'] / sc['seconds']:7.1f} {m['cpu']:8.1f} "
                       f"{m['cpu'] / sc['cpu']:7.1f}  {rss}")
+            print("  out-of-core passes (s from its start: first and last block done): "
+                  + ", ".join(f"{k} {a:.1f}-{b:.1f}" for k, (a, b) in ooc["passes"].items()) + f", labels out at {ooc['seconds']:.1f}")
             print(f"  planted faults labeled (component, span within 5 steps): {len(info['faults']) - len(miss)}"
                   f"/{len(info['faults'])}" + (f", missed {miss}" if miss else ""))
             if mem is not None:
