@@ -1,5 +1,5 @@
-"""Root's labeler never reads a library's configuration from a working folder another
-user may write. numba reads ``.numba_config.yaml`` from the working folder; its
+"""Root never reads a library's configuration from a working folder another user may
+write. numba reads ``.numba_config.yaml`` from the working folder; its
 ``cache_dir`` names where numba loads its cache index from, with pickle. A user who
 plants both in their own folder, or in a shared sticky one such as ``/tmp``, would run
 code as root when root labels a long run standing there.
@@ -9,11 +9,17 @@ planted index file's pickle writes a marker file. Root walks a series long enoug
 run compiled, in a fresh interpreter standing in that folder: no marker may appear,
 numba must not be imported, and the values must be the vectorized walk's. From a
 trusted folder the walk still runs compiled.
+
+matplotlib reads ``./matplotlibrc`` when imported: the modules that draw root's pages
+import it from ``/`` (``faultlab.mplagg``). nobody's ``matplotlibrc`` (a setting, or a
+FIFO that would block the import) changes nothing, and the process stands in its own
+folder again afterwards.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import pickle
 import re
@@ -26,8 +32,9 @@ import pytest
 from faultlab.labeler import stats
 from tests.helpers import ROOT, give_to_nobody
 
-pytest.importorskip("numba", reason="numba is the 'scale' extra: pip install -e '.[scale]'")
 pytestmark = pytest.mark.skipif(not ROOT, reason="needs root (folders owned by nobody)")
+needs_numba = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
+                                 reason="numba is the 'scale' extra: pip install -e '.[scale]'")
 
 #: root's side: a trailing walk of 2**15 steps (compiled where numba may be imported),
 #: then whether numba was imported and a digest of the values
@@ -82,6 +89,7 @@ def sticky_dir(tmp_path):
     return d
 
 
+@needs_numba
 @pytest.mark.parametrize("where", ["nobodys_folder", "sticky_folder"])
 def test_a_numba_config_in_the_working_folder_runs_nothing_as_root(where, nobody_dir, sticky_dir, tmp_path):
     folder = nobody_dir if where == "nobodys_folder" else sticky_dir
@@ -100,3 +108,26 @@ def test_a_numba_config_in_the_working_folder_runs_nothing_as_root(where, nobody
     (imported_here, digest_here), err_here = _walk_in(trusted)
     assert imported_here == "True" and "runs vectorized" not in err_here, err_here
     assert digest == digest_here
+
+
+#: root's side: the modules that draw its pages, then matplotlib's settings and where the process stands
+DRAW = """
+import os
+import faultlab.report.plots, faultlab.scoring.leaderboard.html
+import matplotlib
+print(matplotlib.rcParams["lines.linewidth"], matplotlib.rcParams["savefig.pad_inches"], matplotlib.get_backend(), os.getcwd())
+"""
+
+
+@pytest.mark.parametrize("kind", ["settings", "fifo"])
+def test_a_matplotlibrc_in_the_working_folder_changes_nothing(kind, nobody_dir):
+    rc = nobody_dir / "matplotlibrc"
+    if kind == "fifo":
+        os.mkfifo(rc)
+    else:
+        rc.write_text("lines.linewidth: 0.01\nsavefig.pad_inches: 200\nbackend: pdf\n")
+    give_to_nobody(nobody_dir)
+    cp = subprocess.run([sys.executable, "-c", DRAW], cwd=nobody_dir, capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    width, pad, backend, here = cp.stdout.split()
+    assert (float(width), float(pad), backend.lower(), here) == (1.5, 0.1, "agg", str(nobody_dir))
