@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, SW_DATASET, fl, give_to_nobody, nobody_sh
+from tests.helpers import FL, ROOT, SW_DATASET, fl, give_to_nobody, nobody_sh, one_line_error
 
 NOBODY = 65534
 MARKER = "8842-ROOTONLY"
@@ -152,3 +153,25 @@ def test_relabel_copies_only_the_campaign_files_the_manifest_lists(two_runs, nob
     assert cp.returncode == 0, cp.stderr[-800:]
     assert sorted(p.name for p in (ds / "campaign").iterdir()) == ["gc.yaml"]
     assert not [p for p in ds.rglob("*") if p.is_file() and not p.is_symlink() and MARKER.encode() in p.read_bytes()]
+
+
+@pytest.mark.parametrize("kind", ["link", "sparse"])
+def test_relabel_reads_an_unlisted_card_with_no_link_and_bounded(ds, tmp_path, kind):
+    """A dataset with no ``build.json`` (built before it) has its licence read from its
+    card. nobody drops ``README.md`` and ``build.json`` from the manifest and makes
+    the card a link to root's 0600 file with a YAML header holding MARKER, or a sparse
+    6 GB file: root's relabel refuses it in one line naming README.md, and MARKER
+    reaches no file of the dataset."""
+    private = tmp_path / "secret"
+    private.mkdir(mode=0o700)
+    root_file = private / "card.md"
+    root_file.write_text(f"---\nlicense: {MARKER}\n---\nroot only\n")
+    os.chmod(root_file, 0o600)
+    make = 'ln -s "$2" README.md' if kind == "link" else "truncate -s 6G README.md"
+    nobody_sh('cd "$1" && rm build.json README.md && grep -v " README.md$\\| build.json$" MANIFEST.sha256 > M && mv M MANIFEST.sha256 && '
+              + make, ds, root_file)
+    cp = subprocess.run(["prlimit", f"--as={3 << 30}", "--", *FL, "dataset", "relabel", str(ds)], capture_output=True, text=True,
+                        timeout=300)
+    one_line_error(cp, "README.md", "symlink" if kind == "link" else "more than")
+    assert not [p for p in ds.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_size < 1 << 30
+                and MARKER.encode() in p.read_bytes()]
