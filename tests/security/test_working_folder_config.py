@@ -75,7 +75,7 @@ def _plant(folder: Path, marker: Path) -> None:
 
 
 def _walk_in(folder: Path) -> tuple[str, str]:
-    cp = subprocess.run([sys.executable, "-c", WALK], cwd=folder, capture_output=True, text=True, timeout=300)
+    cp = subprocess.run([sys.executable, "-P", "-c", WALK], cwd=folder, capture_output=True, text=True, timeout=300)
     assert cp.returncode == 0, cp.stderr
     return cp.stdout.split(), cp.stderr
 
@@ -127,7 +127,7 @@ def test_a_matplotlibrc_in_the_working_folder_changes_nothing(kind, nobody_dir):
     else:
         rc.write_text("lines.linewidth: 0.01\nsavefig.pad_inches: 200\nbackend: pdf\n")
     give_to_nobody(nobody_dir)
-    cp = subprocess.run([sys.executable, "-c", DRAW], cwd=nobody_dir, capture_output=True, text=True, timeout=120)
+    cp = subprocess.run([sys.executable, "-P", "-c", DRAW], cwd=nobody_dir, capture_output=True, text=True, timeout=120)
     assert cp.returncode == 0, cp.stderr
     width, pad, backend, here = cp.stdout.split()
     assert (float(width), float(pad), backend.lower(), here) == (1.5, 0.1, "agg", str(nobody_dir))
