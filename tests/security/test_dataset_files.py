@@ -9,6 +9,7 @@ root-only file in the page, and say NOT VERIFIED of a dataset whose files change
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -175,3 +176,19 @@ def test_relabel_reads_an_unlisted_card_with_no_link_and_bounded(ds, tmp_path, k
     one_line_error(cp, "README.md", "symlink" if kind == "link" else "more than")
     assert not [p for p in ds.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_size < 1 << 30
                 and MARKER.encode() in p.read_bytes()]
+
+
+def test_a_leaderboard_of_a_published_name_records_and_cards_the_published_folder(nobody_dir, tmp_path):
+    """Root ranks ``--dataset faultlab-sw-v1`` standing in nobody's folder, which holds a
+    copy of that name: the published dataset is scored, and the folder the board
+    records (where ``--card`` writes its table, what ``--verify`` re-scores) is the
+    published one, never nobody's copy."""
+    reg = tmp_path / "registry"
+    shutil.copytree(SW_DATASET, reg / SW_DATASET.name)
+    shutil.copytree(SW_DATASET, nobody_dir / SW_DATASET.name)
+    give_to_nobody(nobody_dir)
+    cp = fl("leaderboard", "--dataset", SW_DATASET.name, "--detector", "peer-median", "--boot", "0", "--json",
+            env={"FAULTLAB_DATASETS": str(reg)}, cwd=nobody_dir)
+    assert cp.returncode == 0, cp.stderr[-800:]
+    (board,) = json.loads(cp.stdout)["datasets"]
+    assert Path(board["path"]).resolve() == (reg / SW_DATASET.name).resolve()
