@@ -34,7 +34,7 @@ from faultlab.doctor import diagnose
 from faultlab.injectors import FAULT_TYPES
 from faultlab.nodes import LocalNode, NetnsTestbed
 
-FL = [sys.executable, "-m", "faultlab.cli"]
+FL = [sys.executable, "-P", "-m", "faultlab.cli"]  # -P: the working folder is not on sys.path
 
 
 @dataclass
@@ -358,12 +358,12 @@ def _start_targets(types: list[str], env: dict, tb, state: Path, procs: list) ->
     """The processes faults target, appended to ``procs`` as they start (so a failure
     half-way still ends them): a busy loop, and for gc-storm a process running the
     faultlab agent (given a second to start it)."""
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], env=env)
+    busy = subprocess.Popen([sys.executable, "-P", "-c", "while True: pass"], env=env)
     procs.append(busy)
     agent_pid = None
     if "gc-storm" in types:
         code = "import time\nfrom faultlab.benchmarks import agent\nagent.start()\nwhile True:\n    sum(range(10000))\n"
-        ag = subprocess.Popen([sys.executable, "-c", code], env=env)
+        ag = subprocess.Popen([sys.executable, "-P", "-c", code], env=env)
         procs.append(ag)
         agent_pid = ag.pid
         time.sleep(1.0)

@@ -1,16 +1,25 @@
 """A small TCP throughput probe between two nodes (loopback or test hosts only).
 
 ``python -m faultlab.probe sink --bind ADDR`` listens on an ephemeral port, prints
-``{"port": P}``, receives one connection to its end and prints
-``{"bytes": N, "elapsed_s": T, "bit_per_s": R}`` measured at the receiver from the
-first to the last byte. ``python -m faultlab.probe send --addr A --port P --bytes N``
-sends N bytes. ``measure_throughput`` drives both through the Node interface.
+``{"port": P, "token": T}``, receives the first connection that sends the token to its
+end and prints ``{"bytes": N, "elapsed_s": T, "bit_per_s": R}`` measured at the
+receiver from the first to the last byte after the token.
+``python -m faultlab.probe send --addr A --port P --bytes N`` reads the token on
+stdin, sends it, then N bytes. ``measure_throughput`` drives both through the Node
+interface.
+
+The token (random, per probe) travels only through the two processes' pipes, never an
+argv: anyone who reaches the node's address (another local user through the host's
+bridge address, another node) may connect to the port first, and such a connection is
+closed unmeasured while the sink waits for the sender's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import secrets
+import selectors
 import socket
 import subprocess
 import sys
@@ -19,13 +28,18 @@ import time
 from faultlab.errors import NodeError
 
 
+#: bytes of randomness in a probe's token; connections the sink reads tokens from at once
+TOKEN_BYTES = 16
+MAX_PENDING = 64
+
+
 def _sink(bind: str, timeout_s: float) -> None:
+    token = secrets.token_hex(TOKEN_BYTES).encode()
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.bind((bind, 0))
-    srv.listen(1)
-    srv.settimeout(timeout_s)
-    print(json.dumps({"port": srv.getsockname()[1]}), flush=True)
-    conn, _ = srv.accept()
+    srv.listen(MAX_PENDING)
+    print(json.dumps({"port": srv.getsockname()[1], "token": token.decode()}), flush=True)
+    conn = _sender_connection(srv, token, time.monotonic() + timeout_s)
     conn.settimeout(timeout_s)
     n, t0, t1 = 0, None, None
     buf = bytearray(1 << 16)
@@ -44,8 +58,52 @@ def _sink(bind: str, timeout_s: float) -> None:
     print(json.dumps({"bytes": n, "elapsed_s": elapsed, "bit_per_s": n * 8 / elapsed if elapsed == elapsed and elapsed > 0 else None}), flush=True)
 
 
+def _sender_connection(srv: socket.socket, token: bytes, deadline: float) -> socket.socket:
+    """The first connection to ``srv`` that sends ``token``, read from every pending
+    connection at once (at most :data:`MAX_PENDING`, the oldest dropped); others are
+    closed. Raises TimeoutError at ``deadline`` (monotonic s)."""
+    sel = selectors.DefaultSelector()
+    sel.register(srv, selectors.EVENT_READ)
+    got: dict[socket.socket, bytes] = {}
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            for key, _ in sel.select(left):
+                if key.fileobj is srv:
+                    c, _ = srv.accept()
+                    c.setblocking(False)
+                    got[c] = b""
+                    sel.register(c, selectors.EVENT_READ)
+                    if len(got) > MAX_PENDING:
+                        _drop(sel, got, next(iter(got)))
+                    continue
+                c = key.fileobj
+                data = c.recv(len(token) - len(got[c]))
+                if not data or not token.startswith(got[c] + data):
+                    _drop(sel, got, c)
+                    continue
+                got[c] += data
+                if got[c] == token:
+                    sel.unregister(c)
+                    del got[c]
+                    c.setblocking(True)
+                    return c
+        raise TimeoutError("no connection sent the probe's token in time")
+    finally:
+        for c in list(got):
+            _drop(sel, got, c)
+        sel.close()
+
+
+def _drop(sel: selectors.BaseSelector, got: dict, c: socket.socket) -> None:
+    sel.unregister(c)
+    del got[c]
+    c.close()
+
+
 def _send(addr: str, port: int, nbytes: int, timeout_s: float) -> None:
+    token = sys.stdin.buffer.readline().strip()
     s = socket.create_connection((addr, port), timeout=timeout_s)
+    s.sendall(token)
     chunk = b"\0" * (1 << 16)
     left = nbytes
     while left > 0:
@@ -68,10 +126,12 @@ def measure_throughput(sender, receiver, receiver_addr: str, nbytes: int, timeou
     try:
         line = sink.stdout.readline()
         try:
-            port = json.loads(line)["port"]
-        except (ValueError, KeyError):
+            first = json.loads(line)
+            port, token = first["port"], first["token"]
+        except (ValueError, KeyError, TypeError):
             raise NodeError(f"throughput sink did not start on {receiver.name}: {sink.stderr.read().decode()[-300:]}") from None
-        cp = sender.run([py, "-P", "-m", "faultlab.probe", "send", "--addr", receiver_addr, "--port", str(port), "--bytes", str(nbytes), "--timeout", str(timeout_s)], scope="net", timeout=timeout_s + 5)
+        cp = sender.run([py, "-P", "-m", "faultlab.probe", "send", "--addr", receiver_addr, "--port", str(port), "--bytes", str(nbytes), "--timeout", str(timeout_s)],
+                        scope="net", timeout=timeout_s + 5, input=f"{token}\n".encode())
         if cp.returncode != 0:
             raise NodeError(f"throughput probe from {sender.name} to {receiver_addr} failed: {cp.stderr.strip()[-300:]}")
         out, _ = sink.communicate(timeout=timeout_s)

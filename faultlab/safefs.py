@@ -626,6 +626,26 @@ def check_dir(path: str | os.PathLike, *, private: bool = False) -> None:
     open_dir(path, private=private).close()
 
 
+def working_folder_problem() -> str | None:
+    """Why the process's working folder is not a trusted folder (one line: the path and
+    what is wrong), or None when it is: its path passes :func:`check_dir` and still names
+    the folder the process stands in. Some libraries read a configuration file from the
+    working folder (numba's ``.numba_config.yaml``, whose ``cache_dir`` names where it
+    loads pickles from): they are imported only from a trusted one."""
+    try:
+        here = os.stat(".")
+        path = os.getcwd()
+        with open_dir(path) as d:
+            st = os.fstat(d.fd)
+    except UntrustedPath as e:
+        return e.reason
+    except OSError as e:
+        return f"the working folder cannot be checked ({e.strerror or e})"
+    if (st.st_dev, st.st_ino) != (here.st_dev, here.st_ino):
+        return f"{path}: is not the folder the process stands in"
+    return None
+
+
 def private_runtime_base() -> str:
     """A per-user private base folder for non-root runs: ``$XDG_RUNTIME_DIR`` when it
     is set (systemd makes it 0700 and ours), else ``~/.cache`` (never a predictable

@@ -53,6 +53,7 @@ machine, or a shared file system).
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import shutil
@@ -443,13 +444,28 @@ CLUSTER_CONFIG = {
     "distributed.admin.system-monitor.interval": "2s",
 }
 
+#: workers start with ``PYTHONSAFEPATH`` (``-P``): multiprocessing's ``python -c`` put the
+#: working folder first on ``sys.path`` (a ``multiprocessing/`` there ran in every worker)
+SAFE_SPAWN = {"distributed.nanny.pre-spawn-environ.PYTHONSAFEPATH": "1"}
+
+
+@contextlib.contextmanager
+def _safe_path():
+    """``PYTHONSAFEPATH=1`` for the block (the resource tracker starts before :data:`SAFE_SPAWN`)."""
+    saved = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("PYTHONSAFEPATH") if saved is None else os.environ.update(PYTHONSAFEPATH=saved)
+
 
 def local_cluster(n_workers: int | None = None):
     """``(cluster, security)``: an embedded ``LocalCluster`` of ``n_workers`` worker
     processes (default: one per core, at most 4) of one thread each, no memory limit
     (the passes' memory is bounded by their chunks), :data:`CLUSTER_CONFIG`'s settings,
     and the hardening :func:`client_for` describes (mutual TLS on 127.0.0.1 with
-    ``security``, the health route only, a scratch folder of its own). Close it with
+    ``security``, the health route only, a scratch folder of its own, :data:`SAFE_SPAWN`). Close it with
     :func:`close`."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
     import dask
@@ -460,7 +476,7 @@ def local_cluster(n_workers: int | None = None):
     scratch = tempfile.mkdtemp(prefix="faultlab-dask-")
     # read as the scheduler and workers start: the workers take them too
     try:
-        with dask.config.set({**CLUSTER_CONFIG, **HTTP_ROUTES, "temporary-directory": scratch}):
+        with _safe_path(), dask.config.set({**CLUSTER_CONFIG, **HTTP_ROUTES, **SAFE_SPAWN, "temporary-directory": scratch}):
             cluster = LocalCluster(n_workers=n_workers or max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1,
                                    processes=True, dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
                                    memory_limit=0, host="127.0.0.1", protocol="tls://", security=security)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import sys
 
 import numpy as np
 
+from faultlab import safefs
 from faultlab.errors import BadInput
 
 
@@ -324,9 +326,16 @@ def compiled_walk(cells: int, steps: int) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _kernel_importable() -> bool:
-    """Whether :mod:`faultlab.labeler.trailingjit` imports (numba installed, and built
-    for this numpy)."""
+    """Whether :mod:`faultlab.labeler.trailingjit` imports (numba installed, built for
+    this numpy, and the working folder trusted: numba reads its configuration there,
+    :func:`faultlab.safefs.working_folder_problem`; else one note line on stderr)."""
     if importlib.util.find_spec("numba") is None:
+        return False
+    why = safefs.working_folder_problem()
+    if why is not None:
+        print(f"faultlab: note: the trailing walk runs vectorized, not compiled (slower, the same values): numba reads "
+              f"its configuration from the working folder, which is not trusted ({why}); run from a folder of yours",
+              file=sys.stderr)
         return False
     try:
         # numba is optional and heavy: imported once a walk is long enough to use it

@@ -22,13 +22,26 @@ comparisons in the series' dtype), so the results are the same numbers.
 numba is an optional dependency (the ``scale`` extra): this module imports it,
 and is itself imported only where numba is installed
 (:func:`faultlab.labeler.stats.trailing_baseline_from`); the kernel is compiled on
-first use and cached on disk.
+first use and cached on disk. It refuses to import (ImportError) when the working
+folder is not a trusted folder (:func:`faultlab.safefs.working_folder_problem`): numba
+reads its configuration, and through it the folder of its pickled cache, from there.
 """
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from faultlab import safefs
+
+# numba reads ``.numba_config.yaml`` from the working folder when imported and at every
+# compile, and loads its cache index (a pickle) from the ``cache_dir`` that file names:
+# whoever may write the working folder (``/tmp``, another user's folder) would run code
+# as us. numba is imported only from a trusted working folder.
+_UNTRUSTED = safefs.working_folder_problem()
+if _UNTRUSTED is not None:
+    raise ImportError(f"numba is not imported from an untrusted working folder: {_UNTRUSTED}")
+
+import numba  # noqa: E402 (after the working folder's check)
 
 def trailing_from(Xt: np.ndarray, first: int, state: tuple | None, *, window: int, min_valid: int, threshold: float,
                   mad_k: float, block: int, sigma_per_mad: float) -> tuple:

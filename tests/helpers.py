@@ -61,8 +61,9 @@ needs_root = pytest.mark.skipif(not ROOT, reason="needs root (namespaces, qdiscs
 
 # -- the CLI as a user runs it -------------------------------------------------------------
 
-#: the faultlab CLI as a command line, run by this interpreter
-FL = [sys.executable, "-m", "faultlab.cli"]
+#: the faultlab CLI as a command line, run by this interpreter; -P: the working folder (a test
+#: may stand in nobody's) is not on sys.path, as it is not for the installed `faultlab` command
+FL = [sys.executable, "-P", "-m", "faultlab.cli"]
 
 
 def fl(*args, env: dict | None = None, timeout: float = 120, cwd=None) -> subprocess.CompletedProcess:

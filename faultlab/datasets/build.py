@@ -456,13 +456,20 @@ def build_settings(path: Path) -> dict:
 
 def _card_license(card_path: Path, default: str = "cc-by-4.0") -> str:
     """The ``license`` of the card's YAML header (``default`` without a card, a header
-    or a license). Raises BadInput naming the card when its header cannot be read."""
-    if not card_path.is_file():
-        return default
+    or a license). The card is read with no link followed, only when a regular file of
+    at most ``card.CARD_BYTES`` (:func:`faultlab.safefs.read_below`): the dataset may be
+    another user's, who may leave ``README.md`` out of its manifest. Raises BadInput
+    naming the card when it or its header cannot be read."""
     try:
-        text = card_path.read_text()
+        data = safefs.read_below(card_path.parent, card_path.name, card.CARD_BYTES)
+    except FileNotFoundError:
+        return default
+    except safefs.UntrustedPath as e:
+        raise BadInput(e.reason, field=card_path.name, fix=FIX) from None
+    try:
+        text = data.decode()
         head = yamlsafe.load(text.split("---", 2)[1]) if text.startswith("---") else {}
-    except (OSError, ValueError, yaml.YAMLError) as e:  # bad UTF-8 is a ValueError; too deep a yamlsafe.TooDeep
+    except (ValueError, yaml.YAMLError) as e:  # bad UTF-8 is a ValueError; too deep a yamlsafe.TooDeep
         raise BadInput(f"{card_path}: its YAML header could not be read ({type(e).__name__})", field=card_path.name, fix=FIX) from None
     head = head or {}
     lic = head.get("license", default) if isinstance(head, dict) else None

@@ -35,6 +35,10 @@ from faultlab.knobfaults import SEVERITY_UNITS
 from faultlab.rundir import _version
 from faultlab.telemetry.hostsampler import HOST_METRICS
 
+#: the largest dataset card (README.md) faultlab reads back (bytes): the page that shows
+#: it whole, the licence ``dataset relabel`` keeps
+CARD_BYTES = 1 << 20
+
 HF_DTYPE = {"string": "string", "int32": "int32", "int64": "int64", "double": "float64", "bool": "bool"}
 
 

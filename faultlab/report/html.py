@@ -30,6 +30,7 @@ from markupsafe import Markup
 
 from faultlab import inputfile, safefs, schema
 from faultlab.datasets import manifest, registry
+from faultlab.datasets.card import CARD_BYTES
 from faultlab.datasets.layout import Dataset
 from faultlab.errors import BadInput, printable
 from faultlab.report import plots
@@ -356,10 +357,6 @@ def render_collection(p: Path, runs: list[Path], notes: list[str] = ()) -> str:
            "cards": cards, "problems": [*verified, *notes, *problems], "scores": _score_table(rows), "scores_source": source,
            "provenance": provenance_view(provenance), "legend": legend, "card": _dataset_card(p) if dataset else None}
     return _env().get_template("collection.html.j2").render(**ctx)
-
-
-#: the largest dataset card (README.md) shown in a dataset's page (bytes)
-CARD_BYTES = 1 << 20
 
 
 def _dataset_card(p: Path) -> Markup | None:

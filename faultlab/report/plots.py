@@ -18,10 +18,8 @@ import io
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display: the report is rendered headless
-
+from faultlab import mplagg  # noqa: F401 (first: matplotlib headless, configured by nothing in the working folder)
+import matplotlib.patches  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import LogFormatter, LogLocator  # noqa: E402
 import numpy as np  # noqa: E402

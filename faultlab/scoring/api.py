@@ -37,6 +37,9 @@ NO_CI_NOTE = "n/a: 1 run; the 95% CI is a bootstrap over runs and needs at least
 BY = ("fault_type", "source", "none")
 #: the splits a dataset is scored on (:func:`score_dataset`)
 SPLITS = ("test", "train", "all")
+#: the most ticks a replay cuts one run into: a tick of a nanosecond (a submitted
+#: leaderboard.json's setting) would call the detector billions of times
+MAX_TICKS = 1_000_000
 
 
 @dataclass
@@ -214,8 +217,12 @@ def _ticks(t0: float, t_last: float, tick_s: float) -> np.ndarray:
     """The replay clock (unix s): ``t0 + tick_s``, ``t0 + 2 tick_s``, ... up to the
     first tick at or past ``t_last``, the last one at least ``t_last``; one tick at
     least (a run whose every step ends where it starts: before, no tick and an
-    IndexError)."""
-    n_ticks = max(1, int(np.ceil((t_last - t0) / tick_s)))
+    IndexError). BadInput past :data:`MAX_TICKS` ticks."""
+    span = (t_last - t0) / tick_s
+    if span > MAX_TICKS:
+        raise BadInput(f"a tick of {tick_s:g} s cuts a run of {t_last - t0:g} s into more than {MAX_TICKS} ticks",
+                       field="--tick", fix="give a longer tick")
+    n_ticks = max(1, int(np.ceil(span)))
     ticks = t0 + tick_s * np.arange(1, n_ticks + 1)
     ticks[-1] = max(ticks[-1], t_last)
     return ticks

@@ -449,12 +449,22 @@ class _Cells(NamedTuple):
     row: dict
 
 
-def _check_settings(k: int, window_s: float) -> None:
-    """Refuse (BadInput) ``k < 1`` for Acc@k and a window that is not ``> 0`` s."""
+#: the most windows one run is cut into, and the widest VUS buffer (points): settings
+#: past them (a submitted leaderboard.json's window of a nanosecond) would ask for
+#: gigabytes of cells or hours of loops
+MAX_WINDOWS = 1_000_000
+MAX_VUS_WINDOW = 1000
+
+
+def _check_settings(k: int, window_s: float, vus_window: int = 10) -> None:
+    """Refuse (BadInput) ``k < 1`` for Acc@k, a window that is not ``> 0`` s and a VUS
+    buffer outside 0..:data:`MAX_VUS_WINDOW`."""
     if k < 1:
         raise BadInput(f"k must be >= 1, got {k}", field="k")
     if not window_s > 0:
         raise BadInput(f"window must be > 0 s, got {window_s}", field="window_s")
+    if not 0 <= vus_window <= MAX_VUS_WINDOW:
+        raise BadInput(f"vus_window must be in 0..{MAX_VUS_WINDOW} points, got {vus_window}", field="vus_window")
 
 
 def _alarm_arrays(al: pd.DataFrame) -> _AlarmArrays:
@@ -504,6 +514,9 @@ def _component_counts(al: _AlarmArrays, lab: _LabelArrays, universe: list[str]) 
 def _windows(t0: float, t1: float, window_s: float) -> tuple[np.ndarray, np.ndarray]:
     """The run's windows: ``(w0, w1)``, each (n_windows,) unix s, ``window_s`` long from
     ``t0``, the last one cut at ``t1``; one point window ``[t0, t0]`` when ``t1 <= t0``."""
+    if (t1 - t0) / window_s > MAX_WINDOWS:
+        raise BadInput(f"a window of {window_s:g} s cuts a run of {t1 - t0:g} s into more than {MAX_WINDOWS} windows",
+                       field="window_s", fix="give a wider window")
     n_win = max(1, int(math.ceil((t1 - t0) / window_s))) if t1 > t0 else 1
     w0 = t0 + window_s * np.arange(n_win)
     w1 = np.minimum(w0 + window_s, max(t1, t0))
@@ -718,9 +731,10 @@ def run_stats(
         LABEL_KEYS...), "latencies": ndarray (s)}``.
 
     Raises:
-        BadInput when a frame misses a needed column, ``k < 1`` or ``window_s <= 0``.
+        BadInput when a frame misses a needed column, ``k < 1``, ``window_s <= 0``, a
+        window that cuts the run into more than MAX_WINDOWS or a VUS buffer past MAX_VUS_WINDOW.
     """
-    _check_settings(k, window_s)
+    _check_settings(k, window_s, vus_window)
     al_checked = _check(alarms, "alarms", ["component", "start_ts", "end_ts", "score"])
     prep = prepared if prepared is not None else prepare_labels(labels, injections)
     al = _alarm_arrays(al_checked)

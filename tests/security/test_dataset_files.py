@@ -9,13 +9,15 @@ root-only file in the page, and say NOT VERIFIED of a dataset whose files change
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, SW_DATASET, fl, give_to_nobody, nobody_sh
+from tests.helpers import FL, ROOT, SW_DATASET, fl, give_to_nobody, nobody_sh, one_line_error
 
 NOBODY = 65534
 MARKER = "8842-ROOTONLY"
@@ -152,3 +154,41 @@ def test_relabel_copies_only_the_campaign_files_the_manifest_lists(two_runs, nob
     assert cp.returncode == 0, cp.stderr[-800:]
     assert sorted(p.name for p in (ds / "campaign").iterdir()) == ["gc.yaml"]
     assert not [p for p in ds.rglob("*") if p.is_file() and not p.is_symlink() and MARKER.encode() in p.read_bytes()]
+
+
+@pytest.mark.parametrize("kind", ["link", "sparse"])
+def test_relabel_reads_an_unlisted_card_with_no_link_and_bounded(ds, tmp_path, kind):
+    """A dataset with no ``build.json`` (built before it) has its licence read from its
+    card. nobody drops ``README.md`` and ``build.json`` from the manifest and makes
+    the card a link to root's 0600 file with a YAML header holding MARKER, or a sparse
+    6 GB file: root's relabel refuses it in one line naming README.md, and MARKER
+    reaches no file of the dataset."""
+    private = tmp_path / "secret"
+    private.mkdir(mode=0o700)
+    root_file = private / "card.md"
+    root_file.write_text(f"---\nlicense: {MARKER}\n---\nroot only\n")
+    os.chmod(root_file, 0o600)
+    make = 'ln -s "$2" README.md' if kind == "link" else "truncate -s 6G README.md"
+    nobody_sh('cd "$1" && rm build.json README.md && grep -v " README.md$\\| build.json$" MANIFEST.sha256 > M && mv M MANIFEST.sha256 && '
+              + make, ds, root_file)
+    cp = subprocess.run(["prlimit", f"--as={3 << 30}", "--", *FL, "dataset", "relabel", str(ds)], capture_output=True, text=True,
+                        timeout=300)
+    one_line_error(cp, "README.md", "symlink" if kind == "link" else "more than")
+    assert not [p for p in ds.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_size < 1 << 30
+                and MARKER.encode() in p.read_bytes()]
+
+
+def test_a_leaderboard_of_a_published_name_records_and_cards_the_published_folder(nobody_dir, tmp_path):
+    """Root ranks ``--dataset faultlab-sw-v1`` standing in nobody's folder, which holds a
+    copy of that name: the published dataset is scored, and the folder the board
+    records (where ``--card`` writes its table, what ``--verify`` re-scores) is the
+    published one, never nobody's copy."""
+    reg = tmp_path / "registry"
+    shutil.copytree(SW_DATASET, reg / SW_DATASET.name)
+    shutil.copytree(SW_DATASET, nobody_dir / SW_DATASET.name)
+    give_to_nobody(nobody_dir)
+    cp = fl("leaderboard", "--dataset", SW_DATASET.name, "--detector", "peer-median", "--boot", "0", "--json",
+            env={"FAULTLAB_DATASETS": str(reg)}, cwd=nobody_dir)
+    assert cp.returncode == 0, cp.stderr[-800:]
+    (board,) = json.loads(cp.stdout)["datasets"]
+    assert Path(board["path"]).resolve() == (reg / SW_DATASET.name).resolve()

@@ -50,3 +50,31 @@ def test_verify_refuses_a_parameter_beyond_its_bound(board, tmp_path, detector, 
                         capture_output=True, text=True, timeout=300)
     line = one_line_error(cp, f"{param}=", "outside")
     assert detector in line
+
+
+def _verify(sub: dict, ds, tmp_path) -> subprocess.CompletedProcess:
+    f = tmp_path / "lb.json"
+    f.write_text(json.dumps(sub))
+    return subprocess.run(["prlimit", f"--as={3 << 30}", "--", *FL, "leaderboard", "--verify", str(f), "--dataset", str(ds)],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("settings,names", [
+    ({"window_s": 1e-9}, ("window_s", "windows")),
+    ({"window_s": 5e-324}, ("window_s", "windows")),
+    ({"mode": "replay", "tick_s": 1e-7}, ("--tick", "ticks")),
+    ({"vus_window": 10**9}, ("vus_window", "0..")),
+])
+def test_verify_refuses_settings_that_cut_a_run_into_too_many_cells(board, tmp_path, settings, names):
+    ds, sub = board
+    bad = json.loads(json.dumps(sub))
+    bad["settings"].update(settings)
+    one_line_error(_verify(bad, ds, tmp_path), *names)
+
+
+@pytest.mark.parametrize("where,value", [("run_ids", 5), ("vs_next", [1])])
+def test_verify_refuses_a_file_whose_run_ids_or_vs_next_are_of_another_shape(board, tmp_path, where, value):
+    ds, sub = board
+    bad = json.loads(json.dumps(sub))
+    (bad["datasets"][0] if where == "run_ids" else bad["datasets"][0]["rows"][0])[where] = value
+    one_line_error(_verify(bad, ds, tmp_path), "--verify", where)

@@ -95,3 +95,23 @@ def test_roots_label_cluster_imports_nothing_from_a_shared_scratch_folder(shared
         outofcore.close(client, cluster)
     assert not mark.exists(), mark.read_text()
     assert sorted(p.name for p in shared.iterdir()) == ["dask-scratch-space"]
+
+
+def test_roots_label_cluster_imports_nothing_from_the_working_folder(nobody_dir, monkeypatch, tmp_path):
+    """multiprocessing starts Dask's workers (and its resource tracker) as ``python -c
+    'from multiprocessing.spawn import ...'``, which puts the working folder first on
+    ``sys.path``. nobody's folder, where root stands, holds a package
+    ``multiprocessing`` that leaves a mark when imported: root's cluster computes on a
+    worker, no mark is left, and root's environment is as it was."""
+    mark = tmp_path / "imported-as"
+    nobody_sh('mkdir "$1/multiprocessing" && printf "import os\\nopen(\\"%s\\", \\"a\\").write(str(os.getuid()))\\n" "$2" '
+              '> "$1/multiprocessing/__init__.py"', nobody_dir, mark)
+    before = os.environ.get("PYTHONSAFEPATH")
+    monkeypatch.chdir(nobody_dir)
+    client, cluster = outofcore.client_for()
+    try:
+        assert client.submit(outofcore.halo_steps, outofcore.labeler_config(None)).result() > 0
+    finally:
+        outofcore.close(client, cluster)
+    assert not mark.exists(), f"nobody's multiprocessing was imported by uid {mark.read_text()}"
+    assert os.environ.get("PYTHONSAFEPATH") == before

@@ -161,8 +161,8 @@ def dataset_board(path, specs: list[tuple[str, dict]], settings: dict) -> Datase
     results = score_dataset(list(specs), path, split=s["split"], mode=s["mode"], by=None, window_s=s["window_s"],
                             late_s=s["late_s"], tick_s=s["tick_s"], k=s["k"], vus_window=s["vus_window"], n_boot=s["n_boot"],
                             seed=s["seed"])
-    first = results[0]
-    board = DatasetBoard(Path(path).name, str(path), first.dataset_digest, first.n_runs, [r["run_id"] for r in first.per_run])
+    first = results[0]  # its source: the folder scored (a published name resolved), where --card writes
+    board = DatasetBoard(Path(path).name, first.source, first.dataset_digest, first.n_runs, [r["run_id"] for r in first.per_run])
     board.rows = rank(results, n_boot=s["n_boot"], seed=s["seed"], k=s["k"])
     board.wall_s = time.perf_counter() - t0
     return board

@@ -12,11 +12,9 @@ import json
 import math
 
 import jinja2
-import matplotlib
 from markupsafe import Markup, escape
 
-matplotlib.use("Agg")  # no display: the page is rendered headless
-
+from faultlab import mplagg  # noqa: F401 (first: matplotlib headless, configured by nothing in the working folder)
 import matplotlib.pyplot as plt  # noqa: E402
 
 from faultlab.scoring.leaderboard.compute import Board, DatasetBoard  # noqa: E402

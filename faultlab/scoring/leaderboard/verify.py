@@ -29,8 +29,9 @@ FIX_FILE = "give the leaderboard.json that faultlab leaderboard --out wrote"
 def load_scores(path: str | Path, field: str = "--verify") -> dict:
     """The scores file at ``path``, shape-checked: ``format`` :data:`FORMAT`, a
     ``settings`` object of exactly :func:`settings_of`'s keys, and ``datasets``, each
-    with a ``name``, ``path``, ``digest`` and ``rows`` of ``detector`` (text),
-    ``params`` (object) and ``metrics`` (object).
+    with a ``name``, ``path``, ``digest``, ``run_ids`` (a list, when there) and ``rows``
+    of ``detector`` (text), ``params`` (object), ``metrics`` (object) and ``vs_next``
+    (an object, when there).
 
     Raises BadInput (``field``: the option or argument that named the file) naming what
     is wrong."""
@@ -48,16 +49,16 @@ def load_scores(path: str | Path, field: str = "--verify") -> dict:
         raise BadInput(f"{p}: settings must have exactly {', '.join(sorted(want))}", field=field, fix=FIX_FILE)
     sets = d.get("datasets")
     if not isinstance(sets, list) or not sets or not all(_dataset_ok(x) for x in sets):
-        raise BadInput(f"{p}: 'datasets' must list objects with name, path, digest and rows (detector, params, metrics)",
+        raise BadInput(f"{p}: 'datasets' must list objects with name, path, digest, run_ids and rows (detector, params, metrics, vs_next)",
                        field=field, fix=FIX_FILE)
     return d
 
 
 def _dataset_ok(x) -> bool:
     return (isinstance(x, dict) and all(isinstance(x.get(k), str) for k in ("name", "path", "digest")) and isinstance(x.get("rows"), list)
-            and len(x["rows"]) > 0
+            and len(x["rows"]) > 0 and isinstance(x.get("run_ids", []), list)
             and all(isinstance(r, dict) and isinstance(r.get("detector"), str) and isinstance(r.get("params"), dict)
-                    and isinstance(r.get("metrics"), dict) for r in x["rows"]))
+                    and isinstance(r.get("metrics"), dict) and isinstance(r.get("vs_next") or {}, dict) for r in x["rows"]))
 
 
 def _same(a, b) -> bool:
