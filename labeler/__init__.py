@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from faultlab import safefs, schema, steptable
 from faultlab.errors import BadInput
-from faultlab.labeler import outofcore, reconcile, whatif
+from faultlab.labeler import cluster, outofcore, reconcile, whatif
 from faultlab.labeler.analysis import Analysis, analyze
 from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.fusion import fuse
@@ -316,7 +316,7 @@ def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str 
     del host
     own = client is None
     if own:
-        client, cluster = outofcore.client_for(scheduler)
+        client, embedded = cluster.client_for(scheduler)
     work = _work_folder(rd.path)
     try:
         an, span = outofcore.analyze_out_of_core(path, cfg, workdir=work, client=client, progress=progress,
@@ -334,7 +334,7 @@ def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str 
         del an
     finally:
         if own:
-            outofcore.close(client, cluster)
+            cluster.close(client, embedded)
         shutil.rmtree(work, ignore_errors=True)
     return _write_labels(rd, labels, wi, cfg)
 

@@ -47,20 +47,15 @@ map whole.
 
 Cluster: ``client`` (a ``dask.distributed.Client``), else the scheduler at
 ``scheduler`` or ``$DASK_SCHEDULER_ADDRESS``, else an embedded ``LocalCluster`` sized
-to the machine. The workers write into the work folder: they must see it (the same
-machine, or a shared file system).
+to the machine (:mod:`faultlab.labeler.cluster`). The workers write into the work
+folder: they must see it (the same machine, or a shared file system).
 """
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
-import shutil
 import socket
-import tempfile
-import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -421,121 +416,6 @@ def _job_temporal(xj: np.ndarray, config: LabelerConfig, strip_cells: int) -> tu
 
 
 # -- the run ------------------------------------------------------------------------------
-
-
-#: the HTTP routes of the embedded cluster's scheduler and workers: their health check only
-HTTP_ROUTES = {"distributed.scheduler.http.routes": ["distributed.http.health"],
-               "distributed.worker.http.routes": ["distributed.http.health"]}
-
-
-#: the scratch folder's removal of each embedded cluster that is open (by ``id``)
-_SCRATCH: dict[int, weakref.finalize] = {}
-
-#: dask settings of the embedded cluster: no statistical profiler of the tasks (a
-#: sample every 10 ms, for the dashboard, which is off), the event loop's
-#: responsiveness tick every 500 ms instead of 20 ms, the memory and system monitors
-#: every second or two: at dask's defaults an idle worker process and the scheduler
-#: each use about 2% of a core, counted against a labeling that waits on its slowest
-#: pass; with these, a quarter of that
-CLUSTER_CONFIG = {
-    "distributed.worker.profile.enabled": False,
-    "distributed.admin.tick.interval": "500ms",
-    "distributed.worker.memory.monitor-interval": "1s",
-    "distributed.admin.system-monitor.interval": "2s",
-}
-
-#: workers start with ``PYTHONSAFEPATH`` (``-P``): multiprocessing's ``python -c`` put the
-#: working folder first on ``sys.path`` (a ``multiprocessing/`` there ran in every worker)
-SAFE_SPAWN = {"distributed.nanny.pre-spawn-environ.PYTHONSAFEPATH": "1"}
-
-
-@contextlib.contextmanager
-def _safe_path():
-    """``PYTHONSAFEPATH=1`` for the block (the resource tracker starts before :data:`SAFE_SPAWN`)."""
-    saved = os.environ.get("PYTHONSAFEPATH")
-    os.environ["PYTHONSAFEPATH"] = "1"
-    try:
-        yield
-    finally:
-        os.environ.pop("PYTHONSAFEPATH") if saved is None else os.environ.update(PYTHONSAFEPATH=saved)
-
-
-def local_cluster(n_workers: int | None = None):
-    """``(cluster, security)``: an embedded ``LocalCluster`` of ``n_workers`` worker
-    processes (default: one per core, at most 4) of one thread each, no memory limit
-    (the passes' memory is bounded by their chunks), :data:`CLUSTER_CONFIG`'s settings,
-    and the hardening :func:`client_for` describes (mutual TLS on 127.0.0.1 with
-    ``security``, the health route only, a scratch folder of its own, :data:`SAFE_SPAWN`). Close it with
-    :func:`close`."""
-    # dask is an optional, heavy dependency: imported only when a run is labeled out of core
-    import dask
-    from dask.distributed import LocalCluster
-    from distributed.security import Security
-
-    security = Security.temporary()
-    scratch = tempfile.mkdtemp(prefix="faultlab-dask-")
-    # read as the scheduler and workers start: the workers take them too
-    try:
-        with _safe_path(), dask.config.set({**CLUSTER_CONFIG, **HTTP_ROUTES, **SAFE_SPAWN, "temporary-directory": scratch}):
-            cluster = LocalCluster(n_workers=n_workers or max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1,
-                                   processes=True, dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
-                                   memory_limit=0, host="127.0.0.1", protocol="tls://", security=security)
-    except BaseException:  # a cluster that did not start leaves no scratch folder behind
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
-    _SCRATCH[id(cluster)] = weakref.finalize(cluster, _remove_scratch, scratch)  # at exit, at the latest
-    return cluster, security
-
-
-def _remove_scratch(folder: str, tries: int = 50) -> None:
-    """Remove an embedded cluster's scratch folder. Its worker processes may still be
-    ending when the cluster's close returns, each removing its own folder in it: a
-    removal that lists the folder's entries before a worker's last one was made finds
-    the folder not empty, so it is tried again, 0.1 s apart, up to ``tries`` times."""
-    for _ in range(tries):
-        shutil.rmtree(folder, ignore_errors=True)
-        if not os.path.lexists(folder):
-            return
-        time.sleep(0.1)
-
-
-def client_for(scheduler: str | None = None):
-    """``(client, cluster)``: a Dask client of the scheduler at ``scheduler`` (or
-    ``$DASK_SCHEDULER_ADDRESS``), else of an embedded cluster (:func:`local_cluster`)
-    sized to the machine (``cluster`` then; else None). Close both with :func:`close`.
-
-    The embedded cluster's scheduler and workers listen on ``127.0.0.1`` over mutual
-    TLS with a certificate made for this cluster alone (``Security.temporary()``):
-    Dask runs whatever pickled function a client sends, so any local user who reached
-    a plain TCP port of root's cluster would run code as root. Their HTTP servers
-    (which Dask starts even without a dashboard, on every address at ``:8787``) listen
-    on ``127.0.0.1`` and serve ``/health`` only (:data:`HTTP_ROUTES`): no task, path
-    or log of the labeling reaches another user or a testbed node. Its scratch folder
-    is a fresh 0700 folder of the caller's (removed with the cluster), not Dask's
-    default ``TMP/dask-scratch-space``: every Dask server puts its scratch folder first
-    on ``sys.path`` (the workers inherit it), so a user who made that shared name
-    first would have root import their modules. A scheduler given by address is
-    trusted as the labeler's own process: what it returns is unpickled."""
-    # dask is an optional, heavy dependency: imported only when a run is labeled out of core
-    from dask.distributed import Client
-
-    addr = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
-    if addr:
-        return Client(addr), None
-    cluster, security = local_cluster()
-    return Client(cluster, security=security), cluster
-
-
-def close(client, cluster) -> None:
-    """Close ``client`` and ``cluster`` as :func:`client_for` gave them (``cluster``
-    None: a scheduler given by address, left running) and remove the embedded
-    cluster's scratch folder."""
-    client.close()
-    if cluster is not None:
-        cluster.close()
-        remove = _SCRATCH.pop(id(cluster), None)
-        if remove is not None:
-            remove()
 
 
 def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | None = None, *, workdir: str | os.PathLike,

@@ -15,7 +15,7 @@ Per size (R = --ranks, S = size / R):
    ``steps.parquet`` for a small run) streaming the columns the labeler reads, batch
    by batch (nothing kept);
    ``out of core``: ``label_run(out_of_core=True)`` on the labeler's embedded cluster
-   (``outofcore.local_cluster``) of ``--workers`` worker processes started by the
+   (``faultlab.labeler.cluster.local_cluster``) of ``--workers`` worker processes started by the
    child (its peak RSS as ``VmHWM``; each worker's from the worker itself at the end);
    ``in memory``: ``label_run(out_of_core=False)`` up to ``--in-memory-up-to`` rows.
 3. Prints, side by side, wall time, CPU time (user + system, of every process: the
@@ -97,7 +97,7 @@ def label(run: str, mode: str, workers: int) -> dict:
                 "labels": _rows(labels)}
     from dask.distributed import Client
 
-    from faultlab.labeler.outofcore import close, local_cluster
+    from faultlab.labeler.cluster import close, local_cluster
 
     cl, security = local_cluster(workers)
     c = Client(cl, security=security)

@@ -175,7 +175,7 @@ def test_an_embedded_cluster_that_fails_to_start_leaves_no_scratch_folder(tmp_pa
     # worker processes (spawned: they import the script again) cannot start, and
     # LocalCluster raises in the script and in each worker's import of it
     script = tmp_path / "unguarded.py"
-    script.write_text("from faultlab.labeler.outofcore import local_cluster\nlocal_cluster(1)\n")
+    script.write_text("from faultlab.labeler.cluster import local_cluster\nlocal_cluster(1)\n")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     cp = subprocess.run([sys.executable, str(script)], env={**os.environ, "TMPDIR": str(tmp)},

@@ -3,7 +3,7 @@ labeler starts: Dask runs whatever pickled function a client sends, so a schedul
 reachable over plain TCP on 127.0.0.1 would run another user's code as root.
 
 Root starts the embedded cluster as ``faultlab label --out-of-core`` does
-(:func:`faultlab.labeler.outofcore.client_for`); ``nobody`` (uid 65534, ``setpriv``,
+(:func:`faultlab.labeler.cluster.client_for`); ``nobody`` (uid 65534, ``setpriv``,
 the same Python and Dask) connects to its scheduler's port over TCP and over TLS with
 a certificate of its own and asks the scheduler to write a file. Both must be
 refused and no file written; root's own client still computes, and every socket the
@@ -23,6 +23,7 @@ import pytest
 
 psutil = pytest.importorskip("psutil", reason="psutil comes with dask.distributed")
 
+from faultlab.labeler import cluster as labelcluster
 from faultlab.labeler import outofcore
 from tests.helpers import ROOT, as_nobody, nobody_sh
 
@@ -48,7 +49,7 @@ for proto in ("tcp", "tls"):
 
 
 def test_another_user_cannot_use_roots_label_cluster(nobody_dir):
-    client, cluster = outofcore.client_for()
+    client, cluster = labelcluster.client_for()
     try:
         port = urlsplit(client.scheduler.address).port
         out = nobody_dir / "pwned"
@@ -61,7 +62,7 @@ def test_another_user_cannot_use_roots_label_cluster(nobody_dir):
                      for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
         assert listening and all(a.ip == "127.0.0.1" for _, a in listening), listening
     finally:
-        outofcore.close(client, cluster)
+        labelcluster.close(client, cluster)
 
 
 @pytest.fixture
@@ -88,11 +89,11 @@ def test_roots_label_cluster_imports_nothing_from_a_shared_scratch_folder(shared
               shared, mark)
     monkeypatch.setenv("TMPDIR", str(shared))
     monkeypatch.setattr(tempfile, "tempdir", None)
-    client, cluster = outofcore.client_for()
+    client, cluster = labelcluster.client_for()
     try:
         assert client.submit(outofcore.halo_steps, outofcore.labeler_config(None)).result() > 0
     finally:
-        outofcore.close(client, cluster)
+        labelcluster.close(client, cluster)
     assert not mark.exists(), mark.read_text()
     assert sorted(p.name for p in shared.iterdir()) == ["dask-scratch-space"]
 
@@ -108,10 +109,10 @@ def test_roots_label_cluster_imports_nothing_from_the_working_folder(nobody_dir,
               '> "$1/multiprocessing/__init__.py"', nobody_dir, mark)
     before = os.environ.get("PYTHONSAFEPATH")
     monkeypatch.chdir(nobody_dir)
-    client, cluster = outofcore.client_for()
+    client, cluster = labelcluster.client_for()
     try:
         assert client.submit(outofcore.halo_steps, outofcore.labeler_config(None)).result() > 0
     finally:
-        outofcore.close(client, cluster)
+        labelcluster.close(client, cluster)
     assert not mark.exists(), f"nobody's multiprocessing was imported by uid {mark.read_text()}"
     assert os.environ.get("PYTHONSAFEPATH") == before
