@@ -128,6 +128,10 @@ class Injector(ABC):
     target_help: ClassVar[str] = ""
     #: its colour in the report's plots and legends
     color: ClassVar[str] = "#999999"
+    #: its effect is job-wide: it slows every rank alike (a slowed link slows each
+    #: all-reduce), so the labeler matches it to the ``job`` label, not to a rank's
+    #: (``LabelerConfig.job_wide_fault_types``' default lists these types)
+    job_wide: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

@@ -191,6 +191,7 @@ class NicSlow(Injector):
     """
 
     type = "nic-slow"
+    job_wide = True
     PARAMS = (
         Param("rate", "the cap, 50mbit (bits/s) or 6mb (bytes/s); one vocabulary for every rate option", "RATE", parse_rate,
               bounds=(MIN_RATE_BIT_PER_S, None)),

@@ -40,6 +40,12 @@ def unregister(name: str) -> None:
     FAULT_TYPES.pop(name, None)
 
 
+def job_wide_types() -> tuple[str, ...]:
+    """The registered fault types whose effect is job-wide (``Injector.job_wide``), in
+    registration order."""
+    return tuple(name for name, cls in FAULT_TYPES.items() if cls.job_wide)
+
+
 def params_by_option() -> dict[str, list[tuple[str, Any]]]:
     """Every parameter option of the registered types: option -> [(type, Param)], in
     registration order (one option may be shared, e.g. ``--workers``)."""

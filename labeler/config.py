@@ -5,9 +5,19 @@ defaults (:func:`make_config`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from faultlab.errors import BadInput
+
+
+def _job_wide_types() -> tuple[str, ...]:
+    """The registered fault types whose effect is job-wide: each fault type's module
+    declares it (``Injector.job_wide``), so a new job-wide type needs no change here."""
+    # the fault types register as their package imports its modules: imported when a
+    # default config is made, not with the labeler
+    from faultlab.injectors.registry import job_wide_types
+
+    return job_wide_types()
 
 
 @dataclass(frozen=True)
@@ -40,7 +50,8 @@ class LabelerConfig:
             flags up to this far apart form one episode whose stalls vote for a rank
             (see :func:`faultlab.labeler.intermittent.intermittent`). 3.5.
         job_wide_fault_types: fault types whose effect is job-wide (they match the
-            ``job`` label, not a rank). ("nic-slow",).
+            ``job`` label, not a rank). The registered types that declare it
+            (``Injector.job_wide``): ("nic-slow",).
         group_gap_sigmas: peer groups are discovered by cutting the ranks' sorted
             log typical local times only at a gap of at least this many pooled
             MAD-sigmas of the levels within the sides (or, for a gap of
@@ -64,7 +75,7 @@ class LabelerConfig:
     min_duration_s: float = 1.0
     match_slack_steps: float = 3.0
     intermittent_period_s: float = 3.5
-    job_wide_fault_types: tuple[str, ...] = ("nic-slow",)
+    job_wide_fault_types: tuple[str, ...] = field(default_factory=_job_wide_types)
     group_gap_sigmas: float = 6.0
     group_min_gap: float = 1.05
 

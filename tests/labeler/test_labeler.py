@@ -10,6 +10,8 @@ import pytest
 
 from faultlab import schema
 from faultlab.errors import BadInput
+from faultlab.injectors.nic import NicSlow
+from faultlab.injectors.registry import register, unregister
 from faultlab.labeler import LabelerConfig, label, label_run
 from faultlab.labeler.intervals import intervals
 from faultlab.labeler.whatif import whatif
@@ -179,6 +181,23 @@ def test_reconcile_jobwide_fault_matches_job_label(both):
     assert lab.set_index("component")["fault_id"].to_dict() == {"rank:1": "f1", "job": "f2"}
     assert set(lab.source) == {"injected"}
     assert lab.set_index("component")["cause"].to_dict() == {"rank:1": "cpu-contention", "job": "nic-slow"}
+
+
+def test_a_fault_type_that_declares_a_job_wide_effect_matches_the_job_label(both):
+    class SlowFabric(NicSlow):  # a new fault type's module declares job_wide, nothing else changes
+        type = "slow-fabric"
+        job_wide = True
+
+    register(SlowFabric)
+    try:
+        assert "slow-fabric" in LabelerConfig().job_wide_fault_types
+        inj = pd.DataFrame([injection("f3", "slow-fabric", "n1", "fabric0", step_time(both, 200), step_time(both, 240))])
+        lab = label(both, inj)
+        job = lab[lab.component == "job"]
+        assert list(job.fault_id) == ["f3"] and list(job.source) == ["injected"], lab[["component", "fault_id", "source"]]
+    finally:
+        unregister("slow-fabric")
+    assert "slow-fabric" not in LabelerConfig().job_wide_fault_types
 
 
 def test_localized_fault_must_match_its_rank(both):
