@@ -11,6 +11,8 @@ import importlib.util
 import itertools
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -187,7 +189,7 @@ def hf_datasets_installed() -> bool:
 
 
 @pytest.mark.skipif(not hf_datasets_installed(), reason="the Hugging Face `datasets` package is not installed (pip install datasets)")
-def test_datasets_library_loads_every_config(published):
+def test_datasets_library_loads_every_config(published, tmp_path):
     from datasets import load_dataset
 
     ds = published
@@ -199,9 +201,18 @@ def test_datasets_library_loads_every_config(published):
     for c in configs:  # each config and split the card names (check_card: every table and split with rows)
         t, want = c["config_name"], read(ds, c["config_name"])
         for s in (f["split"] for f in c["data_files"]):
-            got = load_dataset(str(ds), t, split=s)
+            got = load_dataset(str(ds), t, split=s, cache_dir=str(tmp_path))  # its own cache: never an earlier build's
             assert got.num_rows == int(want.run_id.isin(split[s]).sum()) > 0, (t, s)
             assert got.column_names == list(want.columns), (t, s)
+
+
+def test_python_in_a_checkouts_root_imports_hugging_faces_datasets_not_the_datasets_folder():
+    code = "import datasets, faultlab.published; print(datasets.__file__); print(faultlab.published.__file__)"
+    cp = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    hf, ours = (Path(x) for x in cp.stdout.split())
+    assert REPO not in hf.parents and hf.parent.name == "datasets", hf
+    assert ours == REPO / "datasets" / "__init__.py", ours
 
 
 # -- exports ------------------------------------------------------------------------------
