@@ -416,10 +416,15 @@ class GcStorm(Injector):
         util-linux): root never writes through a path another user controls. That
         process is the owner's, who may stop or hang it: it is killed after
         ``AS_OWNER_TIMEOUT_S`` (coreutils ``timeout``, run as us), so it never holds
-        the lease watchdog or a revert for longer."""
+        the lease watchdog or a revert for longer. The owner may also attach to it
+        (ptrace: it is their process), so it starts in a session of its own
+        (``setsid``, the same PID: no fork under ``timeout``): with our controlling
+        terminal it could push keystrokes into root's shell (TIOCSTI). Its stdin is
+        never our terminal (``Node.run``, the lease's revert) and its output is bounded
+        where it is read."""
         if owner is None or owner == os.geteuid():
             return argv
-        return ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S),
+        return ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S), "setsid",
                 "setpriv", f"--reuid={owner}", f"--regid={group if group is not None else owner}", "--clear-groups", "--", *argv)
 
     def _starttime(self) -> int | None:

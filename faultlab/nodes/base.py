@@ -70,7 +70,8 @@ class Node:
     ) -> subprocess.CompletedProcess:
         """Run ``argv`` on the node and wait at most ``timeout`` seconds.
 
-        Returns the CompletedProcess (stdout/stderr as text). ``limit``: the most bytes
+        Returns the CompletedProcess (stdout/stderr as text). Its stdin is ``input``,
+        else ``/dev/null``. ``limit``: the most bytes
         of stdout (and of stderr) taken; a command that writes more is killed, its
         output cut just past ``limit`` and its returncode -9, so what another party
         controls never fills memory. Raises NodeError when the program is missing, the
@@ -78,7 +79,10 @@ class Node:
         """
         full = self.argv(argv, scope)
         try:
-            cp = (subprocess.run(full, input=input, capture_output=True, timeout=timeout) if limit is None
+            # stdin never this process's (a terminal: a command run as another user
+            # could read root's keystrokes from it or type into it)
+            cp = (subprocess.run(full, input=input, stdin=None if input is not None else subprocess.DEVNULL,
+                                 capture_output=True, timeout=timeout) if limit is None
                   else run_bounded(full, input=input, timeout=timeout, limit=limit))
         except FileNotFoundError:
             raise NodeError(f"{full[0]!r} not found on node {self.name}", field="node", fix=f"install {full[0]} there") from None
@@ -180,6 +184,11 @@ class Node:
 
     def describe(self) -> str:
         return f"{self.kind}:{self.name}"
+
+
+#: the most bytes of stdout (and of stderr) taken from one inject or revert line: a
+#: line may run as another user (gc-storm's), whose process may write without end
+LINE_OUTPUT_BYTES = 64 * 1024
 
 
 def run_bounded(full: list[str], *, input: bytes | None, timeout: float, limit: int) -> subprocess.CompletedProcess:

@@ -1,0 +1,117 @@
+"""A command root runs as the workload's user never holds root's terminal.
+
+gc-storm runs its inject and revert lines as the control folder's owner (``setpriv``).
+That process is the owner's: they may attach to it (ptrace, same uid) and make it do
+anything their own uid may, with what it inherited. Started from root's interactive
+``faultlab inject``, it inherited root's terminal as its stdin and as its controlling
+terminal (root's session), so its owner could push a command into root's shell with
+TIOCSTI, run as root once faultlab returned (shown with gdb in the red team's notes).
+
+Here root's ``faultlab inject --type gc-storm`` runs on a real pseudo-terminal (its
+controlling terminal), nobody owns the control folder and a stand-in agent that takes
+1.5 s to end the storm, so the revert line runs as nobody that long. While it runs,
+the test reads that process's ``/proc``: it must have no controlling terminal (stat
+field 7, ``tty_nr``, is 0) and no descriptor open on root's terminal.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import termios
+import threading
+import time
+
+import pytest
+
+from faultlab import procid
+from tests.helpers import FL, needs_root
+from tests.security.test_agent_files import FAKE_AGENT, GOOD_HEARTBEAT, GOOD_STATUS, NOBODY, nobody_folder  # noqa: F401 (fixture)
+
+pytestmark = needs_root
+
+#: the stand-in agent, ending its storm 1.5 s after the command is withdrawn
+SLOW_AGENT = FAKE_AGENT.replace('rm -f "$d/$me.gc-storm.status.json"\n', 'sleep 1.5; rm -f "$d/$me.gc-storm.status.json"\n')
+assert SLOW_AGENT != FAKE_AGENT
+STOP_MARK = b'"$1".tmp.*; i=0'  # gc.STOP_SH, the revert line that waits for the agent
+
+
+def _as_nobody_lines() -> dict[int, tuple[int, list[str]]]:
+    """{PID: (tty_nr, descriptor targets)} of nobody's processes running the revert line."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != NOBODY or STOP_MARK not in open(f"/proc/{name}/cmdline", "rb").read():
+                continue
+            fields = procid.stat_fields(open(f"/proc/{name}/stat", "rb").read().decode())
+            fds = [os.readlink(f"/proc/{name}/fd/{n}") for n in os.listdir(f"/proc/{name}/fd")]
+        except OSError:
+            continue
+        found[int(name)] = (int(fields[4]), fds)  # fields from state (stat field 3): tty_nr is field 7
+    return found
+
+
+def test_a_line_run_as_the_workload_user_has_no_part_of_roots_terminal(nobody_folder):  # noqa: F811
+    agent = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sh", "-c", SLOW_AGENT, "sh",
+                              str(nobody_folder), GOOD_HEARTBEAT, GOOD_STATUS, GOOD_HEARTBEAT], stdout=subprocess.PIPE, text=True)
+    master, slave = os.openpty()
+    tty = os.ttyname(slave)
+    seen: dict[int, tuple[int, list[str]]] = {}
+    try:
+        assert agent.stdout.readline().strip() == "ready"
+        env = dict(os.environ, FAULTLAB_AGENT_DIR=str(nobody_folder))
+        root = subprocess.Popen([*FL, "inject", "--type", "gc-storm", "--target", str(agent.pid), "--gc-rate", "50",
+                                 "--garbage-mb", "1", "--duration", "1s"], stdin=slave, stdout=slave, stderr=slave, env=env,
+                                start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+        os.close(slave)
+        out = bytearray()
+        drain = threading.Thread(target=lambda: _drain(master, out), daemon=True)
+        drain.start()
+        end = time.time() + 120
+        while root.poll() is None and time.time() < end:
+            seen.update(_as_nobody_lines())
+            time.sleep(0.01)
+        assert root.wait(5) == 0, out.decode(errors="replace")[-2000:]
+        drain.join(5)
+    finally:
+        agent.kill()
+        agent.wait()
+        os.close(master)
+    assert seen, "the revert line never ran as nobody (no process of nobody's ran gc.STOP_SH)"
+    for pid, (tty_nr, fds) in seen.items():
+        assert tty_nr == 0, f"nobody's process {pid} has root's terminal as its controlling terminal (tty_nr {tty_nr})"
+        assert tty not in fds, f"nobody's process {pid} holds root's terminal {tty}: {fds}"
+
+
+def _drain(fd: int, out: bytearray) -> None:
+    while True:
+        try:
+            b = os.read(fd, 65536)
+        except OSError:
+            return
+        if not b:
+            return
+        out += b
+
+
+@pytest.mark.parametrize("data", [b"", b"x"])
+def test_node_run_gives_no_stdin_but_its_input(data):
+    """``Node.run``'s command reads ``/dev/null``, or the input it is given: never this
+    process's stdin (a terminal, for an interactive faultlab)."""
+    from faultlab.nodes import LocalNode
+
+    r, w = os.pipe()
+    os.write(w, b"the caller's stdin\n")
+    os.close(w)
+    saved = os.dup(0)
+    os.dup2(r, 0)
+    try:
+        cp = LocalNode("local").run(["cat"], input=data or None, timeout=10)
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(r)
+    assert cp.stdout == data.decode()
