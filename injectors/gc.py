@@ -84,6 +84,9 @@ REVERT_WAIT_MAX_S = 25.0  # below AS_OWNER_TIMEOUT_S
 #: killed: above the longest revert wait, below the watchdog's bound on one revert
 #: line (``faultlab.lifecycle.watchdog.LINE_TIMEOUT_S``)
 AS_OWNER_TIMEOUT_S = 30
+#: the whole environment of a command run as the control folder's owner (WRITE_SH and
+#: STOP_SH need coreutils only)
+AS_OWNER_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 
 # $1 command JSON, $2 command path. The temporary is a fresh mktemp file (O_EXCL: a
 # link planted at a predictable name is never written through); the commands run as
@@ -421,10 +424,12 @@ class GcStorm(Injector):
         (``setsid``, the same PID: no fork under ``timeout``): with our controlling
         terminal it could push keystrokes into root's shell (TIOCSTI). Its stdin is
         never our terminal (``Node.run``, the lease's revert) and its output is bounded
-        where it is read."""
+        where it is read. Its environment is :data:`AS_OWNER_ENV` alone (``env -i``,
+        still as us): the owner reads their process's ``/proc/PID/environ``, which
+        would hold whatever root exported (tokens, agent sockets)."""
         if owner is None or owner == os.geteuid():
             return argv
-        return ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S), "setsid",
+        return ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S), "setsid", "env", "-i", *AS_OWNER_ENV,
                 "setpriv", f"--reuid={owner}", f"--regid={group if group is not None else owner}", "--clear-groups", "--", *argv)
 
     def _starttime(self) -> int | None:
