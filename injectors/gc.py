@@ -424,12 +424,14 @@ class GcStorm(Injector):
         (``setsid``, the same PID: no fork under ``timeout``): with our controlling
         terminal it could push keystrokes into root's shell (TIOCSTI). Its stdin is
         never our terminal (``Node.run``, the lease's revert) and its output is bounded
-        where it is read. Its environment is :data:`AS_OWNER_ENV` alone (``env -i``,
-        still as us): the owner reads their process's ``/proc/PID/environ``, which
-        would hold whatever root exported (tokens, agent sockets)."""
+        where it is read. Its environment is :data:`AS_OWNER_ENV` alone and it stands
+        in ``/`` (``env -i -C /``, still as us): the owner reads their process's
+        ``/proc/PID/environ``, which would hold whatever root exported (tokens, agent
+        sockets), and opens files through ``/proc/PID/cwd``, which would reach below a
+        0700 folder of root's (``/root``) to whatever root's umask left readable."""
         if owner is None or owner == os.geteuid():
             return argv
-        return ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S), "setsid", "env", "-i", *AS_OWNER_ENV,
+        return ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S), "setsid", "env", "-i", "-C", "/", *AS_OWNER_ENV,
                 "setpriv", f"--reuid={owner}", f"--regid={group if group is not None else owner}", "--clear-groups", "--", *argv)
 
     def _starttime(self) -> int | None:

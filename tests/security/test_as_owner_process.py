@@ -6,14 +6,17 @@ anything their own uid may, with what it inherited. Started from root's interact
 ``faultlab inject``, it inherited root's terminal as its stdin and as its controlling
 terminal (root's session), so its owner could push a command into root's shell with
 TIOCSTI, run as root once faultlab returned (shown with gdb in the red team's notes);
-and its ``/proc/PID/environ``, which its owner reads, held root's whole environment.
+its ``/proc/PID/environ``, which its owner reads, held root's whole environment; and
+its ``/proc/PID/cwd`` was root's working folder, through which its owner opened files
+below a 0700 folder of root's.
 
 Here root's ``faultlab inject --type gc-storm`` runs on a real pseudo-terminal (its
 controlling terminal), nobody owns the control folder and a stand-in agent that takes
 1.5 s to end the storm, so the revert line runs as nobody that long. While it runs,
 the test reads that process's ``/proc``: it must have no controlling terminal (stat
-field 7, ``tty_nr``, is 0), no descriptor open on root's terminal, and none of the
-environment root's faultlab ran with.
+field 7, ``tty_nr``, is 0), no descriptor open on root's terminal, none of the
+environment root's faultlab ran with, and ``/`` as its working folder (root's stands
+in the test's folder).
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ STOP_MARK = b'"$1".tmp.*; i=0'  # gc.STOP_SH, the revert line that waits for the
 ROOT_TOKEN = "root-secret-of-the-test"
 
 
-def _as_nobody_lines() -> dict[int, tuple[int, list[str], bytes]]:
-    """{PID: (tty_nr, descriptor targets, environ)} of nobody's processes running the revert line."""
+def _as_nobody_lines() -> dict[int, tuple[int, list[str], bytes, str]]:
+    """{PID: (tty_nr, descriptor targets, environ, working folder)} of nobody's processes running the revert line."""
     found = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -54,24 +57,25 @@ def _as_nobody_lines() -> dict[int, tuple[int, list[str], bytes]]:
             fields = procid.stat_fields(open(f"/proc/{name}/stat", "rb").read().decode())
             fds = [os.readlink(f"/proc/{name}/fd/{n}") for n in os.listdir(f"/proc/{name}/fd")]
             environ = open(f"/proc/{name}/environ", "rb").read()
+            cwd = os.readlink(f"/proc/{name}/cwd")
         except OSError:
             continue
-        found[int(name)] = (int(fields[4]), fds, environ)  # fields from state (stat field 3): tty_nr is field 7
+        found[int(name)] = (int(fields[4]), fds, environ, cwd)  # fields from state (stat field 3): tty_nr is field 7
     return found
 
 
-def test_a_line_run_as_the_workload_user_has_no_part_of_roots_terminal_or_environment(nobody_folder):  # noqa: F811
+def test_a_line_run_as_the_workload_user_has_no_part_of_roots_terminal_environment_or_folder(nobody_folder):  # noqa: F811
     agent = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sh", "-c", SLOW_AGENT, "sh",
                               str(nobody_folder), GOOD_HEARTBEAT, GOOD_STATUS, GOOD_HEARTBEAT], stdout=subprocess.PIPE, text=True)
     master, slave = os.openpty()
     tty = os.ttyname(slave)
-    seen: dict[int, tuple[int, list[str], bytes]] = {}
+    seen: dict[int, tuple[int, list[str], bytes, str]] = {}
     try:
         assert agent.stdout.readline().strip() == "ready"
         env = dict(os.environ, FAULTLAB_AGENT_DIR=str(nobody_folder), ROOT_TOKEN=ROOT_TOKEN)
         root = subprocess.Popen([*FL, "inject", "--type", "gc-storm", "--target", str(agent.pid), "--gc-rate", "50",
                                  "--garbage-mb", "1", "--duration", "1s"], stdin=slave, stdout=slave, stderr=slave, env=env,
-                                start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+                                start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0), cwd=nobody_folder.parent)
         os.close(slave)
         out = bytearray()
         drain = threading.Thread(target=lambda: _drain(master, out), daemon=True)
@@ -87,11 +91,12 @@ def test_a_line_run_as_the_workload_user_has_no_part_of_roots_terminal_or_enviro
         agent.wait()
         os.close(master)
     assert seen, "the revert line never ran as nobody (no process of nobody's ran gc.STOP_SH)"
-    for pid, (tty_nr, fds, environ) in seen.items():
+    for pid, (tty_nr, fds, environ, cwd) in seen.items():
         assert tty_nr == 0, f"nobody's process {pid} has root's terminal as its controlling terminal (tty_nr {tty_nr})"
         assert tty not in fds, f"nobody's process {pid} holds root's terminal {tty}: {fds}"
         assert ROOT_TOKEN.encode() not in environ, f"nobody's process {pid} has root's environment: {environ[:300]!r}"
         assert environ.split(b"\0")[0].startswith(b"PATH="), environ[:300]
+        assert cwd == "/", f"nobody's process {pid} stands in root's working folder {cwd}"
 
 
 def _drain(fd: int, out: bytearray) -> None:
