@@ -87,6 +87,18 @@ AS_OWNER_TIMEOUT_S = 30
 #: the whole environment of a command run as the control folder's owner (WRITE_SH and
 #: STOP_SH need coreutils only)
 AS_OWNER_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
+#: keyctl(2)'s system call number by machine (glibc has no wrapper for it)
+KEYCTL_NR = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}
+# $1 keyctl's number, $2... the command: exec'd in a new anonymous session keyring
+# (KEYCTL_JOIN_SESSION_KEYRING, no name), so it possesses nothing of ours. Where the
+# process may not use keyrings at all (ENOSYS, or EPERM from a seccomp filter, which
+# the command inherits), it has none to reach and runs as it is.
+NEW_KEYRING_PY = (
+    "import ctypes, errno, os, sys\n"
+    "if ctypes.CDLL(None, use_errno=True).syscall(int(sys.argv[1]), 1, None) < 0 and ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):\n"
+    "    sys.exit('faultlab: no new session keyring: ' + os.strerror(ctypes.get_errno()))\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
 
 # $1 command JSON, $2 command path. The temporary is a fresh mktemp file (O_EXCL: a
 # link planted at a predictable name is never written through); the commands run as
@@ -428,10 +440,16 @@ class GcStorm(Injector):
         in ``/`` (``env -i -C /``, still as us): the owner reads their process's
         ``/proc/PID/environ``, which would hold whatever root exported (tokens, agent
         sockets), and opens files through ``/proc/PID/cwd``, which would reach below a
-        0700 folder of root's (``/root``) to whatever root's umask left readable."""
+        0700 folder of root's (``/root``) to whatever root's umask left readable. It
+        starts in a session keyring of its own (:data:`NEW_KEYRING_PY`, still as us):
+        keys are their possessor's whatever its uid, and root's login session keyring
+        (pam_keyinit) would be its. On a machine missing from :data:`KEYCTL_NR` that
+        step is left out."""
         if owner is None or owner == os.geteuid():
             return argv
-        return ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S), "setsid", "env", "-i", "-C", "/", *AS_OWNER_ENV,
+        nr = KEYCTL_NR.get(platform.machine())
+        keyring = (sys.executable, "-I", "-S", "-c", NEW_KEYRING_PY, str(nr)) if nr else ()
+        return ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S), "setsid", "env", "-i", "-C", "/", *AS_OWNER_ENV, *keyring,
                 "setpriv", f"--reuid={owner}", f"--regid={group if group is not None else owner}", "--clear-groups", "--", *argv)
 
     def _starttime(self) -> int | None:

@@ -31,6 +31,8 @@ import time
 import pytest
 
 from faultlab import procid
+from faultlab.injectors import gc
+from faultlab.nodes import LocalNode
 from tests.helpers import FL, needs_root
 from tests.security.test_agent_files import FAKE_AGENT, GOOD_HEARTBEAT, GOOD_STATUS, NOBODY, nobody_folder  # noqa: F401 (fixture)
 
@@ -114,8 +116,6 @@ def _drain(fd: int, out: bytearray) -> None:
 def test_node_run_gives_no_stdin_but_its_input(data):
     """``Node.run``'s command reads ``/dev/null``, or the input it is given: never this
     process's stdin (a terminal, for an interactive faultlab)."""
-    from faultlab.nodes import LocalNode
-
     r, w = os.pipe()
     os.write(w, b"the caller's stdin\n")
     os.close(w)
@@ -128,3 +128,33 @@ def test_node_run_gives_no_stdin_but_its_input(data):
         os.close(saved)
         os.close(r)
     assert cp.stdout == data.decode()
+
+
+KEY_NAME = "faultlab-test-root-session-key"
+
+
+def _root_session_keyring() -> None:
+    """In the child (preexec): a login session's keyring as pam_keyinit makes one,
+    holding a key of root's (keyctl(2) through ctypes, x86_64/aarch64 numbers)."""
+    import ctypes
+    import platform
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    keyctl = gc.KEYCTL_NR[platform.machine()]
+    add_key = {"x86_64": 248, "aarch64": 217, "riscv64": 217}[platform.machine()]
+    assert libc.syscall(keyctl, 1, b"_ses") > 0  # KEYCTL_JOIN_SESSION_KEYRING
+    assert libc.syscall(add_key, b"user", KEY_NAME.encode(), b"secret", 6, -3) > 0  # into @s
+
+
+@pytest.mark.skipif(__import__("platform").machine() not in ("x86_64", "aarch64", "riscv64"), reason="keyctl numbers known here")
+def test_a_line_run_as_the_workload_user_possesses_no_key_of_roots(tmp_path):
+    """Keys are their possessor's whatever its uid: a line run as nobody from a root
+    shell whose session keyring holds a key must not see it (``/proc/keys`` lists the
+    keys a process may view: root's key only to a possessor of root's keyring)."""
+    inj = gc.GcStorm(LocalNode("local"), os.getpid(), 5, 1, 10, agent_dir=str(tmp_path))
+    argv = inj._as_owner(("sh", "-c", "cat /proc/keys"), NOBODY, NOBODY)
+    cp = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, preexec_fn=_root_session_keyring)
+    assert cp.returncode == 0, cp.stderr
+    mine = subprocess.run(["cat", "/proc/keys"], capture_output=True, text=True, preexec_fn=_root_session_keyring).stdout
+    assert KEY_NAME in mine, "the key was not made (the test's own check)"
+    assert KEY_NAME not in cp.stdout, f"nobody's line possesses root's session key: {cp.stdout}"
