@@ -195,40 +195,44 @@ def run_bounded(full: list[str], *, input: bytes | None, timeout: float, limit: 
     """``subprocess.run(full, capture_output=True)`` taking at most ``limit`` + 1 bytes
     of stdout and of stderr: past that the process is killed and its returncode is
     -9 whatever it exits with. Raises FileNotFoundError, subprocess.TimeoutExpired (the
-    process killed)."""
-    with subprocess.Popen(full, stdin=subprocess.PIPE if input else subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
-        over = threading.Event()
-        outs: dict[int, bytes] = {}
+    process killed), and whatever a signal handler raises while it waits (the process
+    killed, as ``subprocess.run`` does; a child of it that holds the pipes is left to
+    the reader threads, which close them)."""
+    p = subprocess.Popen(full, stdin=subprocess.PIPE if input else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    over = threading.Event()
+    outs: dict[int, bytes] = {}
 
-        def take(stream, key: int) -> None:
-            buf = bytearray()
+    def take(stream, key: int) -> None:
+        buf = bytearray()
+        try:
             while chunk := stream.read1(65536):
                 buf += chunk
                 if len(buf) > limit:
                     over.set()
                     p.kill()
                     break
-            outs[key] = bytes(buf[:limit + 1])
-
-        readers = [threading.Thread(target=take, args=(p.stdout, 1), daemon=True),
-                   threading.Thread(target=take, args=(p.stderr, 2), daemon=True)]
-        for t in readers:
-            t.start()
-        if input:
-            try:
-                p.stdin.write(input)
-            except BrokenPipeError:
-                pass
-            p.stdin.close()
-        try:
-            rc = p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            raise
         finally:
-            for t in readers:
-                t.join(5)
+            stream.close()  # here, never under a read of another thread
+        outs[key] = bytes(buf[:limit + 1])
+
+    readers = [threading.Thread(target=take, args=(p.stdout, 1), daemon=True),
+               threading.Thread(target=take, args=(p.stderr, 2), daemon=True)]
+    for t in readers:
+        t.start()
+    if input:
+        try:
+            p.stdin.write(input)
+        except BrokenPipeError:
+            pass
+        p.stdin.close()
+    try:
+        rc = p.wait(timeout)
+    except BaseException:  # timed out, or a signal's exception (an interrupt, a hand-over)
+        p.kill()
+        p.wait()
+        raise
+    for t in readers:
+        t.join(5)
     return subprocess.CompletedProcess(full, -signal.SIGKILL if over.is_set() else rc, outs.get(1, b""), outs.get(2, b""))
 
 

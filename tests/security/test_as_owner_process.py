@@ -158,3 +158,49 @@ def test_a_line_run_as_the_workload_user_possesses_no_key_of_roots(tmp_path):
     mine = subprocess.run(["cat", "/proc/keys"], capture_output=True, text=True, preexec_fn=_root_session_keyring).stdout
     assert KEY_NAME in mine, "the key was not made (the test's own check)"
     assert KEY_NAME not in cp.stdout, f"nobody's line possesses root's session key: {cp.stdout}"
+
+
+def test_a_line_cut_by_a_signal_is_killed_and_its_readers_end_clean():
+    """A revert line cut by what a signal handler raises (a third Ctrl-C hands the fault
+    to its lease) is killed at once, as ``subprocess.run`` kills it, and a child of it
+    that still holds the pipes (a line run as another user may leave one) makes no
+    reader thread fail: the readers close the pipes themselves once it is gone (the
+    chaos test saw a thread's traceback on faultlab's stderr)."""
+    import signal
+    import threading
+
+    from faultlab.nodes.base import run_bounded
+
+    class Cut(Exception):
+        pass
+
+    def cut(*_):
+        raise Cut()
+
+    failed = []
+    old_hook, threading.excepthook = threading.excepthook, failed.append
+    old = signal.signal(signal.SIGALRM, cut)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(Cut):
+            run_bounded(["sh", "-c", "sleep 4 & exec sleep 60"], input=None, timeout=120, limit=1000)
+        assert time.monotonic() - t0 < 30, "the cut line was waited for, not killed"
+        assert wait_for_readers(8), "the reader threads did not end once the pipes' last holder did"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        threading.excepthook = old_hook
+    assert not failed, [str(a.exc_value) for a in failed]
+
+
+def wait_for_readers(timeout: float) -> bool:
+    """Whether every thread running ``run_bounded``'s reader has ended within ``timeout`` s."""
+    import threading
+
+    end = time.time() + timeout
+    while time.time() < end:
+        if not [t for t in threading.enumerate() if "take" in t.name]:
+            return True
+        time.sleep(0.1)
+    return False
