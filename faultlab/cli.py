@@ -28,7 +28,7 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from faultlab import cliopts, inputfile, safefs  # noqa: E402
-from faultlab.errors import BadInput, FaultlabError  # noqa: E402
+from faultlab.errors import BadInput, FaultlabError, printable  # noqa: E402
 # Lazy imports: inject's options are generated from the fault types' declarations, so the
 # registry is loaded with the CLI; every other command imports what it needs inside its
 # function when it runs, so ``faultlab --help`` stays fast.
@@ -304,12 +304,12 @@ def doctor(
     if as_json:
         out.print_json(json.dumps(reports if inventory is not None else reports[0], default=str))
         return
-    for report in reports:
+    for report in reports:  # a node's own words (versions, paths, errors) reach the terminal printable only
         f = report["facts"]
-        out.print(f"node {report['node']}: python {f['python']}, cgroup cpu {f['cgroup_cpu']}, io {f['cgroup_io']}"
-                  + (f"; {f['access']}" if f.get("access") else ""), markup=False)
+        out.print(printable(f"node {report['node']}: python {f['python']}, cgroup cpu {f['cgroup_cpu']}, io {f['cgroup_io']}"
+                            + (f"; {f['access']}" if f.get("access") else "")), markup=False, highlight=False)
         for name, r in report["types"].items():
-            out.print(f"  {'yes' if r['ok'] else 'no ':3}  {name:30} {r['why']}", markup=False)
+            out.print(printable(f"  {'yes' if r['ok'] else 'no ':3}  {name:30} {r['why']}"), markup=False, highlight=False)
 
 
 @app.command()

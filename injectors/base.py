@@ -41,6 +41,7 @@ from faultlab.lifecycle.cmd import WRITE_SH, Cmd, write_cmd  # noqa: F401  (part
 from faultlab.injectors.params import Param
 from faultlab.lifecycle.lease import Lease, node_lock
 from faultlab.nodes import Node
+from faultlab.nodes.base import LINE_OUTPUT_BYTES
 
 
 class Interrupted(BaseException):
@@ -304,7 +305,7 @@ def run_revert(node: Node, cmds: list[Cmd], hooks: Hooks = NO_HOOKS) -> list[str
     for i, c in enumerate(cmds):
         hooks.revert_progress(i, len(cmds), True)
         try:
-            cp = node.run(list(c.argv), scope=c.scope, timeout=30)
+            cp = node.run(list(c.argv), scope=c.scope, timeout=30, limit=LINE_OUTPUT_BYTES)
             if cp.returncode != 0:
                 errors.append(f"{c.render(node)}: {cp.stderr.strip()[:200]}")
         except NodeError as e:
@@ -362,7 +363,7 @@ def apply(injector: Injector, duration_s: float, *, grace_s: float = 10.0, verif
             for c in plan.inject:
                 if hooks.stop_requested():
                     raise Interrupted()
-                cp = injector.node.run(list(c.argv), scope=c.scope, timeout=30)
+                cp = injector.node.run(list(c.argv), scope=c.scope, timeout=30, limit=LINE_OUTPUT_BYTES)
                 if cp.returncode != 0:
                     raise FaultlabError(
                         f"inject step failed on node {injector.node.name}: {c.render(injector.node)}: {(cp.stderr.strip() or cp.stdout.strip())[:300]}",

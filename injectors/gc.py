@@ -84,6 +84,21 @@ REVERT_WAIT_MAX_S = 25.0  # below AS_OWNER_TIMEOUT_S
 #: killed: above the longest revert wait, below the watchdog's bound on one revert
 #: line (``faultlab.lifecycle.watchdog.LINE_TIMEOUT_S``)
 AS_OWNER_TIMEOUT_S = 30
+#: the whole environment of a command run as the control folder's owner (WRITE_SH and
+#: STOP_SH need coreutils only)
+AS_OWNER_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
+#: keyctl(2)'s system call number by machine (glibc has no wrapper for it)
+KEYCTL_NR = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 271, "s390x": 280}
+# $1 keyctl's number, $2... the command: exec'd in a new anonymous session keyring
+# (KEYCTL_JOIN_SESSION_KEYRING, no name), so it possesses nothing of ours. Where the
+# process may not use keyrings at all (ENOSYS, or EPERM from a seccomp filter, which
+# the command inherits), it has none to reach and runs as it is.
+NEW_KEYRING_PY = (
+    "import ctypes, errno, os, sys\n"
+    "if ctypes.CDLL(None, use_errno=True).syscall(int(sys.argv[1]), 1, None) < 0 and ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):\n"
+    "    sys.exit('faultlab: no new session keyring: ' + os.strerror(ctypes.get_errno()))\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
 
 # $1 command JSON, $2 command path. The temporary is a fresh mktemp file (O_EXCL: a
 # link planted at a predictable name is never written through); the commands run as
@@ -416,10 +431,25 @@ class GcStorm(Injector):
         util-linux): root never writes through a path another user controls. That
         process is the owner's, who may stop or hang it: it is killed after
         ``AS_OWNER_TIMEOUT_S`` (coreutils ``timeout``, run as us), so it never holds
-        the lease watchdog or a revert for longer."""
+        the lease watchdog or a revert for longer. The owner may also attach to it
+        (ptrace: it is their process), so it starts in a session of its own
+        (``setsid``, the same PID: no fork under ``timeout``): with our controlling
+        terminal it could push keystrokes into root's shell (TIOCSTI). Its stdin is
+        never our terminal (``Node.run``, the lease's revert) and its output is bounded
+        where it is read. Its environment is :data:`AS_OWNER_ENV` alone and it stands
+        in ``/`` (``env -i -C /``, still as us): the owner reads their process's
+        ``/proc/PID/environ``, which would hold whatever root exported (tokens, agent
+        sockets), and opens files through ``/proc/PID/cwd``, which would reach below a
+        0700 folder of root's (``/root``) to whatever root's umask left readable. It
+        starts in a session keyring of its own (:data:`NEW_KEYRING_PY`, still as us):
+        keys are their possessor's whatever its uid, and root's login session keyring
+        (pam_keyinit) would be its. On a machine missing from :data:`KEYCTL_NR` that
+        step is left out."""
         if owner is None or owner == os.geteuid():
             return argv
-        return ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S),
+        nr = KEYCTL_NR.get(platform.machine())
+        keyring = (sys.executable, "-I", "-S", "-c", NEW_KEYRING_PY, str(nr)) if nr else ()
+        return ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S), "setsid", "env", "-i", "-C", "/", *AS_OWNER_ENV, *keyring,
                 "setpriv", f"--reuid={owner}", f"--regid={group if group is not None else owner}", "--clear-groups", "--", *argv)
 
     def _starttime(self) -> int | None:

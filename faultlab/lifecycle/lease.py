@@ -53,6 +53,7 @@ from faultlab.lifecycle.record import LEASE_ID, ROOT_LEASE_DIR, lease_folder_err
 from faultlab.lifecycle.revertcheck import already_gone
 from faultlab.lifecycle.watchdog import CONTROLLER_ENV, REMOTE_WATCHDOG_SH, WATCHDOG_NAME, WATCHDOG_SH, find_watchdogs
 from faultlab.nodes import LEASE_HERE, LEASE_ON_NODE, Node, lease_dir
+from faultlab.nodes.base import LINE_OUTPUT_BYTES, run_bounded
 
 def open_lease_dir(node: Node, *, create: bool = True) -> safefs.TrustedDir:
     """The node's lease folder opened through ``faultlab.safefs`` (every component of
@@ -265,8 +266,9 @@ class Lease:
         left = []
         for line in self.record.get("revert", []):
             try:
-                cp = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=timeout_s)
-                why = None if cp.returncode == 0 else (cp.stderr.strip().splitlines() or [f"exit {cp.returncode}"])[-1][:200]
+                cp = run_bounded(["sh", "-c", line], input=None, timeout=timeout_s, limit=LINE_OUTPUT_BYTES)
+                err = cp.stderr.decode(errors="replace").strip().splitlines()
+                why = None if cp.returncode == 0 else (err or [f"exit {cp.returncode}"])[-1][:200]
             except (OSError, subprocess.TimeoutExpired) as e:
                 why = f"did not finish: {e}"
             if why is not None and not already_gone(line):

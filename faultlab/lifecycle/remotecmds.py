@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from faultlab.errors import BadInput, FaultlabError
+from faultlab.errors import BadInput, FaultlabError, printable
 from faultlab.lifecycle.views import end, in_force
 from faultlab.nodes import inventory as inv_mod
 from faultlab.timefmt import when
@@ -36,7 +36,7 @@ def _faults(nodes, fault_id: str | None = None):
     for n in nodes:
         faults, problems = in_force(n)
         for p in problems:
-            print(f"faultlab: warning: {p} (never acted on)", file=sys.stderr)
+            print(printable(f"faultlab: warning: {p} (never acted on)"), file=sys.stderr)
         out += [f for f in faults if fault_id is None or f.fault_id == fault_id]
     return out
 
@@ -53,7 +53,9 @@ def status(nodes, out, as_json: bool) -> int:
         wd = f"watchdog reverts it at the latest at {when(r['deadline_ts'])}" if r["watchdog_alive"] else "WATCHDOG GONE: run faultlab recover"
         held = "held by its controller" if r["controller_alive"] else f"left to its lease (controller {r['controller'] or 'unknown'})"
         rec = "" if r["record"] else "  (lease record lost: the watchdog still ends it)"
-        out.print(f"{r['fault_id']}  {r['type'] or '-'}  {r['node']}  {r['target'] or '-'}  {wd}  {held}{rec}", markup=False)
+        # the record is the node's word (its root may write it): printable only
+        out.print(printable(f"{r['fault_id']}  {r['type'] or '-'}  {r['node']}  {r['target'] or '-'}  {wd}  {held}{rec}"),
+                  markup=False, highlight=False)
     return 0
 
 
@@ -65,7 +67,8 @@ def revert(nodes, fault_id: str | None, out, as_json: bool, *, verb: str = "reve
     elif not done:
         out.print(f"no fault {fault_id + ' ' if fault_id else ''}in force on {', '.join(n.describe() for n in nodes)}", markup=False)
     for d in done if not as_json else []:
-        out.print(f"{d['fault_id']} on {d['node']}: {'reverted' if not d['left'] else 'NOT reverted: left ' + '; '.join(d['left'])}", markup=False)
+        out.print(printable(f"{d['fault_id']} on {d['node']}: {'reverted' if not d['left'] else 'NOT reverted: left ' + '; '.join(d['left'])}"),
+                  markup=False, highlight=False)
     bad = [d for d in done if d["left"]]
     if bad:
         print(f"faultlab: error: {verb}: {', '.join(d['fault_id'] + ' on ' + d['node'] for d in bad)} not fully reverted", file=sys.stderr)

@@ -70,7 +70,8 @@ class Node:
     ) -> subprocess.CompletedProcess:
         """Run ``argv`` on the node and wait at most ``timeout`` seconds.
 
-        Returns the CompletedProcess (stdout/stderr as text). ``limit``: the most bytes
+        Returns the CompletedProcess (stdout/stderr as text). Its stdin is ``input``,
+        else ``/dev/null``. ``limit``: the most bytes
         of stdout (and of stderr) taken; a command that writes more is killed, its
         output cut just past ``limit`` and its returncode -9, so what another party
         controls never fills memory. Raises NodeError when the program is missing, the
@@ -78,7 +79,10 @@ class Node:
         """
         full = self.argv(argv, scope)
         try:
-            cp = (subprocess.run(full, input=input, capture_output=True, timeout=timeout) if limit is None
+            # stdin never this process's (a terminal: a command run as another user
+            # could read root's keystrokes from it or type into it)
+            cp = (subprocess.run(full, input=input, stdin=None if input is not None else subprocess.DEVNULL,
+                                 capture_output=True, timeout=timeout) if limit is None
                   else run_bounded(full, input=input, timeout=timeout, limit=limit))
         except FileNotFoundError:
             raise NodeError(f"{full[0]!r} not found on node {self.name}", field="node", fix=f"install {full[0]} there") from None
@@ -182,44 +186,53 @@ class Node:
         return f"{self.kind}:{self.name}"
 
 
+#: the most bytes of stdout (and of stderr) taken from one inject or revert line: a
+#: line may run as another user (gc-storm's), whose process may write without end
+LINE_OUTPUT_BYTES = 64 * 1024
+
+
 def run_bounded(full: list[str], *, input: bytes | None, timeout: float, limit: int) -> subprocess.CompletedProcess:
     """``subprocess.run(full, capture_output=True)`` taking at most ``limit`` + 1 bytes
     of stdout and of stderr: past that the process is killed and its returncode is
     -9 whatever it exits with. Raises FileNotFoundError, subprocess.TimeoutExpired (the
-    process killed)."""
-    with subprocess.Popen(full, stdin=subprocess.PIPE if input else subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
-        over = threading.Event()
-        outs: dict[int, bytes] = {}
+    process killed), and whatever a signal handler raises while it waits (the process
+    killed, as ``subprocess.run`` does; a child of it that holds the pipes is left to
+    the reader threads, which close them)."""
+    p = subprocess.Popen(full, stdin=subprocess.PIPE if input else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    over = threading.Event()
+    outs: dict[int, bytes] = {}
 
-        def take(stream, key: int) -> None:
-            buf = bytearray()
+    def take(stream, key: int) -> None:
+        buf = bytearray()
+        try:
             while chunk := stream.read1(65536):
                 buf += chunk
                 if len(buf) > limit:
                     over.set()
                     p.kill()
                     break
-            outs[key] = bytes(buf[:limit + 1])
-
-        readers = [threading.Thread(target=take, args=(p.stdout, 1), daemon=True),
-                   threading.Thread(target=take, args=(p.stderr, 2), daemon=True)]
-        for t in readers:
-            t.start()
-        if input:
-            try:
-                p.stdin.write(input)
-            except BrokenPipeError:
-                pass
-            p.stdin.close()
-        try:
-            rc = p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            raise
         finally:
-            for t in readers:
-                t.join(5)
+            stream.close()  # here, never under a read of another thread
+        outs[key] = bytes(buf[:limit + 1])
+
+    readers = [threading.Thread(target=take, args=(p.stdout, 1), daemon=True),
+               threading.Thread(target=take, args=(p.stderr, 2), daemon=True)]
+    for t in readers:
+        t.start()
+    if input:
+        try:
+            p.stdin.write(input)
+        except BrokenPipeError:
+            pass
+        p.stdin.close()
+    try:
+        rc = p.wait(timeout)
+    except BaseException:  # timed out, or a signal's exception (an interrupt, a hand-over)
+        p.kill()
+        p.wait()
+        raise
+    for t in readers:
+        t.join(5)
     return subprocess.CompletedProcess(full, -signal.SIGKILL if over.is_set() else rc, outs.get(1, b""), outs.get(2, b""))
 
 

@@ -26,7 +26,7 @@ from faultlab.benchmarks import agent as agent_mod
 from faultlab.errors import BadInput, Refused
 from faultlab.injectors import FAULT_TYPES, PLANNED_TYPES, GcStorm, apply, build
 from faultlab.injectors import gc as gc_mod
-from faultlab.injectors.gc import AS_OWNER_TIMEOUT_S
+from faultlab.injectors.gc import AS_OWNER_ENV, AS_OWNER_TIMEOUT_S
 from faultlab.lifecycle.lease import load_leases
 from faultlab.nodes import LocalNode
 from tests.helpers import needs_root, wait_for
@@ -601,9 +601,10 @@ def test_commands_in_another_users_folder_run_as_that_user(request_cleanup):
              "heartbeat_path": str(agent_mod.heartbeat_path(d, pid)), "deadline_ts": time.time() + 10,
              "dir_uid": uid, "dir_gid": gid}
     plan = inj.plan(facts)
-    for cmd in (*plan.inject, *plan.revert):  # as that user, and killed in time (below)
+    for cmd in (*plan.inject, *plan.revert):  # as that user, killed in time (below), in a session and environment of its own
         i = cmd.argv.index("setpriv")
-        assert cmd.argv[i + 1] == f"--reuid={uid}" and cmd.argv[:i] == ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S))
+        assert cmd.argv[i + 1] == f"--reuid={uid}" and cmd.argv[:10] == ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S),
+                                                                          "setsid", "env", "-i", "-C", "/") and AS_OWNER_ENV[0] in cmd.argv[:i]
     # the user planted a link to a root-only file at the final name: root's write (as nobody) cannot follow it
     os.symlink(root_file, facts["cmd_path"] + ".tmp.AAAAAA")
     cp = subprocess.run(list(plan.inject[0].argv), capture_output=True, text=True, timeout=10)
