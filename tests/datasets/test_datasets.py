@@ -326,7 +326,11 @@ def test_published_dataset_is_intact_and_chance_sits_at_chance(name):
     res = score_dataset([("random", {"draws": 20}), "constant", "peer-median", "temporal-z", "arrival-late"], ds,
                         split="all", by=None, n_boot=1000)
     rnd, const, real = res[0], res[1], res[2:]
-    assert abs(rnd.window_mcc) <= 0.05 and rnd.ci("window_mcc")[0] <= 0 <= rnd.ci("window_mcc")[1]
+    # at chance: its whole CI within 0.05 of 0. Not "the CI holds 0": the mean of 20 draws
+    # over 110 runs has a CI so narrow that MCC's small finite-sample bias for independent
+    # alarms (hw-v2, all runs: 0.009, its CI from 0.0002) can leave 0 just outside it
+    lo, hi = rnd.ci("window_mcc")
+    assert abs(rnd.window_mcc) <= 0.05 and -0.05 <= lo <= hi <= 0.05, (rnd.window_mcc, lo, hi)
     assert const.window_mcc == 0.0
     best = max(real, key=lambda r: r.window_mcc)
     assert best.ci("window_mcc")[0] > max(rnd.ci("window_mcc")[1], const.ci("window_mcc")[1]), best.detector
