@@ -313,6 +313,19 @@ def lease_dir() -> Path:
     return Path(os.environ["FAULTLAB_LEASE_DIR"])
 
 
+def stand_in_ssh_node(tmp_path: Path, monkeypatch) -> tuple[LocalNode, Path]:
+    """``(node, leases)``: the local node standing in for an ssh node whose lease
+    folder is ``tmp_path/leases`` (0700, below a 0755 ``tmp_path``), its commands bounded
+    at 30 s as an ssh node's are, for the remote lease and watchdog code run for real."""
+    node = LocalNode("local")
+    d = tmp_path / "leases"
+    d.mkdir(mode=0o700)
+    os.chmod(tmp_path, 0o755)
+    monkeypatch.setattr(type(node), "lease_dir", lambda self: d)
+    monkeypatch.setattr(node, "command_timeout_s", 30, raising=False)
+    return node, d
+
+
 def deadline_now(fault_id: str, folder: Path | None = None) -> None:
     """Move lease ``fault_id``'s deadline to now through its deadline file (as
     ``Lease.renew`` moves it; the watchdog reads it through its folder descriptor, with

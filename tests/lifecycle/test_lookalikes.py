@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from faultlab.lifecycle.watchdog import CONTROLLER_ENV, WATCHDOG_NAME
-from tests.helpers import as_nobody, fl, holds_open, needs_root, nobody_env, wait_for
+from tests.helpers import as_nobody, fl, holds_open, needs_root, nobody_env, stand_in_ssh_node, wait_for
 
 LOOKALIKE_UID = 65532
 DROP = ["setpriv", f"--reuid={LOOKALIKE_UID}", f"--regid={LOOKALIKE_UID}", "--clear-groups"]
@@ -220,14 +220,8 @@ def test_a_remote_nodes_watchdog_is_the_login_users_not_a_look_alike(tmp_path, m
     from faultlab.lifecycle.watchdog import REMOTE_WATCHDOG_SH
     from faultlab.lifecycle.lease_remote import RemoteLease
     from faultlab.lifecycle.remoteview import remote_view, revert_remote
-    from faultlab.nodes import LocalNode
 
-    node = LocalNode("local")
-    d = tmp_path / "leases"
-    d.mkdir(mode=0o700)
-    os.chmod(tmp_path, 0o755)
-    monkeypatch.setattr(type(node), "lease_dir", lambda self: d)
-    monkeypatch.setattr(node, "command_timeout_s", 30, raising=False)
+    node, d = stand_in_ssh_node(tmp_path, monkeypatch)
     fid = f"process-{secrets.token_hex(3)}"
     rec = d / f"{fid}.json"
     marker = tmp_path / "reverted"

@@ -24,20 +24,14 @@ from faultlab.lifecycle.lease_remote import RemoteLease
 from faultlab.lifecycle.remoteview import remote_view
 from faultlab.lifecycle.watchdog import REMOTE_WATCHDOG_SH
 from faultlab.injectors.base import Cmd
-from faultlab.nodes import LocalNode
-from tests.helpers import needs_root, wait_for
+from tests.helpers import needs_root, stand_in_ssh_node, wait_for
 
 ESC = "\x1b"
 
 
 @needs_root
 def test_a_nodes_record_is_printed_printable_only(tmp_path, monkeypatch, no_residue):
-    node = LocalNode("local")
-    d = tmp_path / "leases"
-    d.mkdir(mode=0o700)
-    os.chmod(tmp_path, 0o755)
-    monkeypatch.setattr(type(node), "lease_dir", lambda self: d)
-    monkeypatch.setattr(node, "command_timeout_s", 30, raising=False)
+    node, d = stand_in_ssh_node(tmp_path, monkeypatch)
     monkeypatch.setattr(remotecmds, "in_force", remote_view)  # the ssh node's view, on the stand-in node
     fid = f"process-{secrets.token_hex(3)}"
     rec = d / f"{fid}.json"
