@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -329,13 +330,19 @@ def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str 
         del host
         if len(labels):
             labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", run_id)
-        wi = outofcore.whatif_chunked(an.grid, client=client)
+        wi = an.whatif
         wi["peer_groups"] = an.groups.summary([an.grid.component(j) for j in range(an.grid.R)])
         del an
     finally:
-        if own:
-            cluster.close(client, embedded)
-        shutil.rmtree(work, ignore_errors=True)
+        # removing the maps frees their page cache, a second a few GB: on a thread of its
+        # own, while the cluster closes
+        remover = threading.Thread(target=shutil.rmtree, args=(work,), kwargs={"ignore_errors": True}, daemon=True)
+        remover.start()
+        try:
+            if own:
+                cluster.close(client, embedded)
+        finally:
+            remover.join()
     return _write_labels(rd, labels, wi, cfg)
 
 

@@ -36,6 +36,9 @@ class Analysis:
     job_expected: float = 1.0
     #: the peer groups the views used (:func:`faultlab.labeler.peergroups.assign_groups`)
     groups: PeerGroups | None = None
+    #: the what-if figures (:func:`faultlab.labeler.whatif.whatif_grid`'s dict) where the
+    #: views computed them on the way (out of core: in the peer pass), else None
+    whatif: dict | None = None
 
     def job_slowdown(self, i0: int, i1: int, skip: np.ndarray | None = None) -> float:
         """Job time over rows ``i0..i1`` / the time its baseline steps would have taken

@@ -17,7 +17,9 @@ carries from one to the next):
 2. **clock**: the clock skew of each rank from at most 2,000 evenly spaced steps
    (:meth:`StepGrid._align_clocks`'s rule), removed in place block by block; then
    the peer groups' calm stretch (:func:`~faultlab.labeler.peergroups.calm_rows`),
-   each chunk scoring its blocks against the run medians of the sampled steps;
+   each chunk scoring its blocks against the run medians of the sampled steps and
+   returning the blocks' medians with their scores (the calm blocks' levels are
+   taken from them, not read again);
 3. **temporal** (row chunks in step order, per strip of ranks): the trailing
    baseline is a recurrence in step order (flagged steps leave later windows), so its
    state (the last ``temporal_window_steps`` values that may feed the baseline, the
@@ -28,7 +30,8 @@ carries from one to the next):
    parallel (the walk compiled, :mod:`~faultlab.labeler.trailingjit`, where numba is
    installed); the flags come back as runs per rank too;
 4. **peer** (per row chunk): the peer groups' median and count, the leave-one-out
-   peer median (a small group's peers at no less than their baseline from pass 3),
+   peer median (a small group's peers at no less than their baseline from pass 3)
+   and the what-if sums of the chunk's rows (:mod:`~faultlab.labeler.whatif`),
    then (after the run-wide noise floor, from every ``S // 4096``-th
    step as the in-memory view samples it) the peer flags with a **halo** of
    :func:`halo_steps` rows on each side for the sustained rule's centered window;
@@ -76,8 +79,6 @@ from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
 from faultlab.labeler.whatif import simulate, simulate_job, step_top
 from faultlab.steps import _codes, _int_column, _step_major, check_recorded_steps, dense_steps
 
-#: rows of a memory-map chunk that is filled or read at once (bounded temporaries)
-CHUNK_ROWS = 4096
 #: rank-steps below which a run is labeled in memory (no cluster is started)
 IN_MEMORY_ROWS = 1 << 24
 
@@ -207,8 +208,9 @@ def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks:
     """Write one stored block's dense arrays into the memory maps at rows ``row0..``
     (``ranks`` the run's, ``steps`` the block's own, both ascending: the run's steps
     would be sent to every block, the run's size again at each); return its job step
-    time per step, each rank's first and last start time, its run id and its ranks'
-    node and peer group (first seen in the block)."""
+    time per step, its steps' earliest start and latest end (``t0``, ``t1``, unix s,
+    before any clock offset is removed), each rank's first and last start time, its
+    run id and its ranks' node and peer group (first seen in the block)."""
     frame = steptable.read_lean_files([Path(f) for f in files])
     check_recorded_steps(frame, Path(files[0]).parent.name if len(files) else steptable.STEPS_FILE)
     d = dense_steps(frame)
@@ -240,7 +242,9 @@ def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks:
             maps.put(name, int(rows[0]), int(rows[0]) + n, blk)
         if name == "step_s":
             out["job_step"] = nanmedian(blk, axis=1)[0] if n else np.zeros(0)
+            out["t0"], out["t1"] = np.fmin.reduce(starts, axis=1), np.fmax.reduce(starts + blk, axis=1)
         if name == "t_start":
+            starts = blk
             fin = np.isfinite(blk)
             has = fin.any(axis=0)
             first = np.where(has, blk[np.argmax(fin, axis=0), np.arange(R)], np.nan)
@@ -294,16 +298,20 @@ def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray,
 # -- pass 4: the peer view ----------------------------------------------------------------
 
 
-def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_groups: int, sync: bool = False) -> tuple:
+def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, gidx: np.ndarray, job_step: np.ndarray,
+                  sync: bool = False) -> tuple:
     """Rows ``a..b-1``: the leave-one-out peer median into its map, a small group's
     peers at no less than their trailing baseline (the ``rank_base`` map, written by
     the temporal pass before; :meth:`StepGrid.floor_small_groups`); return the groups'
-    ``(rows, G)`` median and count (:meth:`StepGrid.group_stats`) and each row's
-    largest compute (:func:`~faultlab.labeler.whatif.step_top`)."""
+    ``(rows, G)`` median and count (:meth:`StepGrid.group_stats`, ``gidx`` each rank's
+    group), each row's largest compute (:func:`~faultlab.labeler.whatif.step_top`) and
+    the rows' what-if sums (:func:`_whatif_sums`, ``job_step`` the rows' job step
+    time): the what-if reads the same rows and medians, so it is taken here rather
+    than in a pass of its own."""
     maps = _Maps(Path(folder), S, R, sync)
     comp = np.asarray(maps.open("compute", "r")[a:b])
-    med = np.full((b - a, n_groups), np.nan, dtype=comp.dtype)
-    cnt = np.zeros((b - a, n_groups), dtype=np.int64)
+    med = np.full((b - a, len(cols)), np.nan, dtype=comp.dtype)
+    cnt = np.zeros((b - a, len(cols)), dtype=np.int64)
     out = np.full((b - a, R), np.nan, dtype=comp.dtype)
     for k, c in enumerate(cols):
         m, n = nanmedian(comp[:, c], axis=1)
@@ -314,7 +322,7 @@ def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, n_gro
         for i in range(0, b - a, 4096):
             out[i : i + 4096, c] = loo_median(vals[i : i + 4096])
     maps.put("peer_median", a, b, out)
-    return med, cnt, step_top(comp)
+    return med, cnt, step_top(comp), _whatif_sums(_GridRows(comp, job_step, (med, cnt, gidx)))
 
 
 def _peer_ratio(maps: _Maps, a: int, b: int) -> np.ndarray:
@@ -473,42 +481,59 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     off = _clock_offsets(maps, job_step)
     ch = chunk_rows(cfg, R)
     spans = [(a, min(S, a + ch)) for a in range(0, S, ch)]
-    tt = _wait(client, [client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False, sync=maps.sync)
-                        for a, b in spans], note, "clocks")
+    if off.any():  # the steps' bounds move with the clocks: a pass of their own
+        tt = _wait(client, [client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False, sync=maps.sync)
+                            for a, b in spans], note, "clocks")
+    else:
+        tt = [(np.full(S, np.nan), np.full(S, np.nan))]
+        for fb in filled:
+            a, b = fb["rows"]
+            tt[0][0][a:b], tt[0][1][a:b] = fb["t0"], fb["t1"]
     grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
+    medians: dict = {}  # the blocks' medians, measured with their scores on the workers
     calm = calm_rows(grid.compute, int(cfg.temporal_window_steps), k=float(cfg.mad_k), sample=maps.rows("compute", sample_rows(S)),
-                     scores=lambda run_med, w: _calm_scores(client, maps, run_med, w, spans))
+                     scores=lambda run_med, w: _calm_scores(client, maps, run_med, w, spans, medians))
+    medians = {blk: medians[blk] for blk in calm if blk in medians}
     pg = assign_groups(grid.compute, [grid.component(j) for j in range(R)], grid.groups, cfg, mapping=peer_groups,
-                       part=grid.dataloader, calm=calm)
+                       part=grid.dataloader, calm=calm, medians=medians)
+    del medians
     if pg.source in ("discovered", "mapping"):
         grid.regroup(pg.groups)
     names, gidx, cols = grid.peer_groups()
     tv = _temporal_view(client, maps, grid, cfg, spans, note)  # first: a small group's peer median reads its baselines
     maps.create("peer_median", np.float32)
-    gm = _wait(client, [client.submit(_peer_medians, str(folder), S, R, a, b, cols, len(names), pure=False, sync=maps.sync)
-                        for a, b in spans], note, "peer medians")
-    med = np.concatenate([m for m, _, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.float32)
-    cnt = np.concatenate([c for _, c, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
-    top = np.concatenate([t for _, _, t in gm]) if gm else np.zeros(0)
+    gm = _wait(client, [client.submit(_peer_medians, str(folder), S, R, a, b, cols, gidx, job_step[a:b], pure=False,
+                                      sync=maps.sync) for a, b in spans], note, "peer medians")
+    med = np.concatenate([m for m, _, _, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.float32)
+    cnt = np.concatenate([c for _, c, _, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
+    top = np.concatenate([t for _, _, t, _ in gm]) if gm else np.zeros(0)
     grid._group_stats = (med, cnt, gidx)
+    wi = _whatif_from_sums(grid, [w for _, _, _, w in gm])
     grid._peer_median = maps.view("peer_median")
     pv = _peer_view(client, maps, grid, cfg, cols, cnt, gidx, spans, note)
     lo = min((fb["span"][0] for fb in filled if np.isfinite(fb["span"][0])), default=np.nan)
     hi = max((fb["span"][1] for fb in filled if np.isfinite(fb["span"][1])), default=np.nan)
-    return _analysis(grid, tv, pv, cfg, pg, top), ((lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None)
+    return _analysis(grid, tv, pv, cfg, pg, top, wi), ((lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None)
 
 
-def _calm_block_scores(folder: str, S: int, R: int, a: int, b: int, run_med: np.ndarray, window: int) -> list:
+def _calm_block_scores(folder: str, S: int, R: int, a: int, b: int, run_med: np.ndarray, window: int) -> tuple:
     """:func:`~faultlab.labeler.peergroups.calm_scores` of the blocks starting in rows
-    ``a..b-1`` (their rows read from the ``compute`` map)."""
-    return calm_scores(_Maps(Path(folder), S, R).open("compute", "r"), a, b, run_med, window)
+    ``a..b-1`` (their rows read from the ``compute`` map) and their medians
+    (``{(i0, i1): (R,)}``)."""
+    medians: dict = {}
+    return calm_scores(_Maps(Path(folder), S, R).open("compute", "r"), a, b, run_med, window, medians), medians
 
 
-def _calm_scores(client, maps: _Maps, run_med: np.ndarray, window: int, spans) -> list:
-    """The calm stretch's block scores of the whole run, chunk by chunk on ``client``."""
+def _calm_scores(client, maps: _Maps, run_med: np.ndarray, window: int, spans, medians: dict) -> list:
+    """The calm stretch's block scores of the whole run, chunk by chunk on ``client``;
+    each scored block's medians into ``medians`` (``(R,)`` float64 each: 0.16 bytes
+    per rank-step at the default 50-step blocks, kept for the calm blocks' levels
+    instead of a second read of them in this process)."""
     parts = client.gather([client.submit(_calm_block_scores, str(maps.folder), maps.S, maps.R, a, b, run_med, window,
                                          pure=False) for a, b in spans])
-    return [x for p in parts for x in p]
+    for _, m in parts:
+        medians.update(m)
+    return [x for p, _ in parts for x in p]
 
 
 def _remote_workers(client) -> bool:
@@ -625,9 +650,10 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
 
 
 def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig, groups: PeerGroups,
-              top: np.ndarray) -> Analysis:
+              top: np.ndarray, wi: dict) -> Analysis:
     """The rest of :func:`~faultlab.labeler.analysis.analyze` (``(S,)`` series only;
-    ``top`` each step's largest compute, from the peer pass)."""
+    ``top`` each step's largest compute and ``wi`` the what-if figures, from the peer
+    pass)."""
     sim = simulate_job(grid, top)
     sim = np.where(np.isfinite(sim), sim, np.asarray(grid.job_step, dtype=np.float64))
     with np.errstate(invalid="ignore"):
@@ -635,28 +661,18 @@ def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig
               & ((sim - tv.job_base) > cfg.mad_k * np.nan_to_num(tv.job_sigma)))
     jw |= _sustained_job(grid, tv, sim, cfg)
     return Analysis(grid=grid, temporal=tv, peer=pv, sim=sim, job_wide_flag=jw, config=cfg,
-                    job_expected=expected_over_median(grid.job_step, tv.job_base, tv.job_flag), groups=groups)
+                    job_expected=expected_over_median(grid.job_step, tv.job_base, tv.job_flag), groups=groups, whatif=wi)
 
 
-def whatif_chunked(grid: StepGrid, rows: int = CHUNK_ROWS, client=None) -> dict:
-    """:func:`faultlab.labeler.whatif.whatif_grid` over row chunks of ``rows`` steps
-    (its ``(S, R)`` per-rank times one chunk at a time; the chunks on ``client``, a
-    ``dask.distributed.Client``, when given and ``grid.compute`` is a memory map
-    the workers read); the same dict. The sums are taken chunk by chunk, so a figure
-    may differ from the in-memory one in its last bits (float64 summation order)."""
-    med, cnt, gidx = grid.group_stats()
-    spans = [(a, min(grid.S, a + rows)) for a in range(0, grid.S, rows)]
-    path = getattr(grid.compute, "filename", None)
-    if client is not None and path:
-        parts = client.gather([client.submit(_whatif_rows, str(path), grid.job_step[a:b], med[a:b], cnt[a:b], gidx,
-                                             pure=False, a=a, b=b) for a, b in spans])
-    else:
-        parts = [_whatif_sums(_GridRows(grid.compute[a:b], grid.job_step[a:b], (med[a:b], cnt[a:b], gidx)))
-                 for a, b in spans]
+def _whatif_from_sums(grid: StepGrid, parts: list) -> dict:
+    """:func:`faultlab.labeler.whatif.whatif_grid`'s dict from the what-if sums of
+    row chunks (:func:`_whatif_sums`, in step order, as one pass would add them): the
+    sums are taken chunk by chunk, so a figure may differ from the in-memory one in
+    its last bits (float64 summation order)."""
     actual = simulated = 0.0
     n_ok = 0
     sums = np.zeros(grid.R)
-    for act, sim, n, per_rank in parts:  # in step order, as one pass would add them
+    for act, sim, n, per_rank in parts:
         actual += act
         simulated += sim
         n_ok += n
@@ -665,12 +681,6 @@ def whatif_chunked(grid: StepGrid, rows: int = CHUNK_ROWS, client=None) -> dict:
     per_rank = {grid.component(j): (actual / float(sums[j]) if sums[j] > 0 else float("nan")) for j in range(grid.R)}
     return {"method": "osdi25-whatif-dp", "run_id": grid.run_id, "slowdown": S, "per_rank": per_rank,
             "actual_s": actual, "simulated_s": simulated, "n_steps": n_ok}
-
-
-def _whatif_rows(path: str, job_step: np.ndarray, med: np.ndarray, cnt: np.ndarray, gidx: np.ndarray, *,
-                 a: int, b: int) -> tuple:
-    """:func:`_whatif_sums` of rows ``a..b-1`` of the compute map at ``path``."""
-    return _whatif_sums(_GridRows(np.load(path, mmap_mode="r")[a:b], job_step, (med, cnt, gidx)))
 
 
 def _whatif_sums(sub: "_GridRows") -> tuple:

@@ -126,7 +126,7 @@ def sample_rows(S: int) -> np.ndarray:
 
 
 def calm_rows(X: np.ndarray, window: int, *, k: float = 4.0, scores=None,
-              sample: np.ndarray | None = None) -> list[tuple[int, int]]:
+              sample: np.ndarray | None = None, medians: dict | None = None) -> list[tuple[int, int]]:
     """``[(i0, i1), ...]``: the blocks of the run's calm stretch of ``X`` ``(S, C)``
     (time x rank, NaN = no value), each its first and last row (inclusive), the
     reference block first, the rest in row order. The whole run as one block when it
@@ -156,7 +156,9 @@ def calm_rows(X: np.ndarray, window: int, *, k: float = 4.0, scores=None,
     steps: an hour-long or a month-long run alike, and a streaming labeler reads
     only those rows). ``scores(run_median, block_rows)`` gives the ``[(row, score)]``
     of all the blocks (e.g. computed block by block elsewhere); :func:`calm_scores`
-    over ``X`` when None. ``sample``: ``X``'s :func:`sample_rows`, when read already.
+    over ``X`` when None (storing each scored block's medians in ``medians``, when
+    given, for :func:`block_levels`). ``sample``: ``X``'s :func:`sample_rows`, when
+    read already.
 
     Why the mean, not the largest ratio: two ranks slowed over most of the run have
     that slowed level as their run median, so in the slowed blocks no ratio stands
@@ -167,7 +169,7 @@ def calm_rows(X: np.ndarray, window: int, *, k: float = 4.0, scores=None,
         return [(0, max(S - 1, 0))]
     window = window if S >= MIN_NOISE_BLOCKS * window else S // MIN_NOISE_BLOCKS
     run_med, _ = nanmedian(X[sample_rows(S)] if sample is None else sample, axis=0)
-    found = sorted(scores(run_med, window) if scores is not None else calm_scores(X, 0, S, run_med, window))
+    found = sorted(scores(run_med, window) if scores is not None else calm_scores(X, 0, S, run_med, window, medians))
     if not found:
         return [(0, window - 1)]
     ranked = sorted(found, key=lambda x: (x[1], x[0]))
@@ -199,7 +201,8 @@ def score_noise(scores) -> float:
     return MAD_TO_SIGMA * median(d) / np.sqrt(2.0) if d.size else 0.0
 
 
-def block_levels(X: np.ndarray, blocks, *, slack: float = np.inf, of: np.ndarray | None = None) -> np.ndarray:
+def block_levels(X: np.ndarray, blocks, *, slack: float = np.inf, of: np.ndarray | None = None,
+                 medians: dict | None = None) -> np.ndarray:
     """(C,) float64: each column's level over ``blocks`` (``[(i0, i1), ...]`` rows of
     ``X`` ``(S, C)``, inclusive, the reference block first): the median over the
     blocks of the column's median in each block (NaN ignored; NaN for a column
@@ -208,15 +211,22 @@ def block_levels(X: np.ndarray, blocks, *, slack: float = np.inf, of: np.ndarray
     its own in the reference block (that column was slowed there, though the block's
     mean score was calm: one of ten drives slowed over most of the run). One block:
     its median. ``of``: take the medians of this array (same shape; the dataloader
-    part) over the same blocks. Read block by block (``X`` may be a memory map)."""
+    part) over the same blocks. Read block by block (``X`` may be a memory map);
+    ``medians``: ``{(i0, i1): (C,) median}`` of blocks of ``X`` measured already
+    (:func:`calm_scores`), not read again."""
     C = X.shape[1]
     if not X.shape[0] or not blocks:
         return np.full(C, np.nan)
-    src = X if of is None else of
+    known = medians if medians is not None else {}
+
+    def of_x(i0: int, i1: int) -> np.ndarray:
+        got = known.get((i0, i1))
+        return got if got is not None else nanmedian(X[i0 : i1 + 1], axis=0)[0]
+
     if len(blocks) == 1:
         i0, i1 = blocks[0]
-        return nanmedian(src[i0 : i1 + 1], axis=0)[0]
-    B = np.stack([nanmedian(X[i0 : i1 + 1], axis=0)[0] for i0, i1 in blocks])
+        return of_x(i0, i1) if of is None else nanmedian(of[i0 : i1 + 1], axis=0)[0]
+    B = np.stack([of_x(i0, i1) for i0, i1 in blocks])
     V = B if of is None else np.stack([nanmedian(of[i0 : i1 + 1], axis=0)[0] for i0, i1 in blocks])
     with np.errstate(invalid="ignore", divide="ignore"):
         rel = np.log(B / nanmedian(B, axis=1)[0][:, None])
@@ -224,12 +234,15 @@ def block_levels(X: np.ndarray, blocks, *, slack: float = np.inf, of: np.ndarray
     return nanmedian(V, axis=0)[0]
 
 
-def calm_scores(X: np.ndarray, a: int, b: int, run_med: np.ndarray, window: int) -> list[tuple[int, float]]:
+def calm_scores(X: np.ndarray, a: int, b: int, run_med: np.ndarray, window: int,
+                medians: dict | None = None) -> list[tuple[int, float]]:
     """``[(i, score)]`` of :func:`calm_rows`'s blocks whose first row ``i`` (a multiple
     of ``window``, the block whole inside ``X``) is in ``a..b-1``: the mean over ranks
     of ``log(block median / run_med)`` (``run_med`` ``(C,)``), over the ranks with a
     positive finite ratio and values in at least half the block; a block without such
-    a rank is left out. Reads rows ``a .. b + window - 1`` of ``X``."""
+    a rank is left out. Reads rows ``a .. b + window - 1`` of ``X``. ``medians``, when
+    given, gets each scored block's ``(C,)`` median per column at key ``(i, i + window
+    - 1)``: :func:`block_levels` of the calm blocks then reads none of them again."""
     S = X.shape[0]
     out = []
     for i in range(-(-int(a) // window) * window, min(int(b), S - window + 1), window):
@@ -239,6 +252,8 @@ def calm_scores(X: np.ndarray, a: int, b: int, run_med: np.ndarray, window: int)
         ok = np.isfinite(r) & (r > 0) & (n >= (window + 1) // 2)
         if ok.any():
             out.append((i, float(np.mean(np.log(r[ok])))))
+            if medians is not None:
+                medians[(i, i + window - 1)] = bm
     return out
 
 
@@ -333,7 +348,8 @@ def _no_group_of_one(v: np.ndarray, cuts: list[int]) -> list[int]:
 
 
 def discover(X: np.ndarray, declared: np.ndarray, config, *, part: np.ndarray | None = None,
-             calm: list[tuple[int, int]] | None = None) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+             calm: list[tuple[int, int]] | None = None,
+             medians: dict | None = None) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """Discovered groups within each declared group: ``(groups, level, calm)``.
 
     Args:
@@ -345,6 +361,7 @@ def discover(X: np.ndarray, declared: np.ndarray, config, *, part: np.ndarray | 
             :func:`split_levels` and the module docstring).
         part: ``(S, C)`` the dataloader part of ``X``, or None.
         calm: the calm stretch's blocks when known (:func:`calm_rows` of ``X``).
+        medians: blocks' medians measured already (:func:`block_levels`).
 
     Returns:
         (C,) object group names (``NAME/k``, ``k`` = 0 the fastest, where a declared
@@ -352,10 +369,11 @@ def discover(X: np.ndarray, declared: np.ndarray, config, *, part: np.ndarray | 
     """
     declared = np.asarray([str(g) for g in declared], dtype=object)
     window = int(config.temporal_window_steps)
-    calm = calm if calm is not None else calm_rows(X, window, k=float(config.mad_k))
+    medians = {} if medians is None else medians
+    calm = calm if calm is not None else calm_rows(X, window, k=float(config.mad_k), medians=medians)
     slack = float(config.mad_k) * level_wander(X, window)  # a rank slowed in a calm block: left out
     slack = slack if np.isfinite(slack) else np.inf
-    level = block_levels(X, calm, slack=slack)
+    level = block_levels(X, calm, slack=slack, medians=medians)
     run_level, _ = nanmedian(X, axis=0) if X.shape[0] else (np.full(X.shape[1], np.nan), None)
     part_level = block_levels(X, calm, slack=slack, of=part) if part is not None and X.shape[0] else None
     groups = declared.copy()
@@ -407,7 +425,8 @@ def _by_speed(idx: np.ndarray, level: np.ndarray) -> np.ndarray:
 
 
 def assign_groups(X: np.ndarray, names, declared, config, *, mapping: dict | None = None,
-                  part: np.ndarray | None = None, calm: list[tuple[int, int]] | None = None) -> PeerGroups:
+                  part: np.ndarray | None = None, calm: list[tuple[int, int]] | None = None,
+                  medians: dict | None = None) -> PeerGroups:
     """The peer groups of one job (see the module docstring for the order: a mapping,
     the declared groups when more than one, else discovered).
 
@@ -422,6 +441,8 @@ def assign_groups(X: np.ndarray, names, declared, config, *, mapping: dict | Non
         part: ``(S, C)`` the dataloader part of ``X``, or None.
         calm: the calm stretch's blocks when known (:func:`calm_rows` of ``X``,
             e.g. computed block by block out of core).
+        medians: ``{(i0, i1): (C,) median}`` of blocks of ``X`` measured already
+            (:func:`calm_scores`): the calm blocks' levels are taken from them.
 
     Raises:
         BadInput (field ``--peer-groups``) when a mapping names none of the components.
@@ -429,6 +450,7 @@ def assign_groups(X: np.ndarray, names, declared, config, *, mapping: dict | Non
     declared = np.asarray([str(g) for g in declared], dtype=object)
     names = [str(n) for n in names]
     window = int(config.temporal_window_steps)
+    medians = {} if medians is None else medians  # filled by calm_rows, read by block_levels
     if mapping:
         groups = declared.copy()
         hit = 0
@@ -440,14 +462,14 @@ def assign_groups(X: np.ndarray, names, declared, config, *, mapping: dict | Non
         if not hit:
             raise BadInput(f"the mapping names none of the {len(names)} components (e.g. {names[0] if names else '-'})",
                            field="--peer-groups", fix="map component names (rank:N, worker:N) or rank numbers to group names")
-        calm = calm if calm is not None else calm_rows(X, window, k=float(config.mad_k))
-        level = block_levels(X, calm)
+        calm = calm if calm is not None else calm_rows(X, window, k=float(config.mad_k), medians=medians)
+        level = block_levels(X, calm, medians=medians)
         return PeerGroups(groups, "mapping", level, calm, declared)
     if len(set(declared.tolist())) > 1:
-        calm = calm if calm is not None else calm_rows(X, window, k=float(config.mad_k))
-        level = block_levels(X, calm)
+        calm = calm if calm is not None else calm_rows(X, window, k=float(config.mad_k), medians=medians)
+        level = block_levels(X, calm, medians=medians)
         return PeerGroups(declared, "declared", level, calm, declared)
-    groups, level, calm = discover(X, declared, config, part=part, calm=calm)
+    groups, level, calm = discover(X, declared, config, part=part, calm=calm, medians=medians)
     src = "discovered" if len(set(groups.tolist())) > 1 else "one"
     return PeerGroups(groups, src, level, calm, declared)
 
