@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from faultlab import steptable, synthrun
@@ -73,9 +75,22 @@ def test_out_of_core_labels_equal_in_memory(tmp_path, cluster, shape):
         assert f["a"] < info["block_steps"] * (f["a"] // info["block_steps"] + 1) <= f["b"] - 1  # crosses a boundary
 
 
-def test_out_of_core_analysis_arrays_equal_in_memory(tmp_path, cluster):
-    """Not only the labels: every array of the analysis, value for value."""
+def _skew_clock(run: Path, rank: int, by_s: float) -> None:
+    """Move every ``t_start`` of ``rank`` by ``by_s`` seconds in the stored steps table
+    (a host whose clock runs ahead)."""
+    for f in sorted((run / "steps").rglob("*.parquet")):
+        t = pq.read_table(f)
+        ts = t.column("t_start").to_numpy() + np.where(t.column("rank").to_numpy() == rank, by_s, 0.0)
+        pq.write_table(t.set_column(t.schema.get_field_index("t_start"), "t_start", pa.array(ts)), f)
+
+
+@pytest.mark.parametrize("skew_s", [None, 30.0], ids=["clocks-synchronized", "one-clock-ahead"])
+def test_out_of_core_analysis_arrays_equal_in_memory(tmp_path, cluster, skew_s):
+    """Not only the labels: every array of the analysis, value for value, the steps'
+    bounds too where a rank's clock is ahead and its offset is removed block by block."""
     synthrun.write_run(tmp_path / "run", 48, 12_000, block_rows=1 << 16, drop=(5, 2))
+    if skew_s:
+        _skew_clock(tmp_path / "run", 9, skew_s)
     src = steptable.steps_source(tmp_path / "run")
     a = analyze(StepGrid.from_steps(read_steps(src)))
     with distributed.Client(cluster.scheduler_address) as client:
@@ -90,6 +105,7 @@ def test_out_of_core_analysis_arrays_equal_in_memory(tmp_path, cluster):
         x, y = np.asarray(x), np.asarray(y)
         assert x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
     assert a.job_expected == b.job_expected
+    assert np.array_equal(g.clock_offsets, h.clock_offsets) and bool(np.any(h.clock_offsets)) == bool(skew_s)
     assert span[0] == float(read_steps(src)["t_start"].min())
     assert halo_steps(a.config) == 50
 
