@@ -72,8 +72,8 @@ from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.flagruns import FlagRuns, chunk_runs
 from faultlab.labeler.grid import SMALL_GROUP, StepGrid, floored_peers
 from faultlab.labeler.peergroups import PeerGroups, assign_groups, calm_rows, calm_scores, sample_rows
-from faultlab.labeler.stats import (MAD_TO_SIGMA, compiled_walk, loo_median, median, nanmedian, trailing_baseline_from,
-                                    trailing_baseline_t)
+from faultlab.labeler.stats import (MAD_TO_SIGMA, compiled_walk, loo_and_median, loo_median, median, nanmedian,
+                                    trailing_baseline_from, trailing_baseline_t)
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
 from faultlab.labeler.whatif import simulate, simulate_job, step_top
@@ -99,7 +99,7 @@ class _Maps:
     folder: Path
     S: int
     R: int
-    #: whether :meth:`put` writes its pages back to the file (msync): when a worker
+    #: whether :meth:`put` flushes what it wrote to the file (fdatasync): when a worker
     #: runs on another host (a shared file system); on one host the page cache is shared
     sync: bool = False
 
@@ -127,50 +127,76 @@ class _Maps:
         each row read, so sampled rows read through one count most of the map in this
         process's resident memory."""
         with open(self.path(name), "rb") as f:
-            version = np.lib.format.read_magic(f)
-            shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0(f))
-            header = f.tell()
+            shape, dtype, header = _npy_header(f)
             out = np.empty((len(rows), shape[1]), dtype=dtype)
             size = shape[1] * dtype.itemsize
             for i, r in enumerate(np.asarray(rows, dtype=np.int64)):
-                f.seek(header + int(r) * size)
-                f.readinto(memoryview(out[i]).cast("B"))
+                _pread_into(f.fileno(), out[i], header + int(r) * size)
+        return out
+
+    def read(self, name: str, a: int, b: int) -> np.ndarray:
+        """Rows ``a..b-1`` of map ``name`` (steps; ranks for a map by rank), read from
+        the file into a new array (one ``pread``: a copy out of the page cache, without
+        the page faults of reading through a map)."""
+        with open(self.path(name), "rb") as f:
+            shape, dtype, header = _npy_header(f)
+            b = max(a, min(b, shape[0]))
+            out = np.empty((b - a, shape[1]), dtype=dtype)
+            _pread_into(f.fileno(), out, header + a * shape[1] * dtype.itemsize)
         return out
 
     def put(self, name: str, a: int, b: int, value: np.ndarray, c0: int | None = None, c1: int | None = None) -> None:
         """Write ``value`` into rows ``a..b-1`` of map ``name``, or, for a map by rank,
-        into steps ``a..b-1`` of its ranks ``c0..c1-1``; with :attr:`sync`, write back
-        to the file the pages written (msync of only them: a worker on another machine
-        of a shared file system reads them next; a flush of the whole map would write
-        back the rows of every worker, the run's size at each call)."""
-        path = self.path(name)
-        with open(path, "r+b") as f:
-            version = np.lib.format.read_magic(f)
-            shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0(f))
-            header = f.tell()
+        into steps ``a..b-1`` of its ranks ``c0..c1-1`` (cast to the map's dtype, as an
+        assignment casts), with ``pwrite``: one call for the rows, one per rank for a
+        map by rank. A fresh page written through a memory map costs a page fault and
+        the zeroing of the page before the copy, more than the copy itself. With
+        :attr:`sync`, what was written is flushed to the file (a worker on another
+        machine of a shared file system reads it next)."""
+        with open(self.path(name), "r+b") as f:
+            shape, dtype, header = _npy_header(f)
             r0, r1 = (a, b) if c0 is None else (c0, c1)
             if r1 <= r0 or b <= a:
                 return
             row = shape[1] * dtype.itemsize
-            lo = header + r0 * row
-            start = lo - lo % mmap.ALLOCATIONGRANULARITY
-            mm = mmap.mmap(f.fileno(), header + r1 * row - start, offset=start)
-            try:
-                m = np.frombuffer(mm, dtype=dtype, count=(r1 - r0) * shape[1], offset=lo - start).reshape(r1 - r0, shape[1])
-                if c0 is None:
-                    m[:] = value
-                    segments = [(lo - start, (r1 - r0) * row)]
-                else:
-                    m[:, a:b] = value
-                    segments = [(lo - start + i * row + a * dtype.itemsize, (b - a) * dtype.itemsize) for i in range(r1 - r0)]
-                del m
-                for off, size in segments if self.sync else ():
-                    page = off - off % mmap.PAGESIZE
-                    mm.flush(page, off + size - page)
-            finally:
-                mm.close()
+            fd = f.fileno()
+            if c0 is None:
+                buf = np.ascontiguousarray(np.broadcast_to(value, (b - a, shape[1])), dtype=dtype)
+                _pwrite_all(fd, buf, header + a * row)
+            else:
+                buf = np.ascontiguousarray(np.broadcast_to(value, (c1 - c0, b - a)), dtype=dtype)
+                for i in range(c1 - c0):
+                    _pwrite_all(fd, buf[i], header + (c0 + i) * row + a * dtype.itemsize)
+            if self.sync:
+                os.fdatasync(fd)
+
+
+def _npy_header(f) -> tuple[tuple, np.dtype, int]:
+    """``(shape, dtype, data offset)`` of the ``.npy`` file open as ``f`` (read from its
+    header; ``f`` left at the data)."""
+    version = np.lib.format.read_magic(f)
+    shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0(f))
+    return shape, dtype, f.tell()
+
+
+def _pread_into(fd: int, out: np.ndarray, offset: int) -> None:
+    """Fill ``out`` (C-contiguous) from file ``fd`` at byte ``offset``; OSError when
+    the file ends first (a map is written whole before it is read)."""
+    mv = memoryview(out).cast("B")
+    while mv:
+        n = os.preadv(fd, [mv], offset)
+        if n <= 0:
+            raise OSError(f"a memory map's file ends {len(mv)} bytes early")
+        mv, offset = mv[n:], offset + n
+
+
+def _pwrite_all(fd: int, buf: np.ndarray, offset: int) -> None:
+    """Write ``buf`` (C-contiguous) to file ``fd`` at byte ``offset``, whole."""
+    mv = memoryview(buf).cast("B")
+    while mv:
+        n = os.pwrite(fd, mv, offset)
+        mv, offset = mv[n:], offset + n
 
 
 class _ReleasedMap(np.memmap):
@@ -287,11 +313,11 @@ def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray,
     """Rows ``a..b-1``: remove the clock offsets from ``t_start`` in place (when any);
     return their ``t0`` and ``t1`` (earliest start, latest end, unix s)."""
     maps = _Maps(Path(folder), S, R, sync)
-    blk = np.asarray(maps.open("t_start", "r")[a:b], dtype=np.float64)
+    blk = maps.read("t_start", a, b)
     if off.any():
         blk = blk - off[None, :]
         maps.put("t_start", a, b, blk)
-    st = maps.open("step_s", "r")[a:b]
+    st = maps.read("step_s", a, b)
     return np.fmin.reduce(blk, axis=1), np.fmax.reduce(blk + st, axis=1)
 
 
@@ -309,18 +335,20 @@ def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, gidx:
     time): the what-if reads the same rows and medians, so it is taken here rather
     than in a pass of its own."""
     maps = _Maps(Path(folder), S, R, sync)
-    comp = np.asarray(maps.open("compute", "r")[a:b])
+    comp = maps.read("compute", a, b)
     med = np.full((b - a, len(cols)), np.nan, dtype=comp.dtype)
     cnt = np.zeros((b - a, len(cols)), dtype=np.int64)
     out = np.full((b - a, R), np.nan, dtype=comp.dtype)
     for k, c in enumerate(cols):
-        m, n = nanmedian(comp[:, c], axis=1)
-        med[:, k], cnt[:, k] = m, n
         vals = comp[:, c]
-        if np.arange(R)[c].size <= SMALL_GROUP:
+        if np.arange(R)[c].size <= SMALL_GROUP:  # the median of the values, the peers' of the floored ones
+            med[:, k], cnt[:, k] = nanmedian(vals, axis=1)
             vals = floored_peers(vals, np.asarray(maps.open("rank_base", "r")[c, a:b]).T)
-        for i in range(0, b - a, 4096):
-            out[i : i + 4096, c] = loo_median(vals[i : i + 4096])
+            for i in range(0, b - a, 4096):
+                out[i : i + 4096, c] = loo_median(vals[i : i + 4096])
+            continue
+        for i in range(0, b - a, 4096):  # both medians from one partition of the rows
+            out[i : i + 4096, c], med[i : i + 4096, k], cnt[i : i + 4096, k] = loo_and_median(vals[i : i + 4096])
     maps.put("peer_median", a, b, out)
     return med, cnt, step_top(comp), _whatif_sums(_GridRows(comp, job_step, (med, cnt, gidx)))
 
@@ -328,8 +356,8 @@ def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, gidx:
 def _peer_ratio(maps: _Maps, a: int, b: int) -> np.ndarray:
     """Rows ``a..b-1`` of the peer ratio (compute / leave-one-out median; NaN where
     not finite), as :func:`~faultlab.labeler.views.peer.peer_view` computes it."""
-    comp = maps.open("compute", "r")[a:b]
-    med = maps.open("peer_median", "r")[a:b]
+    comp = maps.read("compute", a, b)
+    med = maps.read("peer_median", a, b)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = comp / med
     ratio[~np.isfinite(ratio)] = np.nan
@@ -395,7 +423,7 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: in
     decided by the strip's whole series (:func:`~faultlab.labeler.stats.compiled_walk`),
     not by a chunk's."""
     maps = _Maps(Path(folder), S, R, sync)
-    Xt = np.ascontiguousarray(maps.open("compute", "r")[a:b, c0:c1].T)
+    Xt = np.ascontiguousarray(maps.read("compute", a, b)[:, c0:c1].T)
     base, sig, flags, state = trailing_baseline_from(
         Xt, a, before[0] if before is not None else None, window=config.temporal_window_steps,
         min_valid=config.temporal_min_valid_steps, threshold=config.temporal_threshold, mad_k=config.mad_k,
@@ -520,8 +548,12 @@ def _calm_block_scores(folder: str, S: int, R: int, a: int, b: int, run_med: np.
     """:func:`~faultlab.labeler.peergroups.calm_scores` of the blocks starting in rows
     ``a..b-1`` (their rows read from the ``compute`` map) and their medians
     (``{(i0, i1): (R,)}``)."""
-    medians: dict = {}
-    return calm_scores(_Maps(Path(folder), S, R).open("compute", "r"), a, b, run_med, window, medians), medians
+    lo, hi = -(-int(a) // window) * window, min(S, int(b) + window - 1)  # the first block's row, the last one's end
+    if hi - lo < window:
+        return [], {}
+    got: dict = {}
+    scores = calm_scores(_Maps(Path(folder), S, R).read("compute", lo, hi), 0, int(b) - lo, run_med, window, got)
+    return [(lo + i, sc) for i, sc in scores], {(lo + i0, lo + i1): m for (i0, i1), m in got.items()}
 
 
 def _calm_scores(client, maps: _Maps, run_med: np.ndarray, window: int, spans, medians: dict) -> list:

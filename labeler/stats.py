@@ -76,12 +76,20 @@ def loo_median(x: np.ndarray) -> np.ndarray:
     Returns:
         ``(S, n)`` in the dtype of ``x`` (float64 for other dtypes).
     """
+    return loo_and_median(x)[0]
+
+
+def loo_and_median(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`loo_median` of ``x`` ``(S, n)`` and, from the same sort or partition,
+    :func:`nanmedian` of its rows: ``(loo (S, n) in x's dtype, median (S,) float64,
+    count (S,) int64)``, each equal to what the two functions return.
+    """
     x = np.asarray(x)
     if x.dtype != np.float32 and x.dtype != np.float64:
         x = x.astype(np.float64)
     S, L = x.shape
     if L == 0:
-        return x.copy()
+        return x.copy(), np.full(S, np.nan), np.zeros(S, dtype=np.int64)
     nan_x = np.isnan(x)
     any_nan = bool(nan_x.any())
     if not any_nan:  # every row full: fixed positions (a slice, no gather), partitioned in linear time
@@ -90,6 +98,9 @@ def loo_median(x: np.ndarray) -> np.ndarray:
         s = np.partition(x, sorted({lo, hi, min(lo + 1, L - 1), min(hi + 1, L - 1)}), axis=1)
         s_lo, s_hi = s[:, lo : lo + 1], s[:, hi : hi + 1]
         s_lo1, s_hi1 = s[:, min(lo + 1, L - 1) : min(lo + 1, L - 1) + 1], s[:, min(hi + 1, L - 1) : min(hi + 1, L - 1) + 1]
+        # positions (L-1)//2 and L//2, the median's, are among those partitioned
+        med = 0.5 * (s[:, (L - 1) // 2].astype(np.float64) + s[:, L // 2])
+        n = np.full(S, L, dtype=np.int64)
     else:
         s = np.sort(x, axis=1)  # NaN last
         k = L - np.count_nonzero(nan_x, axis=1) - 1  # (S,) others, for a member that has a value
@@ -100,16 +111,19 @@ def loo_median(x: np.ndarray) -> np.ndarray:
             return np.take_along_axis(s, np.minimum(i, L - 1), axis=1)
 
         s_lo, s_hi, s_lo1, s_hi1 = at(lo_i), at(hi_i), at(lo_i + 1), at(hi_i + 1)
+        n = k + 1  # values per row
+        m_lo = at(np.clip((n - 1) // 2, 0, None)[:, None])[:, 0].astype(np.float64)
+        m_hi = at(np.clip(n // 2, 0, None)[:, None])[:, 0]
+        med = np.where(n > 0, 0.5 * (m_lo + m_hi), np.nan)
     half = x.dtype.type(0.5)
     with np.errstate(invalid="ignore"):
         out = np.where(x > s_hi, half * (s_lo + s_hi),
                        np.where(x <= s_lo, half * (s_lo1 + s_hi1), half * (s_lo + s_hi1)))
     if any_nan:  # a member without a value: the plain median of the row
-        med, _ = nanmedian(x, axis=1)
         out = np.where(nan_x, med.astype(x.dtype)[:, None], out)
     if L < 2 or any_nan:
         out[(k < 1)[:, None] & ~nan_x] = np.nan  # no peer left
-    return out.astype(x.dtype, copy=False)
+    return out.astype(x.dtype, copy=False), med, n
 
 
 def median(a) -> float:

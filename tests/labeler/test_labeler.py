@@ -725,6 +725,24 @@ def test_loo_median_matches_the_median_of_the_others():
                 assert np.isnan(got[i, j]) if np.isnan(want) else got[i, j] == want
 
 
+@pytest.mark.parametrize("nan_share", [0.0, 0.2], ids=["full-rows", "rows-with-nan"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_loo_and_median_give_the_leave_one_out_and_the_row_medians_of_the_two_functions(nan_share, dtype):
+    """One partition of the rows gives both peer medians, value for value and count for count."""
+    from faultlab.labeler.stats import loo_and_median, loo_median, nanmedian
+
+    rng = np.random.default_rng(7)
+    for width in range(0, 9):
+        x = rng.lognormal(size=(300, width)).astype(dtype)
+        x[rng.random(x.shape) < nan_share] = np.nan
+        if width and nan_share:
+            x[5] = np.nan  # a row with no value at all
+        loo, med, n = loo_and_median(x)
+        want_med, want_n = nanmedian(x, axis=1)
+        assert loo.dtype == x.dtype and np.array_equal(loo, loo_median(x), equal_nan=True)
+        assert np.array_equal(med, want_med, equal_nan=True) and np.array_equal(n, want_n)
+
+
 @pytest.mark.parametrize("every,in_compute_every,stall", [(5, 3, 0.25), (20, 6, 0.3), (40, 3, 0.6), (75, 2, 0.9)],
                          ids=["period-5-steps", "period-20-steps", "period-40-steps", "period-75-steps"])
 def test_intermittent_straggler_at_other_pause_periods(every, in_compute_every, stall):
