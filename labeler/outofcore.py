@@ -220,25 +220,30 @@ class _ReleasedMap(np.memmap):
 
 
 def _scan_block(files: list[str]) -> dict:
-    """Steps and ranks (ascending) of one stored block, from its two integer columns."""
+    """Steps and ranks (ascending) of one stored block, from its two integer columns,
+    and whether its rows are the complete grid in step-major order (then no
+    ``(rank, step)`` repeats and no rank is negative but the first)."""
     t = steptable.read_lean_files([Path(f) for f in files], ["step", "rank"])
     step, rank = _int_column(t, "step"), _int_column(t, "rank")
     hit = _step_major(step, rank)  # the usual layout: a few vectorized passes
     if hit is not None:
-        return {"steps": hit[0], "ranks": hit[1]}
-    return {"steps": _codes(step)[0], "ranks": _codes(rank)[0]}
+        return {"steps": hit[0], "ranks": hit[1], "ordered": True}
+    return {"steps": _codes(step)[0], "ranks": _codes(rank)[0], "ordered": False}
 
 
 def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks: np.ndarray, steps: np.ndarray,
-                sync: bool = False) -> dict:
+                ordered: bool = False, sync: bool = False) -> dict:
     """Write one stored block's dense arrays into the memory maps at rows ``row0..``
     (``ranks`` the run's, ``steps`` the block's own, both ascending: the run's steps
     would be sent to every block, the run's size again at each); return its job step
     time per step, its steps' earliest start and latest end (``t0``, ``t1``, unix s,
     before any clock offset is removed), each rank's first and last start time, its
-    run id and its ranks' node and peer group (first seen in the block)."""
+    run id and its ranks' node and peer group (first seen in the block). ``ordered``:
+    the scan found the block's rows the complete grid in step-major order, so only a
+    negative rank is left for :func:`~faultlab.steps.check_recorded_steps` to find."""
     frame = steptable.read_lean_files([Path(f) for f in files])
-    check_recorded_steps(frame, Path(files[0]).parent.name if len(files) else steptable.STEPS_FILE)
+    if not ordered or not len(frame) or int(frame["rank"].iloc[0]) < 0:
+        check_recorded_steps(frame, Path(files[0]).parent.name if len(files) else steptable.STEPS_FILE)
     d = dense_steps(frame)
     with np.errstate(invalid="ignore"):
         t = frame["t_start"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -489,7 +494,8 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
         k = sc["steps"].size
         assert k == 0 or int(np.searchsorted(steps, sc["steps"][-1])) - r0 + 1 == k, "a stored block holds a step range"
     fills = client.map(_fill_block, stored, [str(folder)] * len(stored), [S] * len(stored), [R] * len(stored), row0,
-                       [ranks] * len(stored), [sc["steps"] for sc in scans], pure=False, sync=maps.sync)
+                       [ranks] * len(stored), [sc["steps"] for sc in scans], [sc["ordered"] for sc in scans], pure=False,
+                       sync=maps.sync)
     filled = []
     for i, f in enumerate(fills):
         filled.append(f.result())

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from faultlab import steptable, synthrun
+from faultlab.errors import BadInput
 from faultlab.labeler import StepGrid, analyze, label_run, read_steps
 from faultlab.labeler.outofcore import analyze_out_of_core, halo_steps
 
@@ -184,6 +185,32 @@ def test_out_of_core_labels_equal_in_memory_within_mapped_peer_groups(tmp_path, 
     _same(a, wa, b, wb)
     assert [g["members"] for g in wa["peer_groups"]] == [g["members"] for g in wb["peer_groups"]]
     assert len(wb["peer_groups"]) == 2
+
+
+def _rewrite_block(run: Path, k: int, change) -> None:
+    """Rewrite the stored block ``k`` of ``run``'s steps table with ``change(frame)``."""
+    f = sorted((run / "steps").rglob("*.parquet"))[k]
+    pq.write_table(pa.Table.from_pandas(change(pq.read_table(f).to_pandas()), preserve_index=False), f)
+
+
+BAD_BLOCKS = {
+    "a (rank, step) recorded twice": (lambda d: pd.concat([d, d.iloc[:10]]), "step"),
+    # still the complete grid in step-major order, its first rank -1
+    "every rank one lower": (lambda d: d.assign(rank=d["rank"] - 1), "rank"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_BLOCKS))
+def test_out_of_core_refuses_a_stored_block_the_in_memory_labeler_refuses(tmp_path, cluster, case):
+    change, field = BAD_BLOCKS[case]
+    synthrun.write_run(tmp_path / "run", 8, 4_000, block_rows=1 << 13)
+    _rewrite_block(tmp_path / "run", 2, change)
+    with pytest.raises(BadInput) as mem:
+        label_run(tmp_path / "run", out_of_core=False)
+    with pytest.raises(BadInput) as ooc:
+        label_run(tmp_path / "run", out_of_core=True, scheduler=cluster.scheduler_address)
+    assert mem.value.field == ooc.value.field == field
+    assert not (tmp_path / "run" / "labels.parquet").exists()
 
 
 def test_an_embedded_cluster_that_fails_to_start_leaves_no_scratch_folder(tmp_path):
