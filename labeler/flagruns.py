@@ -16,13 +16,15 @@ import numpy as np
 def chunk_runs(flags: np.ndarray, rank0: int, row0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The runs of True of a chunk's flags ``(ranks, rows)`` bool (rank-major), as
     ``(rank, start, end)`` int64 arrays (``[start, end)`` grid rows, ranks counted from
-    ``rank0``, rows from ``row0``), sorted by rank then start."""
-    f = np.zeros((flags.shape[0], flags.shape[1] + 2), dtype=np.int8)
-    f[:, 1:-1] = flags
+    ``rank0``, rows from ``row0``), sorted by rank then start. Only the ranks with a
+    flag are walked (most ranks of a chunk have none)."""
+    hot = np.flatnonzero(flags.any(axis=1))
+    f = np.zeros((hot.size, flags.shape[1] + 2), dtype=np.int8)
+    f[:, 1:-1] = flags[hot]
     d = np.diff(f, axis=1)
     rank, start = np.nonzero(d == 1)
     _, end = np.nonzero(d == -1)
-    return rank.astype(np.int64) + rank0, start.astype(np.int64) + row0, end.astype(np.int64) + row0
+    return hot[rank].astype(np.int64) + rank0, start.astype(np.int64) + row0, end.astype(np.int64) + row0
 
 
 class FlagRuns:
@@ -85,6 +87,18 @@ class FlagRuns:
         i = np.searchsorted(s, rows, side="right") - 1
         return (i >= 0) & (rows < e[np.maximum(i, 0)]) if s.size else np.zeros(rows.shape, dtype=bool)
 
+    def _column_range(self, j: int, a: int, b: int) -> np.ndarray:
+        """Rank column ``j`` at grid rows ``a..b-1``, set from its runs (no search per row)."""
+        s, e = self.runs(j)
+        out = np.zeros(max(0, b - a), dtype=bool)
+        hit = (s < b) & (e > a)
+        if hit.any():
+            lo = np.maximum(s[hit], a) - a
+            n = np.minimum(e[hit], b) - a - lo  # each run's cells inside the rows
+            first = np.cumsum(n) - n
+            out[np.repeat(lo - first, n) + np.arange(int(n.sum()))] = True
+        return out
+
     def _rows(self, key) -> np.ndarray:
         if isinstance(key, slice):
             if key.step not in (None, 1):
@@ -111,6 +125,9 @@ class FlagRuns:
         rows, col = key if isinstance(key, tuple) else (key, slice(None))
         if isinstance(col, Integral):
             j = int(col) + (self.shape[1] if int(col) < 0 else 0)
+            if isinstance(rows, slice) and rows.step in (None, 1):
+                a, b, _ = rows.indices(self.shape[0])
+                return self._column_range(j, a, b)
             return self._column(j, self._rows(rows))
         if col == slice(None) and isinstance(rows, slice) and rows.step in (None, 1):
             a, b, _ = rows.indices(self.shape[0])
