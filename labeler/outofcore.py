@@ -419,7 +419,7 @@ def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, 
 
 def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: int, before: tuple | None,
                     config: LabelerConfig, sync: bool = False) -> tuple:
-    """Rows ``a..b-1`` of the trailing baseline, noise and ratio of the ranks
+    """Rows ``a..b-1`` of the trailing baseline and ratio of the ranks
     (columns) ``c0..c1-1`` into their maps (:func:`faultlab.labeler.stats.trailing_baseline_from`,
     ``a`` a multiple of ``temporal_block_steps``, ``before`` what the chunk before of the
     same ranks returned, None for the first); returns ``(state after b, flag runs)``
@@ -429,13 +429,13 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: in
     not by a chunk's."""
     maps = _Maps(Path(folder), S, R, sync)
     Xt = np.ascontiguousarray(maps.read("compute", a, b)[:, c0:c1].T)
-    base, sig, flags, state = trailing_baseline_from(
+    base, _, flags, state = trailing_baseline_from(
         Xt, a, before[0] if before is not None else None, window=config.temporal_window_steps,
         min_valid=config.temporal_min_valid_steps, threshold=config.temporal_threshold, mad_k=config.mad_k,
         block=config.temporal_block_steps, compiled=compiled_walk((c1 - c0) * S, S))
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = Xt / base
-    for name, v in (("rank_base", base), ("rank_sigma", sig), ("rank_ratio", ratio)):
+    for name, v in (("rank_base", base), ("rank_ratio", ratio)):
         maps.put(name, a, b, v, c0, c1)  # (R, S)
     return state, chunk_runs(flags, c0, a)
 
@@ -663,7 +663,7 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
     one more task (:func:`_job_temporal`)."""
     dt = grid.compute.dtype
     xj = np.asarray(grid.job_step, dtype=dt)
-    for name in ("rank_base", "rank_sigma", "rank_ratio"):
+    for name in ("rank_base", "rank_ratio"):
         maps.create(name, dt, by_rank=True)
     threads = [w for w, n in sorted(client.nthreads().items()) for _ in range(n)]
     strips = _strips(maps.R, len(threads))
@@ -682,7 +682,7 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
     with np.errstate(invalid="ignore", divide="ignore"):
         jr = xj / jb
     return TemporalView(job_base=jb, job_sigma=js, job_ratio=jr, job_flag=jf,
-                        rank_base=maps.view("rank_base").T, rank_sigma=maps.view("rank_sigma").T,
+                        rank_base=maps.view("rank_base").T,
                         rank_ratio=maps.view("rank_ratio").T,
                         rank_flag=FlagRuns.from_chunks(maps.S, maps.R, [runs for _, runs in done]))
 

@@ -46,7 +46,8 @@ class TemporalView:
 
     ``job_*`` are ``(S,)`` for the job step time (seconds, median ``step_s`` across
     ranks); ``rank_*`` are ``(S, R)`` for each rank's ``compute_s`` (seconds).
-    ``*_base`` baseline (s), ``*_sigma`` robust noise (s), ``*_ratio`` value/baseline,
+    ``*_base`` baseline (s), ``job_sigma`` robust noise (s; a rank's noise decides its
+    flags and is not kept: nothing reads it after), ``*_ratio`` value/baseline,
     ``*_flag`` bool. Floats are in the dtype of the grid's ``compute`` (float32 from
     :meth:`StepGrid.from_steps`); the ``(S, R)`` arrays are transposed views of
     ``(R + 1, S)`` arrays (a rank's series is contiguous).
@@ -57,7 +58,6 @@ class TemporalView:
     job_ratio: np.ndarray
     job_flag: np.ndarray
     rank_base: np.ndarray
-    rank_sigma: np.ndarray
     rank_ratio: np.ndarray
     rank_flag: np.ndarray
 
@@ -123,7 +123,6 @@ def temporal_view(grid: StepGrid, config=None) -> TemporalView:
         job_ratio=ratio[0],
         job_flag=flags[0],
         rank_base=base[1:].T,
-        rank_sigma=sig[1:].T,
         rank_ratio=ratio[1:].T,
         rank_flag=flags[1:].T,
     )

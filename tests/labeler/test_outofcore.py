@@ -100,7 +100,7 @@ def test_out_of_core_analysis_arrays_equal_in_memory(tmp_path, cluster, skew_s):
     for x, y in [(g.t_start, h.t_start), (g.compute, h.compute), (g.job_step, h.job_step), (g.t0, h.t0), (g.t1, h.t1),
                  (g.group_stats()[0], h.group_stats()[0]), (g.peer_median(), h.peer_median()), (a.sim, b.sim),
                  (a.job_wide_flag, b.job_wide_flag)] + [
-            (getattr(a.temporal, f), getattr(b.temporal, f)) for f in ("job_base", "job_flag", "rank_base", "rank_sigma",
+            (getattr(a.temporal, f), getattr(b.temporal, f)) for f in ("job_base", "job_flag", "rank_base",
                                                                         "rank_ratio", "rank_flag")] + [
             (getattr(a.peer, f), getattr(b.peer, f)) for f in ("median", "ratio", "flag", "sigma")]:
         x, y = np.asarray(x), np.asarray(y)
