@@ -15,20 +15,22 @@ carries from one to the next):
    rank's first and last start time per block (``t_start`` must increase across
    blocks too);
 2. **clock**: the clock skew of each rank from at most 2,000 evenly spaced steps
-   (:meth:`StepGrid._align_clocks`'s rule), removed in place block by block; then
-   the peer groups' calm stretch (:func:`~faultlab.labeler.peergroups.calm_rows`),
-   each chunk scoring its blocks against the run medians of the sampled steps and
-   returning the blocks' medians with their scores (the calm blocks' levels are
-   taken from them, not read again);
+   (:meth:`StepGrid._align_clocks`'s rule), removed in place block by block (a
+   pass only where a clock is skewed: the steps' bounds come from pass 1 otherwise);
 3. **temporal** (row chunks in step order, per strip of ranks): the trailing
    baseline is a recurrence in step order (flagged steps leave later windows), so its
    state (the last ``temporal_window_steps`` values that may feed the baseline, the
    current baseline and noise per rank) is carried from chunk to chunk; chunks are
-   multiples of ``temporal_block_steps`` rows and the first holds the warm-up window.
+   multiples of ``temporal_block_steps`` and ``temporal_window_steps`` rows and the
+   first holds the warm-up window.
    Each rank is its own recurrence: one chain of chunks per strip of ranks, as many
    strips as the cluster has worker threads, each on a thread of its own, run in
    parallel (the walk compiled, :mod:`~faultlab.labeler.trailingjit`, where numba is
-   installed); the flags come back as runs per rank too;
+   installed); the flags come back as runs per rank too, and each rank's median in
+   every block of ``temporal_window_steps`` rows, from which the controller scores
+   the peer groups' calm stretch (:func:`~faultlab.labeler.peergroups.calm_rows`,
+   against the run medians of the sampled steps) and takes the calm blocks' levels,
+   reading none of them again;
 4. **peer** (per row chunk): the peer groups' median and count, the leave-one-out
    peer median (a small group's peers at no less than their baseline from pass 3)
    and the what-if sums of the chunk's rows (:mod:`~faultlab.labeler.whatif`),
@@ -56,6 +58,7 @@ folder: they must see it (the same machine, or a shared file system).
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import socket
@@ -71,7 +74,7 @@ from faultlab.labeler.analysis import Analysis, _sustained_job, expected_over_me
 from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.flagruns import FlagRuns, chunk_runs
 from faultlab.labeler.grid import SMALL_GROUP, StepGrid, floored_peers
-from faultlab.labeler.peergroups import PeerGroups, assign_groups, calm_rows, calm_scores, sample_rows
+from faultlab.labeler.peergroups import PeerGroups, assign_groups, block_score, calm_rows, calm_scores, sample_rows
 from faultlab.labeler.stats import (MAD_TO_SIGMA, compiled_walk, loo_and_median, loo_median, median, nanmedian,
                                     trailing_baseline_from, trailing_baseline_t)
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
@@ -287,11 +290,12 @@ def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks:
 
 def chunk_rows(config: LabelerConfig, R: int) -> int:
     """Rows of a peer or temporal chunk: about 2^22 cells, a multiple of
-    ``temporal_block_steps`` (the temporal baseline's refresh) and at least
-    ``temporal_window_steps`` (the first chunk holds the warm-up window)."""
-    b = int(config.temporal_block_steps)
-    n = max(int(config.temporal_window_steps), (1 << 22) // max(1, R), b)
-    return -(-n // b) * b
+    ``temporal_block_steps`` (the temporal baseline's refresh) and of
+    ``temporal_window_steps`` (the calm stretch's blocks: each chunk holds whole
+    ones), so at least the latter (the first chunk holds the warm-up window)."""
+    every = math.lcm(int(config.temporal_block_steps), int(config.temporal_window_steps))
+    n = max((1 << 22) // max(1, R), every)
+    return -(-n // every) * every
 
 
 # -- pass 2: clock skew ---------------------------------------------------------------
@@ -422,8 +426,10 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: in
     """Rows ``a..b-1`` of the trailing baseline and ratio of the ranks
     (columns) ``c0..c1-1`` into their maps (:func:`faultlab.labeler.stats.trailing_baseline_from`,
     ``a`` a multiple of ``temporal_block_steps``, ``before`` what the chunk before of the
-    same ranks returned, None for the first); returns ``(state after b, flag runs)``
-    (:func:`~faultlab.labeler.flagruns.chunk_runs`). Each rank's series is its own
+    same ranks returned, None for the first); returns ``(state after b, flag runs,
+    block medians)`` (:func:`~faultlab.labeler.flagruns.chunk_runs`; the ranks' median
+    and value count in each whole block of ``temporal_window_steps`` rows of the chunk,
+    :func:`_block_medians`: the calm stretch's block scores read them, not the map). Each rank's series is its own
     recurrence: strips of ranks run in parallel; whether the walk runs compiled is
     decided by the strip's whole series (:func:`~faultlab.labeler.stats.compiled_walk`),
     not by a chunk's."""
@@ -437,7 +443,17 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: in
         ratio = Xt / base
     for name, v in (("rank_base", base), ("rank_ratio", ratio)):
         maps.put(name, a, b, v, c0, c1)  # (R, S)
-    return state, chunk_runs(flags, c0, a)
+    return state, chunk_runs(flags, c0, a), _block_medians(Xt, a, int(config.temporal_window_steps), c0)
+
+
+def _block_medians(Xt: np.ndarray, a: int, window: int, c0: int) -> tuple:
+    """``(first block, c0, (C, nb) medians float64, (C, nb) counts int32)`` of the
+    columns of ``Xt`` ``(C, n)`` (grid rows ``a..a+n-1``, ``a`` a multiple of ``window``)
+    over each of its ``nb`` whole blocks of ``window`` rows, as
+    :func:`~faultlab.labeler.peergroups.calm_scores` takes them."""
+    nb = Xt.shape[1] // window
+    med, n = nanmedian(Xt[:, : nb * window].reshape(Xt.shape[0], nb, window), axis=2)
+    return a // window, c0, med, n.astype(np.int32)
 
 
 def _job_temporal(xj: np.ndarray, config: LabelerConfig, strip_cells: int) -> tuple:
@@ -524,17 +540,19 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
             a, b = fb["rows"]
             tt[0][0][a:b], tt[0][1][a:b] = fb["t0"], fb["t1"]
     grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
-    medians: dict = {}  # the blocks' medians, measured with their scores on the workers
+    # first: a small group's peer median reads its baselines, the calm stretch its block medians
+    tv, blocks = _temporal_view(client, maps, grid, cfg, spans, note)
+    medians: dict = {}  # the blocks' medians, measured on the workers
     calm = calm_rows(grid.compute, int(cfg.temporal_window_steps), k=float(cfg.mad_k), sample=maps.rows("compute", sample_rows(S)),
-                     scores=lambda run_med, w: _calm_scores(client, maps, run_med, w, spans, medians))
+                     scores=lambda run_med, w: _calm_scores(client, maps, run_med, w, spans, medians, blocks, cfg))
     medians = {blk: medians[blk] for blk in calm if blk in medians}
+    del blocks
     pg = assign_groups(grid.compute, [grid.component(j) for j in range(R)], grid.groups, cfg, mapping=peer_groups,
                        part=grid.dataloader, calm=calm, medians=medians)
     del medians
     if pg.source in ("discovered", "mapping"):
         grid.regroup(pg.groups)
     names, gidx, cols = grid.peer_groups()
-    tv = _temporal_view(client, maps, grid, cfg, spans, note)  # first: a small group's peer median reads its baselines
     maps.create("peer_median", np.float32)
     gm = _wait(client, [client.submit(_peer_medians, str(folder), S, R, a, b, cols, gidx, job_step[a:b], pure=False,
                                       sync=maps.sync) for a, b in spans], note, "peer medians")
@@ -562,11 +580,23 @@ def _calm_block_scores(folder: str, S: int, R: int, a: int, b: int, run_med: np.
     return [(lo + i, sc) for i, sc in scores], {(lo + i0, lo + i1): m for (i0, i1), m in got.items()}
 
 
-def _calm_scores(client, maps: _Maps, run_med: np.ndarray, window: int, spans, medians: dict) -> list:
-    """The calm stretch's block scores of the whole run, chunk by chunk on ``client``;
-    each scored block's medians into ``medians`` (``(R,)`` float64 each: 0.16 bytes
-    per rank-step at the default 50-step blocks, kept for the calm blocks' levels
+def _calm_scores(client, maps: _Maps, run_med: np.ndarray, window: int, spans, medians: dict, blocks: tuple,
+                 cfg: LabelerConfig) -> list:
+    """The calm stretch's block scores of the whole run, from the block medians the
+    temporal pass measured (``blocks``, :func:`_temporal_view`) when its blocks are
+    ``window`` rows, else chunk by chunk on ``client`` (a run shorter than
+    :data:`~faultlab.labeler.peergroups.MIN_NOISE_BLOCKS` blocks); each scored block's
+    medians into ``medians`` (``(R,)`` float64 each, kept for the calm blocks' levels
     instead of a second read of them in this process)."""
+    if window == int(cfg.temporal_window_steps):
+        bm, bn = blocks
+        out = []
+        for k in range(bm.shape[0]):
+            sc = block_score(bm[k], bn[k], run_med, window)
+            if sc is not None:
+                out.append((k * window, sc))
+                medians[(k * window, (k + 1) * window - 1)] = bm[k]
+        return out
     parts = client.gather([client.submit(_calm_block_scores, str(maps.folder), maps.S, maps.R, a, b, run_med, window,
                                          pure=False) for a, b in spans])
     for _, m in parts:
@@ -657,10 +687,12 @@ def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cn
                     flag=FlagRuns.from_chunks(maps.S, maps.R, runs), sigma=sigma)
 
 
-def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> TemporalView:
+def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> tuple[TemporalView, tuple]:
     """:func:`~faultlab.labeler.views.temporal.temporal_view`: the ranks' chunk by
     chunk in step order with the carried state, the job series (``(S,)``) whole in
-    one more task (:func:`_job_temporal`)."""
+    one more task (:func:`_job_temporal`); with it, the ranks' medians and value counts
+    in every whole block of ``temporal_window_steps`` rows (``(S // window, R)``
+    float64 and int32: 0.24 bytes a rank-step at 50-step blocks), from the chunks."""
     dt = grid.compute.dtype
     xj = np.asarray(grid.job_step, dtype=dt)
     for name in ("rank_base", "rank_ratio"):
@@ -681,10 +713,16 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
     jb, js, jf = job.result()
     with np.errstate(invalid="ignore", divide="ignore"):
         jr = xj / jb
-    return TemporalView(job_base=jb, job_sigma=js, job_ratio=jr, job_flag=jf,
-                        rank_base=maps.view("rank_base").T,
-                        rank_ratio=maps.view("rank_ratio").T,
-                        rank_flag=FlagRuns.from_chunks(maps.S, maps.R, [runs for _, runs in done]))
+    nb = maps.S // int(cfg.temporal_window_steps)
+    bm, bn = np.full((nb, maps.R), np.nan), np.zeros((nb, maps.R), dtype=np.int32)
+    for _, _, (k0, c0, m, n) in done:
+        bm[k0 : k0 + m.shape[1], c0 : c0 + m.shape[0]] = m.T
+        bn[k0 : k0 + m.shape[1], c0 : c0 + m.shape[0]] = n.T
+    tv = TemporalView(job_base=jb, job_sigma=js, job_ratio=jr, job_flag=jf,
+                      rank_base=maps.view("rank_base").T,
+                      rank_ratio=maps.view("rank_ratio").T,
+                      rank_flag=FlagRuns.from_chunks(maps.S, maps.R, [runs for _, runs, _ in done]))
+    return tv, (bm, bn)
 
 
 def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig, groups: PeerGroups,

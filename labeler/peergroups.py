@@ -247,14 +247,22 @@ def calm_scores(X: np.ndarray, a: int, b: int, run_med: np.ndarray, window: int,
     out = []
     for i in range(-(-int(a) // window) * window, min(int(b), S - window + 1), window):
         bm, n = nanmedian(X[i : i + window], axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            r = bm / run_med
-        ok = np.isfinite(r) & (r > 0) & (n >= (window + 1) // 2)
-        if ok.any():
-            out.append((i, float(np.mean(np.log(r[ok])))))
+        sc = block_score(bm, n, run_med, window)
+        if sc is not None:
+            out.append((i, sc))
             if medians is not None:
                 medians[(i, i + window - 1)] = bm
     return out
+
+
+def block_score(bm: np.ndarray, n: np.ndarray, run_med: np.ndarray, window: int) -> float | None:
+    """One block's :func:`calm_scores` score from its ``(C,)`` medians ``bm`` and value
+    counts ``n``: the mean over columns of ``log(bm / run_med)``, over the columns with a
+    positive finite ratio and values in at least half the block (None without one)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = bm / run_med
+    ok = np.isfinite(r) & (r > 0) & (n >= (window + 1) // 2)
+    return float(np.mean(np.log(r[ok]))) if ok.any() else None
 
 
 def level_wander(X: np.ndarray, window: int) -> float:

@@ -58,6 +58,7 @@ def _same(a, wa, b, wb) -> None:
 SHAPES = {
     "few-ranks-many-steps": (4, 250_000, 1 << 18, None),            # 1e6 rank-steps, 4 blocks
     "many-ranks-few-steps": (2048, 500, 1 << 20, None),             # 1e6, 1 block
+    "shorter-than-six-calm-blocks": (256, 280, 1 << 14, None),      # calm blocks of 46 steps, scored in a pass of their own
     "faults-across-blocks": (64, 20_000, 1 << 17, None),            # 1.3e6, 10 blocks of 2,048 steps
     "a-block-lacks-a-rank": (64, 20_000, 1 << 17, (3, 1)),          # rank 3 has no step in block 1
     "ten-million": (1000, 10_000, 1 << 22, None),                   # 1e7, 3 blocks
@@ -85,11 +86,14 @@ def _skew_clock(run: Path, rank: int, by_s: float) -> None:
         pq.write_table(t.set_column(t.schema.get_field_index("t_start"), "t_start", pa.array(ts)), f)
 
 
-@pytest.mark.parametrize("skew_s", [None, 30.0], ids=["clocks-synchronized", "one-clock-ahead"])
-def test_out_of_core_analysis_arrays_equal_in_memory(tmp_path, cluster, skew_s):
+@pytest.mark.parametrize("steps,skew_s", [(12_000, None), (12_000, 30.0), (280, None)],
+                         ids=["clocks-synchronized", "one-clock-ahead", "shorter-than-six-calm-blocks"])
+def test_out_of_core_analysis_arrays_equal_in_memory(tmp_path, cluster, steps, skew_s):
     """Not only the labels: every array of the analysis, value for value, the steps'
-    bounds too where a rank's clock is ahead and its offset is removed block by block."""
-    synthrun.write_run(tmp_path / "run", 48, 12_000, block_rows=1 << 16, drop=(5, 2))
+    bounds too where a rank's clock is ahead and its offset is removed block by block,
+    and the peer groups' calm stretch and levels (scored from the temporal pass's
+    block medians, or in a pass of their own on a run too short for 50-step blocks)."""
+    synthrun.write_run(tmp_path / "run", 48, steps, block_rows=1 << 16, drop=(5, 2))
     if skew_s:
         _skew_clock(tmp_path / "run", 9, skew_s)
     src = steptable.steps_source(tmp_path / "run")
@@ -106,6 +110,8 @@ def test_out_of_core_analysis_arrays_equal_in_memory(tmp_path, cluster, skew_s):
         x, y = np.asarray(x), np.asarray(y)
         assert x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
     assert a.job_expected == b.job_expected
+    assert a.groups.calm == b.groups.calm and len(a.groups.calm) > 1
+    assert np.array_equal(a.groups.level, b.groups.level, equal_nan=True)
     assert np.array_equal(g.clock_offsets, h.clock_offsets) and bool(np.any(h.clock_offsets)) == bool(skew_s)
     assert span[0] == float(read_steps(src)["t_start"].min())
     assert halo_steps(a.config) == 50
