@@ -79,7 +79,7 @@ from faultlab.labeler.stats import (MAD_TO_SIGMA, compiled_walk, loo_and_median,
                                     trailing_baseline_from, trailing_baseline_t)
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
-from faultlab.labeler.whatif import simulate, simulate_job, step_top
+from faultlab.labeler.whatif import simulate_job, step_top, whatif_sums
 from faultlab.steps import _codes, _int_column, _step_major, check_recorded_steps, dense_steps
 
 #: rank-steps below which a run is labeled in memory (no cluster is started)
@@ -340,7 +340,7 @@ def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, gidx:
     the temporal pass before; :meth:`StepGrid.floor_small_groups`); return the groups'
     ``(rows, G)`` median and count (:meth:`StepGrid.group_stats`, ``gidx`` each rank's
     group), each row's largest compute (:func:`~faultlab.labeler.whatif.step_top`) and
-    the rows' what-if sums (:func:`_whatif_sums`, ``job_step`` the rows' job step
+    the rows' what-if sums (:func:`~faultlab.labeler.whatif.whatif_sums`, ``job_step`` the rows' job step
     time): the what-if reads the same rows and medians, so it is taken here rather
     than in a pass of its own."""
     maps = _Maps(Path(folder), S, R, sync)
@@ -359,7 +359,7 @@ def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, gidx:
         for i in range(0, b - a, 4096):  # both medians from one partition of the rows
             out[i : i + 4096, c], med[i : i + 4096, k], cnt[i : i + 4096, k] = loo_and_median(vals[i : i + 4096])
     maps.put("peer_median", a, b, out)
-    return med, cnt, step_top(comp), _whatif_sums(_GridRows(comp, job_step, (med, cnt, gidx)))
+    return med, cnt, step_top(comp), whatif_sums(_GridRows(comp, job_step, (med, cnt, gidx)))
 
 
 def _peer_ratio(maps: _Maps, a: int, b: int) -> np.ndarray:
@@ -742,7 +742,7 @@ def _analysis(grid: StepGrid, tv: TemporalView, pv: PeerView, cfg: LabelerConfig
 
 def _whatif_from_sums(grid: StepGrid, parts: list) -> dict:
     """:func:`faultlab.labeler.whatif.whatif_grid`'s dict from the what-if sums of
-    row chunks (:func:`_whatif_sums`, in step order, as one pass would add them): the
+    row chunks (:func:`~faultlab.labeler.whatif.whatif_sums`, in step order): the
     sums are taken chunk by chunk, so a figure may differ from the in-memory one in
     its last bits (float64 summation order)."""
     actual = simulated = 0.0
@@ -759,17 +759,8 @@ def _whatif_from_sums(grid: StepGrid, parts: list) -> dict:
             "actual_s": actual, "simulated_s": simulated, "n_steps": n_ok}
 
 
-def _whatif_sums(sub: "_GridRows") -> tuple:
-    """``(actual s, simulated s, steps, (R,) per-rank simulated s)`` of some rows."""
-    sim, sim_w = simulate(sub)
-    step = sub.job_step
-    ok = ~np.isnan(step) & ~np.isnan(sim)
-    sim_w[~ok] = 0.0
-    return float(np.sum(step[ok])), float(np.sum(sim[ok])), int(ok.sum()), np.sum(sim_w, axis=0)
-
-
 class _GridRows:
-    """Rows of a :class:`StepGrid`, as :func:`faultlab.labeler.whatif.simulate` reads
+    """Rows of a :class:`StepGrid`, as :func:`faultlab.labeler.whatif.whatif_sums` reads
     a grid (``S``, ``R``, ``compute``, ``job_step``, ``group_stats()``): ``compute``
     ``(rows, R)``, ``job_step`` ``(rows,)`` and the rows' group stats."""
 

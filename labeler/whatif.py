@@ -93,16 +93,53 @@ def simulate(grid: StepGrid) -> tuple[np.ndarray, np.ndarray]:
     return sim, sim_w
 
 
+def whatif_sums(grid) -> tuple[float, float, int, np.ndarray]:
+    """:func:`simulate`'s times summed over the steps that have both a job step time
+    and a simulated one: ``(actual s, simulated s, steps counted, (R,) simulated s with
+    only rank j made ideal)``, without :func:`simulate`'s ``(S, R)`` array.
+
+    Why it needs no ``(S, R)`` array: making a rank ideal changes a step only where
+    that rank has the step's largest compute (its group median never exceeds the
+    largest compute); every other rank's column holds the step's time with the
+    largest compute kept, ``max(step, ideal)``. So each rank's sum is the sum of that
+    time over the steps, with its own steps' times in place of it where it is the
+    largest. The sums may differ from :func:`simulate`'s column sums in their last
+    bits (float64 summation order). ``grid``: anything with ``S``, ``R``,
+    ``compute`` ``(S, R)``, ``job_step`` ``(S,)`` and ``group_stats()``."""
+    S, R = grid.S, grid.R
+    if S == 0 or R == 0:
+        return 0.0, 0.0, 0, np.zeros(R)
+    comp = np.asarray(grid.compute)
+    gmed_g, _, gidx = grid.group_stats()
+    rows = np.arange(S)
+    filled = np.where(np.isnan(comp), comp.dtype.type(-np.inf), comp)
+    arg = np.argmax(filled, axis=1)
+    top = filled[rows, arg].astype(np.float64)
+    if R >= 2:  # the largest of the others (equal to top on a tie)
+        filled[rows, arg] = -np.inf
+        second = np.max(filled, axis=1).astype(np.float64)
+    else:
+        second = np.full(S, -np.inf)
+    del filled
+    ideal = np.fmax.reduce(gmed_g, axis=1).astype(np.float64)
+    top = np.where(np.isfinite(top), top, np.nan)
+    step = np.asarray(grid.job_step)
+    sim = np.maximum(step - (top - ideal), ideal)
+    ok = ~np.isnan(step) & ~np.isnan(sim)
+    kept = np.maximum((top - top) + step, ideal)  # a rank that is not the largest made ideal: nothing changes
+    g_arg = gmed_g[:, 0] if gmed_g.shape[1] == 1 else gmed_g[rows, gidx[arg]]
+    new_top = np.where(np.isnan(comp[rows, arg]), top, np.fmax(second, g_arg))
+    own = np.maximum((new_top - top) + step, ideal)  # the largest made ideal: the next largest, or its group median
+    a, k, o = arg[ok], kept[ok], own[ok]
+    total = float(np.sum(k))
+    per_rank = total - np.bincount(a, weights=k, minlength=R) + np.bincount(a, weights=o, minlength=R)
+    return float(np.sum(step[ok])), float(np.sum(sim[ok])), int(ok.sum()), per_rank
+
+
 def whatif_grid(grid: StepGrid) -> dict:
     """:func:`whatif` on a prepared :class:`StepGrid` (same return value)."""
-    sim, sim_w = simulate(grid)
-    step = grid.job_step if grid.S else np.zeros(0)
-    ok = ~np.isnan(step) & ~np.isnan(sim) if grid.S else np.zeros(0, dtype=bool)
-    actual = float(np.sum(step[ok]))
-    simulated = float(np.sum(sim[ok]))
+    actual, simulated, n_ok, sums = whatif_sums(grid)
     S = actual / simulated if simulated > 0 else float("nan")
-    sim_w[~ok] = 0.0  # ours: the steps not counted add nothing
-    sums = np.sum(sim_w, axis=0)
     per_rank = {}
     for j in range(grid.R):
         sw = float(sums[j])
@@ -114,7 +151,7 @@ def whatif_grid(grid: StepGrid) -> dict:
         "per_rank": per_rank,
         "actual_s": actual,
         "simulated_s": simulated,
-        "n_steps": int(np.sum(ok)),
+        "n_steps": n_ok,
     }
 
 

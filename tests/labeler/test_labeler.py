@@ -321,6 +321,48 @@ def test_whatif_hand_computed():
     assert w["actual_s"] == pytest.approx(5.0) and w["simulated_s"] == pytest.approx(3.0)
 
 
+class _Rows:
+    """A grid as the what-if reads one: ``compute`` ``(S, R)``, ``job_step``, ``group_stats()``."""
+
+    def __init__(self, compute: np.ndarray, job_step: np.ndarray, groups: np.ndarray):
+        from faultlab.labeler.stats import nanmedian
+
+        self.compute, self.job_step = compute, job_step
+        self.S, self.R = compute.shape
+        G = int(groups.max()) + 1
+        med = np.full((self.S, G), np.nan, dtype=compute.dtype)
+        cnt = np.zeros((self.S, G), dtype=np.int64)
+        for k in range(G):
+            med[:, k], cnt[:, k] = nanmedian(compute[:, groups == k], axis=1)
+        self._stats = (med, cnt, groups)
+
+    def group_stats(self):
+        return self._stats
+
+
+@pytest.mark.parametrize("R,G", [(1, 1), (2, 1), (8, 1), (12, 3)])
+def test_whatif_sums_equal_the_column_sums_of_the_per_rank_times(R, G):
+    """Each rank's what-if sum, taken without the (S, R) array, is the sum of its column
+    of simulate's per-rank times, with ties for the largest compute, ranks without a
+    step, steps without compute and steps without a job step time."""
+    from faultlab.labeler.whatif import simulate, whatif_sums
+
+    rng = np.random.default_rng(R * 10 + G)
+    S = 2000
+    comp = np.round(rng.lognormal(-3.0, 0.3, size=(S, R)), 3).astype(np.float32)  # rounded: ties
+    comp[rng.random((S, R)) < 0.05] = np.nan
+    comp[7] = np.nan  # a step with no compute at all
+    step = np.nanmax(np.where(np.isnan(comp), 0, comp), axis=1).astype(np.float64) * rng.uniform(1.0, 1.5, S) + 0.01
+    step[rng.random(S) < 0.02] = np.nan
+    grid = _Rows(comp, step, (np.arange(R) * G) // R)
+    sim, sim_w = simulate(grid)
+    ok = ~np.isnan(step) & ~np.isnan(sim)
+    actual, simulated, n, per_rank = whatif_sums(grid)
+    assert n == int(ok.sum()) and actual == float(np.sum(step[ok])) and simulated == float(np.sum(sim[ok]))
+    want = np.sum(np.where(ok[:, None], sim_w, 0.0), axis=0)
+    assert np.allclose(per_rank, want, rtol=1e-12, atol=0)
+
+
 def test_whatif_attributes_the_straggler(both):
     w = whatif(both)
     assert w["slowdown"] > 1.15
