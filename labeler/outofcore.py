@@ -31,14 +31,15 @@ carries from one to the next):
    the peer groups' calm stretch (:func:`~faultlab.labeler.peergroups.calm_rows`,
    against the run medians of the sampled steps) and takes the calm blocks' levels,
    reading none of them again;
-4. **peer** (per row chunk): the peer groups' median and count, the leave-one-out
-   peer median (a small group's peers at no less than their baseline from pass 3)
-   and the what-if sums of the chunk's rows (:mod:`~faultlab.labeler.whatif`),
-   then (after the run-wide noise floor, from every ``S // 4096``-th
-   step as the in-memory view samples it) the peer flags with a **halo** of
-   :func:`halo_steps` rows on each side for the sustained rule's centered window;
-   the flags come back as runs per rank (:mod:`~faultlab.labeler.flagruns`), not as
-   a map.
+4. **peer** (per row chunk, one pass): the run-wide noise floor first, in the
+   controller, from every ``S // 4096``-th step as the in-memory view samples it
+   (those rows' peer medians computed there: a row's medians are its own); then per
+   chunk, over a **halo** of :func:`halo_steps` rows on each side for the sustained
+   rule's centered window, the leave-one-out peer median (a small group's peers at
+   no less than their baseline from pass 3), the peer ratio and the peer flags, and
+   for the chunk's own rows the peer groups' median and count and the what-if sums
+   (:mod:`~faultlab.labeler.whatif`); the flags come back as runs per rank
+   (:mod:`~faultlab.labeler.flagruns`), not as a map.
 
 The ``(S,)`` job series (step time, what-if step time, the job's temporal view, the
 sustained job rule) are small at any size and are computed in memory as in
@@ -333,56 +334,47 @@ def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray,
 # -- pass 4: the peer view ----------------------------------------------------------------
 
 
-def _peer_medians(folder: str, S: int, R: int, a: int, b: int, cols: list, gidx: np.ndarray, job_step: np.ndarray,
-                  sync: bool = False) -> tuple:
-    """Rows ``a..b-1``: the leave-one-out peer median into its map, a small group's
-    peers at no less than their trailing baseline (the ``rank_base`` map, written by
-    the temporal pass before; :meth:`StepGrid.floor_small_groups`); return the groups'
-    ``(rows, G)`` median and count (:meth:`StepGrid.group_stats`, ``gidx`` each rank's
-    group), each row's largest compute (:func:`~faultlab.labeler.whatif.step_top`) and
-    the rows' what-if sums (:func:`~faultlab.labeler.whatif.whatif_sums`, ``job_step`` the rows' job step
-    time): the what-if reads the same rows and medians, so it is taken here rather
-    than in a pass of its own."""
-    maps = _Maps(Path(folder), S, R, sync)
-    comp = maps.read("compute", a, b)
-    med = np.full((b - a, len(cols)), np.nan, dtype=comp.dtype)
-    cnt = np.zeros((b - a, len(cols)), dtype=np.int64)
-    out = np.full((b - a, R), np.nan, dtype=comp.dtype)
+def _peer_medians_of(comp: np.ndarray, base_of, cols: list, R: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(loo (rows, R), median (rows, G), count (rows, G))`` of some rows ``comp``
+    ``(rows, R)``: each rank's leave-one-out peer median (a small group's peers at no
+    less than their trailing baseline, ``base_of(c)`` ``(rows, |c|)`` for the group's
+    columns ``c``; :meth:`StepGrid.floor_small_groups`) and each group's median and
+    count (:meth:`StepGrid.group_stats`), all row by row, in ``comp``'s dtype (the
+    count int64)."""
+    med = np.full((comp.shape[0], len(cols)), np.nan, dtype=comp.dtype)
+    cnt = np.zeros((comp.shape[0], len(cols)), dtype=np.int64)
+    out = np.full((comp.shape[0], R), np.nan, dtype=comp.dtype)
     for k, c in enumerate(cols):
         vals = comp[:, c]
         if np.arange(R)[c].size <= SMALL_GROUP:  # the median of the values, the peers' of the floored ones
             med[:, k], cnt[:, k] = nanmedian(vals, axis=1)
-            vals = floored_peers(vals, np.asarray(maps.open("rank_base", "r")[c, a:b]).T)
-            for i in range(0, b - a, 4096):
+            vals = floored_peers(vals, base_of(c))
+            for i in range(0, comp.shape[0], 4096):
                 out[i : i + 4096, c] = loo_median(vals[i : i + 4096])
             continue
-        for i in range(0, b - a, 4096):  # both medians from one partition of the rows
+        for i in range(0, comp.shape[0], 4096):  # both medians from one partition of the rows
             out[i : i + 4096, c], med[i : i + 4096, k], cnt[i : i + 4096, k] = loo_and_median(vals[i : i + 4096])
-    maps.put("peer_median", a, b, out)
-    return med, cnt, step_top(comp), whatif_sums(_GridRows(comp, job_step, (med, cnt, gidx)))
+    return out, med, cnt
 
 
-def _peer_ratio(maps: _Maps, a: int, b: int) -> np.ndarray:
-    """Rows ``a..b-1`` of the peer ratio (compute / leave-one-out median; NaN where
-    not finite), as :func:`~faultlab.labeler.views.peer.peer_view` computes it."""
-    comp = maps.read("compute", a, b)
-    med = maps.read("peer_median", a, b)
+def _ratio(comp: np.ndarray, loo: np.ndarray) -> np.ndarray:
+    """The peer ratio, compute over the leave-one-out median (NaN where not finite), as
+    :func:`~faultlab.labeler.views.peer.peer_view` computes it."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = comp / med
+        ratio = comp / loo
     ratio[~np.isfinite(ratio)] = np.nan
     return ratio
 
 
 def _peer_sigma(maps: _Maps, cols: list) -> np.ndarray:
-    """``(R,)``: the peer view's noise floor from every ``S // 4096``-th step."""
+    """``(R,)``: the peer view's noise floor from every ``S // 4096``-th step, their
+    peer medians computed here from those steps' rows (a row's medians are its own)."""
     R = maps.R
-    step = max(1, maps.S // 4096)
-    rows = np.arange(0, maps.S, step)
+    rows = np.arange(0, maps.S, max(1, maps.S // 4096))
     comp = maps.rows("compute", rows)
-    med = maps.rows("peer_median", rows)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = comp / med
-    ratio[~np.isfinite(ratio)] = np.nan
+    base = maps.open("rank_base", "r")
+    ratio = _ratio(comp, _peer_medians_of(comp, lambda c: np.asarray(base[c][:, rows]).T, cols, R)[0])
+    del base
     sigma = np.zeros(R)
     for c in cols:
         vals = ratio[:, c]
@@ -395,27 +387,43 @@ def _peer_sigma(maps: _Maps, cols: list) -> np.ndarray:
     return sigma
 
 
-def _peer_flags(folder: str, S: int, R: int, a: int, b: int, sigma: np.ndarray, k: int, halo: int,
-                few: np.ndarray, gidx: np.ndarray, threshold: float, mad_k: float, sync: bool = False) -> tuple:
-    """Rows ``a..b-1`` of the peer ratio into its map (rank-major ``(R, S)``: fusion
-    reads a flagged rank's whole series) and their flags as runs
-    (:func:`~faultlab.labeler.flagruns.chunk_runs`, returned); the sustained rule
-    reads ``halo`` rows either side (``few`` ``(b - a, G)``: groups with too few ranks)."""
+def _peer_chunk(folder: str, S: int, R: int, a: int, b: int, cols: list, gidx: np.ndarray, job_step: np.ndarray,
+                sigma: np.ndarray, k: int, halo: int, config: LabelerConfig, sync: bool = False) -> tuple:
+    """Rows ``a..b-1`` of the peer view: the leave-one-out peer median into its map and
+    the peer ratio into its (rank-major ``(R, S)``: fusion reads a flagged rank's whole
+    series), both from the rows' compute and the ``rank_base`` map (a small group's
+    floors, written by the temporal pass before), over ``halo`` rows either side for
+    the sustained rule's window. Returns the groups' ``(rows, G)`` median and count
+    (:meth:`StepGrid.group_stats`; ``gidx`` each rank's group), each row's largest
+    compute (:func:`~faultlab.labeler.whatif.step_top`), the rows' what-if sums
+    (:func:`~faultlab.labeler.whatif.whatif_sums`, ``job_step`` the rows' job step
+    time: the what-if reads the same rows and medians) and the rows' flags as runs
+    (:func:`~faultlab.labeler.flagruns.chunk_runs`; ``sigma`` the noise floor,
+    ``k`` the sustained rule's window)."""
     maps = _Maps(Path(folder), S, R, sync)
     h0, h1 = max(0, a - halo), min(S, b + halo)
-    ratio = _peer_ratio(maps, h0, h1)
-    dt = ratio.dtype.type
-    own = ratio[a - h0 : b - h0]
+    comp = maps.read("compute", h0, h1)
+    base = maps.open("rank_base", "r")
+    loo, med, cnt = _peer_medians_of(comp, lambda c: np.asarray(base[c, h0:h1]).T, cols, R)
+    del base
+    own = slice(a - h0, b - h0)
+    maps.put("peer_median", a, b, loo[own])
+    ratio = _ratio(comp, loo)
+    del loo
+    mine, dt = ratio[own], ratio.dtype.type
+    threshold, mad_k = float(config.peer_threshold), float(config.mad_k)
     with np.errstate(invalid="ignore"):
-        flag = own > dt(threshold)
-        flag &= (own - dt(1.0)) > (dt(mad_k) * sigma.astype(ratio.dtype))[None, :]
+        flag = mine > dt(threshold)
+        flag &= (mine - dt(1.0)) > (dt(mad_k) * sigma.astype(ratio.dtype))[None, :]
     if k > 1:
         level = np.maximum(threshold, 1.0 + mad_k * sigma * MEDIAN_SE / np.sqrt(k))
-        flag |= sustained(ratio, k, level)[a - h0 : b - h0]
+        flag |= sustained(ratio, k, level)[own]
+    med, cnt, comp = med[own], cnt[own], comp[own]
+    few = cnt < config.peer_min_ranks
     if few.any():
         flag &= ~few[:, gidx]
-    maps.put("peer_ratio", a, b, own.T, 0, R)  # (R, S): fusion reads a rank's whole series
-    return chunk_runs(flag.T, 0, a)
+    maps.put("peer_ratio", a, b, mine.T, 0, R)
+    return med, cnt, step_top(comp), whatif_sums(_GridRows(comp, job_step, (med, cnt, gidx))), chunk_runs(flag.T, 0, a)
 
 
 # -- pass 3: the temporal view (carried state) -------------------------------------------
@@ -552,17 +560,7 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     del medians
     if pg.source in ("discovered", "mapping"):
         grid.regroup(pg.groups)
-    names, gidx, cols = grid.peer_groups()
-    maps.create("peer_median", np.float32)
-    gm = _wait(client, [client.submit(_peer_medians, str(folder), S, R, a, b, cols, gidx, job_step[a:b], pure=False,
-                                      sync=maps.sync) for a, b in spans], note, "peer medians")
-    med = np.concatenate([m for m, _, _, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.float32)
-    cnt = np.concatenate([c for _, c, _, _ in gm]) if gm else np.zeros((0, len(names)), dtype=np.int64)
-    top = np.concatenate([t for _, _, t, _ in gm]) if gm else np.zeros(0)
-    grid._group_stats = (med, cnt, gidx)
-    wi = _whatif_from_sums(grid, [w for _, _, _, w in gm])
-    grid._peer_median = maps.view("peer_median")
-    pv = _peer_view(client, maps, grid, cfg, cols, cnt, gidx, spans, note)
+    pv, top, wi = _peer_view(client, maps, grid, cfg, spans, note)
     lo = min((fb["span"][0] for fb in filled if np.isfinite(fb["span"][0])), default=np.nan)
     hi = max((fb["span"][1] for fb in filled if np.isfinite(fb["span"][1])), default=np.nan)
     return _analysis(grid, tv, pv, cfg, pg, top, wi), ((lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None)
@@ -674,17 +672,26 @@ def _grid(maps: _Maps, run_id: str, steps, ranks, nodes, groups, loader, job_ste
     return g
 
 
-def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, cols, cnt, gidx, spans, note) -> PeerView:
-    """:func:`~faultlab.labeler.views.peer.peer_view` chunk by chunk (its maps)."""
+def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> tuple[PeerView, np.ndarray, dict]:
+    """:func:`~faultlab.labeler.views.peer.peer_view` chunk by chunk (its maps), with
+    the groups' medians and counts set on ``grid`` (:meth:`StepGrid.group_stats`);
+    returns the view, each step's largest compute and the what-if figures."""
+    names, gidx, cols = grid.peer_groups()
     sigma = _peer_sigma(maps, cols)
     k = window_steps(grid, cfg)
-    few = cnt < cfg.peer_min_ranks
+    maps.create("peer_median", np.float32)
     maps.create("peer_ratio", np.float32, by_rank=True)
-    runs = _wait(client, [client.submit(_peer_flags, str(maps.folder), maps.S, maps.R, a, b, sigma, k, halo_steps(cfg),
-                                        few[a:b], gidx, float(cfg.peer_threshold), float(cfg.mad_k), pure=False,
-                                        sync=maps.sync) for a, b in spans], note, "peer view")
-    return PeerView(median=grid._peer_median, ratio=maps.view("peer_ratio").T,
-                    flag=FlagRuns.from_chunks(maps.S, maps.R, runs), sigma=sigma)
+    parts = _wait(client, [client.submit(_peer_chunk, str(maps.folder), maps.S, maps.R, a, b, cols, gidx,
+                                         grid.job_step[a:b], sigma, k, halo_steps(cfg), cfg, pure=False, sync=maps.sync)
+                           for a, b in spans], note, "peer view")
+    med = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, len(names)), dtype=np.float32)
+    cnt = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, len(names)), dtype=np.int64)
+    top = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
+    grid._group_stats = (med, cnt, gidx)
+    grid._peer_median = maps.view("peer_median")
+    pv = PeerView(median=grid._peer_median, ratio=maps.view("peer_ratio").T,
+                  flag=FlagRuns.from_chunks(maps.S, maps.R, [p[4] for p in parts]), sigma=sigma)
+    return pv, top, _whatif_from_sums(grid, [p[3] for p in parts])
 
 
 def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> tuple[TemporalView, tuple]:
