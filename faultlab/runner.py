@@ -188,6 +188,8 @@ class _Live:
     watch: object = None
     #: local backend: the rendezvous socket handed to rank 0 (closed here once the ranks started)
     listener: object = None
+    #: when the ssh nodes' samplers were started (unix s): how many samples they can have written
+    samplers_since: float | None = None
 
 
 def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress=True, run_id: str | None = None,
@@ -246,7 +248,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     finally:
         _defer_stops(res)
         host = _tear_down(live, due, rd, res, con)
-        _write_tables(sc, rd, res, host, live.remote_nodes, run_id, con)
+        _write_tables(sc, rd, res, host, live, run_id, con)
         for s, h in old.items():
             signal.signal(s, h)
         if prog and finished:
@@ -318,6 +320,7 @@ def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: 
         placement.setdefault(r.node.name, []).append(r.rank)
     rd.update_meta(placement=placement)  # a node's collected step records keep these ranks only
     live.collector = TelemetryCollector(live.nodes, run_id, rd.telemetry_dir()).start()
+    live.samplers_since = time.time()
     for name, err in remote.start_node_samplers(live.ranks, run_id, until=remote.until_for(w.duration)).items():
         rd.event("node-sampler-failed", node=name, error=err)
         con.print(f"  [yellow]no host metrics from node {name}:[/] {err}", markup=True)
@@ -413,7 +416,7 @@ def _tear_down(live: _Live, due: list[_Due], rd: RunDir, res: RunResult, con: Co
     return host
 
 
-def _write_tables(sc: Scenario, rd: RunDir, res: RunResult, host: pd.DataFrame | None, remote_nodes: list,
+def _write_tables(sc: Scenario, rd: RunDir, res: RunResult, host: pd.DataFrame | None, live: _Live,
                   run_id: str, con: Console) -> None:
     """The run's steps, host (with the ssh nodes' rows) and injections tables: the
     injected faults and the workload's straggler knobs (faultlab.knobfaults). Step
@@ -425,19 +428,27 @@ def _write_tables(sc: Scenario, rd: RunDir, res: RunResult, host: pd.DataFrame |
         con.print(f"  {skip.line()}", markup=False)
     rd.write_table("steps", steps)
     if host is not None:
-        rd.write_table("host", _with_remote_host(host, rd, remote_nodes, run_id))
+        rd.write_table("host", _with_remote_host(host, rd, live, run_id, con))
     rows = res.injections + workload_injections(sc, steps, run_id)
     rd.write_table("injections", pd.DataFrame(rows) if rows else _empty("injections"))
 
 
-def _with_remote_host(host: pd.DataFrame, rd: RunDir, nodes, run_id: str) -> pd.DataFrame:
+def _with_remote_host(host: pd.DataFrame, rd: RunDir, live: _Live, run_id: str, con: Console) -> pd.DataFrame:
     """The local sampler's rows plus those the node samplers of ssh nodes wrote (see
-    faultlab.telemetry.remote), in time order."""
-    names = [x.name for x in nodes if x.lease_host() == LEASE_ON_NODE]
+    faultlab.telemetry.remote), in time order. A node's file holding more samples than
+    its sampler can have written since it started (one a second) is read only that
+    far: one line printed and a ``telemetry-skipped`` event."""
+    names = [x.name for x in live.remote_nodes if x.lease_host() == LEASE_ON_NODE]
     if not names:
         return host
-    peers = {x.address: x.name for x in nodes if x.address}
-    extra = remote.host_rows(rd.telemetry_dir(), names, peers, run_id)
+    peers = {x.address: x.name for x in live.remote_nodes if x.address}
+    cap = remote.max_samples(live.samplers_since) if live.samplers_since is not None else None
+    skipped: dict[str, int] = {}
+    extra = remote.host_rows(rd.telemetry_dir(), names, peers, run_id, max_samples=cap, skipped=skipped)
+    for node, kept in sorted(skipped.items()):
+        why = f"samples past the first {kept} (its sampler writes one a second) not read"
+        rd.event("telemetry-skipped", node=node, file=f"{remote.PREFIX}{node}.jsonl", why=why)
+        con.print(f"  telemetry {remote.PREFIX}{node}.jsonl of node {node}: {why}", markup=False)
     return pd.concat([host, extra], ignore_index=True).sort_values(["ts", "node"], kind="stable", ignore_index=True)
 
 
