@@ -153,3 +153,16 @@ def test_label_prints_peer_groups_and_components_as_plain_lines(tmp_path):
     cp = fl("label", "--import", "long", tmp_path / "long.csv", "--out", tmp_path / "imp", timeout=300)
     assert cp.returncode == 0 and "labeled:" in cp.stdout and "?]52;c;" in cp.stdout, cp.stdout + cp.stderr[-800:]
     _assert_clean(cp.stdout + cp.stderr)
+
+
+@needs_root
+def test_leaderboard_prints_dataset_names_of_a_submitted_file_as_plain_lines(users_dataset, tmp_path):
+    """A leaderboard scored on nobody's dataset named with ``EVIL``: its table on stdout,
+    and root's ``--verify`` of that file, whose dataset path the submitter chose, print
+    the name with no escape."""
+    cp = fl("leaderboard", "--dataset", users_dataset, "--detector", "constant", "--boot", "20", "--out", tmp_path / "out", timeout=300)
+    assert cp.returncode == 0 and "team?[2K" in cp.stdout, cp.stdout + cp.stderr[-800:]
+    _assert_clean(cp.stdout + cp.stderr)
+    cp = fl("leaderboard", "--verify", tmp_path / "out" / "leaderboard.json", timeout=300)
+    assert cp.returncode == 0 and "reproduced" in cp.stdout and "team?[2K" in cp.stdout, cp.stdout + cp.stderr[-800:]
+    _assert_clean(cp.stdout + cp.stderr)
