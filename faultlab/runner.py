@@ -24,10 +24,11 @@ from pathlib import Path
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape as rich_escape
 
 from faultlab import injectors, schema
 from faultlab.benchmarks.launch import RankFailure, launch_ranks, listen_rendezvous, log_tail, stop_ranks, wait_ranks
-from faultlab.errors import BadInput, FaultlabError
+from faultlab.errors import BadInput, FaultlabError, printable
 from faultlab.evidence import verify_text
 from faultlab.knobfaults import workload_injections
 from faultlab.lifecycle.cmd import Cmd
@@ -336,7 +337,7 @@ def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: 
     live.samplers_since = time.time()
     for name, err in remote.start_node_samplers(live.ranks, run_id, until=remote.until_for(w.duration)).items():
         rd.event("node-sampler-failed", node=name, error=err)
-        con.print(f"  [yellow]no host metrics from node {name}:[/] {err}", markup=True)
+        con.print(f"  [yellow]no host metrics from node {name}:[/] {rich_escape(printable(err))}", markup=True)
     live.sampler = HostSampler(
         {r.node.name: [r.pid] for r in live.ranks if r.node.lease_host() == LEASE_HERE}, interval_s=1.0, run_id=run_id,
         netns={x.name: x.netns for x in live.nodes if getattr(x, "netns", None)},

@@ -11,6 +11,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from faultlab.cliopts import renamed
@@ -192,15 +193,16 @@ def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
 def info_table(info: dict) -> Table:
     """``dataset info``'s figures as a rich Table of two columns (what, value); counts
     by fault type and by label source one per line. Names read from the dataset go
-    through ``errors.printable``."""
-    t = Table(title=f"dataset {printable(info['name'])}", show_header=False, title_justify="left")
+    through ``errors.printable`` and show rich markup as it is (a ``[link=URL]`` in a
+    folder's name would be a hyperlink in root's terminal)."""
+    t = Table(title=f"dataset {rich_escape(printable(info['name']))}", show_header=False, title_justify="left")
     t.add_column("what", style="bold")
     t.add_column("value", overflow="fold")
     t.add_row("runs", f"{info['runs']} ({info['train']} train, {info['test']} test; split seed {info['seed']})")
     t.add_row("training time", f"{info['duration_s']:g} s")
     t.add_row("size", f"{info['size_mb']:g} MB")
     for title, key in (("fault types (runs)", "fault_types"), ("labels by source", "labels_by_source")):
-        t.add_row(title, "\n".join(printable(f"{k}: {v}") for k, v in sorted(info[key].items())) or "-")
+        t.add_row(title, "\n".join(rich_escape(printable(f"{k}: {v}")) for k, v in sorted(info[key].items())) or "-")
     return t
 
 

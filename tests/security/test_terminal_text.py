@@ -166,3 +166,23 @@ def test_leaderboard_prints_dataset_names_of_a_submitted_file_as_plain_lines(use
     cp = fl("leaderboard", "--verify", tmp_path / "out" / "leaderboard.json", timeout=300)
     assert cp.returncode == 0 and "reproduced" in cp.stdout and "team?[2K" in cp.stdout, cp.stdout + cp.stderr[-800:]
     _assert_clean(cp.stdout + cp.stderr)
+
+
+def test_score_and_dataset_info_print_a_datasets_fault_types_as_plain_text(tmp_path):
+    """A dataset whose runs' fault type holds ``EVIL`` and rich markup (a hyperlink in
+    root's terminal): ``score``'s breakdown by fault type and ``dataset info`` show it
+    as plain text, the markup as it is."""
+    from faultlab.datasets.build import build
+    from faultlab.datasets.synthetic import make_run as make_labeled_run
+
+    kind = f"[link=https://evil.example]cpu[/link]{EVIL}"
+    for i in range(4):
+        make_labeled_run(tmp_path / f"r{i}", f"r{i}", seed=i, fault_type=kind)
+    ds = build([tmp_path / f"r{i}" for i in range(4)], "evil-kinds", tmp_path, test_fraction=0.5, seed=1)
+    wide = {"COLUMNS": "400"}  # one table row a line
+    cp = fl("score", "--dataset", ds, "--detector", "constant", "--boot", "20", env=wide, timeout=300)
+    assert cp.returncode == 0 and "[link=https://evil.example]cpu[/link]?[2K" in cp.stdout, cp.stdout + cp.stderr[-800:]
+    _assert_clean(cp.stdout + cp.stderr)
+    cp = fl("dataset", "info", ds, env=wide)
+    assert cp.returncode == 0 and "[link=https://evil.example]cpu[/link]?[2K" in cp.stdout, cp.stdout + cp.stderr[-800:]
+    _assert_clean(cp.stdout + cp.stderr)
