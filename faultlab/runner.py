@@ -532,7 +532,7 @@ def _start(d: _Due, nodes, ranks, testbed, rd: RunDir, res: RunResult, con: Cons
         d.error = str(e)
         res.failed_faults.append(f"faults[{d.index}] {d.spec.type}: {e}")
         rd.event("inject-failed", index=d.index, type=d.spec.type, error=str(e))
-        con.print(f"  [yellow]faults[{d.index}] {d.spec.type} not injected:[/] {e}")
+        con.print(f"  [yellow]faults[{d.index}] {d.spec.type} not injected:[/] {rich_escape(str(e))}")  # e quotes node and agent text
         return
     a = d.active
     rd.event("inject", fault_id=a.fault_id, index=d.index, type=inj.type, node=inj.node.name, target=a.plan.target,
@@ -571,4 +571,4 @@ def _stop(d: _Due, rd: RunDir, res: RunResult, con: Console, t0: float | None) -
     res.injections.append(row)
     rd.event("revert", fault_id=a.fault_id, status=status, end_ts=a.end_ts, row=row)
     if t0 is not None:
-        con.print(f"  +{a.end_ts - t0:5.1f}s revert {a.fault_id}: {status}")
+        con.print(f"  +{a.end_ts - t0:5.1f}s revert {a.fault_id}: {status}", markup=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -186,3 +187,28 @@ def test_score_and_dataset_info_print_a_datasets_fault_types_as_plain_text(tmp_p
     cp = fl("dataset", "info", ds, env=wide)
     assert cp.returncode == 0 and "[link=https://evil.example]cpu[/link]?[2K" in cp.stdout, cp.stdout + cp.stderr[-800:]
     _assert_clean(cp.stdout + cp.stderr)
+
+
+def test_a_runs_line_for_a_fault_not_injected_shows_the_errors_markup_as_it_is(monkeypatch):
+    """A fault that fails to inject in ``faultlab run`` is one line quoting the error,
+    which quotes what a node or the workload's agent wrote: rich markup there (a
+    hyperlink) is shown as text, not made an escape sequence on root's terminal."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from faultlab import runner
+
+    def refuse(*_a, **_k):
+        raise FaultlabError("agent: [link=https://evil.example]click[/link] [reverse]x")
+
+    monkeypatch.setattr(runner, "build_injector", lambda *a: None)
+    buf = io.StringIO()
+    d = runner._Due(SimpleNamespace(type="gc-storm", duration=5.0), 0, 1.0, None)
+    res = SimpleNamespace(failed_faults=[])
+    runner._start(d, [], [], None, SimpleNamespace(event=lambda *a, **k: None), res,
+                  Console(file=buf, force_terminal=True, width=400), 0.0, SimpleNamespace(apply=refuse))
+    out = buf.getvalue()
+    assert "\x1b]8;" not in out and "\x1b[7m" not in out, repr(out)  # no hyperlink, no reverse video
+    assert "[link=https://evil.example]click[/link] [reverse]x" in re.sub(r"\x1b\[[0-9;]*m", "", out), repr(out)  # colours aside
