@@ -157,7 +157,8 @@ def score_cmd(
     if base is not None:
         err = Console(stderr=True, soft_wrap=True)  # one verdict per line, never folded at the terminal width
         if allowed:
-            err.print(f"gate: compared despite a mismatch (--allow-mismatch): {'; '.join(allowed)}", markup=False, highlight=False)
+            # what differs quotes the baseline file's fields (split, mode, source, parameters): printable only
+            err.print(printable(f"gate: compared despite a mismatch (--allow-mismatch): {'; '.join(allowed)}"), markup=False, highlight=False)
         dropped = [v for v in verdicts if v.status == "dropped"]
         for v in verdicts:
             err.print(v.line(), markup=False, highlight=False)
