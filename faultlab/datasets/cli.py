@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from collections import Counter
 from pathlib import Path
@@ -87,7 +88,7 @@ def build_cmd(
         _fail(e)
     except OSError as e:  # build removes its half-built folder first
         _fail(_os_error(e, out_root, "--out"))
-    size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    size = _size(p)
     sp = read_splits(p)
     if as_json:
         print(json.dumps({"dataset": str(p), "runs": len(sp["train"]) + len(sp["test"]), "train": len(sp["train"]),
@@ -115,7 +116,7 @@ def relabel_cmd(
             runs = read_runs(p)
         except FaultlabError as e:
             _fail(e)
-        size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        size = _size(p)
         src = {}
         for r in runs:
             for k, v in r.get("labels_by_source", {}).items():
@@ -180,7 +181,7 @@ def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
     for r in runs:
         ft.update(r.get("fault_types", []))
         src.update(r.get("labels_by_source", {}))
-    size = sum(f.stat().st_size for f in Path(dataset).rglob("*") if f.is_file())
+    size = _size(Path(dataset))
     info = {"name": ds.name, "runs": len(runs), "train": len(ds.splits["train"]), "test": len(ds.splits["test"]), "seed": ds.seed,
             "fault_types": dict(ft), "labels_by_source": dict(src), "size_mb": round(size / 1e6, 3),
             "duration_s": round(sum(r.get("duration_s", 0) for r in runs), 1)}
@@ -188,6 +189,18 @@ def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
         print(json.dumps(info, indent=2))
         return
     out.print(info_table(info))
+
+
+def _size(root: Path) -> int:
+    """Bytes of the regular files in the folder ``root``, links neither followed nor
+    counted: a dataset may be another user's, whose link to a root-only file would
+    tell them its size."""
+    total = 0
+    for folder, _, names in os.walk(root):
+        for n in names:
+            st = os.lstat(os.path.join(folder, n))
+            total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return total
 
 
 def info_table(info: dict) -> Table:
