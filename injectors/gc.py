@@ -33,7 +33,12 @@ without following links and only when owned by those users. The inject and rever
 commands run as the folder's owner (``setpriv --reuid``) when that is not us, so
 root never writes through a path another user controls, and are killed after
 ``AS_OWNER_TIMEOUT_S`` (that user may stop them); the command's temporary is
-a fresh ``mktemp`` file, never a predictable name. Every value read from the agent's
+a fresh ``mktemp`` file, never a predictable name. On another node (ssh, docker) the
+command is written there as the node's acting user through descriptors
+(``safefs.write_on_node_argv``: the folder walked with no link, the temporary made
+``O_EXCL|O_NOFOLLOW``, its mode set and renamed by descriptor): ``WRITE_SH`` run
+there as root let the folder's owner relink the fresh temporary between ``mktemp``
+and the write or the ``chmod``, which root then did through the link. Every value read from the agent's
 files (written by the target's user, who may write anything there) passes a strict
 schema first (``Heartbeat``, ``StormStatus``, ``StormCommand``: types, finite numbers
 in range, bounded strings, known keys only; ``check_agent_file``): a heartbeat that
@@ -528,8 +533,11 @@ class GcStorm(Injector):
         body = json.dumps(self.command(facts), sort_keys=True)
         polls = int(min(REVERT_WAIT_MAX_S, 5.0 + self.garbage_mb / 100.0) / 0.05)
         uid, gid = facts.get("dir_uid"), facts.get("dir_gid")
-        inject = [Cmd(self._as_owner(("sh", "-c", WRITE_SH, "sh", body, facts["cmd_path"]), uid, gid), "host",
-                      "hand the storm to the agent")]
+        if self._local():
+            write = self._as_owner(("sh", "-c", WRITE_SH, "sh", body, facts["cmd_path"]), uid, gid)
+        else:  # another node: written there as its acting user through descriptors, never a path the folder's owner may swap
+            write = tuple(safefs.write_on_node_argv(facts["cmd_path"], body + "\n", uids=self._remote_owners()))
+        inject = [Cmd(write, "host", "hand the storm to the agent")]
         revert = [Cmd(self._as_owner(("sh", "-c", STOP_SH, "sh", facts["cmd_path"], facts["status_path"], str(self.pid), str(polls)),
                                      uid, gid), "host",
                       "withdraw the command; wait for the agent to end the storm")]
