@@ -38,10 +38,12 @@ from faultlab.injectors.registry import option_help, params_by_option  # noqa: E
 from faultlab.units import parse_duration  # noqa: E402
 
 app = typer.Typer(context_settings=cliopts.CONTEXT_SETTINGS, no_args_is_help=True, rich_markup_mode="markdown", help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
-console = Console(stderr=True)
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+# no highlighting on any console: rich's highlighter takes time quadratic in a line's
+# length, and lines quote text others wrote (a 40,000-character name took 9.6 s)
+console = Console(stderr=True, highlight=False)
+out = Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 160)
 #: progress and event lines when stdout carries --json
-err_out = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+err_out = Console(stderr=True, soft_wrap=True, highlight=False, width=None if sys.stderr.isatty() else 160)
 
 
 def _version(value: bool) -> None:

@@ -230,7 +230,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     marked incomplete).
     """
     _check_run_args(sc, nodes)
-    con = console or Console()
+    con = console or Console(highlight=False)
     run_id = run_id or new_run_id(sc.name)
     try:
         check_run_name(run_id, RUN_ID_MAX)  # it names the ranks' telemetry folders on the nodes

@@ -23,7 +23,7 @@ from faultlab.importformats import formats_help
 # imports what it runs (pyarrow, the labeler) inside its function, so ``faultlab --help`` stays fast.
 
 app = typer.Typer(no_args_is_help=True, help="Build, verify, describe and export labeled datasets (Parquet by run, card, Croissant).")
-out = Console(soft_wrap=True)
+out = Console(soft_wrap=True, highlight=False)
 
 
 def _fail(e: FaultlabError):

@@ -117,7 +117,7 @@ def score_cmd(
     from faultlab.rundata import iter_run_dirs
     from faultlab.units import parse_duration
 
-    con = Console(stderr=as_json)
+    con = Console(stderr=as_json, highlight=False)
     try:
         if (dataset is None) == (not run):
             raise BadInput("give one of --dataset DIR or --run RUN_DIR ...", field="--dataset/--run")
@@ -155,7 +155,7 @@ def score_cmd(
     else:
         print_result(d, con)
     if base is not None:
-        err = Console(stderr=True, soft_wrap=True)  # one verdict per line, never folded at the terminal width
+        err = Console(stderr=True, soft_wrap=True, highlight=False)  # one verdict per line, never folded at the terminal width
         if allowed:
             # what differs quotes the baseline file's fields (split, mode, source, parameters): printable only
             err.print(printable(f"gate: compared despite a mismatch (--allow-mismatch): {'; '.join(allowed)}"), markup=False, highlight=False)

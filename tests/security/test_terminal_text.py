@@ -212,3 +212,22 @@ def test_a_runs_line_for_a_fault_not_injected_shows_the_errors_markup_as_it_is(m
     out = buf.getvalue()
     assert "\x1b]8;" not in out and "\x1b[7m" not in out, repr(out)  # no hyperlink, no reverse video
     assert "[link=https://evil.example]click[/link] [reverse]x" in re.sub(r"\x1b\[[0-9;]*m", "", out), repr(out)  # colours aside
+
+
+def test_label_prints_a_runs_long_peer_group_name_cut_and_in_time(tmp_path):
+    """A run handed to root names its peer group with 200,000 characters: ``label``
+    shows the name cut at ``errors.FIELD_CHARS`` and takes no longer for it (rich's
+    highlighter, quadratic in a line's length, took minutes over such a line)."""
+    from faultlab.errors import FIELD_CHARS
+
+    run = make_run(tmp_path / "run", ranks=4, duration_s=30, label=False)
+    steps = pd.read_parquet(run / "steps.parquet")
+    steps["peer_group"] = "G" * 200_000
+    steps.to_parquet(run / "steps.parquet")
+    t = time.monotonic()
+    cp = fl("label", run, timeout=600)
+    took = time.monotonic() - t
+    assert cp.returncode == 0, cp.stdout[-800:] + cp.stderr[-800:]
+    line = next(ln for ln in cp.stdout.splitlines() if "peer group G" in ln)
+    assert "G" * FIELD_CHARS + "..." in line and len(line) < 2 * FIELD_CHARS + 200, line[:300]
+    assert took < 120, f"label took {took:.0f} s"
