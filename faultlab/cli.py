@@ -38,10 +38,12 @@ from faultlab.injectors.registry import option_help, params_by_option  # noqa: E
 from faultlab.units import parse_duration  # noqa: E402
 
 app = typer.Typer(context_settings=cliopts.CONTEXT_SETTINGS, no_args_is_help=True, rich_markup_mode="markdown", help="faultlab: fail-slow fault injection, labeling and detector scoring for synchronous distributed training.")
-console = Console(stderr=True)
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+# no highlighting on any console: rich's highlighter takes time quadratic in a line's
+# length, and lines quote text others wrote (a 40,000-character name took 9.6 s)
+console = Console(stderr=True, highlight=False)
+out = Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 160)
 #: progress and event lines when stdout carries --json
-err_out = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+err_out = Console(stderr=True, soft_wrap=True, highlight=False, width=None if sys.stderr.isatty() else 160)
 
 
 def _version(value: bool) -> None:
@@ -556,12 +558,22 @@ def _chosen_runs(only: str, n: int) -> range:
 
 def _earlier_runs(prev: Path) -> list[dict]:
     """The runs of an earlier chunk's ``campaign.json`` (a JSON object whose ``runs`` is
-    a list of objects, each with a ``schedule`` object). Raises BadInput (field
+    a list of objects, each with a ``schedule`` object); none when there is no such
+    file. Read with no link followed below the folder and only as a regular file of at
+    most ``inputfile.JSON_BYTES`` (``safefs.read_below``): a link there to another
+    manifest would copy its runs into this one. Raises BadInput (field
     ``campaign.json``) for anything else: unreadable, not JSON, another shape."""
     fix = f"restore it, give another --out, or remove {prev} to start the manifest anew"
-    text = inputfile.read_text(prev, "campaign.json", limit=inputfile.JSON_BYTES, fix=fix)
     try:
-        doc = safefs.parse_json(text, str(prev))
+        data = safefs.read_below(prev.parent, prev.name, inputfile.JSON_BYTES)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except safefs.UntrustedPath as e:
+        raise BadInput(e.reason, field="campaign.json", fix=fix) from None
+    except OSError as e:
+        raise BadInput(f"cannot read {prev}: {e.strerror or e}", field="campaign.json", fix=fix) from None
+    try:
+        doc = safefs.parse_json(data, str(prev))
     except ValueError as e:  # bad or too deeply nested JSON
         raise BadInput(f"{prev} could not be read ({type(e).__name__}: {e})", field="campaign.json", fix=fix) from None
     runs = doc.get("runs") if isinstance(doc, dict) else None
@@ -654,10 +666,11 @@ def campaign(
     try:  # every input checked before the folder is made: nothing half-applied
         if only is not None:
             chosen = _chosen_runs(only, len(scs))
-            prev = base / "campaign.json"
-            if prev.is_file():  # a later chunk adds to the manifest of the earlier ones
-                manifest["runs"] = [r for r in _earlier_runs(prev) if r["schedule"].get("name") not in {scs[i].name for i in chosen}]
-        base.mkdir(parents=True, exist_ok=True)
+            earlier = _earlier_runs(base / "campaign.json")  # a later chunk adds to the manifest of the earlier ones
+            manifest["runs"] = [r for r in earlier if r["schedule"].get("name") not in {scs[i].name for i in chosen}]
+        # made from / with no link followed (safefs): a link planted at ./faultlab-runs (or
+        # any part of --out) would have root make folders wherever it points first
+        safefs.open_dir_nofollow(base, create=True).close()
     except FaultlabError as e:
         _fail(e)
     except OSError as e:

@@ -68,7 +68,7 @@ def run_demo(out_dir: Path | None = None, n_nodes: int = 4, duration_s: float = 
     fractions of it). ``result``: where the closing line (the run's report) is
     printed, ``console`` when None (``--quiet`` silences ``console`` only). Raises FaultlabError for a failed stage (after teardown).
     """
-    con = console or Console()
+    con = console or Console(highlight=False)
     if n_nodes < 2:
         raise BadInput(f"{n_nodes} node(s)", field="--nodes", fix="give at least 2: a straggler needs peers")
     if duration_s < 30:

@@ -6,6 +6,12 @@ from __future__ import annotations
 import re
 
 
+#: characters of one field another party wrote (a lease record's fault type, node or
+#: target, a revert line) that a status or revert line shows: a record holds up to
+#: 1 MiB, and a line of a million characters kept rich's wrapping busy for hours
+FIELD_CHARS = 160
+
+
 def printable(text, limit: int | None = None) -> str:
     """``text`` (made a ``str``) safe inside one terminal line: every character that is
     not printable (a newline, ESC and the other control characters, a bidirectional

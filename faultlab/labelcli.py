@@ -13,15 +13,15 @@ from rich.console import Console
 
 from faultlab import inputfile, safefs
 from faultlab.cliopts import Quiet, progress_console
-from faultlab.errors import BadInput, FaultlabError, printable
+from faultlab.errors import FIELD_CHARS, BadInput, FaultlabError, printable
 from faultlab.importformats import formats_help  # names only: no pandas
 
 # Lazy imports: the CLI imports this module to register ``faultlab label``; the labeler
 # (pandas, pyarrow, dask) is imported inside the command, so ``faultlab --help`` stays fast.
 
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+out = Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 160)
 #: the lines of a run with --json (stdout carries the JSON)
-err_out = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 160)
+err_out = Console(stderr=True, soft_wrap=True, highlight=False, width=None if sys.stderr.isatty() else 160)
 
 
 def _fail(err: Exception) -> None:
@@ -131,7 +131,7 @@ def _import(import_format: str, path: Path, out_dir: Optional[Path], mapping, co
         info["skipped_line"] = res.info["skipped_line"]
         con.print(printable(f"  {res.info['skipped_line']}"), markup=False)
     if comps:
-        shown = ", ".join(comps[:8]) + (f", ... ({len(comps) - 8} more)" if len(comps) > 8 else "")
+        shown = ", ".join(printable(c, FIELD_CHARS) for c in comps[:8]) + (f", ... ({len(comps) - 8} more)" if len(comps) > 8 else "")
         con.print(printable(f"  labeled: {shown}"), markup=False)
     if res.whatif is not None and "slowdown_by_trace" in res.whatif:
         info["whatif"] = {"slowdown_by_trace": res.whatif["slowdown_by_trace"]}
@@ -143,7 +143,7 @@ def _import(import_format: str, path: Path, out_dir: Optional[Path], mapping, co
     if res.components is not None:
         pers = res.components.loc[res.components["persistent"], "component"].astype(str).tolist()
         info["persistent"] = pers
-        shown = ", ".join(pers[:8]) + (f", ... ({len(pers) - 8} more)" if len(pers) > 8 else "")
+        shown = ", ".join(printable(c, FIELD_CHARS) for c in pers[:8]) + (f", ... ({len(pers) - 8} more)" if len(pers) > 8 else "")
         con.print(printable(f"  persistently slow: {shown or 'none'} ({len(res.components)} component(s) judged) "
                             f"-> {written['components.parquet']}"), markup=False)
     if res.components is not None and "group_members" in res.components.columns:
@@ -160,13 +160,14 @@ def _print_groups(groups: list[dict], con: Console) -> None:
     """One line per peer group the labeler used (``PeerGroups.summary`` rows): its
     name, size, first members and its typical local time against the fastest group's.
     Names come from the run's or trace's data: each line goes through
-    ``errors.printable`` (no escape sequence reaches the terminal)."""
+    ``errors.printable`` (no escape sequence reaches the terminal), each name cut at
+    ``errors.FIELD_CHARS`` characters."""
     for g in groups:
         mem = list(g.get("members") or [])
-        shown = ", ".join(map(str, mem[:6])) + (f", ... ({len(mem) - 6} more)" if len(mem) > 6 else "")
+        shown = ", ".join(printable(m, FIELD_CHARS) for m in mem[:6]) + (f", ... ({len(mem) - 6} more)" if len(mem) > 6 else "")
         vs = g.get("vs_fastest")
         ratio = f"{vs:.2f}x the fastest" if isinstance(vs, (int, float)) and vs == vs else "level unknown"
-        con.print(printable(f"  peer group {g.get('group')} ({g.get('source')}, {len(mem)}): {ratio}; {shown}"), markup=False)
+        con.print(printable(f"  peer group {printable(g.get('group'), FIELD_CHARS)} ({g.get('source')}, {len(mem)}): {ratio}; {shown}"), markup=False)
 
 
 class _BlockProgress:

@@ -42,9 +42,9 @@ class Progress:
     """
 
     def __init__(self, console: Console | None = None, *, prefix: str = "", as_json: bool = False, live: bool | None = None):
-        self.console = console or Console()
+        self.console = console or Console(highlight=False)
         if as_json:
-            self.console = Console(stderr=True, soft_wrap=True)
+            self.console = Console(stderr=True, soft_wrap=True, highlight=False)
         self.live = is_live(self.console, as_json) if live is None else live
         self.prefix = f"{prefix} " if prefix else ""
         self.t_phase = time.monotonic()

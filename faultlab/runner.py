@@ -24,10 +24,11 @@ from pathlib import Path
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape as rich_escape
 
 from faultlab import injectors, schema
 from faultlab.benchmarks.launch import RankFailure, launch_ranks, listen_rendezvous, log_tail, stop_ranks, wait_ranks
-from faultlab.errors import BadInput, FaultlabError
+from faultlab.errors import BadInput, FaultlabError, printable
 from faultlab.evidence import verify_text
 from faultlab.knobfaults import workload_injections
 from faultlab.lifecycle.cmd import Cmd
@@ -105,7 +106,15 @@ class RunResult:
 
 
 class _StepWatch:
-    """Follows rank 0's telemetry file to know the current step, cheaply."""
+    """Follows rank 0's telemetry file to know the current step, cheaply. On a docker
+    or ssh node that file is its root's to write (the collector copies up to 1 GiB of
+    it), and the run's loop polls it every 0.1 s: a poll reads at most
+    :attr:`POLL_BYTES` and :attr:`POLL_LINES` lines (rank 0 writes one line a step),
+    so a file of a billion empty lines costs the loop no more than that a poll (it
+    took 342 s and 1 GiB of memory for 64 MiB of them in one poll)."""
+
+    POLL_BYTES = 4 << 20
+    POLL_LINES = 10_000
 
     def __init__(self, path: Path):
         self.path, self.pos, self.step, self.first_ts = path, 0, -1, None
@@ -113,18 +122,23 @@ class _StepWatch:
     def poll(self) -> int:
         if not self.path.exists():
             return self.step
-        with open(self.path) as f:
+        with open(self.path, "rb") as f:
             f.seek(self.pos)
-            chunk = f.read()
-        if not chunk:
+            chunk = f.read(self.POLL_BYTES)
+        end = chunk.rfind(b"\n")
+        if end < 0:  # no whole line yet; a full chunk without one is no step record: passed over
+            self.pos += len(chunk) if len(chunk) == self.POLL_BYTES else 0
             return self.step
-        lines = chunk.split("\n")
-        complete = lines[:-1]
-        self.pos += sum(len(x) + 1 for x in complete)
-        for line in complete:
+        lines = chunk[:end].split(b"\n", self.POLL_LINES)
+        if len(lines) > self.POLL_LINES:  # the rest is read by the next polls
+            lines.pop()
+        self.pos += sum(len(x) + 1 for x in lines)
+        for line in lines:
+            if not line.strip():
+                continue
             try:
                 rec = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
+            except (ValueError, RecursionError):
                 continue
             # a docker or ssh node's root writes this file: a record that is no step record is passed over
             if not (isinstance(rec, dict) and type(rec.get("step")) is int and type(rec.get("t_start")) in (int, float)):
@@ -188,6 +202,8 @@ class _Live:
     watch: object = None
     #: local backend: the rendezvous socket handed to rank 0 (closed here once the ranks started)
     listener: object = None
+    #: when the ssh nodes' samplers were started (unix s): how many samples they can have written
+    samplers_since: float | None = None
 
 
 def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress=True, run_id: str | None = None,
@@ -214,7 +230,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     marked incomplete).
     """
     _check_run_args(sc, nodes)
-    con = console or Console()
+    con = console or Console(highlight=False)
     run_id = run_id or new_run_id(sc.name)
     try:
         check_run_name(run_id, RUN_ID_MAX)  # it names the ranks' telemetry folders on the nodes
@@ -246,7 +262,7 @@ def run(sc: Scenario, out_dir: Path, *, console: Console | None = None, progress
     finally:
         _defer_stops(res)
         host = _tear_down(live, due, rd, res, con)
-        _write_tables(sc, rd, res, host, live.remote_nodes, run_id, con)
+        _write_tables(sc, rd, res, host, live, run_id, con)
         for s, h in old.items():
             signal.signal(s, h)
         if prog and finished:
@@ -318,9 +334,10 @@ def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: 
         placement.setdefault(r.node.name, []).append(r.rank)
     rd.update_meta(placement=placement)  # a node's collected step records keep these ranks only
     live.collector = TelemetryCollector(live.nodes, run_id, rd.telemetry_dir()).start()
+    live.samplers_since = time.time()
     for name, err in remote.start_node_samplers(live.ranks, run_id, until=remote.until_for(w.duration)).items():
         rd.event("node-sampler-failed", node=name, error=err)
-        con.print(f"  [yellow]no host metrics from node {name}:[/] {err}", markup=True)
+        con.print(f"  [yellow]no host metrics from node {name}:[/] {rich_escape(printable(err))}", markup=True)
     live.sampler = HostSampler(
         {r.node.name: [r.pid] for r in live.ranks if r.node.lease_host() == LEASE_HERE}, interval_s=1.0, run_id=run_id,
         netns={x.name: x.netns for x in live.nodes if getattr(x, "netns", None)},
@@ -413,7 +430,7 @@ def _tear_down(live: _Live, due: list[_Due], rd: RunDir, res: RunResult, con: Co
     return host
 
 
-def _write_tables(sc: Scenario, rd: RunDir, res: RunResult, host: pd.DataFrame | None, remote_nodes: list,
+def _write_tables(sc: Scenario, rd: RunDir, res: RunResult, host: pd.DataFrame | None, live: _Live,
                   run_id: str, con: Console) -> None:
     """The run's steps, host (with the ssh nodes' rows) and injections tables: the
     injected faults and the workload's straggler knobs (faultlab.knobfaults). Step
@@ -425,19 +442,27 @@ def _write_tables(sc: Scenario, rd: RunDir, res: RunResult, host: pd.DataFrame |
         con.print(f"  {skip.line()}", markup=False)
     rd.write_table("steps", steps)
     if host is not None:
-        rd.write_table("host", _with_remote_host(host, rd, remote_nodes, run_id))
+        rd.write_table("host", _with_remote_host(host, rd, live, run_id, con))
     rows = res.injections + workload_injections(sc, steps, run_id)
     rd.write_table("injections", pd.DataFrame(rows) if rows else _empty("injections"))
 
 
-def _with_remote_host(host: pd.DataFrame, rd: RunDir, nodes, run_id: str) -> pd.DataFrame:
+def _with_remote_host(host: pd.DataFrame, rd: RunDir, live: _Live, run_id: str, con: Console) -> pd.DataFrame:
     """The local sampler's rows plus those the node samplers of ssh nodes wrote (see
-    faultlab.telemetry.remote), in time order."""
-    names = [x.name for x in nodes if x.lease_host() == LEASE_ON_NODE]
+    faultlab.telemetry.remote), in time order. A node's file holding more samples than
+    its sampler can have written since it started (one a second) is read only that
+    far: one line printed and a ``telemetry-skipped`` event."""
+    names = [x.name for x in live.remote_nodes if x.lease_host() == LEASE_ON_NODE]
     if not names:
         return host
-    peers = {x.address: x.name for x in nodes if x.address}
-    extra = remote.host_rows(rd.telemetry_dir(), names, peers, run_id)
+    peers = {x.address: x.name for x in live.remote_nodes if x.address}
+    cap = remote.max_samples(live.samplers_since) if live.samplers_since is not None else None
+    skipped: dict[str, int] = {}
+    extra = remote.host_rows(rd.telemetry_dir(), names, peers, run_id, max_samples=cap, skipped=skipped)
+    for node, kept in sorted(skipped.items()):
+        why = f"samples past the first {kept} (its sampler writes one a second) not read"
+        rd.event("telemetry-skipped", node=node, file=f"{remote.PREFIX}{node}.jsonl", why=why)
+        con.print(f"  telemetry {remote.PREFIX}{node}.jsonl of node {node}: {why}", markup=False)
     return pd.concat([host, extra], ignore_index=True).sort_values(["ts", "node"], kind="stable", ignore_index=True)
 
 
@@ -507,7 +532,7 @@ def _start(d: _Due, nodes, ranks, testbed, rd: RunDir, res: RunResult, con: Cons
         d.error = str(e)
         res.failed_faults.append(f"faults[{d.index}] {d.spec.type}: {e}")
         rd.event("inject-failed", index=d.index, type=d.spec.type, error=str(e))
-        con.print(f"  [yellow]faults[{d.index}] {d.spec.type} not injected:[/] {e}")
+        con.print(f"  [yellow]faults[{d.index}] {d.spec.type} not injected:[/] {rich_escape(str(e))}")  # e quotes node and agent text
         return
     a = d.active
     rd.event("inject", fault_id=a.fault_id, index=d.index, type=inj.type, node=inj.node.name, target=a.plan.target,
@@ -546,4 +571,4 @@ def _stop(d: _Due, rd: RunDir, res: RunResult, con: Console, t0: float | None) -
     res.injections.append(row)
     rd.event("revert", fault_id=a.fault_id, status=status, end_ts=a.end_ts, row=row)
     if t0 is not None:
-        con.print(f"  +{a.end_ts - t0:5.1f}s revert {a.fault_id}: {status}")
+        con.print(f"  +{a.end_ts - t0:5.1f}s revert {a.fault_id}: {status}", markup=False)

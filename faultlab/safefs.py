@@ -746,6 +746,67 @@ while view:
 """
 
 
+# $1 the file, $2 its text, $3... uids trusted besides root and us. The file's folder is
+# opened from / one component at a time relative to its parent's descriptor (folders
+# O_DIRECTORY|O_NOFOLLOW, each checked as REMOTE_READ_PY checks them, the last 0700);
+# the text goes into a fresh O_EXCL|O_NOFOLLOW temporary there ("$1".tmp.<hex>), mode
+# 0644 set on its descriptor, renamed over the name in that folder: nothing is opened,
+# changed or renamed by a path another user can swap (their folder, a temporary they
+# relink between its creation and its write). Exit 3 and one line when a check fails.
+REMOTE_WRITE_PY = r"""
+import os, stat, sys
+f, text = sys.argv[1], sys.argv[2].encode()
+uids = {0, os.geteuid(), *map(int, sys.argv[3:])}
+def bad(msg):
+    sys.stderr.write(msg + "\n")
+    sys.exit(3)
+parts = [c for c in f.split("/") if c]
+if not f.startswith("/") or len(parts) < 2 or any(c in (".", "..") for c in parts):
+    bad(f"{f}: not an absolute path of a file in a folder")
+fd, cur = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), ""
+for i, c in enumerate(parts[:-1]):
+    cur += "/" + c
+    try:
+        nfd = os.open(c, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    except OSError as e:
+        bad(f"{cur}: is a symlink or not a folder ({e.strerror})")
+    os.close(fd)
+    fd = nfd
+    st = os.fstat(fd)
+    a = stat.S_IMODE(st.st_mode)
+    if st.st_uid not in uids:
+        bad(f"{cur}: is owned by uid {st.st_uid}, not a trusted user")
+    if a & 0o022 and not (st.st_uid == 0 and a & 0o1000 and i < len(parts) - 2):
+        bad(f"{cur}: is writable by group or others (mode {a:o})")
+if a & 0o077:
+    bad(f"{cur}: is readable by group or others (mode {a:o}); it must be 0700")
+name = parts[-1]
+tmp = name + ".tmp." + os.urandom(6).hex()
+t = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+try:
+    os.fchmod(t, 0o644)
+    view = memoryview(text)
+    while view:
+        view = view[os.write(t, view):]
+    os.close(t)
+    os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+except BaseException:
+    os.unlink(tmp, dir_fd=fd)
+    raise
+"""
+
+
+def write_on_node_argv(path: str, text: str, *, uids=()) -> list[str]:
+    """The argv that writes ``text`` into ``path`` on a node (any backend; see
+    REMOTE_WRITE_PY), run there as its acting user: the file's folder trusted as
+    :func:`read_on_node` trusts it (owned by root, the acting user or one of ``uids``,
+    no symlink, 0700), the file replaced by a fresh one of mode 0644, never written,
+    chmodded or renamed through a path. Exit 3 and one line on stderr when a check
+    fails. For a folder another user owns on a node where faultlab cannot run as that
+    user."""
+    return ["python3", "-I", "-S", "-c", REMOTE_WRITE_PY, str(path), text, *[str(int(u)) for u in uids]]
+
+
 def read_on_node(node, path: str, *, uids=(), private: bool = True) -> str:
     """The text of ``path`` on ``node`` (any backend: the checks run there, on the
     descriptors that are read; see REMOTE_READ_PY) when the whole path is trusted:

@@ -33,7 +33,12 @@ without following links and only when owned by those users. The inject and rever
 commands run as the folder's owner (``setpriv --reuid``) when that is not us, so
 root never writes through a path another user controls, and are killed after
 ``AS_OWNER_TIMEOUT_S`` (that user may stop them); the command's temporary is
-a fresh ``mktemp`` file, never a predictable name. Every value read from the agent's
+a fresh ``mktemp`` file, never a predictable name. On another node (ssh, docker) the
+command is written there as the node's acting user through descriptors
+(``safefs.write_on_node_argv``: the folder walked with no link, the temporary made
+``O_EXCL|O_NOFOLLOW``, its mode set and renamed by descriptor): ``WRITE_SH`` run
+there as root let the folder's owner relink the fresh temporary between ``mktemp``
+and the write or the ``chmod``, which root then did through the link. Every value read from the agent's
 files (written by the target's user, who may write anything there) passes a strict
 schema first (``Heartbeat``, ``StormStatus``, ``StormCommand``: types, finite numbers
 in range, bounded strings, known keys only; ``check_agent_file``): a heartbeat that
@@ -62,6 +67,7 @@ import json
 import math
 import os
 import platform
+import pwd
 import re
 import sys
 import time
@@ -249,6 +255,21 @@ def target_python_version(node: Node, pid: int) -> str | None:
         return None
     m = re.search(r"python(\d+\.\d+)", cp.stdout.strip().rsplit("/", 1)[-1]) if cp.returncode == 0 else None
     return m.group(1) if m else None
+
+
+#: the group of a line run as a user with no passwd entry (nogroup)
+NO_GROUP = 65534
+
+
+def owner_gid(uid: int) -> int:
+    """The group a line run as ``uid`` runs with: that user's primary group (passwd),
+    else :data:`NO_GROUP`. Never the control folder's group: a folder made in a setgid
+    folder has that folder's group whether its owner is in it or not, and the line ran
+    as the owner with it (gid shadow for a user outside shadow)."""
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return NO_GROUP
 
 
 @register
@@ -450,7 +471,7 @@ class GcStorm(Injector):
         nr = KEYCTL_NR.get(platform.machine())
         keyring = (sys.executable, "-I", "-S", "-c", NEW_KEYRING_PY, str(nr)) if nr else ()
         return ("timeout", "--foreground", "-s", "KILL", str(AS_OWNER_TIMEOUT_S), "setsid", "env", "-i", "-C", "/", *AS_OWNER_ENV, *keyring,
-                "setpriv", f"--reuid={owner}", f"--regid={group if group is not None else owner}", "--clear-groups", "--", *argv)
+                "setpriv", f"--reuid={owner}", f"--regid={group if group is not None else owner_gid(owner)}", "--clear-groups", "--", *argv)
 
     def _starttime(self) -> int | None:
         try:
@@ -467,7 +488,7 @@ class GcStorm(Injector):
             try:
                 with self._open_dir() as td:
                     st = os.fstat(td.fd)
-                    owner, group = st.st_uid, st.st_gid
+                    owner, group = st.st_uid, owner_gid(st.st_uid)
             except FileNotFoundError:
                 pass  # no folder: no agent (refused below)
             except safefs.UntrustedPath as e:
@@ -513,7 +534,7 @@ class GcStorm(Injector):
         return {
             "agent_dir": d, "heartbeat_path": hb_path, "cmd_path": cmd_path, "status_path": st_path,
             "deadline_ts": time.time() + self.duration_s, "python": hb.get("python"), "starttime": start,
-            "dir_uid": owner, "dir_gid": group,
+            "dir_uid": owner, "owner_gid": group,
         }
 
     def command(self, facts: dict) -> dict:
@@ -527,9 +548,12 @@ class GcStorm(Injector):
     def plan(self, facts: dict) -> Plan:
         body = json.dumps(self.command(facts), sort_keys=True)
         polls = int(min(REVERT_WAIT_MAX_S, 5.0 + self.garbage_mb / 100.0) / 0.05)
-        uid, gid = facts.get("dir_uid"), facts.get("dir_gid")
-        inject = [Cmd(self._as_owner(("sh", "-c", WRITE_SH, "sh", body, facts["cmd_path"]), uid, gid), "host",
-                      "hand the storm to the agent")]
+        uid, gid = facts.get("dir_uid"), facts.get("owner_gid")
+        if self._local():
+            write = self._as_owner(("sh", "-c", WRITE_SH, "sh", body, facts["cmd_path"]), uid, gid)
+        else:  # another node: written there as its acting user through descriptors, never a path the folder's owner may swap
+            write = tuple(safefs.write_on_node_argv(facts["cmd_path"], body + "\n", uids=self._remote_owners()))
+        inject = [Cmd(write, "host", "hand the storm to the agent")]
         revert = [Cmd(self._as_owner(("sh", "-c", STOP_SH, "sh", facts["cmd_path"], facts["status_path"], str(self.pid), str(polls)),
                                      uid, gid), "host",
                       "withdraw the command; wait for the agent to end the storm")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from collections import Counter
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from faultlab.cliopts import renamed
@@ -21,7 +23,7 @@ from faultlab.importformats import formats_help
 # imports what it runs (pyarrow, the labeler) inside its function, so ``faultlab --help`` stays fast.
 
 app = typer.Typer(no_args_is_help=True, help="Build, verify, describe and export labeled datasets (Parquet by run, card, Croissant).")
-out = Console(soft_wrap=True)
+out = Console(soft_wrap=True, highlight=False)
 
 
 def _fail(e: FaultlabError):
@@ -86,7 +88,7 @@ def build_cmd(
         _fail(e)
     except OSError as e:  # build removes its half-built folder first
         _fail(_os_error(e, out_root, "--out"))
-    size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    size = _size(p)
     sp = read_splits(p)
     if as_json:
         print(json.dumps({"dataset": str(p), "runs": len(sp["train"]) + len(sp["test"]), "train": len(sp["train"]),
@@ -114,7 +116,7 @@ def relabel_cmd(
             runs = read_runs(p)
         except FaultlabError as e:
             _fail(e)
-        size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        size = _size(p)
         src = {}
         for r in runs:
             for k, v in r.get("labels_by_source", {}).items():
@@ -179,7 +181,7 @@ def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
     for r in runs:
         ft.update(r.get("fault_types", []))
         src.update(r.get("labels_by_source", {}))
-    size = sum(f.stat().st_size for f in Path(dataset).rglob("*") if f.is_file())
+    size = _size(Path(dataset))
     info = {"name": ds.name, "runs": len(runs), "train": len(ds.splits["train"]), "test": len(ds.splits["test"]), "seed": ds.seed,
             "fault_types": dict(ft), "labels_by_source": dict(src), "size_mb": round(size / 1e6, 3),
             "duration_s": round(sum(r.get("duration_s", 0) for r in runs), 1)}
@@ -189,18 +191,31 @@ def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
     out.print(info_table(info))
 
 
+def _size(root: Path) -> int:
+    """Bytes of the regular files in the folder ``root``, links neither followed nor
+    counted: a dataset may be another user's, whose link to a root-only file would
+    tell them its size."""
+    total = 0
+    for folder, _, names in os.walk(root):
+        for n in names:
+            st = os.lstat(os.path.join(folder, n))
+            total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return total
+
+
 def info_table(info: dict) -> Table:
     """``dataset info``'s figures as a rich Table of two columns (what, value); counts
     by fault type and by label source one per line. Names read from the dataset go
-    through ``errors.printable``."""
-    t = Table(title=f"dataset {printable(info['name'])}", show_header=False, title_justify="left")
+    through ``errors.printable`` and show rich markup as it is (a ``[link=URL]`` in a
+    folder's name would be a hyperlink in root's terminal)."""
+    t = Table(title=f"dataset {rich_escape(printable(info['name']))}", show_header=False, title_justify="left")
     t.add_column("what", style="bold")
     t.add_column("value", overflow="fold")
     t.add_row("runs", f"{info['runs']} ({info['train']} train, {info['test']} test; split seed {info['seed']})")
     t.add_row("training time", f"{info['duration_s']:g} s")
     t.add_row("size", f"{info['size_mb']:g} MB")
     for title, key in (("fault types (runs)", "fault_types"), ("labels by source", "labels_by_source")):
-        t.add_row(title, "\n".join(printable(f"{k}: {v}") for k, v in sorted(info[key].items())) or "-")
+        t.add_row(title, "\n".join(rich_escape(printable(f"{k}: {v}")) for k, v in sorted(info[key].items())) or "-")
     return t
 
 

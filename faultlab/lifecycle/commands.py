@@ -11,7 +11,7 @@ import sys
 import time
 
 from faultlab import procid
-from faultlab.errors import printable
+from faultlab.errors import FIELD_CHARS, printable
 from faultlab.lifecycle.hostrevert import OTHER_USER_WAIT_S, left_after, start_revert
 from faultlab.lifecycle.hostview import lease_folders
 from faultlab.lifecycle.views import in_force
@@ -40,14 +40,23 @@ def print_status(rows: list[dict], problems: list[str], out) -> None:
     for r in rows:
         who = "" if r["uid"] in (None, os.geteuid()) else f"  (uid {r['uid']}{'' if r['can_revert'] else ': not yours to revert'})"
         if r["orphan_objects"]:
-            out.print(printable(f"{r['fault_id']}  {r['type']}  NO LEASE: {', '.join(r['orphan_objects'])}  (faultlab recover removes it){who}"), markup=False)
+            out.print(printable(f"{r['fault_id']}  {_field(r['type'])}  NO LEASE: {', '.join(map(_field, r['orphan_objects']))}  (faultlab recover removes it){who}"),
+                      markup=False)
             continue
         held = "held by its controller" if r["controller_alive"] else "left to its lease"
         wd = _watchdog_says(r) if r["watchdog_alive"] else _gone(r)
         rec = "" if r["record"] else "  (lease record lost: the watchdog still ends it)"
         if r["record"] and r["record"] not in folders:  # another FAULTLAB_LEASE_DIR's
-            rec = f"  (record in {r['record']})"
-        out.print(printable(f"{r['fault_id']}  {r['type']}  {r['node'] or '-'}  {r['target'] or '-'}  {wd}  {held}{rec}{who}"), markup=False)
+            rec = f"  (record in {_field(r['record'])})"
+        # each field another user wrote, cut: a record holds up to 1 MiB
+        out.print(printable(f"{r['fault_id']}  {_field(r['type'])}  {_field(r['node'])}  {_field(r['target'])}  {wd}  {held}{rec}{who}"),
+                  markup=False)
+
+
+def _field(text) -> str:
+    """``text`` (a record's field, another user's words) as a status line shows it:
+    printable, at most :data:`faultlab.errors.FIELD_CHARS` characters, ``-`` when empty."""
+    return printable(text, FIELD_CHARS) if text else "-"
 
 
 def _watchdog_says(r: dict) -> str:
@@ -203,7 +212,8 @@ def report_reverts(done: list[dict], refused: list[dict], fault_id: str | None, 
         if not done and not refused and not quiet_empty:
             out.print(f"no fault {fault_id + ' ' if fault_id else ''}in force on this host (already reverted, expired, or never injected: see faultlab status)", markup=False)
         for d in done:
-            out.print(printable(f"{d['fault_id']}: {'reverted' if not d['left'] else 'NOT reverted: left ' + '; '.join(d['left'])}"), markup=False)
+            out.print(printable(f"{d['fault_id']}: {'reverted' if not d['left'] else 'NOT reverted: left ' + '; '.join(map(_field, d['left']))}"),
+                      markup=False)
     code = 0
     me = os.geteuid()
     for d in done:

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from faultlab.errors import BadInput, FaultlabError, printable
+from faultlab.errors import FIELD_CHARS, BadInput, FaultlabError, printable
 from faultlab.lifecycle.views import end, in_force
 from faultlab.nodes import inventory as inv_mod
 from faultlab.timefmt import when
@@ -41,6 +41,12 @@ def _faults(nodes, fault_id: str | None = None):
     return out
 
 
+def _field(text) -> str:
+    """A field of a node's record as a line shows it: printable, at most
+    :data:`faultlab.errors.FIELD_CHARS` characters, ``-`` when empty."""
+    return printable(text, FIELD_CHARS) if text else "-"
+
+
 def status(nodes, out, as_json: bool) -> int:
     """Print the faults in force on ``nodes``; returns the exit code."""
     rows = [f.row() for f in _faults(nodes)]
@@ -51,10 +57,10 @@ def status(nodes, out, as_json: bool) -> int:
         out.print(f"no faults in force on {', '.join(n.describe() for n in nodes)}", markup=False)
     for r in rows:
         wd = f"watchdog reverts it at the latest at {when(r['deadline_ts'])}" if r["watchdog_alive"] else "WATCHDOG GONE: run faultlab recover"
-        held = "held by its controller" if r["controller_alive"] else f"left to its lease (controller {r['controller'] or 'unknown'})"
+        held = "held by its controller" if r["controller_alive"] else f"left to its lease (controller {_field(r['controller']) if r['controller'] else 'unknown'})"
         rec = "" if r["record"] else "  (lease record lost: the watchdog still ends it)"
-        # the record is the node's word (its root may write it): printable only
-        out.print(printable(f"{r['fault_id']}  {r['type'] or '-'}  {r['node']}  {r['target'] or '-'}  {wd}  {held}{rec}"),
+        # the record is the node's word (its root may write it, up to 1 MiB): printable and cut
+        out.print(printable(f"{r['fault_id']}  {_field(r['type'])}  {_field(r['node'])}  {_field(r['target'])}  {wd}  {held}{rec}"),
                   markup=False, highlight=False)
     return 0
 
@@ -67,7 +73,7 @@ def revert(nodes, fault_id: str | None, out, as_json: bool, *, verb: str = "reve
     elif not done:
         out.print(f"no fault {fault_id + ' ' if fault_id else ''}in force on {', '.join(n.describe() for n in nodes)}", markup=False)
     for d in done if not as_json else []:
-        out.print(printable(f"{d['fault_id']} on {d['node']}: {'reverted' if not d['left'] else 'NOT reverted: left ' + '; '.join(d['left'])}"),
+        out.print(printable(f"{d['fault_id']} on {_field(d['node'])}: {'reverted' if not d['left'] else 'NOT reverted: left ' + '; '.join(map(_field, d['left']))}"),
                   markup=False, highlight=False)
     bad = [d for d in done if d["left"]]
     if bad:

@@ -11,10 +11,11 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from faultlab import safefs
-from faultlab.errors import BadInput, FaultlabError
+from faultlab.errors import BadInput, FaultlabError, printable
 
 # Lazy imports: the CLI imports this module to register ``faultlab score``; scoring
 # (pandas, numpy) is imported inside the command, so ``faultlab --help`` stays fast.
@@ -59,8 +60,15 @@ def _ci(c, n_runs: int = 2) -> str:
     return f"[{c[0]:.3f}, {c[1]:.3f}]"
 
 
+def _plain(text) -> str:
+    """``text`` as one plain line in a rich table: unprintable characters ``?``
+    (:func:`errors.printable`), rich markup shown as it is, never interpreted."""
+    return rich_escape(printable(text))
+
+
 def print_result(res: dict, con: Console) -> None:
-    t = Table(title=f"{res['detector']} on {res['source'] or 'runs'} ({res['split']} split, {res['n_runs']} runs, {res['mode']})")
+    # the source and the groups (a dataset's fault types) are whoever made the dataset's names: plain text only
+    t = Table(title=_plain(f"{res['detector']} on {res['source'] or 'runs'} ({res['split']} split, {res['n_runs']} runs, {res['mode']})"))
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_column("95% CI (bootstrap over runs)")
@@ -75,7 +83,7 @@ def print_result(res: dict, con: Console) -> None:
             b.add_column(c)
         for g, d in res["by"].items():
             m = d["metrics"]
-            b.add_row(g, str(d["n_labels"]), *(f"{_fmt(m[k]['value'])} {_ci(m[k]['ci'], res['n_runs'])}" if k in m else "-"
+            b.add_row(_plain(g), str(d["n_labels"]), *(f"{_fmt(m[k]['value'])} {_ci(m[k]['ci'], res['n_runs'])}" if k in m else "-"
                                                   for k in ("event_recall", "window_recall", "range_recall", "acc_at_1", "latency_median_s")))
         con.print(b)
 
@@ -109,7 +117,7 @@ def score_cmd(
     from faultlab.rundata import iter_run_dirs
     from faultlab.units import parse_duration
 
-    con = Console(stderr=as_json)
+    con = Console(stderr=as_json, highlight=False)
     try:
         if (dataset is None) == (not run):
             raise BadInput("give one of --dataset DIR or --run RUN_DIR ...", field="--dataset/--run")
@@ -147,9 +155,10 @@ def score_cmd(
     else:
         print_result(d, con)
     if base is not None:
-        err = Console(stderr=True, soft_wrap=True)  # one verdict per line, never folded at the terminal width
+        err = Console(stderr=True, soft_wrap=True, highlight=False)  # one verdict per line, never folded at the terminal width
         if allowed:
-            err.print(f"gate: compared despite a mismatch (--allow-mismatch): {'; '.join(allowed)}", markup=False, highlight=False)
+            # what differs quotes the baseline file's fields (split, mode, source, parameters): printable only
+            err.print(printable(f"gate: compared despite a mismatch (--allow-mismatch): {'; '.join(allowed)}"), markup=False, highlight=False)
         dropped = [v for v in verdicts if v.status == "dropped"]
         for v in verdicts:
             err.print(v.line(), markup=False, highlight=False)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faultlab import inputfile, safefs, schema
-from faultlab.errors import BadInput
+from faultlab.errors import BadInput, printable
 
 DEFAULT_METRICS = ("event_f1", "window_f1", "window_mcc", "range_f1", "vus_pr", "acc_at_1")
 LOWER_IS_BETTER = {"latency_median_s", "latency_p95_s", "false_alarms_per_component_hour", "unmanifested_alarmed_share"}
@@ -132,7 +132,24 @@ def load_baseline(path: str | Path) -> dict:
                        fix="give a file written by faultlab score --out") from None
     if not isinstance(d, dict) or not isinstance(d.get("metrics"), dict):
         raise BadInput(f"{p} has no 'metrics' object", field="--baseline", fix="give a file written by faultlab score --out")
+    for name, m in d["metrics"].items():
+        if not _metric_ok(m):
+            raise BadInput(f"{p}: metric {printable(name, 60)!r} is not an object of a number 'value' and a 'ci' of two numbers",
+                           field="--baseline", fix="give a file written by faultlab score --out")
     return d
+
+
+def _number(x) -> bool:
+    return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) < 1e300)
+
+
+def _metric_ok(m) -> bool:
+    """Whether ``m`` has the shape of a metric of a ``score --out`` file, which the
+    gate compares and prints: ``value`` a number (or null), ``ci`` null or two numbers."""
+    if not isinstance(m, dict) or not _number(m.get("value")):
+        return False
+    ci = m.get("ci")
+    return ci is None or (isinstance(ci, list) and len(ci) == 2 and all(map(_number, ci)))
 
 
 def _val(m: dict, name: str):

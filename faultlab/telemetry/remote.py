@@ -14,14 +14,22 @@ network namespace like any other. An ssh node's processes are on another machine
    faultlab.telemetry.tcpstats' ``parse_ss`` / ``TcpTracker`` / ``PeerResolver``).
 
 Everything in a collected file is untrusted: a line that is not a JSON object of the
-expected shape is skipped, numbers are checked to be finite and non-negative.
+expected shape is skipped, numbers are checked to be finite and non-negative. A node
+(its root, its login user) writes up to ``collect.MAX_FILE_BYTES`` there, so what the
+controller holds of it is bounded apart from the file: the file is read a line at a
+time and only the sample before the current one is kept (parsed, a sample costs about
+13 times its text), at most ``max_samples`` samples make rows (the runner gives the
+run's length: the sampler writes one a second), and a sample's TCP rows name at most
+:data:`MAX_TCP_PEERS` peers.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +37,13 @@ import pandas as pd
 from faultlab.nodes.base import LEASE_ON_NODE
 from faultlab.telemetry import tcpstats
 from faultlab.telemetry.collect import HOST_PREFIX as PREFIX
+from faultlab.telemetry.collect import MAX_LINE_BYTES
+
+#: peers a sample's TCP rows name at most (the known nodes first): a node's ``ss`` text
+#: is its own word, and each peer it names adds up to ten rows
+MAX_TCP_PEERS = 64
+#: seconds between a node sampler's samples (``start_node_samplers``)
+INTERVAL_S = 1.0
 
 
 def _source() -> str:
@@ -42,7 +57,7 @@ def sampler_argv(pids: list[int], out: str, *, until: float, interval_s: float =
             "--interval", f"{interval_s:g}", "--until", f"{until:.0f}"]
 
 
-def start_node_samplers(ranks, run_id: str, *, until: float, interval_s: float = 1.0) -> dict[str, str]:
+def start_node_samplers(ranks, run_id: str, *, until: float, interval_s: float = INTERVAL_S) -> dict[str, str]:
     """Start one node sampler per ssh node of ``ranks`` (faultlab.benchmarks.launch
     RankProcs; nodes that are their own lease host, ``LEASE_ON_NODE``). Returns {node name: error} for nodes where
     it could not start (the run goes on without their host rows)."""
@@ -63,21 +78,32 @@ def start_node_samplers(ranks, run_id: str, *, until: float, interval_s: float =
     return errors
 
 
-def read_samples(path: Path) -> list[dict]:
-    """The well-formed raw samples of a collected ``host-NODE.jsonl``, in file order."""
-    out = []
+def iter_samples(path: Path) -> Iterator[dict]:
+    """The well-formed raw samples of a collected ``host-NODE.jsonl``, in file order,
+    read a line at a time (a line longer than ``collect.MAX_LINE_BYTES``, which the
+    collector never copies, is skipped): the file is never held whole."""
     try:
-        text = path.read_text(errors="replace")
+        f = open(path, "rb")
     except OSError:
-        return out
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if _valid(rec):
-            out.append(rec)
-    return out
+        return
+    with f:
+        while line := f.readline(MAX_LINE_BYTES + 1):
+            if len(line) > MAX_LINE_BYTES:
+                while line and not line.endswith(b"\n"):  # the rest of that line
+                    line = f.readline(MAX_LINE_BYTES + 1)
+                continue
+            try:
+                rec = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if _valid(rec):
+                yield rec
+
+
+def read_samples(path: Path) -> list[dict]:
+    """The well-formed raw samples of a collected ``host-NODE.jsonl``, in file order
+    (:func:`iter_samples` as a list)."""
+    return list(iter_samples(path))
 
 
 #: the largest integer a sample may hold (a kernel counter is 64 bits; a bigger one
@@ -107,9 +133,13 @@ def _valid(rec) -> bool:
     return isinstance(rec.get("ino", []), list) and isinstance(rec.get("ss"), (str, type(None)))
 
 
-def rows_of(node: str, samples: list[dict], peers: dict[str, str]) -> list[tuple[str, float, str, float]]:
-    """(node, ts, metric, value) rows of one node's raw samples: from the second sample
-    on, each over the interval since the previous one (the local sampler's shape).
+def rows_of(node: str, samples: Iterable[dict], peers: dict[str, str]) -> list[tuple[str, float, str, float]]:
+    """(node, ts, metric, value) rows of one node's raw samples, taken in the order
+    given (the sampler appends them in ``mono`` order; a sample whose ``mono`` is not
+    past the one before is skipped) and only one held back at a time: from the second
+    sample on, each over the interval since the previous one (the local sampler's
+    shape). A sample's TCP rows name at most :data:`MAX_TCP_PEERS` peers (the nodes of
+    ``peers`` first).
 
     ``cpu_util_pct`` (node-wide, 0..100), ``proc_cpu_util_pct`` (percent of one CPU;
     a process first seen counts from its start), ``proc_rss_bytes``,
@@ -122,13 +152,16 @@ def rows_of(node: str, samples: list[dict], peers: dict[str, str]) -> list[tuple
     tracker = tcpstats.TcpTracker()
     resolver = tcpstats.PeerResolver(peers)
     prev = None
-    for s in sorted(samples, key=lambda r: r["mono"]):
+    for s in samples:
+        if prev is not None and s["mono"] <= prev["mono"]:
+            continue
         conns = None
         if s.get("ss") is not None:
             ino = {i for i in s.get("ino", []) if isinstance(i, int)}
-            conns = [c for c in tcpstats.parse_ss(s["ss"]) if c.inode in ino]
+            conns = _few_peers([c for c in tcpstats.parse_ss(s["ss"]) if c.inode in ino], lambda c: resolver.peer(node, c),
+                               set(peers.values()))
             tcp = tracker.update(conns, lambda c: resolver.peer(node, c), s["mono"])
-        if prev is None or s["mono"] <= prev["mono"]:
+        if prev is None:
             prev = s
             continue
         ts, dt = float(s["ts"]), s["mono"] - prev["mono"]
@@ -149,6 +182,14 @@ def rows_of(node: str, samples: list[dict], peers: dict[str, str]) -> list[tuple
     return rows
 
 
+def _few_peers(conns: list, peer_of, known: set[str]) -> list:
+    """``conns`` less those of peers past the first :data:`MAX_TCP_PEERS` (the known
+    nodes' connections counted first)."""
+    names = [peer_of(c) for c in conns]
+    keep = sorted(set(names), key=lambda p: (p not in known, p))[:MAX_TCP_PEERS]
+    return [c for c, p in zip(conns, names) if p in set(keep)] if len(keep) < len(set(names)) else conns
+
+
 def _run_delay_gained(before: dict, now: dict) -> int:
     """ns of run delay gained between two samples, over the threads in both (one that
     ended or started between them is left out of that interval, as in the local
@@ -156,19 +197,32 @@ def _run_delay_gained(before: dict, now: dict) -> int:
     return sum(max(0, v - before[k]) for k, v in now.items() if k in before)
 
 
-def host_rows(telemetry_dir: Path, nodes: list[str], peers: dict[str, str], run_id: str | None = None) -> pd.DataFrame:
+def host_rows(telemetry_dir: Path, nodes: list[str], peers: dict[str, str], run_id: str | None = None, *,
+              max_samples: int | None = None, skipped: dict[str, int] | None = None) -> pd.DataFrame:
     """Host rows of the collected samples of ``nodes`` in ``telemetry_dir``
     (``NODE/host-NODE.jsonl``: each node's own folder), as HostSampler.frame() shapes them (``run_id`` column when
-    given)."""
+    given). At most ``max_samples`` samples of a node make rows (:func:`max_samples`
+    for a run); a node whose file holds more is put in ``skipped`` with that number
+    (the rest is never parsed)."""
     rows = []
     for name in nodes:
-        rows += rows_of(name, read_samples(Path(telemetry_dir) / name / f"{PREFIX}{name}.jsonl"), peers)
+        samples = iter_samples(Path(telemetry_dir) / name / f"{PREFIX}{name}.jsonl")
+        rows += rows_of(name, itertools.islice(samples, max_samples), peers)
+        if max_samples is not None and next(samples, None) is not None and skipped is not None:
+            skipped[name] = max_samples
+        samples.close()
     df = pd.DataFrame(rows, columns=["node", "ts", "metric", "value"])
     df["ts"] = df["ts"].astype("float64")
     df["value"] = df["value"].astype("float64")
     if run_id is not None:
         df.insert(0, "run_id", run_id)
     return df
+
+
+def max_samples(started_ts: float, now: float | None = None) -> int:
+    """The most samples a node sampler started at ``started_ts`` (unix s) can have
+    written by ``now`` (one each :data:`INTERVAL_S`), plus a minute's worth of slack."""
+    return int((max(0.0, (time.time() if now is None else now) - started_ts) + 60) / INTERVAL_S)
 
 
 def until_for(duration_s: float | None) -> float:

@@ -599,7 +599,7 @@ def test_commands_in_another_users_folder_run_as_that_user(request_cleanup):
     inj = GcStorm(LocalNode("local"), pid, 5, 1, 10, agent_dir=str(d))
     facts = {"cmd_path": str(agent_mod.command_path(d, pid)), "status_path": str(agent_mod.status_path(d, pid)),
              "heartbeat_path": str(agent_mod.heartbeat_path(d, pid)), "deadline_ts": time.time() + 10,
-             "dir_uid": uid, "dir_gid": gid}
+             "dir_uid": uid, "owner_gid": gid}
     plan = inj.plan(facts)
     for cmd in (*plan.inject, *plan.revert):  # as that user, killed in time (below), in a session and environment of its own
         i = cmd.argv.index("setpriv")
@@ -651,7 +651,7 @@ def test_a_revert_the_target_user_stops_is_killed_in_time(request_cleanup, monke
     inj = GcStorm(LocalNode("local"), pid, 5, 1, 10, agent_dir=str(d))
     facts = {"cmd_path": str(agent_mod.command_path(d, pid)), "status_path": str(agent_mod.status_path(d, pid)),
              "heartbeat_path": str(agent_mod.heartbeat_path(d, pid)), "deadline_ts": time.time() + 10,
-             "dir_uid": uid, "dir_gid": gid}
+             "dir_uid": uid, "owner_gid": gid}
     Path(facts["status_path"]).write_text("{}")  # the user keeps a status file: the revert polls
     os.chown(facts["status_path"], uid, gid)
     argv = inj.plan(facts).revert[0].argv

@@ -22,7 +22,9 @@ in the test's folder).
 from __future__ import annotations
 
 import fcntl
+import grp
 import os
+import pwd
 import subprocess
 import termios
 import threading
@@ -204,3 +206,36 @@ def wait_for_readers(timeout: float) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def test_a_line_run_as_the_workload_user_takes_their_own_group_not_the_folders(nobody_folder):  # noqa: F811
+    """nobody's control folder has group shadow, as a folder made inside a setgid folder
+    of that group has (whoever makes it, in shadow or not): root's revert line runs as
+    nobody with nobody's own group, never with shadow (it ran with gid 42)."""
+    shadow = grp.getgrnam("shadow").gr_gid
+    os.chown(nobody_folder, NOBODY, shadow)
+    agent = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "sh", "-c", SLOW_AGENT, "sh",
+                              str(nobody_folder), GOOD_HEARTBEAT, GOOD_STATUS, GOOD_HEARTBEAT], stdout=subprocess.PIPE, text=True)
+    gids: dict[int, str] = {}
+    try:
+        assert agent.stdout.readline().strip() == "ready"
+        root = subprocess.Popen([*FL, "inject", "--type", "gc-storm", "--target", str(agent.pid), "--gc-rate", "50", "--garbage-mb", "1",
+                                 "--duration", "1s"], env=dict(os.environ, FAULTLAB_AGENT_DIR=str(nobody_folder)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        end = time.time() + 120
+        while root.poll() is None and time.time() < end:
+            for pid in _as_nobody_lines():
+                try:
+                    gids[pid] = next(ln for ln in open(f"/proc/{pid}/status") if ln.startswith("Gid:"))
+                except (OSError, StopIteration):
+                    pass
+            time.sleep(0.01)
+        _, err = root.communicate(timeout=30)
+        assert root.returncode == 0, err[-2000:]
+    finally:
+        agent.kill()
+        agent.wait()
+    assert gids, "the revert line never ran as nobody"
+    own = pwd.getpwuid(NOBODY).pw_gid
+    for pid, line in gids.items():
+        assert line.split()[1:] == [str(own)] * 4, f"nobody's process {pid} runs with {line.strip()}, not nobody's group {own}"

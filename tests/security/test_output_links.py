@@ -129,3 +129,31 @@ def test_dataset_build_never_writes_through_a_building_folder_swapped_for_a_link
     # file), so the build may stop on it before the swap lands: either line is one line
     msg = str(e.value)
     assert "\n" not in msg and ("replaced" in msg or "meta.json" in msg and "not a regular file" in msg), msg
+
+
+@pytest.mark.parametrize("out", [None, "link/sub"])
+def test_a_campaigns_folder_is_never_made_through_a_planted_link(out, nobody_dir, tmp_path):
+    """nobody links ``faultlab-runs`` (the default output folder where root stands) or a
+    folder of ``--out`` to a root folder: root's campaign stops in one line naming the
+    link and makes nothing in the root folder (it made ``NAME-TIME/`` there first)."""
+    target = tmp_path / "root-folder"
+    target.mkdir(mode=0o700)
+    as_nobody("ln", "-s", str(target), str(nobody_dir / ("faultlab-runs" if out is None else "link")))
+    cp = fl("campaign", CAMPAIGN, *([] if out is None else ["--out", nobody_dir / out]), cwd=nobody_dir, timeout=300)
+    assert cp.returncode == 1 and "symlink" in cp.stderr and cp.stderr.count("\n") == 1, cp.stdout + cp.stderr
+    assert list(target.iterdir()) == []
+
+
+def test_a_campaign_chunk_never_reads_an_earlier_manifest_through_a_link(nobody_dir, tmp_path):
+    """``--runs`` adds to the folder's ``campaign.json``: nobody links it to a root-only
+    manifest, whose runs root's campaign copied into the new one it wrote there (0644);
+    now it stops in one line naming the link."""
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"runs": [{"schedule": {"name": "root-only-run"}, "code": 0}]}')
+    os.chmod(secret, 0o600)
+    out = nobody_dir / "out"
+    as_nobody("mkdir", str(out))
+    as_nobody("ln", "-s", str(secret), str(out / "campaign.json"))
+    cp = fl("campaign", CAMPAIGN, "--out", out, "--runs", "0:1", timeout=300)
+    assert cp.returncode == 2 and "campaign.json" in cp.stderr and "symlink" in cp.stderr, cp.stdout + cp.stderr
+    assert os.path.islink(out / "campaign.json") and "root-only-run" not in cp.stdout

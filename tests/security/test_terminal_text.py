@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -153,3 +154,80 @@ def test_label_prints_peer_groups_and_components_as_plain_lines(tmp_path):
     cp = fl("label", "--import", "long", tmp_path / "long.csv", "--out", tmp_path / "imp", timeout=300)
     assert cp.returncode == 0 and "labeled:" in cp.stdout and "?]52;c;" in cp.stdout, cp.stdout + cp.stderr[-800:]
     _assert_clean(cp.stdout + cp.stderr)
+
+
+@needs_root
+def test_leaderboard_prints_dataset_names_of_a_submitted_file_as_plain_lines(users_dataset, tmp_path):
+    """A leaderboard scored on nobody's dataset named with ``EVIL``: its table on stdout,
+    and root's ``--verify`` of that file, whose dataset path the submitter chose, print
+    the name with no escape."""
+    cp = fl("leaderboard", "--dataset", users_dataset, "--detector", "constant", "--boot", "20", "--out", tmp_path / "out", timeout=300)
+    assert cp.returncode == 0 and "team?[2K" in cp.stdout, cp.stdout + cp.stderr[-800:]
+    _assert_clean(cp.stdout + cp.stderr)
+    cp = fl("leaderboard", "--verify", tmp_path / "out" / "leaderboard.json", timeout=300)
+    assert cp.returncode == 0 and "reproduced" in cp.stdout and "team?[2K" in cp.stdout, cp.stdout + cp.stderr[-800:]
+    _assert_clean(cp.stdout + cp.stderr)
+
+
+def test_score_and_dataset_info_print_a_datasets_fault_types_as_plain_text(tmp_path):
+    """A dataset whose runs' fault type holds ``EVIL`` and rich markup (a hyperlink in
+    root's terminal): ``score``'s breakdown by fault type and ``dataset info`` show it
+    as plain text, the markup as it is."""
+    from faultlab.datasets.build import build
+    from faultlab.datasets.synthetic import make_run as make_labeled_run
+
+    kind = f"[link=https://evil.example]cpu[/link]{EVIL}"
+    for i in range(4):
+        make_labeled_run(tmp_path / f"r{i}", f"r{i}", seed=i, fault_type=kind)
+    ds = build([tmp_path / f"r{i}" for i in range(4)], "evil-kinds", tmp_path, test_fraction=0.5, seed=1)
+    wide = {"COLUMNS": "400"}  # one table row a line
+    cp = fl("score", "--dataset", ds, "--detector", "constant", "--boot", "20", env=wide, timeout=300)
+    assert cp.returncode == 0 and "[link=https://evil.example]cpu[/link]?[2K" in cp.stdout, cp.stdout + cp.stderr[-800:]
+    _assert_clean(cp.stdout + cp.stderr)
+    cp = fl("dataset", "info", ds, env=wide)
+    assert cp.returncode == 0 and "[link=https://evil.example]cpu[/link]?[2K" in cp.stdout, cp.stdout + cp.stderr[-800:]
+    _assert_clean(cp.stdout + cp.stderr)
+
+
+def test_a_runs_line_for_a_fault_not_injected_shows_the_errors_markup_as_it_is(monkeypatch):
+    """A fault that fails to inject in ``faultlab run`` is one line quoting the error,
+    which quotes what a node or the workload's agent wrote: rich markup there (a
+    hyperlink) is shown as text, not made an escape sequence on root's terminal."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from faultlab import runner
+
+    def refuse(*_a, **_k):
+        raise FaultlabError("agent: [link=https://evil.example]click[/link] [reverse]x")
+
+    monkeypatch.setattr(runner, "build_injector", lambda *a: None)
+    buf = io.StringIO()
+    d = runner._Due(SimpleNamespace(type="gc-storm", duration=5.0), 0, 1.0, None)
+    res = SimpleNamespace(failed_faults=[])
+    runner._start(d, [], [], None, SimpleNamespace(event=lambda *a, **k: None), res,
+                  Console(file=buf, force_terminal=True, width=400), 0.0, SimpleNamespace(apply=refuse))
+    out = buf.getvalue()
+    assert "\x1b]8;" not in out and "\x1b[7m" not in out, repr(out)  # no hyperlink, no reverse video
+    assert "[link=https://evil.example]click[/link] [reverse]x" in re.sub(r"\x1b\[[0-9;]*m", "", out), repr(out)  # colours aside
+
+
+def test_label_prints_a_runs_long_peer_group_name_cut_and_in_time(tmp_path):
+    """A run handed to root names its peer group with 200,000 characters: ``label``
+    shows the name cut at ``errors.FIELD_CHARS`` and takes no longer for it (rich's
+    highlighter, quadratic in a line's length, took minutes over such a line)."""
+    from faultlab.errors import FIELD_CHARS
+
+    run = make_run(tmp_path / "run", ranks=4, duration_s=30, label=False)
+    steps = pd.read_parquet(run / "steps.parquet")
+    steps["peer_group"] = "G" * 200_000
+    steps.to_parquet(run / "steps.parquet")
+    t = time.monotonic()
+    cp = fl("label", run, timeout=600)
+    took = time.monotonic() - t
+    assert cp.returncode == 0, cp.stdout[-800:] + cp.stderr[-800:]
+    line = next(ln for ln in cp.stdout.splitlines() if "peer group G" in ln)
+    assert "G" * FIELD_CHARS + "..." in line and len(line) < 2 * FIELD_CHARS + 200, line[:300]
+    assert took < 120, f"label took {took:.0f} s"

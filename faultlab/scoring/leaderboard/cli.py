@@ -3,6 +3,7 @@ submitted scores file (``--verify``); registered in faultlab/cli.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -11,7 +12,7 @@ import typer
 
 from faultlab import safefs
 from faultlab.cliopts import Quiet
-from faultlab.errors import BadInput, FaultlabError
+from faultlab.errors import BadInput, FaultlabError, printable
 
 # Lazy imports: the CLI imports this module to register the command; scoring (numpy,
 # pandas) and the page (matplotlib, jinja2) are imported inside it, so
@@ -61,7 +62,8 @@ def leaderboard_cmd(
                 raise BadInput("--verify re-scores the file with its own detectors and settings", field="--verify",
                                fix="give --verify FILE alone, or with --dataset DIR to find a dataset it names")
             boards = verifying.verify(verify, dataset)
-            print(f"{verify}: reproduced: {sum(len(b.rows) for b in boards)} rows on {', '.join(b.name for b in boards)}, every number the same")
+            # the datasets' names come from the submitted file's paths: printable only
+            print(printable(f"{verify}: reproduced: {sum(len(b.rows) for b in boards)} rows on {', '.join(b.name for b in boards)}, every number the same"))
             return
         if not dataset:
             raise BadInput("give at least one --dataset DIR", field="--dataset", fix="e.g. --dataset datasets/faultlab-hw-v1")
@@ -71,7 +73,7 @@ def leaderboard_cmd(
 
         def progress(db):
             if not quiet:
-                print(f"{db.name}: {db.n_runs} runs, {len(db.rows)} detectors scored in {db.wall_s:.1f} s", file=sys.stderr, flush=True)
+                print(printable(f"{db.name}: {db.n_runs} runs, {len(db.rows)} detectors scored in {db.wall_s:.1f} s"), file=sys.stderr, flush=True)
 
         board = compute.build(dataset, detector or None, on_dataset=progress, mode=mode, split=split, window_s=window_s,
                               tick_s=tick_s, n_boot=boot, seed=seed)
@@ -88,11 +90,15 @@ def leaderboard_cmd(
     except FaultlabError as e:
         print(f"faultlab: error: {e}", file=sys.stderr)
         raise typer.Exit(e.exit_code)
-    print(js if as_json else render.brief_markdown(board) if brief else md)
+    if as_json:
+        print(js)
+    else:  # the table names the datasets' folders (anyone's names): printable, as the files keep them
+        shown = dataclasses.replace(board, datasets=[dataclasses.replace(db, name=printable(db.name)) for db in board.datasets])
+        print("\n".join(printable(line) for line in (render.brief_markdown(shown) if brief else render.markdown(shown)).splitlines()))
     if out is not None and not quiet:
         print(f"wrote {', '.join(str(out / n) for n in OUT_FILES)}", file=sys.stderr)
     if card:
-        print(f"wrote the {board.settings['mode']} table into {', '.join(str(Path(db.path) / 'README.md') for db in board.datasets)}", file=sys.stderr)
+        print(printable(f"wrote the {board.settings['mode']} table into {', '.join(str(Path(db.path) / 'README.md') for db in board.datasets)}"), file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:
