@@ -4,7 +4,7 @@ labeled out of core on Dask, against a plain streaming scan of the same files.
     python3 perf/labeler_scale.py [--sizes 1e7,1e8] [--ranks 1000] [--workers 2] [--in-memory-up-to 1e7]
 
 A run of 1e9 rank-steps (``--sizes 1e9``) takes about 20 GB of Parquet in the
-temporary folder and its labeling about 41 GB more of memory maps beside it.
+temporary folder and its labeling about 32 GB more of memory maps beside it.
 
 Per size (R = --ranks, S = size / R):
 
@@ -42,7 +42,7 @@ import tempfile
 import time
 
 #: disk a run takes here, its Parquet and its labeling's memory maps (bytes per rank-step,
-#: measured at 1e9: 20 GB and 41 GB)
+#: with room: 20 and 32 bytes at 1e9)
 DISK_BYTES_PER_RANK_STEP = 64
 
 COLUMNS = ["run_id", "rank", "node", "peer_group", "step", "t_start", "compute_s", "comm_s", "step_s", "dataloader_s"]
