@@ -671,6 +671,8 @@ def campaign(
         # made from / with no link followed (safefs): a link planted at ./faultlab-runs (or
         # any part of --out) would have root make folders wherever it points first
         safefs.open_dir_nofollow(base, create=True).close()
+    except safefs.NotAFolder as e:
+        _fail(BadInput(f"cannot make {base}: {e.path} is not a folder", field="--out", fix="give a writable folder"))
     except FaultlabError as e:
         _fail(e)
     except OSError as e:
