@@ -35,7 +35,7 @@ root never writes through a path another user controls, and are killed after
 ``AS_OWNER_TIMEOUT_S`` (that user may stop them); the command's temporary is
 a fresh ``mktemp`` file, never a predictable name. On another node (ssh, docker) the
 command is written there as the node's acting user through descriptors
-(``safefs.write_on_node_argv``: the folder walked with no link, the temporary made
+(``nodefs.write_on_node_argv``: the folder walked with no link, the temporary made
 ``O_EXCL|O_NOFOLLOW``, its mode set and renamed by descriptor): ``WRITE_SH`` run
 there as root let the folder's owner relink the fresh temporary between ``mktemp``
 and the write or the ``chmod``, which root then did through the link. Every value read from the agent's
@@ -76,7 +76,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from faultlab import procid, safefs
+from faultlab import nodefs, procid, safefs
 from faultlab.benchmarks import agent as agent_mod
 from faultlab.errors import BadInput, Refused, printable
 from faultlab.injectors.base import Cmd, Injector, Plan
@@ -401,8 +401,8 @@ class GcStorm(Injector):
                 p = Path(path)
                 with safefs.open_dir(str(p.parent), private=True, uids=self._owners()) as d:
                     return d.read_bytes(p.name).decode("utf-8", errors="replace")
-            # another node (ssh, docker): the same checks, run there (safefs.read_on_node)
-            return safefs.read_on_node(self.node, path, uids=self._remote_owners())
+            # another node (ssh, docker): the same checks, run there (nodefs.read_on_node)
+            return nodefs.read_on_node(self.node, path, uids=self._remote_owners())
         except (OSError, ValueError):
             return None
 
@@ -436,7 +436,7 @@ class GcStorm(Injector):
     def _exists(self, path: str) -> bool:
         if not self._local():
             try:
-                safefs.read_on_node(self.node, path, uids=self._remote_owners())
+                nodefs.read_on_node(self.node, path, uids=self._remote_owners())
                 return True
             except FileNotFoundError:
                 return False
@@ -497,7 +497,7 @@ class GcStorm(Injector):
         hb_path = str(agent_mod.heartbeat_path(d, pid))
         if not self._local():  # another node: the whole path is checked there as it is read
             try:
-                safefs.read_on_node(self.node, hb_path, uids=self._remote_owners())
+                nodefs.read_on_node(self.node, hb_path, uids=self._remote_owners())
             except FileNotFoundError:
                 pass  # no heartbeat: refused below
             except safefs.UntrustedPath as e:
@@ -552,7 +552,7 @@ class GcStorm(Injector):
         if self._local():
             write = self._as_owner(("sh", "-c", WRITE_SH, "sh", body, facts["cmd_path"]), uid, gid)
         else:  # another node: written there as its acting user through descriptors, never a path the folder's owner may swap
-            write = tuple(safefs.write_on_node_argv(facts["cmd_path"], body + "\n", uids=self._remote_owners()))
+            write = tuple(nodefs.write_on_node_argv(facts["cmd_path"], body + "\n", uids=self._remote_owners()))
         inject = [Cmd(write, "host", "hand the storm to the agent")]
         revert = [Cmd(self._as_owner(("sh", "-c", STOP_SH, "sh", facts["cmd_path"], facts["status_path"], str(self.pid), str(polls)),
                                      uid, gid), "host",

@@ -33,7 +33,7 @@ from faultlab import procid, safefs
 from faultlab.errors import NodeError
 from faultlab.lifecycle.procowner import MINE_SH
 from faultlab.lifecycle.record import lease_folder_error, valid_record
-from faultlab.safefs import read_on_node
+from faultlab.nodefs import read_on_node
 
 _CHECK_DIR_SH = ('mkdir -p -m 700 "$1" && [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && '
                  'case "$(stat -c %a "$1")" in *[2367]?|*?[2367]) exit 3;; esac')

@@ -4,7 +4,7 @@ every node backend bounds a command's output.
 The file's own folder may belong to a trusted user who is not root (gc-storm agent
 files: the target process's user). That user swaps the file's name for a symlink, a
 FIFO or a hard link in a tight ``renameat2(RENAME_EXCHANGE)`` loop while root reads
-(faultlab.safefs.read_on_node): root must never return what the link names, never more
+(faultlab.nodefs.read_on_node): root must never return what the link names, never more
 than MAX_READ_BYTES, and never wait on a FIFO. The attacker is a real process of uid
 65534; the reader runs the real node command.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from faultlab import safefs
+from faultlab import nodefs, safefs
 from faultlab.nodes import LocalNode
 from faultlab.nodes.netns import NetnsNode
 
@@ -85,7 +85,7 @@ def test_a_swapped_in_link_fifo_or_hard_link_is_never_read(raced):
     while time.monotonic() < end:
         t = time.monotonic()
         try:
-            got.append(safefs.read_on_node(NODE, str(raced), uids=(65534,)))
+            got.append(nodefs.read_on_node(NODE, str(raced), uids=(65534,)))
         except (safefs.UntrustedPath, FileNotFoundError) as e:
             assert "\n" not in str(e)
             refused += 1
@@ -130,9 +130,9 @@ def test_an_ssh_nodes_run_is_bounded_and_read_on_node_works_there(dockerd, no_re
         rc, out = client().containers.get(tb.inner.nodes[0].container).exec_run(
             ["sh", "-c", "mkdir -m 0700 /root/rt && printf '{\"a\": 1}' > /root/rt/ok.json && ln -s /etc/shadow /root/rt/l.json"])
         assert rc == 0, out
-        assert safefs.read_on_node(node, "/root/rt/ok.json") == '{"a": 1}'
+        assert nodefs.read_on_node(node, "/root/rt/ok.json") == '{"a": 1}'
         with pytest.raises(safefs.UntrustedPath, match="l.json: is a symlink"):
-            safefs.read_on_node(node, "/root/rt/l.json")
+            nodefs.read_on_node(node, "/root/rt/l.json")
     finally:
         tb.nodes[0].close()
         assert tb.down() == []

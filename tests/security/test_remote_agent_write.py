@@ -1,6 +1,6 @@
 """On another node (ssh, docker) root's gc-storm writes the agent's command into a
 control folder the target process's user owns, as the node's acting user (root with
-sudo): there it is written through descriptors (``safefs.write_on_node_argv``), never
+sudo): there it is written through descriptors (``nodefs.write_on_node_argv``), never
 by a path that user may swap. ``WRITE_SH`` run there as root let them relink the fresh
 ``mktemp`` temporary between its creation and the write or the ``chmod 644``: root
 overwrote its own 0600 file with the command and made it world-readable (the red team

@@ -1,5 +1,5 @@
 """Files read back on another node (ssh, docker) get the same trust checks as on this
-host (faultlab.safefs.read_on_node: owner and mode of the whole path, no symlink,
+host (faultlab.nodefs.read_on_node: owner and mode of the whole path, no symlink,
 checked on the node in the same command that reads): agent heartbeats and commands
 (injectors/gc.py) and lease records (lifecycle/lease_remote.py)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from faultlab import safefs
+from faultlab import nodefs, safefs
 from faultlab.errors import Refused
 from faultlab.nodes import LocalNode
 
@@ -31,9 +31,9 @@ def private(tmp_path):
 def test_read_on_node_reads_a_trusted_file(private):
     (private / "a.json").write_text('{"x": 1}')
     os.chmod(private / "a.json", 0o600)
-    assert json.loads(safefs.read_on_node(NODE, str(private / "a.json"))) == {"x": 1}
+    assert json.loads(nodefs.read_on_node(NODE, str(private / "a.json"))) == {"x": 1}
     with pytest.raises(FileNotFoundError):
-        safefs.read_on_node(NODE, str(private / "missing.json"))
+        nodefs.read_on_node(NODE, str(private / "missing.json"))
 
 
 def test_read_on_node_refuses_symlinks_anywhere_on_the_path(private, tmp_path):
@@ -41,11 +41,11 @@ def test_read_on_node_refuses_symlinks_anywhere_on_the_path(private, tmp_path):
     target.write_text("{}")
     (private / "l.json").symlink_to(target)
     with pytest.raises(safefs.UntrustedPath, match="l.json: on node local: .*l.json: is a symlink"):
-        safefs.read_on_node(NODE, str(private / "l.json"))
+        nodefs.read_on_node(NODE, str(private / "l.json"))
     (tmp_path / "dirlink").symlink_to(private)
     (private / "a.json").write_text("{}")
     with pytest.raises(safefs.UntrustedPath, match="dirlink: is a symlink"):
-        safefs.read_on_node(NODE, str(tmp_path / "dirlink" / "a.json"))
+        nodefs.read_on_node(NODE, str(tmp_path / "dirlink" / "a.json"))
 
 
 def test_read_on_node_refuses_foreign_owner_writable_and_shared_folders(private, tmp_path):
@@ -53,24 +53,24 @@ def test_read_on_node_refuses_foreign_owner_writable_and_shared_folders(private,
     f.write_text("{}")
     os.chown(f, 65534, 65534)
     with pytest.raises(safefs.UntrustedPath, match="is owned by uid 65534"):
-        safefs.read_on_node(NODE, str(f))
-    assert safefs.read_on_node(NODE, str(f), uids=(65534,)) == "{}"  # the target's user, when told
+        nodefs.read_on_node(NODE, str(f))
+    assert nodefs.read_on_node(NODE, str(f), uids=(65534,)) == "{}"  # the target's user, when told
     os.chown(f, 0, 0)
     os.chmod(f, 0o622)
     with pytest.raises(safefs.UntrustedPath, match="writable by group or others"):
-        safefs.read_on_node(NODE, str(f))
+        nodefs.read_on_node(NODE, str(f))
     os.chmod(f, 0o600)
     os.chmod(private, 0o755)
     with pytest.raises(safefs.UntrustedPath, match="must be 0700"):
-        safefs.read_on_node(NODE, str(f))
-    assert safefs.read_on_node(NODE, str(f), private=False) == "{}"
+        nodefs.read_on_node(NODE, str(f))
+    assert nodefs.read_on_node(NODE, str(f), private=False) == "{}"
     os.chmod(private, 0o700)
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o1777)  # sticky, world-writable: never the file's own folder
     (shared / "a.json").write_text("{}")
     with pytest.raises(safefs.UntrustedPath, match="shared: is writable by group or others"):
-        safefs.read_on_node(NODE, str(shared / "a.json"), private=False)
+        nodefs.read_on_node(NODE, str(shared / "a.json"), private=False)
 
 
 @pytest.fixture(scope="module")
