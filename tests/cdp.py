@@ -40,10 +40,14 @@ class Browser:
         import websocket
 
         self.profile = Path(tempfile.mkdtemp(prefix="faultlab-chromium-"))
-        self.proc = subprocess.Popen([chromium_path(), *FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
-                                      "--window-size=1200,900", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-        port_file = self.profile / "DevToolsActivePort"
+        # its temporary folder inside the profile: chromium makes its singleton socket's
+        # folder (org.chromium.Chromium.*) there, and a killed chromium leaves it behind
+        (self.profile / "tmp").mkdir()
+        self.proc = subprocess.Popen([chromium_path(), *FLAGS, f"--user-data-dir={self.profile / 'data'}",
+                                      "--remote-debugging-port=0", "--window-size=1200,900", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                                     env={**os.environ, "TMPDIR": str(self.profile / "tmp")})
+        port_file = self.profile / "data" / "DevToolsActivePort"
         deadline = time.time() + self.timeout_s
         while not (port_file.exists() and port_file.read_text().strip()):
             if self.proc.poll() is not None:
