@@ -51,6 +51,22 @@ def step_top(compute: np.ndarray) -> np.ndarray:
     return np.fmax.reduce(compute, axis=1).astype(np.float64)
 
 
+def _largest(comp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(arg, top, second)`` of ``comp`` ``(S, R)`` (s): per step the rank column with
+    the largest compute, that compute and the largest of the others (equal to it on a
+    tie), float64; NaN counts as ``-inf`` (``top`` is ``-inf`` for a step without data,
+    ``second`` ``-inf`` with one rank)."""
+    S, R = comp.shape
+    rows = np.arange(S)
+    filled = np.where(np.isnan(comp), comp.dtype.type(-np.inf), comp)
+    arg = np.argmax(filled, axis=1)
+    top = filled[rows, arg].astype(np.float64)
+    if R < 2:
+        return arg, top, np.full(S, -np.inf)
+    filled[rows, arg] = -np.inf
+    return arg, top, np.max(filled, axis=1).astype(np.float64)
+
+
 def simulate(grid: StepGrid) -> tuple[np.ndarray, np.ndarray]:
     """Per-step what-if times of one run.
 
@@ -65,15 +81,7 @@ def simulate(grid: StepGrid) -> tuple[np.ndarray, np.ndarray]:
     comp = grid.compute
     gmed_g, _, gidx = grid.group_stats()
     rows = np.arange(S)
-    filled = np.where(np.isnan(comp), comp.dtype.type(-np.inf), comp)
-    arg = np.argmax(filled, axis=1)
-    top = filled[rows, arg].astype(np.float64)
-    if R >= 2:  # the largest of the others (equal to top on a tie)
-        filled[rows, arg] = -np.inf
-        second = np.max(filled, axis=1).astype(np.float64)
-    else:
-        second = np.full(S, -np.inf)
-    del filled
+    arg, top, second = _largest(comp)
     ideal = np.fmax.reduce(gmed_g, axis=1).astype(np.float64)
     top = np.where(np.isfinite(top), top, np.nan)
     step = grid.job_step
@@ -112,15 +120,7 @@ def whatif_sums(grid) -> tuple[float, float, int, np.ndarray]:
     comp = np.asarray(grid.compute)
     gmed_g, _, gidx = grid.group_stats()
     rows = np.arange(S)
-    filled = np.where(np.isnan(comp), comp.dtype.type(-np.inf), comp)
-    arg = np.argmax(filled, axis=1)
-    top = filled[rows, arg].astype(np.float64)
-    if R >= 2:  # the largest of the others (equal to top on a tie)
-        filled[rows, arg] = -np.inf
-        second = np.max(filled, axis=1).astype(np.float64)
-    else:
-        second = np.full(S, -np.inf)
-    del filled
+    arg, top, second = _largest(comp)
     ideal = np.fmax.reduce(gmed_g, axis=1).astype(np.float64)
     top = np.where(np.isfinite(top), top, np.nan)
     step = np.asarray(grid.job_step)
