@@ -8,7 +8,16 @@ and a peer view (a component against its peers) decides *what* was slow:
    when the temporal view agrees in the interval (the job step time or the rank's own
    compute_s is up against its history), else ``"peer"`` (e.g. a fault present from
    the first step, invisible to a temporal view). The rank is the cause: no separate
-   ``job`` label is made for the slowdown it explains.
+   ``job`` label is made for the slowdown it explains. The job must have felt it, as
+   every other rank label's rule asks: the what-if slowdown of the interval's
+   stragglers (the job's time / its time with the ranks peer-flagged in it made ideal
+   together, :func:`faultlab.labeler.whatif.ranks_cost`; for one rank ``S_w``; as a
+   set, since ranks slowed together each hold the step for the others) reaches
+   ``min_slowdown``. A rank that computes
+   longer than its group while the job keeps its pace (a pipeline's last stage,
+   slower by design and lifted over the peer bar by noise; ranks sharing a busy
+   host's CPUs, whose compute times trade places while the job's total does not
+   change) cost the job nothing and is no straggler.
 2. **Job-wide slowdown** (``job`` label, views ``"temporal"``): the job step time is up
    against its history even after the stragglers are removed (the OSDI'25 what-if
    step time, see :mod:`faultlab.labeler.whatif`, is still above threshold x baseline)
@@ -70,6 +79,7 @@ from faultlab.labeler.intervals import dilate, grow, intervals, log_ratio, refin
 from faultlab.labeler.labelrows import empty_labels, grid_row, label_confidence, typed_labels
 from faultlab.labeler.stats import column_nansum, loo_median, mean, median, median_of_rows, median_ratio, nanmedian, time_ratio
 from faultlab.labeler.views.temporal import TemporalView
+from faultlab.labeler.whatif import ranks_cost
 
 
 def fuse(an: Analysis) -> pd.DataFrame:
@@ -163,7 +173,11 @@ def _peer_stragglers(acc: _Labels) -> None:
 def _peer_label(acc: _Labels, j: int, i0: int, i1: int) -> None:
     """The rank label of a peer-view interval: its slowdown against the rank's own
     level just before onset (a trailing baseline drifts up inside a long fault), or
-    its peers' when it has no clean history."""
+    its peers' when it has no clean history. No label when the what-if slowdown of
+    the interval's stragglers (the ranks with a peer flag in it, this one among them,
+    made ideal together: :func:`faultlab.labeler.whatif.ranks_cost`, in the evidence
+    as ``whatif_slowdown`` over ``whatif_n_ranks``) is under ``min_slowdown``: the job
+    did not feel them."""
     an = acc.an
     cfg, g, tv, pv = an.config, an.grid, an.temporal, an.peer
     sl = slice(i0, i1 + 1)
@@ -183,6 +197,7 @@ def _peer_label(acc: _Labels, j: int, i0: int, i1: int) -> None:
     n_ok = int(np.isfinite(g.compute[sl, j]).sum())
     slowdown = float(np.nansum(g.compute[sl, j]) / (n_ok * baseline)) if baseline and np.isfinite(baseline) and n_ok else peer_ratio
     views = "temporal+peer" if (rank_t or job_t) else "peer"
+    with_peers = np.union1d(np.flatnonzero(pv.flag[sl].any(axis=0)), [j])  # the stragglers of the interval
     ev = {
         "baseline_s": baseline,
         "baseline_kind": kind,
@@ -194,11 +209,15 @@ def _peer_label(acc: _Labels, j: int, i0: int, i1: int) -> None:
         "mean_peer_ratio": mean(pv.ratio[sl, j]),
         "temporal_ratio": median_ratio(g.compute[sl, j], tv.rank_base[sl, j]),
         "job_slowdown": an.job_slowdown(i0, i1),
+        "whatif_slowdown": ranks_cost(g, with_peers, i0, i1),
+        "whatif_n_ranks": int(with_peers.size),
         "job_baseline_s": median(tv.job_base[sl]),
         "n_steps": i1 - i0 + 1,
         "n_flagged": int(pv.flag[sl, j].sum()),
         "threshold": cfg.peer_threshold,
     }
+    if ev["whatif_slowdown"] < cfg.min_slowdown:  # NaN (no job step time): not judged
+        return
     if kind == "temporal-pre-onset" and _others_slowed_alike(an, j, w0, i0, i1, slowdown):
         return
     acc.add_rank(j, i0, i1, slowdown, views, peer_ratio, cfg.peer_threshold, ev)

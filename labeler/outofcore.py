@@ -80,7 +80,7 @@ from faultlab.labeler.stats import (MAD_TO_SIGMA, compiled_walk, loo_and_median,
                                     trailing_baseline_from, trailing_baseline_t)
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
-from faultlab.labeler.whatif import simulate_job, step_top, whatif_sums
+from faultlab.labeler.whatif import GridRows, simulate_job, step_top, whatif_sums
 from faultlab.steps import _codes, _int_column, _step_major, check_recorded_steps, dense_steps
 
 #: rank-steps below which a run is labeled in memory (no cluster is started)
@@ -423,7 +423,7 @@ def _peer_chunk(folder: str, S: int, R: int, a: int, b: int, cols: list, gidx: n
     if few.any():
         flag &= ~few[:, gidx]
     maps.put("peer_ratio", a, b, mine.T, 0, R)
-    return med, cnt, step_top(comp), whatif_sums(_GridRows(comp, job_step, (med, cnt, gidx))), chunk_runs(flag.T, 0, a)
+    return med, cnt, step_top(comp), whatif_sums(GridRows(comp, job_step, (med, cnt, gidx))), chunk_runs(flag.T, 0, a)
 
 
 # -- pass 3: the temporal view (carried state) -------------------------------------------
@@ -764,18 +764,3 @@ def _whatif_from_sums(grid: StepGrid, parts: list) -> dict:
     per_rank = {grid.component(j): (actual / float(sums[j]) if sums[j] > 0 else float("nan")) for j in range(grid.R)}
     return {"method": "osdi25-whatif-dp", "run_id": grid.run_id, "slowdown": S, "per_rank": per_rank,
             "actual_s": actual, "simulated_s": simulated, "n_steps": n_ok}
-
-
-class _GridRows:
-    """Rows of a :class:`StepGrid`, as :func:`faultlab.labeler.whatif.whatif_sums` reads
-    a grid (``S``, ``R``, ``compute``, ``job_step``, ``group_stats()``): ``compute``
-    ``(rows, R)``, ``job_step`` ``(rows,)`` and the rows' group stats."""
-
-    def __init__(self, compute: np.ndarray, job_step: np.ndarray, stats: tuple):
-        self.compute = np.asarray(compute)
-        self.S, self.R = self.compute.shape
-        self.job_step = np.asarray(job_step)
-        self._stats = stats
-
-    def group_stats(self) -> tuple:
-        return self._stats

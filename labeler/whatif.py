@@ -136,6 +136,61 @@ def whatif_sums(grid) -> tuple[float, float, int, np.ndarray]:
     return float(np.sum(step[ok])), float(np.sum(sim[ok])), int(ok.sum()), per_rank
 
 
+class GridRows:
+    """Rows of a :class:`StepGrid`, as :func:`whatif_sums` reads a grid (``S``, ``R``,
+    ``compute``, ``job_step``, ``group_stats()``): ``compute`` ``(rows, R)``,
+    ``job_step`` ``(rows,)`` and the rows' group stats ``(median (rows, G), count
+    (rows, G), gidx (R,))``."""
+
+    def __init__(self, compute: np.ndarray, job_step: np.ndarray, stats: tuple):
+        self.compute = np.asarray(compute)
+        self.S, self.R = self.compute.shape
+        self.job_step = np.asarray(job_step)
+        self._stats = stats
+
+    def group_stats(self) -> tuple:
+        return self._stats
+
+
+#: cells (rows x ranks) of compute one step of :func:`ranks_cost` reads at once
+COST_CHUNK_CELLS = 1 << 22
+
+
+def ranks_cost(grid, cols, i0: int, i1: int) -> float:
+    """What the rank columns ``cols`` together cost the job over grid rows ``i0..i1``:
+    the job's time / its time with those ranks made ideal (each one's compute replaced
+    by its group median; per step ``simulated = max(step - (top - new_top), ideal)``,
+    ``new_top`` the largest compute left, as in the module docstring). For one rank it
+    is ``S_w`` over those rows; for ranks slowed together (two faults at once, a
+    node's ranks) it is what they cost as a set, where each alone would read ~1 (the
+    others still hold the step). A ratio >= 1; NaN when no row has a job step time.
+    Read in chunks of :data:`COST_CHUNK_CELLS` cells, so a long interval of a wide run
+    (out of core) costs bounded memory. ``grid``: anything with ``R``, ``compute``,
+    ``job_step`` and ``group_stats()``."""
+    med, _, gidx = grid.group_stats()
+    cols = np.unique(np.asarray(cols, dtype=np.intp))
+    rest = np.ones(int(grid.R), dtype=bool)
+    rest[cols] = False
+    step_rows = max(1, COST_CHUNK_CELLS // max(int(grid.R), 1))
+    actual = simulated = 0.0
+    for a in range(i0, i1 + 1, step_rows):
+        b = min(a + step_rows, i1 + 1)
+        comp = np.asarray(grid.compute[a:b], dtype=np.float64)
+        filled = np.where(np.isnan(comp), -np.inf, comp)
+        top = np.max(filled, axis=1)
+        left = np.max(filled[:, rest], axis=1) if rest.any() else np.full(b - a, -np.inf)
+        gm = np.asarray(med[a:b], dtype=np.float64)
+        made = np.max(np.where(np.isnan(comp[:, cols]), -np.inf, gm[:, gidx[cols]]), axis=1)  # the set's ideal, where it ran
+        new_top = np.minimum(np.maximum(left, made), top)
+        ideal = np.fmax.reduce(gm, axis=1)
+        step = np.asarray(grid.job_step[a:b], dtype=np.float64)
+        sim = np.maximum(step - (top - new_top), ideal)
+        ok = np.isfinite(step) & np.isfinite(sim)
+        actual += float(np.sum(step[ok]))
+        simulated += float(np.sum(sim[ok]))
+    return actual / simulated if simulated > 0 else float("nan")
+
+
 def whatif_grid(grid: StepGrid) -> dict:
     """:func:`whatif` on a prepared :class:`StepGrid` (same return value)."""
     actual, simulated, n_ok, sums = whatif_sums(grid)
