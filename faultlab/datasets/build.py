@@ -26,6 +26,7 @@ import random
 import tempfile
 from collections import Counter
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 import pandas as pd
 import pyarrow as pa
@@ -42,7 +43,7 @@ from faultlab.errors import BadInput
 from faultlab.labeler import LabelerConfig, label
 from faultlab.rundata import RunData, read_run_dir
 from faultlab.rundir import RunDir
-from faultlab.scenario import Campaign, Scenario, load
+from faultlab.scenario import Campaign, Scenario, parse
 
 def collect_runs(run_dirs=(), campaigns=(), duplicates: list | None = None) -> list[Path]:
     """Run directories given directly and those inside campaign folders (children with
@@ -204,13 +205,23 @@ def _check_replaceable(final: Path) -> None:
                        field="--name", fix="give another name or --out, or remove that folder yourself")
 
 
-def check_campaign_files(files) -> list[Path]:
-    """The campaign/scenario files for a dataset's ``campaign/`` folder, each checked
-    with the scenario loader (``faultlab.scenario.load``, a campaign or a scenario) so
-    that only faultlab's own YAML is ever copied into a dataset meant for publishing
-    (``--campaign-file /etc/shadow`` was copied as it was).
+class CampaignFile(NamedTuple):
+    """A campaign/scenario file checked for a dataset: its ``name`` and the ``data``
+    that was checked, which is what the dataset gets."""
 
-    Returns: the paths (``Path``), in order.
+    name: str
+    data: bytes
+
+
+def check_campaign_files(files) -> list[CampaignFile]:
+    """The campaign/scenario files for a dataset's ``campaign/`` folder, each checked
+    with the scenario loader (``faultlab.scenario.parse``, a campaign or a scenario) so
+    that only faultlab's own YAML is ever copied into a dataset meant for publishing
+    (``--campaign-file /etc/shadow`` was copied as it was). Each file is read once,
+    and the text checked is the text kept: its owner may swap the path for a link to
+    a root-only file after the check, and a second read would copy that file.
+
+    Returns: one :class:`CampaignFile` per file, in order.
     Raises: BadInput (field ``--campaign-file``) for a missing file, one that is not
     a regular file or is over :data:`faultlab.inputfile.YAML_BYTES`, one the loader
     refuses (its first problem quoted) or two files of the same name."""
@@ -231,13 +242,13 @@ def check_campaign_files(files) -> list[Path]:
             raise BadInput(f"{f} is not a faultlab campaign or scenario file (not YAML whose top level is a scenario's or campaign's fields)",
                            field="--campaign-file", fix=fix)
         try:
-            load(f, "auto")
+            parse(text, f, "auto")
         except BadInput as e:
             raise BadInput(f"{f} is not a valid faultlab campaign or scenario file: {e}", field="--campaign-file", fix=fix) from None
         if f.name in seen:
             raise BadInput(f"two files named {f.name}", field="--campaign-file", fix="give each file once, or rename one")
         seen.add(f.name)
-        out.append(f)
+        out.append(CampaignFile(f.name, text.encode()))
     return out
 
 
@@ -327,7 +338,7 @@ def _check_still_there(parent: safefs.TrustedDir, name: str, held: safefs.Truste
                                    "build into a folder that only you can write (--out)")
 
 
-def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: int, campaign_files: list[Path], relabel: bool,
+def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: int, campaign_files: list[CampaignFile], relabel: bool,
                    description: str, license: str, source_note: str, split: dict | None) -> None:
     """Write every file of the dataset ``name`` into ``tree`` (see :func:`build`),
     ``MANIFEST.sha256`` last."""
@@ -368,7 +379,7 @@ def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: 
                                        "test_fraction": test_fraction, "seed": seed, "relabeled": bool(relabel),
                                        "import": coll.provenance["format"] if coll is not None and coll.provenance else None}, indent=1))
     for f in campaign_files:  # contents only: a published file gets mode 0644, not the source's
-        tree.put(f"campaign/{safefs.check_name(f.name)}", f.read_bytes())
+        tree.put(f"campaign/{safefs.check_name(f.name)}", f.data)
     cfg = _labeler_config()
     meta = card.card_meta(name, infos, split, labeler=cfg, description=description, license=license, source_note=source_note, relabeled=relabel,
                           provenance=coll.provenance if coll is not None else None)
