@@ -45,18 +45,30 @@ from faultlab.rundata import RunData, read_run_dir
 from faultlab.rundir import RunDir
 from faultlab.scenario import Campaign, Scenario, parse
 
-def collect_runs(run_dirs=(), campaigns=(), duplicates: list | None = None) -> list[Path]:
+def collect_runs(run_dirs=(), campaigns=(), duplicates: list | None = None, links: list | None = None) -> list[Path]:
     """Run directories given directly and those inside campaign folders (children with
     ``meta.json``), sorted by name, no duplicates: a folder given again (the same
     resolved path) is kept once, and ``(dropped path, kept path)`` is appended to
-    ``duplicates`` when a list is given (the CLI says so). Raises BadInput (field
-    ``--campaign`` / ``RUN_DIRS``) naming a folder that is neither."""
+    ``duplicates`` when a list is given (the CLI says so). A child of a campaign folder
+    that is a link (``lstat``) is never followed, and is appended to ``links`` when a
+    list is given (the CLI says so): the folder may be another user's, whose link to a
+    root-only run folder would put that run's tables into a dataset they can read.
+    Raises BadInput (field ``--campaign`` / ``RUN_DIRS``) naming a folder that is
+    neither."""
     out: list[Path] = []
     for c in campaigns:
         c = Path(c)
         if not c.is_dir():
             raise BadInput(f"{c} is not a folder", field="--campaign", fix="give the --out folder of faultlab campaign")
-        kids = sorted(p for p in c.iterdir() if p.is_dir() and (p / "meta.json").is_file())
+        kids = []
+        with os.scandir(c) as it:
+            for e in it:
+                if e.is_symlink():
+                    if links is not None:
+                        links.append(Path(e.path))
+                elif e.is_dir(follow_symlinks=False) and (Path(e.path) / "meta.json").is_file():
+                    kids.append(Path(e.path))
+        kids.sort()
         if not kids:
             raise BadInput(f"{c} holds no run directories", field="--campaign", fix="give the --out folder of faultlab campaign")
         out += kids
