@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from faultlab import inputfile, safefs, schema
@@ -264,6 +265,33 @@ def _check_footer(p: Path, rel: str, md: pq.FileMetaData) -> None:
                        f"(at most {MAX_PART_ROWS} rows and {MAX_PART_BYTES} bytes)", field=rel, fix=FIX)
 
 
+def _check_text_decoded(p: Path, rel: str, raw) -> None:
+    """Raise BadInput naming the part file ``p`` when its text columns decode to more
+    than :data:`MAX_PART_BYTES`. The footer's sizes count a dictionary-encoded column
+    as stored: one long value in the dictionary that every row names is a few KB on
+    disk and in the footer, and each row decodes to the whole value (a 10 KB part of
+    200,000 rows naming one 1 MiB peer group had ``score`` allocate 200 GB). The text
+    columns are read dictionary-encoded (the dictionary and 4 bytes a row) and the
+    decoded size summed from the values' lengths, a row group at a time."""
+    probe = pq.ParquetFile(raw)
+    text = [f.name for f in probe.schema_arrow
+            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type) or pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
+    if not text:
+        return
+    probe = pq.ParquetFile(raw, read_dictionary=text)
+    total = 0
+    for i in range(probe.num_row_groups):
+        for col in probe.read_row_group(i, columns=text).columns:
+            for chunk in col.chunks:
+                if pa.types.is_dictionary(chunk.type):
+                    total += pc.sum(pc.take(pc.binary_length(chunk.dictionary), chunk.indices)).as_py() or 0
+                else:
+                    total += chunk.nbytes
+        if total > MAX_PART_BYTES:
+            raise BadInput(f"{p}: its text columns decode to more than {MAX_PART_BYTES} bytes (a dictionary value every row names)",
+                           field=rel, fix=FIX)
+
+
 class Dataset:
     """The published dataset named ``path`` when it is a bare name that one of the
     registry's folders holds (:func:`faultlab.datasets.registry.published`:
@@ -355,6 +383,7 @@ class Dataset:
         try:
             f = _OwnedParquet(raw)  # one file: no dataset discovery (pq.read_table's)
             _check_footer(p, rel, f.metadata)
+            _check_text_decoded(p, rel, raw)
             why = schema.mismatch(f.schema_arrow, table_schema(table), optional=OPTIONAL_COLUMNS.get(table, ()))
             if why is None:
                 ids = f.read(columns=["run_id"]).column(0).unique().to_pylist()
