@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faultlab.lifecycle.lease import Lease, read_records
+from faultlab.lifecycle.lease import Lease, RecordBudget, read_records
 from faultlab.lifecycle.names import CGROUP, FAULT_HANDLE, IFB
 from faultlab.lifecycle.probedev import PROBE_ALIAS, PROBE_DEV
 from faultlab.lifecycle.record import ROOT_LEASE_DIR
@@ -219,9 +219,11 @@ def lease_folders() -> list[str]:
 #: ``$XDG_RUNTIME_DIR``, which systemd makes ``/run/user/UID``); root reads these too,
 #: and ``HOME/.cache/faultlab/leases`` (the default without it)
 USER_LEASE_GLOB = "/run/user/*/faultlab/leases"
-#: how many records root reads from one lease folder of another user: a user may fill
-#: theirs with made-up records, which must not make root's status/recover slow (a real
-#: user runs a few faults at a time; the rest is named in one problem line)
+#: how many records root reads of another user's lease folders, all of them together (the
+#: default ones and every one a look-alike of theirs holds): a user may fill theirs
+#: with made-up records, and make any number of folders, each held by a process named
+#: like a watchdog, which must not make root's status/recover slow (a real user runs a
+#: few faults at a time; the rest is named in one problem line a folder)
 MAX_USER_RECORDS = 256
 
 
@@ -233,7 +235,8 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
     A fault is keyed by (fault id, owner uid). Its record's owner is the file's uid.
     Root also reads every other user's lease folder (the one each watchdog candidate
     holds, and ``USER_LEASE_GLOB``) read-only, trusting root and that user only, at
-    most ``MAX_USER_RECORDS`` records each (one problem line names a folder with more), so no
+    most ``MAX_USER_RECORDS`` records of each user in all (one problem line names a folder
+    with more), so no
     user's fault is record-less to root. A watchdog candidate (argv) is the fault's own
     only when its uid is the record's owner and its PID and start time are the ones
     the record names (a record of an older version without them: the lease folder the
@@ -245,6 +248,7 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
     views: dict[tuple[str, int], FaultView] = {}
     problems: list[str] = []
     read: set[tuple[str, int | None]] = set()
+    budgets: dict[int, RecordBudget] = {}
 
     def take(folder: str, owner: int | None = None, held_by: Watchdog | None = None) -> None:
         # keyed by owner too: a candidate of user A naming user B's folder (read with
@@ -254,7 +258,7 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
             return
         read.add(key)
         leases, probs = read_records(folder, owner=owner, held_by=None if held_by is None else f"process {held_by.pid} (uid {held_by.uid})",
-                                     limit=None if owner is None else MAX_USER_RECORDS)
+                                     limit=None if owner is None else budgets.setdefault(owner, RecordBudget(MAX_USER_RECORDS)))
         problems.extend(p for p in probs if not (folder == ROOT_LEASE_DIR and "No such file" in p))
         for le in leases:
             try:

@@ -379,8 +379,18 @@ def node_lock(node: Node, *, create: bool = True):
         yield
 
 
+@dataclass
+class RecordBudget:
+    """How many more record files may be read of one other user's lease folders, all
+    of them together (:func:`read_records`' ``limit``): a user can make any number of
+    folders, each held by a look-alike watchdog process, so a bound per folder would
+    not bound root's reads."""
+
+    left: int
+
+
 def read_records(folder: str, *, owner: int | None = None, held_by: str | None = None,
-                 limit: int | None = None) -> tuple[list[Lease], list[str]]:
+                 limit: int | RecordBudget | None = None) -> tuple[list[Lease], list[str]]:
     """(leases, problems) of the records in ``folder``: files that are not valid lease
     records, or not trusted (owner, mode, symlink), are listed in problems and never
     acted on.
@@ -393,8 +403,9 @@ def read_records(folder: str, *, owner: int | None = None, held_by: str | None =
     look-alike may hold ``/tmp`` or ``/etc``: an ``rm`` or ``chmod`` of it would be
     wrong). ``limit``: read at most that many ``.json`` files (in name order), and
     say so in one problem line naming the folder when there are more (another user's
-    folder: whatever they write there must not make root's reads unbounded). Read
-    only. Raises nothing for an untrusted folder: it is one problem."""
+    folder: whatever they write there must not make root's reads unbounded); a
+    :class:`RecordBudget` is shared by several folders and lowered by the files read
+    here. Read only. Raises nothing for an untrusted folder: it is one problem."""
     leases, problems = [], []
 
     def why(e: safefs.UntrustedPath) -> str:
@@ -417,9 +428,13 @@ def read_records(folder: str, *, owner: int | None = None, held_by: str | None =
         except OSError as e:
             return leases, [f"lease folder {folder}: {e.strerror or e}"]
         names = sorted(n for n in names if n.endswith(".json") and not n.startswith("."))
-        if limit is not None and len(names) > limit:
-            problems.append(f"lease folder {folder}: more than {limit} lease records; the rest not read")
-            names = names[:limit]
+        cap = limit.left if isinstance(limit, RecordBudget) else limit
+        if cap is not None and len(names) > cap:
+            left = " (what is left to read of its user's lease folders)" if isinstance(limit, RecordBudget) else ""
+            problems.append(f"lease folder {folder}: more than {cap} lease records{left}; the rest not read")
+            names = names[:cap]
+        if isinstance(limit, RecordBudget):
+            limit.left -= len(names)
         for name in names:
             try:
                 rec = d.read_json(name)
