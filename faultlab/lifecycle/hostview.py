@@ -245,6 +245,7 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
     lost, and one of any other user is a look-alike: reported, never signalled, and
     never given a record, objects, tc handles or a controller."""
     me = os.geteuid()
+    _FOREIGN_SUBTREE.clear()  # what a container holds is read anew for each view
     views: dict[tuple[str, int], FaultView] = {}
     problems: list[str] = []
     read: set[tuple[str, int | None]] = set()
@@ -293,8 +294,11 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
         problems.append(f"process {w.pid} (uid {w.uid}) looks like a watchdog of {w.fault_id} but is a look-alike: "
                         f"{why}; not acted on (end it yourself if it is not wanted)")
     if objects:
+        # only a view with revert lines claims an object by its lines; the views made
+        # for orphans (any number: a container's root names cgroups) have none
+        lined = [v for v in views.values() if _lines(v)]
         for o in sorted(find_objects(), key=_attach_order):
-            why = _attach(views, o)
+            why = _attach(views, o, lined)
             if why:
                 problems.append(why)
     return list(views.values()), problems
@@ -391,7 +395,23 @@ def _in_container_cgroup(path: Path) -> bool:
     tops = [d for d in (path, *path.parents) if d != base and d.parent != base and base in d.parents]
     if not tops:
         return False
-    for procs in tops[-1].rglob("cgroup.procs"):  # the highest one's subtree holds every other's
+    top = tops[-1]  # the highest one's subtree holds every other's: the answer is its alone
+    if top not in _FOREIGN_SUBTREE:
+        _FOREIGN_SUBTREE[top] = _holds_foreign_pid(top, mine)
+    return _FOREIGN_SUBTREE[top]
+
+
+#: :func:`_in_container_cgroup`'s answer for each highest cgroup looked at, for one
+#: host view (``host_view`` empties it): a container's root can make thousands of
+#: cgroups named like faultlab's in its subtree, and a scan of that subtree for each
+#: one made root's status quadratic (1,000 of them: 137 s)
+_FOREIGN_SUBTREE: dict[Path, bool] = {}
+
+
+def _holds_foreign_pid(top: Path, mine: int) -> bool:
+    """Whether a cgroup of ``top``'s subtree holds a process of another PID namespace
+    than ``mine`` (the inode of this process's PID namespace)."""
+    for procs in top.rglob("cgroup.procs"):
         try:
             pids = procs.read_text().split()
         except OSError:
@@ -438,11 +458,18 @@ def _orphan_id(views: dict[str, FaultView], o: Orphan) -> str:
     return f"nic-f{o.hexid}"
 
 
-def _attach(views: dict[str, FaultView], o: Orphan) -> str | None:
+def _attach(views: dict[str, FaultView], o: Orphan, lined: list[FaultView]) -> str | None:
     """Put ``o`` under the fault whose commands name it (a new orphan fault when none).
-    Returns a problem line instead for what is not provably faultlab's: a probe
-    device without faultlab's mark, and the qdiscs on it."""
-    hit = next((v for v in views.values() if _may_claim(v, o) and _claims(v, o)), None)
+    ``lined``: the views that have revert lines, in ``views``' order (the others can
+    claim only a cgroup, by its name: looked up by key, so that each object costs the
+    same whatever the number of orphans). Returns a problem line instead for what is
+    not provably faultlab's: a probe device without faultlab's mark, and the qdiscs on
+    it."""
+    cands = list(lined)
+    if o.kind == "cgroup":
+        want = Path(o.what).name[len("faultlab-"):]
+        cands += [views[k] for k in dict.fromkeys([(want, 0), (want, os.geteuid()), (want, o.uid)]) if k in views]
+    hit = next((v for v in cands if _may_claim(v, o) and _claims(v, o)), None)
     if hit is None:
         fid = _orphan_id(views, o)
         if o.kind == "probe" and not o.marked:
