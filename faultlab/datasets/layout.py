@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from faultlab import inputfile, safefs, schema
+from faultlab import inputfile, parquetbound, safefs, schema
 from faultlab.datasets import registry
 from faultlab.datasets.steplabels import DATASET_LABELS, STEP_LABELS
 from faultlab.errors import BadInput, printable
@@ -267,29 +266,12 @@ def _check_footer(p: Path, rel: str, md: pq.FileMetaData) -> None:
 
 def _check_text_decoded(p: Path, rel: str, raw) -> None:
     """Raise BadInput naming the part file ``p`` when its text columns decode to more
-    than :data:`MAX_PART_BYTES`. The footer's sizes count a dictionary-encoded column
-    as stored: one long value in the dictionary that every row names is a few KB on
-    disk and in the footer, and each row decodes to the whole value (a 10 KB part of
-    200,000 rows naming one 1 MiB peer group had ``score`` allocate 200 GB). The text
-    columns are read dictionary-encoded (the dictionary and 4 bytes a row) and the
-    decoded size summed from the values' lengths, a row group at a time."""
-    probe = pq.ParquetFile(raw)
-    text = [f.name for f in probe.schema_arrow
-            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type) or pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
-    if not text:
-        return
-    probe = pq.ParquetFile(raw, read_dictionary=text)
-    total = 0
-    for i in range(probe.num_row_groups):
-        for col in probe.read_row_group(i, columns=text).columns:
-            for chunk in col.chunks:
-                if pa.types.is_dictionary(chunk.type):
-                    total += pc.sum(pc.take(pc.binary_length(chunk.dictionary), chunk.indices)).as_py() or 0
-                else:
-                    total += chunk.nbytes
-        if total > MAX_PART_BYTES:
-            raise BadInput(f"{p}: its text columns decode to more than {MAX_PART_BYTES} bytes (a dictionary value every row names)",
-                           field=rel, fix=FIX)
+    than :data:`MAX_PART_BYTES` (:func:`faultlab.parquetbound.text_over`: the footer's
+    sizes count a dictionary-encoded column as stored, and a 10 KB part of 200,000 rows
+    naming one 1 MiB peer group had ``score`` allocate 200 GB)."""
+    if parquetbound.text_over(raw, MAX_PART_BYTES):
+        raise BadInput(f"{p}: its text columns decode to more than {MAX_PART_BYTES} bytes (a dictionary value every row names)",
+                       field=rel, fix=FIX)
 
 
 class Dataset:

@@ -172,6 +172,34 @@ def test_a_dictionary_bomb_is_refused_before_its_text_is_decoded(tmp_path):
     assert cp.returncode == 2 and len(err) == 1 and f"run={rid}/part-0.parquet" in err[0] and "decode" in err[0], cp.stderr[-800:]
 
 
+def _dictionary_bomb(real: pa.Table, n: int) -> pa.Table:
+    """``real``'s columns over ``n`` rows, its peer group one 1 MiB dictionary value
+    every row names (a few KB on disk once compressed)."""
+    cols = {}
+    for f in real.schema:
+        if pa.types.is_string(f.type):
+            value = "x" * (1 << 20) if f.name == "peer_group" else real.column(f.name)[0].as_py()
+            cols[f.name] = pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([value]))
+        else:
+            cols[f.name] = pa.array(list(range(n)) if f.name == "step" else [real.column(f.name)[0].as_py()] * n, f.type)
+    return pa.table(cols)
+
+
+@pytest.mark.parametrize("cmd", ["score", "report", "export"])
+def test_a_run_folders_dictionary_bomb_is_refused_before_its_text_is_decoded(tmp_path, cmd):
+    """The same bomb as a run folder's steps.parquet (200 GB decoded): root's score,
+    report and export (under a 3 GiB address-space limit) refuse it in one line
+    naming the file."""
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20)
+    pq.write_table(_dictionary_bomb(pq.read_table(run / "steps.parquet"), 200_000), run / "steps.parquet", store_schema=False,
+                   compression="zstd", dictionary_pagesize_limit=1 << 30)
+    args = {"score": ["score", "--detector", "peer-median", "--boot", "0", "--run", str(run)],
+            "report": ["report", str(run), "--out", str(tmp_path / "page.html")], "export": ["export", str(run)]}[cmd]
+    cp = subprocess.run(["prlimit", f"--as={3 << 30}", "--", *FL, *args], capture_output=True, text=True, timeout=120)
+    err = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and "steps.parquet" in err[0] and "decode" in err[0], cp.stderr[-800:]
+
+
 def test_manifest_refuses_hashing_a_huge_sparse_file(tmp_path):
     """A 1 TB sparse file listed in the manifest is refused by size, not hashed."""
     ds = tmp_path / "ds"
