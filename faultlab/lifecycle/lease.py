@@ -389,6 +389,33 @@ class RecordBudget:
     left: int
 
 
+#: the most entries of another user's lease folder looked at (:func:`read_records` with
+#: a ``limit``): names cost them no more than directory blocks (hard links of one file),
+#: and listing a folder of a million took root a few seconds each
+MAX_LISTED = 4096
+
+
+def _record_names(fd: int, cap: int | None) -> tuple[list[str], bool]:
+    """The record names (``*.json``, not hidden) of the folder ``fd``, sorted, and
+    whether every entry was looked at. With ``cap``: at most ``cap + 1`` names, from
+    at most :data:`MAX_LISTED` entries in the folder's order."""
+    out: list[str] = []
+    seen = 0
+    dup = os.dup(fd)
+    try:
+        os.lseek(dup, 0, os.SEEK_SET)
+        with os.scandir(dup) as it:
+            for e in it:
+                seen += 1
+                if e.name.endswith(".json") and not e.name.startswith("."):
+                    out.append(e.name)
+                if cap is not None and (len(out) > cap or seen >= MAX_LISTED):
+                    return sorted(out), False
+    finally:
+        os.close(dup)
+    return sorted(out), True
+
+
 def read_records(folder: str, *, owner: int | None = None, held_by: str | None = None,
                  limit: int | RecordBudget | None = None) -> tuple[list[Lease], list[str]]:
     """(leases, problems) of the records in ``folder``: files that are not valid lease
@@ -423,16 +450,17 @@ def read_records(folder: str, *, owner: int | None = None, held_by: str | None =
     except OSError as e:
         return leases, [f"lease folder {folder}: {e.strerror or e}"]
     with d:
+        cap = limit.left if isinstance(limit, RecordBudget) else limit
         try:
-            names = d.listdir()
+            names, whole = _record_names(d.fd, cap)
         except OSError as e:
             return leases, [f"lease folder {folder}: {e.strerror or e}"]
-        names = sorted(n for n in names if n.endswith(".json") and not n.startswith("."))
-        cap = limit.left if isinstance(limit, RecordBudget) else limit
         if cap is not None and len(names) > cap:
             left = " (what is left to read of its user's lease folders)" if isinstance(limit, RecordBudget) else ""
             problems.append(f"lease folder {folder}: more than {cap} lease records{left}; the rest not read")
             names = names[:cap]
+        elif not whole:
+            problems.append(f"lease folder {folder}: more than {MAX_LISTED} entries; the rest not looked at")
         if isinstance(limit, RecordBudget):
             limit.left -= len(names)
         for name in names:

@@ -112,3 +112,31 @@ def test_a_users_look_alikes_holding_many_folders_cost_root_one_bounded_read():
     assert got["rows"] == MAX_USER_RECORDS, got["rows"]
     capped = [p for p in got["problems"] if "/run/user/65534/flood/d" in p and "the rest not read" in p]
     assert len(capped) >= 1 and all("\n" not in p for p in capped), got["problems"][:8]
+
+
+# nobody's folder of 20,000 names (hard links of one file, no record among them) and
+# one record, held by a look-alike; then root's status reads the host view
+_NAMES = r"""
+set -e
+setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c '
+import os
+d = "/run/user/65534/names"
+os.makedirs(d, mode=0o700)
+open(d + "/x", "w").close()
+for i in range(20000):
+    os.link(d + "/x", "%s/n%05d" % (d, i))
+'
+setpriv --reuid=65534 --regid=65534 --clear-groups setsid sh -c 'sleep 300; :' faultlab-watchdog nic-b000 9999999999 3 3</run/user/65534/names &
+sleep 1
+exec "$@"
+"""
+
+
+def test_a_look_alikes_folder_of_countless_names_is_listed_only_so_far():
+    """Names cost a user no more than directory blocks; root looks at no more than
+    MAX_LISTED (4096) entries of another user's folder, and one line names the folder."""
+    cp = sandboxed_root_beside_records(0, ["sh", "-c", _NAMES, "sh", sys.executable, "-c", _STATUS], timeout=300)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    got = json.loads(cp.stdout.splitlines()[-1])
+    cut = [p for p in got["problems"] if "/run/user/65534/names" in p and "entries; the rest not looked at" in p]
+    assert len(cut) == 1, got["problems"][:8]
