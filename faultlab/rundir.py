@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from faultlab import safefs, schema, steprecords, steptable
+from faultlab import parquetbound, safefs, schema, steprecords, steptable
 from faultlab.errors import BadInput
 
 
@@ -47,6 +47,9 @@ from faultlab.errors import BadInput
 META_BYTES = 1 << 20
 #: the largest events.jsonl read (bytes): a run journals a few lines a fault
 EVENTS_BYTES = 16 << 20
+#: the most bytes the text columns of one table file of a run folder may decode to
+#: (:mod:`faultlab.parquetbound`; the steps table's are bounded by steptable.TEXT_BYTES)
+TABLE_TEXT_BYTES = 1 << 31
 
 
 def new_run_id(name: str) -> str:
@@ -252,6 +255,9 @@ class RunDir:
         if p.exists() or p.is_symlink():
             try:
                 with safefs.open_below(self.path, p.name) as f:  # a regular file, no link followed
+                    if parquetbound.text_over(f, TABLE_TEXT_BYTES):  # before a dictionary value is decoded for every row
+                        raise BadInput(f"{p}: its text columns decode to more than {TABLE_TEXT_BYTES} bytes (a dictionary value every row names)",
+                                       field=p.name, fix="restore the file faultlab wrote")
                     return pq.read_table(f).to_pandas()
             except safefs.UntrustedPath as e:
                 raise BadInput(e.reason, field=p.name, fix=e.fix) from None

@@ -722,6 +722,15 @@ def load(path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto
     must be one of these names (the error lists them)."""
     p = Path(path)
     text = inputfile.read_text(p, "SCENARIO", limit=inputfile.YAML_BYTES, fix="give the path of a YAML file")
+    return parse(text, p, kind, nodes)
+
+
+def parse(text: str, path: str | Path, kind: Literal["scenario", "campaign", "auto"] = "auto",
+          nodes: list[str] | None = None) -> Scenario | Campaign:
+    """:func:`load` of ``text`` already read from ``path`` (named in the errors): a
+    caller that keeps what it validated (a dataset's copy of a campaign file) checks
+    that very text, never a second read of a path its owner may have changed since."""
+    p = Path(path)
     try:
         root = compose_yaml(text)
         data = load_yaml(text)

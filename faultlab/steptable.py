@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from faultlab import safefs, schema
+from faultlab import parquetbound, safefs, schema
 from faultlab.errors import BadInput
 from faultlab.steps import OPTIONAL_STEP_COLUMNS, STEP_COLUMNS
 
@@ -43,6 +43,9 @@ LAYOUT_FILE = "_layout.json"  # a leading "_": not a data file to dataset reader
 PARTITION_ROWS = 1 << 23
 #: rank-steps a block holds, about (4.2M: ~150 MiB of the labeler's columns)
 BLOCK_ROWS = 1 << 22
+#: the most bytes the text columns of one part file may decode to when the whole
+#: table is read (:func:`iter_blocks`, :mod:`faultlab.parquetbound`)
+TEXT_BYTES = 1 << 31
 #: string columns :func:`read_lean` reads dictionary-encoded (categoricals)
 STRING_COLUMNS = ("run_id", "node", "peer_group")
 _FIX = "restore it, or remove it to relabel from the raw step records in telemetry/"
@@ -154,6 +157,10 @@ def iter_blocks(path: str | os.PathLike, columns: list[str] | None = None) -> It
         parts = []
         for f in fs:
             try:
+                # before a dictionary value is decoded for every row (a run folder may be another user's)
+                if parquetbound.text_over(lambda **kw: parquet_file(f, **kw), TEXT_BYTES):
+                    raise BadInput(f"{f}: its text columns decode to more than {TEXT_BYTES} bytes (a dictionary value every row names)",
+                                   field=f.name, fix="restore the file faultlab wrote")
                 pf = parquet_file(f)
                 cols = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
                 parts.append(pf.read(columns=cols))

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from faultlab import safefs, schema, steptable
 from faultlab.errors import BadInput
-from faultlab.labeler import cluster, outofcore, reconcile, whatif
+from faultlab.labeler import cluster, outofcore, reconcile, whatif, workdirs
 from faultlab.labeler.analysis import Analysis, analyze
 from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.fusion import fuse
@@ -297,12 +297,16 @@ def _work_folder(run: Path) -> str:
     temporary folder (``$TMPDIR``, else ``/tmp``). The maps are created and opened by
     path, by workers in other processes: in a folder another user owns, they could
     rename the work folder away and link its name to a folder of theirs whose map
-    names link to any file, which root would then truncate and overwrite."""
+    names link to any file, which root would then truncate and overwrite. The folders
+    of labelers that were killed and are gone are removed first (:mod:`.workdirs`)."""
     try:
         safefs.check_dir(run.absolute())
     except (safefs.UntrustedPath, OSError):
-        return tempfile.mkdtemp(prefix="faultlab-label-")
-    return tempfile.mkdtemp(prefix=".label-", dir=run)
+        parent, prefix = tempfile.gettempdir(), "faultlab-label-"
+    else:
+        parent, prefix = str(run), ".label-"
+    workdirs.sweep(parent, prefix)
+    return workdirs.make(parent, prefix)
 
 
 def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str | None, client, progress,

@@ -13,6 +13,12 @@ import tempfile
 import time
 import weakref
 
+from faultlab.labeler import workdirs
+
+#: the prefix of an embedded cluster's scratch folder in the temporary folder
+#: (``workdirs.make``: the labeler's PID and start time follow)
+SCRATCH_PREFIX = "faultlab-dask-"
+
 #: the HTTP routes of the embedded cluster's scheduler and workers: their health check only
 HTTP_ROUTES = {"distributed.scheduler.http.routes": ["distributed.http.health"],
                "distributed.worker.http.routes": ["distributed.http.health"]}
@@ -63,7 +69,8 @@ def local_cluster(n_workers: int | None = None):
     from distributed.security import Security
 
     security = Security.temporary()
-    scratch = tempfile.mkdtemp(prefix="faultlab-dask-")
+    workdirs.sweep(tempfile.gettempdir(), SCRATCH_PREFIX)  # those of killed labelers
+    scratch = workdirs.make(tempfile.gettempdir(), SCRATCH_PREFIX)
     # read as the scheduler and workers start: the workers take them too
     try:
         with _safe_path(), dask.config.set({**CLUSTER_CONFIG, **HTTP_ROUTES, **SAFE_SPAWN, "temporary-directory": scratch}):

@@ -26,6 +26,7 @@ import random
 import tempfile
 from collections import Counter
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 import pandas as pd
 import pyarrow as pa
@@ -42,20 +43,32 @@ from faultlab.errors import BadInput
 from faultlab.labeler import LabelerConfig, label
 from faultlab.rundata import RunData, read_run_dir
 from faultlab.rundir import RunDir
-from faultlab.scenario import Campaign, Scenario, load
+from faultlab.scenario import Campaign, Scenario, parse
 
-def collect_runs(run_dirs=(), campaigns=(), duplicates: list | None = None) -> list[Path]:
+def collect_runs(run_dirs=(), campaigns=(), duplicates: list | None = None, links: list | None = None) -> list[Path]:
     """Run directories given directly and those inside campaign folders (children with
     ``meta.json``), sorted by name, no duplicates: a folder given again (the same
     resolved path) is kept once, and ``(dropped path, kept path)`` is appended to
-    ``duplicates`` when a list is given (the CLI says so). Raises BadInput (field
-    ``--campaign`` / ``RUN_DIRS``) naming a folder that is neither."""
+    ``duplicates`` when a list is given (the CLI says so). A child of a campaign folder
+    that is a link (``lstat``) is never followed, and is appended to ``links`` when a
+    list is given (the CLI says so): the folder may be another user's, whose link to a
+    root-only run folder would put that run's tables into a dataset they can read.
+    Raises BadInput (field ``--campaign`` / ``RUN_DIRS``) naming a folder that is
+    neither."""
     out: list[Path] = []
     for c in campaigns:
         c = Path(c)
         if not c.is_dir():
             raise BadInput(f"{c} is not a folder", field="--campaign", fix="give the --out folder of faultlab campaign")
-        kids = sorted(p for p in c.iterdir() if p.is_dir() and (p / "meta.json").is_file())
+        kids = []
+        with os.scandir(c) as it:
+            for e in it:
+                if e.is_symlink():
+                    if links is not None:
+                        links.append(Path(e.path))
+                elif e.is_dir(follow_symlinks=False) and (Path(e.path) / "meta.json").is_file():
+                    kids.append(Path(e.path))
+        kids.sort()
         if not kids:
             raise BadInput(f"{c} holds no run directories", field="--campaign", fix="give the --out folder of faultlab campaign")
         out += kids
@@ -204,13 +217,23 @@ def _check_replaceable(final: Path) -> None:
                        field="--name", fix="give another name or --out, or remove that folder yourself")
 
 
-def check_campaign_files(files) -> list[Path]:
-    """The campaign/scenario files for a dataset's ``campaign/`` folder, each checked
-    with the scenario loader (``faultlab.scenario.load``, a campaign or a scenario) so
-    that only faultlab's own YAML is ever copied into a dataset meant for publishing
-    (``--campaign-file /etc/shadow`` was copied as it was).
+class CampaignFile(NamedTuple):
+    """A campaign/scenario file checked for a dataset: its ``name`` and the ``data``
+    that was checked, which is what the dataset gets."""
 
-    Returns: the paths (``Path``), in order.
+    name: str
+    data: bytes
+
+
+def check_campaign_files(files) -> list[CampaignFile]:
+    """The campaign/scenario files for a dataset's ``campaign/`` folder, each checked
+    with the scenario loader (``faultlab.scenario.parse``, a campaign or a scenario) so
+    that only faultlab's own YAML is ever copied into a dataset meant for publishing
+    (``--campaign-file /etc/shadow`` was copied as it was). Each file is read once,
+    and the text checked is the text kept: its owner may swap the path for a link to
+    a root-only file after the check, and a second read would copy that file.
+
+    Returns: one :class:`CampaignFile` per file, in order.
     Raises: BadInput (field ``--campaign-file``) for a missing file, one that is not
     a regular file or is over :data:`faultlab.inputfile.YAML_BYTES`, one the loader
     refuses (its first problem quoted) or two files of the same name."""
@@ -231,13 +254,13 @@ def check_campaign_files(files) -> list[Path]:
             raise BadInput(f"{f} is not a faultlab campaign or scenario file (not YAML whose top level is a scenario's or campaign's fields)",
                            field="--campaign-file", fix=fix)
         try:
-            load(f, "auto")
+            parse(text, f, "auto")
         except BadInput as e:
             raise BadInput(f"{f} is not a valid faultlab campaign or scenario file: {e}", field="--campaign-file", fix=fix) from None
         if f.name in seen:
             raise BadInput(f"two files named {f.name}", field="--campaign-file", fix="give each file once, or rename one")
         seen.add(f.name)
-        out.append(f)
+        out.append(CampaignFile(f.name, text.encode()))
     return out
 
 
@@ -327,7 +350,7 @@ def _check_still_there(parent: safefs.TrustedDir, name: str, held: safefs.Truste
                                    "build into a folder that only you can write (--out)")
 
 
-def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: int, campaign_files: list[Path], relabel: bool,
+def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: int, campaign_files: list[CampaignFile], relabel: bool,
                    description: str, license: str, source_note: str, split: dict | None) -> None:
     """Write every file of the dataset ``name`` into ``tree`` (see :func:`build`),
     ``MANIFEST.sha256`` last."""
@@ -368,7 +391,7 @@ def _write_dataset(tree: _Tree, runs, name: str, *, test_fraction: float, seed: 
                                        "test_fraction": test_fraction, "seed": seed, "relabeled": bool(relabel),
                                        "import": coll.provenance["format"] if coll is not None and coll.provenance else None}, indent=1))
     for f in campaign_files:  # contents only: a published file gets mode 0644, not the source's
-        tree.put(f"campaign/{safefs.check_name(f.name)}", f.read_bytes())
+        tree.put(f"campaign/{safefs.check_name(f.name)}", f.data)
     cfg = _labeler_config()
     meta = card.card_meta(name, infos, split, labeler=cfg, description=description, license=license, source_note=source_note, relabeled=relabel,
                           provenance=coll.provenance if coll is not None else None)

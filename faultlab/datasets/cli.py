@@ -78,7 +78,11 @@ def build_cmd(
             runs = import_collection(import_fmt, run_dirs[0])
         else:
             dups: list = []
-            runs = collect_runs(run_dirs or [], campaign, duplicates=dups)
+            links: list = []
+            runs = collect_runs(run_dirs or [], campaign, duplicates=dups, links=links)
+            for link in links:
+                print(printable(f"faultlab: note: {link}: a symlink, not followed (a folder of runs is read only through its own folders)"),
+                      file=sys.stderr)
             if dups:
                 print(f"faultlab: note: {len(dups)} run folder(s) given more than once, built once: "
                       + ", ".join(f"{d} (same as {k})" if str(d) != str(k) else str(d) for d, k in dups), file=sys.stderr)

@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from faultlab import inputfile, safefs, schema
+from faultlab import inputfile, parquetbound, safefs, schema
 from faultlab.datasets import registry
 from faultlab.datasets.steplabels import DATASET_LABELS, STEP_LABELS
 from faultlab.errors import BadInput, printable
@@ -264,6 +264,16 @@ def _check_footer(p: Path, rel: str, md: pq.FileMetaData) -> None:
                        f"(at most {MAX_PART_ROWS} rows and {MAX_PART_BYTES} bytes)", field=rel, fix=FIX)
 
 
+def _check_text_decoded(p: Path, rel: str, raw) -> None:
+    """Raise BadInput naming the part file ``p`` when its text columns decode to more
+    than :data:`MAX_PART_BYTES` (:func:`faultlab.parquetbound.text_over`: the footer's
+    sizes count a dictionary-encoded column as stored, and a 10 KB part of 200,000 rows
+    naming one 1 MiB peer group had ``score`` allocate 200 GB)."""
+    if parquetbound.text_over(raw, MAX_PART_BYTES):
+        raise BadInput(f"{p}: its text columns decode to more than {MAX_PART_BYTES} bytes (a dictionary value every row names)",
+                       field=rel, fix=FIX)
+
+
 class Dataset:
     """The published dataset named ``path`` when it is a bare name that one of the
     registry's folders holds (:func:`faultlab.datasets.registry.published`:
@@ -355,6 +365,7 @@ class Dataset:
         try:
             f = _OwnedParquet(raw)  # one file: no dataset discovery (pq.read_table's)
             _check_footer(p, rel, f.metadata)
+            _check_text_decoded(p, rel, raw)
             why = schema.mismatch(f.schema_arrow, table_schema(table), optional=OPTIONAL_COLUMNS.get(table, ()))
             if why is None:
                 ids = f.read(columns=["run_id"]).column(0).unique().to_pylist()

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faultlab.lifecycle.lease import Lease, read_records
+from faultlab.lifecycle.lease import Lease, RecordBudget, read_records
 from faultlab.lifecycle.names import CGROUP, FAULT_HANDLE, IFB
 from faultlab.lifecycle.probedev import PROBE_ALIAS, PROBE_DEV
 from faultlab.lifecycle.record import ROOT_LEASE_DIR
@@ -219,9 +219,11 @@ def lease_folders() -> list[str]:
 #: ``$XDG_RUNTIME_DIR``, which systemd makes ``/run/user/UID``); root reads these too,
 #: and ``HOME/.cache/faultlab/leases`` (the default without it)
 USER_LEASE_GLOB = "/run/user/*/faultlab/leases"
-#: how many records root reads from one lease folder of another user: a user may fill
-#: theirs with made-up records, which must not make root's status/recover slow (a real
-#: user runs a few faults at a time; the rest is named in one problem line)
+#: how many records root reads of another user's lease folders, all of them together (the
+#: default ones and every one a look-alike of theirs holds): a user may fill theirs
+#: with made-up records, and make any number of folders, each held by a process named
+#: like a watchdog, which must not make root's status/recover slow (a real user runs a
+#: few faults at a time; the rest is named in one problem line a folder)
 MAX_USER_RECORDS = 256
 
 
@@ -233,7 +235,8 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
     A fault is keyed by (fault id, owner uid). Its record's owner is the file's uid.
     Root also reads every other user's lease folder (the one each watchdog candidate
     holds, and ``USER_LEASE_GLOB``) read-only, trusting root and that user only, at
-    most ``MAX_USER_RECORDS`` records each (one problem line names a folder with more), so no
+    most ``MAX_USER_RECORDS`` records of each user in all (one problem line names a folder
+    with more), so no
     user's fault is record-less to root. A watchdog candidate (argv) is the fault's own
     only when its uid is the record's owner and its PID and start time are the ones
     the record names (a record of an older version without them: the lease folder the
@@ -242,9 +245,11 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
     lost, and one of any other user is a look-alike: reported, never signalled, and
     never given a record, objects, tc handles or a controller."""
     me = os.geteuid()
+    _FOREIGN_SUBTREE.clear()  # what a container holds is read anew for each view
     views: dict[tuple[str, int], FaultView] = {}
     problems: list[str] = []
     read: set[tuple[str, int | None]] = set()
+    budgets: dict[int, RecordBudget] = {}
 
     def take(folder: str, owner: int | None = None, held_by: Watchdog | None = None) -> None:
         # keyed by owner too: a candidate of user A naming user B's folder (read with
@@ -254,7 +259,7 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
             return
         read.add(key)
         leases, probs = read_records(folder, owner=owner, held_by=None if held_by is None else f"process {held_by.pid} (uid {held_by.uid})",
-                                     limit=None if owner is None else MAX_USER_RECORDS)
+                                     limit=None if owner is None else budgets.setdefault(owner, RecordBudget(MAX_USER_RECORDS)))
         problems.extend(p for p in probs if not (folder == ROOT_LEASE_DIR and "No such file" in p))
         for le in leases:
             try:
@@ -289,8 +294,11 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
         problems.append(f"process {w.pid} (uid {w.uid}) looks like a watchdog of {w.fault_id} but is a look-alike: "
                         f"{why}; not acted on (end it yourself if it is not wanted)")
     if objects:
+        # only a view with revert lines claims an object by its lines; the views made
+        # for orphans (any number: a container's root names cgroups) have none
+        lined = [v for v in views.values() if _lines(v)]
         for o in sorted(find_objects(), key=_attach_order):
-            why = _attach(views, o)
+            why = _attach(views, o, lined)
             if why:
                 problems.append(why)
     return list(views.values()), problems
@@ -387,7 +395,23 @@ def _in_container_cgroup(path: Path) -> bool:
     tops = [d for d in (path, *path.parents) if d != base and d.parent != base and base in d.parents]
     if not tops:
         return False
-    for procs in tops[-1].rglob("cgroup.procs"):  # the highest one's subtree holds every other's
+    top = tops[-1]  # the highest one's subtree holds every other's: the answer is its alone
+    if top not in _FOREIGN_SUBTREE:
+        _FOREIGN_SUBTREE[top] = _holds_foreign_pid(top, mine)
+    return _FOREIGN_SUBTREE[top]
+
+
+#: :func:`_in_container_cgroup`'s answer for each highest cgroup looked at, for one
+#: host view (``host_view`` empties it): a container's root can make thousands of
+#: cgroups named like faultlab's in its subtree, and a scan of that subtree for each
+#: one made root's status quadratic (1,000 of them: 137 s)
+_FOREIGN_SUBTREE: dict[Path, bool] = {}
+
+
+def _holds_foreign_pid(top: Path, mine: int) -> bool:
+    """Whether a cgroup of ``top``'s subtree holds a process of another PID namespace
+    than ``mine`` (the inode of this process's PID namespace)."""
+    for procs in top.rglob("cgroup.procs"):
         try:
             pids = procs.read_text().split()
         except OSError:
@@ -434,11 +458,18 @@ def _orphan_id(views: dict[str, FaultView], o: Orphan) -> str:
     return f"nic-f{o.hexid}"
 
 
-def _attach(views: dict[str, FaultView], o: Orphan) -> str | None:
+def _attach(views: dict[str, FaultView], o: Orphan, lined: list[FaultView]) -> str | None:
     """Put ``o`` under the fault whose commands name it (a new orphan fault when none).
-    Returns a problem line instead for what is not provably faultlab's: a probe
-    device without faultlab's mark, and the qdiscs on it."""
-    hit = next((v for v in views.values() if _may_claim(v, o) and _claims(v, o)), None)
+    ``lined``: the views that have revert lines, in ``views``' order (the others can
+    claim only a cgroup, by its name: looked up by key, so that each object costs the
+    same whatever the number of orphans). Returns a problem line instead for what is
+    not provably faultlab's: a probe device without faultlab's mark, and the qdiscs on
+    it."""
+    cands = list(lined)
+    if o.kind == "cgroup":
+        want = Path(o.what).name[len("faultlab-"):]
+        cands += [views[k] for k in dict.fromkeys([(want, 0), (want, os.geteuid()), (want, o.uid)]) if k in views]
+    hit = next((v for v in cands if _may_claim(v, o) and _claims(v, o)), None)
     if hit is None:
         fid = _orphan_id(views, o)
         if o.kind == "probe" and not o.marked:

@@ -379,8 +379,45 @@ def node_lock(node: Node, *, create: bool = True):
         yield
 
 
+@dataclass
+class RecordBudget:
+    """How many more record files may be read of one other user's lease folders, all
+    of them together (:func:`read_records`' ``limit``): a user can make any number of
+    folders, each held by a look-alike watchdog process, so a bound per folder would
+    not bound root's reads."""
+
+    left: int
+
+
+#: the most entries of another user's lease folder looked at (:func:`read_records` with
+#: a ``limit``): names cost them no more than directory blocks (hard links of one file),
+#: and listing a folder of a million took root a few seconds each
+MAX_LISTED = 4096
+
+
+def _record_names(fd: int, cap: int | None) -> tuple[list[str], bool]:
+    """The record names (``*.json``, not hidden) of the folder ``fd``, sorted, and
+    whether every entry was looked at. With ``cap``: at most ``cap + 1`` names, from
+    at most :data:`MAX_LISTED` entries in the folder's order."""
+    out: list[str] = []
+    seen = 0
+    dup = os.dup(fd)
+    try:
+        os.lseek(dup, 0, os.SEEK_SET)
+        with os.scandir(dup) as it:
+            for e in it:
+                seen += 1
+                if e.name.endswith(".json") and not e.name.startswith("."):
+                    out.append(e.name)
+                if cap is not None and (len(out) > cap or seen >= MAX_LISTED):
+                    return sorted(out), False
+    finally:
+        os.close(dup)
+    return sorted(out), True
+
+
 def read_records(folder: str, *, owner: int | None = None, held_by: str | None = None,
-                 limit: int | None = None) -> tuple[list[Lease], list[str]]:
+                 limit: int | RecordBudget | None = None) -> tuple[list[Lease], list[str]]:
     """(leases, problems) of the records in ``folder``: files that are not valid lease
     records, or not trusted (owner, mode, symlink), are listed in problems and never
     acted on.
@@ -393,8 +430,9 @@ def read_records(folder: str, *, owner: int | None = None, held_by: str | None =
     look-alike may hold ``/tmp`` or ``/etc``: an ``rm`` or ``chmod`` of it would be
     wrong). ``limit``: read at most that many ``.json`` files (in name order), and
     say so in one problem line naming the folder when there are more (another user's
-    folder: whatever they write there must not make root's reads unbounded). Read
-    only. Raises nothing for an untrusted folder: it is one problem."""
+    folder: whatever they write there must not make root's reads unbounded); a
+    :class:`RecordBudget` is shared by several folders and lowered by the files read
+    here. Read only. Raises nothing for an untrusted folder: it is one problem."""
     leases, problems = [], []
 
     def why(e: safefs.UntrustedPath) -> str:
@@ -412,14 +450,19 @@ def read_records(folder: str, *, owner: int | None = None, held_by: str | None =
     except OSError as e:
         return leases, [f"lease folder {folder}: {e.strerror or e}"]
     with d:
+        cap = limit.left if isinstance(limit, RecordBudget) else limit
         try:
-            names = d.listdir()
+            names, whole = _record_names(d.fd, cap)
         except OSError as e:
             return leases, [f"lease folder {folder}: {e.strerror or e}"]
-        names = sorted(n for n in names if n.endswith(".json") and not n.startswith("."))
-        if limit is not None and len(names) > limit:
-            problems.append(f"lease folder {folder}: more than {limit} lease records; the rest not read")
-            names = names[:limit]
+        if cap is not None and len(names) > cap:
+            left = " (what is left to read of its user's lease folders)" if isinstance(limit, RecordBudget) else ""
+            problems.append(f"lease folder {folder}: more than {cap} lease records{left}; the rest not read")
+            names = names[:cap]
+        elif not whole:
+            problems.append(f"lease folder {folder}: more than {MAX_LISTED} entries; the rest not looked at")
+        if isinstance(limit, RecordBudget):
+            limit.left -= len(names)
         for name in names:
             try:
                 rec = d.read_json(name)

@@ -32,6 +32,8 @@ from faultlab.scoring.metrics import COUNT_KEYS, derive, prepare_labels, run_com
 from faultlab.scoring.steparrays import shared
 
 MODES = ("offline", "replay")
+#: the largest bootstrap seed (numpy's seeds are unsigned; 32 bits as a detector's ``seed``)
+MAX_SEED = 2**32 - 1
 #: why a score of fewer than 2 runs has no confidence interval (its ``ci`` is [null, null])
 NO_CI_NOTE = "n/a: 1 run; the 95% CI is a bootstrap over runs and needs at least 2"
 BY = ("fault_type", "source", "none")
@@ -415,6 +417,7 @@ def score_many(
     """
     _check_mode(mode)
     by = _check_by(by)
+    _check_seed(seed)
     t_wall = time.perf_counter()
     dets = _resolve_all(detectors)
     _fit_all(dets, train_runs)
@@ -432,6 +435,15 @@ def _check_mode(mode: str) -> None:
     """Refuse (BadInput, ``--mode``) a mode other than :data:`MODES`."""
     if mode not in MODES:
         raise BadInput(f"unknown mode {mode!r}", field="--mode", fix="offline or replay")
+
+
+def _check_seed(seed) -> None:
+    """Refuse (BadInput, ``--seed``) a bootstrap seed numpy cannot take: a whole number
+    in 0..:data:`MAX_SEED` (a submitted leaderboard.json's settings choose it, and a
+    negative one ended ``leaderboard --verify`` in a traceback after every run was
+    scored)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+        raise BadInput(f"seed must be a whole number in 0..{MAX_SEED}, got {seed!r}", field="--seed", fix="give e.g. --seed 0")
 
 
 def _check_by(by: str | None) -> str | None:

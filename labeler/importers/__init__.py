@@ -34,7 +34,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from faultlab import schema
+from faultlab import safefs, schema
 from faultlab.errors import BadInput
 from faultlab.importformats import REGISTRY
 from faultlab.labeler.importers.common import ImportResult, SkipCount, seconds_timestamps
@@ -97,7 +97,9 @@ def write_outputs(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
         OSError when the folder cannot be written; its files are then as before.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    # made from / with no link followed: a link planted on the path of --out must not
+    # make root create folders wherever it points before the write is refused
+    safefs.open_dir_nofollow(out.absolute(), create=True).close()
     labels = schema.to_table("labels", result.labels)
     writers: dict[str, Callable[[Path], Any]] = {"labels.parquet": lambda tmp: pq.write_table(labels, tmp)}
     if result.components is not None:

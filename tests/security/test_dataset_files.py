@@ -156,6 +156,58 @@ def test_relabel_copies_only_the_campaign_files_the_manifest_lists(two_runs, nob
     assert not [p for p in ds.rglob("*") if p.is_file() and not p.is_symlink() and MARKER.encode() in p.read_bytes()]
 
 
+def test_a_campaign_file_swapped_for_a_link_after_its_check_is_never_copied(two_runs, nobody_dir, tmp_path):
+    """nobody hands root a valid campaign file for ``dataset build --campaign-file``,
+    then, once root has checked it and is reading the runs, swaps it for a link to a
+    root-only 0600 file (the runs are read lazily, so the swap lands in that window
+    every time): the dataset's copy is the text that was checked, never MARKER."""
+    from faultlab.datasets.build import build
+
+    private = tmp_path / "secret"
+    private.mkdir(mode=0o700)
+    root_file = private / "private.yaml"
+    root_file.write_text(f"# {MARKER}\n")
+    os.chmod(root_file, 0o600)
+    camp = nobody_dir / "gc.yaml"
+    shutil.copy(SW_DATASET / "campaign" / "gc.yaml", camp)
+    give_to_nobody(nobody_dir)
+    checked = camp.read_bytes()
+
+    def runs():  # the swap, as nobody, after the check and before the campaign files are written
+        nobody_sh('ln -s "$2" "$1.new" && mv -f "$1.new" "$1"', camp, root_file)
+        yield from two_runs
+
+    out = tmp_path / "out"
+    out.mkdir()
+    ds = build(runs(), "ds", out, campaign_files=[camp])
+    assert camp.is_symlink()
+    assert (ds / "campaign" / "gc.yaml").read_bytes() == checked
+    assert not [p for p in ds.rglob("*") if p.is_file() and MARKER.encode() in p.read_bytes()]
+
+
+def test_a_linked_child_of_a_campaign_folder_is_not_built_into_a_dataset(nobody_dir, tmp_path):
+    """nobody hands root their folder of runs for ``dataset build --campaign``: one run
+    of theirs and a link to root's private run (in a 0700 folder). The dataset holds
+    their run only, and the link is one note line."""
+    from faultlab.datasets.synthetic import make_run
+
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    make_run(private / "r", "ROOTPRIVATE-run", seed=1)
+    runs = nobody_dir / "runs"
+    runs.mkdir()
+    shutil.move(make_run(tmp_path / "mine", "mine", seed=0), runs / "mine")
+    give_to_nobody(runs)
+    nobody_sh('ln -s "$2" "$1/zz"', runs, private / "r")
+    cp = fl("dataset", "build", "--campaign", runs, "--name", "ds", "--out", tmp_path / "out")
+    assert cp.returncode == 0, cp.stderr[-800:]
+    notes = [x for x in cp.stderr.splitlines() if "zz" in x]
+    assert len(notes) == 1 and "symlink" in notes[0], cp.stderr
+    ds = tmp_path / "out" / "ds"
+    assert json.loads((ds / "splits.json").read_text())["train"] + json.loads((ds / "splits.json").read_text())["test"] == ["mine"]
+    assert not [p for p in ds.rglob("*") if p.is_file() and b"ROOTPRIVATE" in p.read_bytes()]
+
+
 @pytest.mark.parametrize("kind", ["link", "sparse"])
 def test_relabel_reads_an_unlisted_card_with_no_link_and_bounded(ds, tmp_path, kind):
     """A dataset with no ``build.json`` (built before it) has its licence read from its

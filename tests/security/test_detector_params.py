@@ -78,3 +78,15 @@ def test_verify_refuses_a_file_whose_run_ids_or_vs_next_are_of_another_shape(boa
     bad = json.loads(json.dumps(sub))
     (bad["datasets"][0] if where == "run_ids" else bad["datasets"][0]["rows"][0])[where] = value
     one_line_error(_verify(bad, ds, tmp_path), "--verify", where)
+
+
+@pytest.mark.parametrize("seed", [-1, -(2**40)])
+def test_verify_refuses_a_bootstrap_seed_numpy_cannot_take(board, tmp_path, seed):
+    """The settings' bootstrap seed of a submitted file is bounded as a detector's is:
+    one line naming --seed, never a traceback (a negative seed ended in numpy's
+    ValueError after every run was scored)."""
+    ds, sub = board
+    bad = json.loads(json.dumps(sub))
+    bad["settings"]["seed"] = seed
+    one_line_error(_verify(bad, ds, tmp_path), "--seed", "0..")
+    one_line_error(fl("score", "--detector", "random", "--dataset", ds, "--seed", str(seed)), "--seed", "0..")

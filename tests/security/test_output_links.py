@@ -157,3 +157,19 @@ def test_a_campaign_chunk_never_reads_an_earlier_manifest_through_a_link(nobody_
     cp = fl("campaign", CAMPAIGN, "--out", out, "--runs", "0:1", timeout=300)
     assert cp.returncode == 2 and "campaign.json" in cp.stderr and "symlink" in cp.stderr, cp.stdout + cp.stderr
     assert os.path.islink(out / "campaign.json") and "root-only-run" not in cp.stdout
+
+
+def test_an_imports_out_folder_is_never_made_through_a_planted_link(nobody_dir, tmp_path):
+    """``label --import FORMAT PATH --out DIR``: nobody links a folder on the path of
+    ``--out`` to a root folder; root's import stops in one line naming the link and
+    makes nothing in the root folder (it made ``sub/`` there first)."""
+    from tests.labeler.test_importers import long_frame
+
+    data = tmp_path / "tele.csv"
+    long_frame().to_csv(data, index=False)
+    target = tmp_path / "root-folder"
+    target.mkdir(mode=0o700)
+    as_nobody("ln", "-s", str(target), str(nobody_dir / "link"))
+    cp = fl("label", "--import", "long", data, "--out", nobody_dir / "link" / "sub")
+    assert cp.returncode != 0 and "symlink" in cp.stderr and cp.stderr.count("\n") == 1, cp.stdout + cp.stderr
+    assert list(target.iterdir()) == []

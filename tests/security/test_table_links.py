@@ -21,10 +21,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from faultlab.datasets import manifest
 from faultlab.datasets.layout import Dataset
 from faultlab.errors import BadInput
 from faultlab.report.synthetic import make_run
-from tests.helpers import REPO, ROOT, fl, give_to_nobody
+from tests.helpers import FL, REPO, ROOT, fl, give_to_nobody
 
 NOBODY = 65534
 MARKER = 777.125
@@ -141,6 +142,62 @@ def test_parquet_bomb_is_refused_from_its_footer(tmp_path):
     with pytest.raises(BadInput, match="40000000 rows") as e:
         Dataset(ds).read_run(rid)
     assert f"run={rid}/part-0.parquet" in str(e.value)
+
+
+def test_a_dictionary_bomb_is_refused_before_its_text_is_decoded(tmp_path):
+    """A steps part of 200,000 rows whose peer group is one 1 MiB dictionary value
+    (a few KB on disk; its footer states a 1 MiB column) decodes to 200 GB: root's
+    ``score`` (under a 3 GiB address-space limit, so a miss cannot fill the host)
+    refuses it in one line naming the file, at once and without a traceback."""
+    ds = tmp_path / "ds"
+    shutil.copytree(REPO / "datasets" / "faultlab-sw-v1", ds)
+    rid = json.loads((ds / "splits.json").read_text())["test"][0]
+    part = ds / "data" / "steps" / f"run={rid}" / "part-0.parquet"
+    real = pq.read_table(part)
+    n = 200_000
+    cols = {}
+    for f in real.schema:
+        if pa.types.is_string(f.type):
+            value = "x" * (1 << 20) if f.name == "peer_group" else real.column(f.name)[0].as_py()
+            cols[f.name] = pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([value]))
+        else:
+            cols[f.name] = pa.array([real.column(f.name)[0].as_py()] * n, f.type)
+    pq.write_table(pa.table(cols), part, store_schema=False, compression="zstd", dictionary_pagesize_limit=1 << 30)
+    assert part.stat().st_size < 64 << 10
+    # the manifest rewritten to match, as the dataset's owner may
+    (ds / manifest.NAME).write_text(manifest.text({f.relative_to(ds).as_posix(): manifest.sha256(f, ds) for f in manifest._files(ds)}))
+    cp = subprocess.run(["prlimit", f"--as={3 << 30}", "--", *FL, "score", "--detector", "peer-median", "--boot", "0", "--dataset", str(ds)],
+                        capture_output=True, text=True, timeout=120)
+    err = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and f"run={rid}/part-0.parquet" in err[0] and "decode" in err[0], cp.stderr[-800:]
+
+
+def _dictionary_bomb(real: pa.Table, n: int) -> pa.Table:
+    """``real``'s columns over ``n`` rows, its peer group one 1 MiB dictionary value
+    every row names (a few KB on disk once compressed)."""
+    cols = {}
+    for f in real.schema:
+        if pa.types.is_string(f.type):
+            value = "x" * (1 << 20) if f.name == "peer_group" else real.column(f.name)[0].as_py()
+            cols[f.name] = pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([value]))
+        else:
+            cols[f.name] = pa.array(list(range(n)) if f.name == "step" else [real.column(f.name)[0].as_py()] * n, f.type)
+    return pa.table(cols)
+
+
+@pytest.mark.parametrize("cmd", ["score", "report", "export"])
+def test_a_run_folders_dictionary_bomb_is_refused_before_its_text_is_decoded(tmp_path, cmd):
+    """The same bomb as a run folder's steps.parquet (200 GB decoded): root's score,
+    report and export (under a 3 GiB address-space limit) refuse it in one line
+    naming the file."""
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20)
+    pq.write_table(_dictionary_bomb(pq.read_table(run / "steps.parquet"), 200_000), run / "steps.parquet", store_schema=False,
+                   compression="zstd", dictionary_pagesize_limit=1 << 30)
+    args = {"score": ["score", "--detector", "peer-median", "--boot", "0", "--run", str(run)],
+            "report": ["report", str(run), "--out", str(tmp_path / "page.html")], "export": ["export", str(run)]}[cmd]
+    cp = subprocess.run(["prlimit", f"--as={3 << 30}", "--", *FL, *args], capture_output=True, text=True, timeout=120)
+    err = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and "steps.parquet" in err[0] and "decode" in err[0], cp.stderr[-800:]
 
 
 def test_manifest_refuses_hashing_a_huge_sparse_file(tmp_path):

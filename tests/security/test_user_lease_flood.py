@@ -66,3 +66,77 @@ def test_a_users_made_up_records_cost_root_a_bounded_read_and_two_host_views():
     # status tells root that nobody's record is nobody's to end, not "run faultlab recover"
     assert got["status"] and all(f"faultlab recover as uid {NOBODY}" in ln and "run faultlab recover" not in ln
                                  for ln in got["status"]), got["status"][:3]
+
+
+# nobody makes 4 folders of 100 made-up records each, and one look-alike watchdog (a
+# session leader whose argv is a watchdog's) holding each folder on its descriptor 3;
+# then root's status reads the host view
+_FOLDERS = r"""
+set -e
+for k in 0 1 2 3; do
+  setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c '
+import json, os, sys
+d = "/run/user/65534/flood/d" + sys.argv[1]
+os.makedirs(d, mode=0o700, exist_ok=True)
+os.chmod(os.path.dirname(d), 0o700)
+for i in range(100):
+    fid = "process-%s%05x" % (sys.argv[1], i)
+    with open(os.path.join(d, fid + ".json"), "w") as f:
+        json.dump({"fault_id": fid, "deadline_ts": 4102444800, "created_ts": 1, "fault_type": "process-pause",
+                   "node": "local", "target": "pid:1", "revert": ["true"]}, f)
+    os.chmod(os.path.join(d, fid + ".json"), 0o600)
+' $k
+  setpriv --reuid=65534 --regid=65534 --clear-groups setsid sh -c 'sleep 300; :' faultlab-watchdog nic-a00$k 9999999999 3 3</run/user/65534/flood/d$k &
+done
+sleep 1
+exec "$@"
+"""
+
+_STATUS = r"""
+import json
+from faultlab.lifecycle import commands
+rows, problems = commands.status_rows()
+print(json.dumps({"rows": sum(r["uid"] == 65534 for r in rows), "problems": problems}))
+"""
+
+
+def test_a_users_look_alikes_holding_many_folders_cost_root_one_bounded_read():
+    """The bound is per user, not per folder: four folders of 100 records, each held
+    by a look-alike of nobody's, make root read at most MAX_USER_RECORDS of them (it
+    read 400, and a user may run as many look-alikes as processes, each holding a
+    folder of 256 hard links of one 1 MiB record: 16 of them held root's status for
+    4 minutes), and the folder where the reading stopped is named in one line."""
+    cp = sandboxed_root_beside_records(0, ["sh", "-c", _FOLDERS, "sh", sys.executable, "-c", _STATUS], timeout=300)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    got = json.loads(cp.stdout.splitlines()[-1])
+    assert got["rows"] == MAX_USER_RECORDS, got["rows"]
+    capped = [p for p in got["problems"] if "/run/user/65534/flood/d" in p and "the rest not read" in p]
+    assert len(capped) >= 1 and all("\n" not in p for p in capped), got["problems"][:8]
+
+
+# nobody's folder of 20,000 names (hard links of one file, no record among them) and
+# one record, held by a look-alike; then root's status reads the host view
+_NAMES = r"""
+set -e
+setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c '
+import os
+d = "/run/user/65534/names"
+os.makedirs(d, mode=0o700)
+open(d + "/x", "w").close()
+for i in range(20000):
+    os.link(d + "/x", "%s/n%05d" % (d, i))
+'
+setpriv --reuid=65534 --regid=65534 --clear-groups setsid sh -c 'sleep 300; :' faultlab-watchdog nic-b000 9999999999 3 3</run/user/65534/names &
+sleep 1
+exec "$@"
+"""
+
+
+def test_a_look_alikes_folder_of_countless_names_is_listed_only_so_far():
+    """Names cost a user no more than directory blocks; root looks at no more than
+    MAX_LISTED (4096) entries of another user's folder, and one line names the folder."""
+    cp = sandboxed_root_beside_records(0, ["sh", "-c", _NAMES, "sh", sys.executable, "-c", _STATUS], timeout=300)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    got = json.loads(cp.stdout.splitlines()[-1])
+    cut = [p for p in got["problems"] if "/run/user/65534/names" in p and "entries; the rest not looked at" in p]
+    assert len(cut) == 1, got["problems"][:8]
