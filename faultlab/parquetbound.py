@@ -33,7 +33,8 @@ def text_over(source, limit: int) -> bool:
     probe = open_file(read_dictionary=text)
     total = 0
     for i in range(probe.num_row_groups):
-        for col in probe.read_row_group(i, columns=text).columns:
+        # one thread: a refusal leaves no pool of reader threads to end at exit
+        for col in probe.read_row_group(i, columns=text, use_threads=False).columns:
             for chunk in col.chunks:
                 if pa.types.is_dictionary(chunk.type):
                     total += pc.sum(pc.take(pc.binary_length(chunk.dictionary), chunk.indices)).as_py() or 0
