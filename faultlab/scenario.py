@@ -36,6 +36,11 @@ Errors name the file, the line and the field: ``quickstart.yaml:14: faults[0].pa
 Checked before anything starts: types, units, negative durations, unknown fault
 types, targets that do not exist in the testbed, faults past the end of the run, and
 overlapping faults of the same kind on one target.
+
+The module runs past 800 lines and is still one idea, the input file: a campaign's
+base is a scenario, its draws become the same :class:`FaultSpec` checked by the same
+validators, one loader (:func:`parse`) tells the two kinds apart, and both name an
+error by the same file, line and field.
 """
 
 from __future__ import annotations
