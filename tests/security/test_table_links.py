@@ -153,16 +153,7 @@ def test_a_dictionary_bomb_is_refused_before_its_text_is_decoded(tmp_path):
     shutil.copytree(REPO / "datasets" / "faultlab-sw-v1", ds)
     rid = json.loads((ds / "splits.json").read_text())["test"][0]
     part = ds / "data" / "steps" / f"run={rid}" / "part-0.parquet"
-    real = pq.read_table(part)
-    n = 200_000
-    cols = {}
-    for f in real.schema:
-        if pa.types.is_string(f.type):
-            value = "x" * (1 << 20) if f.name == "peer_group" else real.column(f.name)[0].as_py()
-            cols[f.name] = pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([value]))
-        else:
-            cols[f.name] = pa.array([real.column(f.name)[0].as_py()] * n, f.type)
-    pq.write_table(pa.table(cols), part, store_schema=False, compression="zstd", dictionary_pagesize_limit=1 << 30)
+    pq.write_table(_dictionary_bomb(pq.read_table(part), 200_000, steps=False), part, store_schema=False, compression="zstd", dictionary_pagesize_limit=1 << 30)
     assert part.stat().st_size < 64 << 10
     # the manifest rewritten to match, as the dataset's owner may
     (ds / manifest.NAME).write_text(manifest.text({f.relative_to(ds).as_posix(): manifest.sha256(f, ds) for f in manifest._files(ds)}))
@@ -172,16 +163,17 @@ def test_a_dictionary_bomb_is_refused_before_its_text_is_decoded(tmp_path):
     assert cp.returncode == 2 and len(err) == 1 and f"run={rid}/part-0.parquet" in err[0] and "decode" in err[0], cp.stderr[-800:]
 
 
-def _dictionary_bomb(real: pa.Table, n: int) -> pa.Table:
+def _dictionary_bomb(real: pa.Table, n: int, *, steps: bool = True) -> pa.Table:
     """``real``'s columns over ``n`` rows, its peer group one 1 MiB dictionary value
-    every row names (a few KB on disk once compressed)."""
+    every row names; ``step`` counts 0..n-1 (a run folder's table) or, with
+    ``steps=False``, repeats the first row's (a few KB on disk once compressed)."""
     cols = {}
     for f in real.schema:
         if pa.types.is_string(f.type):
             value = "x" * (1 << 20) if f.name == "peer_group" else real.column(f.name)[0].as_py()
             cols[f.name] = pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([value]))
         else:
-            cols[f.name] = pa.array(list(range(n)) if f.name == "step" else [real.column(f.name)[0].as_py()] * n, f.type)
+            cols[f.name] = pa.array(list(range(n)) if steps and f.name == "step" else [real.column(f.name)[0].as_py()] * n, f.type)
     return pa.table(cols)
 
 
