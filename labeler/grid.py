@@ -32,7 +32,9 @@ class StepGrid:
     ranks, seconds, float64; ``t0`` (S,) the earliest ``t_start`` of the step, unix s;
     ``t1`` (S,) the latest ``t_start + step_s`` of the step, unix s;
     ``clock_offsets`` (R,) seconds subtracted from a rank's ``t_start`` when its clock
-    is skewed (see :meth:`_align_clocks`; zeros otherwise).
+    is skewed (see :meth:`_align_clocks`; zeros otherwise). ``step_s`` serves only
+    ``job_step`` and ``t1``: the out-of-core labeler's grid, which gets both from its
+    passes, has None there.
     """
 
     run_id: str
@@ -43,7 +45,7 @@ class StepGrid:
     t_start: np.ndarray
     compute: np.ndarray
     comm: np.ndarray
-    step_s: np.ndarray
+    step_s: np.ndarray | None
     job_step: np.ndarray = field(init=False)
     t0: np.ndarray = field(init=False)
     t1: np.ndarray = field(init=False)

@@ -9,20 +9,24 @@ carries from one to the next):
 1. **scan** (per step block of the stored table, :func:`faultlab.steptable.blocks`):
    the block's steps and ranks, from its ``step`` and ``rank`` columns only;
    **fill** (per step block): the block's dense ``(steps, R)`` arrays (every rank of
-   the run a column, NaN where a rank has no step in the block) into the memory maps,
+   the run a column, NaN where a rank has no step in the block) into the memory maps
+   (``t_start``, the local time, ``comm_s``, ``dataloader_s``; ``step_s`` gives the
+   job step time and the steps' ends here and is kept by no map),
    and what needs the whole run: the run id, each rank's node and peer group (first
    seen), the job step time per step (the median ``step_s`` across ranks), each
    rank's first and last start time per block (``t_start`` must increase across
    blocks too);
 2. **clock**: the clock skew of each rank from at most 2,000 evenly spaced steps
-   (:meth:`StepGrid._align_clocks`'s rule), removed in place block by block (a
-   pass only where a clock is skewed: the steps' bounds come from pass 1 otherwise);
+   (:meth:`StepGrid._align_clocks`'s rule), removed in place stored block by stored
+   block, each block's ``step_s`` read again for its steps' ends (a pass only where
+   a clock is skewed: the steps' bounds come from pass 1 otherwise);
 3. **temporal** (row chunks in step order, per strip of ranks): the trailing
    baseline is a recurrence in step order (flagged steps leave later windows), so its
    state (the last ``temporal_window_steps`` values that may feed the baseline, the
    current baseline and noise per rank) is carried from chunk to chunk; chunks are
    multiples of ``temporal_block_steps`` and ``temporal_window_steps`` rows and the
-   first holds the warm-up window.
+   first holds the warm-up window. The baseline goes into its map; the ratio, the
+   local time over it, is computed where fusion reads it (:class:`~faultlab.labeler.memmaps.RatioMap`).
    Each rank is its own recurrence: one chain of chunks per strip of ranks, as many
    strips as the cluster has worker threads, each on a thread of its own, run in
    parallel (the walk compiled, :mod:`~faultlab.labeler.trailingjit`, where numba is
@@ -60,10 +64,8 @@ folder: they must see it (the same machine, or a shared file system).
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -75,13 +77,14 @@ from faultlab.labeler.analysis import Analysis, _sustained_job, expected_over_me
 from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.flagruns import FlagRuns, chunk_runs
 from faultlab.labeler.grid import SMALL_GROUP, StepGrid, floored_peers
+from faultlab.labeler.memmaps import RatioMap, ReleasedMap, WorkMaps
 from faultlab.labeler.peergroups import PeerGroups, assign_groups, block_score, calm_rows, calm_scores, sample_rows
 from faultlab.labeler.stats import (MAD_TO_SIGMA, compiled_walk, loo_and_median, loo_median, median, nanmedian,
                                     trailing_baseline_from, trailing_baseline_t)
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
 from faultlab.labeler.whatif import GridRows, simulate_job, step_top, whatif_sums
-from faultlab.steps import _codes, _int_column, _step_major, check_recorded_steps, dense_steps
+from faultlab.steps import _codes, _column, _int_column, _step_major, check_recorded_steps, dense_steps
 
 #: rank-steps below which a run is labeled in memory (no cluster is started)
 IN_MEMORY_ROWS = 1 << 24
@@ -94,130 +97,6 @@ def halo_steps(config: LabelerConfig) -> int:
     ``k`` rows either way at most. The temporal view needs no halo: it carries its
     state; the job series are whole-run arrays."""
     return int(max(config.temporal_window_steps, config.min_steps))
-
-
-@dataclass
-class _Maps:
-    """The work folder's memory maps of one run (``(S, R)``, C order)."""
-
-    folder: Path
-    S: int
-    R: int
-    #: whether :meth:`put` flushes what it wrote to the file (fdatasync): when a worker
-    #: runs on another host (a shared file system); on one host the page cache is shared
-    sync: bool = False
-
-    def path(self, name: str) -> str:
-        return str(self.folder / f"{name}.npy")
-
-    def create(self, name: str, dtype, *, by_rank: bool = False) -> None:
-        """An uninitialized map ``(S, R)`` (``(R, S)`` when ``by_rank``: a rank's series
-        contiguous, as the in-memory temporal view lays it out); every pass writes all
-        the rows (steps) it owns."""
-        shape = (self.R, self.S) if by_rank else (self.S, self.R)
-        m = np.lib.format.open_memmap(self.path(name), mode="w+", dtype=dtype, shape=shape)
-        del m
-
-    def open(self, name: str, mode: str = "r+") -> np.ndarray:
-        return np.load(self.path(name), mmap_mode=mode)
-
-    def view(self, name: str) -> "_ReleasedMap":
-        """Map ``name``, read-only, as the controller holds it: a :class:`_ReleasedMap`."""
-        return self.open(name, "r").view(_ReleasedMap)
-
-    def rows(self, name: str, rows: np.ndarray) -> np.ndarray:
-        """Rows ``rows`` (grid rows, int) of map ``name``, read from the file (a new
-        array): a memory map's page faults map whole folios of the page cache around
-        each row read, so sampled rows read through one count most of the map in this
-        process's resident memory."""
-        with open(self.path(name), "rb") as f:
-            shape, dtype, header = _npy_header(f)
-            out = np.empty((len(rows), shape[1]), dtype=dtype)
-            size = shape[1] * dtype.itemsize
-            for i, r in enumerate(np.asarray(rows, dtype=np.int64)):
-                _pread_into(f.fileno(), out[i], header + int(r) * size)
-        return out
-
-    def read(self, name: str, a: int, b: int) -> np.ndarray:
-        """Rows ``a..b-1`` of map ``name`` (steps; ranks for a map by rank), read from
-        the file into a new array (one ``pread``: a copy out of the page cache, without
-        the page faults of reading through a map)."""
-        with open(self.path(name), "rb") as f:
-            shape, dtype, header = _npy_header(f)
-            b = max(a, min(b, shape[0]))
-            out = np.empty((b - a, shape[1]), dtype=dtype)
-            _pread_into(f.fileno(), out, header + a * shape[1] * dtype.itemsize)
-        return out
-
-    def put(self, name: str, a: int, b: int, value: np.ndarray, c0: int | None = None, c1: int | None = None) -> None:
-        """Write ``value`` into rows ``a..b-1`` of map ``name``, or, for a map by rank,
-        into steps ``a..b-1`` of its ranks ``c0..c1-1`` (cast to the map's dtype, as an
-        assignment casts), with ``pwrite``: one call for the rows, one per rank for a
-        map by rank. A fresh page written through a memory map costs a page fault and
-        the zeroing of the page before the copy, more than the copy itself. With
-        :attr:`sync`, what was written is flushed to the file (a worker on another
-        machine of a shared file system reads it next)."""
-        with open(self.path(name), "r+b") as f:
-            shape, dtype, header = _npy_header(f)
-            r0, r1 = (a, b) if c0 is None else (c0, c1)
-            if r1 <= r0 or b <= a:
-                return
-            row = shape[1] * dtype.itemsize
-            fd = f.fileno()
-            if c0 is None:
-                buf = np.ascontiguousarray(np.broadcast_to(value, (b - a, shape[1])), dtype=dtype)
-                _pwrite_all(fd, buf, header + a * row)
-            else:
-                buf = np.ascontiguousarray(np.broadcast_to(value, (c1 - c0, b - a)), dtype=dtype)
-                for i in range(c1 - c0):
-                    _pwrite_all(fd, buf[i], header + (c0 + i) * row + a * dtype.itemsize)
-            if self.sync:
-                os.fdatasync(fd)
-
-
-def _npy_header(f) -> tuple[tuple, np.dtype, int]:
-    """``(shape, dtype, data offset)`` of the ``.npy`` file open as ``f`` (read from its
-    header; ``f`` left at the data)."""
-    version = np.lib.format.read_magic(f)
-    shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
-                       else np.lib.format.read_array_header_2_0(f))
-    return shape, dtype, f.tell()
-
-
-def _pread_into(fd: int, out: np.ndarray, offset: int) -> None:
-    """Fill ``out`` (C-contiguous) from file ``fd`` at byte ``offset``; OSError when
-    the file ends first (a map is written whole before it is read)."""
-    mv = memoryview(out).cast("B")
-    while mv:
-        n = os.preadv(fd, [mv], offset)
-        if n <= 0:
-            raise OSError(f"a memory map's file ends {len(mv)} bytes early")
-        mv, offset = mv[n:], offset + n
-
-
-def _pwrite_all(fd: int, buf: np.ndarray, offset: int) -> None:
-    """Write ``buf`` (C-contiguous) to file ``fd`` at byte ``offset``, whole."""
-    mv = memoryview(buf).cast("B")
-    while mv:
-        n = os.pwrite(fd, mv, offset)
-        mv, offset = mv[n:], offset + n
-
-
-class _ReleasedMap(np.memmap):
-    """A read-only memory map that copies out what it is indexed for, then gives the
-    mapping's pages back (``madvise(MADV_DONTNEED)``; the data stay in the page cache
-    and the file): a page fault maps whole folios of the page cache around the rows
-    it reads, so the rows fusion reads through a plain map (label intervals, stall
-    rows) would stay counted in the controller's resident memory, most of the map in
-    the end. Indexing gives numpy arrays (or scalars)."""
-
-    def __getitem__(self, key):
-        got = super().__getitem__(key)
-        out = np.array(got) if isinstance(got, np.ndarray) else got
-        mm = getattr(self, "_mmap", None)
-        if mm is not None:
-            mm.madvise(mmap.MADV_DONTNEED)
-        return out
 
 
 # -- pass 1: the run's steps, ranks and job step time ------------------------------------
@@ -258,7 +137,7 @@ def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks:
     every = cols.size == R  # every rank of the run in the block: its arrays are the rows as they are
     rows = row0 + np.searchsorted(steps, d.steps)
     n = d.steps.size
-    maps = _Maps(Path(folder), S, R, sync)
+    maps = WorkMaps(Path(folder), S, R, sync)
     out = {"rows": (int(rows[0]), int(rows[-1]) + 1) if n else (row0, row0), "span": span, "run_id": d.run_id,
            "ranks": d.ranks, "nodes": d.nodes, "groups": d.groups}
     assert n == 0 or (rows[-1] - rows[0] + 1 == n), "a stored block holds a step range"
@@ -273,7 +152,7 @@ def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks:
             blk = np.full((n, R), np.nan, dtype=dt)
             if a is not None:  # (a block without a dataloader_s value: NaN, not measured)
                 blk[:, cols] = a
-        if n:
+        if n and name != "step_s":  # step_s: the job step time and the steps' ends below are all that need it
             maps.put(name, int(rows[0]), int(rows[0]) + n, blk)
         if name == "step_s":
             out["job_step"] = nanmedian(blk, axis=1)[0] if n else np.zeros(0)
@@ -302,7 +181,7 @@ def chunk_rows(config: LabelerConfig, R: int) -> int:
 # -- pass 2: clock skew ---------------------------------------------------------------
 
 
-def _clock_offsets(maps: _Maps, job_step: np.ndarray) -> np.ndarray:
+def _clock_offsets(maps: WorkMaps, job_step: np.ndarray) -> np.ndarray:
     """``(R,)`` s: :meth:`StepGrid._align_clocks`'s offsets, from the sampled rows."""
     S, R = maps.S, maps.R
     off = np.zeros(R)
@@ -318,17 +197,25 @@ def _clock_offsets(maps: _Maps, job_step: np.ndarray) -> np.ndarray:
     return np.where(skewed, o, 0.0) if skewed.any() else off
 
 
-def _shift_clocks(folder: str, S: int, R: int, a: int, b: int, off: np.ndarray,
-                  sync: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Rows ``a..b-1``: remove the clock offsets from ``t_start`` in place (when any);
-    return their ``t0`` and ``t1`` (earliest start, latest end, unix s)."""
-    maps = _Maps(Path(folder), S, R, sync)
-    blk = maps.read("t_start", a, b)
-    if off.any():
-        blk = blk - off[None, :]
-        maps.put("t_start", a, b, blk)
-    st = maps.read("step_s", a, b)
-    return np.fmin.reduce(blk, axis=1), np.fmax.reduce(blk + st, axis=1)
+def _shift_clocks(files: list[str], folder: str, S: int, R: int, row0: int, ranks: np.ndarray, steps: np.ndarray,
+                  off: np.ndarray, sync: bool = False) -> tuple[int, np.ndarray, np.ndarray]:
+    """One stored block (its rows ``row0..``, ``steps`` its own, ``ranks`` the run's):
+    remove the clock offsets ``off`` ``(R,)`` from its ``t_start`` rows in place and
+    return ``(row0, t0, t1)``, its steps' earliest start and latest end (unix s). The
+    ends need every rank's ``step_s``, which no map keeps (this pass runs only where a
+    clock is skewed): it is read from the block again and placed as
+    :func:`~faultlab.steps.dense_steps` places it (a repeated ``(rank, step)``: the
+    last row)."""
+    frame = steptable.read_lean_files([Path(f) for f in files], ["step", "rank", "step_s"])
+    n = int(steps.size)
+    cell = np.searchsorted(steps, _int_column(frame, "step")) * R + np.searchsorted(ranks, _int_column(frame, "rank"))
+    dur = np.full(n * R, np.nan, dtype=np.float32)
+    dur[cell] = _column(frame, "step_s", np.float32)
+    del frame, cell
+    maps = WorkMaps(Path(folder), S, R, sync)
+    blk = maps.read("t_start", row0, row0 + n) - off[None, :]
+    maps.put("t_start", row0, row0 + n, blk)
+    return row0, np.fmin.reduce(blk, axis=1), np.fmax.reduce(blk + dur.reshape(n, R), axis=1)
 
 
 # -- pass 4: the peer view ----------------------------------------------------------------
@@ -366,7 +253,7 @@ def _ratio(comp: np.ndarray, loo: np.ndarray) -> np.ndarray:
     return ratio
 
 
-def _peer_sigma(maps: _Maps, cols: list) -> np.ndarray:
+def _peer_sigma(maps: WorkMaps, cols: list) -> np.ndarray:
     """``(R,)``: the peer view's noise floor from every ``S // 4096``-th step, their
     peer medians computed here from those steps' rows (a row's medians are its own)."""
     R = maps.R
@@ -400,7 +287,7 @@ def _peer_chunk(folder: str, S: int, R: int, a: int, b: int, cols: list, gidx: n
     time: the what-if reads the same rows and medians) and the rows' flags as runs
     (:func:`~faultlab.labeler.flagruns.chunk_runs`; ``sigma`` the noise floor,
     ``k`` the sustained rule's window)."""
-    maps = _Maps(Path(folder), S, R, sync)
+    maps = WorkMaps(Path(folder), S, R, sync)
     h0, h1 = max(0, a - halo), min(S, b + halo)
     comp = maps.read("compute", h0, h1)
     base = maps.open("rank_base", "r")
@@ -431,8 +318,8 @@ def _peer_chunk(folder: str, S: int, R: int, a: int, b: int, cols: list, gidx: n
 
 def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: int, before: tuple | None,
                     config: LabelerConfig, sync: bool = False) -> tuple:
-    """Rows ``a..b-1`` of the trailing baseline and ratio of the ranks
-    (columns) ``c0..c1-1`` into their maps (:func:`faultlab.labeler.stats.trailing_baseline_from`,
+    """Rows ``a..b-1`` of the trailing baseline of the ranks (columns) ``c0..c1-1``
+    into its map (:func:`faultlab.labeler.stats.trailing_baseline_from`,
     ``a`` a multiple of ``temporal_block_steps``, ``before`` what the chunk before of the
     same ranks returned, None for the first); returns ``(state after b, flag runs,
     block medians)`` (:func:`~faultlab.labeler.flagruns.chunk_runs`; the ranks' median
@@ -441,16 +328,13 @@ def _temporal_chunk(folder: str, S: int, R: int, a: int, b: int, c0: int, c1: in
     recurrence: strips of ranks run in parallel; whether the walk runs compiled is
     decided by the strip's whole series (:func:`~faultlab.labeler.stats.compiled_walk`),
     not by a chunk's."""
-    maps = _Maps(Path(folder), S, R, sync)
+    maps = WorkMaps(Path(folder), S, R, sync)
     Xt = np.ascontiguousarray(maps.read("compute", a, b)[:, c0:c1].T)
     base, _, flags, state = trailing_baseline_from(
         Xt, a, before[0] if before is not None else None, window=config.temporal_window_steps,
         min_valid=config.temporal_min_valid_steps, threshold=config.temporal_threshold, mad_k=config.mad_k,
         block=config.temporal_block_steps, compiled=compiled_walk((c1 - c0) * S, S))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = Xt / base
-    for name, v in (("rank_base", base), ("rank_ratio", ratio)):
-        maps.put(name, a, b, v, c0, c1)  # (R, S)
+    maps.put("rank_base", a, b, base, c0, c1)  # (R, S); the ratio is the compute over it (RatioMap), not stored
     return state, chunk_runs(flags, c0, a), _block_medians(Xt, a, int(config.temporal_window_steps), c0)
 
 
@@ -508,9 +392,9 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     steps = np.unique(np.concatenate([s["steps"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     ranks = np.unique(np.concatenate([s["ranks"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     S, R = int(steps.size), int(ranks.size)
-    maps = _Maps(folder, S, R, _remote_workers(client))
+    maps = WorkMaps(folder, S, R, _remote_workers(client))
     has_loader = _has_column(stored, "dataloader_s")
-    for name, dt in (("t_start", np.float64), ("compute", np.float32), ("comm", np.float32), ("step_s", np.float32)) + (
+    for name, dt in (("t_start", np.float64), ("compute", np.float32), ("comm", np.float32)) + (
             (("dataloader", np.float32),) if has_loader else ()):
         maps.create(name, dt)  # every step's row is written by the block that holds the step
     row0 = [int(np.searchsorted(steps, sc["steps"][0])) if sc["steps"].size else 0 for sc in scans]
@@ -539,14 +423,16 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     off = _clock_offsets(maps, job_step)
     ch = chunk_rows(cfg, R)
     spans = [(a, min(S, a + ch)) for a in range(0, S, ch)]
+    tt = (np.full(S, np.nan), np.full(S, np.nan))  # each step's earliest start and latest end
     if off.any():  # the steps' bounds move with the clocks: a pass of their own
-        tt = _wait(client, [client.submit(_shift_clocks, str(folder), S, R, a, b, off, pure=False, sync=maps.sync)
-                            for a, b in spans], note, "clocks")
+        for r0, t0, t1 in _wait(client, [client.submit(_shift_clocks, fs, str(folder), S, R, r0, ranks, sc["steps"], off,
+                                                       pure=False, sync=maps.sync)
+                                         for fs, r0, sc in zip(stored, row0, scans)], note, "clocks"):
+            tt[0][r0 : r0 + t0.size], tt[1][r0 : r0 + t0.size] = t0, t1
     else:
-        tt = [(np.full(S, np.nan), np.full(S, np.nan))]
         for fb in filled:
             a, b = fb["rows"]
-            tt[0][0][a:b], tt[0][1][a:b] = fb["t0"], fb["t1"]
+            tt[0][a:b], tt[1][a:b] = fb["t0"], fb["t1"]
     grid = _grid(maps, run_ids[0] if run_ids else "", steps, ranks, nodes, groups, loader, job_step, off, tt)
     # first: a small group's peer median reads its baselines, the calm stretch its block medians
     tv, blocks = _temporal_view(client, maps, grid, cfg, spans, note)
@@ -574,11 +460,11 @@ def _calm_block_scores(folder: str, S: int, R: int, a: int, b: int, run_med: np.
     if hi - lo < window:
         return [], {}
     got: dict = {}
-    scores = calm_scores(_Maps(Path(folder), S, R).read("compute", lo, hi), 0, int(b) - lo, run_med, window, got)
+    scores = calm_scores(WorkMaps(Path(folder), S, R).read("compute", lo, hi), 0, int(b) - lo, run_med, window, got)
     return [(lo + i, sc) for i, sc in scores], {(lo + i0, lo + i1): m for (i0, i1), m in got.items()}
 
 
-def _calm_scores(client, maps: _Maps, run_med: np.ndarray, window: int, spans, medians: dict, blocks: tuple,
+def _calm_scores(client, maps: WorkMaps, run_med: np.ndarray, window: int, spans, medians: dict, blocks: tuple,
                  cfg: LabelerConfig) -> list:
     """The calm stretch's block scores of the whole run, from the block medians the
     temporal pass measured (``blocks``, :func:`_temporal_view`) when its blocks are
@@ -657,22 +543,22 @@ def _check_across_blocks(filled: list[dict], ranks: np.ndarray) -> None:
         latest = np.fmax(latest, fb["t_last"])
 
 
-def _grid(maps: _Maps, run_id: str, steps, ranks, nodes, groups, loader, job_step, off, tt) -> StepGrid:
+def _grid(maps: WorkMaps, run_id: str, steps, ranks, nodes, groups, loader, job_step, off, tt) -> StepGrid:
     """The run's :class:`StepGrid` on the memory maps, its job step time, clock
     offsets and step bounds set from the passes (its constructor would compute them
     over the whole arrays at once)."""
     g = StepGrid.__new__(StepGrid)
     g.run_id, g.steps, g.ranks, g.nodes, g.groups = run_id, steps, ranks, nodes, groups
     g.t_start, g.compute = maps.view("t_start"), maps.view("compute")
-    g.comm, g.step_s, g.dataloader = maps.view("comm"), maps.view("step_s"), loader
+    g.comm, g.dataloader = maps.view("comm"), loader
+    g.step_s = None  # read by nothing past the step bounds, which the passes gave: no map keeps it
     g.job_step, g.clock_offsets = job_step, off
-    g.t0 = np.concatenate([a for a, _ in tt]) if tt else np.zeros(0)
-    g.t1 = np.concatenate([b for _, b in tt]) if tt else np.zeros(0)
+    g.t0, g.t1 = tt
     g._group_median = g._group_stats = g._peer_median = None
     return g
 
 
-def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> tuple[PeerView, np.ndarray, dict]:
+def _peer_view(client, maps: WorkMaps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> tuple[PeerView, np.ndarray, dict]:
     """:func:`~faultlab.labeler.views.peer.peer_view` chunk by chunk (its maps), with
     the groups' medians and counts set on ``grid`` (:meth:`StepGrid.group_stats`);
     returns the view, each step's largest compute and the what-if figures."""
@@ -694,7 +580,7 @@ def _peer_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans, n
     return pv, top, _whatif_from_sums(grid, [p[3] for p in parts])
 
 
-def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> tuple[TemporalView, tuple]:
+def _temporal_view(client, maps: WorkMaps, grid: StepGrid, cfg: LabelerConfig, spans, note) -> tuple[TemporalView, tuple]:
     """:func:`~faultlab.labeler.views.temporal.temporal_view`: the ranks' chunk by
     chunk in step order with the carried state, the job series (``(S,)``) whole in
     one more task (:func:`_job_temporal`); with it, the ranks' medians and value counts
@@ -702,8 +588,7 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
     float64 and int32: 0.24 bytes a rank-step at 50-step blocks), from the chunks."""
     dt = grid.compute.dtype
     xj = np.asarray(grid.job_step, dtype=dt)
-    for name in ("rank_base", "rank_ratio"):
-        maps.create(name, dt, by_rank=True)
+    maps.create("rank_base", dt, by_rank=True)
     threads = [w for w, n in sorted(client.nthreads().items()) for _ in range(n)]
     strips = _strips(maps.R, len(threads))
     job = client.submit(_job_temporal, xj, cfg, max(c1 - c0 for c0, c1 in strips) * maps.S if strips else 0, pure=False)
@@ -727,7 +612,7 @@ def _temporal_view(client, maps: _Maps, grid: StepGrid, cfg: LabelerConfig, span
         bn[k0 : k0 + m.shape[1], c0 : c0 + m.shape[0]] = n.T
     tv = TemporalView(job_base=jb, job_sigma=js, job_ratio=jr, job_flag=jf,
                       rank_base=maps.view("rank_base").T,
-                      rank_ratio=maps.view("rank_ratio").T,
+                      rank_ratio=RatioMap(grid.compute, maps.view("rank_base").T),
                       rank_flag=FlagRuns.from_chunks(maps.S, maps.R, [runs for _, runs, _ in done]))
     return tv, (bm, bn)
 

@@ -1,0 +1,161 @@
+"""The out-of-core labeler's work maps: one run's ``(S, R)`` arrays as ``.npy`` files
+in a work folder, written and read with ``pwrite``/``pread`` (a copy out of the page
+cache, without a memory map's page faults), and the read-only views the controller
+holds of them (:class:`ReleasedMap`, and :class:`RatioMap` for a ratio of two maps
+that is computed where it is read instead of stored)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class WorkMaps:
+    """The work folder's memory maps of one run (``(S, R)``, C order)."""
+
+    folder: Path
+    S: int
+    R: int
+    #: whether :meth:`put` flushes what it wrote to the file (fdatasync): when a worker
+    #: runs on another host (a shared file system); on one host the page cache is shared
+    sync: bool = False
+
+    def path(self, name: str) -> str:
+        return str(self.folder / f"{name}.npy")
+
+    def create(self, name: str, dtype, *, by_rank: bool = False) -> None:
+        """An uninitialized map ``(S, R)`` (``(R, S)`` when ``by_rank``: a rank's series
+        contiguous, as the in-memory temporal view lays it out); every pass writes all
+        the rows (steps) it owns."""
+        shape = (self.R, self.S) if by_rank else (self.S, self.R)
+        m = np.lib.format.open_memmap(self.path(name), mode="w+", dtype=dtype, shape=shape)
+        del m
+
+    def open(self, name: str, mode: str = "r+") -> np.ndarray:
+        return np.load(self.path(name), mmap_mode=mode)
+
+    def view(self, name: str) -> "ReleasedMap":
+        """Map ``name``, read-only, as the controller holds it: a :class:`ReleasedMap`."""
+        return self.open(name, "r").view(ReleasedMap)
+
+    def rows(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` (grid rows, int) of map ``name``, read from the file (a new
+        array): a memory map's page faults map whole folios of the page cache around
+        each row read, so sampled rows read through one count most of the map in this
+        process's resident memory."""
+        with open(self.path(name), "rb") as f:
+            shape, dtype, header = _npy_header(f)
+            out = np.empty((len(rows), shape[1]), dtype=dtype)
+            size = shape[1] * dtype.itemsize
+            for i, r in enumerate(np.asarray(rows, dtype=np.int64)):
+                _pread_into(f.fileno(), out[i], header + int(r) * size)
+        return out
+
+    def read(self, name: str, a: int, b: int) -> np.ndarray:
+        """Rows ``a..b-1`` of map ``name`` (steps; ranks for a map by rank), read from
+        the file into a new array (one ``pread``: a copy out of the page cache, without
+        the page faults of reading through a map)."""
+        with open(self.path(name), "rb") as f:
+            shape, dtype, header = _npy_header(f)
+            b = max(a, min(b, shape[0]))
+            out = np.empty((b - a, shape[1]), dtype=dtype)
+            _pread_into(f.fileno(), out, header + a * shape[1] * dtype.itemsize)
+        return out
+
+    def put(self, name: str, a: int, b: int, value: np.ndarray, c0: int | None = None, c1: int | None = None) -> None:
+        """Write ``value`` into rows ``a..b-1`` of map ``name``, or, for a map by rank,
+        into steps ``a..b-1`` of its ranks ``c0..c1-1`` (cast to the map's dtype, as an
+        assignment casts), with ``pwrite``: one call for the rows, one per rank for a
+        map by rank. A fresh page written through a memory map costs a page fault and
+        the zeroing of the page before the copy, more than the copy itself. With
+        :attr:`sync`, what was written is flushed to the file (a worker on another
+        machine of a shared file system reads it next)."""
+        with open(self.path(name), "r+b") as f:
+            shape, dtype, header = _npy_header(f)
+            r0, r1 = (a, b) if c0 is None else (c0, c1)
+            if r1 <= r0 or b <= a:
+                return
+            row = shape[1] * dtype.itemsize
+            fd = f.fileno()
+            if c0 is None:
+                buf = np.ascontiguousarray(np.broadcast_to(value, (b - a, shape[1])), dtype=dtype)
+                _pwrite_all(fd, buf, header + a * row)
+            else:
+                buf = np.ascontiguousarray(np.broadcast_to(value, (c1 - c0, b - a)), dtype=dtype)
+                for i in range(c1 - c0):
+                    _pwrite_all(fd, buf[i], header + (c0 + i) * row + a * dtype.itemsize)
+            if self.sync:
+                os.fdatasync(fd)
+
+
+def _npy_header(f) -> tuple[tuple, np.dtype, int]:
+    """``(shape, dtype, data offset)`` of the ``.npy`` file open as ``f`` (read from its
+    header; ``f`` left at the data)."""
+    version = np.lib.format.read_magic(f)
+    shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0(f))
+    return shape, dtype, f.tell()
+
+
+def _pread_into(fd: int, out: np.ndarray, offset: int) -> None:
+    """Fill ``out`` (C-contiguous) from file ``fd`` at byte ``offset``; OSError when
+    the file ends first (a map is written whole before it is read)."""
+    mv = memoryview(out).cast("B")
+    while mv:
+        n = os.preadv(fd, [mv], offset)
+        if n <= 0:
+            raise OSError(f"a memory map's file ends {len(mv)} bytes early")
+        mv, offset = mv[n:], offset + n
+
+
+def _pwrite_all(fd: int, buf: np.ndarray, offset: int) -> None:
+    """Write ``buf`` (C-contiguous) to file ``fd`` at byte ``offset``, whole."""
+    mv = memoryview(buf).cast("B")
+    while mv:
+        n = os.pwrite(fd, mv, offset)
+        mv, offset = mv[n:], offset + n
+
+
+class ReleasedMap(np.memmap):
+    """A read-only memory map that copies out what it is indexed for, then gives the
+    mapping's pages back (``madvise(MADV_DONTNEED)``; the data stay in the page cache
+    and the file): a page fault maps whole folios of the page cache around the rows
+    it reads, so the rows fusion reads through a plain map (label intervals, stall
+    rows) would stay counted in the controller's resident memory, most of the map in
+    the end. Indexing gives numpy arrays (or scalars)."""
+
+    def __getitem__(self, key):
+        got = super().__getitem__(key)
+        out = np.array(got) if isinstance(got, np.ndarray) else got
+        mm = getattr(self, "_mmap", None)
+        if mm is not None:
+            mm.madvise(mmap.MADV_DONTNEED)
+        return out
+
+
+class RatioMap:
+    """``num / den`` of two ``(S, R)`` maps (or their ``.T`` views), computed for the
+    cells it is indexed for, in their common dtype, as the stored ratio would hold it:
+    a ratio read rarely (a label's rows, an episode's steps) costs a second read of
+    its two operands there instead of a write of the whole ratio. Indexing gives
+    numpy arrays (or scalars); ``np.asarray`` the whole ratio (a small run's)."""
+
+    def __init__(self, num, den):
+        assert num.shape == den.shape, (num.shape, den.shape)
+        self.num, self.den = num, den
+        self.shape = num.shape
+        self.ndim = len(num.shape)
+        self.dtype = np.result_type(num.dtype, den.dtype)
+
+    def __getitem__(self, key):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.divide(self.num[key], self.den[key], dtype=self.dtype)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self[...]
+        return out if dtype is None else out.astype(dtype)
