@@ -1,0 +1,119 @@
+"""Root never decodes a Parquet table that someone handed it far past what its file
+holds: a text value every row names, hidden from the text check (a column the file's
+stored Arrow schema types as a dictionary of text, or a text inside a struct), and
+run-length-encoded rows that a small file states by the hundred million (a run
+folder's host table, a steps file, a block of the out-of-core labeler).
+
+Each file is a few KB to a few MB on disk and decodes to tens or hundreds of GB. Root's
+real commands run under an address-space limit (``prlimit``), so a miss fails in the
+test instead of filling the host, and must refuse the file in one line naming it
+before it is decoded.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from faultlab.datasets import manifest
+from faultlab.report.synthetic import make_run
+from tests.helpers import FL, REPO, ROOT, give_to_nobody
+
+#: the address-space limit root's commands run under here (a bomb missed fails, the host keeps its memory)
+LIMIT = ["prlimit", f"--as={3 << 30}", "--"]
+#: rows of the text bombs: each names one 1 MiB value, 200 GB decoded
+TEXT_ROWS = 200_000
+pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("prlimit"), reason="needs root (the files are nobody's) and prlimit")
+
+
+def _bomb_value(n: int) -> pa.DictionaryArray:
+    """``n`` rows naming one 1 MiB text value (a few KB once dictionary-encoded)."""
+    return pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array(["x" * (1 << 20)]))
+
+
+def _repeat(real: pa.Table, n: int) -> dict:
+    """``real``'s columns over ``n`` rows, each its first row's value (text as a
+    dictionary of that one value)."""
+    cols = {}
+    for f in real.schema:
+        v = real.column(f.name)[0].as_py()
+        cols[f.name] = (pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([v]))
+                        if pa.types.is_string(f.type) else pa.array([v] * n, f.type))
+    return cols
+
+
+def _typed_bomb(real: pa.Table) -> pa.Table:
+    """``real``'s columns over TEXT_ROWS rows, its peer group (or metric) the 1 MiB
+    value, written with the Arrow schema stored: pyarrow reads that column back as a
+    dictionary, typed so."""
+    cols = _repeat(real, TEXT_ROWS)
+    cols["peer_group" if "peer_group" in cols else "metric"] = _bomb_value(TEXT_ROWS)
+    return pa.table(cols)
+
+
+def _nested_bomb(real: pa.Table) -> pa.Table:
+    """``real``'s columns over TEXT_ROWS rows and one more column, a struct around
+    the 1 MiB value every row names."""
+    cols = _repeat(real, TEXT_ROWS)
+    cols["extra"] = pa.StructArray.from_arrays([_bomb_value(TEXT_ROWS)], ["s"])
+    return pa.table(cols)
+
+
+def _write(table: pa.Table, path: Path, *, store_schema: bool) -> None:
+    pq.write_table(table, path, store_schema=store_schema, compression="zstd", dictionary_pagesize_limit=1 << 30)
+    assert path.stat().st_size < 256 << 10
+
+
+def _dataset(tmp_path: Path, make) -> tuple[Path, str]:
+    """A copy of faultlab-sw-v1 whose first test run's steps part is ``make(real)``, its
+    manifest rewritten to match (as the dataset's owner may), all of it nobody's."""
+    ds = tmp_path / "ds"
+    shutil.copytree(REPO / "datasets" / "faultlab-sw-v1", ds)
+    rid = json.loads((ds / "splits.json").read_text())["test"][0]
+    part = ds / "data" / "steps" / f"run={rid}" / "part-0.parquet"
+    _write(make(pq.read_table(part)), part, store_schema=make is _typed_bomb)
+    (ds / manifest.NAME).write_text(manifest.text({f.relative_to(ds).as_posix(): manifest.sha256(f, ds) for f in manifest._files(ds)}))
+    give_to_nobody(ds)
+    return ds, f"run={rid}/part-0.parquet"
+
+
+def _run(tmp_path: Path, table: str, make) -> Path:
+    """A synthetic run folder, nobody's, whose ``table``.parquet is ``make(real)``."""
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20)
+    p = run / f"{table}.parquet"
+    _write(make(pq.read_table(p)), p, store_schema=make is _typed_bomb)
+    give_to_nobody(run)
+    return run
+
+
+def _refused(args: list[str], name: str, *words: str, timeout: float = 180) -> None:
+    cp = subprocess.run([*LIMIT, *FL, *args], capture_output=True, text=True, timeout=timeout)
+    err = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and name in err[0] and all(w in err[0] for w in words), (cp.returncode, cp.stderr[-1500:])
+
+
+@pytest.mark.parametrize("make", [_typed_bomb, _nested_bomb], ids=["dictionary-typed", "nested"])
+def test_a_datasets_text_bomb_the_text_check_did_not_see_is_refused_before_it_is_decoded(tmp_path, make):
+    ds, part = _dataset(tmp_path, make)
+    _refused(["score", "--detector", "peer-median", "--boot", "0", "--dataset", str(ds)], part)
+
+
+@pytest.mark.parametrize("make", [_typed_bomb, _nested_bomb], ids=["dictionary-typed", "nested"])
+@pytest.mark.parametrize("cmd", ["score", "report"])
+def test_a_run_folders_text_bomb_the_text_check_did_not_see_is_refused_before_it_is_decoded(tmp_path, make, cmd):
+    run = _run(tmp_path, "steps", make)
+    args = {"score": ["score", "--detector", "peer-median", "--boot", "0", "--run", str(run)],
+            "report": ["report", str(run), "--out", str(tmp_path / "page.html")]}[cmd]
+    _refused(args, "steps.parquet")
+
+
+@pytest.mark.parametrize("make", [_typed_bomb, _nested_bomb], ids=["dictionary-typed", "nested"])
+def test_a_host_tables_text_bomb_the_text_check_did_not_see_is_refused_by_the_labeler(tmp_path, make):
+    run = _run(tmp_path, "host", make)
+    _refused(["label", str(run)], "host.parquet")
