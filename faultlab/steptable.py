@@ -157,10 +157,7 @@ def iter_blocks(path: str | os.PathLike, columns: list[str] | None = None) -> It
         parts = []
         for f in fs:
             try:
-                # before a dictionary value is decoded for every row (a run folder may be another user's)
-                if parquetbound.text_over(lambda **kw: parquet_file(f, **kw), TEXT_BYTES):
-                    raise BadInput(f"{f}: its text columns decode to more than {TEXT_BYTES} bytes (a dictionary value every row names)",
-                                   field=f.name, fix="restore the file faultlab wrote")
+                _check_text(f)
                 pf = parquet_file(f)
                 cols = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
                 parts.append(pf.read(columns=cols))
@@ -168,6 +165,15 @@ def iter_blocks(path: str | os.PathLike, columns: list[str] | None = None) -> It
                 raise unreadable(f, e) from None
         if parts:
             yield pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
+
+
+def _check_text(f: Path) -> None:
+    """Raise BadInput naming the part file ``f`` when its text columns decode to more
+    than :data:`TEXT_BYTES` (:func:`faultlab.parquetbound.text_over`), before a
+    dictionary value is decoded for every row: a run folder may be another user's."""
+    if parquetbound.text_over(lambda **kw: parquet_file(f, **kw), TEXT_BYTES):
+        raise BadInput(f"{f}: its text columns decode to more than {TEXT_BYTES} bytes (a dictionary value every row names)",
+                       field=f.name, fix="restore the file faultlab wrote")
 
 
 def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pd.DataFrame:
@@ -203,7 +209,11 @@ def read_lean_files(fs: list[Path], columns: list[str] | None = None) -> pd.Data
 
 
 def _plain(fs: list[Path], cols: list[str] | None) -> pd.DataFrame:
-    """The files read whole with pyarrow, as pandas (the fallback of :func:`read_lean`)."""
+    """The files read whole with pyarrow, as pandas (the fallback of :func:`read_lean`),
+    each checked as :func:`iter_blocks` checks it: a text column the lean read passed
+    over (typed as a dictionary, or nested) decodes here."""
+    for f in fs:
+        _check_text(f)
     ts = [parquet_file(f).read(columns=cols) for f in fs]
     if not ts:
         return schema.empty("steps")

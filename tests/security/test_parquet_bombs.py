@@ -117,3 +117,16 @@ def test_a_run_folders_text_bomb_the_text_check_did_not_see_is_refused_before_it
 def test_a_host_tables_text_bomb_the_text_check_did_not_see_is_refused_by_the_labeler(tmp_path, make):
     run = _run(tmp_path, "host", make)
     _refused(["label", str(run)], "host.parquet")
+
+
+def test_the_labelers_whole_read_of_a_steps_table_refuses_a_nested_text_bomb(tmp_path):
+    """A peer group that is a struct around the 1 MiB value: the lean read passes over
+    a column that is not text and reads the table whole, which decoded it."""
+    def make(real: pa.Table) -> pa.Table:
+        cols = _repeat(real, TEXT_ROWS)
+        cols["peer_group"] = pa.StructArray.from_arrays([_bomb_value(TEXT_ROWS)], ["s"])
+        return pa.table(cols)
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20, label=False)
+    _write(make(pq.read_table(run / "steps.parquet")), run / "steps.parquet", store_schema=False)
+    give_to_nobody(run)
+    _refused(["label", str(run)], "steps.parquet", "nested")
