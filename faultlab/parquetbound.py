@@ -66,3 +66,14 @@ def text_over(source, limit: int) -> bool:
         if total > limit:
             return True
     return False
+
+
+def footer_over(md: pq.FileMetaData, max_rows: int, max_bytes: int) -> str | None:
+    """Why the file whose footer is ``md`` is more than a reader of it holds: it states
+    more than ``max_rows`` rows, or more than ``max_bytes`` decoded bytes (the larger of
+    its row groups' uncompressed size and 8 bytes a value: a few MB of run-length-encoded
+    numbers decode to GBs). None when it is within both."""
+    size = max(sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)), md.num_rows * md.num_columns * 8)
+    if md.num_rows > max_rows or size > max_bytes:
+        return f"it states {md.num_rows} rows, about {size} bytes decoded (at most {max_rows} rows and {max_bytes} bytes)"
+    return None

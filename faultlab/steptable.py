@@ -46,6 +46,11 @@ BLOCK_ROWS = 1 << 22
 #: the most bytes the text columns of one part file may decode to when the whole
 #: table is read (:func:`iter_blocks`, :mod:`faultlab.parquetbound`)
 TEXT_BYTES = 1 << 31
+#: the most rows, and decoded bytes, one steps file may state in its footer (faultlab
+#: writes one file under PARTITION_ROWS, a block's part of about BLOCK_ROWS): a few MB
+#: of run-length-encoded rows decode to GBs, in every reader (:func:`parquet_file`)
+FILE_ROWS = 1 << 25
+FILE_BYTES = 1 << 32
 #: string columns :func:`read_lean` reads dictionary-encoded (categoricals)
 STRING_COLUMNS = ("run_id", "node", "peer_group")
 _FIX = "restore it, or remove it to relabel from the raw step records in telemetry/"
@@ -119,11 +124,17 @@ def parquet_file(f: Path, **kw) -> pq.ParquetFile:
     run folder (``steps/step_block=K/part-N.parquet``; else at its name) and only when
     a regular file (:func:`faultlab.safefs.open_below`): ``steps/`` or a block folder
     swapped for a link after :func:`blocks` listed it is refused, never read through.
-    Raises UntrustedPath (one line naming it) otherwise."""
+    Raises UntrustedPath (one line naming it) otherwise, and ValueError when its footer
+    states more than :data:`FILE_ROWS` rows or :data:`FILE_BYTES` decoded bytes."""
     block = f.parent
     if block.name.startswith("step_block=") and block.parent.name == STEPS_DIR:
-        return pq.ParquetFile(safefs.open_below(block.parent.parent, f"{STEPS_DIR}/{block.name}/{f.name}"), **kw)
-    return pq.ParquetFile(safefs.open_below(f.parent, f.name), **kw)
+        pf = pq.ParquetFile(safefs.open_below(block.parent.parent, f"{STEPS_DIR}/{block.name}/{f.name}"), **kw)
+    else:
+        pf = pq.ParquetFile(safefs.open_below(f.parent, f.name), **kw)
+    over = parquetbound.footer_over(pf.metadata, FILE_ROWS, FILE_BYTES)
+    if over:
+        raise ValueError(f"{over}: more than a steps file faultlab writes holds")
+    return pf
 
 
 def _part_order(p: Path) -> tuple:

@@ -130,3 +130,40 @@ def test_the_labelers_whole_read_of_a_steps_table_refuses_a_nested_text_bomb(tmp
     _write(make(pq.read_table(run / "steps.parquet")), run / "steps.parquet", store_schema=False)
     give_to_nobody(run)
     _refused(["label", str(run)], "steps.parquet", "nested")
+
+
+def _rle_rows(real: pa.Table, path: Path, n: int, groups: int = 1) -> None:
+    """``path`` holding ``real``'s columns over ``n * groups`` rows of its first row's
+    numbers and a one-letter text, written as ``groups`` row groups of ``n`` (numbers
+    and text alike dictionary-encoded, run-length: a few MB on disk; the text within
+    the text check's bound)."""
+    cols = {}
+    idx = pa.repeat(pa.scalar(0, pa.int8()), n)
+    for f in real.schema:
+        v = "x" if pa.types.is_string(f.type) else real.column(f.name)[0].as_py()
+        cols[f.name] = pa.DictionaryArray.from_arrays(idx, pa.array([v], f.type))
+    t = pa.table(cols)
+    with pq.ParquetWriter(path, t.schema, store_schema=False, compression="zstd") as w:
+        for _ in range(groups):
+            w.write_table(t, row_group_size=n)
+    assert path.stat().st_size < 16 << 20
+
+
+def test_a_run_folders_host_table_of_countless_rows_is_refused_from_its_footer(tmp_path):
+    """host.parquet of 2**28 rows of one sample (a few MB; 4 text and number columns
+    decode to some 9 GB): root's label refuses it from its footer."""
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20)
+    host = run / "host.parquet"
+    _rle_rows(pq.read_table(host), host, 1 << 24, groups=16)
+    give_to_nobody(run)
+    _refused(["label", str(run)], "host.parquet", "states")
+
+
+def test_a_steps_file_of_countless_rows_is_refused_from_its_footer(tmp_path):
+    """steps.parquet of 2**28 rows of one rank-step: root's score refuses it from its
+    footer before any column is decoded."""
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20)
+    steps = run / "steps.parquet"
+    _rle_rows(pq.read_table(steps), steps, 1 << 24, groups=16)
+    give_to_nobody(run)
+    _refused(["score", "--detector", "peer-median", "--boot", "0", "--run", str(run)], "steps.parquet", "states")
