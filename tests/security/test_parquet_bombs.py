@@ -167,3 +167,19 @@ def test_a_steps_file_of_countless_rows_is_refused_from_its_footer(tmp_path):
     _rle_rows(pq.read_table(steps), steps, 1 << 24, groups=16)
     give_to_nobody(run)
     _refused(["score", "--detector", "peer-median", "--boot", "0", "--run", str(run)], "steps.parquet", "states")
+
+
+def test_the_out_of_core_labeler_refuses_a_block_larger_than_a_worker_reads(tmp_path):
+    """A step block of 8 part files of 2**25 rows each (each within a file's bound):
+    every worker would read 2**28 rows at once. Root's label --out-of-core refuses the
+    block from its files' footers before a worker reads it."""
+    pytest.importorskip("distributed", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20, label=False)
+    real = pq.read_table(run / "steps.parquet")
+    (run / "steps.parquet").unlink()
+    block = run / "steps" / "step_block=0"
+    block.mkdir(parents=True)
+    for i in range(8):
+        _rle_rows(real, block / f"part-{i}.parquet", 1 << 25)
+    give_to_nobody(run)
+    _refused(["label", "--out-of-core", str(run)], "step_block=0", "rank-steps", timeout=300)
