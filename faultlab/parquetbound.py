@@ -30,6 +30,10 @@ def _is_text(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
 
 
+class NestedColumn(ValueError):
+    """A Parquet file has a column of a nested type (:func:`text_over`)."""
+
+
 def nested_column(schema: pa.Schema) -> str | None:
     """The first column of ``schema`` of a nested type (struct, list, map, union), or
     None."""
@@ -40,16 +44,16 @@ def text_over(source, limit: int) -> bool:
     """Whether the text columns of a Parquet file decode to more than ``limit`` bytes.
     ``source``: the file as a binary file object (left open), or a callable that opens
     it as ``pq.ParquetFile`` with the keyword arguments it is given. Raises what
-    pyarrow raises for a file that is not Parquet, and ValueError (naming the column)
-    for a column of a nested type, before any column is read."""
+    pyarrow raises for a file that is not Parquet, and NestedColumn (a ValueError
+    naming the column) for a column of a nested type, before any column is read."""
     def open_file(**kw) -> pq.ParquetFile:
         return source(**kw) if callable(source) else pq.ParquetFile(source, **kw)
 
     schema = open_file().schema_arrow
     nested = nested_column(schema)
     if nested is not None:
-        raise ValueError(f"column {printable(nested, 80)!r} is of a nested type (struct, list or map): "
-                         "faultlab's tables hold flat columns only")
+        raise NestedColumn(f"column {printable(nested, 80)!r} is of a nested type (struct, list or map): "
+                           "faultlab's tables hold flat columns only")
     text = [f.name for f in schema if _is_text(f.type)]
     if not text:
         return False

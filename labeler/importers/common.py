@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from faultlab import parquetbound
 from faultlab.errors import BadInput
 from faultlab.labeler.stats import median
 from faultlab.steps import MAX_UNIX_S, finer_unit
@@ -132,3 +133,25 @@ def numbers_or_refuse(values: pd.Series, present: np.ndarray, *, field: str, whe
         i = int(bad[0])
         raise BadInput(f"{where}: {bad.size} value(s) are not numbers, e.g. {values.iloc[i]!r} {at(i)}", field=field, fix=fix)
     return v
+
+
+#: the most bytes the text columns of an imported Parquet file may decode to (a dataset
+#: part's bound, datasets.layout.MAX_PART_BYTES): the file's size bound
+#: (inputfile.DATA_BYTES) does not bound what it decodes to
+TEXT_BYTES = 1 << 31
+
+
+def refuse_text_bomb(fh, path: Path) -> None:
+    """Raise BadInput naming the Parquet file ``path`` (open as ``fh``) when a column of
+    it is nested or its text columns decode to more than :data:`TEXT_BYTES`
+    (:func:`faultlab.parquetbound.text_over`, from the dictionary-encoded values),
+    before any column is decoded: a trace of a few KB whose rows all name one 1 MiB
+    value decodes to hundreds of GB."""
+    fix = "give the file as its source publishes it"
+    try:
+        over = parquetbound.text_over(fh, TEXT_BYTES)
+    except parquetbound.NestedColumn as e:
+        raise BadInput(f"{path}: {e}", field="PATH", fix=fix) from None
+    if over:
+        raise BadInput(f"{path}: its text columns decode to more than {TEXT_BYTES} bytes (a dictionary value every row names)",
+                       field="PATH", fix=fix)

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from faultlab.datasets import manifest
+from faultlab.labeler.importers.trace.read import TRACE_COLUMNS
 from faultlab.report.synthetic import make_run
 from tests.helpers import FL, REPO, ROOT, give_to_nobody
 
@@ -183,3 +184,30 @@ def test_the_out_of_core_labeler_refuses_a_block_larger_than_a_worker_reads(tmp_
         _rle_rows(real, block / f"part-{i}.parquet", 1 << 25)
     give_to_nobody(run)
     _refused(["label", "--out-of-core", str(run)], "step_block=0", "rank-steps", timeout=300)
+
+
+def _trace_bomb() -> pa.Table:
+    """A StragglerAnalysis trace of TEXT_ROWS operations whose ``optype`` is the 1 MiB value."""
+    cols = {c: pa.array([0] * TEXT_ROWS, pa.float64() if c in ("start_ts", "duration") else pa.int64()) for c in TRACE_COLUMNS}
+    cols["optype"] = _bomb_value(TEXT_ROWS)
+    return pa.table(cols)
+
+
+def _long_bomb() -> pa.Table:
+    """A long-format telemetry file of TEXT_ROWS samples whose ``metric`` is the 1 MiB value."""
+    def one(v: str) -> pa.DictionaryArray:
+        return pa.DictionaryArray.from_arrays(pa.array([0] * TEXT_ROWS, pa.int32()), pa.array([v]))
+    return pa.table({"component": one("rank:0"), "peer_group": one("dp"), "timestamp": pa.array([0.0] * TEXT_ROWS),
+                     "metric": _bomb_value(TEXT_ROWS), "value": pa.array([1.0] * TEXT_ROWS)})
+
+
+@pytest.mark.parametrize("fmt,name,make", [("straggler-trace", "trace-x.parquet", _trace_bomb), ("long", "telemetry.parquet", _long_bomb)],
+                         ids=["straggler-trace", "long"])
+def test_an_imported_files_text_bomb_is_refused_before_it_is_decoded(tmp_path, fmt, name, make):
+    """A public trace's Parquet file is bounded by its size (16 GiB), not by what it
+    decodes to: root's label --import refuses the bomb in one line naming the file."""
+    src = tmp_path / "trace"
+    src.mkdir()
+    _write(make(), src / name, store_schema=False)
+    give_to_nobody(src)
+    _refused(["label", "--import", fmt, str(src / name), "--out", str(tmp_path / "out")], name, "decode")
