@@ -12,6 +12,7 @@ before it is decoded.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -211,3 +212,19 @@ def test_an_imported_files_text_bomb_is_refused_before_it_is_decoded(tmp_path, f
     _write(make(), src / name, store_schema=False)
     give_to_nobody(src)
     _refused(["label", "--import", fmt, str(src / name), "--out", str(tmp_path / "out")], name, "decode")
+
+
+@pytest.mark.parametrize("typ", [pa.string_view(), pa.json_(pa.string())], ids=["string_view", "arrow.json"])
+def test_a_text_bomb_its_stored_schema_retypes_is_refused_before_it_is_decoded(tmp_path, typ):
+    """The stored Arrow schema is the writer's to choose (ARROW:schema): naming the
+    dictionary-encoded peer group a string view or an extension type around text
+    hid it from the text check, and root's score decoded it."""
+    def make(real: pa.Table) -> pa.Table:
+        t = _typed_bomb(real)
+        fake = pa.schema([(f.name, typ if f.name == "peer_group" else f.type) for f in t.schema])
+        return t.replace_schema_metadata({b"ARROW:schema": base64.b64encode(fake.serialize().to_pybytes())})
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20)
+    _write(make(pq.read_table(run / "steps.parquet")), run / "steps.parquet", store_schema=False)
+    assert pq.ParquetFile(run / "steps.parquet").schema_arrow.field("peer_group").type == typ
+    give_to_nobody(run)
+    _refused(["score", "--detector", "peer-median", "--boot", "0", "--run", str(run)], "steps.parquet", "is of type")
