@@ -13,6 +13,7 @@ before it is decoded.
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import shutil
 import subprocess
@@ -228,3 +229,20 @@ def test_a_text_bomb_its_stored_schema_retypes_is_refused_before_it_is_decoded(t
     assert pq.ParquetFile(run / "steps.parquet").schema_arrow.field("peer_group").type == typ
     give_to_nobody(run)
     _refused(["score", "--detector", "peer-median", "--boot", "0", "--run", str(run)], "steps.parquet", "is of type")
+
+
+def test_an_imported_gzipped_csv_is_decompressed_only_so_far(tmp_path):
+    """A long-format .csv.gz of 4,000 gzip members, each one line repeated (4 MB on
+    disk, 1 GB of CSV): the file's size bound (16 GiB) did not bound what it
+    decompresses to, and root's label --import parsed all of it. It is refused once
+    100 times its size came out, in one line naming the file."""
+    src = tmp_path / "trace"
+    src.mkdir()
+    member = gzip.compress(b"rank:0,dp,1700000000.0,step_s,1.0\n" * 7000, compresslevel=9)
+    with open(src / "telemetry.csv.gz", "wb") as f:
+        f.write(gzip.compress(b"component,peer_group,timestamp,metric,value\n"))
+        for _ in range(4000):
+            f.write(member)
+    assert (src / "telemetry.csv.gz").stat().st_size < 8 << 20
+    give_to_nobody(src)
+    _refused(["label", "--import", "long", str(src / "telemetry.csv.gz"), "--out", str(tmp_path / "out")], "telemetry.csv.gz", "decompresses")
