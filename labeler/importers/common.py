@@ -144,17 +144,16 @@ def numbers_or_refuse(values: pd.Series, present: np.ndarray, *, field: str, whe
 TEXT_BYTES = 1 << 31
 
 
-def refuse_text_bomb(fh, path: Path, columns) -> None:
+def refuse_text_bomb(fh, path: Path) -> None:
     """Raise BadInput naming the Parquet file ``path`` (open as ``fh``) when a column of
-    it the importer reads (``columns``) is of a type no count bounds (nested, an
-    extension type) or their text decodes to more than :data:`TEXT_BYTES`
+    it is nested or its text columns decode to more than :data:`TEXT_BYTES`
     (:func:`faultlab.parquetbound.text_over`, from the dictionary-encoded values),
     before any column is decoded: a trace of a few KB whose rows all name one 1 MiB
     value decodes to hundreds of GB."""
     fix = "give the file as its source publishes it"
     try:
-        over = parquetbound.text_over(fh, TEXT_BYTES, columns)
-    except parquetbound.UnboundedColumn as e:
+        over = parquetbound.text_over(fh, TEXT_BYTES)
+    except parquetbound.NestedColumn as e:
         raise BadInput(f"{path}: {e}", field="PATH", fix=fix) from None
     if over:
         raise BadInput(f"{path}: its text columns decode to more than {TEXT_BYTES} bytes (a dictionary value every row names)",

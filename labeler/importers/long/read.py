@@ -82,7 +82,7 @@ def read_long(path: str | Path) -> pd.DataFrame:
             with inputfile.open_data(f, "PATH", below=below) as fh:  # no link, FIFO or device
                 pf = pq.ParquetFile(fh)
                 have = pf.schema_arrow.names
-                refuse_text_bomb(fh, f, LONG_COLUMNS + tuple(OPTIONAL_COLUMNS))  # before a column is decoded
+                refuse_text_bomb(fh, f)  # before a column is decoded
             missing = [c for c in LONG_COLUMNS if c not in have]
             if missing:
                 raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="long",

@@ -116,7 +116,7 @@ def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
     try:
         with inputfile.open_data(trace_path, "PATH", below=below) as fh:  # no link, FIFO or device
             names = pq.ParquetFile(fh).schema_arrow.names
-            refuse_text_bomb(fh, trace_path, TRACE_COLUMNS)  # before a column is decoded
+            refuse_text_bomb(fh, trace_path)  # before a column is decoded
     except BadInput:
         raise
     except Exception as e:  # pyarrow raises several types for a non-Parquet file
