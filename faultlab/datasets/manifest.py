@@ -128,7 +128,7 @@ def verify(root: str | Path) -> dict[str, list[str]]:
 SCORE_OVERRIDE = "or pass --no-verify (faultlab_score(..., verify=False)) to use it as it is"
 
 
-def require_intact(root: str | Path, override: str = SCORE_OVERRIDE) -> None:
+def require_intact(root: str | Path, override: str = SCORE_OVERRIDE, ignore: tuple = ()) -> None:
     """Refuse a dataset whose files differ from its manifest, before anything reads it
     (a changed file that still decodes would otherwise be scored without a word).
 
@@ -136,7 +136,7 @@ def require_intact(root: str | Path, override: str = SCORE_OVERRIDE) -> None:
     file (and how many more), or when ``MANIFEST.sha256`` is missing or malformed.
     Files the manifest does not list are not judged (scoring never reads them).
     ``override``: the advice on using the dataset anyway ("" for a command that has
-    no such option)."""
+    no such option); ``ignore``: files whose change is not judged (the card, for scoring)."""
     root = Path(root)
     skip = override or "then run it again"
     try:
@@ -147,7 +147,7 @@ def require_intact(root: str | Path, override: str = SCORE_OVERRIDE) -> None:
     r = verify(root)  # a listed file that is a link, no regular file or too large: BadInput naming it
     parts = []
     for kind in ("changed", "missing"):
-        files = r[kind]
+        files = [f for f in r[kind] if f not in ignore]
         if files:
             more = f" (and {len(files) - 3} more)" if len(files) > 3 else ""
             parts.append(f"{', '.join(files[:3])}{more} {'is' if len(files) == 1 else 'are'} {kind}")
