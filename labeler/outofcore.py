@@ -590,6 +590,7 @@ def check_blocks(path: str | os.PathLike) -> list[list[str]]:
         raise BadInput(f"{where} holds {rows} rank-steps: more than a block the out-of-core labeler reads at once "
                        f"(at most {BLOCK_MAX_ROWS}; faultlab writes blocks of about {steptable.BLOCK_ROWS})",
                        field=steptable.STEPS_DIR, fix="restore the run's steps table as faultlab wrote it (steptable.write_steps)")
+    return stored
 
 
 def _calm_block_scores(folder: str, S: int, R: int, a: int, b: int, run_med: np.ndarray, window: int) -> tuple:
