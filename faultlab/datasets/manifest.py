@@ -166,7 +166,7 @@ def _check_total(root: Path, files: list[Path]) -> None:
             st = os.lstat(p)
         except OSError:
             continue
-        if stat.S_ISREG(st.st_mode):
+        if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_FILE_BYTES:  # a larger one is refused by name when hashed
             total += st.st_size
         if total > MAX_DATASET_BYTES:  # (the sum is not shown: a linked folder may hold root's files)
             break
