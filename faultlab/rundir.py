@@ -50,6 +50,11 @@ EVENTS_BYTES = 16 << 20
 #: the most bytes the text columns of one table file of a run folder may decode to
 #: (:mod:`faultlab.parquetbound`; the steps table's are bounded by steptable.TEXT_BYTES)
 TABLE_TEXT_BYTES = 1 << 31
+#: the most rows, and decoded bytes, one table file of a run folder (not its steps
+#: table: steptable.FILE_ROWS) may state in its footer, a dataset part's bounds
+#: (datasets.layout.MAX_PART_ROWS): a few MB of run-length-encoded numbers decode to GBs
+TABLE_ROWS = 1 << 25
+TABLE_BYTES = 1 << 31
 
 
 def new_run_id(name: str) -> str:
@@ -255,6 +260,9 @@ class RunDir:
         if p.exists() or p.is_symlink():
             try:
                 with safefs.open_below(self.path, p.name) as f:  # a regular file, no link followed
+                    over = parquetbound.footer_over(pq.ParquetFile(f).metadata, TABLE_ROWS, TABLE_BYTES)
+                    if over:  # before anything is decoded, the text check's dictionary indices too
+                        raise BadInput(f"{p}: {over}: more than a run's table holds", field=p.name, fix="restore the file faultlab wrote")
                     if parquetbound.text_over(f, TABLE_TEXT_BYTES):  # before a dictionary value is decoded for every row
                         raise BadInput(f"{p}: its text columns decode to more than {TABLE_TEXT_BYTES} bytes (a dictionary value every row names)",
                                        field=p.name, fix="restore the file faultlab wrote")

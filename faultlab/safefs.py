@@ -30,6 +30,7 @@ Usage::
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import json
 import os
@@ -45,6 +46,8 @@ MAX_READ_BYTES = 1 << 20
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+#: renameat2(2) flag: swap the two names at once
+_RENAME_EXCHANGE = 2
 
 
 class UntrustedPath(FaultlabError, PermissionError):
@@ -319,6 +322,18 @@ class TrustedDir(_DirFd):
 
     def rename(self, src: str, dst: str) -> None:
         os.rename(check_name(src), check_name(dst), src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def exchange(self, a: str, b: str) -> None:
+        """Swap the names ``a`` and ``b`` in the folder in one step
+        (``renameat2(RENAME_EXCHANGE)``): at no moment is either name missing. Raises
+        OSError (errno EINVAL, ENOSYS or EOPNOTSUPP where the kernel or file system
+        cannot, ENOENT when either is missing)."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        if not hasattr(libc, "renameat2"):
+            raise OSError(errno.ENOSYS, "renameat2 is not in this C library", self._p(a))
+        if libc.renameat2(self.fd, os.fsencode(check_name(a)), self.fd, os.fsencode(check_name(b)), _RENAME_EXCHANGE) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), self._p(a))
 
     def subdir(self, name: str, *, create: bool = False, mode: int = 0o700, private: bool = False) -> "TrustedDir":
         """A checked child folder ``name`` (created with ``mode`` when ``create``)."""

@@ -46,6 +46,11 @@ BLOCK_ROWS = 1 << 22
 #: the most bytes the text columns of one part file may decode to when the whole
 #: table is read (:func:`iter_blocks`, :mod:`faultlab.parquetbound`)
 TEXT_BYTES = 1 << 31
+#: the most rows, and decoded bytes, one steps file may state in its footer (faultlab
+#: writes one file under PARTITION_ROWS, a block's part of about BLOCK_ROWS): a few MB
+#: of run-length-encoded rows decode to GBs, in every reader (:func:`parquet_file`)
+FILE_ROWS = 1 << 25
+FILE_BYTES = 1 << 32
 #: string columns :func:`read_lean` reads dictionary-encoded (categoricals)
 STRING_COLUMNS = ("run_id", "node", "peer_group")
 _FIX = "restore it, or remove it to relabel from the raw step records in telemetry/"
@@ -119,11 +124,17 @@ def parquet_file(f: Path, **kw) -> pq.ParquetFile:
     run folder (``steps/step_block=K/part-N.parquet``; else at its name) and only when
     a regular file (:func:`faultlab.safefs.open_below`): ``steps/`` or a block folder
     swapped for a link after :func:`blocks` listed it is refused, never read through.
-    Raises UntrustedPath (one line naming it) otherwise."""
+    Raises UntrustedPath (one line naming it) otherwise, and ValueError when its footer
+    states more than :data:`FILE_ROWS` rows or :data:`FILE_BYTES` decoded bytes."""
     block = f.parent
     if block.name.startswith("step_block=") and block.parent.name == STEPS_DIR:
-        return pq.ParquetFile(safefs.open_below(block.parent.parent, f"{STEPS_DIR}/{block.name}/{f.name}"), **kw)
-    return pq.ParquetFile(safefs.open_below(f.parent, f.name), **kw)
+        pf = pq.ParquetFile(safefs.open_below(block.parent.parent, f"{STEPS_DIR}/{block.name}/{f.name}"), **kw)
+    else:
+        pf = pq.ParquetFile(safefs.open_below(f.parent, f.name), **kw)
+    over = parquetbound.footer_over(pf.metadata, FILE_ROWS, FILE_BYTES)
+    if over:
+        raise ValueError(f"{over}: more than a steps file faultlab writes holds")
+    return pf
 
 
 def _part_order(p: Path) -> tuple:
@@ -157,10 +168,7 @@ def iter_blocks(path: str | os.PathLike, columns: list[str] | None = None) -> It
         parts = []
         for f in fs:
             try:
-                # before a dictionary value is decoded for every row (a run folder may be another user's)
-                if parquetbound.text_over(lambda **kw: parquet_file(f, **kw), TEXT_BYTES):
-                    raise BadInput(f"{f}: its text columns decode to more than {TEXT_BYTES} bytes (a dictionary value every row names)",
-                                   field=f.name, fix="restore the file faultlab wrote")
+                _check_text(f)
                 pf = parquet_file(f)
                 cols = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
                 parts.append(pf.read(columns=cols))
@@ -168,6 +176,15 @@ def iter_blocks(path: str | os.PathLike, columns: list[str] | None = None) -> It
                 raise unreadable(f, e) from None
         if parts:
             yield pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
+
+
+def _check_text(f: Path) -> None:
+    """Raise BadInput naming the part file ``f`` when its text columns decode to more
+    than :data:`TEXT_BYTES` (:func:`faultlab.parquetbound.text_over`), before a
+    dictionary value is decoded for every row: a run folder may be another user's."""
+    if parquetbound.text_over(lambda **kw: parquet_file(f, **kw), TEXT_BYTES):
+        raise BadInput(f"{f}: its text columns decode to more than {TEXT_BYTES} bytes (a dictionary value every row names)",
+                       field=f.name, fix="restore the file faultlab wrote")
 
 
 def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pd.DataFrame:
@@ -203,7 +220,11 @@ def read_lean_files(fs: list[Path], columns: list[str] | None = None) -> pd.Data
 
 
 def _plain(fs: list[Path], cols: list[str] | None) -> pd.DataFrame:
-    """The files read whole with pyarrow, as pandas (the fallback of :func:`read_lean`)."""
+    """The files read whole with pyarrow, as pandas (the fallback of :func:`read_lean`),
+    each checked as :func:`iter_blocks` checks it: a text column the lean read passed
+    over (typed as a dictionary, or nested) decodes here."""
+    for f in fs:
+        _check_text(f)
     ts = [parquet_file(f).read(columns=cols) for f in fs]
     if not ts:
         return schema.empty("steps")

@@ -319,6 +319,7 @@ def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str 
     host = rd.read_table("host")
     delay = host[host["metric"].astype(str) == METRIC] if len(host) else host
     del host
+    outofcore.check_blocks(path)  # a block no worker may read is refused before a cluster starts
     own = client is None
     if own:
         client, embedded = cluster.client_for(scheduler)

@@ -70,6 +70,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
+import pyarrow as pa
 
 from faultlab import steptable
 from faultlab.errors import BadInput
@@ -88,6 +89,11 @@ from faultlab.steps import _codes, _column, _int_column, _step_major, check_reco
 
 #: rank-steps below which a run is labeled in memory (no cluster is started)
 IN_MEMORY_ROWS = 1 << 24
+#: the most rank-steps one stored block may hold (its files' footers, all together): a
+#: worker reads a block whole, so a block larger than a run labeled in memory (faultlab
+#: writes blocks of about steptable.BLOCK_ROWS, or one step of every rank) is refused
+#: before any worker reads it
+BLOCK_MAX_ROWS = IN_MEMORY_ROWS
 
 
 def halo_steps(config: LabelerConfig) -> int:
@@ -386,7 +392,7 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     cfg = labeler_config(config)
     folder = Path(workdir)
     folder.mkdir(parents=True, exist_ok=True)
-    stored = [[str(f) for f in fs] for _, fs in steptable.blocks(path)]
+    stored = check_blocks(path)
     note = progress or (lambda *a: None)
     scans = _wait(client, client.map(_scan_block, stored, pure=False), note, "scan")
     steps = np.unique(np.concatenate([s["steps"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
@@ -450,6 +456,27 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     lo = min((fb["span"][0] for fb in filled if np.isfinite(fb["span"][0])), default=np.nan)
     hi = max((fb["span"][1] for fb in filled if np.isfinite(fb["span"][1])), default=np.nan)
     return _analysis(grid, tv, pv, cfg, pg, top, wi), ((lo, hi) if np.isfinite(lo) and np.isfinite(hi) else None)
+
+
+def check_blocks(path: str | os.PathLike) -> list[list[str]]:
+    """The stored blocks of the steps table ``path`` (each as its files, in step order),
+    read from their footers before any worker reads one. Raises BadInput naming the
+    first block whose files state more than :data:`BLOCK_MAX_ROWS` rows all together (a
+    steps table someone hands root: a few KB of run-length-encoded rows would have a
+    worker allocate GBs), or a file that is not readable Parquet."""
+    stored = [[str(f) for f in fs] for _, fs in steptable.blocks(path)]
+    for files in stored:
+        try:
+            rows = sum(steptable.parquet_file(Path(f)).metadata.num_rows for f in files)
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise steptable.unreadable(Path(files[0]), e) from None
+        if rows <= BLOCK_MAX_ROWS:
+            continue
+        where = Path(files[0]).parent if Path(files[0]).parent.name.startswith("step_block=") else Path(files[0])
+        raise BadInput(f"{where} holds {rows} rank-steps: more than a block the out-of-core labeler reads at once "
+                       f"(at most {BLOCK_MAX_ROWS}; faultlab writes blocks of about {steptable.BLOCK_ROWS})",
+                       field=steptable.STEPS_DIR, fix="restore the run's steps table as faultlab wrote it (steptable.write_steps)")
+    return stored
 
 
 def _calm_block_scores(folder: str, S: int, R: int, a: int, b: int, run_med: np.ndarray, window: int) -> tuple:

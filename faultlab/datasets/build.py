@@ -19,6 +19,7 @@ swaps or links redirects what is written.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -316,14 +317,34 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
                 _write_dataset(tree, runs, name, test_fraction=test_fraction, seed=seed, campaign_files=campaign_files,
                                relabel=relabel, description=description, license=license, source_note=source_note, split=split)
                 _check_still_there(parent, building, tree.root)
-            if parent.lstat(name) is not None:
-                parent.remove_tree(name)
-            parent.rename(building, name)
+            replaced = parent.lstat(name) is not None and _swap_in(parent, building, name)
+            if not replaced:
+                if parent.lstat(name) is not None:
+                    parent.remove_tree(name)
+                parent.rename(building, name)
         except BaseException:
             with contextlib.suppress(OSError):
                 parent.remove_tree(building)
             raise
+        if replaced:  # the old dataset, now under the building name
+            with contextlib.suppress(OSError):  # a build killed here leaves it for the next one to remove
+                parent.remove_tree(building)
     return final
+
+
+def _swap_in(parent: safefs.TrustedDir, building: str, name: str) -> bool:
+    """Put the finished ``building`` folder in the place of the dataset ``name`` in one
+    step, the old one then under ``building`` (``TrustedDir.exchange``): a build or
+    relabel killed at any moment leaves ``name`` whole, old or new, never the old half
+    removed beside the new one that the next build removes. False where the file
+    system cannot swap (the old one is then removed first, as before)."""
+    try:
+        parent.exchange(building, name)
+    except OSError as e:
+        if e.errno in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            return False
+        raise
+    return True
 
 
 def _fresh_folder(parent: safefs.TrustedDir, name: str) -> safefs.TrustedDir:

@@ -5,6 +5,8 @@ too."""
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path, PurePosixPath
 
 from faultlab import safefs
@@ -24,6 +26,10 @@ def _files(root: Path) -> list[Path]:
 #: the largest dataset file hashed (bytes): a part file is MBs, a sparse file of
 #: terabytes listed in the manifest is refused, not hashed for hours
 MAX_FILE_BYTES = 1 << 32
+#: the most bytes the files a manifest lists may hold all together (the published
+#: datasets are MBs): each file is bounded, not their number, and a manifest listing any
+#: number of sparse files just under 4 GiB (no disk) had root hash every one
+MAX_DATASET_BYTES = 1 << 36
 
 
 def sha256(p: Path, root: Path | None = None) -> str:
@@ -103,10 +109,12 @@ def verify(root: str | Path) -> dict[str, list[str]]:
     Returns: ``{"changed": [...], "missing": [...], "extra": [...]}`` (relative paths;
     all empty = intact). Raises BadInput when the manifest is missing or malformed, or
     naming a listed file that is a link, no regular file, or larger than
-    :data:`MAX_FILE_BYTES` (never hashed)."""
+    :data:`MAX_FILE_BYTES` (never hashed), or when the files it lists hold more than
+    :data:`MAX_DATASET_BYTES` all together (none hashed)."""
     root = Path(root)
     want = read(root)
     have = {p.relative_to(root).as_posix(): p for p in _files(root)}
+    _check_total(root, [have[rel] for rel in want if rel in have])
     try:
         changed = sorted(rel for rel, h in want.items() if rel in have and sha256(have[rel], root) != h)
     except safefs.UntrustedPath as e:
@@ -120,7 +128,7 @@ def verify(root: str | Path) -> dict[str, list[str]]:
 SCORE_OVERRIDE = "or pass --no-verify (faultlab_score(..., verify=False)) to use it as it is"
 
 
-def require_intact(root: str | Path, override: str = SCORE_OVERRIDE) -> None:
+def require_intact(root: str | Path, override: str = SCORE_OVERRIDE, ignore: tuple = ()) -> None:
     """Refuse a dataset whose files differ from its manifest, before anything reads it
     (a changed file that still decodes would otherwise be scored without a word).
 
@@ -128,7 +136,7 @@ def require_intact(root: str | Path, override: str = SCORE_OVERRIDE) -> None:
     file (and how many more), or when ``MANIFEST.sha256`` is missing or malformed.
     Files the manifest does not list are not judged (scoring never reads them).
     ``override``: the advice on using the dataset anyway ("" for a command that has
-    no such option)."""
+    no such option); ``ignore``: files whose change is not judged (the card, for scoring)."""
     root = Path(root)
     skip = override or "then run it again"
     try:
@@ -139,10 +147,30 @@ def require_intact(root: str | Path, override: str = SCORE_OVERRIDE) -> None:
     r = verify(root)  # a listed file that is a link, no regular file or too large: BadInput naming it
     parts = []
     for kind in ("changed", "missing"):
-        files = r[kind]
+        files = [f for f in r[kind] if f not in ignore]
         if files:
             more = f" (and {len(files) - 3} more)" if len(files) > 3 else ""
             parts.append(f"{', '.join(files[:3])}{more} {'is' if len(files) == 1 else 'are'} {kind}")
     if parts:
         raise BadInput(f"{root}: {'; '.join(parts)} since MANIFEST.sha256 was written", field="--dataset",
                        fix=f"restore the file(s) or rebuild the dataset (faultlab dataset verify {root} lists them all), {skip}")
+
+
+def _check_total(root: Path, files: list[Path]) -> None:
+    """Raise BadInput (field ``MANIFEST.sha256``) when the regular ``files`` (lstat: a
+    link counts nothing; it is refused when hashed) hold more than
+    :data:`MAX_DATASET_BYTES` all together, before any is hashed."""
+    total = 0
+    for p in files:
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_FILE_BYTES:  # a larger one is refused by name when hashed
+            total += st.st_size
+        if total > MAX_DATASET_BYTES:  # (the sum is not shown: a linked folder may hold root's files)
+            break
+    if total > MAX_DATASET_BYTES:
+        raise BadInput(f"{root}: the files {NAME} lists hold more than {MAX_DATASET_BYTES} bytes all together "
+                       "(the most faultlab hashes of one dataset)", field=NAME,
+                       fix="rebuild the dataset, or check it with sha256sum -c MANIFEST.sha256 if its size is what you expect")

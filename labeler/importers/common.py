@@ -6,12 +6,16 @@ and the upstream answer files it never reads (:data:`ANSWER_FILES`).
 
 from __future__ import annotations
 
+import gzip
+import io
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from faultlab import inputfile, parquetbound
 from faultlab.errors import BadInput
 from faultlab.labeler.stats import median
 from faultlab.steps import MAX_UNIX_S, finer_unit
@@ -132,3 +136,61 @@ def numbers_or_refuse(values: pd.Series, present: np.ndarray, *, field: str, whe
         i = int(bad[0])
         raise BadInput(f"{where}: {bad.size} value(s) are not numbers, e.g. {values.iloc[i]!r} {at(i)}", field=field, fix=fix)
     return v
+
+
+#: the most bytes the text columns of an imported Parquet file may decode to (a dataset
+#: part's bound, datasets.layout.MAX_PART_BYTES): the file's size bound
+#: (inputfile.DATA_BYTES) does not bound what it decodes to
+TEXT_BYTES = 1 << 31
+
+
+def refuse_text_bomb(fh, path: Path) -> None:
+    """Raise BadInput naming the Parquet file ``path`` (open as ``fh``) when a column of
+    it is nested or its text columns decode to more than :data:`TEXT_BYTES`
+    (:func:`faultlab.parquetbound.text_over`, from the dictionary-encoded values),
+    before any column is decoded: a trace of a few KB whose rows all name one 1 MiB
+    value decodes to hundreds of GB."""
+    fix = "give the file as its source publishes it"
+    try:
+        over = parquetbound.text_over(fh, TEXT_BYTES)
+    except parquetbound.NestedColumn as e:
+        raise BadInput(f"{path}: {e}", field="PATH", fix=fix) from None
+    if over:
+        raise BadInput(f"{path}: its text columns decode to more than {TEXT_BYTES} bytes (a dictionary value every row names)",
+                       field="PATH", fix=fix)
+
+
+#: the most a gzipped data file may decompress to, times its own size (at least 1 MiB):
+#: a CSV of names and numbers compresses some 5 to 20 times, one line repeated a thousand
+#: times; and never more than an uncompressed file may hold (inputfile.DATA_BYTES)
+GZIP_RATIO = 100
+
+
+class _Capped(io.RawIOBase):
+    """The bytes of ``src`` (a binary stream), raising BadInput naming ``path`` once
+    more than ``limit`` came out."""
+
+    def __init__(self, src, limit: int, path: Path):
+        super().__init__()
+        self.src, self.limit, self.path, self.n = src, limit, path, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        data = self.src.read(len(b))
+        self.n += len(data)
+        if self.n > self.limit:
+            raise BadInput(f"{self.path} decompresses to more than {self.limit} bytes ({GZIP_RATIO} times its size, at most "
+                           f"{inputfile.DATA_BYTES})", field="PATH", fix="give the file as its source publishes it")
+        b[:len(data)] = data
+        return len(data)
+
+
+def gunzipped(fh, path: Path) -> io.BufferedReader:
+    """The decompressed bytes of the gzipped data file ``fh`` (``path``), as a stream
+    that raises BadInput once more than :data:`GZIP_RATIO` times the file's size (or
+    ``inputfile.DATA_BYTES``) came out: the file is bounded by its size, and a 10 MB
+    gzip of one repeated line decompresses to 10 GB."""
+    limit = min(inputfile.DATA_BYTES, GZIP_RATIO * max(os.fstat(fh.fileno()).st_size, 1 << 20))
+    return io.BufferedReader(_Capped(gzip.GzipFile(fileobj=fh), limit, path))

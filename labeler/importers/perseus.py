@@ -70,7 +70,7 @@ import pyarrow.parquet as pq
 from faultlab import inputfile
 from faultlab.errors import BadInput
 from faultlab.labeler.config import make_config
-from faultlab.labeler.importers.common import ImportResult, SkipCount, seconds_timestamps
+from faultlab.labeler.importers.common import ImportResult, SkipCount, gunzipped, seconds_timestamps
 from faultlab.labeler.labelrows import empty_labels, label_confidence, label_row, typed_labels
 from faultlab.labeler.stats import mad_sigma, median
 from faultlab.labeler.verdict import VerdictConfig, judge
@@ -194,7 +194,8 @@ def _read_kratos(files: list[tuple[str, str, Path]], below: Path):
     for cluster, host, f in files:
         try:
             with inputfile.open_data(f, "PATH", below=below) as fh:  # no link below the folder, no FIFO or device
-                t = pcsv.read_csv(pa.input_stream(fh, compression="gzip" if f.name.endswith(".gz") else None), convert_options=opts)
+                src = gunzipped(fh, f) if f.name.endswith(".gz") else fh  # a gzipped day decompressed with a bound
+                t = pcsv.read_csv(pa.input_stream(src), convert_options=opts)
         except (pa.ArrowInvalid, KeyError, OSError) as e:
             raise BadInput(f"{f} could not be read ({type(e).__name__}: {str(e).splitlines()[0]})", field="PATH",
                            fix="a kratos-failslow day file has columns " + ", ".join(need)) from None

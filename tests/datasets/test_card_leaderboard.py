@@ -77,3 +77,18 @@ def test_cli_writes_the_card_and_refuses_a_subset_or_verify(dataset, tmp_path):
     assert fl("dataset", "verify", ds).returncode == 0
     one_line_error(fl("leaderboard", "--dataset", ds, "--detector", "constant", "--card"), "--card", "every detector")
     one_line_error(fl("leaderboard", "--verify", tmp_path / "x.json", "--card"), "--verify")
+
+
+def test_a_card_killed_before_its_manifest_line_stops_neither_scoring_nor_the_next_card(dataset, tmp_path):
+    """leaderboard --card writes the card, then the manifest (two files, each atomic): a
+    kill between them leaves the card newer than the manifest. The card is never
+    scored, so score goes on, and the next --card writes both again: the dataset
+    verifies."""
+    ds = tmp_path / dataset.name
+    shutil.copytree(dataset, ds)
+    with open(ds / "README.md", "a") as f:
+        f.write("\nthe card as a killed --card left it\n")
+    assert fl("score", "--detector", "peer-median", "--boot", "0", "--dataset", ds).returncode == 0
+    p = fl("leaderboard", "--dataset", ds, "--boot", "20", "--card")
+    assert p.returncode == 0, p.stderr
+    assert fl("dataset", "verify", ds).returncode == 0

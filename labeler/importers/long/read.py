@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 
 from faultlab import inputfile
 from faultlab.errors import BadInput
-from faultlab.labeler.importers.common import ANSWER_FILES, SkipCount, _EXACT_ANSWER_FILES, is_answer, seconds_timestamps
+from faultlab.labeler.importers.common import (ANSWER_FILES, SkipCount, _EXACT_ANSWER_FILES, gunzipped, is_answer, refuse_text_bomb,
+                                               seconds_timestamps)
 
 
 LONG_COLUMNS = ("component", "peer_group", "timestamp", "metric", "value")
@@ -81,6 +82,7 @@ def read_long(path: str | Path) -> pd.DataFrame:
             with inputfile.open_data(f, "PATH", below=below) as fh:  # no link, FIFO or device
                 pf = pq.ParquetFile(fh)
                 have = pf.schema_arrow.names
+                refuse_text_bomb(fh, f)  # before a column is decoded
             missing = [c for c in LONG_COLUMNS if c not in have]
             if missing:
                 raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="long",
@@ -101,8 +103,8 @@ def read_long(path: str | Path) -> pd.DataFrame:
                                fix="a long-format file has columns " + ", ".join(LONG_COLUMNS)
                                + " (comma- or tab-separated)")
             cols = list(LONG_COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in head.columns]
-            with inputfile.open_data(f, "PATH", below=below) as fh:
-                df = pd.read_csv(fh, usecols=cols, sep=sep, compression=gz,
+            with inputfile.open_data(f, "PATH", below=below) as fh:  # a gzipped one decompressed with a bound
+                df = pd.read_csv(gunzipped(fh, f) if gz else fh, usecols=cols, sep=sep, compression=None,
                                  dtype={"component": "category", "peer_group": "category", "metric": "category"})
     except BadInput:
         raise

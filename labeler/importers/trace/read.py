@@ -15,7 +15,7 @@ import yaml
 
 from faultlab import inputfile, yamlsafe
 from faultlab.errors import BadInput
-from faultlab.labeler.importers.common import SkipCount, numbers_or_refuse
+from faultlab.labeler.importers.common import SkipCount, numbers_or_refuse, refuse_text_bomb
 
 
 TRACE_COLUMNS = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id", "mc", "gmc", "mb_id")
@@ -116,6 +116,7 @@ def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
     try:
         with inputfile.open_data(trace_path, "PATH", below=below) as fh:  # no link, FIFO or device
             names = pq.ParquetFile(fh).schema_arrow.names
+            refuse_text_bomb(fh, trace_path)  # before a column is decoded
     except BadInput:
         raise
     except Exception as e:  # pyarrow raises several types for a non-Parquet file
