@@ -96,26 +96,27 @@ def _refused(args: list[str], name: str, *words: str, timeout: float = 180) -> N
     assert cp.returncode == 2 and len(err) == 1 and name in err[0] and all(w in err[0] for w in words), (cp.returncode, cp.stderr[-1500:])
 
 @pytest.mark.parametrize("make", [_typed_bomb, _nested_bomb], ids=["dictionary-typed", "nested"])
-def test_a_datasets_text_bomb_the_text_check_did_not_see_is_refused_before_it_is_decoded(tmp_path, make):
+def test_a_datasets_dictionary_typed_or_nested_text_bomb_is_refused_before_it_is_decoded(tmp_path, make):
     ds, part = _dataset(tmp_path, make)
     _refused(["score", "--detector", "peer-median", "--boot", "0", "--dataset", str(ds)], part, _word(make))
 
 @pytest.mark.parametrize("make", [_typed_bomb, _nested_bomb], ids=["dictionary-typed", "nested"])
 @pytest.mark.parametrize("cmd", ["score", "report"])
-def test_a_run_folders_text_bomb_the_text_check_did_not_see_is_refused_before_it_is_decoded(tmp_path, make, cmd):
+def test_a_run_folders_dictionary_typed_or_nested_text_bomb_is_refused_before_it_is_decoded(tmp_path, make, cmd):
     run = _run(tmp_path, "steps", make)
     args = {"score": ["score", "--detector", "peer-median", "--boot", "0", "--run", str(run)],
             "report": ["report", str(run), "--out", str(tmp_path / "page.html")]}[cmd]
     _refused(args, "steps.parquet", _word(make))
 
 @pytest.mark.parametrize("make", [_typed_bomb, _nested_bomb], ids=["dictionary-typed", "nested"])
-def test_a_host_tables_text_bomb_the_text_check_did_not_see_is_refused_by_the_labeler(tmp_path, make):
+def test_a_host_tables_dictionary_typed_or_nested_text_bomb_is_refused_by_the_labeler(tmp_path, make):
     run = _run(tmp_path, "host", make)
     _refused(["label", str(run)], "host.parquet", _word(make))
 
 def test_the_labelers_whole_read_of_a_steps_table_refuses_a_nested_text_bomb(tmp_path):
     """A peer group that is a struct around the 1 MiB value: the lean read passes over
-    a column that is not text and reads the table whole, which decoded it."""
+    a column that is not text and reads the table whole, where the value would decode
+    for every row."""
     def make(real: pa.Table) -> pa.Table:
         cols = _repeat(real, TEXT_ROWS)
         cols["peer_group"] = pa.StructArray.from_arrays([_bomb_value(TEXT_ROWS)], ["s"])
