@@ -232,3 +232,32 @@ def test_an_embedded_cluster_that_fails_to_start_leaves_no_scratch_folder(tmp_pa
     assert cp.returncode != 0, "the unguarded script started its cluster"
     assert "bootstrapping phase" in cp.stderr, cp.stderr[-2000:]
     assert not list(tmp.glob("faultlab-dask-*")), sorted(p.name for p in tmp.iterdir())
+
+
+def _faults_of_reused_arrays() -> int:
+    """Minor page faults of allocating and freeing a 1 MiB array 32 times after once
+    (below numpy's huge-page size, so each fresh mapping faults 256 pages)."""
+    import resource
+
+    np.ones(1 << 18, dtype=np.float32).sum()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(32):
+        np.ones(1 << 18, dtype=np.float32).sum()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def test_embedded_cluster_workers_reuse_freed_array_memory(tmp_path, monkeypatch):
+    # Dask's default worker environment returns freed memory to the kernel at once
+    # (MALLOC_TRIM_THRESHOLD_=65536, which also fixes glibc's mmap threshold at 128 KiB):
+    # every array is then a fresh mapping, faulted and zeroed page by page, 8,192
+    # faults here; the labeler's workers keep it in their heap
+    from faultlab.labeler.cluster import close, local_cluster
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    cl, security = local_cluster(1)
+    client = distributed.Client(cl, security=security)
+    try:
+        (faults,) = client.run(_faults_of_reused_arrays).values()
+    finally:
+        close(client, cl)
+    assert faults < 1024, faults
