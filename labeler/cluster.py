@@ -40,29 +40,35 @@ CLUSTER_CONFIG = {
     "distributed.admin.system-monitor.interval": "2s",
 }
 
-#: glibc's allocator in the workers: arrays up to 32 MiB (its largest threshold; a
-#: block's arrays are 16-32 MiB) from the heap, and freed memory kept there (trimmed
-#: at 1 GiB free at its top) instead of Dask's default of returning it at 64 KiB: each
-#: block's arrays then reuse the pages of the one before, where a fresh mapping costs a
-#: page fault and the zeroing of every page, about as much CPU as the block's work
-#: (``perf/labeler_scale.py`` at 1e9: about a sixth of the labeling's time)
-MALLOC_ENV = {"distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_": str(32 << 20),
-              "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
-
-#: workers start with ``PYTHONSAFEPATH`` (``-P``): multiprocessing's ``python -c`` put the
-#: working folder first on ``sys.path`` (a ``multiprocessing/`` there ran in every worker)
-SAFE_SPAWN = {"distributed.nanny.pre-spawn-environ.PYTHONSAFEPATH": "1"}
+#: the environment of the embedded cluster's worker processes, set in this process
+#: while they start (:func:`_worker_env`) and given to Dask as the nanny's
+#: ``pre-spawn-environ`` too (Dask takes a variable already set in this process over its
+#: configuration, and leaves its own in this process: ``MALLOC_TRIM_THRESHOLD_=65536``
+#: once any default Dask cluster has started here):
+#:
+#: - ``PYTHONSAFEPATH`` (``-P``): multiprocessing's ``python -c`` put the working folder
+#:   first on ``sys.path`` (a ``multiprocessing/`` there ran in every worker);
+#: - glibc's allocator: arrays up to 32 MiB (its largest threshold; a block's arrays
+#:   are 16-32 MiB) from the heap, and freed memory kept there (trimmed at 1 GiB free
+#:   at its top), where Dask's default returns it at 64 KiB: each block's arrays then
+#:   reuse the pages of the one before, where a fresh mapping costs a page fault and
+#:   the zeroing of every page, about as much CPU as the block's own work
+#:   (``perf/labeler_scale.py`` at 1e9: a sixth of the labeling's time).
+WORKER_ENV = {"PYTHONSAFEPATH": "1", "MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+PRE_SPAWN = {f"distributed.nanny.pre-spawn-environ.{k}": v for k, v in WORKER_ENV.items()}
 
 
 @contextlib.contextmanager
-def _safe_path():
-    """``PYTHONSAFEPATH=1`` for the block (the resource tracker starts before :data:`SAFE_SPAWN`)."""
-    saved = os.environ.get("PYTHONSAFEPATH")
-    os.environ["PYTHONSAFEPATH"] = "1"
+def _worker_env():
+    """:data:`WORKER_ENV` in this process's environment for the block (the resource
+    tracker starts before the nannies read :data:`PRE_SPAWN`), restored after."""
+    saved = {k: os.environ.get(k) for k in WORKER_ENV}
+    os.environ.update(WORKER_ENV)
     try:
         yield
     finally:
-        os.environ.pop("PYTHONSAFEPATH") if saved is None else os.environ.update(PYTHONSAFEPATH=saved)
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.update({k: v})
 
 
 def local_cluster(n_workers: int | None = None):
@@ -70,7 +76,7 @@ def local_cluster(n_workers: int | None = None):
     processes (default: one per core, at most 4) of one thread each, no memory limit
     (the passes' memory is bounded by their chunks), :data:`CLUSTER_CONFIG`'s settings,
     and the hardening :func:`client_for` describes (mutual TLS on 127.0.0.1 with
-    ``security``, the health route only, a scratch folder of its own, :data:`SAFE_SPAWN`). Close it with
+    ``security``, the health route only, a scratch folder of its own, :data:`WORKER_ENV`). Close it with
     :func:`close`."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
     import dask
@@ -82,8 +88,7 @@ def local_cluster(n_workers: int | None = None):
     scratch = workdirs.make(tempfile.gettempdir(), SCRATCH_PREFIX)
     # read as the scheduler and workers start: the workers take them too
     try:
-        with _safe_path(), dask.config.set({**CLUSTER_CONFIG, **HTTP_ROUTES, **SAFE_SPAWN, **MALLOC_ENV,
-                                               "temporary-directory": scratch}):
+        with _worker_env(), dask.config.set({**CLUSTER_CONFIG, **HTTP_ROUTES, **PRE_SPAWN, "temporary-directory": scratch}):
             cluster = LocalCluster(n_workers=n_workers or max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1,
                                    processes=True, dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
                                    memory_limit=0, host="127.0.0.1", protocol="tls://", security=security)

@@ -109,6 +109,10 @@ def test_out_of_core_analysis_arrays_equal_in_memory(tmp_path, cluster, steps, s
             (getattr(a.peer, f), getattr(b.peer, f)) for f in ("median", "ratio", "flag", "sigma")]:
         x, y = np.asarray(x), np.asarray(y)
         assert x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
+    ref = np.asarray(a.peer.median)  # read where fusion reads it: rows of one rank, a few rows, a row
+    for key in [(slice(10, 400), 7), (slice(0, 5), slice(None)), (np.array([3, 99, 100]), 2), 17, (slice(None, None, 7), 3),
+                (slice(steps - 60, None), slice(40, 48))]:
+        assert np.array_equal(np.asarray(b.peer.median[key]), ref[key], equal_nan=True), key
     assert a.job_expected == b.job_expected
     assert a.groups.calm == b.groups.calm and len(a.groups.calm) > 1
     assert np.array_equal(a.groups.level, b.groups.level, equal_nan=True)
@@ -250,10 +254,12 @@ def test_embedded_cluster_workers_reuse_freed_array_memory(tmp_path, monkeypatch
     # Dask's default worker environment returns freed memory to the kernel at once
     # (MALLOC_TRIM_THRESHOLD_=65536, which also fixes glibc's mmap threshold at 128 KiB):
     # every array is then a fresh mapping, faulted and zeroed page by page, 8,192
-    # faults here; the labeler's workers keep it in their heap
+    # faults here; the labeler's workers keep it in their heap, also in a process
+    # where a default Dask cluster has started before and left its setting behind
     from faultlab.labeler.cluster import close, local_cluster
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
     cl, security = local_cluster(1)
     client = distributed.Client(cl, security=security)
     try:
@@ -261,3 +267,4 @@ def test_embedded_cluster_workers_reuse_freed_array_memory(tmp_path, monkeypatch
     finally:
         close(client, cl)
     assert faults < 1024, faults
+    assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "65536" and "MALLOC_MMAP_THRESHOLD_" not in os.environ
