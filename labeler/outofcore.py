@@ -282,10 +282,11 @@ def _peer_sigma(maps: WorkMaps, cols: list) -> np.ndarray:
 
 def _peer_chunk(folder: str, S: int, R: int, a: int, b: int, cols: list, gidx: np.ndarray, job_step: np.ndarray,
                 sigma: np.ndarray, k: int, halo: int, config: LabelerConfig, sync: bool = False) -> tuple:
-    """Rows ``a..b-1`` of the peer view: the leave-one-out peer median into its map and
-    the peer ratio into its (rank-major ``(R, S)``: fusion reads a flagged rank's whole
-    series), both from the rows' compute and the ``rank_base`` map (a small group's
-    floors, written by the temporal pass before), over ``halo`` rows either side for
+    """Rows ``a..b-1`` of the peer view: the peer ratio into its map (rank-major
+    ``(R, S)``: fusion reads a flagged rank's whole series), from the rows' compute and
+    their leave-one-out peer median (kept by no map: :class:`PeerMedians` computes it
+    again where fusion reads it), itself from the ``rank_base`` map for a small group's
+    floors (written by the temporal pass before), over ``halo`` rows either side for
     the sustained rule's window. Returns the groups' ``(rows, G)`` median and count
     (:meth:`StepGrid.group_stats`; ``gidx`` each rank's group), each row's largest
     compute (:func:`~faultlab.labeler.whatif.step_top`), the rows' what-if sums
@@ -300,7 +301,6 @@ def _peer_chunk(folder: str, S: int, R: int, a: int, b: int, cols: list, gidx: n
     loo, med, cnt = _peer_medians_of(comp, lambda c: np.asarray(base[c, h0:h1]).T, cols, R)
     del base
     own = slice(a - h0, b - h0)
-    maps.put("peer_median", a, b, loo[own])
     ratio = _ratio(comp, loo)
     del loo
     mine, dt = ratio[own], ratio.dtype.type
@@ -317,6 +317,53 @@ def _peer_chunk(folder: str, S: int, R: int, a: int, b: int, cols: list, gidx: n
         flag &= ~few[:, gidx]
     maps.put("peer_ratio", a, b, mine.T, 0, R)
     return med, cnt, step_top(comp), whatif_sums(GridRows(comp, job_step, (med, cnt, gidx))), chunk_runs(flag.T, 0, a)
+
+
+class PeerMedians:
+    """The peer view's leave-one-out peer median ``(S, R)`` (s, float32), computed for
+    the rows it is indexed for from the ``compute`` and ``rank_base`` maps, as the
+    peer pass computes it (:func:`_peer_medians_of`: a row's medians are its own, so
+    they are the same numbers): fusion reads it only at the rows of labels' intervals,
+    where a map of it would be a write of the whole ``(S, R)`` at every run.
+    Indexing: ``[rows]`` or ``[rows, cols]``, ``rows`` a slice or an integer array of
+    grid rows; gives numpy arrays (or a scalar)."""
+
+    def __init__(self, maps: WorkMaps, cols: list):
+        self.maps, self.cols = maps, cols
+        self.shape = (maps.S, maps.R)
+        self.ndim = 2
+        self.dtype = np.dtype(np.float32)
+
+    def __getitem__(self, key):
+        rk, ck = key if isinstance(key, tuple) and len(key) == 2 else (key[0] if isinstance(key, tuple) else key, slice(None))
+        S, R = self.shape
+        every = np.arange(R)
+        groups = [c for c in self.cols if np.isin(every[c], np.atleast_1d(every[ck])).any()]
+        if isinstance(rk, slice) and rk.step in (None, 1):  # a range of rows: one read
+            a, b, _ = rk.indices(S)
+            b = max(a, b)
+            comp = self.maps.read("compute", a, b) if groups else np.zeros((b - a, R), dtype=self.dtype)
+            base_of = lambda c: np.asarray(base[c, a:b]).T  # noqa: E731
+            one = False
+        else:
+            rows = np.arange(S)[rk]
+            one = np.ndim(rows) == 0
+            rows = np.atleast_1d(rows)
+            comp = self.maps.rows("compute", rows) if groups else np.zeros((rows.size, R), dtype=self.dtype)
+            base_of = lambda c: np.asarray(base[c][:, rows]).T  # noqa: E731
+        out = np.full(comp.shape, np.nan, dtype=self.dtype)
+        if comp.shape[0] and groups:
+            base = self.maps.open("rank_base", "r")
+            loo = _peer_medians_of(comp, base_of, groups, R)[0]
+            del base
+            for c in groups:
+                out[:, c] = loo[:, c]
+        got = out[:, ck]
+        return got[0] if one else got
+
+    def __array__(self, dtype=None, copy=None):
+        out = self[:, :]
+        return out if dtype is None else out.astype(dtype)
 
 
 # -- pass 3: the temporal view (carried state) -------------------------------------------
@@ -592,7 +639,6 @@ def _peer_view(client, maps: WorkMaps, grid: StepGrid, cfg: LabelerConfig, spans
     names, gidx, cols = grid.peer_groups()
     sigma = _peer_sigma(maps, cols)
     k = window_steps(grid, cfg)
-    maps.create("peer_median", np.float32)
     maps.create("peer_ratio", np.float32, by_rank=True)
     parts = _wait(client, [client.submit(_peer_chunk, str(maps.folder), maps.S, maps.R, a, b, cols, gidx,
                                          grid.job_step[a:b], sigma, k, halo_steps(cfg), cfg, pure=False, sync=maps.sync)
@@ -601,7 +647,7 @@ def _peer_view(client, maps: WorkMaps, grid: StepGrid, cfg: LabelerConfig, spans
     cnt = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, len(names)), dtype=np.int64)
     top = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0)
     grid._group_stats = (med, cnt, gidx)
-    grid._peer_median = maps.view("peer_median")
+    grid._peer_median = PeerMedians(maps, cols)
     pv = PeerView(median=grid._peer_median, ratio=maps.view("peer_ratio").T,
                   flag=FlagRuns.from_chunks(maps.S, maps.R, [p[4] for p in parts]), sigma=sigma)
     return pv, top, _whatif_from_sums(grid, [p[3] for p in parts])
