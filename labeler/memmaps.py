@@ -40,8 +40,13 @@ class WorkMaps:
         return np.load(self.path(name), mmap_mode=mode)
 
     def view(self, name: str) -> "ReleasedMap":
-        """Map ``name``, read-only, as the controller holds it: a :class:`ReleasedMap`."""
-        return self.open(name, "r").view(ReleasedMap)
+        """Map ``name``, read-only, as the controller holds it: a :class:`ReleasedMap`
+        that reads rows picked by an integer array from the file."""
+        m = self.open(name, "r").view(ReleasedMap)
+        with open(self.path(name), "rb") as f:
+            _, _, header = _npy_header(f)
+        m._file = (self.path(name), header, m.ctypes.data, m.shape)
+        return m
 
     def rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (grid rows, int) of map ``name``, read from the file (a new
@@ -113,6 +118,20 @@ def _pread_into(fd: int, out: np.ndarray, offset: int) -> None:
         mv, offset = mv[n:], offset + n
 
 
+def _read_rows(path: str, header: int, rows: np.ndarray, width: int, dtype) -> np.ndarray:
+    """``(len(rows), width)``: rows ``rows`` of the ``.npy`` file ``path`` (its data at
+    byte ``header``), one ``pread`` per run of consecutive rows."""
+    out = np.empty((rows.size, width), dtype=dtype)
+    size = width * out.dtype.itemsize
+    if rows.size == 0 or size == 0:
+        return out
+    cut = np.flatnonzero(np.diff(rows) != 1) + 1
+    with open(path, "rb") as f:
+        for a, b in zip(np.r_[0, cut], np.r_[cut, rows.size]):
+            _pread_into(f.fileno(), out[a:b], header + int(rows[a]) * size)
+    return out
+
+
 def _pwrite_all(fd: int, buf: np.ndarray, offset: int) -> None:
     """Write ``buf`` (C-contiguous) to file ``fd`` at byte ``offset``, whole."""
     mv = memoryview(buf).cast("B")
@@ -122,7 +141,9 @@ def _pwrite_all(fd: int, buf: np.ndarray, offset: int) -> None:
 
 
 class ReleasedMap(np.memmap):
-    """A read-only memory map that copies out what it is indexed for, then gives the
+    """A read-only memory map that copies out what it is indexed for (rows picked by an
+    integer array: read from its file, ``pread`` per run of rows, where numpy's copy
+    through the mapping takes a page fault per page), then gives the
     mapping's pages back (``madvise(MADV_DONTNEED)``; the data stay in the page cache
     and the file): a page fault maps whole folios of the page cache around the rows
     it reads, so the rows fusion reads through a plain map (label intervals, stall
@@ -130,12 +151,31 @@ class ReleasedMap(np.memmap):
     the end. Indexing gives numpy arrays (or scalars)."""
 
     def __getitem__(self, key):
+        rows, rest = self._picked_rows(key)
+        if rows is not None:  # a copy of the rows read from the file, not through the mapping
+            out = _read_rows(self._file[0], self._file[1], rows, self.shape[1], self.dtype)
+            return out if rest is None else out[(slice(None),) + rest]
         got = super().__getitem__(key)
         out = np.array(got) if isinstance(got, np.ndarray) else got
         mm = getattr(self, "_mmap", None)
         if mm is not None:
             mm.madvise(mmap.MADV_DONTNEED)
         return out
+
+    def _picked_rows(self, key) -> tuple[np.ndarray | None, tuple | None]:
+        """``(rows, rest)`` when ``key`` picks rows of the whole map (not a view of it)
+        by a 1-D integer array, all within it (``rest`` the key's other axes, or None);
+        ``(None, None)`` otherwise: numpy's indexing (and its errors) then."""
+        whole = getattr(self, "_file", None)
+        if whole is None or self.ndim != 2 or self.ctypes.data != whole[2] or self.shape != whole[3]:
+            return None, None
+        first, rest = (key[0], key[1:] or None) if isinstance(key, tuple) and key else (key, None)
+        if not isinstance(first, np.ndarray) or first.ndim != 1 or first.dtype.kind not in "iu":
+            return None, None
+        rows = np.where(first < 0, first + self.shape[0], first).astype(np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.shape[0]):
+            return None, None
+        return rows, rest
 
 
 class RatioMap:
