@@ -324,6 +324,9 @@ def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str 
     if own:
         client, embedded = cluster.client_for(scheduler)
     work = _work_folder(rd.path)
+    # removing the maps frees their page cache, a second a few GB: file by file on threads
+    # of their own, while the cluster closes and the labels are written
+    remover = threading.Thread(target=_remove_work, args=(work,), daemon=True)
     try:
         an, span = outofcore.analyze_out_of_core(path, cfg, workdir=work, client=client, progress=progress,
                                                 peer_groups=peer_groups)
@@ -338,17 +341,46 @@ def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str 
         wi = an.whatif
         wi["peer_groups"] = an.groups.summary([an.grid.component(j) for j in range(an.grid.R)])
         del an
-    finally:
-        # removing the maps frees their page cache, a second a few GB: on a thread of its
-        # own, while the cluster closes
-        remover = threading.Thread(target=shutil.rmtree, args=(work,), kwargs={"ignore_errors": True}, daemon=True)
+    except BaseException:
         remover.start()
         try:
             if own:
                 cluster.close(client, embedded)
         finally:
             remover.join()
-    return _write_labels(rd, labels, wi, cfg)
+        raise
+    remover.start()
+    try:
+        if own:
+            cluster.close(client, embedded)
+        return _write_labels(rd, labels, wi, cfg)
+    finally:
+        remover.join()
+
+
+def _remove_work(work: str) -> None:
+    """Remove the out-of-core labeler's work folder ``work`` (made by
+    :func:`_work_folder`, 0700): its files at once, each on a thread of its own (the
+    kernel frees each map's page cache as it goes, a core's worth of work a few GB a
+    second), then the folder."""
+    try:
+        names = os.listdir(work)
+    except OSError:
+        names = []
+    threads = [threading.Thread(target=_unlink_quietly, args=(os.path.join(work, n),), daemon=True) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _unlink_quietly(path: str) -> None:
+    """Remove the file ``path`` (a folder or a missing file: left to the rmtree after)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 __all__ = [
