@@ -41,7 +41,7 @@ from faultlab.datasets.layout import (COLUMN_DOCS, FIX, RUN_TABLES, TABLES, Data
                                      read_splits, table_schema)
 from faultlab.datasets.steplabels import step_labels, with_label_ids
 from faultlab.errors import BadInput
-from faultlab.labeler import LabelerConfig, label
+from faultlab.labeler import LabelerConfig, label, workdirs
 from faultlab.rundata import RunData, read_run_dir
 from faultlab.rundir import RunDir
 from faultlab.scenario import Campaign, Scenario, parse
@@ -305,12 +305,19 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
     campaign_files = check_campaign_files(campaign_files)
     out_root = Path(out_root)
     final = out_root / name
-    building = f".{name}.building"
+    # each build's own folder (two builds or relabels of one name at once each finish
+    # their own, and the last swapped in wins): named for this process, so a build
+    # killed leaves one that the next build of the name removes once its maker is gone
+    prefix = building_prefix(name)
+    building = workdirs.fresh_name(prefix)
     with open_output(out_root, "--out") as parent:
         if parent.lstat(name) is not None:
             if not force:
                 raise BadInput(f"{final} exists", field="--name", fix="give another name, or --force to replace it")
             _check_replaceable(final)
+        workdirs.sweep(parent.path, prefix)
+        with contextlib.suppress(OSError):  # the one name older versions built in
+            parent.remove_tree(f".{name}.building")
         tree = _Tree(_fresh_folder(parent, building))
         try:
             with tree.root:
@@ -330,6 +337,12 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
             with contextlib.suppress(OSError):  # a build killed here leaves it for the next one to remove
                 parent.remove_tree(building)
     return final
+
+
+def building_prefix(name: str) -> str:
+    """The start of the name of the hidden folder a build of dataset ``name`` writes
+    into (``.NAME.building-<pid>-<start>-<random>``, :func:`workdirs.fresh_name`)."""
+    return f".{name}.building-"
 
 
 def _swap_in(parent: safefs.TrustedDir, building: str, name: str) -> bool:
