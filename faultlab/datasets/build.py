@@ -455,7 +455,7 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
 
 
     ds = Dataset(dataset)
-    manifest.require_intact(ds.path, override="")  # rebuilt in place: only from the files the build wrote
+    manifest.require_intact(ds.path, override="", root_fd=ds.fd)  # rebuilt in place: only from the files the build wrote
     ds.check()  # files that do not fit together are refused before a run is relabeled
     st = build_settings(ds.path)
     if st["import"]:
@@ -465,14 +465,14 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
     if sorted(order) != sorted(ds.run_ids("all")):
         order = ds.run_ids("all")
     with tempfile.TemporaryDirectory(prefix="faultlab-relabel-") as keep:
-        camp = _listed_campaign_files(ds.path, Path(keep))
+        camp = _listed_campaign_files(ds.path, Path(keep), ds.fd)
         runs = (_relabel_run(ds.read_run(rid)) for rid in order)
         return build(runs, ds.name, ds.path.parent, test_fraction=st["test_fraction"], seed=st["seed"], campaign_files=camp,
                      relabel=True, description=st["description"], license=st["license"],
                      source_note=st["note"] if note is None else note, force=True, split=ds.splits)
 
 
-def _listed_campaign_files(root: Path, keep: Path) -> list[Path]:
+def _listed_campaign_files(root: Path, keep: Path, root_fd: int | None = None) -> list[Path]:
     """Copies in ``keep`` of the dataset's campaign files that its manifest lists (those
     :func:`manifest.require_intact` checked), each read with no link followed, only when
     a regular file of at most ``inputfile.YAML_BYTES`` (:func:`safefs.read_below`): a
@@ -480,12 +480,12 @@ def _listed_campaign_files(root: Path, keep: Path) -> list[Path]:
     another user adds to ``campaign/`` never brings a file of root's into the rebuilt
     dataset. Raises BadInput naming a listed file that cannot be read so."""
     out = []
-    for rel in sorted(manifest.read(root)):
+    for rel in sorted(manifest.read(root, root_fd)):
         parts = PurePosixPath(rel).parts
         if len(parts) != 2 or parts[0] != "campaign":
             continue
         try:
-            data = safefs.read_below(root, rel, inputfile.YAML_BYTES)
+            data = safefs.read_below(root, rel, inputfile.YAML_BYTES, root_fd)
         except (safefs.UntrustedPath, OSError) as e:
             raise BadInput(f"{root / rel} could not be read ({getattr(e, 'reason', None) or e})", field="DATASET", fix=FIX) from None
         dst = keep / safefs.check_name(parts[1])

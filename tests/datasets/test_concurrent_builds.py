@@ -33,3 +33,35 @@ def test_a_second_build_of_the_same_name_while_the_first_writes_leaves_both_whol
     r = manifest.verify(out / "ds")
     assert not r["changed"] and not r["missing"], r
     assert sorted(os.listdir(out)) == ["ds"]
+
+
+def test_an_export_while_a_build_swaps_the_dataset_in_reads_one_dataset_or_stops_in_one_line(tmp_path, two_runs):
+    """A ``dataset export`` (as a ``score``) reads the dataset run by run after checking
+    its manifest; a build of the same name swaps another dataset in after its first
+    run: the export read its other runs from the new dataset and wrote a mix of two
+    datasets, exit 0. It now reads the folder it checked, and, that one removed under
+    it, stops in one line saying so."""
+    from faultlab.datasets.export import export
+    from faultlab.datasets.layout import Dataset
+    from faultlab.errors import BadInput
+
+    out = tmp_path / "out"
+    out.mkdir()
+    build(two_runs, "ds", out, description="old")
+
+    class SwappedAfterItsFirstRun(Dataset):
+        swapped = False
+
+        def read_run(self, run_id):
+            run = super().read_run(run_id)
+            if not self.swapped:
+                self.swapped = True
+                build(list(reversed(two_runs)), "ds", out, description="new", force=True)
+            return run
+
+    try:
+        export(SwappedAfterItsFirstRun(out / "ds"), tmp_path / "exp", "timeeval")
+    except BadInput as e:
+        assert "was replaced or removed while it was read" in str(e) and "\n" not in str(e), e
+    else:
+        raise AssertionError("the export read a run of the dataset swapped in under it")
