@@ -326,7 +326,7 @@ class Dataset:
         naming it when it is malformed (:func:`read_runs`) or does not name the runs
         of splits.json, each once."""
         if not hasattr(self, "_runs_info"):
-            runs = read_runs(self.path, self.fd) if self._has("runs.json") else []
+            runs = read_runs(self.path, self.fd) if self.has("runs.json") else []
             ids, split_ids = {r["run_id"] for r in runs}, set(self.run_ids("all"))
             if runs and ids != split_ids:
                 rid, where = (min(ids - split_ids), "runs.json but in no split") if ids - split_ids else (min(split_ids - ids), "a split but not in runs.json")
@@ -334,7 +334,7 @@ class Dataset:
             self._runs_info = runs
         return self._runs_info
 
-    def _has(self, name: str) -> bool:
+    def has(self, name: str) -> bool:
         """Whether the held folder has an entry ``name`` that is no folder (a link or
         anything else is refused when read)."""
         try:

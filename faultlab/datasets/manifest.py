@@ -82,14 +82,14 @@ def _manifest_text(root: Path, root_fd: int | None = None) -> str:
         raise BadInput(f"{p} could not be read ({type(e).__name__})", field=NAME, fix="restore the file") from None
 
 
-def digest(root: str | Path) -> str:
+def digest(root: str | Path, root_fd: int | None = None) -> str:
     """The dataset's identity: the sha256 (hex) of its ``MANIFEST.sha256`` lines
     for the data files (every line but the card's, ``CARD_FILES``), which name each
     file's digest, so two folders with the same data have the same digest wherever
     they lie and whatever their card says. Raises BadInput (field
     ``MANIFEST.sha256``) when it is missing or cannot be read (a link, no regular
     file, over :data:`MAX_MANIFEST_BYTES`)."""
-    lines = _manifest_text(Path(root)).splitlines()
+    lines = _manifest_text(Path(root), root_fd).splitlines()
     data = [line for line in lines if line.partition("  ")[2] not in CARD_FILES]
     return hashlib.sha256(("\n".join(data) + "\n").encode()).hexdigest()
 
