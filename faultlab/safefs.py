@@ -581,7 +581,7 @@ def append_file_nofollow(path: str | os.PathLike, data: bytes | str, mode: int =
         d.append(check_name(name), data, mode)
 
 
-def open_below(root: str | os.PathLike, rel: str, max_size: int | None = None):
+def open_below(root: str | os.PathLike, rel: str, max_size: int | None = None, root_fd: int | None = None):
     """A binary file object of the regular file ``root/rel``, opened with no link
     followed below ``root``: ``root`` is opened as the caller named it, then each
     component of ``rel`` relative to its parent's descriptor (folders with
@@ -591,10 +591,12 @@ def open_below(root: str | os.PathLike, rel: str, max_size: int | None = None):
 
     Raises UntrustedPath (one line naming the file) when a component is a link or the
     file is not a regular file, TooLarge when it is over ``max_size`` bytes,
-    FileNotFoundError when a component is missing."""
+    FileNotFoundError when a component is missing. ``root_fd``: a descriptor of the
+    folder ``root`` named when it was opened, read below instead of ``root`` as named
+    now (a reader that must read one folder throughout while it may be swapped)."""
     parts = [c for c in str(rel).split("/") if c]
     shown = f"{os.fspath(root).rstrip('/')}/{'/'.join(parts)}"
-    fd = os.open(os.fspath(root), _DIR_FLAGS & ~os.O_NOFOLLOW)
+    fd = os.dup(root_fd) if root_fd is not None else os.open(os.fspath(root), _DIR_FLAGS & ~os.O_NOFOLLOW)
     try:
         for i, name in enumerate(parts):
             last = i == len(parts) - 1
@@ -621,14 +623,14 @@ def open_below(root: str | os.PathLike, rel: str, max_size: int | None = None):
     return f
 
 
-def read_below(root: str | os.PathLike, rel: str, max_size: int) -> bytes:
+def read_below(root: str | os.PathLike, rel: str, max_size: int, root_fd: int | None = None) -> bytes:
     """The bytes of the regular file ``root/rel``, opened by :func:`open_below` (no link
     below ``root``, a regular file of at most ``max_size`` bytes) and read to at most
     that: a file another user owns (a run's ``meta.json``, a dataset's card or
     manifest) costs no more than ``max_size`` whatever it is. Raises what
     :func:`open_below` raises, and TooLarge when the file grew past ``max_size``
     while read."""
-    with open_below(root, rel, max_size) as f:
+    with open_below(root, rel, max_size, root_fd) as f:
         data = f.read(max_size + 1)
     if len(data) > max_size:
         shown = f"{os.fspath(root).rstrip('/')}/{rel}"

@@ -48,7 +48,7 @@ from __future__ import annotations
 import random
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -169,6 +169,12 @@ class Testbed(_Strict):
         return out
 
 
+#: the largest median ``seq_len.tokens`` (a step's rows, as ``workload.batch``'s bound)
+MAX_SEQ_TOKENS = 65536
+#: the most layers one pipeline stage may hold (``workload.layers_per_stage``)
+MAX_STAGE_LAYERS = 64
+
+
 class KnobWindow(_Strict):
     """The steps a software-straggler knob is in force: ``from_step`` (inclusive) to
     ``to_step`` (exclusive; None: the run's end), so a run can have clean and
@@ -195,7 +201,9 @@ class SeqLen(KnobWindow):
     rebalancing (the mitigation) before the step, as do the steps outside the
     window."""
 
-    tokens: int = Field(512, ge=16, description="median tokens per rank per step")
+    # a rank computes up to 16 times the median a step (faultlab.benchmarks.knobs.MAX_TOKENS_FACTOR):
+    # bounded as ``batch`` is, so no scenario has a rank ask for more rows than a batch may hold
+    tokens: int = Field(512, ge=16, le=MAX_SEQ_TOKENS, description="median tokens per rank per step")
     sigma: float = Field(0.5, ge=0.0, le=3.0)
     rebalance: bool = False
 
@@ -254,7 +262,9 @@ class Workload(_Strict):
     batch: int = Field(512, ge=1, le=65536)
     threads: int = Field(1, ge=1, le=64)
     stages: int | None = Field(None, ge=2, le=8, description="pipeline stages (kind: pipeline)")
-    layers_per_stage: list[int] | None = Field(None, description="pipeline: layers of each stage (uneven = stage imbalance)")
+    # each stage's layers are the rank's memory (hidden**2 floats a layer): bounded as hidden is
+    layers_per_stage: list[Annotated[int, Field(ge=1, le=MAX_STAGE_LAYERS, strict=True)]] | None = Field(
+        None, description=f"pipeline: layers of each stage, 1 to {MAX_STAGE_LAYERS} (uneven = stage imbalance)")
     stragglers: Stragglers = Stragglers()
     data: DataPath | None = Field(None, description="disk-backed data path and checkpoints (ddp); off by default")
 

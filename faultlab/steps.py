@@ -23,6 +23,14 @@ STEP_COLUMNS = ("run_id", "rank", "node", "peer_group", "step", "t_start", "comp
 #: part of the rank's local time (see :func:`dense_steps`)
 OPTIONAL_STEP_COLUMNS = ("dataloader_s",)
 
+#: a run's dense grid (distinct steps x distinct ranks) may hold at most this many
+#: times its rows, past :data:`GRID_FREE_CELLS`: a run's ranks record (nearly) every
+#: step, while a table whose rows each name a new step and a new rank (a diagonal)
+#: sizes a grid of rows squared cells: 60,000 such rows, 1 MB of Parquet, asked for
+#: 27 GiB a column
+GRID_SLACK = 4
+#: cells any grid may hold whatever its rows (a sparse imported trace; 128 MiB a float64 column)
+GRID_FREE_CELLS = 1 << 24
 
 
 def check_steps(steps: pd.DataFrame) -> None:
@@ -53,6 +61,18 @@ def check_step_values(steps: pd.DataFrame) -> None:
     if len(steps):
         check_recorded_steps(steps)
         dense_steps(steps)
+
+
+def check_grid_size(S: int, R: int, rows: int, name: str = "") -> None:
+    """BadInput when ``S`` distinct steps x ``R`` distinct ranks, the dense grid of a
+    table of ``rows`` rows, is more than :data:`GRID_SLACK` times the rows and more
+    than :data:`GRID_FREE_CELLS` cells: the arrays would be sized by the product of
+    what the rows name, not by the rows (``name``, the file, is named when given)."""
+    cells = int(S) * int(R)
+    if cells > GRID_FREE_CELLS and cells > GRID_SLACK * int(rows):
+        raise BadInput(f"{name + ': ' if name else ''}{rows} rows name {S} distinct steps and {R} distinct ranks, a grid of {cells} cells "
+                       f"(at most {GRID_SLACK} times the rows, or {GRID_FREE_CELLS}): a run's ranks record the same steps",
+                       field="steps", fix="give the steps table as the run recorded it (one row per rank per step)")
 
 
 def check_recorded_steps(steps: pd.DataFrame, name: str = "steps") -> None:
@@ -342,6 +362,7 @@ def dense_steps(steps: pd.DataFrame) -> DenseSteps:
         u_steps, si = _codes(step_vals)
         u_ranks, ri = _codes(rank_vals)
         S, R = len(u_steps), len(u_ranks)
+        check_grid_size(S, R, n)
         cell = si.astype(np.int64) * R + ri
         del si
     del step_vals, rank_vals

@@ -39,6 +39,11 @@ from faultlab.errors import BadInput
 from faultlab.rundir import RunDir
 
 T0 = 1_700_000_000.0
+#: the most ranks :func:`write_run` writes (the ranks' names are made whole, before any block)
+MAX_RANKS = 1 << 20
+#: the largest seed (numpy's generators take no negative seed)
+MAX_SEED = 2**63 - 1
+
 COMPUTE_S = 0.03
 ALLREDUCE_S = 0.01
 #: ranks per node
@@ -135,6 +140,10 @@ def write_run(path: str | Path, ranks: int, steps: int, *, seed: int = 0, run_id
     R, S = int(ranks), int(steps)
     if R < 1 or S < 1:
         raise BadInput(f"a run needs >= 1 rank and >= 1 step, got {R} x {S}", field="--ranks/--steps")
+    if R > MAX_RANKS:  # each rank's node and group names are made at once, before any block
+        raise BadInput(f"{R} ranks is more than a synthetic run holds", field="--ranks", fix=f"give at most {MAX_RANKS} ranks")
+    if not 0 <= int(seed) <= MAX_SEED:
+        raise BadInput(f"seed {seed} is not a seed numpy takes", field="--seed", fix=f"give a whole number in 0..{MAX_SEED}")
     t_wall = time.perf_counter()
     run_id = run_id or f"synthetic-{R}x{S}"
     B = steptable.block_steps(R, block_rows)

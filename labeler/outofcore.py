@@ -85,7 +85,7 @@ from faultlab.labeler.stats import (MAD_TO_SIGMA, compiled_walk, loo_and_median,
 from faultlab.labeler.views.peer import MEDIAN_SE, PeerView, sustained, window_steps
 from faultlab.labeler.views.temporal import TemporalView, _cap_job_baseline
 from faultlab.labeler.whatif import GridRows, simulate_job, step_top, whatif_sums
-from faultlab.steps import _codes, _column, _int_column, _step_major, check_recorded_steps, dense_steps
+from faultlab.steps import _codes, _column, _int_column, _step_major, check_grid_size, check_recorded_steps, dense_steps
 
 #: rank-steps below which a run is labeled in memory (no cluster is started)
 IN_MEMORY_ROWS = 1 << 24
@@ -116,8 +116,8 @@ def _scan_block(files: list[str]) -> dict:
     step, rank = _int_column(t, "step"), _int_column(t, "rank")
     hit = _step_major(step, rank)  # the usual layout: a few vectorized passes
     if hit is not None:
-        return {"steps": hit[0], "ranks": hit[1], "ordered": True}
-    return {"steps": _codes(step)[0], "ranks": _codes(rank)[0], "ordered": False}
+        return {"steps": hit[0], "ranks": hit[1], "ordered": True, "rows": int(step.size)}
+    return {"steps": _codes(step)[0], "ranks": _codes(rank)[0], "ordered": False, "rows": int(step.size)}
 
 
 def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks: np.ndarray, steps: np.ndarray,
@@ -445,6 +445,11 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
     steps = np.unique(np.concatenate([s["steps"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     ranks = np.unique(np.concatenate([s["ranks"] for s in scans])) if scans else np.zeros(0, dtype=np.int64)
     S, R = int(steps.size), int(ranks.size)
+    # the maps, and each block's rows of them in a worker, are sized by the steps and
+    # ranks the rows name: checked against the rows before any is made
+    check_grid_size(S, R, sum(sc["rows"] for sc in scans), str(path))
+    for files, sc in zip(stored, scans):
+        check_grid_size(sc["steps"].size, R, sc["rows"], str(Path(files[0]).parent if files else path))
     maps = WorkMaps(folder, S, R, _remote_workers(client))
     has_loader = _has_column(stored, "dataloader_s")
     for name, dt in (("t_start", np.float64), ("compute", np.float32), ("comm", np.float32)) + (

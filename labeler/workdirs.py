@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import stat
 import tempfile
 
@@ -25,6 +26,18 @@ def make(parent: str | os.PathLike, prefix: str) -> str:
     """A fresh 0700 folder in ``parent`` named ``PREFIX<pid>-<start>-<random>`` for this
     process (``tempfile.mkdtemp``). Returns its path."""
     return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-{procid.starttime() or 0}-", dir=parent)
+
+
+#: the characters of a name's random part (``tempfile.mkdtemp``'s, which :func:`sweep` matches)
+_RANDOM_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+
+def fresh_name(prefix: str) -> str:
+    """A name ``PREFIX<pid>-<start>-<random>`` for this process, as :func:`make` names
+    its folders (so :func:`sweep` removes it once this process is gone), for a caller
+    that makes the folder itself."""
+    rand = "".join(secrets.choice(_RANDOM_CHARS) for _ in range(8))
+    return f"{prefix}{os.getpid()}-{procid.starttime() or 0}-{rand}"
 
 
 def sweep(parent: str | os.PathLike, prefix: str) -> list[str]:

@@ -41,7 +41,7 @@ from faultlab.datasets.layout import (COLUMN_DOCS, FIX, RUN_TABLES, TABLES, Data
                                      read_splits, table_schema)
 from faultlab.datasets.steplabels import step_labels, with_label_ids
 from faultlab.errors import BadInput
-from faultlab.labeler import LabelerConfig, label
+from faultlab.labeler import LabelerConfig, label, workdirs
 from faultlab.rundata import RunData, read_run_dir
 from faultlab.rundir import RunDir
 from faultlab.scenario import Campaign, Scenario, parse
@@ -305,12 +305,19 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
     campaign_files = check_campaign_files(campaign_files)
     out_root = Path(out_root)
     final = out_root / name
-    building = f".{name}.building"
+    # each build's own folder (two builds or relabels of one name at once each finish
+    # their own, and the last swapped in wins): named for this process, so a build
+    # killed leaves one that the next build of the name removes once its maker is gone
+    prefix = building_prefix(name)
+    building = workdirs.fresh_name(prefix)
     with open_output(out_root, "--out") as parent:
         if parent.lstat(name) is not None:
             if not force:
                 raise BadInput(f"{final} exists", field="--name", fix="give another name, or --force to replace it")
             _check_replaceable(final)
+        workdirs.sweep(parent.path, prefix)
+        with contextlib.suppress(OSError):  # the one name older versions built in
+            parent.remove_tree(f".{name}.building")
         tree = _Tree(_fresh_folder(parent, building))
         try:
             with tree.root:
@@ -330,6 +337,12 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
             with contextlib.suppress(OSError):  # a build killed here leaves it for the next one to remove
                 parent.remove_tree(building)
     return final
+
+
+def building_prefix(name: str) -> str:
+    """The start of the name of the hidden folder a build of dataset ``name`` writes
+    into (``.NAME.building-<pid>-<start>-<random>``, :func:`workdirs.fresh_name`)."""
+    return f".{name}.building-"
 
 
 def _swap_in(parent: safefs.TrustedDir, building: str, name: str) -> bool:
@@ -442,7 +455,7 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
 
 
     ds = Dataset(dataset)
-    manifest.require_intact(ds.path, override="")  # rebuilt in place: only from the files the build wrote
+    manifest.require_intact(ds.path, override="", root_fd=ds.fd)  # rebuilt in place: only from the files the build wrote
     ds.check()  # files that do not fit together are refused before a run is relabeled
     st = build_settings(ds.path)
     if st["import"]:
@@ -452,14 +465,14 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
     if sorted(order) != sorted(ds.run_ids("all")):
         order = ds.run_ids("all")
     with tempfile.TemporaryDirectory(prefix="faultlab-relabel-") as keep:
-        camp = _listed_campaign_files(ds.path, Path(keep))
+        camp = _listed_campaign_files(ds.path, Path(keep), ds.fd)
         runs = (_relabel_run(ds.read_run(rid)) for rid in order)
         return build(runs, ds.name, ds.path.parent, test_fraction=st["test_fraction"], seed=st["seed"], campaign_files=camp,
                      relabel=True, description=st["description"], license=st["license"],
                      source_note=st["note"] if note is None else note, force=True, split=ds.splits)
 
 
-def _listed_campaign_files(root: Path, keep: Path) -> list[Path]:
+def _listed_campaign_files(root: Path, keep: Path, root_fd: int | None = None) -> list[Path]:
     """Copies in ``keep`` of the dataset's campaign files that its manifest lists (those
     :func:`manifest.require_intact` checked), each read with no link followed, only when
     a regular file of at most ``inputfile.YAML_BYTES`` (:func:`safefs.read_below`): a
@@ -467,12 +480,12 @@ def _listed_campaign_files(root: Path, keep: Path) -> list[Path]:
     another user adds to ``campaign/`` never brings a file of root's into the rebuilt
     dataset. Raises BadInput naming a listed file that cannot be read so."""
     out = []
-    for rel in sorted(manifest.read(root)):
+    for rel in sorted(manifest.read(root, root_fd)):
         parts = PurePosixPath(rel).parts
         if len(parts) != 2 or parts[0] != "campaign":
             continue
         try:
-            data = safefs.read_below(root, rel, inputfile.YAML_BYTES)
+            data = safefs.read_below(root, rel, inputfile.YAML_BYTES, root_fd)
         except (safefs.UntrustedPath, OSError) as e:
             raise BadInput(f"{root / rel} could not be read ({getattr(e, 'reason', None) or e})", field="DATASET", fix=FIX) from None
         dst = keep / safefs.check_name(parts[1])

@@ -19,6 +19,9 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
+import weakref
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -118,14 +121,15 @@ def part_path(root: Path, table: str, run_id: str) -> Path:
 FIX = "rebuild the dataset with faultlab dataset build, or restore it: faultlab dataset verify names what changed"
 
 
-def _read_json(path: Path, shape_ok: Callable[[object], bool], shape: str):
+def _read_json(path: Path, shape_ok: Callable[[object], bool], shape: str, root_fd: int | None = None):
     """The JSON of the dataset file ``path`` when ``shape_ok`` accepts it, read with no
     link followed, only when a regular file of at most ``inputfile.JSON_BYTES``
     (:func:`faultlab.safefs.read_below`). Raises BadInput (field: the file's name)
     naming the file when it is a link, no regular file or larger, cannot be read, is
-    not JSON, nests too deeply or is too large to parse, or is not ``shape``."""
+    not JSON, nests too deeply or is too large to parse, or is not ``shape``.
+    ``root_fd``: the folder ``path.parent`` named when it was opened (read instead)."""
     try:
-        data = safefs.parse_json(safefs.read_below(path.parent, path.name, inputfile.JSON_BYTES), str(path))
+        data = safefs.parse_json(safefs.read_below(path.parent, path.name, inputfile.JSON_BYTES, root_fd), str(path))
     except safefs.UntrustedPath as e:
         raise BadInput(e.reason, field=path.name, fix=FIX) from None
     except json.JSONDecodeError as e:
@@ -178,14 +182,14 @@ def _plain_name(rid: str) -> bool:
     return safefs.is_plain_name(rid) and len(rid) <= 255
 
 
-def read_splits(path: Path) -> dict:
+def read_splits(path: Path, root_fd: int | None = None) -> dict:
     """``splits.json`` of the dataset folder ``path``: an object with lists of run ids
     ``train`` and ``test``, an integer ``seed`` (or null) and a number
     ``test_fraction``; each run id a plain name (one path component of ``[A-Za-z0-9._-]``, at most 255
     characters) listed once in one split. Raises BadInput naming the file (and the run
     listed twice or in both splits) otherwise."""
     sp = _read_json(Path(path) / "splits.json", _splits_ok,
-                    "an object with lists of run ids 'train' and 'test', an integer 'seed' and a number 'test_fraction'")
+                    "an object with lists of run ids 'train' and 'test', an integer 'seed' and a number 'test_fraction'", root_fd)
     seen: dict[str, str] = {}
     for split in SPLITS:
         for rid in sp[split]:
@@ -200,13 +204,13 @@ def read_splits(path: Path) -> dict:
     return sp
 
 
-def read_runs(path: Path) -> list[dict]:
+def read_runs(path: Path, root_fd: int | None = None) -> list[dict]:
     """``runs.json`` of the dataset folder ``path``: a list of run objects, each with a
     string ``run_id`` and, where present, a list of strings ``fault_types``, an object
     of counts ``labels_by_source`` and a number ``duration_s``. Raises BadInput naming
     the file otherwise."""
     runs = _read_json(Path(path) / "runs.json", lambda d: isinstance(d, list) and all(map(_run_ok, d)),
-                      "a list of run objects (run_id, fault_types, labels_by_source, duration_s)")
+                      "a list of run objects (run_id, fault_types, labels_by_source, duration_s)", root_fd)
     seen = set()
     for r in runs:
         if not _plain_name(r["run_id"]):
@@ -283,7 +287,13 @@ class Dataset:
 
     Raises BadInput (field ``--dataset``) when the folder has no ``splits.json`` and
     no published dataset has that name, and naming the file when it is malformed
-    (:func:`read_splits`)."""
+    (:func:`read_splits`).
+
+    The folder is held by a descriptor from here on (:attr:`fd`), and every file of it
+    is read below that descriptor: a build or relabel of the same name that swaps a
+    new dataset in meanwhile never has one command read part of each (an export or a
+    score of files of two datasets, under the first one's checked manifest); when the
+    held folder is removed under the reader, the read is one line saying so."""
 
     def __init__(self, path: str | Path):
         self.path = registry.published(path) or Path(path)  # a published name over a folder of the working folder
@@ -293,7 +303,9 @@ class Dataset:
             else:
                 raise BadInput(f"{self.path} is not a faultlab dataset (no splits.json)", field="--dataset",
                                fix="give a folder written by faultlab dataset build")
-        sp = read_splits(self.path)
+        self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        weakref.finalize(self, os.close, self.fd)
+        sp = read_splits(self.path, self.fd)
         self.splits = {s: list(sp[s]) for s in SPLITS}
         self.seed = sp.get("seed")
 
@@ -314,13 +326,35 @@ class Dataset:
         naming it when it is malformed (:func:`read_runs`) or does not name the runs
         of splits.json, each once."""
         if not hasattr(self, "_runs_info"):
-            runs = read_runs(self.path) if (self.path / "runs.json").is_file() else []
+            runs = read_runs(self.path, self.fd) if self.has("runs.json") else []
             ids, split_ids = {r["run_id"] for r in runs}, set(self.run_ids("all"))
             if runs and ids != split_ids:
                 rid, where = (min(ids - split_ids), "runs.json but in no split") if ids - split_ids else (min(split_ids - ids), "a split but not in runs.json")
                 raise BadInput(f"run {printable(rid, 80)} of {self.path} is in {where}", field="runs.json", fix=FIX)
             self._runs_info = runs
         return self._runs_info
+
+    def has(self, name: str) -> bool:
+        """Whether the held folder has an entry ``name`` that is no folder (a link or
+        anything else is refused when read)."""
+        try:
+            st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return not stat.S_ISDIR(st.st_mode)
+
+    def _replaced(self) -> BadInput | None:
+        """The error to give when the held folder was removed or no longer has the
+        dataset's name (another command swapped a dataset in), else None."""
+        mine = os.fstat(self.fd)
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            now = None
+        if mine.st_nlink and now is not None and (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+            return None
+        return BadInput(f"{self.path} was replaced or removed while it was read (a dataset build --force or relabel of it ran meanwhile)",
+                        field="--dataset", fix="run the command again once that one has ended")
 
     def check(self) -> int:
         """Check that the dataset's files fit together, reading no table's data but
@@ -354,8 +388,10 @@ class Dataset:
         p = part_path(self.path, table, run_id)
         rel = str(p.relative_to(self.path))
         try:
-            raw = safefs.open_below(self.path, rel)  # no link followed below the dataset folder, a regular file only
+            raw = safefs.open_below(self.path, rel, root_fd=self.fd)  # no link followed below the dataset folder, a regular file only
         except FileNotFoundError:
+            if (gone := self._replaced()) is not None:
+                raise gone from None
             if table in ("host", "step_labels"):
                 return None
             raise BadInput(f"{p} is missing", field=rel, fix="faultlab dataset verify names every changed file") from None

@@ -23,6 +23,12 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and p.name != NAME and not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
+def _held(root: Path, root_fd: int | None) -> Path:
+    """The folder to list and measure: ``root`` as named, or the folder ``root_fd``
+    holds (whatever ``root`` names now)."""
+    return root if root_fd is None else Path(f"/proc/self/fd/{root_fd}")
+
+
 #: the largest dataset file hashed (bytes): a part file is MBs, a sparse file of
 #: terabytes listed in the manifest is refused, not hashed for hours
 MAX_FILE_BYTES = 1 << 32
@@ -32,12 +38,12 @@ MAX_FILE_BYTES = 1 << 32
 MAX_DATASET_BYTES = 1 << 36
 
 
-def sha256(p: Path, root: Path | None = None) -> str:
+def sha256(p: Path, root: Path | None = None, root_fd: int | None = None) -> str:
     """The sha256 (hex) of file ``p``; below ``root`` when given, opened with no link
     followed and only when a regular file of at most :data:`MAX_FILE_BYTES`
     (:func:`faultlab.safefs.open_below`: UntrustedPath naming it otherwise)."""
     h = hashlib.sha256()
-    src = safefs.open_below(root, Path(p).relative_to(root).as_posix(), MAX_FILE_BYTES) if root is not None else open(p, "rb")
+    src = safefs.open_below(root, Path(p).relative_to(root).as_posix(), MAX_FILE_BYTES, root_fd) if root is not None else open(p, "rb")
     with src as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
@@ -57,13 +63,13 @@ def text(digests: dict[str, str]) -> str:
 MAX_MANIFEST_BYTES = 16 << 20
 
 
-def _manifest_text(root: Path) -> str:
+def _manifest_text(root: Path, root_fd: int | None = None) -> str:
     """The text of ``root/MANIFEST.sha256``, read with no link followed and only when a
     regular file of at most :data:`MAX_MANIFEST_BYTES` (:func:`faultlab.safefs.read_below`).
     Raises BadInput (field ``MANIFEST.sha256``) naming it otherwise."""
     p = root / NAME
     try:
-        data = safefs.read_below(root, NAME, MAX_MANIFEST_BYTES)
+        data = safefs.read_below(root, NAME, MAX_MANIFEST_BYTES, root_fd)
     except (FileNotFoundError, NotADirectoryError):
         raise BadInput(f"{p} is missing", field=NAME, fix="rebuild the dataset, or restore the file") from None
     except safefs.UntrustedPath as e:
@@ -76,24 +82,24 @@ def _manifest_text(root: Path) -> str:
         raise BadInput(f"{p} could not be read ({type(e).__name__})", field=NAME, fix="restore the file") from None
 
 
-def digest(root: str | Path) -> str:
+def digest(root: str | Path, root_fd: int | None = None) -> str:
     """The dataset's identity: the sha256 (hex) of its ``MANIFEST.sha256`` lines
     for the data files (every line but the card's, ``CARD_FILES``), which name each
     file's digest, so two folders with the same data have the same digest wherever
     they lie and whatever their card says. Raises BadInput (field
     ``MANIFEST.sha256``) when it is missing or cannot be read (a link, no regular
     file, over :data:`MAX_MANIFEST_BYTES`)."""
-    lines = _manifest_text(Path(root)).splitlines()
+    lines = _manifest_text(Path(root), root_fd).splitlines()
     data = [line for line in lines if line.partition("  ")[2] not in CARD_FILES]
     return hashlib.sha256(("\n".join(data) + "\n").encode()).hexdigest()
 
 
-def read(root: Path) -> dict[str, str]:
+def read(root: Path, root_fd: int | None = None) -> dict[str, str]:
     """relative path -> hex digest. Raises BadInput (field ``MANIFEST.sha256``) when
     it is missing, cannot be read (a link, no regular file, over
     :data:`MAX_MANIFEST_BYTES`) or a line is malformed."""
     out = {}
-    for i, line in enumerate(_manifest_text(Path(root)).splitlines(), 1):
+    for i, line in enumerate(_manifest_text(Path(root), root_fd).splitlines(), 1):
         if not line.strip():
             continue
         h, sep, rel = line.partition("  ")
@@ -103,20 +109,23 @@ def read(root: Path) -> dict[str, str]:
     return out
 
 
-def verify(root: str | Path) -> dict[str, list[str]]:
+def verify(root: str | Path, root_fd: int | None = None) -> dict[str, list[str]]:
     """Check every file against the manifest.
 
     Returns: ``{"changed": [...], "missing": [...], "extra": [...]}`` (relative paths;
     all empty = intact). Raises BadInput when the manifest is missing or malformed, or
     naming a listed file that is a link, no regular file, or larger than
     :data:`MAX_FILE_BYTES` (never hashed), or when the files it lists hold more than
-    :data:`MAX_DATASET_BYTES` all together (none hashed)."""
+    :data:`MAX_DATASET_BYTES` all together (none hashed). ``root_fd``: the folder
+    ``root`` named when it was opened (:func:`faultlab.safefs.open_below`), checked
+    instead of ``root`` as named now."""
     root = Path(root)
-    want = read(root)
-    have = {p.relative_to(root).as_posix(): p for p in _files(root)}
-    _check_total(root, [have[rel] for rel in want if rel in have])
+    want = read(root, root_fd)
+    held = _held(root, root_fd)
+    have = {p.relative_to(held).as_posix(): root / p.relative_to(held) for p in _files(held)}
+    _check_total(root, [held / rel for rel in want if rel in have])
     try:
-        changed = sorted(rel for rel, h in want.items() if rel in have and sha256(have[rel], root) != h)
+        changed = sorted(rel for rel, h in want.items() if rel in have and sha256(have[rel], root, root_fd) != h)
     except safefs.UntrustedPath as e:
         raise BadInput(e.reason, fix=e.fix) from None
     missing = sorted(rel for rel in want if rel not in have)
@@ -128,7 +137,7 @@ def verify(root: str | Path) -> dict[str, list[str]]:
 SCORE_OVERRIDE = "or pass --no-verify (faultlab_score(..., verify=False)) to use it as it is"
 
 
-def require_intact(root: str | Path, override: str = SCORE_OVERRIDE, ignore: tuple = ()) -> None:
+def require_intact(root: str | Path, override: str = SCORE_OVERRIDE, ignore: tuple = (), root_fd: int | None = None) -> None:
     """Refuse a dataset whose files differ from its manifest, before anything reads it
     (a changed file that still decodes would otherwise be scored without a word).
 
@@ -136,15 +145,16 @@ def require_intact(root: str | Path, override: str = SCORE_OVERRIDE, ignore: tup
     file (and how many more), or when ``MANIFEST.sha256`` is missing or malformed.
     Files the manifest does not list are not judged (scoring never reads them).
     ``override``: the advice on using the dataset anyway ("" for a command that has
-    no such option); ``ignore``: files whose change is not judged (the card, for scoring)."""
+    no such option); ``ignore``: files whose change is not judged (the card, for scoring);
+    ``root_fd``: as :func:`verify`'s (the folder a reader holds and reads)."""
     root = Path(root)
     skip = override or "then run it again"
     try:
-        read(root)
+        read(root, root_fd)
     except BadInput as e:
         raise BadInput(f"{root}: cannot verify the dataset: {e}", field="--dataset",
                        fix=f"restore MANIFEST.sha256 or rebuild the dataset, {skip}") from None
-    r = verify(root)  # a listed file that is a link, no regular file or too large: BadInput naming it
+    r = verify(root, root_fd)  # a listed file that is a link, no regular file or too large: BadInput naming it
     parts = []
     for kind in ("changed", "missing"):
         files = [f for f in r[kind] if f not in ignore]

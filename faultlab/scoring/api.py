@@ -577,9 +577,9 @@ def score_dataset(detector, dataset, split: str = "test", *, verify: bool = True
         raise BadInput(f"unknown split {split!r}", field="--split", fix="test, train or all")
     if verify:  # the card is never scored (and is left out of the digest): a leaderboard --card killed between
         # its two writes leaves it newer than the manifest, which the next --card writes again
-        manifest.require_intact(ds.path, ignore=manifest.CARD_FILES)
+        manifest.require_intact(ds.path, ignore=manifest.CARD_FILES, root_fd=ds.fd)
     ds.check()  # every split's tables, before any is scored: a swapped one is refused whole
-    digest = manifest.digest(ds.path) if (ds.path / manifest.NAME).is_file() else None
+    digest = manifest.digest(ds.path, ds.fd) if ds.has(manifest.NAME) else None  # of the folder scored
     train = (lambda: ds.iter_runs("train")) if split == "test" else None
     many = isinstance(detector, list)
     specs = detector if many else [(detector, kw.pop("params", None))]

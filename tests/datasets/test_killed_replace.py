@@ -1,7 +1,7 @@
 """A ``dataset build --force`` (and so a ``dataset relabel``, which rebuilds its
 dataset that way) SIGKILLed while it replaces the old dataset leaves one whole dataset
 at its name, the old or the new, never the old one half removed: the new one waits
-hidden in ``.NAME.building``, which the next build removes first, so a kill inside
+hidden in a ``.NAME.building`` folder, which the next build removed first, so a kill inside
 the old one's removal lost both (and a relabel's runs live only in its dataset).
 
 The old dataset here holds 20,000 empty folders beyond its files, so that removing it

@@ -89,8 +89,8 @@ def test_dataset_build_refuses_an_out_root_reached_through_a_link(run_dir, nobod
 # FIFO $4 (blocked until now) with meta.json $3, which also takes the FIFO's name for
 # every later read
 _SWAP = textwrap.dedent("""\
-    while [ ! -d "$1/.ds.building" ]; do sleep 0.005; done
-    mv "$1/.ds.building" "$1/moved" && ln -s "$2" "$1/.ds.building"
+    while :; do for d in "$1"/.ds.building-*; do [ -d "$d" ] && break 2; done; sleep 0.005; done
+    mv "$d" "$1/moved" && ln -s "$2" "$d"
     exec 4>"$4"
     cp "$3" "$4.new" && mv "$4.new" "$4"
     cat "$3" >&4
