@@ -50,16 +50,12 @@ class WorkMaps:
 
     def rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Rows ``rows`` (grid rows, int) of map ``name``, read from the file (a new
-        array): a memory map's page faults map whole folios of the page cache around
-        each row read, so sampled rows read through one count most of the map in this
-        process's resident memory."""
+        array, :func:`_read_rows`): a memory map's page faults map whole folios of the
+        page cache around each row read, so sampled rows read through one count most
+        of the map in this process's resident memory."""
         with open(self.path(name), "rb") as f:
             shape, dtype, header = _npy_header(f)
-            out = np.empty((len(rows), shape[1]), dtype=dtype)
-            size = shape[1] * dtype.itemsize
-            for i, r in enumerate(np.asarray(rows, dtype=np.int64)):
-                _pread_into(f.fileno(), out[i], header + int(r) * size)
-        return out
+        return _read_rows(self.path(name), header, np.asarray(rows, dtype=np.int64), shape[1], dtype)
 
     def read(self, name: str, a: int, b: int) -> np.ndarray:
         """Rows ``a..b-1`` of map ``name`` (steps; ranks for a map by rank), read from
@@ -120,14 +116,21 @@ def _pread_into(fd: int, out: np.ndarray, offset: int) -> None:
 
 def _read_rows(path: str, header: int, rows: np.ndarray, width: int, dtype) -> np.ndarray:
     """``(len(rows), width)``: rows ``rows`` of the ``.npy`` file ``path`` (its data at
-    byte ``header``), one ``pread`` per run of consecutive rows."""
+    byte ``header``), one ``pread`` per run of consecutive rows. Runs scattered over a
+    map larger than memory are on disk: every run is asked for first
+    (``POSIX_FADV_WILLNEED``, reads the kernel starts at once), then each is copied as
+    it arrives, instead of one disk read after the other."""
     out = np.empty((rows.size, width), dtype=dtype)
     size = width * out.dtype.itemsize
     if rows.size == 0 or size == 0:
         return out
     cut = np.flatnonzero(np.diff(rows) != 1) + 1
+    runs = list(zip(np.r_[0, cut].tolist(), np.r_[cut, rows.size].tolist()))
     with open(path, "rb") as f:
-        for a, b in zip(np.r_[0, cut], np.r_[cut, rows.size]):
+        if len(runs) > 1:
+            for a, b in runs:
+                os.posix_fadvise(f.fileno(), header + int(rows[a]) * size, (b - a) * size, os.POSIX_FADV_WILLNEED)
+        for a, b in runs:
             _pread_into(f.fileno(), out[a:b], header + int(rows[a]) * size)
     return out
 
