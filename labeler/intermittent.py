@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -32,6 +33,10 @@ LATENESS_MEMORY_CELLS = 1 << 25
 #: the most consecutive job-flagged steps taken as one stall: a pause that straddles
 #: a step boundary slows two steps (more in a row is a sustained slowdown)
 STRADDLE_STEPS = 2
+
+#: threads that take the episodes' votes (:func:`intermittent`; each holds one episode's
+#: lateness, up to LATENESS_MEMORY_CELLS)
+VOTE_THREADS = 2
 
 
 def _merge_adjacent(rows: np.ndarray, ex: np.ndarray, longest: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -147,9 +152,12 @@ def intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max_
     if not eps:
         return rows
     _, _, cols = g.peer_groups()
-    for st, fl, n_ep, job_ex, last in eps:
-        votes, ok, k = _stall_votes(an, st, fl, cols, min_late=min_late, last=last)
-        ok &= ~_held_by_another(an, rows, st, k)
+    # the votes read only the analysis (the labels come after): the episodes' votes on
+    # threads (their reads and medians release the GIL), then the episodes in order
+    with ThreadPoolExecutor(max_workers=max(1, min(VOTE_THREADS, os.cpu_count() or 1))) as pool:
+        voted = list(pool.map(lambda ep: _stall_votes(an, ep[0], ep[1], cols, min_late=min_late, last=ep[4]), eps))
+    for (st, fl, n_ep, job_ex, last), (_, ok, k) in zip(eps, voted):
+        ok = ok & ~_held_by_another(an, rows, st, k)
         votes = np.bincount(k[ok], minlength=g.R)
         chained = _chained_runs(st, ok, k, job_ex, min_share=min_share, max_spread=max_spread)
         if chained:  # several ranks' episodes chained into one by the period rule
