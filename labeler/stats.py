@@ -54,6 +54,11 @@ def nanmedian(a: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return med, n
 
 
+#: values of a leave-one-out peer median from which it runs compiled where numba is
+#: installed (below, numba's first call costs more than it saves)
+COMPILED_LOO_CELLS = 1 << 16
+
+
 def loo_median(x: np.ndarray) -> np.ndarray:
     """Leave-one-out median of each row's members: ``out[i, j]`` = the median of row
     ``i`` of ``x`` without ``x[i, j]`` (NaN ignored), i.e. each member's peers without
@@ -79,14 +84,21 @@ def loo_median(x: np.ndarray) -> np.ndarray:
     return loo_and_median(x)[0]
 
 
-def loo_and_median(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def loo_and_median(x: np.ndarray, compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`loo_median` of ``x`` ``(S, n)`` and, from the same sort or partition,
     :func:`nanmedian` of its rows: ``(loo (S, n) in x's dtype, median (S,) float64,
-    count (S,) int64)``, each equal to what the two functions return.
+    count (S,) int64)``, each equal to what the two functions return. Compiled
+    (:mod:`faultlab.labeler.loojit`, the same values bit for bit) when ``compiled``,
+    or by default from :data:`COMPILED_LOO_CELLS` values on where numba is installed.
     """
     x = np.asarray(x)
     if x.dtype != np.float32 and x.dtype != np.float64:
         x = x.astype(np.float64)
+    if compiled if compiled is not None else x.size >= COMPILED_LOO_CELLS and _kernel_importable():
+        # numba is optional and heavy: imported once a peer median is large enough to use it
+        from faultlab.labeler import loojit
+
+        return loojit.loo_and_median(x)
     S, L = x.shape
     if L == 0:
         return x.copy(), np.full(S, np.nan), np.zeros(S, dtype=np.int64)
