@@ -5,13 +5,17 @@ Why: the vectorized version partitions every row at up to four positions, then b
 the answer from nested ``np.where`` over ``(S, n)`` temporaries; on a run of 1e9
 rank-steps that is most of the peer view's time (about 33 ns a rank-step).
 
-Method, per row: its values without NaN copied out (``n`` of them); one selection
-(``np.partition``) at the lowest of the few middle positions the answer reads (the
-leave-one-out median of ``k = n - 1`` others reads sorted positions ``(k-1)//2`` and
-``k//2`` of the rest and the next of each, the row's median ``(n-1)//2`` and ``n//2``),
-the next two order statistics found as the two smallest values above it; then each
-member's value, in the row's dtype, from the same rule as the vectorized version
-(its arithmetic in that dtype, the median's mean in float64).
+Method, per row: its values without NaN copied out (``n`` of them); the leave-one-out
+median of ``k = n - 1`` others reads sorted positions ``(k-1)//2`` and ``k//2`` of the
+rest and the next of each, the row's median ``(n-1)//2`` and ``n//2``: three
+consecutive positions ``a..a+2``. They are selected (Hoare's selection, then the two
+smallest above ``a``) among the values of a narrow band around the row before's
+``a``-th value when a count of the values below and above the band puts ``a..a+2``
+inside it (rows of one step time differ little: a few dozen values instead of
+hundreds; the band narrows or widens with what it held), else among all of them.
+Each member's value then comes from the same rule as the vectorized version, by
+selects (a member's side of the middle is a coin toss for a branch), its arithmetic
+in the row's dtype and the median's mean in float64.
 
 numba is an optional dependency (the ``scale`` extra); this module is imported only
 where :mod:`faultlab.labeler.trailingjit` imports (numba installed, the working folder
