@@ -25,6 +25,8 @@ of a steps table's many files), whatever its reader.
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -40,6 +42,54 @@ def _is_text(t: pa.DataType) -> bool:
 
 class NestedColumn(ValueError):
     """A Parquet file has a column of a nested type (:func:`text_over`)."""
+
+
+class FooterOver(ValueError):
+    """A Parquet file's footer is larger than any table faultlab reads has
+    (:func:`open_parquet`)."""
+
+
+#: the most row groups a file may have, and the longest list pyarrow reads from a footer
+#: (its ``thrift_container_size_limit``, 1,000,000 by default): :func:`text_over` reads
+#: a row group at a time, and a file of a million one-row groups (235 MB) held it 50 s
+#: (SCHED_IDLE), after 1.9 s parsing its 134 MB footer. faultlab writes at most 32 (2**25
+#: rows a file, 2**20 a group), the public traces 1 and 4; 16 GiB (an import's bound) of
+#: 1 MiB row groups is 16,384
+MAX_ROW_GROUPS = 1 << 14
+#: the most (leaf) columns a file may have: faultlab's tables have at most 12, the public
+#: traces 11; a footer of 900,000 columns (12 MB, no row) held pyarrow's read of no rows
+#: over 5 minutes, and 100,000 columns 5 s and 554 MB
+MAX_COLUMNS = 1 << 10
+#: the largest footer read: faultlab's are a few KB; 16,384 row groups of a dozen
+#: columns with their statistics some 30 MB. A footer's length is the file's to state,
+#: and pyarrow reads all of it before parsing any
+MAX_FOOTER_BYTES = 64 << 20
+_FIX = "rewrite it with fewer, larger row groups (pyarrow's default: 2**20 rows) and only the columns faultlab reads"
+
+
+def open_parquet(fh, cls=pq.ParquetFile, **kw) -> pq.ParquetFile:
+    """``cls(fh, **kw)`` (a ``pq.ParquetFile``) of the binary file object ``fh``, its
+    footer bounded before pyarrow parses it: at most :data:`MAX_FOOTER_BYTES`, lists of
+    at most :data:`MAX_ROW_GROUPS` (row groups, schema elements), and at most
+    :data:`MAX_COLUMNS` columns, checked before the schema is converted. Raises
+    FooterOver (a ValueError, one line with its fix) past them, and what pyarrow raises
+    for a file that is not Parquet."""
+    size = os.fstat(fh.fileno()).st_size
+    if size >= 12:
+        tail = os.pread(fh.fileno(), 8, size - 8)
+        stated = int.from_bytes(tail[:4], "little")
+        if tail[4:] == b"PAR1" and stated > MAX_FOOTER_BYTES:
+            raise FooterOver(f"its footer is {stated} bytes, more than {MAX_FOOTER_BYTES}: {_FIX}")
+    try:
+        pf = cls(fh, thrift_container_size_limit=MAX_ROW_GROUPS, **kw)
+    except OSError as e:
+        if "Exceeded size limit" not in str(e):
+            raise
+        raise FooterOver(f"its footer lists more than {MAX_ROW_GROUPS} row groups or columns "
+                         f"(at most {MAX_ROW_GROUPS} row groups of at most {MAX_COLUMNS} columns): {_FIX}") from None
+    if pf.metadata.num_columns > MAX_COLUMNS:
+        raise FooterOver(f"it has {pf.metadata.num_columns} columns, more than {MAX_COLUMNS}: {_FIX}")
+    return pf
 
 
 def nested_column(schema: pa.Schema) -> str | None:
@@ -63,7 +113,7 @@ def text_over(source, limit: int) -> bool:
     pyarrow raises for a file that is not Parquet, and NestedColumn (a ValueError
     naming the column) for a column of a nested type, before any column is read."""
     def open_file(**kw) -> pq.ParquetFile:
-        return source(**kw) if callable(source) else pq.ParquetFile(source, **kw)
+        return source(**kw) if callable(source) else open_parquet(source, **kw)
 
     schema = open_file().schema_arrow
     why = _nested(schema)

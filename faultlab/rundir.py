@@ -260,7 +260,7 @@ class RunDir:
         if p.exists() or p.is_symlink():
             try:
                 with safefs.open_below(self.path, p.name) as f:  # a regular file, no link followed
-                    over = parquetbound.footer_over(pq.ParquetFile(f).metadata, os.fstat(f.fileno()).st_size, TABLE_ROWS, TABLE_BYTES)
+                    over = parquetbound.footer_over(parquetbound.open_parquet(f).metadata, os.fstat(f.fileno()).st_size, TABLE_ROWS, TABLE_BYTES)
                     if over:  # before anything is decoded, the text check's dictionary indices too
                         raise BadInput(f"{p}: {over}: more than a run's table holds", field=p.name, fix="restore the file faultlab wrote")
                     if parquetbound.text_over(f, TABLE_TEXT_BYTES):  # before a dictionary value is decoded for every row

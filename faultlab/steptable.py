@@ -132,7 +132,7 @@ def parquet_file(f: Path, **kw) -> pq.ParquetFile:
         raw = safefs.open_below(block.parent.parent, f"{STEPS_DIR}/{block.name}/{f.name}")
     else:
         raw = safefs.open_below(f.parent, f.name)
-    pf = pq.ParquetFile(raw, **kw)
+    pf = parquetbound.open_parquet(raw, **kw)
     over = parquetbound.footer_over(pf.metadata, os.fstat(raw.fileno()).st_size, FILE_ROWS, FILE_BYTES)
     if over:
         raise ValueError(f"{over}: more than a steps file faultlab writes holds")

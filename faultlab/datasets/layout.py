@@ -246,8 +246,8 @@ MAX_PART_BYTES = 1 << 31
 class _OwnedParquet(pq.ParquetFile):
     """A ParquetFile over a file object it owns: closing it closes the file too."""
 
-    def __init__(self, raw):
-        super().__init__(raw)
+    def __init__(self, raw, **kw):
+        super().__init__(raw, **kw)
         self._raw = raw
 
     def close(self, force: bool = False) -> None:
@@ -364,7 +364,7 @@ class Dataset:
             raise BadInput(e.reason, field=rel, fix=e.fix) from None
         f = None
         try:
-            f = _OwnedParquet(raw)  # one file: no dataset discovery (pq.read_table's)
+            f = parquetbound.open_parquet(raw, _OwnedParquet)  # one file: no dataset discovery (pq.read_table's)
             _check_footer(p, rel, f.metadata, raw)
             _check_text_decoded(p, rel, raw)
             why = schema.mismatch(f.schema_arrow, table_schema(table), optional=OPTIONAL_COLUMNS.get(table, ()))

@@ -156,7 +156,7 @@ def refuse_parquet_bomb(fh, path: Path, columns) -> pq.ParquetFile:
     decodes to hundreds of GB). The file is bounded by its size (16 GiB) only, not by
     what it decodes to."""
     fix = "give the file as its source publishes it"
-    pf = pq.ParquetFile(fh)
+    pf = parquetbound.open_parquet(fh)
     over = parquetbound.footer_over(pf.metadata, os.fstat(fh.fileno()).st_size, columns=columns)
     if over:
         raise BadInput(f"{path}: {over}", field="PATH", fix=fix)
