@@ -13,9 +13,19 @@ into a categorical, and ``astype(str)`` decodes every row of it). A column of a 
 type (a struct, a list, a map) is refused outright: faultlab's tables are flat, and no
 footer count bounds what such a column holds (a struct around a text column that
 every row names; a list of a billion values in one row).
+
+A file's numbers are bounded by its footer before anything is decoded
+(:func:`footer_over`): the decoded size it states (8 bytes a value of each column read,
+or its row groups' uncompressed size when larger) may be at most :data:`DECODED_RATIO`
+times the file's size on disk. Run-length (or dictionary) encoded rows of one repeated
+number cost a few bytes a million rows, so a few MB state billions of rows; the
+ratio is what bounds a file that is within every absolute bound (a 16 GiB import, each
+of a steps table's many files), whatever its reader.
 """
 
 from __future__ import annotations
+
+import os
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,10 +44,66 @@ class NestedColumn(ValueError):
     """A Parquet file has a column of a nested type (:func:`text_over`)."""
 
 
+class FooterOver(ValueError):
+    """A Parquet file's footer is larger than any table faultlab reads has
+    (:func:`open_parquet`)."""
+
+
+#: the most row groups a file may have, and the longest list pyarrow reads from a footer
+#: (its ``thrift_container_size_limit``, 1,000,000 by default): :func:`text_over` reads
+#: a row group at a time, and a file of a million one-row groups (235 MB) held it 50 s
+#: (SCHED_IDLE), after 1.9 s parsing its 134 MB footer. faultlab writes at most 32 (2**25
+#: rows a file, 2**20 a group), the public traces 1 and 4; 16 GiB (an import's bound) of
+#: 1 MiB row groups is 16,384
+MAX_ROW_GROUPS = 1 << 14
+#: the most (leaf) columns a file may have: faultlab's tables have at most 12, the public
+#: traces 11; a footer of 900,000 columns (12 MB, no row) held pyarrow's read of no rows
+#: over 5 minutes, and 100,000 columns 5 s and 554 MB
+MAX_COLUMNS = 1 << 10
+#: the largest footer read: faultlab's are a few KB; 16,384 row groups of a dozen
+#: columns with their statistics some 30 MB. A footer's length is the file's to state,
+#: and pyarrow reads all of it before parsing any
+MAX_FOOTER_BYTES = 64 << 20
+_FIX = "rewrite it with fewer, larger row groups (pyarrow's default: 2**20 rows) and only the columns faultlab reads"
+
+
+def open_parquet(fh, cls=pq.ParquetFile, **kw) -> pq.ParquetFile:
+    """``cls(fh, **kw)`` (a ``pq.ParquetFile``) of the binary file object ``fh``, its
+    footer bounded before pyarrow parses it: at most :data:`MAX_FOOTER_BYTES`, lists of
+    at most :data:`MAX_ROW_GROUPS` (row groups, schema elements), and at most
+    :data:`MAX_COLUMNS` columns, checked before the schema is converted. Raises
+    FooterOver (a ValueError, one line with its fix) past them, and what pyarrow raises
+    for a file that is not Parquet."""
+    size = os.fstat(fh.fileno()).st_size
+    if size >= 12:
+        tail = os.pread(fh.fileno(), 8, size - 8)
+        stated = int.from_bytes(tail[:4], "little")
+        if tail[4:] == b"PAR1" and stated > MAX_FOOTER_BYTES:
+            raise FooterOver(f"its footer is {stated} bytes, more than {MAX_FOOTER_BYTES}: {_FIX}")
+    try:
+        pf = cls(fh, thrift_container_size_limit=MAX_ROW_GROUPS, **kw)
+    except OSError as e:
+        if "Exceeded size limit" not in str(e):
+            raise
+        raise FooterOver(f"its footer lists more than {MAX_ROW_GROUPS} row groups or columns "
+                         f"(at most {MAX_ROW_GROUPS} row groups of at most {MAX_COLUMNS} columns): {_FIX}") from None
+    if pf.metadata.num_columns > MAX_COLUMNS:
+        raise FooterOver(f"it has {pf.metadata.num_columns} columns, more than {MAX_COLUMNS}: {_FIX}")
+    return pf
+
+
 def nested_column(schema: pa.Schema) -> str | None:
     """The first column of ``schema`` of a nested type (struct, list, map, union), or
     None."""
     return next((f.name for f in schema if pa.types.is_nested(f.type)), None)
+
+
+def _nested(schema: pa.Schema) -> str | None:
+    """Why ``schema`` is refused for a column of a nested type, or None."""
+    nested = nested_column(schema)
+    if nested is None:
+        return None
+    return f"column {printable(nested, 80)!r} is of a nested type (struct, list or map): faultlab's tables hold flat columns only"
 
 
 def text_over(source, limit: int) -> bool:
@@ -47,13 +113,12 @@ def text_over(source, limit: int) -> bool:
     pyarrow raises for a file that is not Parquet, and NestedColumn (a ValueError
     naming the column) for a column of a nested type, before any column is read."""
     def open_file(**kw) -> pq.ParquetFile:
-        return source(**kw) if callable(source) else pq.ParquetFile(source, **kw)
+        return source(**kw) if callable(source) else open_parquet(source, **kw)
 
     schema = open_file().schema_arrow
-    nested = nested_column(schema)
-    if nested is not None:
-        raise NestedColumn(f"column {printable(nested, 80)!r} is of a nested type (struct, list or map): "
-                           "faultlab's tables hold flat columns only")
+    why = _nested(schema)
+    if why is not None:
+        raise NestedColumn(why)
     text = [f.name for f in schema if _is_text(f.type)]
     if not text:
         return False
@@ -72,12 +137,53 @@ def text_over(source, limit: int) -> bool:
     return False
 
 
-def footer_over(md: pq.FileMetaData, max_rows: int, max_bytes: int) -> str | None:
-    """Why the file whose footer is ``md`` is more than a reader of it holds: it states
-    more than ``max_rows`` rows, or more than ``max_bytes`` decoded bytes (the larger of
-    its row groups' uncompressed size and 8 bytes a value: a few MB of run-length-encoded
-    numbers decode to GBs). None when it is within both."""
-    size = max(sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)), md.num_rows * md.num_columns * 8)
-    if md.num_rows > max_rows or size > max_bytes:
-        return f"it states {md.num_rows} rows, about {size} bytes decoded (at most {max_rows} rows and {max_bytes} bytes)"
+#: the most a Parquet file may state it decodes to, times its size on disk
+#: (:func:`footer_over`). Measured with :func:`decoded_bytes`: the public traces 7.7
+#: (StragglerAnalysis ST) and 5.2 (Perseus cluster_A); the published datasets' part
+#: files at most 15 (a host table; steps at most 3.4); a synthetic run's steps files
+#: (faultlab.synthrun) 4.6; a host table of a run 1000 times as long whose every sample
+#: repeats exactly (the most an honest table of faultlab's compresses) 41 with snappy,
+#: 50 with zstd. 100 keeps twice that, as gzip's bound does
+#: (labeler.importers.common.GZIP_RATIO); a few MB of run-length-encoded rows state
+#: thousands of times their size.
+DECODED_RATIO = 100
+#: bytes a value is counted as decoded to: a float64, int64 or timestamp, a pandas
+#: text's pointer or an Arrow text's offset and dictionary index (the text itself is
+#: bounded by :func:`text_over`); a fixed-size binary its own width
+VALUE_BYTES = 8
+
+
+def decoded_bytes(md: pq.FileMetaData, columns=None) -> int:
+    """The decoded size the footer ``md`` states for ``columns`` (top-level column
+    names; all when None): the larger of :data:`VALUE_BYTES` (or a fixed-size value's
+    width) a row of each of those leaf columns and the row groups' uncompressed size."""
+    want = None if columns is None else set(columns)
+    width = 0
+    for i in range(md.num_columns):
+        c = md.schema.column(i)
+        if want is not None and c.path.split(".", 1)[0] not in want and c.path not in want:
+            continue
+        width += max(VALUE_BYTES, c.length if c.physical_type == "FIXED_LEN_BYTE_ARRAY" else 0)
+    stated = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    return max(md.num_rows * width, stated)
+
+
+def footer_over(md: pq.FileMetaData, file_bytes: int, max_rows: int | None = None, max_bytes: int | None = None,
+                columns=None) -> str | None:
+    """Why the file of ``file_bytes`` bytes whose footer is ``md`` is more than a reader
+    of it holds: it states more than ``max_rows`` rows, more than ``max_bytes`` decoded
+    bytes, or more than :data:`DECODED_RATIO` times its size (:func:`decoded_bytes` of
+    the ``columns`` read: a few MB of run-length-encoded numbers decode to GBs). None
+    when it is within all three, and refuses a column of a nested type first
+    (:func:`nested_column`: no footer count bounds what it holds)."""
+    why = _nested(md.schema.to_arrow_schema())
+    if why is not None:
+        return why
+    size = decoded_bytes(md, columns)
+    if (max_rows is not None and md.num_rows > max_rows) or (max_bytes is not None and size > max_bytes):
+        bounds = " and ".join(f"{n} {what}" for n, what in ((max_rows, "rows"), (max_bytes, "bytes")) if n is not None)
+        return f"it states {md.num_rows} rows, about {size} bytes decoded (at most {bounds})"
+    if size > DECODED_RATIO * file_bytes:
+        return (f"it states {md.num_rows} rows, about {size} bytes decoded, more than {DECODED_RATIO} times its "
+                f"{file_bytes} bytes on disk (run-length-encoded rows)")
     return None

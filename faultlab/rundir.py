@@ -29,7 +29,6 @@ import shutil
 import socket
 import stat
 import sys
-import tempfile
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -39,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from faultlab import parquetbound, safefs, schema, steprecords, steptable
+from faultlab import parquetbound, safefs, schema, steprecords, steptable, workdirs
 from faultlab.errors import BadInput
 
 
@@ -260,7 +259,7 @@ class RunDir:
         if p.exists() or p.is_symlink():
             try:
                 with safefs.open_below(self.path, p.name) as f:  # a regular file, no link followed
-                    over = parquetbound.footer_over(pq.ParquetFile(f).metadata, TABLE_ROWS, TABLE_BYTES)
+                    over = parquetbound.footer_over(parquetbound.open_parquet(f).metadata, os.fstat(f.fileno()).st_size, TABLE_ROWS, TABLE_BYTES)
                     if over:  # before anything is decoded, the text check's dictionary indices too
                         raise BadInput(f"{p}: {over}: more than a run's table holds", field=p.name, fix="restore the file faultlab wrote")
                     if parquetbound.text_over(f, TABLE_TEXT_BYTES):  # before a dictionary value is decoded for every row
@@ -346,7 +345,11 @@ def write_together(folder: str | Path, writers: dict, remove: tuple | list = ())
     then the files named in ``remove`` (stale outputs of an earlier write) are deleted.
     A folder another user owns can swap nothing under the writers: they never write
     into it by path. When a write fails, every temporary is removed and the error is
-    raised: the folder's files are as before. Returns ``{name: final path}``.
+    raised: the folder's files are as before. The private folder and the staged
+    temporaries are named for this process (:mod:`faultlab.workdirs`): those a writer
+    SIGKILLed left (in the temporary folder, and ``.NAME.<pid>-<start>-<hex>.tmp`` of
+    these names in ``folder``) are removed here once their maker is gone. Returns
+    ``{name: final path}``.
 
     Raises:
         OSError when the folder cannot be written (``IsADirectoryError`` when a target
@@ -355,18 +358,19 @@ def write_together(folder: str | Path, writers: dict, remove: tuple | list = ())
     """
     folder = Path(folder)
     names = [safefs.check_name(n) for n in writers]
-    with tempfile.TemporaryDirectory(prefix="faultlab-write-") as private, \
-            safefs.open_dir_nofollow(folder) as d:
+    with workdirs.private("faultlab-write-") as private, safefs.open_dir_nofollow(folder) as d:
         for name in names:  # a rename onto a directory would fail half-way: refuse first
             st = d.lstat(name)
             if st is not None and stat.S_ISDIR(st.st_mode):
                 raise IsADirectoryError(errno.EISDIR, "Is a directory", str(folder / name))
         for name, write in writers.items():
-            write(Path(private) / name)
+            write(private / name)
+        for name in names:  # what a writer killed between staging and renaming left
+            workdirs.sweep(d, f".{name}.", files=".tmp")
         staged: list[tuple[str, str]] = []
         try:
             for name in names:
-                staged.append((d.stage(name, (Path(private) / name).read_bytes(), 0o644), name))
+                staged.append((d.stage(name, (private / name).read_bytes(), 0o644, tag=workdirs.tag()), name))
             for tmp, name in staged:
                 os.rename(tmp, name, src_dir_fd=d.fd, dst_dir_fd=d.fd)
             staged.clear()

@@ -249,13 +249,14 @@ class TrustedDir(_DirFd):
         return parse_json(self.read_bytes(name, max_bytes), self._p(name))
 
     # -- writing ---------------------------------------------------------------------
-    def stage(self, name: str, data: bytes | str, mode: int = 0o644, *, durable: bool = True) -> str:
+    def stage(self, name: str, data: bytes | str, mode: int = 0o644, *, durable: bool = True, tag: str = "") -> str:
         """A fresh ``O_EXCL`` temporary in this folder holding ``data`` (fsynced unless
-        ``durable`` is False), named for ``name``; the caller renames it over ``name``
-        or unlinks it. Raises OSError with nothing left."""
+        ``durable`` is False), named for ``name`` (``.NAME.<tag><12 hex>.tmp``: ``tag``
+        names its maker, faultlab.workdirs.tag); the caller renames it over ``name`` or
+        unlinks it. Raises OSError with nothing left."""
         if isinstance(data, str):
             data = data.encode()
-        tmp = f".{check_name(name)}.{secrets.token_hex(6)}.tmp"
+        tmp = f".{check_name(name)}.{tag}{secrets.token_hex(6)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o755, dir_fd=self.fd)
         try:
             try:

@@ -125,13 +125,15 @@ def parquet_file(f: Path, **kw) -> pq.ParquetFile:
     a regular file (:func:`faultlab.safefs.open_below`): ``steps/`` or a block folder
     swapped for a link after :func:`blocks` listed it is refused, never read through.
     Raises UntrustedPath (one line naming it) otherwise, and ValueError when its footer
-    states more than :data:`FILE_ROWS` rows or :data:`FILE_BYTES` decoded bytes."""
+    states more than :data:`FILE_ROWS` rows or :data:`FILE_BYTES` decoded bytes, or more
+    than ``parquetbound.DECODED_RATIO`` times its size (:func:`faultlab.parquetbound.footer_over`)."""
     block = f.parent
     if block.name.startswith("step_block=") and block.parent.name == STEPS_DIR:
-        pf = pq.ParquetFile(safefs.open_below(block.parent.parent, f"{STEPS_DIR}/{block.name}/{f.name}"), **kw)
+        raw = safefs.open_below(block.parent.parent, f"{STEPS_DIR}/{block.name}/{f.name}")
     else:
-        pf = pq.ParquetFile(safefs.open_below(f.parent, f.name), **kw)
-    over = parquetbound.footer_over(pf.metadata, FILE_ROWS, FILE_BYTES)
+        raw = safefs.open_below(f.parent, f.name)
+    pf = parquetbound.open_parquet(raw, **kw)
+    over = parquetbound.footer_over(pf.metadata, os.fstat(raw.fileno()).st_size, FILE_ROWS, FILE_BYTES)
     if over:
         raise ValueError(f"{over}: more than a steps file faultlab writes holds")
     return pf

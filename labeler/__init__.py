@@ -34,9 +34,9 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from faultlab import safefs, schema, steptable
+from faultlab import safefs, schema, steptable, workdirs
 from faultlab.errors import BadInput
-from faultlab.labeler import cluster, outofcore, reconcile, whatif, workdirs
+from faultlab.labeler import cluster, outofcore, reconcile, whatif
 from faultlab.labeler.analysis import Analysis, analyze
 from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.fusion import fuse
@@ -298,7 +298,7 @@ def _work_folder(run: Path) -> str:
     path, by workers in other processes: in a folder another user owns, they could
     rename the work folder away and link its name to a folder of theirs whose map
     names link to any file, which root would then truncate and overwrite. The folders
-    of labelers that were killed and are gone are removed first (:mod:`.workdirs`)."""
+    of labelers that were killed and are gone are removed first (:mod:`faultlab.workdirs`)."""
     try:
         safefs.check_dir(run.absolute())
     except (safefs.UntrustedPath, OSError):

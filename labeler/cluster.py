@@ -13,7 +13,7 @@ import tempfile
 import time
 import weakref
 
-from faultlab.labeler import workdirs
+from faultlab import workdirs
 
 #: the prefix of an embedded cluster's scratch folder in the temporary folder
 #: (``workdirs.make``: the labeler's PID and start time follow)

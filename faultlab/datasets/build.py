@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import random
-import tempfile
 from collections import Counter
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
@@ -34,14 +33,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from faultlab import inputfile, safefs, schema, yamlsafe
+from faultlab import inputfile, safefs, schema, workdirs, yamlsafe
 from faultlab.datasets import card, croissant, manifest
 from faultlab.datasets.public import Collection
 from faultlab.datasets.layout import (COLUMN_DOCS, FIX, RUN_TABLES, TABLES, Dataset, open_output, part_path, read_build, read_croissant,
                                      read_splits, table_schema)
 from faultlab.datasets.steplabels import step_labels, with_label_ids
 from faultlab.errors import BadInput
-from faultlab.labeler import LabelerConfig, label, workdirs
+from faultlab.labeler import LabelerConfig, label
 from faultlab.rundata import RunData, read_run_dir
 from faultlab.rundir import RunDir
 from faultlab.scenario import Campaign, Scenario, parse
@@ -464,8 +463,8 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
     order = [str(r["run_id"]) for r in ds.runs_info()] or ds.run_ids("all")
     if sorted(order) != sorted(ds.run_ids("all")):
         order = ds.run_ids("all")
-    with tempfile.TemporaryDirectory(prefix="faultlab-relabel-") as keep:
-        camp = _listed_campaign_files(ds.path, Path(keep), ds.fd)
+    with workdirs.private("faultlab-relabel-") as keep:  # named for this process: a SIGKILLed relabel's is removed by the next
+        camp = _listed_campaign_files(ds.path, keep, ds.fd)
         runs = (_relabel_run(ds.read_run(rid)) for rid in order)
         return build(runs, ds.name, ds.path.parent, test_fraction=st["test_fraction"], seed=st["seed"], campaign_files=camp,
                      relabel=True, description=st["description"], license=st["license"],

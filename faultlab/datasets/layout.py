@@ -249,8 +249,8 @@ MAX_PART_BYTES = 1 << 31
 class _OwnedParquet(pq.ParquetFile):
     """A ParquetFile over a file object it owns: closing it closes the file too."""
 
-    def __init__(self, raw):
-        super().__init__(raw)
+    def __init__(self, raw, **kw):
+        super().__init__(raw, **kw)
         self._raw = raw
 
     def close(self, force: bool = False) -> None:
@@ -258,14 +258,14 @@ class _OwnedParquet(pq.ParquetFile):
         self._raw.close()
 
 
-def _check_footer(p: Path, rel: str, md: pq.FileMetaData) -> None:
-    """Raise BadInput naming the part file ``p`` when its footer states more than
-    :data:`MAX_PART_ROWS` rows, or more than :data:`MAX_PART_BYTES` decoded bytes
-    (the larger of its uncompressed size and 8 bytes a value)."""
-    size = max(sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups)), md.num_rows * md.num_columns * 8)
-    if md.num_rows > MAX_PART_ROWS or size > MAX_PART_BYTES:
-        raise BadInput(f"{p} states {md.num_rows} rows, about {size} bytes decoded: more than a dataset's part file holds "
-                       f"(at most {MAX_PART_ROWS} rows and {MAX_PART_BYTES} bytes)", field=rel, fix=FIX)
+def _check_footer(p: Path, rel: str, md: pq.FileMetaData, raw) -> None:
+    """Raise BadInput naming the part file ``p`` (open as ``raw``) when its footer states
+    more than :data:`MAX_PART_ROWS` rows, more than :data:`MAX_PART_BYTES` decoded bytes,
+    or more than ``parquetbound.DECODED_RATIO`` times its size
+    (:func:`faultlab.parquetbound.footer_over`)."""
+    over = parquetbound.footer_over(md, os.fstat(raw.fileno()).st_size, MAX_PART_ROWS, MAX_PART_BYTES)
+    if over:
+        raise BadInput(f"{p}: {over}: more than a dataset's part file holds", field=rel, fix=FIX)
 
 
 def _check_text_decoded(p: Path, rel: str, raw) -> None:
@@ -399,8 +399,8 @@ class Dataset:
             raise BadInput(e.reason, field=rel, fix=e.fix) from None
         f = None
         try:
-            f = _OwnedParquet(raw)  # one file: no dataset discovery (pq.read_table's)
-            _check_footer(p, rel, f.metadata)
+            f = parquetbound.open_parquet(raw, _OwnedParquet)  # one file: no dataset discovery (pq.read_table's)
+            _check_footer(p, rel, f.metadata, raw)
             _check_text_decoded(p, rel, raw)
             why = schema.mismatch(f.schema_arrow, table_schema(table), optional=OPTIONAL_COLUMNS.get(table, ()))
             if why is None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from faultlab import inputfile, parquetbound
 from faultlab.errors import BadInput
@@ -144,20 +145,25 @@ def numbers_or_refuse(values: pd.Series, present: np.ndarray, *, field: str, whe
 TEXT_BYTES = 1 << 31
 
 
-def refuse_text_bomb(fh, path: Path) -> None:
-    """Raise BadInput naming the Parquet file ``path`` (open as ``fh``) when a column of
-    it is nested or its text columns decode to more than :data:`TEXT_BYTES`
-    (:func:`faultlab.parquetbound.text_over`, from the dictionary-encoded values),
-    before any column is decoded: a trace of a few KB whose rows all name one 1 MiB
-    value decodes to hundreds of GB."""
+def refuse_parquet_bomb(fh, path: Path, columns) -> pq.ParquetFile:
+    """The Parquet file ``path`` (open as ``fh``), once checked
+    before any column is decoded: BadInput naming it when a column is nested, its footer
+    states more than ``parquetbound.DECODED_RATIO`` times its size for the ``columns``
+    read (:func:`faultlab.parquetbound.footer_over`: a few MB of run-length-encoded
+    numbers state billions of rows), or its text columns decode to more than
+    :data:`TEXT_BYTES` (:func:`faultlab.parquetbound.text_over`, from the
+    dictionary-encoded values: a trace of a few KB whose rows all name one 1 MiB value
+    decodes to hundreds of GB). The file is bounded by its size (16 GiB) only, not by
+    what it decodes to."""
     fix = "give the file as its source publishes it"
-    try:
-        over = parquetbound.text_over(fh, TEXT_BYTES)
-    except parquetbound.NestedColumn as e:
-        raise BadInput(f"{path}: {e}", field="PATH", fix=fix) from None
+    pf = parquetbound.open_parquet(fh)
+    over = parquetbound.footer_over(pf.metadata, os.fstat(fh.fileno()).st_size, columns=columns)
     if over:
+        raise BadInput(f"{path}: {over}", field="PATH", fix=fix)
+    if parquetbound.text_over(fh, TEXT_BYTES):
         raise BadInput(f"{path}: its text columns decode to more than {TEXT_BYTES} bytes (a dictionary value every row names)",
                        field="PATH", fix=fix)
+    return pf
 
 
 #: the most a gzipped data file may decompress to, times its own size (at least 1 MiB):

@@ -70,13 +70,15 @@ import pyarrow.parquet as pq
 from faultlab import inputfile
 from faultlab.errors import BadInput
 from faultlab.labeler.config import make_config
-from faultlab.labeler.importers.common import ImportResult, SkipCount, gunzipped, seconds_timestamps
+from faultlab.labeler.importers.common import ImportResult, SkipCount, gunzipped, refuse_parquet_bomb, seconds_timestamps
 from faultlab.labeler.labelrows import empty_labels, label_confidence, label_row, typed_labels
 from faultlab.labeler.stats import mad_sigma, median
 from faultlab.labeler.verdict import VerdictConfig, judge
 
 FORMAT = "perseus"
 REQUIRED = ("host", "ts", "disk_id", "throughput", "latency")
+#: the columns read: REQUIRED and the optional cluster
+READ_COLUMNS = REQUIRED + ("cluster",)
 
 
 @dataclass(frozen=True)
@@ -257,7 +259,7 @@ def read_samples(path: str | Path) -> DriveSamples:
         below = Path(path) if Path(path).is_dir() else None
         try:
             with inputfile.open_data(f, "PATH", below=below) as fh:  # no link, FIFO or device
-                pf = pq.ParquetFile(fh)
+                pf = refuse_parquet_bomb(fh, f, READ_COLUMNS)  # before a column is decoded
                 names, n_rows = pf.schema_arrow.names, pf.metadata.num_rows
         except BadInput:
             raise

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from faultlab.labeler import workdirs
+from faultlab import workdirs
 from faultlab.synthrun import write_run
 from tests.helpers import FL, fl
 

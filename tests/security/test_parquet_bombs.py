@@ -12,12 +12,15 @@ before it is decoded.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -34,8 +37,11 @@ TEXT_ROWS = 200_000
 pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("prlimit"), reason="needs root (the files are nobody's) and prlimit")
 
 def _bomb_value(n: int) -> pa.DictionaryArray:
-    """``n`` rows naming one 1 MiB text value (a few KB once dictionary-encoded)."""
-    return pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array(["x" * (1 << 20)]))
+    """``n`` rows naming one 1 MiB text value, of random letters (about 800 KB on disk
+    once dictionary-encoded): a value that compresses would make the file state more
+    than the footer's ratio allows (parquetbound.DECODED_RATIO), refused before the
+    text check this bomb is for."""
+    return pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int32()), pa.array([base64.b64encode(os.urandom(3 << 18)).decode()]))
 
 def _repeat(real: pa.Table, n: int) -> dict:
     """``real``'s columns over ``n`` rows, each its first row's value (text as a
@@ -64,7 +70,7 @@ def _nested_bomb(real: pa.Table) -> pa.Table:
 
 def _write(table: pa.Table, path: Path, *, store_schema: bool) -> None:
     pq.write_table(table, path, store_schema=store_schema, compression="zstd", dictionary_pagesize_limit=1 << 30)
-    assert path.stat().st_size < 256 << 10
+    assert path.stat().st_size < 2 << 20
 
 def _dataset(tmp_path: Path, make) -> tuple[Path, str]:
     """A copy of faultlab-sw-v1 whose first test run's steps part is ``make(real)``, its
@@ -87,8 +93,9 @@ def _run(tmp_path: Path, table: str, make) -> Path:
     return run
 
 def _word(make) -> str:
-    """The word of a text bomb's refusal: a failed malloc names the file too."""
-    return "decode" if make is _typed_bomb else "nested"
+    """The words of a text bomb's own refusal: a failed malloc names the file too, and
+    the footer's ratio (parquetbound.DECODED_RATIO) says "decoded"."""
+    return "text columns decode" if make is _typed_bomb else "nested"
 
 def _refused(args: list[str], name: str, *words: str, timeout: float = 180) -> None:
     cp = subprocess.run([*LIMIT, *FL, *args], capture_output=True, text=True, timeout=timeout)
@@ -162,18 +169,32 @@ def test_a_steps_file_of_countless_rows_is_refused_from_its_footer(tmp_path):
     give_to_nobody(run)
     _refused(["score", "--detector", "peer-median", "--boot", "0", "--run", str(run)], "steps.parquet", "states")
 
+def _varied_rows(real: pa.Table, path: Path, n: int) -> None:
+    """``path`` holding ``real``'s columns over ``n`` rows of its first row's values,
+    but ``step``, one of 1024 values at random (10 bits a row that no codec shrinks):
+    the file states under parquetbound.DECODED_RATIO times its size, as an honest one."""
+    cols = {}
+    idx = pa.repeat(pa.scalar(0, pa.int8()), n)
+    for f in real.schema:
+        v = "x" if pa.types.is_string(f.type) else real.column(f.name)[0].as_py()
+        cols[f.name] = pa.DictionaryArray.from_arrays(idx, pa.array([0 if v is None else v], f.type))
+    rng = np.random.default_rng(0)
+    cols["step"] = pa.DictionaryArray.from_arrays(pa.array(rng.integers(0, 1024, n, dtype=np.int16)), pa.array(np.arange(1024), pa.int64()))
+    pq.write_table(pa.table(cols), path, store_schema=False, compression="zstd")
+
 def test_the_out_of_core_labeler_refuses_a_block_larger_than_a_worker_reads(tmp_path):
-    """A step block of 8 part files of 2**25 rows each (each within a file's bound):
-    every worker would read 2**28 rows at once. Root's label --out-of-core refuses the
-    block from its files' footers before a worker reads it."""
+    """A step block of 9 part files of 2**21 rows each (each within a file's bounds,
+    its ratio included): every worker would read 2**24 + 2**21 rows at once. Root's
+    label --out-of-core refuses the block from its files' footers before a worker
+    reads it."""
     pytest.importorskip("distributed", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
     run = make_run(tmp_path / "run", ranks=2, duration_s=20, label=False)
     real = pq.read_table(run / "steps.parquet")
     (run / "steps.parquet").unlink()
     block = run / "steps" / "step_block=0"
     block.mkdir(parents=True)
-    for i in range(8):
-        _rle_rows(real, block / f"part-{i}.parquet", 1 << 25)
+    for i in range(9):
+        _varied_rows(real, block / f"part-{i}.parquet", 1 << 21)
     give_to_nobody(run)
     _refused(["label", "--out-of-core", str(run)], "step_block=0", "rank-steps", timeout=300)
 
@@ -199,7 +220,7 @@ def test_an_imported_files_text_bomb_is_refused_before_it_is_decoded(tmp_path, f
     src.mkdir()
     _write(make(), src / name, store_schema=False)
     give_to_nobody(src)
-    _refused(["label", "--import", fmt, str(src / name), "--out", str(tmp_path / "out")], name, "decode")
+    _refused(["label", "--import", fmt, str(src / name), "--out", str(tmp_path / "out")], name, "text columns decode")
 
 def test_an_imported_gzipped_csv_is_decompressed_only_so_far(tmp_path):
     """A long-format .csv.gz of 4,000 gzip members, each one line repeated (4 MB on

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from faultlab import inputfile
 from faultlab.errors import BadInput
-from faultlab.labeler.importers.common import (ANSWER_FILES, SkipCount, _EXACT_ANSWER_FILES, gunzipped, is_answer, refuse_text_bomb,
+from faultlab.labeler.importers.common import (ANSWER_FILES, SkipCount, _EXACT_ANSWER_FILES, gunzipped, is_answer, refuse_parquet_bomb,
                                                seconds_timestamps)
 
 
@@ -80,9 +80,7 @@ def read_long(path: str | Path) -> pd.DataFrame:
     try:
         if name.endswith(".parquet"):
             with inputfile.open_data(f, "PATH", below=below) as fh:  # no link, FIFO or device
-                pf = pq.ParquetFile(fh)
-                have = pf.schema_arrow.names
-                refuse_text_bomb(fh, f)  # before a column is decoded
+                have = refuse_parquet_bomb(fh, f, LONG_COLUMNS + OPTIONAL_COLUMNS).schema_arrow.names  # before a column is decoded
             missing = [c for c in LONG_COLUMNS if c not in have]
             if missing:
                 raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="long",

@@ -15,7 +15,7 @@ import yaml
 
 from faultlab import inputfile, yamlsafe
 from faultlab.errors import BadInput
-from faultlab.labeler.importers.common import SkipCount, numbers_or_refuse, refuse_text_bomb
+from faultlab.labeler.importers.common import SkipCount, numbers_or_refuse, refuse_parquet_bomb
 
 
 TRACE_COLUMNS = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id", "mc", "gmc", "mb_id")
@@ -115,8 +115,7 @@ def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
     below = Path(path) if Path(path).is_dir() else None
     try:
         with inputfile.open_data(trace_path, "PATH", below=below) as fh:  # no link, FIFO or device
-            names = pq.ParquetFile(fh).schema_arrow.names
-            refuse_text_bomb(fh, trace_path)  # before a column is decoded
+            names = refuse_parquet_bomb(fh, trace_path, TRACE_COLUMNS).schema_arrow.names  # before a column is decoded
     except BadInput:
         raise
     except Exception as e:  # pyarrow raises several types for a non-Parquet file
