@@ -14,6 +14,7 @@ import time
 import weakref
 
 from faultlab import workdirs
+from faultlab.errors import BadInput
 
 #: the prefix of an embedded cluster's scratch folder in the temporary folder
 #: (``workdirs.make``: the labeler's PID and start time follow)
@@ -115,6 +116,8 @@ def client_for(scheduler: str | None = None):
     """``(client, cluster)``: a Dask client of the scheduler at ``scheduler`` (or
     ``$DASK_SCHEDULER_ADDRESS``), else of an embedded cluster (:func:`local_cluster`)
     sized to the machine (``cluster`` then; else None). Close both with :func:`close`.
+    Raises BadInput naming ``--scheduler`` (or ``DASK_SCHEDULER_ADDRESS``) for an
+    address that is none, or where no scheduler answers.
 
     The embedded cluster's scheduler and workers listen on ``127.0.0.1`` over mutual
     TLS with a certificate made for this cluster alone (``Security.temporary()``):
@@ -133,7 +136,15 @@ def client_for(scheduler: str | None = None):
 
     addr = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if addr:
-        return Client(addr), None
+        field = "--scheduler" if scheduler else "DASK_SCHEDULER_ADDRESS"
+        try:
+            return Client(addr), None
+        except ValueError as e:  # no port, an unknown protocol
+            raise BadInput(f"{addr!r} is not a scheduler's address ({e})", field=field,
+                           fix="tcp://HOST:PORT of a running Dask scheduler") from None
+        except OSError as e:  # refused, timed out
+            raise BadInput(f"no Dask scheduler answers at {addr} ({e})", field=field,
+                           fix="start one (dask scheduler) or give the address of a running one, tcp://HOST:PORT") from None
     cluster, security = local_cluster()
     return Client(cluster, security=security), cluster
 

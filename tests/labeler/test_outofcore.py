@@ -268,3 +268,20 @@ def test_embedded_cluster_workers_reuse_freed_array_memory(tmp_path, monkeypatch
         close(client, cl)
     assert faults < 1024, faults
     assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "65536" and "MALLOC_MMAP_THRESHOLD_" not in os.environ
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_a_scheduler_address_that_is_none_is_one_line_naming_where_it_came_from(tmp_path, how):
+    from tests.helpers import fl
+
+    synthrun.write_run(tmp_path / "run", 4, 100, seed=0)
+    before = sorted(p.name for p in (tmp_path / "run").iterdir())
+    if how == "option":
+        cp = fl("label", tmp_path / "run", "--scheduler", "foo")
+    else:
+        cp = fl("label", tmp_path / "run", "--out-of-core", env={"DASK_SCHEDULER_ADDRESS": "foo"})
+    assert cp.returncode == 2, (cp.returncode, cp.stderr[-2000:])
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in cp.stderr, cp.stderr[-2000:]
+    assert ("--scheduler" if how == "option" else "DASK_SCHEDULER_ADDRESS") in lines[0] and "tcp://HOST:PORT" in lines[0]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
