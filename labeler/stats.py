@@ -298,7 +298,9 @@ def _window_stats(win: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray |
     w = win.shape[1]
     srt = np.sort(win, axis=1)  # NaN last
     lo, hi = (w - 1) // 2, w // 2
-    med = (0.5 * (srt[:, lo].astype(np.float64) + srt[:, hi])).astype(dt)
+    # + 0: a median of zeros is 0.0, never -0.0 (which of equal zeros the sort puts at
+    # a position is its own choice; the compiled walk reads them the same way)
+    med = (0.5 * (srt[:, lo].astype(np.float64) + srt[:, hi])).astype(dt) + dt.type(0)
     dev = np.abs(win - med[:, None])
     dev.sort(axis=1)
     mad = (0.5 * (dev[:, lo].astype(np.float64) + dev[:, hi])).astype(dt)
@@ -314,7 +316,7 @@ def _window_stats(win: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray |
     def mid(a):
         return 0.5 * (np.take_along_axis(a, lo_r, axis=1)[:, 0].astype(np.float64) + np.take_along_axis(a, hi_r, axis=1)[:, 0])
 
-    med_r = mid(srt).astype(dt)
+    med_r = mid(srt).astype(dt) + dt.type(0)
     med_r[n_r == 0] = np.nan
     dev = np.abs(win[rows] - med_r[:, None])
     dev.sort(axis=1)
