@@ -143,6 +143,14 @@ def _pwrite_all(fd: int, buf: np.ndarray, offset: int) -> None:
         mv, offset = mv[n:], offset + n
 
 
+def _basic_index(k) -> bool:
+    """Whether ``k``, an index of one axis, is basic indexing (a slice, an integer, ``...``
+    or ``None``), not an array numpy pairs with the other arrays of the key."""
+    if k is None or k is Ellipsis or isinstance(k, slice):
+        return True
+    return isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
+
+
 class ReleasedMap(np.memmap):
     """A read-only memory map that copies out what it is indexed for (rows picked by an
     integer array: read from its file, ``pread`` per run of rows, where numpy's copy
@@ -174,6 +182,10 @@ class ReleasedMap(np.memmap):
             return None, None
         first, rest = (key[0], key[1:] or None) if isinstance(key, tuple) and key else (key, None)
         if not isinstance(first, np.ndarray) or first.ndim != 1 or first.dtype.kind not in "iu":
+            return None, None
+        if rest is not None and not all(map(_basic_index, rest)):
+            # another array (or list, or mask) in the key: numpy pairs it with the rows
+            # (advanced indexing), where the rows' copy indexed by it would cross them
             return None, None
         rows = np.where(first < 0, first + self.shape[0], first).astype(np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= self.shape[0]):
