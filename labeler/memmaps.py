@@ -55,7 +55,11 @@ class WorkMaps:
         of the map in this process's resident memory."""
         with open(self.path(name), "rb") as f:
             shape, dtype, header = _npy_header(f)
-        return _read_rows(self.path(name), header, np.asarray(rows, dtype=np.int64), shape[1], dtype)
+        rows = np.asarray(rows, dtype=np.int64)
+        rows = np.where(rows < 0, rows + shape[0], rows)  # as numpy reads a negative row
+        if rows.size and (rows.min() < 0 or rows.max() >= shape[0]):  # not an offset before the data or past it
+            raise IndexError(f"rows {int(rows.min())}..{int(rows.max())} of a map of {shape[0]} rows")
+        return _read_rows(self.path(name), header, rows, shape[1], dtype)
 
     def read(self, name: str, a: int, b: int) -> np.ndarray:
         """Rows ``a..b-1`` of map ``name`` (steps; ranks for a map by rank), read from

@@ -35,3 +35,12 @@ def test_released_map_indexed_by_row_arrays_gives_numpys_values(maps, key):
     got = m.view("a")[key]
     assert got.shape == ref[key].shape and np.array_equal(got, ref[key])
 
+
+def test_work_maps_rows_reads_negative_rows_as_numpy_does(maps):
+    m, ref = maps
+    rows = np.array([-1, 0, -50, 7])
+    assert np.array_equal(m.rows("a", rows), ref[rows])  # not the file's header read as data
+    with pytest.raises(IndexError):
+        m.rows("a", np.array([50]))
+    with pytest.raises(IndexError):
+        m.rows("a", np.array([-51]))
