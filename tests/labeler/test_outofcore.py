@@ -268,3 +268,22 @@ def test_embedded_cluster_workers_reuse_freed_array_memory(tmp_path, monkeypatch
         close(client, cl)
     assert faults < 1024, faults
     assert os.environ["MALLOC_TRIM_THRESHOLD_"] == "65536" and "MALLOC_MMAP_THRESHOLD_" not in os.environ
+
+
+def test_peer_medians_indexed_as_numpy_indexes_the_in_memory_peer_median(tmp_path, cluster):
+    """The out-of-core peer median (PeerMedians, computed for the rows it is indexed
+    for) gives what numpy's indexing of the in-memory one gives: a row array paired
+    with a column array (or list, or mask), not crossed with it; repeated and negative
+    rows; an empty range of rows."""
+    synthrun.write_run(tmp_path / "run", 12, 3_000, block_rows=1 << 14)
+    src = steptable.steps_source(tmp_path / "run")
+    a = analyze(StepGrid.from_steps(read_steps(src)))
+    with distributed.Client(cluster.scheduler_address) as client:
+        b, _ = analyze_out_of_core(src, workdir=tmp_path / "work", client=client)
+    ref = np.asarray(a.peer.median)
+    mask = np.zeros(12, dtype=bool)
+    mask[[1, 7]] = True
+    for key in [(np.array([3, 99, -1]), np.array([2, 5, -1])), (np.array([3, 99]), [1, 2]), (np.array([1, 2]), mask),
+                (np.array([5, 5, -2995]), slice(None)), (slice(10, 5), 2), (-1, -1), (np.array([[4], [9]]), np.array([0, 3]))]:
+        got = np.asarray(b.peer.median[key])
+        assert got.shape == ref[key].shape and np.array_equal(got, ref[key], equal_nan=True), key
