@@ -41,6 +41,9 @@ def loo_and_median(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     cnt = np.empty(S, dtype=np.int64)
     if S and L:
         _loo_rows(x, out, med, cnt, np.array([0.5, np.nan, 0.0], dtype=x.dtype))
+    else:  # rows without a member: no median, no value (not the empty arrays' leftovers)
+        med[:] = np.nan
+        cnt[:] = 0
     return out, med, cnt
 
 

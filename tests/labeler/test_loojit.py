@@ -67,3 +67,13 @@ def test_compiled_loo_median_reads_negative_zero_as_the_vectorized_version_does(
         got = stats.loo_and_median(x, compiled=True)
         for r, g in zip(ref, got):
             assert _bits_equal(r, g), L
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_compiled_loo_median_of_rows_without_members_is_nan_with_count_zero(dt):
+    x = np.empty((5, 0), dtype=dt)
+    ref = stats.loo_and_median(x, compiled=False)
+    got = stats.loo_and_median(x, compiled=True)
+    assert np.isnan(got[1]).all() and not got[2].any()
+    for r, g in zip(ref, got):
+        assert _bits_equal(r, g)
