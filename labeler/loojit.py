@@ -40,7 +40,10 @@ def loo_and_median(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     med = np.empty(S, dtype=np.float64)
     cnt = np.empty(S, dtype=np.int64)
     if S and L:
-        _loo_rows(x, out, med, cnt, np.array([0.5, np.nan], dtype=x.dtype))
+        _loo_rows(x, out, med, cnt, np.array([0.5, np.nan, 0.0], dtype=x.dtype))
+    else:  # rows without a member: no median, no value (not the empty arrays' leftovers)
+        med[:] = np.nan
+        cnt[:] = 0
     return out, med, cnt
 
 
@@ -113,9 +116,9 @@ def _at(top, a, n, p, L, nan):
 @numba.njit(cache=True, nogil=True)
 def _loo_rows(x, out, med, cnt, consts):
     """Fill ``out`` ``(S, L)``, ``med`` and ``cnt`` ``(S,)`` (:func:`loo_and_median`);
-    ``consts``: 0.5 and NaN in ``x``'s dtype."""
+    ``consts``: 0.5, NaN and 0 in ``x``'s dtype."""
     S, L = x.shape
-    half, nan = consts[0], consts[1]
+    half, nan, zero = consts[0], consts[1], consts[2]
     buf = np.empty(L, dtype=x.dtype)
     mid = np.empty(L, dtype=x.dtype)
     top = np.empty(3, dtype=x.dtype)  # sorted positions a, a+1, a+2 of the row's values
@@ -126,7 +129,7 @@ def _loo_rows(x, out, med, cnt, consts):
         for j in range(L):
             v = x[i, j]
             if not np.isnan(v):
-                buf[n] = v
+                buf[n] = v + zero  # -0.0 read as 0.0, as the vectorized version reads it
                 n += 1
         cnt[i] = n
         k = n - 1  # a member's others

@@ -55,7 +55,11 @@ class WorkMaps:
         of the map in this process's resident memory."""
         with open(self.path(name), "rb") as f:
             shape, dtype, header = _npy_header(f)
-        return _read_rows(self.path(name), header, np.asarray(rows, dtype=np.int64), shape[1], dtype)
+        rows = np.asarray(rows, dtype=np.int64)
+        rows = np.where(rows < 0, rows + shape[0], rows)  # as numpy reads a negative row
+        if rows.size and (rows.min() < 0 or rows.max() >= shape[0]):  # not an offset before the data or past it
+            raise IndexError(f"rows {int(rows.min())}..{int(rows.max())} of a map of {shape[0]} rows")
+        return _read_rows(self.path(name), header, rows, shape[1], dtype)
 
     def read(self, name: str, a: int, b: int) -> np.ndarray:
         """Rows ``a..b-1`` of map ``name`` (steps; ranks for a map by rank), read from
@@ -143,6 +147,14 @@ def _pwrite_all(fd: int, buf: np.ndarray, offset: int) -> None:
         mv, offset = mv[n:], offset + n
 
 
+def _basic_index(k) -> bool:
+    """Whether ``k``, an index of one axis, is basic indexing (a slice, an integer, ``...``
+    or ``None``), not an array numpy pairs with the other arrays of the key."""
+    if k is None or k is Ellipsis or isinstance(k, slice):
+        return True
+    return isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
+
+
 class ReleasedMap(np.memmap):
     """A read-only memory map that copies out what it is indexed for (rows picked by an
     integer array: read from its file, ``pread`` per run of rows, where numpy's copy
@@ -174,6 +186,10 @@ class ReleasedMap(np.memmap):
             return None, None
         first, rest = (key[0], key[1:] or None) if isinstance(key, tuple) and key else (key, None)
         if not isinstance(first, np.ndarray) or first.ndim != 1 or first.dtype.kind not in "iu":
+            return None, None
+        if rest is not None and not all(map(_basic_index, rest)):
+            # another array (or list, or mask) in the key: numpy pairs it with the rows
+            # (advanced indexing), where the rows' copy indexed by it would cross them
             return None, None
         rows = np.where(first < 0, first + self.shape[0], first).astype(np.int64)
         if rows.size and (rows.min() < 0 or rows.max() >= self.shape[0]):

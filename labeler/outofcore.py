@@ -325,8 +325,9 @@ class PeerMedians:
     peer pass computes it (:func:`_peer_medians_of`: a row's medians are its own, so
     they are the same numbers): fusion reads it only at the rows of labels' intervals,
     where a map of it would be a write of the whole ``(S, R)`` at every run.
-    Indexing: ``[rows]`` or ``[rows, cols]``, ``rows`` a slice or an integer array of
-    grid rows; gives numpy arrays (or a scalar)."""
+    Indexing: ``[rows]`` or ``[rows, cols]``, ``rows`` a slice, an integer or an
+    integer array of grid rows; gives what numpy's indexing of the whole array gives
+    (a row array paired with a column array, numpy arrays or a scalar)."""
 
     def __init__(self, maps: WorkMaps, cols: list):
         self.maps, self.cols = maps, cols
@@ -342,14 +343,17 @@ class PeerMedians:
         if isinstance(rk, slice) and rk.step in (None, 1):  # a range of rows: one read
             a, b, _ = rk.indices(S)
             b = max(a, b)
-            comp = self.maps.read("compute", a, b) if groups else np.zeros((b - a, R), dtype=self.dtype)
+            comp = self.maps.read("compute", a, b) if groups and b > a else np.zeros((b - a, R), dtype=self.dtype)
             base_of = lambda c: np.asarray(base[c, a:b]).T  # noqa: E731
-            one = False
+            pick = slice(None)
         else:
-            rows = np.arange(S)[rk]
-            one = np.ndim(rows) == 0
-            rows = np.atleast_1d(rows)
-            comp = self.maps.rows("compute", rows) if groups else np.zeros((rows.size, R), dtype=self.dtype)
+            pos = np.arange(S)[rk]  # the rows as numpy picks them (negative, repeated, any shape)
+            if isinstance(rk, slice):
+                rows, pick = pos, slice(None)
+            else:  # computed once a row, then picked as numpy picks them: paired with an array in ck
+                rows, inv = np.unique(pos, return_inverse=True)
+                pick = inv.reshape(np.shape(pos)) if np.ndim(pos) else int(inv.reshape(-1)[0])
+            comp = self.maps.rows("compute", rows) if groups and rows.size else np.zeros((rows.size, R), dtype=self.dtype)
             base_of = lambda c: np.asarray(base[c][:, rows]).T  # noqa: E731
         out = np.full(comp.shape, np.nan, dtype=self.dtype)
         if comp.shape[0] and groups:
@@ -358,8 +362,7 @@ class PeerMedians:
             del base
             for c in groups:
                 out[:, c] = loo[:, c]
-        got = out[:, ck]
-        return got[0] if one else got
+        return out[pick, ck]
 
     def __array__(self, dtype=None, copy=None):
         out = self[:, :]

@@ -102,6 +102,7 @@ def loo_and_median(x: np.ndarray, compiled: bool | None = None) -> tuple[np.ndar
     S, L = x.shape
     if L == 0:
         return x.copy(), np.full(S, np.nan), np.zeros(S, dtype=np.int64)
+    zero = x.dtype.type(0)  # x + 0 is x, but 0.0 for -0.0: a sorted position holding a zero reads 0.0
     nan_x = np.isnan(x)
     any_nan = bool(nan_x.any())
     if not any_nan:  # every row full: fixed positions (a slice, no gather), partitioned in linear time
@@ -111,7 +112,10 @@ def loo_and_median(x: np.ndarray, compiled: bool | None = None) -> tuple[np.ndar
         s_lo, s_hi = s[:, lo : lo + 1], s[:, hi : hi + 1]
         s_lo1, s_hi1 = s[:, min(lo + 1, L - 1) : min(lo + 1, L - 1) + 1], s[:, min(hi + 1, L - 1) : min(hi + 1, L - 1) + 1]
         # positions (L-1)//2 and L//2, the median's, are among those partitioned
-        med = 0.5 * (s[:, (L - 1) // 2].astype(np.float64) + s[:, L // 2])
+        # + 0: -0.0 read as 0.0 (which of equal zeros a partition puts at a position is
+        # its own choice; the compiled version reads every zero as 0.0)
+        s_lo, s_hi, s_lo1, s_hi1 = s_lo + zero, s_hi + zero, s_lo1 + zero, s_hi1 + zero
+        med = 0.5 * ((s[:, (L - 1) // 2] + zero).astype(np.float64) + (s[:, L // 2] + zero))
         n = np.full(S, L, dtype=np.int64)
     else:
         s = np.sort(x, axis=1)  # NaN last
@@ -122,10 +126,10 @@ def loo_and_median(x: np.ndarray, compiled: bool | None = None) -> tuple[np.ndar
         def at(i):
             return np.take_along_axis(s, np.minimum(i, L - 1), axis=1)
 
-        s_lo, s_hi, s_lo1, s_hi1 = at(lo_i), at(hi_i), at(lo_i + 1), at(hi_i + 1)
+        s_lo, s_hi, s_lo1, s_hi1 = at(lo_i) + zero, at(hi_i) + zero, at(lo_i + 1) + zero, at(hi_i + 1) + zero
         n = k + 1  # values per row
-        m_lo = at(np.clip((n - 1) // 2, 0, None)[:, None])[:, 0].astype(np.float64)
-        m_hi = at(np.clip(n // 2, 0, None)[:, None])[:, 0]
+        m_lo = (at(np.clip((n - 1) // 2, 0, None)[:, None])[:, 0] + zero).astype(np.float64)
+        m_hi = at(np.clip(n // 2, 0, None)[:, None])[:, 0] + zero
         med = np.where(n > 0, 0.5 * (m_lo + m_hi), np.nan)
     half = x.dtype.type(0.5)
     with np.errstate(invalid="ignore"):
@@ -294,7 +298,9 @@ def _window_stats(win: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray |
     w = win.shape[1]
     srt = np.sort(win, axis=1)  # NaN last
     lo, hi = (w - 1) // 2, w // 2
-    med = (0.5 * (srt[:, lo].astype(np.float64) + srt[:, hi])).astype(dt)
+    # + 0: a median of zeros is 0.0, never -0.0 (which of equal zeros the sort puts at
+    # a position is its own choice; the compiled walk reads them the same way)
+    med = (0.5 * (srt[:, lo].astype(np.float64) + srt[:, hi])).astype(dt) + dt.type(0)
     dev = np.abs(win - med[:, None])
     dev.sort(axis=1)
     mad = (0.5 * (dev[:, lo].astype(np.float64) + dev[:, hi])).astype(dt)
@@ -310,7 +316,7 @@ def _window_stats(win: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray |
     def mid(a):
         return 0.5 * (np.take_along_axis(a, lo_r, axis=1)[:, 0].astype(np.float64) + np.take_along_axis(a, hi_r, axis=1)[:, 0])
 
-    med_r = mid(srt).astype(dt)
+    med_r = mid(srt).astype(dt) + dt.type(0)
     med_r[n_r == 0] = np.nan
     dev = np.abs(win[rows] - med_r[:, None])
     dev.sort(axis=1)

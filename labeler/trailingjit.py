@@ -245,6 +245,8 @@ def _median_mad(srt, m, dev, one):
         return one[0], one[0]
     lo, hi = (m - 1) // 2, m // 2
     one[0] = 0.5 * (np.float64(srt[lo]) + np.float64(srt[hi]))
+    if one[0] == 0:  # a median of zeros is 0.0, never -0.0, as _window_stats reads it
+        one[0] = 0.0
     med = one[0]
     if np.isfinite(med):  # the distances on each side of the median are sorted: select in the two
         p = _not_above(srt, med)  # srt[:p] <= med < srt[p:]

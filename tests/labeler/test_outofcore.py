@@ -285,3 +285,22 @@ def test_a_scheduler_address_that_is_none_is_one_line_naming_where_it_came_from(
     assert len(lines) == 1 and "Traceback" not in cp.stderr, cp.stderr[-2000:]
     assert ("--scheduler" if how == "option" else "DASK_SCHEDULER_ADDRESS") in lines[0] and "tcp://HOST:PORT" in lines[0]
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
+
+
+def test_peer_medians_indexed_as_numpy_indexes_the_in_memory_peer_median(tmp_path, cluster):
+    """The out-of-core peer median (PeerMedians, computed for the rows it is indexed
+    for) gives what numpy's indexing of the in-memory one gives: a row array paired
+    with a column array (or list, or mask), not crossed with it; repeated and negative
+    rows; an empty range of rows."""
+    synthrun.write_run(tmp_path / "run", 12, 3_000, block_rows=1 << 14)
+    src = steptable.steps_source(tmp_path / "run")
+    a = analyze(StepGrid.from_steps(read_steps(src)))
+    with distributed.Client(cluster.scheduler_address) as client:
+        b, _ = analyze_out_of_core(src, workdir=tmp_path / "work", client=client)
+    ref = np.asarray(a.peer.median)
+    mask = np.zeros(12, dtype=bool)
+    mask[[1, 7]] = True
+    for key in [(np.array([3, 99, -1]), np.array([2, 5, -1])), (np.array([3, 99]), [1, 2]), (np.array([1, 2]), mask),
+                (np.array([5, 5, -2995]), slice(None)), (slice(10, 5), 2), (-1, -1), (np.array([[4], [9]]), np.array([0, 3]))]:
+        got = np.asarray(b.peer.median[key])
+        assert got.shape == ref[key].shape and np.array_equal(got, ref[key], equal_nan=True), key

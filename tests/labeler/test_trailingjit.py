@@ -74,3 +74,20 @@ def test_compiled_walk_equals_vectorized_bit_for_bit(dt, cfg):
 def test_long_walks_run_compiled_short_ones_vectorized():
     assert stats.compiled_walk(stats.COMPILED_CELLS, 10) and stats.compiled_walk(1, stats.COMPILED_STEPS)
     assert not stats.compiled_walk(stats.COMPILED_CELLS - 1, stats.COMPILED_STEPS - 1)
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_compiled_walk_reads_a_median_of_signed_zeros_as_the_vectorized_walk_does(dt):
+    # -0.0 and 0.0 compare equal: which of them a sort or the sorted window holds at the
+    # middle was each walk's own choice, and the baseline of a window of zeros came out
+    # -0.0 in one walk and 0.0 in the other
+    rng = np.random.default_rng(11)
+    x = rng.choice(np.array([0.0, -0.0, 1e-3], dtype=dt), (6, 400))
+    x[1, rng.random(400) < 0.2] = np.nan  # a series whose windows hold gaps: the vectorized walk's other path
+    x[2] = -0.0
+    for kw in CONFIGS + [dict(window=4, min_valid=1, threshold=1.0, mad_k=0.0, block=1)]:
+        with np.errstate(invalid="ignore"):
+            ref = stats.trailing_baseline_from(x, 0, None, compiled=False, **kw)
+        got = stats.trailing_baseline_from(x, 0, None, compiled=True, **kw)
+        for r, g in zip(ref[:3] + ref[3], got[:3] + got[3]):
+            assert _bits_equal(r, g), kw
