@@ -328,31 +328,24 @@ def _label_run_out_of_core(rd: RunDir, path, cfg: LabelerConfig, scheduler: str 
     # of their own, while the cluster closes and the labels are written
     remover = threading.Thread(target=_remove_work, args=(work,), daemon=True)
     try:
-        an, span = outofcore.analyze_out_of_core(path, cfg, workdir=work, client=client, progress=progress,
-                                                peer_groups=peer_groups)
-        rid = an.grid.run_id or run_id
-        labels = _label_analysis(an, rid, injections, cfg, delay)
-        labels = typed_labels(labels.reset_index(drop=True)) if len(labels) else empty_labels()
-        host = rd.read_table("host")
-        labels = attach_host_evidence(localize(labels, host), host, span=span)
-        del host
-        if len(labels):
-            labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", run_id)
-        wi = an.whatif
-        wi["peer_groups"] = an.groups.summary([an.grid.component(j) for j in range(an.grid.R)])
-        del an
-    except BaseException:
-        remover.start()
         try:
+            an, span = outofcore.analyze_out_of_core(path, cfg, workdir=work, client=client, progress=progress,
+                                                    peer_groups=peer_groups)
+            rid = an.grid.run_id or run_id
+            labels = _label_analysis(an, rid, injections, cfg, delay)
+            labels = typed_labels(labels.reset_index(drop=True)) if len(labels) else empty_labels()
+            host = rd.read_table("host")
+            labels = attach_host_evidence(localize(labels, host), host, span=span)
+            del host
+            if len(labels):
+                labels["run_id"] = labels["run_id"].where(labels["run_id"].astype(str) != "", run_id)
+            wi = an.whatif
+            wi["peer_groups"] = an.groups.summary([an.grid.component(j) for j in range(an.grid.R)])
+            del an
+        finally:  # the maps are read no more, labeled or not
+            remover.start()
             if own:
                 cluster.close(client, embedded)
-        finally:
-            remover.join()
-        raise
-    remover.start()
-    try:
-        if own:
-            cluster.close(client, embedded)
         return _write_labels(rd, labels, wi, cfg)
     finally:
         remover.join()

@@ -86,20 +86,39 @@ def _three(v, n, a, top):
     (as far as there are values; ``v`` reordered)."""
     _select(v, n, a)
     top[0] = v[a]
-    b1 = v[a]
-    b2 = v[a]
-    for q in range(a + 1, n):  # the two smallest above position a
+    b1 = b2 = np.inf  # the two smallest above position a (+inf where there are none)
+    for q in range(a + 1, n):
         w = v[q]
-        if q == a + 1 or w < b1:
-            if q > a + 1:
-                b2 = b1
+        if w < b1:
+            b2 = b1
             b1 = w
-            if q == a + 1:
-                b2 = w
-        elif q == a + 2 or w < b2:
+        elif w < b2:
             b2 = w
     top[1] = b1
     top[2] = b2
+
+
+@numba.njit(cache=True, nogil=True)
+def _three_in_band(v, n, a, b, p0, p1, band, top):
+    """:func:`_three` of ``v[:n]`` among its values in ``[p0, p1]`` only (copied to
+    ``band``), when the values below ``p0`` and above ``p1`` leave positions ``a..b`` in
+    the band; returns how many values the band held, or -1 (``top`` untouched) when it
+    does not hold those positions."""
+    below = 0
+    above = 0
+    for q in range(n):
+        below += v[q] < p0
+        above += v[q] > p1
+    if a < below or b >= n - above:
+        return -1
+    m = 0
+    for q in range(n):
+        w = v[q]
+        if w >= p0 and w <= p1:
+            band[m] = w
+            m += 1
+    _three(band, m, a - below, top)
+    return m
 
 
 @numba.njit(cache=True, nogil=True)
@@ -120,7 +139,7 @@ def _loo_rows(x, out, med, cnt, consts):
     S, L = x.shape
     half, nan, zero = consts[0], consts[1], consts[2]
     buf = np.empty(L, dtype=x.dtype)
-    mid = np.empty(L, dtype=x.dtype)
+    band = np.empty(L, dtype=x.dtype)
     top = np.empty(3, dtype=x.dtype)  # sorted positions a, a+1, a+2 of the row's values
     center = nan  # the last row's a-th value, and a half-width around it
     width = nan
@@ -138,34 +157,14 @@ def _loo_rows(x, out, med, cnt, consts):
         m0, m1 = max((n - 1) // 2, 0), max(n // 2, 0)
         a = min(lo, m0, max(n - 1, 0))  # every position read is a, a+1 or a+2 (or past the values)
         if n > 0:
+            # rows of one step time differ little from the last: select within a narrow
+            # band around its a-th value, widened (or narrowed) by what the band held
             b = min(a + 2, n - 1)
-            got = False
+            held = -1
             if np.isfinite(center) and np.isfinite(width):
-                # rows of one step time differ little from the last: count the values
-                # below and above a narrow band around its middle value, and select
-                # within the band only when positions a..b fall in it
-                p0, p1 = center - width, center + width
-                below = 0
-                above = 0
-                for q in range(n):
-                    below += buf[q] < p0
-                    above += buf[q] > p1
-                if a >= below and b < n - above:
-                    m = 0
-                    for q in range(n):
-                        v = buf[q]
-                        if v >= p0 and v <= p1:
-                            mid[m] = v
-                            m += 1
-                    _three(mid, m, a - below, top)
-                    got = True
-                    if m > 64:
-                        width *= 0.5
-                    elif m < 8:
-                        width *= 2.0
-                else:
-                    width *= 4.0
-            if not got:
+                held = _three_in_band(buf, n, a, b, center - width, center + width, band, top)
+                width *= 4.0 if held < 0 else 0.5 if held > 64 else 2.0 if held < 8 else 1.0
+            if held < 0:
                 _three(buf, n, a, top)
                 if not np.isfinite(width):
                     width = (top[min(b - a, 2)] - top[0]) * 8.0

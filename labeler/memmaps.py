@@ -55,11 +55,10 @@ class WorkMaps:
         of the map in this process's resident memory."""
         with open(self.path(name), "rb") as f:
             shape, dtype, header = _npy_header(f)
-        rows = np.asarray(rows, dtype=np.int64)
-        rows = np.where(rows < 0, rows + shape[0], rows)  # as numpy reads a negative row
-        if rows.size and (rows.min() < 0 or rows.max() >= shape[0]):  # not an offset before the data or past it
-            raise IndexError(f"rows {int(rows.min())}..{int(rows.max())} of a map of {shape[0]} rows")
-        return _read_rows(self.path(name), header, rows, shape[1], dtype)
+        picked = _within(np.asarray(rows, dtype=np.int64), shape[0])
+        if picked is None:  # not an offset before the data or past it
+            raise IndexError(f"rows {int(np.min(rows))}..{int(np.max(rows))} of a map of {shape[0]} rows")
+        return _read_rows(self.path(name), header, picked, shape[1], dtype)
 
     def read(self, name: str, a: int, b: int) -> np.ndarray:
         """Rows ``a..b-1`` of map ``name`` (steps; ranks for a map by rank), read from
@@ -116,6 +115,13 @@ def _pread_into(fd: int, out: np.ndarray, offset: int) -> None:
         if n <= 0:
             raise OSError(f"a memory map's file ends {len(mv)} bytes early")
         mv, offset = mv[n:], offset + n
+
+
+def _within(rows: np.ndarray, n: int) -> np.ndarray | None:
+    """``rows`` (int64) of an array of ``n`` rows with a negative row counted from the
+    end, as numpy reads it; None when one is outside it."""
+    rows = np.where(rows < 0, rows + n, rows)
+    return None if rows.size and (rows.min() < 0 or rows.max() >= n) else rows
 
 
 def _read_rows(path: str, header: int, rows: np.ndarray, width: int, dtype) -> np.ndarray:
@@ -191,10 +197,8 @@ class ReleasedMap(np.memmap):
             # another array (or list, or mask) in the key: numpy pairs it with the rows
             # (advanced indexing), where the rows' copy indexed by it would cross them
             return None, None
-        rows = np.where(first < 0, first + self.shape[0], first).astype(np.int64)
-        if rows.size and (rows.min() < 0 or rows.max() >= self.shape[0]):
-            return None, None
-        return rows, rest
+        rows = _within(first.astype(np.int64), self.shape[0])
+        return (rows, rest) if rows is not None else (None, None)
 
 
 class RatioMap:

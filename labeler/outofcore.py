@@ -336,29 +336,21 @@ class PeerMedians:
         self.dtype = np.dtype(np.float32)
 
     def __getitem__(self, key):
-        rk, ck = key if isinstance(key, tuple) and len(key) == 2 else (key[0] if isinstance(key, tuple) else key, slice(None))
+        rk, ck = (tuple(key) + (slice(None),))[:2] if isinstance(key, tuple) else (key, slice(None))
         S, R = self.shape
+        pos = np.arange(S)[rk]  # the rows as numpy picks them (negative, repeated, any shape)
+        if isinstance(rk, slice):  # crossed with the columns, as numpy crosses a slice
+            rows, pick = pos, slice(None)
+        else:  # computed once a row, then picked as numpy picks them: paired with an array in ck
+            rows, inv = np.unique(pos, return_inverse=True)
+            pick = inv.reshape(np.shape(pos)) if np.ndim(pos) else int(inv.reshape(-1)[0])
         every = np.arange(R)
         groups = [c for c in self.cols if np.isin(every[c], np.atleast_1d(every[ck])).any()]
-        if isinstance(rk, slice) and rk.step in (None, 1):  # a range of rows: one read
-            a, b, _ = rk.indices(S)
-            b = max(a, b)
-            comp = self.maps.read("compute", a, b) if groups and b > a else np.zeros((b - a, R), dtype=self.dtype)
-            base_of = lambda c: np.asarray(base[c, a:b]).T  # noqa: E731
-            pick = slice(None)
-        else:
-            pos = np.arange(S)[rk]  # the rows as numpy picks them (negative, repeated, any shape)
-            if isinstance(rk, slice):
-                rows, pick = pos, slice(None)
-            else:  # computed once a row, then picked as numpy picks them: paired with an array in ck
-                rows, inv = np.unique(pos, return_inverse=True)
-                pick = inv.reshape(np.shape(pos)) if np.ndim(pos) else int(inv.reshape(-1)[0])
-            comp = self.maps.rows("compute", rows) if groups and rows.size else np.zeros((rows.size, R), dtype=self.dtype)
-            base_of = lambda c: np.asarray(base[c][:, rows]).T  # noqa: E731
-        out = np.full(comp.shape, np.nan, dtype=self.dtype)
-        if comp.shape[0] and groups:
+        out = np.full((rows.size, R), np.nan, dtype=self.dtype)
+        if rows.size and groups:  # a range of rows is one read (WorkMaps.rows: one per run of rows)
+            comp = self.maps.rows("compute", rows)
             base = self.maps.open("rank_base", "r")
-            loo = _peer_medians_of(comp, base_of, groups, R)[0]
+            loo = _peer_medians_of(comp, lambda c: np.asarray(base[c][:, rows]).T, groups, R)[0]
             del base
             for c in groups:
                 out[:, c] = loo[:, c]

@@ -358,19 +358,20 @@ def compiled_walk(cells: int, steps: int) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _kernel_importable() -> bool:
-    """Whether :mod:`faultlab.labeler.trailingjit` imports (numba installed, built for
-    this numpy, and the working folder trusted: numba reads its configuration there,
+    """Whether the compiled kernels (:mod:`faultlab.labeler.trailingjit`, and
+    :mod:`faultlab.labeler.loojit` behind it) import: numba installed, built for this
+    numpy, and the working folder trusted (numba reads its configuration there,
     :func:`faultlab.safefs.working_folder_problem`; else one note line on stderr)."""
     if importlib.util.find_spec("numba") is None:
         return False
     why = safefs.working_folder_problem()
     if why is not None:
-        print(f"faultlab: note: the trailing walk runs vectorized, not compiled (slower, the same values): numba reads "
-              f"its configuration from the working folder, which is not trusted ({why}); run from a folder of yours",
-              file=sys.stderr)
+        print(f"faultlab: note: the trailing walk (and the peer median) runs vectorized, not compiled (slower, the same "
+              f"values): numba reads its configuration from the working folder, which is not trusted ({why}); run from a "
+              f"folder of yours", file=sys.stderr)
         return False
     try:
-        # numba is optional and heavy: imported once a walk is long enough to use it
+        # numba is optional and heavy: imported once a walk or a peer median is large enough to use it
         from faultlab.labeler import trailingjit  # noqa: F401
     except ImportError:
         return False

@@ -315,7 +315,7 @@ def build(runs, name: str, out_root: str | Path = "datasets", *, test_fraction: 
                 raise BadInput(f"{final} exists", field="--name", fix="give another name, or --force to replace it")
             _check_replaceable(final)
         workdirs.sweep(parent.path, prefix)
-        with contextlib.suppress(OSError):  # the one name older versions built in
+        with contextlib.suppress(OSError):  # that name without a maker's tag: no live build's
             parent.remove_tree(f".{name}.building")
         tree = _Tree(_fresh_folder(parent, building))
         try:

@@ -1,8 +1,7 @@
 """Two builds (or relabels) of one dataset name at once each write a folder of their own
 and swap it in whole: the later one wins, the first is never cut short nor swapped in
-with files the other removed. Both had written into ``.NAME.building``, and each
-started by removing it: run side by side, one build said it had built a dataset of 12
-files fewer than its manifest lists.
+with files the other removed. A folder shared by both, each build removing it first,
+would have one build say it built a dataset some files short of its manifest.
 
 The second build runs whole inside the first, while the first reads its runs (they
 are handed over as a generator), so the overlap is the same every time.
@@ -38,9 +37,9 @@ def test_a_second_build_of_the_same_name_while_the_first_writes_leaves_both_whol
 def test_an_export_while_a_build_swaps_the_dataset_in_reads_one_dataset_or_stops_in_one_line(tmp_path, two_runs):
     """A ``dataset export`` (as a ``score``) reads the dataset run by run after checking
     its manifest; a build of the same name swaps another dataset in after its first
-    run: the export read its other runs from the new dataset and wrote a mix of two
-    datasets, exit 0. It now reads the folder it checked, and, that one removed under
-    it, stops in one line saying so."""
+    run. Reading by name, the export would read its other runs from the new dataset
+    and write a mix of two datasets, exit 0: it reads the folder it checked, and, that
+    one removed under it, stops in one line saying so."""
     from faultlab.datasets.export import export
     from faultlab.datasets.layout import Dataset
     from faultlab.errors import BadInput

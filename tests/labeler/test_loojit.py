@@ -55,7 +55,7 @@ def test_compiled_loo_median_equals_vectorized_bit_for_bit(dt, case):
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_compiled_loo_median_reads_negative_zero_as_the_vectorized_version_does(dt):
     # -0.0 and 0.0 compare equal: which of them a selection or partition leaves at a
-    # sorted position was each version's own choice, and a peer median of -0.0 against
+    # sorted position is each version's own choice, and a peer median of -0.0 against
     # 0.0 turns a member's ratio to it from +inf into -inf
     rng = np.random.default_rng(3)
     for L in (2, 3, 4, 5, 16, 65):

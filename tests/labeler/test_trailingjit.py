@@ -79,8 +79,8 @@ def test_long_walks_run_compiled_short_ones_vectorized():
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
 def test_compiled_walk_reads_a_median_of_signed_zeros_as_the_vectorized_walk_does(dt):
     # -0.0 and 0.0 compare equal: which of them a sort or the sorted window holds at the
-    # middle was each walk's own choice, and the baseline of a window of zeros came out
-    # -0.0 in one walk and 0.0 in the other
+    # middle is each walk's own choice, so the baseline of a window of zeros could come
+    # out -0.0 in one walk and 0.0 in the other
     rng = np.random.default_rng(11)
     x = rng.choice(np.array([0.0, -0.0, 1e-3], dtype=dt), (6, 400))
     x[1, rng.random(400) < 0.2] = np.nan  # a series whose windows hold gaps: the vectorized walk's other path

@@ -133,17 +133,17 @@ def test_the_labelers_whole_read_of_a_steps_table_refuses_a_nested_text_bomb(tmp
     give_to_nobody(run)
     _refused(["label", str(run)], "steps.parquet", "nested")
 
-def _rle_rows(real: pa.Table, path: Path, n: int, groups: int = 1) -> None:
+def _rle_rows(real: pa.Table, path: Path, n: int, groups: int = 1, text: str | None = "x") -> None:
     """``path`` holding ``real``'s columns over ``n * groups`` rows of its first row's
-    numbers and a one-letter text, written as ``groups`` row groups of ``n`` (numbers
-    and text alike dictionary-encoded, run-length: a few MB on disk; the text within
-    the text check's bound)."""
+    numbers and ``text`` (None: its first row's text, so that no check of the run id or
+    the text refuses the file first), written as ``groups`` row groups of ``n`` (numbers
+    and text alike dictionary-encoded, run-length: a few MB on disk)."""
     cols = {}
     idx = pa.repeat(pa.scalar(0, pa.int8()), n)
     for f in real.schema:
-        v = "x" if pa.types.is_string(f.type) else real.column(f.name)[0].as_py()
+        v = text if text is not None and pa.types.is_string(f.type) else real.column(f.name)[0].as_py()
         if v is None:  # pyarrow writes no dictionary of a null value
-            v = 0
+            v = "" if pa.types.is_string(f.type) else 0
         cols[f.name] = pa.DictionaryArray.from_arrays(idx, pa.array([v], f.type))
     t = pa.table(cols)
     with pq.ParquetWriter(path, t.schema, store_schema=False, compression="zstd") as w:

@@ -24,7 +24,7 @@ from faultlab.datasets import manifest
 from faultlab.labeler.importers.trace.read import TRACE_COLUMNS
 from faultlab.report.synthetic import make_run
 from tests.helpers import REPO, ROOT, give_to_nobody
-from tests.security.test_parquet_bombs import _refused
+from tests.security.test_parquet_bombs import _refused, _rle_rows
 
 pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("prlimit"), reason="needs root (the files are nobody's) and prlimit")
 
@@ -33,21 +33,9 @@ WORD = "run-length"
 
 
 def _repeated(real: pa.Table, path: Path, n: int, groups: int = 1) -> None:
-    """``path`` holding ``real``'s first row ``n * groups`` times, as ``groups`` row
-    groups of ``n``, every column dictionary-encoded (run-length: a few MB on disk; the
-    run id and the text as they were, so that no other check refuses the file first)."""
-    idx = pa.repeat(pa.scalar(0, pa.int8()), n)
-    cols = {}
-    for f in real.schema:
-        v = real.column(f.name)[0].as_py()
-        if v is None:  # pyarrow writes no dictionary of a null value
-            v = "" if pa.types.is_string(f.type) else 0
-        cols[f.name] = pa.DictionaryArray.from_arrays(idx, pa.array([v], f.type))
-    t = pa.table(cols)
-    with pq.ParquetWriter(path, t.schema, store_schema=False, compression="zstd") as w:
-        for _ in range(groups):
-            w.write_table(t, row_group_size=n)
-    assert path.stat().st_size < 16 << 20
+    """``path`` holding ``real``'s first row ``n * groups`` times, run-length encoded
+    (the run id and the text as they were, so that no other check refuses it first)."""
+    _rle_rows(real, path, n, groups, text=None)
 
 
 def _one_row(columns: dict) -> pa.Table:

@@ -4,9 +4,9 @@ sequence-length knob's median tokens are bounded too, and a stage of no layer is
 refused, each in one line naming the field before any testbed starts.
 
 ``layers_per_stage: [1, 100000000]`` (4 KB a layer at ``hidden: 8``, 1 GiB at 16384)
-passed ``scenario validate``, and root's ``faultlab run --backend local`` had its rank
-grow to a 3 GiB address-space limit in under a minute; ``[0, 2]`` passed too and the
-run failed later on the rank's own argument error.
+unbounded would have root's ``faultlab run --backend local`` grow its rank to a 3 GiB
+address-space limit in under a minute; ``[0, 2]`` would fail only later, on the
+rank's own argument error.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 names: a table whose rows each name a new step and a new rank (a diagonal) is one
 line naming ``steps``, before any array of the grid is made.
 
-60,000 such rows (1 MB of Parquet, nobody's run folder) had ``label``, ``score --run``
-and ``report`` ask for 27 GiB a column. Root's commands run under an address-space
+60,000 such rows (1 MB of Parquet, nobody's run folder) would have ``label``, ``score
+--run`` and ``report`` ask for 27 GiB a column. Root's commands run under an address-space
 limit (``prlimit``), so a miss fails here instead of filling the host.
 """
 
