@@ -8,7 +8,9 @@ rank; a clear majority makes the whole episode that rank's. An episode of like s
 nobody arrived late for is one ``job`` label. A stall that straddles a step boundary
 (two adjacent flagged steps) is one stall; an episode whose votes come in runs of two
 ranks or more (one rank's fault, then another's, chained by the period rule) is one
-episode per run.
+episode per run; where the stalls of other ranks' hiccups outvote a rank's
+repeated stall, the part of the episode where its votes are, among the stalls of
+their size, is that rank's.
 """
 
 from __future__ import annotations
@@ -33,6 +35,14 @@ LATENESS_MEMORY_CELLS = 1 << 25
 #: the most consecutive job-flagged steps taken as one stall: a pause that straddles
 #: a step boundary slows two steps (more in a row is a sustained slowdown)
 STRADDLE_STEPS = 2
+
+#: stalls of one size: sorted by size, no neighbour this many times the one before
+#: (:func:`_stall_episodes`; the size window of a rank's votes, :func:`_local_parts`)
+STALL_JUMP = 1.5
+
+#: the fewest votes for one rank that make a part of an episode its own when the
+#: episode as a whole has no majority (:func:`_local_parts`)
+LOCAL_MIN_VOTES = 3
 
 #: threads that take the episodes' votes (:func:`intermittent`; each holds one episode's
 #: lateness, up to LATENESS_MEMORY_CELLS)
@@ -66,10 +76,9 @@ def _stall_episodes(an: Analysis, *, stall_jump: float,
     span, for the jitter; the number of steps they span; each stall's excess, s;
     each stall's last grid row). A stall is a job-flagged step, or up to
     ``STRADDLE_STEPS`` consecutive ones merged (:func:`_merge_adjacent`). Stalls are
-    cut into bands of excess (``job_step`` - baseline, sorted, cut at every jump of
-    ``stall_jump`` x), each band into runs at most ``intermittent_period_s`` seconds
-    apart; a run of at least two stalls whose steps are at most ``max_flagged`` of
-    its span is an episode."""
+    cut into bands of excess (``job_step`` - baseline) and each band into runs in
+    time (:func:`_bands_and_runs`); a run of at least two stalls whose steps are at
+    most ``max_flagged`` of its span is an episode."""
     g, tv, cfg = an.grid, an.temporal, an.config
     fl = np.flatnonzero(tv.job_flag)
     if fl.size < 2:
@@ -80,24 +89,34 @@ def _stall_episodes(an: Analysis, *, stall_jump: float,
     if fl.size < 2:
         return []
     first, last, sex = _merge_adjacent(fl, ex, STRADDLE_STEPS)
-    o = np.argsort(sex, kind="stable")
-    cut = np.flatnonzero(np.diff(np.log(sex[o])) > np.log(stall_jump))
+    out = []
+    for run in _bands_and_runs(sex, g.t0[first], g.t1[last], stall_jump, cfg.intermittent_period_s):
+        st, st_last = first[run], last[run]
+        n_ep = int(st_last[-1] - st[0] + 1)
+        if int((st_last - st + 1).sum()) > max_flagged * n_ep:
+            continue
+        span = fl[(fl >= st[0]) & (fl <= st_last[-1])]
+        out.append((st, span, n_ep, sex[run], st_last))
+    out.sort(key=lambda e: int(e[0][0]))
+    return out
+
+
+def _bands_and_runs(ex: np.ndarray, t0, t1, stall_jump: float, period_s: float) -> list[np.ndarray]:
+    """Stalls of one size that follow each other: the stalls (``ex`` ``(n,)`` each
+    one's excess, s, > 0; ``t0``/``t1`` ``(n,)`` its start and end, unix s; in time
+    order) cut into bands of size (sorted, cut at every jump of ``stall_jump`` x),
+    each band into runs (cut where its next stall starts more than ``period_s``
+    seconds after the last one ends). Returns the runs of at least two stalls (index
+    arrays, ascending)."""
+    o = np.argsort(ex, kind="stable")
+    cut = np.flatnonzero(np.diff(np.log(ex[o])) > np.log(stall_jump))
     out = []
     for band in np.split(o, cut + 1):
-        band = band[np.argsort(first[band], kind="stable")]
         if band.size < 2:
             continue
-        gaps = g.t0[first[band][1:]] - g.t1[last[band][:-1]]
-        for run in np.split(band, np.flatnonzero(gaps > cfg.intermittent_period_s) + 1):
-            if run.size < 2:
-                continue
-            st, st_last = first[run], last[run]
-            n_ep = int(st_last[-1] - st[0] + 1)
-            if int((st_last - st + 1).sum()) > max_flagged * n_ep:
-                continue
-            span = fl[(fl >= st[0]) & (fl <= st_last[-1])]
-            out.append((st, span, n_ep, sex[run], st_last))
-    out.sort(key=lambda e: int(e[0][0]))
+        band = np.sort(band)
+        gaps = np.asarray(t0[band[1:]], dtype=np.float64) - np.asarray(t1[band[:-1]], dtype=np.float64)
+        out.extend(r for r in np.split(band, np.flatnonzero(gaps > period_s) + 1) if r.size >= 2)
     return out
 
 
@@ -134,9 +153,13 @@ def intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max_
     whose votes come in runs of two ranks or more, with the stalls' cadence broken
     between the runs (one rank's fault, then another's, chained by the period rule),
     is judged per run instead (:func:`_chained_runs`): each run that is a rank
-    episode by itself gets its own label, over its stalls only.
+    episode by itself gets its own label, over its stalls only. An episode that no
+    rank holds a majority of may hold parts that one rank's votes do
+    (:func:`_local_parts`: on a job of many ranks, the other ranks' hiccups chain a
+    rank's repeated pause into an episode of the whole run); each such part is judged
+    as a rank episode of its own, over its stalls only.
 
-    An episode that no rank is named for (nobody late: every stall inside the
+    An episode that no rank is named for and with no such part (nobody late: every stall inside the
     all-reduce; or the late arrivals split between ranks) and that is one stall
     repeated (at least two stalls of sizes within ``max_spread`` x; from three on,
     the times between them too) is still a
@@ -148,7 +171,7 @@ def intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max_
     g = an.grid
     if g.R < 2:
         return rows
-    eps = _stall_episodes(an, stall_jump=1.5, max_flagged=max_flagged)
+    eps = _stall_episodes(an, stall_jump=STALL_JUMP, max_flagged=max_flagged)
     if not eps:
         return rows
     _, _, cols = g.peer_groups()
@@ -156,7 +179,7 @@ def intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max_
     # threads (their reads and medians release the GIL), then the episodes in order
     with ThreadPoolExecutor(max_workers=max(1, min(VOTE_THREADS, os.cpu_count() or 1))) as pool:
         voted = list(pool.map(lambda ep: _stall_votes(an, ep[0], ep[1], cols, min_late=min_late, last=ep[4]), eps))
-    for (st, fl, n_ep, job_ex, last), (_, ok, k) in zip(eps, voted):
+    for (st, fl, n_ep, job_ex, last), (_, ok, k, late) in zip(eps, voted):
         ok = ok & ~_held_by_another(an, rows, st, k)
         votes = np.bincount(k[ok], minlength=g.R)
         chained = _chained_runs(st, ok, k, job_ex, min_share=min_share, max_spread=max_spread)
@@ -172,12 +195,69 @@ def intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max_
         j = int(np.argmax(votes))
         alike = _alike(job_ex, max_spread, min_share)
         if n_att < 1 or votes[j] < min_share * n_att or not (votes[j] >= 2 or alike):
+            parts = _local_parts(an, st, last, ok & (late >= min_late * job_ex), k, job_ex, min_share=min_share,
+                                 max_spread=max_spread)
+            for j, sub in parts:  # ranks' stalls among many other stalls of the episode
+                fl_sub = fl[(fl >= st[sub][0]) & (fl <= last[sub][-1])]
+                rows = _rank_episode(an, rows, j, st[sub], st[sub & ok & (k == j)], fl_sub,
+                                     int(last[sub][-1] - st[sub][0] + 1), np.bincount(k[sub & ok], minlength=g.R),
+                                     job_ex[sub], max_flagged=max_flagged, last=last[sub])
+            if parts:
+                continue
             rows = _unattributed_episode(an, rows, st, fl, n_ep, n_att, int(votes[j]), job_ex, max_spread=max_spread,
                                          last=last)
             continue
         rows = _rank_episode(an, rows, j, st, st[ok & (k == j)], fl, n_ep, votes, job_ex, max_flagged=max_flagged,
                              last=last)
     return rows
+
+
+def _local_parts(an: Analysis, st: np.ndarray, last: np.ndarray, ok: np.ndarray, k: np.ndarray,
+                 job_ex: np.ndarray, *, min_share: float, max_spread: float) -> list[tuple[int, np.ndarray]]:
+    """The parts of an episode that one rank's votes hold, when the episode as a whole
+    has no majority: ``[(rank, stalls mask)]``, the ranks by votes, most first.
+
+    A rank's voting stalls (``ok``/``k`` the votes, :func:`_stall_votes`, of the late
+    arrivals that explain ``min_late`` of their whole stall: a hiccup in the step
+    beside a stall inside the collective votes for its rank at that step, but it is
+    no cause of the stall; ``st``/``last`` the stalls' first and last grid rows,
+    ``job_ex`` their excess, s) are cut into bands of size and runs in time
+    (:func:`_bands_and_runs`: one rank's repeated stall, apart from its own one-off
+    hiccups). A run of at least ``LOCAL_MIN_VOTES`` votes of stalls alike
+    (:func:`_alike`: ``min_share`` of them within ``max_spread`` x) makes a part: the
+    episode's stalls from its first to its last vote whose sizes lie in the run's
+    window of sizes widened by ``STALL_JUMP`` at each end; the part is the rank's
+    when it holds ``min_share`` of the part's votes.
+
+    Why: on a job of thousands of ranks some rank hiccups every few steps (one
+    rank-step in 20,000 makes one every 10-20 steps at 1,000-2,000 ranks); those
+    one-step stalls of every size chain a rank's repeated pause, and other faults'
+    stalls, into an episode of thousands of steps by the period rule, and each
+    hiccup votes for another rank, so the pause's rank, with nine of the episode's
+    seventy votes, held no majority (a planted 0.25 s pause every 5 steps went
+    unlabeled at 9e6 rank-steps and more). Where its votes are, among the stalls of
+    their size, it holds all of them. A rank whose votes vary in size, or fall among
+    other ranks' votes of their size, holds no part (random hiccups on a few ranks)."""
+    g = an.grid
+    if not ok.any():
+        return []
+    votes = np.bincount(k[ok])
+    out = []
+    for j in np.argsort(-votes, kind="stable"):
+        if votes[j] < LOCAL_MIN_VOTES:
+            break
+        at = np.flatnonzero(ok & (k == j))
+        for run in _bands_and_runs(job_ex[at], g.t0[st[at]], g.t1[last[at]], STALL_JUMP, an.config.intermittent_period_s):
+            if run.size < LOCAL_MIN_VOTES or not _alike(job_ex[at[run]], max_spread, min_share):
+                continue
+            mine = at[run]
+            lo, hi = float(job_ex[mine].min()) / STALL_JUMP, float(job_ex[mine].max()) * STALL_JUMP
+            sub = np.zeros(st.size, dtype=bool)
+            sub[mine[0] : mine[-1] + 1] = True
+            sub &= (job_ex >= lo) & (job_ex <= hi)
+            if mine.size >= min_share * int((sub & ok).sum()):
+                out.append((int(j), sub))
+    return out
 
 
 def _alike(job_ex: np.ndarray, max_spread: float, min_share: float = 0.8) -> bool:
@@ -266,8 +346,8 @@ def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late
     robust sigmas of the episode's arrival jitter, and no other rank is more than half
     as late. A stall of two steps (``last``: each stall's last grid row) votes at
     either step, at the one where the latest rank was later when both do. Returns
-    ``(votes [R], ok [stalls], k [stalls])``: the votes per rank, which stalls voted,
-    for whom."""
+    ``(votes [R], ok [stalls], k [stalls], late [stalls])``: the votes per rank, which
+    stalls voted, for whom, and how late that rank was (s)."""
     g = an.grid
     step = max(1, SUM_BLOCK_CELLS // max(1, g.R))
     late_fl = _episode_lateness(an, fl, cols, step)
@@ -293,8 +373,8 @@ def _stall_votes(an: Analysis, st: np.ndarray, fl: np.ndarray, cols, *, min_late
     if last is not None and bool((last != st).any()):
         k2, ok2, top2 = vote_at(last)
         use2 = ok2 & (~ok | (top2 > top))
-        k, ok = np.where(use2, k2, k), ok | ok2
-    return np.bincount(k[ok], minlength=g.R), ok, k
+        k, ok, top = np.where(use2, k2, k), ok | ok2, np.where(use2, top2, top)
+    return np.bincount(k[ok], minlength=g.R), ok, k, top
 
 
 def _episode_lateness(an: Analysis, fl: np.ndarray, cols, step: int):

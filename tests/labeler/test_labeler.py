@@ -1154,6 +1154,43 @@ def test_one_hiccup_among_a_pauses_stalls_does_not_make_them_unlike():
         lab[["component", "start_step", "end_step"]]
 
 
+def hiccups_and_pause(seed: int, rank: int = 5, a: int = 600, b: int = 721, n_ranks: int = 64,
+                      n_steps: int = 900) -> pd.DataFrame:
+    """A job of many ranks where some other rank hiccups at one step in ten (its
+    compute 30-200 ms longer: stalls of every size, close enough in time to chain by
+    the period rule), and ``rank`` pauses 0.25 s every 5 steps over ``a..b``, every
+    3rd stop in its compute (it arrives late), the others inside the all-reduce."""
+    s = simulate(n_ranks=n_ranks, n_steps=n_steps, seed=seed)
+    rng = np.random.default_rng(100 + seed)
+    c = s.pivot(index="step", columns="rank", values="compute_s").to_numpy().copy()
+    core = s.groupby("step")["step_s"].first().to_numpy() - c.max(axis=1)
+    for t in np.flatnonzero(rng.random(n_steps) < 0.1):
+        r = int(rng.integers(0, n_ranks - 1))
+        c[t, r + (r >= rank)] += rng.uniform(0.03, 0.2)
+    for k, t in enumerate(range(a, b, 5)):
+        if k % 3 == 0:
+            c[t, rank] += 0.25
+        else:
+            core[t] += 0.25
+    step = c.max(axis=1) + core
+    s["compute_s"] = c.ravel()
+    s["step_s"] = step[s["step"].to_numpy()]
+    s["comm_s"] = s["step_s"] - s["compute_s"]
+    return _retime(s)
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3])
+def test_a_pause_among_other_ranks_hiccups_of_every_size_is_its_ranks_label(seed):
+    """Other ranks' hiccups of every size, one step in ten, chain the pause's stalls
+    into one episode of the whole run, each hiccup voting for another rank, so the
+    pause's rank holds no majority of it; among the stalls of its own size, where its
+    votes are, it holds them all (as on a job of 1,000 ranks, where one rank-step in
+    20,000 hiccups: the planted pause of `faultlab synth` at 9e6 rank-steps)."""
+    lab = label(hiccups_and_pause(seed))
+    assert lab[["component", "start_step", "end_step"]].values.tolist() == [["rank:5", 600, 720]], lab
+    assert lab.iloc[0].slowdown > 2.0
+
+
 def _with_stalls(s: pd.DataFrame, spec) -> pd.DataFrame:
     """``s`` with stalls ``spec``: ``(step, late rank or None, seconds)`` each, inside
     the all-reduce (every rank waits), or in the late rank's compute."""
