@@ -27,7 +27,7 @@ from typing import Annotated, Optional  # noqa: E402
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from faultlab import cliopts, inputfile, safefs  # noqa: E402
+from faultlab import cliopts, inputfile, safefs, synthlimits  # noqa: E402
 from faultlab.errors import BadInput, FaultlabError, printable  # noqa: E402
 # Lazy imports: inject's options are generated from the fault types' declarations, so the
 # registry is loaded with the CLI; every other command imports what it needs inside its
@@ -345,9 +345,9 @@ def demo(
 @app.command()
 def synth(
     out_dir: Path = typer.Argument(..., metavar="DIR", help="the run directory to write (created)"),
-    ranks: int = typer.Option(1024, "--ranks", metavar="R", help="ranks of the job"),
-    steps: int = typer.Option(10_000, "--steps", metavar="S", help="training steps"),
-    seed: int = typer.Option(0, "--seed", metavar="N", help="seed of the random streams"),
+    ranks: int = typer.Option(1024, "--ranks", metavar="R", help=synthlimits.RANKS_HELP),
+    steps: int = typer.Option(10_000, "--steps", metavar="S", help=synthlimits.STEPS_HELP),
+    seed: int = typer.Option(0, "--seed", metavar="N", help=synthlimits.SEED_HELP),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the run directory, rank-steps, blocks and the planted faults"),
 ):
     """Write a synthetic run of R ranks x S steps with planted faults of every kind the
