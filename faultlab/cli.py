@@ -27,7 +27,7 @@ from typing import Annotated, Optional  # noqa: E402
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from faultlab import cliopts, inputfile, safefs  # noqa: E402
+from faultlab import cliopts, inputfile, safefs, synthlimits  # noqa: E402
 from faultlab.errors import BadInput, FaultlabError, printable  # noqa: E402
 # Lazy imports: inject's options are generated from the fault types' declarations, so the
 # registry is loaded with the CLI; every other command imports what it needs inside its
@@ -345,9 +345,9 @@ def demo(
 @app.command()
 def synth(
     out_dir: Path = typer.Argument(..., metavar="DIR", help="the run directory to write (created)"),
-    ranks: int = typer.Option(1024, "--ranks", metavar="R", help="ranks of the job"),
-    steps: int = typer.Option(10_000, "--steps", metavar="S", help="training steps"),
-    seed: int = typer.Option(0, "--seed", metavar="N", help="seed of the random streams"),
+    ranks: int = typer.Option(1024, "--ranks", metavar="R", help=synthlimits.RANKS_HELP),
+    steps: int = typer.Option(10_000, "--steps", metavar="S", help=synthlimits.STEPS_HELP),
+    seed: int = typer.Option(0, "--seed", metavar="N", help=synthlimits.SEED_HELP),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the run directory, rank-steps, blocks and the planted faults"),
 ):
     """Write a synthetic run of R ranks x S steps with planted faults of every kind the
@@ -443,10 +443,12 @@ def _run_one(sc, out_dir: Path, label_it: bool, run_id: str | None = None, prefi
 
 @app.command("run")
 def run_cmd(
+    ctx: typer.Context,
     scenario: Path = typer.Argument(..., help="a scenario YAML file (see examples/)"),
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="run directory (default ./faultlab-runs/RUN_ID, RUN_ID = NAME-TIMESTAMP-XXXX); with --repeat, a folder of runs"),
     repeat: int = typer.Option(1, "--repeat", min=1, metavar="N", help="run the scenario N times (seeds seed, seed+1, ...)"),
-    label_it: bool = typer.Option(True, "--label/--no-label", help="label each run when it ends"),
+    label_it: bool = typer.Option(False, "--label", help="label each run when it ends (the default)"),
+    no_label: bool = typer.Option(False, "--no-label", help="leave the runs unlabeled (faultlab label DIR labels one later)"),
     backend: Optional[str] = typer.Option(None, "--backend", metavar="BACKEND", help="override the scenario's testbed backend: netns | docker | ssh | local"),
     inventory: Optional[Path] = typer.Option(None, "--inventory", metavar="FILE", help="run on these ssh nodes (one rank each, in file order) instead of a testbed; faults' node: names inventory nodes"),
     nodes_sel: Optional[str] = cliopts.select_option(),
@@ -458,6 +460,9 @@ def run_cmd(
     """Run one scenario: testbed, workload, fault schedule; a run directory per run
     (with --quiet, only each run directory is printed)."""
     from faultlab.scenario import Scenario, load
+
+    cliopts.refuse_together(ctx, {"--label": label_it, "--no-label": no_label})
+    label_it = not no_label
 
     try:
         inv_nodes = _inventory_nodes(inventory, nodes_sel or nodes_sel_old, backend)
@@ -625,10 +630,12 @@ def _write_manifest(base: Path, manifest: dict) -> None:
 
 @app.command()
 def campaign(
+    ctx: typer.Context,
     file: Path = typer.Argument(..., help="a campaign YAML file (see examples/)"),
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="folder of runs (default ./faultlab-runs/NAME-TIMESTAMP)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the drawn schedules as a table and run nothing"),
-    label_it: bool = typer.Option(True, "--label/--no-label"),
+    label_it: bool = typer.Option(False, "--label", help="label each run when it ends (the default)"),
+    no_label: bool = typer.Option(False, "--no-label", help="leave the runs unlabeled (faultlab label DIR labels one later)"),
     as_json: bool = typer.Option(False, "--json", help="the schedules (with --dry-run) or the campaign's manifest as JSON on stdout; progress goes to stderr"),
     only: Optional[str] = typer.Option(None, "--runs", metavar="A:B", help="run only the drawn runs A..B-1 (0-based; chunks of a long campaign into one --out)"),
     backend: Optional[str] = typer.Option(None, "--backend", metavar="BACKEND", help="override the base scenario's testbed backend: netns | docker | ssh | local"),
@@ -644,6 +651,8 @@ def campaign(
     campaign.json saying which runs were done and which not, exit 130 or 143."""
     from faultlab.scenario import load
 
+    cliopts.refuse_together(ctx, {"--label": label_it, "--no-label": no_label})
+    label_it = not no_label
     inv_nodes = None
     try:
         inv_nodes = _inventory_nodes(inventory, nodes_sel or nodes_sel_old, backend)

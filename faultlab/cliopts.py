@@ -12,6 +12,9 @@ command tree so that a command added anywhere inherits them.
 - a closed stdout pipe (``faultlab status --json | head -c1``) ends quietly, exit 141
   as a process ended by SIGPIPE, with no traceback (:func:`run`);
 - a renamed option kept as a hidden alias that prints a one-line notice (:func:`renamed`);
+- options that contradict each other given together refused in one line naming them
+  (:func:`refuse_together`): a flag and its opposite are two options, so that the last
+  given never wins in silence;
 - ``--quiet`` (:data:`Quiet`, :func:`progress_console`).
 """
 
@@ -62,6 +65,17 @@ def renamed(old: str, new: str):
         return value
 
     return notice
+
+
+def refuse_together(ctx: typer.Context, given: dict[str, bool]) -> None:
+    """A usage error (one line, exit 2) naming the options of ``given`` (option name ->
+    whether the command line gave it) when two or more of them were given: they
+    contradict each other, and the last one would otherwise win in silence."""
+    on = [name for name, g in given.items() if g]
+    if len(on) < 2:
+        return
+    param = next((p for p in ctx.command.params if on[0] in getattr(p, "opts", ())), None)
+    raise typer.BadParameter(f"contradicts {' and '.join(on[1:])}, given too (give one of them)", ctx=ctx, param=param)
 
 
 def select_option():

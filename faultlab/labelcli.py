@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from faultlab import inputfile, safefs
-from faultlab.cliopts import Quiet, progress_console
+from faultlab.cliopts import Quiet, progress_console, refuse_together
 from faultlab.errors import FIELD_CHARS, BadInput, FaultlabError, printable
 from faultlab.importformats import formats_help  # names only: no pandas
 
@@ -30,12 +30,14 @@ def _fail(err: Exception) -> None:
 
 
 def label(
+    ctx: typer.Context,
     run_dir: Path = typer.Argument(..., metavar="PATH", help="a run directory; with --import, the file or dataset folder to import"),
     import_format: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="import public fail-slow data instead: " + formats_help()),
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="with --import: folder for labels.parquet (and whatif.json, components.parquet)"),
     peer_groups_file: Optional[Path] = typer.Option(None, "--peer-groups", metavar="FILE", help="the ranks' peer groups: a JSON object or a CSV component,group (a run directory, or --import long | pai-minibatch); default: declared, else discovered"),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="tcp://HOST:PORT", help="label out of core on this Dask scheduler (default $DASK_SCHEDULER_ADDRESS, else an embedded LocalCluster)"),
-    out_of_core: Optional[bool] = typer.Option(None, "--out-of-core/--in-memory", help="force the out-of-core labeler (Dask) or the in-memory one (default: out of core from 16.8M rank-steps)"),
+    out_of_core: bool = typer.Option(False, "--out-of-core", help="label out of core on Dask whatever the run's size (default: from 16.8M rank-steps; --scheduler implies it)"),
+    in_memory: bool = typer.Option(False, "--in-memory", help="label in memory whatever the run's size (default: below 16.8M rank-steps)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the labels' count, the files written and the peer groups used; progress goes to stderr"),
     quiet: Quiet = False,
 ):
@@ -48,6 +50,8 @@ def label(
     Outputs are written all or nothing. Bad input (a folder that is no run directory, an
     unreadable or malformed file or column) and an unwritable output folder are one
     line, exit 2."""
+    refuse_together(ctx, {"--in-memory": in_memory, "--out-of-core": out_of_core})
+    refuse_together(ctx, {"--in-memory": in_memory, "--scheduler": scheduler is not None})  # a scheduler labels out of core
     con = err_out if as_json else out
     mapping = None
     if peer_groups_file is not None:
@@ -58,7 +62,8 @@ def label(
         except FaultlabError as e:
             _fail(e)
     if import_format is None:
-        info = _label_run_dir(run_dir, out_dir, scheduler, out_of_core, mapping, con, progress_console(quiet, con))
+        force = True if out_of_core else False if in_memory else None
+        info = _label_run_dir(run_dir, out_dir, scheduler, force, mapping, con, progress_console(quiet, con))
     else:
         info = _import(import_format, run_dir, out_dir, mapping, con)
     if as_json:

@@ -26,6 +26,11 @@ from faultlab.steps import check_step_values
 
 #: the ``source`` of a label for a fault that slowed nothing
 UNMANIFESTED = "injected-unmanifested"
+#: the most rank-steps a run directory may hold to be read whole (scoring, dataset
+#: build): a detector takes the run's steps as one frame, and scoring peaks at about
+#: 350 bytes a rank-step (12 GB here); the bound of a dataset's part file too
+#: (``datasets.layout.MAX_PART_ROWS``)
+MAX_RUN_ROWS = 1 << 25
 
 
 def effect_labels(labels: pd.DataFrame | None) -> pd.DataFrame:
@@ -74,15 +79,22 @@ class RunData:
 def read_run_dir(path: str | Path) -> RunData:
     """Read a labeled run directory.
 
-    Raises BadInput naming the folder when it is no run directory or has no
-    ``labels.parquet`` (fix: ``faultlab label DIR``), or naming the file that cannot
-    be read."""
+    Raises BadInput naming the folder when it is no run directory, has no
+    ``labels.parquet`` (fix: ``faultlab label DIR``) or holds more than
+    :data:`MAX_RUN_ROWS` rank-steps (refused from the Parquet footers, before the steps
+    are read), or naming the file that cannot be read."""
     p = Path(path)
     if not p.is_dir() or not (steptable.steps_source(p) is not None or (p / "telemetry").is_dir()):
         raise BadInput(f"{p} is not a run directory (no steps.parquet, no telemetry/)", field="--run",
                        fix="give a folder written by faultlab run/demo/campaign")
     if not (p / "labels.parquet").exists():
         raise BadInput(f"{p} has no labels.parquet", field="--run", fix=f"label it first: faultlab label {p}")
+    src = steptable.steps_source(p)
+    rows = steptable.count_rows(src) if src is not None else 0  # from the footers, before anything is decoded
+    if rows > MAX_RUN_ROWS:
+        raise BadInput(f"{p} holds {rows:,} rank-steps, more than a run read whole may ({MAX_RUN_ROWS:,}: "
+                       f"detectors take the whole run in memory, about 350 bytes a rank-step)", field="--run",
+                       fix=f"give runs of at most {MAX_RUN_ROWS:,} rank-steps (fewer ranks or steps); faultlab label labels a larger run out of core")
     rd = RunDir(p)
     steps = rd.read_table("steps")
     check_step_values(steps)

@@ -190,12 +190,16 @@ def _check_text(f: Path) -> None:
 
 
 def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pd.DataFrame:
-    """The whole table as pandas (as ``pq.read_table(file).to_pandas()``)."""
+    """The whole table as pandas (the values and dtypes of
+    ``pq.read_table(file).to_pandas()``), converted column by column with each Arrow
+    column freed once converted: the peak is the frame and one column, not the frame
+    and the whole Arrow table beside it."""
     tables = list(iter_blocks(path, columns))
     if not tables:
         return schema.empty("steps")
     t = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
-    return t.to_pandas()
+    del tables  # the table alone holds the blocks' buffers, so self_destruct can free them
+    return t.to_pandas(split_blocks=True, self_destruct=True)
 
 
 def read_lean(path: str | os.PathLike) -> pd.DataFrame:

@@ -37,12 +37,9 @@ import pyarrow as pa
 from faultlab import schema, steptable
 from faultlab.errors import BadInput
 from faultlab.rundir import RunDir
+from faultlab.synthlimits import MAX_RANKS, MAX_SEED, MIN_RANKS, MIN_STEPS
 
 T0 = 1_700_000_000.0
-#: the most ranks :func:`write_run` writes (the ranks' names are made whole, before any block)
-MAX_RANKS = 1 << 20
-#: the largest seed (numpy's generators take no negative seed)
-MAX_SEED = 2**63 - 1
 
 COMPUTE_S = 0.03
 ALLREDUCE_S = 0.01
@@ -135,11 +132,12 @@ def write_run(path: str | Path, ranks: int, steps: int, *, seed: int = 0, run_id
         ``{"run_id", "rows", "blocks", "block_steps", "faults", "seconds"}``.
 
     Raises:
-        BadInput for fewer than 1 rank or 1 step.
+        BadInput for fewer than 1 rank or 1 step, more than ``MAX_RANKS`` ranks or a
+        seed outside 0..``MAX_SEED`` (:mod:`faultlab.synthlimits`).
     """
     R, S = int(ranks), int(steps)
-    if R < 1 or S < 1:
-        raise BadInput(f"a run needs >= 1 rank and >= 1 step, got {R} x {S}", field="--ranks/--steps")
+    if R < MIN_RANKS or S < MIN_STEPS:
+        raise BadInput(f"a run needs >= {MIN_RANKS} rank and >= {MIN_STEPS} step, got {R} x {S}", field="--ranks/--steps")
     if R > MAX_RANKS:  # each rank's node and group names are made at once, before any block
         raise BadInput(f"{R} ranks is more than a synthetic run holds", field="--ranks", fix=f"give at most {MAX_RANKS} ranks")
     if not 0 <= int(seed) <= MAX_SEED:

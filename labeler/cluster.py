@@ -16,6 +16,13 @@ import weakref
 from faultlab import workdirs
 from faultlab.errors import BadInput
 
+#: seconds the client of a scheduler given by address (``--scheduler``) tries to reach
+#: it: its first connection, and a reconnection once the scheduler is lost, give up
+#: after this long (dask's default, ``distributed.comm.timeouts.connect``, is 30 s,
+#: spent whole retrying where nothing listens: 49 s on a loaded host before the one-line
+#: error); a scheduler that answers at all connects in well under a second
+CONNECT_TIMEOUT_S = 5
+
 #: the prefix of an embedded cluster's scratch folder in the temporary folder
 #: (``workdirs.make``: the labeler's PID and start time follow)
 SCRATCH_PREFIX = "faultlab-dask-"
@@ -117,7 +124,7 @@ def client_for(scheduler: str | None = None):
     ``$DASK_SCHEDULER_ADDRESS``), else of an embedded cluster (:func:`local_cluster`)
     sized to the machine (``cluster`` then; else None). Close both with :func:`close`.
     Raises BadInput naming ``--scheduler`` (or ``DASK_SCHEDULER_ADDRESS``) for an
-    address that is none, or where no scheduler answers.
+    address that is none, or where no scheduler answers within :data:`CONNECT_TIMEOUT_S`.
 
     The embedded cluster's scheduler and workers listen on ``127.0.0.1`` over mutual
     TLS with a certificate made for this cluster alone (``Security.temporary()``):
@@ -138,7 +145,7 @@ def client_for(scheduler: str | None = None):
     if addr:
         field = "--scheduler" if scheduler else "DASK_SCHEDULER_ADDRESS"
         try:
-            return Client(addr), None
+            return Client(addr, timeout=CONNECT_TIMEOUT_S), None
         except ValueError as e:  # no port, an unknown protocol
             raise BadInput(f"{addr!r} is not a scheduler's address ({e})", field=field,
                            fix="tcp://HOST:PORT of a running Dask scheduler") from None

@@ -248,10 +248,11 @@ def export_cmd(
 
 
 @app.command("list")
-def list_cmd(as_json: bool = typer.Option(False, "--json", help="a JSON list of {name, path, root, shadowed}")):
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="a JSON list of {name, path, root, shadowed, shadowed_by}")):
     """The published datasets faultlab finds by name ($FAULTLAB_DATASETS, else the
-    installed package's data, then ./datasets when only root or you can write it);
-    `faultlab score --dataset NAME` takes each name."""
+    installed package's data, then ./datasets when only root or you can write it),
+    each folder once; of two folders of one name the first wins, and
+    `faultlab score --dataset NAME` takes it."""
     from faultlab.datasets.registry import list_datasets, local_problem, roots
 
     found = list_datasets()
@@ -264,7 +265,8 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="a JSON list of 
         out.print(printable(f"no datasets found (looked in {', '.join(map(str, roots()))})"), markup=False)
         return
     for d in found:
-        out.print(f"{printable(d['name'])}\t{printable(d['path'])}{'  (shadowed by an earlier folder)' if d['shadowed'] else ''}", markup=False)
+        shadow = printable(f"  (shadowed: {d['name']} is {d['shadowed_by']}, found first)") if d["shadowed"] else ""
+        out.print(f"{printable(d['name'])}\t{printable(d['path'])}{shadow}", markup=False)
 
 
 def register(root: typer.Typer) -> None:

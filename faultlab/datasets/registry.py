@@ -7,8 +7,9 @@ which is the checkout's ``datasets/`` folder: the published datasets ship inside
 faultlab wheel as package data), then ``./datasets`` when it is a trusted folder
 (:func:`local_problem`: owned by root or the caller all the way from ``/``, closed
 to others, no symlink; so root in another user's folder never takes their dataset
-for the name it asked for). The first folder holding
-``NAME/splits.json`` wins. The public collections a user builds
+for the name it asked for). Each folder is searched once: one reached by two paths
+(the package data and ``./datasets`` from a checkout's root, a link) counts at its first
+place. The first folder holding ``NAME/splits.json`` wins. The public collections a user builds
 (``examples/public/build.sh``) are found the same way, in the checkout's ``datasets/``
 or a folder of ``$FAULTLAB_DATASETS``; the wheel never holds them (docs/datasets.md).
 
@@ -73,13 +74,40 @@ def local_problem() -> str | None:
 
 
 def roots() -> list[Path]:
-    """The folders searched for datasets by name, in order (the module docstring)."""
+    """The folders searched for datasets by name, in order (the module docstring), each
+    folder once (:func:`distinct`: from a checkout's root the package data and
+    ``./datasets`` are one folder)."""
     env = os.environ.get("FAULTLAB_DATASETS")
     if env:
-        return [Path(p) for p in env.split(os.pathsep) if p]
+        return distinct([Path(p) for p in env.split(os.pathsep) if p])
     pkg = package_dir()
     local = [LOCAL] if local_problem() is None else []
-    return ([pkg] if pkg else []) + local
+    return distinct(([pkg] if pkg else []) + local)
+
+
+def identity(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of the folder ``path`` names (links followed), None when it
+    cannot be looked at: what tells one folder reached by two names."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def distinct(paths: list[Path]) -> list[Path]:
+    """``paths`` in order without those naming a folder an earlier one names (same
+    device and inode); a path that cannot be looked at is kept (nothing is found there)."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for p in paths:
+        key = identity(p)
+        if key is not None and key in seen:
+            continue
+        if key is not None:
+            seen.add(key)
+        out.append(p)
+    return out
 
 
 def is_dataset(path: Path) -> bool:
@@ -123,15 +151,25 @@ def find(name: str | os.PathLike) -> Path:
 
 
 def list_datasets() -> list[dict]:
-    """Every dataset found in :func:`roots`: ``name``, ``path``, ``root`` (the first of a
-    name shadows later ones, which are listed with ``shadowed`` true)."""
-    seen: set[str] = set()
+    """Every dataset found in :func:`roots`, each folder once (a dataset folder reached
+    again through a link is left out): ``name``, ``path``, ``root``; the first of a
+    name wins (what ``--dataset NAME`` scores), a later, different folder of that name
+    is listed with ``shadowed`` true and ``shadowed_by``, the winner's path."""
+    winner: dict[str, str] = {}
+    folders: set[tuple[int, int]] = set()
     out = []
     for r in roots():
         if not r.is_dir():
             continue
         for d in sorted(r.iterdir()):
-            if d.is_dir() and is_dataset(d):
-                out.append({"name": d.name, "path": str(d), "root": str(r), "shadowed": d.name in seen})
-                seen.add(d.name)
+            if not (d.is_dir() and is_dataset(d)):
+                continue
+            key = identity(d)
+            if key is not None and key in folders:
+                continue
+            if key is not None:
+                folders.add(key)
+            out.append({"name": d.name, "path": str(d), "root": str(r), "shadowed": d.name in winner,
+                        "shadowed_by": winner.get(d.name)})
+            winner.setdefault(d.name, str(d))
     return out

@@ -15,6 +15,7 @@ from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from faultlab import safefs
+from faultlab.cliopts import refuse_together
 from faultlab.errors import BadInput, FaultlabError, printable
 
 # Lazy imports: the CLI imports this module to register ``faultlab score``; scoring
@@ -89,6 +90,7 @@ def print_result(res: dict, con: Console) -> None:
 
 
 def score_cmd(
+    ctx: typer.Context,
     detector: str = typer.Option(..., "--detector", help="a built-in name, an entry point of group faultlab.detectors, or module:Class"),
     param: List[str] = typer.Option([], "--param", metavar="KEY=VALUE", help="a detector parameter (repeatable); typed as the detector's constructor declares it (threshold: float reads 2 as 2.0, a str parameter keeps 7 as \"7\"); an unannotated one reads as YAML (2, 0.5, true, text)"),
     dataset: Optional[Path] = typer.Option(None, "--dataset", help="a dataset folder (faultlab dataset build)"),
@@ -106,7 +108,8 @@ def score_cmd(
     max_drop: float = typer.Option(0.02, "--max-drop", help="allowed drop per metric (absolute, in the metric's unit)"),
     metric: List[str] = typer.Option([], "--metric", help="metric the gate judges (repeatable; default event_f1 window_f1 window_mcc range_f1 vus_pr acc_at_1)"),
     allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help="compare with a baseline scored on another dataset, split, mode, window, tick or parameters (refused by default, exit 2); the output says so"),
-    verify: bool = typer.Option(True, "--verify/--no-verify", help="check the dataset's files against its MANIFEST.sha256 first (exit 2 naming a changed or missing file); --no-verify scores it as it is"),
+    verify: bool = typer.Option(False, "--verify", help="check the dataset's files against its MANIFEST.sha256 first, exit 2 naming a changed or missing file (the default)"),
+    no_verify: bool = typer.Option(False, "--no-verify", help="score the dataset as it is, without checking it against its MANIFEST.sha256"),
 ):
     """Score a detector against labels: window, event, range-based and component
     P/R/F1/MCC, Acc@k, AUC-PR/VUS-PR, latency (replay) and false alarms, each with a
@@ -117,6 +120,8 @@ def score_cmd(
     from faultlab.rundata import iter_run_dirs
     from faultlab.units import parse_duration
 
+    refuse_together(ctx, {"--verify": verify, "--no-verify": no_verify})
+    verify = not no_verify
     con = Console(stderr=as_json, highlight=False)
     try:
         if (dataset is None) == (not run):

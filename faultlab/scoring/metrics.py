@@ -292,26 +292,32 @@ def vus_pr(y: np.ndarray, s: np.ndarray, window: int = 10, n_thresholds: int = 2
         return float("nan")
     seq = _ranges(y)
     desc = _argsort_desc(s)
-    s_desc = s[desc]
-    thr = s_desc[np.linspace(0, n - 1, n_thresholds).astype(int)]
+    thr = s[desc[np.linspace(0, n - 1, n_thresholds).astype(int)]]
     # points with s >= thr: a prefix of the descending order (ties included)
     n_pred = (n - np.searchsorted(np.sort(s), thr, side="left")).astype(np.int64)
     in_seq_desc = y.astype(bool)[desc]
     W = window + 1
-    # every buffer size at once: row w is buffer w (the sums along a row are the same
-    # sequential cumulative sums as one buffer's on its own)
-    soft_desc = np.stack([_soft_labels(y, seq, w) for w in range(W)])[:, desc]
     zero = np.zeros((W, 1))
-    c_soft = np.concatenate([zero, np.cumsum(soft_desc, axis=1)], axis=1)
-    c_out = np.concatenate([zero, np.cumsum(np.where(in_seq_desc, 0.0, soft_desc), axis=1)], axis=1)
+    # one buffer size at a time, row w of each (W, thresholds) sum being buffer w's: the
+    # cumulative sums of the soft labels taken at each threshold's prefix (0 for an empty
+    # prefix), so memory holds a few arrays of n points, not (W, n) ones
+    at, has = np.maximum(n_pred - 1, 0), n_pred > 0
+    tp, c_out = np.zeros((W, len(thr))), np.zeros((W, len(thr)))
+    for w in range(W):
+        soft_desc = _soft_labels(y, seq, w)[desc]
+        cum = np.cumsum(soft_desc)
+        tp[w] = np.where(has, cum[at], 0.0)
+        soft_desc[in_seq_desc] = 0.0  # the buffer's points outside the label ranges
+        np.cumsum(soft_desc, out=cum)
+        c_out[w] = np.where(has, cum[at], 0.0)
+        del soft_desc, cum
     n_segs, existence = np.zeros((W, 1)), np.zeros((W, len(thr)), np.int64)
     for w in range(W):
         segs = _buffered_segments(seq, w, n)
         seg_max = np.sort(np.array([s[a : b + 1].max() for a, b in segs]))
         existence[w] = len(segs) - np.searchsorted(seg_max, thr, side="left")  # segments with a point >= thr
         n_segs[w] = len(segs)
-    tp = c_soft[:, n_pred]
-    n_labels = P + c_out[:, n_pred]
+    n_labels = P + c_out
     recall = np.minimum(tp / ((P + n_labels) / 2), 1.0)
     tpr = recall * existence / n_segs
     precision = tp / n_pred

@@ -52,7 +52,7 @@ class StepArrays:
 
 
 def _convert(steps: pd.DataFrame) -> StepArrays:
-    rank = steps["rank"].to_numpy().astype(np.int64)
+    rank = steps["rank"].to_numpy().astype(np.int64, copy=False)
     t_start = steps["t_start"].to_numpy(np.float64)
     step_s = steps["step_s"].to_numpy(np.float64)
     dl = steps["dataloader_s"].to_numpy(np.float64) if "dataloader_s" in steps.columns else np.zeros(len(steps))
@@ -66,7 +66,7 @@ def _convert(steps: pd.DataFrame) -> StepArrays:
     peer, _ = pd.factorize(steps["peer_group"].astype(str), sort=True)
     rid = steps["run_id"] if "run_id" in steps.columns else None
     return StepArrays(
-        n=len(steps), rank=rank, step=steps["step"].to_numpy().astype(np.int64), t_start=t_start,
+        n=len(steps), rank=rank, step=steps["step"].to_numpy().astype(np.int64, copy=False), t_start=t_start,
         t_end=(steps["t_start"] + steps["step_s"]).to_numpy(np.float64), step_s=step_s,
         compute_s=steps["compute_s"].to_numpy(np.float64), dataloader_s=np.where(np.isnan(dl), 0.0, dl),
         peer=np.asarray(peer, np.int64), names=names, comp=comp, component=names[comp],
