@@ -215,4 +215,8 @@ class Pages(io.RawIOBase):
             if self._served[at] != digest:
                 raise PagesOver(f"its column chunk at byte {at} changed between two reads of it (the file was rewritten)")
             return
+        self.decoded += page_bytes(data, self._chunks[at])
+        if self.decoded > self._limit:
+            raise PagesOver(f"its pages decompress to more than {self._limit} bytes (page headers counted as read; "
+                            "its footer understates them)")
         self._served[at] = digest
