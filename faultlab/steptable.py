@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from faultlab import parquetbound, safefs, schema
+from faultlab import parquetbound, safefs, schema, workdirs
 from faultlab.errors import BadInput
 from faultlab.steps import OPTIONAL_STEP_COLUMNS, STEP_COLUMNS
 
@@ -328,7 +328,9 @@ class BlockWriter:
         self._parts: dict[int, int] = {}
 
     def __enter__(self) -> "BlockWriter":
-        self._tmp = Path(tempfile.mkdtemp(prefix=".steps-", dir=self.run_dir))
+        # named for this process: a later writer removes it once this process is gone
+        workdirs.sweep(self.run_dir, TMP_PREFIX)
+        self._tmp = Path(workdirs.make(self.run_dir, TMP_PREFIX))
         return self
 
     def write(self, piece: pa.Table | pd.DataFrame) -> None:
@@ -373,6 +375,11 @@ def _replace(run_dir: Path, new: Path, name: str, stale: str) -> None:
         s.unlink()
 
 
+#: the prefix of a steps writer's temporaries in a run folder (a block folder, a
+#: staged file), named for their maker (faultlab.workdirs)
+TMP_PREFIX = ".steps-"
+
+
 def write_steps(run_dir: str | os.PathLike, steps: pd.DataFrame | pa.Table, *, partition_rows: int = PARTITION_ROWS,
                 block_rows: int = BLOCK_ROWS) -> Path:
     """Write a run's steps table: ``steps.parquet`` under ``partition_rows`` rows,
@@ -381,8 +388,9 @@ def write_steps(run_dir: str | os.PathLike, steps: pd.DataFrame | pa.Table, *, p
     d = Path(run_dir)
     t = steps if isinstance(steps, pa.Table) else schema.to_table("steps", steps)
     if t.num_rows < int(partition_rows):
-        fd, tmp = tempfile.mkstemp(prefix=".steps-", suffix=".parquet", dir=d)
-        os.close(fd)
+        workdirs.sweep(d, TMP_PREFIX, files=".parquet")  # those of writers gone, as BlockWriter's
+        tmp = d / f"{TMP_PREFIX}{workdirs.tag()}{secrets.token_hex(6)}.parquet"
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
         try:
             pq.write_table(t, tmp)
             os.chmod(tmp, 0o644)
