@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faultlab import procid
+from faultlab import procid, workdirs
 from faultlab.doctor import diagnose
 from faultlab.injectors import FAULT_TYPES
 from faultlab.nodes import LocalNode, NetnsTestbed
@@ -275,6 +275,18 @@ def judge(rc: int | None, err: str, left_at_exit: list[str], action: str) -> str
     return None
 
 
+#: the prefix of a chaos run's state folder in the temporary folder
+STATE_PREFIX = "faultlab-chaos-"
+
+
+def state_folder() -> Path:
+    """A fresh state folder for this chaos run in the temporary folder, named for this
+    process (faultlab.workdirs); those of chaos runs killed before their clean-up (their
+    maker gone) are removed first."""
+    workdirs.sweep(tempfile.gettempdir(), STATE_PREFIX)
+    return Path(workdirs.make(tempfile.gettempdir(), STATE_PREFIX))
+
+
 def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damaged: int = 0, full: int = 0,
               types: list[str] | None = None, log=print) -> dict:
     """Run ``cycles`` random fault cycles through the CLI: ``kills`` with the controller
@@ -290,7 +302,7 @@ def run_chaos(cycles: int, kills: int, seed: int = 0, *, storms: int = 0, damage
 
     rng = random.Random(seed)
     types = types or runnable_types()
-    state = Path(tempfile.mkdtemp(prefix="faultlab-chaos-"))
+    state = state_folder()
     lease_dir = state / "leases"
     env = dict(os.environ, FAULTLAB_LEASE_DIR=str(lease_dir), FAULTLAB_STATE_DIR=str(state), FAULTLAB_AGENT_DIR=str(state / "agents"))
     old_env = {k: os.environ.get(k) for k in ("FAULTLAB_LEASE_DIR", "FAULTLAB_STATE_DIR", "FAULTLAB_AGENT_DIR")}

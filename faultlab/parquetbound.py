@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from faultlab import parquetpages
 from faultlab.errors import printable
 
 
@@ -92,6 +93,35 @@ def open_parquet(fh, cls=pq.ParquetFile, **kw) -> pq.ParquetFile:
     return pf
 
 
+class Held:
+    """One Parquet file held open (the binary file ``fh``, opened by the caller with no
+    link followed), read through one descriptor and one footer: the footer is parsed
+    once, bounded (:func:`open_parquet`), and every ParquetFile of the file made from
+    it (``held(**kw)``, keyword arguments as ``pq.ParquetFile``'s) reads its column
+    chunks through :class:`faultlab.parquetpages.Pages`. So the checks made on the
+    footer and by :func:`text_over` hold for what is read: a file swapped at its path
+    after the check is not read (the descriptor is the checked file's), and one
+    rewritten in place is refused when a chunk read twice changed, or when its pages
+    decompress to more than :data:`DECODED_RATIO` times its size, whatever its footer
+    states. Raises what :func:`open_parquet` raises."""
+
+    def __init__(self, fh):
+        self.fh = fh
+        self.size = os.fstat(fh.fileno()).st_size
+        self.pages = parquetpages.Pages(fh)
+        pf = open_parquet(self.pages)
+        self.metadata = pf.metadata
+        self.schema_arrow = pf.schema_arrow
+        self.pages.arm(self.metadata, DECODED_RATIO * max(self.size, 1))
+
+    def __call__(self, cls=pq.ParquetFile, **kw) -> pq.ParquetFile:
+        # one range read a column chunk (no pre-buffering, which coalesces ranges), as Pages checks them
+        return cls(self.pages, metadata=self.metadata, pre_buffer=False, **kw)
+
+    def close(self) -> None:
+        self.fh.close()
+
+
 def nested_column(schema: pa.Schema) -> str | None:
     """The first column of ``schema`` of a nested type (struct, list, map, union), or
     None."""
@@ -106,23 +136,21 @@ def _nested(schema: pa.Schema) -> str | None:
     return f"column {printable(nested, 80)!r} is of a nested type (struct, list or map): faultlab's tables hold flat columns only"
 
 
-def text_over(source, limit: int) -> bool:
-    """Whether the text columns of a Parquet file decode to more than ``limit`` bytes.
-    ``source``: the file as a binary file object (left open), or a callable that opens
-    it as ``pq.ParquetFile`` with the keyword arguments it is given. Raises what
-    pyarrow raises for a file that is not Parquet, and NestedColumn (a ValueError
-    naming the column) for a column of a nested type, before any column is read."""
-    def open_file(**kw) -> pq.ParquetFile:
-        return source(**kw) if callable(source) else open_parquet(source, **kw)
-
-    schema = open_file().schema_arrow
+def text_over(held: Held, limit: int) -> bool:
+    """Whether the text columns of the Parquet file ``held`` decode to more than
+    ``limit`` bytes, read through its own footer and pages (:class:`Held`: the bytes
+    counted here are the ones a later read of it decodes). Raises what pyarrow raises
+    for a file that is not Parquet, PagesOver (a ValueError) for pages past the file's
+    bound, and NestedColumn (a ValueError naming the column) for a column of a nested
+    type, before any column is read."""
+    schema = held.schema_arrow
     why = _nested(schema)
     if why is not None:
         raise NestedColumn(why)
     text = [f.name for f in schema if _is_text(f.type)]
     if not text:
         return False
-    probe = open_file(read_dictionary=text)
+    probe = held(read_dictionary=text)
     total = 0
     for i in range(probe.num_row_groups):
         # one thread: a refusal leaves no pool of reader threads to end at exit

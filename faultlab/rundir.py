@@ -258,14 +258,15 @@ class RunDir:
             return steptable.read_table(steptable.steps_source(self.path))
         if p.exists() or p.is_symlink():
             try:
-                with safefs.open_below(self.path, p.name) as f:  # a regular file, no link followed
-                    over = parquetbound.footer_over(parquetbound.open_parquet(f).metadata, os.fstat(f.fileno()).st_size, TABLE_ROWS, TABLE_BYTES)
+                with safefs.open_below(self.path, p.name) as f:  # a regular file, no link followed; checked and read as one file
+                    held = parquetbound.Held(f)
+                    over = parquetbound.footer_over(held.metadata, held.size, TABLE_ROWS, TABLE_BYTES)
                     if over:  # before anything is decoded, the text check's dictionary indices too
                         raise BadInput(f"{p}: {over}: more than a run's table holds", field=p.name, fix="restore the file faultlab wrote")
-                    if parquetbound.text_over(f, TABLE_TEXT_BYTES):  # before a dictionary value is decoded for every row
+                    if parquetbound.text_over(held, TABLE_TEXT_BYTES):  # before a dictionary value is decoded for every row
                         raise BadInput(f"{p}: its text columns decode to more than {TABLE_TEXT_BYTES} bytes (a dictionary value every row names)",
                                        field=p.name, fix="restore the file faultlab wrote")
-                    return pq.read_table(f).to_pandas()
+                    return held().read().to_pandas()
             except safefs.UntrustedPath as e:
                 raise BadInput(e.reason, field=p.name, fix=e.fix) from None
             except (pa.ArrowException, OSError, ValueError) as e:

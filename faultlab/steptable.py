@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from faultlab import parquetbound, safefs, schema
+from faultlab import parquetbound, safefs, schema, workdirs
 from faultlab.errors import BadInput
 from faultlab.steps import OPTIONAL_STEP_COLUMNS, STEP_COLUMNS
 
@@ -119,8 +119,10 @@ def _linked(p: Path) -> BadInput:
     return BadInput(f"{p} is a symlink", field=STEPS_DIR, fix="restore the run's own steps table: faultlab reads tables only as regular files, never through links")
 
 
-def parquet_file(f: Path, **kw) -> pq.ParquetFile:
-    """``pq.ParquetFile`` of the part file ``f``, opened with no link followed below the
+def parquet_file(f: Path) -> parquetbound.Held:
+    """The part file ``f`` held open for its checks and its read as one file
+    (:class:`faultlab.parquetbound.Held`: ``held(**kw)`` is a ``pq.ParquetFile`` of
+    it), opened with no link followed below the
     run folder (``steps/step_block=K/part-N.parquet``; else at its name) and only when
     a regular file (:func:`faultlab.safefs.open_below`): ``steps/`` or a block folder
     swapped for a link after :func:`blocks` listed it is refused, never read through.
@@ -132,11 +134,11 @@ def parquet_file(f: Path, **kw) -> pq.ParquetFile:
         raw = safefs.open_below(block.parent.parent, f"{STEPS_DIR}/{block.name}/{f.name}")
     else:
         raw = safefs.open_below(f.parent, f.name)
-    pf = parquetbound.open_parquet(raw, **kw)
-    over = parquetbound.footer_over(pf.metadata, os.fstat(raw.fileno()).st_size, FILE_ROWS, FILE_BYTES)
+    held = parquetbound.Held(raw)
+    over = parquetbound.footer_over(held.metadata, held.size, FILE_ROWS, FILE_BYTES)
     if over:
         raise ValueError(f"{over}: more than a steps file faultlab writes holds")
-    return pf
+    return held
 
 
 def _part_order(p: Path) -> tuple:
@@ -170,21 +172,22 @@ def iter_blocks(path: str | os.PathLike, columns: list[str] | None = None) -> It
         parts = []
         for f in fs:
             try:
-                _check_text(f)
-                pf = parquet_file(f)
-                cols = None if columns is None else [c for c in columns if c in pf.schema_arrow.names]
-                parts.append(pf.read(columns=cols))
+                held = parquet_file(f)
+                _check_text(held, f)
+                cols = None if columns is None else [c for c in columns if c in held.schema_arrow.names]
+                parts.append(held().read(columns=cols))
             except (pa.ArrowException, OSError, ValueError) as e:
                 raise unreadable(f, e) from None
         if parts:
             yield pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
 
 
-def _check_text(f: Path) -> None:
-    """Raise BadInput naming the part file ``f`` when its text columns decode to more
-    than :data:`TEXT_BYTES` (:func:`faultlab.parquetbound.text_over`), before a
-    dictionary value is decoded for every row: a run folder may be another user's."""
-    if parquetbound.text_over(lambda **kw: parquet_file(f, **kw), TEXT_BYTES):
+def _check_text(held: parquetbound.Held, f: Path) -> None:
+    """Raise BadInput naming the part file ``f`` (held open as ``held``, read after
+    through it) when its text columns decode to more than :data:`TEXT_BYTES`
+    (:func:`faultlab.parquetbound.text_over`), before a dictionary value is decoded for
+    every row: a run folder may be another user's."""
+    if parquetbound.text_over(held, TEXT_BYTES):
         raise BadInput(f"{f}: its text columns decode to more than {TEXT_BYTES} bytes (a dictionary value every row names)",
                        field=f.name, fix="restore the file faultlab wrote")
 
@@ -225,20 +228,21 @@ def read_lean_files(fs: list[Path], columns: list[str] | None = None) -> pd.Data
         raise unreadable(Path(fs[0]) if fs else Path(STEPS_FILE), e) from None
 
 
-def _plain(fs: list[Path], cols: list[str] | None) -> pd.DataFrame:
-    """The files read whole with pyarrow, as pandas (the fallback of :func:`read_lean`),
-    each checked as :func:`iter_blocks` checks it: a text column the lean read passed
-    over (typed as a dictionary, or nested) decodes here."""
-    for f in fs:
-        _check_text(f)
-    ts = [parquet_file(f).read(columns=cols) for f in fs]
+def _plain(fs: list[Path], helds: list[parquetbound.Held], cols: list[str] | None) -> pd.DataFrame:
+    """The files ``fs`` (held open as ``helds``) read whole with pyarrow, as pandas
+    (the fallback of :func:`read_lean`), each checked as :func:`iter_blocks` checks it:
+    a text column the lean read passed over (typed as a dictionary, or nested) decodes
+    here."""
+    for held, f in zip(helds, fs):
+        _check_text(held, f)
+    ts = [held().read(columns=cols) for held in helds]
     if not ts:
         return schema.empty("steps")
     return (pa.concat_tables(ts, promote_options="default") if len(ts) > 1 else ts[0]).to_pandas()
 
 
 def _read_lean(fs: list[Path], columns: list[str] | None) -> pd.DataFrame:
-    pfs = [parquet_file(f) for f in fs]
+    pfs = [parquet_file(f) for f in fs]  # each file checked and read through one descriptor
     if not pfs:
         return schema.empty("steps")
     sch = pfs[0].schema_arrow
@@ -250,16 +254,16 @@ def _read_lean(fs: list[Path], columns: list[str] | None) -> pd.DataFrame:
     ok = ok and all(pf.schema_arrow.names == sch.names for pf in pfs)
     n = sum(pf.metadata.num_rows for pf in pfs)
     if not ok or n == 0:
-        return _plain(fs, cols)
+        return _plain(fs, pfs, cols)
     out = {c: np.empty(n, dtype=np.int32 if c in strs else sch.field(c).type.to_pandas_dtype()) for c in cols}
     cats: dict[str, dict] = {c: {} for c in strs}
     pos = 0
-    for f in fs:
-        pf = parquet_file(f, read_dictionary=strs)
+    for held in pfs:
+        pf = held(read_dictionary=strs)
         for rgs in _batches(pf):
             t = pf.read_row_groups(rgs, columns=cols)
             if not _fill(t, cols, strs, out, cats, pos):
-                return _plain(fs, cols)
+                return _plain(fs, pfs, cols)
             pos += t.num_rows
             del t
     data = {}
@@ -328,7 +332,9 @@ class BlockWriter:
         self._parts: dict[int, int] = {}
 
     def __enter__(self) -> "BlockWriter":
-        self._tmp = Path(tempfile.mkdtemp(prefix=".steps-", dir=self.run_dir))
+        # named for this process: a later writer removes it once this process is gone
+        workdirs.sweep(self.run_dir, TMP_PREFIX)
+        self._tmp = Path(workdirs.make(self.run_dir, TMP_PREFIX))
         return self
 
     def write(self, piece: pa.Table | pd.DataFrame) -> None:
@@ -373,6 +379,11 @@ def _replace(run_dir: Path, new: Path, name: str, stale: str) -> None:
         s.unlink()
 
 
+#: the prefix of a steps writer's temporaries in a run folder (a block folder, a
+#: staged file), named for their maker (faultlab.workdirs)
+TMP_PREFIX = ".steps-"
+
+
 def write_steps(run_dir: str | os.PathLike, steps: pd.DataFrame | pa.Table, *, partition_rows: int = PARTITION_ROWS,
                 block_rows: int = BLOCK_ROWS) -> Path:
     """Write a run's steps table: ``steps.parquet`` under ``partition_rows`` rows,
@@ -381,8 +392,9 @@ def write_steps(run_dir: str | os.PathLike, steps: pd.DataFrame | pa.Table, *, p
     d = Path(run_dir)
     t = steps if isinstance(steps, pa.Table) else schema.to_table("steps", steps)
     if t.num_rows < int(partition_rows):
-        fd, tmp = tempfile.mkstemp(prefix=".steps-", suffix=".parquet", dir=d)
-        os.close(fd)
+        workdirs.sweep(d, TMP_PREFIX, files=".parquet")  # those of writers gone, as BlockWriter's
+        tmp = d / f"{TMP_PREFIX}{workdirs.tag()}{secrets.token_hex(6)}.parquet"
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
         try:
             pq.write_table(t, tmp)
             os.chmod(tmp, 0o644)

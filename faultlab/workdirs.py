@@ -4,7 +4,9 @@ the sweep of those whose process is gone.
 A process killed with SIGKILL removes nothing: the out-of-core labeler's maps folder
 (about 32 bytes a rank-step, some 32 GB for a run of 1e9) and its cluster's scratch
 folder, ``relabel``'s copies of a dataset's campaign files, ``write_together``'s private
-folder and the temporaries it stages in a run folder all stay. Each name carries its
+folder and the temporaries it stages in a run folder, a steps table's block folder
+and staged file in a run folder (``steptable``), the node image's debootstrap folder
+(some 300 MB) and the chaos test's state folder all stay. Each name carries its
 maker's PID and start time (``PREFIX<pid>-<start>-<random>``: :func:`make`,
 :func:`tag`), so the next process of the same user that makes one with that prefix
 removes those whose maker no longer runs, and never one of a live process (a PID
@@ -53,12 +55,12 @@ def fresh_name(prefix: str) -> str:
 
 
 @contextlib.contextmanager
-def private(prefix: str) -> Iterator[Path]:
-    """A fresh 0700 folder of this process in the temporary folder (:func:`make`), for
-    the ``with`` block; those of its prefix whose maker is gone are removed first
-    (:func:`sweep`), this one at the block's end (through descriptors, no link
-    followed), as ``tempfile.TemporaryDirectory`` would."""
-    parent = tempfile.gettempdir()
+def private(prefix: str, parent: str | os.PathLike | None = None) -> Iterator[Path]:
+    """A fresh 0700 folder of this process in ``parent`` (the temporary folder when
+    None; :func:`make`), for the ``with`` block; those of its prefix whose maker is
+    gone are removed first (:func:`sweep`), this one at the block's end (through
+    descriptors, no link followed), as ``tempfile.TemporaryDirectory`` would."""
+    parent = tempfile.gettempdir() if parent is None else os.fspath(parent)
     sweep(parent, prefix)
     path = Path(make(parent, prefix))
     try:

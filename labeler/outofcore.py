@@ -594,10 +594,9 @@ def _strips(R: int, n: int) -> list[tuple[int, int]]:
 
 
 def _has_column(stored: list[list[str]], col: str) -> bool:
-    """Whether the stored table has column ``col`` (its first file's schema)."""
-    import pyarrow.parquet as pq  # the schema only
-
-    return bool(stored and stored[0]) and col in pq.read_schema(stored[0][0]).names
+    """Whether the stored table has column ``col`` (its first file's schema, read as
+    every steps file is: no link followed, its footer bounded)."""
+    return bool(stored and stored[0]) and col in steptable.parquet_file(Path(stored[0][0])).schema_arrow.names
 
 
 def _check_across_blocks(filled: list[dict], ranks: np.ndarray) -> None:

@@ -247,33 +247,34 @@ MAX_PART_BYTES = 1 << 31
 
 
 class _OwnedParquet(pq.ParquetFile):
-    """A ParquetFile over a file object it owns: closing it closes the file too."""
+    """A ParquetFile of a file it owns (``owner``, the file object pyarrow does not
+    read itself): closing it closes the file too."""
 
-    def __init__(self, raw, **kw):
-        super().__init__(raw, **kw)
-        self._raw = raw
+    def __init__(self, source, owner, **kw):
+        super().__init__(source, **kw)
+        self._raw = owner
 
     def close(self, force: bool = False) -> None:
         super().close(force=force)
         self._raw.close()
 
 
-def _check_footer(p: Path, rel: str, md: pq.FileMetaData, raw) -> None:
-    """Raise BadInput naming the part file ``p`` (open as ``raw``) when its footer states
-    more than :data:`MAX_PART_ROWS` rows, more than :data:`MAX_PART_BYTES` decoded bytes,
-    or more than ``parquetbound.DECODED_RATIO`` times its size
+def _check_footer(p: Path, rel: str, held: parquetbound.Held) -> None:
+    """Raise BadInput naming the part file ``p`` (held open as ``held``) when its footer
+    states more than :data:`MAX_PART_ROWS` rows, more than :data:`MAX_PART_BYTES`
+    decoded bytes, or more than ``parquetbound.DECODED_RATIO`` times its size
     (:func:`faultlab.parquetbound.footer_over`)."""
-    over = parquetbound.footer_over(md, os.fstat(raw.fileno()).st_size, MAX_PART_ROWS, MAX_PART_BYTES)
+    over = parquetbound.footer_over(held.metadata, held.size, MAX_PART_ROWS, MAX_PART_BYTES)
     if over:
         raise BadInput(f"{p}: {over}: more than a dataset's part file holds", field=rel, fix=FIX)
 
 
-def _check_text_decoded(p: Path, rel: str, raw) -> None:
+def _check_text_decoded(p: Path, rel: str, held: parquetbound.Held) -> None:
     """Raise BadInput naming the part file ``p`` when its text columns decode to more
     than :data:`MAX_PART_BYTES` (:func:`faultlab.parquetbound.text_over`: the footer's
     sizes count a dictionary-encoded column as stored, and a 10 KB part of 200,000 rows
     naming one 1 MiB peer group had ``score`` allocate 200 GB)."""
-    if parquetbound.text_over(raw, MAX_PART_BYTES):
+    if parquetbound.text_over(held, MAX_PART_BYTES):
         raise BadInput(f"{p}: its text columns decode to more than {MAX_PART_BYTES} bytes (a dictionary value every row names)",
                        field=rel, fix=FIX)
 
@@ -399,9 +400,10 @@ class Dataset:
             raise BadInput(e.reason, field=rel, fix=e.fix) from None
         f = None
         try:
-            f = parquetbound.open_parquet(raw, _OwnedParquet)  # one file: no dataset discovery (pq.read_table's)
-            _check_footer(p, rel, f.metadata, raw)
-            _check_text_decoded(p, rel, raw)
+            held = parquetbound.Held(raw)  # one file, checked and read through one descriptor and footer
+            _check_footer(p, rel, held)
+            _check_text_decoded(p, rel, held)
+            f = held(_OwnedParquet, owner=raw)  # no dataset discovery (pq.read_table's)
             why = schema.mismatch(f.schema_arrow, table_schema(table), optional=OPTIONAL_COLUMNS.get(table, ()))
             if why is None:
                 ids = f.read(columns=["run_id"]).column(0).unique().to_pylist()

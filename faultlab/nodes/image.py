@@ -25,10 +25,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import faultlab
+from faultlab import workdirs
 from faultlab.errors import FaultlabError
 from faultlab.nodes.dockerd import docker_host
 
@@ -56,8 +56,8 @@ def build_tarball(log=None) -> Path:
         raise FaultlabError("debootstrap not found (needed once, to build the node image)", field="--backend", fix="apt-get install debootstrap")
     out = tarball()
     out.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    with tempfile.TemporaryDirectory(prefix="faultlab-rootfs-", dir=out.parent) as tmp:
-        root = Path(tmp) / "root"
+    with workdirs.private("faultlab-rootfs-", out.parent) as tmp:  # named for this process: a later build removes a killed one's
+        root = tmp / "root"
         cp = subprocess.run([exe, "--variant=minbase", f"--include={','.join(PACKAGES)}", "bookworm", str(root), MIRROR],
                             capture_output=True, text=True, timeout=1200)
         if cp.returncode != 0:

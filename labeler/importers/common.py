@@ -14,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
-from faultlab import inputfile, parquetbound
+from faultlab import inputfile, parquetbound, parquetpages
 from faultlab.errors import BadInput
 from faultlab.labeler.stats import median
 from faultlab.steps import MAX_UNIX_S, finer_unit
@@ -145,9 +144,10 @@ def numbers_or_refuse(values: pd.Series, present: np.ndarray, *, field: str, whe
 TEXT_BYTES = 1 << 31
 
 
-def refuse_parquet_bomb(fh, path: Path, columns) -> pq.ParquetFile:
-    """The Parquet file ``path`` (open as ``fh``), once checked
-    before any column is decoded: BadInput naming it when a column is nested, its footer
+def refuse_parquet_bomb(fh, path: Path, columns) -> parquetbound.Held:
+    """The Parquet file ``path`` (open as ``fh``) held for its read
+    (:class:`faultlab.parquetbound.Held`: the read goes through the footer and the
+    pages checked here), once checked before any column is decoded: BadInput naming it when a column is nested, its footer
     states more than ``parquetbound.DECODED_RATIO`` times its size for the ``columns``
     read (:func:`faultlab.parquetbound.footer_over`: a few MB of run-length-encoded
     numbers state billions of rows), or its text columns decode to more than
@@ -156,14 +156,18 @@ def refuse_parquet_bomb(fh, path: Path, columns) -> pq.ParquetFile:
     decodes to hundreds of GB). The file is bounded by its size (16 GiB) only, not by
     what it decodes to."""
     fix = "give the file as its source publishes it"
-    pf = parquetbound.open_parquet(fh)
-    over = parquetbound.footer_over(pf.metadata, os.fstat(fh.fileno()).st_size, columns=columns)
+    held = parquetbound.Held(fh)
+    over = parquetbound.footer_over(held.metadata, held.size, columns=columns)
     if over:
         raise BadInput(f"{path}: {over}", field="PATH", fix=fix)
-    if parquetbound.text_over(fh, TEXT_BYTES):
+    try:
+        text = parquetbound.text_over(held, TEXT_BYTES)
+    except parquetpages.PagesOver as e:
+        raise BadInput(f"{path}: {e}", field="PATH", fix=fix) from None
+    if text:
         raise BadInput(f"{path}: its text columns decode to more than {TEXT_BYTES} bytes (a dictionary value every row names)",
                        field="PATH", fix=fix)
-    return pf
+    return held
 
 
 #: the most a gzipped data file may decompress to, times its own size (at least 1 MiB):

@@ -65,7 +65,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from faultlab import inputfile
 from faultlab.errors import BadInput
@@ -254,24 +253,30 @@ def read_samples(path: str | Path) -> DriveSamples:
         def read(col: str, dictionary: bool):
             c = table.column(col)
             return pc.dictionary_encode(c) if dictionary else c
-    else:
-        f = find_file(path)
-        below = Path(path) if Path(path).is_dir() else None
+        return _samples(names, n_rows, source, read)
+    f = find_file(path)
+    below = Path(path) if Path(path).is_dir() else None
+    with inputfile.open_data(f, "PATH", below=below) as fh:  # no link, FIFO or device; checked and read as one file
         try:
-            with inputfile.open_data(f, "PATH", below=below) as fh:  # no link, FIFO or device
-                pf = refuse_parquet_bomb(fh, f, READ_COLUMNS)  # before a column is decoded
-                names, n_rows = pf.schema_arrow.names, pf.metadata.num_rows
+            held = refuse_parquet_bomb(fh, f, READ_COLUMNS)  # before a column is decoded
         except BadInput:
             raise
         except Exception as e:
             raise BadInput(f"{f} is not a readable Parquet file ({e})", field="PATH") from None
-        source = str(f)
 
-        def read(col: str, dictionary: bool):
+        def read_held(col: str, dictionary: bool):
             # one column at a time keeps the peak memory near one column's size
-            with inputfile.open_data(f, "PATH", below=below) as fh:
-                return pq.ParquetFile(fh, read_dictionary=[col] if dictionary else None, pre_buffer=False).read(
-                    columns=[col], use_threads=False).column(col)
+            try:
+                return held(read_dictionary=[col] if dictionary else None).read(columns=[col], use_threads=False).column(col)
+            except (pa.ArrowException, OSError, ValueError) as e:  # a body past its bound, rewritten or damaged
+                raise BadInput(f"{f} is not a readable Parquet file ({e})", field="PATH",
+                               fix="give the file as its source publishes it") from None
+        return _samples(held.schema_arrow.names, held.metadata.num_rows, str(f), read_held)
+
+
+def _samples(names: list[str], n_rows: int, source: str, read) -> DriveSamples:
+    """:func:`read_samples` of a table of columns ``names`` and ``n_rows`` rows,
+    ``read(column, dictionary)`` reading one column (dictionary-encoded or not)."""
     missing = [c for c in REQUIRED if c not in names]
     if missing:
         raise BadInput(f"{Path(source).name} misses column(s) {', '.join(missing)}", field="metrics",

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from faultlab import inputfile
 from faultlab.errors import BadInput
@@ -79,16 +78,16 @@ def read_long(path: str | Path) -> pd.DataFrame:
     below = Path(path) if Path(path).is_dir() else None
     try:
         if name.endswith(".parquet"):
-            with inputfile.open_data(f, "PATH", below=below) as fh:  # no link, FIFO or device
-                have = refuse_parquet_bomb(fh, f, LONG_COLUMNS + OPTIONAL_COLUMNS).schema_arrow.names  # before a column is decoded
-            missing = [c for c in LONG_COLUMNS if c not in have]
-            if missing:
-                raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="long",
-                               fix="a long-format file has columns " + ", ".join(LONG_COLUMNS))
-            cols = list(LONG_COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in have]
-            strs = [c for c in ("component", "peer_group", "metric", "run_id") if c in cols]
-            with inputfile.open_data(f, "PATH", below=below) as fh:
-                df = pq.ParquetFile(fh, read_dictionary=strs).read(columns=cols).to_pandas()
+            with inputfile.open_data(f, "PATH", below=below) as fh:  # no link, FIFO or device; checked and read as one file
+                held = refuse_parquet_bomb(fh, f, LONG_COLUMNS + OPTIONAL_COLUMNS)  # before a column is decoded
+                have = held.schema_arrow.names
+                missing = [c for c in LONG_COLUMNS if c not in have]
+                if missing:
+                    raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="long",
+                                   fix="a long-format file has columns " + ", ".join(LONG_COLUMNS))
+                cols = list(LONG_COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in have]
+                strs = [c for c in ("component", "peer_group", "metric", "run_id") if c in cols]
+                df = held(read_dictionary=strs).read(columns=cols).to_pandas()
         else:
             gz = "gzip" if name.endswith(".gz") else None
             with inputfile.open_data(f, "PATH", below=below) as fh:  # no link, FIFO or device

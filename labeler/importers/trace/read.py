@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 import yaml
 
 from faultlab import inputfile, yamlsafe
@@ -113,23 +112,22 @@ def read_trace(path: str | Path) -> tuple[pd.DataFrame, dict, dict]:
 
     trace_path, meta_path = find_files(path)
     below = Path(path) if Path(path).is_dir() else None
-    try:
-        with inputfile.open_data(trace_path, "PATH", below=below) as fh:  # no link, FIFO or device
-            names = refuse_parquet_bomb(fh, trace_path, TRACE_COLUMNS).schema_arrow.names  # before a column is decoded
-    except BadInput:
-        raise
-    except Exception as e:  # pyarrow raises several types for a non-Parquet file
-        raise BadInput(f"{trace_path} is not a readable Parquet file ({e})", field="PATH") from None
-    missing = [c for c in TRACE_COLUMNS if c not in names]
-    if missing:
-        raise BadInput(f"{trace_path.name} misses column(s) {', '.join(missing)}", field="trace",
-                       fix=f"a straggler trace has columns {', '.join(TRACE_COLUMNS)}")
-    try:
-        with inputfile.open_data(trace_path, "PATH", below=below) as fh:
-            df = pq.ParquetFile(fh).read(columns=list(TRACE_COLUMNS)).to_pandas()
-    except Exception as e:  # a damaged body behind an intact footer: pyarrow raises OSError or ArrowInvalid
-        raise BadInput(f"{trace_path} is not a readable Parquet file ({e})", field="PATH",
-                       fix="give the trace as published, undamaged") from None
+    with inputfile.open_data(trace_path, "PATH", below=below) as fh:  # no link, FIFO or device; checked and read as one file
+        try:
+            held = refuse_parquet_bomb(fh, trace_path, TRACE_COLUMNS)  # before a column is decoded
+        except BadInput:
+            raise
+        except Exception as e:  # pyarrow raises several types for a non-Parquet file
+            raise BadInput(f"{trace_path} is not a readable Parquet file ({e})", field="PATH") from None
+        missing = [c for c in TRACE_COLUMNS if c not in held.schema_arrow.names]
+        if missing:
+            raise BadInput(f"{trace_path.name} misses column(s) {', '.join(missing)}", field="trace",
+                           fix=f"a straggler trace has columns {', '.join(TRACE_COLUMNS)}")
+        try:
+            df = held().read(columns=list(TRACE_COLUMNS)).to_pandas()
+        except Exception as e:  # a damaged body behind an intact footer: pyarrow raises OSError or ArrowInvalid
+            raise BadInput(f"{trace_path} is not a readable Parquet file ({e})", field="PATH",
+                           fix="give the trace as published, undamaged") from None
     df, skips = _clean_rows(df, trace_path.name)
     meta = _read_meta(meta_path) if meta_path is not None else {}
     dp_seen = int(df["dp_rank"].max()) + 1 if len(df) else 0
