@@ -112,7 +112,8 @@ class Held:
         pf = open_parquet(self.pages)
         self.metadata = pf.metadata
         self.schema_arrow = pf.schema_arrow
-        self.pages.arm(self.metadata, DECODED_RATIO * max(self.size, 1))
+        self.pages.arm(self.metadata, DECODED_RATIO * max(self.size, 1),
+                       remember={f.name for f in self.schema_arrow if _is_text(f.type)})
 
     def __call__(self, cls=pq.ParquetFile, **kw) -> pq.ParquetFile:
         # one range read a column chunk (no pre-buffering, which coalesces ranges), as Pages checks them

@@ -141,7 +141,9 @@ class Pages(io.RawIOBase):
     with the footer pyarrow parsed, it serves only reads that start at a column chunk
     of that footer, each checked before it is served: the chunk's page headers state
     at most ``limit`` bytes decompressed over all the chunks served, and a chunk served
-    again is the same bytes. Raises PagesOver (a ValueError) otherwise."""
+    again states the same; one of the columns :meth:`arm` names to remember (those a
+    check reads before the read: the text columns) is served again only as the same
+    bytes (sha256). Raises PagesOver (a ValueError) otherwise."""
 
     def __init__(self, fh):
         super().__init__()
@@ -149,7 +151,8 @@ class Pages(io.RawIOBase):
         self._fd = fh.fileno()
         self._pos = 0
         self._chunks: dict[int, int] | None = None
-        self._served: dict[int, bytes] = {}
+        self._served: dict[int, tuple[int, bytes | None]] = {}
+        self._remember: set[int] = set()
         self._limit = 0
         self.decoded = 0
 
@@ -170,11 +173,15 @@ class Pages(io.RawIOBase):
         self._pos = base + pos
         return self._pos
 
-    def arm(self, md: pq.FileMetaData, limit: int) -> None:
+    def arm(self, md: pq.FileMetaData, limit: int, remember: set[str] = frozenset()) -> None:
         """Check every later read against the footer ``md``: its column chunks, where
         pyarrow starts reading each (the dictionary page when before the data pages),
-        and at most ``limit`` bytes decompressed in all."""
+        and at most ``limit`` bytes decompressed in all; the chunks of the columns
+        named in ``remember`` are hashed when first served, to be served again only as
+        the same bytes (hashing every chunk cost a third more CPU per read of a
+        labeler's block, for chunks a reader serves once)."""
         chunks: dict[int, int] = {}
+        keep: set[int] = set()
         for r in range(md.num_row_groups):
             rg = md.row_group(r)
             for c in range(rg.num_columns):
@@ -183,7 +190,9 @@ class Pages(io.RawIOBase):
                 if cc.has_dictionary_page and 0 < cc.dictionary_page_offset < start:
                     start = cc.dictionary_page_offset
                 chunks[start] = max(chunks.get(start, 0), cc.num_values)
-        self._chunks, self._limit = chunks, limit
+                if cc.path_in_schema in remember:
+                    keep.add(start)
+        self._chunks, self._limit, self._remember = chunks, limit, keep
 
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:
@@ -210,13 +219,14 @@ class Pages(io.RawIOBase):
     def _check(self, at: int, data: bytes) -> None:
         if at not in self._chunks:
             raise PagesOver(f"a read at byte {at} is of no column chunk its footer lists")
-        digest = hashlib.sha256(data).digest()
+        digest = hashlib.sha256(data).digest() if at in self._remember else None
+        n = page_bytes(data, self._chunks[at])
         if at in self._served:
-            if self._served[at] != digest:
+            if self._served[at] != (n, digest):
                 raise PagesOver(f"its column chunk at byte {at} changed between two reads of it (the file was rewritten)")
             return
-        self.decoded += page_bytes(data, self._chunks[at])
+        self.decoded += n
         if self.decoded > self._limit:
             raise PagesOver(f"its pages decompress to more than {self._limit} bytes (page headers counted as read; "
                             "its footer understates them)")
-        self._served[at] = digest
+        self._served[at] = (n, digest)
