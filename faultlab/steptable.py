@@ -152,11 +152,15 @@ def files(path: str | os.PathLike) -> list[Path]:
 
 
 def count_rows(path: str | os.PathLike) -> int:
-    """Rows (rank-steps) of the table, from the files' footers."""
-    try:
-        return sum(parquet_file(f).metadata.num_rows for f in files(path))
-    except (pa.ArrowException, OSError, ValueError) as e:
-        raise unreadable(Path(path), e) from None
+    """Rows (rank-steps) of the table, from the files' footers. Raises BadInput naming
+    the file whose footer cannot be read or is over a steps file's bounds."""
+    n = 0
+    for f in files(path):
+        try:
+            n += parquet_file(f).metadata.num_rows
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise unreadable(f, e) from None
+    return n
 
 
 def unreadable(p: Path, err: BaseException | None = None) -> BadInput:
