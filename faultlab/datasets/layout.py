@@ -283,7 +283,8 @@ class Dataset:
     registry's folders holds (:func:`faultlab.datasets.registry.published`:
     ``$FAULTLAB_DATASETS``, else the installed package's data, then ``./datasets``;
     it wins over a folder of that name in the working folder), else the dataset
-    folder at ``path``.
+    folder at ``path``. ``path`` as the user typed it: ``./NAME`` (a ``str``; a
+    ``pathlib.Path`` drops the ``./``) names the folder.
 
     Raises BadInput (field ``--dataset``) when the folder has no ``splits.json`` and
     no published dataset has that name, and naming the file when it is malformed
@@ -298,8 +299,9 @@ class Dataset:
     def __init__(self, path: str | Path):
         self.path = registry.published(path) or Path(path)  # a published name over a folder of the working folder
         if not (self.path / "splits.json").is_file():
-            if len(self.path.parts) == 1 and not self.path.exists():
-                self.path = registry.find(self.path)
+            # only a bare name as given is looked up by name: Path("./NAME") is "NAME"
+            if registry.is_bare_name(path) and not self.path.exists():
+                self.path = registry.find(path)
             else:
                 raise BadInput(f"{self.path} is not a faultlab dataset (no splits.json)", field="--dataset",
                                fix="give a folder written by faultlab dataset build")

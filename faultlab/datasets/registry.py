@@ -108,7 +108,11 @@ def published(name: str | os.PathLike) -> Path | None:
 def find(name: str | os.PathLike) -> Path:
     """The folder of dataset ``name``: :func:`published` for a bare name, else
     ``name`` itself when it is a dataset folder. Raises BadInput (field
-    ``--dataset``) naming every folder looked in."""
+    ``--dataset``) naming every folder looked in.
+
+    ``name`` as the user typed it (a ``str``): ``Path("./NAME")`` is ``NAME``, a
+    bare name, so a command that converts what it was given to a Path first looks
+    up the published dataset the user's ``./NAME`` did not mean."""
     p = Path(name)
     if (hit := published(name)) is not None:
         return hit

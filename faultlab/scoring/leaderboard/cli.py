@@ -35,7 +35,7 @@ def _write(out: Path, texts: dict[str, str]) -> None:
 
 
 def leaderboard_cmd(
-    dataset: List[Path] = typer.Option([], "--dataset", help="a dataset folder (repeatable); with --verify, where to find a dataset the file names"),
+    dataset: List[str] = typer.Option([], "--dataset", help="a dataset folder (./NAME for one in the working folder) or a name from faultlab dataset list (repeatable); with --verify, where to find a dataset the file names"),
     detector: List[str] = typer.Option([], "--detector", help="a detector to rank (repeatable; default: every built-in and installed one)"),
     mode: str = typer.Option("offline", "--mode", help="offline (whole run at once) | replay (online, a clock; measures latency)"),
     split: str = typer.Option("test", "--split", help="test (the default, as faultlab score: fit on train, score test) | train | all (no fitting)"),
