@@ -103,13 +103,15 @@ def build_cmd(
 
 @app.command("relabel")
 def relabel_cmd(
-    datasets: List[str] = typer.Argument(..., help="dataset folders (./NAME for one in the working folder)"),
+    datasets: List[str] = typer.Argument(..., help="dataset folders, each by its path (./NAME, datasets/NAME): a bare name, which means the published dataset to the commands that read, is refused"),
     note: Optional[str] = typer.Option(None, "--note", help="a new paragraph for the card's collection section (default: keep it)"),
     as_json: bool = typer.Option(False, "--json", help="a JSON list on stdout, one object per dataset: its folder, runs, labels by source and size in bytes"),
 ):
     """Re-label every run of each dataset with this checkout's labeler and rebuild it
     in place (same runs, split and campaign files; new labels, runs.json, card,
-    croissant.json, MANIFEST.sha256)."""
+    croissant.json, MANIFEST.sha256). It takes folders by path only: a bare NAME is
+    the published dataset to score, info and export, so it is refused here (exit 2)
+    rather than rewrite the installed package's data; give ./NAME or datasets/NAME."""
     from faultlab.datasets.build import relabel
     from faultlab.datasets.layout import read_runs
 

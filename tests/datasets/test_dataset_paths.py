@@ -1,5 +1,7 @@
 """A dataset argument keeps the text the user typed: ``./NAME`` is the folder of that
-name in the working folder, a bare ``NAME`` the published dataset (registry).
+name in the working folder, a bare ``NAME`` the published dataset (registry), and a
+command that writes into a dataset folder never reaches the published one through a
+bare name.
 
 Each test stands in a working folder holding ``./NAME`` (5 runs, ids ``w0..w4``) while
 ``$FAULTLAB_DATASETS`` is a registry folder holding another dataset of the same name
@@ -65,6 +67,22 @@ def test_relabel_of_dot_name_rewrites_the_working_folders_dataset_not_the_publis
     assert _state(where["registry"]) == before["registry"]
     assert _state(where["work"])[0] != before["work"][0]
     assert json.loads(cp.stdout)[0]["runs"] == 5
+
+
+def test_relabel_refuses_a_bare_name_and_writes_no_dataset(where):
+    """A bare name means the published dataset to every reader: relabel refuses it in
+    one line naming the path to give, and neither folder of that name is touched."""
+    before = {k: _state(d) for k, d in where.items()}
+    err = one_line_error(fl("dataset", "relabel", NAME, cwd=where["work"].parent), "DATASET", f"./{NAME}", str(where["registry"]))
+    assert "bare name" in err
+    assert {k: _state(d) for k, d in where.items()} == before
+    assert sorted(p.name for p in where["registry"].parent.iterdir()) == [NAME]  # no building folder left beside it
+
+
+def test_leaderboard_card_refuses_a_bare_name_before_scoring(where):
+    before = {k: _state(d) for k, d in where.items()}
+    one_line_error(fl("leaderboard", "--dataset", NAME, "--card", "--boot", "0", cwd=where["work"].parent), "--dataset", f"./{NAME}")
+    assert {k: _state(d) for k, d in where.items()} == before
 
 
 #: how each reader tells which dataset it read (the working folder's: 5 runs, ids w*;
