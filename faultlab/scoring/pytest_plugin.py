@@ -62,12 +62,14 @@ class _Scorer:
 
     def __call__(self, detector, dataset, split: str = "test", **kw):
         # lazy: pytest loads this plugin in every session; scoring (pandas) only when a test scores
+        from faultlab.datasets.layout import Dataset
         from faultlab.scoring.api import score_dataset
 
         path = find_dataset(str(dataset), self._config.getoption("--faultlab-datasets"))
         key = (str(detector), str(path.resolve()), split, tuple(sorted((k, repr(v)) for k, v in kw.items())))
         if key not in self._cache:
-            self._cache[key] = score_dataset(detector, path, split=split, **kw)
+            # the folder found: a Path of ./NAME is the bare name NAME, which Dataset would look up again
+            self._cache[key] = score_dataset(detector, Dataset(path, lookup=False), split=split, **kw)
         return self._cache[key]
 
     require = staticmethod(require)

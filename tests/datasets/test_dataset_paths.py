@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -21,7 +22,7 @@ from faultlab.datasets.build import build, collect_runs
 from faultlab.datasets.layout import Dataset
 from faultlab.datasets.synthetic import make_run
 from faultlab.errors import BadInput
-from faultlab.scoring.pytest_plugin import find_dataset
+from faultlab.scoring.pytest_plugin import _Scorer, find_dataset
 from tests.helpers import fl, one_line_error
 
 NAME = "paths-v1"
@@ -126,3 +127,18 @@ def test_the_pytest_plugin_takes_dot_name_as_the_folder(where):
     extra = str(where["registry"].parent)
     assert find_dataset(f"./{NAME}", extra).resolve() == where["work"].resolve()
     assert find_dataset(NAME, extra).resolve() == where["registry"].resolve()
+    score = _Scorer(SimpleNamespace(getoption=lambda name: extra))
+    assert score("constant", f"./{NAME}", split="all", n_boot=0).n_runs == 5
+    assert score("constant", NAME, split="all", n_boot=0).n_runs == 3
+
+
+@pytest.mark.parametrize("given", ["dot", "bare"])
+def test_report_of_dot_name_shows_the_working_folders_runs(where, tmp_path, given):
+    """``faultlab report ./NAME`` is the page of the working folder's dataset (runs
+    w*), every part of it; ``report NAME`` the published one's (runs r*)."""
+    page = tmp_path / "page.html"
+    cp = fl("report", f"./{NAME}" if given == "dot" else NAME, "--out", page, cwd=where["work"].parent)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    html = page.read_text()
+    mine, other = ("w", "r") if given == "dot" else ("r", "w")
+    assert f'alt="{mine}0"' in html and f'alt="{other}0"' not in html and "NOT VERIFIED" not in html  # alt: a run's thumbnail
