@@ -114,7 +114,13 @@ def relabel_cmd(
     rather than rewrite the installed package's data; give ./NAME or datasets/NAME."""
     from faultlab.datasets.build import relabel
     from faultlab.datasets.layout import read_runs
+    from faultlab.datasets.registry import require_folder_path
 
+    try:  # every argument before the first dataset is rewritten: a bare name among them is refused with none written
+        for d in datasets:
+            require_folder_path(d, "DATASET")
+    except FaultlabError as e:
+        _fail(e)
     done = []
     for d in datasets:
         try:

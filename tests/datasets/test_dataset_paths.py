@@ -72,9 +72,10 @@ def test_relabel_of_dot_name_rewrites_the_working_folders_dataset_not_the_publis
 
 def test_relabel_refuses_a_bare_name_and_writes_no_dataset(where):
     """A bare name means the published dataset to every reader: relabel refuses it in
-    one line naming the path to give, and neither folder of that name is touched."""
+    one line naming the path to give, before any dataset it is given is rewritten
+    (``./NAME`` first included), and neither folder of that name is touched."""
     before = {k: _state(d) for k, d in where.items()}
-    err = one_line_error(fl("dataset", "relabel", NAME, cwd=where["work"].parent), "DATASET", f"./{NAME}", str(where["registry"]))
+    err = one_line_error(fl("dataset", "relabel", f"./{NAME}", NAME, cwd=where["work"].parent), "DATASET", f"./{NAME}", str(where["registry"]))
     assert "bare name" in err
     assert {k: _state(d) for k, d in where.items()} == before
     assert sorted(p.name for p in where["registry"].parent.iterdir()) == [NAME]  # no building folder left beside it
