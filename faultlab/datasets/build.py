@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from faultlab import inputfile, safefs, schema, workdirs, yamlsafe
-from faultlab.datasets import card, croissant, manifest
+from faultlab.datasets import card, croissant, manifest, registry
 from faultlab.datasets.public import Collection
 from faultlab.datasets.layout import (COLUMN_DOCS, FIX, RUN_TABLES, TABLES, Dataset, open_output, part_path, read_build, read_croissant,
                                      read_splits, table_schema)
@@ -444,15 +444,16 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
     time; the new folder replaces the old only once complete.
 
     Args:
-        dataset: the dataset folder.
+        dataset: the dataset folder's path (``./NAME``, ``datasets/NAME``, a ``str`` as
+            typed): a bare name is refused (:func:`registry.require_folder_path`), as it
+            means the published dataset of that name to every command that reads.
         note: a new paragraph for the card's collection section (default: keep it).
 
     Returns: the dataset folder.
-    Raises: BadInput for a folder that is no dataset, one whose files differ from its
+    Raises: BadInput for a bare name, a folder that is no dataset, one whose files differ from its
     ``MANIFEST.sha256``, a run's table that is missing or unreadable, or what the labeler raises for a bad table.
     """
-
-
+    registry.require_folder_path(dataset, "DATASET")
     ds = Dataset(dataset)
     manifest.require_intact(ds.path, override="", root_fd=ds.fd)  # rebuilt in place: only from the files the build wrote
     ds.check()  # files that do not fit together are refused before a run is relabeled

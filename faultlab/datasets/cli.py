@@ -103,16 +103,24 @@ def build_cmd(
 
 @app.command("relabel")
 def relabel_cmd(
-    datasets: List[Path] = typer.Argument(..., help="dataset folders"),
+    datasets: List[str] = typer.Argument(..., help="dataset folders, each by its path (./NAME, datasets/NAME): a bare name, which means the published dataset to the commands that read, is refused"),
     note: Optional[str] = typer.Option(None, "--note", help="a new paragraph for the card's collection section (default: keep it)"),
     as_json: bool = typer.Option(False, "--json", help="a JSON list on stdout, one object per dataset: its folder, runs, labels by source and size in bytes"),
 ):
     """Re-label every run of each dataset with this checkout's labeler and rebuild it
     in place (same runs, split and campaign files; new labels, runs.json, card,
-    croissant.json, MANIFEST.sha256)."""
+    croissant.json, MANIFEST.sha256). It takes folders by path only: a bare NAME is
+    the published dataset to score, info and export, so it is refused here (exit 2)
+    rather than rewrite the installed package's data; give ./NAME or datasets/NAME."""
     from faultlab.datasets.build import relabel
     from faultlab.datasets.layout import read_runs
+    from faultlab.datasets.registry import require_folder_path
 
+    try:  # every argument before the first dataset is rewritten: a bare name among them is refused with none written
+        for d in datasets:
+            require_folder_path(d, "DATASET")
+    except FaultlabError as e:
+        _fail(e)
     done = []
     for d in datasets:
         try:
@@ -133,7 +141,7 @@ def relabel_cmd(
 
 
 @app.command("verify")
-def verify_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
+def verify_cmd(dataset: str = typer.Argument(..., help="a dataset folder (./NAME for one in the working folder), or a name from faultlab dataset list"),
                as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: dataset, ok, and the changed, missing and extra files")):
     """Check every file against MANIFEST.sha256 (exit 1 naming each changed, missing or
     extra file), then that they fit together: splits and runs.json name the same runs
@@ -141,16 +149,18 @@ def verify_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
     one line naming the file)."""
     from faultlab.datasets.layout import Dataset
     from faultlab.datasets.manifest import verify
+    from faultlab.datasets.registry import published
 
+    where = published(dataset) or dataset  # the published dataset of a bare name; the text as typed otherwise (./NAME)
     try:
-        r = verify(dataset)
+        r = verify(where)
     except FaultlabError as e:
         _fail(e)
     differ = any(r[k] for k in ("changed", "missing", "extra"))
     problem = None
     if not differ:  # the files are as written: do they fit together (tables, splits, runs)?
         try:
-            files = Dataset(dataset).check()
+            files = Dataset(where).check()
         except FaultlabError as e:
             problem = e
     if as_json:
@@ -169,7 +179,7 @@ def verify_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
 
 
 @app.command("info")
-def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
+def info_cmd(dataset: str = typer.Argument(..., help="a dataset folder (./NAME for one in the working folder), or a name from faultlab dataset list"),
              as_json: bool = typer.Option(False, "--json", help="the same figures as one JSON object on stdout")):
     """Runs, splits, fault types and labels of a dataset."""
 
@@ -185,7 +195,7 @@ def info_cmd(dataset: Path = typer.Argument(..., help="a dataset folder"),
     for r in runs:
         ft.update(r.get("fault_types", []))
         src.update(r.get("labels_by_source", {}))
-    size = _size(Path(dataset))
+    size = _size(ds.path)
     info = {"name": ds.name, "runs": len(runs), "train": len(ds.splits["train"]), "test": len(ds.splits["test"]), "seed": ds.seed,
             "fault_types": dict(ft), "labels_by_source": dict(src), "size_mb": round(size / 1e6, 3),
             "duration_s": round(sum(r.get("duration_s", 0) for r in runs), 1)}
@@ -225,7 +235,7 @@ def info_table(info: dict) -> Table:
 
 @app.command("export")
 def export_cmd(
-    dataset: Path = typer.Argument(..., help="a dataset folder"),
+    dataset: str = typer.Argument(..., help="a dataset folder (./NAME for one in the working folder), or a name from faultlab dataset list"),
     fmt: str = typer.Option("timeeval", "--format", help="timeeval (a train file, a test CSV per rank of each test run, datasets.csv) or tsb-ad (one CSV per run and rank named as TSB-AD names its files, File-List.csv)"),
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="output folder (default ./NAME-FORMAT in the current folder)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the dataset, the format, the output folder and its index file"),
@@ -234,7 +244,7 @@ def export_cmd(
     toolkit."""
     from faultlab.datasets.export import export
 
-    dest = out_dir or Path(f"{dataset.name}-{fmt}")  # never beside a published dataset (package data)
+    dest = out_dir or Path(f"{Path(dataset).name}-{fmt}")  # never beside a published dataset (package data)
     try:
         idx = export(dataset, dest, fmt)
     except FaultlabError as e:

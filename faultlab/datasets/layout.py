@@ -284,7 +284,10 @@ class Dataset:
     registry's folders holds (:func:`faultlab.datasets.registry.published`:
     ``$FAULTLAB_DATASETS``, else the installed package's data, then ``./datasets``;
     it wins over a folder of that name in the working folder), else the dataset
-    folder at ``path``.
+    folder at ``path``. ``path`` as the user typed it: ``./NAME`` (a ``str``; a
+    ``pathlib.Path`` drops the ``./``) names the folder. ``lookup=False``: ``path``
+    is the folder, never a name (a caller that has resolved the name already and
+    holds a Path, in which ``./NAME`` would read as the bare name ``NAME``).
 
     Raises BadInput (field ``--dataset``) when the folder has no ``splits.json`` and
     no published dataset has that name, and naming the file when it is malformed
@@ -296,11 +299,13 @@ class Dataset:
     score of files of two datasets, under the first one's checked manifest); when the
     held folder is removed under the reader, the read is one line saying so."""
 
-    def __init__(self, path: str | Path):
-        self.path = registry.published(path) or Path(path)  # a published name over a folder of the working folder
+    def __init__(self, path: str | Path, *, lookup: bool = True):
+        # a published name over a folder of the working folder
+        self.path = (registry.published(path) if lookup else None) or Path(path)
         if not (self.path / "splits.json").is_file():
-            if len(self.path.parts) == 1 and not self.path.exists():
-                self.path = registry.find(self.path)
+            # only a bare name as given is looked up by name: Path("./NAME") is "NAME"
+            if lookup and registry.is_bare_name(path) and not self.path.exists():
+                self.path = registry.find(path)
             else:
                 raise BadInput(f"{self.path} is not a faultlab dataset (no splits.json)", field="--dataset",
                                fix="give a folder written by faultlab dataset build")

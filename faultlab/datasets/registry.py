@@ -136,7 +136,11 @@ def published(name: str | os.PathLike) -> Path | None:
 def find(name: str | os.PathLike) -> Path:
     """The folder of dataset ``name``: :func:`published` for a bare name, else
     ``name`` itself when it is a dataset folder. Raises BadInput (field
-    ``--dataset``) naming every folder looked in."""
+    ``--dataset``) naming every folder looked in.
+
+    ``name`` as the user typed it (a ``str``): ``Path("./NAME")`` is ``NAME``, a
+    bare name, so a command that converts what it was given to a Path first looks
+    up the published dataset the user's ``./NAME`` did not mean."""
     p = Path(name)
     if (hit := published(name)) is not None:
         return hit
@@ -148,6 +152,31 @@ def find(name: str | os.PathLike) -> Path:
         where += f"; {why}"
     raise BadInput(f"dataset {str(name)!r} not found ({where})", field="--dataset",
                    fix="give a dataset folder, or a name from faultlab dataset list (set FAULTLAB_DATASETS to add folders)")
+
+
+#: what a command that writes into a dataset folder says to one given a bare name
+PATH_FIX = "give the folder's path, e.g. ./{name} or datasets/{name}"
+
+
+def require_folder_path(name: str | os.PathLike, field: str) -> None:
+    """Refuse a bare name (:func:`is_bare_name`) given to a command that writes into
+    the dataset folder it names (``dataset relabel``, ``leaderboard --card``): to every
+    command that reads, a bare name is the published dataset of that name (the
+    installed package's data or a folder of ``$FAULTLAB_DATASETS``), never the folder
+    of that name in the working folder, so a writer taking it would either rewrite the
+    published data or act on another folder than ``dataset info NAME`` describes. A
+    path (``./NAME``, ``datasets/NAME``) names the folder and is written; a published
+    dataset is rewritten only through its folder's path.
+
+    Raises BadInput (field ``field``) naming the fix, the published folder of that
+    name when there is one."""
+    if not is_bare_name(name):
+        return
+    hit = published(name)
+    means = f"the published dataset at {hit}" if hit is not None else "a published dataset, looked up by name"
+    raise BadInput(f"{str(name)!r} is a bare name, which means {means} to the commands that read; "
+                   "a command that writes into a dataset takes its folder's path", field=field,
+                   fix=PATH_FIX.format(name=str(name)))
 
 
 def list_datasets() -> list[dict]:

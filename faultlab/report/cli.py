@@ -34,7 +34,7 @@ def _write(writer, src: Path, out: Optional[Path]) -> Path:
 
 
 def report(
-    path: Path = typer.Argument(..., metavar="RUN_DIR|DATASET|SCORES.json",
+    path: str = typer.Argument(..., metavar="RUN_DIR|DATASET|SCORES.json",
                                 help="a run directory, a folder of runs (campaign), a dataset folder or the name of a published one (faultlab dataset list), a scores JSON file or a leaderboard.json"),
     out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="where to write the page (default: PATH/report.html; ./NAME-report.html for a dataset; SCORES.html beside a JSON file)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the page written, its size in bytes and the seconds it took"),

@@ -249,7 +249,7 @@ def find_runs(p: Path) -> tuple[list[Path], list[str]]:
     a run they cannot read into the page. Raises BadInput naming a dataset's file that
     is malformed (:class:`faultlab.datasets.layout.Dataset`)."""
     if (p / "data" / "steps").is_dir():
-        return [p / "data" / "steps" / f"run={rid}" for rid in Dataset(p).run_ids("all")], []
+        return [p / "data" / "steps" / f"run={rid}" for rid in Dataset(p, lookup=False).run_ids("all")], []
     runs, notes = [], []
     with os.scandir(p) as it:
         for e in it:
@@ -315,7 +315,7 @@ def render_collection(p: Path, runs: list[Path], notes: list[str] = ()) -> str:
     stderr. It ends with its whole card (README.md, front matter left out).
     ``notes``: lines shown with the runs that could not be read (children skipped)."""
     dataset = (p / "data" / "steps").is_dir()
-    ds = Dataset(p) if dataset else None
+    ds = Dataset(p, lookup=False) if dataset else None  # p: the folder write_report resolved (./NAME is "NAME" by now)
     verified = []
     if ds is not None:  # a dataset is one whole: a table that does not fit refuses the page
         ds.check()

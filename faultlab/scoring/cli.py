@@ -93,7 +93,7 @@ def score_cmd(
     ctx: typer.Context,
     detector: str = typer.Option(..., "--detector", help="a built-in name, an entry point of group faultlab.detectors, or module:Class"),
     param: List[str] = typer.Option([], "--param", metavar="KEY=VALUE", help="a detector parameter (repeatable); typed as the detector's constructor declares it (threshold: float reads 2 as 2.0, a str parameter keeps 7 as \"7\"); an unannotated one reads as YAML (2, 0.5, true, text)"),
-    dataset: Optional[Path] = typer.Option(None, "--dataset", help="a dataset folder (faultlab dataset build)"),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="a dataset folder (faultlab dataset build; ./NAME for one in the working folder), or a name from faultlab dataset list"),
     run: List[Path] = typer.Option([], "--run", help="a labeled run directory (repeatable)"),
     split: str = typer.Option("test", "--split", help="test (the default: fit on train, score test) | train | all (no fitting); run directories are always all"),
     mode: str = typer.Option("offline", "--mode", help="offline (whole run at once) | replay (online, a clock; measures latency)"),

@@ -12,7 +12,8 @@ test suite can score it on a published dataset::
 :class:`faultlab.scoring.api.ScoreResult` (keywords as :func:`score_runs`); results
 are cached per session. The dataset's files are first checked against its
 ``MANIFEST.sha256`` (a changed or missing file raises BadInput naming it);
-``verify=False`` scores it as it is. ``dataset`` is a folder, or a name looked up in
+``verify=False`` scores it as it is. ``dataset`` is a folder (a ``str`` such as
+``"./NAME"`` keeps its ``./``; ``Path("./NAME")`` is the bare name ``NAME``), or a name looked up in
 ``--faultlab-datasets DIR``, then as :mod:`faultlab.datasets.registry` finds it
 (``$FAULTLAB_DATASETS``, else the installed package's data, then ``./datasets``).
 """
@@ -32,10 +33,10 @@ def find_dataset(name: str, extra: str | None = None) -> Path:
     """The folder of dataset ``name`` (see the module docstring). Raises
     FileNotFoundError listing where it looked."""
     # lazy: pytest loads this plugin in every session; the datasets package only when a test scores
-    from faultlab.datasets.registry import find
+    from faultlab.datasets.registry import find, is_bare_name
     from faultlab.errors import BadInput
 
-    if extra and (Path(extra) / name / "splits.json").is_file():
+    if extra and is_bare_name(name) and (Path(extra) / name / "splits.json").is_file():  # a path (./NAME) is that folder
         return Path(extra) / name
     try:
         return find(name)
@@ -61,12 +62,14 @@ class _Scorer:
 
     def __call__(self, detector, dataset, split: str = "test", **kw):
         # lazy: pytest loads this plugin in every session; scoring (pandas) only when a test scores
+        from faultlab.datasets.layout import Dataset
         from faultlab.scoring.api import score_dataset
 
         path = find_dataset(str(dataset), self._config.getoption("--faultlab-datasets"))
         key = (str(detector), str(path.resolve()), split, tuple(sorted((k, repr(v)) for k, v in kw.items())))
         if key not in self._cache:
-            self._cache[key] = score_dataset(detector, path, split=split, **kw)
+            # the folder found: a Path of ./NAME is the bare name NAME, which Dataset would look up again
+            self._cache[key] = score_dataset(detector, Dataset(path, lookup=False), split=split, **kw)
         return self._cache[key]
 
     require = staticmethod(require)

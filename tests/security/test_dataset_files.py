@@ -233,8 +233,8 @@ def test_relabel_reads_an_unlisted_card_with_no_link_and_bounded(ds, tmp_path, k
 def test_a_leaderboard_of_a_published_name_records_and_cards_the_published_folder(nobody_dir, tmp_path):
     """Root ranks ``--dataset faultlab-sw-v1`` standing in nobody's folder, which holds a
     copy of that name: the published dataset is scored, and the folder the board
-    records (where ``--card`` writes its table, what ``--verify`` re-scores) is the
-    published one, never nobody's copy."""
+    records (what ``--verify`` re-scores) is the published one, never nobody's copy.
+    (``--card``, which writes into the folder, takes a path only.)"""
     reg = tmp_path / "registry"
     shutil.copytree(SW_DATASET, reg / SW_DATASET.name)
     shutil.copytree(SW_DATASET, nobody_dir / SW_DATASET.name)

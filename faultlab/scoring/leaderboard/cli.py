@@ -12,6 +12,7 @@ import typer
 
 from faultlab import safefs
 from faultlab.cliopts import Quiet
+from faultlab.datasets import registry
 from faultlab.errors import BadInput, FaultlabError, printable
 
 # Lazy imports: the CLI imports this module to register the command; scoring (numpy,
@@ -35,7 +36,7 @@ def _write(out: Path, texts: dict[str, str]) -> None:
 
 
 def leaderboard_cmd(
-    dataset: List[Path] = typer.Option([], "--dataset", help="a dataset folder (repeatable); with --verify, where to find a dataset the file names"),
+    dataset: List[str] = typer.Option([], "--dataset", help="a dataset folder (./NAME for one in the working folder) or a name from faultlab dataset list (repeatable; with --card a folder's path only); with --verify, where to find a dataset the file names"),
     detector: List[str] = typer.Option([], "--detector", help="a detector to rank (repeatable; default: every built-in and installed one)"),
     mode: str = typer.Option("offline", "--mode", help="offline (whole run at once) | replay (online, a clock; measures latency)"),
     split: str = typer.Option("test", "--split", help="test (the default, as faultlab score: fit on train, score test) | train | all (no fitting)"),
@@ -46,7 +47,7 @@ def leaderboard_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="folder to write leaderboard.md, leaderboard.json (the scores file) and leaderboard.html into"),
     as_json: bool = typer.Option(False, "--json", help="print leaderboard.json instead of the tables"),
     brief: bool = typer.Option(False, "--brief", help="print one short table of every dataset (rank, window MCC with its CI, the paired mark), as in the README"),
-    card: bool = typer.Option(False, "--card", help="also write each dataset's table into its card (DIR/README.md, the leaderboard section; one table per mode) and the card's digest into DIR/MANIFEST.sha256"),
+    card: bool = typer.Option(False, "--card", help="also write each dataset's table into its card (DIR/README.md, the leaderboard section; one table per mode) and the card's digest into DIR/MANIFEST.sha256; each --dataset by its folder's path (./NAME, datasets/NAME), a bare name refused"),
     verify: Optional[Path] = typer.Option(None, "--verify", help="a submitted leaderboard.json: re-score it with its own detectors and settings (the other options are not used); exit 1 naming the first number that differs"),
     quiet: Quiet = False,
 ):
@@ -69,6 +70,9 @@ def leaderboard_cmd(
             raise BadInput("give at least one --dataset DIR", field="--dataset", fix="e.g. --dataset datasets/faultlab-hw-v1")
         if card and detector:
             raise BadInput("a card carries every detector", field="--card", fix="leave out --detector, or leave out --card")
+        if card:  # --card writes into each folder: a bare name (the published dataset, to reads) is refused before any is scored
+            for d in dataset:
+                registry.require_folder_path(d, "--dataset")
         window_s, tick_s = parse_duration(window, "--window"), parse_duration(tick, "--tick")
 
         def progress(db):
