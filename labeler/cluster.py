@@ -15,6 +15,7 @@ import weakref
 
 from faultlab import workdirs
 from faultlab.errors import BadInput
+from faultlab.labeler import listener
 
 #: seconds the client of a scheduler given by address (``--scheduler``) tries to reach
 #: it: its first connection, and a reconnection once the scheduler is lost, give up
@@ -137,13 +138,26 @@ def client_for(scheduler: str | None = None):
     default ``TMP/dask-scratch-space``: every Dask server puts its scratch folder first
     on ``sys.path`` (the workers inherit it), so a user who made that shared name
     first would have root import their modules. A scheduler given by address is
-    trusted as the labeler's own process: what it returns is unpickled."""
+    trusted as the labeler's own process: what it returns is unpickled. So one at an
+    address of this host is used only when this user listens there: a port is no
+    one's, and another local user who listened first on the port of a scheduler not
+    running (yet, or any more) would be that trusted process."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
     from dask.distributed import Client
+    from distributed.comm.addressing import parse_address, parse_host_port
 
     addr = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if addr:
         field = "--scheduler" if scheduler else "DASK_SCHEDULER_ADDRESS"
+        try:
+            proto, loc = parse_address(addr)
+            others = listener.listener_uids(*parse_host_port(loc)) - {os.geteuid()} if proto in ("tcp", "tls") else set()
+        except ValueError:
+            others = set()  # no port: Client says so below
+        if others:
+            raise BadInput(f"{addr} is listened on by uid {', '.join(map(str, sorted(others)))}, not by this user (uid {os.geteuid()}): "
+                           f"what a scheduler returns is unpickled, so another user's would run code as this one", field=field,
+                           fix="start the scheduler as this user (dask scheduler), or leave the address out to label on an embedded cluster")
         try:
             return Client(addr, timeout=CONNECT_TIMEOUT_S), None
         except ValueError as e:  # no port, an unknown protocol

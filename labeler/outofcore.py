@@ -595,8 +595,15 @@ def _strips(R: int, n: int) -> list[tuple[int, int]]:
 
 def _has_column(stored: list[list[str]], col: str) -> bool:
     """Whether the stored table has column ``col`` (its first file's schema, read as
-    every steps file is: no link followed, its footer bounded)."""
-    return bool(stored and stored[0]) and col in steptable.parquet_file(Path(stored[0][0])).schema_arrow.names
+    every steps file is: no link followed, its footer bounded). Raises BadInput naming
+    the file when it is not readable Parquet or no regular file (the run folder's owner
+    may have swapped it for a FIFO or a link since the scan read it)."""
+    if not (stored and stored[0]):
+        return False
+    try:
+        return col in steptable.parquet_file(Path(stored[0][0])).schema_arrow.names
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise steptable.unreadable(Path(stored[0][0]), e) from None
 
 
 def _check_across_blocks(filled: list[dict], ranks: np.ndarray) -> None:

@@ -8,12 +8,17 @@ the same Python and Dask) connects to its scheduler's port over TCP and over TLS
 a certificate of its own and asks the scheduler to write a file. Both must be
 refused and no file written; root's own client still computes, and every socket the
 cluster listens on (its HTTP servers too) is on 127.0.0.1.
+
+A scheduler root gives by address is trusted (what it returns is unpickled), and a
+port is no one's: ``nobody`` listening first on a local port root names with
+``--scheduler`` must have root's labeler refuse it in one line, never connect.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +30,8 @@ psutil = pytest.importorskip("psutil", reason="psutil comes with dask.distribute
 
 from faultlab.labeler import cluster as labelcluster
 from faultlab.labeler import outofcore
-from tests.helpers import ROOT, as_nobody, nobody_sh
+from faultlab.report.synthetic import make_run
+from tests.helpers import ROOT, as_nobody, fl, nobody_sh
 
 pytest.importorskip("distributed", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
 pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root (to act as nobody) and setpriv")
@@ -116,3 +122,28 @@ def test_roots_label_cluster_imports_nothing_from_the_working_folder(nobody_dir,
         labelcluster.close(client, cluster)
     assert not mark.exists(), f"nobody's multiprocessing was imported by uid {mark.read_text()}"
     assert os.environ.get("PYTHONSAFEPATH") == before
+
+
+#: nobody's listener: a socket on a free port of 127.0.0.1, its port printed, held open
+LISTEN = """
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+print(s.getsockname()[1], flush=True)
+time.sleep(300)
+"""
+
+
+def test_roots_labeler_refuses_a_scheduler_address_another_user_listens_on(tmp_path):
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20, label=False)
+    squatter = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", LISTEN],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(squatter.stdout.readline())
+        cp = fl("label", run, "--scheduler", f"tcp://127.0.0.1:{port}", timeout=120)
+    finally:
+        squatter.kill()
+        squatter.wait()
+    err = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and "uid 65534" in err[0] and "--scheduler" in err[0], (cp.returncode, cp.stderr[-1500:])
