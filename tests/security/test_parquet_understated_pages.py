@@ -22,22 +22,12 @@ import pytest
 from faultlab import parquetbound
 from faultlab.errors import BadInput
 from faultlab.labeler.importers.long.read import read_long
+from faultlab.parquetpages import _varint
 from faultlab.report.synthetic import make_run
 from faultlab.rundir import RunDir
 
 VALUE_BYTES = 4 << 20
 VALUES = 8
-
-
-def _varint(b: bytes, i: int) -> tuple[int, int]:
-    n = s = 0
-    while True:
-        x = b[i]
-        i += 1
-        n |= (x & 0x7F) << s
-        s += 7
-        if not x & 0x80:
-            return n, i
 
 
 def _read(b: bytes, i: int, t: int):
