@@ -575,12 +575,15 @@ def _remote_workers(client) -> bool:
 
 def _wait(client, futures: list, note, what: str) -> list:
     """The results of ``futures`` in their order (raising the first error), calling
-    ``note(done, total, what)`` as each finishes."""
+    ``note(done, total, what)`` as each finishes. At the first error the futures not
+    yet done are cancelled: a block refused ends the pass on the cluster too (on an
+    existing cluster the workers would read the run's other blocks for nothing)."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
     from dask.distributed import as_completed
 
     for i, f in enumerate(as_completed(futures), 1):
         if f.status != "finished":
+            client.cancel([g for g in futures if not g.done()])
             f.result()  # raises the task's error
         note(i, len(futures), what)
     return client.gather(futures)

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 from faultlab import steptable, synthrun
 from faultlab.errors import BadInput
 from faultlab.labeler import StepGrid, analyze, label_run, read_steps
-from faultlab.labeler.outofcore import analyze_out_of_core, halo_steps
+from faultlab.labeler.outofcore import _wait, analyze_out_of_core, halo_steps
 
 distributed = pytest.importorskip("distributed", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
 dask = pytest.importorskip("dask", reason="dask is the 'scale' extra: pip install -e '.[scale]'")
@@ -304,3 +305,30 @@ def test_peer_medians_indexed_as_numpy_indexes_the_in_memory_peer_median(tmp_pat
                 (np.array([5, 5, -2995]), slice(None)), (slice(10, 5), 2), (-1, -1), (np.array([[4], [9]]), np.array([0, 3]))]:
         got = np.asarray(b.peer.median[key])
         assert got.shape == ref[key].shape and np.array_equal(got, ref[key], equal_nan=True), key
+
+
+def _refuse(x):
+    raise BadInput(f"block {x} refused", field="steps")
+
+
+_RELEASE = threading.Event()
+
+
+def _held_read(x):
+    _RELEASE.wait(60)
+    return x
+
+
+def test_a_refused_block_cancels_the_blocks_not_yet_read():
+    """The first block a worker refuses ends the pass: the reads not yet done are
+    cancelled on the cluster, not left to run to the end of the run (an in-process
+    worker of one thread: the first held read is running, the others wait for it)."""
+    _RELEASE.clear()
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
+        futures = [client.submit(_refuse, 0, pure=False)] + [client.submit(_held_read, k, pure=False) for k in range(1, 5)]
+        try:
+            with pytest.raises(BadInput, match="block 0 refused"):
+                _wait(client, futures, lambda *a: None, "read")
+            assert all(f.cancelled() for f in futures[2:]), [f.status for f in futures]
+        finally:
+            _RELEASE.set()
