@@ -432,7 +432,9 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
         BadInput as :func:`faultlab.steps.dense_steps` (naming the column), or for
         ``t_start`` that goes back across a block boundary."""
     cfg = labeler_config(config)
-    folder = Path(workdir)
+    # the workers read the blocks and write the maps from working folders of their own
+    # (an existing cluster's were started elsewhere): every path they get is absolute
+    path, folder = Path(os.path.abspath(path)), Path(os.path.abspath(workdir))
     folder.mkdir(parents=True, exist_ok=True)
     stored = check_blocks(path)
     note = progress or (lambda *a: None)

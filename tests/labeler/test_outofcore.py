@@ -173,6 +173,17 @@ def test_out_of_core_on_a_real_cluster_of_a_scheduler_and_two_workers(tmp_path):
         log.close()
 
 
+def test_a_run_given_by_a_relative_path_is_labeled_on_a_cluster_started_elsewhere(tmp_path, cluster, monkeypatch):
+    """The cluster's workers were started in another working folder (the test session's),
+    as an existing cluster's are: a run named relative to the caller's folder is read
+    and its maps written by its absolute path, and labels as the in-memory labeler does."""
+    synthrun.write_run(tmp_path / "run", 16, 2_000, block_rows=1 << 13)
+    ref = label_run(tmp_path / "run", out_of_core=False)
+    monkeypatch.chdir(tmp_path)
+    got = label_run("run", out_of_core=True, scheduler=cluster.scheduler_address)
+    pd.testing.assert_frame_equal(got, ref)
+
+
 def test_cli_label_out_of_core_says_its_passes(tmp_path, cluster):
     from tests.helpers import fl
 
