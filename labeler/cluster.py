@@ -151,7 +151,8 @@ def client_for(scheduler: str | None = None):
         field = "--scheduler" if scheduler else "DASK_SCHEDULER_ADDRESS"
         try:
             proto, loc = parse_address(addr)
-            others = listener.listener_uids(*parse_host_port(loc)) - {os.geteuid()} if proto in ("tcp", "tls") else set()
+            # every comm but the in-process one (tcp, tls, ws, wss, ucx) reaches a TCP port
+            others = listener.listener_uids(*parse_host_port(loc)) - {os.geteuid()} if proto != "inproc" else set()
         except ValueError:
             others = set()  # no port: Client says so below
         if others:
