@@ -77,8 +77,11 @@ def _skip(buf: bytes, i: int, t: int, depth: int) -> int:
         if n:
             kv = buf[i]
             i += 1
-            for _ in range(n):
-                i = _skip(buf, _skip(buf, i, kv >> 4, depth + 1), kv & 15, depth + 1)
+            for _ in range(n):  # a map's items as a list's: a boolean a byte, and no further than the buffer
+                for et in (kv >> 4, kv & 15):
+                    i = i + 1 if et in (1, 2) else _skip(buf, i, et, depth + 1)
+                if i > len(buf):
+                    raise IndexError(i)
         return i
     if t == 12:
         return _struct(buf, i, depth + 1, {})[1]
