@@ -104,10 +104,10 @@ def _struct(buf: bytes, i: int, depth: int, want: dict) -> tuple[dict, int]:
             n, i = _varint(buf, i)
             fid = _zigzag(n)
         last = fid
-        if fid in want and t in (5, 6):
+        if fid in want and want[fid] is None and t in (5, 6):  # a number where one is wanted
             n, i = _varint(buf, i)
             got[fid] = _zigzag(n)
-        elif fid in want and t == 12:
+        elif fid in want and want[fid] is not None and t == 12:  # a struct where one is wanted; else skipped as unknown
             got[fid], i = _struct(buf, i, depth + 1, want[fid])
         else:
             i = _skip(buf, i, t, depth)

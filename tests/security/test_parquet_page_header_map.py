@@ -46,3 +46,25 @@ def test_roots_label_of_a_table_whose_page_header_states_a_huge_map_ends_in_one_
         pytest.fail("root's label walked the page header's map for good")
     err = cp.stderr.strip().splitlines()
     assert cp.returncode == 2 and len(err) == 1 and "host.parquet" in err[0], (cp.returncode, cp.stderr[-1500:])
+
+
+#: a page header whose uncompressed size (field 2) is a struct (12), empty, and nothing after
+SIZE_AS_STRUCT = bytes([0x2C, 0x00, 0x00])
+
+
+def test_a_page_header_field_of_another_type_than_its_own_is_refused():
+    with pytest.raises(parquetpages.PagesOver):
+        parquetpages.page_bytes(SIZE_AS_STRUCT + bytes(64), 1)
+
+
+def test_roots_label_of_a_table_whose_page_header_has_a_field_of_another_type_ends_in_one_line(tmp_path):
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20, label=False)
+    host = run / "host.parquet"
+    cc = pq.ParquetFile(host).metadata.row_group(0).column(0)
+    at = cc.dictionary_page_offset if cc.has_dictionary_page and cc.dictionary_page_offset else cc.data_page_offset
+    with open(host, "r+b") as f:
+        f.seek(at)
+        f.write(SIZE_AS_STRUCT)
+    cp = fl("label", run, timeout=90)
+    err = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and "host.parquet" in err[0] and "Traceback" not in cp.stderr, (cp.returncode, cp.stderr[-1500:])
