@@ -45,6 +45,11 @@ class NestedColumn(ValueError):
     """A Parquet file has a column of a nested type (:func:`text_over`)."""
 
 
+class UncountedColumn(ValueError):
+    """A Parquet file has a column whose bytes read as a type :func:`text_over` does
+    not count (:func:`uncounted_column`)."""
+
+
 class FooterOver(ValueError):
     """A Parquet file's footer is larger than any table faultlab reads has
     (:func:`open_parquet`)."""
@@ -103,7 +108,8 @@ class Held:
     after the check is not read (the descriptor is the checked file's), and one
     rewritten in place is refused when a chunk read twice changed, or when its pages
     decompress to more than :data:`DECODED_RATIO` times its size, whatever its footer
-    states. Raises what :func:`open_parquet` raises."""
+    states. Raises what :func:`open_parquet` raises, and UncountedColumn (a ValueError,
+    one line naming the column) for a column :func:`uncounted_column` refuses."""
 
     def __init__(self, fh):
         self.fh = fh
@@ -112,6 +118,9 @@ class Held:
         pf = open_parquet(self.pages)
         self.metadata = pf.metadata
         self.schema_arrow = pf.schema_arrow
+        why = uncounted_column(self.schema_arrow)
+        if why is not None:  # before any column is decoded: text_over would pass it uncounted
+            raise UncountedColumn(why)
         self.pages.arm(self.metadata, DECODED_RATIO * max(self.size, 1),
                        remember={f.name for f in self.schema_arrow if _is_text(f.type)})
 
@@ -121,6 +130,21 @@ class Held:
 
     def close(self) -> None:
         self.fh.close()
+
+
+def uncounted_column(schema: pa.Schema) -> str | None:
+    """Why a column of ``schema`` is refused for a type whose decoded size no check
+    counts, or None: a view of text (``string_view``, ``binary_view``) or an extension
+    type (its storage is decoded; ``arrow.json`` and ``arrow.opaque`` store text), also
+    as a dictionary's values. A file's stored Arrow schema chooses the type its bytes
+    read as, and :func:`text_over` counts only ``string`` and ``binary``: one 1 MiB value
+    that every row names, typed so, passed it and was decoded whole."""
+    for f in schema:
+        t = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
+        if isinstance(t, pa.BaseExtensionType) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+            return (f"column {printable(f.name, 80)!r} is of type {printable(str(f.type), 80)}, whose decoded size no check "
+                    "counts: faultlab's tables hold text as string or binary")
+    return None
 
 
 def nested_column(schema: pa.Schema) -> str | None:

@@ -77,8 +77,11 @@ def _skip(buf: bytes, i: int, t: int, depth: int) -> int:
         if n:
             kv = buf[i]
             i += 1
-            for _ in range(n):
-                i = _skip(buf, _skip(buf, i, kv >> 4, depth + 1), kv & 15, depth + 1)
+            for _ in range(n):  # a map's items as a list's: a boolean a byte, and no further than the buffer
+                for et in (kv >> 4, kv & 15):
+                    i = i + 1 if et in (1, 2) else _skip(buf, i, et, depth + 1)
+                if i > len(buf):
+                    raise IndexError(i)
         return i
     if t == 12:
         return _struct(buf, i, depth + 1, {})[1]
@@ -101,10 +104,10 @@ def _struct(buf: bytes, i: int, depth: int, want: dict) -> tuple[dict, int]:
             n, i = _varint(buf, i)
             fid = _zigzag(n)
         last = fid
-        if fid in want and t in (5, 6):
+        if fid in want and want[fid] is None and t in (5, 6):  # a number where one is wanted
             n, i = _varint(buf, i)
             got[fid] = _zigzag(n)
-        elif fid in want and t == 12:
+        elif fid in want and want[fid] is not None and t == 12:  # a struct where one is wanted; else skipped as unknown
             got[fid], i = _struct(buf, i, depth + 1, want[fid])
         else:
             i = _skip(buf, i, t, depth)

@@ -96,7 +96,7 @@ def read_run_dir(path: str | Path) -> RunData:
                        f"detectors take the whole run in memory, about 350 bytes a rank-step)", field="--run",
                        fix=f"give runs of at most {MAX_RUN_ROWS:,} rank-steps (fewer ranks or steps); faultlab label labels a larger run out of core")
     rd = RunDir(p)
-    steps = rd.read_table("steps")
+    steps = rd.read_table("steps", max_rows=MAX_RUN_ROWS)  # the files read, which their owner may have grown since the count
     check_step_values(steps)
     return RunData(run_id=str(rd.run_id), steps=steps, host=rd.read_table("host"), labels=rd.read_table("labels"),
                    injections=rd.read_table("injections"), meta=rd.meta)

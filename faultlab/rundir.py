@@ -247,15 +247,18 @@ class RunDir:
             shutil.rmtree(stale)
         return p
 
-    def read_table(self, name: str) -> pd.DataFrame:
-        """Read table ``name``; an empty frame with the right columns when absent.
+    def read_table(self, name: str, max_rows: int | None = None) -> pd.DataFrame:
+        """Read table ``name``; an empty frame with the right columns when absent;
+        a stored steps table of at most ``max_rows`` rows
+        (:func:`faultlab.steptable.iter_blocks`).
 
         Raises BadInput naming the file (``NAME.parquet``) when it cannot be read (not
-        Parquet, truncated, unreadable); see also :meth:`read_raw_steps` and
-        :attr:`meta`."""
+        Parquet, truncated, unreadable), or the steps table past ``max_rows``; see also
+        :meth:`read_raw_steps` and :attr:`meta`."""
         p = self.table_path(name)
-        if name == "steps" and steptable.steps_source(self.path) is not None:
-            return steptable.read_table(steptable.steps_source(self.path))
+        src = steptable.steps_source(self.path) if name == "steps" else None
+        if src is not None:
+            return steptable.read_table(src, max_rows=max_rows)
         if p.exists() or p.is_symlink():
             try:
                 with safefs.open_below(self.path, p.name) as f:  # a regular file, no link followed; checked and read as one file

@@ -163,20 +163,36 @@ def count_rows(path: str | os.PathLike) -> int:
     return n
 
 
+def over_rows(table: str | os.PathLike, max_rows: int) -> BadInput:
+    """The BadInput for a steps table whose files, as they are read, hold more than
+    ``max_rows`` rows: the bound a caller chose from a count of the table taken before
+    (a whole-run read, an in-memory labeling), which the run folder's owner may have
+    grown since."""
+    return BadInput(f"{table} holds more than {max_rows:,} rank-steps as it is read (more than when it was counted: "
+                    "it changed meanwhile)", field=STEPS_DIR if Path(table).name == STEPS_DIR else STEPS_FILE,
+                    fix="run the command again once nothing writes the run folder")
+
+
 def unreadable(p: Path, err: BaseException | None = None) -> BadInput:
     """The BadInput for a steps file that cannot be read (``err`` summed up)."""
     why = f": {type(err).__name__}: {' '.join(str(err).split())}"[:300] if err is not None else ""
     return BadInput(f"{p} could not be read as Parquet{why}", field=p.name if p.name == STEPS_FILE else STEPS_FILE, fix=_FIX)
 
 
-def iter_blocks(path: str | os.PathLike, columns: list[str] | None = None) -> Iterator[pa.Table]:
+def iter_blocks(path: str | os.PathLike, columns: list[str] | None = None, max_rows: int | None = None) -> Iterator[pa.Table]:
     """The table block by block (one Arrow table per step block; one for a single
-    file), in step order, with ``columns`` (all when None; absent ones left out)."""
+    file), in step order, with ``columns`` (all when None; absent ones left out).
+    Raises BadInput (:func:`over_rows`) before reading the file that brings the
+    rows read past ``max_rows``, counted from the footers of the files read."""
+    rows = 0
     for _, fs in blocks(path):
         parts = []
         for f in fs:
             try:
                 held = parquet_file(f)
+                rows += held.metadata.num_rows
+                if max_rows is not None and rows > max_rows:
+                    raise over_rows(path, max_rows)
                 _check_text(held, f)
                 cols = None if columns is None else [c for c in columns if c in held.schema_arrow.names]
                 parts.append(held().read(columns=cols))
@@ -196,12 +212,12 @@ def _check_text(held: parquetbound.Held, f: Path) -> None:
                        field=f.name, fix="restore the file faultlab wrote")
 
 
-def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pd.DataFrame:
+def read_table(path: str | os.PathLike, columns: list[str] | None = None, max_rows: int | None = None) -> pd.DataFrame:
     """The whole table as pandas (the values and dtypes of
     ``pq.read_table(file).to_pandas()``), converted column by column with each Arrow
     column freed once converted: the peak is the frame and one column, not the frame
-    and the whole Arrow table beside it."""
-    tables = list(iter_blocks(path, columns))
+    and the whole Arrow table beside it. At most ``max_rows`` rows (:func:`iter_blocks`)."""
+    tables = list(iter_blocks(path, columns, max_rows))
     if not tables:
         return schema.empty("steps")
     t = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
@@ -209,7 +225,7 @@ def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pd.
     return t.to_pandas(split_blocks=True, self_destruct=True)
 
 
-def read_lean(path: str | os.PathLike) -> pd.DataFrame:
+def read_lean(path: str | os.PathLike, max_rows: int | None = None) -> pd.DataFrame:
     """The columns the labeler reads (:data:`~faultlab.steps.STEP_COLUMNS` and the
     optional ones present) of either layout, the lean way: ``run_id``, ``node`` and
     ``peer_group`` as pandas categoricals, the numbers as numpy arrays in their
@@ -219,15 +235,19 @@ def read_lean(path: str | os.PathLike) -> pd.DataFrame:
     column with nulls.
 
     Raises:
-        BadInput naming the file when one is not readable Parquet."""
-    return read_lean_files(files(path))
+        BadInput naming the file when one is not readable Parquet, or the table
+        (:func:`over_rows`) when its files hold more than ``max_rows`` rows, counted
+        from the footers of the files read, before any is read."""
+    return read_lean_files(files(path), max_rows=max_rows, table=path)
 
 
-def read_lean_files(fs: list[Path], columns: list[str] | None = None) -> pd.DataFrame:
+def read_lean_files(fs: list[Path], columns: list[str] | None = None, max_rows: int | None = None,
+                    table: str | os.PathLike | None = None) -> pd.DataFrame:
     """:func:`read_lean` of the Parquet files ``fs`` (e.g. one step block), in order,
-    with ``columns`` (the labeler's when None)."""
+    with ``columns`` (the labeler's when None), at most ``max_rows`` rows (else
+    BadInput naming ``table``, default the first file's folder)."""
     try:
-        return _read_lean(fs, columns)
+        return _read_lean(fs, columns, max_rows, table)
     except (pa.ArrowException, OSError, ValueError) as e:
         raise unreadable(Path(fs[0]) if fs else Path(STEPS_FILE), e) from None
 
@@ -245,10 +265,13 @@ def _plain(fs: list[Path], helds: list[parquetbound.Held], cols: list[str] | Non
     return (pa.concat_tables(ts, promote_options="default") if len(ts) > 1 else ts[0]).to_pandas()
 
 
-def _read_lean(fs: list[Path], columns: list[str] | None) -> pd.DataFrame:
+def _read_lean(fs: list[Path], columns: list[str] | None, max_rows: int | None = None,
+               table: str | os.PathLike | None = None) -> pd.DataFrame:
     pfs = [parquet_file(f) for f in fs]  # each file checked and read through one descriptor
     if not pfs:
         return schema.empty("steps")
+    if max_rows is not None and sum(pf.metadata.num_rows for pf in pfs) > max_rows:  # the very files read
+        raise over_rows(table if table is not None else Path(fs[0]).parent, max_rows)
     sch = pfs[0].schema_arrow
     want = STEP_COLUMNS + OPTIONAL_STEP_COLUMNS if columns is None else tuple(columns)
     cols = [c for c in want if c in sch.names]

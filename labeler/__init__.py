@@ -181,7 +181,7 @@ def _of_run(table: pd.DataFrame, rid: str) -> pd.DataFrame:
     return table[r.isna() | (r.map(str) == rid) | (r.map(str) == "")]
 
 
-def read_steps(path: str | os.PathLike) -> pd.DataFrame:
+def read_steps(path: str | os.PathLike, max_rows: int | None = None) -> pd.DataFrame:
     """Read a run's ``steps`` table the lean way, for labeling: ``steps.parquet`` or a
     partitioned ``steps/`` folder (:func:`faultlab.steptable.read_lean`, the one
     reader: the STEPS columns the labeler uses, ``run_id``/``node``/``peer_group`` as
@@ -191,9 +191,10 @@ def read_steps(path: str | os.PathLike) -> pd.DataFrame:
 
     Raises:
         BadInput naming the file (field ``steps.parquet``) when it is not a readable
-        Parquet file (corrupt, truncated, unreadable).
+        Parquet file (corrupt, truncated, unreadable), or the table when its files hold
+        more than ``max_rows`` rows as they are read (:func:`faultlab.steptable.over_rows`).
     """
-    return steptable.read_lean(path)
+    return steptable.read_lean(path, max_rows)
 
 
 def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None = None, out_of_core: bool | None = None,
@@ -251,7 +252,9 @@ def label_run(run_dir: str | os.PathLike, *, config: LabelerConfig | dict | None
     run_id = rd.run_id  # reads meta.json: a bad one is named before any work
     if p.exists() and (out_of_core or (out_of_core is None and steptable.count_rows(p) >= outofcore.IN_MEMORY_ROWS)):
         return _label_run_out_of_core(rd, p, cfg, scheduler, client, progress, peer_groups)
-    steps = read_steps(p) if p.exists() else rd.read_table("steps")  # a fresh frame of our own
+    # the files read may hold more than the count that chose memory: their owner may grow them meanwhile
+    limit = outofcore.IN_MEMORY_ROWS if out_of_core is None else None
+    steps = read_steps(p, limit) if p.exists() else rd.read_table("steps", max_rows=limit)  # a fresh frame of our own
     check_recorded_steps(steps, (p if p.exists() else rd.telemetry_dir()).name)
     injections = rd.read_table("injections")
     if len(steps) and "run_id" in steps.columns and steps["run_id"].isna().any():

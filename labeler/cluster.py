@@ -139,9 +139,11 @@ def client_for(scheduler: str | None = None):
     on ``sys.path`` (the workers inherit it), so a user who made that shared name
     first would have root import their modules. A scheduler given by address is
     trusted as the labeler's own process: what it returns is unpickled. So one at an
-    address of this host is used only when this user listens there: a port is no
-    one's, and another local user who listened first on the port of a scheduler not
-    running (yet, or any more) would be that trusted process."""
+    address of this host is used only when this user listens there, and refused at
+    once where nothing listens yet (the client would retry for seconds): a port is
+    no one's, and another local user who listened first on the port of a scheduler
+    not running (yet, or any more), before the check or after it, would be that
+    trusted process."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
     from dask.distributed import Client
     from distributed.comm.addressing import parse_address, parse_host_port
@@ -151,9 +153,14 @@ def client_for(scheduler: str | None = None):
         field = "--scheduler" if scheduler else "DASK_SCHEDULER_ADDRESS"
         try:
             proto, loc = parse_address(addr)
-            others = listener.listener_uids(*parse_host_port(loc)) - {os.geteuid()} if proto in ("tcp", "tls") else set()
+            # every comm but the in-process one (tcp, tls, ws, wss, ucx) reaches a TCP port
+            uids = listener.listener_uids(*parse_host_port(loc)) if proto != "inproc" else None
         except ValueError:
-            others = set()  # no port: Client says so below
+            uids = None  # no port: Client says so below
+        if uids is not None and not uids:  # Client would retry for seconds: whoever listened first meanwhile would answer
+            raise BadInput(f"no Dask scheduler answers at {addr}: nothing listens on that port of this host", field=field,
+                           fix="start one (dask scheduler) or give the address of a running one, tcp://HOST:PORT")
+        others = (uids or set()) - {os.geteuid()}
         if others:
             raise BadInput(f"{addr} is listened on by uid {', '.join(map(str, sorted(others)))}, not by this user (uid {os.geteuid()}): "
                            f"what a scheduler returns is unpickled, so another user's would run code as this one", field=field,

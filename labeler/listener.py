@@ -32,18 +32,21 @@ def _is_local(ip: str, family: int) -> bool:
     return False
 
 
-def listener_uids(host: str, port: int) -> set[int]:
+def listener_uids(host: str, port: int) -> set[int] | None:
     """The uids of the sockets listening on ``port`` at ``host`` or on every address,
-    for each address of ``host`` that is this host's; empty for a remote host, or
-    when none listens (a name that does not resolve included)."""
+    for each address of ``host`` that is this host's; empty when none listens there;
+    None when no address of ``host`` is this host's (a remote host, a name that does
+    not resolve)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
-        return set()
-    uids: set[int] = set()
+        return None
+    uids: set[int] | None = None
     for family, _, _, _, sa in infos:
         if family not in _TABLES or not _is_local(sa[0], family):
             continue
+        if uids is None:
+            uids = set()
         ip = ipaddress.ip_address(sa[0].split("%", 1)[0])
         for fam, table in _TABLES.items():
             with contextlib.suppress(OSError):

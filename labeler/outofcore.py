@@ -92,7 +92,8 @@ IN_MEMORY_ROWS = 1 << 24
 #: the most rank-steps one stored block may hold (its files' footers, all together): a
 #: worker reads a block whole, so a block larger than a run labeled in memory (faultlab
 #: writes blocks of about steptable.BLOCK_ROWS, or one step of every rank) is refused
-#: before any worker reads it
+#: before any worker reads it, and a worker reads at most this many of the files it
+#: opens (their owner may grow them after that check)
 BLOCK_MAX_ROWS = IN_MEMORY_ROWS
 
 
@@ -112,7 +113,7 @@ def _scan_block(files: list[str]) -> dict:
     """Steps and ranks (ascending) of one stored block, from its two integer columns,
     and whether its rows are the complete grid in step-major order (then no
     ``(rank, step)`` repeats and no rank is negative but the first)."""
-    t = steptable.read_lean_files([Path(f) for f in files], ["step", "rank"])
+    t = steptable.read_lean_files([Path(f) for f in files], ["step", "rank"], max_rows=BLOCK_MAX_ROWS)
     step, rank = _int_column(t, "step"), _int_column(t, "rank")
     hit = _step_major(step, rank)  # the usual layout: a few vectorized passes
     if hit is not None:
@@ -130,7 +131,7 @@ def _fill_block(files: list[str], folder: str, S: int, R: int, row0: int, ranks:
     run id and its ranks' node and peer group (first seen in the block). ``ordered``:
     the scan found the block's rows the complete grid in step-major order, so only a
     negative rank is left for :func:`~faultlab.steps.check_recorded_steps` to find."""
-    frame = steptable.read_lean_files([Path(f) for f in files])
+    frame = steptable.read_lean_files([Path(f) for f in files], max_rows=BLOCK_MAX_ROWS)
     if not ordered or not len(frame) or int(frame["rank"].iloc[0]) < 0:
         check_recorded_steps(frame, Path(files[0]).parent.name if len(files) else steptable.STEPS_FILE)
     d = dense_steps(frame)
@@ -212,7 +213,7 @@ def _shift_clocks(files: list[str], folder: str, S: int, R: int, row0: int, rank
     clock is skewed): it is read from the block again and placed as
     :func:`~faultlab.steps.dense_steps` places it (a repeated ``(rank, step)``: the
     last row)."""
-    frame = steptable.read_lean_files([Path(f) for f in files], ["step", "rank", "step_s"])
+    frame = steptable.read_lean_files([Path(f) for f in files], ["step", "rank", "step_s"], max_rows=BLOCK_MAX_ROWS)
     n = int(steps.size)
     cell = np.searchsorted(steps, _int_column(frame, "step")) * R + np.searchsorted(ranks, _int_column(frame, "rank"))
     dur = np.full(n * R, np.nan, dtype=np.float32)

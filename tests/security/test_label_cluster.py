@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -147,3 +148,68 @@ def test_roots_labeler_refuses_a_scheduler_address_another_user_listens_on(tmp_p
         squatter.wait()
     err = cp.stderr.strip().splitlines()
     assert cp.returncode == 2 and len(err) == 1 and "uid 65534" in err[0] and "--scheduler" in err[0], (cp.returncode, cp.stderr[-1500:])
+
+
+def test_roots_labeler_refuses_a_websocket_scheduler_address_another_user_listens_on(tmp_path):
+    """Dask reaches a scheduler over websockets too (``ws://``, ``wss://``): a port is
+    no one's whatever the protocol spoken on it."""
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20, label=False)
+    squatter = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", LISTEN],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(squatter.stdout.readline())
+        cp = fl("label", run, "--scheduler", f"ws://127.0.0.1:{port}", timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("root's labeler connected to nobody's port over ws://")
+    finally:
+        squatter.kill()
+        squatter.wait()
+    err = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and "uid 65534" in err[0] and "--scheduler" in err[0], (cp.returncode, cp.stderr[-1500:])
+
+
+#: root's ``faultlab label argv[1] --scheduler tcp://127.0.0.1:argv[2]``, nobody starting
+#: to listen on that port right after root's labeler looked who listens there
+_LISTEN_AFTER_CHECK = r"""
+import subprocess, sys
+from faultlab import cli
+from faultlab.labeler import listener
+
+run, port, script = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+look, started = listener.listener_uids, []
+
+def looked(host, p):
+    uids = look(host, p)
+    if not started:
+        started.append(subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", script, str(port)],
+                                        stdout=subprocess.PIPE, text=True))
+        started[0].stdout.readline()  # listening now
+    return uids
+
+listener.listener_uids = looked
+sys.argv = ["faultlab", "label", run, "--scheduler", f"tcp://127.0.0.1:{port}"]
+try:
+    cli.main()
+finally:
+    for p in started:
+        p.kill()
+"""
+
+#: nobody's listener on the port argv[1] of 127.0.0.1, held open two minutes
+LISTEN_AT = LISTEN.replace('("127.0.0.1", 0)', '("127.0.0.1", int(sys.argv[1]))').replace("sleep(300)", "sleep(120)")
+
+
+def test_roots_labeler_refuses_a_local_scheduler_address_nothing_listens_on_before_it_connects(tmp_path):
+    """Where nothing listens, Dask's client retries its connection for seconds: whoever
+    listens first in that time, after the check of who listens, is root's scheduler."""
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20, label=False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    try:
+        cp = subprocess.run([sys.executable, "-P", "-c", _LISTEN_AFTER_CHECK, str(run), str(port), LISTEN_AT],
+                            capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("root's labeler connected to the port nobody listened on after its check")
+    err = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and "--scheduler" in err[0] and "nothing listens" in err[0], (cp.returncode, cp.stderr[-1500:])
