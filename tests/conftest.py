@@ -25,7 +25,7 @@ def _isolated_state(tmp_path_factory):
     d = tmp_path_factory.mktemp("faultlab-state")
     os.environ["FAULTLAB_LEASE_DIR"] = str(d / "leases")
     os.environ["FAULTLAB_STATE_DIR"] = str(d)
-    yield
+    yield d
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -34,10 +34,25 @@ def _no_residue_after_session(_isolated_state):
     dockerd_before = _dockerd_running()
     yield
     left = left_since(before)
-    if _dockerd_running() and not dockerd_before:  # the session started it: it stops it
+    if _dockerd_running() and not dockerd_before and _dockerd_started_by(_isolated_state):
         docker_daemon.stop()
         left["dockerd"] = {"faultlab's dockerd, started by this session and left running (stopped now)"}
     assert not left, f"the test session left faultlab state behind: {left}"
+
+
+def _dockerd_started_by(state_dir: Path) -> bool:
+    """Whether faultlab's running dockerd was started from the session whose state
+    folder is ``state_dir``: it inherits the environment of the process that started it,
+    ``FAULTLAB_STATE_DIR`` included. A dockerd another test session started meanwhile on
+    the same host (its own state folder) is that session's to stop."""
+    pid = docker_daemon._our_pid()
+    if pid is None:
+        return False
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"FAULTLAB_STATE_DIR={state_dir}".encode() in env
 
 
 def _dockerd_running() -> bool:
