@@ -185,11 +185,7 @@ def intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max_
         chained = _chained_runs(st, ok, k, job_ex, min_share=min_share, max_spread=max_spread)
         if chained:  # several ranks' episodes chained into one by the period rule
             for rank, sub in chained:
-                v = np.bincount(k[sub & ok], minlength=g.R)
-                fl_sub = fl[(fl >= st[sub][0]) & (fl <= last[sub][-1])]
-                rows = _rank_episode(an, rows, rank, st[sub], st[sub & ok & (k == rank)], fl_sub,
-                                     int(last[sub][-1] - st[sub][0] + 1), v, job_ex[sub], max_flagged=max_flagged,
-                                     last=last[sub])
+                rows = _part_episode(an, rows, rank, sub, st, last, fl, ok, k, job_ex, max_flagged=max_flagged)
             continue
         n_att = int(votes.sum())
         j = int(np.argmax(votes))
@@ -197,11 +193,8 @@ def intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max_
         if n_att < 1 or votes[j] < min_share * n_att or not (votes[j] >= 2 or alike):
             parts = _local_parts(an, st, last, ok & (late >= min_late * job_ex), k, job_ex, min_share=min_share,
                                  max_spread=max_spread)
-            for j, sub in parts:  # ranks' stalls among many other stalls of the episode
-                fl_sub = fl[(fl >= st[sub][0]) & (fl <= last[sub][-1])]
-                rows = _rank_episode(an, rows, j, st[sub], st[sub & ok & (k == j)], fl_sub,
-                                     int(last[sub][-1] - st[sub][0] + 1), np.bincount(k[sub & ok], minlength=g.R),
-                                     job_ex[sub], max_flagged=max_flagged, last=last[sub])
+            for rank, sub in parts:  # ranks' stalls among many other stalls of the episode
+                rows = _part_episode(an, rows, rank, sub, st, last, fl, ok, k, job_ex, max_flagged=max_flagged)
             if parts:
                 continue
             rows = _unattributed_episode(an, rows, st, fl, n_ep, n_att, int(votes[j]), job_ex, max_spread=max_spread,
@@ -210,6 +203,18 @@ def intermittent(an: Analysis, rows: list[dict], *, min_share: float = 0.8, max_
         rows = _rank_episode(an, rows, j, st, st[ok & (k == j)], fl, n_ep, votes, job_ex, max_flagged=max_flagged,
                              last=last)
     return rows
+
+
+def _part_episode(an: Analysis, rows: list[dict], rank: int, sub: np.ndarray, st: np.ndarray, last: np.ndarray,
+                  fl: np.ndarray, ok: np.ndarray, k: np.ndarray, job_ex: np.ndarray, *, max_flagged: float) -> list[dict]:
+    """``rows`` with the part ``sub`` (a mask of the episode's stalls ``st``/``last``;
+    ``fl`` its flagged rows, ``ok``/``k`` its votes, ``job_ex`` its stalls' excess, s)
+    judged as a rank episode of ``rank``'s own, over its stalls only
+    (:func:`_rank_episode`; :func:`_chained_runs`, :func:`_local_parts`)."""
+    fl_sub = fl[(fl >= st[sub][0]) & (fl <= last[sub][-1])]
+    return _rank_episode(an, rows, rank, st[sub], st[sub & ok & (k == rank)], fl_sub, int(last[sub][-1] - st[sub][0] + 1),
+                         np.bincount(k[sub & ok], minlength=an.grid.R), job_ex[sub], max_flagged=max_flagged,
+                         last=last[sub])
 
 
 def _local_parts(an: Analysis, st: np.ndarray, last: np.ndarray, ok: np.ndarray, k: np.ndarray,
