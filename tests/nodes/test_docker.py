@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from faultlab.lifecycle.watchdog import OVERDUE_S
 from faultlab.nodes.docker_testbed import DockerTestbed
 from faultlab.runner import TESTBED_LEASE_S
-from tests.helpers import FL, deadline_now, docker_residue, docker_testbed, end_leases_now
+from tests.helpers import FL, deadline_now, docker_residue, docker_testbed, end_leases_now, state, wait_for
 
 
 pytestmark = pytest.mark.root
@@ -278,7 +279,7 @@ def test_sigkill_of_the_runner_on_docker_nodes_run_readable_nothing_left(dockerd
     in the containers), and the fault's and the testbed's leases remove everything."""
     from faultlab.rundir import RunDir
 
-    before = docker_residue(dockerd)
+    before, faults_before = docker_residue(dockerd), state()
     (tmp_path / "s.yaml").write_text(RUN)
     out = tmp_path / "run"
     proc = subprocess.Popen([*FL, "run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-label"],
@@ -306,6 +307,10 @@ def test_sigkill_of_the_runner_on_docker_nodes_run_readable_nothing_left(dockerd
     while time.time() < end and docker_residue(dockerd) - before:
         time.sleep(1)
     assert docker_residue(dockerd) - before == set()  # the testbed's lease removed the containers and network
+    # the fault's watchdog, told to end now too, runs its revert lines against a node
+    # that may be going away: each may take up to LINE_TIMEOUT_S, so its records and
+    # process are waited for (bounded by when `status` would call it stuck)
+    assert wait_for(lambda: not state() - faults_before, OVERDUE_S + 10, step=0.5), state() - faults_before
 
 
 def _ed25519_line(comment: bytes = b" root@n0") -> bytes:
