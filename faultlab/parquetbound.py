@@ -25,6 +25,7 @@ of a steps table's many files), whatever its reader.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pyarrow as pa
@@ -98,6 +99,30 @@ def open_parquet(fh, cls=pq.ParquetFile, **kw) -> pq.ParquetFile:
     return pf
 
 
+#: the ParquetFile methods that decode, each taking ``use_threads``
+_DECODING_READS = ("read", "read_row_group", "read_row_groups", "iter_batches")
+
+
+@functools.cache
+def _in_calling_thread(cls: type) -> type:
+    """``cls`` (a ``pq.ParquetFile`` class) whose reads decode in the calling thread
+    (``use_threads=False``). Pages serves every page as a Python buffer: a decode task on
+    Arrow's thread pool releases it after the read returned, and when the interpreter
+    has begun to exit by then (a command that reads, then refuses at once) that release
+    aborts the process (SIGABRT, apache/arrow#34314) after its exit code was chosen.
+    Each chunk read takes the GIL anyway, so the pool gains little here."""
+    def forced(name: str):
+        base = getattr(cls, name)
+
+        def read(self, *args, **kw):
+            kw["use_threads"] = False
+            return base(self, *args, **kw)
+        read.__name__ = read.__qualname__ = name
+        read.__doc__ = base.__doc__
+        return read
+    return type(cls.__name__, (cls,), {"__module__": cls.__module__, **{n: forced(n) for n in _DECODING_READS}})
+
+
 class Held:
     """One Parquet file held open (the binary file ``fh``, opened by the caller with no
     link followed), read through one descriptor and one footer: the footer is parsed
@@ -126,7 +151,7 @@ class Held:
 
     def __call__(self, cls=pq.ParquetFile, **kw) -> pq.ParquetFile:
         # one range read a column chunk (no pre-buffering, which coalesces ranges), as Pages checks them
-        return cls(self.pages, metadata=self.metadata, pre_buffer=False, **kw)
+        return _in_calling_thread(cls)(self.pages, metadata=self.metadata, pre_buffer=False, **kw)
 
     def close(self) -> None:
         self.fh.close()
