@@ -20,8 +20,9 @@ Three sources, joined by (fault id, owner uid):
    redirect points at one, probe devices ``flprb*`` (``lifecycle/probedev.py``) and
    ``faultlab-<fault_id>`` cgroups, in this namespace and every named network
    namespace. Each is put under the fault whose revert commands name it (a fault of
-   root or this user; a cgroup also one of the cgroup folder's owner); those no
-   record and no watchdog names are *orphans* that ``recover`` removes, under an id
+   root or this user; a cgroup only one of the cgroup folder's owner); those no
+   record and no watchdog names are *orphans* that ``recover`` removes (a cgroup only
+   when it is root's or this user's: one another user made is reported), under an id
    ``faultlab revert`` takes (``nic-<ifb hex>``, ``nic-f<qdisc handle>``,
    ``probe-<hex>``). A ``flprb*`` device without faultlab's mark (an ifb with alias
    ``faultlab-probe``) that no lease names is reported as a problem, never removed.
@@ -348,11 +349,15 @@ def _lines(v: FaultView) -> list[str]:
 
 
 def _may_claim(v: FaultView, o: Orphan) -> bool:
-    """Whether fault ``v`` can own object ``o`` at all: a fault of root or of this
-    user, or (a cgroup) of the user owning the cgroup folder. Another user's record or
-    watchdog naming a root-made object never makes it theirs (it stays an orphan that
-    ``recover`` removes)."""
-    return v.uid in (0, os.geteuid()) or (o.kind == "cgroup" and v.uid == o.uid)
+    """Whether fault ``v`` can own object ``o`` at all: a network object a fault of root
+    or of this user; a cgroup only a fault of the user who made it (its folder's owner:
+    a fault's cgroup is made by its own user). Another user's record or watchdog naming
+    a root-made object never makes it theirs (it stays an orphan that ``recover``
+    removes), and a cgroup another user made in a subtree of theirs (a delegated one)
+    is never root's fault's, whatever its name."""
+    if o.kind == "cgroup":
+        return v.uid == o.uid
+    return v.uid in (0, os.geteuid())
 
 
 def _claims(v: FaultView, o: Orphan) -> bool:
@@ -482,6 +487,9 @@ def _attach(views: dict[str, FaultView], o: Orphan, lined: list[FaultView]) -> s
             return (f"{o.describe()}: named like a faultlab cgroup inside a container's cgroup, and no lease "
                     f"names it: not removed (a container's root can make it; if it is faultlab's, move its "
                     f"processes to the parent cgroup and rmdir it)")
+        if o.kind == "cgroup" and o.uid not in (0, os.geteuid()):
+            return (f"{o.describe()}: named like a faultlab cgroup, made by uid {o.uid} (its folder's owner) in a "
+                    f"cgroup of theirs, and no lease of theirs names it: not removed (theirs to remove)")
         hit = views.setdefault((fid, 0), FaultView(fid, 0))
     hit.objects.append(o)
     return None
