@@ -226,6 +226,12 @@ USER_LEASE_GLOB = "/run/user/*/faultlab/leases"
 #: like a watchdog, which must not make root's status/recover slow (a real user runs a
 #: few faults at a time; the rest is named in one problem line a folder)
 MAX_USER_RECORDS = 256
+#: how many lease folders root reads of another user's, all of them together (the
+#: default ones first, then those their look-alikes hold): each is opened from ``/``
+#: one component at a time, a look-alike may hold a folder 2,000 deep and a user may
+#: run any number of look-alikes (1,000 of them, each holding a folder of its own
+#: 1,900 deep, held root's status for 63 s); a real user's faults share a few folders
+MAX_USER_FOLDERS = 16
 
 
 def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
@@ -259,8 +265,16 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
         if key in read:
             return
         read.add(key)
+        budget = None if owner is None else budgets.setdefault(owner, RecordBudget(MAX_USER_RECORDS, MAX_USER_FOLDERS))
+        if budget is not None:
+            budget.folders -= 1
+            if budget.folders < 0:
+                if budget.folders == -1:
+                    problems.append(f"more than {MAX_USER_FOLDERS} lease folders of uid {owner} (held by processes that "
+                                    f"look like watchdogs); the rest not read")
+                return
         leases, probs = read_records(folder, owner=owner, held_by=None if held_by is None else f"process {held_by.pid} (uid {held_by.uid})",
-                                     limit=None if owner is None else budgets.setdefault(owner, RecordBudget(MAX_USER_RECORDS)))
+                                     limit=budget)
         problems.extend(p for p in probs if not (folder == ROOT_LEASE_DIR and "No such file" in p))
         for le in leases:
             try:
