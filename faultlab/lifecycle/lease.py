@@ -476,9 +476,9 @@ def read_records(folder: str, *, owner: int | None = None, held_by: str | None =
             except (ValueError, OSError, RecursionError) as e:
                 problems.append(f"{folder}/{name}: not read ({e})")
                 continue
-            why = valid_record(rec, name)
-            if why:
-                problems.append(f"{folder}/{name}: not a lease record ({why})")
+            bad = valid_record(rec, name)
+            if bad:
+                problems.append(f"{folder}/{name}: not a lease record ({bad})")
                 continue
             leases.append(Lease(Path(d.path) / name, rec))
     return sorted(leases, key=lambda le: le.record.get("created_ts", 0) or 0), problems
