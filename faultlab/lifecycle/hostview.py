@@ -21,8 +21,8 @@ Three sources, joined by (fault id, owner uid):
    ``faultlab-<fault_id>`` cgroups, in this namespace and every named network
    namespace. Each is put under the fault whose revert commands name it (a fault of
    root or this user; a cgroup only one of the cgroup folder's owner); those no
-   record and no watchdog names are *orphans* that ``recover`` removes (a cgroup only
-   when it is root's or this user's: one another user made is reported), under an id
+   record and no watchdog names are *orphans* that ``recover`` removes (a cgroup is
+   its folder owner's orphan; as root, one another user made is reported), under an id
    ``faultlab revert`` takes (``nic-<ifb hex>``, ``nic-f<qdisc handle>``,
    ``probe-<hex>``). A ``flprb*`` device without faultlab's mark (an ifb with alias
    ``faultlab-probe``) that no lease names is reported as a problem, never removed.
@@ -503,7 +503,9 @@ def _attach(views: dict[str, FaultView], o: Orphan, lined: list[FaultView]) -> s
                     f"processes to the parent cgroup and rmdir it)")
         if o.kind == "cgroup" and o.uid not in (0, os.geteuid()):
             return (f"{o.describe()}: named like a faultlab cgroup, made by uid {o.uid} (its folder's owner) in a "
-                    f"cgroup of theirs, and no lease of theirs names it: not removed (theirs to remove)")
-        hit = views.setdefault((fid, 0), FaultView(fid, 0))
+                    f"cgroup of theirs, and no lease of theirs names it: not removed (theirs: faultlab recover as "
+                    f"uid {o.uid} removes it)")
+        owner = o.uid if o.kind == "cgroup" else 0  # a cgroup is its maker's; network objects are root's
+        hit = views.setdefault((fid, owner), FaultView(fid, owner))
     hit.objects.append(o)
     return None

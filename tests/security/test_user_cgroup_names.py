@@ -4,7 +4,8 @@ like faultlab's there. Such a cgroup is that user's: root's host view never take
 for an orphan of root's (``status`` listed it as a fault to recover, ``recover``
 swept it and wrote its parent's files), nor for the cgroup of root's own fault of
 that id (any user reads root's fault ids: ``revert ID`` said the fault was not
-reverted, exit 1).
+reverted, exit 1). A cgroup of faultlab's whose record and watchdog are gone is its
+maker's orphan: that user's ``recover`` removes it.
 
 Real: root's commands run in the sandbox of ``tests.helpers.sandboxed_root_beside_records``
 (private namespaces, a tmpfs over ``/sys/fs/cgroup``, so no cgroup of the host is
@@ -15,6 +16,7 @@ cgroup, and makes ``faultlab-cpu-0e0e0e`` in it.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from tests.helpers import needs_root, sandboxed_root_beside_records
@@ -75,3 +77,38 @@ def test_roots_revert_of_its_fault_is_not_failed_by_another_users_cgroup_of_that
     got = _run(record, f"revert {FID}")
     assert got["rc"] == 0 and f"{FID}: reverted" in got["out"], got["out"]
     assert got["kept"], "root's revert removed a cgroup another user made"
+
+
+# as root in the sandbox: nobody's delegated folder holding its orphan faultlab cgroup;
+# /root (where this interpreter lives) made reachable for nobody; then nobody's own
+# status --json and recover ("$@" faultlab, run as nobody with its lease folder in /run/user)
+_NOBODYS_ORPHAN = r"""
+set -e
+mkdir -p {USERS}
+touch /sys/fs/cgroup/cpu/cgroup.procs /sys/fs/cgroup/cpu/user.slice/cgroup.procs {USERS}/cgroup.procs
+chown -R 65534:65534 {USERS}
+top=/root/$(echo "$1" | cut -d/ -f3); shift
+mount --bind "$top" /mnt; mount -t tmpfs -o mode=0755 tmpfs /root; mkdir -p "$top"; mount --move /mnt "$top"
+mkdir -m 0700 /run/user/65534 && chown 65534:65534 /run/user/65534
+cd /
+setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH="$PATH" XDG_RUNTIME_DIR=/run/user/65534 sh -ec '
+mkdir {USERS}/faultlab-{FID}
+"$@" status --json > /tmp/n-status.out
+"$@" recover > /tmp/n-recover.out 2>&1 || true
+' sh "$@"
+/usr/bin/python3 -c '
+import json, os
+print(json.dumps({"rows": json.loads(open("/tmp/n-status.out").read()), "recover": open("/tmp/n-recover.out").read(),
+                  "kept": os.path.isdir("{USERS}/faultlab-{FID}")}))
+'
+""".replace("{USERS}", USERS).replace("{FID}", FID)
+
+
+def test_a_users_own_orphan_faultlab_cgroup_is_theirs_to_recover():
+    cp = sandboxed_root_beside_records(0, ["sh", "-c", _NOBODYS_ORPHAN, "sh", os.path.realpath(sys.executable), sys.executable, "-P", "-m", "faultlab.cli"],
+                                       timeout=300)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    got = json.loads(cp.stdout.splitlines()[-1])
+    row = next(r for r in got["rows"] if r["fault_id"] == FID)
+    assert row["uid"] == 65534 and row["can_revert"] and row["orphan_objects"], row
+    assert not got["kept"], got["recover"]
