@@ -41,7 +41,20 @@ app = typer.Typer(context_settings=cliopts.CONTEXT_SETTINGS, no_args_is_help=Tru
 # no highlighting on any console: rich's highlighter takes time quadratic in a line's
 # length, and lines quote text others wrote (a 40,000-character name took 9.6 s)
 console = Console(stderr=True, highlight=False)
-out = Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+class _AsciiJsonConsole(Console):
+    """A console whose ``print_json`` writes ASCII only (``\\uXXXX`` for the rest):
+    the JSON quotes other users' text (their lease records' fields, folder names), and
+    rich would write non-ASCII as it is, so a C1 control (U+009B, a CSI) or a
+    bidirectional override of theirs would reach the terminal raw, which ``printable``
+    keeps from every plain line."""
+
+    def print_json(self, text=None, **kwargs) -> None:
+        super().print_json(text, **{**kwargs, "ensure_ascii": True})
+
+
+out = _AsciiJsonConsole(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 160)
 #: progress and event lines when stdout carries --json
 err_out = Console(stderr=True, soft_wrap=True, highlight=False, width=None if sys.stderr.isatty() else 160)
 

@@ -64,6 +64,17 @@ def stat_fields(stat_text: str) -> list[str] | None:
     return fields
 
 
+def real_uid(status_text: str) -> int | None:
+    """The real uid (the user who started it) in a ``/proc/PID/status`` text, or None
+    when its ``Uid:`` line is missing or malformed. A setuid-root program another user
+    starts runs with effective uid 0, but it is that user's process."""
+    for ln in status_text.splitlines():
+        if ln.startswith("Uid:"):
+            f = ln.split()
+            return int(f[1]) if len(f) >= 3 and f[1].isdigit() else None
+    return None
+
+
 def read_stat(pid: int | str = "self") -> list[str] | None:
     """``stat_fields`` of ``/proc/PID/stat`` on this host, or None when there is no such
     process (or its stat cannot be read)."""

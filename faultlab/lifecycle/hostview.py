@@ -20,8 +20,9 @@ Three sources, joined by (fault id, owner uid):
    redirect points at one, probe devices ``flprb*`` (``lifecycle/probedev.py``) and
    ``faultlab-<fault_id>`` cgroups, in this namespace and every named network
    namespace. Each is put under the fault whose revert commands name it (a fault of
-   root or this user; a cgroup also one of the cgroup folder's owner); those no
-   record and no watchdog names are *orphans* that ``recover`` removes, under an id
+   root or this user; a cgroup only one of the cgroup folder's owner); those no
+   record and no watchdog names are *orphans* that ``recover`` removes (a cgroup is
+   its folder owner's orphan; as root, one another user made is reported), under an id
    ``faultlab revert`` takes (``nic-<ifb hex>``, ``nic-f<qdisc handle>``,
    ``probe-<hex>``). A ``flprb*`` device without faultlab's mark (an ifb with alias
    ``faultlab-probe``) that no lease names is reported as a problem, never removed.
@@ -225,6 +226,12 @@ USER_LEASE_GLOB = "/run/user/*/faultlab/leases"
 #: like a watchdog, which must not make root's status/recover slow (a real user runs a
 #: few faults at a time; the rest is named in one problem line a folder)
 MAX_USER_RECORDS = 256
+#: how many lease folders root reads of another user's, all of them together (the
+#: default ones first, then those their look-alikes hold): each is opened from ``/``
+#: one component at a time, a look-alike may hold a folder 2,000 deep and a user may
+#: run any number of look-alikes (1,000 of them, each holding a folder of its own
+#: 1,900 deep, held root's status for 63 s); a real user's faults share a few folders
+MAX_USER_FOLDERS = 16
 
 
 def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
@@ -258,8 +265,16 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
         if key in read:
             return
         read.add(key)
+        budget = None if owner is None else budgets.setdefault(owner, RecordBudget(MAX_USER_RECORDS, MAX_USER_FOLDERS))
+        if budget is not None:
+            budget.folders -= 1
+            if budget.folders < 0:
+                if budget.folders == -1:
+                    problems.append(f"more than {MAX_USER_FOLDERS} lease folders of uid {owner} (held by processes that "
+                                    f"look like watchdogs); the rest not read")
+                return
         leases, probs = read_records(folder, owner=owner, held_by=None if held_by is None else f"process {held_by.pid} (uid {held_by.uid})",
-                                     limit=None if owner is None else budgets.setdefault(owner, RecordBudget(MAX_USER_RECORDS)))
+                                     limit=budget)
         problems.extend(p for p in probs if not (folder == ROOT_LEASE_DIR and "No such file" in p))
         for le in leases:
             try:
@@ -348,11 +363,15 @@ def _lines(v: FaultView) -> list[str]:
 
 
 def _may_claim(v: FaultView, o: Orphan) -> bool:
-    """Whether fault ``v`` can own object ``o`` at all: a fault of root or of this
-    user, or (a cgroup) of the user owning the cgroup folder. Another user's record or
-    watchdog naming a root-made object never makes it theirs (it stays an orphan that
-    ``recover`` removes)."""
-    return v.uid in (0, os.geteuid()) or (o.kind == "cgroup" and v.uid == o.uid)
+    """Whether fault ``v`` can own object ``o`` at all: a network object a fault of root
+    or of this user; a cgroup only a fault of the user who made it (its folder's owner:
+    a fault's cgroup is made by its own user). Another user's record or watchdog naming
+    a root-made object never makes it theirs (it stays an orphan that ``recover``
+    removes), and a cgroup another user made in a subtree of theirs (a delegated one)
+    is never root's fault's, whatever its name."""
+    if o.kind == "cgroup":
+        return v.uid == o.uid
+    return v.uid in (0, os.geteuid())
 
 
 def _claims(v: FaultView, o: Orphan) -> bool:
@@ -482,6 +501,11 @@ def _attach(views: dict[str, FaultView], o: Orphan, lined: list[FaultView]) -> s
             return (f"{o.describe()}: named like a faultlab cgroup inside a container's cgroup, and no lease "
                     f"names it: not removed (a container's root can make it; if it is faultlab's, move its "
                     f"processes to the parent cgroup and rmdir it)")
-        hit = views.setdefault((fid, 0), FaultView(fid, 0))
+        if o.kind == "cgroup" and o.uid not in (0, os.geteuid()):
+            return (f"{o.describe()}: named like a faultlab cgroup, made by uid {o.uid} (its folder's owner) in a "
+                    f"cgroup of theirs, and no lease of theirs names it: not removed (theirs: faultlab recover as "
+                    f"uid {o.uid} removes it)")
+        owner = o.uid if o.kind == "cgroup" else 0  # a cgroup is its maker's; network objects are root's
+        hit = views.setdefault((fid, owner), FaultView(fid, owner))
     hit.objects.append(o)
     return None

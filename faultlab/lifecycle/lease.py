@@ -382,11 +382,13 @@ def node_lock(node: Node, *, create: bool = True):
 @dataclass
 class RecordBudget:
     """How many more record files may be read of one other user's lease folders, all
-    of them together (:func:`read_records`' ``limit``): a user can make any number of
-    folders, each held by a look-alike watchdog process, so a bound per folder would
-    not bound root's reads."""
+    of them together (:func:`read_records`' ``limit``), and how many more of those
+    folders may be opened (``folders``, counted by the caller): a user can make any
+    number of folders, each held by a look-alike watchdog process, so a bound per
+    folder would not bound root's reads."""
 
     left: int
+    folders: int = 0
 
 
 #: the most entries of another user's lease folder looked at (:func:`read_records` with
@@ -474,9 +476,9 @@ def read_records(folder: str, *, owner: int | None = None, held_by: str | None =
             except (ValueError, OSError, RecursionError) as e:
                 problems.append(f"{folder}/{name}: not read ({e})")
                 continue
-            why = valid_record(rec, name)
-            if why:
-                problems.append(f"{folder}/{name}: not a lease record ({why})")
+            bad = valid_record(rec, name)
+            if bad:
+                problems.append(f"{folder}/{name}: not a lease record ({bad})")
                 continue
             leases.append(Lease(Path(d.path) / name, rec))
     return sorted(leases, key=lambda le: le.record.get("created_ts", 0) or 0), problems

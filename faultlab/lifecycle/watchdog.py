@@ -210,11 +210,8 @@ def _owner(status: str) -> int:
     ``passwd``) runs with effective uid 0, but it is that user's process: named like
     a watchdog, it is that user's look-alike, never root's record-less watchdog. -1
     when the line is missing or malformed."""
-    for ln in status.splitlines():
-        if ln.startswith("Uid:"):
-            f = ln.split()
-            return int(f[1]) if len(f) >= 3 and f[1].isdigit() else -1
-    return -1
+    uid = procid.real_uid(status)
+    return -1 if uid is None else uid
 
 
 def _same_namespaces(pid: int) -> bool:

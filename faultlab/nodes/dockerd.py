@@ -112,13 +112,17 @@ def left_running() -> str:
 
 def _our_pid() -> int | None:
     """The PID of faultlab's own dockerd (from its PID file, checked to be a live
-    dockerd on our socket), None when there is none."""
+    dockerd on our socket, run by root in this PID namespace), None when there is none.
+    dockerd killed (SIGKILL, the OOM killer) leaves its PID file, and any user, or a
+    container's root, may then run a process under that PID with dockerd's argv."""
     try:
         pid = int(PIDFILE.read_text().strip())
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        uid = procid.real_uid(Path(f"/proc/{pid}/status").read_text())
+        here = os.stat(f"/proc/{pid}/ns/pid").st_ino == os.stat("/proc/self/ns/pid").st_ino
     except (OSError, ValueError):
         return None
-    if not cmd or not cmd[0].endswith(b"dockerd") or f"unix://{SOCKET}".encode() not in cmd:
+    if not cmd or not cmd[0].endswith(b"dockerd") or f"unix://{SOCKET}".encode() not in cmd or uid != 0 or not here:
         return None
     return pid
 

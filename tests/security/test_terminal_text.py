@@ -17,13 +17,14 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pandas as pd
 import pytest
 
 from faultlab.report.synthetic import make_run
-from tests.helpers import SW_DATASET, fl, give_to_nobody, needs_root
+from tests.helpers import NOBODY_LEASES, SW_DATASET, fl, give_to_nobody, needs_root, sandboxed_root_beside_records
 from faultlab import procid
 from faultlab.errors import FaultlabError, printable
 from tests.security.test_agent_files import GOOD_HEARTBEAT, _inject, fake_agent, nobody_folder  # noqa: F401 (fixtures)
@@ -231,3 +232,34 @@ def test_label_prints_a_runs_long_peer_group_name_cut_and_in_time(tmp_path):
     line = next(ln for ln in cp.stdout.splitlines() if "peer group G" in ln)
     assert "G" * FIELD_CHARS + "..." in line and len(line) < 2 * FIELD_CHARS + 200, line[:300]
     assert took < 120, f"label took {took:.0f} s"
+
+
+#: what JSON leaves as it is: a C1 control sequence introducer (U+009B, CSI in one
+#: character, which xterm-like terminals act on) and a bidirectional override
+C1_AND_BIDI = "\u009b2J\u009b31m\u202eforged"
+
+# as nobody: a record whose text fields hold C1_AND_BIDI ($2); then root's status --json
+_C1_THEN_STATUS_JSON = r"""
+setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c '
+import json, os, sys
+fid = "cpu-00c1c1"
+with open(os.path.join(sys.argv[1], fid + ".json"), "w") as f:
+    json.dump({"fault_id": fid, "deadline_ts": 4102444800, "created_ts": 1, "fault_type": "cpu" + sys.argv[2],
+               "node": "local" + sys.argv[2], "target": "pid:1" + sys.argv[2], "revert": ["true"]}, f)
+' "$1" "$2"
+shift 2
+exec "$@" status --json
+"""
+
+
+def test_roots_status_json_prints_another_users_record_fields_in_ascii():
+    """Root's ``status --json`` shows nobody's record fields JSON-escaped, all ASCII:
+    rich's ``print_json`` wrote non-ASCII as it is, so a C1 control or a bidirectional
+    override of nobody's reached root's terminal raw (``printable`` makes them ``?``
+    in every plain line)."""
+    cp = sandboxed_root_beside_records(0, ["sh", "-c", _C1_THEN_STATUS_JSON, "sh", NOBODY_LEASES, C1_AND_BIDI,
+                                           sys.executable, "-P", "-m", "faultlab.cli"], timeout=300)
+    assert cp.returncode == 0, (cp.returncode, cp.stdout[-1000:], cp.stderr[-1000:])
+    assert cp.stdout.isascii(), [c for c in cp.stdout if not c.isascii()]
+    row = next(r for r in json.loads(cp.stdout) if r["fault_id"] == "cpu-00c1c1")
+    assert row["target"] == "pid:1" + C1_AND_BIDI, row  # the same text, escaped

@@ -21,7 +21,7 @@ import pytest
 
 from faultlab.lifecycle.watchdog import WATCHDOG_NAME
 from faultlab.lifecycle.procowner import MINE_SH
-from tests.helpers import as_nobody, fl, holds_open, needs_root, wait_for
+from tests.helpers import NOBODY_LEASES, as_nobody, fl, holds_open, needs_root, sandboxed_root_beside_records, wait_for
 
 pytestmark = [needs_root, pytest.mark.skipif(not shutil.which("unshare") or not shutil.which("setpriv"),
                                              reason="needs unshare and setpriv (util-linux)")]
@@ -206,6 +206,39 @@ def test_a_record_built_to_crash_its_reader_is_reported_in_one_line(body, shared
     bad = [ln for ln in st.stderr.splitlines() if "cpu-00bad1.json" in ln]
     assert len(bad) == 1, st.stderr
 
+
+
+# as nobody, beside the made-up record of its lease folder ($1): a link named like a
+# record (sorted after it) to a root-only file; then root's status --json and recover
+_LINK_AFTER_RECORD = r"""
+setpriv --reuid=65534 --regid=65534 --clear-groups ln -s /etc/shadow "$1/process-ffffff.json"
+shift
+"$@" status --json > /tmp/st.out 2> /tmp/st.err; echo "status $?" >> /tmp/rc
+"$@" recover > /tmp/rc.out 2> /tmp/rc.err; echo "recover $?" >> /tmp/rc
+/usr/bin/python3 -c '
+import json
+r = {}
+for k in ("st.out", "st.err", "rc.out", "rc.err", "rc"):
+    r[k] = open("/tmp/" + k).read()
+print(json.dumps(r))
+'
+"""
+
+
+def test_another_users_untrusted_file_beside_their_record_is_one_line_in_roots_status_and_recover():
+    """nobody's lease folder holds a good record and, sorted after it, a link named
+    like a record: root's ``status`` and ``recover`` name the link in one line and go
+    on (``read_records`` had taken the good record's check result for the function
+    that words the link's problem: a TypeError traceback, exit 1, so any user stopped
+    root's status, revert and recover on the whole host)."""
+    cp = sandboxed_root_beside_records(1, ["sh", "-c", _LINK_AFTER_RECORD, "sh", NOBODY_LEASES, sys.executable, "-P", "-m", "faultlab.cli"],
+                                       timeout=300)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    got = json.loads(cp.stdout.splitlines()[-1])
+    assert "Traceback" not in got["st.err"] + got["rc.err"], got["st.err"][-2000:]
+    assert "status 0" in got["rc"] and "recover 0" in got["rc"], got
+    assert [r["fault_id"] for r in json.loads(got["st.out"]) if r["uid"] == 65534] == ["process-000000"], got["st.out"]
+    assert len([ln for ln in got["st.err"].splitlines() if "process-ffffff.json" in ln and "symlink" in ln]) == 1, got["st.err"]
 
 def test_revert_of_roots_fault_leaves_another_users_record_of_the_same_id_alone(shared_lease_dir, no_residue):
     """nobody copies the id of root's fault into a record of its own, naming its own

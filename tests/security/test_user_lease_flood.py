@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from faultlab.lifecycle.hostview import MAX_USER_RECORDS
+from faultlab.lifecycle.hostview import MAX_USER_FOLDERS, MAX_USER_RECORDS
 from tests.helpers import NOBODY_LEASES, needs_root, sandboxed_root_beside_records
 
 pytestmark = [needs_root, pytest.mark.skipif(not shutil.which("unshare") or not shutil.which("setpriv"),
@@ -140,3 +140,53 @@ def test_a_look_alikes_folder_of_countless_names_is_listed_only_so_far():
     got = json.loads(cp.stdout.splitlines()[-1])
     cut = [p for p in got["problems"] if "/run/user/65534/names" in p and "entries; the rest not looked at" in p]
     assert len(cut) == 1, got["problems"][:8]
+
+
+# nobody makes a folder 1,000 deep with 100 empty folders at its bottom, and 100
+# look-alike watchdogs each holding one of those as its stdin (descriptor 0); then root's
+# status, counting the folders it reads (each opened from / one component at a time)
+_DEEP_HELD = r"""
+set -e
+setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c '
+import os, subprocess
+os.makedirs("/run/user/65534/deep", mode=0o755)
+fd = os.open("/run/user/65534/deep", os.O_RDONLY)
+for i in range(1000):
+    os.mkdir("a", 0o755, dir_fd=fd)
+    fd = os.open("a", os.O_RDONLY, dir_fd=fd)
+for i in range(100):
+    os.mkdir("l%d" % i, 0o755, dir_fd=fd)
+    leaf = os.open("l%d" % i, os.O_RDONLY, dir_fd=fd)
+    subprocess.Popen(["sh", "-c", "sleep 300; :", "faultlab-watchdog", "nic-d%05x" % i, "9999999999", "0"],
+                     stdin=leaf, start_new_session=True)
+    os.close(leaf)
+'
+sleep 1
+exec "$@"
+"""
+
+_COUNTED_STATUS = r"""
+import json
+from faultlab.lifecycle import commands, hostview
+read = []
+real = hostview.read_records
+def counted(folder, **k):
+    read.append((folder, k.get("owner")))
+    return real(folder, **k)
+hostview.read_records = counted
+rows, problems = commands.status_rows()
+print(json.dumps({"nobodys": sum(o == 65534 for _, o in read), "problems": problems}))
+"""
+
+
+def test_a_users_look_alikes_holding_many_deep_folders_cost_root_a_bounded_number_of_folders():
+    """Each folder root reads is opened from ``/`` one component at a time, and a
+    look-alike may hold one 2,000 deep: root reads at most MAX_USER_FOLDERS of another
+    user's folders, and says so in one line (1,000 look-alikes each holding its own
+    folder 1,900 deep had held root's status for 63 s)."""
+    cp = sandboxed_root_beside_records(0, ["sh", "-c", _DEEP_HELD, "sh", sys.executable, "-c", _COUNTED_STATUS], timeout=300)
+    assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
+    got = json.loads(cp.stdout.splitlines()[-1])
+    assert got["nobodys"] <= MAX_USER_FOLDERS, got["nobodys"]
+    cut = [p for p in got["problems"] if "uid 65534" in p and f"more than {MAX_USER_FOLDERS} lease folders" in p]
+    assert len(cut) == 1, [p for p in got["problems"] if "look-alike" not in p][:8]
