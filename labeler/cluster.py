@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -23,6 +24,12 @@ from faultlab.labeler import listener
 #: spent whole retrying where nothing listens: 49 s on a loaded host before the one-line
 #: error); a scheduler that answers at all connects in well under a second
 CONNECT_TIMEOUT_S = 5
+
+#: the location of a scheduler given by address after its protocol: a host (a name, an
+#: IPv4 address or a bracketed IPv6 one) and a port, nothing else. The websocket comm
+#: takes it as a URL, so a path, query, fragment or user part (``ws://127.0.0.1:P?x``,
+#: ``ws://u@127.0.0.1:P``) still reached that port, past the check of who listens there
+HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):[0-9]{1,5}")
 
 #: the prefix of an embedded cluster's scratch folder in the temporary folder
 #: (``workdirs.make``: the labeler's PID and start time follow)
@@ -153,10 +160,14 @@ def client_for(scheduler: str | None = None):
         field = "--scheduler" if scheduler else "DASK_SCHEDULER_ADDRESS"
         try:
             proto, loc = parse_address(addr)
-            # every comm but the in-process one (tcp, tls, ws, wss, ucx) reaches a TCP port
-            uids = listener.listener_uids(*parse_host_port(loc)) if proto != "inproc" else None
         except ValueError:
-            uids = None  # no port: Client says so below
+            proto, loc = "", ""  # Client says why below
+        uids = None
+        if proto and proto != "inproc":  # every other comm (tcp, tls, ws, wss, ucx) reaches a TCP port
+            if not HOST_PORT.fullmatch(loc):
+                raise BadInput(f"{addr!r} is not a scheduler's address: after {proto}:// give HOST:PORT alone", field=field,
+                               fix="tcp://HOST:PORT of a running Dask scheduler")
+            uids = listener.listener_uids(*parse_host_port(loc))
         if uids is not None and not uids:  # Client would retry for seconds: whoever listened first meanwhile would answer
             raise BadInput(f"no Dask scheduler answers at {addr}: nothing listens on that port of this host", field=field,
                            fix="start one (dask scheduler) or give the address of a running one, tcp://HOST:PORT")

@@ -155,6 +155,31 @@ def test_roots_labeler_refuses_a_scheduler_address_another_user_listens_on(tmp_p
     assert cp.returncode == 2 and len(err) == 1 and "uid 65534" in err[0] and "--scheduler" in err[0], (cp.returncode, cp.stderr[-1500:])
 
 
+#: nobody's listener as :data:`LISTEN`, which says ``accepted`` for each connection it takes
+LISTEN_LOGGED = LISTEN.replace("time.sleep(300)", "while True:\n    s.accept()\n    print('accepted', flush=True)")
+
+
+@pytest.mark.parametrize("tail", ["/x", "?x", "#x", "@"], ids=["path", "query", "fragment", "user"])
+def test_roots_labeler_refuses_a_scheduler_address_that_is_more_than_host_and_port(tmp_path, tail):
+    """A websocket address is a URL to Dask's client: ``ws://127.0.0.1:PORT?x`` (a path,
+    a query, a fragment, or a user part before the host) reaches 127.0.0.1:PORT, where
+    nobody listens, so it is refused in one line and nobody's listener takes no
+    connection."""
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20, label=False)
+    squatter = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", LISTEN_LOGGED],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(squatter.stdout.readline())
+        addr = f"ws://u@127.0.0.1:{port}" if tail == "@" else f"ws://127.0.0.1:{port}{tail}"
+        cp = fl("label", run, "--scheduler", addr, timeout=90)
+    finally:
+        squatter.kill()
+        accepted = squatter.communicate()[0]
+    err = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and "--scheduler" in err[0], (cp.returncode, cp.stderr[-1500:])
+    assert "accepted" not in accepted, f"root's labeler connected to nobody's port through {addr}"
+
+
 #: root's ``faultlab label argv[1] --scheduler tcp://127.0.0.1:argv[2]``, nobody starting
 #: to listen on that port right after root's labeler looked who listens there
 _LISTEN_AFTER_CHECK = r"""
