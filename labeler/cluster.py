@@ -92,7 +92,7 @@ def local_cluster(n_workers: int | None = None):
     processes (default: one per core, at most 4) of one thread each, no memory limit
     (the passes' memory is bounded by their chunks), :data:`CLUSTER_CONFIG`'s settings,
     and the hardening :func:`client_for` describes (mutual TLS on 127.0.0.1 with
-    ``security``, the health route only, a scratch folder of its own, :data:`WORKER_ENV`). Close it with
+    ``security``, the health route only and no dashboard, a scratch folder of its own, :data:`WORKER_ENV`). Close it with
     :func:`close`."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
     import dask
@@ -105,9 +105,15 @@ def local_cluster(n_workers: int | None = None):
     # read as the scheduler and workers start: the workers take them too
     try:
         with _worker_env(), dask.config.set({**CLUSTER_CONFIG, **HTTP_ROUTES, **PRE_SPAWN, "temporary-directory": scratch}):
-            cluster = LocalCluster(n_workers=n_workers or max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1,
-                                   processes=True, dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
+            # the HTTP servers on 127.0.0.1 (an address is what keeps them off every one), with
+            # no dashboard: LocalCluster turns one on wherever it is given an address
+            cluster = LocalCluster(n_workers=0, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0",
+                                   worker_dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False},
                                    memory_limit=0, host="127.0.0.1", protocol="tls://", security=security)
+            cluster.new_spec["options"]["dashboard"] = False
+            n = n_workers or max(1, min(4, os.cpu_count() or 1))
+            cluster.scale(n)
+            cluster.wait_for_workers(n)
     except BaseException:  # a cluster that did not start leaves no scratch folder behind
         shutil.rmtree(scratch, ignore_errors=True)
         raise

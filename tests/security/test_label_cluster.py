@@ -72,6 +72,36 @@ def test_another_user_cannot_use_roots_label_cluster(nobody_dir):
         labelcluster.close(client, cluster)
 
 
+#: nobody's look at each port of argv[1:]: every path but /health that answers over plain HTTP
+PAGES = '''
+import sys, urllib.request
+for port in sys.argv[1:]:
+    for path in ("/", "/status", "/workers", "/tasks", "/profile", "/individual-task-stream"):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                print(port, path, r.status)
+        except Exception:
+            pass
+'''
+
+
+def test_roots_label_cluster_serves_another_user_no_dashboard_page():
+    """The dashboard shows the labeling's tasks, workers and profile to whoever reaches
+    its port on 127.0.0.1; without bokeh Dask serves a page asking for it there.
+    Nobody's look at every port root's cluster listens on finds no page but
+    ``/health``, and root's client still computes."""
+    client, cluster = labelcluster.client_for()
+    try:
+        me = psutil.Process()
+        ports = {c.laddr.port for p in [me, *me.children(recursive=True)]
+                 for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+        cp = as_nobody([sys.executable, "-I", "-c", PAGES, *map(str, sorted(ports))], env={}, timeout=120)
+        assert cp.returncode == 0 and cp.stdout == "", cp.stdout + cp.stderr[-800:]
+        assert client.submit(sum, [1, 2, 3]).result() == 6
+    finally:
+        labelcluster.close(client, cluster)
+
+
 @pytest.fixture
 def shared():
     """A root-owned sticky folder open to all (1777) under /tmp, removed afterwards."""
