@@ -99,6 +99,8 @@ def local_cluster(n_workers: int | None = None):
     from dask.distributed import LocalCluster
     from distributed.security import Security
 
+    from faultlab.labeler.nodashboard import NoDashboardNanny
+
     security = Security.temporary()
     workdirs.sweep(tempfile.gettempdir(), SCRATCH_PREFIX)  # those of killed labelers
     scratch = workdirs.make(tempfile.gettempdir(), SCRATCH_PREFIX)
@@ -107,13 +109,10 @@ def local_cluster(n_workers: int | None = None):
         with _worker_env(), dask.config.set({**CLUSTER_CONFIG, **HTTP_ROUTES, **PRE_SPAWN, "temporary-directory": scratch}):
             # the HTTP servers on 127.0.0.1 (an address is what keeps them off every one), with
             # no dashboard: LocalCluster turns one on wherever it is given an address
-            cluster = LocalCluster(n_workers=0, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0",
-                                   worker_dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False},
+            cluster = LocalCluster(n_workers=n_workers or max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1,
+                                   processes=True, dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
+                                   scheduler_kwargs={"dashboard": False}, worker_class=NoDashboardNanny,
                                    memory_limit=0, host="127.0.0.1", protocol="tls://", security=security)
-            cluster.new_spec["options"]["dashboard"] = False
-            n = n_workers or max(1, min(4, os.cpu_count() or 1))
-            cluster.scale(n)
-            cluster.wait_for_workers(n)
     except BaseException:  # a cluster that did not start leaves no scratch folder behind
         shutil.rmtree(scratch, ignore_errors=True)
         raise
