@@ -152,13 +152,16 @@ def client_for(scheduler: str | None = None):
     first would have root import their modules. A scheduler given by address is
     trusted as the labeler's own process: what it returns is unpickled. So one at an
     address of this host is used only when this user listens there, and refused at
-    once where nothing listens yet (the client would retry for seconds): a port is
+    once where nothing listens yet (the client would retry for seconds), and its
+    client never reconnects once it lost that scheduler (``OnceClient``): a port is
     no one's, and another local user who listened first on the port of a scheduler
     not running (yet, or any more), before the check or after it, would be that
     trusted process."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
     from dask.distributed import Client
     from distributed.comm.addressing import parse_address, parse_host_port
+
+    from faultlab.labeler.onceclient import OnceClient
 
     addr = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if addr:
@@ -182,7 +185,7 @@ def client_for(scheduler: str | None = None):
                            f"what a scheduler returns is unpickled, so another user's would run code as this one", field=field,
                            fix="start the scheduler as this user (dask scheduler), or leave the address out to label on an embedded cluster")
         try:
-            return Client(addr, timeout=CONNECT_TIMEOUT_S), None
+            return OnceClient(addr, timeout=CONNECT_TIMEOUT_S), None
         except ValueError as e:  # no port, an unknown protocol
             raise BadInput(f"{addr!r} is not a scheduler's address ({e})", field=field,
                            fix="tcp://HOST:PORT of a running Dask scheduler") from None

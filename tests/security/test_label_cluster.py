@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -208,6 +209,67 @@ def test_roots_labeler_refuses_a_scheduler_address_that_is_more_than_host_and_po
     err = cp.stderr.strip().splitlines()
     assert cp.returncode == 2 and len(err) == 1 and "--scheduler" in err[0], (cp.returncode, cp.stderr[-1500:])
     assert "accepted" not in accepted, f"root's labeler connected to nobody's port through {addr}"
+
+
+#: nobody's listener on 127.0.0.1:argv[1] as soon as the port is free (tried every 2 ms
+#: for a minute), which says ``bound``, then ``accepted`` for each connection it takes
+SQUAT = r"""
+import socket, sys, time
+port, end = int(sys.argv[1]), time.time() + 60
+while time.time() < end:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        break
+    except OSError:
+        s.close()
+        time.sleep(0.002)
+print("bound", flush=True)
+s.settimeout(1)
+while time.time() < end:
+    try:
+        s.accept()
+        print("accepted", flush=True)
+    except socket.timeout:
+        pass
+"""
+
+
+def test_roots_labeler_does_not_reconnect_to_the_port_of_its_scheduler_once_lost(tmp_path):
+    """Root's labeler is connected to root's own scheduler at a local port; that
+    scheduler ends, nobody listens on the port the moment it is free, and Dask's client
+    would reconnect there for seconds. It must not: no connection reaches nobody."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    squatter = None
+    try:
+        client = None
+        for _ in range(300):
+            try:
+                client, _ = labelcluster.client_for(f"tcp://127.0.0.1:{port}")
+                break
+            except Exception:  # noqa: BLE001 - the scheduler is still starting
+                time.sleep(0.2)
+        assert client is not None, "root's own scheduler did not start"
+        squatter = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-I", "-c", SQUAT, str(port)],
+                                    stdout=subprocess.PIPE, text=True)
+        time.sleep(1)
+        sched.kill()
+        sched.wait()
+        time.sleep(labelcluster.CONNECT_TIMEOUT_S + 3)
+    finally:
+        sched.kill()
+        if squatter is not None:
+            squatter.kill()
+    said = squatter.communicate()[0]
+    assert "accepted" not in said, f"root's labeler reconnected to nobody's port: {said!r}"
+    assert client.status == "closed", client.status
+    client.close()
 
 
 #: root's ``faultlab label argv[1] --scheduler tcp://127.0.0.1:argv[2]``, nobody starting
