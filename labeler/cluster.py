@@ -99,7 +99,7 @@ def local_cluster(n_workers: int | None = None):
     from dask.distributed import LocalCluster
     from distributed.security import Security
 
-    from faultlab.labeler.nodashboard import NoDashboardNanny
+    from faultlab.labeler.nodashboard import NoDashboardNanny  # it imports dask at its top
 
     security = Security.temporary()
     workdirs.sweep(tempfile.gettempdir(), SCRATCH_PREFIX)  # those of killed labelers
@@ -161,7 +161,7 @@ def client_for(scheduler: str | None = None):
     from dask.distributed import Client
     from distributed.comm.addressing import parse_address, parse_host_port
 
-    from faultlab.labeler.onceclient import OnceClient
+    from faultlab.labeler.onceclient import OnceClient  # it imports dask at its top
 
     addr = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if addr:
