@@ -12,17 +12,26 @@ The token (random, per probe) travels only through the two processes' pipes, nev
 argv: anyone who reaches the node's address (another local user through the host's
 bridge address, another node) may connect to the port first, and such a connection is
 closed unmeasured while the sink waits for the sender's.
+
+What the sink prints is its node's word (over ssh, whoever is root there writes it):
+``measure_throughput`` reads it a line at a time, at most :data:`LINE_BYTES` a line,
+until the probe's deadline, and takes only a port and a token, then a measure, each of
+its shape; anything else is one NodeError line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
+import re
 import secrets
 import selectors
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from faultlab.errors import NodeError
@@ -31,6 +40,10 @@ from faultlab.errors import NodeError
 #: bytes of randomness in a probe's token; connections the sink reads tokens from at once
 TOKEN_BYTES = 16
 MAX_PENDING = 64
+
+#: bytes of a line the sink prints (its port and token, then its measure: some 100),
+#: and of what the sender prints (nothing, or its error)
+LINE_BYTES = 4096
 
 
 def _sink(bind: str, timeout_s: float) -> None:
@@ -122,24 +135,64 @@ def measure_throughput(sender, receiver, receiver_addr: str, nbytes: int, timeou
     Raises NodeError when the sink does not start or the transfer fails.
     """
     py = sys.executable  # -P below: the caller's cwd (anyone's folder) is not on sys.path
+    deadline = time.monotonic() + timeout_s
     sink = receiver.spawn([py, "-P", "-m", "faultlab.probe", "sink", "--bind", receiver_addr, "--timeout", str(timeout_s)], scope="net", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        line = sink.stdout.readline()
-        try:
-            first = json.loads(line)
-            port, token = first["port"], first["token"]
-        except (ValueError, KeyError, TypeError):
-            raise NodeError(f"throughput sink did not start on {receiver.name}: {sink.stderr.read().decode()[-300:]}") from None
-        cp = sender.run([py, "-P", "-m", "faultlab.probe", "send", "--addr", receiver_addr, "--port", str(port), "--bytes", str(nbytes), "--timeout", str(timeout_s)],
-                        scope="net", timeout=timeout_s + 5, input=f"{token}\n".encode())
+        first = _json_line(sink.stdout, deadline)
+        if not (isinstance(first, dict) and _is_int(first.get("port")) and 0 < first["port"] < 65536
+                and isinstance(first.get("token"), str) and re.fullmatch(f"[0-9a-f]{{{2 * TOKEN_BYTES}}}", first["token"])):
+            err = _within(lambda: sink.stderr.read(LINE_BYTES), time.monotonic() + 1) or b""
+            raise NodeError(f"throughput sink did not start on {receiver.name}: {err.decode(errors='replace')[-300:]}")
+        cp = sender.run([py, "-P", "-m", "faultlab.probe", "send", "--addr", receiver_addr, "--port", str(first["port"]), "--bytes", str(nbytes), "--timeout", str(timeout_s)],
+                        scope="net", timeout=timeout_s + 5, input=f"{first['token']}\n".encode(), limit=LINE_BYTES)
         if cp.returncode != 0:
             raise NodeError(f"throughput probe from {sender.name} to {receiver_addr} failed: {cp.stderr.strip()[-300:]}")
-        out, _ = sink.communicate(timeout=timeout_s)
-        return json.loads(out.decode().strip().splitlines()[-1])
+        got = _json_line(sink.stdout, time.monotonic() + timeout_s)
+        if not (isinstance(got, dict) and _is_int(got.get("bytes")) and got["bytes"] >= 0 and _is_number(got.get("elapsed_s"))
+                and (got.get("bit_per_s") is None or (_is_number(got["bit_per_s"]) and math.isfinite(got["bit_per_s"]) and got["bit_per_s"] >= 0))):
+            raise NodeError(f"the throughput sink on {receiver.name} printed no measure of {{bytes, elapsed_s, bit_per_s}}")
+        return {k: got.get(k) for k in ("bytes", "elapsed_s", "bit_per_s")}
     finally:
         if sink.poll() is None:
             sink.kill()
-            sink.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                sink.wait(5)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _within(read, deadline: float):
+    """What ``read()`` returns, run in a helper thread and waited for until ``deadline``
+    (monotonic s); None past it or when it raises. A read of another node's output may
+    block for good (an ssh channel has no timeout then): the thread is left to it."""
+    got = []
+
+    def run():
+        with contextlib.suppress(OSError, ValueError):
+            got.append(read())
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(max(0.0, deadline - time.monotonic()))
+    return got[0] if got else None
+
+
+def _json_line(stream, deadline: float):
+    """The JSON value of the next line of ``stream`` (at most :data:`LINE_BYTES`),
+    read until ``deadline``; None when it is not one in time."""
+    line = _within(lambda: stream.readline(LINE_BYTES + 1), deadline)
+    if not line or len(line) > LINE_BYTES:
+        return None
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> None:

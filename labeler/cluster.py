@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -23,6 +24,12 @@ from faultlab.labeler import listener
 #: spent whole retrying where nothing listens: 49 s on a loaded host before the one-line
 #: error); a scheduler that answers at all connects in well under a second
 CONNECT_TIMEOUT_S = 5
+
+#: the location of a scheduler given by address after its protocol: a host (a name, an
+#: IPv4 address or a bracketed IPv6 one) and a port, nothing else. The websocket comm
+#: takes it as a URL, so a path, query, fragment or user part (``ws://127.0.0.1:P?x``,
+#: ``ws://u@127.0.0.1:P``) still reached that port, past the check of who listens there
+HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):[0-9]{1,5}")
 
 #: the prefix of an embedded cluster's scratch folder in the temporary folder
 #: (``workdirs.make``: the labeler's PID and start time follow)
@@ -85,12 +92,14 @@ def local_cluster(n_workers: int | None = None):
     processes (default: one per core, at most 4) of one thread each, no memory limit
     (the passes' memory is bounded by their chunks), :data:`CLUSTER_CONFIG`'s settings,
     and the hardening :func:`client_for` describes (mutual TLS on 127.0.0.1 with
-    ``security``, the health route only, a scratch folder of its own, :data:`WORKER_ENV`). Close it with
+    ``security``, the health route only and no dashboard, a scratch folder of its own, :data:`WORKER_ENV`). Close it with
     :func:`close`."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
     import dask
     from dask.distributed import LocalCluster
     from distributed.security import Security
+
+    from faultlab.labeler.nodashboard import NoDashboardNanny  # it imports dask at its top
 
     security = Security.temporary()
     workdirs.sweep(tempfile.gettempdir(), SCRATCH_PREFIX)  # those of killed labelers
@@ -98,8 +107,11 @@ def local_cluster(n_workers: int | None = None):
     # read as the scheduler and workers start: the workers take them too
     try:
         with _worker_env(), dask.config.set({**CLUSTER_CONFIG, **HTTP_ROUTES, **PRE_SPAWN, "temporary-directory": scratch}):
+            # the HTTP servers on 127.0.0.1 (an address is what keeps them off every one), with
+            # no dashboard: LocalCluster turns one on wherever it is given an address
             cluster = LocalCluster(n_workers=n_workers or max(1, min(4, os.cpu_count() or 1)), threads_per_worker=1,
                                    processes=True, dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
+                                   scheduler_kwargs={"dashboard": False}, worker_class=NoDashboardNanny,
                                    memory_limit=0, host="127.0.0.1", protocol="tls://", security=security)
     except BaseException:  # a cluster that did not start leaves no scratch folder behind
         shutil.rmtree(scratch, ignore_errors=True)
@@ -140,7 +152,8 @@ def client_for(scheduler: str | None = None):
     first would have root import their modules. A scheduler given by address is
     trusted as the labeler's own process: what it returns is unpickled. So one at an
     address of this host is used only when this user listens there, and refused at
-    once where nothing listens yet (the client would retry for seconds): a port is
+    once where nothing listens yet (the client would retry for seconds), and its
+    client never reconnects once it lost that scheduler (``OnceClient``): a port is
     no one's, and another local user who listened first on the port of a scheduler
     not running (yet, or any more), before the check or after it, would be that
     trusted process."""
@@ -148,15 +161,21 @@ def client_for(scheduler: str | None = None):
     from dask.distributed import Client
     from distributed.comm.addressing import parse_address, parse_host_port
 
+    from faultlab.labeler.onceclient import OnceClient  # it imports dask at its top
+
     addr = scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS")
     if addr:
         field = "--scheduler" if scheduler else "DASK_SCHEDULER_ADDRESS"
         try:
             proto, loc = parse_address(addr)
-            # every comm but the in-process one (tcp, tls, ws, wss, ucx) reaches a TCP port
-            uids = listener.listener_uids(*parse_host_port(loc)) if proto != "inproc" else None
         except ValueError:
-            uids = None  # no port: Client says so below
+            proto, loc = "", ""  # Client says why below
+        uids = None
+        if proto and proto != "inproc":  # every other comm (tcp, tls, ws, wss, ucx) reaches a TCP port
+            if not HOST_PORT.fullmatch(loc):
+                raise BadInput(f"{addr!r} is not a scheduler's address: after {proto}:// give HOST:PORT alone", field=field,
+                               fix="tcp://HOST:PORT of a running Dask scheduler")
+            uids = listener.listener_uids(*parse_host_port(loc))
         if uids is not None and not uids:  # Client would retry for seconds: whoever listened first meanwhile would answer
             raise BadInput(f"no Dask scheduler answers at {addr}: nothing listens on that port of this host", field=field,
                            fix="start one (dask scheduler) or give the address of a running one, tcp://HOST:PORT")
@@ -166,7 +185,7 @@ def client_for(scheduler: str | None = None):
                            f"what a scheduler returns is unpickled, so another user's would run code as this one", field=field,
                            fix="start the scheduler as this user (dask scheduler), or leave the address out to label on an embedded cluster")
         try:
-            return Client(addr, timeout=CONNECT_TIMEOUT_S), None
+            return OnceClient(addr, timeout=CONNECT_TIMEOUT_S), None
         except ValueError as e:  # no port, an unknown protocol
             raise BadInput(f"{addr!r} is not a scheduler's address ({e})", field=field,
                            fix="tcp://HOST:PORT of a running Dask scheduler") from None

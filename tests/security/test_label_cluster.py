@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -68,6 +69,36 @@ def test_another_user_cannot_use_roots_label_cluster(nobody_dir):
         listening = [(p.pid, c.laddr) for p in [me, *me.children(recursive=True)]
                      for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
         assert listening and all(a.ip == "127.0.0.1" for _, a in listening), listening
+    finally:
+        labelcluster.close(client, cluster)
+
+
+#: nobody's look at each port of argv[1:]: every path but /health that answers over plain HTTP
+PAGES = '''
+import sys, urllib.request
+for port in sys.argv[1:]:
+    for path in ("/", "/status", "/workers", "/tasks", "/profile", "/individual-task-stream"):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                print(port, path, r.status)
+        except Exception:
+            pass
+'''
+
+
+def test_roots_label_cluster_serves_another_user_no_dashboard_page():
+    """The dashboard shows the labeling's tasks, workers and profile to whoever reaches
+    its port on 127.0.0.1; without bokeh Dask serves a page asking for it there.
+    Nobody's look at every port root's cluster listens on finds no page but
+    ``/health``, and root's client still computes."""
+    client, cluster = labelcluster.client_for()
+    try:
+        me = psutil.Process()
+        ports = {c.laddr.port for p in [me, *me.children(recursive=True)]
+                 for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+        cp = as_nobody([sys.executable, "-I", "-c", PAGES, *map(str, sorted(ports))], env={}, timeout=120)
+        assert cp.returncode == 0 and cp.stdout == "", cp.stdout + cp.stderr[-800:]
+        assert client.submit(sum, [1, 2, 3]).result() == 6
     finally:
         labelcluster.close(client, cluster)
 
@@ -153,6 +184,92 @@ def test_roots_labeler_refuses_a_scheduler_address_another_user_listens_on(tmp_p
         squatter.wait()
     err = cp.stderr.strip().splitlines()
     assert cp.returncode == 2 and len(err) == 1 and "uid 65534" in err[0] and "--scheduler" in err[0], (cp.returncode, cp.stderr[-1500:])
+
+
+#: nobody's listener as :data:`LISTEN`, which says ``accepted`` for each connection it takes
+LISTEN_LOGGED = LISTEN.replace("time.sleep(300)", "while True:\n    s.accept()\n    print('accepted', flush=True)")
+
+
+@pytest.mark.parametrize("tail", ["/x", "?x", "#x", "@"], ids=["path", "query", "fragment", "user"])
+def test_roots_labeler_refuses_a_scheduler_address_that_is_more_than_host_and_port(tmp_path, tail):
+    """A websocket address is a URL to Dask's client: ``ws://127.0.0.1:PORT?x`` (a path,
+    a query, a fragment, or a user part before the host) reaches 127.0.0.1:PORT, where
+    nobody listens, so it is refused in one line and nobody's listener takes no
+    connection."""
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20, label=False)
+    squatter = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", LISTEN_LOGGED],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(squatter.stdout.readline())
+        addr = f"ws://u@127.0.0.1:{port}" if tail == "@" else f"ws://127.0.0.1:{port}{tail}"
+        cp = fl("label", run, "--scheduler", addr, timeout=90)
+    finally:
+        squatter.kill()
+        accepted = squatter.communicate()[0]
+    err = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and "--scheduler" in err[0], (cp.returncode, cp.stderr[-1500:])
+    assert "accepted" not in accepted, f"root's labeler connected to nobody's port through {addr}"
+
+
+#: nobody's listener on 127.0.0.1:argv[1] as soon as the port is free (tried every 2 ms
+#: for a minute), which says ``bound``, then ``accepted`` for each connection it takes
+SQUAT = r"""
+import socket, sys, time
+port, end = int(sys.argv[1]), time.time() + 60
+while time.time() < end:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        break
+    except OSError:
+        s.close()
+        time.sleep(0.002)
+print("bound", flush=True)
+s.settimeout(1)
+while time.time() < end:
+    try:
+        s.accept()
+        print("accepted", flush=True)
+    except socket.timeout:
+        pass
+"""
+
+
+def test_roots_labeler_does_not_reconnect_to_the_port_of_its_scheduler_once_lost(tmp_path):
+    """Root's labeler is connected to root's own scheduler at a local port; that
+    scheduler ends, nobody listens on the port the moment it is free, and Dask's client
+    would reconnect there for seconds. It must not: no connection reaches nobody."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    squatter = None
+    try:
+        client = None
+        for _ in range(300):
+            try:
+                client, _ = labelcluster.client_for(f"tcp://127.0.0.1:{port}")
+                break
+            except Exception:  # noqa: BLE001 - the scheduler is still starting
+                time.sleep(0.2)
+        assert client is not None, "root's own scheduler did not start"
+        squatter = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-I", "-c", SQUAT, str(port)],
+                                    stdout=subprocess.PIPE, text=True)
+        time.sleep(1)
+        sched.kill()
+        sched.wait()
+        time.sleep(labelcluster.CONNECT_TIMEOUT_S + 3)
+    finally:
+        sched.kill()
+        if squatter is not None:
+            squatter.kill()
+    said = squatter.communicate()[0]
+    assert "accepted" not in said, f"root's labeler reconnected to nobody's port: {said!r}"
+    assert client.status == "closed", client.status
+    client.close()
 
 
 #: root's ``faultlab label argv[1] --scheduler tcp://127.0.0.1:argv[2]``, nobody starting
