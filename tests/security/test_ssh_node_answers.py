@@ -1,0 +1,164 @@
+"""What an ssh node answers costs root's controller bounded memory and time, and reaches
+its terminal printable only.
+
+The node here is a real SSH server on 127.0.0.1 (paramiko in server mode, in this
+process) that answers each command as the node's root may: faultlab's commands run
+there in the node's shell, so the node's root chooses every byte they print, how long
+they print, and which of its processes look like faultlab's watchdogs.
+"""
+
+from __future__ import annotations
+
+import resource
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from faultlab.errors import NodeError
+from faultlab.nodes import ssh
+from tests.helpers import FL
+
+paramiko = pytest.importorskip("paramiko")
+
+#: an answer: (stdout, stderr, exit status); stdout may be an iterable of chunks
+Answer = tuple[object, bytes, int]
+
+
+class _Node(paramiko.ServerInterface):
+    def __init__(self, answer: Callable[[str], Answer]):
+        self.answer = answer
+
+    def get_allowed_auths(self, username):
+        return "publickey"
+
+    def check_auth_publickey(self, username, key):
+        return paramiko.AUTH_SUCCESSFUL
+
+    def check_channel_request(self, kind, chanid):
+        return paramiko.OPEN_SUCCEEDED
+
+    def check_channel_exec_request(self, channel, command):
+        threading.Thread(target=_reply, args=(channel, self.answer(command.decode(errors="replace"))), daemon=True).start()
+        return True
+
+
+def _reply(channel, answer: Answer) -> None:
+    out, err, rc = answer
+    try:
+        for chunk in [out] if isinstance(out, bytes) else out:
+            channel.sendall(chunk)
+        channel.sendall_stderr(err)
+        channel.send_exit_status(rc)
+        channel.shutdown_write()
+    except (OSError, EOFError):
+        pass
+
+
+def _keygen(path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return str(path)
+
+
+@pytest.fixture
+def node_answering(tmp_path):
+    """``start(answer) -> inventory path``: an SSH server on a loopback port whose host
+    key is pinned, answering every command with ``answer(command line)``."""
+    servers = []
+
+    def start(answer: Callable[[str], Answer]):
+        host_key = paramiko.Ed25519Key.from_private_key_file(_keygen(tmp_path / "hostkey"))
+        _keygen(tmp_path / "id_ed25519")
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        port = srv.getsockname()[1]
+        (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n")
+        (tmp_path / "inv.yaml").write_text(f"known_hosts: {tmp_path}/known_hosts\n"
+                                           f"defaults: {{user: root, port: {port}, key: {tmp_path}/id_ed25519, connect_timeout_s: 5,"
+                                           " command_timeout_s: 60}\n"
+                                           "nodes:\n  evil: {address: 127.0.0.1}\n")
+        transports = []
+
+        def serve():
+            while True:
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    return
+                t = paramiko.Transport(conn)
+                t.add_server_key(host_key)
+                transports.append(t)
+                t.start_server(server=_Node(answer))
+                threading.Thread(target=lambda t=t: [t.accept(1) for _ in iter(t.is_active, False)], daemon=True).start()
+
+        threading.Thread(target=serve, daemon=True).start()
+        servers.append((srv, transports))
+        return tmp_path / "inv.yaml"
+
+    yield start
+    for srv, transports in servers:
+        srv.close()
+        for t in transports:
+            t.close()
+
+
+def _ssh_node(inventory) -> ssh.SshNode:
+    from faultlab.nodes import inventory as inv_mod
+
+    inv = inv_mod.load(inventory)
+    return inv_mod.ssh_nodes(inv, inv.select(None))[0]
+
+
+def _fl_limited(*args, mem: str = "2G", timeout: float = 180) -> subprocess.CompletedProcess:
+    """``faultlab ARGS`` with its address space limited to ``mem``."""
+    return subprocess.run(["prlimit", f"--as={_bytes(mem)}", "--", *FL, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def _bytes(mem: str) -> int:
+    return int(mem[:-1]) << {"M": 20, "G": 30}[mem[-1]]
+
+
+def _endless_rows(total: int):
+    """``total`` bytes of ``"1 1\\n"`` rows, 1 MiB at a time."""
+    chunk = b"1 1\n" * (1 << 18)
+    for _ in range(total // len(chunk)):
+        yield chunk
+
+
+def test_a_nodes_endless_command_output_is_refused_past_its_bound(node_answering):
+    """The node answers faultlab's watchdog scan with 512 MiB of rows: root's `status
+    --inventory` (its address space limited to 2 GiB) stops reading past
+    ``ssh.OUTPUT_BYTES`` and says so in one line naming the node, no traceback (it read
+    it all: 8.5 GB of RSS for 55 s of such output, or a MemoryError here)."""
+    inv = node_answering(lambda cmd: (_endless_rows(512 << 20), b"", 0) if "faultlab-watchdog" in cmd else (b"", b"", 0))
+    t0 = time.monotonic()
+    cp = _fl_limited("status", "--inventory", inv, "--all-nodes")
+    assert cp.returncode == 1, (cp.returncode, cp.stderr[-2000:])
+    assert "Traceback" not in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr[-2000:]
+    assert "evil" in cp.stderr and f"more than {ssh.OUTPUT_BYTES} bytes" in cp.stderr, cp.stderr
+    assert time.monotonic() - t0 < 120
+
+
+def test_a_nodes_first_line_without_end_or_never_sent_does_not_hold_the_controller(node_answering):
+    """A process started on the node (a rank, the throughput sink) is known by the PID
+    its shell echoes first: a node that answers with an endless line, or with nothing,
+    is a one-line NodeError within the command timeout, never a read without end."""
+    def answer(cmd):
+        if "never" in cmd:
+            return ((time.sleep(s) or b"" for s in [40]), b"", 0)  # holds the channel open 40 s, sends nothing
+        return ((b"7" * (1 << 20) for _ in range(256)), b"", 0)  # 256 MiB, no newline
+
+    node = _ssh_node(node_answering(answer))
+    node.command_timeout_s = 5
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for argv in (["endless"], ["never"]):
+        t0 = time.monotonic()
+        with pytest.raises(NodeError, match="could not start"):
+            node.spawn(argv, stdout=subprocess.PIPE)
+        assert time.monotonic() - t0 < 30, argv
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 64 << 20
+    node.close()
