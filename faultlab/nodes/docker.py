@@ -35,16 +35,12 @@ from pathlib import Path
 
 from faultlab import safefs
 from faultlab.errors import BadInput, NodeError
-from faultlab.nodes.base import Node
+from faultlab.nodes.base import Node, copy_log
 from faultlab.nodes.dockerd import client
 from faultlab.telemetry import collect
 
 #: where ranks in a node container write telemetry (a host folder mounted there)
 WORK_DIR = "/var/lib/faultlab/work"
-#: the most bytes of a rank's output (``docker exec`` stdout and stderr) written to its
-#: log on the host: a rank prints some lines a minute and a traceback or two, a few MB a
-#: day; the container's root chooses what it prints, so the rest is read and dropped
-MAX_LOG_BYTES = 64 << 20
 #: environment variables passed into a rank's ``docker exec`` (the host's others stay out)
 _ENV_PREFIXES = ("FAULTLAB_", "PYTHON", "OMP_", "MKL_", "GLOO_", "TORCH_", "NCCL_")
 
@@ -140,7 +136,7 @@ class ContainerProcess:
     ``send_signal``, ``terminate``, ``kill``, ``returncode``.
 
     Output goes to ``stdout`` (a file; its descriptor is duplicated, the caller may
-    close it), at most MAX_LOG_BYTES and then one line saying the rest was dropped (the
+    close it), at most ``base.MAX_LOG_BYTES`` and then one line saying the rest was dropped (the
     stream is still read to its end, so the rank never blocks on a full pipe). Signals
     go to the host PID, which only this exec started."""
 
@@ -168,19 +164,8 @@ class ContainerProcess:
             time.sleep(0.02)
 
     def _copy(self, stream) -> None:
-        left = MAX_LOG_BYTES
         try:
-            for chunk in stream:
-                if self._fd is None or not chunk or left < 0:
-                    continue
-                if len(chunk) > left:
-                    chunk = chunk[:left] + f"\n[faultlab: output past {MAX_LOG_BYTES} bytes dropped]\n".encode()
-                    left = -1
-                else:
-                    left -= len(chunk)
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(self._fd, view):]
+            copy_log(stream, self._fd)
         except Exception:
             pass
         finally:

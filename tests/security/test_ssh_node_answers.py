@@ -19,7 +19,7 @@ from collections.abc import Callable
 import pytest
 
 from faultlab.errors import NodeError
-from faultlab.nodes import ssh
+from faultlab.nodes import base, ssh
 from tests.helpers import FL
 
 paramiko = pytest.importorskip("paramiko")
@@ -161,4 +161,21 @@ def test_a_nodes_first_line_without_end_or_never_sent_does_not_hold_the_controll
             node.spawn(argv, stdout=subprocess.PIPE)
         assert time.monotonic() - t0 < 30, argv
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 64 << 20
+    node.close()
+
+
+def test_an_ssh_ranks_output_reaches_its_log_up_to_the_bound(node_answering, tmp_path, monkeypatch):
+    """A rank's output on an ssh node is the node's to choose: it reaches the rank's log
+    on this host up to ``base.MAX_LOG_BYTES`` (1 MiB here) and one line saying the rest
+    was dropped, as a docker rank's does; it was copied whole (64 MiB here, without end
+    for a node that keeps printing), filling this host's disk."""
+    monkeypatch.setattr(base, "MAX_LOG_BYTES", 1 << 20, raising=False)
+    node = _ssh_node(node_answering(lambda cmd: ((c for c in [b"4321\n", *(b"x" * (1 << 20) for _ in range(64))]), b"", 0)))
+    log = tmp_path / "rank0.log"
+    with open(log, "wb") as out:
+        p = node.spawn(["rank"], stdout=out)
+    assert p.pid == 4321
+    assert p.wait(120) == 0
+    assert (1 << 20) <= log.stat().st_size <= (1 << 20) + 100, log.stat().st_size
+    assert log.read_bytes().endswith(b"bytes dropped]\n")
     node.close()
