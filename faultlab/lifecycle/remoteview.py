@@ -25,6 +25,8 @@ from pathlib import PurePosixPath
 from faultlab.lifecycle.lease import node_lock
 from faultlab.lifecycle.lease_remote import RemoteLease, read_records
 from faultlab.lifecycle.procowner import MINE_SH
+from faultlab.lifecycle.record import LEASE_ID
+from faultlab.lifecycle.watchdog import WHOLE_NUMBER
 
 # "PID PPID" of every process of the login user whose argv holds faultlab-watchdog
 # (the uid is checked on the node: another user's process with that argv is a
@@ -80,7 +82,7 @@ def _watchdogs(node) -> dict[str, list[tuple[int, int, float | None]]]:
     out: dict[str, list[tuple[int, int, float | None]]] = {}
     for row in node.run(["sh", "-c", _FIND_WATCHDOGS_SH], timeout=node.command_timeout_s).stdout.splitlines():
         pid, _, ppid = row.partition(" ")
-        if not pid.isdigit() or not ppid.isdigit():
+        if not WHOLE_NUMBER.fullmatch(pid) or not (ppid == "0" or WHOLE_NUMBER.fullmatch(ppid)):
             continue
         try:
             args = node.read_file(f"/proc/{pid}/cmdline").split("\0")
@@ -90,10 +92,12 @@ def _watchdogs(node) -> dict[str, list[tuple[int, int, float | None]]]:
             continue
         i = args.index("faultlab-watchdog")
         rec = PurePosixPath(args[i + 1]) if i + 1 < len(args) else None
-        if rec is None or str(rec.parent) != d or rec.suffix != ".json":
-            continue
+        # as on this host (watchdog._watchdog): a record named by a fault id, a deadline of
+        # digits; the argv is the node's word (its root runs what it likes)
         dl = args[i + 2] if i + 2 < len(args) else ""
-        out.setdefault(rec.stem, []).append((int(pid), int(ppid), float(dl) if dl.isdigit() else None))
+        if rec is None or str(rec.parent) != d or rec.suffix != ".json" or not LEASE_ID.fullmatch(rec.stem) or not WHOLE_NUMBER.fullmatch(dl):
+            continue
+        out.setdefault(rec.stem, []).append((int(pid), int(ppid), float(dl)))
     return {k: sorted(v) for k, v in out.items()}
 
 

@@ -9,6 +9,7 @@ they print, and which of its processes look like faultlab's watchdogs.
 
 from __future__ import annotations
 
+import re
 import resource
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from tests.helpers import FL
 
 paramiko = pytest.importorskip("paramiko")
 
+ESC = "\x1b"
 #: an answer: (stdout, stderr, exit status); stdout may be an iterable of chunks
 Answer = tuple[object, bytes, int]
 
@@ -162,6 +164,46 @@ def test_a_nodes_first_line_without_end_or_never_sent_does_not_hold_the_controll
         assert time.monotonic() - t0 < 30, argv
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 64 << 20
     node.close()
+
+
+def _watchdog_answer(stem: str, deadline: str) -> Callable[[str], Answer]:
+    """A node whose root runs one look-alike of a watchdog: PID 4242, argv
+    ``sh -c x faultlab-watchdog /run/faultlab/leases/STEM.json DEADLINE true``, which
+    no signal ends (``kill -0`` finds it alive)."""
+    argv = ["sh", "-c", "x", "faultlab-watchdog", f"/run/faultlab/leases/{stem}.json", deadline, "true"]
+
+    def answer(cmd):
+        if "grep -l -a -F -- faultlab-watchdog" in cmd:
+            return (b"4242 1\n", b"", 0)
+        if "/proc/4242/cmdline" in cmd:
+            return (("\0".join(argv) + "\0").encode(), b"", 0)
+        return (b"", b"", 0)
+
+    return answer
+
+
+@pytest.mark.parametrize("deadline", ["\u00b2", "9" * 400, "1" * 40], ids=["superscript-two", "400-digits", "40-digits"])
+def test_a_watchdog_look_alikes_deadline_is_read_as_a_watchdogs_is(node_answering, deadline):
+    """A watchdog's deadline is whole unix seconds, ASCII digits: ``²`` (a digit to
+    ``str.isdigit``, no number to ``float``) and 400 digits (infinity) ended root's
+    `status --inventory` in a traceback. Such a process is no watchdog of faultlab's."""
+    inv = node_answering(_watchdog_answer("nic-abcd", deadline))
+    cp = _fl_limited("status", "--inventory", inv, "--all-nodes")
+    assert "Traceback" not in cp.stderr, cp.stderr[-2000:]
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert "nic-abcd" not in cp.stdout, cp.stdout
+
+
+def test_a_watchdog_look_alikes_record_name_never_reaches_roots_terminal(node_answering):
+    """The node's root names its look-alike's record with escape sequences (an OSC
+    title, a screen clear): its name is no fault id, so it is no watchdog of faultlab's,
+    `revert --all --inventory` has nothing to revert, and no ESC reaches root's
+    terminal (the name was printed raw in the error line, after a 60 s wait)."""
+    inv = node_answering(_watchdog_answer(f"x{ESC}]0;pwned{ESC}\\{ESC}[2Jy", "2000000000"))
+    cp = _fl_limited("revert", "--all", "--inventory", inv, "--all-nodes")
+    assert ESC not in cp.stdout + cp.stderr, repr(cp.stderr[-500:])
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert re.search(r"no fault in force", cp.stdout), cp.stdout
 
 
 def test_an_ssh_ranks_output_reaches_its_log_up_to_the_bound(node_answering, tmp_path, monkeypatch):
