@@ -25,6 +25,7 @@ run on the docker host (the node's *lease host*, where its watchdog runs).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -138,7 +139,11 @@ class ContainerProcess:
     Output goes to ``stdout`` (a file; its descriptor is duplicated, the caller may
     close it), at most ``base.MAX_LOG_BYTES`` and then one line saying the rest was dropped (the
     stream is still read to its end, so the rank never blocks on a full pipe). Signals
-    go to the host PID, which only this exec started."""
+    go to the process this exec started, through a pidfd opened as soon as docker names
+    its host PID: the stream (what ``poll`` waits on) outlives that process while
+    anything in the container holds its output, and its PID may by then be another
+    host process's (the container's root can end the rank, keep its output open and
+    cycle the host's PIDs)."""
 
     def __init__(self, cli, container: str, argv: list[str], env: dict, stdout=None):
         self.args = list(argv)
@@ -153,11 +158,14 @@ class ContainerProcess:
         self._pump = threading.Thread(target=self._copy, args=(stream,), daemon=True)
         self._pump.start()
         self.pid = 0
+        self._pidfd = None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             info = self._api.exec_inspect(self._id)
             if info.get("Pid"):
                 self.pid = int(info["Pid"])
+                with contextlib.suppress(ProcessLookupError):  # gone already: nothing to signal
+                    self._pidfd = os.pidfd_open(self.pid)
                 break
             if not info.get("Running") and info.get("ExitCode") is not None and not self._pump.is_alive():
                 break
@@ -182,6 +190,9 @@ class ContainerProcess:
         if info.get("Running"):
             return None
         self.returncode = int(info.get("ExitCode") or 0)
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -195,11 +206,11 @@ class ContainerProcess:
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None and self.pid:
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
+        """``sig`` to the process this exec started, never to another that has its PID
+        now (a process gone is left alone)."""
+        if self.returncode is None and self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, sig)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
