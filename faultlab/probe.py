@@ -17,7 +17,9 @@ closed unmeasured while the sink waits for the sender's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import secrets
 import selectors
 import socket
@@ -31,6 +33,9 @@ from faultlab.errors import NodeError
 #: bytes of randomness in a probe's token; connections the sink reads tokens from at once
 TOKEN_BYTES = 16
 MAX_PENDING = 64
+#: the most bytes read of a sink's output (two JSON lines of some 100 bytes), and of its
+#: errors: a sink on an ssh node prints what that node's root chooses
+SINK_OUTPUT_BYTES = 64 << 10
 
 
 def _sink(bind: str, timeout_s: float) -> None:
@@ -124,22 +129,41 @@ def measure_throughput(sender, receiver, receiver_addr: str, nbytes: int, timeou
     py = sys.executable  # -P below: the caller's cwd (anyone's folder) is not on sys.path
     sink = receiver.spawn([py, "-P", "-m", "faultlab.probe", "sink", "--bind", receiver_addr, "--timeout", str(timeout_s)], scope="net", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        line = sink.stdout.readline()
+        line = sink.stdout.readline(SINK_OUTPUT_BYTES)
         try:
             first = json.loads(line)
             port, token = first["port"], first["token"]
-        except (ValueError, KeyError, TypeError):
-            raise NodeError(f"throughput sink did not start on {receiver.name}: {sink.stderr.read().decode()[-300:]}") from None
+        except (ValueError, KeyError, TypeError, RecursionError):
+            raise NodeError(f"throughput sink did not start on {receiver.name}: "
+                            f"{sink.stderr.read(SINK_OUTPUT_BYTES).decode(errors='replace')[-300:]}") from None
         cp = sender.run([py, "-P", "-m", "faultlab.probe", "send", "--addr", receiver_addr, "--port", str(port), "--bytes", str(nbytes), "--timeout", str(timeout_s)],
                         scope="net", timeout=timeout_s + 5, input=f"{token}\n".encode())
         if cp.returncode != 0:
             raise NodeError(f"throughput probe from {sender.name} to {receiver_addr} failed: {cp.stderr.strip()[-300:]}")
-        out, _ = sink.communicate(timeout=timeout_s)
-        return json.loads(out.decode().strip().splitlines()[-1])
+        return _measurement(sink.stdout.read(SINK_OUTPUT_BYTES + 1), receiver.name)
     finally:
-        if sink.poll() is None:
+        if sink.poll() is None:  # done with it (a sink on another node may outlive its kill there)
             sink.kill()
-            sink.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                sink.wait(10)
+
+
+def _measurement(out: bytes, node: str) -> dict:
+    """The sink's last line as ``{"bytes", "elapsed_s", "bit_per_s"}``: a count, a
+    finite time and a finite rate (or None), none negative. Raises NodeError (one line)
+    for anything else: the sink's output is the receiving node's word."""
+    lines = out[:SINK_OUTPUT_BYTES].decode(errors="replace").strip().splitlines() if len(out) <= SINK_OUTPUT_BYTES else []
+    try:
+        m = json.loads(lines[-1])
+        ok = (isinstance(m, dict) and set(m) == {"bytes", "elapsed_s", "bit_per_s"} and type(m["bytes"]) is int and m["bytes"] >= 0
+              and all(v is None or (type(v) in (int, float) and 0 <= v < math.inf) for v in (m["elapsed_s"], m["bit_per_s"]))
+              and m["elapsed_s"] is not None)
+    except (IndexError, ValueError, RecursionError):
+        ok = False
+    if not ok:
+        raise NodeError(f"throughput sink on {node} answered no measurement ({len(out)} bytes)", field="node",
+                        fix="check faultlab and python3 on that node")
+    return m
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,6 +9,7 @@ they print, and which of its processes look like faultlab's watchdogs.
 
 from __future__ import annotations
 
+import json
 import re
 import resource
 import socket
@@ -221,3 +222,47 @@ def test_an_ssh_ranks_output_reaches_its_log_up_to_the_bound(node_answering, tmp
     assert (1 << 20) <= log.stat().st_size <= (1 << 20) + 100, log.stat().st_size
     assert log.read_bytes().endswith(b"bytes dropped]\n")
     node.close()
+
+
+@pytest.mark.parametrize("last", [b"[]\n", b'{"bytes": 1, "elapsed_s": 1, "bit_per_s": "fast"}\n', b"[" * 60000 + b"\n",
+                                  b"9" * (256 << 20)], ids=["a-list", "a-rate-of-text", "nested", "256-MiB"])
+def test_a_throughput_sinks_answer_on_an_ssh_node_is_a_measurement_or_one_error(node_answering, last):
+    """nic-slow's verify measures the throughput into the faulted node through a sink
+    started there, whose output is that node's word: the sink here names a port the
+    test listens on (the real sender on this host sends to it), then answers with a
+    list, a rate of text, JSON nested past Python's recursion limit, or 256 MiB. Each is
+    one NodeError, read no further than ``probe.SINK_OUTPUT_BYTES``; the list and the
+    rate of text passed as a measurement (verify then failed in a traceback), the 256
+    MiB were read whole."""
+    from faultlab import probe
+    from faultlab.nodes.local import LocalNode
+
+    lsn = socket.socket()
+    lsn.bind(("127.0.0.1", 0))
+    lsn.listen(1)
+    got = threading.Event()
+
+    def receive():
+        c, _ = lsn.accept()
+        while c.recv(65536):
+            pass
+        c.sendall(b"k")
+        c.close()
+        got.set()
+
+    threading.Thread(target=receive, daemon=True).start()
+
+    def sink_output():
+        yield b"4321\n" + json.dumps({"port": lsn.getsockname()[1], "token": "t"}).encode() + b"\n"
+        got.wait(60)
+        for i in range(0, len(last), 1 << 20):
+            yield last[i:i + (1 << 20)]
+
+    node = _ssh_node(node_answering(lambda cmd: (sink_output(), b"", 0)))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(NodeError, match="no measurement"):
+        probe.measure_throughput(LocalNode("host"), node, "127.0.0.1", 1 << 16, timeout_s=30)
+    assert got.is_set()
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 64 << 20
+    node.close()
+    lsn.close()
