@@ -266,3 +266,28 @@ def test_a_throughput_sinks_answer_on_an_ssh_node_is_a_measurement_or_one_error(
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 64 << 20
     node.close()
     lsn.close()
+
+
+def test_a_nodes_countless_watchdogs_and_records_cost_a_bounded_number_of_commands(node_answering):
+    """Each watchdog candidate and each lease record the node lists costs root one
+    command there: the node's root lists 2,000 of each (a few hundred KB, within
+    ``ssh.OUTPUT_BYTES``). Root's `status --inventory` looks at ``MAX_ON_NODE`` of each
+    and names the rest in one warning line each; it ran a command for every one."""
+    from faultlab.lifecycle.lease_remote import MAX_ON_NODE
+
+    commands = []
+
+    def answer(cmd):
+        commands.append(cmd)
+        if "grep -l -a -F -- faultlab-watchdog" in cmd:
+            return ("".join(f"{100 + i} 1\n" for i in range(2000)).encode(), b"", 0)
+        if '"$1"/*.json' in cmd:
+            return ("".join(f"/run/faultlab/leases/nic-{i:04x}.json\n" for i in range(2000)).encode(), b"", 0)
+        if "/cmdline" in cmd:
+            return (b"sleep\x00600\x00", b"", 0)
+        return (b"", b"no such file\n", 4)
+
+    cp = _fl_limited("status", "--inventory", node_answering(answer), "--all-nodes", timeout=600)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert len(commands) <= 2 * MAX_ON_NODE + 20, len(commands)
+    assert "2000 processes named like a watchdog" in cp.stderr and "holds 2000 records" in cp.stderr, cp.stderr[-2000:]
