@@ -40,9 +40,9 @@ from faultlab.errors import NodeError
 #: bytes of randomness in a probe's token; connections the sink reads tokens from at once
 TOKEN_BYTES = 16
 MAX_PENDING = 64
-
 #: bytes of a line the sink prints (its port and token, then its measure: some 100),
-#: and of what the sender prints (nothing, or its error)
+#: and of what the sender prints (nothing, or its error): a sink on an ssh node prints
+#: what that node's root chooses
 LINE_BYTES = 4096
 
 
@@ -148,23 +148,25 @@ def measure_throughput(sender, receiver, receiver_addr: str, nbytes: int, timeou
         if cp.returncode != 0:
             raise NodeError(f"throughput probe from {sender.name} to {receiver_addr} failed: {cp.stderr.strip()[-300:]}")
         got = _json_line(sink.stdout, time.monotonic() + timeout_s)
-        if not (isinstance(got, dict) and _is_int(got.get("bytes")) and got["bytes"] >= 0 and _is_number(got.get("elapsed_s"))
-                and (got.get("bit_per_s") is None or (_is_number(got["bit_per_s"]) and math.isfinite(got["bit_per_s"]) and got["bit_per_s"] >= 0))):
-            raise NodeError(f"the throughput sink on {receiver.name} printed no measure of {{bytes, elapsed_s, bit_per_s}}")
+        if not (isinstance(got, dict) and _is_int(got.get("bytes")) and got["bytes"] >= 0 and _is_measure(got.get("elapsed_s"))
+                and (got.get("bit_per_s") is None or _is_measure(got["bit_per_s"]))):
+            raise NodeError(f"the throughput sink on {receiver.name} answered no measurement of {{bytes, elapsed_s, bit_per_s}}",
+                            field="node", fix="check faultlab and python3 on that node")
         return {k: got.get(k) for k in ("bytes", "elapsed_s", "bit_per_s")}
     finally:
-        if sink.poll() is None:
+        if sink.poll() is None:  # done with it (a sink on another node may outlive its kill there)
             sink.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
-                sink.wait(5)
+                sink.wait(10)
 
 
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+def _is_measure(v) -> bool:
+    """A finite number of at least 0 (JSON's NaN and Infinity are numbers to Python)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
 def _within(read, deadline: float):

@@ -38,6 +38,10 @@ from faultlab.nodefs import read_on_node
 _CHECK_DIR_SH = ('mkdir -p -m 700 "$1" && [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && '
                  'case "$(stat -c %a "$1")" in *[2367]?|*?[2367]) exit 3;; esac')
 _LIST_SH = 'for f in "$1"/*.json; do [ -f "$f" ] && [ ! -L "$f" ] && [ -O "$f" ] && printf "%s\\n" "$f"; done; exit 0'
+#: the most lease records, and watchdog candidates (``remoteview``), of an ssh node
+#: looked at: each costs a command there, and the node's root lists what it likes (a
+#: real node holds a few faults at a time); the rest is one problem line
+MAX_ON_NODE = 256
 
 
 def trusted_dir(node) -> PurePosixPath:
@@ -260,7 +264,10 @@ def read_records(node) -> tuple[list[RemoteLease], list[str]]:
     d = node.lease_dir()
     cp = node.run(["sh", "-c", _LIST_SH, "sh", str(d)], timeout=node.command_timeout_s)
     out, problems = [], []
-    for line in cp.stdout.splitlines():
+    listed = cp.stdout.splitlines()
+    if len(listed) > MAX_ON_NODE:
+        problems.append(f"{node.describe()}:{d}: holds {len(listed)} records; the first {MAX_ON_NODE} looked at, the rest not read")
+    for line in listed[:MAX_ON_NODE]:
         p = PurePosixPath(line)
         try:  # the whole path checked on the node (owner, mode, no symlink) as it is read
             rec = json.loads(read_on_node(node, str(p)))

@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from faultlab.lifecycle.lease import node_lock
-from faultlab.lifecycle.lease_remote import RemoteLease, read_records
+from faultlab.lifecycle.lease_remote import MAX_ON_NODE, RemoteLease, read_records
 from faultlab.lifecycle.procowner import MINE_SH
+from faultlab.lifecycle.record import LEASE_ID
+from faultlab.lifecycle.watchdog import WHOLE_NUMBER
 
 # "PID PPID" of every process of the login user whose argv holds faultlab-watchdog
 # (the uid is checked on the node: another user's process with that argv is a
@@ -71,16 +73,20 @@ class RemoteFault:
                 "controller": f"{rec.get('controller')}:{rec.get('controller_pid')}" if rec else None, "controller_alive": alive}
 
 
-def _watchdogs(node) -> dict[str, list[tuple[int, int, float | None]]]:
+def _watchdogs(node, problems: list[str]) -> dict[str, list[tuple[int, int, float | None]]]:
     """fault id -> [(PID, parent PID, deadline)] of the login user's watchdog processes
     on ``node`` for records of its lease folder (argv checked token by token; the
     detached ``sh -c`` wrapper, whose argv is one joined string, is not matched), in
-    PID order."""
+    PID order. At most ``MAX_ON_NODE`` candidates are looked at (one line in
+    ``problems`` names the rest)."""
     d = str(node.lease_dir())
     out: dict[str, list[tuple[int, int, float | None]]] = {}
-    for row in node.run(["sh", "-c", _FIND_WATCHDOGS_SH], timeout=node.command_timeout_s).stdout.splitlines():
+    rows = node.run(["sh", "-c", _FIND_WATCHDOGS_SH], timeout=node.command_timeout_s).stdout.splitlines()
+    if len(rows) > MAX_ON_NODE:
+        problems.append(f"{node.describe()}: {len(rows)} processes named like a watchdog; the first {MAX_ON_NODE} looked at")
+    for row in rows[:MAX_ON_NODE]:
         pid, _, ppid = row.partition(" ")
-        if not pid.isdigit() or not ppid.isdigit():
+        if not WHOLE_NUMBER.fullmatch(pid) or not (ppid == "0" or WHOLE_NUMBER.fullmatch(ppid)):
             continue
         try:
             args = node.read_file(f"/proc/{pid}/cmdline").split("\0")
@@ -90,10 +96,12 @@ def _watchdogs(node) -> dict[str, list[tuple[int, int, float | None]]]:
             continue
         i = args.index("faultlab-watchdog")
         rec = PurePosixPath(args[i + 1]) if i + 1 < len(args) else None
-        if rec is None or str(rec.parent) != d or rec.suffix != ".json":
-            continue
+        # as on this host (watchdog._watchdog): a record named by a fault id, a deadline of
+        # digits; the argv is the node's word (its root runs what it likes)
         dl = args[i + 2] if i + 2 < len(args) else ""
-        out.setdefault(rec.stem, []).append((int(pid), int(ppid), float(dl) if dl.isdigit() else None))
+        if rec is None or str(rec.parent) != d or rec.suffix != ".json" or not LEASE_ID.fullmatch(rec.stem) or not WHOLE_NUMBER.fullmatch(dl):
+            continue
+        out.setdefault(rec.stem, []).append((int(pid), int(ppid), float(dl)))
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -117,9 +125,11 @@ def remote_view(node) -> tuple[list[RemoteFault], list[str]]:
     Only the login user's processes are watchdogs (checked on the node); a record's
     watchdog is the process it names. Raises NodeError when the node cannot be reached
     (its host key refused, unreachable)."""
-    dogs = _watchdogs(node)
+    scan: list[str] = []
+    dogs = _watchdogs(node, scan)
     out = []
     leases, problems = read_records(node)
+    problems = scan + problems
     for le in leases:
         pid, dl = _its_watchdog(le, dogs.pop(le.fault_id, []))
         out.append(RemoteFault(node, le.fault_id, le, pid, le.record.get("deadline_ts") or dl))

@@ -21,7 +21,10 @@ WATCHDOG_NAME = "faultlab-watchdog"
 #: boot, 0 when unknown), so a fault whose record was lost is still known to be held
 #: by a live controller (``faultlab recover`` leaves it alone)
 CONTROLLER_ENV = "FAULTLAB_CONTROLLER"
-_DIGITS = re.compile(r"^[1-9][0-9]{0,11}$")
+#: a whole number read from a process's argv or ``/proc`` (a watchdog's deadline in unix
+#: seconds, a PID): ASCII digits, at most 12 (``str.isdigit`` also takes ``²``, which no
+#: ``int`` or ``float`` reads, and any number of digits)
+WHOLE_NUMBER = re.compile(r"^[1-9][0-9]{0,11}$")
 
 #: how long the watchdog lets one revert line run (s) before it kills it (SIGKILL, with
 #: ``timeout``) and goes on: a line may run as another user (gc-storm's runs as the
@@ -191,7 +194,7 @@ def _watchdog(pid: int) -> Watchdog | None:
         status = (p / "status").read_text()
     except (OSError, UnicodeDecodeError):
         return None
-    if stat is None or not LEASE_ID.match(fid) or not _DIGITS.match(dl) or not fdn.isdigit():
+    if stat is None or not LEASE_ID.match(fid) or not WHOLE_NUMBER.match(dl) or not fdn.isdigit():
         return None
     if int(stat[3]) != pid:  # not the session leader: a subshell of the watchdog
         return None

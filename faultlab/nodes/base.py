@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -189,6 +190,28 @@ class Node:
 #: the most bytes of stdout (and of stderr) taken from one inject or revert line: a
 #: line may run as another user (gc-storm's), whose process may write without end
 LINE_OUTPUT_BYTES = 64 * 1024
+#: the most bytes of a rank's output written to its log on this host (a ``docker exec``
+#: stream, an ssh channel): a rank prints some lines a minute and a traceback or two, a
+#: few MB a day; the node's root chooses what it prints, so the rest is read and dropped
+MAX_LOG_BYTES = 64 << 20
+
+
+def copy_log(chunks: Iterable[bytes], fd: int | None) -> None:
+    """Write the byte strings ``chunks`` to descriptor ``fd`` (None: nowhere) up to
+    MAX_LOG_BYTES, then one line saying the rest was dropped. Every chunk is still
+    taken, so the node's process never blocks on a full pipe."""
+    left = MAX_LOG_BYTES
+    for chunk in chunks:
+        if fd is None or not chunk or left < 0:
+            continue
+        if len(chunk) > left:
+            chunk = chunk[:left] + f"\n[faultlab: output past {MAX_LOG_BYTES} bytes dropped]\n".encode()
+            left = -1
+        else:
+            left -= len(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view):]
 
 
 def run_bounded(full: list[str], *, input: bytes | None, timeout: float, limit: int) -> subprocess.CompletedProcess:

@@ -25,6 +25,7 @@ run on the docker host (the node's *lease host*, where its watchdog runs).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -35,16 +36,12 @@ from pathlib import Path
 
 from faultlab import safefs
 from faultlab.errors import BadInput, NodeError
-from faultlab.nodes.base import Node
+from faultlab.nodes.base import Node, copy_log
 from faultlab.nodes.dockerd import client
 from faultlab.telemetry import collect
 
 #: where ranks in a node container write telemetry (a host folder mounted there)
 WORK_DIR = "/var/lib/faultlab/work"
-#: the most bytes of a rank's output (``docker exec`` stdout and stderr) written to its
-#: log on the host: a rank prints some lines a minute and a traceback or two, a few MB a
-#: day; the container's root chooses what it prints, so the rest is read and dropped
-MAX_LOG_BYTES = 64 << 20
 #: environment variables passed into a rank's ``docker exec`` (the host's others stay out)
 _ENV_PREFIXES = ("FAULTLAB_", "PYTHON", "OMP_", "MKL_", "GLOO_", "TORCH_", "NCCL_")
 
@@ -140,9 +137,13 @@ class ContainerProcess:
     ``send_signal``, ``terminate``, ``kill``, ``returncode``.
 
     Output goes to ``stdout`` (a file; its descriptor is duplicated, the caller may
-    close it), at most MAX_LOG_BYTES and then one line saying the rest was dropped (the
+    close it), at most ``base.MAX_LOG_BYTES`` and then one line saying the rest was dropped (the
     stream is still read to its end, so the rank never blocks on a full pipe). Signals
-    go to the host PID, which only this exec started."""
+    go to the process this exec started, through a pidfd opened as soon as docker names
+    its host PID: the stream (what ``poll`` waits on) outlives that process while
+    anything in the container holds its output, and its PID may by then be another
+    host process's (the container's root can end the rank, keep its output open and
+    cycle the host's PIDs)."""
 
     def __init__(self, cli, container: str, argv: list[str], env: dict, stdout=None):
         self.args = list(argv)
@@ -157,30 +158,22 @@ class ContainerProcess:
         self._pump = threading.Thread(target=self._copy, args=(stream,), daemon=True)
         self._pump.start()
         self.pid = 0
+        self._pidfd = None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             info = self._api.exec_inspect(self._id)
             if info.get("Pid"):
                 self.pid = int(info["Pid"])
+                with contextlib.suppress(ProcessLookupError):  # gone already: nothing to signal
+                    self._pidfd = os.pidfd_open(self.pid)
                 break
             if not info.get("Running") and info.get("ExitCode") is not None and not self._pump.is_alive():
                 break
             time.sleep(0.02)
 
     def _copy(self, stream) -> None:
-        left = MAX_LOG_BYTES
         try:
-            for chunk in stream:
-                if self._fd is None or not chunk or left < 0:
-                    continue
-                if len(chunk) > left:
-                    chunk = chunk[:left] + f"\n[faultlab: output past {MAX_LOG_BYTES} bytes dropped]\n".encode()
-                    left = -1
-                else:
-                    left -= len(chunk)
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(self._fd, view):]
+            copy_log(stream, self._fd)
         except Exception:
             pass
         finally:
@@ -197,6 +190,9 @@ class ContainerProcess:
         if info.get("Running"):
             return None
         self.returncode = int(info.get("ExitCode") or 0)
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -210,11 +206,11 @@ class ContainerProcess:
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None and self.pid:
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
+        """``sig`` to the process this exec started, never to another that has its PID
+        now (a process gone is left alone)."""
+        if self.returncode is None and self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, sig)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

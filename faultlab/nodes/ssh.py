@@ -41,6 +41,11 @@ from faultlab.telemetry import collect
 
 #: where ranks on an ssh node write telemetry (collected back)
 WORK_DIR = "/var/lib/faultlab/work"
+#: the most bytes of stdout (and of stderr) taken from a command whose caller sets no
+#: ``limit``: the node (its root) chooses what its commands print, and 55 s of one
+#: command's output held root's ``status --inventory`` at 8.5 GB; faultlab's own
+#: commands there print some KB (a process's ``cmdline``: at most a few MB)
+OUTPUT_BYTES = 16 << 20
 _ENV_PREFIXES = ("FAULTLAB_", "PYTHON", "OMP_", "MKL_", "GLOO_", "TORCH_", "NCCL_")
 
 # paramiko's transport thread logs a failed handshake (no SSH banner, a reset) at ERROR
@@ -133,10 +138,14 @@ class SshNode(Node):
     def _check_sudo(self, c) -> None:
         """Refuse a node whose login cannot ``sudo -n`` (no NOPASSWD rule): one line
         naming the fix, before any command of a fault runs. Closes ``c`` on refusal."""
-        try:
-            _, out, err = c.exec_command(shlex.join(["sudo", "-n", "--", "true"]), timeout=self.command_timeout_s)
-            rc = out.channel.recv_exit_status()
-            why = err.read().decode(errors="replace").strip().splitlines()
+        try:  # bounded in time and bytes as every command's output is (drain)
+            chan = c.get_transport().open_session(timeout=self.command_timeout_s)
+            chan.exec_command(shlex.join(["sudo", "-n", "--", "true"]))
+            chan.shutdown_write()
+            _, err = drain(chan, time.monotonic() + self.command_timeout_s, limit=OUTPUT_BYTES)
+            rc = chan.recv_exit_status() if chan.exit_status_ready() else -1
+            chan.close()
+            why = err[:OUTPUT_BYTES].decode(errors="replace").strip().splitlines()
         except Exception as e:  # noqa: BLE001 - any failure of the check is a refusal
             rc, why = -1, [f"{type(e).__name__}: {e}"]
         if rc != 0:
@@ -165,8 +174,9 @@ class SshNode(Node):
 
     # -- the node interface ----------------------------------------------------------------
     def run(self, argv, *, scope="host", timeout=None, input=None, check=False, limit=None) -> subprocess.CompletedProcess:
-        """Node.run over the connection; ``limit``: past that many bytes of stdout the
-        channel is closed, the output cut and the returncode -9."""
+        """Node.run over the connection; ``limit``: past that many bytes of stdout (or
+        stderr) the channel is closed, the output cut and the returncode -9. With no
+        ``limit``, output past OUTPUT_BYTES is a NodeError (none of it is used)."""
         timeout = self.command_timeout_s if timeout is None else timeout
         cmd = self.line(list(argv))
         chan = self._open(cmd, timeout)
@@ -174,10 +184,14 @@ class SshNode(Node):
             if input:
                 chan.sendall(input)
             chan.shutdown_write()
-            out, err = drain(chan, time.monotonic() + timeout, limit=limit)
+            out, err = drain(chan, time.monotonic() + timeout, limit=OUTPUT_BYTES if limit is None else limit)
         except TimeoutError:
             chan.close()
             raise NodeError(f"{' '.join(list(argv)[:4])} ... timed out after {timeout:g}s on ssh node {self.name}", field="node") from None
+        if limit is None and (len(out) > OUTPUT_BYTES or len(err) > OUTPUT_BYTES):
+            chan.close()
+            raise NodeError(f"{' '.join(list(argv)[:2])[:80]} ... on ssh node {self.name} printed more than {OUTPUT_BYTES} bytes: refused, none of it used",
+                            field="node", fix="see what prints that much on that node (faultlab's own commands print a few KB)")
         if limit is not None and (len(out) > limit or len(err) > limit):
             out, err, rc = out[:limit + 1], err[:limit + 1], -signal.SIGKILL
         else:
@@ -233,14 +247,17 @@ class SshNode(Node):
                 raise NodeError(f"could not start a detached process on ssh node {self.name}: {cp.stderr.strip()[:200]}", field="node") from None
             return RemoteProcess(self, pid, None, None)
         cmd = self.line(["sh", "-c", 'echo $$; exec "$@"', "sh", *argv], keep)
-        chan = self._open(cmd, 3600.0)
-        chan.settimeout(None)
+        chan = self._open(cmd, self.command_timeout_s)
         out = chan.makefile("rb")
-        first = out.readline()
-        try:
-            pid = int(first)
-        except ValueError:
+        try:  # the PID the shell echoes, within the command timeout: the node may send no line, or one without end
+            first = out.readline(64)
+            pid = int(first) if first.endswith(b"\n") else 0
+            if pid <= 0:
+                raise ValueError(first[:64])
+        except (ValueError, OSError):
+            chan.close()
             raise NodeError(f"could not start {argv[0]} on ssh node {self.name}", field="node") from None
+        chan.settimeout(None)
         return RemoteProcess(self, pid, chan, stdout, out)
 
     def spawn_workload(self, argv, *, env=None, stdout=None, stderr=None):

@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 from faultlab.errors import NodeError
-from faultlab.nodes.base import Node
+from faultlab.nodes.base import Node, copy_log
 
 
 class RemoteProcess:
@@ -100,12 +100,9 @@ class RemoteProcess:
 
 
 def _copy(src, fd: int) -> None:
+    """The channel's output into the rank's log, bounded as a docker rank's is."""
     try:
-        while True:
-            chunk = src.read(65536) if not hasattr(src, "read1") else src.read1(65536)
-            if not chunk:
-                break
-            os.write(fd, chunk)
+        copy_log(iter(lambda: src.read1(65536) if hasattr(src, "read1") else src.read(65536), b""), fd)
     except Exception:
         pass
     finally:

@@ -5,7 +5,7 @@ Sparse files cost the container nothing, and the collector's copies are dense: t
 collector copies at most a budget of bytes a node and a run, at most
 collect.MAX_FILES files a node, skips (once, one line) a file whose next line is longer
 than collect.MAX_LINE_BYTES, and a rank's ``docker exec`` output is cut at
-docker.MAX_LOG_BYTES. A real container (one host-like node of an ssh testbed, as a
+base.MAX_LOG_BYTES. A real container (one host-like node of an ssh testbed, as a
 docker node) plants the files; the real collector copies them as ``faultlab run`` does.
 """
 
@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from faultlab.nodes import docker
+from faultlab.nodes import base
 from faultlab.nodes.docker import WORK_DIR
 from faultlab.telemetry import collect
 from faultlab.telemetry.collect import TelemetryCollector
@@ -126,7 +126,7 @@ def test_files_past_the_cap_are_not_copied(stb, tmp_path, no_residue):
 def test_a_ranks_exec_output_is_cut_at_the_bound(stb, tmp_path, monkeypatch, no_residue):
     """A rank that prints 5 MiB with a 1 MiB bound: its log holds the first 1 MiB and
     one line saying the rest was dropped; the rank still ran to its end."""
-    monkeypatch.setattr(docker, "MAX_LOG_BYTES", MiB)
+    monkeypatch.setattr(base, "MAX_LOG_BYTES", MiB)
     log = tmp_path / "rank.log"
     with open(log, "wb") as f:
         p = stb.inner.nodes[0].spawn_workload(["sh", "-c", "head -c 5242880 /dev/zero; echo; echo end >&2; exit 7"], stdout=f)

@@ -1,0 +1,293 @@
+"""What an ssh node answers costs root's controller bounded memory and time, and reaches
+its terminal printable only.
+
+The node here is a real SSH server on 127.0.0.1 (paramiko in server mode, in this
+process) that answers each command as the node's root may: faultlab's commands run
+there in the node's shell, so the node's root chooses every byte they print, how long
+they print, and which of its processes look like faultlab's watchdogs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import resource
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from faultlab.errors import NodeError
+from faultlab.nodes import base, ssh
+from tests.helpers import FL
+
+paramiko = pytest.importorskip("paramiko")
+
+ESC = "\x1b"
+#: an answer: (stdout, stderr, exit status); stdout may be an iterable of chunks
+Answer = tuple[object, bytes, int]
+
+
+class _Node(paramiko.ServerInterface):
+    def __init__(self, answer: Callable[[str], Answer]):
+        self.answer = answer
+
+    def get_allowed_auths(self, username):
+        return "publickey"
+
+    def check_auth_publickey(self, username, key):
+        return paramiko.AUTH_SUCCESSFUL
+
+    def check_channel_request(self, kind, chanid):
+        return paramiko.OPEN_SUCCEEDED
+
+    def check_channel_exec_request(self, channel, command):
+        threading.Thread(target=_reply, args=(channel, self.answer(command.decode(errors="replace"))), daemon=True).start()
+        return True
+
+
+def _reply(channel, answer: Answer) -> None:
+    out, err, rc = answer
+    try:
+        for chunk in [out] if isinstance(out, bytes) else out:
+            channel.sendall(chunk)
+        channel.sendall_stderr(err)
+        channel.send_exit_status(rc)
+        channel.shutdown_write()
+    except (OSError, EOFError):
+        pass
+
+
+def _keygen(path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return str(path)
+
+
+@pytest.fixture
+def node_answering(tmp_path):
+    """``start(answer) -> inventory path``: an SSH server on a loopback port whose host
+    key is pinned, answering every command with ``answer(command line)``."""
+    servers = []
+
+    def start(answer: Callable[[str], Answer]):
+        host_key = paramiko.Ed25519Key.from_private_key_file(_keygen(tmp_path / "hostkey"))
+        _keygen(tmp_path / "id_ed25519")
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        port = srv.getsockname()[1]
+        (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n")
+        (tmp_path / "inv.yaml").write_text(f"known_hosts: {tmp_path}/known_hosts\n"
+                                           f"defaults: {{user: root, port: {port}, key: {tmp_path}/id_ed25519, connect_timeout_s: 5,"
+                                           " command_timeout_s: 60}\n"
+                                           "nodes:\n  evil: {address: 127.0.0.1}\n")
+        transports = []
+
+        def serve():
+            while True:
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    return
+                t = paramiko.Transport(conn)
+                t.add_server_key(host_key)
+                transports.append(t)
+                t.start_server(server=_Node(answer))
+                threading.Thread(target=lambda t=t: [t.accept(1) for _ in iter(t.is_active, False)], daemon=True).start()
+
+        threading.Thread(target=serve, daemon=True).start()
+        servers.append((srv, transports))
+        return tmp_path / "inv.yaml"
+
+    yield start
+    for srv, transports in servers:
+        srv.close()
+        for t in transports:
+            t.close()
+
+
+def _ssh_node(inventory) -> ssh.SshNode:
+    from faultlab.nodes import inventory as inv_mod
+
+    inv = inv_mod.load(inventory)
+    return inv_mod.ssh_nodes(inv, inv.select(None))[0]
+
+
+def _fl_limited(*args, mem: str = "2G", timeout: float = 180) -> subprocess.CompletedProcess:
+    """``faultlab ARGS`` with its address space limited to ``mem``."""
+    return subprocess.run(["prlimit", f"--as={_bytes(mem)}", "--", *FL, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def _bytes(mem: str) -> int:
+    return int(mem[:-1]) << {"M": 20, "G": 30}[mem[-1]]
+
+
+def _endless_rows(total: int):
+    """``total`` bytes of ``"1 1\\n"`` rows, 1 MiB at a time."""
+    chunk = b"1 1\n" * (1 << 18)
+    for _ in range(total // len(chunk)):
+        yield chunk
+
+
+def test_a_nodes_endless_command_output_is_refused_past_its_bound(node_answering):
+    """The node answers faultlab's watchdog scan with 512 MiB of rows: root's `status
+    --inventory` (its address space limited to 2 GiB) stops reading past
+    ``ssh.OUTPUT_BYTES`` and says so in one line naming the node, no traceback (it read
+    it all: 8.5 GB of RSS for 55 s of such output, or a MemoryError here)."""
+    inv = node_answering(lambda cmd: (_endless_rows(512 << 20), b"", 0) if "faultlab-watchdog" in cmd else (b"", b"", 0))
+    t0 = time.monotonic()
+    cp = _fl_limited("status", "--inventory", inv, "--all-nodes")
+    assert cp.returncode == 1, (cp.returncode, cp.stderr[-2000:])
+    assert "Traceback" not in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr[-2000:]
+    assert "evil" in cp.stderr and f"more than {ssh.OUTPUT_BYTES} bytes" in cp.stderr, cp.stderr
+    assert time.monotonic() - t0 < 120
+
+
+def test_a_nodes_first_line_without_end_or_never_sent_does_not_hold_the_controller(node_answering):
+    """A process started on the node (a rank, the throughput sink) is known by the PID
+    its shell echoes first: a node that answers with an endless line, or with nothing,
+    is a one-line NodeError within the command timeout, never a read without end."""
+    def answer(cmd):
+        if "never" in cmd:
+            return ((time.sleep(s) or b"" for s in [40]), b"", 0)  # holds the channel open 40 s, sends nothing
+        return ((b"7" * (1 << 20) for _ in range(256)), b"", 0)  # 256 MiB, no newline
+
+    node = _ssh_node(node_answering(answer))
+    node.command_timeout_s = 5
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for argv in (["endless"], ["never"]):
+        t0 = time.monotonic()
+        with pytest.raises(NodeError, match="could not start"):
+            node.spawn(argv, stdout=subprocess.PIPE)
+        assert time.monotonic() - t0 < 30, argv
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 64 << 20
+    node.close()
+
+
+def _watchdog_answer(stem: str, deadline: str) -> Callable[[str], Answer]:
+    """A node whose root runs one look-alike of a watchdog: PID 4242, argv
+    ``sh -c x faultlab-watchdog /run/faultlab/leases/STEM.json DEADLINE true``, which
+    no signal ends (``kill -0`` finds it alive)."""
+    argv = ["sh", "-c", "x", "faultlab-watchdog", f"/run/faultlab/leases/{stem}.json", deadline, "true"]
+
+    def answer(cmd):
+        if "grep -l -a -F -- faultlab-watchdog" in cmd:
+            return (b"4242 1\n", b"", 0)
+        if "/proc/4242/cmdline" in cmd:
+            return (("\0".join(argv) + "\0").encode(), b"", 0)
+        return (b"", b"", 0)
+
+    return answer
+
+
+@pytest.mark.parametrize("deadline", ["\u00b2", "9" * 400, "1" * 40], ids=["superscript-two", "400-digits", "40-digits"])
+def test_a_watchdog_look_alikes_deadline_is_read_as_a_watchdogs_is(node_answering, deadline):
+    """A watchdog's deadline is whole unix seconds, ASCII digits: ``²`` (a digit to
+    ``str.isdigit``, no number to ``float``) and 400 digits (infinity) ended root's
+    `status --inventory` in a traceback. Such a process is no watchdog of faultlab's."""
+    inv = node_answering(_watchdog_answer("nic-abcd", deadline))
+    cp = _fl_limited("status", "--inventory", inv, "--all-nodes")
+    assert "Traceback" not in cp.stderr, cp.stderr[-2000:]
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert "nic-abcd" not in cp.stdout, cp.stdout
+
+
+def test_a_watchdog_look_alikes_record_name_never_reaches_roots_terminal(node_answering):
+    """The node's root names its look-alike's record with escape sequences (an OSC
+    title, a screen clear): its name is no fault id, so it is no watchdog of faultlab's,
+    `revert --all --inventory` has nothing to revert, and no ESC reaches root's
+    terminal (the name was printed raw in the error line, after a 60 s wait)."""
+    inv = node_answering(_watchdog_answer(f"x{ESC}]0;pwned{ESC}\\{ESC}[2Jy", "2000000000"))
+    cp = _fl_limited("revert", "--all", "--inventory", inv, "--all-nodes")
+    assert ESC not in cp.stdout + cp.stderr, repr(cp.stderr[-500:])
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert re.search(r"no fault in force", cp.stdout), cp.stdout
+
+
+def test_an_ssh_ranks_output_reaches_its_log_up_to_the_bound(node_answering, tmp_path, monkeypatch):
+    """A rank's output on an ssh node is the node's to choose: it reaches the rank's log
+    on this host up to ``base.MAX_LOG_BYTES`` (1 MiB here) and one line saying the rest
+    was dropped, as a docker rank's does; it was copied whole (64 MiB here, without end
+    for a node that keeps printing), filling this host's disk."""
+    monkeypatch.setattr(base, "MAX_LOG_BYTES", 1 << 20, raising=False)
+    node = _ssh_node(node_answering(lambda cmd: ((c for c in [b"4321\n", *(b"x" * (1 << 20) for _ in range(64))]), b"", 0)))
+    log = tmp_path / "rank0.log"
+    with open(log, "wb") as out:
+        p = node.spawn(["rank"], stdout=out)
+    assert p.pid == 4321
+    assert p.wait(120) == 0
+    assert (1 << 20) <= log.stat().st_size <= (1 << 20) + 100, log.stat().st_size
+    assert log.read_bytes().endswith(b"bytes dropped]\n")
+    node.close()
+
+
+@pytest.mark.parametrize("last", [b"[]\n", b'{"bytes": 1, "elapsed_s": 1, "bit_per_s": "fast"}\n', b"[" * 60000 + b"\n",
+                                  b"9" * (256 << 20)], ids=["a-list", "a-rate-of-text", "nested", "256-MiB"])
+def test_a_throughput_sinks_answer_on_an_ssh_node_is_a_measurement_or_one_error(node_answering, last):
+    """nic-slow's verify measures the throughput into the faulted node through a sink
+    started there, whose output is that node's word: the sink here names a port the
+    test listens on (the real sender on this host sends to it), then answers with a
+    list, a rate of text, JSON nested past Python's recursion limit, or 256 MiB. Each is
+    one NodeError, read no further than a line of ``probe.LINE_BYTES``; the list and the
+    rate of text passed as a measurement (verify then failed in a traceback), the 256
+    MiB were read whole."""
+    from faultlab import probe
+    from faultlab.nodes.local import LocalNode
+
+    lsn = socket.socket()
+    lsn.bind(("127.0.0.1", 0))
+    lsn.listen(1)
+    got = threading.Event()
+
+    def receive():
+        c, _ = lsn.accept()
+        while c.recv(65536):
+            pass
+        c.sendall(b"k")
+        c.close()
+        got.set()
+
+    threading.Thread(target=receive, daemon=True).start()
+
+    def sink_output():
+        yield b"4321\n" + json.dumps({"port": lsn.getsockname()[1], "token": "0" * 32}).encode() + b"\n"
+        got.wait(60)
+        for i in range(0, len(last), 1 << 20):
+            yield last[i:i + (1 << 20)]
+
+    node = _ssh_node(node_answering(lambda cmd: (sink_output(), b"", 0)))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(NodeError, match="no measurement"):
+        probe.measure_throughput(LocalNode("host"), node, "127.0.0.1", 1 << 16, timeout_s=30)
+    assert got.is_set()
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 64 << 20
+    node.close()
+    lsn.close()
+
+
+def test_a_nodes_countless_watchdogs_and_records_cost_a_bounded_number_of_commands(node_answering):
+    """Each watchdog candidate and each lease record the node lists costs root one
+    command there: the node's root lists 2,000 of each (a few hundred KB, within
+    ``ssh.OUTPUT_BYTES``). Root's `status --inventory` looks at ``MAX_ON_NODE`` of each
+    and names the rest in one warning line each; it ran a command for every one."""
+    from faultlab.lifecycle.lease_remote import MAX_ON_NODE
+
+    commands = []
+
+    def answer(cmd):
+        commands.append(cmd)
+        if "grep -l -a -F -- faultlab-watchdog" in cmd:
+            return ("".join(f"{100 + i} 1\n" for i in range(2000)).encode(), b"", 0)
+        if '"$1"/*.json' in cmd:
+            return ("".join(f"/run/faultlab/leases/nic-{i:04x}.json\n" for i in range(2000)).encode(), b"", 0)
+        if "/cmdline" in cmd:
+            return (b"sleep\x00600\x00", b"", 0)
+        return (b"", b"no such file\n", 4)
+
+    cp = _fl_limited("status", "--inventory", node_answering(answer), "--all-nodes", timeout=600)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    assert len(commands) <= 2 * MAX_ON_NODE + 20, len(commands)
+    assert "2000 processes named like a watchdog" in cp.stderr and "holds 2000 records" in cp.stderr, cp.stderr[-2000:]
