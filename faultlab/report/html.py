@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import jinja2
 import numpy as np
@@ -332,7 +333,8 @@ def render_collection(p: Path, runs: list[Path], notes: list[str] = ()) -> str:
         if (rows := runmetrics.rows_of(run.metrics)) is not None:
             per_run[run.run_id] = rows
         types |= set(run.injections["fault_type"].astype(str))
-        link = f"{r.name}/report.html" if (r / "report.html").exists() else None
+        # the folder's name quoted, below this page's folder: a name is anyone's (https:evil.example, a#b)
+        link = f"./{quote(r.name)}/report.html" if (r / "report.html").exists() else None
         cards.append({"id": run.run_id, "plot": figure(plots.thumbnail(run)), "link": link,
                       "faults": ", ".join(f"{x.fault_type}@{x.node}" for x in run.injections.itertuples()) or "none",
                       "labels": len(run.labels), "steps": int(run.steps["step"].nunique())})
