@@ -137,9 +137,12 @@ def verify(root: str | Path, root_fd: int | None = None) -> dict[str, list[str]]
 SCORE_OVERRIDE = "or pass --no-verify (faultlab_score(..., verify=False)) to use it as it is"
 
 
-def require_intact(root: str | Path, override: str = SCORE_OVERRIDE, ignore: tuple = (), root_fd: int | None = None) -> None:
+def require_intact(root: str | Path, override: str = SCORE_OVERRIDE, ignore: tuple = (), root_fd: int | None = None) -> dict[str, str]:
     """Refuse a dataset whose files differ from its manifest, before anything reads it
     (a changed file that still decodes would otherwise be scored without a word).
+    Returns the manifest's digests (relative path -> hex), which the files matched: a
+    reader pins them (:meth:`faultlab.datasets.layout.Dataset.pin`) so that what it
+    reads later is what was checked here.
 
     Raises BadInput (exit 2, field ``--dataset``) naming the first changed or missing
     file (and how many more), or when ``MANIFEST.sha256`` is missing or malformed.
@@ -150,7 +153,7 @@ def require_intact(root: str | Path, override: str = SCORE_OVERRIDE, ignore: tup
     root = Path(root)
     skip = override or "then run it again"
     try:
-        read(root, root_fd)
+        want = read(root, root_fd)
     except BadInput as e:
         raise BadInput(f"{root}: cannot verify the dataset: {e}", field="--dataset",
                        fix=f"restore MANIFEST.sha256 or rebuild the dataset, {skip}") from None
@@ -164,6 +167,7 @@ def require_intact(root: str | Path, override: str = SCORE_OVERRIDE, ignore: tup
     if parts:
         raise BadInput(f"{root}: {'; '.join(parts)} since MANIFEST.sha256 was written", field="--dataset",
                        fix=f"restore the file(s) or rebuild the dataset (faultlab dataset verify {root} lists them all), {skip}")
+    return want
 
 
 def _check_total(root: Path, files: list[Path]) -> None:

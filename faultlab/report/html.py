@@ -320,7 +320,7 @@ def render_collection(p: Path, runs: list[Path], notes: list[str] = ()) -> str:
     verified = []
     if ds is not None:  # a dataset is one whole: a table that does not fit refuses the page
         ds.check()
-        verified = _manifest_notes(p)
+        verified = _manifest_notes(p, ds)
         for note in verified:
             print(f"faultlab: note: {note}", file=sys.stderr)
     cards, per_run, problems, types = [], {}, [], set()
@@ -402,20 +402,23 @@ def _raw_html(self, tokens, idx, options, env) -> str:
     return escapeHtml(raw)
 
 
-def _manifest_notes(p: Path) -> list[str]:
+def _manifest_notes(p: Path, ds: Dataset) -> list[str]:
     """What a dataset's page says of its ``MANIFEST.sha256``: nothing when every
-    listed file matches (:func:`faultlab.datasets.manifest.verify`), else one line
+    listed file matches (:func:`faultlab.datasets.manifest.verify`; ``ds``, the dataset
+    held open, then reads its parts only as the bytes the manifest names:
+    :meth:`faultlab.datasets.layout.Dataset.pin`), else one line
     saying the dataset is not verified and why (no manifest, changed or missing
     files). Raises BadInput naming a listed file that is a link, no regular file or
     too large (never hashed), or a manifest that is not a regular file."""
     try:
-        r = manifest.verify(p)
+        r = manifest.verify(p, ds.fd)
     except BadInput:
         if not (p / manifest.NAME).exists() and not (p / manifest.NAME).is_symlink():
             return [f"NOT VERIFIED: {p} has no {manifest.NAME}; what this page shows may have been changed by anyone"]
         raise
     bad = [f"{len(r[k])} {k} ({', '.join(printable(x, 80) for x in r[k][:3])}{', ...' if len(r[k]) > 3 else ''})" for k in ("changed", "missing") if r[k]]
     if not bad:
+        ds.pin(manifest.read(p, ds.fd))  # a page that says nothing of its manifest shows what it vouches for
         return []
     return [f"NOT VERIFIED: files differ from {manifest.NAME}: {'; '.join(bad)}; faultlab dataset verify {p} lists them"]
 
