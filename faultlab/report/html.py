@@ -41,6 +41,7 @@ from faultlab.scoring.leaderboard.html import html as leaderboard_html
 from faultlab.scoring import runmetrics
 from faultlab.scoring.leaderboard.verify import load_scores
 from faultlab.scoring.table import metric_title
+from faultlab.steps import unix_time
 
 SCORE_COLUMNS = ["window_precision", "window_recall", "window_f1", "window_mcc", "window_f1_point_adjusted", "window_recall_point_adjusted", "event_precision", "event_recall", "event_f1", "range_f1", "vus_pr", "acc_at_1", "latency_median_s", "precision", "recall", "f1", "mcc"]
 
@@ -160,12 +161,12 @@ def _scores_about(doc) -> str | None:
 def _run_summary(run: RunData) -> dict:
     s = run.steps
     dur = float((s["t_start"] + s["step_s"]).max() - run.t0)
-    started = run.meta.get("started_ts")
+    started = unix_time(run.meta.get("started_ts"))  # whoever wrote meta.json's: 1e400 is no time to print
     return {
         "id": run.run_id, "path": str(run.path), "ranks": len(run.ranks), "nodes": ", ".join(run.nodes),
         "steps": int(s["step"].nunique()), "duration": f"{dur:.1f} s", "median_step": f"{s['step_s'].median() * 1e3:.1f} ms",
         "t0": _utc(run.t0), "complete": bool(run.meta.get("complete", False)),
-        "started": f"{_utc(started)} ({_rel(run, started)})" if isinstance(started, (int, float)) else None,
+        "started": f"{_utc(started)} ({_rel(run, started)})" if started is not None else None,
         "faults": len(run.injections), "labels": len(run.labels), "alarms": len(run.alarms),
     }
 
