@@ -10,7 +10,7 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from faultlab import safefs
-from faultlab.errors import BadInput
+from faultlab.errors import BadInput, printable
 
 NAME = "MANIFEST.sha256"
 #: the card: the dataset's documentation, refreshed in place (its leaderboard section,
@@ -19,8 +19,41 @@ NAME = "MANIFEST.sha256"
 CARD_FILES = ("README.md", "CITATION.cff")
 
 
+#: the deepest a dataset's files lie below its folder: faultlab's lie 4 deep
+#: (``data/TABLE/run=ID/part-0.parquet``); a folder nested 2,500 deep in a dataset
+#: someone handed over ended every walk of it (verify, score, info) in a RecursionError
+MAX_DEPTH = 32
+
+
+def entries(root: Path) -> list[Path]:
+    """Every entry below the folder ``root`` that is not a folder (files, links, FIFOs),
+    walked without recursion and into no link. Raises BadInput (field ``--dataset``)
+    naming a folder more than :data:`MAX_DEPTH` below ``root`` or one that cannot be
+    listed."""
+    out, stack = [], [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise BadInput(f"its folder {printable(folder.relative_to(root).as_posix(), 200)} lies more than {MAX_DEPTH} folders deep",
+                           field="--dataset",
+                           fix="remove it: a dataset's files lie 4 folders deep (data/TABLE/run=ID/part-0.parquet)")
+        try:
+            with os.scandir(folder) as it:
+                found = list(it)
+        except OSError as e:
+            raise BadInput(f"its folder {printable(folder.relative_to(root).as_posix(), 200)} could not be listed "
+                           f"({e.strerror or type(e).__name__})", field="--dataset",
+                           fix="remove it, or restore the dataset") from None
+        for e in found:
+            if e.is_dir(follow_symlinks=False):
+                stack.append((Path(e.path), depth + 1))
+            else:
+                out.append(Path(e.path))
+    return out
+
+
 def _files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != NAME and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    return sorted(p for p in entries(root) if p.is_file() and p.name != NAME and not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
 def _held(root: Path, root_fd: int | None) -> Path:
