@@ -1,5 +1,6 @@
 """matplotlib for faultlab's pages (the report's figures, the leaderboard page):
-imported headless (the Agg backend) and configured by nothing in the working folder.
+imported headless (the Agg backend), configured by nothing in the working folder, and
+drawing text as it is written (no ``$...$`` math: what is drawn is others' text).
 
 matplotlib reads ``./matplotlibrc`` when imported, before any other configuration
 file. Whoever may write the working folder (``/tmp``, another user's folder) would
@@ -32,3 +33,7 @@ finally:
 del _here
 
 matplotlib.use("Agg")  # no display: pages are rendered headless
+# text is drawn as written, never parsed as TeX math: the names drawn (fault types, nodes,
+# detectors, datasets) are whoever made the run's, and one `$` in them ended the page in a
+# parser's traceback
+matplotlib.rcParams["text.parse_math"] = False

@@ -143,7 +143,7 @@ class Held:
         pf = open_parquet(self.pages)
         self.metadata = pf.metadata
         self.schema_arrow = pf.schema_arrow
-        why = uncounted_column(self.schema_arrow)
+        why = uncounted_column(self.metadata, self.schema_arrow)
         if why is not None:  # before any column is decoded: text_over would pass it uncounted
             raise UncountedColumn(why)
         self.pages.arm(self.metadata, DECODED_RATIO * max(self.size, 1),
@@ -157,19 +157,31 @@ class Held:
         self.fh.close()
 
 
-def uncounted_column(schema: pa.Schema) -> str | None:
-    """Why a column of ``schema`` is refused for a type whose decoded size no check
-    counts, or None: a view of text (``string_view``, ``binary_view``) or an extension
-    type (its storage is decoded; ``arrow.json`` and ``arrow.opaque`` store text), also
-    as a dictionary's values. A file's stored Arrow schema chooses the type its bytes
-    read as, and :func:`text_over` counts only ``string`` and ``binary``: one 1 MiB value
-    that every row names, typed so, passed it and was decoded whole."""
+def uncounted_column(md: pq.FileMetaData, schema: pa.Schema) -> str | None:
+    """Why a column of the file whose footer is ``md`` (read as ``schema``) is refused
+    for a type whose decoded size no check counts, or None: a view of text
+    (``string_view``, ``binary_view``) or an extension type (its storage is decoded;
+    ``arrow.json`` and ``arrow.opaque`` store text), also as a dictionary's values; and
+    any other type over variable-length bytes (``BYTE_ARRAY``: a decimal). A file's
+    stored Arrow schema, or its footer's annotation, chooses the type its bytes read as,
+    and :func:`text_over` counts only ``string`` and ``binary``: one 1 MiB value that
+    every row names, typed so, passed it and was decoded whole (a decimal's bytes are
+    decoded for every row before any is found too long for one)."""
     for f in schema:
         t = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
         if isinstance(t, pa.BaseExtensionType) or pa.types.is_string_view(t) or pa.types.is_binary_view(t):
-            return (f"column {printable(f.name, 80)!r} is of type {printable(str(f.type), 80)}, whose decoded size no check "
-                    "counts: faultlab's tables hold text as string or binary")
+            return _uncounted(f)
+    # a flat file's i-th column is its i-th field (footer_over, which every reader runs, refuses a nested one)
+    if nested_column(schema) is None and md.num_columns == len(schema):
+        for i, f in enumerate(schema):
+            if md.schema.column(i).physical_type == "BYTE_ARRAY" and not _is_text(f.type):
+                return _uncounted(f)
     return None
+
+
+def _uncounted(f: pa.Field) -> str:
+    return (f"column {printable(f.name, 80)!r} is of type {printable(str(f.type), 80)}, whose decoded size no check "
+            "counts: faultlab's tables hold text as string or binary")
 
 
 def nested_column(schema: pa.Schema) -> str | None:

@@ -40,6 +40,7 @@ import yaml
 
 from faultlab import parquetbound, safefs, schema, steprecords, steptable, workdirs
 from faultlab.errors import BadInput
+from faultlab.steps import unix_time
 
 
 #: the largest meta.json read (bytes): faultlab writes a few KB
@@ -190,17 +191,27 @@ class RunDir:
         """The run's time origin, unix s: every printed or plotted run time ("+12.3s")
         counts from it. It is the first training step's start as the runner recorded
         it (meta.json ``t0``, else the ``training-start`` event), else the earliest
-        ``t_start`` of ``steps`` (read when not given), else meta's ``started_ts``."""
+        ``t_start`` of ``steps`` (read when not given), else meta's ``started_ts``.
+        Raises BadInput naming the file when the time it gives is a number but no unix
+        time (:func:`faultlab.steps.unix_time`: 1e400 read as infinity, -1e300): every
+        run time then ended the report in a traceback."""
         m = self.meta
         if isinstance(m.get("t0"), (int, float)):
-            return float(m["t0"])
+            return self._origin(m["t0"], "meta.json", "t0")
         for ev in self.events():
             if ev.get("event") == "training-start" and isinstance(ev.get("t0"), (int, float)):
-                return float(ev["t0"])
+                return self._origin(ev["t0"], "events.jsonl", "training-start t0")
         steps = self.read_table("steps") if steps is None else steps
         if len(steps):
             return float(steps["t_start"].min())
-        return float(m.get("started_ts") or 0.0)
+        return self._origin(m.get("started_ts") or 0.0, "meta.json", "started_ts")
+
+    def _origin(self, v, name: str, what: str) -> float:
+        t = unix_time(v)
+        if t is None:
+            raise BadInput(f"{self.path / name}: {what} {v!r:.24} is no unix time (seconds from 0 to 1e11)", field=name,
+                           fix="restore it, or remove the value")
+        return t
 
     def finish(self, **fields) -> None:
         """Mark the run complete (meta.json ``complete: true``)."""

@@ -232,6 +232,14 @@ def _check_seconds(vals: np.ndarray, steps: pd.DataFrame, col: str) -> None:
 
 #: a unix time past this many seconds (the year 5138) is not unix seconds
 MAX_UNIX_S = 1e11
+
+
+def unix_time(v) -> float | None:
+    """``v`` as a unix time (s) when it is one: a number (not a bool), finite, from 0 to
+    :data:`MAX_UNIX_S`; else None (a time a run's files hold is whoever wrote them's)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= MAX_UNIX_S:
+        return float(v)
+    return None
 #: ``(above this, divisor, unit)`` of a unix time recorded in a finer unit than
 #: seconds, finest first (shared with the importers' timestamps)
 FINER_UNITS = ((1e17, 1e9, "nanoseconds"), (1e14, 1e6, "microseconds"), (MAX_UNIX_S, 1e3, "milliseconds"))

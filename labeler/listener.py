@@ -48,6 +48,8 @@ def listener_uids(host: str, port: int) -> set[int] | None:
         if uids is None:
             uids = set()
         ip = ipaddress.ip_address(sa[0].split("%", 1)[0])
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped  # a connection to ::ffff:a.b.c.d reaches the IPv4 listeners of a.b.c.d
         for fam, table in _TABLES.items():
             with contextlib.suppress(OSError):
                 with open(table) as f:

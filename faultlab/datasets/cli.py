@@ -16,6 +16,7 @@ from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from faultlab.cliopts import renamed
+from faultlab.datasets import manifest
 from faultlab.errors import BadInput, FaultlabError, printable
 from faultlab.importformats import formats_help
 
@@ -189,13 +190,13 @@ def info_cmd(dataset: str = typer.Argument(..., help="a dataset folder (./NAME f
         ds = Dataset(dataset)
         ds.check()
         runs = ds.runs_info()
+        size = _size(ds.path)
     except FaultlabError as e:
         _fail(e)
     ft, src = Counter(), Counter()
     for r in runs:
         ft.update(r.get("fault_types", []))
         src.update(r.get("labels_by_source", {}))
-    size = _size(ds.path)
     info = {"name": ds.name, "runs": len(runs), "train": len(ds.splits["train"]), "test": len(ds.splits["test"]), "seed": ds.seed,
             "fault_types": dict(ft), "labels_by_source": dict(src), "size_mb": round(size / 1e6, 3),
             "duration_s": round(sum(r.get("duration_s", 0) for r in runs), 1)}
@@ -210,10 +211,9 @@ def _size(root: Path) -> int:
     counted: a dataset may be another user's, whose link to a root-only file would
     tell them its size."""
     total = 0
-    for folder, _, names in os.walk(root):
-        for n in names:
-            st = os.lstat(os.path.join(folder, n))
-            total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    for p in manifest.entries(root):
+        st = os.lstat(p)
+        total += st.st_size if stat.S_ISREG(st.st_mode) else 0
     return total
 
 

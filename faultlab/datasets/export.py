@@ -78,7 +78,7 @@ def export(dataset, out_dir: str | Path, fmt: str = "timeeval") -> Path:
         raise BadInput(f"unknown format {fmt!r}", field="--format", fix="one of " + ", ".join(FORMATS))
     ds = dataset if isinstance(dataset, Dataset) else Dataset(dataset)
     ds.runs_info()  # a malformed runs.json is refused (naming it) before the manifest is hashed
-    manifest.require_intact(ds.path, override="", root_fd=ds.fd)  # no file changed or swapped since the build
+    ds.pin(manifest.require_intact(ds.path, override="", root_fd=ds.fd))  # no file changed or swapped since the build, nor after
     ds.check()  # files that do not fit together are refused before anything is written
     out = Path(out_dir)
     sub = "multivariate" if fmt == "timeeval" else "TSB-AD-M"

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -259,6 +260,28 @@ class _OwnedParquet(pq.ParquetFile):
         self._raw.close()
 
 
+def _hashed_copy(raw, p: Path, rel: str, want: str | None):
+    """A private copy of the part ``raw`` (open as ``p``, closed here), in an anonymous
+    memory file no other process holds, whose sha256 is ``want``: a part is read as the
+    bytes the manifest check vouched for, never as its owner rewrote them after. Raises
+    BadInput naming it when it differs, is not listed (``want`` None) or holds more than
+    :data:`MAX_PART_BYTES` (what a part may decode to)."""
+    h, copy = hashlib.sha256(), os.fdopen(os.memfd_create("faultlab-part", os.MFD_CLOEXEC), "w+b")
+    with raw:
+        left = MAX_PART_BYTES + 1
+        while left > 0 and (chunk := raw.read(min(1 << 20, left))):
+            h.update(chunk)
+            copy.write(chunk)
+            left -= len(chunk)
+    why = ("is not listed in MANIFEST.sha256" if want is None else f"holds more than {MAX_PART_BYTES} bytes" if left <= 0
+           else "changed since MANIFEST.sha256 was checked (replaced or rewritten while it was read)" if h.hexdigest() != want else None)
+    if why is not None:
+        copy.close()
+        raise BadInput(f"{p} {why}", field=rel, fix=FIX)
+    copy.seek(0)
+    return copy
+
+
 def _check_footer(p: Path, rel: str, held: parquetbound.Held) -> None:
     """Raise BadInput naming the part file ``p`` (held open as ``held``) when its footer
     states more than :data:`MAX_PART_ROWS` rows, more than :data:`MAX_PART_BYTES`
@@ -314,6 +337,15 @@ class Dataset:
         sp = read_splits(self.path, self.fd)
         self.splits = {s: list(sp[s]) for s in SPLITS}
         self.seed = sp.get("seed")
+        self.pinned: dict[str, str] | None = None
+
+    def pin(self, digests: dict[str, str]) -> None:
+        """Read every part from now on only as the bytes whose sha256 ``digests`` names
+        (relative path -> hex: what :func:`faultlab.datasets.manifest.require_intact`
+        checked): :meth:`open_part` hashes a private copy and reads that copy. The
+        dataset's owner may rename another table over a part, or rewrite it in place,
+        after the check: its scores were recorded under the manifest's digest."""
+        self.pinned = dict(digests)
 
     @property
     def name(self) -> str:
@@ -403,6 +435,8 @@ class Dataset:
             raise BadInput(f"{p} is missing", field=rel, fix="faultlab dataset verify names every changed file") from None
         except safefs.UntrustedPath as e:
             raise BadInput(e.reason, field=rel, fix=e.fix) from None
+        if self.pinned is not None:
+            raw = _hashed_copy(raw, p, rel, self.pinned.get(rel))
         f = None
         try:
             held = parquetbound.Held(raw)  # one file, checked and read through one descriptor and footer

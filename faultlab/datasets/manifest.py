@@ -10,7 +10,7 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from faultlab import safefs
-from faultlab.errors import BadInput
+from faultlab.errors import BadInput, printable
 
 NAME = "MANIFEST.sha256"
 #: the card: the dataset's documentation, refreshed in place (its leaderboard section,
@@ -19,8 +19,41 @@ NAME = "MANIFEST.sha256"
 CARD_FILES = ("README.md", "CITATION.cff")
 
 
+#: the deepest a dataset's files lie below its folder: faultlab's lie 4 deep
+#: (``data/TABLE/run=ID/part-0.parquet``); a folder nested 2,500 deep in a dataset
+#: someone handed over ended every walk of it (verify, score, info) in a RecursionError
+MAX_DEPTH = 32
+
+
+def entries(root: Path) -> list[Path]:
+    """Every entry below the folder ``root`` that is not a folder (files, links, FIFOs),
+    walked without recursion and into no link. Raises BadInput (field ``--dataset``)
+    naming a folder more than :data:`MAX_DEPTH` below ``root`` or one that cannot be
+    listed."""
+    out, stack = [], [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise BadInput(f"its folder {printable(folder.relative_to(root).as_posix(), 200)} lies more than {MAX_DEPTH} folders deep",
+                           field="--dataset",
+                           fix="remove it: a dataset's files lie 4 folders deep (data/TABLE/run=ID/part-0.parquet)")
+        try:
+            with os.scandir(folder) as it:
+                found = list(it)
+        except OSError as e:
+            raise BadInput(f"its folder {printable(folder.relative_to(root).as_posix(), 200)} could not be listed "
+                           f"({e.strerror or type(e).__name__})", field="--dataset",
+                           fix="remove it, or restore the dataset") from None
+        for e in found:
+            if e.is_dir(follow_symlinks=False):
+                stack.append((Path(e.path), depth + 1))
+            else:
+                out.append(Path(e.path))
+    return out
+
+
 def _files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != NAME and not any(part.startswith(".") for part in p.relative_to(root).parts))
+    return sorted(p for p in entries(root) if p.is_file() and p.name != NAME and not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
 def _held(root: Path, root_fd: int | None) -> Path:
@@ -137,9 +170,12 @@ def verify(root: str | Path, root_fd: int | None = None) -> dict[str, list[str]]
 SCORE_OVERRIDE = "or pass --no-verify (faultlab_score(..., verify=False)) to use it as it is"
 
 
-def require_intact(root: str | Path, override: str = SCORE_OVERRIDE, ignore: tuple = (), root_fd: int | None = None) -> None:
+def require_intact(root: str | Path, override: str = SCORE_OVERRIDE, ignore: tuple = (), root_fd: int | None = None) -> dict[str, str]:
     """Refuse a dataset whose files differ from its manifest, before anything reads it
     (a changed file that still decodes would otherwise be scored without a word).
+    Returns the manifest's digests (relative path -> hex), which the files matched: a
+    reader pins them (:meth:`faultlab.datasets.layout.Dataset.pin`) so that what it
+    reads later is what was checked here.
 
     Raises BadInput (exit 2, field ``--dataset``) naming the first changed or missing
     file (and how many more), or when ``MANIFEST.sha256`` is missing or malformed.
@@ -150,7 +186,7 @@ def require_intact(root: str | Path, override: str = SCORE_OVERRIDE, ignore: tup
     root = Path(root)
     skip = override or "then run it again"
     try:
-        read(root, root_fd)
+        want = read(root, root_fd)
     except BadInput as e:
         raise BadInput(f"{root}: cannot verify the dataset: {e}", field="--dataset",
                        fix=f"restore MANIFEST.sha256 or rebuild the dataset, {skip}") from None
@@ -164,6 +200,7 @@ def require_intact(root: str | Path, override: str = SCORE_OVERRIDE, ignore: tup
     if parts:
         raise BadInput(f"{root}: {'; '.join(parts)} since MANIFEST.sha256 was written", field="--dataset",
                        fix=f"restore the file(s) or rebuild the dataset (faultlab dataset verify {root} lists them all), {skip}")
+    return want
 
 
 def _check_total(root: Path, files: list[Path]) -> None:

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import jinja2
 import numpy as np
@@ -40,6 +41,7 @@ from faultlab.scoring.leaderboard.html import html as leaderboard_html
 from faultlab.scoring import runmetrics
 from faultlab.scoring.leaderboard.verify import load_scores
 from faultlab.scoring.table import metric_title
+from faultlab.steps import unix_time
 
 SCORE_COLUMNS = ["window_precision", "window_recall", "window_f1", "window_mcc", "window_f1_point_adjusted", "window_recall_point_adjusted", "event_precision", "event_recall", "event_f1", "range_f1", "vus_pr", "acc_at_1", "latency_median_s", "precision", "recall", "f1", "mcc"]
 
@@ -159,12 +161,12 @@ def _scores_about(doc) -> str | None:
 def _run_summary(run: RunData) -> dict:
     s = run.steps
     dur = float((s["t_start"] + s["step_s"]).max() - run.t0)
-    started = run.meta.get("started_ts")
+    started = unix_time(run.meta.get("started_ts"))  # whoever wrote meta.json's: 1e400 is no time to print
     return {
         "id": run.run_id, "path": str(run.path), "ranks": len(run.ranks), "nodes": ", ".join(run.nodes),
         "steps": int(s["step"].nunique()), "duration": f"{dur:.1f} s", "median_step": f"{s['step_s'].median() * 1e3:.1f} ms",
         "t0": _utc(run.t0), "complete": bool(run.meta.get("complete", False)),
-        "started": f"{_utc(started)} ({_rel(run, started)})" if isinstance(started, (int, float)) else None,
+        "started": f"{_utc(started)} ({_rel(run, started)})" if started is not None else None,
         "faults": len(run.injections), "labels": len(run.labels), "alarms": len(run.alarms),
     }
 
@@ -319,7 +321,7 @@ def render_collection(p: Path, runs: list[Path], notes: list[str] = ()) -> str:
     verified = []
     if ds is not None:  # a dataset is one whole: a table that does not fit refuses the page
         ds.check()
-        verified = _manifest_notes(p)
+        verified = _manifest_notes(p, ds)
         for note in verified:
             print(f"faultlab: note: {note}", file=sys.stderr)
     cards, per_run, problems, types = [], {}, [], set()
@@ -332,7 +334,8 @@ def render_collection(p: Path, runs: list[Path], notes: list[str] = ()) -> str:
         if (rows := runmetrics.rows_of(run.metrics)) is not None:
             per_run[run.run_id] = rows
         types |= set(run.injections["fault_type"].astype(str))
-        link = f"{r.name}/report.html" if (r / "report.html").exists() else None
+        # the folder's name quoted, below this page's folder: a name is anyone's (https:evil.example, a#b)
+        link = f"./{quote(r.name)}/report.html" if (r / "report.html").exists() else None
         cards.append({"id": run.run_id, "plot": figure(plots.thumbnail(run)), "link": link,
                       "faults": ", ".join(f"{x.fault_type}@{x.node}" for x in run.injections.itertuples()) or "none",
                       "labels": len(run.labels), "steps": int(run.steps["step"].nunique())})
@@ -400,20 +403,23 @@ def _raw_html(self, tokens, idx, options, env) -> str:
     return escapeHtml(raw)
 
 
-def _manifest_notes(p: Path) -> list[str]:
+def _manifest_notes(p: Path, ds: Dataset) -> list[str]:
     """What a dataset's page says of its ``MANIFEST.sha256``: nothing when every
-    listed file matches (:func:`faultlab.datasets.manifest.verify`), else one line
+    listed file matches (:func:`faultlab.datasets.manifest.verify`; ``ds``, the dataset
+    held open, then reads its parts only as the bytes the manifest names:
+    :meth:`faultlab.datasets.layout.Dataset.pin`), else one line
     saying the dataset is not verified and why (no manifest, changed or missing
     files). Raises BadInput naming a listed file that is a link, no regular file or
     too large (never hashed), or a manifest that is not a regular file."""
     try:
-        r = manifest.verify(p)
+        r = manifest.verify(p, ds.fd)
     except BadInput:
         if not (p / manifest.NAME).exists() and not (p / manifest.NAME).is_symlink():
             return [f"NOT VERIFIED: {p} has no {manifest.NAME}; what this page shows may have been changed by anyone"]
         raise
     bad = [f"{len(r[k])} {k} ({', '.join(printable(x, 80) for x in r[k][:3])}{', ...' if len(r[k]) > 3 else ''})" for k in ("changed", "missing") if r[k]]
     if not bad:
+        ds.pin(manifest.read(p, ds.fd))  # a page that says nothing of its manifest shows what it vouches for
         return []
     return [f"NOT VERIFIED: files differ from {manifest.NAME}: {'; '.join(bad)}; faultlab dataset verify {p} lists them"]
 

@@ -577,7 +577,7 @@ def score_dataset(detector, dataset, split: str = "test", *, verify: bool = True
         raise BadInput(f"unknown split {split!r}", field="--split", fix="test, train or all")
     if verify:  # the card is never scored (and is left out of the digest): a leaderboard --card killed between
         # its two writes leaves it newer than the manifest, which the next --card writes again
-        manifest.require_intact(ds.path, ignore=manifest.CARD_FILES, root_fd=ds.fd)
+        ds.pin(manifest.require_intact(ds.path, ignore=manifest.CARD_FILES, root_fd=ds.fd))  # the scores are of what was checked
     ds.check()  # every split's tables, before any is scored: a swapped one is refused whole
     digest = manifest.digest(ds.path, ds.fd) if ds.has(manifest.NAME) else None  # of the folder scored
     train = (lambda: ds.iter_runs("train")) if split == "test" else None

@@ -244,3 +244,15 @@ def test_a_leaderboard_of_a_published_name_records_and_cards_the_published_folde
     assert cp.returncode == 0, cp.stderr[-800:]
     (board,) = json.loads(cp.stdout)["datasets"]
     assert Path(board["path"]).resolve() == (reg / SW_DATASET.name).resolve()
+
+
+@pytest.mark.parametrize("cmd", [["dataset", "verify"], ["dataset", "info"], ["score", "--detector", "constant", "--boot", "0", "--dataset"]],
+                         ids=["verify", "info", "score"])
+def test_a_folder_nested_a_thousand_deep_in_a_dataset_is_one_line(ds, cmd):
+    """A folder the manifest does not list, nested 1,200 deep (its maker's inodes, no
+    more): every walk of the dataset's files ended in a RecursionError traceback."""
+    nobody_sh('cd "$1/data" && i=0 && while [ $i -lt 1200 ]; do mkdir a && cd a; i=$((i+1)); done', ds)
+    try:
+        one_line_error(fl(*cmd, ds, timeout=300), "folders deep")
+    finally:  # shutil.rmtree recurses too: the tree goes before the test's folder is removed
+        nobody_sh('rm -rf "$1/data/a"', ds)

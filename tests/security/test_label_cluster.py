@@ -167,16 +167,19 @@ time.sleep(300)
 """
 
 
-@pytest.mark.parametrize("protocol", ["tcp", "ws"])
-def test_roots_labeler_refuses_a_scheduler_address_another_user_listens_on(tmp_path, protocol):
+@pytest.mark.parametrize("protocol,host", [("tcp", "127.0.0.1"), ("ws", "127.0.0.1"), ("tcp", "[::ffff:127.0.0.1]")],
+                         ids=["tcp", "ws", "ipv4-mapped"])
+def test_roots_labeler_refuses_a_scheduler_address_another_user_listens_on(tmp_path, protocol, host):
     """Nobody's listener on a port of this host is no scheduler of root's, whatever the
-    protocol Dask would speak there (``tcp://``, or websockets: ``ws://``)."""
+    protocol Dask would speak there (``tcp://``, or websockets: ``ws://``) and however
+    the address is written (its IPv4-mapped IPv6 form reaches the IPv4 listener): the
+    refusal names the listener's uid."""
     run = make_run(tmp_path / "run", ranks=2, duration_s=20, label=False)
     squatter = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", LISTEN],
                                 stdout=subprocess.PIPE, text=True)
     try:
         port = int(squatter.stdout.readline())
-        cp = fl("label", run, "--scheduler", f"{protocol}://127.0.0.1:{port}", timeout=90)
+        cp = fl("label", run, "--scheduler", f"{protocol}://{host}:{port}", timeout=90)
     except subprocess.TimeoutExpired:
         pytest.fail(f"root's labeler connected to nobody's port over {protocol}://")
     finally:

@@ -133,6 +133,33 @@ def test_the_labelers_whole_read_of_a_steps_table_refuses_a_nested_text_bomb(tmp
     give_to_nobody(run)
     _refused(["label", str(run)], "steps.parquet", "nested")
 
+#: values of the delta-encoded text: 4 GiB decoded, past the address-space limit
+DELTA_VALUES = 4096
+
+def test_a_host_tables_delta_encoded_text_is_refused_before_it_is_decoded(tmp_path):
+    """A text column written DELTA_BYTE_ARRAY, each value the one before (its whole
+    length a shared prefix): 4,096 values of 1 MiB cost 4 MB on disk and their pages
+    state only those bytes. Refused today by pyarrow, which cannot read such a column
+    dictionary-encoded as the text check does; a pyarrow that could must still have it
+    refused by the text bound, before 4 GiB is decoded (a read past the address-space
+    limit fails this test: its error is neither)."""
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20)
+    host = run / "host.parquet"
+    real = pq.read_table(host)
+    data = os.urandom(1 << 20)
+    views = np.zeros(DELTA_VALUES, dtype=[("len", "<i4"), ("prefix", "S4"), ("buf", "<i4"), ("off", "<i4")])
+    views["len"], views["prefix"] = len(data), data[:4]
+    node = pa.Array.from_buffers(pa.binary_view(), DELTA_VALUES, [None, pa.py_buffer(views.tobytes()), pa.py_buffer(data)])
+    cols = {f.name: pa.array([real.column(f.name)[0].as_py()] * DELTA_VALUES, f.type) for f in real.schema}
+    cols["node"] = node
+    pq.write_table(pa.table(cols), host, use_dictionary=False, column_encoding={"node": "DELTA_BYTE_ARRAY"}, store_schema=False)
+    assert host.stat().st_size < 8 << 20
+    give_to_nobody(run)
+    cp = subprocess.run([*LIMIT, *FL, "label", str(run)], capture_output=True, text=True, timeout=180)
+    err = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and "host.parquet" in err[0], (cp.returncode, cp.stderr[-1500:])
+    assert "DeltaByteArrayDecoder" in err[0] or "text columns decode" in err[0], err[0]
+
 def _rle_rows(real: pa.Table, path: Path, n: int, groups: int = 1, text: str | None = "x") -> None:
     """``path`` holding ``real``'s columns over ``n * groups`` rows of its first row's
     numbers and ``text`` (None: its first row's text, so that no check of the run id or

@@ -21,7 +21,7 @@ from faultlab import steptable
 from faultlab.errors import BadInput
 from faultlab.report.synthetic import make_run
 from faultlab.rundir import RunDir
-from tests.helpers import ROOT, fl, give_to_nobody, nobody_sh
+from tests.helpers import ROOT, fl, give_to_nobody, nobody_sh, one_line_error
 
 TOKEN = "ROOT-ONLY-TOKEN-4711"
 pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root (to act as nobody) and setpriv")
@@ -134,3 +134,19 @@ def test_a_linked_scores_file_of_a_folder_of_runs_is_refused(nobody_dir, tmp_pat
     err = (cp.stdout + cp.stderr).strip().splitlines()
     assert cp.returncode == 2 and "scores.json" in err[-1] and "symlink" in err[-1], (cp.returncode, cp.stderr[-800:])
     assert not (runs / "report.html").exists()
+
+
+@pytest.mark.parametrize("field,value", [("t0", "1e400"), ("t0", "-1e300"), ("started_ts", "1e400")])
+def test_a_run_time_no_calendar_holds_is_refused_in_one_line_or_left_out(run, field, value):
+    """meta.json's times are its writer's: a t0 of 1e400 (read as infinity) or -1e300
+    ended ``report`` in an IndexError or OverflowError traceback, and a started_ts of
+    1e400 did too. The time origin is refused in one line naming it; started_ts, only
+    shown on the page, is left out."""
+    meta = json.loads((run / "meta.json").read_text())
+    meta.pop(field, None)
+    nobody_sh('printf %s "$2" > "$1/meta.json"', run, json.dumps(meta)[:-1] + f', "{field}": {value}}}')
+    cp = fl("report", run)
+    if field == "t0":
+        one_line_error(cp, "meta.json", "t0")
+    else:
+        assert cp.returncode == 0 and "Traceback" not in cp.stderr, cp.stderr[-1500:]
