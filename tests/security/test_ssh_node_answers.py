@@ -25,88 +25,18 @@ from faultlab.nodes import base, ssh
 from tests.helpers import FL
 
 paramiko = pytest.importorskip("paramiko")
+from tests.ssh_answering import Answer, AnsweringNodes  # noqa: E402 - after the skip without paramiko
 
 ESC = "\x1b"
-#: an answer: (stdout, stderr, exit status); stdout may be an iterable of chunks
-Answer = tuple[object, bytes, int]
-
-
-class _Node(paramiko.ServerInterface):
-    def __init__(self, answer: Callable[[str], Answer]):
-        self.answer = answer
-
-    def get_allowed_auths(self, username):
-        return "publickey"
-
-    def check_auth_publickey(self, username, key):
-        return paramiko.AUTH_SUCCESSFUL
-
-    def check_channel_request(self, kind, chanid):
-        return paramiko.OPEN_SUCCEEDED
-
-    def check_channel_exec_request(self, channel, command):
-        threading.Thread(target=_reply, args=(channel, self.answer(command.decode(errors="replace"))), daemon=True).start()
-        return True
-
-
-def _reply(channel, answer: Answer) -> None:
-    out, err, rc = answer
-    try:
-        for chunk in [out] if isinstance(out, bytes) else out:
-            channel.sendall(chunk)
-        channel.sendall_stderr(err)
-        channel.send_exit_status(rc)
-        channel.shutdown_write()
-    except (OSError, EOFError):
-        pass
-
-
-def _keygen(path) -> str:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
-    return str(path)
 
 
 @pytest.fixture
 def node_answering(tmp_path):
     """``start(answer) -> inventory path``: an SSH server on a loopback port whose host
     key is pinned, answering every command with ``answer(command line)``."""
-    servers = []
-
-    def start(answer: Callable[[str], Answer]):
-        host_key = paramiko.Ed25519Key.from_private_key_file(_keygen(tmp_path / "hostkey"))
-        _keygen(tmp_path / "id_ed25519")
-        srv = socket.socket()
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(8)
-        port = srv.getsockname()[1]
-        (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key.get_name()} {host_key.get_base64()}\n")
-        (tmp_path / "inv.yaml").write_text(f"known_hosts: {tmp_path}/known_hosts\n"
-                                           f"defaults: {{user: root, port: {port}, key: {tmp_path}/id_ed25519, connect_timeout_s: 5,"
-                                           " command_timeout_s: 60}\n"
-                                           "nodes:\n  evil: {address: 127.0.0.1}\n")
-        transports = []
-
-        def serve():
-            while True:
-                try:
-                    conn, _ = srv.accept()
-                except OSError:
-                    return
-                t = paramiko.Transport(conn)
-                t.add_server_key(host_key)
-                transports.append(t)
-                t.start_server(server=_Node(answer))
-                threading.Thread(target=lambda t=t: [t.accept(1) for _ in iter(t.is_active, False)], daemon=True).start()
-
-        threading.Thread(target=serve, daemon=True).start()
-        servers.append((srv, transports))
-        return tmp_path / "inv.yaml"
-
-    yield start
-    for srv, transports in servers:
-        srv.close()
-        for t in transports:
-            t.close()
+    nodes = AnsweringNodes(tmp_path)
+    yield nodes
+    nodes.close()
 
 
 def _ssh_node(inventory) -> ssh.SshNode:
