@@ -291,3 +291,43 @@ def test_a_nodes_countless_watchdogs_and_records_cost_a_bounded_number_of_comman
     assert cp.returncode == 0, cp.stderr[-2000:]
     assert len(commands) <= 2 * MAX_ON_NODE + 20, len(commands)
     assert "2000 processes named like a watchdog" in cp.stderr and "holds 2000 records" in cp.stderr, cp.stderr[-2000:]
+
+
+def _in_thread(call, wait_s: float):
+    """``call()`` in a daemon thread joined for ``wait_s``: (finished, what it raised)."""
+    raised = []
+
+    def go():
+        try:
+            call()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            raised.append(e)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(wait_s)
+    return not t.is_alive(), raised
+
+
+@pytest.mark.parametrize("how", ["run", "spawn"])
+def test_a_nodes_sshd_that_never_answers_a_command_is_one_error_within_the_command_timeout(node_answering, how):
+    """The node's root runs its own sshd, which never answers faultlab's request to run
+    a command (here for 60 s): a command, or a process started there, is one NodeError
+    within the command timeout (5 s). paramiko waits for that answer with no timeout,
+    so every command on such a node, and root's `status --inventory` with it, waited for
+    good."""
+    def answer(cmd):
+        if "never-answered" in cmd:
+            time.sleep(60)  # in the server's transport thread: no answer to the exec request
+        return (b"", b"", 0)
+
+    node = _ssh_node(node_answering(answer))
+    node.command_timeout_s = 5
+    call = {"run": lambda: node.run(["never-answered"]), "spawn": lambda: node.spawn(["never-answered"], stdout=subprocess.PIPE)}[how]
+    t0 = time.monotonic()
+    finished, raised = _in_thread(call, 30)
+    assert finished, "still waiting for the node after 30 s"
+    assert raised and isinstance(raised[0], NodeError), raised
+    assert time.monotonic() - t0 < 20
+    node.close()
+
