@@ -252,7 +252,7 @@ class SshNode(Node):
         chan = self._open(cmd, self.command_timeout_s)
         out = chan.makefile("rb")
         try:  # the PID the shell echoes, within the command timeout: the node may send no line, or one without end
-            first = out.readline(64)
+            first = _first_line(chan, out, 64, time.monotonic() + self.command_timeout_s)
             pid = int(first) if first.endswith(b"\n") else 0
             if pid <= 0:
                 raise ValueError(first[:64])
@@ -362,6 +362,25 @@ def exec_within(chan, cmd: str, timeout: float) -> None:
             state["answered"] = True
     if state["expired"]:
         raise TimeoutError(f"no answer to a command within {timeout:g}s")
+
+
+def _first_line(chan, out, size: int, deadline: float) -> bytes:
+    """The channel's first line, at most ``size`` bytes, read from ``out`` (the
+    channel's file, which keeps what follows for the process's reader) a byte at a
+    time by ``deadline`` (monotonic s): each read's timeout is the time left, so a
+    node that sends a byte now and then cannot stretch the wait to ``size`` reads'
+    timeouts. Raises TimeoutError."""
+    line = b""
+    while len(line) < size and not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        chan.settimeout(left)
+        b = out.read(1)
+        if not b:
+            break
+        line += b
+    return line
 
 
 #: $1 a telemetry file, $2 the offset, $3 the largest size read, $4 the most bytes

@@ -331,3 +331,28 @@ def test_a_nodes_sshd_that_never_answers_a_command_is_one_error_within_the_comma
     assert time.monotonic() - t0 < 20
     node.close()
 
+
+def test_a_first_line_sent_a_byte_at_a_time_is_one_error_within_the_command_timeout(node_answering):
+    """A process started on the node is known by the PID its shell echoes first, read
+    within the command timeout (5 s): the node sends it one digit every 3 s (each read
+    within its own timeout), which held the caller 36 s here and up to 64 command
+    timeouts (an hour at the default 60 s). It is one NodeError within the timeout."""
+    def digits():
+        yield b"4"
+        for _ in range(12):
+            time.sleep(3)
+            yield b"2"
+        yield b"\n"
+
+    def answer(cmd):
+        return (digits(), b"", 0)
+
+    node = _ssh_node(node_answering(answer))
+    node.command_timeout_s = 5
+    t0 = time.monotonic()
+    finished, raised = _in_thread(lambda: node.spawn(["trickle"], stdout=subprocess.PIPE), 60)
+    took = time.monotonic() - t0
+    assert finished and raised and isinstance(raised[0], NodeError), (took, raised)
+    assert took < 15, took
+    node.close()
+
