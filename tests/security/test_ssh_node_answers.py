@@ -356,3 +356,29 @@ def test_a_first_line_sent_a_byte_at_a_time_is_one_error_within_the_command_time
     assert took < 15, took
     node.close()
 
+
+def test_a_node_that_answers_each_command_slowly_holds_a_look_at_its_faults_a_bounded_time(node_answering, monkeypatch):
+    """Each watchdog candidate the node lists costs a command there, which the node's
+    root may make last up to the command timeout: at 60 s for each of ``MAX_ON_NODE``
+    candidates and records, root's `status --inventory` would wait some 8 hours. Here 40
+    candidates are answered a second each: the look stops at its budget (``VIEW_S``,
+    5 s here) with one problem line; it took 40 s."""
+    from faultlab.lifecycle import remoteview
+
+    monkeypatch.setattr(remoteview, "VIEW_S", 5.0, raising=False)
+
+    def answer(cmd):
+        if "grep -l -a -F -- faultlab-watchdog" in cmd:
+            return ("".join(f"{100 + i} 1\n" for i in range(40)).encode(), b"", 0)
+        if "/cmdline" in cmd:
+            time.sleep(1)
+            return (b"sleep\x00600\x00", b"", 0)
+        return (b"", b"", 0)
+
+    node = _ssh_node(node_answering(answer))
+    t0 = time.monotonic()
+    faults, problems = remoteview.remote_view(node)
+    took = time.monotonic() - t0
+    assert took < 20, took
+    assert faults == [] and any("answered too slowly" in p for p in problems), problems
+    node.close()
