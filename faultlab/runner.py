@@ -503,10 +503,17 @@ def _check_ranks(ranks) -> None:
 def build_injector(spec: FaultSpec, nodes, ranks, testbed, injectors):
     """The injector of ``spec`` on the run's nodes and ranks: rank faults target the
     rank's PID (label ``rank:N``), node faults the node (a rank given for a node
-    fault means the node that rank runs on)."""
+    fault means the node that rank runs on). A docker rank whose own process has ended
+    is refused in one line (FaultlabError): its handle counts it as running while
+    anything in its container holds its output, and its host PID may by then be
+    another host process's, which the fault would stop, throttle or move."""
     opts = spec.options()
     if spec.type in rank_types():
         r = ranks[spec.rank]
+        if getattr(r.popen, "ended", lambda: False)():
+            raise FaultlabError(f"rank {r.rank}'s process on node {r.node.name} has ended (its output is still held open there): "
+                                f"{spec.type} is not applied to its old PID {r.pid}", field="faults",
+                                fix=f"see the rank's log; node {r.node.name}'s root may have ended it")
         inj = injectors.build(spec.type, r.node, target=str(r.pid), duration_s=spec.duration, opts=opts)
         if hasattr(inj, "label"):
             inj.label = f"rank:{r.rank}"

@@ -42,6 +42,11 @@ _LIST_SH = 'for f in "$1"/*.json; do [ -f "$f" ] && [ ! -L "$f" ] && [ -O "$f" ]
 #: looked at: each costs a command there, and the node's root lists what it likes (a
 #: real node holds a few faults at a time); the rest is one problem line
 MAX_ON_NODE = 256
+#: the most seconds one look at an ssh node's faults (its watchdog candidates, then its
+#: records, ``remoteview.remote_view``) starts commands for: the node's root may make
+#: each last up to the command timeout (60 s), some 8 hours for ``MAX_ON_NODE`` of
+#: each; what is left is one problem line
+VIEW_S = 300.0
 
 
 def trusted_dir(node) -> PurePosixPath:
@@ -256,18 +261,24 @@ def valid_remote_record(rec, name: str) -> str | None:
     return None
 
 
-def read_records(node) -> tuple[list[RemoteLease], list[str]]:
+def read_records(node, deadline: float | None = None) -> tuple[list[RemoteLease], list[str]]:
     """(leases, problems) of the node's lease folder: every record there (owned by the
     login user, not links; the whole path checked on the node as it is read) that
     passes :func:`valid_remote_record`, oldest first; each file that does not is one
-    line in problems (``NODE:PATH: not a lease record (why)``), never acted on."""
+    line in problems (``NODE:PATH: not a lease record (why)``), never acted on. No
+    record is read past ``deadline`` (monotonic s; default VIEW_S from now): the rest
+    is one problem line."""
+    deadline = time.monotonic() + VIEW_S if deadline is None else deadline
     d = node.lease_dir()
     cp = node.run(["sh", "-c", _LIST_SH, "sh", str(d)], timeout=node.command_timeout_s)
     out, problems = [], []
     listed = cp.stdout.splitlines()
     if len(listed) > MAX_ON_NODE:
         problems.append(f"{node.describe()}:{d}: holds {len(listed)} records; the first {MAX_ON_NODE} looked at, the rest not read")
-    for line in listed[:MAX_ON_NODE]:
+    for i, line in enumerate(listed[:MAX_ON_NODE]):
+        if time.monotonic() > deadline:
+            problems.append(f"{node.describe()}:{d}: answered too slowly; {min(len(listed), MAX_ON_NODE) - i} records not read")
+            break
         p = PurePosixPath(line)
         try:  # the whole path checked on the node (owner, mode, no symlink) as it is read
             rec = json.loads(read_on_node(node, str(p)))

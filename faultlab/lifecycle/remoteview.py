@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from faultlab.lifecycle.lease import node_lock
-from faultlab.lifecycle.lease_remote import MAX_ON_NODE, RemoteLease, read_records
+from faultlab.lifecycle.lease_remote import MAX_ON_NODE, VIEW_S, RemoteLease, read_records
 from faultlab.lifecycle.procowner import MINE_SH
 from faultlab.lifecycle.record import LEASE_ID
 from faultlab.lifecycle.watchdog import WHOLE_NUMBER
@@ -73,18 +73,21 @@ class RemoteFault:
                 "controller": f"{rec.get('controller')}:{rec.get('controller_pid')}" if rec else None, "controller_alive": alive}
 
 
-def _watchdogs(node, problems: list[str]) -> dict[str, list[tuple[int, int, float | None]]]:
+def _watchdogs(node, problems: list[str], deadline: float) -> dict[str, list[tuple[int, int, float | None]]]:
     """fault id -> [(PID, parent PID, deadline)] of the login user's watchdog processes
     on ``node`` for records of its lease folder (argv checked token by token; the
     detached ``sh -c`` wrapper, whose argv is one joined string, is not matched), in
-    PID order. At most ``MAX_ON_NODE`` candidates are looked at (one line in
-    ``problems`` names the rest)."""
+    PID order. At most ``MAX_ON_NODE`` candidates are looked at, none past ``deadline``
+    (monotonic s; one line in ``problems`` names the rest)."""
     d = str(node.lease_dir())
     out: dict[str, list[tuple[int, int, float | None]]] = {}
     rows = node.run(["sh", "-c", _FIND_WATCHDOGS_SH], timeout=node.command_timeout_s).stdout.splitlines()
     if len(rows) > MAX_ON_NODE:
         problems.append(f"{node.describe()}: {len(rows)} processes named like a watchdog; the first {MAX_ON_NODE} looked at")
-    for row in rows[:MAX_ON_NODE]:
+    for i, row in enumerate(rows[:MAX_ON_NODE]):
+        if time.monotonic() > deadline:
+            problems.append(f"{node.describe()}: answered too slowly; {min(len(rows), MAX_ON_NODE) - i} processes named like a watchdog not looked at")
+            break
         pid, _, ppid = row.partition(" ")
         if not WHOLE_NUMBER.fullmatch(pid) or not (ppid == "0" or WHOLE_NUMBER.fullmatch(ppid)):
             continue
@@ -126,9 +129,10 @@ def remote_view(node) -> tuple[list[RemoteFault], list[str]]:
     watchdog is the process it names. Raises NodeError when the node cannot be reached
     (its host key refused, unreachable)."""
     scan: list[str] = []
-    dogs = _watchdogs(node, scan)
+    deadline = time.monotonic() + VIEW_S
+    dogs = _watchdogs(node, scan, deadline)
     out = []
-    leases, problems = read_records(node)
+    leases, problems = read_records(node, deadline)
     problems = scan + problems
     for le in leases:
         pid, dl = _its_watchdog(le, dogs.pop(le.fault_id, []))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -204,6 +205,16 @@ class ContainerProcess:
             if not self._pump.is_alive():
                 time.sleep(0.02)
         return self.returncode
+
+    def ended(self) -> bool:
+        """Whether the process this exec started has ended (its pidfd readable), whatever
+        its output stream, what ``poll`` waits on, still does: from then on its host PID
+        may be another host process's, and no fault may take it for the rank's."""
+        if self.returncode is not None or self._pidfd is None:
+            return True
+        p = select.poll()
+        p.register(self._pidfd, select.POLLIN)
+        return bool(p.poll(0))
 
     def send_signal(self, sig: int) -> None:
         """``sig`` to the process this exec started, never to another that has its PID

@@ -140,7 +140,7 @@ class SshNode(Node):
         naming the fix, before any command of a fault runs. Closes ``c`` on refusal."""
         try:  # bounded in time and bytes as every command's output is (drain)
             chan = c.get_transport().open_session(timeout=self.command_timeout_s)
-            chan.exec_command(shlex.join(["sudo", "-n", "--", "true"]))
+            exec_within(chan, shlex.join(["sudo", "-n", "--", "true"]), self.command_timeout_s)
             chan.shutdown_write()
             _, err = drain(chan, time.monotonic() + self.command_timeout_s, limit=OUTPUT_BYTES)
             rc = chan.recv_exit_status() if chan.exit_status_ready() else -1
@@ -219,13 +219,15 @@ class SshNode(Node):
             try:
                 chan = tr.open_session(timeout=timeout)
                 chan.settimeout(timeout)
-                chan.exec_command(cmd)
+                exec_within(chan, cmd, timeout)
                 return chan
             except paramiko.ChannelException as e:
                 if attempt <= 10 and tr.is_active():
                     time.sleep(0.2)
                     continue
                 raise NodeError(f"ssh node {self.name}: cannot run a command: {e or type(e).__name__}", field="node") from None
+            except TimeoutError as e:
+                raise NodeError(f"ssh node {self.name}: {e}", field="node", fix="check the sshd of that node") from None
             except Exception as e:
                 if chan is not None:
                     chan.close()
@@ -250,7 +252,7 @@ class SshNode(Node):
         chan = self._open(cmd, self.command_timeout_s)
         out = chan.makefile("rb")
         try:  # the PID the shell echoes, within the command timeout: the node may send no line, or one without end
-            first = out.readline(64)
+            first = _first_line(chan, out, 64, time.monotonic() + self.command_timeout_s)
             pid = int(first) if first.endswith(b"\n") else 0
             if pid <= 0:
                 raise ValueError(first[:64])
@@ -329,6 +331,56 @@ class SshNode(Node):
         if rc != 0:
             raise safefs.UntrustedPath(path, f"on ssh node {self.name}: {why}", "faultlab copies only regular files, never through links")
         return out
+
+
+def exec_within(chan, cmd: str, timeout: float) -> None:
+    """``chan.exec_command(cmd)``, waiting at most ``timeout`` seconds for the node to
+    answer the request: paramiko waits for that answer with no timeout, and a node whose
+    sshd never answers would hold the caller (every command, root's ``status
+    --inventory`` included) for good. Past it the channel is closed. Raises TimeoutError
+    then, and what ``exec_command`` raises otherwise."""
+    lock = threading.Lock()
+    state = {"answered": False, "expired": False}
+
+    def expire():
+        with lock:
+            if not state["answered"]:
+                state["expired"] = True
+                chan.close()
+
+    timer = threading.Timer(timeout, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        chan.exec_command(cmd)
+    except Exception:
+        if not state["expired"]:
+            raise
+    finally:
+        timer.cancel()
+        with lock:
+            state["answered"] = True
+    if state["expired"]:
+        raise TimeoutError(f"no answer to a command within {timeout:g}s")
+
+
+def _first_line(chan, out, size: int, deadline: float) -> bytes:
+    """The channel's first line, at most ``size`` bytes, read from ``out`` (the
+    channel's file, which keeps what follows for the process's reader) a byte at a
+    time by ``deadline`` (monotonic s): each read's timeout is the time left, so a
+    node that sends a byte now and then cannot stretch the wait to ``size`` reads'
+    timeouts. Raises TimeoutError."""
+    line = b""
+    while len(line) < size and not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        chan.settimeout(left)
+        b = out.read(1)
+        if not b:
+            break
+        line += b
+    return line
 
 
 #: $1 a telemetry file, $2 the offset, $3 the largest size read, $4 the most bytes

@@ -66,8 +66,14 @@ import subprocess
 from dataclasses import dataclass
 
 from faultlab.errors import NodeError
+from faultlab.nodes.base import run_bounded
 
 SS_ARGS = ("ss", "-tinHe", "state", "established")
+#: the most bytes of ss's output read from one namespace each sample (some 10,000
+#: connections at 300 to 450 bytes each; a node's ranks make a few dozen): whoever is
+#: root in a docker node's namespace may open as many connections there as its memory
+#: holds, and ss prints every one
+SS_BYTES = 4 << 20
 
 #: per-peer base metric names (``BASE:peer``) and the node-level one
 PEER_METRICS = (
@@ -250,19 +256,23 @@ def read_conns(*, netns: str | None = None, pid: int | None = None, timeout: flo
     """The established TCP connections of a network namespace (see :func:`ss_argv`),
     parsed. Namespaces other than this process's need root (CAP_SYS_ADMIN).
 
-    Raises NodeError when ss (or ip/nsenter) is missing, times out or fails.
+    Raises NodeError when ss (or ip/nsenter) is missing, times out or fails, or prints
+    more than SS_BYTES (ss is killed, none of its output parsed).
     """
     argv = ss_argv(netns=netns, pid=pid)
     try:
-        cp = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        cp = run_bounded(argv, input=None, timeout=timeout, limit=SS_BYTES)
     except FileNotFoundError:
         raise NodeError(f"{argv[0]!r} not found", field="tcp", fix="install iproute2 (ss, ip) and util-linux (nsenter)") from None
     except subprocess.TimeoutExpired:
         raise NodeError(f"{' '.join(argv[:5])} timed out after {timeout:g}s", field="tcp") from None
+    if len(cp.stdout) > SS_BYTES:
+        raise NodeError(f"{' '.join(argv[:5])} printed more than {SS_BYTES} bytes (more connections than a node's ranks make): "
+                        "its TCP rows are left out", field="tcp")
     if cp.returncode != 0:
-        msg = (cp.stderr.strip() or cp.stdout.strip() or f"rc={cp.returncode}").splitlines()[-1]
+        msg = (cp.stderr.decode(errors="replace").strip() or cp.stdout.decode(errors="replace").strip() or f"rc={cp.returncode}").splitlines()[-1]
         raise NodeError(f"{' '.join(argv[:5])} failed: {msg}", field="tcp")
-    return parse_ss(cp.stdout)
+    return parse_ss(cp.stdout.decode(errors="replace"))
 
 
 def ss_available() -> bool:

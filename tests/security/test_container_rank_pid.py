@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 import pytest
 
+from faultlab import injectors
 from faultlab.benchmarks.launch import RankProc, stop_ranks
+from faultlab.errors import FaultlabError
 from faultlab.nodes.docker_testbed import DockerTestbed
+from faultlab.runner import build_injector
+from faultlab.scenario import FaultSpec
 from tests.helpers import docker_testbed, wait_for
 
 pytestmark = pytest.mark.root
@@ -62,3 +67,47 @@ def test_a_rank_whose_process_is_gone_is_never_signalled_by_its_old_pid(tb, tmp_
     finally:
         victim.kill()
         victim.wait()
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0]
+    except OSError:
+        return None
+
+
+def test_a_rank_fault_never_takes_the_old_pid_of_a_rank_whose_process_is_gone(tb, tmp_path):
+    """A run's rank fault targets its rank's PID. The rank's process ends while its
+    output is held in the container (its handle counts it as running) and a host
+    process takes its PID: the scheduled process-pause is refused in one line; root's
+    faultlab had paused that host process (state T) for the fault's length."""
+    node = tb.nodes[0]
+    log = tmp_path / "rank0.log"
+    with open(log, "wb") as out:
+        p = node.spawn_workload(["sh", "-c", "setsid sleep 600 & exit 0"], stdout=out)
+    assert wait_for(lambda: not os.path.exists(f"/proc/{p.pid}"), 20), "the rank's process did not end"
+    assert p.poll() is None
+    victim = _host_process_at(p.pid)
+    if victim is None:
+        pytest.skip(f"PID {p.pid} was taken by another process of this host each time")
+    spec = FaultSpec(type="process-pause", rank=0, at="1s", duration="6s", params={"pause": "500ms", "period": "1s"})
+    active, states = None, set()
+    try:
+        try:
+            inj = build_injector(spec, [node], [RankProc(rank=0, node=node, popen=p, log_path=log)], tb, injectors)
+            active = injectors.apply(inj, spec.duration, grace_s=15.0)
+        except FaultlabError as e:
+            assert "has ended" in str(e) and "\n" not in str(e), str(e)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 3:
+            states.add(_state(victim.pid))
+            time.sleep(0.05)
+        assert "T" not in states, f"root's faultlab paused host PID {victim.pid}, no longer the rank's"
+    finally:
+        if active is not None:
+            active.revert()
+        os.kill(victim.pid, 18)  # SIGCONT
+        victim.kill()
+        victim.wait()
+        stop_ranks([RankProc(rank=0, node=node, popen=p, log_path=log)], grace_s=1)

@@ -221,3 +221,94 @@ def test_a_nodes_countless_watchdogs_and_records_cost_a_bounded_number_of_comman
     assert cp.returncode == 0, cp.stderr[-2000:]
     assert len(commands) <= 2 * MAX_ON_NODE + 20, len(commands)
     assert "2000 processes named like a watchdog" in cp.stderr and "holds 2000 records" in cp.stderr, cp.stderr[-2000:]
+
+
+def _in_thread(call, wait_s: float):
+    """``call()`` in a daemon thread joined for ``wait_s``: (finished, what it raised)."""
+    raised = []
+
+    def go():
+        try:
+            call()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            raised.append(e)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(wait_s)
+    return not t.is_alive(), raised
+
+
+@pytest.mark.parametrize("how", ["run", "spawn"])
+def test_a_nodes_sshd_that_never_answers_a_command_is_one_error_within_the_command_timeout(node_answering, how):
+    """The node's root runs its own sshd, which never answers faultlab's request to run
+    a command (here for 60 s): a command, or a process started there, is one NodeError
+    within the command timeout (5 s). paramiko waits for that answer with no timeout,
+    so every command on such a node, and root's `status --inventory` with it, waited for
+    good."""
+    def answer(cmd):
+        if "never-answered" in cmd:
+            time.sleep(60)  # in the server's transport thread: no answer to the exec request
+        return (b"", b"", 0)
+
+    node = _ssh_node(node_answering(answer))
+    node.command_timeout_s = 5
+    call = {"run": lambda: node.run(["never-answered"]), "spawn": lambda: node.spawn(["never-answered"], stdout=subprocess.PIPE)}[how]
+    t0 = time.monotonic()
+    finished, raised = _in_thread(call, 30)
+    assert finished, "still waiting for the node after 30 s"
+    assert raised and isinstance(raised[0], NodeError), raised
+    assert time.monotonic() - t0 < 20
+    node.close()
+
+
+def test_a_first_line_sent_a_byte_at_a_time_is_one_error_within_the_command_timeout(node_answering):
+    """A process started on the node is known by the PID its shell echoes first, read
+    within the command timeout (5 s): the node sends it one digit every 3 s (each read
+    within its own timeout), which held the caller 36 s here and up to 64 command
+    timeouts (an hour at the default 60 s). It is one NodeError within the timeout."""
+    def digits():
+        yield b"4"
+        for _ in range(12):
+            time.sleep(3)
+            yield b"2"
+        yield b"\n"
+
+    def answer(cmd):
+        return (digits(), b"", 0)
+
+    node = _ssh_node(node_answering(answer))
+    node.command_timeout_s = 5
+    t0 = time.monotonic()
+    finished, raised = _in_thread(lambda: node.spawn(["trickle"], stdout=subprocess.PIPE), 60)
+    took = time.monotonic() - t0
+    assert finished and raised and isinstance(raised[0], NodeError), (took, raised)
+    assert took < 15, took
+    node.close()
+
+
+def test_a_node_that_answers_each_command_slowly_holds_a_look_at_its_faults_a_bounded_time(node_answering, monkeypatch):
+    """Each watchdog candidate the node lists costs a command there, which the node's
+    root may make last up to the command timeout: at 60 s for each of ``MAX_ON_NODE``
+    candidates and records, root's `status --inventory` would wait some 8 hours. Here 40
+    candidates are answered a second each: the look stops at its budget (``VIEW_S``,
+    5 s here) with one problem line; it took 40 s."""
+    from faultlab.lifecycle import remoteview
+
+    monkeypatch.setattr(remoteview, "VIEW_S", 5.0, raising=False)
+
+    def answer(cmd):
+        if "grep -l -a -F -- faultlab-watchdog" in cmd:
+            return ("".join(f"{100 + i} 1\n" for i in range(40)).encode(), b"", 0)
+        if "/cmdline" in cmd:
+            time.sleep(1)
+            return (b"sleep\x00600\x00", b"", 0)
+        return (b"", b"", 0)
+
+    node = _ssh_node(node_answering(answer))
+    t0 = time.monotonic()
+    faults, problems = remoteview.remote_view(node)
+    took = time.monotonic() - t0
+    assert took < 20, took
+    assert faults == [] and any("answered too slowly" in p for p in problems), problems
+    node.close()
