@@ -209,6 +209,15 @@ class TrustedDir(_DirFd):
         if st.st_mode & 0o022:
             raise UntrustedPath(p, f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})",
                                 f"remove it (`rm {p}`)")
+        # a folder trusted for another user too (root reading theirs): each file in it is
+        # its owner's, as faultlab writes them. Where fs.protected_hardlinks is 0 that user
+        # may link any file they can see into it, a lease record of root's included, which
+        # then kept root's owner (and read as root's) after root removed its own name
+        if self.uids - allowed_uids():
+            owner = os.fstat(self.fd).st_uid
+            if st.st_uid != owner:
+                raise UntrustedPath(p, f"is owned by uid {st.st_uid}, not by its folder's owner (uid {owner})",
+                                    f"remove it (`rm {p}`)")
 
     def read_bytes(self, name: str, max_bytes: int = MAX_READ_BYTES) -> bytes:
         """The content of the trusted regular file ``name``. Raises FileNotFoundError

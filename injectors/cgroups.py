@@ -25,9 +25,10 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from faultlab import procid
 from faultlab.errors import BadInput, Refused
 from faultlab.nodes import Node
-from faultlab.injectors.base import write_cmd
+from faultlab.injectors.base import Cmd, write_cmd
 
 
 @dataclass(frozen=True)
@@ -156,12 +157,15 @@ def v2_enable_needed(node: Node, h: Hierarchy, home: str, pids: list[int]) -> bo
 def placement(node: Node, h: Hierarchy, pids: list[int], fault_id: str, what: str) -> dict:
     """Where the faultlab cgroup of fault ``fault_id`` goes: ``{"home": cgroup of the
     targets, "cgroup": absolute path of its faultlab child, "enable": bool (v2: the
-    controller must be enabled in home's subtree_control), "orig": {pid: home}}``.
+    controller must be enabled in home's subtree_control), "orig": {pid: home},
+    "starts": the start time of each of ``pids``, in order (what :func:`move_cmd`
+    checks)}``.
 
     Raises BadInput for a missing process, Refused for a target already under a
     faultlab cgroup, targets in different cgroups, or a home that cannot be nested
     under (see :func:`clean_home`, :func:`v2_enable_needed`)."""
 
+    starts = [start_of(node, pid) for pid in pids]  # before the cgroup: a PID reused in between fails the move
     orig = targets_home(node, pids, h, what)
     homes = sorted(set(orig.values()))
     if len(homes) > 1:
@@ -169,7 +173,34 @@ def placement(node: Node, h: Hierarchy, pids: list[int], fault_id: str, what: st
                       fix="inject one fault per cgroup, or give PIDs of one cgroup")
     home = clean_home(homes[0])
     return {"home": home, "cgroup": child_path(h, home, f"faultlab-{fault_id}"),
-            "enable": v2_enable_needed(node, h, home, pids), "orig": orig}
+            "enable": v2_enable_needed(node, h, home, pids), "orig": orig, "starts": starts}
+
+
+def start_of(node: Node, pid: int) -> str:
+    """The start time of process ``pid`` on ``node`` (field 22 of ``/proc/PID/stat``).
+    Raises BadInput when there is no such process."""
+    try:
+        start = procid.parse_starttime(node.read_file(f"/proc/{pid}/stat"))
+    except (OSError, ValueError):
+        start = None
+    if start is None:
+        raise BadInput(f"no process {pid} on node {node.name}", field="--target", fix="give the PID of a running process")
+    return str(start)
+
+
+# Move PID $1 into $2 (a cgroup.procs) only while it is the process that started at $3
+# (procid.STAT_SH): a target that ended after the probe (its owner may end it at will)
+# leaves its PID to whatever process takes it next, which must never be moved into a
+# fault's cgroup (nor swept into the target's cgroup by the revert); one line and exit 1.
+MOVE_SH = procid.STAT_SH + (
+    'proc_stat "$1" && [ "$ps_start" = "$3" ] && { printf "%s\\n" "$1" > "$2"; exit; }; '
+    'echo "process $1 is not the target any more: it ended after the probe (its PID may name another process now); not moved" >&2; exit 1')
+
+
+def move_cmd(cgroup_dir: str, pid: int, start: str) -> Cmd:
+    """The command that moves target ``pid`` (started at ``start``, from
+    :func:`placement`) into faultlab cgroup ``cgroup_dir``: :data:`MOVE_SH`."""
+    return Cmd(("sh", "-c", MOVE_SH, "sh", str(pid), f"{cgroup_dir}/cgroup.procs", str(start)), "host", f"move {pid}")
 
 
 def subtree_cmds(h: Hierarchy, home: str, enable: bool):

@@ -137,7 +137,7 @@ class CpuContention(Injector):
         # sched-bwc.rst): a target already limited tighter than asked stays at its limit
         limit = self._ancestor_limit(h, home) if h.version == 1 else None
         return {"hierarchy": {"version": h.version, "mount": h.mount, "controller": h.controller}, "orig": where["orig"],
-                "home": home, "cgroup": where["cgroup"], "enable_subtree": where["enable"], "ancestor_cpu_fraction": limit}
+                "starts": where["starts"], "home": home, "cgroup": where["cgroup"], "enable_subtree": where["enable"], "ancestor_cpu_fraction": limit}
 
     def _ancestor_limit(self, h: cgroups.Hierarchy, home: str) -> float | None:
         """The tightest CPU fraction set on ``home`` or its ancestors (v1), or None."""
@@ -172,10 +172,10 @@ class CpuContention(Injector):
                 write_cmd(f"{d}/cpu.cfs_period_us", str(self.period_us)),
                 write_cmd(f"{d}/cpu.cfs_quota_us", str(quota)),
             ]
-            inject += [write_cmd(f"{d}/cgroup.procs", str(pid), f"move {pid}") for pid in self.pids]
+            inject += [cgroups.move_cmd(d, pid, start) for pid, start in zip(self.pids, facts["starts"])]
         else:
             limit = [write_cmd(f"{d}/cpu.max", f"{self.quota_us} {self.period_us}")]
-            moves = [write_cmd(f"{d}/cgroup.procs", str(pid), f"move {pid}") for pid in self.pids]
+            moves = [cgroups.move_cmd(d, pid, start) for pid, start in zip(self.pids, facts["starts"])]
             # the controller can be enabled only once the targets left their cgroup
             inject += (moves + enable + limit) if enable else (limit + moves)
         back = h.path(home).rstrip("/") + "/cgroup.procs"

@@ -309,6 +309,7 @@ class IoSlow(Injector):
         return {
             "hierarchy": {"version": h.version, "mount": h.mount, "controller": h.controller},
             "orig": where["orig"],
+            "starts": where["starts"],
             "home": home,
             "cgroup": where["cgroup"],
             "enable_subtree": where["enable"],
@@ -351,7 +352,7 @@ class IoSlow(Injector):
         home = facts.get("home") or next(iter(facts["orig"].values()))
         enable, disable = cgroups.subtree_cmds(h, home, bool(facts.get("enable_subtree")))
         inject = [Cmd(("mkdir", d), "host", "faultlab cgroup")]
-        moves = [write_cmd(f"{d}/cgroup.procs", str(pid), f"move {pid}") for pid in self.pids]
+        moves = [cgroups.move_cmd(d, pid, start) for pid, start in zip(self.pids, facts["starts"])]
         if h.version == 1:
             rules = [(f, rdev, v) for f, rs in sorted(self.effective(facts).items()) for rdev, v in sorted(rs.items())]
             inject += [write_cmd(f"{d}/{f}", f"{rdev} {v}", "cap" if rdev == dev else "the targets' own cap") for f, rdev, v in rules]

@@ -487,6 +487,11 @@ def _attach(views: dict[str, FaultView], o: Orphan, lined: list[FaultView]) -> s
     cands = list(lined)
     if o.kind == "cgroup":
         want = Path(o.what).name[len("faultlab-"):]
+        # another user's cgroup is theirs (_may_claim) and a fault's cgroup is named for
+        # its id: it is matched against their fault of that name alone, never all their
+        # faults' lines (up to MAX_USER_RECORDS records of 1 MiB: each cgroup of theirs
+        # cost root a search through all of them)
+        cands = [v for v in cands if v.uid in (0, os.geteuid())]
         cands += [views[k] for k in dict.fromkeys([(want, 0), (want, os.geteuid()), (want, o.uid)]) if k in views]
     hit = next((v for v in cands if _may_claim(v, o) and _claims(v, o)), None)
     if hit is None:

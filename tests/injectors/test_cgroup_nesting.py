@@ -28,7 +28,7 @@ import pytest
 
 from faultlab.errors import Refused
 from faultlab.injectors import CpuContention, IoSlow, apply, cgroups
-from faultlab.injectors.cgroups import RMDIR_SH
+from faultlab.injectors.cgroups import MOVE_SH, RMDIR_SH
 from faultlab.nodes import LocalNode
 from tests.helpers import ROOT, needs_root
 
@@ -73,7 +73,7 @@ def test_child_path_is_inside_the_targets_cgroup():
 def _v2_facts(inj, controller: str, enable: bool, home: str = "/box") -> dict:
     d = f"/sys/fs/cgroup{home}/faultlab-{inj.fault_id}"
     return {"hierarchy": {"version": 2, "mount": "/sys/fs/cgroup", "controller": controller},
-            "orig": {p: home for p in inj.pids}, "home": home, "cgroup": d, "enable_subtree": enable,
+            "orig": {p: home for p in inj.pids}, "starts": [f"9{p}" for p in inj.pids], "home": home, "cgroup": d, "enable_subtree": enable,
             "ancestor_cpu_fraction": None, "inherited": {},
             "device": {"dev": "259:0", "name": "nvme0n1", "fs_dev": "259:1"}}
 
@@ -86,8 +86,8 @@ def test_v2_cpu_plan_nests_moves_before_enabling_and_disables_before_moving_back
     d, sc = "/sys/fs/cgroup/box/faultlab-cpu-abc123", "/sys/fs/cgroup/box/cgroup.subtree_control"
     assert [c.argv for c in p.inject] == [
         ("mkdir", d),
-        ("sh", "-c", PR, "sh", "123", f"{d}/cgroup.procs"),
-        ("sh", "-c", PR, "sh", "456", f"{d}/cgroup.procs"),
+        ("sh", "-c", MOVE_SH, "sh", "123", f"{d}/cgroup.procs", "9123"),
+        ("sh", "-c", MOVE_SH, "sh", "456", f"{d}/cgroup.procs", "9456"),
         ("sh", "-c", PR, "sh", "+cpu", sc),
         ("sh", "-c", PR, "sh", f"{inj.quota_us} {inj.period_us}", f"{d}/cpu.max"),
     ]
@@ -107,7 +107,7 @@ def test_v2_io_plan_nests_and_clears_before_moving_back():
     d, sc = "/sys/fs/cgroup/box/faultlab-io-abc123", "/sys/fs/cgroup/box/cgroup.subtree_control"
     assert [c.argv for c in p.inject] == [
         ("mkdir", d),
-        ("sh", "-c", PR, "sh", "123", f"{d}/cgroup.procs"),
+        ("sh", "-c", MOVE_SH, "sh", "123", f"{d}/cgroup.procs", "9123"),
         ("sh", "-c", PR, "sh", "+io", sc),
         ("sh", "-c", PR, "sh", "259:0 rbps=10000000", f"{d}/io.max"),
     ]
@@ -202,7 +202,7 @@ def test_v2_nesting_on_the_real_unified_hierarchy(unified_hugetlb, no_residue):
             time.sleep(0.02)
         inj = CpuContention(NODE, [p.pid], 0.5)
         where = cgroups.placement(NODE, h, [p.pid], inj.fault_id, "cpu")
-        facts = {"hierarchy": {"version": 2, "mount": h.mount, "controller": "hugetlb"}, "orig": where["orig"],
+        facts = {"hierarchy": {"version": 2, "mount": h.mount, "controller": "hugetlb"}, "orig": where["orig"], "starts": where["starts"],
                  "home": own, "cgroup": where["cgroup"], "enable_subtree": where["enable"], "ancestor_cpu_fraction": None}
         plan = inj.plan(facts)
         assert [c.argv[-2:] for c in plan.inject if "cpu.max" in c.argv[-1]] == [(f"{inj.quota_us} {inj.period_us}", f"{where['cgroup']}/cpu.max")]
@@ -308,7 +308,7 @@ def _nest_with_plan(h, own: str, pid: int):
     faultlab cgroup's path."""
     inj = CpuContention(NODE, [pid], 0.5)
     where = cgroups.placement(NODE, h, [pid], inj.fault_id, "cpu")
-    facts = {"hierarchy": {"version": 2, "mount": h.mount, "controller": "hugetlb"}, "orig": where["orig"],
+    facts = {"hierarchy": {"version": 2, "mount": h.mount, "controller": "hugetlb"}, "orig": where["orig"], "starts": where["starts"],
              "home": own, "cgroup": where["cgroup"], "enable_subtree": where["enable"], "ancestor_cpu_fraction": None}
     _run_cmds(inj.plan(facts).inject, skip="cpu.max")
     return where["cgroup"]

@@ -23,7 +23,7 @@ from faultlab.errors import BadInput, Refused
 from faultlab.injectors import FAULT_TYPES, PLANNED_TYPES, CpuContention, CpuStress, IoSlow, MemBw, apply, build
 from faultlab.injectors.io import block_device_of, parse_bytes_rate, parse_iops
 from faultlab.lifecycle.lease import load_leases
-from faultlab.injectors.cgroups import RMDIR_SH
+from faultlab.injectors.cgroups import MOVE_SH, RMDIR_SH
 from faultlab.injectors.stress import SCAN_SH, STOP_SH, parse_cpu_list
 from faultlab.nodes import LocalNode
 from tests.helpers import ROOT, cpu_rate, real_disk_dir, wait_for
@@ -154,7 +154,7 @@ def test_io_slow_plan_v2_exact_commands():
     inj = IoSlow(NODE, [123, 456], "/data", read_bps=10_000_000, write_iops=200, fault_id="io-abc123")
     facts = {
         "hierarchy": {"version": 2, "mount": "/sys/fs/cgroup", "controller": "io"},
-        "orig": {123: "/", 456: "/"}, "home": "/", "enable_subtree": False,
+        "orig": {123: "/", 456: "/"}, "starts": ["9123", "9456"], "home": "/", "enable_subtree": False,
         "cgroup": "/sys/fs/cgroup/faultlab-io-abc123",
         "device": {"dev": "259:0", "name": "nvme0n1", "fs_dev": "259:1"},
     }
@@ -164,8 +164,8 @@ def test_io_slow_plan_v2_exact_commands():
     assert [c.argv for c in p.inject] == [
         ("mkdir", d),
         ("sh", "-c", pr, "sh", "259:0 rbps=10000000 wiops=200", f"{d}/io.max"),
-        ("sh", "-c", pr, "sh", "123", f"{d}/cgroup.procs"),
-        ("sh", "-c", pr, "sh", "456", f"{d}/cgroup.procs"),
+        ("sh", "-c", MOVE_SH, "sh", "123", f"{d}/cgroup.procs", "9123"),
+        ("sh", "-c", MOVE_SH, "sh", "456", f"{d}/cgroup.procs", "9456"),
     ]
     rv = [c.argv for c in p.revert]
     assert rv[0] == ("sh", "-c", pr, "sh", "259:0 rbps=max wbps=max riops=max wiops=max", f"{d}/io.max")
