@@ -63,13 +63,21 @@ def check_step_values(steps: pd.DataFrame) -> None:
         dense_steps(steps)
 
 
+def grid_too_large(cells: int, rows: int) -> bool:
+    """Whether a dense grid of ``cells`` cells laid out from ``rows`` rows (a run's
+    steps x ranks, an imported metric's timestamps x components) is sized by the
+    product of what the rows name rather than by the rows: more than
+    :data:`GRID_SLACK` times the rows and more than :data:`GRID_FREE_CELLS`."""
+    return int(cells) > GRID_FREE_CELLS and int(cells) > GRID_SLACK * int(rows)
+
+
 def check_grid_size(S: int, R: int, rows: int, name: str = "") -> None:
     """BadInput when ``S`` distinct steps x ``R`` distinct ranks, the dense grid of a
     table of ``rows`` rows, is more than :data:`GRID_SLACK` times the rows and more
     than :data:`GRID_FREE_CELLS` cells: the arrays would be sized by the product of
     what the rows name, not by the rows (``name``, the file, is named when given)."""
     cells = int(S) * int(R)
-    if cells > GRID_FREE_CELLS and cells > GRID_SLACK * int(rows):
+    if grid_too_large(cells, rows):
         raise BadInput(f"{name + ': ' if name else ''}{rows} rows name {S} distinct steps and {R} distinct ranks, a grid of {cells} cells "
                        f"(at most {GRID_SLACK} times the rows, or {GRID_FREE_CELLS}): a run's ranks record the same steps",
                        field="steps", fix="give the steps table as the run recorded it (one row per rank per step)")

@@ -457,7 +457,7 @@ def relabel(dataset: str | Path, *, note: str | None = None) -> Path:
     ds = Dataset(dataset)
     manifest.require_intact(ds.path, override="", root_fd=ds.fd)  # rebuilt in place: only from the files the build wrote
     ds.check()  # files that do not fit together are refused before a run is relabeled
-    st = build_settings(ds.path)
+    st = build_settings(ds)
     if st["import"]:
         raise BadInput(f"{ds.path} was imported from a public trace ({st['import']}): its labels are that importer's, not this labeler's",
                        field="DATASET", fix=f"rebuild it with faultlab dataset build --import {st['import']} (docs/datasets.md)")
@@ -494,31 +494,36 @@ def _listed_campaign_files(root: Path, keep: Path, root_fd: int | None = None) -
     return out
 
 
-def build_settings(path: Path) -> dict:
-    """The card texts and split settings a dataset was built with (and ``import``: the
-    format of a public collection, else None): ``build.json``, or
-    for a folder built before it, the description of ``croissant.json``, the license
-    of the card's YAML header and the split's seed and fraction (note empty).
+def build_settings(ds: Dataset) -> dict:
+    """The card texts and split settings the dataset ``ds`` was built with (and
+    ``import``: the format of a public collection, else None): ``build.json``, or for a
+    folder built before it, the description of ``croissant.json``, the license of the
+    card's YAML header and the split's seed and fraction (note empty). Each is read
+    below the folder ``ds`` holds (:attr:`Dataset.fd`), as its tables are: its name
+    swapped for a link meanwhile (to a dataset of root's) never brings that one's card
+    texts into the relabeled dataset.
 
     Raises BadInput naming a file that cannot be read or has the wrong shape."""
-    if (path / "build.json").is_file():
-        d = read_build(path)
+    path = ds.path
+    if ds.has("build.json"):
+        d = read_build(path, ds.fd)
         return {k: d.get(k, v) for k, v in (("description", ""), ("license", "cc-by-4.0"), ("note", ""), ("test_fraction", 0.3), ("seed", 0),
                                             ("import", None))}
-    sp = read_splits(path)
-    desc = read_croissant(path).get("description", "") if (path / "croissant.json").is_file() else ""
-    return {"description": desc, "license": _card_license(path / "README.md"), "note": "",
+    sp = read_splits(path, ds.fd)
+    desc = read_croissant(path, ds.fd).get("description", "") if ds.has("croissant.json") else ""
+    return {"description": desc, "license": _card_license(path / "README.md", root_fd=ds.fd), "note": "",
             "test_fraction": float(sp.get("test_fraction", 0.3)), "seed": sp.get("seed") or 0, "import": None}
 
 
-def _card_license(card_path: Path, default: str = "cc-by-4.0") -> str:
+def _card_license(card_path: Path, default: str = "cc-by-4.0", root_fd: int | None = None) -> str:
     """The ``license`` of the card's YAML header (``default`` without a card, a header
     or a license). The card is read with no link followed, only when a regular file of
     at most ``card.CARD_BYTES`` (:func:`faultlab.safefs.read_below`): the dataset may be
-    another user's, who may leave ``README.md`` out of its manifest. Raises BadInput
-    naming the card when it or its header cannot be read."""
+    another user's, who may leave ``README.md`` out of its manifest. ``root_fd``: the
+    dataset folder's descriptor, read below instead of the folder as named now. Raises
+    BadInput naming the card when it or its header cannot be read."""
     try:
-        data = safefs.read_below(card_path.parent, card_path.name, card.CARD_BYTES)
+        data = safefs.read_below(card_path.parent, card_path.name, card.CARD_BYTES, root_fd)
     except FileNotFoundError:
         return default
     except safefs.UntrustedPath as e:

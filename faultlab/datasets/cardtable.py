@@ -62,8 +62,10 @@ def with_table(card: str, name: str, mode: str, table: str) -> str:
 def put_table(root: str | Path, mode: str, table: str) -> None:
     """Write the ``mode`` table into the card of the dataset folder ``root`` and the
     card's new digest into its ``MANIFEST.sha256`` (each file atomically, no link
-    followed). Raises BadInput (field ``--card``) when the folder has no card or
-    manifest, or cannot be written."""
+    followed), both read and written below the folder opened once: the folder holding
+    it may be another user's, who could put a folder of theirs at its name meanwhile,
+    whose manifest root would have written into its own dataset's. Raises BadInput
+    (field ``--card``) when the folder has no card or manifest, or cannot be written."""
     root = Path(root)
     fix = "give a dataset folder made by faultlab dataset build, writable by you"
     try:
@@ -72,7 +74,7 @@ def put_table(root: str | Path, mode: str, table: str) -> None:
                 if not folder.exists(f):
                     raise BadInput(f"{root} has no {f}", field="--card", fix=fix)
             card = with_table(folder.read_text(CARD), root.name, mode, table)
-            digests = manifest.read(root)
+            digests = manifest.read(root, folder.fd)  # the manifest of the folder whose card this is, not of one put at its name since
             digests[CARD] = hashlib.sha256(card.encode()).hexdigest()
             folder.write_atomic(CARD, card, 0o644)
             folder.write_atomic(manifest.NAME, manifest.text(digests), 0o644)

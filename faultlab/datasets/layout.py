@@ -223,21 +223,23 @@ def read_runs(path: Path, root_fd: int | None = None) -> list[dict]:
     return runs
 
 
-def read_build(path: Path) -> dict:
+def read_build(path: Path, root_fd: int | None = None) -> dict:
     """``build.json`` of the dataset folder ``path``: an object whose ``description``,
     ``license`` and ``note`` are strings, ``test_fraction`` a number, ``seed`` an
     integer and ``import`` (the format of a public collection) a string or null, where
-    present. Raises BadInput naming the file otherwise."""
+    present. Raises BadInput naming the file otherwise. ``root_fd``: the folder's
+    descriptor (:attr:`Dataset.fd`), read below instead of ``path`` as named now."""
     return _read_json(Path(path) / "build.json", _build_ok,
-                      "an object of strings description, license, note, a number test_fraction, an integer seed and a string or null import")
+                      "an object of strings description, license, note, a number test_fraction, an integer seed and a string or null import",
+                      root_fd)
 
 
-def read_croissant(path: Path) -> dict:
+def read_croissant(path: Path, root_fd: int | None = None) -> dict:
     """``croissant.json`` of the dataset folder ``path``: an object whose
     ``description``, where present, is a string. Raises BadInput naming the file
-    otherwise."""
+    otherwise. ``root_fd``: as :func:`read_build`'s."""
     return _read_json(Path(path) / "croissant.json", lambda d: isinstance(d, dict) and isinstance(d.get("description", ""), str),
-                      "an object with a string 'description'")
+                      "an object with a string 'description'", root_fd)
 
 
 #: the most rows, and decoded bytes, a dataset's part file may state in its footer (a

@@ -335,22 +335,21 @@ def _samples(names: list[str], n_rows: int, source: str, read) -> DriveSamples:
         h_idx, d_idx, c_idx, ts, tp, lat = h_idx[ok], d_idx[ok], c_idx[ok], ts[ok], tp[ok], lat[ok]
     del ok
     nh, nd_ = max(len(h_names), 1), max(len(d_names), 1)
-    # host key (cluster, host) and drive key (host key, disk) through small lookup tables
+    # host key (cluster, host) and drive key (host key, disk), numbered by the keys the
+    # rows use (np.unique): never a table of every cluster x host or host x disk the
+    # file names, which a file whose every row names a new one of each sizes by their
+    # product (30,000 such rows asked for 7 GB)
     hk = c_idx.astype(np.int64) * nh + h_idx
-    seen = np.flatnonzero(np.bincount(hk, minlength=len(c_names) * nh) > 0) if len(hk) else np.zeros(0, dtype=np.int64)
+    seen, host = np.unique(hk, return_inverse=True)
+    host = host.astype(np.int32)
     used_clusters = sorted({c_names[k // nh] for k in seen.tolist()})
     multi = len(used_clusters) > 1
     host_names = [(f"{c_names[k // nh]}/" if multi else "") + h_names[k % nh] for k in seen.tolist()]
-    lut = np.full(len(c_names) * nh, -1, dtype=np.int64)
-    lut[seen] = np.arange(len(seen))
-    host = lut[hk].astype(np.int32)
-    del hk, lut
+    del hk
     dk = host.astype(np.int64) * nd_ + d_idx
-    seen_d = np.flatnonzero(np.bincount(dk, minlength=len(seen) * nd_) > 0) if len(dk) else np.zeros(0, dtype=np.int64)
-    lut = np.full(max(len(seen) * nd_, 1), -1, dtype=np.int64)
-    lut[seen_d] = np.arange(len(seen_d))
-    drive = lut[dk].astype(np.int32)
-    del dk, lut, h_idx, d_idx, c_idx
+    seen_d, drive = np.unique(dk, return_inverse=True)
+    drive = drive.astype(np.int32)
+    del dk, h_idx, d_idx, c_idx
     drive_host = (seen_d // nd_).astype(np.int64)
     drive_names = [f"{host_names[k // nd_]}/{d_names[k % nd_]}" for k in seen_d.tolist()]
     # a drive sampled twice at one timestamp: the first row is kept

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from faultlab.errors import FIELD_CHARS, BadInput, printable
 from faultlab.labeler.importers.common import SkipCount
 from faultlab.labeler.importers.long.config import LongConfig
 from faultlab.labeler.importers.long.read import LongRows
 from faultlab.labeler.importers.perseus import relative_to_load
 from faultlab.labeler.intervals import union
 from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median, nanmedian, trailing_baseline
+from faultlab.steps import GRID_FREE_CELLS, GRID_SLACK, grid_too_large
 
 
 @dataclass
@@ -74,10 +76,24 @@ def metric_grid(rows: LongRows, mcode: int, cfg: LongConfig, skips: SkipCount) -
         t = np.floor(t / align) * align
     u_t, ti = np.unique(t, return_inverse=True)
     ci, u_c = _name_ordered(rows.comp[m], rows.comp_names)
+    _check_grid(metric, len(t), len(u_t), len(u_c))
     X = _dense(v, ti, ci, len(u_t), len(u_c))
     groups = _first_groups(ci, rows.grp[m], rows.grp_names, len(u_c))
     dt = median(np.diff(u_t)) if len(u_t) > 1 else 0.0
     return LongGrid(metric=metric, at_load=at_load, X=X, u_t=u_t, names=u_c, groups=groups, dt=dt)
+
+
+def _check_grid(metric: str, n: int, T: int, C: int) -> None:
+    """BadInput when ``n`` samples of ``metric`` naming ``T`` distinct (aligned)
+    timestamps and ``C`` components would size a grid by their product
+    (:func:`faultlab.steps.grid_too_large`), before any array of it is made: a trace
+    samples its components at the same times, while a file whose every row names a new
+    component at a new timestamp (60,000 rows, some 2 MB of CSV) asked for 27 GiB an
+    array."""
+    if grid_too_large(T * C, n):
+        raise BadInput(f"metric {printable(metric, FIELD_CHARS)}: {n} samples name {T} distinct timestamps and {C} components, "
+                       f"a grid of {T * C} cells (at most {GRID_SLACK} times the samples, or {GRID_FREE_CELLS})",
+                       field="timestamp", fix="sample every component at the same timestamps, or bucket them (LongConfig align_s)")
 
 
 def _metric_values(rows: LongRows, m: np.ndarray, metric: str, at_load: bool, cfg: LongConfig,

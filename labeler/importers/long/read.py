@@ -93,7 +93,9 @@ def read_long(path: str | Path) -> pd.DataFrame:
             with inputfile.open_data(f, "PATH", below=below) as fh:  # no link, FIFO or device
                 sep = _delimiter(fh, name)
                 fh.seek(0)
-                head = pd.read_csv(fh, nrows=0, sep=sep, compression=gz)
+                # the header too through the bound: its line is read whole, and a gzip
+                # of one line with no end decompressed to GBs before a column was named
+                head = pd.read_csv(gunzipped(fh, f) if gz else fh, nrows=0, sep=sep, compression=None)
             missing = [c for c in LONG_COLUMNS if c not in head.columns]
             if missing:
                 raise BadInput(f"{f.name} misses column(s) {', '.join(missing)}", field="long",

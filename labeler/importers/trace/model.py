@@ -123,6 +123,7 @@ def build_model(df: pd.DataFrame, meta: dict, recv_posted_after: str = "same-dir
     node_keys, good, dropped = _complete_steps(df, keys, D)
     d, keys, rel = _analyzed_rows(df, keys, rel, good)
     steps = np.sort(good)
+    _check_size(len(node_keys), len(steps), D, pp, len({k[0] for k in node_keys}))
     nodes = _node_order(node_keys, keys, rel, d)
     start, dur = _dense(d, keys, rel, nodes.idx, steps, D)
     _dependencies(nodes, pp, recv_posted_after)
@@ -135,6 +136,33 @@ def build_model(df: pd.DataFrame, meta: dict, recv_posted_after: str = "same-dir
         step_start=step_start, step_end=step_end,
         rank_of=_rank_of(d), dropped_steps=dropped, ignored_optypes=ignored,
     )
+
+
+#: the most cells the what-if analysis holds in its groups' masks: one ``(N, S, D)``
+#: mask (and two replays) for each DP rank, stage, operation type and rank it judges
+MAX_WHATIF_CELLS = 1 << 30
+#: the operation-type groups of the decomposition (:func:`op_masks`)
+N_OPTYPE_GROUPS = len({OPTYPE_GROUP.get(t, t) for t in KNOWN_OPTYPES})
+
+
+def _check_size(N: int, S: int, D: int, pp: int, stages: int) -> None:
+    """BadInput when the what-if analysis of ``N`` operations a step, ``S`` steps,
+    ``D`` DP ranks and ``pp`` stages would hold more than :data:`MAX_WHATIF_CELLS`
+    mask cells (:func:`op_masks`: a group per DP rank, stage, operation type and
+    rank), checked before the model is built: its sizes are what the trace's ids
+    name (rows each on a new DP rank ask for a mask of every rank per rank). Also
+    when fewer than ``pp`` stages have operations in a step (``stages``): a pipeline's
+    stages are numbered 0 to ``pp - 1``, and one row whose ``stage`` was 2**40 had the
+    model walk 2**40 stages."""
+    if stages != pp:
+        raise BadInput(f"the trace numbers its stages up to {pp - 1}, but {stages} of them have operations in its steps", field="stage",
+                       fix="give the trace as StragglerAnalysis records it: a pipeline's stages are numbered 0 to pp_size - 1")
+    groups = D + pp + N_OPTYPE_GROUPS + D * pp
+    cells = N * S * D
+    if groups * cells > MAX_WHATIF_CELLS:
+        raise BadInput(f"the trace's {N} operations a step x {S} steps x {D} DP ranks on {pp} stages make {groups} what-if groups "
+                       f"of {cells} cells, over the {MAX_WHATIF_CELLS} cells the analysis holds", field="trace",
+                       fix="give the trace as StragglerAnalysis records it (stages and DP ranks numbered from 0), or fewer of its steps")
 
 
 def _known_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -208,10 +236,16 @@ class _Nodes:
     mc: dict = field(default_factory=dict)
     deps: list[list[int]] = field(init=False)
     idx: dict = field(init=False)
+    by_stage: dict = field(init=False)
 
     def __post_init__(self) -> None:
         self.idx = {k: i for i, k in enumerate(self.keys)}
         self.deps = [[] for _ in self.keys]
+        # each stage's nodes, in reference order: a stage's work looks at its own nodes
+        # only, so building every stage's dependencies costs the nodes once, not once a stage
+        self.by_stage = {}
+        for i, k in enumerate(self.keys):
+            self.by_stage.setdefault(k[0], []).append(i)
 
     def dep(self, v, u) -> None:
         """``v`` waits for ``u`` (once; never on itself)."""
@@ -228,7 +262,7 @@ class _Nodes:
 
     def of(self, stage: int, optype: str) -> list[int]:
         """The nodes of ``optype`` on ``stage``, by ``seq_id``."""
-        return sorted((self.idx[k] for k in self.keys if k[0] == stage and k[1] == optype), key=lambda n: self.keys[n][2])
+        return sorted((n for n in self.by_stage.get(stage, ()) if self.keys[n][1] == optype), key=lambda n: self.keys[n][2])
 
 
 def _node_order(node_keys: list[tuple], keys: list[tuple], rel: np.ndarray, d: pd.DataFrame) -> _Nodes:
@@ -274,7 +308,7 @@ def _compute_stream(nodes: _Nodes, s: int) -> list[int]:
     """Stage ``s``'s forward/backward compute ops as one stream, a chain in their
     reference order; returns the stream."""
     keys, ref = nodes.keys, nodes.ref
-    comp = sorted((nodes.idx[k] for k in keys if k[0] == s and k[1] in (FWD, BWD)),
+    comp = sorted((n for n in nodes.by_stage.get(s, ()) if keys[n][1] in (FWD, BWD)),
                   key=lambda n: (float(ref[keys[n]]), keys[n][2], keys[n][1]))
     nodes.chain(comp)
     return comp
@@ -338,7 +372,7 @@ def _dp_stream(nodes: _Nodes, s: int) -> None:
     """Stage ``s``'s data-parallel collectives (params all-gather, grads
     reduce-scatter) as one stream, a chain in reference order."""
     keys, ref = nodes.keys, nodes.ref
-    dpc = sorted((nodes.idx[k] for k in keys if k[0] == s and k[1] in DP_COLLECTIVES[:2]),
+    dpc = sorted((n for n in nodes.by_stage.get(s, ()) if keys[n][1] in DP_COLLECTIVES[:2]),
                  key=lambda n: (float(ref[keys[n]]), keys[n][2]))
     nodes.chain(dpc)
 
@@ -367,7 +401,7 @@ def _after_last_compute(nodes: _Nodes, s: int, comp: list[int]) -> None:
     their place in the chain, also after the last reduce-scatter."""
     of = nodes.of
     pos = {n: i for i, n in enumerate(comp)}
-    ovlp = any(k[0] == s and k[1] == "separate-grads-all-reduce" for k in nodes.keys)
+    ovlp = any(nodes.keys[n][1] == "separate-grads-all-reduce" for n in nodes.by_stage.get(s, ()))
     rs = of(s, "grads-reduce-scatter")
     last = max(comp, key=lambda n: (float(nodes.ref_end[nodes.keys[n]]), pos[n])) if comp else None
     tail = of(s, GC) + of(s, LAYERNORM) + of(s, EMBEDDING)
