@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from faultlab import procid, safefs
@@ -261,6 +262,20 @@ def valid_remote_record(rec, name: str) -> str | None:
     return None
 
 
+def looked_at(listed: list[str], problems: list[str], deadline: float, where: str, what: str) -> Iterator[str]:
+    """The first :data:`MAX_ON_NODE` rows of ``listed`` (what a node answered), none
+    once ``deadline`` (monotonic s) has passed; each cut is one line in ``problems``
+    (``WHERE: N WHAT; ...``): the node's root chooses how many rows it answers and how
+    long each look at one takes."""
+    if len(listed) > MAX_ON_NODE:
+        problems.append(f"{where}: {len(listed)} {what}; the first {MAX_ON_NODE} looked at, the rest not")
+    for i, row in enumerate(listed[:MAX_ON_NODE]):
+        if time.monotonic() > deadline:
+            problems.append(f"{where}: answered too slowly; {min(len(listed), MAX_ON_NODE) - i} {what} not looked at")
+            return
+        yield row
+
+
 def read_records(node, deadline: float | None = None) -> tuple[list[RemoteLease], list[str]]:
     """(leases, problems) of the node's lease folder: every record there (owned by the
     login user, not links; the whole path checked on the node as it is read) that
@@ -272,13 +287,7 @@ def read_records(node, deadline: float | None = None) -> tuple[list[RemoteLease]
     d = node.lease_dir()
     cp = node.run(["sh", "-c", _LIST_SH, "sh", str(d)], timeout=node.command_timeout_s)
     out, problems = [], []
-    listed = cp.stdout.splitlines()
-    if len(listed) > MAX_ON_NODE:
-        problems.append(f"{node.describe()}:{d}: holds {len(listed)} records; the first {MAX_ON_NODE} looked at, the rest not read")
-    for i, line in enumerate(listed[:MAX_ON_NODE]):
-        if time.monotonic() > deadline:
-            problems.append(f"{node.describe()}:{d}: answered too slowly; {min(len(listed), MAX_ON_NODE) - i} records not read")
-            break
+    for line in looked_at(cp.stdout.splitlines(), problems, deadline, f"{node.describe()}:{d}", "records"):
         p = PurePosixPath(line)
         try:  # the whole path checked on the node (owner, mode, no symlink) as it is read
             rec = json.loads(read_on_node(node, str(p)))

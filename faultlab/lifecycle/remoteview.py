@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from faultlab.lifecycle.lease import node_lock
-from faultlab.lifecycle.lease_remote import MAX_ON_NODE, VIEW_S, RemoteLease, read_records
+from faultlab.lifecycle.lease_remote import VIEW_S, RemoteLease, looked_at, read_records
 from faultlab.lifecycle.procowner import MINE_SH
 from faultlab.lifecycle.record import LEASE_ID
 from faultlab.lifecycle.watchdog import WHOLE_NUMBER
@@ -77,17 +77,12 @@ def _watchdogs(node, problems: list[str], deadline: float) -> dict[str, list[tup
     """fault id -> [(PID, parent PID, deadline)] of the login user's watchdog processes
     on ``node`` for records of its lease folder (argv checked token by token; the
     detached ``sh -c`` wrapper, whose argv is one joined string, is not matched), in
-    PID order. At most ``MAX_ON_NODE`` candidates are looked at, none past ``deadline``
+    PID order. At most ``lease_remote.MAX_ON_NODE`` candidates are looked at, none past ``deadline``
     (monotonic s; one line in ``problems`` names the rest)."""
     d = str(node.lease_dir())
     out: dict[str, list[tuple[int, int, float | None]]] = {}
     rows = node.run(["sh", "-c", _FIND_WATCHDOGS_SH], timeout=node.command_timeout_s).stdout.splitlines()
-    if len(rows) > MAX_ON_NODE:
-        problems.append(f"{node.describe()}: {len(rows)} processes named like a watchdog; the first {MAX_ON_NODE} looked at")
-    for i, row in enumerate(rows[:MAX_ON_NODE]):
-        if time.monotonic() > deadline:
-            problems.append(f"{node.describe()}: answered too slowly; {min(len(rows), MAX_ON_NODE) - i} processes named like a watchdog not looked at")
-            break
+    for row in looked_at(rows, problems, deadline, node.describe(), "processes named like a watchdog"):
         pid, _, ppid = row.partition(" ")
         if not WHOLE_NUMBER.fullmatch(pid) or not (ppid == "0" or WHOLE_NUMBER.fullmatch(ppid)):
             continue
