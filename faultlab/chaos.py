@@ -32,6 +32,7 @@ from pathlib import Path
 from faultlab import procid, workdirs
 from faultlab.doctor import diagnose
 from faultlab.injectors import FAULT_TYPES
+from faultlab.lifecycle.hostview import cgroups_named
 from faultlab.nodes import LocalNode, NetnsTestbed
 
 FL = [sys.executable, "-P", "-m", "faultlab.cli"]  # -P: the working folder is not on sys.path
@@ -134,7 +135,7 @@ def residue(t: Targets, lease_dir: Path) -> list[str]:
                 left.append(f"{ns}: {line.strip()}")
         links = subprocess.run(["ip", "-n", ns, "-br", "link"], capture_output=True, text=True).stdout
         left += [f"{ns}: link {ln.split()[0]}" for ln in links.splitlines() if ln.startswith(("flifb", "flprb"))]
-    for p in Path("/sys/fs/cgroup").glob("**/faultlab-*"):
+    for p in cgroups_named("faultlab-"):
         if _ours(t, p):
             left.append(f"cgroup {p}")
     for pid in (t.busy_pid, t.agent_pid):

@@ -19,6 +19,7 @@ import pytest
 
 from faultlab.errors import BadInput
 from faultlab.injectors.io import block_device_of
+from faultlab.lifecycle.hostview import cgroups_named
 from faultlab.nodes import LocalNode, dockerd
 from faultlab.nodes.image import IMAGE
 
@@ -167,7 +168,7 @@ def residue() -> dict[str, set]:
     eb = shutil.which("ebtables")
     cp = subprocess.run([eb, "-L"], capture_output=True, text=True) if eb and ROOT else None
     out["ebtables"] = {l.split()[2].rstrip(",") for l in cp.stdout.splitlines() if l.startswith("Bridge chain: fl")} if cp else set()
-    out["cgroups"] = {str(p) for p in Path("/sys/fs/cgroup").glob("**/faultlab-*")}
+    out["cgroups"] = {str(p) for p in cgroups_named("faultlab-")}
     lease_dir = Path(os.environ["FAULTLAB_LEASE_DIR"])
     out["leases"] = {p.name for p in lease_dir.glob("*")} if lease_dir.exists() else set()
     me = os.getpid()
@@ -385,7 +386,7 @@ def state(extra_lease: str | None = None) -> set[str]:
         out |= {f"{ns}: {ln}" for ln in q.splitlines() if FAULT_QDISC.search(ln) or "ingress" in ln}
         links = subprocess.run([*pre, "ip", "-br", "link"], capture_output=True, text=True).stdout
         out |= {f"{ns}: link {ln.split()[0]}" for ln in links.splitlines() if ln.startswith(("flifb", "flprb"))}
-    out |= {f"cgroup {p}" for p in Path("/sys/fs/cgroup").glob("**/faultlab-*")}
+    out |= {f"cgroup {p}" for p in cgroups_named("faultlab-")}
     out |= {f"lease file {p.name}" for p in lease_dir().glob("*")} if lease_dir().exists() else set()
     out |= {f"process {p}" for p in faultlab_procs() | (faultlab_procs(extra_lease) if extra_lease else set())}
     return out

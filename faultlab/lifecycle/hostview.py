@@ -42,6 +42,7 @@ import re
 from stat import S_ISDIR
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,6 +85,18 @@ def _netns_names() -> list[str]:
     return [ln.split()[0] for ln in run_quietly(["ip", "netns", "list"]).splitlines() if ln.strip()]
 
 
+def cgroups_named(prefix: str, base: str = "/sys/fs/cgroup") -> Iterator[Path]:
+    """Every folder under ``base`` whose name starts with ``prefix`` (no link followed
+    down). A folder removed while it is walked (a container stopping, a cgroup another
+    user removes in a subtree delegated to them) is passed over: ``Path.glob`` raised
+    FileNotFoundError then, and root's ``status``, ``revert`` and ``recover`` ended in a
+    traceback."""
+    for top, dirs, _ in os.walk(base):
+        for d in dirs:
+            if d.startswith(prefix):
+                yield Path(top) / d
+
+
 def find_objects() -> list[Orphan]:
     """faultlab-made network and cgroup objects on this host (root sees all network
     namespaces; without root only this namespace and the cgroups)."""
@@ -114,7 +127,7 @@ def find_objects() -> list[Orphan]:
                 for ifb in set(re.findall(r"device (flifb[0-9a-f]{6})\)", flt)):
                     out.append(Orphan("ingress", ns, f"ffff: on {dev} -> {ifb}", IFB.match(ifb).group(1), dev))
     for base in ("/sys/fs/cgroup",):
-        for p in Path(base).glob("**/faultlab-*"):
+        for p in cgroups_named("faultlab-", base):
             m = CGROUP.match(p.name)
             try:
                 st = p.lstat()
@@ -430,7 +443,10 @@ _FOREIGN_SUBTREE: dict[Path, bool] = {}
 def _holds_foreign_pid(top: Path, mine: int) -> bool:
     """Whether a cgroup of ``top``'s subtree holds a process of another PID namespace
     than ``mine`` (the inode of this process's PID namespace)."""
-    for procs in top.rglob("cgroup.procs"):
+    for folder, _, names in os.walk(top):  # a cgroup removed meanwhile is passed over
+        if "cgroup.procs" not in names:
+            continue
+        procs = Path(folder) / "cgroup.procs"
         try:
             pids = procs.read_text().split()
         except OSError:
