@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 
+from faultlab.lifecycle.hostview import cgroups_named
 from tests.helpers import (
     FAULT_QDISC,
     FL,
@@ -184,7 +185,7 @@ def test_orphans_without_record_or_watchdog_are_shown_and_recovered(testbed2, bu
     rc = fl("recover")
     assert rc.returncode == 0, rc.stderr
     assert not [r for r in json.loads(fl("status", "--json").stdout) if r["fault_id"] in ids or r["orphan_objects"]]
-    assert not list(Path("/sys/fs/cgroup").glob("**/faultlab-*"))
+    assert not list(cgroups_named("faultlab-"))
     assert proc_state(busy_loop.pid) != "T"
 
 
@@ -492,7 +493,7 @@ def test_hand_over_says_when_the_lease_ends_it_and_what_is_left(busy_loop, no_re
     dl = active.lease.record["deadline_ts"]
     assert m[1] == time.strftime("%H:%M:%S", time.gmtime(dl)) and abs(int(m[2]) - (dl - time.time())) <= 2, msg
     assert f"{n - 1} of {n} revert command(s) not run" in msg, msg
-    assert wait_for(lambda: not list(Path("/sys/fs/cgroup").glob("**/faultlab-*")), 20), "the watchdog did not end it"
+    assert wait_for(lambda: not list(cgroups_named("faultlab-")), 20), "the watchdog did not end it"
     assert wait_for(lambda: not any(lease_dir().glob("*")), 10)
 
 
@@ -519,7 +520,7 @@ def test_run_reverts_an_unverified_fault_at_once_and_records_it(tmp_path, allow,
     sleeper = subprocess.Popen(["sleep", "120"])
     d = None
     try:
-        rank = type("Rank", (), {"rank": 0, "pid": sleeper.pid, "node": LocalNode("n0")})()
+        rank = type("Rank", (), {"rank": 0, "pid": sleeper.pid, "node": LocalNode("n0"), "popen": sleeper})()
         spec = FaultSpec.model_validate({"type": "cpu-contention", "rank": 0, "at": "1s", "duration": "20s", "params": {"cpu_fraction": 0.5}})
         rd = RunDir.create(tmp_path / "run", run_id="t-unverified", scenario={}, seed=0)
         res, buf = RunResult(rd), tmp_path / "out.txt"
@@ -539,7 +540,7 @@ def test_run_reverts_an_unverified_fault_at_once_and_records_it(tmp_path, allow,
         assert row["status"] == "unverified" and row["verified"] is False and row["end_ts"] >= row["start_ts"]
         assert len(res.failed_faults) == 1 and "was not in force" in res.failed_faults[0] and "reverted at once" in res.failed_faults[0]
         assert "NOT IN FORCE" in text and "throttl" in text, text
-        assert not list(Path("/sys/fs/cgroup").glob("**/faultlab-*"))
+        assert not list(cgroups_named("faultlab-"))
         import pandas as pd
 
         labels = pd.DataFrame([{"run_id": "t-unverified", "component": "rank:0", "start_ts": row["start_ts"] - 1, "end_ts": row["end_ts"] + 1,

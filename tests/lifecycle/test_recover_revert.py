@@ -22,6 +22,7 @@ import pytest
 from faultlab.errors import FaultlabError
 from faultlab.injectors import CpuContention, apply
 from faultlab.injectors.base import Hooks, run_revert
+from faultlab.injectors.cgroups import MOVE_SH
 from faultlab.lifecycle.lease import load_leases
 from faultlab.lifecycle.watchdog import WATCHDOG_NAME
 from faultlab.nodes import LocalNode
@@ -92,7 +93,7 @@ def test_inject_failing_half_way_undoes_the_commands_that_succeeded(busy_loop, n
             apply(inj, 30, hooks=_KillSecondTargetAtInject(second))
         active = e.value.active
         # the commands before the failing one had taken effect
-        assert [c.argv[-2] for c in active.plan.inject if c.argv[-1].endswith("cgroup.procs")] == [str(first.pid), str(second.pid)]
+        assert [c.argv[4] for c in active.plan.inject if c.argv[2:3] == (MOVE_SH,)] == [str(first.pid), str(second.pid)]
         assert active.status == "reverted"
         assert cpu_cgroup(first.pid) == home, "the target moved by the inject's first steps is back home"
         assert not Path(active.facts["cgroup"]).exists()
