@@ -248,7 +248,8 @@ def test_roots_labeler_does_not_reconnect_to_the_port_of_its_scheduler_once_lost
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env=dict(os.environ, DASK_TEMPORARY_DIRECTORY=str(tmp_path)))  # its scratch folder, not TMP's shared one
     squatter = None
     try:
         client = None

@@ -213,15 +213,16 @@ def test_a_record_built_to_crash_its_reader_is_reported_in_one_line(body, shared
 _LINK_AFTER_RECORD = r"""
 setpriv --reuid=65534 --regid=65534 --clear-groups ln -s /etc/shadow "$1/process-ffffff.json"
 shift
-"$@" status --json > /tmp/st.out 2> /tmp/st.err; echo "status $?" >> /tmp/rc
-"$@" recover > /tmp/rc.out 2> /tmp/rc.err; echo "recover $?" >> /tmp/rc
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+"$@" status --json > "$out/st.out" 2> "$out/st.err"; echo "status $?" >> "$out/rc"
+"$@" recover > "$out/rc.out" 2> "$out/rc.err"; echo "recover $?" >> "$out/rc"
 /usr/bin/python3 -c '
-import json
+import json, sys
 r = {}
 for k in ("st.out", "st.err", "rc.out", "rc.err", "rc"):
-    r[k] = open("/tmp/" + k).read()
+    r[k] = open(sys.argv[1] + "/" + k).read()
 print(json.dumps(r))
-'
+' "$out"
 """
 
 

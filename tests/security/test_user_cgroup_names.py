@@ -40,16 +40,17 @@ setpriv --reuid=65534 --regid=65534 --clear-groups sh -ec 'mkdir "$1"; echo 4242
 if [ -n "$record" ]; then
   mkdir -p /run/faultlab/leases; printf '%s' "$record" > /run/faultlab/leases/{FID}.json
 fi
-"$@" status --json > /tmp/status.out 2> /tmp/status.err || true
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+"$@" status --json > "$out/status.out" 2> "$out/status.err" || true
 set +e
-"$@" $command > /tmp/cmd.out 2>&1; rc=$?
+"$@" $command > "$out/cmd.out" 2>&1; rc=$?
 /usr/bin/python3 -c '
 import json, os, sys
-d = sys.argv[2] + "/faultlab-" + sys.argv[3]
-print(json.dumps({"rows": json.loads(open("/tmp/status.out").read() or "[]"), "status_err": open("/tmp/status.err").read(),
-                  "rc": int(sys.argv[1]), "out": open("/tmp/cmd.out").read(), "kept": os.path.isdir(d),
+d, o = sys.argv[2] + "/faultlab-" + sys.argv[3], sys.argv[4]
+print(json.dumps({"rows": json.loads(open(o + "/status.out").read() or "[]"), "status_err": open(o + "/status.err").read(),
+                  "rc": int(sys.argv[1]), "out": open(o + "/cmd.out").read(), "kept": os.path.isdir(d),
                   "parent_procs": open(sys.argv[2] + "/cgroup.procs").read()}))
-' "$rc" {USERS} {FID}
+' "$rc" {USERS} {FID} "$out"
 """.replace("{USERS}", USERS).replace("{FID}", FID)
 
 
@@ -91,16 +92,18 @@ top=/root/$(echo "$1" | cut -d/ -f3); shift
 mount --bind "$top" /mnt; mount -t tmpfs -o mode=0755 tmpfs /root; mkdir -p "$top"; mount --move /mnt "$top"
 mkdir -m 0700 /run/user/65534 && chown 65534:65534 /run/user/65534
 cd /
-setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH="$PATH" XDG_RUNTIME_DIR=/run/user/65534 sh -ec '
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT; chown 65534:65534 "$out"
+setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH="$PATH" XDG_RUNTIME_DIR=/run/user/65534 OUT="$out" sh -ec '
 mkdir {USERS}/faultlab-{FID}
-"$@" status --json > /tmp/n-status.out
-"$@" recover > /tmp/n-recover.out 2>&1 || true
+"$@" status --json > "$OUT/n-status.out"
+"$@" recover > "$OUT/n-recover.out" 2>&1 || true
 ' sh "$@"
 /usr/bin/python3 -c '
-import json, os
-print(json.dumps({"rows": json.loads(open("/tmp/n-status.out").read()), "recover": open("/tmp/n-recover.out").read(),
+import json, os, sys
+o = sys.argv[1]
+print(json.dumps({"rows": json.loads(open(o + "/n-status.out").read()), "recover": open(o + "/n-recover.out").read(),
                   "kept": os.path.isdir("{USERS}/faultlab-{FID}")}))
-'
+' "$out"
 """.replace("{USERS}", USERS).replace("{FID}", FID)
 
 
