@@ -80,8 +80,8 @@ def _state(pid: int) -> str | None:
 def test_a_rank_fault_never_takes_the_old_pid_of_a_rank_whose_process_is_gone(tb, tmp_path):
     """A run's rank fault targets its rank's PID. The rank's process ends while its
     output is held in the container (its handle counts it as running) and a host
-    process takes its PID: the scheduled process-pause is refused in one line; root's
-    faultlab had paused that host process (state T) for the fault's length."""
+    process takes its PID: the scheduled process-pause is refused in one line, never
+    pausing that host process (state T) for the fault's length."""
     node = tb.nodes[0]
     log = tmp_path / "rank0.log"
     with open(log, "wb") as out:

@@ -63,10 +63,9 @@ print(json.dumps({"st": st.returncode, "st.out": st.stdout, "st.err": st.stderr,
 def test_roots_ended_record_hard_linked_into_another_users_folder_is_no_fault_of_roots():
     """nobody's hard link to the record of root's ended fault is one problem line in
     root's ``status`` (a file of root's in nobody's folder), never a fault of root's
-    whose watchdog is lost: it had been listed as root's fault to
-    recover, and root's ``recover`` failed on it (exit 1, 'not fully reverted') for as
-    long as nobody kept the link, since root runs no record's lines under a folder of
-    another user's."""
+    whose watchdog is lost: as one, root's ``recover`` would fail on it (exit 1, 'not
+    fully reverted') for as long as nobody kept the link, since root runs no record's
+    lines under a folder of another user's."""
     cp = sandboxed_root_beside_records(0, [sys.executable, "-c", _DRIVER, FID, sys.executable, _ROOTS_FAULT], timeout=300)
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
     got = json.loads(cp.stdout.splitlines()[-1])

@@ -2,7 +2,7 @@
 names, a submitted leaderboard.json's) and is opened in a browser: each forbids every
 script and every request but its own ``data:`` images (Content-Security-Policy
 ``default-src 'none'``), so text that escaped the templates' escaping still could not
-run or call out. The leaderboard page had no such policy.
+run or call out.
 """
 
 from __future__ import annotations

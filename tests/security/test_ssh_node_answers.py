@@ -140,8 +140,8 @@ def test_a_watchdog_look_alikes_record_name_never_reaches_roots_terminal(node_an
 def test_an_ssh_ranks_output_reaches_its_log_up_to_the_bound(node_answering, tmp_path, monkeypatch):
     """A rank's output on an ssh node is the node's to choose: it reaches the rank's log
     on this host up to ``base.MAX_LOG_BYTES`` (1 MiB here) and one line saying the rest
-    was dropped, as a docker rank's does; it was copied whole (64 MiB here, without end
-    for a node that keeps printing), filling this host's disk."""
+    was dropped, as a docker rank's does: copied whole (64 MiB here, without end for a
+    node that keeps printing), it would fill this host's disk."""
     monkeypatch.setattr(base, "MAX_LOG_BYTES", 1 << 20, raising=False)
     node = _ssh_node(node_answering(lambda cmd: ((c for c in [b"4321\n", *(b"x" * (1 << 20) for _ in range(64))]), b"", 0)))
     log = tmp_path / "rank0.log"
@@ -161,9 +161,9 @@ def test_a_throughput_sinks_answer_on_an_ssh_node_is_a_measurement_or_one_error(
     started there, whose output is that node's word: the sink here names a port the
     test listens on (the real sender on this host sends to it), then answers with a
     list, a rate of text, JSON nested past Python's recursion limit, or 256 MiB. Each is
-    one NodeError, read no further than a line of ``probe.LINE_BYTES``; the list and the
-    rate of text passed as a measurement (verify then failed in a traceback), the 256
-    MiB were read whole."""
+    one NodeError, read no further than a line of ``probe.LINE_BYTES``: a list or a
+    rate of text taken as a measurement ends verify in a traceback, and 256 MiB read
+    whole is the node's to size."""
     from faultlab import probe
     from faultlab.nodes.local import LocalNode
 

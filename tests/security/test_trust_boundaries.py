@@ -229,9 +229,8 @@ print(json.dumps(r))
 def test_another_users_untrusted_file_beside_their_record_is_one_line_in_roots_status_and_recover():
     """nobody's lease folder holds a good record and, sorted after it, a link named
     like a record: root's ``status`` and ``recover`` name the link in one line and go
-    on (``read_records`` had taken the good record's check result for the function
-    that words the link's problem: a TypeError traceback, exit 1, so any user stopped
-    root's status, revert and recover on the whole host)."""
+    on: a traceback there would let any user stop root's status, revert and recover
+    on the whole host."""
     cp = sandboxed_root_beside_records(1, ["sh", "-c", _LINK_AFTER_RECORD, "sh", NOBODY_LEASES, sys.executable, "-P", "-m", "faultlab.cli"],
                                        timeout=300)
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]

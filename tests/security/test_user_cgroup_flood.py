@@ -53,8 +53,8 @@ def test_another_users_cgroups_are_each_matched_against_one_fault_of_theirs_at_m
     """nobody's 64 cgroups named like faultlab's, beside 16 records of its own: root's
     host view matches each cgroup against at most the one fault of nobody's its name
     names (a fault's cgroup is named for its id), never against all nobody's faults'
-    lines (it was each against each: 16 x 64; with 256 records of 1 MiB of lines, each
-    cgroup cost root a search through 256 MiB), and still reports each in one line."""
+    lines (each against each, with 256 records of 1 MiB of lines, would cost root a
+    search through 256 MiB per cgroup), and still reports each in one line."""
     cp = sandboxed_root_beside_records(RECORDS, ["sh", "-c", _PLANT, "sh", sys.executable, "-c", _COUNTED_VIEW], timeout=300)
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
     got = json.loads(cp.stdout.splitlines()[-1])

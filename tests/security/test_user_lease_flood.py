@@ -183,7 +183,7 @@ def test_a_users_look_alikes_holding_many_deep_folders_cost_root_a_bounded_numbe
     """Each folder root reads is opened from ``/`` one component at a time, and a
     look-alike may hold one 2,000 deep: root reads at most MAX_USER_FOLDERS of another
     user's folders, and says so in one line (1,000 look-alikes each holding its own
-    folder 1,900 deep had held root's status for 63 s)."""
+    folder 1,900 deep would otherwise hold root's status for a minute)."""
     cp = sandboxed_root_beside_records(0, ["sh", "-c", _DEEP_HELD, "sh", sys.executable, "-c", _COUNTED_STATUS], timeout=300)
     assert cp.returncode == 0, cp.stdout[-2000:] + cp.stderr[-2000:]
     got = json.loads(cp.stdout.splitlines()[-1])

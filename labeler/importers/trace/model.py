@@ -152,8 +152,8 @@ def _check_size(N: int, S: int, D: int, pp: int, stages: int) -> None:
     rank), checked before the model is built: its sizes are what the trace's ids
     name (rows each on a new DP rank ask for a mask of every rank per rank). Also
     when fewer than ``pp`` stages have operations in a step (``stages``): a pipeline's
-    stages are numbered 0 to ``pp - 1``, and one row whose ``stage`` was 2**40 had the
-    model walk 2**40 stages."""
+    stages are numbered 0 to ``pp - 1``, and one row whose ``stage`` is 2**40 would
+    have the model walk 2**40 stages."""
     if stages != pp:
         raise BadInput(f"the trace numbers its stages up to {pp - 1}, but {stages} of them have operations in its steps", field="stage",
                        fix="give the trace as StragglerAnalysis records it: a pipeline's stages are numbered 0 to pp_size - 1")
