@@ -85,13 +85,39 @@ def _netns_names() -> list[str]:
     return [ln.split()[0] for ln in run_quietly(["ip", "netns", "list"]).splitlines() if ln.strip()]
 
 
+def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``(folder, its subfolders, its other names)`` for ``top`` and every folder below
+    it, as ``os.walk`` gives them (no link followed down; a folder removed or unreadable
+    meanwhile is passed over), but with no recursion: a user whose cgroup subtree is
+    theirs makes a chain of cgroups as deep as they like, and ``os.walk`` (and
+    ``Path.glob("**")``) of Python 3.11 recurses once a folder: 1,000 deep ended root's
+    ``status``, ``revert`` and ``recover`` in a RecursionError. A folder whose path
+    is longer than the kernel takes (``PATH_MAX``) cannot be listed and is passed over:
+    nothing of faultlab's is there, its commands name cgroups by path."""
+    todo = [top]
+    while todo:
+        folder = todo.pop()
+        dirs, names = [], []
+        try:
+            with os.scandir(folder) as it:
+                for e in it:
+                    try:
+                        (dirs if e.is_dir(follow_symlinks=False) else names).append(e.name)
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+        yield folder, dirs, names
+        todo.extend(os.path.join(folder, d) for d in reversed(dirs))
+
+
 def cgroups_named(prefix: str, base: str = "/sys/fs/cgroup") -> Iterator[Path]:
-    """Every folder under ``base`` whose name starts with ``prefix`` (no link followed
-    down). A folder removed while it is walked (a container stopping, a cgroup another
-    user removes in a subtree delegated to them) is passed over: ``Path.glob`` raised
-    FileNotFoundError then, and root's ``status``, ``revert`` and ``recover`` ended in a
-    traceback."""
-    for top, dirs, _ in os.walk(base):
+    """Every folder under ``base`` whose name starts with ``prefix`` (:func:`walk`: no
+    link followed down, any depth). A folder removed while it is walked (a container
+    stopping, a cgroup another user removes in a subtree delegated to them) is passed
+    over: ``Path.glob`` raised FileNotFoundError then, and root's ``status``,
+    ``revert`` and ``recover`` ended in a traceback."""
+    for top, dirs, _ in walk(base):
         for d in dirs:
             if d.startswith(prefix):
                 yield Path(top) / d
@@ -472,7 +498,7 @@ _FOREIGN_SUBTREE: dict[Path, bool] = {}
 def _holds_foreign_pid(top: Path, mine: int) -> bool:
     """Whether a cgroup of ``top``'s subtree holds a process of another PID namespace
     than ``mine`` (the inode of this process's PID namespace)."""
-    for folder, _, names in os.walk(top):  # a cgroup removed meanwhile is passed over
+    for folder, _, names in walk(str(top)):  # a cgroup removed meanwhile is passed over; any depth
         if "cgroup.procs" not in names:
             continue
         procs = Path(folder) / "cgroup.procs"
