@@ -58,11 +58,16 @@ MIN_PERIOD_S = 0.1
 # the loop stops at once if the PID now belongs to another process (the target exited
 # and the PID was reused). Every SIGCONT that ends a stop is proc_resume's: repeated
 # until the target is seen running; a target it cannot resume ends the loop (no
-# further SIGSTOP), and the revert's CONT_SH then says so.
+# further SIGSTOP), and the revert's CONT_SH then says so. The trap names the pidfile,
+# the target and its start time by variables set once: a trap runs where the signal
+# finds the shell, and inside proc_stat or proc_resume "$1" "$2" "$6" are that
+# function's (the target's PID, a state letter): the revert's SIGTERM landing there
+# had root run `rm -f PID` in the folder faultlab was started in.
 LOOP_SH = procid.STAT_SH + r"""
+lp_file=$1 lp_pid=$2 lp_start=$6
 proc_stat $$; echo "$$ $ps_start" > "$1"
 sp=""
-trap '[ -n "$sp" ] && kill "$sp" 2>/dev/null; proc_resume "$2" "$6"; rm -f "$1"; exit 0' TERM INT HUP
+trap '[ -n "$sp" ] && kill "$sp" 2>/dev/null; proc_resume "$lp_pid" "$lp_start"; rm -f "$lp_file"; exit 0' TERM INT HUP
 while [ "$(date +%s)" -lt "$5" ]; do
   proc_stat "$2" && [ "$ps_start" = "$6" ] || break
   kill -STOP "$2" 2>/dev/null || break
