@@ -97,12 +97,15 @@ FAULT_CGROUP = re.compile(r"^faultlab-[a-z]+-[0-9a-f]{6}$")
 
 def clean_home(home: str, what: str = "--target") -> str:
     """``home`` (a cgroup path as ``/proc/PID/cgroup`` gives it) when it is a clean
-    absolute path: starts with ``/``, no ``.``/``..``/empty component, no control
-    character, not a removed cgroup (`` (deleted)``). Raises Refused otherwise (a
-    process outside our cgroup namespace shows ``/../x``)."""
+    absolute path: starts with ``/``, no ``.``/``..``/empty component, every character
+    printable (no control character, escape sequence or bidirectional override: the
+    target's user names the cgroups of a subtree of theirs, and the path is in the plan
+    ``inject --dry-run`` prints and the lines root runs), not a removed cgroup
+    (`` (deleted)``). Raises Refused otherwise (a process outside our cgroup namespace
+    shows ``/../x``)."""
 
     parts = home.split("/")
-    bad = (not home.startswith("/") or home.endswith(" (deleted)") or any(c in home for c in "\0\n\r\t")
+    bad = (not home.startswith("/") or home.endswith(" (deleted)") or not home.isprintable()
            or any(p in (".", "..") for p in parts) or (home != "/" and "" in parts[1:]))
     if bad:
         raise Refused(f"the cgroup path {home!r} read from /proc/PID/cgroup is not a clean path inside this hierarchy", field=what,
