@@ -180,11 +180,12 @@ class SshNode(Node):
         timeout = self.command_timeout_s if timeout is None else timeout
         cmd = self.line(list(argv))
         chan = self._open(cmd, timeout)
+        deadline = time.monotonic() + timeout
         try:
             if input:
-                chan.sendall(input)
+                _send_within(chan, input, deadline)
             chan.shutdown_write()
-            out, err = drain(chan, time.monotonic() + timeout, limit=OUTPUT_BYTES if limit is None else limit)
+            out, err = drain(chan, deadline, limit=OUTPUT_BYTES if limit is None else limit)
         except TimeoutError:
             chan.close()
             raise NodeError(f"{' '.join(list(argv)[:4])} ... timed out after {timeout:g}s on ssh node {self.name}", field="node") from None
@@ -362,6 +363,23 @@ def exec_within(chan, cmd: str, timeout: float) -> None:
             state["answered"] = True
     if state["expired"]:
         raise TimeoutError(f"no answer to a command within {timeout:g}s")
+
+
+def _send_within(chan, data: bytes, deadline: float) -> None:
+    """``chan.sendall(data)`` by ``deadline`` (monotonic s). The node's sshd grants what
+    may be sent (its window) and paramiko waits for each grant up to the channel's
+    timeout: a node that grants one byte just inside it held a lease record's write some
+    hours (each wait here is the time left instead). Raises TimeoutError, and OSError
+    when the node closed the channel."""
+    sent = 0
+    while sent < len(data):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        chan.settimeout(left)
+        sent += chan.send(data[sent:])
+        if chan.closed:
+            raise OSError("the node closed the channel")
 
 
 def _first_line(chan, out, size: int, deadline: float) -> bytes:

@@ -312,3 +312,25 @@ def test_a_node_that_answers_each_command_slowly_holds_a_look_at_its_faults_a_bo
     assert took < 20, took
     assert faults == [] and any("answered too slowly" in p for p in problems), problems
     node.close()
+
+
+def test_a_node_that_grants_its_input_a_byte_at_a_time_is_one_error_within_the_command_timeout(node_answering):
+    """What root sends a command on the node (a lease record, its renewed deadline, the
+    probe's token) goes as the node's sshd grants it room, and paramiko waits for each
+    grant up to the command timeout: a node granting one byte every 2 s held a write of
+    12 bytes 24 s past a 5 s timeout (at the default 60 s, a record of 1,000 bytes some
+    16 hours). It is one NodeError within the timeout."""
+    def slow_reader(channel):
+        while channel.recv(1):
+            time.sleep(2)
+        channel.send_exit_status(0)
+        channel.shutdown_write()
+
+    node = _ssh_node(node_answering(lambda cmd: slow_reader, window=1))
+    node.command_timeout_s = 5
+    t0 = time.monotonic()
+    finished, raised = _in_thread(lambda: node.write_file("/run/faultlab/leases/x.json", b"x" * 12), 60)
+    took = time.monotonic() - t0
+    assert finished and raised and isinstance(raised[0], NodeError), (took, raised)
+    assert took < 15, took
+    node.close()
