@@ -9,6 +9,7 @@ they print, and which of its processes look like faultlab's watchdogs.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import resource
@@ -19,8 +20,10 @@ import time
 from collections.abc import Callable
 
 import pytest
+from rich.console import Console
 
 from faultlab.errors import NodeError
+from faultlab.lifecycle import remotecmds
 from faultlab.nodes import base, ssh
 from tests.helpers import FL
 
@@ -333,4 +336,33 @@ def test_a_node_that_grants_its_input_a_byte_at_a_time_is_one_error_within_the_c
     took = time.monotonic() - t0
     assert finished and raised and isinstance(raised[0], NodeError), (took, raised)
     assert took < 15, took
+    node.close()
+
+
+def test_a_nodes_watchdogs_that_never_end_hold_a_revert_of_its_faults_a_bounded_time(node_answering, monkeypatch):
+    """`revert --all --inventory` waits a minute for each fault's watchdog to end. The
+    node's root lists look-alikes of watchdogs of valid fault ids that no signal ends,
+    answering every command at once: each cost root's revert its minute (3 took 182 s,
+    ``MAX_ON_NODE`` of them some 4 hours). All of a node's faults are waited for at most
+    ``REVERT_S`` (5 s here) together; the rest are left, each saying so."""
+    monkeypatch.setattr(remotecmds, "REVERT_S", 5.0, raising=False)
+    argvs = {4242 + i: ["sh", "-c", "x", "faultlab-watchdog", f"/run/faultlab/leases/nic-{i:04x}.json", "2000000000", "true"]
+             for i in range(3)}
+
+    def answer(cmd):
+        if "grep -l -a -F -- faultlab-watchdog" in cmd:
+            return ("".join(f"{pid} 1\n" for pid in argvs).encode(), b"", 0)
+        for pid, argv in argvs.items():
+            if f"/proc/{pid}/cmdline" in cmd:
+                return (("\0".join(argv) + "\0").encode(), b"", 0)
+        return (b"", b"", 0)
+
+    node = _ssh_node(node_answering(answer))
+    printed = Console(record=True, width=400, file=io.StringIO())
+    t0 = time.monotonic()
+    rc = remotecmds.revert([node], None, printed, False)
+    took = time.monotonic() - t0
+    lines = printed.export_text().splitlines()
+    assert rc == 1 and took < 30, (rc, took)
+    assert len([ln for ln in lines if "NOT reverted" in ln]) == 3, lines
     node.close()
