@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import psutil
 import pytest
 from rich.console import Console
 
@@ -366,3 +367,29 @@ def test_a_nodes_watchdogs_that_never_end_hold_a_revert_of_its_faults_a_bounded_
     assert rc == 1 and took < 30, (rc, took)
     assert len([ln for ln in lines if "NOT reverted" in ln]) == 3, lines
     node.close()
+
+
+def test_a_node_that_ignores_the_window_costs_root_a_bounded_buffer(node_answering):
+    """The node's sshd may send a channel only as much as root's client grants (the
+    window, which grows back as root reads), but paramiko buffers whatever arrives:
+    a node flooding the stderr of a process started with ``stdout=PIPE`` (the
+    throughput sink's), which nobody reads meanwhile, put 3.2 GiB into root's
+    controller in 10 s. What is held unread is bounded by the window."""
+    def flood(channel):
+        channel.sendall(b"4242\n")
+        end = time.monotonic() + 3
+        try:
+            while time.monotonic() < end:
+                channel.out_window_size = 1 << 40  # the window root granted, ignored
+                channel.sendall_stderr(b"e" * 32000)
+        except (OSError, EOFError):
+            pass
+
+    node = _ssh_node(node_answering(lambda cmd: flood))
+    me = psutil.Process()
+    before = me.memory_info().rss
+    node.spawn(["sink"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(4)
+    grown = me.memory_info().rss - before
+    node.close()
+    assert grown < 128 << 20, f"root's controller grew {grown >> 20} MiB"
