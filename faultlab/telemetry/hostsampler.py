@@ -60,6 +60,7 @@ import time
 import pandas as pd
 import psutil
 
+from faultlab.errors import NodeError
 from faultlab.telemetry import tcpstats
 from faultlab.telemetry.gpumetrics import NvmlReader
 
@@ -463,7 +464,11 @@ class HostSampler:
             if conns is None:
                 continue
             if not ns:
-                inodes = tcpstats.socket_inodes(pids)
+                try:
+                    inodes = tcpstats.socket_inodes(pids)
+                except NodeError as e:
+                    self._note(f"tcp: node {node}: {e}")
+                    continue
                 conns = [c for c in conns if c.inode in inodes]
             mine[node] = (group, conns)
         resolver = tcpstats.PeerResolver(self.peers)
