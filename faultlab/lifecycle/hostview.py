@@ -369,12 +369,15 @@ def _users_default_folders() -> list[tuple[str, int]]:
 def _names(lease: Lease, w: Watchdog) -> bool:
     """Whether ``lease``'s record names watchdog ``w`` (the caller has checked the
     uid): the PID and start time the record notes (``lease._note_watchdog``); a record
-    without them (an older version) names the watchdog holding its lease folder."""
+    without them (an older version) names the watchdog of faultlab's PID namespace
+    holding its lease folder. A folder's path is the one its holder sees in its own
+    mount namespace: a container's root (uid 0 here) may hold one named like root's
+    lease folder."""
     rec = lease.record
     pid, start = rec.get("watchdog_pid"), rec.get("watchdog_starttime")
     if isinstance(pid, int) and not isinstance(pid, bool):
         return w.pid == pid and isinstance(start, int) and not isinstance(start, bool) and w.starttime == str(start)
-    return w.folder == lease.folder
+    return w.same_ns and w.folder == lease.folder
 
 
 def _named(lease: Lease) -> str:
