@@ -339,7 +339,7 @@ def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: 
         rd.event("node-sampler-failed", node=name, error=err)
         con.print(f"  [yellow]no host metrics from node {name}:[/] {rich_escape(printable(err))}", markup=True)
     live.sampler = HostSampler(
-        {r.node.name: [r.pid] for r in live.ranks if r.node.lease_host() == LEASE_HERE}, interval_s=1.0, run_id=run_id,
+        {r.node.name: [r.popen] for r in live.ranks if r.node.lease_host() == LEASE_HERE}, interval_s=1.0, run_id=run_id,
         netns={x.name: x.netns for x in live.nodes if getattr(x, "netns", None)},
         peers={x.address: x.name for x in live.nodes if x.address and not x.address.startswith("127.")},
     ).start()

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import paramiko
 
-#: an answer: (stdout, stderr, exit status); stdout may be an iterable of chunks
-Answer = tuple[object, bytes, int]
+#: an answer: (stdout, stderr, exit status); stdout may be an iterable of chunks; or a
+#: callable given the command's channel, which answers on it by itself (reads its input)
+Answer = tuple[object, bytes, int] | Callable
 
 
 class _Node(paramiko.ServerInterface):
@@ -37,6 +38,9 @@ class _Node(paramiko.ServerInterface):
 def _reply(channel, answer: Answer) -> None:
     """Output, errors, exit status and EOF; the client closes the channel (a close from
     this side could reach it before the reply to its exec request)."""
+    if callable(answer):
+        answer(channel)
+        return
     out, err, rc = answer
     try:
         for chunk in [out] if isinstance(out, bytes) else out:
@@ -54,15 +58,18 @@ def _keygen(path: Path) -> str:
 
 
 class AnsweringNodes:
-    """``start(answer) -> inventory path``: a server per call, its host key pinned in the
-    inventory's known_hosts (node ``evil`` at 127.0.0.1), every command answered with
-    ``answer(command line)``; :meth:`close` ends every server and connection."""
+    """``start(answer, window=None) -> inventory path``: a server per call, its host key
+    pinned in the inventory's known_hosts (node ``evil`` at 127.0.0.1), every command
+    answered with ``answer(command line)``; ``window``: the bytes of input each channel
+    is granted at first and again as the answer reads them (paramiko's server grants at
+    least 32 KiB; a node's own sshd may grant one); :meth:`close` ends every server and
+    connection."""
 
     def __init__(self, folder: Path):
         self.folder = folder
         self.servers: list[tuple[socket.socket, list]] = []
 
-    def __call__(self, answer: Callable[[str], Answer]) -> Path:
+    def __call__(self, answer: Callable[[str], Answer], window: int | None = None) -> Path:
         d = self.folder
         host_key = paramiko.Ed25519Key.from_private_key_file(_keygen(d / "hostkey"))
         _keygen(d / "id_ed25519")
@@ -85,6 +92,8 @@ class AnsweringNodes:
                     return
                 t = paramiko.Transport(conn)
                 t.add_server_key(host_key)
+                if window is not None:
+                    t.default_window_size = window  # after the constructor, which clamps it
                 transports.append(t)
                 t.start_server(server=_Node(answer))
                 threading.Thread(target=lambda t=t: [t.accept(1) for _ in iter(t.is_active, False)], daemon=True).start()

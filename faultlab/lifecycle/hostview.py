@@ -279,6 +279,11 @@ MAX_USER_CGROUPS = 256
 #: run any number of look-alikes (1,000 of them, each holding a folder of its own
 #: 1,900 deep, held root's status for 63 s); a real user's faults share a few folders
 MAX_USER_FOLDERS = 16
+#: the budget that the folders held by candidates of other PID namespaces share, whatever
+#: their uids (``host_view``): a container's root is uid 0 on the host and may run its
+#: processes as any uid, so a bound per uid would not bound it, and its look-alikes of a
+#: user's uid must not use up that user's allowance
+OTHER_NAMESPACES = -1
 
 
 def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
@@ -291,7 +296,9 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
     holds, and ``USER_LEASE_GLOB``) read-only, trusting root and that user only, at
     most ``MAX_USER_RECORDS`` records of each user in all (one problem line names a folder
     with more), so no
-    user's fault is record-less to root. A watchdog candidate (argv) is the fault's own
+    user's fault is record-less to root; the folders that candidates of other PID
+    namespaces (containers') hold are read last, all of them together under one such
+    budget whatever their uids. A watchdog candidate (argv) is the fault's own
     only when its uid is the record's owner and its PID and start time are the ones
     the record names (a record of an older version without them: the lease folder the
     candidate holds); with no record of its uid, a candidate of this user's own or of
@@ -312,11 +319,15 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
         if key in read:
             return
         read.add(key)
-        budget = None if owner is None else budgets.setdefault(owner, RecordBudget(MAX_USER_RECORDS, MAX_USER_FOLDERS))
+        spender = owner if held_by is None or held_by.same_ns else OTHER_NAMESPACES
+        budget = None if owner is None else budgets.setdefault(spender, RecordBudget(MAX_USER_RECORDS, MAX_USER_FOLDERS))
         if budget is not None:
             budget.folders -= 1
             if budget.folders < 0:
-                if budget.folders == -1:
+                if budget.folders == -1 and spender == OTHER_NAMESPACES:
+                    problems.append(f"more than {MAX_USER_FOLDERS} lease folders held by processes of other PID namespaces "
+                                    f"(containers', whose root may run them as any uid) that look like watchdogs; the rest not read")
+                elif budget.folders == -1:
                     problems.append(f"more than {MAX_USER_FOLDERS} lease folders of uid {owner} (held by processes that "
                                     f"look like watchdogs); the rest not read")
                 return
@@ -336,7 +347,10 @@ def host_view(*, objects: bool = True) -> tuple[list[FaultView], list[str]]:
         for folder, owner in _users_default_folders():
             take(folder, owner)
     dogs = find_watchdogs()
-    for w in dogs:  # another lease folder a candidate holds: its user's records
+    # another lease folder a candidate holds: its user's records; those held in this PID
+    # namespace first, then those of other namespaces (a container's root may run its
+    # look-alikes as any user, but never ahead of that user's own watchdogs)
+    for w in sorted(dogs, key=lambda w: not w.same_ns):
         if w.folder and w.folder.startswith("/") and (w.uid == me and w.same_ns or me == 0 and w.uid != me):
             take(w.folder, None if w.uid == me else w.uid, held_by=None if w.uid == me else w)
     for w in dogs:
@@ -399,12 +413,15 @@ def _users_default_folders() -> list[tuple[str, int]]:
 def _names(lease: Lease, w: Watchdog) -> bool:
     """Whether ``lease``'s record names watchdog ``w`` (the caller has checked the
     uid): the PID and start time the record notes (``lease._note_watchdog``); a record
-    without them (an older version) names the watchdog holding its lease folder."""
+    without them (an older version) names the watchdog of faultlab's PID namespace
+    holding its lease folder. A folder's path is the one its holder sees in its own
+    mount namespace: a container's root (uid 0 here) may hold one named like root's
+    lease folder."""
     rec = lease.record
     pid, start = rec.get("watchdog_pid"), rec.get("watchdog_starttime")
     if isinstance(pid, int) and not isinstance(pid, bool):
         return w.pid == pid and isinstance(start, int) and not isinstance(start, bool) and w.starttime == str(start)
-    return w.folder == lease.folder
+    return w.same_ns and w.folder == lease.folder
 
 
 def _named(lease: Lease) -> str:

@@ -190,7 +190,9 @@ class Lease:
     def own_watchdogs(self) -> list:
         """The live watchdogs that are this lease's, not just named like it: the PID
         and start time its record notes (``watchdog_pid``, ``watchdog_starttime``),
-        and in any case run by the record's user (``uid``) and holding its folder. A
+        and in any case run by the record's user (``uid``); a record without them (an
+        older version) names the one of faultlab's PID namespace holding its folder (a
+        container's root, uid 0 here, may hold a folder it names like this one). A
         process of anyone else that merely looks like one (any user can start
         ``sh -c x faultlab-watchdog ID ...``) is never signalled."""
         rec = self.record
@@ -203,7 +205,7 @@ class Lease:
             if isinstance(pid, int) and not isinstance(pid, bool):
                 if w.pid != pid or (isinstance(start, int) and w.starttime != str(start)):
                     continue
-            elif w.folder != self.folder:
+            elif not w.same_ns or w.folder != self.folder:
                 continue
             out.append(w)
         return out

@@ -209,11 +209,14 @@ class ContainerProcess:
     def ended(self) -> bool:
         """Whether the process this exec started has ended (its pidfd readable), whatever
         its output stream, what ``poll`` waits on, still does: from then on its host PID
-        may be another host process's, and no fault may take it for the rank's."""
-        if self.returncode is not None or self._pidfd is None:
+        may be another host process's, and no fault may take it for the rank's. The host
+        sampler asks from its own thread while ``poll`` may close the pidfd: it is read
+        once, and one closed meanwhile polls as ended (``POLLNVAL``)."""
+        fd = self._pidfd
+        if self.returncode is not None or fd is None:
             return True
         p = select.poll()
-        p.register(self._pidfd, select.POLLIN)
+        p.register(fd, select.POLLIN)
         return bool(p.poll(0))
 
     def send_signal(self, sig: int) -> None:

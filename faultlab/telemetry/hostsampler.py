@@ -39,7 +39,12 @@ driver there are no GPU rows and no error (``disabled["gpu"]`` says why); withou
 ``ss`` no TCP rows (``disabled["tcp"]``).
 
 Rates and CPU percentages are over the interval since the previous sample of the
-same node. PIDs that died are skipped; a node with no live PID gets only
+same node. A node's PID names the process it named at the sampler's first look at it
+(its PID and start time, psutil's identity) and no other: once that process has ended,
+or its handle says so (a ``docker exec`` rank's ``ended()``, through its pidfd), the
+PID is never sampled again, since it may by then be any process's of this host (its
+CPU, memory and connections would be the node's rows, and ``nsenter`` would enter its
+network namespace). A node with no live PID gets only
 ``cpu_util_pct`` (plus its namespace's TCP metrics when ``netns`` names it, and the
 GPUs a ``gpu`` dict assigns to it). The only processes started are one ``ss`` per
 network namespace per sample (~2 ms; through ``ip netns exec`` or ``nsenter`` for
@@ -55,6 +60,7 @@ import time
 import pandas as pd
 import psutil
 
+from faultlab.errors import NodeError
 from faultlab.telemetry import tcpstats
 from faultlab.telemetry.gpumetrics import NvmlReader
 
@@ -129,7 +135,10 @@ def read_run_delay(pid: int) -> dict[int, float]:
 class HostSampler:
     """Samples host metrics of nodes in a background thread.
 
-    ``targets``: node name -> PIDs of that node's processes (ranks). ``interval_s``:
+    ``targets``: node name -> that node's processes (ranks): PIDs, or handles with a
+    ``pid`` (a ``subprocess.Popen``, a ``docker.ContainerProcess``) and optionally
+    ``ended()``, which says the process the handle started has ended while its PID may
+    still name one (the module docstring says how a PID is tied to its process). ``interval_s``:
     seconds between samples (> 0). ``run_id``: when given, the frame ``stop()``
     returns has a ``run_id`` column (the full ``host`` schema); else it has
     ``node, ts, metric, value``. Use ``start()``, then ``stop()``; or as a context
@@ -183,8 +192,12 @@ class HostSampler:
         self.interval_s = float(interval_s)
         self.run_id = run_id
         self._lock = threading.Lock()
-        self._targets: dict[str, list[int]] = {n: list(p) for n, p in targets.items()}
-        self._procs: dict[int, psutil.Process] = {}  # pid -> Process, kept so cpu_percent has a previous reading
+        self._targets: dict[str, list[int]] = {}
+        self._ended_of: dict[int, object] = {}  # target PID -> its handle's ended(), when it has one
+        for n, p in targets.items():
+            self._set(n, p)
+        self._pinned: dict[int, psutil.Process | None] = {}  # target PID -> the process it named at first look (None: ended)
+        self._procs: dict[int, psutil.Process] = {}  # child pid -> Process, kept so cpu_percent has a previous reading
         self._net_prev: dict[str, tuple[float, int, int]] = {}  # node -> (monotonic s, rx, tx)
         self._delay_prev: dict[str, tuple[float, dict[tuple[int, int], float]]] = {}  # node -> (mono s, {(pid, tid): s})
         self._rows: list[tuple[str, float, str, float]] = []
@@ -223,10 +236,21 @@ class HostSampler:
             self._nvml.close()
         return self.frame()
 
-    def set_targets(self, node: str, pids: list[int]) -> None:
-        """Replace the PIDs sampled for ``node`` (adds the node when new)."""
+    def set_targets(self, node: str, pids: list) -> None:
+        """Replace the processes sampled for ``node`` (PIDs or handles, as ``targets``
+        takes them; adds the node when new). A PID whose process this sampler saw end
+        stays unsampled."""
         with self._lock:
-            self._targets[node] = list(pids)
+            self._set(node, pids)
+
+    def _set(self, node: str, targets: list) -> None:
+        pids = []
+        for t in targets:
+            pid = t if isinstance(t, int) else t.pid
+            if not isinstance(t, int) and callable(getattr(t, "ended", None)):
+                self._ended_of[pid] = t.ended
+            pids.append(pid)
+        self._targets[node] = pids
 
     def frame(self) -> pd.DataFrame:
         """The rows sampled so far, as a DataFrame (safe while running)."""
@@ -266,9 +290,32 @@ class HostSampler:
         for node in nodes:
             self._sample_node(node, ts, cpu, emit=True)
         self._sample_tcp(ts, emit=True)
-        # Forget Process objects of PIDs that are gone, so a reused PID starts fresh.
+        # Forget the children that are gone: a child is found anew from its live parent
+        # each sample, so a reused PID starts fresh (a target's never does: _target).
         for pid in [q for q, p in self._procs.items() if not _alive(p)]:
             self._procs.pop(pid, None)
+
+    def _target(self, pid: int) -> psutil.Process | None:
+        """The process target PID ``pid`` named at the first look at it, while it runs
+        (a zombie too: its PID is not free until it is reaped); None from the moment
+        it ended, or its handle's ``ended()`` said so, on, for good."""
+        if self._pinned.get(pid, True) is None:
+            return None
+        ended = self._ended_of.get(pid)
+        p = self._pinned.get(pid)
+        try:
+            if ended is not None and ended():
+                raise psutil.NoSuchProcess(pid)
+            if p is None:
+                p = psutil.Process(pid)
+                p.cpu_percent(None)  # baseline
+            elif not p.is_running():
+                raise psutil.NoSuchProcess(pid)
+        except _GONE:
+            self._pinned[pid] = None
+            return None
+        self._pinned[pid] = p
+        return p
 
     def _process(self, pid: int) -> psutil.Process | None:
         p = self._procs.get(pid)
@@ -314,11 +361,11 @@ class HostSampler:
         seen: dict[int, psutil.Process] = {}
         live_pids = []
         for pid in pids:
-            p = self._process(pid)
+            p = self._target(pid)
             if p is None:
                 continue
             try:
-                if not p.is_running() or p.status() == psutil.STATUS_ZOMBIE:
+                if p.status() == psutil.STATUS_ZOMBIE:
                     continue
                 kids = p.children(recursive=True)
             except _GONE:
@@ -417,7 +464,11 @@ class HostSampler:
             if conns is None:
                 continue
             if not ns:
-                inodes = tcpstats.socket_inodes(pids)
+                try:
+                    inodes = tcpstats.socket_inodes(pids)
+                except NodeError as e:
+                    self._note(f"tcp: node {node}: {e}")
+                    continue
                 conns = [c for c in conns if c.inode in inodes]
             mine[node] = (group, conns)
         resolver = tcpstats.PeerResolver(self.peers)

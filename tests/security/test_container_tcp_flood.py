@@ -67,3 +67,40 @@ def test_a_docker_nodes_countless_connections_are_read_no_further_than_the_bound
         assert not rows["metric"].str.startswith("tcp_").any()
     finally:
         stop_ranks([RankProc(rank=i, node=node, popen=p, log_path=tmp_path / "rank.log") for i, p in enumerate(procs)], grace_s=1)
+
+
+#: run in the container under the rank: N descriptors of one socket, held open
+HOLD_FDS = r"""
+import os, resource, socket, sys, time
+n = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_NOFILE, (n + 100, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+s = socket.socket()
+for i in range(n):
+    os.dup2(s.fileno(), 50 + i)
+print("held", n, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_docker_ranks_countless_descriptors_are_looked_at_no_further_than_the_bound(tb, tmp_path, monkeypatch):
+    """The sampler keeps a node's connections by the sockets its rank and the rank's
+    children hold, a readlink of each descriptor every second, in the one thread that
+    samples every node. The node's root may hold as many as its processes' limits allow
+    (4096 processes of 20,000 here; 300,000 took 1.5 s a sample): past
+    ``tcpstats.MAX_FDS`` (2,000 here) that sample has no TCP rows of the node and the
+    sampler says so once. Every descriptor was looked at, every sample."""
+    monkeypatch.setattr(tcpstats, "MAX_FDS", 2000, raising=False)
+    node = tb.nodes[0]
+    log = tmp_path / "rank.log"
+    with open(log, "wb") as out:
+        rank = node.spawn_workload(["sh", "-c", '"$0" -c "$1" 1500 & "$0" -c "$1" 1500 & wait', sys.executable, HOLD_FDS], stdout=out)
+    try:
+        assert wait_for(lambda: log.read_bytes().count(b"held") == 2, 60), log.read_bytes()[-500:]
+        sampler = HostSampler({node.name: [rank]}, interval_s=60, gpu=False)
+        sampler.start()
+        sampler.sample_once()
+        rows = sampler.stop()
+        assert [e for e in sampler.errors if "more than 2000 descriptors" in e], sampler.errors
+        assert not rows["metric"].str.startswith("tcp_").any()
+    finally:
+        stop_ranks([RankProc(rank=0, node=node, popen=rank, log_path=log)], grace_s=1)

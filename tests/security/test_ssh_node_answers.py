@@ -9,6 +9,7 @@ they print, and which of its processes look like faultlab's watchdogs.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import resource
@@ -18,9 +19,12 @@ import threading
 import time
 from collections.abc import Callable
 
+import psutil
 import pytest
+from rich.console import Console
 
 from faultlab.errors import NodeError
+from faultlab.lifecycle import remotecmds
 from faultlab.nodes import base, ssh
 from tests.helpers import FL
 
@@ -312,3 +316,80 @@ def test_a_node_that_answers_each_command_slowly_holds_a_look_at_its_faults_a_bo
     assert took < 20, took
     assert faults == [] and any("answered too slowly" in p for p in problems), problems
     node.close()
+
+
+def test_a_node_that_grants_its_input_a_byte_at_a_time_is_one_error_within_the_command_timeout(node_answering):
+    """What root sends a command on the node (a lease record, its renewed deadline, the
+    probe's token) goes as the node's sshd grants it room, and paramiko waits for each
+    grant up to the command timeout: a node granting one byte every 2 s held a write of
+    12 bytes 24 s past a 5 s timeout (at the default 60 s, a record of 1,000 bytes some
+    16 hours). It is one NodeError within the timeout."""
+    def slow_reader(channel):
+        while channel.recv(1):
+            time.sleep(2)
+        channel.send_exit_status(0)
+        channel.shutdown_write()
+
+    node = _ssh_node(node_answering(lambda cmd: slow_reader, window=1))
+    node.command_timeout_s = 5
+    t0 = time.monotonic()
+    finished, raised = _in_thread(lambda: node.write_file("/run/faultlab/leases/x.json", b"x" * 12), 60)
+    took = time.monotonic() - t0
+    assert finished and raised and isinstance(raised[0], NodeError), (took, raised)
+    assert took < 15, took
+    node.close()
+
+
+def test_a_nodes_watchdogs_that_never_end_hold_a_revert_of_its_faults_a_bounded_time(node_answering, monkeypatch):
+    """`revert --all --inventory` waits a minute for each fault's watchdog to end. The
+    node's root lists look-alikes of watchdogs of valid fault ids that no signal ends,
+    answering every command at once: each cost root's revert its minute (3 took 182 s,
+    ``MAX_ON_NODE`` of them some 4 hours). All of a node's faults are waited for at most
+    ``REVERT_S`` (5 s here) together; the rest are left, each saying so."""
+    monkeypatch.setattr(remotecmds, "REVERT_S", 5.0, raising=False)
+    argvs = {4242 + i: ["sh", "-c", "x", "faultlab-watchdog", f"/run/faultlab/leases/nic-{i:04x}.json", "2000000000", "true"]
+             for i in range(3)}
+
+    def answer(cmd):
+        if "grep -l -a -F -- faultlab-watchdog" in cmd:
+            return ("".join(f"{pid} 1\n" for pid in argvs).encode(), b"", 0)
+        for pid, argv in argvs.items():
+            if f"/proc/{pid}/cmdline" in cmd:
+                return (("\0".join(argv) + "\0").encode(), b"", 0)
+        return (b"", b"", 0)
+
+    node = _ssh_node(node_answering(answer))
+    printed = Console(record=True, width=400, file=io.StringIO())
+    t0 = time.monotonic()
+    rc = remotecmds.revert([node], None, printed, False)
+    took = time.monotonic() - t0
+    lines = printed.export_text().splitlines()
+    assert rc == 1 and took < 30, (rc, took)
+    assert len([ln for ln in lines if "NOT reverted" in ln]) == 3, lines
+    node.close()
+
+
+def test_a_node_that_ignores_the_window_costs_root_a_bounded_buffer(node_answering):
+    """The node's sshd may send a channel only as much as root's client grants (the
+    window, which grows back as root reads), but paramiko buffers whatever arrives:
+    a node flooding the stderr of a process started with ``stdout=PIPE`` (the
+    throughput sink's), which nobody reads meanwhile, put 3.2 GiB into root's
+    controller in 10 s. What is held unread is bounded by the window."""
+    def flood(channel):
+        channel.sendall(b"4242\n")
+        end = time.monotonic() + 3
+        try:
+            while time.monotonic() < end:
+                channel.out_window_size = 1 << 40  # the window root granted, ignored
+                channel.sendall_stderr(b"e" * 32000)
+        except (OSError, EOFError):
+            pass
+
+    node = _ssh_node(node_answering(lambda cmd: flood))
+    me = psutil.Process()
+    before = me.memory_info().rss
+    node.spawn(["sink"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(4)
+    grown = me.memory_info().rss - before
+    node.close()
+    assert grown < 128 << 20, f"root's controller grew {grown >> 20} MiB"
