@@ -2,7 +2,7 @@
 hardened for a root labeler on a shared host (mutual TLS on 127.0.0.1, the health
 route only, a scratch folder of its own, workers that never import from the working
 folder), or a scheduler given by address (:func:`client_for`), and its close
-(:func:`close`)."""
+(:func:`close`); a cluster lost under a labeling is one line (:func:`losses`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import shutil
 import tempfile
 import time
 import weakref
+from concurrent.futures import CancelledError
 
 from faultlab import workdirs
-from faultlab.errors import BadInput
+from faultlab.errors import BadInput, FaultlabError
 from faultlab.labeler import listener
 
 #: seconds the client of a scheduler given by address (``--scheduler``) tries to reach
@@ -206,3 +207,41 @@ def close(client, cluster) -> None:
         remove = _SCRATCH.pop(id(cluster), None)
         if remove is not None:
             remove()
+
+
+class ClusterLost(FaultlabError):
+    """The Dask cluster a labeling runs on was lost under it: its scheduler ended (or
+    its connection closed), or its workers died each time they ran one of its tasks.
+    Exit code 1: nothing of the labeling was written."""
+
+
+@contextlib.contextmanager
+def losses(client):
+    """Raise :class:`ClusterLost`, one line naming the scheduler's address, for the
+    errors by which Dask reports the cluster of ``client`` lost in the block: the
+    futures it cancels when its scheduler goes (``OnceClient`` never reconnects), a
+    client closed under a call, a connection closed, a task whose every worker died
+    (``KilledWorker``). Whatever a task itself raised passes through as it is."""
+    # dask is an optional, heavy dependency: imported only when a run is labeled out of core
+    from distributed.client import ClosedClientError
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    addr = _address(client)  # a closed client no longer says
+    try:
+        yield
+    except KilledWorker as e:
+        task = str(getattr(e, "task", None) or "?").split("-", 1)[0]
+        raise ClusterLost(f"the Dask workers of the scheduler at {addr} died each time they ran the labeler's task {task} "
+                          f"({getattr(e, 'allowed_failures', '?')} allowed failures): killed (out of memory, or by a signal), "
+                          f"the labeling stopped",
+                          fix="give the workers more memory, or fewer threads each, and label again; nothing was written") from None
+    except (CancelledError, ClosedClientError, CommClosedError) as e:
+        raise ClusterLost(f"the Dask scheduler at {addr} was lost while labeling ({type(e).__name__}): "
+                          f"its connection closed, the labeling stopped",
+                          fix="check that the scheduler and its workers run, then label again; nothing was written") from None
+
+
+def _address(client) -> str:
+    """The address of ``client``'s scheduler (``?`` when it has none)."""
+    return str(getattr(getattr(client, "scheduler", None), "address", None) or "?")
