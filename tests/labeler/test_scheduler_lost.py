@@ -3,7 +3,8 @@ or its workers killed each time they run a task) ends ``faultlab label`` in one 
 exit 1, naming the scheduler's address: no traceback, and the run folder as it was
 (no labels, no what-if, no work folder, no event).
 
-The scheduler and its worker are real ``dask`` processes this test starts. The kill is
+The scheduler and its worker are real ``dask`` processes this test starts (TLS: the
+labeler refuses a plain one of this host). The kill is
 not timed: the worker's preload (:data:`KILLER`) sends SIGKILL the moment the first task
 of a chosen pass starts on it, to the scheduler or to the worker itself (its nanny
 restarts it, and the task kills each new one until Dask gives it up).
@@ -21,6 +22,7 @@ import pytest
 
 from faultlab.labeler import listener
 from faultlab.synthrun import write_run
+from tests.dasktls import tls_files
 from tests.helpers import fl, wait_for
 
 pytest.importorskip("distributed", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
@@ -67,19 +69,20 @@ def test_a_scheduler_lost_mid_labeling_is_one_line_and_leaves_the_run_folder_as_
     before = _tree(run)
     (tmp_path / "killer.py").write_text(KILLER)
     port = _free_port()
+    tls = tls_files(tmp_path / "tls")
     env = dict(os.environ, DASK_TEMPORARY_DIRECTORY=str(tmp_path))  # their scratch folders, not TMP's shared one
     procs = []
     try:
         sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
-                                  "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+                                  "--protocol", "tls", "--no-dashboard", *tls["cli"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
         procs.append(sched)
         worker_env = dict(env, KILL_AT=at, KILL_PID="self" if kill == "workers" else str(sched.pid))
-        procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", f"tcp://127.0.0.1:{port}", "--nworkers", "1",
-                                       "--nthreads", "1", "--no-dashboard", "--preload", str(tmp_path / "killer.py")],
+        procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", f"tls://127.0.0.1:{port}", "--nworkers", "1",
+                                       "--nthreads", "1", "--no-dashboard", "--preload", str(tmp_path / "killer.py"), *tls["cli"]],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=worker_env, start_new_session=True))
         assert wait_for(lambda: listener.listener_uids("127.0.0.1", port) == {os.geteuid()}, 180), "the scheduler did not start"
-        addr = f"tcp://127.0.0.1:{port}"
-        cp = fl("label", run, "--scheduler", addr, timeout=400)
+        addr = f"tls://127.0.0.1:{port}"
+        cp = fl("label", run, "--scheduler", addr, env=tls["env"], timeout=400)
         if kill == "scheduler":
             assert sched.poll() is not None, "the scheduler was not killed: the pass never ran"
     finally:
