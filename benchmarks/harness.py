@@ -30,6 +30,8 @@ def add_common_args(p: argparse.ArgumentParser, *, peer_group: str) -> None:
     p.add_argument("--master-port", type=int, required=True, help="TCP port of rank 0's rendezvous")
     p.add_argument("--master-listen-fd", type=int, default=None,
                    help="rank 0: an inherited socket already listening at the rendezvous address (its store's socket)")
+    p.add_argument("--store-file", default=None,
+                   help="ranks of one host: the rendezvous store is this file (in a folder of the launcher's alone), no TCP store")
     p.add_argument("--out", required=True, help="telemetry folder; steps-rank{R}.jsonl is appended there")
     p.add_argument("--run-id", required=True)
     p.add_argument("--node", default="local", help="node name written in every record")
@@ -155,9 +157,11 @@ def init_torch(a: argparse.Namespace):
             return None
 
     timeout = datetime.timedelta(seconds=a.timeout_s)
-    # rank 0's store listens on the launcher's socket when given one: the port was never free for another to take
-    store = dist.TCPStore(a.master_addr, a.master_port, a.world_size, a.rank == 0, timeout=timeout,
-                          master_listen_fd=a.master_listen_fd if a.rank == 0 else None)
+    if a.store_file:  # ranks of one host: a file of the launcher's private folder, no port anyone may connect to
+        store = dist.FileStore(a.store_file, a.world_size)
+    else:  # rank 0's store listens on the launcher's socket when given one: the port was never free for another to take
+        store = dist.TCPStore(a.master_addr, a.master_port, a.world_size, a.rank == 0, timeout=timeout,
+                              master_listen_fd=a.master_listen_fd if a.rank == 0 else None)
     dist.init_process_group(backend, store=store, rank=a.rank, world_size=a.world_size, timeout=timeout)
     return torch, dist, device, backend, sync
 

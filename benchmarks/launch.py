@@ -127,6 +127,7 @@ def launch_ranks(
     module: str = "faultlab.benchmarks.ddp",
     rank_args: dict[int, Sequence[str]] | None = None,
     master_listen_fd: int | None = None,
+    store_file: str | None = None,
 ) -> list[RankProc]:
     """Start one rank of the workload ``module`` per ``(node, rank)`` placement.
 
@@ -147,7 +148,9 @@ def launch_ranks(
     ``rank_iface``. ``master_listen_fd``: a socket of this process already listening
     at ``master_addr:master_port`` (:func:`listen_rendezvous`), handed to rank 0 (a
     node on this host) as its rendezvous store's socket: no one can take the port
-    between its choice and rank 0's start.
+    between its choice and rank 0's start. ``store_file``: ranks all on this host
+    rendezvous through a ``FileStore`` at this path (in a folder of this process's
+    alone) instead of rank 0's TCP store, which any local user may connect to.
 
     Returns the RankProcs in placement order without waiting. Raises ValueError for
     duplicate or out-of-range ranks and for a ``module`` that is not a dotted
@@ -197,6 +200,8 @@ def launch_ranks(
             argv += [str(x) for x in extra_args]
             argv += [str(x) for x in (rank_args or {}).get(rank, ())]
             kw = {}
+            if store_file is not None:
+                argv += ["--store-file", str(store_file)]
             if rank == 0 and master_listen_fd is not None:
                 argv += ["--master-listen-fd", str(master_listen_fd)]
                 kw["pass_fds"] = (master_listen_fd,)

@@ -35,7 +35,7 @@ def label(
     import_format: Optional[str] = typer.Option(None, "--import", metavar="FORMAT", help="import public fail-slow data instead: " + formats_help()),
     out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="with --import: folder for labels.parquet (and whatif.json, components.parquet)"),
     peer_groups_file: Optional[Path] = typer.Option(None, "--peer-groups", metavar="FILE", help="the ranks' peer groups: a JSON object or a CSV component,group (a run directory, or --import long | pai-minibatch); default: declared, else discovered"),
-    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="tcp://HOST:PORT", help="label out of core on this Dask scheduler (default $DASK_SCHEDULER_ADDRESS, else an embedded LocalCluster)"),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", metavar="tls://HOST:PORT", help="label out of core on this Dask scheduler, over TLS on this host (default $DASK_SCHEDULER_ADDRESS, else an embedded LocalCluster)"),
     out_of_core: bool = typer.Option(False, "--out-of-core", help="label out of core on Dask whatever the run's size (default: from 16.8M rank-steps; --scheduler implies it)"),
     in_memory: bool = typer.Option(False, "--in-memory", help="label in memory whatever the run's size (default: below 16.8M rank-steps)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on stdout: the labels' count, the files written and the peer groups used; progress goes to stderr"),

@@ -74,7 +74,8 @@ def _sink(bind: str, timeout_s: float) -> None:
 def _sender_connection(srv: socket.socket, token: bytes, deadline: float) -> socket.socket:
     """The first connection to ``srv`` that sends ``token``, read from every pending
     connection at once (at most :data:`MAX_PENDING`, the oldest dropped); others are
-    closed. Raises TimeoutError at ``deadline`` (monotonic s)."""
+    closed, and one that fails (reset by its peer) is dropped alone: the sink goes on.
+    Raises TimeoutError at ``deadline`` (monotonic s)."""
     sel = selectors.DefaultSelector()
     sel.register(srv, selectors.EVENT_READ)
     got: dict[socket.socket, bytes] = {}
@@ -82,7 +83,10 @@ def _sender_connection(srv: socket.socket, token: bytes, deadline: float) -> soc
         while (left := deadline - time.monotonic()) > 0:
             for key, _ in sel.select(left):
                 if key.fileobj is srv:
-                    c, _ = srv.accept()
+                    try:
+                        c, _ = srv.accept()
+                    except OSError:  # gone before it was taken (ECONNABORTED), or no descriptor left
+                        continue
                     c.setblocking(False)
                     got[c] = b""
                     sel.register(c, selectors.EVENT_READ)
@@ -90,7 +94,10 @@ def _sender_connection(srv: socket.socket, token: bytes, deadline: float) -> soc
                         _drop(sel, got, next(iter(got)))
                     continue
                 c = key.fileobj
-                data = c.recv(len(token) - len(got[c]))
+                try:
+                    data = c.recv(len(token) - len(got[c]))
+                except OSError:  # reset by its peer (anyone may connect, then send a RST): that one only is dropped
+                    data = b""
                 if not data or not token.startswith(got[c] + data):
                     _drop(sel, got, c)
                     continue

@@ -17,7 +17,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +28,8 @@ import pandas as pd
 from rich.console import Console
 from rich.markup import escape as rich_escape
 
-from faultlab import injectors, schema
-from faultlab.benchmarks.launch import RankFailure, launch_ranks, listen_rendezvous, log_tail, stop_ranks, wait_ranks
+from faultlab import injectors, schema, workdirs
+from faultlab.benchmarks.launch import RankFailure, launch_ranks, log_tail, stop_ranks, wait_ranks
 from faultlab.errors import BadInput, FaultlabError, printable
 from faultlab.evidence import verify_text
 from faultlab.knobfaults import workload_injections
@@ -200,8 +202,8 @@ class _Live:
     collector: object = None
     sampler: object = None
     watch: object = None
-    #: local backend: the rendezvous socket handed to rank 0 (closed here once the ranks started)
-    listener: object = None
+    #: local backend: the 0700 folder of the ranks' rendezvous store file (removed at the run's end)
+    store_dir: str | None = None
     #: when the ssh nodes' samplers were started (unix s): how many samples they can have written
     samplers_since: float | None = None
 
@@ -284,6 +286,11 @@ def _check_run_args(sc: Scenario, nodes: list | None) -> None:
         raise BadInput(f"backend {sc.testbed.backend} needs root (namespaces, tc, cgroups)", field="testbed.backend", fix="run as root, or use backend: local")
 
 
+#: the prefix of a local run's rendezvous folder in the temporary folder (``workdirs.make``:
+#: the controller's PID and start time follow)
+STORE_PREFIX = "faultlab-rdv-"
+
+
 def _bring_up_nodes(sc: Scenario, nodes: list | None, live: _Live, rd: RunDir, prog) -> None:
     """The run's nodes into ``live``: the inventory's (connected), a testbed of the
     scenario's backend (brought up, with its lease), or local processes."""
@@ -306,8 +313,11 @@ def _bring_up_nodes(sc: Scenario, nodes: list | None, live: _Live, rd: RunDir, p
         rd.event("testbed-up", bridge=live.testbed.bridge, subnet=str(live.testbed.subnet), nodes=[x.describe() for x in live.nodes])
     else:
         live.nodes = [LocalNode(name=f"n{i}", address="127.0.0.1") for i in range(n)]
-        live.listener = listen_rendezvous("127.0.0.1")  # held until rank 0 has it: nobody takes the port
-        live.master = ("127.0.0.1", live.listener.getsockname()[1])
+        # the ranks rendezvous through a file of a fresh 0700 folder of root's: a TCP store on 127.0.0.1 took any local
+        # user's connection, who could break the run or grow rank 0's memory without bound (8 MiB a key, any number of keys)
+        workdirs.sweep(tempfile.gettempdir(), STORE_PREFIX)  # those of killed runs
+        live.store_dir = workdirs.make(tempfile.gettempdir(), STORE_PREFIX)
+        live.master = ("127.0.0.1", 0)
 
 
 def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: Console) -> None:
@@ -316,18 +326,14 @@ def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: 
     w = sc.workload
     module = "faultlab.benchmarks.pipeline" if w.kind == "pipeline" else "faultlab.benchmarks.ddp"
     _phase(prog, "starting ranks", f"{len(live.nodes)} ranks ({w.kind}, gloo); each imports torch and joins the process group")
-    try:
-        live.ranks = launch_ranks(
-            [(x, i) for i, x in enumerate(live.nodes)], telemetry_dir=rd.telemetry_dir(), run_id=run_id,
-            master_addr=live.master[0], master_port=live.master[1], duration_s=w.duration, log_dir=rd.path / "logs",
-            extra_args=workload_args(sc),
-            rank_args=sc.testbed.rank_args([getattr(x, "group_labels", {}) for x in live.nodes]),  # inventory nodes' labels
-            master_listen_fd=live.listener.fileno() if live.listener else None,
-            **({"module": module} if w.kind == "pipeline" else {}),
-        )
-    finally:
-        if live.listener:
-            live.listener.close()
+    live.ranks = launch_ranks(
+        [(x, i) for i, x in enumerate(live.nodes)], telemetry_dir=rd.telemetry_dir(), run_id=run_id,
+        master_addr=live.master[0], master_port=live.master[1], duration_s=w.duration, log_dir=rd.path / "logs",
+        extra_args=workload_args(sc),
+        rank_args=sc.testbed.rank_args([getattr(x, "group_labels", {}) for x in live.nodes]),  # inventory nodes' labels
+        store_file=os.path.join(live.store_dir, "store") if live.store_dir else None,
+        **({"module": module} if w.kind == "pipeline" else {}),
+    )
     rd.event("ranks-started", pids={r.rank: r.pid for r in live.ranks})
     placement: dict[str, list[int]] = {}
     for r in live.ranks:
@@ -414,6 +420,8 @@ def _tear_down(live: _Live, due: list[_Due], rd: RunDir, res: RunResult, con: Co
             _stop(d, rd, res, con, None)
     if live.ranks:
         stop_ranks(live.ranks)
+    if live.store_dir:
+        shutil.rmtree(live.store_dir, ignore_errors=True)
     host = live.sampler.stop() if live.sampler else None
     if live.collector is not None:
         live.collector.stop()

@@ -2,7 +2,7 @@
 hardened for a root labeler on a shared host (mutual TLS on 127.0.0.1, the health
 route only, a scratch folder of its own, workers that never import from the working
 folder), or a scheduler given by address (:func:`client_for`), and its close
-(:func:`close`)."""
+(:func:`close`); a cluster lost under a labeling is one line (:func:`losses`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import shutil
 import tempfile
 import time
 import weakref
+from concurrent.futures import CancelledError
 
 from faultlab import workdirs
-from faultlab.errors import BadInput
+from faultlab.errors import BadInput, FaultlabError
 from faultlab.labeler import listener
 
 #: seconds the client of a scheduler given by address (``--scheduler``) tries to reach
@@ -30,6 +31,13 @@ CONNECT_TIMEOUT_S = 5
 #: takes it as a URL, so a path, query, fragment or user part (``ws://127.0.0.1:P?x``,
 #: ``ws://u@127.0.0.1:P``) still reached that port, past the check of who listens there
 HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):[0-9]{1,5}")
+
+#: the protocols of a scheduler given by address that are refused at an address of this host:
+#: Dask's plain comms take any client that reaches the port, and a client of a scheduler
+#: runs code as the user of its scheduler and workers (``run_on_scheduler``, ``run``) and
+#: changes what their tasks return; Dask's TLS (``tls``, ``wss``) asks each side for a
+#: certificate of the cluster's own authority
+PLAIN_PROTOCOLS = ("tcp", "ws", "ucx")
 
 #: the prefix of an embedded cluster's scratch folder in the temporary folder
 #: (``workdirs.make``: the labeler's PID and start time follow)
@@ -156,7 +164,10 @@ def client_for(scheduler: str | None = None):
     client never reconnects once it lost that scheduler (``OnceClient``): a port is
     no one's, and another local user who listened first on the port of a scheduler
     not running (yet, or any more), before the check or after it, would be that
-    trusted process."""
+    trusted process. And it must speak TLS (``tls://``, ``wss://``, with dask's
+    ``distributed.comm.tls`` settings): a plain one (:data:`PLAIN_PROTOCOLS`) takes any
+    local user's client, who then runs code as its user on it and changes what it
+    computes for this one, with no race at all."""
     # dask is an optional, heavy dependency: imported only when a run is labeled out of core
     from dask.distributed import Client
     from distributed.comm.addressing import parse_address, parse_host_port
@@ -178,12 +189,20 @@ def client_for(scheduler: str | None = None):
             uids = listener.listener_uids(*parse_host_port(loc))
         if uids is not None and not uids:  # Client would retry for seconds: whoever listened first meanwhile would answer
             raise BadInput(f"no Dask scheduler answers at {addr}: nothing listens on that port of this host", field=field,
-                           fix="start one (dask scheduler) or give the address of a running one, tcp://HOST:PORT")
+                           fix=f"start one with TLS ({TLS_START}) and give tls://HOST:PORT, or the address of a running one "
+                               f"(tcp://HOST:PORT of another host)")
         others = (uids or set()) - {os.geteuid()}
         if others:
             raise BadInput(f"{addr} is listened on by uid {', '.join(map(str, sorted(others)))}, not by this user (uid {os.geteuid()}): "
                            f"what a scheduler returns is unpickled, so another user's would run code as this one", field=field,
-                           fix="start the scheduler as this user (dask scheduler), or leave the address out to label on an embedded cluster")
+                           fix=f"start the scheduler as this user with TLS ({TLS_START}), or leave the address out to label on an embedded cluster")
+        if uids is not None and proto in PLAIN_PROTOCOLS:
+            raise BadInput(f"{addr} is a scheduler of this host over plain {proto}://, which takes any local user's client: they would run "
+                           f"code as its user on its scheduler and workers and change what this labeling computes", field=field,
+                           fix=f"start it with TLS ({TLS_START}) and give tls://HOST:PORT with dask's distributed.comm.tls settings, "
+                               f"or leave the address out to label on an embedded cluster (mutual TLS)")
+        if proto in ("tls", "wss"):
+            _check_tls_settings(addr, field)
         try:
             return OnceClient(addr, timeout=CONNECT_TIMEOUT_S), None
         except ValueError as e:  # no port, an unknown protocol
@@ -196,6 +215,29 @@ def client_for(scheduler: str | None = None):
     return Client(cluster, security=security), cluster
 
 
+#: how a scheduler of this host starts with TLS (the fixes of :func:`client_for`'s refusals)
+TLS_START = "dask scheduler --tls-ca-file CA --tls-cert CERT --tls-key KEY"
+
+
+def _check_tls_settings(addr: str, field: str) -> None:
+    """BadInput naming ``field`` unless dask's settings give this user's client a TLS
+    certificate and authority for ``addr`` (``distributed.comm.tls.ca-file``,
+    ``client.cert``, ``client.key``): without them Dask's client fails with a TypeError
+    at its first connection."""
+    # dask is an optional, heavy dependency: imported only when a run is labeled out of core
+    from distributed.security import Security
+
+    try:
+        ctx = Security().get_connection_args("client").get("ssl_context")
+    except (OSError, ValueError) as e:  # a file that is missing or no certificate
+        raise BadInput(f"dask's TLS settings for {addr} cannot be read ({e})", field=field,
+                       fix="set distributed.comm.tls.ca-file, .client.cert and .client.key to this user's files") from None
+    if ctx is None:
+        raise BadInput(f"{addr} is TLS, and dask's settings give this user's client no certificate for it", field=field,
+                       fix="set distributed.comm.tls.ca-file, .client.cert and .client.key (or DASK_DISTRIBUTED__COMM__TLS__CA_FILE, "
+                           "__CLIENT__CERT, __CLIENT__KEY) to the cluster's authority and this user's certificate and key")
+
+
 def close(client, cluster) -> None:
     """Close ``client`` and ``cluster`` as :func:`client_for` gave them (``cluster``
     None: a scheduler given by address, left running) and remove the embedded
@@ -206,3 +248,41 @@ def close(client, cluster) -> None:
         remove = _SCRATCH.pop(id(cluster), None)
         if remove is not None:
             remove()
+
+
+class ClusterLost(FaultlabError):
+    """The Dask cluster a labeling runs on was lost under it: its scheduler ended (or
+    its connection closed), or its workers died each time they ran one of its tasks.
+    Exit code 1: nothing of the labeling was written."""
+
+
+@contextlib.contextmanager
+def losses(client):
+    """Raise :class:`ClusterLost`, one line naming the scheduler's address, for the
+    errors by which Dask reports the cluster of ``client`` lost in the block: the
+    futures it cancels when its scheduler goes (``OnceClient`` never reconnects), a
+    client closed under a call, a connection closed, a task whose every worker died
+    (``KilledWorker``). Whatever a task itself raised passes through as it is."""
+    # dask is an optional, heavy dependency: imported only when a run is labeled out of core
+    from distributed.client import ClosedClientError
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    addr = _address(client)  # a closed client no longer says
+    try:
+        yield
+    except KilledWorker as e:
+        task = str(getattr(e, "task", None) or "?").split("-", 1)[0]
+        raise ClusterLost(f"the Dask workers of the scheduler at {addr} died each time they ran the labeler's task {task} "
+                          f"({getattr(e, 'allowed_failures', '?')} allowed failures): killed (out of memory, or by a signal), "
+                          f"the labeling stopped",
+                          fix="give the workers more memory, or fewer threads each, and label again; nothing was written") from None
+    except (CancelledError, ClosedClientError, CommClosedError) as e:
+        raise ClusterLost(f"the Dask scheduler at {addr} was lost while labeling ({type(e).__name__}): "
+                          f"its connection closed, the labeling stopped",
+                          fix="check that the scheduler and its workers run, then label again; nothing was written") from None
+
+
+def _address(client) -> str:
+    """The address of ``client``'s scheduler (``?`` when it has none)."""
+    return str(getattr(getattr(client, "scheduler", None), "address", None) or "?")

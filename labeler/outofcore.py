@@ -74,6 +74,7 @@ import pyarrow as pa
 
 from faultlab import steptable
 from faultlab.errors import BadInput
+from faultlab.labeler import cluster
 from faultlab.labeler.analysis import Analysis, _sustained_job, expected_over_median
 from faultlab.labeler.config import LabelerConfig, labeler_config
 from faultlab.labeler.flagruns import FlagRuns, chunk_runs
@@ -431,7 +432,15 @@ def analyze_out_of_core(path: str | os.PathLike, config: LabelerConfig | dict | 
 
     Raises:
         BadInput as :func:`faultlab.steps.dense_steps` (naming the column), or for
-        ``t_start`` that goes back across a block boundary."""
+        ``t_start`` that goes back across a block boundary.
+        :class:`~faultlab.labeler.cluster.ClusterLost` when the cluster is lost under a
+        pass (its scheduler ended, its workers died each time they ran a task)."""
+    with cluster.losses(client):
+        return _analyze(path, config, workdir, client, progress, peer_groups)
+
+
+def _analyze(path, config, workdir, client, progress, peer_groups) -> tuple[Analysis, tuple[float, float] | None]:
+    """:func:`analyze_out_of_core`'s passes."""
     cfg = labeler_config(config)
     # the workers read the blocks and write the maps from working folders of their own
     # (an existing cluster's were started elsewhere): every path they get is absolute

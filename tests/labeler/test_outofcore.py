@@ -1,6 +1,7 @@
 """The labeler out of core on Dask (faultlab.labeler.outofcore): labels IDENTICAL to
 the in-memory labeler's on runs of several shapes, on an embedded LocalCluster and on
-a real cluster of a ``dask scheduler`` and two ``dask worker`` processes on loopback."""
+a real cluster of a ``dask scheduler`` and two ``dask worker`` processes on loopback
+(over TLS: the labeler refuses a plain scheduler of this host)."""
 
 from __future__ import annotations
 
@@ -26,15 +27,22 @@ from faultlab.labeler.outofcore import _wait, analyze_out_of_core, halo_steps
 
 distributed = pytest.importorskip("distributed", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
 dask = pytest.importorskip("dask", reason="dask is the 'scale' extra: pip install -e '.[scale]'")
+from tests.dasktls import tls_files  # noqa: E402 - it imports distributed
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """An embedded LocalCluster of two worker processes, shared by the tests, its scratch
-    folder a temporary one of its own (not the shared ``TMP/dask-scratch-space``)."""
+    folder a temporary one of its own (not the shared ``TMP/dask-scratch-space``), over
+    TLS (the labeler refuses a plain scheduler of this host): dask's client settings
+    name its files while the tests run, and ``c.tls["env"]`` for a ``faultlab`` child."""
+    tls = tls_files(tmp_path_factory.mktemp("dask-tls"))
     with dask.config.set({"temporary-directory": str(tmp_path_factory.mktemp("dask-scratch"))}):  # scheduler and workers
-        c = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-    yield c
+        c = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, protocol="tls://",
+                                     security=tls["security"])
+    c.tls = tls
+    with dask.config.set(tls["config"]):
+        yield c
     c.close()
 
 
@@ -136,7 +144,8 @@ def test_out_of_core_on_a_real_cluster_of_a_scheduler_and_two_workers(tmp_path):
     info = synthrun.write_run(tmp_path / "run", 64, 20_000, block_rows=1 << 17, drop=(7, 3))
     sched_file = tmp_path / "scheduler.json"
     log = open(tmp_path / "dask.log", "w")
-    procs = [_start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+    tls = tls_files(tmp_path / "tls")  # the labeler refuses a plain scheduler of this host
+    procs = [_start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--protocol", "tls", *tls["cli"],
                      "--scheduler-file", str(sched_file)], log, tmp_path / "scratch")]
     try:
         deadline = time.monotonic() + 120
@@ -145,15 +154,16 @@ def test_out_of_core_on_a_real_cluster_of_a_scheduler_and_two_workers(tmp_path):
         addr = json.loads(sched_file.read_text())["address"]
         for _ in range(2):
             procs.append(_start(["worker", addr, "--host", "127.0.0.1", "--nworkers", "1", "--nthreads", "1",
-                                 "--no-dashboard", "--memory-limit", "0"], log, tmp_path / "scratch"))
-        with distributed.Client(addr) as c:
+                                 "--no-dashboard", "--memory-limit", "0", *tls["cli"]], log, tmp_path / "scratch"))
+        with distributed.Client(addr, security=tls["security"]) as c:
             c.wait_for_workers(2, timeout=120)
             assert len(c.scheduler_info()["workers"]) == 2
         a = label_run(tmp_path / "run", out_of_core=False)
         wa = json.loads((tmp_path / "run" / "whatif.json").read_text())
         os.environ["DASK_SCHEDULER_ADDRESS"] = addr
         try:
-            b = label_run(tmp_path / "run", out_of_core=True)
+            with dask.config.set(tls["config"]):
+                b = label_run(tmp_path / "run", out_of_core=True)
         finally:
             del os.environ["DASK_SCHEDULER_ADDRESS"]
         wb = json.loads((tmp_path / "run" / "whatif.json").read_text())
@@ -188,7 +198,7 @@ def test_cli_label_out_of_core_says_its_passes(tmp_path, cluster):
     from tests.helpers import fl
 
     synthrun.write_run(tmp_path / "run", 32, 6_000, block_rows=1 << 16)
-    cp = fl("label", tmp_path / "run", "--scheduler", cluster.scheduler_address, timeout=600)
+    cp = fl("label", tmp_path / "run", "--scheduler", cluster.scheduler_address, env=cluster.tls["env"], timeout=600)
     assert cp.returncode == 0, cp.stderr
     assert "read: 3 block(s)" in cp.stdout and "temporal view" in cp.stdout and "5 label(s)" in cp.stdout
     cp = fl("label", tmp_path / "run", "--in-memory")

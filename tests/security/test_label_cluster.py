@@ -9,7 +9,8 @@ a certificate of its own and asks the scheduler to write a file. Both must be
 refused and no file written; root's own client still computes, and every socket the
 cluster listens on (its HTTP servers too) is on 127.0.0.1.
 
-A scheduler root gives by address is trusted (what it returns is unpickled), and a
+A scheduler root gives by address is trusted (what it returns is unpickled), so one of
+this host must speak TLS: a plain one takes nobody's client as well as root's. And a
 port is no one's: ``nobody`` listening first on a local port root names with
 ``--scheduler`` must have root's labeler refuse it in one line, never connect.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -29,13 +31,15 @@ from urllib.parse import urlsplit
 import pytest
 
 psutil = pytest.importorskip("psutil", reason="psutil comes with dask.distributed")
+dask = pytest.importorskip("dask", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
 
 from faultlab.labeler import cluster as labelcluster
 from faultlab.labeler import outofcore
 from faultlab.report.synthetic import make_run
-from tests.helpers import ROOT, as_nobody, fl, nobody_sh
+from tests.helpers import ROOT, as_nobody, fl, nobody_sh, wait_for
 
 pytest.importorskip("distributed", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
+from tests.dasktls import tls_files  # noqa: E402 - it imports distributed
 pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root (to act as nobody) and setpriv")
 
 ATTACK = '''
@@ -247,15 +251,17 @@ def test_roots_labeler_does_not_reconnect_to_the_port_of_its_scheduler_once_lost
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    tls = tls_files(tmp_path / "tls")  # a plain one of this host is refused
+    sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard",
+                              "--protocol", "tls", *tls["cli"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              env=dict(os.environ, DASK_TEMPORARY_DIRECTORY=str(tmp_path)))  # its scratch folder, not TMP's shared one
     squatter = None
     try:
         client = None
         for _ in range(300):
             try:
-                client, _ = labelcluster.client_for(f"tcp://127.0.0.1:{port}")
+                with dask.config.set(tls["config"]):
+                    client, _ = labelcluster.client_for(f"tls://127.0.0.1:{port}")
                 break
             except Exception:  # noqa: BLE001 - the scheduler is still starting
                 time.sleep(0.2)
@@ -321,3 +327,47 @@ def test_roots_labeler_refuses_a_local_scheduler_address_nothing_listens_on_befo
         pytest.fail("root's labeler connected to the port nobody listened on after its check")
     err = cp.stderr.strip().splitlines()
     assert cp.returncode == 2 and len(err) == 1 and "--scheduler" in err[0] and "nothing listens" in err[0], (cp.returncode, cp.stderr[-1500:])
+
+
+#: nobody's client of the plain scheduler at argv[1]: it runs on the scheduler and on
+#: every worker and prints the uid each ran as
+USE_OPEN_SCHEDULER = """
+import os, sys
+from distributed import Client
+with Client(sys.argv[1], timeout=60) as c:
+    print("scheduler", c.run_on_scheduler(os.getuid))
+    print("workers", sorted(c.run(os.getuid).values()))
+"""
+
+
+def test_roots_labeler_refuses_a_plain_scheduler_of_this_host_which_any_user_can_drive(tmp_path):
+    """A plain-TCP ``dask scheduler`` root started on 127.0.0.1 (what the refusals' fix
+    said: "start one (dask scheduler)") takes any local user's client: nobody's runs as
+    root on its scheduler and workers and could change what root's labeling computes
+    there, with no port to race for. Root's labeler refuses that address in one line
+    naming ``--scheduler`` and TLS, and writes nothing."""
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20, label=False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, DASK_TEMPORARY_DIRECTORY=str(tmp_path))  # their scratch folders, not TMP's shared one
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)]
+    try:
+        procs.append(subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", f"tcp://127.0.0.1:{port}", "--nworkers", "1",
+                                       "--nthreads", "1", "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                                      start_new_session=True))
+        assert wait_for(lambda: labelcluster.listener.listener_uids("127.0.0.1", port) == {0}, 180), "root's scheduler did not start"
+        nobody = as_nobody([sys.executable, "-I", "-c", USE_OPEN_SCHEDULER, f"tcp://127.0.0.1:{port}"], env={"HOME": "/nonexistent"}, timeout=120)
+        assert "scheduler 0" in nobody.stdout, nobody.stdout + nobody.stderr[-800:]  # why: nobody drives root's plain scheduler
+        cp = fl("label", run, "--scheduler", f"tcp://127.0.0.1:{port}", timeout=120)
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    err = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(err) == 1 and "--scheduler" in err[0] and "TLS" in err[0], (cp.returncode, cp.stderr[-1500:])
+    assert not (run / "labels.parquet").exists() and not (run / "whatif.json").exists()

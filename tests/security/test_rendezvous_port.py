@@ -1,10 +1,13 @@
-"""Another local user cannot take a local run's rendezvous port.
+"""Another local user can neither reach nor take a local run's rendezvous.
 
-Rank 0's port is in every rank's argv (``--master-port P``, readable by anyone in
+torch.distributed's TCP store has no authentication, and it bounds a value (8 MiB) but
+not the number of keys: a user who connected to rank 0's store on 127.0.0.1 could
+break the run, or grow root's rank 0 by 8 MiB a key for as long as they liked. The
+ranks of a local run rendezvous through a ``FileStore`` in a fresh 0700 folder of
+root's instead (``--store-file``, in every rank's argv, readable by anyone in
 ``/proc/PID/cmdline``). A real second user (``nobody``, via ``setpriv``) polls /proc
-and binds 127.0.0.1:P as soon as it shows: the run's controller already listens there
-and hands that socket to rank 0 (benchmarks.launch.listen_rendezvous), so the bind is
-refused and the run trains and exits 0.
+for the ranks: it can open no store file and connects to no store port; the run
+trains and exits 0.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from faultlab.scenario import Scenario
 
 pytestmark = pytest.mark.root
 
+#: nobody's look at the first rank of run argv[1] it finds: its store file (open it) and
+#: its rendezvous port (connect to it); one line for each
 ATTACKER = r"""
 import os, socket, sys, time
 end = time.time() + 300
@@ -31,23 +36,27 @@ while time.time() < end:
             a = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
         except OSError:
             continue
-        if b"--master-port" in a and sys.argv[1].encode() in a:
-            port = int(a[a.index(b"--master-port") + 1])
-            s = socket.socket()
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if b"--master-port" not in a or sys.argv[1].encode() not in a:
+            continue
+        if b"--store-file" in a:
+            path = a[a.index(b"--store-file") + 1].decode()
             try:
-                s.bind(("127.0.0.1", port))
-                s.listen(16)
-                print("bound", port, flush=True)
-                time.sleep(300)
+                open(path, "rb").close()
+                print("store-file opened", path)
             except OSError as e:
-                print("refused", port, e.errno, flush=True)
-                sys.exit(0)
+                print("store-file refused", e.errno)
+        port = int(a[a.index(b"--master-port") + 1])
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            print("store joined", port)
+        except OSError as e:
+            print("store unreachable", port, e.errno)
+        sys.exit(0)
     time.sleep(0.01)
 """
 
 
-def test_another_user_cannot_take_the_rendezvous_port(tmp_path, no_residue):
+def test_another_user_can_neither_reach_nor_take_a_local_runs_rendezvous(tmp_path, no_residue):
     run_id = f"rdv-{tmp_path.name[-6:]}".replace("_", "-")
     atk = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-I", "-c",
                             ATTACKER, run_id], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -60,5 +69,6 @@ def test_another_user_cannot_take_the_rendezvous_port(tmp_path, no_residue):
         if atk.poll() is None:
             atk.kill()
             atk.wait()
-    assert out.startswith("refused ") and " 98" in out, out  # EADDRINUSE: the controller holds it
+    assert "store-file refused 13" in out, out  # EACCES: the store's folder is root's, 0700
+    assert "store joined" not in out and "store-file opened" not in out, out
     assert res.code == 0
