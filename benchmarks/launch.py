@@ -225,14 +225,15 @@ def log_tail(path: str | Path, lines: int = 20) -> str:
 
 
 def stop_ranks(procs: Sequence[RankProc], grace_s: float = 5.0) -> dict[int, int | None]:
-    """Stop the ranks still running: SIGTERM (a rank then stops at the next step with
-    its peers), wait up to ``grace_s`` seconds, then SIGKILL. Signals only the PIDs in
-    ``procs``. Returns rank -> returncode."""
+    """Stop the ranks still running: SIGTERM and SIGCONT (a rank then stops at the next
+    step with its peers, a stopped one too), wait up to ``grace_s`` seconds, then
+    SIGKILL. Signals only the PIDs in ``procs``. Returns rank -> returncode."""
     live = [p for p in procs if p.popen.poll() is None]
     for p in live:
         try:
             if grace_s > 0:
                 p.popen.send_signal(signal.SIGTERM)
+                p.popen.send_signal(signal.SIGCONT)  # a stopped rank's SIGTERM waits for it; SIGKILL would leave its agent file
             else:
                 p.popen.kill()
         except ProcessLookupError:

@@ -54,6 +54,14 @@ TESTBED_LEASE_S = 30.0
 #: run recorded with code 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
+#: seconds a run waits for rank 0's next training step (and, at the end, for the ranks to
+#: exit after their last step) before it stops the ranks and fails: twice the ranks'
+#: collective timeout (``--timeout-s``, 120 s), past which a rank waiting on a stalled peer
+#: has failed by itself. Without it, ranks all stopped at once (SIGSTOP), or a docker rank
+#: whose output its container's root holds open, kept the run and its testbed's lease
+#: alive for good
+STALL_S = 240.0
+
 
 class _Stop(BaseException):
     """A stop signal arrived during a run (``signum``)."""
@@ -385,11 +393,15 @@ def _train(sc: Scenario, live: _Live, due: list[_Due], rd: RunDir, res: RunResul
     progress; then wait for the ranks to exit. Raises FaultlabError when a rank dies."""
     w = sc.workload
     last_renew = time.time()
+    last_step, last_step_at = live.watch.step, time.time()
     _phase(prog, "training", f"{'%gs' % w.duration if w.duration else '%d steps' % w.steps}; times below count from the first training step")
     while any(r.popen.poll() is None for r in live.ranks):
         now = time.time() - t0
         step = live.watch.poll()
         _check_ranks(live.ranks)
+        if step != last_step:
+            last_step, last_step_at = step, time.time()
+        _check_stall(live, rd, step, time.time() - last_step_at)
         for d in due:
             if d.done or d.error:
                 continue
@@ -500,6 +512,18 @@ def wait_ranks_done(ranks, timeout_s: float = 60) -> None:
         wait_ranks(ranks, timeout_s=timeout_s)
     except RankFailure as e:
         raise FaultlabError(str(e), field="workload") from None
+
+
+def _check_stall(live: _Live, rd: RunDir, step: int, since_s: float) -> None:
+    """Raise FaultlabError (the run's teardown then stops the ranks) when rank 0 has
+    recorded no new step for :data:`STALL_S` seconds while ranks still run."""
+    if since_s < STALL_S:
+        return
+    still = [r.rank for r in live.ranks if r.popen.poll() is None]
+    raise FaultlabError(f"no training step for {STALL_S:g}s (rank 0's last was step {step}) while ranks {still} still run: "
+                        f"stopped, the run failed", field="workload",
+                        fix=f"see {rd.path / 'logs'}: a rank is stopped or hung (a process-pause longer than the collective timeout, "
+                            f"a SIGSTOP, a node holding a rank's output open)")
 
 
 def _check_ranks(ranks) -> None:
