@@ -50,6 +50,28 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _RENAME_EXCHANGE = 2
 
 
+def open_file(name: str, dir_fd: int | None = None) -> int:
+    """A read descriptor of ``name`` in folder ``dir_fd`` (None: the working folder's,
+    ``O_NOFOLLOW``), opened for
+    reading only once ``O_PATH`` showed it a regular file: opening a FIFO wakes the
+    writer waiting on it, and opening a device node acts on the device (a hard link of
+    one in another user's folder, where ``fs.protected_hardlinks`` is 0). Anything else
+    gets its ``O_PATH`` descriptor back, which the caller's ``fstat`` refuses and which
+    reads nothing. Raises OSError as ``open`` does (ELOOP for a symlink)."""
+    pfd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        mode = os.fstat(pfd).st_mode
+        if stat.S_ISLNK(mode):  # O_PATH|O_NOFOLLOW opens the link itself
+            raise OSError(errno.ELOOP, "is a symlink", name)
+        if not stat.S_ISREG(mode):
+            fd, pfd = pfd, -1
+            return fd
+        return os.open(f"/proc/self/fd/{pfd}", _FILE_FLAGS & ~os.O_NOFOLLOW)  # the same inode, no path looked up again
+    finally:
+        if pfd >= 0:
+            os.close(pfd)
+
+
 class UntrustedPath(FaultlabError, PermissionError):
     """A folder or file faultlab would trust is owned by someone else, writable by
     others, a symlink, or not what it should be. ``path`` names it. Also a
@@ -224,7 +246,7 @@ class TrustedDir(_DirFd):
         when absent, UntrustedPath when a symlink, foreign, other-writable or larger
         than ``max_bytes``."""
         try:
-            fd = os.open(check_name(name), _FILE_FLAGS, dir_fd=self.fd)
+            fd = open_file(check_name(name), self.fd)
         except OSError as e:
             if e.errno == errno.ELOOP:
                 p = self._p(name)
@@ -435,7 +457,7 @@ class ForeignDir(_DirFd):
         FileNotFoundError when gone."""
         p = f"{self.path.rstrip('/')}/{name}"
         try:
-            fd = os.open(check_name(name), _FILE_FLAGS, dir_fd=self.fd)
+            fd = open_file(check_name(name), self.fd)
         except OSError as e:
             if e.errno == errno.ELOOP:
                 raise UntrustedPath(p, "is a symlink", "faultlab copies only regular files, never through links") from None
@@ -611,7 +633,7 @@ def open_below(root: str | os.PathLike, rel: str, max_size: int | None = None, r
         for i, name in enumerate(parts):
             last = i == len(parts) - 1
             try:
-                nfd = os.open(check_name(name), _FILE_FLAGS if last else _DIR_FLAGS, dir_fd=fd)
+                nfd = open_file(check_name(name), fd) if last else os.open(check_name(name), _DIR_FLAGS, dir_fd=fd)
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise

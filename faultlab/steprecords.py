@@ -130,7 +130,7 @@ def _mapped(src: Source):
             with safefs.open_below(src.root, str(src.path.relative_to(src.root))) as f:
                 fd = os.dup(f.fileno())
         else:
-            fd = os.open(src.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = safefs.open_file(os.fspath(src.path))
     except safefs.UntrustedPath as e:
         raise BadInput(e.reason, field=FIELD, fix=e.fix) from None
     except OSError as e:
