@@ -318,14 +318,23 @@ def _bring_up_nodes(sc: Scenario, nodes: list | None, live: _Live, rd: RunDir, p
         live.tb_lease = testbed_lease(live.testbed)
         live.nodes = live.remote_nodes = live.testbed.nodes
         live.master = (live.nodes[0].address, 29500)
+        if sc.testbed.backend == "netns":  # nodes of this host's file system: no store port on the bridge either
+            live.store_dir = _store_dir()
         rd.event("testbed-up", bridge=live.testbed.bridge, subnet=str(live.testbed.subnet), nodes=[x.describe() for x in live.nodes])
     else:
         live.nodes = [LocalNode(name=f"n{i}", address="127.0.0.1") for i in range(n)]
-        # the ranks rendezvous through a file of a fresh 0700 folder of root's: a TCP store on 127.0.0.1 took any local
-        # user's connection, who could break the run or grow rank 0's memory without bound (8 MiB a key, any number of keys)
-        workdirs.sweep(tempfile.gettempdir(), STORE_PREFIX)  # those of killed runs
-        live.store_dir = workdirs.make(tempfile.gettempdir(), STORE_PREFIX)
+        live.store_dir = _store_dir()
         live.master = ("127.0.0.1", 0)
+
+
+def _store_dir() -> str:
+    """A fresh 0700 folder of this user's for the ranks' rendezvous store file, those of
+    killed runs swept first. Ranks of this host's file system (local and netns nodes)
+    rendezvous through it: a TCP store on 127.0.0.1 or on the testbed's bridge took any
+    local user's connection, who could break the run or grow rank 0's memory without
+    bound (8 MiB a key, any number of keys)."""
+    workdirs.sweep(tempfile.gettempdir(), STORE_PREFIX)
+    return workdirs.make(tempfile.gettempdir(), STORE_PREFIX)
 
 
 def _start_ranks(sc: Scenario, live: _Live, rd: RunDir, run_id: str, prog, con: Console) -> None:

@@ -1,13 +1,14 @@
-"""Another local user can neither reach nor take a local run's rendezvous.
+"""Another local user can neither reach nor take a local or netns run's rendezvous.
 
 torch.distributed's TCP store has no authentication, and it bounds a value (8 MiB) but
 not the number of keys: a user who connected to rank 0's store on 127.0.0.1 could
-break the run, or grow root's rank 0 by 8 MiB a key for as long as they liked. The
-ranks of a local run rendezvous through a ``FileStore`` in a fresh 0700 folder of
+break the run, or grow root's rank 0 by 8 MiB a key for as long as they liked; a
+netns run's store on node 0's address was as reachable through the testbed's bridge.
+The ranks of a local or netns run (nodes of this host's file system) rendezvous through a ``FileStore`` in a fresh 0700 folder of
 root's instead (``--store-file``, in every rank's argv, readable by anyone in
 ``/proc/PID/cmdline``). A real second user (``nobody``, via ``setpriv``) polls /proc
-for the ranks: it can open no store file and connects to no store port; the run
-trains and exits 0.
+for the ranks: it can open no store file and connects to no store port (the rank's
+``--master-addr``, ``--master-port``); the run trains and exits 0.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from faultlab.scenario import Scenario
 pytestmark = pytest.mark.root
 
 #: nobody's look at the first rank of run argv[1] it finds: its store file (open it) and
-#: its rendezvous port (connect to it); one line for each
+#: its rendezvous port (connect to it, tried while that rank runs); one line for each
 ATTACKER = r"""
 import os, socket, sys, time
 end = time.time() + 300
@@ -46,22 +47,29 @@ while time.time() < end:
             except OSError as e:
                 print("store-file refused", e.errno)
         port = int(a[a.index(b"--master-port") + 1])
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=5).close()
-            print("store joined", port)
-        except OSError as e:
-            print("store unreachable", port, e.errno)
+        addr = a[a.index(b"--master-addr") + 1].decode()
+        err = None
+        while os.path.exists(f"/proc/{p}"):  # the store may not listen yet: tried while that rank runs
+            try:
+                socket.create_connection((addr, port), timeout=5).close()
+                print("store joined", port)
+                sys.exit(0)
+            except OSError as e:
+                err = e.errno
+            time.sleep(0.01)
+        print("store unreachable", port, err)
         sys.exit(0)
     time.sleep(0.01)
 """
 
 
-def test_another_user_can_neither_reach_nor_take_a_local_runs_rendezvous(tmp_path, no_residue):
+@pytest.mark.parametrize("backend", ["local", "netns"])
+def test_another_user_can_neither_reach_nor_take_a_runs_rendezvous_on_this_host(tmp_path, no_residue, backend):
     run_id = f"rdv-{tmp_path.name[-6:]}".replace("_", "-")
     atk = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-I", "-c",
                             ATTACKER, run_id], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        sc = Scenario.model_validate({"name": "rdv", "seed": 1, "testbed": {"backend": "local", "nodes": 2},
+        sc = Scenario.model_validate({"name": "rdv", "seed": 1, "testbed": {"backend": backend, "nodes": 2},
                                       "workload": {"kind": "ddp", "steps": 20, "hidden": 32, "batch": 16}})
         res = run(sc, tmp_path / "run", console=Console(file=io.StringIO()), progress=False, run_id=run_id)
         out, _ = atk.communicate(timeout=60)
