@@ -72,3 +72,24 @@ def test_a_run_whose_every_label_names_a_new_component_is_scored_by_its_labels_n
     err = cp.stderr.strip()
     assert cp.returncode == 0 and "Traceback" not in err, (cp.returncode, err[-2000:])
     assert "200000" in cp.stdout.replace(",", ""), cp.stdout[-2000:]
+
+
+def test_a_run_of_as_many_ranks_as_labels_is_refused_before_every_alarm_meets_every_label(tmp_path):
+    """30,000 ranks of one step and a label on each: the constant detector alarms every
+    rank, and the event-level matrix of 30,001 alarms x 30,000 labels is 6.7 GiB (before:
+    numpy's ``Unable to allocate``, a traceback, under the 3 GiB limit)."""
+    n = 30_000
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20)
+    st = pq.read_table(run / "steps.parquet")
+    df = st.to_pandas()
+    steps = df.iloc[np.zeros(n, int)].reset_index(drop=True)
+    steps["rank"] = np.arange(n).astype(steps["rank"].dtype)
+    steps["step"] = 0
+    steps["t_start"] = df["t_start"].min()
+    pq.write_table(pa.Table.from_pandas(steps, preserve_index=False, schema=st.schema), run / "steps.parquet")
+    _with_labels(run, n, lambda k: f"rank:{k}")
+    cp = _score(run, tmp_path, cpu_s=120)
+    err = cp.stderr.strip()
+    assert cp.returncode == 2, err[-2000:]
+    assert "Traceback" not in err and "allocate" not in err and len(err.splitlines()) == 1, err[-2000:]
+    assert "labels" in err and "30000 label(s)" in err and "pairs" in err, err
