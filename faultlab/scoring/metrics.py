@@ -492,7 +492,8 @@ MAX_VUS_WINDOW = 1000
 #: thousand labels and alarms is some 7e7
 MAX_WINDOW_CELLS = 1 << 28
 #: the most (alarm, label) pairs of one run: the event-level figures compare every alarm
-#: with every label (:func:`_detections`, a matrix of them; :func:`_localization`), and
+#: with every label (:func:`_detections`, a matrix of them; :func:`_localization`;
+#: :func:`_unmanifested_counts` with the unmanifested ones), and
 #: a run of 30,000 ranks of one step and 30,000 labels (the constant detector alarms each
 #: rank) asked for 6.7 GiB. A run's labels and a detector's alarms are some hundreds
 MAX_DETECTION_PAIRS = 1 << 24
@@ -786,8 +787,9 @@ def run_stats(
     prep = prepared if prepared is not None else prepare_labels(labels, injections)
     al = _alarm_arrays(al_checked)
     lab = _LabelArrays(*prep["effect_arrays"])
-    if len(al.start) * len(lab.start) > MAX_DETECTION_PAIRS:
-        raise BadInput(f"the run's {len(lab.start)} label(s) and the detector's {len(al.start)} alarm(s) make more than "
+    n_lab = len(lab.start) + len(prep["unmanifested_arrays"][1])  # _unmanifested_counts pairs those as well
+    if len(al.start) * n_lab > MAX_DETECTION_PAIRS:
+        raise BadInput(f"the run's {n_lab} label(s) and the detector's {len(al.start)} alarm(s) make more than "
                        f"{MAX_DETECTION_PAIRS} (alarm, label) pairs to compare", field="labels",
                        fix="score runs as faultlab labels them (a run's labels and a detector's alarms are some hundreds)")
     universe = _universe(components, al, lab)

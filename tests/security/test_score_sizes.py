@@ -34,10 +34,12 @@ def _score(run: Path, tmp_path: Path, cpu_s: int) -> subprocess.CompletedProcess
                            "--run", str(run), "--boot", "0"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
 
 
-def _with_labels(run: Path, n: int, component) -> None:
+def _with_labels(run: Path, n: int, component, source: str | None = None) -> None:
     lab = pq.read_table(run / "labels.parquet")
     df = lab.to_pandas().iloc[np.zeros(n, int)].reset_index(drop=True)
     df["component"] = [component(k) for k in range(n)]
+    if source is not None:
+        df["source"] = source
     df["start_ts"] = df["start_ts"].to_numpy() + np.arange(n) * 1e-3
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False, schema=lab.schema), run / "labels.parquet")
 
@@ -74,10 +76,12 @@ def test_a_run_whose_every_label_names_a_new_component_is_scored_by_its_labels_n
     assert "200000" in cp.stdout.replace(",", ""), cp.stdout[-2000:]
 
 
-def test_a_run_of_as_many_ranks_as_labels_is_refused_before_every_alarm_meets_every_label(tmp_path):
+@pytest.mark.parametrize("source", ["observed", "injected-unmanifested"])
+def test_a_run_of_as_many_ranks_as_labels_is_refused_before_every_alarm_meets_every_label(tmp_path, source):
     """30,000 ranks of one step and a label on each: the constant detector alarms every
     rank, and the event-level matrix of 30,001 alarms x 30,000 labels is 6.7 GiB (before:
-    numpy's ``Unable to allocate``, a traceback, under the 3 GiB limit)."""
+    numpy's ``Unable to allocate``, a traceback, under the 3 GiB limit); labels of faults
+    that slowed nothing are paired with the alarms too."""
     n = 30_000
     run = make_run(tmp_path / "run", ranks=2, duration_s=20)
     st = pq.read_table(run / "steps.parquet")
@@ -87,7 +91,7 @@ def test_a_run_of_as_many_ranks_as_labels_is_refused_before_every_alarm_meets_ev
     steps["step"] = 0
     steps["t_start"] = df["t_start"].min()
     pq.write_table(pa.Table.from_pandas(steps, preserve_index=False, schema=st.schema), run / "steps.parquet")
-    _with_labels(run, n, lambda k: f"rank:{k}")
+    _with_labels(run, n, lambda k: f"rank:{k}", source=source)
     cp = _score(run, tmp_path, cpu_s=120)
     err = cp.stderr.strip()
     assert cp.returncode == 2, err[-2000:]
