@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from faultlab.labeler.peergroups import group_columns
 from faultlab.labeler.stats import loo_median, nanmedian
 from faultlab.steps import dense_steps
 
@@ -129,11 +130,11 @@ class StepGrid:
         """``(names, gidx, cols)``: the sorted peer group names, ``(R,)`` the index of
         each rank's group in ``names``, and per group its rank columns (a slice when
         contiguous, else an index array)."""
-        names = sorted(set(self.groups.tolist()))
-        gidx = np.zeros(self.R, dtype=np.intp)
-        cols = []
-        for k, g in enumerate(names):
-            c = np.flatnonzero(self.groups == g)
+        names, gidx, cols = [], np.zeros(self.R, dtype=np.intp), []
+        # one sort (group_columns), not a pass over every rank for each group: a run's
+        # steps may give each rank a group of its own
+        for k, (g, c) in enumerate(group_columns(self.groups)):
+            names.append(g)
             gidx[c] = k
             cols.append(slice(int(c[0]), int(c[-1]) + 1) if c[-1] - c[0] + 1 == c.size else c)
         return names, gidx, cols

@@ -45,6 +45,7 @@ import pandas as pd
 
 from faultlab.errors import BadInput
 from faultlab.labeler.config import make_config
+from faultlab.labeler.peergroups import group_columns
 from faultlab.labeler.stats import median
 
 
@@ -134,8 +135,9 @@ def judge(components: pd.DataFrame, config: VerdictConfig | dict | None = None, 
     keys = out[cluster].astype(str).to_numpy(dtype=object) if cluster else np.zeros(n, dtype=object)
     with np.errstate(invalid="ignore", divide="ignore"):
         loglev = np.where(level > 0, np.log(level), np.nan)
-    for k in sorted(set(keys.tolist()), key=str):
-        idx = np.flatnonzero(keys == k)
+    # each cluster's rows by one sort: a pass over every row for each cluster cost rows x
+    # clusters, and a Perseus file names as many clusters as it has rows
+    for k, idx in sorted(group_columns(keys), key=lambda g: str(g[0])):
         z1, c1 = _robust_z(loglev[idx], cfg.level_sigma_floor)
         z2, c2 = _robust_z(share[idx], cfg.share_sigma_floor)
         lz[idx], sz[idx] = z1, z2

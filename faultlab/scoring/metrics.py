@@ -360,30 +360,55 @@ def score_series(scores: pd.DataFrame, labels: pd.DataFrame | None, components: 
     ts_all = scores["ts"].to_numpy(np.float64)
     s_all = scores["score"].to_numpy(np.float64)
     ys, ss = [], []
+    rows_of = _rows_of(codes)
     for c in components:
         i = code_of.get(c)
         if i is None:
             continue
-        rows = np.flatnonzero(codes == i)
+        rows = rows_of[i]
         rows = rows[np.argsort(ts_all[rows], kind="mergesort")]
         ts = ts_all[rows]
-        y = np.zeros(len(ts), bool)
-        for a, b in zip(*label_ranges.get(c, ((), ()))):
-            y |= (ts >= a) & (ts <= b)
-        ys.append(y)
+        ys.append(_within_any(ts, *label_ranges.get(c, (np.zeros(0), np.zeros(0)))))
         ss.append(np.nan_to_num(s_all[rows], nan=0.0, posinf=1e300, neginf=-1e300))
     if not ys:
         return np.zeros(0, bool), np.zeros(0)
     return np.concatenate(ys), np.concatenate(ss)
 
 
+def _within_any(ts: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether each of ``ts`` lies in one of the closed intervals ``[a, b]``: the
+    intervals merged, then one binary search a point (a test of every point against
+    every label costs points x labels; a run's labels of one component are its own)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    keep = a <= b
+    if not keep.any():
+        return np.zeros(len(ts), bool)
+    o = np.argsort(a[keep], kind="mergesort")
+    a, b = a[keep][o], np.maximum.accumulate(b[keep][o])  # b: the furthest end of the intervals starting at or before a
+    i = np.searchsorted(a, ts, side="right") - 1
+    return (i >= 0) & (ts <= b[np.maximum(i, 0)])
+
+
 def _label_ranges(lab: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """component -> (start_ts, end_ts arrays, in the labels' order) of ``lab``."""
     if lab is None or not len(lab):
         return {}
-    c = text_values(lab["component"])
     l0, l1 = lab["start_ts"].to_numpy(np.float64), lab["end_ts"].to_numpy(np.float64)
-    return {k: (l0[c == k], l1[c == k]) for k in set(c.tolist()) if isinstance(k, str)}
+    return {k: (l0[i], l1[i]) for k, i in _rows_of(text_values(lab["component"])).items() if isinstance(k, str)}
+
+
+def _rows_of(values: np.ndarray) -> dict:
+    """Each value of ``values`` (missing ones left out) -> the indices holding it,
+    ascending, found by one sort: a pass over every row for each distinct value costs
+    rows x values, and a run's labels name as many components as they have rows (a
+    labels table of 20,000 rows, each a new component, held the scoring 8 s; 1,000,000
+    rows, a few MB, some 6 hours)."""
+    if not len(values):
+        return {}
+    codes, uniq = pd.factorize(values)
+    order = np.argsort(codes, kind="stable")
+    cuts = np.flatnonzero(np.diff(codes[order])) + 1
+    return {uniq[codes[g[0]]]: g for g in np.split(order, cuts) if codes[g[0]] >= 0}
 
 
 # -- one run ---------------------------------------------------------------------------
@@ -460,6 +485,18 @@ class _Cells(NamedTuple):
 #: gigabytes of cells or hours of loops
 MAX_WINDOWS = 1_000_000
 MAX_VUS_WINDOW = 1000
+#: the most cells of a run's window grids (:func:`_window_cells`: a row of windows for
+#: each label and alarm, two for each component): the windows are bounded alone, the
+#: labels and components by the run's tables only, and a run of 5,000 labels whose steps
+#: spanned 1e7 s asked for 4.6 GiB (10 s windows). A week at 10 s for 64 ranks and a
+#: thousand labels and alarms is some 7e7
+MAX_WINDOW_CELLS = 1 << 28
+#: the most (alarm, label) pairs of one run: the event-level figures compare every alarm
+#: with every label (:func:`_detections`, a matrix of them; :func:`_localization`;
+#: :func:`_unmanifested_counts` with the unmanifested ones), and
+#: a run of 30,000 ranks of one step and 30,000 labels (the constant detector alarms each
+#: rank) asked for 6.7 GiB. A run's labels and a detector's alarms are some hundreds
+MAX_DETECTION_PAIRS = 1 << 24
 
 
 def _check_settings(k: int, window_s: float, vus_window: int = 10) -> None:
@@ -536,6 +573,10 @@ def _window_cells(al: _AlarmArrays, lab: _LabelArrays, universe: list[str], wind
     its component overlaps its window, guessed when an alarm of it does."""
     w0, w1 = windows
     n_lab, n_al, n_win = len(lab.start), len(al.start), len(w0)
+    if (n_lab + n_al + 2 * len(universe)) * n_win > MAX_WINDOW_CELLS:
+        span = float(w1[-1] - w0[0])
+        raise BadInput(f"{n_win} windows of the run's {span:g} s, for {n_lab} label(s), {n_al} alarm(s) and {len(universe)} "
+                       f"component(s), are more than {MAX_WINDOW_CELLS} cells", field="window_s", fix="give a wider window")
     row = {x: i for i, x in enumerate(universe)}
     lab_cells = np.zeros((n_lab, n_win), bool)
     for j in range(n_lab):
@@ -608,9 +649,10 @@ def _range_stats(al: _AlarmArrays, lab: _LabelArrays) -> tuple[np.ndarray, dict]
     a_c, a0, a1 = al.comp, al.start, al.end
     range_rec = np.zeros(len(l0))
     n_ranges, precision_sum = 0.0, 0.0
-    for comp in sorted(set(l_c.tolist()) | set(a_c.tolist())):  # sorted: the sum's order (and last digit) must not depend on str hashing
-        li = np.flatnonzero(l_c == comp)
-        ai = np.flatnonzero(a_c == comp)
+    l_rows, a_rows, none = _rows_of(l_c), _rows_of(a_c), np.zeros(0, np.int64)
+    for comp in sorted(set(l_rows) | set(a_rows)):  # sorted: the sum's order (and last digit) must not depend on str hashing
+        li = l_rows.get(comp, none)
+        ai = a_rows.get(comp, none)
         real = merge_intervals(l0[li], l1[li]) if len(li) else (np.zeros(0), np.zeros(0))
         pr = merge_intervals(a0[ai], a1[ai]) if len(ai) else (np.zeros(0), np.zeros(0))
         if len(li):  # per label (labels of a component rarely overlap; each scored on its own)
@@ -745,6 +787,11 @@ def run_stats(
     prep = prepared if prepared is not None else prepare_labels(labels, injections)
     al = _alarm_arrays(al_checked)
     lab = _LabelArrays(*prep["effect_arrays"])
+    n_lab = len(lab.start) + len(prep["unmanifested_arrays"][1])  # _unmanifested_counts pairs those as well
+    if len(al.start) * n_lab > MAX_DETECTION_PAIRS:
+        raise BadInput(f"the run's {n_lab} label(s) and the detector's {len(al.start)} alarm(s) make more than "
+                       f"{MAX_DETECTION_PAIRS} (alarm, label) pairs to compare", field="labels",
+                       fix="score runs as faultlab labels them (a run's labels and a detector's alarms are some hundreds)")
     universe = _universe(components, al, lab)
     span = _span(run_span, al, lab)
     c = dict.fromkeys(COUNT_KEYS, 0.0)

@@ -21,6 +21,13 @@ from faultlab.errors import BadInput, FaultlabError
 from faultlab.scoring.lookup import available_detectors
 from faultlab.scoring.leaderboard.compute import FORMAT, DatasetBoard, dataset_board, settings_of
 
+#: the most datasets a leaderboard.json may list, and rows (detectors with their
+#: parameters) in all its datasets together: its page draws a figure a dataset and a
+#: CI bar a row and panel (some 8 CPU ms and 175 KB a row: a file of 2,000 rows, 250 KB,
+#: took 17 CPU s and 525 MB; 16 MiB of rows would take some 20 minutes and 20 GB), and
+#: ``--verify`` re-scores every row. faultlab has 12 built-in detectors
+MAX_DATASETS = 64
+MAX_ROWS = 1024
 #: relative and absolute difference two numbers may have and still be the same
 TOLERANCE = 1e-9
 FIX_FILE = "give the leaderboard.json that faultlab leaderboard --out wrote"
@@ -51,6 +58,10 @@ def load_scores(path: str | Path, field: str = "--verify") -> dict:
     if not isinstance(sets, list) or not sets or not all(_dataset_ok(x) for x in sets):
         raise BadInput(f"{p}: 'datasets' must list objects with name, path, digest, run_ids and rows (detector, params, metrics, vs_next)",
                        field=field, fix=FIX_FILE)
+    rows = sum(len(x["rows"]) for x in sets)
+    if len(sets) > MAX_DATASETS or rows > MAX_ROWS:
+        raise BadInput(f"{p} lists {len(sets)} dataset(s) and {rows} row(s), more than a leaderboard holds "
+                       f"(at most {MAX_DATASETS} datasets and {MAX_ROWS} rows)", field=field, fix=FIX_FILE)
     return d
 
 

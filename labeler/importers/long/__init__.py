@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from faultlab.labeler.config import make_config
 from faultlab.labeler.importers.common import ImportResult, SkipCount
@@ -188,4 +189,9 @@ def label_each_run(df: pd.DataFrame, cfg: "LongConfig", default: str, skips: Ski
         labs.append(lab)
         comps.append(comp)
     labels = pd.concat([x for x in labs if len(x)], ignore_index=True) if any(len(x) for x in labs) else labs[0]
-    return labels, pd.concat(comps, ignore_index=True)
+    # each run's group_members is a categorical (components_summary); concat would make
+    # every row its own string where the runs' texts differ: their union keeps each once
+    members = union_categoricals([c["group_members"].array for c in comps])
+    comp = pd.concat([c.drop(columns="group_members") for c in comps], ignore_index=True)
+    comp.insert(list(comps[0].columns).index("group_members"), "group_members", members)
+    return labels, comp

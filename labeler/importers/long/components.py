@@ -31,10 +31,31 @@ def components_summary(labels: pd.DataFrame, cover: dict, group_of: dict, levels
                       for c in comps["component"].tolist()]
     by_group = {r["group"]: r for r in (groups or [])}
     g = [by_group.get(str(x), {}) for x in comps["peer_group"].tolist()]
-    comps["group_members"] = [",".join(r.get("members", [])) for r in g]
+    comps["group_members"] = _members_column(comps["peer_group"].tolist(), by_group)
     comps["group_vs_fastest"] = [float(r.get("vs_fastest", float("nan"))) for r in g]
     comps["group_source"] = [str(r.get("source", "")) for r in g]
     return judge_persistence(comps, cfg)
+
+
+def _members_column(peer_groups: list, by_group: dict) -> pd.Categorical:
+    """``group_members`` of each component: its group's members joined by commas, each
+    group's text made once and every component of the group coded to it (a categorical,
+    a dictionary column in ``components.parquet``). A string per component would hold a
+    group of C components' C names in each of its C rows (100,000 one-sample components
+    of one group, a 3 MB file: some 70 GB); a categorical made from such strings hashes
+    each row's whole text, as costly. Codes: one lookup of the group's name a row."""
+    texts, code_of = [], {}
+    codes = np.empty(len(peer_groups), dtype=np.int64)
+    for i, name in enumerate(str(x) for x in peer_groups):
+        if name not in code_of:
+            code_of[name] = len(texts)
+            texts.append(",".join(by_group.get(name, {}).get("members", [])))
+        codes[i] = code_of[name]
+    # groups' member sets are disjoint and not empty, so their texts differ; a group
+    # missing from by_group has "" (at most one such text is kept, others recoded to it)
+    first = {}
+    remap = np.array([first.setdefault(t, len(first)) for t in texts], dtype=np.int64)
+    return pd.Categorical.from_codes(remap[codes] if len(codes) else codes, categories=pd.Index(list(first), dtype=object))
 
 
 #: columns of the components summary (:func:`label_long_components`, ``components.parquet``)

@@ -18,6 +18,7 @@ from faultlab.labeler.importers.long.config import LongConfig
 from faultlab.labeler.importers.long.read import LongRows
 from faultlab.labeler.importers.perseus import relative_to_load
 from faultlab.labeler.intervals import union
+from faultlab.labeler.peergroups import group_columns
 from faultlab.labeler.stats import MAD_TO_SIGMA, loo_median, median, nanmedian, trailing_baseline
 from faultlab.steps import GRID_FREE_CELLS, GRID_SLACK, grid_too_large
 
@@ -58,7 +59,7 @@ class LongGrid:
 
     def group_columns(self) -> list[tuple[str, np.ndarray]]:
         """``(peer group, its column indices)`` for each peer group, in name order."""
-        return [(g, np.flatnonzero(self.groups == g)) for g in sorted(set(self.groups.tolist()))]
+        return group_columns(self.groups)
 
 
 def metric_grid(rows: LongRows, mcode: int, cfg: LongConfig, skips: SkipCount) -> LongGrid:

@@ -1,0 +1,45 @@
+"""Root's page of a run someone else made (``faultlab report RUN``) costs what the run's
+tables cost, never the square of the nodes its host table names: the host figure draws
+at most ``plots.MAX_HOST_NODES`` nodes and ``plots.MAX_RTT_PEERS`` peers' RTT (its title
+says how many are left out), and finds each node's series once.
+
+The run folder is nobody's, its host table rewritten to 600 rows, each a node of its
+own (a few KB). Root's report runs under a CPU-time limit (the work done, not wall time
+on a loaded host).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from faultlab.report.synthetic import make_run
+from tests.helpers import FL, ROOT, give_to_nobody
+
+pytestmark = pytest.mark.skipif(not ROOT or not shutil.which("prlimit"), reason="needs root (the run is nobody's) and prlimit")
+
+NODES = 600
+
+
+def test_a_run_whose_host_table_names_hundreds_of_nodes_is_reported_in_bounded_time(tmp_path):
+    """600 host rows, each on a node of its own, and 600 peers' RTT: a column of three
+    panels a node, each panel a pass over the table per line (before: past the 60 CPU
+    seconds the report may use; 400 nodes took 80; some 3 after)."""
+    run = make_run(tmp_path / "run", ranks=2, duration_s=20)
+    host = pq.read_table(run / "host.parquet")
+    df = host.to_pandas().iloc[np.zeros(2 * NODES, int)].reset_index(drop=True)
+    df["node"] = [f"n{k % NODES}" for k in range(2 * NODES)]
+    df["metric"] = ["cpu_util_pct" if k < NODES else f"tcp_rtt_ms:n{k - NODES}" for k in range(2 * NODES)]
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False, schema=host.schema), run / "host.parquet")
+    give_to_nobody(run)
+    page = tmp_path / "page.html"
+    cp = subprocess.run(["prlimit", "--cpu=60", f"--as={3 << 30}", "--", *FL, "report", str(run), "--out", str(page)],
+                        capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    err = cp.stderr.strip()
+    assert cp.returncode == 0 and "Traceback" not in err, (cp.returncode, err[-2000:])
+    assert page.stat().st_size > 0
