@@ -19,6 +19,13 @@ from faultlab.scoring.metrics import COUNT_KEYS, derive
 GROUP_METRICS = ("event_recall", "window_recall", "range_recall", "acc_at_1", "acc_at_k", "latency_median_s", "latency_p95_s")
 
 
+#: cells (resamples x values) of one block of the weighted quantiles' running weights:
+#: the resamples are taken a block at a time, so memory stays some 64 MiB (a block and
+#: its running sum) however many latencies the runs' labels give (all the resamples at
+#: once was resamples x latencies)
+QUANTILE_BLOCK_CELLS = 1 << 22
+
+
 def multiplicity(n_runs: int, n_boot: int, seed: int) -> np.ndarray:
     """(n_boot, n_runs): how often each run is drawn in each resample (float counts).
     The same ``seed`` gives the same resamples: a paired comparison of two detectors
@@ -36,10 +43,15 @@ def _wquantile(values: np.ndarray, run_of: np.ndarray, C: np.ndarray, q: float) 
         return np.full(C.shape[0], np.nan)
     o = np.argsort(values, kind="mergesort")
     v, r = values[o], run_of[o]
-    cw = np.cumsum(C[:, r], axis=1)
-    total = cw[:, -1]
-    pos = np.array([np.searchsorted(cw[b], q * total[b]) if total[b] > 0 else -1 for b in range(C.shape[0])])
-    out = np.where(pos >= 0, v[np.clip(pos, 0, len(v) - 1)], np.nan)
+    out = np.full(C.shape[0], np.nan)
+    rows = max(1, QUANTILE_BLOCK_CELLS // len(v))
+    for b0 in range(0, C.shape[0], rows):
+        cw = np.cumsum(C[b0:b0 + rows, r], axis=1)  # each resample's running weight over the sorted values
+        total = cw[:, -1]
+        pos = (cw < (q * total)[:, None]).sum(axis=1)  # the first value whose running weight reaches q of the total
+        block = out[b0:b0 + rows]
+        has = total > 0
+        block[has] = v[np.minimum(pos[has], len(v) - 1)]
     return out
 
 
