@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from faultlab.errors import BadInput
 from faultlab.scoring.metrics import COUNT_KEYS, derive
 
 #: label-side figures a breakdown can give (from per-label rows)
@@ -24,6 +25,11 @@ GROUP_METRICS = ("event_recall", "window_recall", "range_recall", "acc_at_1", "a
 #: its running sum) however many latencies the runs' labels give (all the resamples at
 #: once was resamples x latencies)
 QUANTILE_BLOCK_CELLS = 1 << 22
+
+#: groups a breakdown (``--by``) may have: a table row and a bootstrap each; a run's
+#: labels name their own fault types (a label's cause), so without a bound a few MB of
+#: labels asked for hundreds of thousands of rows of resamples
+MAX_GROUPS = 256
 
 
 def multiplicity(n_runs: int, n_boot: int, seed: int) -> np.ndarray:
@@ -124,6 +130,8 @@ def summarize(stats: list[dict], *, replay: bool, k: int = 3, by: str | None = N
         ``{"n_runs", "metrics": {name: {"value", "ci": [lo, hi]}}, "counts": pooled
         counts, "by": {group: {"n_labels", "metrics": {...}}}}``. A metric undefined on
         the data is NaN (None in JSON).
+
+    Raises BadInput (``--by``) for a breakdown of more than :data:`MAX_GROUPS` groups.
     """
     R = len(stats)
     S = np.array([[st["counts"][key] for key in COUNT_KEYS] for st in stats], dtype=float).reshape(R, len(COUNT_KEYS))
@@ -149,6 +157,10 @@ def summarize(stats: list[dict], *, replay: bool, k: int = 3, by: str | None = N
             lab["run"] = np.repeat([i for i, st in enumerate(stats) if len(st["labels"])], [len(f) for f in frames])
         else:
             lab = pd.DataFrame(columns=[by, "run"])
+        n_groups = lab[by].nunique()
+        if n_groups > MAX_GROUPS:
+            raise BadInput(f"the labels name {n_groups} {by} values, more than the {MAX_GROUPS} a breakdown may have", field="--by",
+                           fix="score these labels with --by none or --by source")
         for key, g in lab.groupby(by, sort=True):
             gp = _group_point(g, replay)
             gb = _group_boot(g, R, C, replay) if C is not None else {}

@@ -72,3 +72,16 @@ def test_a_dataset_of_many_detected_labels_is_bootstrapped_for_latency_a_block_o
     assert cp.returncode == 0 and "Traceback" not in err, (cp.returncode, err[-2000:])
     assert "latency median" in cp.stdout, cp.stdout[-2000:]
 
+
+def test_a_dataset_whose_every_label_names_a_fault_type_of_its_own_is_refused_a_breakdown_in_one_line(tmp_path):
+    """200,000 labels, each an unknown fault of a cause of its own: the default
+    breakdown by fault type was a bootstrap and a table row for each (before: past the
+    120 CPU seconds the scoring may use); now one line naming ``--by``, and ``--by
+    none`` scores them."""
+    ds = _dataset(tmp_path, own_causes=True)
+    cp = _score(ds, tmp_path)
+    err = cp.stderr.strip()
+    assert cp.returncode == 2, (cp.returncode, err[-2000:])
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and "--by" in err and "--by none" in err, err[-2000:]
+    cp = _score(ds, tmp_path, "--by", "none")
+    assert cp.returncode == 0 and "Traceback" not in cp.stderr, (cp.returncode, cp.stderr[-2000:])
