@@ -43,6 +43,11 @@ MAX_RTT_PEERS = 16
 #: of 200,000 rows (some 2 MB) held the report for minutes. The chart's title says how
 #: many were left out; the page's label table lists every label
 MAX_LANE_BARS = 2000
+#: the most rows (detectors) the score bars draw, the first in the file's order: each
+#: is a group of bars and a legend entry (some 6 ms and 150 KB), and a scores file of
+#: 4,000 rows (567 KB) took 26 CPU seconds and 785 MB. The title says how many were left
+#: out; the page's score table lists every row
+MAX_BAR_ROWS = 32
 SMOOTH_STEPS = 15  # the bold line: a centered rolling median over this many steps
 DPI = 90
 
@@ -364,6 +369,7 @@ def score_bars(rows: list[dict]) -> Plot | None:
     rows = [r for r in rows if any(isinstance(r.get(m), (int, float)) for m in metrics)]
     if not rows:
         return None
+    n_rows, rows = len(rows), rows[:MAX_BAR_ROWS]
     fig, ax = plt.subplots(figsize=(8, 3.0))
     w = 0.8 / len(rows)
     x = np.arange(len(metrics))
@@ -385,6 +391,8 @@ def score_bars(rows: list[dict]) -> Plot | None:
     ax.set_ylabel(f"{level}-level score (0..1; MCC -1..1)")
     ax.set_xlabel(f"metric ({level} level)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_title(f"detector scores vs labels, {level} level", loc="left")
+    ax.set_title(f"detector scores vs labels, {level} level"
+                 + (f"; not drawn: {n_rows - len(rows)} of {n_rows} rows (the first {MAX_BAR_ROWS} are)" if n_rows > len(rows) else ""),
+                 loc="left")
     fig.tight_layout()
     return png(fig)
