@@ -38,6 +38,16 @@ MAX_POINTS = 3000
 #: testbed has a few. The figure's title says how many were left out
 MAX_HOST_NODES = 8
 MAX_RTT_PEERS = 16
+#: the most bars of each kind (faults, labels, alarms) the lane chart draws, the first
+#: by start time: each is a bar and most a text (some 2 ms), and a run's labels table
+#: of 200,000 rows (some 2 MB) held the report for minutes. The chart's title says how
+#: many were left out; the page's label table lists every label
+MAX_LANE_BARS = 2000
+#: the most rows (detectors) the score bars draw, the first in the file's order: each
+#: is a group of bars and a legend entry (some 6 ms and 150 KB), and a scores file of
+#: 4,000 rows (567 KB) took 26 CPU seconds and 785 MB. The title says how many were left
+#: out; the page's score table lists every row
+MAX_BAR_ROWS = 32
 SMOOTH_STEPS = 15  # the bold line: a centered rolling median over this many steps
 DPI = 90
 
@@ -174,21 +184,19 @@ def _lanes(ax, run: RunData, comps: list[str]) -> None:
     bars under them; a top lane ``faults`` holds the injection windows."""
     lanes = ["faults"] + comps
     y = {c: len(lanes) - 1 - i for i, c in enumerate(lanes)}
-    for r in run.injections.itertuples():
+    injections = _first(run.injections, None)
+    labels, alarms = _first(run.labels, y), _first(run.alarms, y)
+    for r in injections.itertuples():
         end = r.end_ts if pd.notna(r.end_ts) else r.start_ts
         ax.barh(y["faults"], run.rel(end) - run.rel(r.start_ts), left=run.rel(r.start_ts), height=0.6,
                 color=FAULT_COLORS.get(r.fault_type, "#999999"), alpha=0.8)
         ax.text(run.rel(r.start_ts), y["faults"], f" {_fault_name(r)}", va="center", fontsize=7)
-    for r in run.labels.itertuples():
-        if r.component not in y:
-            continue
+    for r in labels.itertuples():
         c = SOURCE_COLORS.get(r.source, "#577590")
         ax.barh(y[r.component] + 0.12, max(run.rel(r.end_ts) - run.rel(r.start_ts), 0.05), left=run.rel(r.start_ts),
                 height=0.45, color=c, alpha=0.9)
         ax.text(run.rel(r.end_ts), y[r.component] + 0.12, f" {r.slowdown:.2f}x", va="center", fontsize=7)
-    for r in run.alarms.itertuples():
-        if r.component not in y:
-            continue
+    for r in alarms.itertuples():
         ax.barh(y[r.component] - 0.28, max(run.rel(r.end_ts) - run.rel(r.start_ts), 0.05), left=run.rel(r.start_ts),
                 height=0.16, color="#d62828", alpha=0.9)
     ax.set_yticks([y[c] for c in lanes], lanes)
@@ -198,7 +206,26 @@ def _lanes(ax, run: RunData, comps: list[str]) -> None:
     handles = [matplotlib.patches.Patch(color=v, label=f"label: {k}") for k, v in SOURCE_COLORS.items()]
     handles.append(matplotlib.patches.Patch(color="#d62828", label="detector alarm"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.32), fontsize=7, ncol=4, frameon=False)
-    ax.set_title("faults, labels (with slowdown) and detector alarms", loc="left")
+    left = [f"{n - len(kept)} of {n} {what}" for what, kept, n in (
+        ("faults", injections, len(run.injections)), ("labels", labels, _in_lanes(run.labels, y)), ("alarms", alarms, _in_lanes(run.alarms, y)))
+        if n > len(kept)]
+    ax.set_title("faults, labels (with slowdown) and detector alarms"
+                 + (f"; not drawn: {', '.join(left)} (the first {MAX_LANE_BARS} of each by start are)" if left else ""), loc="left")
+
+
+def _in_lanes(rows: pd.DataFrame, lanes: dict | None) -> int:
+    """How many of ``rows`` name a component of ``lanes`` (all of them when None)."""
+    return len(rows) if lanes is None else int(rows["component"].astype(str).isin(list(lanes)).sum())
+
+
+def _first(rows: pd.DataFrame, lanes: dict | None) -> pd.DataFrame:
+    """The first :data:`MAX_LANE_BARS` of ``rows`` by ``start_ts`` whose component has a
+    lane (all components when ``lanes`` is None)."""
+    if lanes is not None:
+        rows = rows[rows["component"].astype(str).isin(list(lanes)).to_numpy()]
+    if len(rows) <= MAX_LANE_BARS:
+        return rows
+    return rows.iloc[np.argsort(rows["start_ts"].to_numpy(np.float64), kind="stable")[:MAX_LANE_BARS]]
 
 
 def whatif(run: RunData) -> Plot | None:
@@ -342,6 +369,7 @@ def score_bars(rows: list[dict]) -> Plot | None:
     rows = [r for r in rows if any(isinstance(r.get(m), (int, float)) for m in metrics)]
     if not rows:
         return None
+    n_rows, rows = len(rows), rows[:MAX_BAR_ROWS]
     fig, ax = plt.subplots(figsize=(8, 3.0))
     w = 0.8 / len(rows)
     x = np.arange(len(metrics))
@@ -363,6 +391,8 @@ def score_bars(rows: list[dict]) -> Plot | None:
     ax.set_ylabel(f"{level}-level score (0..1; MCC -1..1)")
     ax.set_xlabel(f"metric ({level} level)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_title(f"detector scores vs labels, {level} level", loc="left")
+    ax.set_title(f"detector scores vs labels, {level} level"
+                 + (f"; not drawn: {n_rows - len(rows)} of {n_rows} rows (the first {MAX_BAR_ROWS} are)" if n_rows > len(rows) else ""),
+                 loc="left")
     fig.tight_layout()
     return png(fig)

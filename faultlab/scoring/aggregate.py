@@ -13,10 +13,23 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from faultlab.errors import BadInput
 from faultlab.scoring.metrics import COUNT_KEYS, derive
 
 #: label-side figures a breakdown can give (from per-label rows)
 GROUP_METRICS = ("event_recall", "window_recall", "range_recall", "acc_at_1", "acc_at_k", "latency_median_s", "latency_p95_s")
+
+
+#: cells (resamples x values) of one block of the weighted quantiles' running weights:
+#: the resamples are taken a block at a time, so memory stays some 64 MiB (a block and
+#: its running sum) however many latencies the runs' labels give (all the resamples at
+#: once was resamples x latencies)
+QUANTILE_BLOCK_CELLS = 1 << 22
+
+#: groups a breakdown (``--by``) may have: a table row and a bootstrap each; a run's
+#: labels name their own fault types (a label's cause), so without a bound a few MB of
+#: labels asked for hundreds of thousands of rows of resamples
+MAX_GROUPS = 256
 
 
 def multiplicity(n_runs: int, n_boot: int, seed: int) -> np.ndarray:
@@ -36,10 +49,15 @@ def _wquantile(values: np.ndarray, run_of: np.ndarray, C: np.ndarray, q: float) 
         return np.full(C.shape[0], np.nan)
     o = np.argsort(values, kind="mergesort")
     v, r = values[o], run_of[o]
-    cw = np.cumsum(C[:, r], axis=1)
-    total = cw[:, -1]
-    pos = np.array([np.searchsorted(cw[b], q * total[b]) if total[b] > 0 else -1 for b in range(C.shape[0])])
-    out = np.where(pos >= 0, v[np.clip(pos, 0, len(v) - 1)], np.nan)
+    out = np.full(C.shape[0], np.nan)
+    rows = max(1, QUANTILE_BLOCK_CELLS // len(v))
+    for b0 in range(0, C.shape[0], rows):
+        cw = np.cumsum(C[b0:b0 + rows, r], axis=1)  # each resample's running weight over the sorted values
+        total = cw[:, -1]
+        pos = (cw < (q * total)[:, None]).sum(axis=1)  # the first value whose running weight reaches q of the total
+        block = out[b0:b0 + rows]
+        has = total > 0
+        block[has] = v[np.minimum(pos[has], len(v) - 1)]
     return out
 
 
@@ -112,6 +130,8 @@ def summarize(stats: list[dict], *, replay: bool, k: int = 3, by: str | None = N
         ``{"n_runs", "metrics": {name: {"value", "ci": [lo, hi]}}, "counts": pooled
         counts, "by": {group: {"n_labels", "metrics": {...}}}}``. A metric undefined on
         the data is NaN (None in JSON).
+
+    Raises BadInput (``--by``) for a breakdown of more than :data:`MAX_GROUPS` groups.
     """
     R = len(stats)
     S = np.array([[st["counts"][key] for key in COUNT_KEYS] for st in stats], dtype=float).reshape(R, len(COUNT_KEYS))
@@ -137,6 +157,10 @@ def summarize(stats: list[dict], *, replay: bool, k: int = 3, by: str | None = N
             lab["run"] = np.repeat([i for i, st in enumerate(stats) if len(st["labels"])], [len(f) for f in frames])
         else:
             lab = pd.DataFrame(columns=[by, "run"])
+        n_groups = lab[by].nunique()
+        if n_groups > MAX_GROUPS:
+            raise BadInput(f"the labels name {n_groups} {by} values, more than the {MAX_GROUPS} a breakdown may have", field="--by",
+                           fix="score these labels with --by none or --by source")
         for key, g in lab.groupby(by, sort=True):
             gp = _group_point(g, replay)
             gb = _group_boot(g, R, C, replay) if C is not None else {}
