@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -128,6 +129,16 @@ def wait_for(pred, timeout: float, step: float = 0.1) -> bool:
             return True
         time.sleep(step)
     return bool(pred())
+
+
+def end_groups(procs) -> None:
+    """SIGKILL the process group of each of ``procs`` (Popens this test started with
+    ``start_new_session=True``: a Dask scheduler or worker and the processes it
+    forked) and reap it; a group already gone is passed over."""
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
 
 
 def holds_open(pid: int, fd: int, path) -> bool:

@@ -13,7 +13,6 @@ restarts it, and the task kills each new one until Dask gives it up).
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import pytest
 from faultlab.labeler import listener
 from faultlab.synthrun import write_run
 from tests.dasktls import tls_files
-from tests.helpers import fl, wait_for
+from tests.helpers import end_groups, fl, wait_for
 
 pytest.importorskip("distributed", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
 
@@ -86,12 +85,7 @@ def test_a_scheduler_lost_mid_labeling_is_one_line_and_leaves_the_run_folder_as_
         if kill == "scheduler":
             assert sched.poll() is not None, "the scheduler was not killed: the pass never ran"
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+        end_groups(procs)
     # stdout has the passes that finished ("scan: 4 block(s)"); the error is stderr's one line
     out = cp.stdout + cp.stderr
     assert "Traceback" not in out and cp.returncode == 1, (cp.returncode, out[-2000:])

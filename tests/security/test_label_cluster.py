@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -36,7 +35,7 @@ dask = pytest.importorskip("dask", reason="dask.distributed is the 'scale' extra
 from faultlab.labeler import cluster as labelcluster
 from faultlab.labeler import outofcore
 from faultlab.report.synthetic import make_run
-from tests.helpers import ROOT, as_nobody, fl, nobody_sh, wait_for
+from tests.helpers import ROOT, as_nobody, end_groups, fl, nobody_sh, wait_for
 
 pytest.importorskip("distributed", reason="dask.distributed is the 'scale' extra: pip install -e '.[scale]'")
 from tests.dasktls import tls_files  # noqa: E402 - it imports distributed
@@ -362,12 +361,7 @@ def test_roots_labeler_refuses_a_plain_scheduler_of_this_host_which_any_user_can
         assert "scheduler 0" in nobody.stdout, nobody.stdout + nobody.stderr[-800:]  # why: nobody drives root's plain scheduler
         cp = fl("label", run, "--scheduler", f"tcp://127.0.0.1:{port}", timeout=120)
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+        end_groups(procs)
     err = cp.stderr.strip().splitlines()
     assert cp.returncode == 2 and len(err) == 1 and "--scheduler" in err[0] and "TLS" in err[0], (cp.returncode, cp.stderr[-1500:])
     assert not (run / "labels.parquet").exists() and not (run / "whatif.json").exists()

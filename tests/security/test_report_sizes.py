@@ -34,6 +34,15 @@ LABELS = 100_000
 SCORE_ROWS = 20_000
 
 
+def _report_within_bounds(src, page, cwd) -> None:
+    """``faultlab report SRC --out PAGE`` within 60 CPU seconds and 3 GiB of address
+    space: exit 0, no traceback."""
+    cp = subprocess.run(["prlimit", "--cpu=60", f"--as={3 << 30}", "--", *FL, "report", str(src), "--out", str(page)],
+                        capture_output=True, text=True, timeout=900, cwd=cwd)
+    err = cp.stderr.strip()
+    assert cp.returncode == 0 and "Traceback" not in err, (cp.returncode, err[-2000:])
+
+
 def test_a_run_whose_host_table_names_hundreds_of_nodes_is_reported_in_bounded_time(tmp_path):
     """600 host rows, each on a node of its own, and 600 peers' RTT: a column of three
     panels a node, each panel a pass over the table per line (before: past the 60 CPU
@@ -46,10 +55,7 @@ def test_a_run_whose_host_table_names_hundreds_of_nodes_is_reported_in_bounded_t
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False, schema=host.schema), run / "host.parquet")
     give_to_nobody(run)
     page = tmp_path / "page.html"
-    cp = subprocess.run(["prlimit", "--cpu=60", f"--as={3 << 30}", "--", *FL, "report", str(run), "--out", str(page)],
-                        capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    err = cp.stderr.strip()
-    assert cp.returncode == 0 and "Traceback" not in err, (cp.returncode, err[-2000:])
+    _report_within_bounds(run, page, tmp_path)
     assert page.stat().st_size > 0
 
 
@@ -69,10 +75,7 @@ def test_a_run_of_a_hundred_thousand_labels_is_reported_with_a_bounded_lane_char
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False, schema=lab.schema), run / "labels.parquet")
     give_to_nobody(run)
     page = tmp_path / "page.html"
-    cp = subprocess.run(["prlimit", "--cpu=60", f"--as={3 << 30}", "--", *FL, "report", str(run), "--out", str(page)],
-                        capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    err = cp.stderr.strip()
-    assert cp.returncode == 0 and "Traceback" not in err, (cp.returncode, err[-2000:])
+    _report_within_bounds(run, page, tmp_path)
     assert page.stat().st_size > 0
 
 
@@ -86,8 +89,5 @@ def test_a_scores_file_of_twenty_thousand_rows_is_reported_with_bounded_bars(tmp
     f.write_text(json.dumps(rows))
     give_to_nobody(f)
     page = tmp_path / "scores.html"
-    cp = subprocess.run(["prlimit", "--cpu=60", f"--as={3 << 30}", "--", *FL, "report", str(f), "--out", str(page)],
-                        capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    err = cp.stderr.strip()
-    assert cp.returncode == 0 and "Traceback" not in err, (cp.returncode, err[-2000:])
+    _report_within_bounds(f, page, tmp_path)
     assert f"d{SCORE_ROWS - 1}" in page.read_text()
