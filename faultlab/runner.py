@@ -403,13 +403,16 @@ def _train(sc: Scenario, live: _Live, due: list[_Due], rd: RunDir, res: RunResul
     w = sc.workload
     last_renew = time.time()
     last_step, last_step_at = live.watch.step, time.time()
+    ends_at = time.time() + w.duration if w.duration else None  # root's clock: rank 0's t_start is its node's to write
     _phase(prog, "training", f"{'%gs' % w.duration if w.duration else '%d steps' % w.steps}; times below count from the first training step")
     while any(r.popen.poll() is None for r in live.ranks):
         now = time.time() - t0
         step = live.watch.poll()
         _check_ranks(live.ranks)
         if step != last_step:
-            last_step, last_step_at = step, time.time()
+            if _is_progress(w, live.ranks, step, ends_at):
+                last_step_at = time.time()
+            last_step = step
         _check_stall(live, rd, step, time.time() - last_step_at)
         for d in due:
             if d.done or d.error:
@@ -521,6 +524,21 @@ def wait_ranks_done(ranks, timeout_s: float = 60) -> None:
         wait_ranks(ranks, timeout_s=timeout_s)
     except RankFailure as e:
         raise FaultlabError(str(e), field="workload") from None
+
+
+def _is_progress(w, ranks, step: int, ends_at: float | None) -> bool:
+    """Whether rank 0's new ``step`` restarts the stall clock (:func:`_check_stall`):
+    only while every rank still runs (ranks leave together, so none makes a step once
+    one has left), the step is one of the workload's (below ``steps``) and its
+    ``duration`` has not passed on this host's clock since the first step was seen. On a
+    docker or ssh node the step records are its root's to write, and its rank's handle
+    counts as running while anything there holds the rank's output: records appended
+    after its peers had left, or past the workload's end, kept the run alive for good."""
+    if w.steps is not None and step >= w.steps:
+        return False
+    if ends_at is not None and time.time() > ends_at:
+        return False
+    return all(r.popen.poll() is None for r in ranks)
 
 
 def _check_stall(live: _Live, rd: RunDir, step: int, since_s: float) -> None:
