@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from faultlab import safefs
-from faultlab.errors import NodeError
+from faultlab.errors import NodeError, printable
 from faultlab.nodes.base import LEASE_ON_NODE, Node
 from faultlab.nodes.ssh_process import RemoteProcess, drain
 from faultlab.telemetry import collect
@@ -140,12 +140,13 @@ class SshNode(Node):
         naming the fix, before any command of a fault runs. Closes ``c`` on refusal."""
         try:  # bounded in time and bytes as every command's output is (drain)
             chan = c.get_transport().open_session(timeout=self.command_timeout_s)
+            _bound_buffers(chan)
             exec_within(chan, shlex.join(["sudo", "-n", "--", "true"]), self.command_timeout_s)
             chan.shutdown_write()
             _, err = drain(chan, time.monotonic() + self.command_timeout_s, limit=OUTPUT_BYTES)
             rc = chan.recv_exit_status() if chan.exit_status_ready() else -1
             chan.close()
-            why = err[:OUTPUT_BYTES].decode(errors="replace").strip().splitlines()
+            why = [printable(x, 200) for x in err[-4096:].decode(errors="replace").strip().splitlines()]
         except Exception as e:  # noqa: BLE001 - any failure of the check is a refusal
             rc, why = -1, [f"{type(e).__name__}: {e}"]
         if rc != 0:

@@ -393,3 +393,44 @@ def test_a_node_that_ignores_the_window_costs_root_a_bounded_buffer(node_answeri
     grown = me.memory_info().rss - before
     node.close()
     assert grown < 128 << 20, f"root's controller grew {grown >> 20} MiB"
+
+
+def test_a_node_that_ignores_the_window_in_the_sudo_check_costs_root_a_bounded_buffer(node_answering):
+    """An inventory node with ``sudo: true`` is asked ``sudo -n -- true`` as soon as root
+    connects to it (status, revert, recover, run), on a channel of its own. The node's
+    sshd that ignores the window and floods that command's stderr, sending no stdout,
+    had whatever arrived in a second (each wait of the read) buffered in root's
+    controller before it was looked at. The check is refused in one line and what root
+    holds unread is bounded by the window, as on every other channel."""
+    def flood(channel):
+        end = time.monotonic() + 4
+        try:
+            while time.monotonic() < end:
+                channel.out_window_size = 1 << 40  # the window root granted, ignored
+                channel.sendall_stderr(b"e" * 32000)
+        except (OSError, EOFError):
+            pass
+
+    inv = node_answering(lambda cmd: flood)
+    inv.write_text(inv.read_text().replace("command_timeout_s: 60}", "command_timeout_s: 10, sudo: true}"))
+    node = _ssh_node(inv)
+    me = psutil.Process()
+    before, peak, done = me.memory_info().rss, [0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], me.memory_info().rss)
+            time.sleep(0.01)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(NodeError) as e:
+            node.connect()
+    finally:
+        done.set()
+        t.join(5)
+        node.close()
+    assert "sudo -n refused" in str(e.value) and "\n" not in str(e.value), str(e.value)
+    grown = peak[0] - before
+    assert grown < 96 << 20, f"root's controller grew {grown >> 20} MiB during the sudo check"
