@@ -429,9 +429,26 @@ def _train(sc: Scenario, live: _Live, due: list[_Due], rd: RunDir, res: RunResul
             prog.tick(now, step, total_s=w.duration, total_steps=w.steps,
                       faults=[_in_force(d) for d in due if d.active is not None and not d.done])
         time.sleep(0.1)
+    _not_reached(due, rd, res, con)
     _phase(prog, "finishing", "waiting for the ranks to exit, tearing down")
     wait_ranks_done(live.ranks)
     rd.event("ranks-done")
+
+
+def _not_reached(due: list[_Due], rd: RunDir, res: RunResult, con: Console) -> None:
+    """Each fault occurrence the run ended before (its time or step never came) is a
+    failed fault, said in one line: the run's ``t0`` is rank 0's first step record,
+    which a docker or ssh node's root writes (one far in the future held every timed
+    fault back), and a ``steps`` workload may end before a fault's ``at``. It was
+    left out silently: no injections row, exit 0."""
+    for d in due:
+        if d.active is not None or d.done or d.error:
+            continue
+        when = f"at {d.at_s:g}s" if d.at_s is not None else f"at step {d.at_step}"
+        d.error = f"not injected: the run's training ended before {when}"
+        res.failed_faults.append(f"faults[{d.index}] {d.spec.type}: {d.error}")
+        rd.event("inject-failed", index=d.index, type=d.spec.type, error=d.error)
+        con.print(f"  faults[{d.index}] {d.spec.type} {d.error}", markup=False)
 
 
 def _tear_down(live: _Live, due: list[_Due], rd: RunDir, res: RunResult, con: Console) -> pd.DataFrame | None:

@@ -176,3 +176,40 @@ def test_stopped_ranks_cannot_keep_a_run_alive_with_step_records_past_the_worklo
     assert seen.get("stopped"), "the ranks never recorded a step"
     assert not seen.get("gave_up"), f"root's run was still waiting {GIVE_UP_S}s after the stopped ranks' node began feeding it steps ({err})"
     assert err is not None and "no training step for 5s" in str(err), str(err)
+
+
+def test_a_fault_held_back_by_rank_0s_first_step_record_is_reported_not_injected(tmp_path):
+    """The run's time origin ``t0`` is rank 0's first step record's ``t_start``, which
+    its node's root writes: one far in the future held every timed fault of the run
+    back (on every node), and the run ended with those faults left out silently, exit 0.
+    Here the first record of rank 0's file is written before rank 0 trains, as its
+    node's root would."""
+    run_id = f"origin-{tmp_path.name[-6:]}".replace("_", "-")
+    sc = Scenario.model_validate({
+        "name": "origin", "seed": 1, "testbed": {"backend": "local", "nodes": 2},
+        "workload": {"kind": "ddp", "duration": "6s", "hidden": 32, "batch": 16},
+        "faults": [{"type": "process-pause", "rank": 1, "at": "2s", "duration": "2s", "params": {"pause": "100ms", "period": "300ms"}}]})
+    done = threading.Event()
+
+    def first_record():
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not done.is_set():
+            tel = tmp_path / "run" / "telemetry"
+            if tel.is_dir():
+                with open(tel / "steps-rank0.jsonl", "a") as f:
+                    f.write(json.dumps({"run_id": run_id, "rank": 0, "node": "n0", "peer_group": "dp", "step": 0,
+                                        "t_start": time.time() + 10 ** 7, "compute_s": 0.01, "comm_s": 0.01, "step_s": 0.02}) + "\n")
+                return
+            time.sleep(0.005)
+
+    t = threading.Thread(target=first_record, daemon=True)
+    t.start()
+    try:
+        res = runner.run(sc, tmp_path / "run", console=Console(file=io.StringIO()), progress=False, run_id=run_id)
+    finally:
+        done.set()
+        t.join(10)
+        for p in _ranks_of(run_id):
+            p.kill()
+    assert res.injections or res.failed_faults, "the scheduled fault was neither injected nor reported: the run said nothing of it"
+    assert not res.injections and "not injected" in res.failed_faults[0], res.failed_faults
