@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import shutil
 import signal
@@ -151,12 +152,27 @@ class _StepWatch:
             except (ValueError, RecursionError):
                 continue
             # a docker or ssh node's root writes this file: a record that is no step record is passed over
-            if not (isinstance(rec, dict) and type(rec.get("step")) is int and type(rec.get("t_start")) in (int, float)):
+            start = _start_of(rec)
+            if start is None or type(rec.get("step")) is not int:
                 continue
             self.step = max(self.step, rec["step"])
             if self.first_ts is None:
-                self.first_ts = float(rec["t_start"])
+                self.first_ts = start
         return self.step
+
+
+def _start_of(rec) -> float | None:
+    """A step record's ``t_start`` (unix s), None unless a finite number: json reads
+    ``NaN`` and ``Infinity`` as floats and a 400-digit integer as an int that no float
+    holds, and the first record's start is the run's ``t0``."""
+    t = rec.get("t_start") if isinstance(rec, dict) else None
+    if type(t) not in (int, float):
+        return None
+    try:
+        t = float(t)
+    except OverflowError:
+        return None
+    return t if math.isfinite(t) else None
 
 
 def testbed_lease(testbed) -> "Lease":

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import signal
 import subprocess
 import threading
@@ -213,3 +214,42 @@ def test_a_fault_held_back_by_rank_0s_first_step_record_is_reported_not_injected
             p.kill()
     assert res.injections or res.failed_faults, "the scheduled fault was neither injected nor reported: the run said nothing of it"
     assert not res.injections and "not injected" in res.failed_faults[0], res.failed_faults
+
+
+@pytest.mark.parametrize("start", ["NaN", "Infinity", "1" + "0" * 400], ids=["nan", "inf", "bigint"])
+def test_a_step_record_whose_start_is_no_time_is_no_step_record(tmp_path, start):
+    """JSON as Python reads it takes ``NaN`` and ``Infinity`` for numbers: rank 0's node's
+    root writing one as its first record's ``t_start`` made it the run's ``t0`` (meta.json),
+    the run going on with it (its timed faults held back for good), and root's own
+    ``faultlab report`` then refusing the run folder ("t0 nan is no unix time"); a
+    400-digit integer, which no float holds, ended root's run in an OverflowError."""
+    run_id = f"nan-{tmp_path.name[-6:]}".replace("_", "-")
+    sc = Scenario.model_validate({"name": "nan", "seed": 1, "testbed": {"backend": "local", "nodes": 2},
+                                  "workload": {"kind": "ddp", "duration": "4s", "hidden": 32, "batch": 16}})
+    done = threading.Event()
+
+    def first_record():
+        end = time.monotonic() + 120
+        while time.monotonic() < end and not done.is_set():
+            tel = tmp_path / "run" / "telemetry"
+            if tel.is_dir():
+                with open(tel / "steps-rank0.jsonl", "a") as f:
+                    f.write('{"run_id": "%s", "rank": 0, "node": "n0", "peer_group": "dp", "step": 99999, "t_start": %s, '
+                            '"compute_s": 0.01, "comm_s": 0.01, "step_s": 0.02}\n' % (run_id, start))
+                return
+            time.sleep(0.005)
+
+    t = threading.Thread(target=first_record, daemon=True)
+    t.start()
+    try:
+        try:
+            runner.run(sc, tmp_path / "run", console=Console(file=io.StringIO()), progress=False, run_id=run_id)
+        except FaultlabError:
+            pass  # the run may fail for the record (its steps table) in one line; its time origin is what is judged
+    finally:
+        done.set()
+        t.join(10)
+        for p in _ranks_of(run_id):
+            p.kill()
+    t0 = json.loads((tmp_path / "run" / "meta.json").read_text()).get("t0")
+    assert isinstance(t0, float) and math.isfinite(t0), f"the run's t0 is {t0!r}"
