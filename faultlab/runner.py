@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import shutil
 import signal
@@ -151,12 +152,27 @@ class _StepWatch:
             except (ValueError, RecursionError):
                 continue
             # a docker or ssh node's root writes this file: a record that is no step record is passed over
-            if not (isinstance(rec, dict) and type(rec.get("step")) is int and type(rec.get("t_start")) in (int, float)):
+            start = _start_of(rec)
+            if start is None or type(rec.get("step")) is not int:
                 continue
             self.step = max(self.step, rec["step"])
             if self.first_ts is None:
-                self.first_ts = float(rec["t_start"])
+                self.first_ts = start
         return self.step
+
+
+def _start_of(rec) -> float | None:
+    """A step record's ``t_start`` (unix s), None unless a finite number: json reads
+    ``NaN`` and ``Infinity`` as floats and a 400-digit integer as an int that no float
+    holds, and the first record's start is the run's ``t0``."""
+    t = rec.get("t_start") if isinstance(rec, dict) else None
+    if type(t) not in (int, float):
+        return None
+    try:
+        t = float(t)
+    except OverflowError:
+        return None
+    return t if math.isfinite(t) else None
 
 
 def testbed_lease(testbed) -> "Lease":
@@ -403,13 +419,16 @@ def _train(sc: Scenario, live: _Live, due: list[_Due], rd: RunDir, res: RunResul
     w = sc.workload
     last_renew = time.time()
     last_step, last_step_at = live.watch.step, time.time()
+    ends_at = time.time() + w.duration if w.duration else None  # root's clock: rank 0's t_start is its node's to write
     _phase(prog, "training", f"{'%gs' % w.duration if w.duration else '%d steps' % w.steps}; times below count from the first training step")
     while any(r.popen.poll() is None for r in live.ranks):
         now = time.time() - t0
         step = live.watch.poll()
         _check_ranks(live.ranks)
         if step != last_step:
-            last_step, last_step_at = step, time.time()
+            if _is_progress(w, live.ranks, step, ends_at):
+                last_step_at = time.time()
+            last_step = step
         _check_stall(live, rd, step, time.time() - last_step_at)
         for d in due:
             if d.done or d.error:
@@ -426,9 +445,26 @@ def _train(sc: Scenario, live: _Live, due: list[_Due], rd: RunDir, res: RunResul
             prog.tick(now, step, total_s=w.duration, total_steps=w.steps,
                       faults=[_in_force(d) for d in due if d.active is not None and not d.done])
         time.sleep(0.1)
+    _not_reached(due, rd, res, con)
     _phase(prog, "finishing", "waiting for the ranks to exit, tearing down")
     wait_ranks_done(live.ranks)
     rd.event("ranks-done")
+
+
+def _not_reached(due: list[_Due], rd: RunDir, res: RunResult, con: Console) -> None:
+    """Each fault occurrence the run ended before (its time or step never came) is a
+    failed fault, said in one line: the run's ``t0`` is rank 0's first step record,
+    which a docker or ssh node's root writes (one far in the future held every timed
+    fault back), and a ``steps`` workload may end before a fault's ``at``. It was
+    left out silently: no injections row, exit 0."""
+    for d in due:
+        if d.active is not None or d.done or d.error:
+            continue
+        when = f"at {d.at_s:g}s" if d.at_s is not None else f"at step {d.at_step}"
+        d.error = f"not injected: the run's training ended before {when}"
+        res.failed_faults.append(f"faults[{d.index}] {d.spec.type}: {d.error}")
+        rd.event("inject-failed", index=d.index, type=d.spec.type, error=d.error)
+        con.print(f"  faults[{d.index}] {d.spec.type} {d.error}", markup=False)
 
 
 def _tear_down(live: _Live, due: list[_Due], rd: RunDir, res: RunResult, con: Console) -> pd.DataFrame | None:
@@ -521,6 +557,21 @@ def wait_ranks_done(ranks, timeout_s: float = 60) -> None:
         wait_ranks(ranks, timeout_s=timeout_s)
     except RankFailure as e:
         raise FaultlabError(str(e), field="workload") from None
+
+
+def _is_progress(w, ranks, step: int, ends_at: float | None) -> bool:
+    """Whether rank 0's new ``step`` restarts the stall clock (:func:`_check_stall`):
+    only while every rank still runs (ranks leave together, so none makes a step once
+    one has left), the step is one of the workload's (below ``steps``) and its
+    ``duration`` has not passed on this host's clock since the first step was seen. On a
+    docker or ssh node the step records are its root's to write, and its rank's handle
+    counts as running while anything there holds the rank's output: records appended
+    after its peers had left, or past the workload's end, kept the run alive for good."""
+    if w.steps is not None and step >= w.steps:
+        return False
+    if ends_at is not None and time.time() > ends_at:
+        return False
+    return all(r.popen.poll() is None for r in ranks)
 
 
 def _check_stall(live: _Live, rd: RunDir, step: int, since_s: float) -> None:

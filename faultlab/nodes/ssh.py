@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 import shlex
+import socket
 import subprocess
 import threading
 import time
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from faultlab import safefs
-from faultlab.errors import NodeError
+from faultlab.errors import NodeError, printable
 from faultlab.nodes.base import LEASE_ON_NODE, Node
 from faultlab.nodes.ssh_process import RemoteProcess, drain
 from faultlab.telemetry import collect
@@ -130,6 +131,10 @@ class SshNode(Node):
                 raise NodeError(f"ssh node {self.name} ({where}) unreachable: {why} (connect timeout {self.connect_timeout_s:g}s)",
                                 field="--node", fix="check the address, port and network") from None
             c.get_transport().set_keepalive(5)
+            # a node whose sshd stops reading its socket while making root's client answer (a
+            # flood of requests wanting replies) blocked paramiko's one writer for good, and
+            # every command on the connection with it: unsent data waits at most the command timeout
+            c.get_transport().sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1000, int(self.command_timeout_s * 1000)))
             if self.sudo:
                 self._check_sudo(c)
             self._client = c
@@ -140,12 +145,13 @@ class SshNode(Node):
         naming the fix, before any command of a fault runs. Closes ``c`` on refusal."""
         try:  # bounded in time and bytes as every command's output is (drain)
             chan = c.get_transport().open_session(timeout=self.command_timeout_s)
+            _bound_buffers(chan)
             exec_within(chan, shlex.join(["sudo", "-n", "--", "true"]), self.command_timeout_s)
             chan.shutdown_write()
             _, err = drain(chan, time.monotonic() + self.command_timeout_s, limit=OUTPUT_BYTES)
             rc = chan.recv_exit_status() if chan.exit_status_ready() else -1
             chan.close()
-            why = err[:OUTPUT_BYTES].decode(errors="replace").strip().splitlines()
+            why = [printable(x, 200) for x in err[-4096:].decode(errors="replace").strip().splitlines()]
         except Exception as e:  # noqa: BLE001 - any failure of the check is a refusal
             rc, why = -1, [f"{type(e).__name__}: {e}"]
         if rc != 0:
@@ -187,8 +193,11 @@ class SshNode(Node):
             chan.shutdown_write()
             out, err = drain(chan, deadline, limit=OUTPUT_BYTES if limit is None else limit)
         except TimeoutError:
-            chan.close()
+            _close(chan)
             raise NodeError(f"{' '.join(list(argv)[:4])} ... timed out after {timeout:g}s on ssh node {self.name}", field="node") from None
+        except (OSError, EOFError) as e:  # the connection ended under the command
+            self.close()
+            raise NodeError(f"{' '.join(list(argv)[:4])} ... on ssh node {self.name}: connection lost ({type(e).__name__})", field="node") from None
         if limit is None and (len(out) > OUTPUT_BYTES or len(err) > OUTPUT_BYTES):
             chan.close()
             raise NodeError(f"{' '.join(list(argv)[:2])[:80]} ... on ssh node {self.name} printed more than {OUTPUT_BYTES} bytes: refused, none of it used",
@@ -333,6 +342,15 @@ class SshNode(Node):
         if rc != 0:
             raise safefs.UntrustedPath(path, f"on ssh node {self.name}: {why}", "faultlab copies only regular files, never through links")
         return out
+
+
+def _close(chan) -> None:
+    """``chan.close()``; a connection already lost (paramiko's EOFError, OSError) is no
+    error here: the channel is gone with it."""
+    try:
+        chan.close()
+    except (OSError, EOFError):
+        pass
 
 
 def _bound_buffers(chan) -> None:

@@ -393,3 +393,133 @@ def test_a_node_that_ignores_the_window_costs_root_a_bounded_buffer(node_answeri
     grown = me.memory_info().rss - before
     node.close()
     assert grown < 128 << 20, f"root's controller grew {grown >> 20} MiB"
+
+
+def test_a_node_that_ignores_the_window_in_the_sudo_check_costs_root_a_bounded_buffer(node_answering):
+    """An inventory node with ``sudo: true`` is asked ``sudo -n -- true`` as soon as root
+    connects to it (status, revert, recover, run), on a channel of its own. The node's
+    sshd that ignores the window and floods that command's stderr, sending no stdout,
+    had whatever arrived in a second (each wait of the read) buffered in root's
+    controller before it was looked at. The check is refused in one line and what root
+    holds unread is bounded by the window, as on every other channel."""
+    def flood(channel):
+        end = time.monotonic() + 4
+        try:
+            while time.monotonic() < end:
+                channel.out_window_size = 1 << 40  # the window root granted, ignored
+                channel.sendall_stderr(b"e" * 32000)
+        except (OSError, EOFError):
+            pass
+
+    inv = node_answering(lambda cmd: flood)
+    inv.write_text(inv.read_text().replace("command_timeout_s: 60}", "command_timeout_s: 10, sudo: true}"))
+    node = _ssh_node(inv)
+    me = psutil.Process()
+    before, peak, done = me.memory_info().rss, [0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], me.memory_info().rss)
+            time.sleep(0.01)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(NodeError) as e:
+            node.connect()
+    finally:
+        done.set()
+        t.join(5)
+        node.close()
+    assert "sudo -n refused" in str(e.value) and "\n" not in str(e.value), str(e.value)
+    grown = peak[0] - before
+    assert grown < 96 << 20, f"root's controller grew {grown >> 20} MiB during the sudo check"
+
+
+def _stalling_proxy(listen: socket.socket, port: int, stalled: threading.Event) -> None:
+    """Forward root's connection to the server on ``port``; once ``stalled`` is set, read
+    nothing more from root (what a node's sshd that stops reading its socket does)."""
+    import select
+
+    c, _ = listen.accept()
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s = socket.create_connection(("127.0.0.1", port))
+
+    def up():
+        while True:
+            if stalled.is_set():
+                time.sleep(0.5)
+                continue
+            if select.select([c], [], [], 0.05)[0]:
+                d = c.recv(65536)
+                if not d:
+                    return
+                s.sendall(d)
+
+    def down():
+        try:
+            while d := s.recv(65536):
+                c.sendall(d)
+        except OSError:
+            pass
+
+    threading.Thread(target=up, daemon=True).start()
+    threading.Thread(target=down, daemon=True).start()
+
+
+def test_a_node_that_stops_reading_while_making_root_answer_costs_a_command_its_timeout(node_answering):
+    """paramiko's client answers each global request that wants a reply, in its one
+    transport thread, whose writes retry for as long as the socket is open. A node's
+    sshd that sends such requests and stops reading its socket filled root's side and
+    blocked that thread for good: the command (5 s timeout) and every later one on the
+    connection were still running a minute on. Unsent data now waits at most the
+    command timeout (TCP_USER_TIMEOUT), and the command is one NodeError line."""
+    from paramiko.common import cMSG_GLOBAL_REQUEST
+    from paramiko.message import Message
+
+    stalled = threading.Event()
+
+    def flood(channel):
+        stalled.set()
+        t = channel.get_transport()
+        try:
+            for _ in range(400_000):
+                m = Message()
+                m.add_byte(cMSG_GLOBAL_REQUEST)
+                m.add_string("keepalive@node")
+                m.add_boolean(True)  # want a reply
+                t._send_user_message(m)
+        except (OSError, EOFError):
+            pass
+
+    inv = node_answering(lambda cmd: flood if "flood" in cmd else (b"", b"", 0))
+    port = int(re.search(r"port: (\d+),", inv.read_text())[1])
+    listen = socket.socket()
+    listen.bind(("127.0.0.1", 0))
+    listen.listen(1)
+    mine = listen.getsockname()[1]
+    inv.write_text(inv.read_text().replace(f"port: {port},", f"port: {mine},").replace("command_timeout_s: 60}", "command_timeout_s: 5}"))
+    kh = inv.parent / "known_hosts"
+    kh.write_text(kh.read_text().replace(f"]:{port} ", f"]:{mine} "))
+    threading.Thread(target=_stalling_proxy, args=(listen, port, stalled), daemon=True).start()
+    node = _ssh_node(inv)
+    assert node.run(["true"]).returncode == 0
+    got: dict = {}
+
+    def command():
+        t = time.monotonic()
+        try:
+            node.run(["flood"])
+            got["r"] = "returned"
+        except NodeError as e:
+            got["r"] = str(e)
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            got["r"] = f"{type(e).__name__}: {e}"
+        got["t"] = time.monotonic() - t
+
+    t = threading.Thread(target=command, daemon=True)
+    t.start()
+    t.join(45)
+    listen.close()
+    assert got, "root's 5 s command on the node was still running 45 s on"
+    assert "ssh node evil" in got["r"] and "\n" not in got["r"], got["r"]
