@@ -192,7 +192,9 @@ class Pages(io.RawIOBase):
                 start = cc.data_page_offset
                 if cc.has_dictionary_page and 0 < cc.dictionary_page_offset < start:
                     start = cc.dictionary_page_offset
-                chunks[start] = max(chunks.get(start, 0), cc.num_values)
+                # pages are read up to the row group's rows at least (a flat column has a
+                # value a row), whatever its chunk's num_values says
+                chunks[start] = max(chunks.get(start, 0), cc.num_values, rg.num_rows)
                 if cc.path_in_schema in remember:
                     keep.add(start)
         self._chunks, self._limit, self._remember = chunks, limit, keep
@@ -222,6 +224,8 @@ class Pages(io.RawIOBase):
     def _check(self, at: int, data: bytes) -> None:
         if at not in self._chunks:
             raise PagesOver(f"a read at byte {at} is of no column chunk its footer lists")
+        if self._chunks[at] == 0:  # an empty row group's chunks: pyarrow writes their data page offset 0 and reads each
+            return                   # from there, each its own length; nothing of them is decoded
         digest = hashlib.sha256(data).digest() if at in self._remember else None
         n = page_bytes(data, self._chunks[at])
         if at in self._served:
