@@ -17,7 +17,7 @@ from concurrent.futures import CancelledError
 
 from faultlab import workdirs
 from faultlab.errors import BadInput, FaultlabError
-from faultlab.labeler import listener
+from faultlab.labeler import listener, privatenet
 
 #: seconds the client of a scheduler given by address (``--scheduler``) tries to reach
 #: it: its first connection, and a reconnection once the scheduler is lost, give up
@@ -211,8 +211,9 @@ def client_for(scheduler: str | None = None):
         except OSError as e:  # refused, timed out
             raise BadInput(f"no Dask scheduler answers at {addr} ({e})", field=field,
                            fix="start one (dask scheduler) or give the address of a running one, tcp://HOST:PORT") from None
-    cluster, security = local_cluster()
-    return Client(cluster, security=security), cluster
+    with privatenet.private_loopback():  # their threads and processes stay in it: no other user reaches their ports
+        cluster, security = local_cluster()
+        return Client(cluster, security=security), cluster
 
 
 #: how a scheduler of this host starts with TLS (the fixes of :func:`client_for`'s refusals)

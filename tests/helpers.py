@@ -424,12 +424,13 @@ def nobody_sh(script: str, *args, timeout: float = 60) -> None:
                    check=True, timeout=timeout)
 
 
-def as_nobody(argv: list[str], env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
+def as_nobody(argv: list[str], env: dict, timeout: float = 60, prefix: list[str] = ()) -> subprocess.CompletedProcess:
     """Run ``argv`` as user nobody. When the interpreter is not reachable by nobody
     (it lives under /root), a private mount namespace shows it at the same path:
-    /root becomes an empty 0755 tmpfs with only the interpreter's tree bound back."""
+    /root becomes an empty 0755 tmpfs with only the interpreter's tree bound back.
+    ``prefix``: a command root runs it under before dropping to nobody (``nsenter``)."""
     real = os.path.realpath(sys.executable)
-    drop = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "env", *[f"{k}={v}" for k, v in env.items()]]
+    drop = [*prefix, "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "env", *[f"{k}={v}" for k, v in env.items()]]
     if _exec_ok_as_nobody(real) or not real.startswith("/root/"):
         return subprocess.run([*drop, *argv], capture_output=True, text=True, timeout=timeout)
     top = "/root/" + real.split("/")[2]  # e.g. /root/.pyenv

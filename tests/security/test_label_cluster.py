@@ -68,12 +68,65 @@ def test_another_user_cannot_use_roots_label_cluster(nobody_dir):
         assert not out.exists(), cp.stdout + cp.stderr[-800:]
         assert "tcp refused" in cp.stdout and "tls refused" in cp.stdout, cp.stdout + cp.stderr[-800:]
         assert client.submit(sum, [1, 2, 3]).result() == 6
-        me = psutil.Process()
-        listening = [(p.pid, c.laddr) for p in [me, *me.children(recursive=True)]
-                     for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
-        assert listening and all(a.ip == "127.0.0.1" for _, a in listening), listening
+        listening = _cluster_listening(client)
+        assert listening and all(ip == "127.0.0.1" for ip, _ in listening), listening
     finally:
         labelcluster.close(client, cluster)
+
+
+def _a_worker_pid(client) -> int:
+    """The PID of a worker of ``client``'s cluster (as the worker says)."""
+    return next(iter(client.run(os.getpid).values()))
+
+
+def _cluster_listening(client) -> list[tuple[str, int]]:
+    """``(IPv4 address, port)`` of every listening TCP socket in the network namespace
+    of the embedded cluster's workers (``/proc/PID/net/tcp`` and ``tcp6`` of one of
+    them: the scheduler shares it), IPv6 addresses shown as ``v6``."""
+    found = []
+    for name in ("tcp", "tcp6"):
+        with open(f"/proc/{_a_worker_pid(client)}/net/{name}") as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if state != "0A":  # LISTEN
+                    continue
+                addr, port = local.split(":")
+                ip = socket.inet_ntoa(bytes.fromhex(addr)[::-1]) if len(addr) == 8 else "v6"
+                found.append((ip, int(port, 16)))
+    return found
+
+
+#: nobody's TCP connection to each port of argv[1:] on 127.0.0.1: one line each
+CONNECT = '''
+import socket, sys
+for port in sys.argv[1:]:
+    try:
+        socket.create_connection(("127.0.0.1", int(port)), timeout=10).close()
+        print(port, "connected")
+    except OSError as e:
+        print(port, "refused", e.errno)
+'''
+
+
+def test_roots_label_cluster_has_no_port_another_user_can_connect_to(nobody_dir):
+    """Mutual TLS keeps another user from running code on root's cluster, not from
+    connecting: Dask's TLS listener waits for a handshake with no timeout, so idle
+    connections held by the thousand used up root's descriptors and held its labeling.
+    Root's embedded cluster runs in a network namespace of its own
+    (``labeler/privatenet.py``): nobody's TCP connection to its scheduler's and each
+    worker's port is refused, and root's client still computes."""
+    own = os.readlink("/proc/thread-self/ns/net")
+    client, cluster = labelcluster.client_for()
+    try:
+        info = client.scheduler_info()
+        ports = [urlsplit(a).port for a in [client.scheduler.address, *info["workers"]]]
+        assert len(ports) >= 2, info
+        cp = as_nobody([sys.executable, "-I", "-c", CONNECT, *map(str, ports)], env={"HOME": str(nobody_dir)}, timeout=120)
+        assert cp.returncode == 0 and "connected" not in cp.stdout and cp.stdout.count("refused") == len(ports), cp.stdout + cp.stderr[-800:]
+        assert client.submit(sum, [1, 2, 3]).result() == 6
+    finally:
+        labelcluster.close(client, cluster)
+    assert os.readlink("/proc/thread-self/ns/net") == own  # this thread is back in its own namespace
 
 
 #: nobody's look at each port of argv[1:]: every path but /health that answers over plain HTTP
@@ -96,10 +149,11 @@ def test_roots_label_cluster_serves_another_user_no_dashboard_page():
     ``/health``, and root's client still computes."""
     client, cluster = labelcluster.client_for()
     try:
-        me = psutil.Process()
-        ports = {c.laddr.port for p in [me, *me.children(recursive=True)]
-                 for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
-        cp = as_nobody([sys.executable, "-I", "-c", PAGES, *map(str, sorted(ports))], env={}, timeout=120)
+        ports = {port for _, port in _cluster_listening(client)}
+        assert ports
+        # inside the cluster's own network namespace (root enters it, then acts as nobody): what its servers serve there
+        cp = as_nobody([sys.executable, "-I", "-c", PAGES, *map(str, sorted(ports))], env={}, timeout=120,
+                       prefix=["nsenter", f"--net=/proc/{_a_worker_pid(client)}/ns/net"])
         assert cp.returncode == 0 and cp.stdout == "", cp.stdout + cp.stderr[-800:]
         assert client.submit(sum, [1, 2, 3]).result() == 6
     finally:
