@@ -340,12 +340,13 @@ def _held_read(x):
     return x
 
 
-def test_a_refused_block_cancels_the_blocks_not_yet_read():
+def test_a_refused_block_cancels_the_blocks_not_yet_read(tmp_path):
     """The first block a worker refuses ends the pass: the reads not yet done are
     cancelled on the cluster, not left to run to the end of the run (an in-process
     worker of one thread: the first held read is running, the others wait for it)."""
     _RELEASE.clear()
-    with distributed.Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
+    with dask.config.set({"temporary-directory": str(tmp_path)}), \
+            distributed.Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:  # its scratch folder, not TMP's shared one
         futures = [client.submit(_refuse, 0, pure=False)] + [client.submit(_held_read, k, pure=False) for k in range(1, 5)]
         try:
             with pytest.raises(BadInput, match="block 0 refused"):

@@ -50,7 +50,7 @@ def own():
     open(out, "w").write("ran as root")
 for proto in ("tcp", "tls"):
     try:
-        c = Client(f"{proto}://127.0.0.1:{port}", timeout=20, security=Security.temporary() if proto == "tls" else None)
+        c = Client(f"{proto}://127.0.0.1:{port}", timeout=5, security=Security.temporary() if proto == "tls" else None)
     except Exception as e:
         print(proto, "refused:", type(e).__name__)
         continue
