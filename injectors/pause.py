@@ -62,7 +62,7 @@ MIN_PERIOD_S = 0.1
 # the target and its start time by variables set once: a trap runs where the signal
 # finds the shell, and inside proc_stat or proc_resume "$1" "$2" "$6" are that
 # function's (the target's PID, a state letter): the revert's SIGTERM landing there
-# had root run `rm -f PID` in the folder faultlab was started in.
+# would have root run `rm -f PID` in the folder faultlab was started in.
 LOOP_SH = procid.STAT_SH + r"""
 lp_file=$1 lp_pid=$2 lp_start=$6
 proc_stat $$; echo "$$ $ps_start" > "$1"

@@ -7,10 +7,10 @@ Root reads the lease folder each watchdog candidate holds, as its uid's, at most
 container's root is uid 0 on the host (faultlab's dockerd has no user-namespace remap)
 and keeps ``CAP_SETUID``: its look-alikes may run as any host uid, each holding a
 folder; the path root reads is the one the process sees in its own mount namespace,
-so it may name any host path. A bound per uid bounded nothing then (a real testbed
-container's 40 look-alikes of 40 uids had root read 40 folders), and 16 look-alikes of
-a user's uid, listed before that user's watchdog, kept that user's real fault's record
-unread: root's status called their watchdog a look-alike.
+so it may name any host path. A bound per uid alone bounds nothing then (a real
+testbed container's 40 look-alikes of 40 uids would have root read 40 folders), and 16
+look-alikes of a user's uid, listed before that user's watchdog, would keep that user's
+real fault's record unread, root's status calling their watchdog a look-alike.
 
 Here the container's root is played by root in a PID namespace of its own inside
 root's sandbox (``sandboxed_root_beside_records``: private PID, mount and network

@@ -65,7 +65,7 @@ def _score(ds: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def test_a_dataset_of_many_detected_labels_is_bootstrapped_for_latency_a_block_of_resamples_at_a_time(tmp_path):
     """200,000 labels the constant detector finds, scored in replay mode with 1,000
     resamples: the latencies' running weights were one 1,000 x 200,015 matrix (1.5
-    GiB) and its running sum another (before: numpy's ``Unable to allocate``, a
+    GiB) and its running sum another (without the bound: numpy's ``Unable to allocate``, a
     traceback, under the 3 GiB limit)."""
     cp = _score(_dataset(tmp_path, own_causes=False), tmp_path, "--mode", "replay", "--by", "none")
     err = cp.stderr.strip()
@@ -75,7 +75,7 @@ def test_a_dataset_of_many_detected_labels_is_bootstrapped_for_latency_a_block_o
 
 def test_a_dataset_whose_every_label_names_a_fault_type_of_its_own_is_refused_a_breakdown_in_one_line(tmp_path):
     """200,000 labels, each an unknown fault of a cause of its own: the default
-    breakdown by fault type was a bootstrap and a table row for each (before: past the
+    breakdown by fault type was a bootstrap and a table row for each (without the bound: past the
     120 CPU seconds the scoring may use); now one line naming ``--by``, and ``--by
     none`` scores them."""
     ds = _dataset(tmp_path, own_causes=True)

@@ -138,7 +138,7 @@ def _many_components(folder: Path, group, run) -> Path:
 def test_a_long_trace_of_many_components_in_one_peer_group_holds_the_groups_member_list_once(tmp_path, runs):
     """Each component's ``group_members`` is its group's members joined: as a string a
     row, 100,000 components of one group would be 100,000 strings of 100,000 names
-    (some 70 GB; before: a MemoryError under the 3 GiB limit)."""
+    (some 70 GB; without the bound: a MemoryError under the 3 GiB limit)."""
     src = tmp_path / "trace"
     src.mkdir()
     cp = _import("long", _many_components(src, lambda k: "g", lambda k: f"r{k % runs}"), tmp_path, timeout=900, cpu_s=120)
@@ -153,7 +153,7 @@ def test_a_long_trace_of_many_components_in_one_peer_group_holds_the_groups_memb
 
 def test_a_long_trace_whose_every_component_is_its_own_peer_group_costs_its_components_not_their_square(tmp_path):
     """100,000 components, each its own peer group: each group's columns are found by
-    one sort, not by a pass over every column per group (1e10 compares; before: past
+    one sort, not by a pass over every column per group (1e10 compares; without the bound: past
     the 120 CPU seconds the import may use, where it takes some 20 after)."""
     src = tmp_path / "trace"
     src.mkdir()

@@ -32,7 +32,7 @@ def _board(n: int) -> dict:
 
 
 def test_a_leaderboard_of_twenty_thousand_rows_is_refused_before_its_page_is_drawn(tmp_path):
-    """20,000 rows (before: the page drew 40,000 CI bars, a MemoryError under the
+    """20,000 rows (without the bound: the page drew 40,000 CI bars, a MemoryError under the
     3 GiB limit, then killed at the 60 CPU seconds)."""
     src = tmp_path / "sub"
     src.mkdir()

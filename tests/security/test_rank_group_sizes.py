@@ -28,7 +28,7 @@ RANKS = 150_000
 
 
 def test_a_run_whose_every_rank_is_its_own_peer_group_is_labeled_by_its_ranks_not_their_square(tmp_path):
-    """150,000 ranks, each its own group: 2.25e10 compares by a pass per group (before:
+    """150,000 ranks, each its own group: 2.25e10 compares by a pass per group (without the bound:
     past the 120 CPU seconds the labeler may use; some 30 after)."""
     run = make_run(tmp_path / "run", ranks=2, duration_s=20, label=False)
     for p in run.glob("steps*"):

@@ -45,7 +45,7 @@ def _report_within_bounds(src, page, cwd) -> None:
 
 def test_a_run_whose_host_table_names_hundreds_of_nodes_is_reported_in_bounded_time(tmp_path):
     """600 host rows, each on a node of its own, and 600 peers' RTT: a column of three
-    panels a node, each panel a pass over the table per line (before: past the 60 CPU
+    panels a node, each panel a pass over the table per line (without the bound: past the 60 CPU
     seconds the report may use; 400 nodes took 80; some 3 after)."""
     run = make_run(tmp_path / "run", ranks=2, duration_s=20)
     host = pq.read_table(run / "host.parquet")
@@ -61,7 +61,7 @@ def test_a_run_whose_host_table_names_hundreds_of_nodes_is_reported_in_bounded_t
 
 def test_a_run_of_a_hundred_thousand_labels_is_reported_with_a_bounded_lane_chart(tmp_path):
     """100,000 labels on the run's two ranks: a bar and a text a label in the lane
-    chart (before: past the 60 CPU seconds the report may use; 20,000 took 34); the
+    chart (without the bound: past the 60 CPU seconds the report may use; 20,000 took 34); the
     page's label table still lists every label."""
     run = make_run(tmp_path / "run", ranks=2, duration_s=20)
     lab = pq.read_table(run / "labels.parquet")
@@ -81,7 +81,7 @@ def test_a_run_of_a_hundred_thousand_labels_is_reported_with_a_bounded_lane_char
 
 def test_a_scores_file_of_twenty_thousand_rows_is_reported_with_bounded_bars(tmp_path):
     """20,000 score rows with window figures: a group of bars and a legend entry a row
-    (before: past the 60 CPU seconds the report may use; 4,000 took 26 and 785 MB);
+    (without the bound: past the 60 CPU seconds the report may use; 4,000 took 26 and 785 MB);
     the page's score table still lists every row."""
     rows = [{"detector": f"d{k}", "window_precision": 0.5, "window_recall": 0.5, "window_f1": 0.5, "window_mcc": 0.1,
              "window_precision_ci": [0.1, 0.9]} for k in range(SCORE_ROWS)]

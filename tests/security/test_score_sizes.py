@@ -46,7 +46,7 @@ def _with_labels(run: Path, n: int, component, source: str | None = None) -> Non
 
 def test_a_run_whose_steps_span_a_million_windows_for_thousands_of_labels_is_refused_before_its_window_grid(tmp_path):
     """One step 9.9e6 s after the others: 990,001 windows of 10 s (within
-    ``MAX_WINDOWS``), and 5,000 labels: a 4.6 GiB grid of label cells (before: numpy's
+    ``MAX_WINDOWS``), and 5,000 labels: a 4.6 GiB grid of label cells (without the bound: numpy's
     ``Unable to allocate``, a traceback, under the 3 GiB limit)."""
     run = make_run(tmp_path / "run", ranks=2, duration_s=20)
     st = pq.read_table(run / "steps.parquet")
@@ -66,7 +66,7 @@ def test_a_run_whose_steps_span_a_million_windows_for_thousands_of_labels_is_ref
 
 def test_a_run_whose_every_label_names_a_new_component_is_scored_by_its_labels_not_their_square(tmp_path):
     """200,000 labels, each on a component of its own (4e10 compares grouped by a pass
-    over every label for each component; before: past the 120 CPU seconds the scoring
+    over every label for each component; without the bound: past the 120 CPU seconds the scoring
     may use)."""
     run = make_run(tmp_path / "run", ranks=2, duration_s=20)
     _with_labels(run, 200_000, lambda k: f"rank:{k + 10}")
@@ -79,7 +79,7 @@ def test_a_run_whose_every_label_names_a_new_component_is_scored_by_its_labels_n
 @pytest.mark.parametrize("source", ["observed", "injected-unmanifested"])
 def test_a_run_of_as_many_ranks_as_labels_is_refused_before_every_alarm_meets_every_label(tmp_path, source):
     """30,000 ranks of one step and a label on each: the constant detector alarms every
-    rank, and the event-level matrix of 30,001 alarms x 30,000 labels is 6.7 GiB (before:
+    rank, and the event-level matrix of 30,001 alarms x 30,000 labels is 6.7 GiB (without the bound:
     numpy's ``Unable to allocate``, a traceback, under the 3 GiB limit); labels of faults
     that slowed nothing are paired with the alarms too."""
     n = 30_000

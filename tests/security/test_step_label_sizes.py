@@ -39,7 +39,7 @@ def _rewrite(part: Path, frame_of) -> None:
 
 def test_a_dataset_run_of_many_labels_and_steps_is_exported_by_its_rows_not_their_product(tmp_path):
     """2 ranks x 100,000 steps and 200,000 labels: a test of every step row against
-    every label is 4e10 compares (before: past the 120 CPU seconds the export may use;
+    every label is 4e10 compares (without the bound: past the 120 CPU seconds the export may use;
     some 5 after)."""
     ds = tmp_path / "ds"
     shutil.copytree(SW_DATASET, ds)

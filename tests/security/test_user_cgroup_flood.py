@@ -142,8 +142,8 @@ print(json.dumps({"checks": checks, "problems": [p for p in problems if "65534" 
 def test_a_users_cgroups_past_max_user_cgroups_are_one_line_in_roots_view():
     """A user may make any number of cgroups named like faultlab's in a subtree of
     theirs: root's host view looks at ``MAX_USER_CGROUPS`` of them, one line each, and
-    names the rest in one line (each had been one line of root's status, with no
-    bound: 100,000 cgroups, 100,000 lines)."""
+    names the rest in one line (without the bound, 100,000 cgroups would be 100,000
+    lines of root's status)."""
     n = MAX_USER_CGROUPS + 40
     plant = _PLANT.replace(f"sh {USERS} {CGROUPS}", f"sh {USERS} {n}")
     cp = sandboxed_root_beside_records(1, ["sh", "-c", plant, "sh", sys.executable, "-c", _CAPPED_VIEW], timeout=600)
